@@ -1,0 +1,170 @@
+/* infer_kernels.h: the public C API of infer's kernels.
+ *
+ * Block structs are laid out exactly as GGUF/ggml store them (see ggml-common.h);
+ * their sizes are asserted at compile time.  Type ids are ggml's, so a GGUF tensor
+ * type maps straight onto them.
+ *
+ * Every kernel has a portable scalar implementation (the oracle, *_scalar.c).  SIMD
+ * translation units (*_avx2.c, *_avx512.c, *_neon.c) override entries of the
+ * dispatch table; dispatch.c fills the table once, best ISA last.
+ */
+#ifndef INFER_KERNELS_H
+#define INFER_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ggml type ids (ggml.h enum ggml_type). */
+typedef enum {
+    INFER_TYPE_F32  = 0,
+    INFER_TYPE_F16  = 1,
+    INFER_TYPE_Q4_0 = 2,
+    INFER_TYPE_Q4_1 = 3,
+    INFER_TYPE_Q5_0 = 6,
+    INFER_TYPE_Q5_1 = 7,
+    INFER_TYPE_Q8_0 = 8,
+    INFER_TYPE_Q8_1 = 9,
+    INFER_TYPE_Q2_K = 10,
+    INFER_TYPE_Q3_K = 11,
+    INFER_TYPE_Q4_K = 12,
+    INFER_TYPE_Q5_K = 13,
+    INFER_TYPE_Q6_K = 14,
+    INFER_TYPE_Q8_K = 15,
+    INFER_TYPE_BF16 = 30,
+    INFER_TYPE_COUNT = 40  /* size of per-type tables; ids above are < this */
+} infer_type;
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK8_0 32
+#define QK8_1 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef uint16_t infer_half;   /* IEEE fp16 bits, little-endian */
+
+typedef struct { infer_half d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
+typedef struct { infer_half d; infer_half m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
+typedef struct { infer_half d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;
+typedef struct { infer_half d; int8_t qs[QK8_0]; } block_q8_0;
+/* s = d * sum(qs): the min term of Q4_1 . Q8_1 needs it. */
+typedef struct { infer_half d; infer_half s; int8_t qs[QK8_1]; } block_q8_1;
+typedef struct {
+    infer_half d;                    /* super-block scale for quantized scales */
+    infer_half dmin;                 /* super-block scale for quantized mins */
+    uint8_t scales[K_SCALE_SIZE];    /* 8 scales and 8 mins, 6 bits each */
+    uint8_t qs[QK_K / 2];            /* 4-bit quants */
+} block_q4_K;
+typedef struct {
+    uint8_t ql[QK_K / 2];            /* low 4 bits */
+    uint8_t qh[QK_K / 4];            /* high 2 bits */
+    int8_t scales[QK_K / 16];        /* 16 sub-block scales */
+    infer_half d;
+} block_q6_K;
+/* Activation-only format: d is f32 and may be negative. */
+typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
+_Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 size");
+_Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 size");
+_Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
+_Static_assert(sizeof(block_q8_1) == 36, "block_q8_1 size");
+_Static_assert(sizeof(block_q4_K) == 144, "block_q4_K size");
+_Static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
+_Static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
+#endif
+
+/* ---- type traits ---------------------------------------------------------- */
+/* Elements per block (1 for F32/F16/BF16); 0 for an unsupported type. */
+int infer_type_block_size(int type);
+/* Bytes per block; 0 for an unsupported type. */
+size_t infer_type_block_bytes(int type);
+/* Activation format a weight type's dot product pairs with (ggml vec_dot_type);
+ * -1 for an unsupported type.  F32 and F16 weights pair with F32 activations here. */
+int infer_type_vec_dot_type(int type);
+/* Short lower-case name ("q4_1"), or NULL. */
+const char *infer_type_name(int type);
+
+/* ---- fp16 / bf16 scalar conversions (portable) ----------------------------- */
+float infer_fp16_to_fp32(infer_half h);
+infer_half infer_fp32_to_fp16(float f);     /* round to nearest even */
+float infer_bf16_to_fp32(uint16_t h);
+uint16_t infer_fp32_to_bf16(float f);       /* round to nearest even, NaN quiet */
+
+/* ---- kernel signatures ----------------------------------------------------- */
+/* n is the element count, a multiple of the type's block size. */
+typedef void (*infer_dequantize_fn)(const void *src, float *dst, int64_t n);
+typedef void (*infer_dequantize_f16_fn)(const void *src, infer_half *dst, int64_t n);
+typedef void (*infer_quantize_fn)(const float *src, void *dst, int64_t n);
+/* Dot of n elements: w in weight format, a in its vec_dot_type format. */
+typedef float (*infer_vec_dot_fn)(int64_t n, const void *w, const void *a);
+
+typedef void (*infer_rmsnorm_fn)(const float *x, const float *weight, float *out,
+                                 int64_t n, float eps);
+typedef void (*infer_layernorm_fn)(const float *x, const float *weight, const float *bias,
+                                   float *out, int64_t n, float eps);
+typedef void (*infer_softmax_fn)(float *x, int64_t n);
+/* out[i] = act(gate[i]) * up[i] */
+typedef void (*infer_glu_fn)(const float *gate, const float *up, float *out, int64_t n);
+
+/* The dispatch table: scalar entries first, SIMD fill functions override. */
+typedef struct {
+    const char *name;
+    infer_dequantize_fn dequantize[INFER_TYPE_COUNT];
+    infer_dequantize_f16_fn dequantize_f16[INFER_TYPE_COUNT];
+    infer_quantize_fn quantize[INFER_TYPE_COUNT];
+    infer_vec_dot_fn vec_dot[INFER_TYPE_COUNT];   /* indexed by weight type */
+    infer_rmsnorm_fn rmsnorm;
+    infer_layernorm_fn layernorm;
+    infer_softmax_fn softmax;
+    infer_glu_fn silu_mul;
+    infer_glu_fn gelu_mul;
+} infer_kernel_table;
+
+/* ISA ids, lowest to highest. */
+typedef enum {
+    INFER_ISA_SCALAR = 0,
+    INFER_ISA_AVX2 = 1,
+    INFER_ISA_AVX512 = 2,
+    INFER_ISA_NEON = 3,
+    INFER_ISA_COUNT = 4
+} infer_isa;
+
+/* Each ISA file defines its fill function; it overrides what it implements. */
+void infer_fill_table_scalar(infer_kernel_table *t);
+void infer_fill_table_avx2(infer_kernel_table *t);
+void infer_fill_table_avx512(infer_kernel_table *t);
+void infer_fill_table_neon(infer_kernel_table *t);
+
+/* ---- dispatch (dispatch.c) -------------------------------------------------- */
+/* Bit mask of ISAs this CPU (and OS) can run; bit i = infer_isa i. */
+unsigned infer_isa_available(void);
+/* Active table; initialised on first call from CPU detection and INFER_ISA. */
+const infer_kernel_table *infer_kernels(void);
+infer_isa infer_isa_active(void);
+const char *infer_isa_name(int isa);
+/* Force a set (must be available); returns 0 on success, -1 otherwise. */
+int infer_set_isa(int isa);
+/* The table of one ISA, for tests comparing paths; NULL if unavailable. */
+const infer_kernel_table *infer_kernels_for(int isa);
+
+/* ---- thread pool (threadpool.c) --------------------------------------------- */
+/* Runs fn(arg, ith, nth) on nth = infer_get_num_threads() workers (the caller is
+ * worker 0) and returns when all are done.  Not reentrant: calls from several
+ * host threads at once are serialised by the pool. */
+typedef void (*infer_task_fn)(void *arg, int ith, int nth);
+void infer_parallel_run(infer_task_fn fn, void *arg);
+void infer_set_num_threads(int n);
+int infer_get_num_threads(void);
+int infer_default_num_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

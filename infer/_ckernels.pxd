@@ -1,0 +1,49 @@
+# C declarations of csrc/infer_kernels.h, shared by the Cython modules.
+from libc.stdint cimport int64_t, uint16_t
+
+cdef extern from "infer_kernels.h" nogil:
+    ctypedef uint16_t infer_half
+    int INFER_TYPE_COUNT
+    int INFER_ISA_COUNT
+
+    int infer_type_block_size(int type) noexcept
+    size_t infer_type_block_bytes(int type) noexcept
+    int infer_type_vec_dot_type(int type) noexcept
+    const char *infer_type_name(int type) noexcept
+
+    float infer_fp16_to_fp32(infer_half h) noexcept
+    infer_half infer_fp32_to_fp16(float f) noexcept
+
+    ctypedef void (*infer_dequantize_fn)(const void *src, float *dst, int64_t n) noexcept
+    ctypedef void (*infer_dequantize_f16_fn)(const void *src, infer_half *dst, int64_t n) noexcept
+    ctypedef void (*infer_quantize_fn)(const float *src, void *dst, int64_t n) noexcept
+    ctypedef float (*infer_vec_dot_fn)(int64_t n, const void *w, const void *a) noexcept
+    ctypedef void (*infer_rmsnorm_fn)(const float *x, const float *weight, float *out, int64_t n, float eps) noexcept
+    ctypedef void (*infer_layernorm_fn)(const float *x, const float *weight, const float *bias, float *out, int64_t n, float eps) noexcept
+    ctypedef void (*infer_softmax_fn)(float *x, int64_t n) noexcept
+    ctypedef void (*infer_glu_fn)(const float *gate, const float *up, float *out, int64_t n) noexcept
+
+    ctypedef struct infer_kernel_table:
+        const char *name
+        infer_dequantize_fn dequantize[40]
+        infer_dequantize_f16_fn dequantize_f16[40]
+        infer_quantize_fn quantize[40]
+        infer_vec_dot_fn vec_dot[40]
+        infer_rmsnorm_fn rmsnorm
+        infer_layernorm_fn layernorm
+        infer_softmax_fn softmax
+        infer_glu_fn silu_mul
+        infer_glu_fn gelu_mul
+
+    unsigned infer_isa_available() noexcept
+    const infer_kernel_table *infer_kernels() noexcept
+    int infer_isa_active() noexcept
+    const char *infer_isa_name(int isa) noexcept
+    int infer_set_isa(int isa) noexcept
+    const infer_kernel_table *infer_kernels_for(int isa) noexcept
+
+    ctypedef void (*infer_task_fn)(void *arg, int ith, int nth) noexcept
+    void infer_parallel_run(infer_task_fn fn, void *arg) noexcept
+    void infer_set_num_threads(int n) noexcept
+    int infer_get_num_threads() noexcept
+    int infer_default_num_threads() noexcept

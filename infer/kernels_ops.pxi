@@ -1,0 +1,1 @@
+# Float ops: norms, RoPE, activations, softmax, attention.

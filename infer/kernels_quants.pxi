@@ -1,0 +1,1 @@
+# Quantized kernels: dequantize, quantize, vec_dot, matvec, matmul.

@@ -1,0 +1,243 @@
+"""The runtime contract: Engine, Context, Model.
+
+A *variant* (one model architecture) subclasses `Engine` and `Context`.  The
+shared code here owns the bookkeeping every variant needs the same way: token
+history, bounds checks, the sampler's window, thread-safety and the rule that a
+failed call leaves the context as it was.  A variant implements two hooks:
+
+* ``Context._forward(tokens, start)``: run ``tokens`` (int32 array) at positions
+  ``start, start+1, ...`` writing their K/V into the cache slots of those
+  positions, and write the logits of the last one into ``self.logits``.
+* ``Context._truncate_cache(n)``: forget cache positions ``>= n`` (a no-op for a
+  cache addressed by position, as ours are).
+
+See docs/variants.md for a complete small example.
+"""
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+import numpy as np
+
+
+class ContextOverflowError(ValueError):
+    """The tokens do not fit in the context window."""
+
+
+class ContextBusyError(RuntimeError):
+    """A Context was used from two threads at once."""
+
+
+class Engine(ABC):
+    """A loaded model: its metadata and a factory of contexts."""
+
+    #: architecture name as GGUF writes it ("llama", "gemma3", ...)
+    architecture: str = ""
+    vocab_size: int = 0
+    #: longest sequence the model was trained for (the default context size)
+    max_seq_len: int = 0
+
+    @abstractmethod
+    def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None) -> "Context":
+        """A fresh conversation state with its own KV cache of ``n_ctx`` positions."""
+
+    def close(self) -> None:
+        """Release the weights (the file map).  Contexts must not be used after it."""
+
+
+class Context(ABC):
+    """The state of one conversation: history, KV cache, logits, sampler."""
+
+    def __init__(self, engine: Engine, n_ctx: int, sampler: Any = None) -> None:
+        if n_ctx < 1:
+            raise ValueError(f"n_ctx: must be >= 1, got {n_ctx}")
+        if sampler is None:
+            from .sampler import Sampler
+
+            sampler = Sampler()
+        self.engine = engine
+        self.n_ctx = int(n_ctx)
+        self.sampler = sampler
+        self.tokens: list[int] = []
+        self.logits = np.zeros(engine.vocab_size, dtype=np.float32)
+        # False when self.logits do not belong to the last token of history
+        # (after truncate_to, or before any prefill).
+        self._logits_valid = False
+        self._lock = threading.Lock()
+
+    # ---- hooks a variant implements ---------------------------------------
+    @abstractmethod
+    def _forward(self, tokens: np.ndarray, start: int) -> None:
+        """Evaluate ``tokens`` at positions ``start...``; set ``self.logits`` for the last."""
+
+    def _truncate_cache(self, n: int) -> None:
+        """Forget cache positions >= n.  Position-addressed caches need nothing."""
+
+    # ---- the contract -------------------------------------------------------
+    @property
+    def n_past(self) -> int:
+        """Number of positions held in the KV cache (= len(self.tokens))."""
+        return len(self.tokens)
+
+    def restart(self) -> None:
+        """Drop the whole history and cache; reset the sampler (its RNG and window)."""
+        with self._exclusive():
+            self._truncate_cache(0)
+            self.tokens = []
+            self._logits_valid = False
+            self.sampler.reset()
+
+    def truncate_to(self, n: int) -> None:
+        """Drop tokens >= n from history and cache; earlier ones are kept as computed."""
+        with self._exclusive():
+            if not 0 <= n <= len(self.tokens):
+                raise ValueError(f"n: must be in [0, {len(self.tokens)}], got {n}")
+            if n == len(self.tokens):
+                return
+            self._truncate_cache(n)
+            del self.tokens[n:]
+            self._logits_valid = False
+            self.sampler.set_history(self.tokens)
+
+    def prefill(self, tokens: Iterable[int]) -> None:
+        """Append ``tokens`` after the history in one batched pass; logits of the last."""
+        with self._exclusive():
+            batch = self._check_tokens(tokens)
+            if len(batch) == 0:
+                return
+            if len(self.tokens) + len(batch) > self.n_ctx:
+                raise ContextOverflowError(
+                    f"{len(batch)} tokens after {len(self.tokens)} already held exceed the "
+                    f"context of {self.n_ctx} tokens")
+            self._eval(batch)
+
+    def next(self) -> int:
+        """Sample a token from ``self.logits``, append it, decode it; return it."""
+        with self._exclusive():
+            if not self.tokens:
+                raise RuntimeError("next(): the context is empty; prefill a prompt first")
+            if len(self.tokens) >= self.n_ctx:
+                raise ContextOverflowError(f"the context of {self.n_ctx} tokens is full")
+            self._ensure_logits()
+            token = int(self.sampler.sample(self.logits))
+            self._eval(np.array([token], dtype=np.int32))
+            return token
+
+    # ---- shared machinery -----------------------------------------------------
+    def _eval(self, batch: np.ndarray) -> None:
+        start = len(self.tokens)
+        try:
+            self._forward(batch, start)
+        except BaseException:
+            # Cache slots past `start` may hold partial results; history does not
+            # name them, so the context is as before.  Logits may be half-written.
+            self._truncate_cache(start)
+            self._logits_valid = False
+            raise
+        self.tokens.extend(int(t) for t in batch)
+        for t in batch:
+            self.sampler.accept(int(t))
+        self._logits_valid = True
+
+    def _ensure_logits(self) -> None:
+        """Recompute the logits of the last token if a truncation made them stale."""
+        if self._logits_valid:
+            return
+        last = self.tokens[-1]
+        self._truncate_cache(len(self.tokens) - 1)
+        del self.tokens[-1]
+        self.sampler.set_history(self.tokens)
+        self._eval(np.array([last], dtype=np.int32))
+
+    def _check_tokens(self, tokens: Iterable[int]) -> np.ndarray:
+        batch = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) else tokens)
+        if batch.ndim != 1:
+            raise ValueError(f"tokens: expected a 1-D sequence, got shape {batch.shape}")
+        if batch.size and not np.issubdtype(batch.dtype, np.integer):
+            raise TypeError(f"tokens: expected integers, got {batch.dtype}")
+        batch = batch.astype(np.int32, copy=False)
+        if batch.size and (batch.min() < 0 or batch.max() >= self.engine.vocab_size):
+            bad = int(batch[(batch < 0) | (batch >= self.engine.vocab_size)][0])
+            raise ValueError(f"tokens: id {bad} outside the vocabulary [0, {self.engine.vocab_size})")
+        return batch
+
+    def _exclusive(self) -> "_Exclusive":
+        return _Exclusive(self._lock)
+
+
+class _Exclusive:
+    """Holds a context's lock for one call; a second thread gets ContextBusyError."""
+
+    __slots__ = ("lock",)
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+
+    def __enter__(self) -> None:
+        if not self.lock.acquire(blocking=False):
+            raise ContextBusyError("this Context is being used by another thread; "
+                                   "create one context per thread")
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+class Model:
+    """A light view over a loaded model: tokenizer, engine and optional chat template."""
+
+    def __init__(self, tokenizer: Any, engine: Engine, chat: Any = None,
+                 metadata: Optional[dict] = None, closer: Optional[Callable[[], None]] = None):
+        self.tokenizer = tokenizer
+        self.engine = engine
+        self.chat = chat
+        self.metadata = metadata or {}
+        self._closer = closer
+
+    def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None, **sampling: Any) -> Context:
+        """A new Context; sampling keywords (temperature=..., top_k=...) build its Sampler."""
+        if sampler is None and sampling:
+            from .sampler import Sampler
+
+            sampler = Sampler(**sampling)
+        return self.engine.create_context(n_ctx=n_ctx, sampler=sampler)
+
+    def close(self) -> None:
+        self.engine.close()
+        if self._closer is not None:
+            self._closer()
+            self._closer = None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---- variant registry -----------------------------------------------------------
+# architecture name -> function(gguf_file, n_threads) -> Engine
+_VARIANTS: dict[str, Callable[..., Engine]] = {}
+
+
+def register_variant(*architectures: str) -> Callable[[Callable[..., Engine]], Callable[..., Engine]]:
+    """Decorator: register an Engine factory for GGUF ``general.architecture`` names."""
+
+    def deco(factory: Callable[..., Engine]) -> Callable[..., Engine]:
+        for arch in architectures:
+            _VARIANTS[arch] = factory
+        return factory
+
+    return deco
+
+
+def variant_for(architecture: str) -> Callable[..., Engine]:
+    if architecture not in _VARIANTS:
+        known = ", ".join(sorted(_VARIANTS)) or "none"
+        raise ValueError(f"architecture {architecture!r} is not supported (known: {known})")
+    return _VARIANTS[architecture]
+
+
+def known_architectures() -> Sequence[str]:
+    return sorted(_VARIANTS)
