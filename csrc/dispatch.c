@@ -78,15 +78,29 @@ static int active = -1;
 
 static void fill(int isa, infer_kernel_table *t) {
     memset(t, 0, sizeof *t);
-    infer_fill_table_scalar(t);
     /* Each higher set starts from the lower ones, so a SIMD file may cover
      * only part of the table. */
+    infer_fill_table_scalar(t);
+    infer_fill_kquants_scalar(t);
+    infer_fill_ops_scalar(t);
 #ifdef INFER_X86
-    if (isa >= INFER_ISA_AVX2 && isa != INFER_ISA_NEON) infer_fill_table_avx2(t);
-    if (isa == INFER_ISA_AVX512) infer_fill_table_avx512(t);
+    if (isa == INFER_ISA_AVX2 || isa == INFER_ISA_AVX512) {
+        infer_fill_table_avx2(t);
+        infer_fill_kquants_avx2(t);
+        infer_fill_ops_avx2(t);
+    }
+    if (isa == INFER_ISA_AVX512) {
+        infer_fill_table_avx512(t);
+        infer_fill_kquants_avx512(t);
+        infer_fill_ops_avx512(t);
+    }
 #endif
 #ifdef INFER_ARM64
-    if (isa == INFER_ISA_NEON) infer_fill_table_neon(t);
+    if (isa == INFER_ISA_NEON) {
+        infer_fill_table_neon(t);
+        infer_fill_kquants_neon(t);
+        infer_fill_ops_neon(t);
+    }
 #endif
     t->name = isa_names[isa];
 }

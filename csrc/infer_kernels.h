@@ -136,11 +136,21 @@ typedef enum {
     INFER_ISA_COUNT = 4
 } infer_isa;
 
-/* Each ISA file defines its fill function; it overrides what it implements. */
+/* Each ISA file defines its fill function; it overrides what it implements.
+ * quants_*.c: the 32-element block formats and f16/bf16/f32;
+ * kquants_*.c: the 256-element K formats; ops_*.c: float ops and attention. */
 void infer_fill_table_scalar(infer_kernel_table *t);
 void infer_fill_table_avx2(infer_kernel_table *t);
 void infer_fill_table_avx512(infer_kernel_table *t);
 void infer_fill_table_neon(infer_kernel_table *t);
+void infer_fill_kquants_scalar(infer_kernel_table *t);
+void infer_fill_kquants_avx2(infer_kernel_table *t);
+void infer_fill_kquants_avx512(infer_kernel_table *t);
+void infer_fill_kquants_neon(infer_kernel_table *t);
+void infer_fill_ops_scalar(infer_kernel_table *t);
+void infer_fill_ops_avx2(infer_kernel_table *t);
+void infer_fill_ops_avx512(infer_kernel_table *t);
+void infer_fill_ops_neon(infer_kernel_table *t);
 
 /* ---- dispatch (dispatch.c) -------------------------------------------------- */
 /* Bit mask of ISAs this CPU (and OS) can run; bit i = infer_isa i. */
