@@ -58,4 +58,9 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None) -> Any:
     except BaseException:
         gf.close()
         raise
-    return Model(tokenizer, engine, chat=chat, metadata=md, closer=gf.close)
+    model = Model(tokenizer, engine, chat=chat, metadata=md, closer=gf.close)
+    model.path = path
+    #: weight bytes and parameter count, as llama-bench reports them
+    model.n_bytes = sum(int(t.nbytes) for t in gf.tensors.values())
+    model.n_params = sum(int(t.n_elements) for t in gf.tensors.values())
+    return model

@@ -17,6 +17,7 @@ per-kernel Python calls.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -83,7 +84,10 @@ class Matrix:
         self.qtype = K.type_id(tensor.dtype)
         self.rows, self.cols = rows, cols
         #: format the input vector is quantized into for this matrix's dot products
-        self.act_type = K.vec_dot_type(self.qtype)
+        self.act_type = K.type_id(K.vec_dot_type(self.qtype))
+
+    def as_tuple(self) -> tuple:
+        return (self.data, self.qtype, self.act_type, self.rows, self.cols)
 
 
 class Vector:
@@ -146,15 +150,32 @@ class LlamaEngine(Engine):
                 w_gate=m("ffn_gate", cfg.ffn_dim, d), w_up=m("ffn_up", cfg.ffn_dim, d),
                 w_down=m("ffn_down", d, cfg.ffn_dim)))
         self.n_threads = n_threads
+        self._contexts: "weakref.WeakSet[LlamaContext]" = weakref.WeakSet()
 
     def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None,
                        kv_type: str = "f16") -> "LlamaContext":
+        """A context of ``n_ctx`` positions (default: the trained length); KV cache
+        in ``kv_type`` "f16" (default) or "f32".  Cache pages are touched as used."""
         if self.layers is None:
             raise RuntimeError("the model is closed")
-        return LlamaContext(self, n_ctx or self.max_seq_len, sampler, kv_type)
+        ctx = LlamaContext(self, n_ctx or self.max_seq_len, sampler, kv_type)
+        self._contexts.add(ctx)
+        return ctx
+
+    def decoder_for(self, ctx: "LlamaContext") -> Any:
+        """The fused one-token step (csrc/llama_block.c) bound to ctx's cache."""
+        cfg = self.config
+        layers = [(L.attn_norm.data, L.ffn_norm.data, L.wq.as_tuple(), L.wk.as_tuple(),
+                   L.wv.as_tuple(), L.wo.as_tuple(), L.w_gate.as_tuple(), L.w_up.as_tuple(),
+                   L.w_down.as_tuple()) for L in self.layers]
+        return K.LlamaDecoder(cfg, self.token_embd.as_tuple(), self.output.as_tuple(),
+                              self.output_norm.data, layers, ctx.k_cache, ctx.v_cache, ctx.n_ctx)
 
     def close(self) -> None:
-        # Drop every view into the file map so it can be unmapped.
+        # Drop every view into the file map (ours and the contexts' decoders) so it
+        # can be unmapped.
+        for ctx in list(self._contexts):
+            ctx._release()
         self.layers = None  # type: ignore[assignment]
         self.token_embd = self.output = self.output_norm = None  # type: ignore[assignment]
 
@@ -165,16 +186,26 @@ class LlamaContext(Context):
         cfg = engine.config
         if kv_type not in ("f16", "f32"):
             raise ValueError(f"kv_type: expected 'f16' or 'f32', got {kv_type!r}")
-        kv_dtype = np.float16 if kv_type == "f16" else np.float32
-        shape = (cfg.n_layers, self.n_ctx, cfg.n_kv_heads, cfg.head_dim)
+        # F16 is stored as its bits (uint16), the layout kv_store/attention read.
+        kv_dtype = np.uint16 if kv_type == "f16" else np.float32
+        shape = (cfg.n_layers, cfg.n_kv_heads, self.n_ctx, cfg.head_dim)
         # np.zeros maps untouched pages lazily: memory grows with the positions used.
         self.k_cache = np.zeros(shape, dtype=kv_dtype)
         self.v_cache = np.zeros(shape, dtype=kv_dtype)
         self._scratch: Dict[int, "_Scratch"] = {}
+        self._decoder: Any = None
+        #: False: decode through the Python `_block` too (for tests comparing the two)
+        self.fused_decode = True
+
+    def _release(self) -> None:
+        if self._decoder is not None:
+            self._decoder.release()
+        self._decoder = None
+        self._scratch.clear()
 
     def _buffers(self, n: int) -> "_Scratch":
         if n not in self._scratch:
-            if len(self._scratch) > 4:
+            if len(self._scratch) > 2:
                 self._scratch.clear()
             self._scratch[n] = _Scratch(self.engine, n)
         return self._scratch[n]
@@ -183,6 +214,11 @@ class LlamaContext(Context):
         eng: LlamaEngine = self.engine  # type: ignore[assignment]
         if eng.layers is None:
             raise RuntimeError("the model is closed")
+        if len(tokens) == 1 and self.fused_decode:
+            if self._decoder is None:
+                self._decoder = eng.decoder_for(self)
+            self._decoder.decode(int(tokens[0]), start, self.logits)
+            return
         for c0 in range(0, len(tokens), N_BATCH):
             chunk = tokens[c0:c0 + N_BATCH]
             s = self._buffers(len(chunk))
@@ -190,52 +226,33 @@ class LlamaContext(Context):
                 K.dequantize(eng.token_embd.data[tok], eng.token_embd.qtype, s.x[j])
             for li, layer in enumerate(eng.layers):
                 self._block(layer, li, s, start + c0)
-        last = s.x[len(chunk) - 1]
         cfg = eng.config
-        K.rmsnorm(last, eng.output_norm.data, s.h1[0], cfg.rms_eps)
-        _matvec(eng.output, s.h1[0], s.act_vec(eng.output.act_type), self.logits)
+        last = s.h1[len(chunk) - 1]
+        K.rmsnorm(s.x[len(chunk) - 1], eng.output_norm.data, last, cfg.rms_eps)
+        xq = np.empty(K.activation_bytes(eng.output.qtype, cfg.dim), np.uint8)
+        K.quantize_activations(last, eng.output.qtype, xq)
+        K.matvec_q(eng.output.data, eng.output.qtype, xq, self.logits)
 
     def _block(self, w: LayerWeights, li: int, s: "_Scratch", pos0: int) -> None:
         """One transformer block over the batch s.x (rows = positions pos0, pos0+1, ...)."""
         cfg: LlamaConfig = self.engine.config  # type: ignore[attr-defined]
-        n = s.n
+        n, hd = s.n, cfg.head_dim
         K.rmsnorm(s.x, w.attn_norm.data, s.h1, cfg.rms_eps)
-        _mul(s, w.wq, s.h1, s.q, w.wk, s.k, w.wv, s.v)  # one quantized input for q, k, v
-        q = s.q.reshape(n, cfg.n_heads, cfg.head_dim)
-        k = s.k.reshape(n, cfg.n_kv_heads, cfg.head_dim)
+        s.mul(s.h1, (w.wq, s.q), (w.wk, s.k), (w.wv, s.v))  # one quantized input for q, k, v
+        q = s.q.reshape(n, cfg.n_heads, hd)
+        k = s.k.reshape(n, cfg.n_kv_heads, hd)
         K.rope(q, pos0, cfg.rope_base)
         K.rope(k, pos0, cfg.rope_base)
         K.kv_store(k, self.k_cache[li], pos0)
-        K.kv_store(s.v.reshape(n, cfg.n_kv_heads, cfg.head_dim), self.v_cache[li], pos0)
+        K.kv_store(s.v.reshape(n, cfg.n_kv_heads, hd), self.v_cache[li], pos0)
         K.attention(q, self.k_cache[li], self.v_cache[li], pos0, s.att.reshape(q.shape))
-        _mul(s, w.wo, s.att, s.h2)
-        K.add(s.x, s.h2, s.x)
+        s.mul(s.att, (w.wo, s.h2))
+        K.add(s.x, s.h2)
         K.rmsnorm(s.x, w.ffn_norm.data, s.h1, cfg.rms_eps)
-        _mul(s, w.w_gate, s.h1, s.gate, w.w_up, s.up)  # one quantized input for gate, up
+        s.mul(s.h1, (w.w_gate, s.gate), (w.w_up, s.up))  # one quantized input for gate, up
         K.silu_mul(s.gate, s.up, s.gate)
-        _mul(s, w.w_down, s.gate, s.h2)
-        K.add(s.x, s.h2, s.x)
-
-
-def _matvec(w: Matrix, x: np.ndarray, xq: np.ndarray, out: np.ndarray) -> None:
-    K.quantize_activations(x, w.qtype, xq)
-    K.matvec_q(w.data, w.qtype, xq, out)
-
-
-def _mul(s: "_Scratch", w0: Matrix, x: np.ndarray, out0: np.ndarray, *more: Any) -> None:
-    """out_i = x W_i^T for the pairs (w0, out0), *more; x is quantized once per format."""
-    pairs = [(w0, out0)] + [(more[i], more[i + 1]) for i in range(0, len(more), 2)]
-    done: Dict[int, np.ndarray] = {}
-    for w, out in pairs:
-        xq = done.get(w.act_type)
-        if xq is None:
-            xq = s.act(w.act_type, x.shape[1])
-            K.quantize_activations(x, w.qtype, xq)
-            done[w.act_type] = xq
-        if s.n == 1:
-            K.matvec_q(w.data, w.qtype, xq[0], out[0])
-        else:
-            K.matmul_q(w.data, w.qtype, xq, out)
+        s.mul(s.gate, (w.w_down, s.h2))
+        K.add(s.x, s.h2)
 
 
 class _Scratch:
@@ -256,14 +273,19 @@ class _Scratch:
         self.up = np.zeros((n, cfg.ffn_dim), f)
         self._act: Dict[tuple, np.ndarray] = {}
 
-    def act(self, act_type: int, cols: int) -> np.ndarray:
-        key = (act_type, cols)
-        if key not in self._act:
-            self._act[key] = np.zeros((self.n, K.activation_bytes(act_type, cols)), np.uint8)
-        return self._act[key]
-
-    def act_vec(self, act_type: int, cols: Optional[int] = None) -> np.ndarray:
-        return self.act(act_type, cols or self.x.shape[1])[0]
+    def mul(self, x: np.ndarray, *pairs: tuple) -> None:
+        """out = x W^T for each (W, out); x is quantized once per activation format."""
+        done: Dict[int, np.ndarray] = {}
+        for w, out in pairs:
+            xq = done.get(w.act_type)
+            if xq is None:
+                key = (w.act_type, w.cols)
+                xq = self._act.get(key)
+                if xq is None:
+                    xq = self._act[key] = np.zeros(K.activation_bytes(w.qtype, w.cols, self.n), np.uint8)
+                K.quantize_activations(x, w.qtype, xq)
+                done[w.act_type] = xq
+            K.matmul_q(w.data, w.qtype, xq, out)
 
 
 @register_variant("llama", "mistral")
