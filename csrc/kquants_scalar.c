@@ -2,9 +2,10 @@
  *
  * The oracle for the SIMD files.  Quantizers follow ggml's reference algorithms
  * (quantize_row_{q4,q6,q8}_K_ref) with their float operations in the same order, so
- * they produce the same bytes; dequantizers evaluate d*sc*q - dmin*m exactly as
- * dequantize_row_q{4,6}_K does (product, then difference; no fused multiply-add on
- * x86, where this file gets no ISA flags).
+ * they produce the same bytes (bar FMA contraction where the compiler fuses; x86
+ * builds this file without FMA); dequantizers evaluate d*sc*q - dmin*m as
+ * dequantize_row_q{4,6}_K does, and their result is exact whether fused or not:
+ * d*sc*q has at most 11+6+4 significant bits for Q4_K, and Q6_K has no sum.
  */
 #include "infer_kernels.h"
 #include "kquants_internal.h"
