@@ -36,9 +36,7 @@ static float infer_vec_dot_q4_K_q8_K_avx512(int64_t n, const void *w, const void
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const float dmin = _cvtsh_ss(x[i].dmin) * y[i].d;
-        uint8_t sm[16];
-        infer_q4_K_unpack_scales(x[i].scales, sm);
-        const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));
+        const __m256i sm16 = _mm256_cvtepu8_epi16(infer_q4_K_unpack_scales_sse(x[i].scales));
 
         const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[i].bsums),
                                           _mm_loadu_si128((const __m128i *)y[i].bsums + 1));

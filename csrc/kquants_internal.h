@@ -29,4 +29,20 @@ static inline void infer_q4_K_unpack_scales(const uint8_t *s, uint8_t out[16]) {
     memcpy(out, r, 16);
 }
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+/* The same unpack in a register: bytes 0..7 scales, 8..15 mins.  Reads 16 bytes
+ * from s: the 12 scale bytes of a block_q4_K are followed by its qs. */
+static inline __m128i infer_q4_K_unpack_scales_sse(const uint8_t *s) {
+    const __m128i w = _mm_loadu_si128((const __m128i *)s);     /* w0 w1 w2 . */
+    const __m128i a = _mm_shuffle_epi32(w, _MM_SHUFFLE(2, 1, 2, 0));  /* w0 w2 w1 w2 */
+    const __m128i b = _mm_shuffle_epi32(w, _MM_SHUFFLE(1, 1, 0, 0));  /* w0 w0 w1 w1 */
+    const __m128i low = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i top = _mm_and_si128(_mm_srli_epi32(b, 2),   /* bits 6..7 -> 4..5 */
+                                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(low, top);
+}
+#endif
+
 #endif
