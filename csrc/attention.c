@@ -6,6 +6,8 @@
 
 #include <math.h>
 
+#define ROPE_RESEED 64
+
 int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                int64_t rot_dim, const int64_t *positions, int64_t pos0,
                float freq_base, float freq_scale, int neox) {
@@ -15,17 +17,35 @@ int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
     const infer_kernel_table *t = infer_kernels();
     const infer_rope_fn rotate = neox ? t->rope_neox : t->rope_norm;
     const int64_t half = rot_dim / 2;
-    /* Inverse frequencies once per call; angles per token, in double so that
-     * large positions keep their precision. */
+    /* Angles in double so that large positions keep their precision. */
     double inv_freq[INFER_ATTN_MAX_HEAD_DIM / 2];
     for (int64_t i = 0; i < half; i++)
         inv_freq[i] = (double)freq_scale * pow((double)freq_base, -2.0 * (double)i / (double)rot_dim);
     float cs[INFER_ATTN_MAX_HEAD_DIM], sn[INFER_ATTN_MAX_HEAD_DIM];
+    /* cos and sin of the current angles, and of one position's step: consecutive
+     * positions advance by an angle addition in double (error ~1e-16 a step),
+     * re-seeded from cos/sin every ROPE_RESEED tokens. */
+    double c_d[INFER_ATTN_MAX_HEAD_DIM / 2], s_d[INFER_ATTN_MAX_HEAD_DIM / 2];
+    double c_step[INFER_ATTN_MAX_HEAD_DIM / 2], s_step[INFER_ATTN_MAX_HEAD_DIM / 2];
+    if (!positions)
+        for (int64_t i = 0; i < half; i++) { c_step[i] = cos(inv_freq[i]); s_step[i] = sin(inv_freq[i]); }
     for (int64_t tok = 0; tok < n_tokens; tok++) {
-        const double pos = (double)(positions ? positions[tok] : pos0 + tok);
+        if (positions || tok % ROPE_RESEED == 0) {
+            const double pos = (double)(positions ? positions[tok] : pos0 + tok);
+            for (int64_t i = 0; i < half; i++) {
+                const double theta = pos * inv_freq[i];
+                c_d[i] = cos(theta);
+                s_d[i] = sin(theta);
+            }
+        } else {
+            for (int64_t i = 0; i < half; i++) {
+                const double c = c_d[i] * c_step[i] - s_d[i] * s_step[i];
+                s_d[i] = s_d[i] * c_step[i] + c_d[i] * s_step[i];
+                c_d[i] = c;
+            }
+        }
         for (int64_t i = 0; i < half; i++) {
-            const double theta = pos * inv_freq[i];
-            const float c = (float)cos(theta), s = (float)sin(theta);
+            const float c = (float)c_d[i], s = (float)s_d[i];
             if (neox) {
                 cs[i] = c; sn[i] = s;
             } else {

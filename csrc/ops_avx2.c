@@ -225,24 +225,32 @@ static ALWAYS_INLINE float kv_load1(const void *p, int64_t i, int f16) {
     return f16 ? _cvtsh_ss(((const infer_half *)p)[i]) : ((const float *)p)[i];
 }
 
-/* s[j] = qs . k_row(j) for the nb rows of a chunk starting at element offset base. */
+/* The eight horizontal sums of s0..s7, in order, as one vector. */
+static inline __m256 hsum8x8(__m256 s0, __m256 s1, __m256 s2, __m256 s3, __m256 s4, __m256 s5,
+                             __m256 s6, __m256 s7) {
+    const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
+    const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(s4, s5), _mm256_hadd_ps(s6, s7));
+    /* t0 = [s0..s3 low halves | s0..s3 high halves], t1 likewise for s4..s7 */
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+/* s[j] = qs . k_row(j) for the nb rows of a chunk starting at element offset base;
+ * eight rows per pass so that one tree of hadds reduces all eight. */
 static ALWAYS_INLINE void attn_scores(const float *qs, const void *k, int64_t base, int64_t nb,
                                       int64_t d, float *s, int f16) {
     const int64_t d8 = d & ~(int64_t)7;
     int64_t j = 0;
-    for (; j + 4 <= nb; j += 4) {
-        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (; j + 8 <= nb; j += 8) {
+        __m256 a[8];
         const int64_t r = base + j * d;
+        for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
         for (int64_t i = 0; i < d8; i += 8) {
             const __m256 qv = _mm256_loadu_ps(qs + i);
-            s0 = _mm256_fmadd_ps(qv, kv_load8(k, r + i, f16), s0);
-            s1 = _mm256_fmadd_ps(qv, kv_load8(k, r + d + i, f16), s1);
-            s2 = _mm256_fmadd_ps(qv, kv_load8(k, r + 2 * d + i, f16), s2);
-            s3 = _mm256_fmadd_ps(qv, kv_load8(k, r + 3 * d + i, f16), s3);
+            for (int u = 0; u < 8; u++) a[u] = _mm256_fmadd_ps(qv, kv_load8(k, r + u * d + i, f16), a[u]);
         }
-        s[j] = hsum8(s0); s[j + 1] = hsum8(s1); s[j + 2] = hsum8(s2); s[j + 3] = hsum8(s3);
+        _mm256_storeu_ps(s + j, hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]));
         for (int64_t i = d8; i < d; i++)
-            for (int u = 0; u < 4; u++) s[j + u] += qs[i] * kv_load1(k, r + u * d + i, f16);
+            for (int u = 0; u < 8; u++) s[j + u] += qs[i] * kv_load1(k, r + u * d + i, f16);
     }
     for (; j < nb; j++) {
         __m256 s0 = _mm256_setzero_ps();

@@ -176,24 +176,34 @@ static ALWAYS_INLINE __m512 kv_load16(const void *p, int64_t i, __mmask16 k, int
     return _mm512_maskz_loadu_ps(k, (const float *)p + i);
 }
 
+/* The eight horizontal sums of s0..s7 (16 lanes each), in order, as one vector:
+ * fold each to 8 lanes, then one tree of hadds. */
+static inline __m256 fold16(__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+}
+static inline __m256 hsum16x8(const __m512 *s) {
+    const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(fold16(s[0]), fold16(s[1])),
+                                     _mm256_hadd_ps(fold16(s[2]), fold16(s[3])));
+    const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(fold16(s[4]), fold16(s[5])),
+                                     _mm256_hadd_ps(fold16(s[6]), fold16(s[7])));
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+/* s[j] = qs . k_row(j), eight rows per pass reduced together. */
 static ALWAYS_INLINE void attn_scores(const float *qs, const void *k, int64_t base, int64_t nb,
                                       int64_t d, float *s, int f16) {
     int64_t j = 0;
-    for (; j + 4 <= nb; j += 4) {
-        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (; j + 8 <= nb; j += 8) {
+        __m512 a[8];
         const int64_t r = base + j * d;
+        for (int u = 0; u < 8; u++) a[u] = _mm512_setzero_ps();
         for (int64_t i = 0; i < d; i += 16) {
             const __mmask16 m = tail_mask(d - i);
             const __m512 qv = _mm512_maskz_loadu_ps(m, qs + i);
-            s0 = _mm512_fmadd_ps(qv, kv_load16(k, r + i, m, f16), s0);
-            s1 = _mm512_fmadd_ps(qv, kv_load16(k, r + d + i, m, f16), s1);
-            s2 = _mm512_fmadd_ps(qv, kv_load16(k, r + 2 * d + i, m, f16), s2);
-            s3 = _mm512_fmadd_ps(qv, kv_load16(k, r + 3 * d + i, m, f16), s3);
+            for (int u = 0; u < 8; u++)
+                a[u] = _mm512_fmadd_ps(qv, kv_load16(k, r + u * d + i, m, f16), a[u]);
         }
-        s[j] = _mm512_reduce_add_ps(s0);
-        s[j + 1] = _mm512_reduce_add_ps(s1);
-        s[j + 2] = _mm512_reduce_add_ps(s2);
-        s[j + 3] = _mm512_reduce_add_ps(s3);
+        _mm256_storeu_ps(s + j, hsum16x8(a));
     }
     for (; j < nb; j++) {
         __m512 s0 = _mm512_setzero_ps();

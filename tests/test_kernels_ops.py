@@ -209,6 +209,20 @@ def test_rope(isa, head_dim, neox):
 
 
 @pytest.mark.parametrize("neox", [False, True])
+def test_rope_long_run(isa, neox):
+    # 300 consecutive positions far out: the angle recurrence between re-seeds
+    # must stay as accurate as direct angles (the positions= path).
+    r = rng(21 + neox)
+    x = r.standard_normal((300, 2, 64)).astype(np.float32)
+    ref = rope_ref(x, np.arange(300) + 30000, 500000.0, neox, 64)
+    y = x.copy()
+    K.rope(x, 30000, 500000.0, neox=neox)
+    np.testing.assert_allclose(x, ref, rtol=1e-5, atol=2e-6)
+    K.rope(y, freq_base=500000.0, neox=neox, positions=np.arange(300) + 30000)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("neox", [False, True])
 def test_rope_partial_positions_scale(isa, neox):
     r = rng(7 + neox)
     x = r.standard_normal((4, 2, 80)).astype(np.float32)
