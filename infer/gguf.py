@@ -203,7 +203,8 @@ class GGUFFile:
     Attributes: ``path``, ``version``, ``alignment``, ``metadata`` (key -> value),
     ``metadata_types`` (key -> (ValueType, element ValueType or None)),
     ``tensors`` (name -> `Tensor`, in file order; data are read-only views of the
-    map), ``data_offset`` (byte where tensor data start), ``size`` (file bytes).
+    map), ``offsets`` (name -> byte in the file where its data start),
+    ``data_offset`` (byte where tensor data start), ``size`` (file bytes).
 
     Opening reads only the header; tensor bytes are paged in when first touched.
     ``close()`` (or leaving a ``with`` block) drops the map; tensors taken from it
@@ -250,11 +251,14 @@ class GGUFFile:
 
         metadata: dict[str, Any] = {}
         types: dict[str, FieldType] = {}
+        alignment_at = 0
         for i in range(n_kv):
             kstart = cur.pos
             key = cur.name(f"metadata key {i}")
             if key in metadata:
                 raise GGUFError(f"metadata key {key!r} at byte {kstart}: duplicate key")
+            if key == "general.alignment":
+                alignment_at = kstart
             vtype = cur.unpack(_U32, f"metadata {key!r} value type")
             value, etype = _read_value(cur, vtype, key)
             metadata[key] = value
@@ -265,7 +269,8 @@ class GGUFFile:
         alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
         if (types.get("general.alignment", (ValueType.UINT32,))[0] not in _INT_TYPES
                 or not 0 < alignment <= 1 << 30 or alignment & (alignment - 1)):
-            raise GGUFError(f"{self.path}: general.alignment {alignment!r} is not a power of two")
+            raise GGUFError(f"metadata 'general.alignment' at byte {alignment_at}: "
+                            f"{alignment!r} is not a power of two")
         self.alignment = alignment
 
         records = []
@@ -314,8 +319,9 @@ class GGUFFile:
 
         data = np.frombuffer(mm, dtype=np.uint8)  # read-only: the map is ACCESS_READ
         self.tensors: dict[str, Tensor] = {}
+        self.offsets: dict[str, int] = {}
         for name, dtype, ne, offset, nbytes, _ in records:
-            start = data_offset + offset
+            start = self.offsets[name] = data_offset + offset
             self.tensors[name] = Tensor(name, dtype, tuple(reversed(ne)), data[start:start + nbytes])
 
     # ---- conveniences -----------------------------------------------------------
@@ -496,14 +502,16 @@ class GGUFWriter:
         if elem_type is not None:
             elem_type = ValueType(elem_type)
         if key == "general.alignment":
-            if type not in _INT_TYPES or value != self.alignment:
-                raise ValueError(f"general.alignment: set it with GGUFWriter(alignment={value})")
+            if type not in _INT_TYPES or not isinstance(value, (int, np.integer)) \
+                    or value <= 0 or value & (value - 1):
+                raise ValueError(f"general.alignment: must be a power-of-two integer, got {value!r}")
+            self.alignment = int(value)
         self._kv[key] = _U32.pack(type) + _encode_value(value, type, elem_type, key)
 
     def copy_metadata(self, src: GGUFFile, exclude: tuple = ()) -> None:
         """Copy every key of ``src`` (with its original GGUF types) except those in ``exclude``."""
         for key, value in src.metadata.items():
-            if key in exclude or key == "general.alignment":
+            if key in exclude:
                 continue
             vt, et = src.metadata_types[key]
             self.add_metadata(key, value, vt, et)
@@ -556,11 +564,12 @@ class GGUFWriter:
         return view
 
     def _header(self) -> bytes:
-        parts = [_HEADER.pack(GGUF_MAGIC, 3, len(self._tensors), len(self._kv) + (self.alignment != DEFAULT_ALIGNMENT))]
-        for key, encoded in self._kv.items():
+        kv = dict(self._kv)
+        if self.alignment != DEFAULT_ALIGNMENT and "general.alignment" not in kv:
+            kv["general.alignment"] = _U32.pack(ValueType.UINT32) + _U32.pack(self.alignment)
+        parts = [_HEADER.pack(GGUF_MAGIC, 3, len(self._tensors), len(kv))]
+        for key, encoded in kv.items():
             parts += [_encode_string(key), encoded]
-        if self.alignment != DEFAULT_ALIGNMENT:
-            parts += [_encode_string("general.alignment"), _U32.pack(ValueType.UINT32), _U32.pack(self.alignment)]
         offset = 0
         for t in self._tensors.values():
             offset = -(-offset // self.alignment) * self.alignment
