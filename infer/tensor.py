@@ -238,28 +238,50 @@ class Tensor:
     # ---- conversions ----------------------------------------------------------
     def to_f32(self) -> np.ndarray:
         """A new float32 array of ``shape``, dequantized by the kernels."""
-        return self._convert(np.float32)
+        return self.dequantize_rows(0, self.n_rows).reshape(self.shape)
 
     def to_f16(self) -> np.ndarray:
         """A new float16 array of ``shape``, dequantized by the kernels."""
-        return self._convert(np.float16)
+        out = np.empty(self.shape, dtype=np.float16)
+        flat = out.reshape(-1)
+        if self.dtype in _NUMPY_DTYPES and self.dtype != DType.BF16:
+            flat[:] = self.view().reshape(-1)  # IEEE round-to-nearest-even, as the kernels do
+        else:
+            self._check_kernel_format()
+            from . import kernels
 
-    def _convert(self, out_dtype: Any) -> np.ndarray:
-        out = np.empty(self.shape, dtype=out_dtype)
-        if self.dtype == DType.F32 and out_dtype is np.float32:
-            out[...] = self.view()
-            return out
+            kernels.dequantize_f16(self.data, int(self.dtype), flat)
+        return out
+
+    def dequantize_rows(self, i: int, j: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """Rows ``i`` to ``j`` (``j=None``: just row ``i``) as float32 of shape ``(j - i, n_cols)``.
+
+        ``out``, if given, must be a C-contiguous float32 array of that many
+        elements; it is filled and returned (no allocation: embedding lookups).
+        """
+        src = self.rows(i, j)
+        n = src.shape[0] * self.n_cols
+        if out is None:
+            out = np.empty((src.shape[0], self.n_cols), dtype=np.float32)
+        elif out.dtype != np.float32 or out.size != n or not out.flags.c_contiguous:
+            raise ValueError(f"out: expected a C-contiguous float32 array of {n} elements")
+        flat = out.reshape(-1)
+        if self.dtype == DType.BF16:
+            # bf16 -> f32 is exact: the 16 bits are the top half of the float32
+            flat.view(np.uint32)[:] = src.reshape(-1).view("<u2").astype(np.uint32) << 16
+        elif self.dtype in _NUMPY_DTYPES:
+            flat[:] = src.reshape(-1).view(_NUMPY_DTYPES[self.dtype])
+        else:
+            self._check_kernel_format()
+            from . import kernels
+
+            kernels.dequantize(src.reshape(-1), int(self.dtype), flat)
+        return out
+
+    def _check_kernel_format(self) -> None:
         if not self.dtype.kernel_supported:
             raise NotImplementedError(
-                f"tensor {self.name!r}: the kernels do not convert {self.dtype.name}")
-        from . import kernels
-
-        flat = out.reshape(-1)
-        if out_dtype is np.float32:
-            kernels.dequantize(self.data, int(self.dtype), flat)
-        else:
-            kernels.dequantize_f16(self.data, int(self.dtype), flat.view(np.uint16))
-        return out
+                f"tensor {self.name!r}: infer's kernels do not convert {self.dtype.name}")
 
     @classmethod
     def quantize(cls, array: Any, dtype: Union[DType, str, int], name: str = "") -> "Tensor":
@@ -267,14 +289,20 @@ class Tensor:
         dt = DType.parse(dtype)
         src = np.ascontiguousarray(array, dtype=np.float32)
         shape = check_shape(src.shape, dt, "array shape")
-        if not dt.kernel_supported:
-            raise NotImplementedError(f"quantize: the kernels do not produce {dt.name}")
-        n_rows = math.prod(shape[:-1])
-        out = np.empty(n_rows * dt.row_bytes(shape[-1]), dtype=np.uint8)
-        if dt == DType.F32:
-            out.view(np.float32)[:] = src.reshape(-1)
-        else:
-            from . import kernels
-
-            kernels.quantize(src.reshape(-1), int(dt), out)
+        out = np.empty(math.prod(shape[:-1]) * dt.row_bytes(shape[-1]), dtype=np.uint8)
+        encode_f32(src.reshape(-1), dt, out)
         return cls(name, dt, shape, out)
+
+
+def encode_f32(src: np.ndarray, dtype: DType, out: np.ndarray) -> None:
+    """Encode flat float32 ``src`` (whole blocks) as ``dtype`` into the uint8 array ``out``."""
+    if dtype == DType.F32:
+        out.view(np.float32)[:] = src
+    elif dtype == DType.F16:
+        out.view(np.float16)[:] = src  # IEEE round-to-nearest-even, as F16C does
+    elif dtype.kernel_supported:
+        from . import kernels
+
+        kernels.quantize(src, int(dtype), out)
+    else:
+        raise NotImplementedError(f"quantize: infer's kernels do not produce {dtype.name}")
