@@ -244,8 +244,9 @@ class Tensor:
         """A new float16 array of ``shape``, dequantized by the kernels."""
         out = np.empty(self.shape, dtype=np.float16)
         flat = out.reshape(-1)
-        if self.dtype in _NUMPY_DTYPES and self.dtype != DType.BF16:
-            flat[:] = self.view().reshape(-1)  # IEEE round-to-nearest-even, as the kernels do
+        if not self.dtype.is_quantized:
+            # exact to float32, then IEEE round-to-nearest-even, as the kernels do
+            flat[:] = self.dequantize_rows(0, self.n_rows).reshape(-1)
         else:
             self._check_kernel_format()
             from . import kernels
