@@ -157,6 +157,24 @@ class Sampler:
     # ---- sampling ---------------------------------------------------------------
     def sample(self, logits: np.ndarray) -> int:
         """The next token for ``logits`` (not modified)."""
+        ids, w = self._candidates(logits)
+        if ids.shape[0] == 1:
+            return int(ids[0])  # greedy or one survivor: no random draw
+        cum = np.cumsum(w, dtype=np.float64)
+        u = self._rng.random() * cum[-1]
+        i = int(np.searchsorted(cum, u, side="right"))
+        return int(ids[min(i, ids.shape[0] - 1)])
+
+    def probabilities(self, logits: np.ndarray) -> np.ndarray:
+        """The distribution ``sample`` draws from, as a float64 vector over the vocabulary
+        (zero for filtered tokens).  The penalty window is used, the RNG is not."""
+        ids, w = self._candidates(logits)
+        out = np.zeros(np.shape(logits)[0], dtype=np.float64)
+        out[ids] = w.astype(np.float64) / w.sum(dtype=np.float64)
+        return out
+
+    def _candidates(self, logits: np.ndarray):
+        """Survivors of the chain (ids, in draw order) and their unnormalised weights."""
         x = self._check_logits(logits)
         n = x.shape[0]
         x = self._apply_bias_and_penalties(x, n)
@@ -164,26 +182,20 @@ class Sampler:
         if top == -math.inf:
             raise ValueError("logits: every token has logit -inf (nothing to sample)")
         if self.temperature <= 0.0 or self.top_k == 1:
-            return int(np.argmax(x))
+            return np.array([int(np.argmax(x))]), np.ones(1, dtype=np.float32)
 
         ids, vals, is_sorted = self._top_k(x, n)
         if self.top_p < 1.0:
             ids, vals = self._top_p(x, ids, vals, is_sorted, top)
-            is_sorted = True
         if self.min_p > 0.0:
             keep = vals >= np.float32(top + math.log(self.min_p))
             if not keep.all():
                 ids, vals = ids[keep], vals[keep]
-        if ids.shape[0] == 1:
-            return int(ids[0])
         # Survivors stay in id order when neither top-k nor top-p sorted them
         # (no full sort just for the draw).
         t = np.float32(self.temperature)
         w = np.exp((vals - np.float32(top)) / t, dtype=np.float32)
-        cum = np.cumsum(w, dtype=np.float64)
-        u = self._rng.random() * cum[-1]
-        i = int(np.searchsorted(cum, u, side="right"))
-        return int(ids[min(i, ids.shape[0] - 1)])
+        return ids, w
 
     def _check_logits(self, logits) -> np.ndarray:
         if not isinstance(logits, np.ndarray):
