@@ -497,11 +497,12 @@ class BPETokenizer(Tokenizer):
 
     @classmethod
     def from_metadata(cls, md: Mapping) -> "BPETokenizer":
+        vocab = Vocabulary.from_metadata(md)
         merges = md.get("tokenizer.ggml.merges")
         if merges is None:
             raise ValueError("metadata: 'tokenizer.ggml.merges' is missing for a gpt2 tokenizer")
         pre = md.get("tokenizer.ggml.pre") or "default"
-        return cls(Vocabulary.from_metadata(md), merges, pre)
+        return cls(vocab, merges, pre)
 
     def pre_tokenize(self, text: str) -> list[str]:
         """The pieces that are merged separately (no merge crosses two pieces)."""
