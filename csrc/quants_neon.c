@@ -11,6 +11,37 @@
 #if defined(__aarch64__) || defined(_M_ARM64)
 #include <arm_neon.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__FreeBSD__)
+#include <sys/auxv.h>
+#endif
+
+/* The NEON files are compiled for armv8.2-a+dotprod+fp16 (setup.py), which ARMv8.0
+ * cores (Cortex-A53/A72: Raspberry Pi 3/4, AWS Graviton 1) cannot run: without this
+ * check the NEON set would die there with SIGILL.  dispatch.c offers the NEON set only
+ * when the kernel reports every extension the compiler was allowed to use; otherwise
+ * the scalar set runs.  Only plain integer code here, so it runs on any AArch64 CPU. */
+int infer_neon_usable(void) {
+    unsigned long need = 0;
+#if defined(__ARM_FEATURE_DOTPROD)
+    need |= 1ul << 20;                      /* HWCAP_ASIMDDP */
+#endif
+#if defined(__ARM_FEATURE_FP16_SCALAR_ARITHMETIC) || defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC)
+    need |= (1ul << 9) | (1ul << 10);       /* HWCAP_FPHP, HWCAP_ASIMDHP */
+#endif
+    if (need == 0) return 1;                /* plain ARMv8.0 build: NEON is mandatory */
+#if defined(__APPLE__)
+    return 1;                               /* every Apple arm64 core is ARMv8.4+ */
+#elif defined(__linux__)
+    return (getauxval(AT_HWCAP) & need) == need;
+#elif defined(__FreeBSD__)
+    unsigned long hwcap = 0;
+    return elf_aux_info(AT_HWCAP, &hwcap, sizeof hwcap) == 0 && (hwcap & need) == need;
+#else
+    return 0;                               /* cannot tell: the scalar set is safe */
+#endif
+}
 
 static inline float fp16_to_f32(infer_half h) {
 #if defined(__GNUC__) || defined(__clang__)
