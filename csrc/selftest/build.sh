@@ -5,7 +5,8 @@
 #   csrc/selftest/build.sh [OUTPUT]                      native build
 #   CC=aarch64-linux-gnu-gcc csrc/selftest/build.sh out  cross build (run: qemu-aarch64 out)
 #
-# Environment: CC, CFLAGS (default -O2 -g); AVX2_FLAGS, AVX512_FLAGS, NEON_FLAGS override
+# Environment: CC, CFLAGS (default -O2 -g), LDFLAGS (-static spares qemu a sysroot);
+# AVX2_FLAGS, AVX512_FLAGS, NEON_FLAGS override
 # the per-ISA flags (tests/test_selftest.py passes setup.py's ISA_FLAGS; NEON_FLAGS=
 # -march=armv8-a builds the NEON files without the dot-product extension).
 set -eu
@@ -14,6 +15,7 @@ csrc=$(dirname "$here")
 out=${1:-$here/selftest}
 CC=${CC:-cc}
 CFLAGS=${CFLAGS:--O2 -g}
+LDFLAGS=${LDFLAGS:-}
 AVX2_FLAGS=${AVX2_FLAGS:--mavx2 -mfma -mf16c}
 AVX512_FLAGS=${AVX512_FLAGS:--mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni}
 NEON_FLAGS=${NEON_FLAGS:--march=armv8.2-a+dotprod+fp16}
@@ -41,5 +43,5 @@ for src in "$csrc"/*.c "$here"/selftest.c; do
     objs="$objs $tmp/$name.o"
 done
 # shellcheck disable=SC2086
-$CC $CFLAGS -pthread -o "$out" $objs -lm
+$CC $CFLAGS $LDFLAGS -pthread -o "$out" $objs -lm
 echo "built $out ($arch)"
