@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_selftest import Outcome, build
 
 ROOT = Path(__file__).resolve().parent.parent
