@@ -175,6 +175,9 @@ void infer_fill_ops_scalar(infer_kernel_table *t);
 void infer_fill_ops_avx2(infer_kernel_table *t);
 void infer_fill_ops_avx512(infer_kernel_table *t);
 void infer_fill_ops_neon(infer_kernel_table *t);
+/* AArch64 only (quants_neon.c): 1 if this CPU has every extension the NEON files
+ * were compiled for (dotprod, fp16), so dispatch.c may offer the NEON set. */
+int infer_neon_usable(void);
 
 /* ---- float-op drivers (attention.c): shape loops over the table's kernels ---- */
 /* Bad arguments (sizes, types, rot_dim) return -1 and touch nothing; 0 on success. */
