@@ -766,12 +766,14 @@ class ChatSession:
         if version != self._version:
             raise RuntimeError("the conversation changed after stream() was called; call it again")
         ctx = self.context
+        text_given = len(messages) > len(self._messages)
         self._messages = messages
         self._version += 1
         try:
             cached = self._sync(prompt)
         except BaseException:
-            self._messages = messages[:-1] if messages and messages[-1]["role"] == "user" else messages
+            if text_given:
+                self._messages.pop()
             raise
         chat = self.chat
         parser = _ReplyParser(stops + ([self._eot_text] if self._eot_text else []),
@@ -780,7 +782,7 @@ class ChatSession:
         decoder = self.tokenizer.stream_decoder()
         generated = 0
         finish = "length"
-        pending: list[tuple[str, str]] = []
+        recorded = False
         try:
             while max_tokens is None or generated < max_tokens:
                 if ctx.n_past + self._reserve >= ctx.n_ctx:
@@ -797,20 +799,29 @@ class ChatSession:
                 if parser.stopped:
                     finish = "stop"
                     break
-            pending = parser.feed(decoder.flush()) + parser.finish()
-        except GeneratorExit:
-            parser.feed(decoder.flush())
-            parser.finish()
-            self._finish_turn(parser, "interrupted", len(prompt), cached, generated)
-            return
-        except KeyboardInterrupt:
-            parser.feed(decoder.flush())
-            parser.finish()
-            self._finish_turn(parser, "interrupted", len(prompt), cached, generated)
+            for item in self._shown(parser.feed(decoder.flush()) + parser.finish(), show_thinking):
+                yield item
+            reply = self._record(parser, finish, len(prompt), cached, generated)
+            recorded = True
+            self._sync_history()
+            yield reply
+        except (GeneratorExit, KeyboardInterrupt) as exc:
+            # Ctrl-C, or the consumer closed the stream: the partial reply is the turn.
+            if not recorded:
+                parser.feed(decoder.flush())
+                parser.finish()
+                self._record(parser, "interrupted", len(prompt), cached, generated)
+                self._sync_history()
+            if isinstance(exc, GeneratorExit):
+                return
             raise
-        for item in self._shown(pending, show_thinking):
-            yield item
-        yield self._finish_turn(parser, finish, len(prompt), cached, generated)
+        except Exception:
+            # The turn failed (the Context is as it was before the failing call): drop
+            # it from history; the next turn's prefix match trims the cache.
+            if text_given and not recorded:
+                self._messages.pop()
+                self._version += 1
+            raise
 
     @staticmethod
     def _shown(pieces: list[tuple[str, str]], show_thinking: bool) -> Iterator[str]:
@@ -820,8 +831,9 @@ class ChatSession:
             elif show_thinking:
                 yield ThinkingText(text)
 
-    def _finish_turn(self, parser: _ReplyParser, finish: str, n_prompt: int, cached: int,
-                     generated: int) -> Reply:
+    def _record(self, parser: _ReplyParser, finish: str, n_prompt: int, cached: int,
+                generated: int) -> Reply:
+        """Make the turn's Reply and add it to history."""
         calls: list[ToolCall] = []
         errors: list[ToolCallError] = []
         names = [_function_of(t)["name"] for t in self.tools] if self.tools else None
@@ -835,13 +847,15 @@ class ChatSession:
         self._messages.append(reply.message)
         self._version += 1
         self.last_reply = reply
-        # Roll the KV cache back to the rendered history: this drops the thinking and
-        # anything after a stop string, and closes a turn cut short with the end of turn.
+        return reply
+
+    def _sync_history(self) -> None:
+        """Roll the KV cache to the rendered history: this drops the thinking and
+        anything after a stop string, and closes a turn cut short with the end of turn."""
         try:
             self._sync(self._encode(self.chat.render(self._messages, False, self.tools)))
         except (ChatTemplateError, ContextOverflowError):
             pass  # the next turn's prefix match repairs the cache
-        return reply
 
     def _sync(self, tokens: list[int]) -> int:
         """Make the context hold ``tokens``: keep the common prefix, prefill the rest."""

@@ -4,6 +4,7 @@ The scripted context computes its output from its own KV "cache", so these tests
 check the cache as the model would see it: after every turn it must hold exactly
 the tokens of the rendered history, tokenized independently here.
 """
+import itertools
 import json
 
 import pytest
@@ -392,4 +393,35 @@ def test_gemma_template_folds_system_and_tool_results():
     assert text.startswith("<bos><start_of_turn>user\nBe kind.\n\nYou can call these tools:")
     assert "<start_of_turn>user\nResult of get_weather: 25C<end_of_turn>\n" in text
     assert text.endswith("<start_of_turn>model\nWarm.<end_of_turn>\n")
+    assert s.context.tokens == history_ids(s)
+
+
+def test_closing_after_the_last_piece_still_records_the_whole_reply():
+    s = ChatSession(scripted_model(["Hello world", "next"]))
+    stream = s.stream("hi")
+    assert "".join(itertools.islice(stream, 2)) == "Hello world"
+    stream.close()  # before the Reply was taken
+    assert s.history[-1] == {"role": "assistant", "content": "Hello world"}
+    assert s.context.tokens == history_ids(s)
+
+
+class FailingSampler(GreedySampler):
+    def __init__(self, at):
+        super().__init__()
+        self.calls, self.at = 0, at
+
+    def sample(self, logits):
+        self.calls += 1
+        if self.calls == self.at:
+            raise MemoryError("simulated failure")
+        return super().sample(logits)
+
+
+def test_a_failing_turn_is_dropped_from_history():
+    s = ChatSession(scripted_model(["Hello world", "Hello"]), sampler=FailingSampler(5))
+    assert s.send("first").text == "Hello world"  # samples 1-3: Hello, " world", <|im_end|>
+    with pytest.raises(MemoryError):
+        s.send("second")  # fails on its second sample
+    assert [m["content"] for m in s.history] == ["first", "Hello world"]
+    assert s.send("third").text == "Hello"
     assert s.context.tokens == history_ids(s)
