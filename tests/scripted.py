@@ -43,6 +43,9 @@ class ScriptedVocab:
         self.eos_token_id = self.special_ids[eos]
         self.end_of_turn_ids = frozenset(self.special_ids[t] for t in end_of_turn)
 
+    def __len__(self) -> int:
+        return self.n_vocab
+
     def token_id(self, text: str) -> Optional[int]:
         if text in self.special_ids:
             return self.special_ids[text]
@@ -132,10 +135,10 @@ class ScriptedEngine(Engine):
     def __init__(self, tokenizer: ScriptedTokenizer, script: Script, opener: str,
                  end_token: str = "<|im_end|>", max_seq_len: int = 2048) -> None:
         self.tokenizer = tokenizer
-        self.vocab_size = tokenizer.vocab.n_vocab
+        self.vocab_size = len(tokenizer.vocab)
         self.max_seq_len = max_seq_len
         self.opener = tokenizer.encode(opener, add_special=False, parse_special=True)
-        self.end_id = tokenizer.vocab.special_ids[end_token]
+        self.end_id = tokenizer.vocab.token_id(end_token)
         self.replies = [list(r) if not isinstance(r, str) else
                         tokenizer.encode(r, add_special=False, parse_special=True) for r in script]
 
@@ -185,13 +188,15 @@ CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\
           "{% endif %}")
 
 
-def scripted_model(script: Script, template: Optional[str] = CHATML, tokenizer: Optional[ScriptedTokenizer] = None,
+def scripted_model(script: Script, template: Optional[str] = CHATML, tokenizer=None,
                    opener: str = "<|im_start|>assistant\n", end_token: str = "<|im_end|>",
-                   max_seq_len: int = 2048) -> Model:
+                   max_seq_len: int = 2048, metadata: Optional[dict] = None) -> Model:
     """A Model whose engine follows ``script``; its chat is built the way `infer.load`
-    builds one, from the file's metadata (``template``) and the vocabulary."""
+    builds one, from the file's metadata (``template``, or ``metadata`` itself) and
+    the vocabulary.  ``tokenizer`` may be a real one (`infer.tokenizer.Tokenizer`)."""
     tokenizer = tokenizer or ScriptedTokenizer()
     engine = ScriptedEngine(tokenizer, script, opener, end_token, max_seq_len)
-    metadata = {"tokenizer.chat_template": template} if template is not None else {}
+    if metadata is None:
+        metadata = {"tokenizer.chat_template": template} if template is not None else {}
     chat = Chat.from_metadata(metadata, tokenizer)
     return Model(tokenizer, engine, chat)

@@ -425,3 +425,62 @@ def test_a_failing_turn_is_dropped_from_history():
     assert [m["content"] for m in s.history] == ["first", "Hello world"]
     assert s.send("third").text == "Hello"
     assert s.context.tokens == history_ids(s)
+
+
+# ---- the state machine with the real tokenizers of the test models -----------------------------
+def _real(path_fn):
+    import _tok_models
+    from infer.tokenizer import Tokenizer
+
+    path = getattr(_tok_models, path_fn)()
+    if path is None:
+        pytest.skip(f"{path_fn}: model file not installed")
+    md = _tok_models.metadata(path)
+    return md, Tokenizer.from_metadata(md)
+
+
+def test_smollm2_tokenizer_and_template_keep_the_cache_in_step():
+    md, tok = _real("smollm2_path")
+    script = ["The capital of France is Paris.", "Rome is the capital of Italy 🇮🇹, I think.", "Bye!"]
+    model = scripted_model(script, tokenizer=tok, metadata=md)
+    assert model.chat.source == md["tokenizer.chat_template"]
+    assert model.chat.think_markers is None and model.chat.tool_call_markers is None
+    s = ChatSession(model)
+    im_end = tok.vocab.token_id("<|im_end|>")
+    assert im_end in s._stop_ids
+    for question, answer in zip(["France?", "Italy?", "ok"], script):
+        before = len(s.context.tokens)
+        pieces, reply = collect(s.stream(question))
+        assert reply.text == "".join(pieces) == answer
+        assert reply.cached_tokens == before
+        # all generated tokens are kept: only the new prompt and the closing newline were prefilled
+        assert s.context.forwarded == len(s.context.tokens)
+        assert s.context.tokens == history_ids(s)
+    text = tok.decode(s.context.tokens)
+    assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert text.endswith("<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\nBye!<|im_end|>\n")
+
+
+def test_gemma3_file_without_template_uses_the_gemma_fallback():
+    md, tok = _real("gemma3_path")
+    assert not md.get("tokenizer.chat_template")
+    model = scripted_model(["Hello there.", "Sure: 2 + 2 = 4."], tokenizer=tok, metadata=md,
+                           opener="<start_of_turn>model\n", end_token="<end_of_turn>")
+    assert model.chat.family == "gemma" and model.chat.bos_token == "<bos>"
+    s = ChatSession(model, system="Answer briefly.")
+    assert s.send("Hi").text == "Hello there."
+    assert s.send("2+2?").text == "Sure: 2 + 2 = 4."
+    bos = tok.vocab.bos_token_id
+    assert s.context.tokens[0] == bos and s.context.tokens.count(bos) == 1  # no double BOS
+    assert tok.decode(s.context.tokens) == (
+        "<bos><start_of_turn>user\nAnswer briefly.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello there."
+        "<end_of_turn>\n<start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\nSure: 2 + 2 = 4."
+        "<end_of_turn>\n")
+    assert s.context.tokens == history_ids(s)
+
+
+def test_real_sampler_at_temperature_zero_follows_the_script():
+    from infer.sampler import Sampler
+
+    s = ChatSession(scripted_model(["Hello world!"]), sampler=Sampler(temperature=0))
+    assert s.send("hi").text == "Hello world!"
