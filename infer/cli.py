@@ -366,8 +366,121 @@ def _file_type_name(ft) -> str:
 
 
 # ---- chat -----------------------------------------------------------------------------
+_CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new system prompt, and reset),
+/quit; Ctrl-C stops a reply, Ctrl-C again (or Ctrl-D) leaves"""
+
+
+def _chat_load(args: argparse.Namespace):
+    from . import load
+
+    return load(args.model, n_threads=args.threads)
+
+
+def _chat_sampling(args: argparse.Namespace) -> dict:
+    return dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n, seed=args.seed)
+
+
+def _chat_lines(interactive: bool):
+    """User lines: from the terminal with a prompt, or one per line of piped stdin."""
+    while True:
+        if interactive:
+            try:
+                yield input("> ")
+            except EOFError:
+                print()
+                return
+        else:
+            line = sys.stdin.readline()
+            if not line:
+                return
+            yield line.rstrip("\r\n")
+
+
+def _chat_command(session, line: str, out) -> bool:
+    """Run a /command; False when it asks to leave."""
+    name, _, rest = line.partition(" ")
+    if name in ("/quit", "/exit"):
+        return False
+    if name == "/reset":
+        session.reset()
+        out.write("[conversation reset]\n")
+    elif name == "/system":
+        session.system = rest.strip() or None
+        session.reset()
+        out.write("[system prompt set; conversation reset]\n" if session.system else
+                  "[system prompt cleared; conversation reset]\n")
+    else:
+        out.write(f"[unknown command {name}]\n{_CHAT_HELP}\n")
+    out.flush()
+    return True
+
+
+def _chat_reply(session, line: str, show_thinking: bool, out) -> None:
+    import json
+
+    from .chat import Reply, ThinkingText
+
+    dim = out.isatty()
+    thinking = False
+    pieces = session.stream(line, show_thinking=show_thinking)
+    try:
+        for piece in pieces:
+            if isinstance(piece, Reply):
+                if piece.tool_calls or piece.tool_call_errors:
+                    for call in piece.tool_calls:
+                        out.write(f"[tool call {call.name}({json.dumps(call.arguments, ensure_ascii=False)})]")
+                    for error in piece.tool_call_errors:
+                        out.write(f"[bad tool call: {error.message}]")
+                continue
+            if isinstance(piece, ThinkingText) != thinking:
+                thinking = not thinking
+                out.write(("\x1b[2m" if thinking else "\x1b[0m") if dim else
+                          ("<think>" if thinking else "</think>\n"))
+            out.write(piece)
+            out.flush()
+    except KeyboardInterrupt:
+        pieces.close()  # ends the turn: the partial reply stays in the conversation
+        out.write(" [interrupted]")
+    finally:
+        if thinking and dim:
+            out.write("\x1b[0m")
+    out.write("\n")
+    out.flush()
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
-    raise CLIError("chat: not implemented yet")
+    from .chat import ChatSession, ChatTemplateError
+    from .runtime import ContextOverflowError
+
+    out = sys.stdout
+    interactive = sys.stdin.isatty()
+    model = _chat_load(args)
+    try:
+        session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, **_chat_sampling(args))
+        if interactive:
+            print(_CHAT_HELP, file=sys.stderr)
+        lines = _chat_lines(interactive)
+        while True:
+            try:
+                line = next(lines, None)
+            except KeyboardInterrupt:  # Ctrl-C at the prompt leaves
+                print(file=sys.stderr)
+                return 0
+            if line is None:
+                return 0
+            if not line.strip():
+                continue
+            if line.startswith("/"):
+                if not _chat_command(session, line.strip(), out):
+                    return 0
+                continue
+            try:
+                _chat_reply(session, line, args.show_thinking, out)
+            except (ContextOverflowError, ChatTemplateError) as exc:
+                print(f"infer: {exc}", file=sys.stderr)
+    finally:
+        model.close()
 
 
 # ---- parser ---------------------------------------------------------------------------
