@@ -1,10 +1,16 @@
 /* threadpool.c: a persistent pool of worker threads for the kernels.
  *
- * infer_parallel_run(fn, arg) runs fn(arg, ith, nth) for ith = 0..nth-1; the caller
- * is worker 0.  A hand-off is one increment of an atomic generation counter: the
- * workers spin on it for a short while after each task (decode calls mat-vecs every
- * few microseconds, so they are usually still spinning) and only then sleep on a
- * condition variable.  The caller waits for the others by spinning on a done count.
+ * infer_parallel_run(fn, arg) runs fn(arg, ith, nth) once for every share
+ * ith = 0..nth-1, nth = the configured thread count.  The caller takes part.  A
+ * hand-off is one atomic store: the workers spin on the pool's state word for a
+ * short while after each task (decode calls mat-vecs every few microseconds, so
+ * they are usually still spinning) and only then sleep on a condition variable.
+ *
+ * Shares are claimed, not assigned: the state word packs (generation, next share)
+ * and every participant claims shares with a compare-and-swap until none is left.
+ * On a busy machine a worker that is not running simply claims nothing and the
+ * caller runs its share; the caller only waits for shares that were started.  A
+ * worker that wakes late sees a newer generation and cannot touch an old task.
  *
  * Callers from several host threads (Python threads with the GIL released) are
  * serialised by a mutex.  A call from inside a task runs serially on that thread.
@@ -33,9 +39,13 @@ typedef CONDITION_VARIABLE cond_t;
 #define cond_wait(c, m) SleepConditionVariableSRW(c, m, INFINITE, 0)
 #define cond_broadcast(c) WakeAllConditionVariable(c)
 #define THREAD_LOCAL __declspec(thread)
-static long atomic_load_l(volatile long *p) { return InterlockedCompareExchange(p, 0, 0); }
-static void atomic_store_l(volatile long *p, long v) { InterlockedExchange(p, v); }
-static long atomic_add_l(volatile long *p, long v) { return InterlockedExchangeAdd(p, v) + v; }
+typedef volatile LONG64 atomic_i64;
+static int64_t atomic_load_i64(atomic_i64 *p) { return InterlockedCompareExchange64(p, 0, 0); }
+static void atomic_store_i64(atomic_i64 *p, int64_t v) { InterlockedExchange64(p, v); }
+static int64_t atomic_add_i64(atomic_i64 *p, int64_t v) { return InterlockedExchangeAdd64(p, v) + v; }
+static int atomic_cas_i64(atomic_i64 *p, int64_t expect, int64_t v) {
+    return InterlockedCompareExchange64(p, v, expect) == expect;
+}
 static void cpu_relax(void) { YieldProcessor(); }
 static double now_seconds(void) {
     LARGE_INTEGER f, c;
@@ -59,9 +69,13 @@ typedef pthread_cond_t cond_t;
 #define cond_wait(c, m) pthread_cond_wait(c, m)
 #define cond_broadcast(c) pthread_cond_broadcast(c)
 #define THREAD_LOCAL __thread
-static long atomic_load_l(volatile long *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
-static void atomic_store_l(volatile long *p, long v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
-static long atomic_add_l(volatile long *p, long v) { return __atomic_add_fetch(p, v, __ATOMIC_SEQ_CST); }
+typedef volatile int64_t atomic_i64;
+static int64_t atomic_load_i64(atomic_i64 *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+static void atomic_store_i64(atomic_i64 *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
+static int64_t atomic_add_i64(atomic_i64 *p, int64_t v) { return __atomic_add_fetch(p, v, __ATOMIC_SEQ_CST); }
+static int atomic_cas_i64(atomic_i64 *p, int64_t expect, int64_t v) {
+    return __atomic_compare_exchange_n(p, &expect, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
 static void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -80,21 +94,24 @@ static double now_seconds(void) {
 /* How long an idle worker spins before it sleeps. */
 #define SPIN_SECONDS 200e-6
 
+#define STATE(gen, next) ((gen) << 32 | (next))
+#define STATE_GEN(s) ((s) >> 32)
+#define STATE_NEXT(s) ((s) & 0xffffffff)
+
 static struct {
     int n_threads;          /* configured count, including the caller; 0 = not yet set */
-    int n_workers;          /* running worker threads (n_threads - 1 once started) */
+    int n_workers;          /* running worker threads */
     thread_t threads[MAX_THREADS];
     mutex_t run_lock;       /* one parallel_run (or resize) at a time */
     mutex_t sleep_lock;     /* guards sleeping workers and the condition variable */
     cond_t wake;
-    volatile long generation;  /* bumped for each task; workers wait for a change */
-    volatile long n_done;      /* workers finished with the current task */
-    volatile long n_sleeping;
-    volatile long stop;
-    long start_generation;     /* generation before start_workers' first task */
-    infer_task_fn fn;
+    atomic_i64 state;       /* generation << 32 | next unclaimed share */
+    atomic_i64 shares_done; /* shares of the current generation finished */
+    atomic_i64 n_sleeping;
+    atomic_i64 stop;
+    infer_task_fn fn;       /* the task of the current generation */
     void *arg;
-    int nth;                   /* nth of the current task */
+    int64_t nth;
 } pool = {0, 0, {0}, MUTEX_INITIALIZER, MUTEX_INITIALIZER, COND_INITIALIZER};
 
 static THREAD_LOCAL int inside_task;
@@ -151,10 +168,18 @@ static void choose_default(void) {
     if (pool.n_threads == 0) pool.n_threads = infer_default_num_threads();
 }
 
-static void run_share(int ith) {
-    inside_task = 1;
-    pool.fn(pool.arg, ith, pool.nth);
-    inside_task = 0;
+/* Claims and runs shares of generation gen until none is left. */
+static void take_shares(int64_t gen) {
+    for (;;) {
+        const int64_t st = atomic_load_i64(&pool.state);
+        if (STATE_GEN(st) != gen || STATE_NEXT(st) >= pool.nth) return;
+        if (!atomic_cas_i64(&pool.state, st, st + 1)) continue;
+        /* A claimed share keeps its generation's task alive: read it only now. */
+        inside_task = 1;
+        pool.fn(pool.arg, (int)STATE_NEXT(st), (int)pool.nth);
+        inside_task = 0;
+        atomic_add_i64(&pool.shares_done, 1);
+    }
 }
 
 #ifdef _WIN32
@@ -163,33 +188,29 @@ static DWORD WINAPI worker_main(LPVOID p)
 static void *worker_main(void *p)
 #endif
 {
-    const int ith = (int)(intptr_t)p;
-    /* The generation when the thread was created, not when it starts running: the
-     * first task may be published before this thread gets scheduled. */
-    long seen = pool.start_generation;
+    int64_t seen = (int64_t)(intptr_t)p;  /* the generation when the thread was created */
     for (;;) {
         /* Spin, then sleep, until the generation changes. */
-        long gen = atomic_load_l(&pool.generation);
+        int64_t gen = STATE_GEN(atomic_load_i64(&pool.state));
         if (gen == seen) {
             const double until = now_seconds() + SPIN_SECONDS;
             int spins = 0;
-            while ((gen = atomic_load_l(&pool.generation)) == seen) {
+            while ((gen = STATE_GEN(atomic_load_i64(&pool.state))) == seen) {
                 cpu_relax();
                 if (++spins % 256 == 0 && now_seconds() > until) break;
             }
             if (gen == seen) {
                 mutex_lock(&pool.sleep_lock);
-                atomic_add_l(&pool.n_sleeping, 1);
-                while ((gen = atomic_load_l(&pool.generation)) == seen)
+                atomic_add_i64(&pool.n_sleeping, 1);
+                while ((gen = STATE_GEN(atomic_load_i64(&pool.state))) == seen)
                     cond_wait(&pool.wake, &pool.sleep_lock);
-                atomic_add_l(&pool.n_sleeping, -1);
+                atomic_add_i64(&pool.n_sleeping, -1);
                 mutex_unlock(&pool.sleep_lock);
             }
         }
         seen = gen;
-        if (atomic_load_l(&pool.stop)) break;
-        if (ith < pool.nth) run_share(ith);
-        atomic_add_l(&pool.n_done, 1);
+        if (atomic_load_i64(&pool.stop)) break;
+        take_shares(gen);
     }
 #ifdef _WIN32
     return 0;
@@ -198,25 +219,27 @@ static void *worker_main(void *p)
 #endif
 }
 
-/* Wakes every worker for a new generation (the fields of the task already set). */
-static void publish(void) {
-    atomic_store_l(&pool.n_done, 0);
-    atomic_add_l(&pool.generation, 1);
-    /* A worker that is about to sleep re-checks the generation under sleep_lock
-     * after counting itself as sleeping; both sides are sequentially consistent, so
-     * either it sees the new generation or we see it sleeping. */
-    if (atomic_load_l(&pool.n_sleeping) > 0) {
+/* Starts a new generation with the task fields already set, and wakes sleepers. */
+static int64_t publish(void) {
+    const int64_t gen = STATE_GEN(atomic_load_i64(&pool.state)) + 1;
+    atomic_store_i64(&pool.shares_done, 0);
+    atomic_store_i64(&pool.state, STATE(gen, 0));
+    /* A worker about to sleep counts itself, then re-checks the state under
+     * sleep_lock; both sides are sequentially consistent, so either it sees the new
+     * generation or we see it sleeping. */
+    if (atomic_load_i64(&pool.n_sleeping) > 0) {
         mutex_lock(&pool.sleep_lock);
         cond_broadcast(&pool.wake);
         mutex_unlock(&pool.sleep_lock);
     }
+    return gen;
 }
 
 static void wait_done(void) {
     int spins = 0;
-    while (atomic_load_l(&pool.n_done) < pool.n_workers) {
+    while (atomic_load_i64(&pool.shares_done) < pool.nth) {
         cpu_relax();
-        /* A descheduled worker (more threads than free cores) should get our core. */
+        /* A descheduled worker holding a share should get our core. */
         if (++spins % 4096 == 0) {
 #ifdef _WIN32
             SwitchToThread();
@@ -229,7 +252,8 @@ static void wait_done(void) {
 
 static void stop_workers(void) {
     if (pool.n_workers == 0) return;
-    atomic_store_l(&pool.stop, 1);
+    atomic_store_i64(&pool.stop, 1);
+    pool.nth = 0;
     publish();
     for (int i = 0; i < pool.n_workers; i++) {
 #ifdef _WIN32
@@ -240,18 +264,19 @@ static void stop_workers(void) {
 #endif
     }
     pool.n_workers = 0;
-    atomic_store_l(&pool.stop, 0);
+    atomic_store_i64(&pool.stop, 0);
 }
 
 static void start_workers(int n) {
-    pool.start_generation = atomic_load_l(&pool.generation);
+    /* Each worker starts from the current generation, not the one it sees when it
+     * first runs: the first task may be published before it is scheduled. */
+    void *gen = (void *)(intptr_t)STATE_GEN(atomic_load_i64(&pool.state));
     for (int i = 0; i < n; i++) {
-        void *ith = (void *)(intptr_t)(i + 1);
 #ifdef _WIN32
-        pool.threads[i] = CreateThread(NULL, 0, worker_main, ith, 0, NULL);
+        pool.threads[i] = CreateThread(NULL, 0, worker_main, gen, 0, NULL);
         if (pool.threads[i] == NULL) break;
 #else
-        if (pthread_create(&pool.threads[i], NULL, worker_main, ith) != 0) break;
+        if (pthread_create(&pool.threads[i], NULL, worker_main, gen) != 0) break;
 #endif
         pool.n_workers = i + 1;
     }
@@ -275,9 +300,8 @@ void infer_parallel_run(infer_task_fn fn, void *arg) {
     }
     pool.fn = fn;
     pool.arg = arg;
-    pool.nth = pool.n_workers + 1;
-    publish();
-    run_share(0);
+    pool.nth = pool.n_threads;
+    take_shares(publish());
     wait_done();
     mutex_unlock(&pool.run_lock);
 }
