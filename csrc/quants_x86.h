@@ -336,6 +336,86 @@ static float KERNEL(vec_dot_q8_0_q8_0)(int64_t n, const void *w, const void *a) 
     return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
+/* Four weight rows against one activation row: each activation block is loaded
+ * and its scale converted once for four rows. */
+#define ROW(k) ((const uint8_t *)w + (k) * row_bytes)
+
+static inline void store_hsum4(float *out, const __m256 acc[4]) {
+    /* Transpose-and-add: lane k of the result is the sum of acc[k]. */
+    const __m256 a01 = _mm256_hadd_ps(acc[0], acc[1]), a23 = _mm256_hadd_ps(acc[2], acc[3]);
+    const __m256 a = _mm256_hadd_ps(a01, a23);
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)));
+}
+
+static void KERNEL(vec_dot_4_q4_0_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const block_q4_0 *x[4] = {(const block_q4_0 *)ROW(0), (const block_q4_0 *)ROW(1),
+                              (const block_q4_0 *)ROW(2), (const block_q4_0 *)ROW(3)};
+    const __m256i eight = _mm256_set1_epi8(8);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < n / QK4_0; b++) {
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const float dy = half_to_float(y[b].d);
+        for (int k = 0; k < 4; k++) {
+            const __m256i xv = _mm256_sub_epi8(unpack_nibbles(x[k][b].qs), eight);
+            const __m256i p = dot_s8s8(_mm256_setzero_si256(), xv, yv);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_to_float(x[k][b].d) * dy), acc[k]);
+        }
+    }
+    store_hsum4(out, acc);
+}
+
+static void KERNEL(vec_dot_4_q4_1_q8_1)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
+    const block_q8_1 *y = (const block_q8_1 *)a;
+    const block_q4_1 *x[4] = {(const block_q4_1 *)ROW(0), (const block_q4_1 *)ROW(1),
+                              (const block_q4_1 *)ROW(2), (const block_q4_1 *)ROW(3)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t b = 0; b < n / QK4_1; b++) {
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const float dy = half_to_float(y[b].d), sy = half_to_float(y[b].s);
+        for (int k = 0; k < 4; k++) {
+            const __m256i p = dot_u8s8(_mm256_setzero_si256(), unpack_nibbles(x[k][b].qs), yv);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_to_float(x[k][b].d) * dy), acc[k]);
+            mins[k] += half_to_float(x[k][b].m) * sy;
+        }
+    }
+    store_hsum4(out, acc);
+    for (int k = 0; k < 4; k++) out[k] += mins[k];
+}
+
+static void KERNEL(vec_dot_4_q5_0_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const block_q5_0 *x[4] = {(const block_q5_0 *)ROW(0), (const block_q5_0 *)ROW(1),
+                              (const block_q5_0 *)ROW(2), (const block_q5_0 *)ROW(3)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < n / QK5_0; b++) {
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const float dy = half_to_float(y[b].d);
+        for (int k = 0; k < 4; k++) {
+            const __m256i p = dot_s8s8(_mm256_setzero_si256(), unpack_q5_0(&x[k][b]), yv);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_to_float(x[k][b].d) * dy), acc[k]);
+        }
+    }
+    store_hsum4(out, acc);
+}
+
+static void KERNEL(vec_dot_4_q8_0_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const block_q8_0 *x[4] = {(const block_q8_0 *)ROW(0), (const block_q8_0 *)ROW(1),
+                              (const block_q8_0 *)ROW(2), (const block_q8_0 *)ROW(3)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < n / QK8_0; b++) {
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const float dy = half_to_float(y[b].d);
+        for (int k = 0; k < 4; k++) {
+            const __m256i p = dot_s8s8(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)x[k][b].qs), yv);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_to_float(x[k][b].d) * dy), acc[k]);
+        }
+    }
+    store_hsum4(out, acc);
+}
+
 /* Float rows: 4 accumulators of 8 lanes, then a scalar tail. */
 #define FLOAT_DOT(name, load_w, scalar_w)                                              \
     static float KERNEL(name)(int64_t n, const void *w, const void *a) {              \
@@ -395,6 +475,11 @@ static void KERNEL(fill_quants_x86)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_Q4_1] = KERNEL(vec_dot_q4_1_q8_1);
     t->vec_dot[INFER_TYPE_Q5_0] = KERNEL(vec_dot_q5_0_q8_0);
     t->vec_dot[INFER_TYPE_Q8_0] = KERNEL(vec_dot_q8_0_q8_0);
+
+    t->vec_dot_4[INFER_TYPE_Q4_0] = KERNEL(vec_dot_4_q4_0_q8_0);
+    t->vec_dot_4[INFER_TYPE_Q4_1] = KERNEL(vec_dot_4_q4_1_q8_1);
+    t->vec_dot_4[INFER_TYPE_Q5_0] = KERNEL(vec_dot_4_q5_0_q8_0);
+    t->vec_dot_4[INFER_TYPE_Q8_0] = KERNEL(vec_dot_4_q8_0_q8_0);
 }
 
 #endif
