@@ -104,6 +104,8 @@ typedef void (*infer_dequantize_f16_fn)(const void *src, infer_half *dst, int64_
 typedef void (*infer_quantize_fn)(const float *src, void *dst, int64_t n);
 /* Dot of n elements: w in weight format, a in its vec_dot_type format. */
 typedef float (*infer_vec_dot_fn)(int64_t n, const void *w, const void *a);
+typedef void (*infer_vec_dot_4_fn)(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                   float *out);
 
 typedef void (*infer_rmsnorm_fn)(const float *x, const float *weight, float *out,
                                  int64_t n, float eps);
@@ -149,6 +151,10 @@ typedef struct {
     infer_rope_fn rope_neox;
     infer_attn_fn attn_f32;        /* F32 cache */
     infer_attn_fn attn_f16;        /* F16 cache */
+    /* Optional, by weight type: four weight rows (row_bytes apart) against one
+     * activation row, out[k] = row k . a.  Mat-vec uses it when set, so the
+     * activation loads and scales are shared by four rows. */
+    infer_vec_dot_4_fn vec_dot_4[INFER_TYPE_COUNT];
 } infer_kernel_table;
 
 /* ISA ids, lowest to highest. */
