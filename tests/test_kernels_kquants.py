@@ -4,7 +4,8 @@ References: the `gguf` package's numpy dequantizers for Q4_K and Q6_K (it has no
 K-quant quantizers), numpy decoders and a float32 numpy re-derivation of ggml's
 quantize_row_q8_K_ref written here from the block layouts, and float64 numpy dot
 products.  Every test runs on every kernel set the CPU has (the `isa` fixture) and on
-awkward super-block counts.
+awkward super-block counts; the real Q4_K/Q6_K weights of Gemma 3 270M are checked too
+when its packages are installed.
 
 Tolerances:
 - dequantize is exact: d*sc*q - dmin*m is computed exactly in float32 by both sides
@@ -287,6 +288,36 @@ def test_matvec_extremes(isa, fmt):
     x = np.where(np.arange(n_blocks * QK_K) % 3 == 0, -1.0, 1.0).astype(np.float32)
     check_matvec(raw.reshape(-1), fmt, 1, x)
     check_matvec(raw.reshape(-1), fmt, 1, -x)
+
+
+# ---- real weights -----------------------------------------------------------------------------
+
+GEMMA3_TENSORS = ["blk.0.attn_output.weight", "blk.0.ffn_down.weight", "blk.2.ffn_down.weight"]
+
+
+@pytest.fixture(scope="module")
+def gemma3():
+    """Gemma 3 270M Q4_K_M (Q4_K and Q6_K weights); skipped when its packages are absent."""
+    from infer import gguf
+    try:
+        path = gguf.gemma3_model_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    with gguf.GGUFFile(path) as f:
+        yield {name: f.tensors[name] for name in GEMMA3_TENSORS}
+
+
+@pytest.mark.parametrize("name", GEMMA3_TENSORS)
+def test_gemma3_weights(isa, gemma3, name):
+    tensor = gemma3[name]
+    fmt = tensor.dtype.name.lower()
+    assert fmt in FORMATS
+    raw = np.ascontiguousarray(tensor.rows(0, tensor.n_rows))
+    out = np.empty(tensor.n_rows * tensor.n_cols, np.float32)
+    K.dequantize(raw, fmt, out)
+    np.testing.assert_array_equal(out, gguf_dequantize(raw, fmt))
+    x = np.random.default_rng(0).standard_normal(tensor.n_cols).astype(np.float32)
+    check_matvec(raw.reshape(-1), fmt, tensor.n_rows, x)
 
 
 # ---- misuse ----------------------------------------------------------------------------------
