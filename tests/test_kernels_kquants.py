@@ -188,6 +188,18 @@ def test_quantize_awkward_values(isa, fmt, n_blocks):
         K.set_isa(isa)
 
 
+@pytest.mark.parametrize("fmt", FORMATS + ["q8_k"])
+def test_quantize_non_finite_super_block_stays_local(isa, fmt):
+    """inf, nan and huge values are garbage in, but memory-safe, and leave the other
+    super-blocks of the row untouched (each super-block is quantized on its own)."""
+    good = awkward_values(1, 4)
+    for bad_values in ([np.inf, -np.inf, np.nan], [3e38, -3e38, 1e-45]):
+        bad = np.resize(np.array(bad_values, np.float32), QK_K)
+        x = np.concatenate([bad, good, bad]).astype(np.float32)
+        raw = quantized(x, fmt).reshape(3, -1)
+        np.testing.assert_array_equal(raw[1], quantized(good, fmt))
+
+
 # ---- Q8_K activations ------------------------------------------------------------------------
 
 def parse_q8_k(raw):
