@@ -332,6 +332,22 @@ def test_gemma3_weights(isa, gemma3, name):
     check_matvec(raw.reshape(-1), fmt, tensor.n_rows, x)
 
 
+@pytest.mark.parametrize("name", GEMMA3_TENSORS)
+def test_requantizing_llama_cpp_weights(gemma3, name):
+    """llama.cpp's own quantizer made these bytes.  Decoded and quantized again by ours,
+    the values lie on a grid our search should find again, with the same 6-bit scales,
+    mins, fp16 super-scales and packing: for Q4_K the same bytes come back.  (It checks
+    the encoding end to end, not the breadth of the search: the grid is found early.)
+    Q6_K's search lands some super-blocks on an equally good neighbour; most come back."""
+    tensor = gemma3[name]
+    fmt = tensor.dtype.name.lower()
+    raw = np.ascontiguousarray(tensor.rows(0, tensor.n_rows)).reshape(-1)
+    again = quantized(gguf_dequantize(raw, fmt), fmt)
+    bb = BLOCK_BYTES[fmt]
+    identical = np.mean(np.all(raw.reshape(-1, bb) == again.reshape(-1, bb), axis=1))
+    assert identical >= (0.99 if fmt == "q4_k" else 0.8), identical
+
+
 # ---- misuse ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("fmt", FORMATS)
