@@ -66,8 +66,12 @@ typedef struct {
     int8_t scales[QK_K / 16];        /* 16 sub-block scales */
     infer_half d;
 } block_q6_K;
-/* Activation-only format: d is f32 and may be negative. */
+/* Activation-only format: d is f32 and may be negative.  Packed to 2-byte alignment
+ * like the other blocks, so a Q8_K row may start at any even offset of a byte buffer
+ * (the compiler then reads d without assuming 4-byte alignment). */
+#pragma pack(push, 2)
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+#pragma pack(pop)
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
