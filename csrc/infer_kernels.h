@@ -175,6 +175,9 @@ void infer_fill_ops_scalar(infer_kernel_table *t);
 void infer_fill_ops_avx2(infer_kernel_table *t);
 void infer_fill_ops_avx512(infer_kernel_table *t);
 void infer_fill_ops_neon(infer_kernel_table *t);
+/* AArch64 only (quants_neon.c): 1 if this CPU has every extension the NEON files
+ * were compiled for (dotprod, fp16), so dispatch.c may offer the NEON set. */
+int infer_neon_usable(void);
 
 /* ---- float-op drivers (attention.c): shape loops over the table's kernels ---- */
 /* Bad arguments (sizes, types, rot_dim) return -1 and touch nothing; 0 on success. */
@@ -224,6 +227,29 @@ void infer_parallel_run(infer_task_fn fn, void *arg);
 void infer_set_num_threads(int n);
 int infer_get_num_threads(void);
 int infer_default_num_threads(void);
+
+
+/* ---- mat-vec / mat-mul over the dispatch table (matmul.c) ------------------- */
+/* w: rows weight rows of cols elements, row_bytes apart (row_bytes >= the packed row
+ * size, so a row may be a view into a larger tensor).  Activations are quantized into
+ * the weight type's vec_dot_type (F32 for f32/f16/bf16 weights: used as they are).
+ * out is n_tokens x rows (row-major); for one token, out[r] = w[r] . x.
+ * Functions returning int give 0 on success, -1 when the type has no kernel in the
+ * active table or the sizes are not whole blocks, -2 when scratch allocation fails. */
+/* Bytes of one activation row of cols values for weight type `type`; 0 if unsupported. */
+size_t infer_activation_row_bytes(int type, int64_t cols);
+/* x: n_tokens x cols floats -> xq: n_tokens rows of infer_activation_row_bytes each. */
+int infer_quantize_activations(int type, const float *x, int64_t n_tokens, int64_t cols,
+                               void *xq);
+int infer_matvec_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                   const void *xq, float *out);
+int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                   const void *xq, int64_t n_tokens, float *out);
+/* Quantize then multiply; scratch holds n_tokens activation rows, or NULL to allocate. */
+int infer_matvec(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                 const float *x, float *out, void *scratch);
+int infer_matmul(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                 const float *x, int64_t n_tokens, float *out, void *scratch);
 
 #ifdef __cplusplus
 }

@@ -62,3 +62,10 @@ cdef extern from "infer_kernels.h" nogil:
     void infer_set_num_threads(int n) noexcept
     int infer_get_num_threads() noexcept
     int infer_default_num_threads() noexcept
+
+    size_t infer_activation_row_bytes(int type, int64_t cols) noexcept
+    int infer_quantize_activations(int type, const float *x, int64_t n_tokens, int64_t cols, void *xq) noexcept
+    int infer_matvec_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, const void *xq, float *out) noexcept
+    int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, const void *xq, int64_t n_tokens, float *out) noexcept
+    int infer_matvec(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x, float *out, void *scratch) noexcept
+    int infer_matmul(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x, int64_t n_tokens, float *out, void *scratch) noexcept
