@@ -9,17 +9,7 @@ import pytest
 
 from infer import kernels as K
 
-AVAILABLE = K.capabilities()["available"]
 SIZES = [1, 7, 15, 16, 17, 33, 64, 65, 576, 1000]
-
-
-@pytest.fixture(params=AVAILABLE)
-def isa(request):
-    """Runs the test with each kernel set this CPU has, restoring the previous one."""
-    previous = K.capabilities()["active"]
-    K.set_isa(request.param)
-    yield request.param
-    K.set_isa(previous)
 
 
 def rng(seed):
