@@ -85,27 +85,45 @@ int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens,
 
 typedef struct {
     const float *q;
-    const void *k, *v;
-    size_t elem_bytes;
+    const char *k, *v;
+    size_t head_bytes;            /* one KV head's n_ctx rows */
     infer_attn_fn kernel;
-    int64_t n_tokens, n_heads, group, head_dim, n_ctx, pos0, window;
+    int64_t n_tokens, n_heads, group, head_dim, pos0, window;
+    int64_t tokens_per_item, heads_per_item, head_blocks, kv_heads;
     float scale;
     float *out;
 } attention_task;
 
-/* Work item i = (token i / n_heads, head i % n_heads); threads take every nth
- * item, which spreads the long rows of a causal prefill evenly. */
+/* Work item = (token block, KV head, block of that KV head's query heads); threads
+ * take every nth item, which spreads the long rows of a causal prefill evenly. */
 static void attention_worker(void *arg, int ith, int nth) {
     const attention_task *a = (const attention_task *)arg;
-    const int64_t n_items = a->n_tokens * a->n_heads;
+    const int64_t tb = a->tokens_per_item, hb = a->heads_per_item;
+    const int64_t n_items = (a->n_tokens + tb - 1) / tb * a->kv_heads * a->head_blocks;
+    const float *q[INFER_ATTN_MAX_Q];
+    float *out[INFER_ATTN_MAX_Q];
+    int64_t lo[INFER_ATTN_MAX_Q], hi[INFER_ATTN_MAX_Q];
     for (int64_t it = ith; it < n_items; it += nth) {
-        const int64_t tok = it / a->n_heads, h = it % a->n_heads;
-        const int64_t p = a->pos0 + tok;
-        const int64_t lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-        const size_t row = (size_t)(((h / a->group) * a->n_ctx + lo) * a->head_dim) * a->elem_bytes;
-        const int64_t off = it * a->head_dim;
-        a->kernel(a->q + off, (const char *)a->k + row, (const char *)a->v + row, p - lo + 1,
-                  a->head_dim, a->scale, a->out + off);
+        const int64_t hblock = it % a->head_blocks;
+        const int64_t kv = it / a->head_blocks % a->kv_heads;
+        const int64_t t0 = it / (a->head_blocks * a->kv_heads) * tb;
+        const int64_t t1 = t0 + tb < a->n_tokens ? t0 + tb : a->n_tokens;
+        const int64_t h0 = kv * a->group + hblock * hb;
+        const int64_t h1 = h0 + hb < (kv + 1) * a->group ? h0 + hb : (kv + 1) * a->group;
+        int64_t n_q = 0;
+        for (int64_t t = t0; t < t1; t++) {
+            const int64_t p = a->pos0 + t;
+            const int64_t first = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+            for (int64_t h = h0; h < h1; h++, n_q++) {
+                const int64_t off = (t * a->n_heads + h) * a->head_dim;
+                q[n_q] = a->q + off;
+                out[n_q] = a->out + off;
+                lo[n_q] = first;
+                hi[n_q] = p;
+            }
+        }
+        a->kernel(n_q, q, out, lo, hi, a->k + kv * a->head_bytes, a->v + kv * a->head_bytes,
+                  a->head_dim, a->scale);
     }
 }
 
@@ -119,13 +137,27 @@ int infer_attention(const float *q, const void *k_cache, const void *v_cache, in
         return -1;
     if (n_tokens == 0) return 0;
     const infer_kernel_table *t = infer_kernels();
+    const int64_t group = n_heads / n_kv_heads;
+    /* As many query rows per item as the kernel's scratch allows: the query heads
+     * of one KV head first (same positions), then consecutive tokens. */
+    int64_t max_q = INFER_ATTN_MAX_QD / head_dim;
+    if (max_q > INFER_ATTN_MAX_Q) max_q = INFER_ATTN_MAX_Q;
+    int64_t hb = group < max_q ? group : max_q;
+    int64_t tb = max_q / hb < n_tokens ? max_q / hb : n_tokens;
+    /* Too few items to keep every thread busy (one decoded token over 3 KV heads on
+     * 2 threads): one query row per item instead. */
+    const int nth = infer_get_num_threads();
+    const int64_t items = (n_tokens + tb - 1) / tb * n_kv_heads * ((group + hb - 1) / hb);
+    if (nth > 1 && items < 4 * nth && items % nth) hb = tb = 1;
+    const size_t elem = kv_type == INFER_TYPE_F16 ? sizeof(infer_half) : sizeof(float);
     attention_task a = {
-        .q = q, .k = k_cache, .v = v_cache,
-        .elem_bytes = kv_type == INFER_TYPE_F16 ? sizeof(infer_half) : sizeof(float),
+        .q = q, .k = (const char *)k_cache, .v = (const char *)v_cache,
+        .head_bytes = (size_t)(n_ctx * head_dim) * elem,
         .kernel = kv_type == INFER_TYPE_F16 ? t->attn_f16 : t->attn_f32,
-        .n_tokens = n_tokens, .n_heads = n_heads, .group = n_heads / n_kv_heads,
-        .head_dim = head_dim, .n_ctx = n_ctx, .pos0 = pos0, .window = window,
-        .scale = scale, .out = out,
+        .n_tokens = n_tokens, .n_heads = n_heads, .group = group, .head_dim = head_dim,
+        .pos0 = pos0, .window = window,
+        .tokens_per_item = tb, .heads_per_item = hb, .head_blocks = (group + hb - 1) / hb,
+        .kv_heads = n_kv_heads, .scale = scale, .out = out,
     };
     infer_parallel_run(attention_worker, &a);
     return 0;

@@ -251,13 +251,16 @@ static ALWAYS_INLINE void attn_accumulate(float *acc, const void *v, int64_t bas
     }
 }
 
-static ALWAYS_INLINE void attn_neon(const float *q, const void *k, const void *v, int64_t n_pos,
-                                    int64_t d, float scale, float *out, int f16) {
+/* One query over cache rows [lo, hi] (the query rows of a work item are not yet
+ * blocked together on NEON as they are on x86). */
+static ALWAYS_INLINE void attn_one_neon(const float *q, float *out, int64_t lo, int64_t hi,
+                                        const void *k, const void *v, int64_t d, float scale,
+                                        int f16) {
     float qs[INFER_ATTN_MAX_HEAD_DIM], acc[INFER_ATTN_MAX_HEAD_DIM], s[ATTN_CHUNK];
     for (int64_t i = 0; i < d; i++) { qs[i] = q[i] * scale; acc[i] = 0.0f; }
     float m = -INFINITY, l = 0.0f;
-    for (int64_t p0 = 0; p0 < n_pos; p0 += ATTN_CHUNK) {
-        const int64_t nb = n_pos - p0 < ATTN_CHUNK ? n_pos - p0 : ATTN_CHUNK;
+    for (int64_t p0 = lo; p0 <= hi; p0 += ATTN_CHUNK) {
+        const int64_t nb = hi + 1 - p0 < ATTN_CHUNK ? hi + 1 - p0 : ATTN_CHUNK;
         attn_scores(qs, k, p0 * d, nb, d, s, f16);
         float cmax = -INFINITY;
         for (int64_t j = 0; j < nb; j++) cmax = s[j] > cmax ? s[j] : cmax;
@@ -279,14 +282,16 @@ static ALWAYS_INLINE void attn_neon(const float *q, const void *k, const void *v
     for (int64_t i = 0; i < d; i++) out[i] = acc[i] * inv;
 }
 
-static void attn_f32_neon(const float *q, const void *k, const void *v, int64_t n_pos,
-                          int64_t d, float scale, float *out) {
-    attn_neon(q, k, v, n_pos, d, scale, out, 0);
+static void attn_f32_neon(int64_t n_q, const float *const *q, float *const *out,
+                          const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                          int64_t d, float scale) {
+    for (int64_t u = 0; u < n_q; u++) attn_one_neon(q[u], out[u], lo[u], hi[u], k, v, d, scale, 0);
 }
 
-static void attn_f16_neon(const float *q, const void *k, const void *v, int64_t n_pos,
-                          int64_t d, float scale, float *out) {
-    attn_neon(q, k, v, n_pos, d, scale, out, 1);
+static void attn_f16_neon(int64_t n_q, const float *const *q, float *const *out,
+                          const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                          int64_t d, float scale) {
+    for (int64_t u = 0; u < n_q; u++) attn_one_neon(q[u], out[u], lo[u], hi[u], k, v, d, scale, 1);
 }
 
 void infer_fill_ops_neon(infer_kernel_table *t) {

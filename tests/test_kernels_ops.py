@@ -322,15 +322,19 @@ def test_attention_position_zero_returns_v0(isa):
     np.testing.assert_allclose(out[0], np.broadcast_to(v[0, 0], (4, 80)), rtol=1e-6)
 
 
-def test_attention_out_aliases_q_and_threads(isa):
+@pytest.mark.parametrize("n_tokens", [1, 7])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attention_out_aliases_q_and_threads(isa, n_tokens, threads):
+    # 1 token over 3 KV heads on 2 threads: the driver splits to one query row per
+    # work item; otherwise the query heads of a KV head go together.
     r = rng(8)
     k = make_cache(r, 3, 64, 64, True)
     v = make_cache(r, 3, 64, 64, True)
-    q = r.standard_normal((7, 9, 64)).astype(np.float32)
+    q = r.standard_normal((n_tokens, 9, 64)).astype(np.float32)
     ref = attention_ref(q, k, v, 50, 0.125, 16)
     prev = K.get_num_threads()
     try:
-        K.set_num_threads(2)
+        K.set_num_threads(threads)
         K.attention(q, k, v, 50, q, window=16)
     finally:
         K.set_num_threads(prev)
