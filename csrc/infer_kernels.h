@@ -127,14 +127,16 @@ typedef void (*infer_rope_fn)(float *x, const float *cs, const float *sn, int64_
  * head_dim elements, F32 or F16 bits as the entry's name says), online softmax:
  * out[u] = sum_p softmax_p(scale * q[u].k_p) v_p over p in [lo[u], hi[u]]
  * (lo[u] <= hi[u]).  Rows are read once for all n_q queries.  out[u] may alias
- * q[u].  n_q <= INFER_ATTN_MAX_Q, n_q * head_dim <= INFER_ATTN_MAX_QD,
- * head_dim <= INFER_ATTN_MAX_HEAD_DIM (stack scratch). */
+ * q[u].  When ml is not NULL, ml[2u] and ml[2u+1] receive the max of the scaled
+ * scores and the sum of exp(score - max), so that attention over split position
+ * ranges can be merged.  n_q <= INFER_ATTN_MAX_Q, n_q * head_dim <=
+ * INFER_ATTN_MAX_QD, head_dim <= INFER_ATTN_MAX_HEAD_DIM (stack scratch). */
 #define INFER_ATTN_MAX_HEAD_DIM 1024
 #define INFER_ATTN_MAX_Q 16
 #define INFER_ATTN_MAX_QD 4096
 typedef void (*infer_attn_fn)(int64_t n_q, const float *const *q, float *const *out,
                               const int64_t *lo, const int64_t *hi, const void *k,
-                              const void *v, int64_t head_dim, float scale);
+                              const void *v, int64_t head_dim, float scale, float *ml);
 
 /* The dispatch table: scalar entries first, SIMD fill functions override. */
 typedef struct {

@@ -296,7 +296,7 @@ static void attn_softmax_step(float *s, int64_t p0, int64_t nb, int64_t lo, int6
 
 static ALWAYS_INLINE void attn_avx512(int64_t n_q, const float *const *q, float *const *out,
                                       const int64_t *lo, const int64_t *hi, const void *k,
-                                      const void *v, int64_t d, float scale, int f16) {
+                                      const void *v, int64_t d, float scale, float *ml, int f16) {
     float qs[INFER_ATTN_MAX_QD], acc[INFER_ATTN_MAX_QD];
     float s[INFER_ATTN_MAX_Q * ATTN_CHUNK], m[INFER_ATTN_MAX_Q], l[INFER_ATTN_MAX_Q];
     int64_t p_lo = lo[0], p_hi = hi[0];
@@ -331,6 +331,7 @@ static ALWAYS_INLINE void attn_avx512(int64_t n_q, const float *const *q, float 
         }
     }
     for (int64_t u = 0; u < n_q; u++) {
+        if (ml) { ml[2 * u] = m[u]; ml[2 * u + 1] = l[u]; }
         const __m512 inv = _mm512_set1_ps(l[u] > 0.0f ? 1.0f / l[u] : 0.0f);
         for (int64_t i = 0; i < d; i += 16) {
             const __mmask16 km = tail_mask(d - i);
@@ -341,14 +342,14 @@ static ALWAYS_INLINE void attn_avx512(int64_t n_q, const float *const *q, float 
 
 static void attn_f32_avx512(int64_t n_q, const float *const *q, float *const *out,
                             const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                            int64_t d, float scale) {
-    attn_avx512(n_q, q, out, lo, hi, k, v, d, scale, 0);
+                            int64_t d, float scale, float *ml) {
+    attn_avx512(n_q, q, out, lo, hi, k, v, d, scale, ml, 0);
 }
 
 static void attn_f16_avx512(int64_t n_q, const float *const *q, float *const *out,
                             const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                            int64_t d, float scale) {
-    attn_avx512(n_q, q, out, lo, hi, k, v, d, scale, 1);
+                            int64_t d, float scale, float *ml) {
+    attn_avx512(n_q, q, out, lo, hi, k, v, d, scale, ml, 1);
 }
 
 void infer_fill_ops_avx512(infer_kernel_table *t) {

@@ -255,7 +255,7 @@ static ALWAYS_INLINE void attn_accumulate(float *acc, const void *v, int64_t bas
  * blocked together on NEON as they are on x86). */
 static ALWAYS_INLINE void attn_one_neon(const float *q, float *out, int64_t lo, int64_t hi,
                                         const void *k, const void *v, int64_t d, float scale,
-                                        int f16) {
+                                        float *ml, int f16) {
     float qs[INFER_ATTN_MAX_HEAD_DIM], acc[INFER_ATTN_MAX_HEAD_DIM], s[ATTN_CHUNK];
     for (int64_t i = 0; i < d; i++) { qs[i] = q[i] * scale; acc[i] = 0.0f; }
     float m = -INFINITY, l = 0.0f;
@@ -278,20 +278,23 @@ static ALWAYS_INLINE void attn_one_neon(const float *q, float *out, int64_t lo, 
         for (j = 0; j < nb; j++) l += s[j];
         attn_accumulate(acc, v, p0 * d, nb, d, s, f16);
     }
+    if (ml) { ml[0] = m; ml[1] = l; }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     for (int64_t i = 0; i < d; i++) out[i] = acc[i] * inv;
 }
 
 static void attn_f32_neon(int64_t n_q, const float *const *q, float *const *out,
                           const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                          int64_t d, float scale) {
-    for (int64_t u = 0; u < n_q; u++) attn_one_neon(q[u], out[u], lo[u], hi[u], k, v, d, scale, 0);
+                          int64_t d, float scale, float *ml) {
+    for (int64_t u = 0; u < n_q; u++)
+        attn_one_neon(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 0);
 }
 
 static void attn_f16_neon(int64_t n_q, const float *const *q, float *const *out,
                           const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                          int64_t d, float scale) {
-    for (int64_t u = 0; u < n_q; u++) attn_one_neon(q[u], out[u], lo[u], hi[u], k, v, d, scale, 1);
+                          int64_t d, float scale, float *ml) {
+    for (int64_t u = 0; u < n_q; u++)
+        attn_one_neon(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 1);
 }
 
 void infer_fill_ops_neon(infer_kernel_table *t) {

@@ -101,7 +101,7 @@ static inline float kv_at(const void *p, int64_t i, int f16) {
 
 /* One query over cache rows [lo, hi]. */
 static void attn_one_scalar(const float *q, float *out, int64_t lo, int64_t hi, const void *k,
-                            const void *v, int64_t d, float scale, int f16) {
+                            const void *v, int64_t d, float scale, float *ml, int f16) {
     float qs[INFER_ATTN_MAX_HEAD_DIM], acc[INFER_ATTN_MAX_HEAD_DIM], s[ATTN_CHUNK];
     for (int64_t i = 0; i < d; i++) { qs[i] = q[i] * scale; acc[i] = 0.0f; }
     float m = -INFINITY, l = 0.0f;
@@ -129,20 +129,23 @@ static void attn_one_scalar(const float *q, float *out, int64_t lo, int64_t hi, 
             for (int64_t i = 0; i < d; i++) acc[i] += w * kv_at(v, row + i, f16);
         }
     }
+    if (ml) { ml[0] = m; ml[1] = l; }
     const float r = l > 0.0f ? 1.0f / l : 0.0f;
     for (int64_t i = 0; i < d; i++) out[i] = acc[i] * r;
 }
 
 static void attn_f32_scalar(int64_t n_q, const float *const *q, float *const *out,
                             const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                            int64_t d, float scale) {
-    for (int64_t u = 0; u < n_q; u++) attn_one_scalar(q[u], out[u], lo[u], hi[u], k, v, d, scale, 0);
+                            int64_t d, float scale, float *ml) {
+    for (int64_t u = 0; u < n_q; u++)
+        attn_one_scalar(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 0);
 }
 
 static void attn_f16_scalar(int64_t n_q, const float *const *q, float *const *out,
                             const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                            int64_t d, float scale) {
-    for (int64_t u = 0; u < n_q; u++) attn_one_scalar(q[u], out[u], lo[u], hi[u], k, v, d, scale, 1);
+                            int64_t d, float scale, float *ml) {
+    for (int64_t u = 0; u < n_q; u++)
+        attn_one_scalar(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 1);
 }
 
 void infer_fill_ops_scalar(infer_kernel_table *t) {

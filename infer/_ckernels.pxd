@@ -25,7 +25,7 @@ cdef extern from "infer_kernels.h" nogil:
     ctypedef void (*infer_add_fn)(float *a, const float *b, int64_t n) noexcept
     ctypedef void (*infer_scale_fn)(float *x, float s, int64_t n) noexcept
     ctypedef void (*infer_rope_fn)(float *x, const float *cs, const float *sn, int64_t rot_dim) noexcept
-    ctypedef void (*infer_attn_fn)(int64_t n_q, const float *const *q, float *const *out, const int64_t *lo, const int64_t *hi, const void *k, const void *v, int64_t head_dim, float scale) noexcept
+    ctypedef void (*infer_attn_fn)(int64_t n_q, const float *const *q, float *const *out, const int64_t *lo, const int64_t *hi, const void *k, const void *v, int64_t head_dim, float scale, float *ml) noexcept
     int INFER_ATTN_MAX_HEAD_DIM
 
     ctypedef struct infer_kernel_table:

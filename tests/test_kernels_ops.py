@@ -341,6 +341,26 @@ def test_attention_out_aliases_q_and_threads(isa, n_tokens, threads):
     np.testing.assert_allclose(q, ref, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("window", [0, 700])
+@pytest.mark.parametrize("f16", [False, True])
+def test_attention_decode_split_over_threads(isa, window, f16):
+    # One token over 3 KV heads on 2 threads with a long span: the driver splits the
+    # positions in two ranges and merges them by their softmax sums.
+    r = rng(31 + window + f16)
+    k = make_cache(r, 3, 1200, 64, f16)
+    v = make_cache(r, 3, 1200, 64, f16)
+    q = r.standard_normal((1, 9, 64)).astype(np.float32)
+    out = np.empty_like(q)
+    prev = K.get_num_threads()
+    try:
+        K.set_num_threads(2)
+        K.attention(q, k, v, 1100, out, window=window)
+    finally:
+        K.set_num_threads(prev)
+    np.testing.assert_allclose(out, attention_ref(q, k, v, 1100, 0.125, window),
+                               rtol=1e-4, atol=1e-5)
+
+
 def test_store_then_attend_matches_reference(isa):
     # The llama loop: store K/V of each new token, then attend; F16 cache.
     r = rng(12)
