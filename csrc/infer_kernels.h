@@ -214,6 +214,16 @@ int infer_attention(const float *q, const void *k_cache, const void *v_cache, in
 int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens,
                    int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0);
 
+/* ---- row drivers (rows.c): many rows of n consecutive floats, on the thread pool
+ * when there are enough elements to share ---------------------------------------- */
+void infer_rmsnorm_rows(const float *x, const float *weight, float *out, int64_t rows, int64_t n,
+                        float eps);
+void infer_layernorm_rows(const float *x, const float *weight, const float *bias, float *out,
+                          int64_t rows, int64_t n, float eps);
+void infer_softmax_rows(float *x, int64_t rows, int64_t n);   /* in place */
+/* out = act(gate) * up over n elements; act is GELU (tanh) if gelu, else SiLU. */
+void infer_glu(int gelu, const float *gate, const float *up, float *out, int64_t n);
+
 /* ---- dispatch (dispatch.c) -------------------------------------------------- */
 /* Bit mask of ISAs this CPU (and OS) can run; bit i = infer_isa i. */
 unsigned infer_isa_available(void);

@@ -48,6 +48,10 @@ cdef extern from "infer_kernels.h" nogil:
 
     int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim, const int64_t *positions, int64_t pos0, float freq_base, float freq_scale, int neox) noexcept
     int infer_attention(const float *q, const void *k_cache, const void *v_cache, int kv_type, int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0, int64_t window, float scale, float *out) noexcept
+    void infer_rmsnorm_rows(const float *x, const float *weight, float *out, int64_t rows, int64_t n, float eps) noexcept
+    void infer_layernorm_rows(const float *x, const float *weight, const float *bias, float *out, int64_t rows, int64_t n, float eps) noexcept
+    void infer_softmax_rows(float *x, int64_t rows, int64_t n) noexcept
+    void infer_glu(int gelu, const float *gate, const float *up, float *out, int64_t n) noexcept
     int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0) noexcept
 
     unsigned infer_isa_available() noexcept

@@ -476,3 +476,33 @@ def test_misuse_attention_and_store():
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="cache"):
         K.kv_store(x, ro, 0)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_many_rows_on_the_pool(isa, threads):
+    # Large enough to be split between threads (rows, and ranges of elementwise ops
+    # that do not fall on the 64-element grain).
+    r = rng(40 + threads)
+    x = r.standard_normal((64, 577)).astype(np.float32)
+    w = r.standard_normal(577).astype(np.float32)
+    b = r.standard_normal(577).astype(np.float32)
+    g = (r.standard_normal((33, 1537)) * 3).astype(np.float32)
+    u = r.standard_normal((33, 1537)).astype(np.float32)
+    prev = K.get_num_threads()
+    try:
+        K.set_num_threads(threads)
+        out = np.empty_like(x)
+        K.rmsnorm(x, w, out, 1e-5)
+        np.testing.assert_allclose(out, rmsnorm_ref(x, w, 1e-5), rtol=2e-6, atol=2e-6)
+        K.layernorm(x, w, b, out, 1e-5)
+        np.testing.assert_allclose(out, layernorm_ref(x, w, b, 1e-5), rtol=1e-5, atol=1e-5)
+        sm = x * 5
+        K.softmax(sm)
+        np.testing.assert_allclose(sm, softmax_ref(x * 5), rtol=1e-5, atol=1e-7)
+        h = np.empty_like(g)
+        K.silu_mul(g, u, h)
+        np.testing.assert_allclose(h, silu_ref(g) * u, rtol=1e-5, atol=1e-6)
+        K.gelu_mul(g, u, h)
+        np.testing.assert_allclose(h, gelu_tanh_ref(g) * u, rtol=1e-5, atol=1e-6)
+    finally:
+        K.set_num_threads(prev)
