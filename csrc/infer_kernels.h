@@ -129,13 +129,20 @@ typedef void (*infer_scale_fn)(float *x, float s, int64_t n);
  * pairs (i, i + rot_dim/2); cs and sn hold rot_dim/2 entries.  Elements from
  * rot_dim on are left alone (the caller never passes them). */
 typedef void (*infer_rope_fn)(float *x, const float *cs, const float *sn, int64_t rot_dim);
-/* One query row against n_pos >= 1 consecutive cache rows of one KV head (rows of
+/* Attention of n_q query rows over the cache rows of one KV head (rows of
  * head_dim elements, F32 or F16 bits as the entry's name says), online softmax:
- * out = sum_p softmax_p(scale * q.k_p) v_p.  out may alias q.
- * head_dim <= INFER_ATTN_MAX_HEAD_DIM. */
+ * out[u] = sum_p softmax_p(scale * q[u].k_p) v_p over p in [lo[u], hi[u]]
+ * (lo[u] <= hi[u]).  Rows are read once for all n_q queries.  out[u] may alias
+ * q[u].  When ml is not NULL, ml[2u] and ml[2u+1] receive the max of the scaled
+ * scores and the sum of exp(score - max), so that attention over split position
+ * ranges can be merged.  n_q <= INFER_ATTN_MAX_Q, n_q * head_dim <=
+ * INFER_ATTN_MAX_QD, head_dim <= INFER_ATTN_MAX_HEAD_DIM (stack scratch). */
 #define INFER_ATTN_MAX_HEAD_DIM 1024
-typedef void (*infer_attn_fn)(const float *q, const void *k, const void *v, int64_t n_pos,
-                              int64_t head_dim, float scale, float *out);
+#define INFER_ATTN_MAX_Q 16
+#define INFER_ATTN_MAX_QD 4096
+typedef void (*infer_attn_fn)(int64_t n_q, const float *const *q, float *const *out,
+                              const int64_t *lo, const int64_t *hi, const void *k,
+                              const void *v, int64_t head_dim, float scale, float *ml);
 
 /* The dispatch table: scalar entries first, SIMD fill functions override. */
 typedef struct {
@@ -205,7 +212,8 @@ int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
  * Query head h reads KV head h / (n_heads / n_kv_heads).  Token t sits at
  * p = pos0 + t and attends to positions [lo, p], lo = max(0, p - window + 1)
  * when window > 0, else 0.  Writes out [n_tokens, n_heads, head_dim] (may alias q).
- * Runs on the thread pool, one (token, head) per work item. */
+ * Runs on the thread pool; a work item is a block of tokens times the query
+ * heads of one KV head, which then read each K/V row once. */
 int infer_attention(const float *q, const void *k_cache, const void *v_cache, int kv_type,
                     int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                     int64_t n_ctx, int64_t pos0, int64_t window, float scale, float *out);
@@ -215,6 +223,16 @@ int infer_attention(const float *q, const void *k_cache, const void *v_cache, in
  * positions pos0 .. pos0 + n_tokens - 1. */
 int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens,
                    int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0);
+
+/* ---- row drivers (rows.c): many rows of n consecutive floats, on the thread pool
+ * when there are enough elements to share ---------------------------------------- */
+void infer_rmsnorm_rows(const float *x, const float *weight, float *out, int64_t rows, int64_t n,
+                        float eps);
+void infer_layernorm_rows(const float *x, const float *weight, const float *bias, float *out,
+                          int64_t rows, int64_t n, float eps);
+void infer_softmax_rows(float *x, int64_t rows, int64_t n);   /* in place */
+/* out = act(gate) * up over n elements; act is GELU (tanh) if gelu, else SiLU. */
+void infer_glu(int gelu, const float *gate, const float *up, float *out, int64_t n);
 
 /* ---- dispatch (dispatch.c) -------------------------------------------------- */
 /* Bit mask of ISAs this CPU (and OS) can run; bit i = infer_isa i. */
