@@ -487,13 +487,6 @@ class BPETokenizer(Tokenizer):
         self._ranks: dict[str, int] = dict(zip(merges, range(len(merges))))
         self._cache: dict[str, tuple] = {}
         self._to_byte_level = str.maketrans(_LATIN1_TO_BYTE_LEVEL)
-        self._merge_word = None
-        try:
-            from . import _bpe  # the merge loop in Cython, when built
-
-            self._merge_word = _bpe.MergeLoop(self._ranks).merge
-        except ImportError:
-            pass
 
     @classmethod
     def from_metadata(cls, md: Mapping) -> "BPETokenizer":
@@ -531,10 +524,7 @@ class BPETokenizer(Tokenizer):
         ids = self.vocab._ids
         if self._ignore_merges and word in ids:
             return (ids[word],)
-        if self._merge_word is not None:
-            symbols = self._merge_word(word)
-        else:
-            symbols = self._merge_py(word)
+        symbols = self._merge(word)
         result = []
         for s in symbols:
             tid = ids.get(s)
@@ -546,7 +536,13 @@ class BPETokenizer(Tokenizer):
                 result.extend(ids[c] for c in s if c in ids)
         return tuple(result)
 
-    def _merge_py(self, word: str) -> list[str]:
+    def _merge(self, word: str) -> list[str]:
+        """Apply merges to one pre-tokenized word: lowest rank first, leftmost on ties.
+
+        Quadratic in the word's length, but words are short and each one is
+        merged once (then cached), which keeps encoding above the speed of the
+        `tokenizers` library (bench/tokenizer.py) without a compiled loop.
+        """
         ranks = self._ranks
         symbols = list(word)
         while len(symbols) > 1:

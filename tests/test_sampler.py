@@ -360,3 +360,22 @@ def test_bad_logits():
         s.accept(-1)
     with pytest.raises(TypeError, match="token"):
         s.accept(1.5)
+
+
+def test_draw_over_long_vectors_follows_the_cumulative_rule():
+    """Past 4096 survivors the draw sums by blocks; the token must still be the first
+    whose running sum (float64, id order) exceeds u * total."""
+    rng = np.random.default_rng(9)
+    for n in (5000, 10_000, 70_001):
+        logits = (rng.standard_normal(n) * 2).astype(np.float32)
+        logits[rng.choice(n, n // 10, replace=False)] = -np.inf
+        for seed in (3, 4):
+            s = sampler(seed=seed)
+            got = [s.sample(logits) for _ in range(30)]
+            ref = np.random.Generator(np.random.PCG64(seed))
+            w = np.exp(logits.astype(np.float64) - logits.max())
+            cum = np.cumsum(w)
+            expected = [int(np.searchsorted(cum, ref.random() * cum[-1], side="right"))
+                        for _ in range(30)]
+            assert got == expected
+            assert all(np.isfinite(logits[t]) for t in got)
