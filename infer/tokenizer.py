@@ -87,7 +87,7 @@ class Vocabulary:
                  eos_token_id: Optional[int] = None, eot_token_id: Optional[int] = None,
                  pad_token_id: Optional[int] = None, unk_token_id: Optional[int] = None,
                  add_bos: bool = False, add_eos: bool = False,
-                 add_space_prefix: bool = False) -> None:
+                 add_space_prefix: bool = False, merges: Optional[Sequence[str]] = None) -> None:
         if not isinstance(tokens, (list, tuple)) or not all(isinstance(t, str) for t in tokens[:1]):
             raise TypeError("tokens: expected a list of str")
         n = len(tokens)
@@ -106,6 +106,10 @@ class Vocabulary:
             raise ValueError(f"scores: expected {n} entries, got shape {scores.shape}")
         self.token_types = token_types
         self.scores = scores
+        if merges is not None and not isinstance(merges, (list, tuple)):
+            raise TypeError(f"merges: expected a list of str, got {type(merges).__name__}")
+        #: BPE merges "left right", highest priority first (None for SentencePiece)
+        self.merges: Optional[list[str]] = list(merges) if merges is not None else None
         # Later duplicates win, as in llama.cpp's token_to_id map.
         self._ids: dict[str, int] = dict(zip(self.tokens, range(n)))
 
@@ -171,6 +175,7 @@ class Vocabulary:
             add_eos=_md_bool(md, "tokenizer.ggml.add_eos_token", False),
             add_space_prefix=_md_bool(md, "tokenizer.ggml.add_space_prefix",
                                       md.get("tokenizer.ggml.model") == "llama"),
+            merges=md.get("tokenizer.ggml.merges"),
         )
 
     @property
@@ -369,6 +374,14 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"text: expected str, got {type(text).__name__}")
+        try:
+            return self._encode(text, add_special, parse_special)
+        except UnicodeEncodeError:
+            i = next(i for i, c in enumerate(text) if 0xD800 <= ord(c) <= 0xDFFF)
+            raise ValueError(f"text: U+{ord(text[i]):04X} at index {i} is a lone surrogate, "
+                             f"which UTF-8 cannot encode") from None
+
+    def _encode(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         vocab = self.vocab
         out: list[int] = []
         if add_special and vocab.add_bos:
@@ -476,10 +489,12 @@ class BPETokenizer(Tokenizer):
     #: words kept in the encode cache before it is cleared
     cache_size = 1 << 16
 
-    def __init__(self, vocab: Vocabulary, merges: Sequence[str], pre: str = "default") -> None:
+    def __init__(self, vocab: Vocabulary, pre: str = "default") -> None:
         super().__init__(vocab)
-        if not isinstance(merges, (list, tuple)):
-            raise TypeError(f"merges: expected a list of str, got {type(merges).__name__}")
+        merges = vocab.merges
+        if merges is None:
+            raise ValueError("a gpt2 (byte-level BPE) tokenizer needs merges "
+                             "(metadata 'tokenizer.ggml.merges' is missing)")
         self.pre = pre
         self._regexes, self._ignore_merges = _pre_tokenizer(pre)
         # A merge "a b" is keyed by its own text: byte-level tokens never hold a
@@ -490,12 +505,8 @@ class BPETokenizer(Tokenizer):
 
     @classmethod
     def from_metadata(cls, md: Mapping) -> "BPETokenizer":
-        vocab = Vocabulary.from_metadata(md)
-        merges = md.get("tokenizer.ggml.merges")
-        if merges is None:
-            raise ValueError("metadata: 'tokenizer.ggml.merges' is missing for a gpt2 tokenizer")
         pre = md.get("tokenizer.ggml.pre") or "default"
-        return cls(vocab, merges, pre)
+        return cls(Vocabulary.from_metadata(md), pre)
 
     def pre_tokenize(self, text: str) -> list[str]:
         """The pieces that are merged separately (no merge crosses two pieces)."""

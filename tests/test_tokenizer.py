@@ -79,7 +79,7 @@ def hf(md):
 
 
 def with_pre(md, name):
-    return BPETokenizer(Vocabulary.from_metadata(md), md["tokenizer.ggml.merges"], name)
+    return BPETokenizer(Vocabulary.from_metadata(md), name)
 
 
 # Bytes that have no token in SmolLM2's vocabulary (a few C0 controls; lead bytes
@@ -122,6 +122,7 @@ def long_texts():
 def test_vocabulary_from_metadata(tok, md):
     v = tok.vocab
     assert v.size == len(v) == 49152 == len(md["tokenizer.ggml.tokens"])
+    assert v.merges == md["tokenizer.ggml.merges"] and v.merges[0] == "Ġ t"
     assert (v.bos_token_id, v.eos_token_id, v.unk_token_id, v.pad_token_id) == (1, 2, 0, 2)
     assert v.eot_token_id == 2  # <|im_end|>
     assert v.token_id("<|im_end|>") == 2 and v.token_id("<|im_start|>") == 1
@@ -242,6 +243,10 @@ def test_add_special_follows_metadata(md):
 def test_encode_misuse(tok):
     with pytest.raises(TypeError, match="text"):
         tok.encode(b"bytes")
+    with pytest.raises(ValueError, match="U\\+D800 at index 2"):
+        tok.encode("ab\ud800c")
+    with pytest.raises(ValueError, match="merges"):
+        BPETokenizer(Vocabulary(["a"]))
     with pytest.raises(ValueError, match="outside"):
         tok.decode([49152])
     with pytest.raises(ValueError, match="outside"):

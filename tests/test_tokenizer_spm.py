@@ -92,6 +92,8 @@ def test_tiny_decode():
     assert t.decode(ids, skip_special=True) == "é abc<u>"
     assert t.token_to_piece(t.vocab.token_id("<0xC3>")) == b"\xc3"
     assert t.token_to_piece(t.vocab.token_id("▁a")) == b" a"
+    with pytest.raises(ValueError, match="lone surrogate"):
+        t.encode("\udfff")
 
 
 # ---- Gemma 3 ---------------------------------------------------------------------
@@ -119,6 +121,7 @@ def test_gemma_vocabulary(gemma, gmd):
     assert v.eot_token_id == v.token_id("<end_of_turn>") == 106
     assert v.end_of_turn_ids == frozenset({1, 106})
     assert v.add_bos and not v.add_eos and not v.add_space_prefix
+    assert v.merges is None
     assert v.token_id("<start_of_turn>") == 105 and v.is_control(105)
     assert v.is_byte(v.token_id("<0x0A>")) and v.is_user_defined(v.token_id("\n"))
 
