@@ -532,10 +532,9 @@ class BPETokenizer(Tokenizer):
 
     def __init__(self, vocab: Vocabulary, pre: str = "default") -> None:
         super().__init__(vocab)
-        merges = vocab.merges
-        if merges is None:
-            raise ValueError("a gpt2 (byte-level BPE) tokenizer needs merges "
-                             "(metadata 'tokenizer.ggml.merges' is missing)")
+        # No merges (llama.cpp refuses such a file) leaves every byte its own token:
+        # small test vocabularies of 256 byte tokens are written that way.
+        merges = vocab.merges or []
         self.pre = pre
         self._regexes, self._ignore_merges = _pre_tokenizer(pre)
         # A merge "a b" is keyed by its own text: byte-level tokens never hold a
