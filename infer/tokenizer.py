@@ -389,8 +389,12 @@ def _split_keeping_gaps(pattern, text: str, out: list) -> None:
 class Tokenizer:
     """Base of the tokenizers: special-token handling, decoding, streaming."""
 
+    #: words kept in the encode cache before it is cleared
+    cache_size = 1 << 16
+
     def __init__(self, vocab: Vocabulary) -> None:
         self.vocab = vocab
+        self._cache: dict[str, tuple] = {}
         self._splitter_all = _SpecialSplitter({**vocab._control, **vocab._user_defined})
         self._splitter_user = _SpecialSplitter(vocab._user_defined)
         self._pieces: list[Optional[bytes]] = [None] * vocab.size
@@ -443,6 +447,21 @@ class Tokenizer:
     def _encode_text(self, text: str, out: list, after_special: bool) -> None:
         raise NotImplementedError
 
+    def _encode_word(self, word: str) -> tuple:
+        raise NotImplementedError
+
+    def _encode_words(self, words: Iterable[str], out: list) -> None:
+        """Ids of each word, through a cache: text repeats its words a lot."""
+        cache = self._cache
+        for word in words:
+            ids = cache.get(word)
+            if ids is None:
+                ids = self._encode_word(word)
+                if len(cache) >= self.cache_size:
+                    cache.clear()
+                cache[word] = ids
+            out.extend(ids)
+
     # ---- decoding ----------------------------------------------------------
     def token_to_piece(self, token: int) -> bytes:
         """The bytes token ``token`` stands for (special tokens: their text)."""
@@ -453,7 +472,22 @@ class Tokenizer:
         return piece
 
     def _piece(self, token: int) -> bytes:
+        vocab = self.vocab
+        text = vocab.tokens[token]
+        kind = vocab.token_types[token]
+        if kind in (TokenType.CONTROL, TokenType.UNKNOWN, TokenType.USER_DEFINED):
+            return text.encode("utf-8")
+        if kind == TokenType.NORMAL:
+            return self._normal_piece(text)
+        if kind == TokenType.BYTE:
+            return self._byte_piece(text)
+        return b""  # unused / undefined: llama.cpp prints nothing
+
+    def _normal_piece(self, text: str) -> bytes:
         raise NotImplementedError
+
+    def _byte_piece(self, text: str) -> bytes:
+        return b""
 
     def _pieces_of(self, ids: Iterable[int], skip_special: bool) -> list[bytes]:
         vocab = self.vocab
@@ -527,9 +561,6 @@ class StreamDecoder:
 class BPETokenizer(Tokenizer):
     """Byte-level BPE (``tokenizer.ggml.model == "gpt2"``)."""
 
-    #: words kept in the encode cache before it is cleared
-    cache_size = 1 << 16
-
     def __init__(self, vocab: Vocabulary, pre: str = "default") -> None:
         super().__init__(vocab)
         # No merges (llama.cpp refuses such a file) leaves every byte its own token:
@@ -540,7 +571,6 @@ class BPETokenizer(Tokenizer):
         # A merge "a b" is keyed by its own text: byte-level tokens never hold a
         # space, so the left and right parts are unambiguous.
         self._ranks: dict[str, int] = dict(zip(merges, range(len(merges))))
-        self._cache: dict[str, tuple] = {}
         self._to_byte_level = str.maketrans(_LATIN1_TO_BYTE_LEVEL)
 
     @classmethod
@@ -559,19 +589,10 @@ class BPETokenizer(Tokenizer):
         return pieces
 
     def _encode_text(self, text: str, out: list, after_special: bool) -> None:
-        cache = self._cache
-        to_bl = self._to_byte_level
-        for piece in self.pre_tokenize(text):
-            ids = cache.get(piece)
-            if ids is None:
-                word = piece.encode("utf-8").decode("latin-1").translate(to_bl)
-                ids = self._encode_word(word)
-                if len(cache) >= self.cache_size:
-                    cache.clear()
-                cache[piece] = ids
-            out.extend(ids)
+        self._encode_words(self.pre_tokenize(text), out)
 
-    def _encode_word(self, word: str) -> tuple:
+    def _encode_word(self, piece: str) -> tuple:
+        word = piece.encode("utf-8").decode("latin-1").translate(self._to_byte_level)
         ids = self.vocab._ids
         if self._ignore_merges and word in ids:
             return (ids[word],)
@@ -609,14 +630,7 @@ class BPETokenizer(Tokenizer):
             symbols[best:best + 2] = [symbols[best] + symbols[best + 1]]
         return symbols
 
-    def _piece(self, token: int) -> bytes:
-        vocab = self.vocab
-        text = vocab.tokens[token]
-        kind = vocab.token_types[token]
-        if kind in (TokenType.CONTROL, TokenType.UNKNOWN, TokenType.USER_DEFINED):
-            return text.encode("utf-8")
-        if kind != TokenType.NORMAL:
-            return b""  # unused / undefined: llama.cpp prints nothing
+    def _normal_piece(self, text: str) -> bytes:
         try:
             return bytes(UNICODE_TO_BYTE[c] for c in text)
         except KeyError:
@@ -627,9 +641,6 @@ class BPETokenizer(Tokenizer):
 
 class SPMTokenizer(Tokenizer):
     """SentencePiece-style BPE (``tokenizer.ggml.model == "llama"``), e.g. Gemma 3."""
-
-    #: words kept in the encode cache before it is cleared
-    cache_size = 1 << 16
 
     def __init__(self, vocab: Vocabulary) -> None:
         super().__init__(vocab)
@@ -644,7 +655,6 @@ class SPMTokenizer(Tokenizer):
             self._byte_ids.append(tid)
         self._scores = vocab.scores.tolist()
         self._inner_space_tokens = [t for t in vocab.tokens if "\u2581" in t[1:]]
-        self._cache: dict[str, tuple] = {}
 
     @classmethod
     def from_metadata(cls, md: Mapping) -> "SPMTokenizer":
@@ -653,16 +663,7 @@ class SPMTokenizer(Tokenizer):
     def _encode_text(self, text: str, out: list, after_special: bool) -> None:
         if self.vocab.add_space_prefix and after_special:
             text = " " + text
-        text = text.replace(" ", "\u2581")
-        cache = self._cache
-        for word in self._words(text):
-            ids = cache.get(word)
-            if ids is None:
-                ids = self._encode_word(word)
-                if len(cache) >= self.cache_size:
-                    cache.clear()
-                cache[word] = ids
-            out.extend(ids)
+        self._encode_words(self._words(text.replace(" ", "\u2581")), out)
 
     def _words(self, text: str) -> list[str]:
         """``text`` cut before each ``▁`` that no merge can cross.
@@ -748,14 +749,8 @@ class SPMTokenizer(Tokenizer):
             i = nxt[i]
         return tuple(out)
 
-    def _piece(self, token: int) -> bytes:
-        vocab = self.vocab
-        text = vocab.tokens[token]
-        kind = vocab.token_types[token]
-        if kind in (TokenType.CONTROL, TokenType.UNKNOWN, TokenType.USER_DEFINED):
-            return text.encode("utf-8")
-        if kind == TokenType.NORMAL:
-            return text.replace("\u2581", " ").encode("utf-8")
-        if kind == TokenType.BYTE:
-            return bytes([int(text[3:5], 16)])
-        return b""
+    def _normal_piece(self, text: str) -> bytes:
+        return text.replace("\u2581", " ").encode("utf-8")
+
+    def _byte_piece(self, text: str) -> bytes:
+        return bytes([int(text[3:5], 16)])  # "<0xNN>"
