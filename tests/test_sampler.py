@@ -379,3 +379,23 @@ def test_draw_over_long_vectors_follows_the_cumulative_rule():
                         for _ in range(30)]
             assert got == expected
             assert all(np.isfinite(logits[t]) for t in got)
+
+
+@pytest.mark.parametrize("k", [1 + 1, 40, 100, 5000])
+def test_top_k_on_large_vocabularies_matches_a_full_sort(k):
+    """Past 4096 logits top-k pre-selects with a sampled threshold; the kept set must
+    still be the k largest, ties at the cut going to the lower ids."""
+    rng = np.random.default_rng(k)
+    n = 49152
+    for logits in (
+        rng.standard_normal(n).astype(np.float32),
+        np.round(rng.standard_normal(n) * 2).astype(np.float32),  # heavy ties
+        np.where(rng.random(n) < 0.9, -np.inf, rng.standard_normal(n)).astype(np.float32),
+        np.zeros(n, dtype=np.float32),
+    ):
+        p = sampler(top_k=k).probabilities(logits)
+        order = np.lexsort((np.arange(n), -logits.astype(np.float64)))[:k]
+        kept = np.zeros(n, dtype=bool)
+        kept[order] = True
+        kept &= np.isfinite(logits)
+        assert np.array_equal(p > 0, kept)
