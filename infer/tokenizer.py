@@ -56,6 +56,9 @@ _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endofte
               "<EOT>")
 
 
+_PRE_ADDING_BOS = ("llama3", "llama-v3", "llama-bpe", "falcon3", "tekken", "chameleon")
+
+
 def _md_int(md: Mapping, key: str) -> Optional[int]:
     value = md.get(key)
     if value is None:
@@ -170,8 +173,11 @@ class Vocabulary:
             eot_token_id=_md_int(md, "tokenizer.ggml.eot_token_id"),
             pad_token_id=_md_int(md, "tokenizer.ggml.padding_token_id"),
             unk_token_id=_md_int(md, "tokenizer.ggml.unknown_token_id"),
+            # llama.cpp's defaults when the key is absent: SentencePiece and the
+            # llama3-style split rules add BOS, others do not.
             add_bos=_md_bool(md, "tokenizer.ggml.add_bos_token",
-                             md.get("tokenizer.ggml.model") == "llama"),
+                             md.get("tokenizer.ggml.model") == "llama"
+                             or md.get("tokenizer.ggml.pre") in _PRE_ADDING_BOS),
             add_eos=_md_bool(md, "tokenizer.ggml.add_eos_token", False),
             add_space_prefix=_md_bool(md, "tokenizer.ggml.add_space_prefix",
                                       md.get("tokenizer.ggml.model") == "llama"),

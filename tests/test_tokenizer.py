@@ -190,6 +190,13 @@ def test_parse_special(tok, md):
     assert tok.decode(tok.encode(text)) == text
 
 
+def test_add_bos_default_when_the_key_is_absent(md):
+    md2 = {k: v for k, v in md.items() if k != "tokenizer.ggml.add_bos_token"}
+    assert not Tokenizer.from_metadata(md2).vocab.add_bos
+    md2["tokenizer.ggml.pre"] = "llama-bpe"  # llama.cpp adds BOS for llama3-style vocabularies
+    assert Tokenizer.from_metadata(md2).vocab.add_bos
+
+
 def test_add_special_follows_metadata(md):
     md2 = dict(md)
     md2["tokenizer.ggml.add_bos_token"] = True
