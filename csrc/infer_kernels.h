@@ -121,6 +121,24 @@ typedef void (*infer_softmax_fn)(float *x, int64_t n);
 /* out[i] = act(gate[i]) * up[i] */
 typedef void (*infer_glu_fn)(const float *gate, const float *up, float *out, int64_t n);
 
+/* a[i] += b[i] */
+typedef void (*infer_add_fn)(float *a, const float *b, int64_t n);
+/* x[i] *= s */
+typedef void (*infer_scale_fn)(float *x, float s, int64_t n);
+/* Rotates one head in place by the angles of one position.  NORMAL ordering
+ * (GGUF `llama`): pairs (2i, 2i+1); cs and sn hold rot_dim entries, the cosine
+ * and sine of pair i repeated at 2i and 2i+1.  NEOX ordering (gemma3, qwen2):
+ * pairs (i, i + rot_dim/2); cs and sn hold rot_dim/2 entries.  Elements from
+ * rot_dim on are left alone (the caller never passes them). */
+typedef void (*infer_rope_fn)(float *x, const float *cs, const float *sn, int64_t rot_dim);
+/* One query row against n_pos >= 1 consecutive cache rows of one KV head (rows of
+ * head_dim elements, F32 or F16 bits as the entry's name says), online softmax:
+ * out = sum_p softmax_p(scale * q.k_p) v_p.  out may alias q.
+ * head_dim <= INFER_ATTN_MAX_HEAD_DIM. */
+#define INFER_ATTN_MAX_HEAD_DIM 1024
+typedef void (*infer_attn_fn)(const float *q, const void *k, const void *v, int64_t n_pos,
+                              int64_t head_dim, float scale, float *out);
+
 /* The dispatch table: scalar entries first, SIMD fill functions override. */
 typedef struct {
     const char *name;
@@ -133,6 +151,12 @@ typedef struct {
     infer_softmax_fn softmax;
     infer_glu_fn silu_mul;
     infer_glu_fn gelu_mul;
+    infer_add_fn add;
+    infer_scale_fn scale;
+    infer_rope_fn rope_norm;
+    infer_rope_fn rope_neox;
+    infer_attn_fn attn_f32;        /* F32 cache */
+    infer_attn_fn attn_f16;        /* F16 cache */
 } infer_kernel_table;
 
 /* ISA ids, lowest to highest. */
@@ -163,6 +187,33 @@ void infer_fill_ops_neon(infer_kernel_table *t);
  * were compiled for (dotprod, fp16), so dispatch.c may offer the NEON set. */
 int infer_neon_usable(void);
 
+/* ---- float-op drivers (attention.c): shape loops over the table's kernels ---- */
+/* Bad arguments (sizes, types, rot_dim) return -1 and touch nothing; 0 on success. */
+
+/* RoPE in place on x [n_tokens, n_heads, head_dim]; token t at position
+ * positions[t], or pos0 + t when positions is NULL.  Angle of pair i:
+ * pos * freq_scale * freq_base^(-2i/rot_dim), computed in double.  rot_dim even,
+ * 2 <= rot_dim <= head_dim <= INFER_ATTN_MAX_HEAD_DIM. */
+int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+               int64_t rot_dim, const int64_t *positions, int64_t pos0,
+               float freq_base, float freq_scale, int neox);
+
+/* Causal attention of q [n_tokens, n_heads, head_dim] over a cache laid out
+ * [n_kv_heads, n_ctx, head_dim] (kv_type INFER_TYPE_F32 or INFER_TYPE_F16).
+ * Query head h reads KV head h / (n_heads / n_kv_heads).  Token t sits at
+ * p = pos0 + t and attends to positions [lo, p], lo = max(0, p - window + 1)
+ * when window > 0, else 0.  Writes out [n_tokens, n_heads, head_dim] (may alias q).
+ * Runs on the thread pool, one (token, head) per work item. */
+int infer_attention(const float *q, const void *k_cache, const void *v_cache, int kv_type,
+                    int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                    int64_t n_ctx, int64_t pos0, int64_t window, float scale, float *out);
+
+/* Writes x [n_tokens, n_kv_heads, head_dim] float32 into a cache laid out
+ * [n_kv_heads, n_ctx, head_dim] (F32, or F16 rounded to nearest even) at
+ * positions pos0 .. pos0 + n_tokens - 1. */
+int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens,
+                   int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0);
+
 /* ---- dispatch (dispatch.c) -------------------------------------------------- */
 /* Bit mask of ISAs this CPU (and OS) can run; bit i = infer_isa i. */
 unsigned infer_isa_available(void);
@@ -184,6 +235,29 @@ void infer_parallel_run(infer_task_fn fn, void *arg);
 void infer_set_num_threads(int n);
 int infer_get_num_threads(void);
 int infer_default_num_threads(void);
+
+
+/* ---- mat-vec / mat-mul over the dispatch table (matmul.c) ------------------- */
+/* w: rows weight rows of cols elements, row_bytes apart (row_bytes >= the packed row
+ * size, so a row may be a view into a larger tensor).  Activations are quantized into
+ * the weight type's vec_dot_type (F32 for f32/f16/bf16 weights: used as they are).
+ * out is n_tokens x rows (row-major); for one token, out[r] = w[r] . x.
+ * Functions returning int give 0 on success, -1 when the type has no kernel in the
+ * active table or the sizes are not whole blocks, -2 when scratch allocation fails. */
+/* Bytes of one activation row of cols values for weight type `type`; 0 if unsupported. */
+size_t infer_activation_row_bytes(int type, int64_t cols);
+/* x: n_tokens x cols floats -> xq: n_tokens rows of infer_activation_row_bytes each. */
+int infer_quantize_activations(int type, const float *x, int64_t n_tokens, int64_t cols,
+                               void *xq);
+int infer_matvec_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                   const void *xq, float *out);
+int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                   const void *xq, int64_t n_tokens, float *out);
+/* Quantize then multiply; scratch holds n_tokens activation rows, or NULL to allocate. */
+int infer_matvec(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                 const float *x, float *out, void *scratch);
+int infer_matmul(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                 const float *x, int64_t n_tokens, float *out, void *scratch);
 
 #ifdef __cplusplus
 }

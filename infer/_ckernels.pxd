@@ -22,6 +22,11 @@ cdef extern from "infer_kernels.h" nogil:
     ctypedef void (*infer_layernorm_fn)(const float *x, const float *weight, const float *bias, float *out, int64_t n, float eps) noexcept
     ctypedef void (*infer_softmax_fn)(float *x, int64_t n) noexcept
     ctypedef void (*infer_glu_fn)(const float *gate, const float *up, float *out, int64_t n) noexcept
+    ctypedef void (*infer_add_fn)(float *a, const float *b, int64_t n) noexcept
+    ctypedef void (*infer_scale_fn)(float *x, float s, int64_t n) noexcept
+    ctypedef void (*infer_rope_fn)(float *x, const float *cs, const float *sn, int64_t rot_dim) noexcept
+    ctypedef void (*infer_attn_fn)(const float *q, const void *k, const void *v, int64_t n_pos, int64_t head_dim, float scale, float *out) noexcept
+    int INFER_ATTN_MAX_HEAD_DIM
 
     ctypedef struct infer_kernel_table:
         const char *name
@@ -34,6 +39,16 @@ cdef extern from "infer_kernels.h" nogil:
         infer_softmax_fn softmax
         infer_glu_fn silu_mul
         infer_glu_fn gelu_mul
+        infer_add_fn add
+        infer_scale_fn scale
+        infer_rope_fn rope_norm
+        infer_rope_fn rope_neox
+        infer_attn_fn attn_f32
+        infer_attn_fn attn_f16
+
+    int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim, const int64_t *positions, int64_t pos0, float freq_base, float freq_scale, int neox) noexcept
+    int infer_attention(const float *q, const void *k_cache, const void *v_cache, int kv_type, int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0, int64_t window, float scale, float *out) noexcept
+    int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0) noexcept
 
     unsigned infer_isa_available() noexcept
     const infer_kernel_table *infer_kernels() noexcept
@@ -47,3 +62,10 @@ cdef extern from "infer_kernels.h" nogil:
     void infer_set_num_threads(int n) noexcept
     int infer_get_num_threads() noexcept
     int infer_default_num_threads() noexcept
+
+    size_t infer_activation_row_bytes(int type, int64_t cols) noexcept
+    int infer_quantize_activations(int type, const float *x, int64_t n_tokens, int64_t cols, void *xq) noexcept
+    int infer_matvec_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, const void *xq, float *out) noexcept
+    int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, const void *xq, int64_t n_tokens, float *out) noexcept
+    int infer_matvec(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x, float *out, void *scratch) noexcept
+    int infer_matmul(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols, const float *x, int64_t n_tokens, float *out, void *scratch) noexcept

@@ -1,1 +1,369 @@
-# Quantized kernels: dequantize, quantize, vec_dot, matvec, matmul.
+# Quantized kernels: dequantize, quantize, activation quantization, mat-vec, mat-mul.
+#
+# Included by kernels.pyx.  Every function takes its output from the caller and
+# returns it.  Typed memoryviews are acquired first (the fast path); when that fails,
+# _buffer_error says which argument is wrong and why.  All checks run with the GIL
+# held, the C call without it.
+
+cdef str _strip_order(str fmt):
+    return fmt.lstrip("<=@") if fmt else fmt
+
+
+cdef _buffer_error(obj, str name, str want, tuple formats, tuple ndims, bint writable):
+    """Raise the TypeError/ValueError that explains why obj is not a usable buffer."""
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise TypeError(f"{name}: expected a {want} buffer (numpy array, bytes, ...), "
+                        f"got {type(obj).__name__}") from None
+    if _strip_order(mv.format) not in formats:
+        raise TypeError(f"{name}: expected {want} elements, got buffer format {mv.format!r}")
+    if mv.ndim not in ndims:
+        raise ValueError(f"{name}: expected {' or '.join(map(str, ndims))} dimension(s), got {mv.ndim}")
+    if not mv.c_contiguous:
+        raise ValueError(f"{name}: must be C-contiguous")
+    if writable and mv.readonly:
+        raise ValueError(f"{name}: is read-only; an output buffer must be writable")
+    raise ValueError(f"{name}: unusable {want} buffer")
+
+
+cdef const uint8_t[::1] _bytes_in(obj, str name):
+    """A read-only uint8 view of a C-contiguous uint8 buffer of any dimension."""
+    cdef const uint8_t[::1] v
+    try:
+        v = obj
+        return v
+    except (ValueError, TypeError, BufferError):
+        pass
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        mv = None
+    if mv is not None and _strip_order(mv.format) == "B" and mv.c_contiguous and mv.ndim >= 1:
+        v = mv.cast("B")
+        return v
+    _buffer_error(obj, name, "uint8", ("B",), (1, 2), False)
+
+
+cdef uint8_t[::1] _bytes_out(obj, str name):
+    """A writable uint8 view of a C-contiguous uint8 buffer of any dimension."""
+    cdef uint8_t[::1] v
+    try:
+        v = obj
+        return v
+    except (ValueError, TypeError, BufferError):
+        pass
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        mv = None
+    if (mv is not None and not mv.readonly and _strip_order(mv.format) == "B"
+            and mv.c_contiguous and mv.ndim >= 1):
+        v = mv.cast("B")
+        return v
+    _buffer_error(obj, name, "uint8", ("B",), (1, 2), True)
+
+
+cdef const float[::1] _f32_in(obj, str name):
+    cdef const float[::1] v
+    try:
+        v = obj
+        return v
+    except (ValueError, TypeError, BufferError):
+        _buffer_error(obj, name, "float32", ("f",), (1,), False)
+
+
+cdef float[::1] _f32_out(obj, str name):
+    cdef float[::1] v
+    try:
+        v = obj
+        return v
+    except (ValueError, TypeError, BufferError):
+        _buffer_error(obj, name, "float32", ("f",), (1,), True)
+
+
+cdef const float[:, ::1] _f32_in_2d(obj, str name):
+    cdef const float[:, ::1] v
+    try:
+        v = obj
+        return v
+    except (ValueError, TypeError, BufferError):
+        _buffer_error(obj, name, "float32", ("f",), (2,), False)
+
+
+cdef float[:, ::1] _f32_out_2d(obj, str name):
+    cdef float[:, ::1] v
+    try:
+        v = obj
+        return v
+    except (ValueError, TypeError, BufferError):
+        _buffer_error(obj, name, "float32", ("f",), (2,), True)
+
+
+cdef uint16_t[::1] _f16_out(obj, str name):
+    """A writable view of a float16 or uint16 buffer as raw fp16 bits."""
+    cdef uint16_t[::1] v
+    try:
+        v = obj
+        return v
+    except (ValueError, TypeError, BufferError):
+        pass
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        mv = None
+    if (mv is not None and not mv.readonly and _strip_order(mv.format) == "e"
+            and mv.c_contiguous and mv.ndim == 1):
+        v = mv.cast("B").cast("H")
+        return v
+    _buffer_error(obj, name, "float16 (or uint16)", ("e", "H"), (1,), True)
+
+
+cdef const infer_kernel_table *_table():
+    return infer_kernels()
+
+
+cdef str _name(int t):
+    return TYPE_NAMES.get(t, str(t))
+
+
+cdef int64_t _whole_blocks(int64_t n_bytes, int t, str name) except -1:
+    """Element count of n_bytes of format t; ValueError if not whole blocks."""
+    cdef size_t bb = infer_type_block_bytes(t)
+    if bb == 0:
+        raise ValueError(f"qtype: {_name(t)} has no block layout")
+    if n_bytes % bb:
+        raise ValueError(f"{name}: {n_bytes} bytes is not a whole number of "
+                         f"{_name(t)} blocks of {bb} bytes")
+    return (n_bytes // bb) * infer_type_block_size(t)
+
+
+cdef int64_t _packed_bytes(int64_t n, int t, str name) except -1:
+    """Bytes of n elements of format t; ValueError if n is not whole blocks."""
+    cdef int bs = infer_type_block_size(t)
+    if bs <= 0:
+        raise ValueError(f"qtype: {_name(t)} has no block layout")
+    if n % bs:
+        raise ValueError(f"{name}: {n} elements is not a whole number of "
+                         f"{_name(t)} blocks of {bs}")
+    return (n // bs) * <int64_t>infer_type_block_bytes(t)
+
+
+def dequantize(src, qtype, out):
+    """Decode whole blocks of format qtype from uint8 src into float32 out; returns out."""
+    cdef int t = type_id(qtype)
+    cdef infer_dequantize_fn fn = _table().dequantize[t]
+    if fn == NULL:
+        raise ValueError(f"qtype: no dequantize kernel for {_name(t)}")
+    cdef const uint8_t[::1] s = _bytes_in(src, "src")
+    cdef float[::1] o = _f32_out(out, "out")
+    cdef int64_t n = _whole_blocks(s.shape[0], t, "src")
+    if o.shape[0] != n:
+        raise ValueError(f"out: expected {n} float32 elements for {s.shape[0]} bytes of "
+                         f"{_name(t)}, got {o.shape[0]}")
+    if n:
+        with nogil:
+            fn(&s[0], &o[0], n)
+    return out
+
+
+def dequantize_f16(src, qtype, out):
+    """Decode whole blocks of format qtype into fp16 out (float16 or uint16); returns out."""
+    cdef int t = type_id(qtype)
+    cdef infer_dequantize_f16_fn fn = _table().dequantize_f16[t]
+    if fn == NULL:
+        raise ValueError(f"qtype: no dequantize_f16 kernel for {_name(t)}")
+    cdef const uint8_t[::1] s = _bytes_in(src, "src")
+    cdef uint16_t[::1] o = _f16_out(out, "out")
+    cdef int64_t n = _whole_blocks(s.shape[0], t, "src")
+    if o.shape[0] != n:
+        raise ValueError(f"out: expected {n} float16 elements for {s.shape[0]} bytes of "
+                         f"{_name(t)}, got {o.shape[0]}")
+    if n:
+        with nogil:
+            fn(&s[0], <infer_half *>&o[0], n)
+    return out
+
+
+def quantize(src, qtype, out):
+    """Encode float32 src (a whole number of blocks) as format qtype into uint8 out; returns out."""
+    cdef int t = type_id(qtype)
+    cdef infer_quantize_fn fn = _table().quantize[t]
+    if fn == NULL:
+        raise ValueError(f"qtype: no quantize kernel for {_name(t)}")
+    cdef const float[::1] s = _f32_in(src, "src")
+    cdef uint8_t[::1] o = _bytes_out(out, "out")
+    cdef int64_t nb = _packed_bytes(s.shape[0], t, "src")
+    if o.shape[0] != nb:
+        raise ValueError(f"out: expected {nb} bytes for {s.shape[0]} values of {_name(t)}, "
+                         f"got {o.shape[0]}")
+    if nb:
+        with nogil:
+            fn(&s[0], &o[0], s.shape[0])
+    return out
+
+
+cdef int _activation_type(int t) except -1:
+    """The vec_dot_type of weight type t, checked against the active table."""
+    cdef int vdt = infer_type_vec_dot_type(t)
+    if vdt < 0:
+        raise ValueError(f"qtype: {_name(t)} is not a weight format")
+    cdef const infer_kernel_table *k = _table()
+    if k.vec_dot[t] == NULL:
+        raise ValueError(f"qtype: no vec_dot kernel for {_name(t)} in the "
+                         f"{k.name.decode()} kernel set")
+    if k.quantize[vdt] == NULL:
+        raise ValueError(f"qtype: no quantize kernel for activation format {_name(vdt)}")
+    return vdt
+
+
+def activation_bytes(qtype, int64_t n, int64_t n_tokens=1):
+    """Bytes that n_tokens activation rows of n values take in the format weight type
+    qtype pairs with (its vec_dot_type); size the buffer of quantize_activations with it."""
+    cdef int t = type_id(qtype)
+    cdef int vdt = infer_type_vec_dot_type(t)
+    if vdt < 0:
+        raise ValueError(f"qtype: {_name(t)} is not a weight format")
+    if n < 0 or n_tokens < 0:
+        raise ValueError(f"n: sizes must be >= 0, got n={n}, n_tokens={n_tokens}")
+    return _packed_bytes(n, vdt, "n") * n_tokens
+
+
+def quantize_activations(x, qtype, buf):
+    """Quantize float32 x (n values, or tokens x n) into the activation format of weight
+    type qtype, writing activation_bytes(qtype, n, tokens) bytes into uint8 buf; returns buf.
+    Quantize once per layer input and reuse buf for every weight that reads it."""
+    cdef int t = type_id(qtype)
+    cdef int vdt = _activation_type(t)
+    cdef const float[:, ::1] x2
+    cdef const float[::1] x1
+    cdef const float *xp
+    cdef int64_t n_tokens, n
+    if getattr(x, "ndim", 1) == 2:
+        x2 = _f32_in_2d(x, "x")
+        n_tokens, n = x2.shape[0], x2.shape[1]
+        xp = &x2[0, 0] if n_tokens and n else NULL
+    else:
+        x1 = _f32_in(x, "x")
+        n_tokens, n = 1, x1.shape[0]
+        xp = &x1[0] if n else NULL
+    cdef uint8_t[::1] b = _bytes_out(buf, "buf")
+    cdef int64_t need = _packed_bytes(n, vdt, "x") * n_tokens
+    if b.shape[0] != need:
+        raise ValueError(f"buf: expected {need} bytes ({n_tokens} x {n} values as "
+                         f"{_name(vdt)}), got {b.shape[0]}")
+    if need:
+        with nogil:
+            infer_quantize_activations(t, xp, n_tokens, n, &b[0])
+    return buf
+
+
+cdef int64_t _weight_rows(const uint8_t[::1] w, object w_obj, int t, int64_t n) except -1:
+    """Row count of weight w (2-D rows x row bytes, or 1-D) whose rows hold n elements."""
+    cdef int64_t rb = _packed_bytes(n, t, "x")
+    if rb == 0:
+        raise ValueError("x: row length must be > 0")
+    shape = getattr(w_obj, "shape", None)
+    if shape is not None and len(shape) == 2:
+        if shape[1] != rb:
+            raise ValueError(f"w: rows of {shape[1]} bytes do not hold {n} values of "
+                             f"{_name(t)} ({rb} bytes)")
+        return shape[0]
+    if w.shape[0] % rb:
+        raise ValueError(f"w: {w.shape[0]} bytes is not a whole number of rows of {n} "
+                         f"values of {_name(t)} ({rb} bytes each)")
+    return w.shape[0] // rb
+
+
+def matvec(w, qtype, x, out):
+    """out[r] = row r of weight w (format qtype) . float32 x; returns out.
+    w is uint8, 2-D (rows x row bytes) or 1-D; x holds one row's values; out one per row."""
+    cdef int t = type_id(qtype)
+    _activation_type(t)
+    cdef const uint8_t[::1] wv = _bytes_in(w, "w")
+    cdef const float[::1] xv = _f32_in(x, "x")
+    cdef float[::1] o = _f32_out(out, "out")
+    cdef int64_t n = xv.shape[0]
+    cdef int64_t rows = _weight_rows(wv, w, t, n)
+    cdef size_t rb = <size_t>_packed_bytes(n, t, "x")
+    if o.shape[0] != rows:
+        raise ValueError(f"out: expected {rows} float32 elements (one per row of w), got {o.shape[0]}")
+    cdef int rc = 0
+    if rows:
+        with nogil:
+            rc = infer_matvec(t, &wv[0], rb, rows, n, &xv[0], &o[0], NULL)
+    if rc:
+        raise MemoryError("matvec: could not allocate the activation buffer")
+    return out
+
+
+def matmul(w, qtype, X, out):
+    """out[t, r] = row r of weight w (format qtype) . X[t]; returns out.
+    X is float32 tokens x row length (C-contiguous), out float32 tokens x rows."""
+    cdef int t = type_id(qtype)
+    _activation_type(t)
+    cdef const uint8_t[::1] wv = _bytes_in(w, "w")
+    cdef const float[:, ::1] xv = _f32_in_2d(X, "X")
+    cdef float[:, ::1] o = _f32_out_2d(out, "out")
+    cdef int64_t n_tokens = xv.shape[0], n = xv.shape[1]
+    cdef int64_t rows = _weight_rows(wv, w, t, n)
+    cdef size_t rb = <size_t>_packed_bytes(n, t, "X")
+    if o.shape[0] != n_tokens or o.shape[1] != rows:
+        raise ValueError(f"out: expected shape ({n_tokens}, {rows}), got ({o.shape[0]}, {o.shape[1]})")
+    cdef int rc = 0
+    if rows and n_tokens:
+        with nogil:
+            rc = infer_matmul(t, &wv[0], rb, rows, n, &xv[0, 0], n_tokens, &o[0, 0], NULL)
+    if rc:
+        raise MemoryError("matmul: could not allocate the activation buffer")
+    return out
+
+
+cdef const uint8_t[::1] _activations_in(obj, int vdt, str name):
+    """Pre-quantized activations: uint8 bytes, or float32 when the format is f32."""
+    if vdt == 0 and getattr(obj, "dtype", None) is not None and obj.dtype.char == "f":
+        return memoryview(obj).cast("B")
+    return _bytes_in(obj, name)
+
+
+def matvec_q(w, qtype, xq, out):
+    """As matvec, with x already quantized by quantize_activations(x, qtype, xq)."""
+    cdef int t = type_id(qtype)
+    cdef int vdt = _activation_type(t)
+    cdef const uint8_t[::1] wv = _bytes_in(w, "w")
+    cdef const uint8_t[::1] xv = _activations_in(xq, vdt, "xq")
+    cdef float[::1] o = _f32_out(out, "out")
+    cdef int64_t n = _whole_blocks(xv.shape[0], vdt, "xq")
+    cdef int64_t rows = _weight_rows(wv, w, t, n)
+    cdef size_t rb = <size_t>_packed_bytes(n, t, "xq")
+    if o.shape[0] != rows:
+        raise ValueError(f"out: expected {rows} float32 elements (one per row of w), got {o.shape[0]}")
+    if rows:
+        with nogil:
+            infer_matvec_q(t, &wv[0], rb, rows, n, &xv[0], &o[0])
+    return out
+
+
+def matmul_q(w, qtype, Xq, out):
+    """As matmul, with X already quantized by quantize_activations(X, qtype, Xq);
+    the token count is taken from out (tokens x rows)."""
+    cdef int t = type_id(qtype)
+    cdef int vdt = _activation_type(t)
+    cdef const uint8_t[::1] wv = _bytes_in(w, "w")
+    cdef const uint8_t[::1] xv = _activations_in(Xq, vdt, "Xq")
+    cdef float[:, ::1] o = _f32_out_2d(out, "out")
+    cdef int64_t n_tokens = o.shape[0]
+    if n_tokens == 0:
+        return out
+    if xv.shape[0] % n_tokens:
+        raise ValueError(f"Xq: {xv.shape[0]} bytes do not split into {n_tokens} token rows "
+                         f"(out has {n_tokens} rows)")
+    cdef int64_t n = _whole_blocks(xv.shape[0] // n_tokens, vdt, "Xq")
+    cdef int64_t rows = _weight_rows(wv, w, t, n)
+    cdef size_t rb = <size_t>_packed_bytes(n, t, "Xq")
+    if o.shape[1] != rows:
+        raise ValueError(f"out: expected {rows} columns (one per row of w), got {o.shape[1]}")
+    if rows:
+        with nogil:
+            infer_matmul_q(t, &wv[0], rb, rows, n, &xv[0], n_tokens, &o[0, 0])
+    return out

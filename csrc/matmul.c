@@ -1,0 +1,126 @@
+/* matmul.c: mat-vec and mat-mul for any weight type, through the dispatch table.
+ *
+ * As in ggml, the activations are quantized once into the weight type's
+ * vec_dot_type, then threads take disjoint row ranges of the weight matrix.  Each
+ * thread walks its rows in the outer loop and a tile of tokens in the inner loop, so
+ * a weight row is read from memory once and reused from L1 for every token of the
+ * tile, while the tile's activations stay in L1/L2.
+ */
+#include "infer_kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Rows per scheduling unit: 16 f32 outputs = one 64-byte cache line, so threads never
+ * write the same line of a matvec output. */
+#define ROW_ALIGN 16
+/* Tokens per tile: 32 Q8_0 activation rows of 576 values take ~20 KB. */
+#define TOKEN_TILE 32
+/* Below this many multiply-adds per call the hand-off to the pool costs more than it
+ * saves; the caller does the whole product. */
+#define PARALLEL_MIN_WORK (1 << 16)
+
+size_t infer_activation_row_bytes(int type, int64_t cols) {
+    const int vdt = infer_type_vec_dot_type(type);
+    if (vdt < 0 || cols < 0) return 0;
+    const int bs = infer_type_block_size(vdt);
+    if (bs <= 0 || cols % bs) return 0;
+    return (size_t)(cols / bs) * infer_type_block_bytes(vdt);
+}
+
+typedef struct {
+    infer_quantize_fn quantize;
+    const float *x;
+    void *xq;
+    int64_t n_tokens, cols;
+    size_t xq_row_bytes;
+} quantize_task;
+
+static void quantize_worker(void *arg, int ith, int nth) {
+    const quantize_task *q = (const quantize_task *)arg;
+    const int64_t per = (q->n_tokens + nth - 1) / nth;
+    const int64_t t0 = per * ith, t1 = t0 + per < q->n_tokens ? t0 + per : q->n_tokens;
+    for (int64_t t = t0; t < t1; t++)
+        q->quantize(q->x + t * q->cols, (uint8_t *)q->xq + (size_t)t * q->xq_row_bytes, q->cols);
+}
+
+int infer_quantize_activations(int type, const float *x, int64_t n_tokens, int64_t cols, void *xq) {
+    const infer_kernel_table *k = infer_kernels();
+    const int vdt = infer_type_vec_dot_type(type);
+    const size_t xq_row_bytes = infer_activation_row_bytes(type, cols);
+    if (vdt < 0 || xq_row_bytes == 0 || !k->quantize[vdt] || n_tokens < 0) return -1;
+    quantize_task q = {k->quantize[vdt], x, xq, n_tokens, cols, xq_row_bytes};
+    if (n_tokens > 1 && n_tokens * cols >= PARALLEL_MIN_WORK)
+        infer_parallel_run(quantize_worker, &q);
+    else
+        quantize_worker(&q, 0, 1);
+    return 0;
+}
+
+typedef struct {
+    infer_vec_dot_fn dot;
+    const uint8_t *w;
+    size_t row_bytes;
+    int64_t rows, cols;
+    const uint8_t *xq;
+    size_t xq_row_bytes;
+    int64_t n_tokens;
+    float *out;   /* n_tokens x rows */
+} matmul_task;
+
+static void matmul_worker(void *arg, int ith, int nth) {
+    const matmul_task *m = (const matmul_task *)arg;
+    const int64_t units = (m->rows + ROW_ALIGN - 1) / ROW_ALIGN;
+    const int64_t per = (units + nth - 1) / nth;
+    const int64_t r0 = per * ith * ROW_ALIGN;
+    int64_t r1 = r0 + per * ROW_ALIGN;
+    if (r1 > m->rows) r1 = m->rows;
+    for (int64_t t0 = 0; t0 < m->n_tokens; t0 += TOKEN_TILE) {
+        const int64_t t1 = t0 + TOKEN_TILE < m->n_tokens ? t0 + TOKEN_TILE : m->n_tokens;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *w = m->w + (size_t)r * m->row_bytes;
+            for (int64_t t = t0; t < t1; t++)
+                m->out[t * m->rows + r] = m->dot(m->cols, w, m->xq + (size_t)t * m->xq_row_bytes);
+        }
+    }
+}
+
+int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                   const void *xq, int64_t n_tokens, float *out) {
+    const infer_kernel_table *k = infer_kernels();
+    const size_t xq_row_bytes = infer_activation_row_bytes(type, cols);
+    if (type < 0 || type >= INFER_TYPE_COUNT || !k->vec_dot[type] || xq_row_bytes == 0) return -1;
+    if (rows < 0 || n_tokens < 0) return -1;
+    matmul_task m = {k->vec_dot[type], (const uint8_t *)w, row_bytes, rows, cols,
+                     (const uint8_t *)xq, xq_row_bytes, n_tokens, out};
+    if (rows > ROW_ALIGN && rows * cols * n_tokens >= PARALLEL_MIN_WORK)
+        infer_parallel_run(matmul_worker, &m);
+    else
+        matmul_worker(&m, 0, 1);
+    return 0;
+}
+
+int infer_matvec_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                   const void *xq, float *out) {
+    return infer_matmul_q(type, w, row_bytes, rows, cols, xq, 1, out);
+}
+
+int infer_matmul(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                 const float *x, int64_t n_tokens, float *out, void *scratch) {
+    const int vdt = infer_type_vec_dot_type(type);
+    const size_t xq_row_bytes = infer_activation_row_bytes(type, cols);
+    if (vdt < 0 || xq_row_bytes == 0) return -1;
+    if (vdt == INFER_TYPE_F32)  /* float activations are used as they are */
+        return infer_matmul_q(type, w, row_bytes, rows, cols, x, n_tokens, out);
+    void *buf = scratch ? scratch : malloc(xq_row_bytes * (size_t)(n_tokens > 0 ? n_tokens : 1));
+    if (!buf) return -2;
+    int rc = infer_quantize_activations(type, x, n_tokens, cols, buf);
+    if (rc == 0) rc = infer_matmul_q(type, w, row_bytes, rows, cols, buf, n_tokens, out);
+    if (!scratch) free(buf);
+    return rc;
+}
+
+int infer_matvec(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                 const float *x, float *out, void *scratch) {
+    return infer_matmul(type, w, row_bytes, rows, cols, x, 1, out, scratch);
+}

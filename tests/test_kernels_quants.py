@@ -1,0 +1,460 @@
+"""infer.kernels quantized kernels against independent references.
+
+References: the `gguf` package's numpy quantizers and dequantizers (bit-exact), and
+float64 numpy decoders written here from the block layouts in
+/work/shared/reference/ggml-facts.md.  Every test runs on every kernel set the CPU has
+(the `isa` fixture) and on awkward block counts.
+"""
+import threading
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+from gguf import quants as gq
+
+import infer.kernels as K
+
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+
+BLOCK_COUNTS = [1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97]
+WEIGHT_FORMATS = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q8_0"]
+GGUF_QUANTIZED = ["q8_0", "q4_0", "q4_1", "q5_0", "bf16", "f16"]
+BLOCK = {"f32": 1, "f16": 1, "bf16": 1, "q4_0": 32, "q4_1": 32, "q5_0": 32, "q8_0": 32, "q8_1": 32}
+BYTES = {"f32": 4, "f16": 2, "bf16": 2, "q4_0": 18, "q4_1": 20, "q5_0": 22, "q8_0": 34, "q8_1": 36}
+# Float formats are tested on the same element counts as the block formats.
+ELEMS_PER_COUNT = 32
+
+
+def gguf_type(name):
+    return T[name.upper()]
+
+
+def awkward_values(n_blocks, seed):
+    """n_blocks x 32 float32 values: each block a different hard case for quantizers."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n_blocks, 32)).astype(np.float32)
+    for b in range(n_blocks):
+        kind = (b + seed) % 9
+        if kind == 0:
+            x[b] = 0.0                                      # d = 0 -> id = 0
+        elif kind == 1:
+            x[b] *= np.float32(10.0 ** rng.uniform(-30, 30))  # extreme (finite) scales
+        elif kind == 2:
+            x[b] = np.arange(-16, 16) + 0.5                 # exact ties for Q8_0 (amax 15.5)
+            x[b, 0] = -127.0                                # d = 1 -> x*id = k + .5
+        elif kind == 3:
+            x[b] = rng.integers(-8, 8, 32)                  # Q4_0/Q5_0 with d = 1: x + 8.5 ties
+            x[b, 5] = -8.0
+        elif kind == 4:
+            x[b] = rng.integers(0, 15, 32) + 0.5            # Q4_1 with d = 1: (x-min)*1 + .5
+            x[b, 0], x[b, 1] = 0.0, 15.0
+        elif kind == 5:
+            x[b, :] = 3.0                                   # constant block
+            x[b, 7] = -3.0                                  # +/- amax: the first one wins
+        elif kind == 6:
+            x[b] = np.float32(1e-3) * rng.standard_normal(32)
+            x[b, 31] = -x[b].__abs__().max() * 2            # largest element last
+        elif kind == 7:
+            x[b] = np.float32(6.0e4) * rng.standard_normal(32)  # near the fp16 limit
+    return x.reshape(-1)
+
+
+# ---- quantize: bit-identical to gguf ---------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("count", BLOCK_COUNTS)
+@pytest.mark.parametrize("fmt", GGUF_QUANTIZED)
+def test_quantize_matches_gguf(isa, fmt, count, seed):
+    x = awkward_values(count, seed)
+    want = gq.quantize(x, gguf_type(fmt)).view(np.uint8).reshape(-1)
+    out = np.full(want.size, 0xAB, np.uint8)
+    assert K.quantize(x, fmt, out) is out
+    np.testing.assert_array_equal(out, want)
+
+
+def ref_quantize_q8_1(x):
+    """ggml quantize_row_q8_1_ref in numpy: float32 d = amax/127, q = roundf(x*id),
+    s = fp16(float32(sum q) * d)."""
+    blocks = x.reshape(-1, 32).astype(np.float32)
+    out = np.zeros((blocks.shape[0], 36), np.uint8)
+    for b, v in enumerate(blocks):
+        d = np.float32(np.abs(v).max()) / np.float32(127)
+        idv = np.float32(1) / d if d != 0 else np.float32(0)
+        p = (v * idv).astype(np.float64)                    # the float32 product, exactly
+        q = (np.sign(p) * np.floor(np.abs(p) + 0.5)).astype(np.int8)  # half away from zero
+        s = np.float32(int(q.astype(np.int32).sum())) * d
+        out[b, 0:2] = np.array([d], np.float16).view(np.uint8)
+        out[b, 2:4] = np.array([s], np.float16).view(np.uint8)
+        out[b, 4:] = q.view(np.uint8)
+    return out.reshape(-1)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("count", BLOCK_COUNTS)
+def test_quantize_q8_1_matches_ggml_rule(isa, count, seed):
+    x = awkward_values(count, seed)
+    # Keep s finite in fp16: the extreme-scale blocks overflow it, which is not a rule.
+    x = np.clip(x, -1e3, 1e3).astype(np.float32)
+    want = ref_quantize_q8_1(x)
+    out = np.empty(want.size, np.uint8)
+    K.quantize(x, "q8_1", out)
+    np.testing.assert_array_equal(out, want)
+
+
+# ---- dequantize: bit-identical to gguf / the layout -----------------------------------------
+
+def random_blocks(fmt, count, seed):
+    """Valid encoded data: random payload bits, finite random fp16 scales."""
+    rng = np.random.default_rng(seed + 1000)
+    n = count * ELEMS_PER_COUNT
+    if fmt == "f32":
+        return rng.standard_normal(n).astype(np.float32).view(np.uint8)
+    if fmt == "f16":
+        return rng.standard_normal(n).astype(np.float16).view(np.uint8)
+    if fmt == "bf16":
+        return rng.integers(0, 1 << 16, n, dtype=np.uint16).view(np.uint8)  # any bits, NaN too
+    raw = rng.integers(0, 256, (count, BYTES[fmt]), dtype=np.uint8)
+    n_scales = 2 if fmt in ("q4_1", "q8_1") else 1
+    scales = (rng.standard_normal((count, n_scales)) * 10.0 ** rng.uniform(-4, 2, (count, 1)))
+    raw[:, : 2 * n_scales] = scales.astype(np.float16).view(np.uint8)
+    return raw.reshape(-1)
+
+
+def ref_dequantize_q8_1(raw):
+    b = raw.reshape(-1, 36)
+    d = b[:, 0:2].copy().view(np.float16).astype(np.float32)
+    return (b[:, 4:].copy().view(np.int8).astype(np.float32) * d).reshape(-1)
+
+
+def reference_dequantize(fmt, raw):
+    if fmt == "q8_1":
+        return ref_dequantize_q8_1(raw)
+    if fmt == "bf16":
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return np.asarray(gq.dequantize(raw, gguf_type(fmt)), np.float32).reshape(-1)
+
+
+@pytest.mark.parametrize("count", BLOCK_COUNTS)
+@pytest.mark.parametrize("fmt", WEIGHT_FORMATS + ["q8_1"])
+def test_dequantize_matches_reference(isa, fmt, count):
+    raw = random_blocks(fmt, count, count)
+    want = reference_dequantize(fmt, raw)
+    out = np.full(want.size, np.nan, np.float32)
+    assert K.dequantize(raw, fmt, out) is out
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("count", BLOCK_COUNTS)
+@pytest.mark.parametrize("fmt", WEIGHT_FORMATS + ["q8_1"])
+def test_dequantize_f16_matches_reference(isa, fmt, count):
+    raw = random_blocks(fmt, count, count + 7)
+    want = reference_dequantize(fmt, raw)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want16 = want.astype(np.float16)
+    out = np.zeros(want.size, np.float16)
+    assert K.dequantize_f16(raw, fmt, out) is out
+    finite = np.isfinite(want16)
+    np.testing.assert_array_equal(out.view(np.uint16)[finite], want16.view(np.uint16)[finite])
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want16))
+    # uint16 output receives the same bits
+    bits = np.zeros(want.size, np.uint16)
+    K.dequantize_f16(raw, fmt, bits)
+    np.testing.assert_array_equal(bits, out.view(np.uint16))
+
+
+def test_dequantize_accepts_read_only_sources():
+    x = awkward_values(5, 3)
+    raw = gq.quantize(x, T.Q4_1).view(np.uint8).reshape(-1)
+    want = np.empty(x.size, np.float32)
+    K.dequantize(raw, "q4_1", want)
+    ro = raw.copy()
+    ro.flags.writeable = False
+    for src in (bytes(raw), ro, memoryview(bytes(raw)), raw.reshape(5, 20)):
+        out = np.empty(x.size, np.float32)
+        K.dequantize(src, "Q4_1", out)
+        np.testing.assert_array_equal(out, want)
+    out = np.empty(x.size, np.float32)
+    K.dequantize(raw, T.Q4_1, out)      # IntEnum
+    np.testing.assert_array_equal(out, want)
+    K.dequantize(raw, 3, out)           # plain id
+    np.testing.assert_array_equal(out, want)
+
+
+# ---- dot products: matvec / matmul ----------------------------------------------------------
+
+def decode_activations(fmt, xq, n):
+    """float64 values and (for q8_1) per-block s of an activation buffer of n values."""
+    if fmt == "f32":
+        return xq.view(np.float32).astype(np.float64), None
+    b = xq.reshape(-1, BYTES[fmt])
+    d = b[:, 0:2].copy().view(np.float16).astype(np.float64)
+    off = 4 if fmt == "q8_1" else 2
+    vals = (b[:, off:].copy().view(np.int8).astype(np.float64) * d).reshape(-1)
+    s = b[:, 2:4].copy().view(np.float16).astype(np.float64).reshape(-1) if fmt == "q8_1" else None
+    return vals, s
+
+
+def reference_matvec(fmt, w_raw, rows, n, xq, act):
+    """float64: dequantized weights . dequantized activations.  Q4_1's min term uses
+    the activation's stored s (fp16 of d*sum(q)), which is what the format defines."""
+    w = reference_dequantize(fmt, w_raw).astype(np.float64).reshape(rows, n)
+    a, s = decode_activations(act, xq, n)
+    if fmt != "q4_1":
+        return w @ a
+    wb = w_raw.reshape(rows, n // 32, 20)
+    d = wb[:, :, 0:2].copy().view(np.float16).astype(np.float64)[..., 0]
+    m = wb[:, :, 2:4].copy().view(np.float16).astype(np.float64)[..., 0]
+    scaled = (w - np.repeat(m, 32, axis=1)) @ a     # sum of d*nib*y; w - m = d*nib exactly
+    del d
+    return scaled + m @ s
+
+
+def make_weights(fmt, rows, n, seed):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((rows, n)).astype(np.float32)
+    w[:, ::7] *= 3
+    return w, gq.quantize(w, gguf_type(fmt)).view(np.uint8).reshape(rows, -1)
+
+
+@pytest.mark.parametrize("count", BLOCK_COUNTS)
+@pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
+def test_matvec_against_float64(isa, fmt, count):
+    n, rows = count * 32, 1 + count % 5 * 7          # 1..29 rows
+    w_f, w = make_weights(fmt, rows, n, count)
+    x = awkward_values(count, count + 1)
+    x = np.clip(x, -50, 50).astype(np.float32)       # activations as a model makes them
+    act = K.vec_dot_type(fmt)
+
+    xq = np.empty(K.activation_bytes(fmt, n), np.uint8)
+    assert K.quantize_activations(x, fmt, xq) is xq
+    if act == "q8_0":
+        np.testing.assert_array_equal(xq, gq.quantize(x, T.Q8_0).view(np.uint8).reshape(-1))
+    elif act == "q8_1":
+        np.testing.assert_array_equal(xq, ref_quantize_q8_1(x))
+    else:
+        np.testing.assert_array_equal(xq.view(np.float32), x)
+
+    out_q = np.full(rows, np.nan, np.float32)
+    assert K.matvec_q(w, fmt, xq, out_q) is out_q
+    out = np.full(rows, np.nan, np.float32)
+    assert K.matvec(w.reshape(-1), fmt, x, out) is out
+    np.testing.assert_array_equal(out, out_q)
+
+    # Tight: against the same dequantized operands in float64.  The kernels sum each
+    # block's integer products exactly, then accumulate blocks in float32, so the error
+    # is a few float32 roundings per term: <= 3e-5 * sum |w_i * y_i|.
+    ref = reference_matvec(fmt, w.reshape(-1), rows, n, xq, act)
+    wd = reference_dequantize(fmt, w.reshape(-1)).astype(np.float64).reshape(rows, n)
+    a, _ = decode_activations(act, xq, n)
+    mag = np.abs(wd) @ np.abs(a)
+    np.testing.assert_array_less(np.abs(out - ref), 3e-5 * mag + 1e-30)
+
+    # Loose: against the float activations.  Q8 rounding moves each y_i by at most
+    # amax(block)/254, the fp16 scale by 2^-11 relative; Q4_1's s adds |m|*32*amax*2^-11.
+    x64 = x.astype(np.float64)
+    ref_x = wd @ x64
+    if act == "f32":
+        bound = 3e-5 * (np.abs(wd) @ np.abs(x64))
+    else:
+        amax = np.repeat(np.abs(x64).reshape(-1, 32).max(axis=1), 32)
+        bound = np.abs(wd) @ (amax * (0.5 / 127 + 2.0 ** -10)) + 3e-5 * mag
+        if fmt == "q4_1":
+            m = w.reshape(rows, -1, 20)[:, :, 2:4].copy().view(np.float16).astype(np.float64)[..., 0]
+            bound += np.abs(m) @ (amax[::32] * 32 * 2.0 ** -10)
+    np.testing.assert_array_less(np.abs(out - ref_x), bound + 1e-30)
+
+
+@pytest.mark.parametrize("tokens", [1, 2, 5, 33, 70])
+@pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
+def test_matmul_against_float64(isa, fmt, tokens):
+    count = 3 + tokens % 4
+    n, rows = count * 32, 37
+    _, w = make_weights(fmt, rows, n, tokens)
+    rng = np.random.default_rng(tokens)
+    X = rng.standard_normal((tokens, n)).astype(np.float32)
+    out = np.full((tokens, rows), np.nan, np.float32)
+    assert K.matmul(w, fmt, X, out) is out
+
+    Xq = np.empty(K.activation_bytes(fmt, n, tokens), np.uint8)
+    K.quantize_activations(X, fmt, Xq)
+    out_q = np.full((tokens, rows), np.nan, np.float32)
+    assert K.matmul_q(w, fmt, Xq, out_q) is out_q
+    np.testing.assert_array_equal(out, out_q)
+
+    act = K.vec_dot_type(fmt)
+    row_bytes = K.activation_bytes(fmt, n)
+    for t in range(tokens):
+        xq_t = Xq[t * row_bytes:(t + 1) * row_bytes]
+        ref = reference_matvec(fmt, w.reshape(-1), rows, n, xq_t, act)
+        wd = reference_dequantize(fmt, w.reshape(-1)).astype(np.float64).reshape(rows, n)
+        a, _ = decode_activations(act, xq_t, n)
+        np.testing.assert_array_less(np.abs(out[t] - ref), 3e-5 * (np.abs(wd) @ np.abs(a)) + 1e-30)
+        # each token's row equals the single-token mat-vec bit for bit
+        one = np.empty(rows, np.float32)
+        K.matvec_q(w, fmt, xq_t, one)
+        np.testing.assert_array_equal(out[t], one)
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0", "f16"])
+def test_threads_give_identical_results(isa, fmt):
+    rows, n, tokens = 300, 576, 3
+    _, w = make_weights(fmt, rows, n, 5)
+    X = np.random.default_rng(9).standard_normal((tokens, n)).astype(np.float32)
+    before = K.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2, 3):
+            K.set_num_threads(threads)
+            out = np.empty((tokens, rows), np.float32)
+            K.matmul(w, fmt, X, out)
+            v = np.empty(rows, np.float32)
+            K.matvec(w, fmt, X[1], v)
+            np.testing.assert_array_equal(v, out[1])
+            results.append(out)
+    finally:
+        K.set_num_threads(before)
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+
+
+def test_concurrent_callers_from_python_threads():
+    rows, n = 256, 576
+    _, w = make_weights("q4_1", rows, n, 11)
+    xs = np.random.default_rng(3).standard_normal((8, n)).astype(np.float32)
+    want = np.empty((8, rows), np.float32)
+    K.matmul(w, "q4_1", xs, want)
+    errors = []
+
+    def worker(i):
+        out = np.empty(rows, np.float32)
+        for _ in range(30):
+            K.matvec(w, "q4_1", xs[i], out)
+            if not np.array_equal(out, want[i]):
+                errors.append(i)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+# ---- misuse ---------------------------------------------------------------------------------
+
+def q41(count=2):
+    x = awkward_values(count, 0)
+    return x, gq.quantize(x, T.Q4_1).view(np.uint8).reshape(-1)
+
+
+def test_unknown_qtype():
+    x, raw = q41()
+    out = np.empty(x.size, np.float32)
+    with pytest.raises(ValueError, match="^qtype:"):
+        K.dequantize(raw, "q9_9", out)
+    with pytest.raises(ValueError, match="^qtype:"):
+        K.dequantize(raw, 123, out)
+    with pytest.raises(TypeError, match="^qtype:"):
+        K.dequantize(raw, 1.5j, out)
+    with pytest.raises(ValueError, match="^qtype:"):
+        K.matvec(raw, "q8_1", x[:32], np.empty(1, np.float32))   # not a weight format
+
+
+def test_wrong_dtypes():
+    x, raw = q41()
+    out = np.empty(x.size, np.float32)
+    with pytest.raises(TypeError, match="^src:"):
+        K.dequantize(raw.view(np.int8), "q4_1", out)
+    with pytest.raises(TypeError, match="^out:"):
+        K.dequantize(raw, "q4_1", np.empty(x.size, np.float64))
+    with pytest.raises(TypeError, match="^src:"):
+        K.quantize(x.astype(np.float64), "q4_1", np.empty(raw.size, np.uint8))
+    with pytest.raises(TypeError, match="^out:"):
+        K.dequantize_f16(raw, "q4_1", np.empty(x.size, np.float32))
+    with pytest.raises(TypeError, match="^src:"):
+        K.dequantize([1, 2, 3], "q4_1", out)
+    with pytest.raises(TypeError, match="^x:"):
+        K.matvec(raw, "q4_1", x.astype(np.float64), np.empty(1, np.float32))
+
+
+def test_non_contiguous():
+    x, raw = q41(4)
+    with pytest.raises(ValueError, match="^src:"):
+        K.dequantize(np.repeat(raw, 2)[::2], "q4_1", np.empty(x.size, np.float32))
+    with pytest.raises(ValueError, match="^out:"):
+        K.dequantize(raw, "q4_1", np.empty(2 * x.size, np.float32)[::2])
+    with pytest.raises(ValueError, match="^src:"):
+        K.quantize(np.repeat(x, 2)[::2], "q4_1", np.empty(raw.size, np.uint8))
+    w = raw.reshape(4, 20)
+    with pytest.raises(ValueError, match="^x:"):
+        K.matvec(w, "q4_1", np.repeat(x[:32], 2)[::2], np.empty(4, np.float32))
+    X = np.zeros((64, 3), np.float32).T
+    with pytest.raises(ValueError, match="^X:"):
+        K.matmul(w, "q4_1", X[:, :32], np.empty((3, 4), np.float32))
+
+
+def test_wrong_lengths():
+    x, raw = q41(3)
+    with pytest.raises(ValueError, match="^src:"):
+        K.dequantize(raw[:-1], "q4_1", np.empty(x.size, np.float32))
+    with pytest.raises(ValueError, match="^out:"):
+        K.dequantize(raw, "q4_1", np.empty(x.size - 1, np.float32))
+    with pytest.raises(ValueError, match="^out:"):
+        K.dequantize_f16(raw, "q4_1", np.empty(x.size - 32, np.float16))
+    with pytest.raises(ValueError, match="^src:"):
+        K.quantize(x[:-3], "q4_1", np.empty(raw.size, np.uint8))
+    with pytest.raises(ValueError, match="^out:"):
+        K.quantize(x, "q4_1", np.empty(raw.size - 1, np.uint8))
+    with pytest.raises(ValueError, match="^n:"):
+        K.activation_bytes("q4_1", 33)
+
+
+def test_read_only_outputs():
+    x, raw = q41()
+    out = np.empty(x.size, np.float32)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="^out:.*read-only"):
+        K.dequantize(raw, "q4_1", out)
+    with pytest.raises(ValueError, match="^out:.*read-only"):
+        K.quantize(x, "q4_1", bytes(raw.size))
+    f16 = np.empty(x.size, np.float16)
+    f16.flags.writeable = False
+    with pytest.raises(ValueError, match="^out:.*read-only"):
+        K.dequantize_f16(raw, "q4_1", f16)
+    with pytest.raises(ValueError, match="^buf:.*read-only"):
+        K.quantize_activations(x, "q4_1", bytes(K.activation_bytes("q4_1", x.size)))
+
+
+def test_mismatched_matvec_shapes():
+    rows, n = 6, 64
+    _, w = make_weights("q8_0", rows, n, 1)
+    x = np.ones(n, np.float32)
+    with pytest.raises(ValueError, match="^out:"):
+        K.matvec(w, "q8_0", x, np.empty(rows - 1, np.float32))
+    with pytest.raises(ValueError, match="^w:"):
+        K.matvec(w, "q8_0", np.ones(96, np.float32), np.empty(rows, np.float32))
+    with pytest.raises(ValueError, match="^w:"):
+        K.matvec(w.reshape(-1)[:-34], "q8_0", np.ones(96, np.float32), np.empty(rows, np.float32))
+    with pytest.raises(ValueError, match="^x:"):
+        K.matvec(w, "q8_0", np.ones(40, np.float32), np.empty(rows, np.float32))
+    X = np.ones((3, n), np.float32)
+    with pytest.raises(ValueError, match="^out:"):
+        K.matmul(w, "q8_0", X, np.empty((3, rows + 1), np.float32))
+    with pytest.raises(ValueError, match="^out:"):
+        K.matmul(w, "q8_0", X, np.empty((2, rows), np.float32))
+    with pytest.raises(ValueError, match="^X:"):
+        K.matmul(w, "q8_0", x, np.empty((1, rows), np.float32))
+    xq = np.empty(K.activation_bytes("q8_0", n), np.uint8)
+    K.quantize_activations(x, "q8_0", xq)
+    with pytest.raises(ValueError, match="^xq:"):
+        K.matvec_q(w, "q8_0", xq[:-1], np.empty(rows, np.float32))
+    with pytest.raises(ValueError, match="^buf:"):
+        K.quantize_activations(X, "q8_0", xq)
+    with pytest.raises(ValueError, match="^Xq:"):
+        K.matmul_q(w, "q8_0", xq[:-2], np.empty((2, rows), np.float32))
+
+
+def test_missing_kernel_is_a_value_error():
+    # Q5_1 has type traits in gguf but no kernel here: the table entry is NULL.
+    with pytest.raises(ValueError, match="^qtype:"):
+        K.dequantize(np.zeros(24, np.uint8), 7, np.empty(32, np.float32))
