@@ -10,12 +10,14 @@ test finds the ones that are not, without needing MSVC: it follows each file's
 """
 from __future__ import annotations
 
+import platform
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from test_selftest import setup_isa_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -134,20 +136,43 @@ def unguarded_gcc_constructs_at(path: Path, root: Path) -> list[str]:
         ROOT = saved
 
 
+# Files with known findings, reported to their owners; a new finding elsewhere fails.
+KNOWN = {
+    "kquants_avx2.c": "kquant: use INFER_ALWAYS_INLINE (infer_kernels.h) in INLINE",
+    "kquants_avx512.c": "kquant: use INFER_ALWAYS_INLINE (infer_kernels.h) in INLINE",
+}
+
+
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
 def test_no_unguarded_gcc_only_constructs(path: Path) -> None:
     findings = unguarded_gcc_constructs(path)
+    if findings and path.name in KNOWN:
+        pytest.xfail(f"known MSVC blocker, owner {KNOWN[path.name]}: {findings[0]}")
     assert not findings, (
         "GCC-only constructs MSVC would reject (guard them with #if defined(__GNUC__) or "
         "use a portable macro, e.g. _MSC_VER ? __forceinline : __attribute__((always_inline))):\n"
         + "\n".join(findings))
 
 
+def isa_groups() -> dict[str, list[Path]]:
+    groups: dict[str, list[Path]] = {}
+    for path in sorted(CSRC.glob("*.c")):
+        isa = next((i for i in ("avx2", "avx512", "neon") if path.stem.endswith("_" + i)), "plain")
+        groups.setdefault(isa, []).append(path)
+    return groups
+
+
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on PATH")
-@pytest.mark.parametrize("path", sorted(CSRC.glob("*.c")), ids=lambda p: p.name)
-def test_no_variable_length_arrays(path: Path) -> None:
-    """MSVC has no VLAs; -Werror=vla finds them (syntax check only, no ISA flags
-    needed: the files' own #if keeps SIMD code out when the target lacks it)."""
-    proc = subprocess.run(["cc", "-std=c11", "-fsyntax-only", "-Werror=vla", f"-I{CSRC}", str(path)],
-                          capture_output=True, text=True)
+@pytest.mark.parametrize("isa", ["plain", "avx2", "avx512", "neon"])
+def test_no_variable_length_arrays(isa: str) -> None:
+    """MSVC has no VLAs; -Werror=vla finds them.  A syntax check with setup.py's flags
+    for the group (a file's own #if keeps out SIMD code the host cannot compile)."""
+    files = isa_groups().get(isa, [])
+    flags = [] if isa == "plain" else setup_isa_flags()[isa]
+    if isa == "neon" and platform.machine().lower() not in ("aarch64", "arm64"):
+        flags = []  # the x86 compiler rejects -march=armv8.2-a; the file's #if empties it
+    if isa in ("avx2", "avx512") and platform.machine().lower() not in ("x86_64", "amd64"):
+        flags = []
+    proc = subprocess.run(["cc", "-std=c11", "-fsyntax-only", "-Werror=vla", f"-I{CSRC}", *flags,
+                           *map(str, files)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
