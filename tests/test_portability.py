@@ -1,8 +1,9 @@
 """The C sources build with MSVC too: no GCC-only construct outside a guard.
 
 The Windows wheels are compiled by MSVC, which has no ``__attribute__``, no
-``__builtin_*``, no GNU inline ``__asm__``, no ``__thread``/``__atomic_*`` and no
-variable-length arrays.  Such constructs are fine inside a region MSVC never compiles
+``__builtin_*``, no GNU inline ``__asm__``, no ``__thread``/``__atomic_*``, no
+variable-length arrays, and ``_Static_assert`` only under ``/std:c11`` (setuptools
+does not pass it).  Such constructs are fine inside a region MSVC never compiles
 (``#if defined(__GNUC__)``, ``#ifdef __linux__``, the ``#else`` of an ``#ifdef _WIN32``,
 an ``#if defined(__aarch64__)`` that does not also admit ``_M_ARM64``, ...).  This
 test finds the ones that are not, without needing MSVC: it follows each file's
@@ -24,10 +25,11 @@ CSRC = ROOT / "csrc"
 SOURCES = sorted(CSRC.glob("*.c")) + sorted(CSRC.glob("*.h")) + [CSRC / "selftest" / "selftest.c"]
 
 GCC_ONLY = re.compile(r"\b(__attribute__|__builtin_\w+|__asm__|__asm|asm|__thread|__atomic_\w+|"
-                      r"__sync_\w+|typeof|__typeof__|__int128|__label__)\b")
+                      r"__sync_\w+|typeof|__typeof__|__int128|__label__|_Static_assert)\b")
 # Macros only GCC-compatible compilers (or non-Windows targets) define: a branch that
-# requires one of them positively is never compiled by MSVC.
-GCC_MACROS = re.compile(r"__GNUC__|__clang__|__linux__|__APPLE__|__FreeBSD__|__unix__|"
+# requires one of them positively is never compiled by MSVC.  (__STDC_VERSION__: MSVC
+# defines it only under /std:c11, which also gives it _Static_assert.)
+GCC_MACROS = re.compile(r"__STDC_VERSION__|__GNUC__|__clang__|__linux__|__APPLE__|__FreeBSD__|__unix__|"
                         r"__x86_64__|__i386__|__aarch64__|__ARM_NEON|__AVX\w*__|__SSE\w*__|"
                         r"__F16C__|__FMA__|__ARM_FEATURE_\w+")
 MSVC_MACROS = re.compile(r"_MSC_VER|_WIN32|_WIN64|_M_X64|_M_AMD64|_M_IX86|_M_ARM64")
@@ -122,9 +124,14 @@ def test_scanner_flags_an_unguarded_attribute(tmp_path: Path) -> None:
         "#define A __attribute__((always_inline))\n"                      # guarded
         "#endif\n"
         "#if defined(__GNUC__)\nstatic int b = __builtin_ctz(4);\n#endif\n"  # guarded
-        "/* __builtin_expect in a comment */\n")
+        "/* __builtin_expect in a comment */\n"
+        "#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L\n"
+        "_Static_assert(sizeof(int) == 4, \"int\");\n"                     # guarded
+        "#endif\n"
+        "_Static_assert(sizeof(short) == 2, \"short\");\n")                # flagged
     findings = [f.split(": ", 1)[1] for f in unguarded_gcc_constructs_at(src, tmp_path)]
-    assert findings == ["__attribute__: #define INLINE static inline __attribute__((always_inline))"]
+    assert findings == ["__attribute__: #define INLINE static inline __attribute__((always_inline))",
+                        '_Static_assert: _Static_assert(sizeof(short) == 2, "short");']
 
 
 def unguarded_gcc_constructs_at(path: Path, root: Path) -> list[str]:
