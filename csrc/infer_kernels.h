@@ -46,6 +46,14 @@ typedef enum {
 #define QK_K 256
 #define K_SCALE_SIZE 12
 
+/* Force-inlined helper for SIMD files: MSVC (the Windows wheels) has no
+ * __attribute__, so use this rather than spelling the GCC attribute. */
+#if defined(_MSC_VER) && !defined(__clang__)
+#define INFER_ALWAYS_INLINE static __forceinline
+#else
+#define INFER_ALWAYS_INLINE static inline __attribute__((always_inline))
+#endif
+
 typedef uint16_t infer_half;   /* IEEE fp16 bits, little-endian */
 
 typedef struct { infer_half d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
