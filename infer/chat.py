@@ -27,6 +27,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from .generate import _held_back
 from .runtime import ContextOverflowError
 
 __all__ = [
@@ -531,7 +532,7 @@ class _ReplyParser:
                         continue
                 hit = _earliest(self.buf, self._content_markers())
                 if hit is None:
-                    keep = _partial_tail(self.buf, self._content_markers())
+                    keep = _held_back(self.buf, self._content_markers())
                     self._emit(out, _CONTENT, self.buf[:len(self.buf) - keep])
                     self.buf = self.buf[len(self.buf) - keep:]
                     break
@@ -550,7 +551,7 @@ class _ReplyParser:
                 close = self.think[1]
                 at = self.buf.find(close)
                 if at < 0:
-                    keep = _partial_tail(self.buf, [close])
+                    keep = _held_back(self.buf, [close])
                     self._emit(out, _THINK, self.buf[:len(self.buf) - keep])
                     self.buf = self.buf[len(self.buf) - keep:]
                     break
@@ -613,17 +614,6 @@ def _earliest(text: str, markers: Sequence[str]) -> Optional[tuple[int, str]]:
         if at >= 0 and (best is None or at < best[0] or (at == best[0] and len(m) > len(best[1]))):
             best = (at, m)
     return best
-
-
-def _partial_tail(text: str, markers: Sequence[str]) -> int:
-    """Length of the longest tail of ``text`` that is a proper prefix of a marker."""
-    longest = 0
-    for m in markers:
-        for k in range(min(len(m) - 1, len(text)), longest, -1):
-            if text.endswith(m[:k]):
-                longest = k
-                break
-    return longest
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
