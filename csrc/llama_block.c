@@ -150,15 +150,31 @@ static void run_chunk(decode_team *d, int64_t c) {
         }
         d->kt->silu_mul(s->gate + r0, s->up + r0, s->gate + r0, r1 - r0);
     } else {
-        /* query head c: RoPE, then attention over positions 0..pos of its KV head */
+        /* KV head c and the query heads that read it: RoPE on the queries, then
+         * attention over positions 0..pos, reading each cache row once for all */
         const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
         const size_t kv_elt = s->kv_f16 ? sizeof(infer_half) : sizeof(float);
         const size_t layer_off = (size_t)j->layer * m->n_kv_heads * s->n_ctx * hd;
-        const size_t head_off = (layer_off + (size_t)(c / group) * s->n_ctx * hd) * kv_elt;
-        float *q = s->q + (size_t)c * hd;
-        d->kt->rope_norm(q, s->rope_cos, s->rope_sin, hd);
-        d->attn(q, (const char *)s->k_cache + head_off, (const char *)s->v_cache + head_off,
-                d->pos + 1, hd, 1.0f / sqrtf((float)hd), s->att + (size_t)c * hd);
+        const size_t head_off = (layer_off + (size_t)c * s->n_ctx * hd) * kv_elt;
+        const float *qs[INFER_ATTN_MAX_Q];
+        float *outs[INFER_ATTN_MAX_Q];
+        int64_t lo[INFER_ATTN_MAX_Q], hi[INFER_ATTN_MAX_Q];
+        int per_call = INFER_ATTN_MAX_Q;
+        if (per_call * hd > INFER_ATTN_MAX_QD) per_call = INFER_ATTN_MAX_QD / hd;
+        for (int g0 = 0; g0 < group; g0 += per_call) {
+            int n_q = group - g0 < per_call ? group - g0 : per_call;
+            for (int u = 0; u < n_q; u++) {
+                int h = (int)c * group + g0 + u;
+                float *q = s->q + (size_t)h * hd;
+                d->kt->rope_norm(q, s->rope_cos, s->rope_sin, hd);
+                qs[u] = q;
+                outs[u] = s->att + (size_t)h * hd;
+                lo[u] = 0;
+                hi[u] = d->pos;
+            }
+            d->attn(n_q, qs, outs, lo, hi, (const char *)s->k_cache + head_off,
+                    (const char *)s->v_cache + head_off, hd, 1.0f / sqrtf((float)hd), NULL);
+        }
     }
 }
 
@@ -227,7 +243,7 @@ static void decode_leader(decode_team *d, int nth) {
         store_kv((char *)s->v_cache + layer_off, s->v, m->n_kv_heads, hd, s->n_ctx, d->pos, s->kv_f16);
         j->kind = JOB_ATTENTION;
         j->layer = l;
-        run_job(d, m->n_heads, nth);
+        run_job(d, m->n_kv_heads, nth);
 
         j->mats[0] = &L->wo; j->outs[0] = s->h;
         quantize_inputs(d, s->att, q_dim, 1);
@@ -280,6 +296,9 @@ static int matrix_ok(const infer_kernel_table *kt, const infer_llama_matrix *w) 
 
 int infer_llama_decode(const infer_llama_model *m, infer_llama_state *s, int token, int pos) {
     if (token < 0 || token >= m->vocab_size || pos < 0 || pos >= s->n_ctx) return -2;
+    if (m->head_dim < 2 || m->head_dim % 2 || m->head_dim > INFER_ATTN_MAX_HEAD_DIM ||
+        m->n_kv_heads < 1 || m->n_heads % m->n_kv_heads)
+        return -2;
     const infer_kernel_table *kt = infer_kernels();
     if (!kt->rmsnorm || !kt->silu_mul || !kt->add || !kt->rope_norm ||
         !(s->kv_f16 ? kt->attn_f16 : kt->attn_f32) || m->embd.type < 0 || m->embd.type >= INFER_TYPE_COUNT ||
