@@ -43,27 +43,27 @@ import numpy as np
 __all__ = ["Sampler"]
 
 
-def _check_number(name: str, value, lo: float = -math.inf, hi: float = math.inf,
+def _check_number(name: str, value: object, lo: float = -math.inf, hi: float = math.inf,
                   lo_open: bool = False, hi_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
-    value = float(value)
-    if math.isnan(value):
+    number = float(value)
+    if math.isnan(number):
         raise ValueError(f"{name}: must not be NaN")
-    if value < lo or (lo_open and value == lo) or value > hi or (hi_open and value == hi):
+    if number < lo or (lo_open and number == lo) or number > hi or (hi_open and number == hi):
         left = "(" if lo_open else "["
         right = ")" if hi_open else "]"
-        raise ValueError(f"{name}: must be in {left}{lo}, {hi}{right}, got {value}")
-    return value
+        raise ValueError(f"{name}: must be in {left}{lo}, {hi}{right}, got {number}")
+    return number
 
 
-def _check_int(name: str, value, lo: Optional[int] = None) -> int:
+def _check_int(name: str, value: object, lo: Optional[int] = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
-    value = int(value)
-    if lo is not None and value < lo:
-        raise ValueError(f"{name}: must be >= {lo}, got {value}")
-    return value
+    number = int(value)
+    if lo is not None and number < lo:
+        raise ValueError(f"{name}: must be >= {lo}, got {number}")
+    return number
 
 
 class Sampler:
@@ -111,7 +111,7 @@ class Sampler:
         self._seed_arg = seed
         self.seed: int = 0
         self._rng: np.random.Generator
-        self._window: deque = deque()
+        self._window: deque[int] = deque()
         self._buf = np.empty(0, dtype=np.float32)
         self._counts: dict[int, int] = {}
         self.reset()
@@ -173,7 +173,7 @@ class Sampler:
         out[slice(None) if ids is None else ids] = w.astype(np.float64) / w.sum(dtype=np.float64)
         return out
 
-    def _candidates(self, logits: np.ndarray):
+    def _candidates(self, logits: np.ndarray) -> tuple[Optional[np.ndarray], np.ndarray]:
         """Survivors of the chain (ids in draw order, or None for all ids in order)
         and their unnormalised weights (possibly a view of a scratch buffer)."""
         x, imax = self._check_logits(logits)
@@ -212,7 +212,7 @@ class Sampler:
             np.divide(w, np.float32(temperature), out=w)
         return np.exp(w, out=w)
 
-    def _check_logits(self, logits) -> np.ndarray:
+    def _check_logits(self, logits: object) -> tuple[np.ndarray, int]:
         if not isinstance(logits, np.ndarray):
             raise TypeError(f"logits: expected a numpy array, got {type(logits).__name__}")
         if logits.ndim != 1 or logits.shape[0] == 0:
@@ -253,7 +253,7 @@ class Sampler:
             x[toks] = v
         return x
 
-    def _top_k(self, x: np.ndarray, n: int):
+    def _top_k(self, x: np.ndarray, n: int) -> tuple[Optional[np.ndarray], np.ndarray, bool]:
         """Candidates (ids, logits) after top-k; sorted descending when top-k ran."""
         k = self.top_k
         if 0 < k < n:
@@ -271,7 +271,8 @@ class Sampler:
         ids = np.flatnonzero(finite)
         return ids, x[ids], False
 
-    def _top_p(self, x, ids, vals, is_sorted: bool, top: float):
+    def _top_p(self, x: np.ndarray, ids: Optional[np.ndarray], vals: np.ndarray, is_sorted: bool,
+               top: float) -> tuple[np.ndarray, np.ndarray]:
         p = self.top_p
         # Softmax weights relative to the largest logit; float32 exp, float64 sums.
         shift = np.float32(top)
@@ -292,6 +293,7 @@ class Sampler:
                     break
                 m *= 8
             ids, vals = s_ids, s_vals
+        assert ids is not None  # only an unsorted "every token" comes without ids
         cum = np.cumsum(np.exp(vals - shift, dtype=np.float32), dtype=np.float64)
         cut = _crossing(cum, p * total)
         return ids[:cut], vals[:cut]
@@ -345,17 +347,16 @@ def _draw(w: np.ndarray, u: float) -> int:
     i = min(i, n - 1)
     while w[i] == 0 and i > 0:  # rounding at a block edge must not pick a banned token
         i -= 1
-    return i
+    return int(i)
 
 
 def _crossing(cum: np.ndarray, target: float) -> int:
     """Length of the shortest prefix whose mass reaches ``target`` (all if none does)."""
     i = int(np.searchsorted(cum, target, side="left"))
-    return min(i + 1, cum.shape[0])
+    return min(i + 1, int(cum.shape[0]))
 
 
-def _sort_desc(ids: np.ndarray, vals: np.ndarray):
-    """Sort by decreasing logit, ties by increasing id (ids must be increasing already,
-    or any order: the stable sort on ids first makes it so)."""
+def _sort_desc(ids: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort by decreasing logit, ties by increasing id."""
     order = np.lexsort((ids, -vals))
     return ids[order], vals[order]
