@@ -13,10 +13,8 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
-#define INLINE static inline __attribute__((always_inline))
-
 /* Index vector for permutexvar_epi16: lane i takes source lane base + i/width. */
-INLINE __m512i run_index(int base, int width) {
+KQ_INLINE __m512i run_index(int base, int width) {
     int16_t idx[32];
     for (int i = 0; i < 32; i++) idx[i] = (int16_t)(base + i / width);
     return _mm512_loadu_si512(idx);
@@ -58,7 +56,9 @@ static float infer_vec_dot_q4_K_q8_K_avx512(int64_t n, const void *w, const void
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
     }
-    return _mm512_reduce_add_ps(acc) - (acc_m[0] + acc_m[1] + acc_m[2] + acc_m[3]);
+    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+    return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(acc_m);
 }
 
 /* ---- Q6_K ------------------------------------------------------------------- */
