@@ -1,6 +1,6 @@
 /* kquants_avx512.c: Q4_K and Q6_K dot products with Q8_K, AVX-512 F/BW/VL + VNNI.
  *
- * As the AVX2 file, on 64 elements at a time: maddubs (unsigned weight quant x signed
+ * As the AVX2 file, on 64 elements per instruction: maddubs (unsigned weight quant x signed
  * activation, pairs into int16), then VNNI's dpwssd multiplies those by the int16
  * sub-block scales and accumulates into int32 in one instruction.  The scale of
  * each int16 lane comes from one permutexvar of the block's scales.  Offsets (Q4_K's
@@ -20,15 +20,24 @@ KQ_INLINE __m512i run_index(int base, int width) {
     return _mm512_loadu_si512(idx);
 }
 
+/* Index vector: lanes 0..15 take source lane a, lanes 16..31 lane b. */
+KQ_INLINE __m512i run_pair_index(int a, int b) {
+    int16_t idx[32];
+    for (int i = 0; i < 32; i++) idx[i] = (int16_t)(i < 16 ? a : b);
+    return _mm512_loadu_si512(idx);
+}
+
 /* ---- Q4_K ------------------------------------------------------------------- */
 
+/* Two 128-element steps per super-block.  One 64-byte load of qs holds chunks 2s and
+ * 2s+1 (32 bytes each); their low nibbles are sub-blocks 4s and 4s+2, their high
+ * nibbles 4s+1 and 4s+3, so the matching activations are gathered from two places. */
 static float infer_vec_dot_q4_K_q8_K_avx512(int64_t n, const void *w, const void *a) {
     const block_q4_K *x = w;
     const block_q8_K *y = a;
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    /* iteration j covers sub-blocks 2j (lanes 0..15) and 2j+1 (lanes 16..31) */
-    const __m512i idx[4] = {run_index(0, 16), run_index(2, 16), run_index(4, 16),
-                            run_index(6, 16)};
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i idx_lo[2] = {run_pair_index(0, 2), run_pair_index(4, 6)};
+    const __m512i idx_hi[2] = {run_pair_index(1, 3), run_pair_index(5, 7)};
     __m512 acc = _mm512_setzero_ps();
     __m128 acc_m = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -43,16 +52,20 @@ static float infer_vec_dot_q4_K_q8_K_avx512(int64_t n, const void *w, const void
                              acc_m);
 
         const __m512i scales = _mm512_castsi256_si512(sm16);
-        const uint8_t *q4 = x[i].qs;
-        const int8_t *q8 = y[i].qs;
         __m512i sumi = _mm512_setzero_si512();
-        for (int j = 0; j < QK_K / 64; j++, q4 += 32, q8 += 64) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)q4);
-            const __m512i q64 = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_and_si256(q, low4)),
-                _mm256_and_si256(_mm256_srli_epi16(q, 4), low4), 1);
-            const __m512i p = _mm512_maddubs_epi16(q64, _mm512_loadu_si512(q8));
-            sumi = _mm512_dpwssd_epi32(sumi, p, _mm512_permutexvar_epi16(idx[j], scales));
+        for (int s = 0; s < 2; s++) {
+            const __m512i q = _mm512_loadu_si512(x[i].qs + 64 * s);
+            const int8_t *q8 = y[i].qs + 128 * s;
+            const __m512i a_lo = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q8)),
+                _mm256_loadu_si256((const __m256i *)(q8 + 64)), 1);
+            const __m512i a_hi = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q8 + 32))),
+                _mm256_loadu_si256((const __m256i *)(q8 + 96)), 1);
+            const __m512i p_lo = _mm512_maddubs_epi16(_mm512_and_si512(q, low4), a_lo);
+            const __m512i p_hi = _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(q, 4), low4), a_hi);
+            sumi = _mm512_dpwssd_epi32(sumi, p_lo, _mm512_permutexvar_epi16(idx_lo[s], scales));
+            sumi = _mm512_dpwssd_epi32(sumi, p_hi, _mm512_permutexvar_epi16(idx_hi[s], scales));
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
     }
