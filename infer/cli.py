@@ -171,9 +171,12 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{k} x{v}" for k, v in sorted(report.type_counts().items(), key=lambda kv: -kv[1]))
     print(f"wrote {args.output}: {report.bytes_out / 2**20:.1f} MiB (from {report.bytes_in / 2**20:.1f} MiB) "
           f"in {report.seconds:.1f} s; tensors: {counts}")
-    if report.n_fallback:
-        print(f"{report.n_fallback} tensors have rows that are not whole {args.type} blocks "
-              f"and use a fallback type (as llama.cpp does)")
+    n = report.n_fallback
+    if n:
+        detail = ", ".join(f"{k} x{v}" for k, v in report.fallbacks().items())
+        print(f"{n} tensor{'s' if n != 1 else ''} fell back to another type because "
+              f"{'their rows are' if n != 1 else 'its rows are'} not whole blocks of the type chosen, "
+              f"as llama.cpp does: {detail}")
     return 0
 
 
