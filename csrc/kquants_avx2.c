@@ -58,18 +58,15 @@ static float infer_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const float dmin = _cvtsh_ss(x[i].dmin) * y[i].d;
-        uint8_t sm[16];
-        infer_q4_K_unpack_scales(x[i].scales, sm);
-        const __m128i sm16_lo = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm));
-        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8)));
+        const __m128i sm = infer_q4_K_unpack_scales_sse(x[i].scales);
 
         /* Σ_j m_j·(bsums[2j] + bsums[2j+1]) */
         const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[i].bsums),
                                           _mm_loadu_si128((const __m128i *)y[i].bsums + 1));
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(bs, mins16)),
-                             acc_m);
+        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(bs, mins16)), acc_m);
 
-        const __m256i scales = _mm256_broadcastsi128_si256(sm16_lo);
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const uint8_t *q4 = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
