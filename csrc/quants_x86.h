@@ -51,7 +51,8 @@ static inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
 #if X86_VNNI
     return _mm256_dpbusd_epi32(acc, u, s);
 #else
-    const __m256i p16 = _mm256_maddubs_epi16(u, s);   /* at most 2*255*127: no saturation here */
+    /* vpmaddubsw saturates pair sums to int16: callers keep u <= 128 (2*128*127 fits). */
+    const __m256i p16 = _mm256_maddubs_epi16(u, s);
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 #endif
 }
@@ -442,13 +443,24 @@ static void KERNEL(vec_dot_4_q8_0_q8_0)(int64_t n, const void *w, size_t row_byt
     const block_q8_0 *y = (const block_q8_0 *)a;
     const uint8_t *x = (const uint8_t *)w;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    const __m256i flip = _mm256_set1_epi8((char)0x80);   /* x ^ 0x80 = x + 128 as unsigned */
+#if X86_VNNI
+    /* x ^ 0x80 = x + 128 as unsigned; vpdpbusd sums into int32 without saturating.
+     * (vpmaddubsw would saturate 255*127*2 in int16, hence the sign trick below.) */
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+#endif
     for (int64_t b = 0; b < n / QK8_0; b++, x += sizeof(block_q8_0)) {
         const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
-        const __m256i offset = minus_sum_times(128, yv);
         const __m128 scale = _mm_mul_ps(load_half_x4(x, row_bytes), _mm_set1_ps(half_to_float(y[b].d)));
-        DOT4_BLOCK(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + k * row_bytes))->qs), flip),
-                   yv, scale, offset)
+#define XK _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + k * row_bytes))->qs)
+#if X86_VNNI
+        const __m256i offset = minus_sum_times(128, yv);
+        DOT4_BLOCK(_mm256_xor_si256(XK, flip), yv, scale, offset)
+#else
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8s8(_mm256_setzero_si256(), XK, yv)),
+                                     LANE(scale, k), acc[k]);
+#endif
+#undef XK
     }
     store_hsum4(out, acc);
 }
