@@ -458,3 +458,40 @@ def test_missing_kernel_is_a_value_error():
     # Q5_1 has type traits in gguf but no kernel here: the table entry is NULL.
     with pytest.raises(ValueError, match="^qtype:"):
         K.dequantize(np.zeros(24, np.uint8), 7, np.empty(32, np.float32))
+
+
+def test_matvec_accepts_read_only_weights(tmp_path):
+    rows, n = 9, 96
+    _, w = make_weights("q4_1", rows, n, 2)
+    x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    want = np.empty(rows, np.float32)
+    K.matvec(w, "q4_1", x, want)
+    path = tmp_path / "w.bin"
+    w.tofile(path)
+    mapped = np.memmap(path, dtype=np.uint8, mode="r", shape=w.shape)
+    ro = w.copy()
+    ro.flags.writeable = False
+    for src in (mapped, ro, bytes(w), memoryview(bytes(w)), w.reshape(-1)):
+        out = np.empty(rows, np.float32)
+        K.matvec(src, "q4_1", x, out)
+        np.testing.assert_array_equal(out, want)
+    del mapped
+
+
+def test_bad_weight_buffers():
+    rows, n = 4, 64
+    _, w = make_weights("q8_0", rows, n, 1)
+    x = np.ones(n, np.float32)
+    out = np.empty(rows, np.float32)
+    wide = np.zeros((rows, 2 * w.shape[1]), np.uint8)
+    wide[:, : w.shape[1]] = w
+    with pytest.raises(ValueError, match="^w:"):
+        K.matvec(wide[:, : w.shape[1]], "q8_0", x, out)          # rows not contiguous
+    with pytest.raises(TypeError, match="^w:"):
+        K.matvec(w.view(np.int8), "q8_0", x, out)
+    with pytest.raises(TypeError, match="^w:"):
+        K.matvec(w.reshape(-1).view(np.uint16), "q8_0", x, out)
+    with pytest.raises(ValueError, match="^w:"):
+        K.matvec(w.reshape(2, 2, -1), "q8_0", x, out)
+    with pytest.raises(TypeError, match="^w:"):
+        K.matvec(None, "q8_0", x, out)
