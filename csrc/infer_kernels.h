@@ -197,6 +197,12 @@ int infer_matvec_q(int type, const void *w, size_t row_bytes, int64_t rows, int6
                    const void *xq, float *out);
 int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                    const void *xq, int64_t n_tokens, float *out);
+/* Rows [r0, r1) of infer_matmul_q on the calling thread only, for callers that split
+ * the rows over their own threads (a fused block inside infer_parallel_run): uses the
+ * four-row kernels and prefetching.  out[t * out_stride + r] for r in [r0, r1). */
+int infer_matmul_rows(int type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
+                      int64_t r1, const void *xq, int64_t n_tokens, float *out,
+                      int64_t out_stride);
 /* Quantize then multiply; scratch holds n_tokens activation rows, or NULL to allocate. */
 int infer_matvec(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                  const float *x, float *out, void *scratch);

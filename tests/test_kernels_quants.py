@@ -495,3 +495,31 @@ def test_bad_weight_buffers():
         K.matvec(w.reshape(2, 2, -1), "q8_0", x, out)
     with pytest.raises(TypeError, match="^w:"):
         K.matvec(None, "q8_0", x, out)
+
+
+def test_c_matmul_rows_computes_only_its_range(isa):
+    """infer_matmul_rows (C API for fused callers) against the Python mat-mul."""
+    import ctypes
+
+    lib = ctypes.CDLL(K.__file__)
+    f = lib.infer_matmul_rows
+    f.restype = ctypes.c_int
+    f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64, ctypes.c_int64,
+                  ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
+    rows, n, tokens = 23, 96, 3
+    for fmt in ("q4_1", "q8_0", "f16"):
+        _, w = make_weights(fmt, rows, n, 4)
+        X = np.random.default_rng(2).standard_normal((tokens, n)).astype(np.float32)
+        want = np.empty((tokens, rows), np.float32)
+        K.matmul(w, fmt, X, want)
+        Xq = np.empty(K.activation_bytes(fmt, n, tokens), np.uint8)
+        K.quantize_activations(X, fmt, Xq)
+        stride = rows + 5
+        out = np.full((tokens, stride), -7.0, np.float32)
+        r0, r1 = 3, 18
+        rc = f(K.type_id(fmt), w.ctypes.data, w.shape[1], n, r0, r1, Xq.ctypes.data, tokens,
+               out.ctypes.data, stride)
+        assert rc == 0
+        np.testing.assert_array_equal(out[:, r0:r1], want[:, r0:r1])
+        assert (out[:, :r0] == -7.0).all() and (out[:, r1:] == -7.0).all()
+    assert f(5, w.ctypes.data, 0, n, 0, 1, Xq.ctypes.data, 1, out.ctypes.data, 1) == -1
