@@ -520,6 +520,8 @@ def test_c_matmul_rows_computes_only_its_range(isa):
         rc = f(K.type_id(fmt), w.ctypes.data, w.shape[1], n, r0, r1, Xq.ctypes.data, tokens,
                out.ctypes.data, stride)
         assert rc == 0
-        np.testing.assert_array_equal(out[:, r0:r1], want[:, r0:r1])
+        # Rows are grouped by four from r0, so a row may take the one-row kernel here and
+        # the four-row kernel in the full product: equal up to float32 summation order.
+        np.testing.assert_allclose(out[:, r0:r1], want[:, r0:r1], rtol=1e-5, atol=1e-5)
         assert (out[:, :r0] == -7.0).all() and (out[:, r1:] == -7.0).all()
     assert f(5, w.ctypes.data, 0, n, 0, 1, Xq.ctypes.data, 1, out.ctypes.data, 1) == -1
