@@ -87,6 +87,7 @@ static int64_t claim_chunk(volatile int64_t *next) {
 typedef struct {
     infer_vec_dot_fn dot;
     infer_vec_dot_4_fn dot4;   /* may be NULL */
+    infer_vec_dot_4x4_fn dot4x4;   /* may be NULL */
     const uint8_t *w;
     size_t row_bytes;
     int64_t rows, cols;
@@ -109,7 +110,13 @@ static void matmul_rows(const matmul_task *m, int64_t r0, int64_t r1) {
                 const uint8_t *w = m->w + (size_t)r * m->row_bytes;
                 if (t0 == 0 && r + PREFETCH_ROWS + 4 <= m->rows)
                     prefetch_rows(w + PREFETCH_ROWS * m->row_bytes, 4 * m->row_bytes);
-                for (int64_t t = t0; t < t1; t++) {
+                int64_t t = t0;
+                if (m->dot4x4)
+                    for (; t + 4 <= t1; t += 4)
+                        m->dot4x4(m->cols, w, m->row_bytes, m->xq + (size_t)t * m->xq_row_bytes,
+                                  m->xq_row_bytes, m->out + t * m->out_stride + r,
+                                  (size_t)m->out_stride);
+                for (; t < t1; t++) {
                     float o[4];
                     m->dot4(m->cols, w, m->row_bytes, m->xq + (size_t)t * m->xq_row_bytes, o);
                     float *dst = m->out + t * m->out_stride + r;
@@ -145,7 +152,7 @@ int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int6
     const size_t xq_row_bytes = infer_activation_row_bytes(type, cols);
     if (type < 0 || type >= INFER_TYPE_COUNT || !k->vec_dot[type] || xq_row_bytes == 0) return -1;
     if (rows < 0 || n_tokens < 0) return -1;
-    matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], (const uint8_t *)w, row_bytes, rows,
+    matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], (const uint8_t *)w, row_bytes, rows,
                      cols, (const uint8_t *)xq, xq_row_bytes, n_tokens, out, rows, rows, 0};
     const int nth = rows > ROW_ALIGN && rows * cols * n_tokens >= PARALLEL_MIN_WORK
                         ? infer_get_num_threads() : 1;
@@ -169,7 +176,7 @@ int infer_matmul_rows(int type, const void *w, size_t row_bytes, int64_t cols, i
     const size_t xq_row_bytes = infer_activation_row_bytes(type, cols);
     if (type < 0 || type >= INFER_TYPE_COUNT || !k->vec_dot[type] || xq_row_bytes == 0) return -1;
     if (r0 < 0 || r1 < r0 || n_tokens < 0) return -1;
-    matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], (const uint8_t *)w, row_bytes, r1,
+    matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], (const uint8_t *)w, row_bytes, r1,
                      cols, (const uint8_t *)xq, xq_row_bytes, n_tokens, out, out_stride, r1, 0};
     matmul_rows(&m, r0, r1);
     return 0;

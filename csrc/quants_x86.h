@@ -465,6 +465,76 @@ static void KERNEL(vec_dot_4_q8_0_q8_0)(int64_t n, const void *w, size_t row_byt
     store_hsum4(out, acc);
 }
 
+/* Four weight rows against four tokens.  Each weight block is unpacked once and
+ * used for the four tokens; each activation block is loaded once for the four rows.
+ * Sixteen accumulators: meant for the 32 vector registers of AVX-512 (the AVX2 build
+ * spills some to L1 and is still faster than four-row calls per token). */
+#define DOT4X4_BEGIN(block_type)                                                        \
+    const uint8_t *x = (const uint8_t *)w;                                             \
+    __m256 acc[4][4];                                                                  \
+    for (int t = 0; t < 4; t++)                                                        \
+        for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();                   \
+    for (int64_t b = 0; b < n / 32; b++, x += sizeof(block_type)) {
+
+#define DOT4X4_END                                                                     \
+    }                                                                                  \
+    for (int t = 0; t < 4; t++) store_hsum4(out + t * out_stride, acc[t]);
+
+/* Weights whose value is (unsigned byte - c) times a per-block fp16 scale d at offset 0. */
+#define DOT4X4_OFFSET_KERNEL(name, block_type, act_type, unpack, c)                     \
+    static void KERNEL(name)(int64_t n, const void *w, size_t row_bytes, const void *a,  \
+                             size_t a_stride, float *out, size_t out_stride) {          \
+        DOT4X4_BEGIN(block_type)                                                        \
+        __m256i u[4];                                                                   \
+        for (int k = 0; k < 4; k++) u[k] = unpack((const block_type *)(x + k * row_bytes)); \
+        const __m128 dx = load_half_x4(x, row_bytes);                                   \
+        for (int t = 0; t < 4; t++) {                                                   \
+            const act_type *y = (const act_type *)((const uint8_t *)a + t * a_stride) + b; \
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);              \
+            const __m256i offset = minus_sum_times(c, yv);                              \
+            const __m128 scale = _mm_mul_ps(dx, _mm_set1_ps(half_to_float(y->d)));      \
+            for (int k = 0; k < 4; k++)                                                 \
+                acc[t][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(offset, u[k], yv)), \
+                                            LANE(scale, k), acc[t][k]);                 \
+        }                                                                               \
+        DOT4X4_END                                                                      \
+    }
+
+#define UNPACK_Q4_0(blk) unpack_nibbles((blk)->qs)
+#define UNPACK_Q8_0_FLIPPED(blk) _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk)->qs), \
+                                                  _mm256_set1_epi8((char)0x80))
+DOT4X4_OFFSET_KERNEL(vec_dot_4x4_q4_0_q8_0, block_q4_0, block_q8_0, UNPACK_Q4_0, 8)
+DOT4X4_OFFSET_KERNEL(vec_dot_4x4_q5_0_q8_0, block_q5_0, block_q8_0, unpack_q5_0_unsigned, 16)
+#if X86_VNNI
+DOT4X4_OFFSET_KERNEL(vec_dot_4x4_q8_0_q8_0, block_q8_0, block_q8_0, UNPACK_Q8_0_FLIPPED, 128)
+#endif
+
+static void KERNEL(vec_dot_4x4_q4_1_q8_1)(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                          size_t a_stride, float *out, size_t out_stride) {
+    __m256 mins[4];   /* per token; odd lanes: sum of m_k * s */
+    for (int t = 0; t < 4; t++) mins[t] = _mm256_setzero_ps();
+    DOT4X4_BEGIN(block_q4_1)
+    __m256i u[4];
+    for (int k = 0; k < 4; k++) u[k] = unpack_nibbles(((const block_q4_1 *)(x + k * row_bytes))->qs);
+    const __m256 dm = _mm256_cvtph_ps(load_u32_x4(x, row_bytes));   /* d0 m0 d1 m1 ... */
+    for (int t = 0; t < 4; t++) {
+        const block_q8_1 *y = (const block_q8_1 *)((const uint8_t *)a + t * a_stride) + b;
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
+        const __m128 ysf = _mm_cvtph_ps(_mm_cvtsi32_si128(load_u32((const uint8_t *)&y->d)));
+        const __m256 ds = _mm256_mul_ps(dm, _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(ysf))));
+        mins[t] = _mm256_add_ps(mins[t], ds);
+        for (int k = 0; k < 4; k++)
+            acc[t][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(_mm256_setzero_si256(), u[k], yv)),
+                                        _mm256_permutevar8x32_ps(ds, _mm256_set1_epi32(2 * k)), acc[t][k]);
+    }
+    DOT4X4_END
+    for (int t = 0; t < 4; t++) {
+        const __m256 odd = _mm256_permutevar8x32_ps(mins[t], _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
+        float *o = out + t * out_stride;
+        _mm_storeu_ps(o, _mm_add_ps(_mm_loadu_ps(o), _mm256_castps256_ps128(odd)));
+    }
+}
+
 /* Float rows: 4 accumulators of 8 lanes, then a scalar tail. */
 #define FLOAT_DOT(name, load_w, scalar_w)                                              \
     static float KERNEL(name)(int64_t n, const void *w, const void *a) {              \
@@ -529,6 +599,13 @@ static void KERNEL(fill_quants_x86)(infer_kernel_table *t) {
     t->vec_dot_4[INFER_TYPE_Q4_1] = KERNEL(vec_dot_4_q4_1_q8_1);
     t->vec_dot_4[INFER_TYPE_Q5_0] = KERNEL(vec_dot_4_q5_0_q8_0);
     t->vec_dot_4[INFER_TYPE_Q8_0] = KERNEL(vec_dot_4_q8_0_q8_0);
+
+    t->vec_dot_4x4[INFER_TYPE_Q4_0] = KERNEL(vec_dot_4x4_q4_0_q8_0);
+    t->vec_dot_4x4[INFER_TYPE_Q4_1] = KERNEL(vec_dot_4x4_q4_1_q8_1);
+    t->vec_dot_4x4[INFER_TYPE_Q5_0] = KERNEL(vec_dot_4x4_q5_0_q8_0);
+#if X86_VNNI
+    t->vec_dot_4x4[INFER_TYPE_Q8_0] = KERNEL(vec_dot_4x4_q8_0_q8_0);
+#endif
 }
 
 #endif
