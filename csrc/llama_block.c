@@ -180,10 +180,8 @@ static void decode_worker(void *arg, int ith, int nth) {
 
         for (int h = ith; h < m->n_heads; h += nth) {
             const size_t head_off = (size_t)(h / group) * s->n_ctx * hd * kv_elt;
-            const float *qh = s->q + (size_t)h * hd;
-            float *oh = s->att + (size_t)h * hd;
-            const int64_t lo = 0, hi = n - 1;
-            j->attn(1, &qh, &oh, &lo, &hi, kc + head_off, vc + head_off, hd, scale, NULL);
+            j->attn(s->q + (size_t)h * hd, kc + head_off, vc + head_off, n, hd, scale,
+                    s->att + (size_t)h * hd);
         }
         barrier_wait(&j->barrier, nth);
 
