@@ -340,16 +340,29 @@ static ALWAYS_INLINE void attn_avx512(int64_t n_q, const float *const *q, float 
     }
 }
 
-static void attn_f32_avx512(int64_t n_q, const float *const *q, float *const *out,
-                            const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                            int64_t d, float scale, float *ml) {
+static void attn_block_f32_avx512(int64_t n_q, const float *const *q, float *const *out,
+                                  const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                  int64_t d, float scale, float *ml) {
     attn_avx512(n_q, q, out, lo, hi, k, v, d, scale, ml, 0);
 }
 
-static void attn_f16_avx512(int64_t n_q, const float *const *q, float *const *out,
-                            const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                            int64_t d, float scale, float *ml) {
+static void attn_block_f16_avx512(int64_t n_q, const float *const *q, float *const *out,
+                                  const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                  int64_t d, float scale, float *ml) {
     attn_avx512(n_q, q, out, lo, hi, k, v, d, scale, ml, 1);
+}
+
+/* The one-query entries: rows [0, n_pos) of k and v. */
+static void attn_f32_avx512(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f32_avx512(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
+}
+
+static void attn_f16_avx512(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f16_avx512(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
 }
 
 void infer_fill_ops_avx512(infer_kernel_table *t) {
@@ -364,5 +377,7 @@ void infer_fill_ops_avx512(infer_kernel_table *t) {
     t->rope_neox = rope_neox_avx512;
     t->attn_f32 = attn_f32_avx512;
     t->attn_f16 = attn_f16_avx512;
+    t->attn_block_f32 = attn_block_f32_avx512;
+    t->attn_block_f16 = attn_block_f16_avx512;
 }
 #endif

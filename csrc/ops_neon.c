@@ -283,18 +283,31 @@ static ALWAYS_INLINE void attn_one_neon(const float *q, float *out, int64_t lo, 
     for (int64_t i = 0; i < d; i++) out[i] = acc[i] * inv;
 }
 
-static void attn_f32_neon(int64_t n_q, const float *const *q, float *const *out,
-                          const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                          int64_t d, float scale, float *ml) {
+static void attn_block_f32_neon(int64_t n_q, const float *const *q, float *const *out,
+                                const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                int64_t d, float scale, float *ml) {
     for (int64_t u = 0; u < n_q; u++)
         attn_one_neon(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 0);
 }
 
-static void attn_f16_neon(int64_t n_q, const float *const *q, float *const *out,
-                          const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                          int64_t d, float scale, float *ml) {
+static void attn_block_f16_neon(int64_t n_q, const float *const *q, float *const *out,
+                                const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                int64_t d, float scale, float *ml) {
     for (int64_t u = 0; u < n_q; u++)
         attn_one_neon(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 1);
+}
+
+/* The one-query entries: rows [0, n_pos) of k and v. */
+static void attn_f32_neon(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f32_neon(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
+}
+
+static void attn_f16_neon(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f16_neon(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
 }
 
 void infer_fill_ops_neon(infer_kernel_table *t) {
@@ -309,5 +322,7 @@ void infer_fill_ops_neon(infer_kernel_table *t) {
     t->rope_neox = rope_neox_neon;
     t->attn_f32 = attn_f32_neon;
     t->attn_f16 = attn_f16_neon;
+    t->attn_block_f32 = attn_block_f32_neon;
+    t->attn_block_f16 = attn_block_f16_neon;
 }
 #endif
