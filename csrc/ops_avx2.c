@@ -1,6 +1,7 @@
 /* ops_avx2.c: float ops and attention with AVX2 + FMA + F16C, 8 floats a vector.
  * Tails (n % 8) run the scalar formula. */
 #include "infer_kernels.h"
+#include "ops_internal.h"
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #include <math.h>
@@ -209,13 +210,6 @@ static void rope_neox_avx2(float *x, const float *cs, const float *sn, int64_t r
  * of its accumulator if its running max grew and the exponentials, then the
  * weighted V rows (each V vector loaded once for up to four queries, accumulators
  * in registers across the chunk). */
-#define ATTN_CHUNK 64
-
-#if defined(_MSC_VER)
-#define ALWAYS_INLINE __forceinline
-#else
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-#endif
 
 /* Cache elements i..i+7 (or i) of a row block stored as F32 or F16 bits; f16 is a
  * constant at every call site, so each kernel below compiles without the branch. */

@@ -2,15 +2,10 @@
  * Tails use masked loads and stores, so every element goes through the same
  * vector formula. */
 #include "infer_kernels.h"
+#include "ops_internal.h"
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #include <math.h>
-
-#if defined(_MSC_VER)
-#define ALWAYS_INLINE __forceinline
-#else
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-#endif
 
 /* Lanes [0, n) of a 16-lane vector, n <= 16 (all when n >= 16). */
 static inline __mmask16 tail_mask(int64_t n) {
@@ -169,8 +164,6 @@ static void rope_neox_avx512(float *x, const float *cs, const float *sn, int64_t
 /* ---- attention: as in ops_avx2.c (chunked online softmax; K rows four at a time
  * against up to four queries, V vectors loaded once for up to four queries), 16
  * lanes with a masked last vector of each row. */
-#define ATTN_CHUNK 64
-
 static ALWAYS_INLINE __m512 kv_load16(const void *p, int64_t i, __mmask16 k, int f16) {
     if (f16)
         return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const infer_half *)p + i));

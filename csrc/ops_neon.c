@@ -2,15 +2,10 @@
  * Tails (n % 4) run the scalar formula.  Checked against the scalar table under
  * qemu-aarch64 by tests/c/ops_neon_check.c (tests/test_kernels_ops_neon.py). */
 #include "infer_kernels.h"
+#include "ops_internal.h"
 #if defined(__aarch64__) || defined(_M_ARM64)
 #include <arm_neon.h>
 #include <math.h>
-
-#if defined(_MSC_VER)
-#define ALWAYS_INLINE __forceinline
-#else
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-#endif
 
 /* exp(x) to about 2 ulp, as exp8 in ops_avx2.c: Cephes polynomial on the reduced
  * argument, 2^n built in the exponent field.  Below ln(FLT_MIN) (and -inf) gives 0. */
@@ -188,8 +183,6 @@ static void rope_neox_neon(float *x, const float *cs, const float *sn, int64_t r
 
 /* ---- attention: as in ops_avx2.c (chunked online softmax, K and V rows four at
  * a time), 4 lanes. */
-#define ATTN_CHUNK 64
-
 static ALWAYS_INLINE float32x4_t kv_load4(const void *p, int64_t i, int f16) {
     if (f16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)p + i)));
     return vld1q_f32((const float *)p + i);

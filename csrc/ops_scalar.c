@@ -2,6 +2,7 @@
  * against.  Reductions accumulate in double so that these stay the most accurate
  * path. */
 #include "infer_kernels.h"
+#include "ops_internal.h"
 
 #include <math.h>
 
@@ -88,11 +89,6 @@ static void rope_neox_scalar(float *x, const float *cs, const float *sn, int64_t
         x[i + half] = x0 * sn[i] + x1 * cs[i];
     }
 }
-
-/* Online softmax over the cache rows (running max m and sum l), scores of a chunk
- * of positions at a time so the rescale of the accumulator happens once per chunk.
- * The scratch is the chunk, never the context. */
-#define ATTN_CHUNK 64
 
 /* Cache element i of a row block stored as F32 or F16 bits. */
 static inline float kv_at(const void *p, int64_t i, int f16) {
