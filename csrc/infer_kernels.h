@@ -139,20 +139,25 @@ typedef void (*infer_scale_fn)(float *x, float s, int64_t n);
  * pairs (i, i + rot_dim/2); cs and sn hold rot_dim/2 entries.  Elements from
  * rot_dim on are left alone (the caller never passes them). */
 typedef void (*infer_rope_fn)(float *x, const float *cs, const float *sn, int64_t rot_dim);
-/* Attention of n_q query rows over the cache rows of one KV head (rows of
+/* One query row against n_pos >= 1 consecutive cache rows of one KV head (rows of
  * head_dim elements, F32 or F16 bits as the entry's name says), online softmax:
- * out[u] = sum_p softmax_p(scale * q[u].k_p) v_p over p in [lo[u], hi[u]]
- * (lo[u] <= hi[u]).  Rows are read once for all n_q queries.  out[u] may alias
- * q[u].  When ml is not NULL, ml[2u] and ml[2u+1] receive the max of the scaled
- * scores and the sum of exp(score - max), so that attention over split position
- * ranges can be merged.  n_q <= INFER_ATTN_MAX_Q, n_q * head_dim <=
- * INFER_ATTN_MAX_QD, head_dim <= INFER_ATTN_MAX_HEAD_DIM (stack scratch). */
+ * out = sum_p softmax_p(scale * q.k_p) v_p.  out may alias q.
+ * head_dim <= INFER_ATTN_MAX_HEAD_DIM. */
 #define INFER_ATTN_MAX_HEAD_DIM 1024
+typedef void (*infer_attn_fn)(const float *q, const void *k, const void *v, int64_t n_pos,
+                              int64_t head_dim, float scale, float *out);
+/* The same for n_q query rows at once, each over its own cache rows [lo[u], hi[u]]
+ * (lo[u] <= hi[u]) of one KV head: rows are read once for all n_q queries (the
+ * query heads of a KV head, consecutive tokens).  out[u] may alias q[u].  When ml
+ * is not NULL, ml[2u] and ml[2u+1] receive the max of the scaled scores and the
+ * sum of exp(score - max), so that attention over split position ranges can be
+ * merged.  n_q <= INFER_ATTN_MAX_Q, n_q * head_dim <= INFER_ATTN_MAX_QD (stack
+ * scratch). */
 #define INFER_ATTN_MAX_Q 16
 #define INFER_ATTN_MAX_QD 4096
-typedef void (*infer_attn_fn)(int64_t n_q, const float *const *q, float *const *out,
-                              const int64_t *lo, const int64_t *hi, const void *k,
-                              const void *v, int64_t head_dim, float scale, float *ml);
+typedef void (*infer_attn_block_fn)(int64_t n_q, const float *const *q, float *const *out,
+                                    const int64_t *lo, const int64_t *hi, const void *k,
+                                    const void *v, int64_t head_dim, float scale, float *ml);
 
 /* The dispatch table: scalar entries first, SIMD fill functions override. */
 typedef struct {
@@ -172,6 +177,8 @@ typedef struct {
     infer_rope_fn rope_neox;
     infer_attn_fn attn_f32;        /* F32 cache */
     infer_attn_fn attn_f16;        /* F16 cache */
+    infer_attn_block_fn attn_block_f32;
+    infer_attn_block_fn attn_block_f16;
     /* Optional, by weight type: four weight rows (row_bytes apart) against one
      * activation row, out[k] = row k . a.  Mat-vec uses it when set, so the
      * activation loads and scales are shared by four rows. */
