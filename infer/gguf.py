@@ -26,6 +26,7 @@ import math
 import mmap
 import os
 import secrets
+import stat
 import struct
 from enum import IntEnum
 from pathlib import Path
@@ -215,6 +216,8 @@ class GGUFFile:
     def __init__(self, path: Union[str, os.PathLike]) -> None:
         self.path = Path(path)
         self._mm: Optional[mmap.mmap] = None
+        if not stat.S_ISREG(os.stat(self.path).st_mode):  # a FIFO would block open() forever
+            raise GGUFError(f"{self.path}: not a regular file")
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < _HEADER.size:

@@ -156,6 +156,17 @@ def test_damaged_files_raise_gguf_error(write, case):
     assert isinstance(info.value, ValueError)
 
 
+def test_not_a_regular_file(tmp_path):
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(GGUFError, match="not a regular file"):
+        GGUFFile(fifo)  # must not block waiting for a writer
+    with pytest.raises(GGUFError, match="not a regular file"):
+        GGUFFile(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        GGUFFile(tmp_path / "missing.gguf")
+
+
 def test_empty_file(write):
     with pytest.raises(GGUFError, match="too short"):
         GGUFFile(write(b""))
