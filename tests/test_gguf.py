@@ -329,6 +329,47 @@ def test_writer_checks_streamed_size(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_writer_streams_one_tensor_at_a_time(tmp_path):
+    import tracemalloc
+
+    n, size = 8, 8 << 20  # 64 MB written from callables of 8 MB each
+    w = GGUFWriter()
+    for i in range(n):
+        w.add_tensor(f"t{i}", lambda i=i: np.full(size // 4, i, np.float32), DType.F32, (size // 4,))
+    tracemalloc.start()
+    try:
+        w.write(tmp_path / "big.gguf")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2.5 * size, f"peak {peak >> 20} MB while writing {n * size >> 20} MB"
+    with GGUFFile(tmp_path / "big.gguf") as f:
+        assert [float(f.tensors[f"t{i}"].view()[-1]) for i in range(n)] == list(range(n))
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux /proc")
+def test_open_does_not_read_tensor_data(write, tmp_path):
+    """A 1 GiB tensor in a sparse file: opening and taking views must not page it in."""
+    n = 1 << 28
+    head = raw_gguf(ARCH, [tinfo("big", (n,), 0, 0)])
+    path = tmp_path / "sparse.gguf"
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + 4 * n)
+    before = rss_bytes()
+    with GGUFFile(path) as f:
+        t = f.tensors["big"]
+        assert t.nbytes == 4 * n and t.view().shape == (n,)
+        grown = rss_bytes() - before
+        assert float(t.view()[n - 1]) == 0.0  # the view works (one page read)
+    assert grown < 64 << 20, f"resident memory grew by {grown >> 20} MB"
+
+
 def test_writer_misuse():
     w = GGUFWriter()
     w.add_metadata("k", 1)
