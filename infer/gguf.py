@@ -179,24 +179,41 @@ def _read_value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> tuple[Any
 
 
 def _read_strings(cur: _Cursor, count: int, key: str) -> list[str]:
-    """A string array in one tight pass (vocabularies hold 50k-260k of them)."""
+    """A string array (vocabularies hold 50k-260k of them): compiled loop if built."""
+    if _c_read_strings is not None:
+        result = _c_read_strings(cur.buf, cur.pos, count)
+        if len(result) == 3:
+            raise _string_error(key, *result, cur.size)
+        out, cur.pos = result
+        return out
     buf, pos, size = cur.buf, cur.pos, cur.size
     unpack = _U64.unpack_from
-    out: list[str] = []
+    out = []
     append = out.append
     for i in range(count):
         if size - pos < 8:
-            raise GGUFError(f"metadata {key!r} element {i} at byte {pos}: file ends inside the string length")
+            raise _string_error(key, i, pos, -1, size)
         n = unpack(buf, pos)[0]
+        if n > size - pos - 8:
+            raise _string_error(key, i, pos, n, size)
         pos += 8
-        if n > size - pos:
-            raise GGUFError(
-                f"metadata {key!r} element {i} at byte {pos - 8}: string length {n} runs past "
-                f"the end of the file (byte {size})")
-        append(buf[pos:pos + n].decode("utf-8", "surrogateescape"))
+        append(buf[pos:pos + n].decode("utf-8", "surrogateescape"))  # as _decode, inlined
         pos += n
     cur.pos = pos
     return out
+
+
+def _string_error(key: str, i: int, at: int, n: int, size: int) -> GGUFError:
+    if n < 0:
+        return GGUFError(f"metadata {key!r} element {i} at byte {at}: file ends inside the string length")
+    return GGUFError(f"metadata {key!r} element {i} at byte {at}: string length {n} runs past "
+                     f"the end of the file (byte {size})")
+
+
+try:
+    from ._gguf_strings import read_strings as _c_read_strings
+except ImportError:  # not built: the loop above does the same, ~4x slower
+    _c_read_strings = None
 
 
 class GGUFFile:

@@ -53,6 +53,18 @@ def f32_tensor_file(n: int = 64) -> bytes:
     return raw_gguf([kv_str("general.architecture", "llama")], [tinfo("w", (n,), 0, 0)], data)
 
 
+@pytest.fixture(params=["compiled", "python"])
+def strings_impl(request, monkeypatch):
+    """The compiled string-array decoder (infer._gguf_strings) or the Python loop."""
+    import infer.gguf as g
+
+    if request.param == "python":
+        monkeypatch.setattr(g, "_c_read_strings", None)
+    elif g._c_read_strings is None:
+        pytest.skip("infer._gguf_strings is not built")
+    return request.param
+
+
 @pytest.fixture
 def write(tmp_path):
     def _write(blob: bytes, name: str = "m.gguf"):
@@ -148,7 +160,7 @@ BAD_FILES = {
 
 
 @pytest.mark.parametrize("case", list(BAD_FILES))
-def test_damaged_files_raise_gguf_error(write, case):
+def test_damaged_files_raise_gguf_error(write, case, strings_impl):
     blob, message = BAD_FILES[case]
     with pytest.raises(GGUFError, match="byte") as info:
         GGUFFile(write(blob))
@@ -262,7 +274,7 @@ def check_against_reference_reader(ours: GGUFFile, path) -> None:
 
 
 @pytest.mark.parametrize("alignment", [32, 64, 8])
-def test_writer_round_trip(tmp_path, alignment):
+def test_writer_round_trip(tmp_path, alignment, strings_impl):
     path = tmp_path / "rt.gguf"
     tensors = build_model(path, alignment)
     with GGUFFile(path) as f:
@@ -440,7 +452,7 @@ def test_registry_models_agree_with_gguf_package(get_path):
         check_against_reference_reader(f, path)
 
 
-def test_smollm2_facts():
+def test_smollm2_facts(strings_impl):
     with GGUFFile(smollm2_path()) as f:
         md = f.metadata
         assert f.architecture == "llama" and f.version == 3 and f.alignment == 32
@@ -454,7 +466,7 @@ def test_smollm2_facts():
         assert f.tensors["blk.0.ffn_down.weight"].shape == (576, 1536)
 
 
-def test_gemma3_facts():
+def test_gemma3_facts(strings_impl):
     with GGUFFile(gemma3_path()) as f:
         assert f.architecture == "gemma3"
         tokens = f.metadata["tokenizer.ggml.tokens"]

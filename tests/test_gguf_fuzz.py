@@ -61,6 +61,18 @@ class Scratch:
         os.close(self.fd)
 
 
+@pytest.fixture(params=["compiled", "python"], autouse=True)
+def strings_impl(request, monkeypatch):
+    """Run every test with the compiled string-array decoder and with the Python loop."""
+    import infer.gguf as g
+
+    if request.param == "python":
+        monkeypatch.setattr(g, "_c_read_strings", None)
+    elif g._c_read_strings is None:
+        pytest.skip("infer._gguf_strings is not built")
+    return request.param
+
+
 @pytest.fixture
 def scratch(tmp_path):
     s = Scratch(tmp_path / "hostile.gguf")
