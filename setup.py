@@ -34,6 +34,8 @@ def machine():
     archflags = os.environ.get("ARCHFLAGS", "")
     if "arm64" in archflags and "x86_64" not in archflags:
         return "arm64"
+    if "x86_64" in archflags and "arm64" not in archflags:
+        return "x86_64"   # an x86_64 wheel built on an Apple-silicon runner
     return m
 
 

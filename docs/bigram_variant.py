@@ -62,7 +62,7 @@ def byte_vocabulary() -> list:
 def write_bigram_gguf(path: str, text: str) -> None:
     """Count the byte bigrams of ``text`` and save them as a GGUF model with a
     byte-level BPE vocabulary (256 bytes + "<|endoftext|>", which ends the text)."""
-    import gguf
+    from infer.gguf import GGUFWriter, ValueType
 
     data = list(text.encode("utf-8")) + [256]
     vocab = 257
@@ -70,22 +70,18 @@ def write_bigram_gguf(path: str, text: str) -> None:
     np.add.at(counts, (data[:-1], data[1:]), 1.0)
     logits = np.log(counts / counts.sum(axis=1, keepdims=True)).astype(np.float32)
 
-    w = gguf.GGUFWriter(path, "bigram")
-    w.add_uint32("bigram.context_length", 256)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(byte_vocabulary() + ["<|endoftext|>"])
-    w.add_token_types([1] * 256 + [3])                    # 3 = control token
-    w.add_token_merges([])
-    w.add_eos_token_id(256)
-    w.add_bos_token_id(256)
-    w.add_add_bos_token(False)
+    w = GGUFWriter()
+    w.add_metadata("general.architecture", "bigram")
+    w.add_metadata("bigram.context_length", 256)
+    w.add_metadata("tokenizer.ggml.model", "gpt2")        # byte-level BPE ...
+    w.add_metadata("tokenizer.ggml.pre", "default")
+    w.add_metadata("tokenizer.ggml.tokens", byte_vocabulary() + ["<|endoftext|>"])
+    w.add_metadata("tokenizer.ggml.token_type", [1] * 256 + [3])  # 3 = control token
+    w.add_metadata("tokenizer.ggml.merges", [], ValueType.ARRAY, ValueType.STRING)  # ... with no merges
+    w.add_metadata("tokenizer.ggml.eos_token_id", 256)
+    w.add_metadata("tokenizer.ggml.add_bos_token", False)
     w.add_tensor("bigram.logits", logits)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
+    w.write(path)
 
 if __name__ == "__main__":
     import sys

@@ -15,7 +15,7 @@ from .runtime import (Context, ContextBusyError, ContextOverflowError, Engine, M
 __all__ = [
     "__version__", "load", "generate", "Generation", "Model", "Engine", "Context",
     "ContextOverflowError", "ContextBusyError", "Sampler", "register_variant",
-    "known_architectures",
+    "known_architectures", "ChatSession",
 ]
 
 
@@ -25,4 +25,8 @@ def __getattr__(name):
         from .sampler import Sampler
 
         return Sampler
+    if name == "ChatSession":  # jinja2 is imported only by those who chat
+        from .chat import ChatSession
+
+        return ChatSession
     raise AttributeError(f"module 'infer' has no attribute {name!r}")

@@ -27,6 +27,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from .generate import _held_back
 from .runtime import ContextOverflowError
 
 __all__ = [
@@ -531,7 +532,7 @@ class _ReplyParser:
                         continue
                 hit = _earliest(self.buf, self._content_markers())
                 if hit is None:
-                    keep = _partial_tail(self.buf, self._content_markers())
+                    keep = _held_back(self.buf, self._content_markers())
                     self._emit(out, _CONTENT, self.buf[:len(self.buf) - keep])
                     self.buf = self.buf[len(self.buf) - keep:]
                     break
@@ -550,7 +551,7 @@ class _ReplyParser:
                 close = self.think[1]
                 at = self.buf.find(close)
                 if at < 0:
-                    keep = _partial_tail(self.buf, [close])
+                    keep = _held_back(self.buf, [close])
                     self._emit(out, _THINK, self.buf[:len(self.buf) - keep])
                     self.buf = self.buf[len(self.buf) - keep:]
                     break
@@ -615,17 +616,6 @@ def _earliest(text: str, markers: Sequence[str]) -> Optional[tuple[int, str]]:
     return best
 
 
-def _partial_tail(text: str, markers: Sequence[str]) -> int:
-    """Length of the longest tail of ``text`` that is a proper prefix of a marker."""
-    longest = 0
-    for m in markers:
-        for k in range(min(len(m) - 1, len(text)), longest, -1):
-            if text.endswith(m[:k]):
-                longest = k
-                break
-    return longest
-
-
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -640,14 +630,15 @@ class ChatSession:
 
     ``ChatSession(model, system=None, tools=None, **sampling)``: sampling keywords
     are the sampler's (``temperature=0`` is greedy).  Pass ``context=`` to drive
-    an existing Context instead of creating one.  Messages go in and come out in
-    the OpenAI shape (``{"role": ..., "content": ...}``).
+    an existing Context instead of creating one, and ``template_kwargs`` for extra
+    template variables (``{"enable_thinking": False}``).  Messages go in and come out
+    in the OpenAI shape (``{"role": ..., "content": ...}``).
     """
 
     def __init__(self, model: Any, system: Optional[str] = None, tools: Optional[Sequence[dict]] = None,
                  *, max_tokens: Optional[int] = None, stop: Union[str, Sequence[str], None] = None,
                  n_ctx: Optional[int] = None, context: Any = None, sampler: Any = None,
-                 **sampling: Any) -> None:
+                 template_kwargs: Optional[dict] = None, **sampling: Any) -> None:
         if system is not None and not isinstance(system, str):
             raise TypeError(f"system: expected a str or None, got {type(system).__name__}")
         self.model = model
@@ -662,6 +653,10 @@ class ChatSession:
         self.max_tokens = _check_max_tokens(max_tokens)
         self.stop = _check_stop(stop)
         self.system = system
+        if template_kwargs is not None and not isinstance(template_kwargs, dict):
+            raise TypeError(f"template_kwargs: expected a dict, got {type(template_kwargs).__name__}")
+        #: extra template variables, e.g. {"enable_thinking": False}
+        self.template_kwargs = dict(template_kwargs or {})
         self.last_reply: Optional[Reply] = None
         self._messages: list[dict] = []
         self._version = 0
@@ -754,15 +749,21 @@ class ChatSession:
         max_tokens = self.max_tokens if max_tokens is None else _check_max_tokens(max_tokens)
         stops = list(self.stop) + (_check_stop(stop) if stop is not None else [])
         messages = self._messages + ([{"role": "user", "content": text}] if text is not None else [])
-        prompt = self._encode(self.chat.render(messages, True, self.tools))
+        prompt_text = self.chat.render(messages, True, self.tools, **self.template_kwargs)
+        prompt = self._encode(prompt_text)
+        think = self.chat.think_markers
+        # A generation prompt may itself open the thinking block (R1-style templates).
+        in_thinking = bool(think) and prompt_text.rstrip().endswith(think[0])
         if len(prompt) + self._reserve > self.context.n_ctx:
             raise ContextOverflowError(
                 f"the conversation ({len(prompt)} tokens) does not fit in the context of "
                 f"{self.context.n_ctx} tokens; reset() or start a session with a larger n_ctx")
-        return self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), self._version)
+        return self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
+                          self._version)
 
     def _turn(self, messages: list[dict], prompt: list[int], max_tokens: Optional[int],
-              stops: list[str], show_thinking: bool, version: int) -> Iterator[Union[str, Reply]]:
+              stops: list[str], show_thinking: bool, in_thinking: bool,
+              version: int) -> Iterator[Union[str, Reply]]:
         if version != self._version:
             raise RuntimeError("the conversation changed after stream() was called; call it again")
         ctx = self.context
@@ -778,7 +779,7 @@ class ChatSession:
         chat = self.chat
         parser = _ReplyParser(stops + ([self._eot_text] if self._eot_text else []),
                               think=chat.think_markers, tool=chat.tool_call_markers,
-                              json_tools=bool(self.tools), in_thinking=chat.starts_in_thinking)
+                              json_tools=bool(self.tools), in_thinking=in_thinking)
         decoder = self.tokenizer.stream_decoder()
         generated = 0
         finish = "length"
@@ -853,7 +854,7 @@ class ChatSession:
         """Roll the KV cache to the rendered history: this drops the thinking and
         anything after a stop string, and closes a turn cut short with the end of turn."""
         try:
-            self._sync(self._encode(self.chat.render(self._messages, False, self.tools)))
+            self._sync(self._encode(self.chat.render(self._messages, False, self.tools, **self.template_kwargs)))
         except (ChatTemplateError, ContextOverflowError):
             pass  # the next turn's prefix match repairs the cache
 

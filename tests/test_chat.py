@@ -484,3 +484,29 @@ def test_real_sampler_at_temperature_zero_follows_the_script():
 
     s = ChatSession(scripted_model(["Hello world!"]), sampler=Sampler(temperature=0))
     assert s.send("hi").text == "Hello world!"
+
+
+def test_template_kwargs_reach_the_template():
+    # Qwen3-style switch: with enable_thinking false the generation prompt closes an
+    # empty thinking block, which history does not keep.
+    template = CHATML.replace(
+        "{{ '<|im_start|>assistant\n' }}",
+        "{{ '<|im_start|>assistant\n' }}{% if enable_thinking is defined and not enable_thinking %}"
+        "{{ '<think>\n\n</think>\n\n' }}{% endif %}")
+    assert template != CHATML
+    # the scripted model answers after the whole generation prompt; history keeps no
+    # empty block, so every turn looks like its first one to it
+    model = scripted_model(["Hello world"], template=template,
+                           opener="<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    s = ChatSession(model, template_kwargs={"enable_thinking": False})
+    pieces, reply = collect(s.stream("hi"))
+    assert reply.text == "Hello world" and reply.thinking == ""
+    text = s.tokenizer.decode(s.context.tokens)
+    assert text.endswith("<|im_start|>assistant\nHello world<|im_end|>\n")  # the empty block is gone
+    reply = s.send("more")
+    assert reply.text == "Hello world" and reply.cached_tokens == len(history_ids(s)) - len(
+        s.tokenizer.encode("<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\nHello world<|im_end|>\n",
+                           parse_special=True))
+    assert s.tokenizer.decode(s.context.tokens) == chatml(s.history)
+    with pytest.raises(TypeError, match="template_kwargs"):
+        ChatSession(scripted_model([]), template_kwargs=[("enable_thinking", False)])

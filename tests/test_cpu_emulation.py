@@ -28,17 +28,30 @@ from test_selftest import Outcome, build
 
 ROOT = Path(__file__).resolve().parent.parent
 QEMU = "qemu-x86_64"
-CPUS = {"Westmere": ["scalar"], "Haswell": ["scalar", "avx2"]}
+# CPU model -> the sets dispatch must offer there.  SandyBridge has AVX but neither
+# AVX2 nor FMA/F16C: the AVX2 set must not be offered to it.
+CPUS = {"Westmere": ["scalar"], "SandyBridge": ["scalar"], "Haswell": ["scalar", "avx2"]}
 
-# The emulated run: one quantized format per scalar code shape (nibbles with an
-# offset, nibbles with a min, bytes) through quantize, dequantize and matvec.  Each
-# test is parametrised over every available set, so Haswell runs scalar and AVX2.
+# The emulated run: a few cases of each kernel family, named by node id so a renamed
+# test fails here instead of silently selecting nothing.  "{isa}" becomes each set
+# the best set the emulated CPU offers (scalar itself is tested natively).
 SUBSET = [
-    "tests/test_kernels_quants.py::test_dequantize_matches_reference",
-    "tests/test_kernels_quants.py::test_matvec_against_float64",
-    "tests/test_kernels_quants.py::test_quantize_q8_1_matches_ggml_rule",
+    *(f"tests/test_kernels_quants.py::test_matvec_against_float64[{{isa}}-{fmt}-33]"
+      for fmt in ("f16", "q4_0", "q4_1", "q5_0", "q8_0")),
+    *(f"tests/test_kernels_quants.py::test_dequantize_matches_reference[{{isa}}-{fmt}-17]"
+      for fmt in ("q4_1", "q8_0")),
+    "tests/test_kernels_quants.py::test_quantize_matches_gguf[{isa}-q8_0-33-0]",
+    "tests/test_kernels_quants.py::test_quantize_q8_1_matches_ggml_rule[{isa}-33-0]",
+    "tests/test_kernels_ops.py::test_rmsnorm[{isa}-65]",
+    "tests/test_kernels_ops.py::test_glu[{isa}-silu-65]",
+    "tests/test_kernels_ops.py::test_rope[{isa}-False-64]",
+    "tests/test_kernels_ops.py::test_attention_decode[{isa}-True-3-64]",
 ]
-SUBSET_FILTER = "(q4_0 or q4_1 or q8_0 or q8_1 or f16) and not -97"
+
+
+def subset_for(isas: list[str]) -> list[str]:
+    return [node.format(isa=isa) for isa in isas for node in SUBSET]
+
 
 pytestmark = [
     pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
@@ -56,6 +69,9 @@ def interpreter() -> str:
 def emulated_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "INFER_ISA"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # numpy's bundled OpenBLAS dies with SIGILL on these models under qemu unless told
+    # its kernel family (its own detection/kernels, not ours); Nehalem = SSE4.2 only.
+    env["OPENBLAS_CORETYPE"] = "Nehalem"
     return env
 
 
@@ -64,12 +80,20 @@ def test_kernel_tests_pass_under_emulated_cpu(cpu: str) -> None:
     script = (
         "import json, sys, pytest, infer.kernels as k\n"
         "print('CAPABILITIES', json.dumps(k.capabilities()), flush=True)\n"
-        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-k', {SUBSET_FILTER!r}]"
-        f" + {SUBSET!r}))\n")
+        # Plugins the subset does not use cost seconds of emulated imports.
+        "plugins = ['-p', 'no:cacheprovider', '-p', 'no:hypothesispytest', '-p', 'no:anyio']\n"
+        f"sys.exit(pytest.main(['-q', *plugins, *{subset_for(CPUS[cpu][-1:])!r}]))\n")
     proc = subprocess.run([QEMU, "-cpu", cpu, interpreter(), "-c", script], cwd=ROOT,
                           env=emulated_env(), capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
-    assert proc.returncode != -4 and "Illegal instruction" not in out, f"SIGILL on {cpu}:\n{out}"
+    if proc.returncode in (-4, 132) or "Illegal instruction" in out:
+        numpy_alone = subprocess.run([QEMU, "-cpu", cpu, interpreter(), "-c", "import numpy"],
+                                     env=emulated_env(), capture_output=True, timeout=600)
+        if numpy_alone.returncode != 0:
+            pytest.skip(f"this numpy build itself dies on -cpu {cpu} (SIGILL importing numpy); "
+                        "the C self-test below still covers infer's code on this CPU")
+    assert proc.returncode not in (-4, 132) and "Illegal instruction" not in out, \
+        f"SIGILL on {cpu}:\n{out}"
     caps_line = next((line for line in proc.stdout.splitlines()
                       if line.startswith("CAPABILITIES ")), None)
     assert caps_line, f"import failed under -cpu {cpu}:\n{out}"
@@ -77,7 +101,7 @@ def test_kernel_tests_pass_under_emulated_cpu(cpu: str) -> None:
     assert caps["available"] == CPUS[cpu]
     assert caps["active"] == CPUS[cpu][-1]
     assert proc.returncode == 0, f"kernel tests failed under -cpu {cpu}:\n{out[-4000:]}"
-    assert " passed" in proc.stdout and " deselected" in proc.stdout, out[-2000:]
+    assert f"{len(subset_for(CPUS[cpu][-1:]))} passed" in proc.stdout, out[-2000:]
 
 
 @pytest.fixture(scope="module")

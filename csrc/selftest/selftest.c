@@ -16,9 +16,18 @@
 #include "../infer_kernels.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The checks below name every field of the table; a field appended to
+ * infer_kernel_table must get its check here too, or it would go untested. */
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(infer_kernel_table) ==
+                   offsetof(infer_kernel_table, attn_f16) + sizeof(infer_attn_fn),
+               "infer_kernel_table has a field the self-test does not check");
+#endif
 
 /* Block counts that straddle every SIMD width and unroll factor. */
 static const int BLOCK_COUNTS[] = {1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97};
@@ -388,9 +397,9 @@ static void check_ops(const infer_kernel_table *ref, const infer_kernel_table *s
 #define OP_TESTED(op) (OVERRIDES(op) && has_reference(ref->op != NULL, #op, -1))
     const int rmsnorm = OP_TESTED(rmsnorm), layernorm = OP_TESTED(layernorm);
     const int softmax = OP_TESTED(softmax), silu_mul = OP_TESTED(silu_mul);
-    const int gelu_mul = OP_TESTED(gelu_mul);
+    const int gelu_mul = OP_TESTED(gelu_mul), add = OP_TESTED(add), scale = OP_TESTED(scale);
 #undef OP_TESTED
-    if (!rmsnorm && !layernorm && !softmax && !silu_mul && !gelu_mul) return;
+    if (!rmsnorm && !layernorm && !softmax && !silu_mul && !gelu_mul && !add && !scale) return;
     for (int k = 0; k < N_OP_LENGTHS; k++) {
         int64_t n = OP_LENGTHS[k];
         size_t bytes = (size_t)n * 4;
@@ -443,9 +452,123 @@ static void check_ops(const infer_kernel_table *ref, const infer_kernel_table *s
             simd->gelu_mul(x, y, got, n);
             GUARDED("gelu_mul", compare_floats("gelu_mul", n, got, want, 1e-5, 1e-7));
         }
+        /* One rounding per element: the same bits. */
+        if (add) {
+            memcpy(want, x, bytes);
+            memcpy(got, x, bytes);
+            ref->add(want, y, n);
+            simd->add(got, y, n);
+            GUARDED("add", compare_floats("add", n, got, want, 0.0, 0.0));
+        }
+        if (scale) {
+            memcpy(want, x, bytes);
+            memcpy(got, x, bytes);
+            ref->scale(want, 0.37f, n);
+            simd->scale(got, 0.37f, n);
+            GUARDED("scale", compare_floats("scale", n, got, want, 0.0, 0.0));
+        }
 #undef GUARDED
         free(x0); free(y0); free(w0); free(b0);
         free(xb); free(yb); free(wb); free(bb); free(gb); free(rb);
+    }
+}
+
+/* RoPE: one head rotated in place, with the tables of one position.  Two products
+ * and a sum per element: 2^-22 of the pair's magnitude covers an FMA.  Elements
+ * from rot_dim on must be left alone (compared exactly, they are the input). */
+static void check_rope(const infer_kernel_table *ref, const infer_kernel_table *simd) {
+    static const int ROT_DIMS[] = {2, 4, 6, 8, 14, 16, 18, 30, 32, 34, 62, 64, 96, 128, 256};
+    const int norm = OVERRIDES(rope_norm) && has_reference(ref->rope_norm != NULL, "rope_norm", -1);
+    const int neox = OVERRIDES(rope_neox) && has_reference(ref->rope_neox != NULL, "rope_neox", -1);
+    for (int variant = 0; variant < 2; variant++) {
+        if (!(variant ? neox : norm)) continue;
+        const char *name = variant ? "rope_neox" : "rope_norm";
+        infer_rope_fn r = variant ? ref->rope_neox : ref->rope_norm;
+        infer_rope_fn v = variant ? simd->rope_neox : simd->rope_norm;
+        for (size_t k = 0; k < sizeof ROT_DIMS / sizeof ROT_DIMS[0]; k++) {
+            const int64_t rot = ROT_DIMS[k], head = rot + 5, n_tab = variant ? rot / 2 : rot;
+            float *x = malloc((size_t)head * 4), *want = malloc((size_t)(head + 1) * 4);
+            float *cs = malloc((size_t)n_tab * 4), *sn = malloc((size_t)n_tab * 4);
+            uint8_t *gb;
+            float *got = (float *)alloc_out((size_t)head * 4, &gb);
+            if (!x || !want || !cs || !sn) abort();
+            for (int64_t i = 0; i < head; i++) x[i] = 2.0f * gaussian();
+            const double pos = (double)(next_u64() % 4096);
+            for (int64_t i = 0; i < n_tab; i++) {
+                const int64_t pair = variant ? i : i / 2;
+                const double theta = pos * pow(10000.0, -2.0 * (double)pair / (double)rot);
+                cs[i] = (float)cos(theta);
+                sn[i] = (float)sin(theta);
+            }
+            memcpy(want, x, (size_t)head * 4);
+            memcpy(got, x, (size_t)head * 4);
+            r(want, cs, sn, rot);
+            v(got, cs, sn, rot);
+            double amax = 0.0;
+            for (int64_t i = 0; i < rot; i++) amax = fmax(amax, fabs(x[i]));
+            int ok = compare_floats(name, rot, got, want, 0.0, 0x1p-22 * 2.0 * amax) &&
+                     compare_floats(name, head - rot, got + rot, x + rot, 0.0, 0.0);
+            if (ok) report(guard_intact((uint8_t *)got, (size_t)head * 4), name, -1, rot,
+                           "guard zone overwritten", 0, 0, -1);
+            free(x); free(want); free(cs); free(sn); free(gb);
+        }
+    }
+}
+
+/* Attention of one query row over n_pos cache rows (F32 or F16 bits).  The SIMD
+ * version may use a vectorised exp and another summation order: 1e-5 of the largest
+ * |v| (the output is a convex combination of the v rows).  Also run with out == q,
+ * which the contract allows. */
+static void check_attention(const infer_kernel_table *ref, const infer_kernel_table *simd) {
+    static const int HEAD_DIMS[] = {1, 4, 8, 15, 16, 17, 32, 48, 64, 80, 96, 128, 256};
+    static const int N_POS[] = {1, 2, 3, 7, 16, 17, 63, 64, 65, 130};
+    const int f32 = OVERRIDES(attn_f32) && has_reference(ref->attn_f32 != NULL, "attn_f32", -1);
+    const int f16 = OVERRIDES(attn_f16) && has_reference(ref->attn_f16 != NULL, "attn_f16", -1);
+    for (int half = 0; half < 2; half++) {
+        if (!(half ? f16 : f32)) continue;
+        const char *name = half ? "attn_f16" : "attn_f32";
+        infer_attn_fn r = half ? ref->attn_f16 : ref->attn_f32;
+        infer_attn_fn a = half ? simd->attn_f16 : simd->attn_f32;
+        const size_t el = half ? 2 : 4;
+        for (size_t i = 0; i < sizeof HEAD_DIMS / sizeof HEAD_DIMS[0]; i++)
+            for (size_t j = 0; j < sizeof N_POS / sizeof N_POS[0]; j++) {
+                const int64_t d = HEAD_DIMS[i], np = N_POS[j];
+                float *q = malloc((size_t)d * 4), *kf = malloc((size_t)(np * d) * 4);
+                float *vf = malloc((size_t)(np * d) * 4), *want = malloc((size_t)d * 4);
+                uint8_t *k = malloc((size_t)(np * d) * el + 1), *v = malloc((size_t)(np * d) * el + 1);
+                uint8_t *gb, *qb;
+                if (!q || !kf || !vf || !want || !k || !v) abort();
+                for (int64_t e = 0; e < d; e++) q[e] = gaussian();
+                double vmax = 0.0;
+                for (int64_t e = 0; e < np * d; e++) {
+                    kf[e] = gaussian();
+                    vf[e] = gaussian();
+                }
+                if (half) {
+                    for (int64_t e = 0; e < np * d; e++) {
+                        ((infer_half *)k)[e] = infer_fp32_to_fp16(kf[e]);
+                        ((infer_half *)v)[e] = infer_fp32_to_fp16(vf[e]);
+                    }
+                } else {
+                    memcpy(k, kf, (size_t)(np * d) * 4);
+                    memcpy(v, vf, (size_t)(np * d) * 4);
+                }
+                for (int64_t e = 0; e < np * d; e++) vmax = fmax(vmax, fabs(vf[e]));
+                /* Scores of a few units: softmax neither flat nor one-hot. */
+                const float sc = 1.0f / (float)sqrt((double)d) * 2.0f;
+                float *got = (float *)alloc_out((size_t)d * 4, &gb);
+                r(q, k, v, np, d, sc, want);
+                a(q, k, v, np, d, sc, got);
+                if (compare_floats(name, d, got, want, 0.0, 1e-5 * vmax)) {
+                    float *qq = (float *)misaligned_copy(q, (size_t)d * 4, &qb);
+                    a(qq, k, v, np, d, sc, qq);     /* out aliases q */
+                    if (compare_floats(name, d, qq, want, 0.0, 1e-5 * vmax))
+                        report(guard_intact((uint8_t *)got, (size_t)d * 4), name, -1, d * 1000 + np,
+                               "guard zone overwritten", 0, 0, -1);
+                    free(qb);
+                }
+                free(q); free(kf); free(vf); free(want); free(k); free(v); free(gb);
+            }
     }
 }
 
@@ -456,7 +579,8 @@ static int count_overrides(const infer_kernel_table *ref, const infer_kernel_tab
         c += OVERRIDES(dequantize[t]) + OVERRIDES(dequantize_f16[t]) + OVERRIDES(quantize[t]) +
              OVERRIDES(vec_dot[t]);
     c += OVERRIDES(rmsnorm) + OVERRIDES(layernorm) + OVERRIDES(softmax) + OVERRIDES(silu_mul) +
-         OVERRIDES(gelu_mul);
+         OVERRIDES(gelu_mul) + OVERRIDES(add) + OVERRIDES(scale) + OVERRIDES(rope_norm) +
+         OVERRIDES(rope_neox) + OVERRIDES(attn_f32) + OVERRIDES(attn_f16);
     return c;
 }
 
@@ -484,6 +608,8 @@ int main(int argc, char **argv) {
             check_vec_dot(ref, simd, t);
         }
         check_ops(ref, simd);
+        check_rope(ref, simd);
+        check_attention(ref, simd);
     }
     printf("%d passed, %d failed\n", n_passed, n_failed);
     return n_failed ? 1 : 0;
