@@ -33,7 +33,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -236,15 +236,22 @@ class ProgressBar:
     def __init__(self, total: int, desc: str) -> None:
         self.total, self.done, self.desc = total, 0, desc
         self._last = 0.0
+        self._bar: Any = None
+        self._started = False
+
+    def _start(self) -> None:
+        # drawn at the first update, so that warnings printed before work starts stay readable
+        self._started = True
         try:
             from tqdm import tqdm
         except ImportError:
-            self._bar = None
-        else:
-            self._bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
-                             file=sys.stderr, leave=False)
+            return
+        self._bar = tqdm(total=self.total, desc=self.desc, unit="B", unit_scale=True,
+                         unit_divisor=1024, file=sys.stderr, leave=False)
 
     def update(self, n: int) -> None:
+        if not self._started:
+            self._start()
         self.done += n
         if self._bar is not None:
             self._bar.update(n)
