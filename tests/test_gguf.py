@@ -17,6 +17,8 @@ from infer.gguf import (GGUFError, GGUFFile, GGUFWriter, ValueType, default_mode
                         gemma3_model_path)
 from infer.tensor import DType, Tensor
 
+from _gguf_impls import strings_impl  # noqa: F401  (fixture)
+
 gguf = pytest.importorskip("gguf")
 
 
@@ -51,18 +53,6 @@ def raw_gguf(kvs: list[bytes], infos: list[bytes], data: bytes = b"", *, version
 def f32_tensor_file(n: int = 64) -> bytes:
     data = np.arange(n, dtype="<f4").tobytes()
     return raw_gguf([kv_str("general.architecture", "llama")], [tinfo("w", (n,), 0, 0)], data)
-
-
-@pytest.fixture(params=["compiled", "python"])
-def strings_impl(request, monkeypatch):
-    """The compiled string-array decoder (infer._gguf_strings) or the Python loop."""
-    import infer.gguf as g
-
-    if request.param == "python":
-        monkeypatch.setattr(g, "_c_read_strings", None)
-    elif g._c_read_strings is None:
-        pytest.skip("infer._gguf_strings is not built")
-    return request.param
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ import pytest
 from infer.gguf import GGUFError, GGUFFile, GGUFWriter, ValueType
 from infer.tensor import DType
 
+from _gguf_impls import strings_impl  # noqa: F401  (fixture)
+
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -61,16 +63,10 @@ class Scratch:
         os.close(self.fd)
 
 
-@pytest.fixture(params=["compiled", "python"], autouse=True)
-def strings_impl(request, monkeypatch):
-    """Run every test with the compiled string-array decoder and with the Python loop."""
-    import infer.gguf as g
-
-    if request.param == "python":
-        monkeypatch.setattr(g, "_c_read_strings", None)
-    elif g._c_read_strings is None:
-        pytest.skip("infer._gguf_strings is not built")
-    return request.param
+@pytest.fixture(autouse=True)
+def both_decoders(strings_impl):
+    """Every test runs with the compiled string-array decoder and with the Python loop."""
+    return strings_impl
 
 
 @pytest.fixture
