@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infer.gguf import GGUFFile, default_model_path, gemma3_model_path  # noqa: E402
+from infer.gguf import GGUFFile, default_model_path, gemma3_model_path
 
 
 def open_infer(path):

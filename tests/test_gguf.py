@@ -6,18 +6,15 @@ here with `struct` (sharing no code with infer.gguf) for every validation rule.
 """
 from __future__ import annotations
 
-import math
 import os
 import struct
 
 import numpy as np
 import pytest
+from _gguf_impls import STRINGS_IMPLS, use_strings_impl
 
-from infer.gguf import (GGUFError, GGUFFile, GGUFWriter, ValueType, default_model_path,
-                        gemma3_model_path)
-from infer.tensor import DType, Tensor
-
-from _gguf_impls import strings_impl  # noqa: F401  (fixture)
+from infer.gguf import GGUFError, GGUFFile, GGUFWriter, ValueType, default_model_path, gemma3_model_path
+from infer.tensor import DType
 
 gguf = pytest.importorskip("gguf")
 
@@ -53,6 +50,11 @@ def raw_gguf(kvs: list[bytes], infos: list[bytes], data: bytes = b"", *, version
 def f32_tensor_file(n: int = 64) -> bytes:
     data = np.arange(n, dtype="<f4").tobytes()
     return raw_gguf([kv_str("general.architecture", "llama")], [tinfo("w", (n,), 0, 0)], data)
+
+
+@pytest.fixture(params=STRINGS_IMPLS)
+def strings_impl(request, monkeypatch):
+    return use_strings_impl(request.param, monkeypatch)
 
 
 @pytest.fixture
@@ -284,10 +286,10 @@ def test_writer_round_trip(tmp_path, alignment, strings_impl):
                 assert got.dtype == value.dtype and np.array_equal(got, value)
         nested = f.metadata["nested"]
         assert np.array_equal(nested[0], [1, 2]) and nested[1] == ["a", "b"] and len(nested[2]) == 0
-        for name, (data, dt, shape) in tensors.items():
+        for name, (data, _, shape) in tensors.items():
             t = f.tensors[name]
             data = data() if callable(data) else data
-            raw = np.frombuffer(bytes(data) if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes(), np.uint8)
+            raw = np.frombuffer(data if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes(), np.uint8)
             assert np.array_equal(t.data, raw), name
             assert t.shape == (shape or data.shape), name
             assert t.data.ctypes.data % alignment == 0  # the map is page-aligned, offsets aligned
