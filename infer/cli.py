@@ -43,7 +43,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(caps, indent=2))
         else:
-            print(f"kernel set   {caps['active']}" + (f" (forced by INFER_ISA={caps['forced']})" if caps.get("forced") else ""))
+            forced = f" (forced by INFER_ISA={caps['forced']})" if caps.get("forced") else ""
+            print(f"kernel set   {caps['active']}{forced}")
             print(f"available    {', '.join(caps['available'])}")
             print(f"threads      {caps['num_threads']}")
         return 0
