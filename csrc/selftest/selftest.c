@@ -10,8 +10,9 @@
  * Tolerances (stated per kernel below) allow only what differs legitimately between
  * a SIMD and a scalar implementation: float summation order, FMA contraction, and a
  * quantizer's rounding of an element lying on a rounding boundary.  Outputs are also
- * checked for writes past their end (guard zones) and inputs are deliberately
- * misaligned (rows of quantized blocks start at any even offset in a GGUF file).
+ * checked for writes past their end (guard zones), and every buffer is only as
+ * aligned as its C type requires (rows of quantized blocks start at any even offset
+ * in a GGUF file; float arrays are 4-byte aligned).
  */
 #include "../infer_kernels.h"
 
@@ -39,7 +40,10 @@ static const int OP_LENGTHS[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 6
 
 #define GUARD 64            /* bytes checked after every output */
 #define GUARD_BYTE 0xA5
-#define MISALIGN 2          /* block structs need 2-byte alignment, no more */
+/* Buffers start this far past malloc's (16-byte) alignment: the least alignment their
+ * C type allows, so SIMD code that assumes more (aligned loads) fails here. */
+#define ALIGN_F32 4         /* float arrays (numpy guarantees no more) */
+#define ALIGN_BLOCK 2       /* rows of 18/20/22/34-byte blocks start at any even offset */
 
 static int verbose;
 static int n_passed, n_failed;
@@ -138,12 +142,17 @@ static size_t row_bytes(int t, int64_t n) {
     return (size_t)(n / infer_type_block_size(t)) * infer_type_block_bytes(t);
 }
 
+/* Alignment a row of type t is guaranteed: 4 for f32 and Q8_K (f32 d), else 2. */
+static size_t row_align(int t) {
+    return (t == INFER_TYPE_F32 || t == INFER_TYPE_Q8_K) ? ALIGN_F32 : ALIGN_BLOCK;
+}
+
 /* An output buffer with a guard zone after `bytes`; returns the (misaligned) start. */
-static uint8_t *alloc_out(size_t bytes, uint8_t **base) {
-    *base = malloc(bytes + GUARD + MISALIGN);
+static uint8_t *alloc_out(size_t bytes, uint8_t **base, size_t off) {
+    *base = malloc(bytes + GUARD + off);
     if (!*base) abort();
-    memset(*base, GUARD_BYTE, bytes + GUARD + MISALIGN);
-    return *base + MISALIGN;
+    memset(*base, GUARD_BYTE, bytes + GUARD + off);
+    return *base + off;
 }
 static int guard_intact(const uint8_t *out, size_t bytes) {
     for (size_t i = 0; i < GUARD; i++)
@@ -151,11 +160,11 @@ static int guard_intact(const uint8_t *out, size_t bytes) {
     return 1;
 }
 /* A misaligned copy of an input. */
-static uint8_t *misaligned_copy(const void *src, size_t bytes, uint8_t **base) {
-    *base = malloc(bytes + MISALIGN + 1);
+static uint8_t *misaligned_copy(const void *src, size_t bytes, uint8_t **base, size_t off) {
+    *base = malloc(bytes + off + 1);
     if (!*base) abort();
-    memcpy(*base + MISALIGN, src, bytes);
-    return *base + MISALIGN;
+    memcpy(*base + off, src, bytes);
+    return *base + off;
 }
 
 static void report(int ok, const char *kernel, int t, int64_t n, const char *fmt, double got,
@@ -227,10 +236,10 @@ static void check_dequantize(const infer_kernel_table *ref, const infer_kernel_t
         size_t in_bytes = row_bytes(t, n);
         uint8_t *src = malloc(in_bytes + 1), *src_base, *got_base, *want_base;
         if (!src || !make_input(ref, t, src, n, 1)) { free(src); return; }
-        uint8_t *in = misaligned_copy(src, in_bytes, &src_base);
+        uint8_t *in = misaligned_copy(src, in_bytes, &src_base, row_align(t));
         if (to_f32) {
-            float *got = (float *)alloc_out((size_t)n * 4, &got_base);
-            float *want = (float *)alloc_out((size_t)n * 4, &want_base);
+            float *got = (float *)alloc_out((size_t)n * 4, &got_base, ALIGN_F32);
+            float *want = (float *)alloc_out((size_t)n * 4, &want_base, ALIGN_F32);
             ref->dequantize[t](in, want, n);
             simd->dequantize[t](in, got, n);
             /* 2^-22 of the block's largest value: the last bit or two of an FMA. */
@@ -241,8 +250,8 @@ static void check_dequantize(const infer_kernel_table *ref, const infer_kernel_t
             free(got_base); free(want_base);
         }
         if (to_f16) {
-            infer_half *got = (infer_half *)alloc_out((size_t)n * 2, &got_base);
-            infer_half *want = (infer_half *)alloc_out((size_t)n * 2, &want_base);
+            infer_half *got = (infer_half *)alloc_out((size_t)n * 2, &got_base, ALIGN_BLOCK);
+            infer_half *want = (infer_half *)alloc_out((size_t)n * 2, &want_base, ALIGN_BLOCK);
             ref->dequantize_f16[t](in, want, n);
             simd->dequantize_f16[t](in, got, n);
             /* One fp16 rounding step (2^-11 relative) either way. */
@@ -315,8 +324,9 @@ static void check_quantize(const infer_kernel_table *ref, const infer_kernel_tab
         uint8_t *x_base, *got_base, *want_base;
         if (!x) abort();
         random_floats(x, n, bs > 1 ? bs : 32);
-        const float *xin = (const float *)misaligned_copy(x, (size_t)n * 4, &x_base);
-        uint8_t *got = alloc_out(qbytes, &got_base), *want = alloc_out(qbytes, &want_base);
+        const float *xin = (const float *)misaligned_copy(x, (size_t)n * 4, &x_base, ALIGN_F32);
+        uint8_t *got = alloc_out(qbytes, &got_base, row_align(t)),
+                *want = alloc_out(qbytes, &want_base, row_align(t));
         ref->quantize[t](xin, want, n);
         simd->quantize[t](xin, got, n);
         if (!guard_intact(got, qbytes)) {
@@ -358,7 +368,8 @@ static void check_vec_dot(const infer_kernel_table *ref, const infer_kernel_tabl
             free(w0); free(a0);
             return;
         }
-        const uint8_t *w = misaligned_copy(w0, wb, &w_base), *a = misaligned_copy(a0, ab, &a_base);
+        const uint8_t *w = misaligned_copy(w0, wb, &w_base, row_align(t)),
+                      *a = misaligned_copy(a0, ab, &a_base, row_align(at));
         float want = ref->vec_dot[t](n, w, a), got = simd->vec_dot[t](n, w, a);
         double mag = 0.0;
         if (ref->dequantize[t] && (at == INFER_TYPE_F32 || ref->dequantize[at])) {
@@ -412,11 +423,12 @@ static void check_ops(const infer_kernel_table *ref, const infer_kernel_table *s
             w0[i] = 1.0f + 0.5f * gaussian();
             b0[i] = 0.1f * gaussian();
         }
-        const float *x = (const float *)misaligned_copy(x0, bytes, &xb);
-        const float *y = (const float *)misaligned_copy(y0, bytes, &yb);
-        const float *w = (const float *)misaligned_copy(w0, bytes, &wb);
-        const float *bias = (const float *)misaligned_copy(b0, bytes, &bb);
-        float *got = (float *)alloc_out(bytes, &gb), *want = (float *)alloc_out(bytes, &rb);
+        const float *x = (const float *)misaligned_copy(x0, bytes, &xb, ALIGN_F32);
+        const float *y = (const float *)misaligned_copy(y0, bytes, &yb, ALIGN_F32);
+        const float *w = (const float *)misaligned_copy(w0, bytes, &wb, ALIGN_F32);
+        const float *bias = (const float *)misaligned_copy(b0, bytes, &bb, ALIGN_F32);
+        float *got = (float *)alloc_out(bytes, &gb, ALIGN_F32),
+              *want = (float *)alloc_out(bytes, &rb, ALIGN_F32);
 #define GUARDED(name, ok_expr)                                                        \
     do {                                                                          \
         if (ok_expr) report(guard_intact((uint8_t *)got, bytes), name, -1, n,     \
@@ -490,7 +502,7 @@ static void check_rope(const infer_kernel_table *ref, const infer_kernel_table *
             float *x = malloc((size_t)head * 4), *want = malloc((size_t)(head + 1) * 4);
             float *cs = malloc((size_t)n_tab * 4), *sn = malloc((size_t)n_tab * 4);
             uint8_t *gb;
-            float *got = (float *)alloc_out((size_t)head * 4, &gb);
+            float *got = (float *)alloc_out((size_t)head * 4, &gb, ALIGN_F32);
             if (!x || !want || !cs || !sn) abort();
             for (int64_t i = 0; i < head; i++) x[i] = 2.0f * gaussian();
             const double pos = (double)(next_u64() % 4096);
@@ -556,11 +568,11 @@ static void check_attention(const infer_kernel_table *ref, const infer_kernel_ta
                 for (int64_t e = 0; e < np * d; e++) vmax = fmax(vmax, fabs(vf[e]));
                 /* Scores of a few units: softmax neither flat nor one-hot. */
                 const float sc = 1.0f / (float)sqrt((double)d) * 2.0f;
-                float *got = (float *)alloc_out((size_t)d * 4, &gb);
+                float *got = (float *)alloc_out((size_t)d * 4, &gb, ALIGN_F32);
                 r(q, k, v, np, d, sc, want);
                 a(q, k, v, np, d, sc, got);
                 if (compare_floats(name, d, got, want, 0.0, 1e-5 * vmax)) {
-                    float *qq = (float *)misaligned_copy(q, (size_t)d * 4, &qb);
+                    float *qq = (float *)misaligned_copy(q, (size_t)d * 4, &qb, ALIGN_F32);
                     a(qq, k, v, np, d, sc, qq);     /* out aliases q */
                     if (compare_floats(name, d, qq, want, 0.0, 1e-5 * vmax))
                         report(guard_intact((uint8_t *)got, (size_t)d * 4), name, -1, d * 1000 + np,
