@@ -74,8 +74,12 @@ typedef struct {
     int8_t scales[QK_K / 16];        /* 16 sub-block scales */
     infer_half d;
 } block_q6_K;
-/* Activation-only format: d is f32 and may be negative. */
+/* Activation-only format: d is f32 and may be negative.  Packed to 2-byte alignment
+ * like the other blocks, so a Q8_K row may start at any even offset of a byte buffer
+ * (the compiler then reads d without assuming 4-byte alignment). */
+#pragma pack(push, 2)
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+#pragma pack(pop)
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
@@ -112,6 +116,8 @@ typedef void (*infer_dequantize_f16_fn)(const void *src, infer_half *dst, int64_
 typedef void (*infer_quantize_fn)(const float *src, void *dst, int64_t n);
 /* Dot of n elements: w in weight format, a in its vec_dot_type format. */
 typedef float (*infer_vec_dot_fn)(int64_t n, const void *w, const void *a);
+typedef void (*infer_vec_dot_4_fn)(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                   float *out);
 
 typedef void (*infer_rmsnorm_fn)(const float *x, const float *weight, float *out,
                                  int64_t n, float eps);
@@ -131,13 +137,20 @@ typedef void (*infer_scale_fn)(float *x, float s, int64_t n);
  * pairs (i, i + rot_dim/2); cs and sn hold rot_dim/2 entries.  Elements from
  * rot_dim on are left alone (the caller never passes them). */
 typedef void (*infer_rope_fn)(float *x, const float *cs, const float *sn, int64_t rot_dim);
-/* One query row against n_pos >= 1 consecutive cache rows of one KV head (rows of
+/* Attention of n_q query rows over the cache rows of one KV head (rows of
  * head_dim elements, F32 or F16 bits as the entry's name says), online softmax:
- * out = sum_p softmax_p(scale * q.k_p) v_p.  out may alias q.
- * head_dim <= INFER_ATTN_MAX_HEAD_DIM. */
+ * out[u] = sum_p softmax_p(scale * q[u].k_p) v_p over p in [lo[u], hi[u]]
+ * (lo[u] <= hi[u]).  Rows are read once for all n_q queries.  out[u] may alias
+ * q[u].  When ml is not NULL, ml[2u] and ml[2u+1] receive the max of the scaled
+ * scores and the sum of exp(score - max), so that attention over split position
+ * ranges can be merged.  n_q <= INFER_ATTN_MAX_Q, n_q * head_dim <=
+ * INFER_ATTN_MAX_QD, head_dim <= INFER_ATTN_MAX_HEAD_DIM (stack scratch). */
 #define INFER_ATTN_MAX_HEAD_DIM 1024
-typedef void (*infer_attn_fn)(const float *q, const void *k, const void *v, int64_t n_pos,
-                              int64_t head_dim, float scale, float *out);
+#define INFER_ATTN_MAX_Q 16
+#define INFER_ATTN_MAX_QD 4096
+typedef void (*infer_attn_fn)(int64_t n_q, const float *const *q, float *const *out,
+                              const int64_t *lo, const int64_t *hi, const void *k,
+                              const void *v, int64_t head_dim, float scale, float *ml);
 
 /* The dispatch table: scalar entries first, SIMD fill functions override. */
 typedef struct {
@@ -157,6 +170,10 @@ typedef struct {
     infer_rope_fn rope_neox;
     infer_attn_fn attn_f32;        /* F32 cache */
     infer_attn_fn attn_f16;        /* F16 cache */
+    /* Optional, by weight type: four weight rows (row_bytes apart) against one
+     * activation row, out[k] = row k . a.  Mat-vec uses it when set, so the
+     * activation loads and scales are shared by four rows. */
+    infer_vec_dot_4_fn vec_dot_4[INFER_TYPE_COUNT];
 } infer_kernel_table;
 
 /* ISA ids, lowest to highest. */
@@ -203,7 +220,8 @@ int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
  * Query head h reads KV head h / (n_heads / n_kv_heads).  Token t sits at
  * p = pos0 + t and attends to positions [lo, p], lo = max(0, p - window + 1)
  * when window > 0, else 0.  Writes out [n_tokens, n_heads, head_dim] (may alias q).
- * Runs on the thread pool, one (token, head) per work item. */
+ * Runs on the thread pool; a work item is a block of tokens times the query
+ * heads of one KV head, which then read each K/V row once. */
 int infer_attention(const float *q, const void *k_cache, const void *v_cache, int kv_type,
                     int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                     int64_t n_ctx, int64_t pos0, int64_t window, float scale, float *out);
@@ -213,6 +231,16 @@ int infer_attention(const float *q, const void *k_cache, const void *v_cache, in
  * positions pos0 .. pos0 + n_tokens - 1. */
 int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens,
                    int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0);
+
+/* ---- row drivers (rows.c): many rows of n consecutive floats, on the thread pool
+ * when there are enough elements to share ---------------------------------------- */
+void infer_rmsnorm_rows(const float *x, const float *weight, float *out, int64_t rows, int64_t n,
+                        float eps);
+void infer_layernorm_rows(const float *x, const float *weight, const float *bias, float *out,
+                          int64_t rows, int64_t n, float eps);
+void infer_softmax_rows(float *x, int64_t rows, int64_t n);   /* in place */
+/* out = act(gate) * up over n elements; act is GELU (tanh) if gelu, else SiLU. */
+void infer_glu(int gelu, const float *gate, const float *up, float *out, int64_t n);
 
 /* ---- dispatch (dispatch.c) -------------------------------------------------- */
 /* Bit mask of ISAs this CPU (and OS) can run; bit i = infer_isa i. */

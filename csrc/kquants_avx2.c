@@ -7,7 +7,8 @@
  * element.  Dequantizers do the scalar file's float operations, so they give the
  * same bits (Q4_K's d*sc*q is exact in f32: 11+6+4 significant bits, so it makes
  * no difference whether the compiler fuses the subtraction of dmin*m).
- * Quantizers are the scalar ones (they run once per model, or once per mat-vec for Q8_K).
+ * Q8_K's quantizer (once per mat-vec input) gives the scalar one's bytes; the weight
+ * quantizers are the scalar ones.
  */
 #include "infer_kernels.h"
 #include "kquants_internal.h"
@@ -215,6 +216,64 @@ static void infer_dequantize_f16_q6_K_avx2(const void *src, infer_half *dst, int
     dequantize_q6_K(src, dst, n, 1);
 }
 
+/* ---- Q8_K ------------------------------------------------------------------- */
+
+/* quantize_row_q8_K_ref: max = the first element of largest |x| (sign kept),
+ * q = nearest_int(-127/max * x) (cvtps rounds to nearest even, as nearest_int),
+ * bsums = sums of 16.  Same bytes as the scalar quantizer. */
+static void infer_quantize_q8_K_avx2(const float *x, void *dst, int64_t n) {
+    block_q8_K *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i ones = _mm256_set1_epi16(1);
+    /* packs works within 128-bit lanes; this restores element order */
+    const __m256i unzip = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m256 vmax = _mm256_setzero_ps();
+        for (int k = 0; k < QK_K / 8; k++)
+            vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        const float amax = _mm_cvtss_f32(m);
+        if (!amax) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        int at = 0;
+        for (int k = 0; k < QK_K / 8; k++) {
+            const __m256 ax = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k));
+            const int hits = _mm256_movemask_ps(_mm256_cmp_ps(ax, _mm256_set1_ps(amax), _CMP_EQ_OQ));
+            if (hits) {
+                at = 8 * k + __builtin_ctz((unsigned)hits);
+                break;
+            }
+        }
+        const float iscale = -127.f / x[at];
+        const __m256 vs = _mm256_set1_ps(iscale);
+        for (int c = 0; c < QK_K / 64; c++) {
+            __m256i h[2];
+            for (int s = 0; s < 2; s++) {
+                const float *xs = x + 64 * c + 32 * s;
+                __m256i v[4];
+                for (int j = 0; j < 4; j++)
+                    v[j] = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(xs + 8 * j)));
+                /* |v| <= 127, so the saturating packs are exact */
+                const __m256i p01 = _mm256_packs_epi32(v[0], v[1]);  /* elements 0..15, permuted */
+                const __m256i p23 = _mm256_packs_epi32(v[2], v[3]);  /* elements 16..31 */
+                const __m256i q = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), unzip);
+                _mm256_storeu_si256((__m256i *)(y[i].qs + 64 * c + 32 * s), q);
+                h[s] = _mm256_hadd_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones));
+            }
+            /* two more pairwise sums leave one total per group of 16, split over the
+             * 128-bit halves: groups 4c..4c+3 = low + high */
+            const __m256i hh = _mm256_hadd_epi32(h[0], h[1]);
+            const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(hh), _mm256_extracti128_si256(hh, 1));
+            _mm_storel_epi64((__m128i *)(y[i].bsums + 4 * c), _mm_packs_epi32(sums, sums));
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
 void infer_fill_kquants_avx2(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_Q4_K] = infer_dequantize_q4_K_avx2;
     t->dequantize_f16[INFER_TYPE_Q4_K] = infer_dequantize_f16_q4_K_avx2;
@@ -222,5 +281,6 @@ void infer_fill_kquants_avx2(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_Q6_K] = infer_dequantize_q6_K_avx2;
     t->dequantize_f16[INFER_TYPE_Q6_K] = infer_dequantize_f16_q6_K_avx2;
     t->vec_dot[INFER_TYPE_Q6_K] = infer_vec_dot_q6_K_q8_K_avx2;
+    t->quantize[INFER_TYPE_Q8_K] = infer_quantize_q8_K_avx2;
 }
 #endif

@@ -6,13 +6,15 @@
  * one horizontal sum per super-block.  The offsets (Q4_K's min, Q6_K's -32) come out
  * once per super-block through Q8_K's bsums.  Dequantizers do the scalar file's
  * float operations (products exact in f32), so they give the same bits.
- * Quantizers are the scalar ones.
+ * Q8_K's quantizer (once per mat-vec input) gives the scalar one's bytes; the weight
+ * quantizers are the scalar ones.
  */
 #include "infer_kernels.h"
 #include "kquants_internal.h"
 
 #if defined(__aarch64__) || defined(_M_ARM64)
 #include <arm_neon.h>
+#include <math.h>
 
 static inline float half_to_float(infer_half h) {
     return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
@@ -194,6 +196,39 @@ static void infer_dequantize_f16_q6_K_neon(const void *src, infer_half *dst, int
     dequantize_q6_K(src, dst, n, 1);
 }
 
+/* ---- Q8_K ------------------------------------------------------------------- */
+
+/* quantize_row_q8_K_ref: max = the first element of largest |x| (sign kept),
+ * q = nearest_int(-127/max * x) (vcvtnq rounds to nearest even, as nearest_int),
+ * bsums = sums of 16.  Same bytes as the scalar quantizer. */
+static void infer_quantize_q8_K_neon(const float *x, void *dst, int64_t n) {
+    block_q8_K *y = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float32x4_t vmax = vdupq_n_f32(0);
+        for (int k = 0; k < QK_K / 4; k++) vmax = vmaxq_f32(vmax, vabsq_f32(vld1q_f32(x + 4 * k)));
+        const float amax = vmaxvq_f32(vmax);
+        if (!amax) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        int at = 0;
+        while (fabsf(x[at]) != amax) at++;
+        const float iscale = -127.f / x[at];
+        for (int g = 0; g < QK_K / 16; g++) {
+            int16x8_t h[2];
+            for (int s = 0; s < 2; s++) {
+                const float *xs = x + 16 * g + 8 * s;
+                const int32x4_t v0 = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(xs), iscale));
+                const int32x4_t v1 = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(xs + 4), iscale));
+                h[s] = vcombine_s16(vqmovn_s32(v0), vqmovn_s32(v1));   /* |v| <= 127: exact */
+            }
+            vst1q_s8(y[i].qs + 16 * g, vcombine_s8(vqmovn_s16(h[0]), vqmovn_s16(h[1])));
+            y[i].bsums[g] = vaddvq_s16(vaddq_s16(h[0], h[1]));         /* |sum| <= 2032 */
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
 void infer_fill_kquants_neon(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_Q4_K] = infer_dequantize_q4_K_neon;
     t->dequantize_f16[INFER_TYPE_Q4_K] = infer_dequantize_f16_q4_K_neon;
@@ -201,5 +236,6 @@ void infer_fill_kquants_neon(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_Q6_K] = infer_dequantize_q6_K_neon;
     t->dequantize_f16[INFER_TYPE_Q6_K] = infer_dequantize_f16_q6_K_neon;
     t->vec_dot[INFER_TYPE_Q6_K] = infer_vec_dot_q6_K_q8_K_neon;
+    t->quantize[INFER_TYPE_Q8_K] = infer_quantize_q8_K_neon;
 }
 #endif

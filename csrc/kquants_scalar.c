@@ -174,13 +174,19 @@ static void infer_dequantize_q4_K_scalar(const void *src, float *y, int64_t n) {
     }
 }
 
-static void infer_dequantize_f16_q4_K_scalar(const void *src, infer_half *y, int64_t n) {
+/* f16 output of a K format: each super-block through its f32 dequantizer, then
+ * rounded to nearest even. */
+static void dequantize_f16_via(infer_dequantize_fn dequantize, size_t block_bytes,
+                               const void *src, infer_half *y, int64_t n) {
     float buf[QK_K];
-    const block_q4_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
-        infer_dequantize_q4_K_scalar(&x[i], buf, QK_K);
+        dequantize((const uint8_t *)src + i * block_bytes, buf, QK_K);
         for (int l = 0; l < QK_K; l++) y[l] = infer_fp32_to_fp16(buf[l]);
     }
+}
+
+static void infer_dequantize_f16_q4_K_scalar(const void *src, infer_half *y, int64_t n) {
+    dequantize_f16_via(infer_dequantize_q4_K_scalar, sizeof(block_q4_K), src, y, n);
 }
 
 /* Σ_j sc_j·Σ q·a - Σ_j m_j·Σ a: the min term comes from Q8_K's bsums (two per sub-block). */
@@ -332,12 +338,7 @@ static void infer_dequantize_q6_K_scalar(const void *src, float *y, int64_t n) {
 }
 
 static void infer_dequantize_f16_q6_K_scalar(const void *src, infer_half *y, int64_t n) {
-    float buf[QK_K];
-    const block_q6_K *x = src;
-    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
-        infer_dequantize_q6_K_scalar(&x[i], buf, QK_K);
-        for (int l = 0; l < QK_K; l++) y[l] = infer_fp32_to_fp16(buf[l]);
-    }
+    dequantize_f16_via(infer_dequantize_q6_K_scalar, sizeof(block_q6_K), src, y, n);
 }
 
 static float infer_vec_dot_q6_K_q8_K_scalar(int64_t n, const void *w, const void *a) {

@@ -1,10 +1,11 @@
 /* matmul.c: mat-vec and mat-mul for any weight type, through the dispatch table.
  *
  * As in ggml, the activations are quantized once into the weight type's
- * vec_dot_type, then threads take disjoint row ranges of the weight matrix.  Each
- * thread walks its rows in the outer loop and a tile of tokens in the inner loop, so
- * a weight row is read from memory once and reused from L1 for every token of the
- * tile, while the tile's activations stay in L1/L2.
+ * vec_dot_type, then threads claim disjoint chunks of weight rows.  Each thread
+ * walks its rows (four at a time when the table has a vec_dot_4 kernel) in the outer
+ * loop and a tile of tokens in the inner loop, so a weight row is read from memory
+ * once and reused from L1 for every token of the tile, while the tile's activations
+ * stay in L1/L2.
  */
 #include "infer_kernels.h"
 
@@ -57,31 +58,62 @@ int infer_quantize_activations(int type, const float *x, int64_t n_tokens, int64
     return 0;
 }
 
+#if defined(_MSC_VER)
+#include <intrin.h>
+static int64_t claim_chunk(volatile int64_t *next) { return _InterlockedExchangeAdd64(next, 1); }
+#else
+static int64_t claim_chunk(volatile int64_t *next) {
+    return __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+}
+#endif
+
 typedef struct {
     infer_vec_dot_fn dot;
+    infer_vec_dot_4_fn dot4;   /* may be NULL */
     const uint8_t *w;
     size_t row_bytes;
     int64_t rows, cols;
     const uint8_t *xq;
     size_t xq_row_bytes;
     int64_t n_tokens;
-    float *out;   /* n_tokens x rows */
+    float *out;                /* n_tokens x rows */
+    int64_t chunk_rows;        /* a multiple of ROW_ALIGN */
+    volatile int64_t next_chunk;
 } matmul_task;
 
-static void matmul_worker(void *arg, int ith, int nth) {
-    const matmul_task *m = (const matmul_task *)arg;
-    const int64_t units = (m->rows + ROW_ALIGN - 1) / ROW_ALIGN;
-    const int64_t per = (units + nth - 1) / nth;
-    const int64_t r0 = per * ith * ROW_ALIGN;
-    int64_t r1 = r0 + per * ROW_ALIGN;
-    if (r1 > m->rows) r1 = m->rows;
+/* Rows [r0, r1) for every token, a tile of tokens at a time. */
+static void matmul_rows(const matmul_task *m, int64_t r0, int64_t r1) {
     for (int64_t t0 = 0; t0 < m->n_tokens; t0 += TOKEN_TILE) {
         const int64_t t1 = t0 + TOKEN_TILE < m->n_tokens ? t0 + TOKEN_TILE : m->n_tokens;
-        for (int64_t r = r0; r < r1; r++) {
+        int64_t r = r0;
+        if (m->dot4) {
+            for (; r + 4 <= r1; r += 4) {
+                const uint8_t *w = m->w + (size_t)r * m->row_bytes;
+                for (int64_t t = t0; t < t1; t++) {
+                    float o[4];
+                    m->dot4(m->cols, w, m->row_bytes, m->xq + (size_t)t * m->xq_row_bytes, o);
+                    float *dst = m->out + t * m->rows + r;
+                    dst[0] = o[0], dst[1] = o[1], dst[2] = o[2], dst[3] = o[3];
+                }
+            }
+        }
+        for (; r < r1; r++) {
             const uint8_t *w = m->w + (size_t)r * m->row_bytes;
             for (int64_t t = t0; t < t1; t++)
                 m->out[t * m->rows + r] = m->dot(m->cols, w, m->xq + (size_t)t * m->xq_row_bytes);
         }
+    }
+}
+
+/* Threads claim chunks of rows until none is left, so a thread that starts late (a
+ * busy machine) just takes fewer. */
+static void matmul_worker(void *arg, int ith, int nth) {
+    matmul_task *m = (matmul_task *)arg;
+    (void)ith, (void)nth;
+    for (;;) {
+        const int64_t r0 = claim_chunk(&m->next_chunk) * m->chunk_rows;
+        if (r0 >= m->rows) return;
+        matmul_rows(m, r0, r0 + m->chunk_rows < m->rows ? r0 + m->chunk_rows : m->rows);
     }
 }
 
@@ -91,12 +123,20 @@ int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int6
     const size_t xq_row_bytes = infer_activation_row_bytes(type, cols);
     if (type < 0 || type >= INFER_TYPE_COUNT || !k->vec_dot[type] || xq_row_bytes == 0) return -1;
     if (rows < 0 || n_tokens < 0) return -1;
-    matmul_task m = {k->vec_dot[type], (const uint8_t *)w, row_bytes, rows, cols,
-                     (const uint8_t *)xq, xq_row_bytes, n_tokens, out};
-    if (rows > ROW_ALIGN && rows * cols * n_tokens >= PARALLEL_MIN_WORK)
-        infer_parallel_run(matmul_worker, &m);
-    else
-        matmul_worker(&m, 0, 1);
+    matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], (const uint8_t *)w, row_bytes, rows,
+                     cols, (const uint8_t *)xq, xq_row_bytes, n_tokens, out, rows, 0};
+    const int nth = rows > ROW_ALIGN && rows * cols * n_tokens >= PARALLEL_MIN_WORK
+                        ? infer_get_num_threads() : 1;
+    if (nth == 1) {
+        matmul_rows(&m, 0, rows);
+        return 0;
+    }
+    /* About four chunks per thread: small enough to balance a late thread, large
+     * enough that claiming costs nothing. */
+    const int64_t units = (rows + ROW_ALIGN - 1) / ROW_ALIGN;
+    const int64_t chunks = 4 * (int64_t)nth < units ? 4 * (int64_t)nth : units;
+    m.chunk_rows = (units + chunks - 1) / chunks * ROW_ALIGN;
+    infer_parallel_run(matmul_worker, &m);
     return 0;
 }
 

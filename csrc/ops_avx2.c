@@ -203,10 +203,12 @@ static void rope_neox_avx2(float *x, const float *cs, const float *sn, int64_t r
 }
 
 /* ---- attention -------------------------------------------------------------------
- * Online softmax over chunks of ATTN_CHUNK positions: scores of the chunk, one
- * rescale of the accumulator if the running max grew, then the weighted V rows,
- * four at a time so each accumulator vector is loaded and stored once per four.
- * Rows of K are read four at a time against one load of q. */
+ * Online softmax over chunks of ATTN_CHUNK positions.  Per chunk: the scores of
+ * every query row (K rows two at a time against up to four queries, so each K
+ * vector is loaded and converted once for four queries), then per query a rescale
+ * of its accumulator if its running max grew and the exponentials, then the
+ * weighted V rows (each V vector loaded once for up to four queries, accumulators
+ * in registers across the chunk). */
 #define ATTN_CHUNK 64
 
 #if defined(_MSC_VER)
@@ -226,109 +228,186 @@ static ALWAYS_INLINE float kv_load1(const void *p, int64_t i, int f16) {
 }
 
 /* The eight horizontal sums of s0..s7, in order, as one vector. */
-static inline __m256 hsum8x8(__m256 s0, __m256 s1, __m256 s2, __m256 s3, __m256 s4, __m256 s5,
-                             __m256 s6, __m256 s7) {
-    const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
-    const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(s4, s5), _mm256_hadd_ps(s6, s7));
+static inline __m256 hsum8x8(const __m256 *s) {
+    const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
+    const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(s[4], s[5]), _mm256_hadd_ps(s[6], s[7]));
     /* t0 = [s0..s3 low halves | s0..s3 high halves], t1 likewise for s4..s7 */
     return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
-/* s[j] = qs . k_row(j) for the nb rows of a chunk starting at element offset base;
- * eight rows per pass so that one tree of hadds reduces all eight. */
-static ALWAYS_INLINE void attn_scores(const float *qs, const void *k, int64_t base, int64_t nb,
-                                      int64_t d, float *s, int f16) {
+/* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant). */
+static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, const void *k,
+                                      int64_t p0, int64_t nb, float *s, int f16) {
     const int64_t d8 = d & ~(int64_t)7;
+    int64_t j = 0;
+    for (; j + 2 <= nb; j += 2) {
+        __m256 a[8];
+        float sums[8];
+        const int64_t r0 = (p0 + j) * d, r1 = r0 + d;
+        for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < d8; i += 8) {
+            const __m256 k0 = kv_load8(k, r0 + i, f16), k1 = kv_load8(k, r1 + i, f16);
+            for (int u = 0; u < UB; u++) {
+                const __m256 qv = _mm256_loadu_ps(qs + u * d + i);
+                a[2 * u] = _mm256_fmadd_ps(qv, k0, a[2 * u]);
+                a[2 * u + 1] = _mm256_fmadd_ps(qv, k1, a[2 * u + 1]);
+            }
+        }
+        _mm256_storeu_ps(sums, hsum8x8(a));
+        for (int u = 0; u < UB; u++) {
+            float s0 = sums[2 * u], s1 = sums[2 * u + 1];
+            for (int64_t i = d8; i < d; i++) {
+                s0 += qs[u * d + i] * kv_load1(k, r0 + i, f16);
+                s1 += qs[u * d + i] * kv_load1(k, r1 + i, f16);
+            }
+            s[u * ATTN_CHUNK + j] = s0;
+            s[u * ATTN_CHUNK + j + 1] = s1;
+        }
+    }
+    for (; j < nb; j++) {
+        const int64_t r0 = (p0 + j) * d;
+        for (int u = 0; u < UB; u++) {
+            __m256 a0 = _mm256_setzero_ps();
+            for (int64_t i = 0; i < d8; i += 8)
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qs + u * d + i), kv_load8(k, r0 + i, f16), a0);
+            float s0 = hsum8(a0);
+            for (int64_t i = d8; i < d; i++) s0 += qs[u * d + i] * kv_load1(k, r0 + i, f16);
+            s[u * ATTN_CHUNK + j] = s0;
+        }
+    }
+}
+
+/* acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i] for u < UB. */
+static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
+                                          int64_t p0, int64_t nb, const float *w, int f16) {
+    const int64_t d16 = d & ~(int64_t)15, d8 = d & ~(int64_t)7;
+    int64_t i = 0;
+    for (; i < d16; i += 16) {
+        __m256 a[4][2];
+        for (int u = 0; u < UB; u++) {
+            a[u][0] = _mm256_loadu_ps(acc + u * d + i);
+            a[u][1] = _mm256_loadu_ps(acc + u * d + i + 8);
+        }
+        for (int64_t j = 0; j < nb; j++) {
+            const int64_t r = (p0 + j) * d + i;
+            const __m256 v0 = kv_load8(v, r, f16), v1 = kv_load8(v, r + 8, f16);
+            for (int u = 0; u < UB; u++) {
+                const __m256 wv = _mm256_broadcast_ss(w + u * ATTN_CHUNK + j);
+                a[u][0] = _mm256_fmadd_ps(wv, v0, a[u][0]);
+                a[u][1] = _mm256_fmadd_ps(wv, v1, a[u][1]);
+            }
+        }
+        for (int u = 0; u < UB; u++) {
+            _mm256_storeu_ps(acc + u * d + i, a[u][0]);
+            _mm256_storeu_ps(acc + u * d + i + 8, a[u][1]);
+        }
+    }
+    for (; i < d8; i += 8) {
+        __m256 a[4];
+        for (int u = 0; u < UB; u++) a[u] = _mm256_loadu_ps(acc + u * d + i);
+        for (int64_t j = 0; j < nb; j++) {
+            const __m256 v0 = kv_load8(v, (p0 + j) * d + i, f16);
+            for (int u = 0; u < UB; u++)
+                a[u] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + u * ATTN_CHUNK + j), v0, a[u]);
+        }
+        for (int u = 0; u < UB; u++) _mm256_storeu_ps(acc + u * d + i, a[u]);
+    }
+    for (; i < d; i++)
+        for (int64_t j = 0; j < nb; j++)
+            for (int u = 0; u < UB; u++)
+                acc[u * d + i] += w[u * ATTN_CHUNK + j] * kv_load1(v, (p0 + j) * d + i, f16);
+}
+
+/* Online-softmax step of one query over a chunk: rows outside [lo, hi] get weight
+ * 0; s becomes the weights exp(s - m) under the (possibly raised) running max m,
+ * and the accumulator and running sum l are rescaled to that max. */
+static void attn_softmax_step(float *s, int64_t p0, int64_t nb, int64_t lo, int64_t hi,
+                              float *m, float *l, float *acc, int64_t d) {
+    const int64_t jlo = lo - p0 > 0 ? lo - p0 : 0, jhi = hi - p0 < nb - 1 ? hi - p0 : nb - 1;
+    float cmax = -INFINITY;
+    for (int64_t j = 0; j < nb; j++) {
+        if (j < jlo || j > jhi) s[j] = -INFINITY;
+        else cmax = s[j] > cmax ? s[j] : cmax;
+    }
+    if (cmax == -INFINITY) {
+        for (int64_t j = 0; j < nb; j++) s[j] = 0.0f;
+        return;
+    }
+    if (cmax > *m) {
+        const float c = expf(*m - cmax);  /* 0 on the first chunk */
+        *l *= c;
+        scale_avx2(acc, c, d);
+        *m = cmax;
+    }
+    const __m256 vm = _mm256_set1_ps(*m);
+    __m256 sum = _mm256_setzero_ps();
     int64_t j = 0;
     for (; j + 8 <= nb; j += 8) {
-        __m256 a[8];
-        const int64_t r = base + j * d;
-        for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
-        for (int64_t i = 0; i < d8; i += 8) {
-            const __m256 qv = _mm256_loadu_ps(qs + i);
-            for (int u = 0; u < 8; u++) a[u] = _mm256_fmadd_ps(qv, kv_load8(k, r + u * d + i, f16), a[u]);
-        }
-        _mm256_storeu_ps(s + j, hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]));
-        for (int64_t i = d8; i < d; i++)
-            for (int u = 0; u < 8; u++) s[j + u] += qs[i] * kv_load1(k, r + u * d + i, f16);
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        _mm256_storeu_ps(s + j, e);
+        sum = _mm256_add_ps(sum, e);
     }
+    float total = hsum8(sum);
     for (; j < nb; j++) {
-        __m256 s0 = _mm256_setzero_ps();
-        const int64_t r = base + j * d;
-        for (int64_t i = 0; i < d8; i += 8)
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(qs + i), kv_load8(k, r + i, f16), s0);
-        s[j] = hsum8(s0);
-        for (int64_t i = d8; i < d; i++) s[j] += qs[i] * kv_load1(k, r + i, f16);
+        s[j] = s[j] == -INFINITY ? 0.0f : expf(s[j] - *m);
+        total += s[j];
     }
+    *l += total;
 }
 
-/* acc += sum_j w[j] v_row(j), four rows per pass over acc. */
-static ALWAYS_INLINE void attn_accumulate(float *acc, const void *v, int64_t base, int64_t nb,
-                                          int64_t d, const float *w, int f16) {
-    const int64_t d8 = d & ~(int64_t)7;
-    int64_t j = 0;
-    for (; j + 4 <= nb; j += 4) {
-        const __m256 w0 = _mm256_set1_ps(w[j]), w1 = _mm256_set1_ps(w[j + 1]);
-        const __m256 w2 = _mm256_set1_ps(w[j + 2]), w3 = _mm256_set1_ps(w[j + 3]);
-        const int64_t r = base + j * d;
-        for (int64_t i = 0; i < d8; i += 8) {
-            __m256 a = _mm256_loadu_ps(acc + i);
-            a = _mm256_fmadd_ps(w0, kv_load8(v, r + i, f16), a);
-            a = _mm256_fmadd_ps(w1, kv_load8(v, r + d + i, f16), a);
-            a = _mm256_fmadd_ps(w2, kv_load8(v, r + 2 * d + i, f16), a);
-            a = _mm256_fmadd_ps(w3, kv_load8(v, r + 3 * d + i, f16), a);
-            _mm256_storeu_ps(acc + i, a);
+static ALWAYS_INLINE void attn_avx2(int64_t n_q, const float *const *q, float *const *out,
+                                    const int64_t *lo, const int64_t *hi, const void *k,
+                                    const void *v, int64_t d, float scale, float *ml, int f16) {
+    float qs[INFER_ATTN_MAX_QD], acc[INFER_ATTN_MAX_QD];
+    float s[INFER_ATTN_MAX_Q * ATTN_CHUNK], m[INFER_ATTN_MAX_Q], l[INFER_ATTN_MAX_Q];
+    int64_t p_lo = lo[0], p_hi = hi[0];
+    for (int64_t u = 0; u < n_q; u++) {
+        for (int64_t i = 0; i < d; i++) { qs[u * d + i] = q[u][i] * scale; acc[u * d + i] = 0.0f; }
+        m[u] = -INFINITY;
+        l[u] = 0.0f;
+        p_lo = lo[u] < p_lo ? lo[u] : p_lo;
+        p_hi = hi[u] > p_hi ? hi[u] : p_hi;
+    }
+    for (int64_t p0 = p_lo; p0 <= p_hi; p0 += ATTN_CHUNK) {
+        const int64_t nb = p_hi + 1 - p0 < ATTN_CHUNK ? p_hi + 1 - p0 : ATTN_CHUNK;
+        for (int64_t u = 0; u < n_q; u += 4) {
+            float *su = s + u * ATTN_CHUNK;
+            switch (n_q - u < 4 ? n_q - u : 4) {
+            case 4: attn_scores(4, qs + u * d, d, k, p0, nb, su, f16); break;
+            case 3: attn_scores(3, qs + u * d, d, k, p0, nb, su, f16); break;
+            case 2: attn_scores(2, qs + u * d, d, k, p0, nb, su, f16); break;
+            default: attn_scores(1, qs + u * d, d, k, p0, nb, su, f16); break;
+            }
         }
-        for (int64_t i = d8; i < d; i++)
-            for (int u = 0; u < 4; u++) acc[i] += w[j + u] * kv_load1(v, r + u * d + i, f16);
-    }
-    for (; j < nb; j++) {
-        const __m256 w0 = _mm256_set1_ps(w[j]);
-        const int64_t r = base + j * d;
-        for (int64_t i = 0; i < d8; i += 8)
-            _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(w0, kv_load8(v, r + i, f16),
-                                                      _mm256_loadu_ps(acc + i)));
-        for (int64_t i = d8; i < d; i++) acc[i] += w[j] * kv_load1(v, r + i, f16);
-    }
-}
-
-static ALWAYS_INLINE void attn_avx2(const float *q, const void *k, const void *v, int64_t n_pos,
-                                    int64_t d, float scale, float *out, int f16) {
-    float qs[INFER_ATTN_MAX_HEAD_DIM], acc[INFER_ATTN_MAX_HEAD_DIM], s[ATTN_CHUNK];
-    for (int64_t i = 0; i < d; i++) { qs[i] = q[i] * scale; acc[i] = 0.0f; }
-    float m = -INFINITY, l = 0.0f;
-    for (int64_t p0 = 0; p0 < n_pos; p0 += ATTN_CHUNK) {
-        const int64_t nb = n_pos - p0 < ATTN_CHUNK ? n_pos - p0 : ATTN_CHUNK;
-        attn_scores(qs, k, p0 * d, nb, d, s, f16);
-        float cmax = -INFINITY;
-        for (int64_t j = 0; j < nb; j++) cmax = s[j] > cmax ? s[j] : cmax;
-        if (cmax == -INFINITY) continue;
-        if (cmax > m) {
-            const float c = expf(m - cmax);  /* 0 on the first chunk */
-            l *= c;
-            scale_avx2(acc, c, d);
-            m = cmax;
+        for (int64_t u = 0; u < n_q; u++)
+            attn_softmax_step(s + u * ATTN_CHUNK, p0, nb, lo[u], hi[u], &m[u], &l[u], acc + u * d, d);
+        for (int64_t u = 0; u < n_q; u += 4) {
+            const float *wu = s + u * ATTN_CHUNK;
+            switch (n_q - u < 4 ? n_q - u : 4) {
+            case 4: attn_accumulate(4, acc + u * d, d, v, p0, nb, wu, f16); break;
+            case 3: attn_accumulate(3, acc + u * d, d, v, p0, nb, wu, f16); break;
+            case 2: attn_accumulate(2, acc + u * d, d, v, p0, nb, wu, f16); break;
+            default: attn_accumulate(1, acc + u * d, d, v, p0, nb, wu, f16); break;
+            }
         }
-        const __m256 vm = _mm256_set1_ps(m);
-        int64_t j = 0;
-        for (; j + 8 <= nb; j += 8)
-            _mm256_storeu_ps(s + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm)));
-        for (; j < nb; j++) s[j] = expf(s[j] - m);
-        for (j = 0; j < nb; j++) l += s[j];
-        attn_accumulate(acc, v, p0 * d, nb, d, s, f16);
     }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int64_t i = 0; i < d; i++) out[i] = acc[i] * inv;
+    for (int64_t u = 0; u < n_q; u++) {
+        if (ml) { ml[2 * u] = m[u]; ml[2 * u + 1] = l[u]; }
+        const float inv = l[u] > 0.0f ? 1.0f / l[u] : 0.0f;
+        for (int64_t i = 0; i < d; i++) out[u][i] = acc[u * d + i] * inv;
+    }
 }
 
-static void attn_f32_avx2(const float *q, const void *k, const void *v, int64_t n_pos,
-                          int64_t d, float scale, float *out) {
-    attn_avx2(q, k, v, n_pos, d, scale, out, 0);
+static void attn_f32_avx2(int64_t n_q, const float *const *q, float *const *out,
+                          const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                          int64_t d, float scale, float *ml) {
+    attn_avx2(n_q, q, out, lo, hi, k, v, d, scale, ml, 0);
 }
 
-static void attn_f16_avx2(const float *q, const void *k, const void *v, int64_t n_pos,
-                          int64_t d, float scale, float *out) {
-    attn_avx2(q, k, v, n_pos, d, scale, out, 1);
+static void attn_f16_avx2(int64_t n_q, const float *const *q, float *const *out,
+                          const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                          int64_t d, float scale, float *ml) {
+    attn_avx2(n_q, q, out, lo, hi, k, v, d, scale, ml, 1);
 }
 
 void infer_fill_ops_avx2(infer_kernel_table *t) {

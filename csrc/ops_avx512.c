@@ -166,8 +166,9 @@ static void rope_neox_avx512(float *x, const float *cs, const float *sn, int64_t
     }
 }
 
-/* ---- attention: as in ops_avx2.c (chunked online softmax, K and V rows four at a
- * time), 16 lanes with a masked last vector of each row. */
+/* ---- attention: as in ops_avx2.c (chunked online softmax; K rows four at a time
+ * against up to four queries, V vectors loaded once for up to four queries), 16
+ * lanes with a masked last vector of each row. */
 #define ATTN_CHUNK 64
 
 static ALWAYS_INLINE __m512 kv_load16(const void *p, int64_t i, __mmask16 k, int f16) {
@@ -176,7 +177,7 @@ static ALWAYS_INLINE __m512 kv_load16(const void *p, int64_t i, __mmask16 k, int
     return _mm512_maskz_loadu_ps(k, (const float *)p + i);
 }
 
-/* The eight horizontal sums of s0..s7 (16 lanes each), in order, as one vector:
+/* The eight horizontal sums of s[0..7] (16 lanes each), in order, as one vector:
  * fold each to 8 lanes, then one tree of hadds. */
 static inline __m256 fold16(__m512 v) {
     return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
@@ -189,107 +190,166 @@ static inline __m256 hsum16x8(const __m512 *s) {
     return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
-/* s[j] = qs . k_row(j), eight rows per pass reduced together. */
-static ALWAYS_INLINE void attn_scores(const float *qs, const void *k, int64_t base, int64_t nb,
-                                      int64_t d, float *s, int f16) {
-    int64_t j = 0;
-    for (; j + 8 <= nb; j += 8) {
-        __m512 a[8];
-        const int64_t r = base + j * d;
-        for (int u = 0; u < 8; u++) a[u] = _mm512_setzero_ps();
-        for (int64_t i = 0; i < d; i += 16) {
-            const __mmask16 m = tail_mask(d - i);
-            const __m512 qv = _mm512_maskz_loadu_ps(m, qs + i);
-            for (int u = 0; u < 8; u++)
-                a[u] = _mm512_fmadd_ps(qv, kv_load16(k, r + u * d + i, m, f16), a[u]);
-        }
-        _mm256_storeu_ps(s + j, hsum16x8(a));
-    }
-    for (; j < nb; j++) {
-        __m512 s0 = _mm512_setzero_ps();
-        const int64_t r = base + j * d;
-        for (int64_t i = 0; i < d; i += 16) {
-            const __mmask16 m = tail_mask(d - i);
-            s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qs + i), kv_load16(k, r + i, m, f16), s0);
-        }
-        s[j] = _mm512_reduce_add_ps(s0);
-    }
-}
-
-static ALWAYS_INLINE void attn_accumulate(float *acc, const void *v, int64_t base, int64_t nb,
-                                          int64_t d, const float *w, int f16) {
+/* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant). */
+static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, const void *k,
+                                      int64_t p0, int64_t nb, float *s, int f16) {
     int64_t j = 0;
     for (; j + 4 <= nb; j += 4) {
-        const __m512 w0 = _mm512_set1_ps(w[j]), w1 = _mm512_set1_ps(w[j + 1]);
-        const __m512 w2 = _mm512_set1_ps(w[j + 2]), w3 = _mm512_set1_ps(w[j + 3]);
-        const int64_t r = base + j * d;
+        __m512 a[16];
+        float sums[16];
+        const int64_t r = (p0 + j) * d;
+        for (int x = 0; x < 16; x++) a[x] = _mm512_setzero_ps();
         for (int64_t i = 0; i < d; i += 16) {
-            const __mmask16 m = tail_mask(d - i);
-            __m512 a = _mm512_maskz_loadu_ps(m, acc + i);
-            a = _mm512_fmadd_ps(w0, kv_load16(v, r + i, m, f16), a);
-            a = _mm512_fmadd_ps(w1, kv_load16(v, r + d + i, m, f16), a);
-            a = _mm512_fmadd_ps(w2, kv_load16(v, r + 2 * d + i, m, f16), a);
-            a = _mm512_fmadd_ps(w3, kv_load16(v, r + 3 * d + i, m, f16), a);
-            _mm512_mask_storeu_ps(acc + i, m, a);
+            const __mmask16 mk = tail_mask(d - i);
+            __m512 kr[4];
+            for (int x = 0; x < 4; x++) kr[x] = kv_load16(k, r + x * d + i, mk, f16);
+            for (int u = 0; u < UB; u++) {
+                const __m512 qv = _mm512_maskz_loadu_ps(mk, qs + u * d + i);
+                for (int x = 0; x < 4; x++) a[4 * u + x] = _mm512_fmadd_ps(qv, kr[x], a[4 * u + x]);
+            }
         }
+        _mm256_storeu_ps(sums, hsum16x8(a));
+        if (UB > 2) _mm256_storeu_ps(sums + 8, hsum16x8(a + 8));
+        for (int u = 0; u < UB; u++)
+            for (int x = 0; x < 4; x++) s[u * ATTN_CHUNK + j + x] = sums[4 * u + x];
     }
     for (; j < nb; j++) {
-        const __m512 w0 = _mm512_set1_ps(w[j]);
-        const int64_t r = base + j * d;
+        const int64_t r = (p0 + j) * d;
+        for (int u = 0; u < UB; u++) {
+            __m512 a0 = _mm512_setzero_ps();
+            for (int64_t i = 0; i < d; i += 16) {
+                const __mmask16 mk = tail_mask(d - i);
+                a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, qs + u * d + i),
+                                     kv_load16(k, r + i, mk, f16), a0);
+            }
+            s[u * ATTN_CHUNK + j] = _mm512_reduce_add_ps(a0);
+        }
+    }
+}
+
+/* acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i] for u < UB. */
+static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
+                                          int64_t p0, int64_t nb, const float *w, int f16) {
+    int64_t i = 0;
+    for (; i + 32 <= d; i += 32) {
+        __m512 a[4][2];
+        for (int u = 0; u < UB; u++) {
+            a[u][0] = _mm512_loadu_ps(acc + u * d + i);
+            a[u][1] = _mm512_loadu_ps(acc + u * d + i + 16);
+        }
+        for (int64_t j = 0; j < nb; j++) {
+            const int64_t r = (p0 + j) * d + i;
+            const __m512 v0 = kv_load16(v, r, 0xffff, f16), v1 = kv_load16(v, r + 16, 0xffff, f16);
+            for (int u = 0; u < UB; u++) {
+                const __m512 wv = _mm512_set1_ps(w[u * ATTN_CHUNK + j]);
+                a[u][0] = _mm512_fmadd_ps(wv, v0, a[u][0]);
+                a[u][1] = _mm512_fmadd_ps(wv, v1, a[u][1]);
+            }
+        }
+        for (int u = 0; u < UB; u++) {
+            _mm512_storeu_ps(acc + u * d + i, a[u][0]);
+            _mm512_storeu_ps(acc + u * d + i + 16, a[u][1]);
+        }
+    }
+    for (; i < d; i += 16) {
+        const __mmask16 mk = tail_mask(d - i);
+        __m512 a[4];
+        for (int u = 0; u < UB; u++) a[u] = _mm512_maskz_loadu_ps(mk, acc + u * d + i);
+        for (int64_t j = 0; j < nb; j++) {
+            const __m512 v0 = kv_load16(v, (p0 + j) * d + i, mk, f16);
+            for (int u = 0; u < UB; u++)
+                a[u] = _mm512_fmadd_ps(_mm512_set1_ps(w[u * ATTN_CHUNK + j]), v0, a[u]);
+        }
+        for (int u = 0; u < UB; u++) _mm512_mask_storeu_ps(acc + u * d + i, mk, a[u]);
+    }
+}
+
+/* Online-softmax step of one query over a chunk, as in ops_avx2.c. */
+static void attn_softmax_step(float *s, int64_t p0, int64_t nb, int64_t lo, int64_t hi,
+                              float *m, float *l, float *acc, int64_t d) {
+    const int64_t jlo = lo - p0 > 0 ? lo - p0 : 0, jhi = hi - p0 < nb - 1 ? hi - p0 : nb - 1;
+    float cmax = -INFINITY;
+    for (int64_t j = 0; j < nb; j++) {
+        if (j < jlo || j > jhi) s[j] = -INFINITY;
+        else cmax = s[j] > cmax ? s[j] : cmax;
+    }
+    if (cmax == -INFINITY) {
+        for (int64_t j = 0; j < nb; j++) s[j] = 0.0f;
+        return;
+    }
+    if (cmax > *m) {
+        const float c = expf(*m - cmax);  /* 0 on the first chunk */
+        *l *= c;
+        scale_avx512(acc, c, d);
+        *m = cmax;
+    }
+    const __m512 vm = _mm512_set1_ps(*m), ninf = _mm512_set1_ps(-INFINITY);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nb; j += 16) {
+        const __mmask16 km = tail_mask(nb - j);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, km, s + j), vm));
+        _mm512_mask_storeu_ps(s + j, km, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    *l += _mm512_reduce_add_ps(sum);
+}
+
+static ALWAYS_INLINE void attn_avx512(int64_t n_q, const float *const *q, float *const *out,
+                                      const int64_t *lo, const int64_t *hi, const void *k,
+                                      const void *v, int64_t d, float scale, float *ml, int f16) {
+    float qs[INFER_ATTN_MAX_QD], acc[INFER_ATTN_MAX_QD];
+    float s[INFER_ATTN_MAX_Q * ATTN_CHUNK], m[INFER_ATTN_MAX_Q], l[INFER_ATTN_MAX_Q];
+    int64_t p_lo = lo[0], p_hi = hi[0];
+    for (int64_t u = 0; u < n_q; u++) {
+        for (int64_t i = 0; i < d; i++) { qs[u * d + i] = q[u][i] * scale; acc[u * d + i] = 0.0f; }
+        m[u] = -INFINITY;
+        l[u] = 0.0f;
+        p_lo = lo[u] < p_lo ? lo[u] : p_lo;
+        p_hi = hi[u] > p_hi ? hi[u] : p_hi;
+    }
+    for (int64_t p0 = p_lo; p0 <= p_hi; p0 += ATTN_CHUNK) {
+        const int64_t nb = p_hi + 1 - p0 < ATTN_CHUNK ? p_hi + 1 - p0 : ATTN_CHUNK;
+        for (int64_t u = 0; u < n_q; u += 4) {
+            float *su = s + u * ATTN_CHUNK;
+            switch (n_q - u < 4 ? n_q - u : 4) {
+            case 4: attn_scores(4, qs + u * d, d, k, p0, nb, su, f16); break;
+            case 3: attn_scores(3, qs + u * d, d, k, p0, nb, su, f16); break;
+            case 2: attn_scores(2, qs + u * d, d, k, p0, nb, su, f16); break;
+            default: attn_scores(1, qs + u * d, d, k, p0, nb, su, f16); break;
+            }
+        }
+        for (int64_t u = 0; u < n_q; u++)
+            attn_softmax_step(s + u * ATTN_CHUNK, p0, nb, lo[u], hi[u], &m[u], &l[u], acc + u * d, d);
+        for (int64_t u = 0; u < n_q; u += 4) {
+            const float *wu = s + u * ATTN_CHUNK;
+            switch (n_q - u < 4 ? n_q - u : 4) {
+            case 4: attn_accumulate(4, acc + u * d, d, v, p0, nb, wu, f16); break;
+            case 3: attn_accumulate(3, acc + u * d, d, v, p0, nb, wu, f16); break;
+            case 2: attn_accumulate(2, acc + u * d, d, v, p0, nb, wu, f16); break;
+            default: attn_accumulate(1, acc + u * d, d, v, p0, nb, wu, f16); break;
+            }
+        }
+    }
+    for (int64_t u = 0; u < n_q; u++) {
+        if (ml) { ml[2 * u] = m[u]; ml[2 * u + 1] = l[u]; }
+        const __m512 inv = _mm512_set1_ps(l[u] > 0.0f ? 1.0f / l[u] : 0.0f);
         for (int64_t i = 0; i < d; i += 16) {
-            const __mmask16 m = tail_mask(d - i);
-            _mm512_mask_storeu_ps(acc + i, m, _mm512_fmadd_ps(w0, kv_load16(v, r + i, m, f16),
-                                                              _mm512_maskz_loadu_ps(m, acc + i)));
+            const __mmask16 km = tail_mask(d - i);
+            _mm512_mask_storeu_ps(out[u] + i, km, _mm512_mul_ps(_mm512_maskz_loadu_ps(km, acc + u * d + i), inv));
         }
     }
 }
 
-static ALWAYS_INLINE void attn_avx512(const float *q, const void *k, const void *v, int64_t n_pos,
-                                      int64_t d, float scale, float *out, int f16) {
-    float qs[INFER_ATTN_MAX_HEAD_DIM], acc[INFER_ATTN_MAX_HEAD_DIM], s[ATTN_CHUNK];
-    for (int64_t i = 0; i < d; i++) { qs[i] = q[i] * scale; acc[i] = 0.0f; }
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    float m = -INFINITY, l = 0.0f;
-    for (int64_t p0 = 0; p0 < n_pos; p0 += ATTN_CHUNK) {
-        const int64_t nb = n_pos - p0 < ATTN_CHUNK ? n_pos - p0 : ATTN_CHUNK;
-        attn_scores(qs, k, p0 * d, nb, d, s, f16);
-        __m512 vmax = ninf;
-        for (int64_t j = 0; j < nb; j += 16)
-            vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(ninf, tail_mask(nb - j), s + j));
-        const float cmax = _mm512_reduce_max_ps(vmax);
-        if (cmax == -INFINITY) continue;
-        if (cmax > m) {
-            const float c = expf(m - cmax);  /* 0 on the first chunk */
-            l *= c;
-            scale_avx512(acc, c, d);
-            m = cmax;
-        }
-        const __m512 vm = _mm512_set1_ps(m);
-        __m512 vl = _mm512_setzero_ps();
-        for (int64_t j = 0; j < nb; j += 16) {
-            const __mmask16 km = tail_mask(nb - j);
-            __m512 e = exp16(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, km, s + j), vm));
-            _mm512_mask_storeu_ps(s + j, km, e);
-            vl = _mm512_add_ps(vl, e);
-        }
-        l += _mm512_reduce_add_ps(vl);
-        attn_accumulate(acc, v, p0 * d, nb, d, s, f16);
-    }
-    const __m512 inv = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
-    for (int64_t i = 0; i < d; i += 16) {
-        const __mmask16 km = tail_mask(d - i);
-        _mm512_mask_storeu_ps(out + i, km, _mm512_mul_ps(_mm512_maskz_loadu_ps(km, acc + i), inv));
-    }
+static void attn_f32_avx512(int64_t n_q, const float *const *q, float *const *out,
+                            const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                            int64_t d, float scale, float *ml) {
+    attn_avx512(n_q, q, out, lo, hi, k, v, d, scale, ml, 0);
 }
 
-static void attn_f32_avx512(const float *q, const void *k, const void *v, int64_t n_pos,
-                            int64_t d, float scale, float *out) {
-    attn_avx512(q, k, v, n_pos, d, scale, out, 0);
-}
-
-static void attn_f16_avx512(const float *q, const void *k, const void *v, int64_t n_pos,
-                            int64_t d, float scale, float *out) {
-    attn_avx512(q, k, v, n_pos, d, scale, out, 1);
+static void attn_f16_avx512(int64_t n_q, const float *const *q, float *const *out,
+                            const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                            int64_t d, float scale, float *ml) {
+    attn_avx512(n_q, q, out, lo, hi, k, v, d, scale, ml, 1);
 }
 
 void infer_fill_ops_avx512(infer_kernel_table *t) {

@@ -99,13 +99,14 @@ static inline float kv_at(const void *p, int64_t i, int f16) {
     return f16 ? infer_fp16_to_fp32(((const infer_half *)p)[i]) : ((const float *)p)[i];
 }
 
-static void attn_scalar(const float *q, const void *k, const void *v, int64_t n_pos,
-                        int64_t d, float scale, float *out, int f16) {
+/* One query over cache rows [lo, hi]. */
+static void attn_one_scalar(const float *q, float *out, int64_t lo, int64_t hi, const void *k,
+                            const void *v, int64_t d, float scale, float *ml, int f16) {
     float qs[INFER_ATTN_MAX_HEAD_DIM], acc[INFER_ATTN_MAX_HEAD_DIM], s[ATTN_CHUNK];
     for (int64_t i = 0; i < d; i++) { qs[i] = q[i] * scale; acc[i] = 0.0f; }
     float m = -INFINITY, l = 0.0f;
-    for (int64_t p0 = 0; p0 < n_pos; p0 += ATTN_CHUNK) {
-        const int64_t nb = n_pos - p0 < ATTN_CHUNK ? n_pos - p0 : ATTN_CHUNK;
+    for (int64_t p0 = lo; p0 <= hi; p0 += ATTN_CHUNK) {
+        const int64_t nb = hi + 1 - p0 < ATTN_CHUNK ? hi + 1 - p0 : ATTN_CHUNK;
         float cmax = -INFINITY;
         for (int64_t j = 0; j < nb; j++) {
             const int64_t row = (p0 + j) * d;
@@ -128,18 +129,23 @@ static void attn_scalar(const float *q, const void *k, const void *v, int64_t n_
             for (int64_t i = 0; i < d; i++) acc[i] += w * kv_at(v, row + i, f16);
         }
     }
+    if (ml) { ml[0] = m; ml[1] = l; }
     const float r = l > 0.0f ? 1.0f / l : 0.0f;
     for (int64_t i = 0; i < d; i++) out[i] = acc[i] * r;
 }
 
-static void attn_f32_scalar(const float *q, const void *k, const void *v, int64_t n_pos,
-                            int64_t d, float scale, float *out) {
-    attn_scalar(q, k, v, n_pos, d, scale, out, 0);
+static void attn_f32_scalar(int64_t n_q, const float *const *q, float *const *out,
+                            const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                            int64_t d, float scale, float *ml) {
+    for (int64_t u = 0; u < n_q; u++)
+        attn_one_scalar(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 0);
 }
 
-static void attn_f16_scalar(const float *q, const void *k, const void *v, int64_t n_pos,
-                            int64_t d, float scale, float *out) {
-    attn_scalar(q, k, v, n_pos, d, scale, out, 1);
+static void attn_f16_scalar(int64_t n_q, const float *const *q, float *const *out,
+                            const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                            int64_t d, float scale, float *ml) {
+    for (int64_t u = 0; u < n_q; u++)
+        attn_one_scalar(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 1);
 }
 
 void infer_fill_ops_scalar(infer_kernel_table *t) {

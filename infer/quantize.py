@@ -61,9 +61,13 @@ class Step:
     """What happens to one tensor."""
 
     tensor: Tensor
-    dtype: DType           # type written
-    fallback: bool = False  # a K-quant whose rows do not fit its blocks
+    dtype: DType               # type written
+    wanted: Optional[DType] = None  # type chosen before a row-length fallback, if any
     unsupported: bool = False  # wanted a conversion the kernels cannot do
+
+    @property
+    def fallback(self) -> bool:
+        return self.wanted is not None
 
     @property
     def copy(self) -> bool:
@@ -89,6 +93,15 @@ class Report:
     def n_unsupported(self) -> int:
         return sum(s.unsupported for s in self.steps)
 
+    def fallbacks(self) -> dict:
+        """{"Q4_K->Q5_0": count, ...} for the tensors that fell back."""
+        counts: dict = {}
+        for s in self.steps:
+            if s.fallback:
+                key = f"{s.wanted.name}->{s.dtype.name}"
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
     def type_counts(self) -> dict:
         counts: dict = {}
         for s in self.steps:
@@ -100,33 +113,33 @@ def is_weight(t: Tensor) -> bool:
     return t.name.endswith("weight") and len(t.shape) >= 2 and not any(x in t.name for x in NOT_QUANTIZED)
 
 
-def choose_type(t: Tensor, target: DType, tied_output: bool) -> tuple[DType, bool]:
-    """(type to write, whether it is a row-length fallback) for tensor ``t``."""
+def choose_type(t: Tensor, target: DType, tied_output: bool) -> tuple[DType, Optional[DType]]:
+    """(type to write, type it falls back from or None) for tensor ``t``."""
     if not is_weight(t):
-        return t.dtype, False
+        return t.dtype, None
     new = target
     if target.is_quantized and (t.name == "output.weight" or (tied_output and t.name == "token_embd.weight")):
         if t.n_cols % target.block_size:
             new = DType.Q8_0
         elif target != DType.Q8_0:
             new = DType.Q6_K
-    fallback = False
+    wanted = None
     if t.n_cols % new.block_size:
-        fallback = True
+        wanted = new
         new = K_FALLBACK.get(new, DType.F16)
         if t.n_cols % new.block_size:
             new = DType.F16
-    return new, fallback
+    return new, wanted
 
 
 def plan(f: GGUFFile, target: DType) -> list[Step]:
     tied = "output.weight" not in f.tensors
     steps = []
     for t in f.tensors.values():
-        dtype, fallback = choose_type(t, target, tied)
-        step = Step(t, dtype, fallback)
-        if not step.copy and not (t.dtype.kernel_supported or t.dtype in (DType.F32, DType.F16, DType.BF16)):
-            step.dtype, step.fallback, step.unsupported = t.dtype, False, True
+        dtype, wanted = choose_type(t, target, tied)
+        step = Step(t, dtype, wanted)
+        if not step.copy and not t.dtype.kernel_supported:
+            step.dtype, step.wanted, step.unsupported = t.dtype, None, True
         steps.append(step)
     return steps
 

@@ -160,10 +160,7 @@ class Sampler:
         ids, w = self._candidates(logits)
         if ids.shape[0] == 1:
             return int(ids[0])  # greedy or one survivor: no random draw
-        cum = np.cumsum(w, dtype=np.float64)
-        u = self._rng.random() * cum[-1]
-        i = int(np.searchsorted(cum, u, side="right"))
-        return int(ids[min(i, ids.shape[0] - 1)])
+        return int(ids[_draw(w, self._rng.random())])
 
     def probabilities(self, logits: np.ndarray) -> np.ndarray:
         """The distribution ``sample`` draws from, as a float64 vector over the vocabulary
@@ -175,14 +172,17 @@ class Sampler:
 
     def _candidates(self, logits: np.ndarray):
         """Survivors of the chain (ids, in draw order) and their unnormalised weights."""
-        x = self._check_logits(logits)
+        x, imax = self._check_logits(logits)
         n = x.shape[0]
-        x = self._apply_bias_and_penalties(x, n)
-        top = float(x.max())
+        y = self._apply_bias_and_penalties(x, n)
+        if y is not x:
+            x = y
+            imax = int(np.argmax(x))
+        top = float(x[imax])
         if top == -math.inf:
             raise ValueError("logits: every token has logit -inf (nothing to sample)")
         if self.temperature <= 0.0 or self.top_k == 1:
-            return np.array([int(np.argmax(x))]), np.ones(1, dtype=np.float32)
+            return np.array([imax]), np.ones(1, dtype=np.float32)
 
         ids, vals, is_sorted = self._top_k(x, n)
         if self.top_p < 1.0:
@@ -206,12 +206,13 @@ class Sampler:
             if not np.issubdtype(logits.dtype, np.floating):
                 raise TypeError(f"logits: expected float32, got {logits.dtype}")
             logits = logits.astype(np.float32)
-        top = logits.max()  # NaN propagates through max
+        imax = int(np.argmax(logits))  # the first NaN, if any, else the first maximum
+        top = logits[imax]
         if np.isnan(top):
             raise ValueError("logits: contains NaN")
         if top == np.inf:
             raise ValueError("logits: contains +inf")
-        return logits
+        return logits, imax
 
     def _apply_bias_and_penalties(self, x: np.ndarray, n: int) -> np.ndarray:
         penalize = bool(self._counts) and (self.repeat_penalty != 1.0
@@ -241,10 +242,25 @@ class Sampler:
         """Candidates (ids, logits) after top-k; sorted descending when top-k ran."""
         k = self.top_k
         if 0 < k < n:
+            ids = None
+            if n >= 4096:
+                # A threshold from every 64th logit that about 4k logits pass: then
+                # only those need a partial sort.  Exact whenever at least k pass
+                # (all logits >= the k-th largest are then among them).
+                sample = x[::64]
+                rank = min(sample.shape[0], 4 * (k // 64) + 8)
+                t = np.partition(sample, sample.shape[0] - rank)[sample.shape[0] - rank]
+                ids = np.flatnonzero(x >= t)
+                if ids.shape[0] < k:
+                    ids = None
+            if ids is None:
+                ids = np.arange(n)
+            vals = x[ids]
+            m = vals.shape[0]
             # k-th largest value, then everything >= it; ties cut at the lower ids
-            kth = np.partition(x, n - k)[n - k]
-            ids = np.flatnonzero(x >= kth)
-            ids, vals = _sort_desc(ids, x[ids])
+            kth = np.partition(vals, m - k)[m - k]
+            keep = vals >= kth
+            ids, vals = _sort_desc(ids[keep], vals[keep])
             return ids[:k], vals[:k], True
         finite = x > -np.inf
         if finite.all():
@@ -275,6 +291,37 @@ class Sampler:
         cum = np.cumsum(np.exp(vals - shift, dtype=np.float32), dtype=np.float64)
         cut = _crossing(cum, p * total)
         return ids[:cut], vals[:cut]
+
+
+_BLOCK = 1024
+
+
+def _draw(w: np.ndarray, u: float) -> int:
+    """Index of the first weight whose running sum exceeds ``u`` times the total.
+
+    Long vectors are summed by blocks of 1024 first (float64 across blocks), then
+    only the block that holds the draw is scanned, so no full cumulative sum.
+    """
+    n = w.shape[0]
+    if n <= 4 * _BLOCK:
+        cum = np.cumsum(w.astype(np.float64))
+        i = int(np.searchsorted(cum, u * cum[-1], side="right"))
+    else:
+        m = n - n % _BLOCK
+        sums = w[:m].reshape(-1, _BLOCK).sum(axis=1).astype(np.float64)
+        if m < n:
+            sums = np.append(sums, float(w[m:].sum()))
+        bcum = np.cumsum(sums)
+        target = u * bcum[-1]
+        b = min(int(np.searchsorted(bcum, target, side="right")), bcum.shape[0] - 1)
+        start = b * _BLOCK
+        base = float(bcum[b - 1]) if b else 0.0
+        cum = base + np.cumsum(w[start:start + _BLOCK].astype(np.float64))
+        i = start + int(np.searchsorted(cum, target, side="right"))
+    i = min(i, n - 1)
+    while w[i] == 0 and i > 0:  # rounding at a block edge must not pick a banned token
+        i -= 1
+    return i
 
 
 def _crossing(cum: np.ndarray, target: float) -> int:

