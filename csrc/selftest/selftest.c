@@ -26,7 +26,7 @@
  * infer_kernel_table must get its check here too, or it would go untested. */
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(infer_kernel_table) ==
-                   offsetof(infer_kernel_table, attn_f16) + sizeof(infer_attn_fn),
+                   offsetof(infer_kernel_table, vec_dot_4) + sizeof(infer_vec_dot_4_fn[INFER_TYPE_COUNT]),
                "infer_kernel_table has a field the self-test does not check");
 #endif
 
@@ -527,13 +527,16 @@ static void check_rope(const infer_kernel_table *ref, const infer_kernel_table *
     }
 }
 
-/* Attention of one query row over n_pos cache rows (F32 or F16 bits).  The SIMD
- * version may use a vectorised exp and another summation order: 1e-5 of the largest
- * |v| (the output is a convex combination of the v rows).  Also run with out == q,
- * which the contract allows. */
+/* Attention: n_q query rows, each over its own position range [lo, hi] of one KV
+ * head's cache rows (F32 or F16 bits).  The SIMD version may use a vectorised exp
+ * and another summation order: outputs within 1e-5 of the largest |v| (each is a
+ * convex combination of v rows); ml's max within 1e-5 of the largest |score| and
+ * its exp-sum within 1e-5 relative.  Also run with out[u] == q[u], which the
+ * contract allows. */
 static void check_attention(const infer_kernel_table *ref, const infer_kernel_table *simd) {
     static const int HEAD_DIMS[] = {1, 4, 8, 15, 16, 17, 32, 48, 64, 80, 96, 128, 256};
     static const int N_POS[] = {1, 2, 3, 7, 16, 17, 63, 64, 65, 130};
+    static const int N_Q[] = {1, 3, 16};
     const int f32 = OVERRIDES(attn_f32) && has_reference(ref->attn_f32 != NULL, "attn_f32", -1);
     const int f16 = OVERRIDES(attn_f16) && has_reference(ref->attn_f16 != NULL, "attn_f16", -1);
     for (int half = 0; half < 2; half++) {
@@ -545,13 +548,19 @@ static void check_attention(const infer_kernel_table *ref, const infer_kernel_ta
         for (size_t i = 0; i < sizeof HEAD_DIMS / sizeof HEAD_DIMS[0]; i++)
             for (size_t j = 0; j < sizeof N_POS / sizeof N_POS[0]; j++) {
                 const int64_t d = HEAD_DIMS[i], np = N_POS[j];
-                float *q = malloc((size_t)d * 4), *kf = malloc((size_t)(np * d) * 4);
-                float *vf = malloc((size_t)(np * d) * 4), *want = malloc((size_t)d * 4);
+                const int64_t nq0 = N_Q[(i + j) % 3];
+                const int64_t nq = nq0 * d > INFER_ATTN_MAX_QD ? INFER_ATTN_MAX_QD / d : nq0;
+                const size_t qbytes = (size_t)(nq * d) * 4;
+                float *q = malloc(qbytes), *kf = malloc((size_t)(np * d) * 4);
+                float *vf = malloc((size_t)(np * d) * 4), *want = malloc(qbytes);
                 uint8_t *k = malloc((size_t)(np * d) * el + 1), *v = malloc((size_t)(np * d) * el + 1);
+                int64_t lo[INFER_ATTN_MAX_Q], hi[INFER_ATTN_MAX_Q];
+                float ml_want[2 * INFER_ATTN_MAX_Q], ml_got[2 * INFER_ATTN_MAX_Q];
+                const float *qp[INFER_ATTN_MAX_Q];
+                float *wp[INFER_ATTN_MAX_Q], *gp[INFER_ATTN_MAX_Q], *ap[INFER_ATTN_MAX_Q];
                 uint8_t *gb, *qb;
                 if (!q || !kf || !vf || !want || !k || !v) abort();
-                for (int64_t e = 0; e < d; e++) q[e] = gaussian();
-                double vmax = 0.0;
+                for (int64_t e = 0; e < nq * d; e++) q[e] = gaussian();
                 for (int64_t e = 0; e < np * d; e++) {
                     kf[e] = gaussian();
                     vf[e] = gaussian();
@@ -565,22 +574,99 @@ static void check_attention(const infer_kernel_table *ref, const infer_kernel_ta
                     memcpy(k, kf, (size_t)(np * d) * 4);
                     memcpy(v, vf, (size_t)(np * d) * 4);
                 }
+                double vmax = 0.0;
                 for (int64_t e = 0; e < np * d; e++) vmax = fmax(vmax, fabs(vf[e]));
+                /* Causal-looking ranges: query u ends at a later position than u-1. */
+                for (int64_t u = 0; u < nq; u++) {
+                    hi[u] = np - 1 - (nq - 1 - u) * (np - 1) / (nq > 1 ? 2 * (nq - 1) : 1);
+                    lo[u] = (int64_t)(next_u64() % 3 == 0 ? next_u64() % (uint64_t)(hi[u] + 1) : 0);
+                }
                 /* Scores of a few units: softmax neither flat nor one-hot. */
-                const float sc = 1.0f / (float)sqrt((double)d) * 2.0f;
-                float *got = (float *)alloc_out((size_t)d * 4, &gb, ALIGN_F32);
-                r(q, k, v, np, d, sc, want);
-                a(q, k, v, np, d, sc, got);
-                if (compare_floats(name, d, got, want, 0.0, 1e-5 * vmax)) {
-                    float *qq = (float *)misaligned_copy(q, (size_t)d * 4, &qb, ALIGN_F32);
-                    a(qq, k, v, np, d, sc, qq);     /* out aliases q */
-                    if (compare_floats(name, d, qq, want, 0.0, 1e-5 * vmax))
-                        report(guard_intact((uint8_t *)got, (size_t)d * 4), name, -1, d * 1000 + np,
+                const float sc = 2.0f / (float)sqrt((double)d);
+                float *got = (float *)alloc_out(qbytes, &gb, ALIGN_F32);
+                for (int64_t u = 0; u < nq; u++) {
+                    qp[u] = q + u * d;
+                    wp[u] = want + u * d;
+                    gp[u] = got + u * d;
+                }
+                r(nq, qp, wp, lo, hi, k, v, d, sc, ml_want);
+                a(nq, qp, gp, lo, hi, k, v, d, sc, ml_got);
+                double smax = 0.0;
+                for (int64_t u = 0; u < nq; u++) smax = fmax(smax, fabs(ml_want[2 * u]));
+                int ok = compare_floats(name, nq * d, got, want, 0.0, 1e-5 * vmax);
+                for (int64_t u = 0; ok && u < nq; u++) {
+                    ok = compare_floats(name, 1, &ml_got[2 * u], &ml_want[2 * u], 0.0, 1e-5 * smax + 1e-6) &&
+                         compare_floats(name, 1, &ml_got[2 * u + 1], &ml_want[2 * u + 1], 1e-5, 0.0);
+                }
+                if (ok) {
+                    float *qq = (float *)misaligned_copy(q, qbytes, &qb, ALIGN_F32);
+                    for (int64_t u = 0; u < nq; u++) {
+                        qp[u] = qq + u * d;
+                        ap[u] = qq + u * d;
+                    }
+                    a(nq, qp, ap, lo, hi, k, v, d, sc, NULL);     /* out aliases q, no ml */
+                    if (compare_floats(name, nq * d, qq, want, 0.0, 1e-5 * vmax))
+                        report(guard_intact((uint8_t *)got, qbytes), name, -1, d * 1000 + np,
                                "guard zone overwritten", 0, 0, -1);
                     free(qb);
                 }
                 free(q); free(kf); free(vf); free(want); free(k); free(v); free(gb);
             }
+    }
+}
+
+/* vec_dot_4 (optional): four weight rows row_bytes apart against one activation row.
+ * Its reference is the scalar vec_dot_4 if there is one, else four scalar vec_dots;
+ * the tolerance is vec_dot's (1e-5 of sum |w_i a_i|).  Rows are spaced one block
+ * further apart than packed, so a kernel that ignores row_bytes fails. */
+static void check_vec_dot_4(const infer_kernel_table *ref, const infer_kernel_table *simd, int t) {
+    if (!OVERRIDES(vec_dot_4[t])) return;
+    int at = infer_type_vec_dot_type(t);
+    if (at < 0 || !has_reference(ref->vec_dot[t] != NULL, "vec_dot_4", t)) return;
+    int bs = infer_type_block_size(t);
+    for (int k = 0; k < N_BLOCK_COUNTS; k++) {
+        int64_t n = (int64_t)BLOCK_COUNTS[k] * (bs > 1 ? bs : 32) + (bs > 1 ? 0 : k);
+        size_t packed = row_bytes(t, n), stride = packed + infer_type_block_bytes(t) * (bs > 1 ? 1 : 4);
+        size_t ab = row_bytes(at, n);
+        uint8_t *w0 = malloc(4 * stride + 1), *a0 = malloc(ab + 1), *w_base, *a_base;
+        if (!w0 || !a0) abort();
+        for (int r = 0; r < 4; r++)
+            if (!make_input(ref, t, w0 + r * stride, n, 1)) abort();
+        if (!make_input(ref, at, a0, n, 0)) {
+            report(0, "vec_dot_4", t, n, "cannot generate inputs (no scalar quantizer)", 0, 0, -1);
+            free(w0); free(a0);
+            return;
+        }
+        const uint8_t *w = misaligned_copy(w0, 4 * stride, &w_base, row_align(t));
+        const uint8_t *a = misaligned_copy(a0, ab, &a_base, row_align(at));
+        float want[4], got[4];
+        if (ref->vec_dot_4[t]) ref->vec_dot_4[t](n, w, stride, a, want);
+        else
+            for (int r = 0; r < 4; r++) want[r] = ref->vec_dot[t](n, w + r * stride, a);
+        simd->vec_dot_4[t](n, w, stride, a, got);
+        int ok = 1;
+        for (int r = 0; r < 4 && ok; r++) {
+            double mag = fabs(want[r]) * 8.0;
+            if (ref->dequantize[t] && (at == INFER_TYPE_F32 || ref->dequantize[at])) {
+                float *dw = malloc((size_t)n * 4), *da = malloc((size_t)n * 4);
+                if (!dw || !da) abort();
+                ref->dequantize[t](w + r * stride, dw, n);
+                if (at == INFER_TYPE_F32) memcpy(da, a, (size_t)n * 4);
+                else ref->dequantize[at](a, da, n);
+                mag = 0.0;
+                for (int64_t i = 0; i < n; i++) mag += fabs((double)dw[i] * da[i]);
+                free(dw); free(da);
+            }
+            double tol = 1e-5 * mag + 1e-30;
+            if (!(fabs((double)got[r] - want[r]) <= tol)) {
+                char where[32];
+                snprintf(where, sizeof where, "row %d", r);
+                report(0, "vec_dot_4", t, n, where, got[r], want[r], tol);
+                ok = 0;
+            }
+        }
+        if (ok) report(1, "vec_dot_4", t, n, "", 0, 0, 0);
+        free(w0); free(a0); free(w_base); free(a_base);
     }
 }
 
@@ -593,6 +679,7 @@ static int count_overrides(const infer_kernel_table *ref, const infer_kernel_tab
     c += OVERRIDES(rmsnorm) + OVERRIDES(layernorm) + OVERRIDES(softmax) + OVERRIDES(silu_mul) +
          OVERRIDES(gelu_mul) + OVERRIDES(add) + OVERRIDES(scale) + OVERRIDES(rope_norm) +
          OVERRIDES(rope_neox) + OVERRIDES(attn_f32) + OVERRIDES(attn_f16);
+    for (int t = 0; t < INFER_TYPE_COUNT; t++) c += OVERRIDES(vec_dot_4[t]);
     return c;
 }
 
@@ -618,6 +705,7 @@ int main(int argc, char **argv) {
             check_dequantize(ref, simd, t);
             check_quantize(ref, simd, t);
             check_vec_dot(ref, simd, t);
+            check_vec_dot_4(ref, simd, t);
         }
         check_ops(ref, simd);
         check_rope(ref, simd);
