@@ -631,14 +631,17 @@ class ChatSession:
     ``ChatSession(model, system=None, tools=None, **sampling)``: sampling keywords
     are the sampler's (``temperature=0`` is greedy).  Pass ``context=`` to drive
     an existing Context instead of creating one, and ``template_kwargs`` for extra
-    template variables (``{"enable_thinking": False}``).  Messages go in and come out
-    in the OpenAI shape (``{"role": ..., "content": ...}``).
+    template variables (``{"enable_thinking": False}``).  With ``trim_history=True`` a
+    turn that would not fit (leaving a quarter of the context, or ``max_tokens``, for
+    the reply) drops the oldest exchanges first; the system prompt stays.  Messages go
+    in and come out in the OpenAI shape (``{"role": ..., "content": ...}``).
     """
 
     def __init__(self, model: Any, system: Optional[str] = None, tools: Optional[Sequence[dict]] = None,
                  *, max_tokens: Optional[int] = None, stop: Union[str, Sequence[str], None] = None,
                  n_ctx: Optional[int] = None, context: Any = None, sampler: Any = None,
-                 template_kwargs: Optional[dict] = None, **sampling: Any) -> None:
+                 template_kwargs: Optional[dict] = None, trim_history: bool = False,
+                 **sampling: Any) -> None:
         if system is not None and not isinstance(system, str):
             raise TypeError(f"system: expected a str or None, got {type(system).__name__}")
         self.model = model
@@ -657,6 +660,8 @@ class ChatSession:
             raise TypeError(f"template_kwargs: expected a dict, got {type(template_kwargs).__name__}")
         #: extra template variables, e.g. {"enable_thinking": False}
         self.template_kwargs = dict(template_kwargs or {})
+        #: drop the oldest exchanges when a turn would not fit (else ContextOverflowError)
+        self.trim_history = bool(trim_history)
         self.last_reply: Optional[Reply] = None
         self._messages: list[dict] = []
         self._version = 0
@@ -749,15 +754,20 @@ class ChatSession:
         max_tokens = self.max_tokens if max_tokens is None else _check_max_tokens(max_tokens)
         stops = list(self.stop) + (_check_stop(stop) if stop is not None else [])
         messages = self._messages + ([{"role": "user", "content": text}] if text is not None else [])
-        prompt_text = self.chat.render(messages, True, self.tools, **self.template_kwargs)
-        prompt = self._encode(prompt_text)
+        room = self._reserve + (min(max_tokens or self.context.n_ctx, self.context.n_ctx // 4)
+                                if self.trim_history else 0)
+        while True:
+            prompt_text = self.chat.render(messages, True, self.tools, **self.template_kwargs)
+            prompt = self._encode(prompt_text)
+            if len(prompt) + room <= self.context.n_ctx:
+                break
+            if not (self.trim_history and _drop_oldest_exchange(messages)):
+                raise ContextOverflowError(
+                    f"the conversation ({len(prompt)} tokens) does not fit in the context of "
+                    f"{self.context.n_ctx} tokens; reset() or start a session with a larger n_ctx")
         think = self.chat.think_markers
         # A generation prompt may itself open the thinking block (R1-style templates).
         in_thinking = bool(think) and prompt_text.rstrip().endswith(think[0])
-        if len(prompt) + self._reserve > self.context.n_ctx:
-            raise ContextOverflowError(
-                f"the conversation ({len(prompt)} tokens) does not fit in the context of "
-                f"{self.context.n_ctx} tokens; reset() or start a session with a larger n_ctx")
         return self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
                           self._version)
 
@@ -767,14 +777,13 @@ class ChatSession:
         if version != self._version:
             raise RuntimeError("the conversation changed after stream() was called; call it again")
         ctx = self.context
-        text_given = len(messages) > len(self._messages)
+        previous = self._messages
         self._messages = messages
         self._version += 1
         try:
             cached = self._sync(prompt)
         except BaseException:
-            if text_given:
-                self._messages.pop()
+            self._messages = previous
             raise
         chat = self.chat
         parser = _ReplyParser(stops + ([self._eot_text] if self._eot_text else []),
@@ -819,8 +828,8 @@ class ChatSession:
         except Exception:
             # The turn failed (the Context is as it was before the failing call): drop
             # it from history; the next turn's prefix match trims the cache.
-            if text_given and not recorded:
-                self._messages.pop()
+            if not recorded:
+                self._messages = previous
                 self._version += 1
             raise
 
@@ -873,6 +882,17 @@ class ChatSession:
         if self._bos and ids[:1] != self._bos:
             ids = self._bos + ids
         return ids
+
+
+def _drop_oldest_exchange(messages: list[dict]) -> bool:
+    """Remove the oldest user turn and what answered it (keeping a leading system
+    prompt and the last user turn); False when there is nothing left to drop."""
+    start = 1 if messages and messages[0]["role"] == "system" else 0
+    for end in range(start + 1, len(messages)):
+        if messages[end]["role"] == "user":
+            del messages[start:end]
+            return True
+    return False
 
 
 def _fallback_chat(model: Any) -> Chat:

