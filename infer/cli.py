@@ -373,17 +373,6 @@ _CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new sy
 /quit; Ctrl-C stops a reply, Ctrl-C again (or Ctrl-D) leaves"""
 
 
-def _chat_load(args: argparse.Namespace):
-    from . import load
-
-    return load(args.model, n_threads=args.threads)
-
-
-def _chat_sampling(args: argparse.Namespace) -> dict:
-    return dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n, seed=args.seed)
-
-
 def _chat_lines(interactive: bool):
     """User lines: from the terminal with a prompt, or one per line of piped stdin."""
     while True:
@@ -456,12 +445,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from .chat import ChatSession, ChatTemplateError
     from .runtime import ContextOverflowError
 
+    if args.max_tokens < 1:
+        raise CLIError(f"--max-tokens: must be >= 1, got {args.max_tokens}")
     out = sys.stdout
     interactive = sys.stdin.isatty()
-    model = _chat_load(args)
+    model = _load_model(args)
     try:
         session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, trim_history=True,
-                              **_chat_sampling(args))
+                              **_sampling(args))
         if interactive:
             print(_CHAT_HELP, file=sys.stderr)
         lines = _chat_lines(interactive)

@@ -33,7 +33,7 @@ class RecordingModel(Model):
 
 
 def run_chat(monkeypatch, capsys, model, stdin, *argv):
-    monkeypatch.setattr(cli, "_chat_load", lambda args: model)
+    monkeypatch.setattr(cli, "_load_model", lambda args: model)
     monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
     status = cli.main(["chat", *argv])
     out, err = capsys.readouterr()
@@ -95,7 +95,7 @@ def test_ctrl_c_at_the_prompt_leaves(monkeypatch, capsys):
             raise KeyboardInterrupt
 
     model = RecordingModel(scripted_model([]))
-    monkeypatch.setattr(cli, "_chat_load", lambda args: model)
+    monkeypatch.setattr(cli, "_load_model", lambda args: model)
     monkeypatch.setattr(sys, "stdin", Interrupting())
     assert cli.main(["chat"]) == 0 and model.closed
 
@@ -154,3 +154,9 @@ def test_infer_chat_subprocess_with_piped_stdin():
     with load() as model:
         s = ChatSession(model, temperature=0, max_tokens=6)
         assert s.send("What is the capital of France?").text == first
+
+
+def test_bad_options_are_one_line_errors(monkeypatch, capsys):
+    model = RecordingModel(scripted_model([]))
+    status, out, err = run_chat(monkeypatch, capsys, model, "hi\n", "-n", "0")
+    assert status == 1 and err.strip() == "infer: error: --max-tokens: must be >= 1, got 0"
