@@ -697,6 +697,19 @@ class ChatSession:
         """The conversation so far (copies), system prompt first if there is one."""
         return copy.deepcopy(self._messages)
 
+    @history.setter
+    def history(self, messages: Sequence[dict]) -> None:
+        """Replace the conversation (as a chat-completions client sends it each time);
+        the KV cache keeps whatever prefix the new one shares with it."""
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise TypeError(f"history: expected a list of message dicts, got {type(messages).__name__}")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise TypeError(f"history[{i}]: expected a dict with a 'role' string, got {m!r}")
+        self._messages = copy.deepcopy(list(messages))
+        self.last_reply = None
+        self._version += 1
+
     def reset(self) -> None:
         """Start over (keeping ``system`` and ``tools``).  The KV cache is kept: the
         next turn reuses whatever prefix it still shares, such as the system prompt."""

@@ -532,3 +532,25 @@ def test_trim_history_drops_the_oldest_exchanges_to_fit():
     with pytest.raises(ContextOverflowError, match="does not fit"):
         s2.send("x" * 60)  # nothing older to drop
     assert s2.history == [{"role": "system", "content": "S"}]
+
+
+def test_history_can_be_replaced_like_a_chat_completions_request():
+    s = ChatSession(scripted_model(["Hello world!", "Second.", "Third."]))
+    s.send("hi")
+    held = len(s.context.tokens)
+    # a client resends the conversation with a new user turn: only that turn is new
+    s.history = s.history + [{"role": "user", "content": "and?"}]
+    reply = s.send()
+    assert reply.text == "Second." and reply.cached_tokens == held
+    # an edited earlier turn: the cache is kept up to the edit
+    edited = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"},
+              {"role": "user", "content": "x"}]
+    s.history = edited
+    reply = s.send()
+    assert reply.text == "Second."
+    assert s.history[:3] == edited and s.context.tokens == history_ids(s)
+    prefix = s.tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nHello",
+                                parse_special=True)
+    assert reply.cached_tokens == len(prefix)
+    with pytest.raises(TypeError, match=r"history\[0\]"):
+        s.history = [{"content": "no role"}]
