@@ -20,7 +20,7 @@ import functools
 import itertools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import jinja2
 from jinja2.exceptions import SecurityError
@@ -29,6 +29,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .generate import _held_back
 from .runtime import ContextOverflowError
+
+#: an OpenAI-shaped chat message, tool or tool call
+Message = dict[str, Any]
 
 __all__ = [
     "Chat", "ChatSession", "ChatTemplateError", "Reply", "ThinkingText", "ToolCall", "ToolCallError",
@@ -46,9 +49,10 @@ class _GenerationTag(Extension):
 
     tags = {"generation"}
 
-    def parse(self, parser: Any) -> list:
+    def parse(self, parser: Any) -> list[Any]:
         next(parser.stream)
-        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        body: list[Any] = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return body
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):
@@ -167,7 +171,7 @@ class Chat:
         self._compiled: dict[str, jinja2.Template] = {}
 
     @classmethod
-    def from_metadata(cls, metadata: dict, tokenizer: Any) -> "Chat":
+    def from_metadata(cls, metadata: Mapping[str, Any], tokenizer: Any) -> "Chat":
         """The chat of a GGUF file: its template (or a fallback chosen from the
         vocabulary), its BOS/EOS spelled as the tokenizer spells them, and the
         thinking/tool-call markers found in the template or the vocabulary."""
@@ -178,7 +182,7 @@ class Chat:
         def spelling(tid: Any) -> str:
             if tid is None or int(tid) < 0:
                 return ""
-            return tokenizer.decode([int(tid)], skip_special=False)
+            return str(tokenizer.decode([int(tid)], skip_special=False))
 
         family = None
         if not template:
@@ -211,8 +215,8 @@ class Chat:
                     f"the chat template does not compile: {exc.message} (line {exc.lineno})") from None
         return self._compiled[source]
 
-    def render_raw(self, messages: Sequence[dict], add_generation_prompt: bool = True,
-                   tools: Optional[Sequence[dict]] = None, **kwargs: Any) -> str:
+    def render_raw(self, messages: Sequence[Message], add_generation_prompt: bool = True,
+                   tools: Optional[Sequence[Message]] = None, **kwargs: Any) -> str:
         """Render ``messages`` exactly as given (no role folding), as HF would."""
         source = self.tool_use_source if tools and self.tool_use_source else self.source
         template = self._template(source)
@@ -230,8 +234,8 @@ class Chat:
             raise ChatTemplateError(
                 f"the chat template failed on these messages: {type(exc).__name__}: {exc}") from None
 
-    def render(self, messages: Sequence[dict], add_generation_prompt: bool = True,
-               tools: Optional[Sequence[dict]] = None, **kwargs: Any) -> str:
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True,
+               tools: Optional[Sequence[Message]] = None, **kwargs: Any) -> str:
         """Render OpenAI-shaped ``messages`` with the model's template.
 
         Tokenizing the result with ``parse_special=True`` gives the prompt the
@@ -243,7 +247,7 @@ class Chat:
         """
         return self.render_raw(self.adapt(messages, tools), add_generation_prompt, tools, **kwargs)
 
-    def adapt(self, messages: Sequence[dict], tools: Optional[Sequence[dict]] = None) -> list[dict]:
+    def adapt(self, messages: Sequence[Message], tools: Optional[Sequence[Message]] = None) -> list[Message]:
         """``messages`` reshaped into what this template accepts (see `render`)."""
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise TypeError(f"messages: expected a list of dicts, got {type(messages).__name__}")
@@ -265,7 +269,7 @@ class Chat:
             out = rest
         return out
 
-    def _normalize(self, message: dict) -> dict:
+    def _normalize(self, message: Message) -> Message:
         m = dict(message)
         content = m.get("content")
         if content is None:
@@ -285,14 +289,14 @@ class Chat:
                 m["content"] = content + "".join(self.tool_call_text(c["function"]) for c in calls)
         return m
 
-    def tool_call_text(self, function: dict) -> str:
+    def tool_call_text(self, function: Message) -> str:
         """How the model writes one call (the format `ChatSession` parses back)."""
         text = json.dumps({"name": function["name"], "arguments": function["arguments"]}, ensure_ascii=False)
         if self.tool_call_markers:
             return f"{self.tool_call_markers[0]}\n{text}\n{self.tool_call_markers[1]}"
         return text
 
-    def tool_instructions(self, tools: Sequence[dict]) -> str:
+    def tool_instructions(self, tools: Sequence[Message]) -> str:
         """A system-prompt paragraph describing ``tools`` for a template that does not."""
         lines = [json.dumps(_function_of(t), ensure_ascii=False) for t in tools]
         example = self.tool_call_text({"name": "<tool name>", "arguments": {"<argument>": "<value>"}})
@@ -300,18 +304,18 @@ class Chat:
                 "\nTo call a tool, reply with only this, filled in:\n" + example)
 
     @staticmethod
-    def _with_system(messages: list[dict], text: str) -> list[dict]:
+    def _with_system(messages: list[Message], text: str) -> list[Message]:
         if messages and messages[0]["role"] == "system":
             return [dict(messages[0], content=messages[0]["content"] + "\n\n" + text)] + messages[1:]
         return [{"role": "system", "content": text}] + messages
 
     @staticmethod
-    def _tool_as_user(message: dict) -> dict:
+    def _tool_as_user(message: Message) -> Message:
         name = message.get("name") or message.get("tool_call_id") or "tool"
         return {"role": "user", "content": f"Result of {name}: {message['content']}"}
 
     # ---- what probes tell -----------------------------------------------------------
-    def _renders(self, messages: list[dict]) -> Optional[str]:
+    def _renders(self, messages: list[Message]) -> Optional[str]:
         try:
             return self.render_raw(messages, add_generation_prompt=False)
         except ChatTemplateError:
@@ -365,14 +369,14 @@ class Chat:
     @property
     def starts_in_thinking(self) -> bool:
         """True when the generation prompt itself opens a thinking block."""
-        return bool(self.think_markers) and self.assistant_prefix.rstrip().endswith(self.think_markers[0])
+        return self.think_markers is not None and self.assistant_prefix.rstrip().endswith(self.think_markers[0])
 
 
-def _function_of(tool: dict) -> dict:
+def _function_of(tool: Message) -> Message:
     return tool["function"] if tool.get("type") == "function" and "function" in tool else tool
 
 
-def _template_tool_call(call: Any) -> dict:
+def _template_tool_call(call: Any) -> Message:
     """An OpenAI tool call with its ``arguments`` as a dict (HF templates ``tojson`` them)."""
     if isinstance(call, ToolCall):
         call = call.to_openai()
@@ -395,10 +399,10 @@ class ToolCall:
     """One tool call the model made: ``name`` and ``arguments`` (a dict)."""
 
     name: str
-    arguments: dict
+    arguments: dict[str, Any]
     id: str = ""
 
-    def to_openai(self) -> dict:
+    def to_openai(self) -> Message:
         return {"id": self.id, "type": "function",
                 "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)}}
 
@@ -439,7 +443,7 @@ class Reply:
         return self.prompt_tokens - self.cached_tokens
 
     @property
-    def message(self) -> dict:
+    def message(self) -> Message:
         """The OpenAI-shaped assistant message this reply adds to history."""
         m: dict[str, Any] = {"role": "assistant", "content": self.text}
         if self.tool_calls:
@@ -493,6 +497,9 @@ class _ReplyParser:
         self.stops = [s for s in stops if s]
         self.think = think
         self.tool = tool
+        # the states that need them exist only when their markers do
+        self._think_close = think[1] if think else ""
+        self._tool_close = tool[1] if tool else ""
         self.json_tools = json_tools
         self.state = _THINK if (in_thinking and think) else _CONTENT
         self.buf = ""
@@ -548,7 +555,7 @@ class _ReplyParser:
                     self.buf = ""
                     break
             elif self.state == _THINK:
-                close = self.think[1]
+                close = self._think_close
                 at = self.buf.find(close)
                 if at < 0:
                     keep = _held_back(self.buf, [close])
@@ -559,11 +566,11 @@ class _ReplyParser:
                 self.buf = self.buf[at + len(close):]
                 self.state, self._drop_space = _CONTENT, True
             elif self.state == _TOOL:
-                at = self.buf.find(self.tool[1])
+                at = self.buf.find(self._tool_close)
                 if at < 0:
                     break
                 self.tool_texts.append(self.buf[:at].strip())
-                self.buf = self.buf[at + len(self.tool[1]):]
+                self.buf = self.buf[at + len(self._tool_close):]
                 self.state, self._drop_space = _CONTENT, True
             else:  # _JSON: a whole reply that may be a tool call; decided at the end
                 break
@@ -596,7 +603,7 @@ class _ReplyParser:
                 self._emit(out, _CONTENT, buf)
         return out
 
-    def _emit(self, out: list, kind: str, text: str) -> None:
+    def _emit(self, out: list[tuple[str, str]], kind: str, text: str) -> None:
         if not text:
             return
         if kind == _CONTENT:
@@ -637,10 +644,10 @@ class ChatSession:
     in and come out in the OpenAI shape (``{"role": ..., "content": ...}``).
     """
 
-    def __init__(self, model: Any, system: Optional[str] = None, tools: Optional[Sequence[dict]] = None,
+    def __init__(self, model: Any, system: Optional[str] = None, tools: Optional[Sequence[Message]] = None,
                  *, max_tokens: Optional[int] = None, stop: Union[str, Sequence[str], None] = None,
                  n_ctx: Optional[int] = None, context: Any = None, sampler: Any = None,
-                 template_kwargs: Optional[dict] = None, trim_history: bool = False,
+                 template_kwargs: Optional[dict[str, Any]] = None, trim_history: bool = False,
                  **sampling: Any) -> None:
         if system is not None and not isinstance(system, str):
             raise TypeError(f"system: expected a str or None, got {type(system).__name__}")
@@ -663,7 +670,7 @@ class ChatSession:
         #: drop the oldest exchanges when a turn would not fit (else ContextOverflowError)
         self.trim_history = bool(trim_history)
         self.last_reply: Optional[Reply] = None
-        self._messages: list[dict] = []
+        self._messages: list[Message] = []
         self._version = 0
         self._call_ids = itertools.count()
         self.reset()
@@ -693,12 +700,12 @@ class ChatSession:
 
     # ---- history ---------------------------------------------------------------------
     @property
-    def history(self) -> list[dict]:
+    def history(self) -> list[Message]:
         """The conversation so far (copies), system prompt first if there is one."""
         return copy.deepcopy(self._messages)
 
     @history.setter
-    def history(self, messages: Sequence[dict]) -> None:
+    def history(self, messages: Sequence[Message]) -> None:
         """Replace the conversation (as a chat-completions client sends it each time);
         the KV cache keeps whatever prefix the new one shares with it."""
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
@@ -721,7 +728,7 @@ class ChatSession:
         """Answer a tool call of the last reply (by its id, or by the tool's name).
         ``content`` that is not a str is sent as JSON.  Then ``send()`` with no text
         lets the model continue."""
-        calls: list[dict] = []
+        calls: list[Message] = []
         for m in reversed(self._messages):
             if m["role"] == "assistant":
                 calls = m.get("tool_calls") or []
@@ -780,11 +787,11 @@ class ChatSession:
                     f"{self.context.n_ctx} tokens; reset() or start a session with a larger n_ctx")
         think = self.chat.think_markers
         # A generation prompt may itself open the thinking block (R1-style templates).
-        in_thinking = bool(think) and prompt_text.rstrip().endswith(think[0])
+        in_thinking = think is not None and prompt_text.rstrip().endswith(think[0])
         return self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
                           self._version)
 
-    def _turn(self, messages: list[dict], prompt: list[int], max_tokens: Optional[int],
+    def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
               stops: list[str], show_thinking: bool, in_thinking: bool,
               version: int) -> Iterator[Union[str, Reply]]:
         if version != self._version:
@@ -862,7 +869,10 @@ class ChatSession:
         names = [_function_of(t)["name"] for t in self.tools] if self.tools else None
         for raw in parser.tool_texts:
             parsed = parse_tool_call(raw, f"call_{next(self._call_ids)}", names)
-            (calls if isinstance(parsed, ToolCall) else errors).append(parsed)
+            if isinstance(parsed, ToolCall):
+                calls.append(parsed)
+            else:
+                errors.append(parsed)
         if calls and finish == "stop":
             finish = "tool_calls"
         reply = Reply("".join(parser.content), "".join(parser.thinking), calls, errors, finish,
@@ -897,7 +907,7 @@ class ChatSession:
         return ids
 
 
-def _drop_oldest_exchange(messages: list[dict]) -> bool:
+def _drop_oldest_exchange(messages: list[Message]) -> bool:
     """Remove the oldest user turn and what answered it (keeping a leading system
     prompt and the last user turn); False when there is nothing left to drop."""
     start = 1 if messages and messages[0]["role"] == "system" else 0
@@ -912,7 +922,7 @@ def _fallback_chat(model: Any) -> Chat:
     return Chat.from_metadata(getattr(model, "metadata", None) or {}, model.tokenizer)
 
 
-def _check_tools(tools: Optional[Sequence[dict]]) -> Optional[list[dict]]:
+def _check_tools(tools: Optional[Sequence[Message]]) -> Optional[list[Message]]:
     if tools is None:
         return None
     if isinstance(tools, (str, bytes, dict)) or not isinstance(tools, Sequence):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence, TextIO
 
 
 class CLIError(Exception):
@@ -373,7 +373,7 @@ _CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new sy
 /quit; Ctrl-C stops a reply, Ctrl-C again (or Ctrl-D) leaves"""
 
 
-def _chat_lines(interactive: bool):
+def _chat_lines(interactive: bool) -> Iterator[str]:
     """User lines: from the terminal with a prompt, or one per line of piped stdin."""
     while True:
         if interactive:
@@ -389,7 +389,7 @@ def _chat_lines(interactive: bool):
             yield line.rstrip("\r\n")
 
 
-def _chat_command(session, line: str, out) -> bool:
+def _chat_command(session: Any, line: str, out: TextIO) -> bool:
     """Run a /command; False when it asks to leave."""
     name, _, rest = line.partition(" ")
     if name in ("/quit", "/exit"):
@@ -408,7 +408,7 @@ def _chat_command(session, line: str, out) -> bool:
     return True
 
 
-def _chat_reply(session, line: str, show_thinking: bool, out) -> None:
+def _chat_reply(session: Any, line: str, show_thinking: bool, out: TextIO) -> None:
     import json
 
     from .chat import Reply, ThinkingText
