@@ -682,14 +682,20 @@ class ChatSession:
         eos = getattr(vocab, "eos_token_id", None)
         if eos is not None and eos >= 0:
             stop_ids.add(int(eos))
-        eot_text = self.chat.end_of_turn.strip()
+        try:
+            end_of_turn = self.chat.end_of_turn
+        except ChatTemplateError:
+            # A template that cannot end on an assistant message: EOS tokens still
+            # stop a reply, and each turn's prefix match keeps the cache right.
+            end_of_turn = ""
+        eot_text = end_of_turn.strip()
         eot_id = _token_id(vocab, eot_text) if eot_text else None
         if eot_id is not None:
             stop_ids.add(eot_id)
         self._stop_ids = frozenset(stop_ids)
         self._eot_text = eot_text
         # Room kept free so the end of turn fits after a reply cut by a full context.
-        self._reserve = len(self._encode(self.chat.end_of_turn)) + 1
+        self._reserve = len(self._encode(end_of_turn)) + 1
         # Markers that are single tokens are spelled here, whatever the decoder shows.
         self._marker_ids: dict[int, str] = {}
         for pair in (self.chat.think_markers, self.chat.tool_call_markers):

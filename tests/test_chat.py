@@ -554,3 +554,16 @@ def test_history_can_be_replaced_like_a_chat_completions_request():
     assert reply.cached_tokens == len(prefix)
     with pytest.raises(TypeError, match=r"history\[0\]"):
         s.history = [{"content": "no role"}]
+
+
+def test_template_that_refuses_to_end_on_an_assistant_message():
+    template = CHATML.replace("{% for message in messages %}",
+                              "{% if messages[-1].role == 'assistant' %}{{ raise_exception('no prefill') }}"
+                              "{% endif %}{% for message in messages %}")
+    assert template != CHATML
+    s = ChatSession(scripted_model(["Hello world", "ab"], template=template))
+    assert s.send("hi").text == "Hello world"
+    reply = s.send("again")
+    assert reply.text == "ab"
+    # the turn could not be closed by a render, so the next one matched what it could
+    assert reply.cached_tokens == len(s.tokenizer.encode(chatml(s.history[:2]), parse_special=True)) - 1
