@@ -259,7 +259,15 @@ class Chat:
         if tools and not self.describes_tools:
             out = self._with_system(out, self.tool_instructions(tools))
         if any(m["role"] == "tool" for m in out) and not self.supports_tool_role:
-            out = [self._tool_as_user(m) if m["role"] == "tool" else m for m in out]
+            folded: list[Message] = []
+            for m in out:
+                if m["role"] != "tool":
+                    folded.append(m)
+                elif folded and folded[-1].get("_tool_results"):  # one user turn for a batch
+                    folded[-1]["content"] += "\n" + self._tool_as_user(m)["content"]
+                else:
+                    folded.append(dict(self._tool_as_user(m), _tool_results=True))
+            out = [{k: v for k, v in m.items() if k != "_tool_results"} for m in folded]
         if out and out[0]["role"] == "system" and not self.supports_system_role:
             system, rest = out[0], out[1:]
             if rest and rest[0]["role"] == "user":

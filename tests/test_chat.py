@@ -388,10 +388,12 @@ def test_gemma_template_folds_system_and_tool_results():
     reply = s.send("Rome?")
     assert reply.tool_calls[0].arguments == {"city": "Rome"}
     s.add_tool_result("get_weather", "25C")
+    s.add_tool_result("get_weather", "sunny")  # two results: still one user turn
     assert s.send().text == "Warm."
     text = s.tokenizer.decode(s.context.tokens)
     assert text.startswith("<bos><start_of_turn>user\nBe kind.\n\nYou can call these tools:")
-    assert "<start_of_turn>user\nResult of get_weather: 25C<end_of_turn>\n" in text
+    assert ("<start_of_turn>user\nResult of get_weather: 25C\nResult of get_weather: sunny<end_of_turn>\n"
+            in text)
     assert text.endswith("<start_of_turn>model\nWarm.<end_of_turn>\n")
     assert s.context.tokens == history_ids(s)
 
