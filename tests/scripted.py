@@ -126,6 +126,20 @@ class GreedySampler:
         self.history = list(tokens)
 
 
+class RaisingSampler(GreedySampler):
+    """Greedy, but its ``at``-th sample raises ``exc`` (Ctrl-C, a failing kernel...)."""
+
+    def __init__(self, at: int, exc: BaseException) -> None:
+        super().__init__()
+        self.calls, self.at, self.exc = 0, at, exc
+
+    def sample(self, logits: np.ndarray) -> int:
+        self.calls += 1
+        if self.calls == self.at:
+            raise self.exc
+        return super().sample(logits)
+
+
 Script = Sequence[Union[str, Sequence[int]]]
 
 

@@ -12,7 +12,7 @@ import pytest
 from infer.chat import ChatSession, Reply, ThinkingText, ToolCall, ToolCallError
 from infer.runtime import ContextOverflowError
 
-from scripted import CHATML, GreedySampler, ScriptedTokenizer, scripted_model
+from scripted import CHATML, RaisingSampler, ScriptedTokenizer, scripted_model
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city",
@@ -309,20 +309,9 @@ def test_closing_the_stream_keeps_the_partial_reply():
     assert s.send("go on").text == "next"
 
 
-class InterruptingSampler(GreedySampler):
-    def __init__(self, after):
-        super().__init__()
-        self.calls, self.after = 0, after
-
-    def sample(self, logits):
-        self.calls += 1
-        if self.calls == self.after:
-            raise KeyboardInterrupt
-        return super().sample(logits)
-
-
 def test_ctrl_c_during_generation_leaves_a_usable_session():
-    s = ChatSession(scripted_model(["Hello world and more", "next"]), sampler=InterruptingSampler(3))
+    s = ChatSession(scripted_model(["Hello world and more", "next"]),
+                    sampler=RaisingSampler(3, KeyboardInterrupt()))
     got = []
     with pytest.raises(KeyboardInterrupt):
         for piece in s.stream("hi"):
@@ -407,20 +396,9 @@ def test_closing_after_the_last_piece_still_records_the_whole_reply():
     assert s.context.tokens == history_ids(s)
 
 
-class FailingSampler(GreedySampler):
-    def __init__(self, at):
-        super().__init__()
-        self.calls, self.at = 0, at
-
-    def sample(self, logits):
-        self.calls += 1
-        if self.calls == self.at:
-            raise MemoryError("simulated failure")
-        return super().sample(logits)
-
-
 def test_a_failing_turn_is_dropped_from_history():
-    s = ChatSession(scripted_model(["Hello world", "Hello"]), sampler=FailingSampler(5))
+    s = ChatSession(scripted_model(["Hello world", "Hello"]),
+                    sampler=RaisingSampler(5, MemoryError("simulated failure")))
     assert s.send("first").text == "Hello world"  # samples 1-3: Hello, " world", <|im_end|>
     with pytest.raises(MemoryError):
         s.send("second")  # fails on its second sample

@@ -11,7 +11,7 @@ import pytest
 from infer import cli
 from infer.runtime import Model
 
-from scripted import GreedySampler, scripted_model
+from scripted import GreedySampler, RaisingSampler, scripted_model
 
 
 class RecordingModel(Model):
@@ -70,20 +70,9 @@ def test_system_option_and_show_thinking(monkeypatch, capsys):
     assert out == "Hello world\n"
 
 
-class InterruptOnce(GreedySampler):
-    def __init__(self, at):
-        super().__init__()
-        self.calls, self.at = 0, at
-
-    def sample(self, logits):
-        self.calls += 1
-        if self.calls == self.at:
-            raise KeyboardInterrupt
-        return super().sample(logits)
-
-
 def test_ctrl_c_stops_the_reply_not_the_chat(monkeypatch, capsys):
-    model = RecordingModel(scripted_model(["Hello world and on and on", "Next."]), sampler=InterruptOnce(3))
+    model = RecordingModel(scripted_model(["Hello world and on and on", "Next."]),
+                           sampler=RaisingSampler(3, KeyboardInterrupt()))
     status, out, _ = run_chat(monkeypatch, capsys, model, "talk\nagain\n")
     assert status == 0
     assert out.splitlines() == ["Hello world [interrupted]", "Next."]
