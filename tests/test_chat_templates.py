@@ -187,6 +187,8 @@ def test_openai_content_parts_and_none_content():
     "{{ messages.__class__.__mro__[1].__subclasses__() }}",
     "{{ ''.__class__ }}",
     "{{ raise_exception.__globals__ }}",
+    "{{ '{0.__class__}'.format(messages) }}",
+    "{{ lipsum.__globals__ }}",
     "{{ cycler.__init__.__globals__.os.system('echo pwned') }}",
     "{% set x = messages.append({'role': 'user'}) %}{{ messages | length }}",
     "{{ messages[0].update({'content': 'changed'}) }}",
