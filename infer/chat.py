@@ -80,7 +80,7 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _environment() -> _Sandbox:
     env = _Sandbox(trim_blocks=True, lstrip_blocks=True,
                    extensions=[_GenerationTag, "jinja2.ext.loopcontrols"])

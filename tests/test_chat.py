@@ -11,8 +11,7 @@ import pytest
 
 from infer.chat import ChatSession, Reply, ThinkingText, ToolCall, ToolCallError
 from infer.runtime import ContextOverflowError
-
-from scripted import CHATML, RaisingSampler, ScriptedTokenizer, scripted_model
+from tests.scripted import CHATML, RaisingSampler, ScriptedTokenizer, scripted_model
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city",
@@ -42,8 +41,7 @@ def test_three_turns_prefill_only_new_tokens():
     s = ChatSession(model, system="Be brief.")
     ctx = s.context
     assert ctx.forwarded == 0
-    for i, (question, answer) in enumerate([("hi", "Hello world!"), ("again", "Second answer."),
-                                            ("last", "Third, ab.")]):
+    for question, answer in [("hi", "Hello world!"), ("again", "Second answer."), ("last", "Third, ab.")]:
         before = list(ctx.tokens)
         calls_before = len(ctx.forward_calls)
         reply = s.send(question)
@@ -409,8 +407,8 @@ def test_a_failing_turn_is_dropped_from_history():
 
 # ---- the state machine with the real tokenizers of the test models -----------------------------
 def _real(path_fn):
-    import _tok_models
     from infer.tokenizer import Tokenizer
+    from tests import _tok_models
 
     path = getattr(_tok_models, path_fn)()
     if path is None:

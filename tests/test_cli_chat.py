@@ -10,8 +10,7 @@ import pytest
 
 from infer import cli
 from infer.runtime import Model
-
-from scripted import GreedySampler, RaisingSampler, scripted_model
+from tests.scripted import GreedySampler, RaisingSampler, scripted_model
 
 
 class RecordingModel(Model):
