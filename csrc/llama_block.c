@@ -308,7 +308,7 @@ int infer_llama_decode(const infer_llama_model *m, infer_llama_state *s, int tok
         return -2;
     const infer_kernel_table *kt = infer_kernels();
     if (!kt->rmsnorm || !kt->silu_mul || !kt->add || !kt->rope_norm ||
-        !(s->kv_f16 ? kt->attn_f16 : kt->attn_f32) || m->embd.type < 0 || m->embd.type >= INFER_TYPE_COUNT ||
+        !(s->kv_f16 ? kt->attn_block_f16 : kt->attn_block_f32) || m->embd.type < 0 || m->embd.type >= INFER_TYPE_COUNT ||
         !kt->dequantize[m->embd.type] || !matrix_ok(kt, &m->output))
         return -1;
     for (int l = 0; l < m->n_layers; l++) {
