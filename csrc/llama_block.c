@@ -117,18 +117,13 @@ static int64_t matvec_job(decode_team *d, int n_mats, int nth) {
     return (j->rows + chunk - 1) / chunk;
 }
 
-/* out[r] = row r of w . x for r in [lo, hi): four rows per call where the table
- * has a kernel for it (activation loads shared), single rows after.  Rows are
- * grouped by four from a multiple of 4, so each row's arithmetic does not depend
- * on how the rows were split into chunks (or threads). */
-static void dot_rows(const infer_kernel_table *kt, const infer_llama_matrix *w, const void *x,
-                     float *out, int64_t lo, int64_t hi) {
-    infer_vec_dot_fn dot = kt->vec_dot[w->type];
-    infer_vec_dot_4_fn dot4 = kt->vec_dot_4[w->type];
-    int64_t r = lo;
-    if (dot4 && w->rows % 4 == 0)  /* then every chunk starts on a multiple of 4 */
-        for (; r + 4 <= hi; r += 4) dot4(w->cols, w->data + (size_t)r * w->row_bytes, w->row_bytes, x, out + r);
-    for (; r < hi; r++) out[r] = dot(w->cols, w->data + (size_t)r * w->row_bytes, x);
+/* out[r] = row r of w . x for r in [lo, hi), on this thread: the matmul driver's
+ * row loop (four-row kernels, weight rows prefetched ahead).  Its groups of four
+ * start at lo; chunks start on multiples of 16 within matrices whose row counts
+ * are multiples of 4 (all real ones), so a row's arithmetic, and the result, do
+ * not depend on the chunking or the thread count. */
+static void dot_rows(const infer_llama_matrix *w, const void *x, float *out, int64_t lo, int64_t hi) {
+    infer_matmul_rows(w->type, w->data, w->row_bytes, w->cols, lo, hi, x, 1, out, w->rows);
 }
 
 static void matvec_chunk(decode_team *d, int64_t r0, int64_t r1) {
@@ -138,7 +133,7 @@ static void matvec_chunk(decode_team *d, int64_t r0, int64_t r1) {
         const infer_llama_matrix *w = j->mats[i];
         int64_t lo = r0 > base ? r0 - base : 0;
         int64_t hi = r1 - base < w->rows ? r1 - base : w->rows;
-        if (lo < hi) dot_rows(d->kt, w, j->inputs[i], j->outs[i], lo, hi);
+        if (lo < hi) dot_rows(w, j->inputs[i], j->outs[i], lo, hi);
         base += w->rows;
     }
 }
@@ -154,7 +149,7 @@ static void run_chunk(decode_team *d, int64_t c) {
         /* rows [r0, r1) of gate and of up, then SwiGLU on them */
         int64_t r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows;
         if (r1 > m->ffn_dim) r1 = m->ffn_dim;
-        for (int i = 0; i < 2; i++) dot_rows(d->kt, j->mats[i], j->inputs[i], j->outs[i], r0, r1);
+        for (int i = 0; i < 2; i++) dot_rows(j->mats[i], j->inputs[i], j->outs[i], r0, r1);
         d->kt->silu_mul(s->gate + r0, s->up + r0, s->gate + r0, r1 - r0);
     } else {
         /* KV head c and the query heads that read it: RoPE on the queries, then
