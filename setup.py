@@ -34,6 +34,8 @@ def machine():
     archflags = os.environ.get("ARCHFLAGS", "")
     if "arm64" in archflags and "x86_64" not in archflags:
         return "arm64"
+    if "x86_64" in archflags and "arm64" not in archflags:
+        return "x86_64"   # an x86_64 wheel built on an Apple-silicon runner
     return m
 
 
@@ -58,6 +60,7 @@ class BuildExt(build_ext):
             base += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-g", "-O1"]
         extra_objects = []
         plain = []
+        ext_sources = list(ext.sources)
         for src in ext.sources:
             isa = isa_of(src)
             if isa is None:
@@ -74,6 +77,9 @@ class BuildExt(build_ext):
                 depends=ext.depends)
             extra_objects += objs
         ext.sources = plain
+        # build_ext relinks only when a source or dependency is newer than the
+        # module; the ISA files are no longer sources, so they must be dependencies.
+        ext.depends = list(ext.depends or []) + [s for s in ext_sources if isa_of(s)]
         ext.extra_objects = list(ext.extra_objects or []) + extra_objects
         ext.extra_compile_args = list(ext.extra_compile_args or []) + base
         if not msvc:

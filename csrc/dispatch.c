@@ -61,7 +61,9 @@ static unsigned detect(void) {
         mask |= 1u << INFER_ISA_AVX512;
 #endif
 #ifdef INFER_ARM64
-    mask |= 1u << INFER_ISA_NEON;   /* Advanced SIMD is mandatory on AArch64 */
+    /* Advanced SIMD is mandatory on AArch64, but the NEON files also use the
+     * extensions they were compiled for. */
+    if (infer_neon_usable()) mask |= 1u << INFER_ISA_NEON;
 #endif
     return mask;
 }

@@ -46,6 +46,14 @@ typedef enum {
 #define QK_K 256
 #define K_SCALE_SIZE 12
 
+/* Force-inlined helper for SIMD files: MSVC (the Windows wheels) has no
+ * __attribute__, so use this rather than spelling the GCC attribute. */
+#if defined(_MSC_VER) && !defined(__clang__)
+#define INFER_ALWAYS_INLINE static __forceinline
+#else
+#define INFER_ALWAYS_INLINE static inline __attribute__((always_inline))
+#endif
+
 typedef uint16_t infer_half;   /* IEEE fp16 bits, little-endian */
 
 typedef struct { infer_half d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
@@ -66,8 +74,12 @@ typedef struct {
     int8_t scales[QK_K / 16];        /* 16 sub-block scales */
     infer_half d;
 } block_q6_K;
-/* Activation-only format: d is f32 and may be negative. */
+/* Activation-only format: d is f32 and may be negative.  Packed to 2-byte alignment
+ * like the other blocks, so a Q8_K row may start at any even offset of a byte buffer
+ * (the compiler then reads d without assuming 4-byte alignment). */
+#pragma pack(push, 2)
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+#pragma pack(pop)
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
@@ -117,6 +129,36 @@ typedef void (*infer_softmax_fn)(float *x, int64_t n);
 /* out[i] = act(gate[i]) * up[i] */
 typedef void (*infer_glu_fn)(const float *gate, const float *up, float *out, int64_t n);
 
+/* a[i] += b[i] */
+typedef void (*infer_add_fn)(float *a, const float *b, int64_t n);
+/* x[i] *= s */
+typedef void (*infer_scale_fn)(float *x, float s, int64_t n);
+/* Rotates one head in place by the angles of one position.  NORMAL ordering
+ * (GGUF `llama`): pairs (2i, 2i+1); cs and sn hold rot_dim entries, the cosine
+ * and sine of pair i repeated at 2i and 2i+1.  NEOX ordering (gemma3, qwen2):
+ * pairs (i, i + rot_dim/2); cs and sn hold rot_dim/2 entries.  Elements from
+ * rot_dim on are left alone (the caller never passes them). */
+typedef void (*infer_rope_fn)(float *x, const float *cs, const float *sn, int64_t rot_dim);
+/* One query row against n_pos >= 1 consecutive cache rows of one KV head (rows of
+ * head_dim elements, F32 or F16 bits as the entry's name says), online softmax:
+ * out = sum_p softmax_p(scale * q.k_p) v_p.  out may alias q.
+ * head_dim <= INFER_ATTN_MAX_HEAD_DIM. */
+#define INFER_ATTN_MAX_HEAD_DIM 1024
+typedef void (*infer_attn_fn)(const float *q, const void *k, const void *v, int64_t n_pos,
+                              int64_t head_dim, float scale, float *out);
+/* The same for n_q query rows at once, each over its own cache rows [lo[u], hi[u]]
+ * (lo[u] <= hi[u]) of one KV head: rows are read once for all n_q queries (the
+ * query heads of a KV head, consecutive tokens).  out[u] may alias q[u].  When ml
+ * is not NULL, ml[2u] and ml[2u+1] receive the max of the scaled scores and the
+ * sum of exp(score - max), so that attention over split position ranges can be
+ * merged.  n_q <= INFER_ATTN_MAX_Q, n_q * head_dim <= INFER_ATTN_MAX_QD (stack
+ * scratch). */
+#define INFER_ATTN_MAX_Q 16
+#define INFER_ATTN_MAX_QD 4096
+typedef void (*infer_attn_block_fn)(int64_t n_q, const float *const *q, float *const *out,
+                                    const int64_t *lo, const int64_t *hi, const void *k,
+                                    const void *v, int64_t head_dim, float scale, float *ml);
+
 /* The dispatch table: scalar entries first, SIMD fill functions override. */
 typedef struct {
     const char *name;
@@ -129,6 +171,14 @@ typedef struct {
     infer_softmax_fn softmax;
     infer_glu_fn silu_mul;
     infer_glu_fn gelu_mul;
+    infer_add_fn add;
+    infer_scale_fn scale;
+    infer_rope_fn rope_norm;
+    infer_rope_fn rope_neox;
+    infer_attn_fn attn_f32;        /* F32 cache */
+    infer_attn_fn attn_f16;        /* F16 cache */
+    infer_attn_block_fn attn_block_f32;
+    infer_attn_block_fn attn_block_f16;
     /* Optional, by weight type: four weight rows (row_bytes apart) against one
      * activation row, out[k] = row k . a.  Mat-vec uses it when set, so the
      * activation loads and scales are shared by four rows. */
@@ -163,6 +213,47 @@ void infer_fill_ops_scalar(infer_kernel_table *t);
 void infer_fill_ops_avx2(infer_kernel_table *t);
 void infer_fill_ops_avx512(infer_kernel_table *t);
 void infer_fill_ops_neon(infer_kernel_table *t);
+/* AArch64 only (quants_neon.c): 1 if this CPU has every extension the NEON files
+ * were compiled for (dotprod, fp16), so dispatch.c may offer the NEON set. */
+int infer_neon_usable(void);
+
+/* ---- float-op drivers (attention.c): shape loops over the table's kernels ---- */
+/* Bad arguments (sizes, types, rot_dim) return -1 and touch nothing; 0 on success. */
+
+/* RoPE in place on x [n_tokens, n_heads, head_dim]; token t at position
+ * positions[t], or pos0 + t when positions is NULL.  Angle of pair i:
+ * pos * freq_scale * freq_base^(-2i/rot_dim), computed in double.  rot_dim even,
+ * 2 <= rot_dim <= head_dim <= INFER_ATTN_MAX_HEAD_DIM. */
+int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+               int64_t rot_dim, const int64_t *positions, int64_t pos0,
+               float freq_base, float freq_scale, int neox);
+
+/* Causal attention of q [n_tokens, n_heads, head_dim] over a cache laid out
+ * [n_kv_heads, n_ctx, head_dim] (kv_type INFER_TYPE_F32 or INFER_TYPE_F16).
+ * Query head h reads KV head h / (n_heads / n_kv_heads).  Token t sits at
+ * p = pos0 + t and attends to positions [lo, p], lo = max(0, p - window + 1)
+ * when window > 0, else 0.  Writes out [n_tokens, n_heads, head_dim] (may alias q).
+ * Runs on the thread pool; a work item is a block of tokens times the query
+ * heads of one KV head, which then read each K/V row once. */
+int infer_attention(const float *q, const void *k_cache, const void *v_cache, int kv_type,
+                    int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                    int64_t n_ctx, int64_t pos0, int64_t window, float scale, float *out);
+
+/* Writes x [n_tokens, n_kv_heads, head_dim] float32 into a cache laid out
+ * [n_kv_heads, n_ctx, head_dim] (F32, or F16 rounded to nearest even) at
+ * positions pos0 .. pos0 + n_tokens - 1. */
+int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens,
+                   int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0);
+
+/* ---- row drivers (rows.c): many rows of n consecutive floats, on the thread pool
+ * when there are enough elements to share ---------------------------------------- */
+void infer_rmsnorm_rows(const float *x, const float *weight, float *out, int64_t rows, int64_t n,
+                        float eps);
+void infer_layernorm_rows(const float *x, const float *weight, const float *bias, float *out,
+                          int64_t rows, int64_t n, float eps);
+void infer_softmax_rows(float *x, int64_t rows, int64_t n);   /* in place */
+/* out = act(gate) * up over n elements; act is GELU (tanh) if gelu, else SiLU. */
+void infer_glu(int gelu, const float *gate, const float *up, float *out, int64_t n);
 
 /* ---- dispatch (dispatch.c) -------------------------------------------------- */
 /* Bit mask of ISAs this CPU (and OS) can run; bit i = infer_isa i. */

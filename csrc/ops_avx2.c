@@ -1,5 +1,435 @@
-/* ops_avx2.c (avx2). (placeholder) */
+/* ops_avx2.c: float ops and attention with AVX2 + FMA + F16C, 8 floats a vector.
+ * Tails (n % 8) run the scalar formula. */
 #include "infer_kernels.h"
+#include "ops_internal.h"
 #if defined(__x86_64__) || defined(_M_X64)
-void infer_fill_ops_avx2(infer_kernel_table *t) { (void)t; }
+#include <immintrin.h>
+#include <math.h>
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* exp(x) to about 2 ulp: x = n ln2 + r, |r| <= ln2/2, a degree-6 polynomial in r
+ * (Cephes expf coefficients), then 2^n added to the exponent field.  Inputs below
+ * ln(FLT_MIN) (including -inf) give 0; inputs above 88 give exp(88). */
+static inline __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.33654f);
+    const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  /* ln2 split in two */
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+static void rmsnorm_avx2(const float *x, const float *weight, float *out, int64_t n, float eps) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+        a0 = _mm256_fmadd_ps(x0, x0, a0);
+        a1 = _mm256_fmadd_ps(x1, x1, a1);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 x0 = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(x0, x0, a0);
+    }
+    double ss = hsum8(_mm256_add_ps(a0, a1));
+    for (; i < n; i++) ss += (double)x[i] * x[i];
+    const float r = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    const __m256 vr = _mm256_set1_ps(r);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vr),
+                                                _mm256_loadu_ps(weight + i)));
+    for (; i < n; i++) out[i] = x[i] * r * weight[i];
+}
+
+static void layernorm_avx2(const float *x, const float *weight, const float *bias, float *out,
+                           int64_t n, float eps) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
+    double sum = hsum8(acc);
+    for (; i < n; i++) sum += x[i];
+    const float mean = (float)(sum / (double)n);
+    const __m256 vm = _mm256_set1_ps(mean);
+    acc = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm);
+        acc = _mm256_fmadd_ps(d, d, acc);
+    }
+    double var = hsum8(acc);
+    for (; i < n; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
+    const float r = (float)(1.0 / sqrt(var / (double)n + (double)eps));
+    const __m256 vr = _mm256_set1_ps(r);
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 y = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vr);
+        if (weight) y = _mm256_mul_ps(y, _mm256_loadu_ps(weight + i));
+        if (bias) y = _mm256_add_ps(y, _mm256_loadu_ps(bias + i));
+        _mm256_storeu_ps(out + i, y);
+    }
+    for (; i < n; i++) {
+        float y = (x[i] - mean) * r;
+        if (weight) y *= weight[i];
+        if (bias) y += bias[i];
+        out[i] = y;
+    }
+}
+
+static void softmax_avx2(float *x, int64_t n) {
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+    float max = hmax8(vmax);
+    for (; i < n; i++) max = x[i] > max ? x[i] : max;
+    if (max == -INFINITY) {
+        for (i = 0; i < n; i++) x[i] = 0.0f;
+        return;
+    }
+    vmax = _mm256_set1_ps(max);
+    __m256 acc = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    double sum = hsum8(acc);
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    const float r = (float)(1.0 / sum);
+    const __m256 vr = _mm256_set1_ps(r);
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vr));
+    for (; i < n; i++) x[i] *= r;
+}
+
+/* silu(x) = x / (1 + exp(-x)) */
+static void silu_mul_avx2(const float *gate, const float *up, float *out, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, g))));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+/* gelu_tanh(x) = x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) */
+static void gelu_mul_avx2(const float *gate, const float *up, float *out, int64_t n) {
+    const float c = 0.7978845608028654f;
+    const __m256 one = _mm256_set1_ps(1.0f), m2c = _mm256_set1_ps(-2.0f * c);
+    const __m256 k = _mm256_set1_ps(0.044715f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(gate + i);
+        __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(k, x), _mm256_mul_ps(x, x), x);
+        __m256 e = exp8(_mm256_mul_ps(m2c, inner));
+        __m256 g = _mm256_div_ps(x, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(g, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) {
+        float x = gate[i];
+        float z2 = 2.0f * c * (x + 0.044715f * x * x * x);
+        out[i] = x / (1.0f + expf(-z2)) * up[i];
+    }
+}
+
+static void add_avx2(float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(a + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    for (; i < n; i++) a[i] += b[i];
+}
+
+static void scale_avx2(float *x, float s, int64_t n) {
+    const __m256 vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+    for (; i < n; i++) x[i] *= s;
+}
+
+/* Adjacent pairs: even lanes x0 c - x1 s, odd lanes x1 c + x0 s; fmaddsub does
+ * the sign per lane once x is pair-swapped. */
+static void rope_norm_avx2(float *x, const float *cs, const float *sn, int64_t rot_dim) {
+    int64_t i = 0;
+    for (; i + 8 <= rot_dim; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256 swapped = _mm256_permute_ps(v, 0xB1);
+        _mm256_storeu_ps(x + i, _mm256_fmaddsub_ps(v, _mm256_loadu_ps(cs + i),
+                                                   _mm256_mul_ps(swapped, _mm256_loadu_ps(sn + i))));
+    }
+    for (; i < rot_dim; i += 2) {
+        float x0 = x[i], x1 = x[i + 1];
+        x[i] = x0 * cs[i] - x1 * sn[i];
+        x[i + 1] = x0 * sn[i] + x1 * cs[i];
+    }
+}
+
+static void rope_neox_avx2(float *x, const float *cs, const float *sn, int64_t rot_dim) {
+    const int64_t half = rot_dim / 2;
+    int64_t i = 0;
+    for (; i + 8 <= half; i += 8) {
+        __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + half + i);
+        __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(sn + i);
+        _mm256_storeu_ps(x + i, _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s)));
+        _mm256_storeu_ps(x + half + i, _mm256_fmadd_ps(a, s, _mm256_mul_ps(b, c)));
+    }
+    for (; i < half; i++) {
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * cs[i] - x1 * sn[i];
+        x[i + half] = x0 * sn[i] + x1 * cs[i];
+    }
+}
+
+/* ---- attention -------------------------------------------------------------------
+ * Online softmax over chunks of ATTN_CHUNK positions.  Per chunk: the scores of
+ * every query row (K rows two at a time against up to four queries, so each K
+ * vector is loaded and converted once for four queries), then per query a rescale
+ * of its accumulator if its running max grew and the exponentials, then the
+ * weighted V rows (each V vector loaded once for up to four queries, accumulators
+ * in registers across the chunk). */
+
+/* Cache elements i..i+7 (or i) of a row block stored as F32 or F16 bits; f16 is a
+ * constant at every call site, so each kernel below compiles without the branch. */
+static ALWAYS_INLINE __m256 kv_load8(const void *p, int64_t i, int f16) {
+    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const infer_half *)p + i)));
+    return _mm256_loadu_ps((const float *)p + i);
+}
+static ALWAYS_INLINE float kv_load1(const void *p, int64_t i, int f16) {
+    return f16 ? _cvtsh_ss(((const infer_half *)p)[i]) : ((const float *)p)[i];
+}
+
+/* The eight horizontal sums of s0..s7, in order, as one vector. */
+static inline __m256 hsum8x8(const __m256 *s) {
+    const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
+    const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(s[4], s[5]), _mm256_hadd_ps(s[6], s[7]));
+    /* t0 = [s0..s3 low halves | s0..s3 high halves], t1 likewise for s4..s7 */
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+/* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant). */
+static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, const void *k,
+                                      int64_t p0, int64_t nb, float *s, int f16) {
+    const int64_t d8 = d & ~(int64_t)7;
+    int64_t j = 0;
+    for (; j + 2 <= nb; j += 2) {
+        __m256 a[8];
+        float sums[8];
+        const int64_t r0 = (p0 + j) * d, r1 = r0 + d;
+        for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < d8; i += 8) {
+            const __m256 k0 = kv_load8(k, r0 + i, f16), k1 = kv_load8(k, r1 + i, f16);
+            for (int u = 0; u < UB; u++) {
+                const __m256 qv = _mm256_loadu_ps(qs + u * d + i);
+                a[2 * u] = _mm256_fmadd_ps(qv, k0, a[2 * u]);
+                a[2 * u + 1] = _mm256_fmadd_ps(qv, k1, a[2 * u + 1]);
+            }
+        }
+        _mm256_storeu_ps(sums, hsum8x8(a));
+        for (int u = 0; u < UB; u++) {
+            float s0 = sums[2 * u], s1 = sums[2 * u + 1];
+            for (int64_t i = d8; i < d; i++) {
+                s0 += qs[u * d + i] * kv_load1(k, r0 + i, f16);
+                s1 += qs[u * d + i] * kv_load1(k, r1 + i, f16);
+            }
+            s[u * ATTN_CHUNK + j] = s0;
+            s[u * ATTN_CHUNK + j + 1] = s1;
+        }
+    }
+    for (; j < nb; j++) {
+        const int64_t r0 = (p0 + j) * d;
+        for (int u = 0; u < UB; u++) {
+            __m256 a0 = _mm256_setzero_ps();
+            for (int64_t i = 0; i < d8; i += 8)
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qs + u * d + i), kv_load8(k, r0 + i, f16), a0);
+            float s0 = hsum8(a0);
+            for (int64_t i = d8; i < d; i++) s0 += qs[u * d + i] * kv_load1(k, r0 + i, f16);
+            s[u * ATTN_CHUNK + j] = s0;
+        }
+    }
+}
+
+/* acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i] for u < UB. */
+static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
+                                          int64_t p0, int64_t nb, const float *w, int f16) {
+    const int64_t d16 = d & ~(int64_t)15, d8 = d & ~(int64_t)7;
+    int64_t i = 0;
+    for (; i < d16; i += 16) {
+        __m256 a[4][2];
+        for (int u = 0; u < UB; u++) {
+            a[u][0] = _mm256_loadu_ps(acc + u * d + i);
+            a[u][1] = _mm256_loadu_ps(acc + u * d + i + 8);
+        }
+        for (int64_t j = 0; j < nb; j++) {
+            const int64_t r = (p0 + j) * d + i;
+            const __m256 v0 = kv_load8(v, r, f16), v1 = kv_load8(v, r + 8, f16);
+            for (int u = 0; u < UB; u++) {
+                const __m256 wv = _mm256_broadcast_ss(w + u * ATTN_CHUNK + j);
+                a[u][0] = _mm256_fmadd_ps(wv, v0, a[u][0]);
+                a[u][1] = _mm256_fmadd_ps(wv, v1, a[u][1]);
+            }
+        }
+        for (int u = 0; u < UB; u++) {
+            _mm256_storeu_ps(acc + u * d + i, a[u][0]);
+            _mm256_storeu_ps(acc + u * d + i + 8, a[u][1]);
+        }
+    }
+    for (; i < d8; i += 8) {
+        __m256 a[4];
+        for (int u = 0; u < UB; u++) a[u] = _mm256_loadu_ps(acc + u * d + i);
+        for (int64_t j = 0; j < nb; j++) {
+            const __m256 v0 = kv_load8(v, (p0 + j) * d + i, f16);
+            for (int u = 0; u < UB; u++)
+                a[u] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + u * ATTN_CHUNK + j), v0, a[u]);
+        }
+        for (int u = 0; u < UB; u++) _mm256_storeu_ps(acc + u * d + i, a[u]);
+    }
+    for (; i < d; i++)
+        for (int64_t j = 0; j < nb; j++)
+            for (int u = 0; u < UB; u++)
+                acc[u * d + i] += w[u * ATTN_CHUNK + j] * kv_load1(v, (p0 + j) * d + i, f16);
+}
+
+/* Online-softmax step of one query over a chunk: rows outside [lo, hi] get weight
+ * 0; s becomes the weights exp(s - m) under the (possibly raised) running max m,
+ * and the accumulator and running sum l are rescaled to that max. */
+static void attn_softmax_step(float *s, int64_t p0, int64_t nb, int64_t lo, int64_t hi,
+                              float *m, float *l, float *acc, int64_t d) {
+    const int64_t jlo = lo - p0 > 0 ? lo - p0 : 0, jhi = hi - p0 < nb - 1 ? hi - p0 : nb - 1;
+    float cmax = -INFINITY;
+    for (int64_t j = 0; j < nb; j++) {
+        if (j < jlo || j > jhi) s[j] = -INFINITY;
+        else cmax = s[j] > cmax ? s[j] : cmax;
+    }
+    if (cmax == -INFINITY) {
+        for (int64_t j = 0; j < nb; j++) s[j] = 0.0f;
+        return;
+    }
+    if (cmax > *m) {
+        const float c = expf(*m - cmax);  /* 0 on the first chunk */
+        *l *= c;
+        scale_avx2(acc, c, d);
+        *m = cmax;
+    }
+    const __m256 vm = _mm256_set1_ps(*m);
+    __m256 sum = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= nb; j += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        _mm256_storeu_ps(s + j, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    float total = hsum8(sum);
+    for (; j < nb; j++) {
+        s[j] = s[j] == -INFINITY ? 0.0f : expf(s[j] - *m);
+        total += s[j];
+    }
+    *l += total;
+}
+
+static ALWAYS_INLINE void attn_avx2(int64_t n_q, const float *const *q, float *const *out,
+                                    const int64_t *lo, const int64_t *hi, const void *k,
+                                    const void *v, int64_t d, float scale, float *ml, int f16) {
+    float qs[INFER_ATTN_MAX_QD], acc[INFER_ATTN_MAX_QD];
+    float s[INFER_ATTN_MAX_Q * ATTN_CHUNK], m[INFER_ATTN_MAX_Q], l[INFER_ATTN_MAX_Q];
+    int64_t p_lo = lo[0], p_hi = hi[0];
+    for (int64_t u = 0; u < n_q; u++) {
+        for (int64_t i = 0; i < d; i++) { qs[u * d + i] = q[u][i] * scale; acc[u * d + i] = 0.0f; }
+        m[u] = -INFINITY;
+        l[u] = 0.0f;
+        p_lo = lo[u] < p_lo ? lo[u] : p_lo;
+        p_hi = hi[u] > p_hi ? hi[u] : p_hi;
+    }
+    for (int64_t p0 = p_lo; p0 <= p_hi; p0 += ATTN_CHUNK) {
+        const int64_t nb = p_hi + 1 - p0 < ATTN_CHUNK ? p_hi + 1 - p0 : ATTN_CHUNK;
+        for (int64_t u = 0; u < n_q; u += 4) {
+            float *su = s + u * ATTN_CHUNK;
+            switch (n_q - u < 4 ? n_q - u : 4) {
+            case 4: attn_scores(4, qs + u * d, d, k, p0, nb, su, f16); break;
+            case 3: attn_scores(3, qs + u * d, d, k, p0, nb, su, f16); break;
+            case 2: attn_scores(2, qs + u * d, d, k, p0, nb, su, f16); break;
+            default: attn_scores(1, qs + u * d, d, k, p0, nb, su, f16); break;
+            }
+        }
+        for (int64_t u = 0; u < n_q; u++)
+            attn_softmax_step(s + u * ATTN_CHUNK, p0, nb, lo[u], hi[u], &m[u], &l[u], acc + u * d, d);
+        for (int64_t u = 0; u < n_q; u += 4) {
+            const float *wu = s + u * ATTN_CHUNK;
+            switch (n_q - u < 4 ? n_q - u : 4) {
+            case 4: attn_accumulate(4, acc + u * d, d, v, p0, nb, wu, f16); break;
+            case 3: attn_accumulate(3, acc + u * d, d, v, p0, nb, wu, f16); break;
+            case 2: attn_accumulate(2, acc + u * d, d, v, p0, nb, wu, f16); break;
+            default: attn_accumulate(1, acc + u * d, d, v, p0, nb, wu, f16); break;
+            }
+        }
+    }
+    for (int64_t u = 0; u < n_q; u++) {
+        if (ml) { ml[2 * u] = m[u]; ml[2 * u + 1] = l[u]; }
+        const float inv = l[u] > 0.0f ? 1.0f / l[u] : 0.0f;
+        for (int64_t i = 0; i < d; i++) out[u][i] = acc[u * d + i] * inv;
+    }
+}
+
+static void attn_block_f32_avx2(int64_t n_q, const float *const *q, float *const *out,
+                                const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                int64_t d, float scale, float *ml) {
+    attn_avx2(n_q, q, out, lo, hi, k, v, d, scale, ml, 0);
+}
+
+static void attn_block_f16_avx2(int64_t n_q, const float *const *q, float *const *out,
+                                const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                int64_t d, float scale, float *ml) {
+    attn_avx2(n_q, q, out, lo, hi, k, v, d, scale, ml, 1);
+}
+
+/* The one-query entries: rows [0, n_pos) of k and v. */
+static void attn_f32_avx2(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f32_avx2(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
+}
+
+static void attn_f16_avx2(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f16_avx2(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
+}
+
+void infer_fill_ops_avx2(infer_kernel_table *t) {
+    t->rmsnorm = rmsnorm_avx2;
+    t->layernorm = layernorm_avx2;
+    t->softmax = softmax_avx2;
+    t->silu_mul = silu_mul_avx2;
+    t->gelu_mul = gelu_mul_avx2;
+    t->add = add_avx2;
+    t->scale = scale_avx2;
+    t->rope_norm = rope_norm_avx2;
+    t->rope_neox = rope_neox_avx2;
+    t->attn_f32 = attn_f32_avx2;
+    t->attn_f16 = attn_f16_avx2;
+    t->attn_block_f32 = attn_block_f32_avx2;
+    t->attn_block_f16 = attn_block_f16_avx2;
+}
 #endif

@@ -1,5 +1,376 @@
-/* ops_avx512.c (avx512). (placeholder) */
+/* ops_avx512.c: float ops and attention with AVX-512 F/VL/BW, 16 floats a vector.
+ * Tails use masked loads and stores, so every element goes through the same
+ * vector formula. */
 #include "infer_kernels.h"
+#include "ops_internal.h"
 #if defined(__x86_64__) || defined(_M_X64)
-void infer_fill_ops_avx512(infer_kernel_table *t) { (void)t; }
+#include <immintrin.h>
+#include <math.h>
+
+/* Lanes [0, n) of a 16-lane vector, n <= 16 (all when n >= 16). */
+static inline __mmask16 tail_mask(int64_t n) {
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+}
+
+/* exp(x) to about 2 ulp, as exp8 in ops_avx2.c: Cephes polynomial on the reduced
+ * argument, then scalef by 2^n.  Below ln(FLT_MIN) (and -inf) gives 0. */
+static inline __m512 exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.33654f);
+    const __mmask16 ok = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_maskz_scalef_ps(ok, p, n);
+}
+
+static void rmsnorm_avx512(const float *x, const float *weight, float *out, int64_t n, float eps) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+        a0 = _mm512_fmadd_ps(x0, x0, a0);
+        a1 = _mm512_fmadd_ps(x1, x1, a1);
+    }
+    for (; i < n; i += 16) {
+        __m512 x0 = _mm512_maskz_loadu_ps(tail_mask(n - i), x + i);
+        a0 = _mm512_fmadd_ps(x0, x0, a0);
+    }
+    const double ss = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    const __m512 vr = _mm512_set1_ps((float)(1.0 / sqrt(ss / (double)n + (double)eps)));
+    for (i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), vr);
+        _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(y, _mm512_maskz_loadu_ps(k, weight + i)));
+    }
+}
+
+static void layernorm_avx512(const float *x, const float *weight, const float *bias, float *out,
+                             int64_t n, float eps) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16)
+        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(tail_mask(n - i), x + i));
+    const __m512 vm = _mm512_set1_ps((float)((double)_mm512_reduce_add_ps(acc) / (double)n));
+    acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        __m512 d = _mm512_maskz_sub_ps(k, _mm512_maskz_loadu_ps(k, x + i), vm);
+        acc = _mm512_fmadd_ps(d, d, acc);
+    }
+    const double var = _mm512_reduce_add_ps(acc);
+    const __m512 vr = _mm512_set1_ps((float)(1.0 / sqrt(var / (double)n + (double)eps)));
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        __m512 y = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm), vr);
+        if (weight) y = _mm512_mul_ps(y, _mm512_maskz_loadu_ps(k, weight + i));
+        if (bias) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(k, bias + i));
+        _mm512_mask_storeu_ps(out + i, k, y);
+    }
+}
+
+static void softmax_avx512(float *x, int64_t n) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 vmax = ninf;
+    for (int64_t i = 0; i < n; i += 16)
+        vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(ninf, tail_mask(n - i), x + i));
+    const float max = _mm512_reduce_max_ps(vmax);
+    if (max == -INFINITY) {
+        for (int64_t i = 0; i < n; i++) x[i] = 0.0f;
+        return;
+    }
+    vmax = _mm512_set1_ps(max);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        __m512 e = exp16(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, k, x + i), vmax));
+        _mm512_mask_storeu_ps(x + i, k, e);
+        acc = _mm512_add_ps(acc, e);   /* masked-off lanes are exp(-inf) = 0 */
+    }
+    const __m512 vr = _mm512_set1_ps((float)(1.0 / (double)_mm512_reduce_add_ps(acc)));
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), vr));
+    }
+}
+
+static void silu_mul_avx512(const float *gate, const float *up, float *out, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        __m512 g = _mm512_maskz_loadu_ps(k, gate + i);
+        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(zero, g))));
+        _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, up + i)));
+    }
+}
+
+static void gelu_mul_avx512(const float *gate, const float *up, float *out, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f), m2c = _mm512_set1_ps(-2.0f * 0.7978845608028654f);
+    const __m512 c3 = _mm512_set1_ps(0.044715f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        __m512 x = _mm512_maskz_loadu_ps(k, gate + i);
+        __m512 inner = _mm512_fmadd_ps(_mm512_mul_ps(c3, x), _mm512_mul_ps(x, x), x);
+        __m512 g = _mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_mul_ps(m2c, inner))));
+        _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(g, _mm512_maskz_loadu_ps(k, up + i)));
+    }
+}
+
+static void add_avx512(float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        _mm512_mask_storeu_ps(a + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, a + i),
+                                                      _mm512_maskz_loadu_ps(k, b + i)));
+    }
+}
+
+static void scale_avx512(float *x, float s, int64_t n) {
+    const __m512 vs = _mm512_set1_ps(s);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), vs));
+    }
+}
+
+static void rope_norm_avx512(float *x, const float *cs, const float *sn, int64_t rot_dim) {
+    for (int64_t i = 0; i < rot_dim; i += 16) {
+        const __mmask16 k = tail_mask(rot_dim - i);   /* rot_dim is even: pairs stay whole */
+        __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+        __m512 swapped = _mm512_permute_ps(v, 0xB1);
+        __m512 y = _mm512_fmaddsub_ps(v, _mm512_maskz_loadu_ps(k, cs + i),
+                                      _mm512_mul_ps(swapped, _mm512_maskz_loadu_ps(k, sn + i)));
+        _mm512_mask_storeu_ps(x + i, k, y);
+    }
+}
+
+static void rope_neox_avx512(float *x, const float *cs, const float *sn, int64_t rot_dim) {
+    const int64_t half = rot_dim / 2;
+    for (int64_t i = 0; i < half; i += 16) {
+        const __mmask16 k = tail_mask(half - i);
+        __m512 a = _mm512_maskz_loadu_ps(k, x + i), b = _mm512_maskz_loadu_ps(k, x + half + i);
+        __m512 c = _mm512_maskz_loadu_ps(k, cs + i), s = _mm512_maskz_loadu_ps(k, sn + i);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_fmsub_ps(a, c, _mm512_mul_ps(b, s)));
+        _mm512_mask_storeu_ps(x + half + i, k, _mm512_fmadd_ps(a, s, _mm512_mul_ps(b, c)));
+    }
+}
+
+/* ---- attention: as in ops_avx2.c (chunked online softmax; K rows four at a time
+ * against up to four queries, V vectors loaded once for up to four queries), 16
+ * lanes with a masked last vector of each row. */
+static ALWAYS_INLINE __m512 kv_load16(const void *p, int64_t i, __mmask16 k, int f16) {
+    if (f16)
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const infer_half *)p + i));
+    return _mm512_maskz_loadu_ps(k, (const float *)p + i);
+}
+
+/* The eight horizontal sums of s[0..7] (16 lanes each), in order, as one vector:
+ * fold each to 8 lanes, then one tree of hadds. */
+static inline __m256 fold16(__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+}
+static inline __m256 hsum16x8(const __m512 *s) {
+    const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(fold16(s[0]), fold16(s[1])),
+                                     _mm256_hadd_ps(fold16(s[2]), fold16(s[3])));
+    const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(fold16(s[4]), fold16(s[5])),
+                                     _mm256_hadd_ps(fold16(s[6]), fold16(s[7])));
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+/* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant). */
+static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, const void *k,
+                                      int64_t p0, int64_t nb, float *s, int f16) {
+    int64_t j = 0;
+    for (; j + 4 <= nb; j += 4) {
+        __m512 a[16];
+        float sums[16];
+        const int64_t r = (p0 + j) * d;
+        for (int x = 0; x < 16; x++) a[x] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < d; i += 16) {
+            const __mmask16 mk = tail_mask(d - i);
+            __m512 kr[4];
+            for (int x = 0; x < 4; x++) kr[x] = kv_load16(k, r + x * d + i, mk, f16);
+            for (int u = 0; u < UB; u++) {
+                const __m512 qv = _mm512_maskz_loadu_ps(mk, qs + u * d + i);
+                for (int x = 0; x < 4; x++) a[4 * u + x] = _mm512_fmadd_ps(qv, kr[x], a[4 * u + x]);
+            }
+        }
+        _mm256_storeu_ps(sums, hsum16x8(a));
+        if (UB > 2) _mm256_storeu_ps(sums + 8, hsum16x8(a + 8));
+        for (int u = 0; u < UB; u++)
+            for (int x = 0; x < 4; x++) s[u * ATTN_CHUNK + j + x] = sums[4 * u + x];
+    }
+    for (; j < nb; j++) {
+        const int64_t r = (p0 + j) * d;
+        for (int u = 0; u < UB; u++) {
+            __m512 a0 = _mm512_setzero_ps();
+            for (int64_t i = 0; i < d; i += 16) {
+                const __mmask16 mk = tail_mask(d - i);
+                a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, qs + u * d + i),
+                                     kv_load16(k, r + i, mk, f16), a0);
+            }
+            s[u * ATTN_CHUNK + j] = _mm512_reduce_add_ps(a0);
+        }
+    }
+}
+
+/* acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i] for u < UB. */
+static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
+                                          int64_t p0, int64_t nb, const float *w, int f16) {
+    int64_t i = 0;
+    for (; i + 32 <= d; i += 32) {
+        __m512 a[4][2];
+        for (int u = 0; u < UB; u++) {
+            a[u][0] = _mm512_loadu_ps(acc + u * d + i);
+            a[u][1] = _mm512_loadu_ps(acc + u * d + i + 16);
+        }
+        for (int64_t j = 0; j < nb; j++) {
+            const int64_t r = (p0 + j) * d + i;
+            const __m512 v0 = kv_load16(v, r, 0xffff, f16), v1 = kv_load16(v, r + 16, 0xffff, f16);
+            for (int u = 0; u < UB; u++) {
+                const __m512 wv = _mm512_set1_ps(w[u * ATTN_CHUNK + j]);
+                a[u][0] = _mm512_fmadd_ps(wv, v0, a[u][0]);
+                a[u][1] = _mm512_fmadd_ps(wv, v1, a[u][1]);
+            }
+        }
+        for (int u = 0; u < UB; u++) {
+            _mm512_storeu_ps(acc + u * d + i, a[u][0]);
+            _mm512_storeu_ps(acc + u * d + i + 16, a[u][1]);
+        }
+    }
+    for (; i < d; i += 16) {
+        const __mmask16 mk = tail_mask(d - i);
+        __m512 a[4];
+        for (int u = 0; u < UB; u++) a[u] = _mm512_maskz_loadu_ps(mk, acc + u * d + i);
+        for (int64_t j = 0; j < nb; j++) {
+            const __m512 v0 = kv_load16(v, (p0 + j) * d + i, mk, f16);
+            for (int u = 0; u < UB; u++)
+                a[u] = _mm512_fmadd_ps(_mm512_set1_ps(w[u * ATTN_CHUNK + j]), v0, a[u]);
+        }
+        for (int u = 0; u < UB; u++) _mm512_mask_storeu_ps(acc + u * d + i, mk, a[u]);
+    }
+}
+
+/* Online-softmax step of one query over a chunk, as in ops_avx2.c. */
+static void attn_softmax_step(float *s, int64_t p0, int64_t nb, int64_t lo, int64_t hi,
+                              float *m, float *l, float *acc, int64_t d) {
+    const int64_t jlo = lo - p0 > 0 ? lo - p0 : 0, jhi = hi - p0 < nb - 1 ? hi - p0 : nb - 1;
+    float cmax = -INFINITY;
+    for (int64_t j = 0; j < nb; j++) {
+        if (j < jlo || j > jhi) s[j] = -INFINITY;
+        else cmax = s[j] > cmax ? s[j] : cmax;
+    }
+    if (cmax == -INFINITY) {
+        for (int64_t j = 0; j < nb; j++) s[j] = 0.0f;
+        return;
+    }
+    if (cmax > *m) {
+        const float c = expf(*m - cmax);  /* 0 on the first chunk */
+        *l *= c;
+        scale_avx512(acc, c, d);
+        *m = cmax;
+    }
+    const __m512 vm = _mm512_set1_ps(*m), ninf = _mm512_set1_ps(-INFINITY);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nb; j += 16) {
+        const __mmask16 km = tail_mask(nb - j);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, km, s + j), vm));
+        _mm512_mask_storeu_ps(s + j, km, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    *l += _mm512_reduce_add_ps(sum);
+}
+
+static ALWAYS_INLINE void attn_avx512(int64_t n_q, const float *const *q, float *const *out,
+                                      const int64_t *lo, const int64_t *hi, const void *k,
+                                      const void *v, int64_t d, float scale, float *ml, int f16) {
+    float qs[INFER_ATTN_MAX_QD], acc[INFER_ATTN_MAX_QD];
+    float s[INFER_ATTN_MAX_Q * ATTN_CHUNK], m[INFER_ATTN_MAX_Q], l[INFER_ATTN_MAX_Q];
+    int64_t p_lo = lo[0], p_hi = hi[0];
+    for (int64_t u = 0; u < n_q; u++) {
+        for (int64_t i = 0; i < d; i++) { qs[u * d + i] = q[u][i] * scale; acc[u * d + i] = 0.0f; }
+        m[u] = -INFINITY;
+        l[u] = 0.0f;
+        p_lo = lo[u] < p_lo ? lo[u] : p_lo;
+        p_hi = hi[u] > p_hi ? hi[u] : p_hi;
+    }
+    for (int64_t p0 = p_lo; p0 <= p_hi; p0 += ATTN_CHUNK) {
+        const int64_t nb = p_hi + 1 - p0 < ATTN_CHUNK ? p_hi + 1 - p0 : ATTN_CHUNK;
+        for (int64_t u = 0; u < n_q; u += 4) {
+            float *su = s + u * ATTN_CHUNK;
+            switch (n_q - u < 4 ? n_q - u : 4) {
+            case 4: attn_scores(4, qs + u * d, d, k, p0, nb, su, f16); break;
+            case 3: attn_scores(3, qs + u * d, d, k, p0, nb, su, f16); break;
+            case 2: attn_scores(2, qs + u * d, d, k, p0, nb, su, f16); break;
+            default: attn_scores(1, qs + u * d, d, k, p0, nb, su, f16); break;
+            }
+        }
+        for (int64_t u = 0; u < n_q; u++)
+            attn_softmax_step(s + u * ATTN_CHUNK, p0, nb, lo[u], hi[u], &m[u], &l[u], acc + u * d, d);
+        for (int64_t u = 0; u < n_q; u += 4) {
+            const float *wu = s + u * ATTN_CHUNK;
+            switch (n_q - u < 4 ? n_q - u : 4) {
+            case 4: attn_accumulate(4, acc + u * d, d, v, p0, nb, wu, f16); break;
+            case 3: attn_accumulate(3, acc + u * d, d, v, p0, nb, wu, f16); break;
+            case 2: attn_accumulate(2, acc + u * d, d, v, p0, nb, wu, f16); break;
+            default: attn_accumulate(1, acc + u * d, d, v, p0, nb, wu, f16); break;
+            }
+        }
+    }
+    for (int64_t u = 0; u < n_q; u++) {
+        if (ml) { ml[2 * u] = m[u]; ml[2 * u + 1] = l[u]; }
+        const __m512 inv = _mm512_set1_ps(l[u] > 0.0f ? 1.0f / l[u] : 0.0f);
+        for (int64_t i = 0; i < d; i += 16) {
+            const __mmask16 km = tail_mask(d - i);
+            _mm512_mask_storeu_ps(out[u] + i, km, _mm512_mul_ps(_mm512_maskz_loadu_ps(km, acc + u * d + i), inv));
+        }
+    }
+}
+
+static void attn_block_f32_avx512(int64_t n_q, const float *const *q, float *const *out,
+                                  const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                  int64_t d, float scale, float *ml) {
+    attn_avx512(n_q, q, out, lo, hi, k, v, d, scale, ml, 0);
+}
+
+static void attn_block_f16_avx512(int64_t n_q, const float *const *q, float *const *out,
+                                  const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                  int64_t d, float scale, float *ml) {
+    attn_avx512(n_q, q, out, lo, hi, k, v, d, scale, ml, 1);
+}
+
+/* The one-query entries: rows [0, n_pos) of k and v. */
+static void attn_f32_avx512(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f32_avx512(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
+}
+
+static void attn_f16_avx512(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f16_avx512(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
+}
+
+void infer_fill_ops_avx512(infer_kernel_table *t) {
+    t->rmsnorm = rmsnorm_avx512;
+    t->layernorm = layernorm_avx512;
+    t->softmax = softmax_avx512;
+    t->silu_mul = silu_mul_avx512;
+    t->gelu_mul = gelu_mul_avx512;
+    t->add = add_avx512;
+    t->scale = scale_avx512;
+    t->rope_norm = rope_norm_avx512;
+    t->rope_neox = rope_neox_avx512;
+    t->attn_f32 = attn_f32_avx512;
+    t->attn_f16 = attn_f16_avx512;
+    t->attn_block_f32 = attn_block_f32_avx512;
+    t->attn_block_f16 = attn_block_f16_avx512;
+}
 #endif

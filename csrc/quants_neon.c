@@ -1,5 +1,395 @@
-/* quants_neon.c: quantized kernels, neon. (placeholder) */
+/* quants_neon.c: the 32-element block formats and f32/f16/bf16 rows, AArch64 NEON.
+ *
+ * Integer dot products use SDOT (vdotq_s32) when the file is compiled with the
+ * dot-product extension (__ARM_FEATURE_DOTPROD, setup.py's armv8.2-a+dotprod), and
+ * widening multiplies with pairwise adds on plain ARMv8.0 otherwise; both give the
+ * exact int32 sum of each block.  Quantizers round like the scalar ones (roundf:
+ * half away from zero = FCVTAS), so Q8_0/Q8_1 activations are bit-identical.
+ */
 #include "infer_kernels.h"
+
 #if defined(__aarch64__) || defined(_M_ARM64)
-void infer_fill_table_neon(infer_kernel_table *t) { (void)t; }
+#include <arm_neon.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__FreeBSD__)
+#include <sys/auxv.h>
+#endif
+
+/* The NEON files are compiled for armv8.2-a+dotprod+fp16 (setup.py), which ARMv8.0
+ * cores (Cortex-A53/A72: Raspberry Pi 3/4, AWS Graviton 1) cannot run: without this
+ * check the NEON set would die there with SIGILL.  dispatch.c offers the NEON set only
+ * when the kernel reports every extension the compiler was allowed to use; otherwise
+ * the scalar set runs.  Only plain integer code here, so it runs on any AArch64 CPU. */
+int infer_neon_usable(void) {
+    unsigned long need = 0;
+#if defined(__ARM_FEATURE_DOTPROD)
+    need |= 1ul << 20;                      /* HWCAP_ASIMDDP */
+#endif
+#if defined(__ARM_FEATURE_FP16_SCALAR_ARITHMETIC) || defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC)
+    need |= (1ul << 9) | (1ul << 10);       /* HWCAP_FPHP, HWCAP_ASIMDHP */
+#endif
+    if (need == 0) return 1;                /* plain ARMv8.0 build: NEON is mandatory */
+#if defined(__APPLE__)
+    return 1;                               /* every Apple arm64 core is ARMv8.4+ */
+#elif defined(__linux__)
+    return (getauxval(AT_HWCAP) & need) == need;
+#elif defined(__FreeBSD__)
+    unsigned long hwcap = 0;
+    return elf_aux_info(AT_HWCAP, &hwcap, sizeof hwcap) == 0 && (hwcap & need) == need;
+#else
+    return 0;                               /* cannot tell: the scalar set is safe */
+#endif
+}
+
+static inline float fp16_to_f32(infer_half h) {
+#if defined(__GNUC__) || defined(__clang__)
+    __fp16 v;   /* one FCVT instead of a call */
+    memcpy(&v, &h, sizeof v);
+    return (float)v;
+#else
+    return infer_fp16_to_fp32(h);
+#endif
+}
+
+/* Sum of a[i]*b[i] over 16 int8 lanes, added into acc (lane grouping unspecified:
+ * callers only ever use the total). */
+static inline int32x4_t dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(acc, a, b);
+#else
+    /* |a*b| <= 128*128 fits int16; pairwise-add into int32 before any further sum. */
+    int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+    int16x8_t hi = vmull_high_s8(a, b);
+    return vpadalq_s16(vpadalq_s16(acc, lo), hi);
+#endif
+}
+
+/* Stores d * v for the 16 int8 lanes of v into dst[0..16). */
+static inline void store_scaled_s8(float *dst, int8x16_t v, float32x4_t d) {
+    int16x8_t lo = vmovl_s8(vget_low_s8(v)), hi = vmovl_high_s8(v);
+    vst1q_f32(dst + 0, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d));
+    vst1q_f32(dst + 4, vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(lo)), d));
+    vst1q_f32(dst + 8, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d));
+    vst1q_f32(dst + 12, vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(hi)), d));
+}
+
+/* Q4_0 / Q4_1 nibbles: byte j holds element j (low) and element j+16 (high). */
+static inline void unpack_nibbles(const uint8_t qs[16], int8x16_t *lo, int8x16_t *hi) {
+    uint8x16_t q = vld1q_u8(qs);
+    *lo = vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0F)));
+    *hi = vreinterpretq_s8_u8(vshrq_n_u8(q, 4));
+}
+
+/* Q5_0: the 5-bit values minus 16.  Bit 4 of element j is bit j of the
+ * little-endian uint32 qh; lanes test one bit of one qh byte each. */
+static inline void unpack_q5_0(const block_q5_0 *x, int8x16_t *lo, int8x16_t *hi) {
+    static const uint8_t bit_of_lane[16] = {1, 2, 4, 8, 16, 32, 64, 128,
+                                            1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t bits = vld1q_u8(bit_of_lane), b4 = vdupq_n_u8(0x10);
+    uint8x16_t q = vld1q_u8(x->qs);
+    uint8x16_t h_lo = vcombine_u8(vdup_n_u8(x->qh[0]), vdup_n_u8(x->qh[1]));
+    uint8x16_t h_hi = vcombine_u8(vdup_n_u8(x->qh[2]), vdup_n_u8(x->qh[3]));
+    uint8x16_t v_lo = vorrq_u8(vandq_u8(q, vdupq_n_u8(0x0F)), vandq_u8(vtstq_u8(h_lo, bits), b4));
+    uint8x16_t v_hi = vorrq_u8(vshrq_n_u8(q, 4), vandq_u8(vtstq_u8(h_hi, bits), b4));
+    *lo = vsubq_s8(vreinterpretq_s8_u8(v_lo), vdupq_n_s8(16));
+    *hi = vsubq_s8(vreinterpretq_s8_u8(v_hi), vdupq_n_s8(16));
+}
+
+/* ---- dequantize ------------------------------------------------------------- */
+
+static void dequantize_q4_0_neon(const void *src, float *dst, int64_t n) {
+    const block_q4_0 *x = (const block_q4_0 *)src;
+    for (int64_t b = 0; b < n / QK4_0; b++, dst += QK4_0) {
+        const float32x4_t d = vdupq_n_f32(fp16_to_f32(x[b].d));
+        int8x16_t lo, hi;
+        unpack_nibbles(x[b].qs, &lo, &hi);
+        store_scaled_s8(dst, vsubq_s8(lo, vdupq_n_s8(8)), d);
+        store_scaled_s8(dst + 16, vsubq_s8(hi, vdupq_n_s8(8)), d);
+    }
+}
+
+/* nib * d + m, rounded twice like the scalar reference (no FMA). */
+static inline void store_q4_1(float *dst, int8x16_t v, float32x4_t d, float32x4_t m) {
+    int16x8_t lo = vmovl_s8(vget_low_s8(v)), hi = vmovl_high_s8(v);
+    float32x4_t f[4] = {
+        vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), vcvtq_f32_s32(vmovl_high_s16(lo)),
+        vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), vcvtq_f32_s32(vmovl_high_s16(hi))};
+    for (int k = 0; k < 4; k++) vst1q_f32(dst + 4 * k, vaddq_f32(vmulq_f32(f[k], d), m));
+}
+
+static void dequantize_q4_1_neon(const void *src, float *dst, int64_t n) {
+    const block_q4_1 *x = (const block_q4_1 *)src;
+    for (int64_t b = 0; b < n / QK4_1; b++, dst += QK4_1) {
+        const float32x4_t d = vdupq_n_f32(fp16_to_f32(x[b].d));
+        const float32x4_t m = vdupq_n_f32(fp16_to_f32(x[b].m));
+        int8x16_t lo, hi;
+        unpack_nibbles(x[b].qs, &lo, &hi);
+        store_q4_1(dst, lo, d, m);
+        store_q4_1(dst + 16, hi, d, m);
+    }
+}
+
+static void dequantize_q5_0_neon(const void *src, float *dst, int64_t n) {
+    const block_q5_0 *x = (const block_q5_0 *)src;
+    for (int64_t b = 0; b < n / QK5_0; b++, dst += QK5_0) {
+        const float32x4_t d = vdupq_n_f32(fp16_to_f32(x[b].d));
+        int8x16_t lo, hi;
+        unpack_q5_0(&x[b], &lo, &hi);
+        store_scaled_s8(dst, lo, d);
+        store_scaled_s8(dst + 16, hi, d);
+    }
+}
+
+static void dequantize_q8_0_neon(const void *src, float *dst, int64_t n) {
+    const block_q8_0 *x = (const block_q8_0 *)src;
+    for (int64_t b = 0; b < n / QK8_0; b++, dst += QK8_0) {
+        const float32x4_t d = vdupq_n_f32(fp16_to_f32(x[b].d));
+        store_scaled_s8(dst, vld1q_s8(x[b].qs), d);
+        store_scaled_s8(dst + 16, vld1q_s8(x[b].qs + 16), d);
+    }
+}
+
+/* f16 -> f32 is exact, so FCVTL matches the scalar conversion bit for bit. */
+static void dequantize_f16_neon(const void *src, float *dst, int64_t n) {
+    const infer_half *x = (const infer_half *)src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(x + i));
+        vst1q_f32(dst + i, vcvt_f32_f16(vget_low_f16(h)));
+        vst1q_f32(dst + i + 4, vcvt_high_f32_f16(h));
+    }
+    for (; i < n; i++) dst[i] = fp16_to_f32(x[i]);
+}
+
+/* bf16 is the top half of an f32. */
+static void dequantize_bf16_neon(const void *src, float *dst, int64_t n) {
+    const uint16_t *x = (const uint16_t *)src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint16x8_t h = vld1q_u16(x + i);
+        vst1q_f32(dst + i, vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)));
+        vst1q_f32(dst + i + 4, vreinterpretq_f32_u32(vshll_high_n_u16(h, 16)));
+    }
+    for (; i < n; i++) dst[i] = infer_bf16_to_fp32(x[i]);
+}
+
+/* ---- quantize activations: Q8_0 and Q8_1 ---------------------------------------- */
+
+/* One block of 32: d = amax/127, q = roundf(x/d) clamped to [-127, 127] (the clamp
+ * only matters for inf/NaN input; FCVTAS maps NaN to 0 as the scalar code does).
+ * Returns d; *sum gets the sum of the quants. */
+static inline float quantize_block_q8_neon(const float *x, int8_t *qs, int *sum) {
+    float32x4_t v[8], amax = vdupq_n_f32(0.0f);
+    for (int k = 0; k < 8; k++) {
+        v[k] = vld1q_f32(x + 4 * k);
+        amax = vmaxq_f32(amax, vabsq_f32(v[k]));
+    }
+    const float d = vmaxvq_f32(amax) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int16x8_t h[4];
+    for (int k = 0; k < 4; k++) {
+        int32x4_t a = vcvtaq_s32_f32(vmulq_n_f32(v[2 * k], id));
+        int32x4_t b = vcvtaq_s32_f32(vmulq_n_f32(v[2 * k + 1], id));
+        h[k] = vcombine_s16(vqmovn_s32(a), vqmovn_s32(b));
+        h[k] = vmaxq_s16(vminq_s16(h[k], vdupq_n_s16(127)), vdupq_n_s16(-127));
+    }
+    vst1q_s8(qs, vcombine_s8(vmovn_s16(h[0]), vmovn_s16(h[1])));
+    vst1q_s8(qs + 16, vcombine_s8(vmovn_s16(h[2]), vmovn_s16(h[3])));
+    *sum = vaddvq_s32(vpaddlq_s16(vaddq_s16(vaddq_s16(h[0], h[1]), vaddq_s16(h[2], h[3]))));
+    return d;
+}
+
+static void quantize_q8_0_neon(const float *src, void *dst, int64_t n) {
+    block_q8_0 *y = (block_q8_0 *)dst;
+    int sum;
+    for (int64_t b = 0; b < n / QK8_0; b++, src += QK8_0)
+        y[b].d = infer_fp32_to_fp16(quantize_block_q8_neon(src, y[b].qs, &sum));
+}
+
+static void quantize_q8_1_neon(const float *src, void *dst, int64_t n) {
+    block_q8_1 *y = (block_q8_1 *)dst;
+    int sum;
+    for (int64_t b = 0; b < n / QK8_1; b++, src += QK8_1) {
+        const float d = quantize_block_q8_neon(src, y[b].qs, &sum);
+        y[b].d = infer_fp32_to_fp16(d);
+        y[b].s = infer_fp32_to_fp16((float)sum * d);   /* from the unrounded d, as ggml */
+    }
+}
+
+/* ---- dot products ------------------------------------------------------------------
+ * Quantized pairs: exact int32 sum per block, then acc += sum * (d_w * d_a) in four
+ * float lanes; two blocks per iteration keep two independent chains in flight. */
+
+static float vec_dot_q4_0_q8_0_neon(int64_t n, const void *w, const void *a) {
+    const block_q4_0 *x = (const block_q4_0 *)w;
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const int64_t nb = n / QK4_0;
+    const int8x16_t eight = vdupq_n_s8(8);
+    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        int8x16_t l0, h0, l1, h1;
+        unpack_nibbles(x[b].qs, &l0, &h0);
+        unpack_nibbles(x[b + 1].qs, &l1, &h1);
+        int32x4_t p0 = dot_s8(vdupq_n_s32(0), vsubq_s8(l0, eight), vld1q_s8(y[b].qs));
+        p0 = dot_s8(p0, vsubq_s8(h0, eight), vld1q_s8(y[b].qs + 16));
+        int32x4_t p1 = dot_s8(vdupq_n_s32(0), vsubq_s8(l1, eight), vld1q_s8(y[b + 1].qs));
+        p1 = dot_s8(p1, vsubq_s8(h1, eight), vld1q_s8(y[b + 1].qs + 16));
+        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
+        acc1 = vmlaq_n_f32(acc1, vcvtq_f32_s32(p1),
+                           fp16_to_f32(x[b + 1].d) * fp16_to_f32(y[b + 1].d));
+    }
+    for (; b < nb; b++) {
+        int8x16_t l0, h0;
+        unpack_nibbles(x[b].qs, &l0, &h0);
+        int32x4_t p0 = dot_s8(vdupq_n_s32(0), vsubq_s8(l0, eight), vld1q_s8(y[b].qs));
+        p0 = dot_s8(p0, vsubq_s8(h0, eight), vld1q_s8(y[b].qs + 16));
+        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
+    }
+    return vaddvq_f32(vaddq_f32(acc0, acc1));
+}
+
+/* Q4_1 . Q8_1: d_w*d_a*sum(nib*q) + m_w*s_a, where s_a = d_a*sum(q) carries the min term. */
+static float vec_dot_q4_1_q8_1_neon(int64_t n, const void *w, const void *a) {
+    const block_q4_1 *x = (const block_q4_1 *)w;
+    const block_q8_1 *y = (const block_q8_1 *)a;
+    const int64_t nb = n / QK4_1;
+    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
+    float mins = 0.0f;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        int8x16_t l0, h0, l1, h1;
+        unpack_nibbles(x[b].qs, &l0, &h0);
+        unpack_nibbles(x[b + 1].qs, &l1, &h1);
+        int32x4_t p0 = dot_s8(vdupq_n_s32(0), l0, vld1q_s8(y[b].qs));
+        p0 = dot_s8(p0, h0, vld1q_s8(y[b].qs + 16));
+        int32x4_t p1 = dot_s8(vdupq_n_s32(0), l1, vld1q_s8(y[b + 1].qs));
+        p1 = dot_s8(p1, h1, vld1q_s8(y[b + 1].qs + 16));
+        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
+        acc1 = vmlaq_n_f32(acc1, vcvtq_f32_s32(p1),
+                           fp16_to_f32(x[b + 1].d) * fp16_to_f32(y[b + 1].d));
+        mins += fp16_to_f32(x[b].m) * fp16_to_f32(y[b].s) +
+                fp16_to_f32(x[b + 1].m) * fp16_to_f32(y[b + 1].s);
+    }
+    for (; b < nb; b++) {
+        int8x16_t l0, h0;
+        unpack_nibbles(x[b].qs, &l0, &h0);
+        int32x4_t p0 = dot_s8(vdupq_n_s32(0), l0, vld1q_s8(y[b].qs));
+        p0 = dot_s8(p0, h0, vld1q_s8(y[b].qs + 16));
+        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
+        mins += fp16_to_f32(x[b].m) * fp16_to_f32(y[b].s);
+    }
+    return vaddvq_f32(vaddq_f32(acc0, acc1)) + mins;
+}
+
+static float vec_dot_q5_0_q8_0_neon(int64_t n, const void *w, const void *a) {
+    const block_q5_0 *x = (const block_q5_0 *)w;
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const int64_t nb = n / QK5_0;
+    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        int8x16_t l0, h0, l1, h1;
+        unpack_q5_0(&x[b], &l0, &h0);
+        unpack_q5_0(&x[b + 1], &l1, &h1);
+        int32x4_t p0 = dot_s8(vdupq_n_s32(0), l0, vld1q_s8(y[b].qs));
+        p0 = dot_s8(p0, h0, vld1q_s8(y[b].qs + 16));
+        int32x4_t p1 = dot_s8(vdupq_n_s32(0), l1, vld1q_s8(y[b + 1].qs));
+        p1 = dot_s8(p1, h1, vld1q_s8(y[b + 1].qs + 16));
+        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
+        acc1 = vmlaq_n_f32(acc1, vcvtq_f32_s32(p1),
+                           fp16_to_f32(x[b + 1].d) * fp16_to_f32(y[b + 1].d));
+    }
+    for (; b < nb; b++) {
+        int8x16_t l0, h0;
+        unpack_q5_0(&x[b], &l0, &h0);
+        int32x4_t p0 = dot_s8(vdupq_n_s32(0), l0, vld1q_s8(y[b].qs));
+        p0 = dot_s8(p0, h0, vld1q_s8(y[b].qs + 16));
+        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
+    }
+    return vaddvq_f32(vaddq_f32(acc0, acc1));
+}
+
+static float vec_dot_q8_0_q8_0_neon(int64_t n, const void *w, const void *a) {
+    const block_q8_0 *x = (const block_q8_0 *)w;
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const int64_t nb = n / QK8_0;
+    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        int32x4_t p0 = dot_s8(vdupq_n_s32(0), vld1q_s8(x[b].qs), vld1q_s8(y[b].qs));
+        p0 = dot_s8(p0, vld1q_s8(x[b].qs + 16), vld1q_s8(y[b].qs + 16));
+        int32x4_t p1 = dot_s8(vdupq_n_s32(0), vld1q_s8(x[b + 1].qs), vld1q_s8(y[b + 1].qs));
+        p1 = dot_s8(p1, vld1q_s8(x[b + 1].qs + 16), vld1q_s8(y[b + 1].qs + 16));
+        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
+        acc1 = vmlaq_n_f32(acc1, vcvtq_f32_s32(p1),
+                           fp16_to_f32(x[b + 1].d) * fp16_to_f32(y[b + 1].d));
+    }
+    for (; b < nb; b++) {
+        int32x4_t p0 = dot_s8(vdupq_n_s32(0), vld1q_s8(x[b].qs), vld1q_s8(y[b].qs));
+        p0 = dot_s8(p0, vld1q_s8(x[b].qs + 16), vld1q_s8(y[b].qs + 16));
+        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
+    }
+    return vaddvq_f32(vaddq_f32(acc0, acc1));
+}
+
+/* Float rows against f32 activations: 16 products per iteration in four FMA chains. */
+#define FLOAT_DOT(name, load4, load1)                                                      \
+    static float name(int64_t n, const void *w, const void *a) {                     \
+        const float *y = (const float *)a;                                           \
+        float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f),  \
+                              vdupq_n_f32(0.0f)};                                    \
+        int64_t i = 0;                                                                \
+        for (; i + 16 <= n; i += 16)                                                  \
+            for (int k = 0; k < 4; k++)                                               \
+                acc[k] = vfmaq_f32(acc[k], load4(w, i + 4 * k), vld1q_f32(y + i + 4 * k)); \
+        for (; i + 4 <= n; i += 4) acc[0] = vfmaq_f32(acc[0], load4(w, i), vld1q_f32(y + i)); \
+        float sum = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]))); \
+        for (; i < n; i++) sum += load1(w, i) * y[i];                                   \
+        return sum;                                                                   \
+    }
+
+static inline float32x4_t load4_f32(const void *w, int64_t i) {
+    return vld1q_f32((const float *)w + i);
+}
+static inline float32x4_t load4_f16(const void *w, int64_t i) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const infer_half *)w + i)));
+}
+static inline float32x4_t load4_bf16(const void *w, int64_t i) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)w + i), 16));
+}
+
+static inline float load1_f32(const void *w, int64_t i) { return ((const float *)w)[i]; }
+static inline float load1_f16(const void *w, int64_t i) {
+    return fp16_to_f32(((const infer_half *)w)[i]);
+}
+static inline float load1_bf16(const void *w, int64_t i) {
+    return infer_bf16_to_fp32(((const uint16_t *)w)[i]);
+}
+
+FLOAT_DOT(vec_dot_f32_f32_neon, load4_f32, load1_f32)
+FLOAT_DOT(vec_dot_f16_f32_neon, load4_f16, load1_f16)
+FLOAT_DOT(vec_dot_bf16_f32_neon, load4_bf16, load1_bf16)
+
+void infer_fill_table_neon(infer_kernel_table *t) {
+    t->dequantize[INFER_TYPE_F16] = dequantize_f16_neon;
+    t->dequantize[INFER_TYPE_BF16] = dequantize_bf16_neon;
+    t->dequantize[INFER_TYPE_Q4_0] = dequantize_q4_0_neon;
+    t->dequantize[INFER_TYPE_Q4_1] = dequantize_q4_1_neon;
+    t->dequantize[INFER_TYPE_Q5_0] = dequantize_q5_0_neon;
+    t->dequantize[INFER_TYPE_Q8_0] = dequantize_q8_0_neon;
+
+    t->quantize[INFER_TYPE_Q8_0] = quantize_q8_0_neon;
+    t->quantize[INFER_TYPE_Q8_1] = quantize_q8_1_neon;
+
+    t->vec_dot[INFER_TYPE_F32] = vec_dot_f32_f32_neon;
+    t->vec_dot[INFER_TYPE_F16] = vec_dot_f16_f32_neon;
+    t->vec_dot[INFER_TYPE_BF16] = vec_dot_bf16_f32_neon;
+    t->vec_dot[INFER_TYPE_Q4_0] = vec_dot_q4_0_q8_0_neon;
+    t->vec_dot[INFER_TYPE_Q4_1] = vec_dot_q4_1_q8_1_neon;
+    t->vec_dot[INFER_TYPE_Q5_0] = vec_dot_q5_0_q8_0_neon;
+    t->vec_dot[INFER_TYPE_Q8_0] = vec_dot_q8_0_q8_0_neon;
+}
 #endif

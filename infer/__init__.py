@@ -1,2 +1,32 @@
-"""infer: LLM inference for Python on hand-written SIMD kernels."""
+"""infer: LLM inference for Python on hand-written SIMD kernels.
+
+    import infer
+    with infer.load() as model:                       # SmolLM2-135M-Instruct by default
+        for piece in infer.generate(model, "The capital of France is", max_tokens=32):
+            print(piece, end="", flush=True)
+"""
 __version__ = "0.1.0"
+
+from .generate import Generation, generate
+from .loader import load
+from .runtime import (Context, ContextBusyError, ContextOverflowError, Engine, Model,
+                      known_architectures, register_variant)
+
+__all__ = [
+    "__version__", "load", "generate", "Generation", "Model", "Engine", "Context",
+    "ContextOverflowError", "ContextBusyError", "Sampler", "register_variant",
+    "known_architectures", "ChatSession",
+]
+
+
+def __getattr__(name):
+    # Sampler lives with the compiled pieces; import it only when asked for.
+    if name == "Sampler":
+        from .sampler import Sampler
+
+        return Sampler
+    if name == "ChatSession":  # jinja2 is imported only by those who chat
+        from .chat import ChatSession
+
+        return ChatSession
+    raise AttributeError(f"module 'infer' has no attribute {name!r}")

@@ -22,6 +22,12 @@ cdef extern from "infer_kernels.h" nogil:
     ctypedef void (*infer_layernorm_fn)(const float *x, const float *weight, const float *bias, float *out, int64_t n, float eps) noexcept
     ctypedef void (*infer_softmax_fn)(float *x, int64_t n) noexcept
     ctypedef void (*infer_glu_fn)(const float *gate, const float *up, float *out, int64_t n) noexcept
+    ctypedef void (*infer_add_fn)(float *a, const float *b, int64_t n) noexcept
+    ctypedef void (*infer_scale_fn)(float *x, float s, int64_t n) noexcept
+    ctypedef void (*infer_rope_fn)(float *x, const float *cs, const float *sn, int64_t rot_dim) noexcept
+    ctypedef void (*infer_attn_fn)(const float *q, const void *k, const void *v, int64_t n_pos, int64_t head_dim, float scale, float *out) noexcept
+    ctypedef void (*infer_attn_block_fn)(int64_t n_q, const float *const *q, float *const *out, const int64_t *lo, const int64_t *hi, const void *k, const void *v, int64_t head_dim, float scale, float *ml) noexcept
+    int INFER_ATTN_MAX_HEAD_DIM
 
     ctypedef struct infer_kernel_table:
         const char *name
@@ -34,6 +40,22 @@ cdef extern from "infer_kernels.h" nogil:
         infer_softmax_fn softmax
         infer_glu_fn silu_mul
         infer_glu_fn gelu_mul
+        infer_add_fn add
+        infer_scale_fn scale
+        infer_rope_fn rope_norm
+        infer_rope_fn rope_neox
+        infer_attn_fn attn_f32
+        infer_attn_fn attn_f16
+        infer_attn_block_fn attn_block_f32
+        infer_attn_block_fn attn_block_f16
+
+    int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim, const int64_t *positions, int64_t pos0, float freq_base, float freq_scale, int neox) noexcept
+    int infer_attention(const float *q, const void *k_cache, const void *v_cache, int kv_type, int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0, int64_t window, float scale, float *out) noexcept
+    void infer_rmsnorm_rows(const float *x, const float *weight, float *out, int64_t rows, int64_t n, float eps) noexcept
+    void infer_layernorm_rows(const float *x, const float *weight, const float *bias, float *out, int64_t rows, int64_t n, float eps) noexcept
+    void infer_softmax_rows(float *x, int64_t rows, int64_t n) noexcept
+    void infer_glu(int gelu, const float *gate, const float *up, float *out, int64_t n) noexcept
+    int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0) noexcept
 
     unsigned infer_isa_available() noexcept
     const infer_kernel_table *infer_kernels() noexcept

@@ -1,0 +1,62 @@
+/* kquants_internal.h: format helpers shared by the kquants_*.c files (private).
+ *
+ * The K formats (ggml-common.h, ggml-quants.c):
+ *  Q4_K: 8 sub-blocks of 32; element = d*sc[j]*q - dmin*m[j], q in 0..15.  The 6-bit
+ *        sc/m live in 12 bytes: for j < 4, sc = s[j] & 63 and m = s[j+4] & 63; for
+ *        j >= 4, the low 4 bits come from s[j+4] (sc low nibble, m high nibble) and
+ *        the top 2 bits from bits 6..7 of s[j-4] (sc) and s[j] (m).  Nibbles: 64
+ *        elements per 32 bytes, element l in the low nibble, element l+32 in the high.
+ *  Q6_K: 16 sub-blocks of 16, element = d*sc[j]*(q-32), q in 0..63 (see ggml-facts.md).
+ *  Q8_K: activations; d is f32 (may be negative), bsums[j] = sum of qs[16j..16j+15].
+ */
+#ifndef INFER_KQUANTS_INTERNAL_H
+#define INFER_KQUANTS_INTERNAL_H
+
+#include "infer_kernels.h"
+
+#include <string.h>
+
+#if defined(_MSC_VER)
+#include <intrin.h>
+#define KQ_INLINE static __forceinline
+static __forceinline int kq_lowest_bit(unsigned v) {  /* v != 0 */
+    unsigned long i;
+    _BitScanForward(&i, v);
+    return (int)i;
+}
+#else
+#define KQ_INLINE static inline __attribute__((always_inline))
+static inline int kq_lowest_bit(unsigned v) { return __builtin_ctz(v); }  /* v != 0 */
+#endif
+
+/* The 8 scales then the 8 mins of a Q4_K block, as bytes 0..7 and 8..15 of out
+ * (little-endian words, as on every target we build for).
+ * Word-wise: the same bit moves as the per-j rule above, four sub-blocks at once. */
+static inline void infer_q4_K_unpack_scales(const uint8_t *s, uint8_t out[16]) {
+    const uint32_t low6 = 0x3f3f3f3fu, low4 = 0x0f0f0f0fu, low2 = 0x03030303u;
+    uint32_t w[3], r[4];
+    memcpy(w, s, 12);
+    r[0] = w[0] & low6;                                  /* sc 0..3 */
+    r[2] = w[1] & low6;                                  /* m 0..3 */
+    r[1] = (w[2] & low4) | (((w[0] >> 6) & low2) << 4);  /* sc 4..7 */
+    r[3] = ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4);  /* m 4..7 */
+    memcpy(out, r, 16);
+}
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+/* The same unpack in a register: bytes 0..7 scales, 8..15 mins.  Reads 16 bytes
+ * from s: the 12 scale bytes of a block_q4_K are followed by its qs. */
+static inline __m128i infer_q4_K_unpack_scales_sse(const uint8_t *s) {
+    const __m128i w = _mm_loadu_si128((const __m128i *)s);     /* w0 w1 w2 . */
+    const __m128i a = _mm_shuffle_epi32(w, _MM_SHUFFLE(2, 1, 2, 0));  /* w0 w2 w1 w2 */
+    const __m128i b = _mm_shuffle_epi32(w, _MM_SHUFFLE(1, 1, 0, 0));  /* w0 w0 w1 w1 */
+    const __m128i low = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i top = _mm_and_si128(_mm_srli_epi32(b, 2),   /* bits 6..7 -> 4..5 */
+                                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(low, top);
+}
+#endif
+
+#endif

@@ -1,0 +1,50 @@
+#!/bin/sh
+# Builds the kernel self-test: the table's csrc files plus selftest.c, each ISA file with its
+# own target flags exactly as setup.py compiles them for the extension.
+#
+#   csrc/selftest/build.sh [OUTPUT]                      native build
+#   CC=aarch64-linux-gnu-gcc csrc/selftest/build.sh out  cross build (run: qemu-aarch64 out)
+#
+# Environment: CC, CFLAGS (default -O2 -g), LDFLAGS (-static spares qemu a sysroot);
+# AVX2_FLAGS, AVX512_FLAGS, NEON_FLAGS override
+# the per-ISA flags (tests/test_selftest.py passes setup.py's ISA_FLAGS; NEON_FLAGS=
+# -march=armv8-a builds the NEON files without the dot-product extension).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+csrc=$(dirname "$here")
+out=${1:-$here/selftest}
+CC=${CC:-cc}
+CFLAGS=${CFLAGS:--O2 -g}
+LDFLAGS=${LDFLAGS:-}
+AVX2_FLAGS=${AVX2_FLAGS:--mavx2 -mfma -mf16c}
+AVX512_FLAGS=${AVX512_FLAGS:--mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni}
+NEON_FLAGS=${NEON_FLAGS:--march=armv8.2-a+dotprod+fp16}
+
+case $($CC -dumpmachine) in
+    x86_64*|amd64*|i?86*) arch=x86 ;;
+    aarch64*|arm64*) arch=arm ;;
+    *) arch=other ;;
+esac
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+objs=
+# The kernel table and what it needs: dispatch, type traits, the thread pool and
+# every ISA file.  (Model code such as llama_block.c is not part of the table.)
+for src in "$csrc"/dispatch.c "$csrc"/types.c "$csrc"/threadpool.c "$csrc"/*_scalar.c \
+           "$csrc"/*_avx2.c "$csrc"/*_avx512.c "$csrc"/*_neon.c "$here"/selftest.c; do
+    name=$(basename "$src" .c)
+    case $name in
+        *_avx2) [ $arch = x86 ] || continue; flags=$AVX2_FLAGS ;;
+        *_avx512) [ $arch = x86 ] || continue; flags=$AVX512_FLAGS ;;
+        *_neon) [ $arch = arm ] || continue; flags=$NEON_FLAGS ;;
+        *) flags= ;;
+    esac
+    # shellcheck disable=SC2086  # flag lists are meant to split
+    $CC -std=c11 $CFLAGS -Wall -Wextra -Wvla -fno-strict-aliasing $flags \
+        -I"$csrc" -c "$src" -o "$tmp/$name.o"
+    objs="$objs $tmp/$name.o"
+done
+# shellcheck disable=SC2086
+$CC $CFLAGS $LDFLAGS -pthread -o "$out" $objs -lm
+echo "built $out ($arch)"

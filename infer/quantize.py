@@ -1,0 +1,270 @@
+"""Requantize a GGUF model: the logic behind ``infer quantize``.
+
+Which tensors change, following llama.cpp's defaults (``llama-quant.cpp``) for
+the plain target types we offer:
+
+* Only weights are converted: tensors named ``*weight`` with 2 or more
+  dimensions.  Norms, biases and other 1-D tensors are copied unchanged (F32).
+* For quantized targets the output head (``output.weight``, or
+  ``token_embd.weight`` when the model ties it as the output) becomes Q6_K,
+  except that a Q8_0 target keeps Q8_0 and a row length that is not a whole
+  number of the target's blocks gives Q8_0.  A separate ``token_embd.weight``
+  gets the target type like any other weight.
+* A row length that is not a multiple of a K-quant's 256-element block falls
+  back as llama.cpp does: Q4_K -> Q5_0, Q6_K -> Q8_0, and to F16 if even that
+  block does not fit (also for 32-element targets).  The count is reported.
+* F16 / BF16 targets convert every weight, with no special cases.
+* llama.cpp's per-layer mixtures (the ``_M``/``_S`` variants that bump some
+  ``attn_v``/``ffn_down`` layers) are not applied: ``q4_k`` is plain Q4_K.
+* A tensor already in its chosen type is copied byte for byte; one in a format
+  the kernels cannot decode is copied unchanged and reported.
+
+All metadata are kept; ``general.file_type`` is set to the matching llama.cpp
+file type.  Tensors are converted by a thread pool (the kernels release the
+GIL) a few at a time, in chunks of rows, and streamed to a temp file renamed
+into place at the end, so memory stays near a few tensors and an interrupted
+run leaves no output.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+
+from .gguf import GGUFFile, GGUFWriter, PathArg, ValueType
+from .tensor import DType, Tensor, encode_f32
+
+#: ``--type`` names -> target formats.
+TARGETS = {
+    "q4_0": DType.Q4_0, "q4_1": DType.Q4_1, "q5_0": DType.Q5_0, "q8_0": DType.Q8_0,
+    "q6_k": DType.Q6_K, "q4_k": DType.Q4_K, "f16": DType.F16, "bf16": DType.BF16,
+}
+#: llama.cpp's ``llama_ftype`` for ``general.file_type`` (q4_k is its Q4_K_S).
+FILE_TYPES = {
+    DType.F16: 1, DType.Q4_0: 2, DType.Q4_1: 3, DType.Q8_0: 7, DType.Q5_0: 8,
+    DType.Q4_K: 14, DType.Q6_K: 18, DType.BF16: 32,
+}
+K_FALLBACK = {DType.Q4_K: DType.Q5_0, DType.Q6_K: DType.Q8_0}
+NOT_QUANTIZED = ("ffn_gate_inp.weight", "pos_embd", "token_types")
+# Elements converted per step of one tensor (bounds the float32 scratch to 16 MB).
+CHUNK_ELEMENTS = 1 << 22
+
+
+@dataclass
+class Step:
+    """What happens to one tensor."""
+
+    tensor: Tensor
+    dtype: DType               # type written
+    wanted: Optional[DType] = None  # type chosen before a row-length fallback, if any
+    unsupported: bool = False  # wanted a conversion the kernels cannot do
+
+    @property
+    def fallback(self) -> bool:
+        return self.wanted is not None
+
+    @property
+    def copy(self) -> bool:
+        return self.dtype == self.tensor.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.tensor.n_rows * self.dtype.row_bytes(self.tensor.n_cols)
+
+
+@dataclass
+class Report:
+    steps: list[Step] = field(default_factory=list)
+    seconds: float = 0.0
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+    @property
+    def n_fallback(self) -> int:
+        return sum(s.fallback for s in self.steps)
+
+    @property
+    def n_unsupported(self) -> int:
+        return sum(s.unsupported for s in self.steps)
+
+    def fallbacks(self) -> dict[str, int]:
+        """{"Q4_K->Q5_0": count, ...} for the tensors that fell back."""
+        counts: dict[str, int] = {}
+        for s in self.steps:
+            if s.wanted is not None:
+                key = f"{s.wanted.name}->{s.dtype.name}"
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def type_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for s in self.steps:
+            counts[s.dtype.name] = counts.get(s.dtype.name, 0) + 1
+        return counts
+
+
+def is_weight(t: Tensor) -> bool:
+    return t.name.endswith("weight") and len(t.shape) >= 2 and not any(x in t.name for x in NOT_QUANTIZED)
+
+
+def choose_type(t: Tensor, target: DType, tied_output: bool) -> tuple[DType, Optional[DType]]:
+    """(type to write, type it falls back from or None) for tensor ``t``."""
+    if not is_weight(t):
+        return t.dtype, None
+    new = target
+    if target.is_quantized and (t.name == "output.weight" or (tied_output and t.name == "token_embd.weight")):
+        if t.n_cols % target.block_size:
+            new = DType.Q8_0
+        elif target != DType.Q8_0:
+            new = DType.Q6_K
+    wanted = None
+    if t.n_cols % new.block_size:
+        wanted = new
+        new = K_FALLBACK.get(new, DType.F16)
+        if t.n_cols % new.block_size:
+            new = DType.F16
+    return new, wanted
+
+
+def plan(f: GGUFFile, target: DType) -> list[Step]:
+    tied = "output.weight" not in f.tensors
+    steps = []
+    for t in f.tensors.values():
+        dtype, wanted = choose_type(t, target, tied)
+        step = Step(t, dtype, wanted)
+        if not step.copy and not t.dtype.kernel_supported:
+            step.dtype, step.wanted, step.unsupported = t.dtype, None, True
+        steps.append(step)
+    return steps
+
+
+def convert(step: Step) -> np.ndarray:
+    """The bytes of ``step.tensor`` in ``step.dtype`` (a zero-copy view when unchanged)."""
+    t = step.tensor
+    if step.copy:
+        return t.data
+    out = np.empty(step.nbytes, dtype=np.uint8)
+    row_out = step.dtype.row_bytes(t.n_cols)
+    rows = max(1, CHUNK_ELEMENTS // t.n_cols)
+    scratch = np.empty(min(rows, t.n_rows) * t.n_cols, dtype=np.float32)
+    for i in range(0, t.n_rows, rows):
+        j = min(i + rows, t.n_rows)
+        f32 = t.dequantize_rows(i, j, out=scratch[:(j - i) * t.n_cols])
+        encode_f32(f32.reshape(-1), step.dtype, out[i * row_out:j * row_out])
+    return out
+
+
+def default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def quantize_file(src: PathArg, dst: PathArg, target: Union[DType, str],
+                  threads: Optional[int] = None,
+                  progress: Optional[Callable[[int], None]] = None,
+                  warn: Callable[[str], None] = lambda msg: None) -> Report:
+    """Write ``src`` requantized to ``target`` at ``dst`` (atomically).
+
+    ``progress(nbytes)`` is called as each tensor is written, with the bytes of
+    the source tensor; ``warn(message)`` receives warnings before work starts.
+    """
+    target = TARGETS[target.lower()] if isinstance(target, str) else DType(target)
+    if target not in FILE_TYPES:
+        raise ValueError(f"type: cannot quantize to {target.name}; choose one of {', '.join(TARGETS)}")
+    threads = default_threads() if threads is None else threads
+    if threads < 1:
+        raise ValueError(f"threads: must be >= 1, got {threads}")
+    if Path(src).resolve() == Path(dst).resolve():
+        raise ValueError("output: must differ from the input file")
+    t0 = time.perf_counter()
+    report = Report()
+    with GGUFFile(src) as f:
+        steps = report.steps = plan(f, target)
+        requantized = [s for s in steps if not s.copy and s.tensor.dtype.is_quantized]
+        if requantized:
+            kinds = sorted({s.tensor.dtype.name for s in requantized})
+            warn(f"requantizing {len(requantized)} tensors that are already quantized "
+                 f"({', '.join(kinds)}): quality is lower than quantizing from F16/F32")
+        if report.n_unsupported:
+            first = next(s.tensor for s in steps if s.unsupported)
+            warn(f"kept {report.n_unsupported} tensors unchanged: infer cannot decode their format "
+                 f"(e.g. {first.name} is {first.dtype.name})")
+
+        writer = GGUFWriter(alignment=f.alignment)
+        writer.copy_metadata(f, exclude=("general.file_type", "general.quantization_version"))
+        writer.add_metadata("general.file_type", FILE_TYPES[target], ValueType.UINT32)
+        if any(s.dtype.is_quantized for s in steps):
+            writer.add_metadata("general.quantization_version", 2, ValueType.UINT32)
+
+        window = 2 * threads  # tensors converted ahead of the writer
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="quantize") as pool:
+            futures: dict[int, Future[np.ndarray]] = {}
+
+            def producer(k: int) -> Callable[[], np.ndarray]:
+                def produce() -> np.ndarray:
+                    for m in range(k, min(k + window, len(steps))):
+                        if m not in futures:
+                            futures[m] = pool.submit(convert, steps[m])
+                    return futures.pop(k).result()
+                return produce
+
+            for k, s in enumerate(steps):
+                writer.add_tensor(s.tensor.name, producer(k), s.dtype, s.tensor.shape)
+            try:
+                writer.write(dst, progress=(lambda name, n: progress(f.tensors[name].nbytes))
+                             if progress else None)
+            finally:
+                for fut in futures.values():
+                    fut.cancel()
+        report.bytes_in = f.size
+    report.bytes_out = os.path.getsize(dst)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+class ProgressBar:
+    """tqdm when installed, else one self-overwriting stderr line."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.done, self.desc = total, 0, desc
+        self._last = 0.0
+        self._bar: Any = None
+        self._started = False
+
+    def _start(self) -> None:
+        # drawn at the first update, so that warnings printed before work starts stay readable
+        self._started = True
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return
+        self._bar = tqdm(total=self.total, desc=self.desc, unit="B", unit_scale=True,
+                         unit_divisor=1024, file=sys.stderr, leave=False)
+
+    def update(self, n: int) -> None:
+        if not self._started:
+            self._start()
+        self.done += n
+        if self._bar is not None:
+            self._bar.update(n)
+            return
+        now = time.monotonic()
+        if now - self._last > 0.2 or self.done >= self.total:
+            self._last = now
+            pct = 100.0 * self.done / max(1, self.total)
+            print(f"\r{self.desc}: {pct:5.1f}% ({self.done >> 20}/{self.total >> 20} MiB)",
+                  end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        elif self.done:
+            print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)

@@ -1,0 +1,774 @@
+"""Vocabulary and tokenizers built from GGUF metadata.
+
+Two tokenizer families, chosen by ``tokenizer.ggml.model``:
+
+* ``"gpt2"``: byte-level BPE (GPT-2, Llama 3, SmolLM, Qwen2...).  The text is cut
+  into pieces by the pre-tokenizer regexes named by ``tokenizer.ggml.pre`` (the
+  same split rules llama.cpp uses for each name), each piece's UTF-8 bytes are
+  mapped to printable characters (GPT-2's byte-to-unicode table) and merged by
+  rank from ``tokenizer.ggml.merges``.
+* ``"llama"``: SentencePiece-style BPE (Llama 1/2, Gemma).  Spaces become ``▁``,
+  the highest-scoring adjacent pair whose concatenation is a token is merged
+  first (ties: leftmost), and characters that are not tokens fall back to the
+  byte tokens ``<0xNN>``.
+
+Both first split out special tokens written in the text: user-defined tokens
+always, control tokens only with ``parse_special=True`` (as llama.cpp's
+``tokenizer_st_partition``: longest token text first).
+
+Decoding is lossless for text tokens: ``decode(encode(s)) == s`` for any string
+that UTF-8 can encode.  (llama.cpp's ``clean_spaces`` post-processing, which
+removes the space in " ," and " 's" for some vocabularies, is deliberately not
+applied: it breaks that round trip.)
+"""
+from __future__ import annotations
+
+import codecs
+import heapq
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import regex
+
+__all__ = [
+    "TokenType", "Vocabulary", "Tokenizer", "BPETokenizer", "SPMTokenizer",
+    "StreamDecoder", "PRE_TOKENIZERS",
+]
+
+
+class TokenType:
+    """Values of ``tokenizer.ggml.token_type`` (llama.cpp's ``llama_token_type``)."""
+
+    UNDEFINED = 0
+    NORMAL = 1
+    UNKNOWN = 2
+    CONTROL = 3
+    USER_DEFINED = 4
+    UNUSED = 5
+    BYTE = 6
+
+
+# Token texts that end a turn in the chat templates we know (llama.cpp's EOG list).
+_END_OF_TURN_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                      "<|endoftext|>", "<|eom_id|>", "<EOT>")
+# In this order, the first one present is ``eot_token_id`` when the GGUF names none.
+_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+              "<EOT>")
+
+
+_PRE_ADDING_BOS = ("llama3", "llama-v3", "llama-bpe", "falcon3", "tekken", "chameleon")
+
+
+def _md_int(md: Mapping[str, Any], key: str) -> Optional[int]:
+    value = md.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"metadata {key!r}: expected an integer, got {type(value).__name__}")
+    return int(value)
+
+
+def _md_bool(md: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = md.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"metadata {key!r}: expected a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+class Vocabulary:
+    """Token texts, types, scores and the special ids of one model.
+
+    ``tokens[i]`` is the text of id ``i`` as the GGUF stores it (byte-level
+    characters for BPE, ``▁`` for spaces in SentencePiece vocabularies).
+    Ids that the GGUF does not name are ``None``.
+    """
+
+    def __init__(self, tokens: Sequence[str], token_types: Optional[np.ndarray] = None,
+                 scores: Optional[np.ndarray] = None, *, bos_token_id: Optional[int] = None,
+                 eos_token_id: Optional[int] = None, eot_token_id: Optional[int] = None,
+                 pad_token_id: Optional[int] = None, unk_token_id: Optional[int] = None,
+                 add_bos: bool = False, add_eos: bool = False,
+                 add_space_prefix: bool = False, merges: Optional[Sequence[str]] = None) -> None:
+        if not isinstance(tokens, (list, tuple)) or not all(isinstance(t, str) for t in tokens[:1]):
+            raise TypeError("tokens: expected a list of str")
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("tokens: the vocabulary is empty")
+        self.tokens: list[str] = list(tokens)
+        if token_types is None:
+            token_types = np.full(n, TokenType.NORMAL, dtype=np.int32)
+        token_types = np.asarray(token_types, dtype=np.int32)
+        if token_types.shape != (n,):
+            raise ValueError(f"token_types: expected {n} entries, got shape {token_types.shape}")
+        if scores is None:
+            scores = np.zeros(n, dtype=np.float32)
+        scores = np.asarray(scores, dtype=np.float32)
+        if scores.shape != (n,):
+            raise ValueError(f"scores: expected {n} entries, got shape {scores.shape}")
+        self.token_types = token_types
+        self.scores = scores
+        if merges is not None and not isinstance(merges, (list, tuple)):
+            raise TypeError(f"merges: expected a list of str, got {type(merges).__name__}")
+        #: BPE merges "left right", highest priority first (None for SentencePiece)
+        self.merges: Optional[list[str]] = list(merges) if merges is not None else None
+        # Later duplicates win, as in llama.cpp's token_to_id map.
+        self._ids: dict[str, int] = dict(zip(self.tokens, range(n)))
+
+        for name, value in (("bos_token_id", bos_token_id), ("eos_token_id", eos_token_id),
+                            ("eot_token_id", eot_token_id), ("pad_token_id", pad_token_id),
+                            ("unk_token_id", unk_token_id)):
+            if value is not None and not 0 <= value < n:
+                raise ValueError(f"{name}: {value} is outside the vocabulary [0, {n})")
+        if eot_token_id is None:
+            eot_token_id = next((self._ids[t] for t in _EOT_TEXTS if t in self._ids), None)
+        self.bos_token_id = bos_token_id
+        self.eos_token_id = eos_token_id
+        self.eot_token_id = eot_token_id
+        self.pad_token_id = pad_token_id
+        self.unk_token_id = unk_token_id
+        self.add_bos = bool(add_bos)
+        self.add_eos = bool(add_eos)
+        self.add_space_prefix = bool(add_space_prefix)
+        if self.add_bos and bos_token_id is None:
+            raise ValueError("add_bos is set but the vocabulary has no BOS token")
+        if self.add_eos and eos_token_id is None:
+            raise ValueError("add_eos is set but the vocabulary has no EOS token")
+
+        eog = {self._ids[t] for t in _END_OF_TURN_TEXTS if t in self._ids}
+        eog.update(i for i in (eos_token_id, eot_token_id) if i is not None)
+        self.end_of_turn_ids: frozenset[int] = frozenset(eog)
+
+        # Texts split out of the input before tokenizing: user-defined always,
+        # control and unknown only when parsing special tokens.
+        special = np.flatnonzero((token_types == TokenType.CONTROL)
+                                 | (token_types == TokenType.UNKNOWN)
+                                 | (token_types == TokenType.USER_DEFINED))
+        # End-of-turn tokens that the GGUF typed as normal are control tokens too
+        # (llama.cpp overrides their type the same way).
+        extra = [i for i in eog if token_types[i] == TokenType.NORMAL]
+        if extra:
+            self.token_types = token_types = token_types.copy()
+            token_types[extra] = TokenType.CONTROL
+            special = np.union1d(special, extra)
+        self._user_defined = {self.tokens[i]: int(i) for i in special
+                              if token_types[i] == TokenType.USER_DEFINED and self.tokens[i]}
+        self._control = {self.tokens[i]: int(i) for i in special
+                         if token_types[i] != TokenType.USER_DEFINED and self.tokens[i]}
+
+    @classmethod
+    def from_metadata(cls, md: Mapping[str, Any]) -> "Vocabulary":
+        """Build from a GGUF metadata dict (``tokenizer.ggml.*`` keys)."""
+        tokens = md.get("tokenizer.ggml.tokens")
+        if tokens is None:
+            raise ValueError("metadata: 'tokenizer.ggml.tokens' is missing; the GGUF has no vocabulary")
+        if not isinstance(tokens, (list, tuple)):
+            raise TypeError("metadata 'tokenizer.ggml.tokens': expected a list of str, "
+                            f"got {type(tokens).__name__}")
+        return cls(
+            tokens, md.get("tokenizer.ggml.token_type"), md.get("tokenizer.ggml.scores"),
+            bos_token_id=_md_int(md, "tokenizer.ggml.bos_token_id"),
+            eos_token_id=_md_int(md, "tokenizer.ggml.eos_token_id"),
+            eot_token_id=_md_int(md, "tokenizer.ggml.eot_token_id"),
+            pad_token_id=_md_int(md, "tokenizer.ggml.padding_token_id"),
+            unk_token_id=_md_int(md, "tokenizer.ggml.unknown_token_id"),
+            # llama.cpp's defaults when the key is absent: SentencePiece and the
+            # llama3-style split rules add BOS, others do not.
+            add_bos=_md_bool(md, "tokenizer.ggml.add_bos_token",
+                             md.get("tokenizer.ggml.model") == "llama"
+                             or md.get("tokenizer.ggml.pre") in _PRE_ADDING_BOS),
+            add_eos=_md_bool(md, "tokenizer.ggml.add_eos_token", False),
+            add_space_prefix=_md_bool(md, "tokenizer.ggml.add_space_prefix",
+                                      md.get("tokenizer.ggml.model") == "llama"),
+            merges=md.get("tokenizer.ggml.merges"),
+        )
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def token_id(self, text: str) -> int:
+        """The id whose text is exactly ``text``; KeyError if there is none."""
+        try:
+            return self._ids[text]
+        except KeyError:
+            raise KeyError(f"no token with text {text!r} in the vocabulary") from None
+
+    def get(self, text: str) -> Optional[int]:
+        return self._ids.get(text)
+
+    def _check(self, token: int) -> int:
+        if not 0 <= token < len(self.tokens):
+            raise ValueError(f"token id {token} is outside the vocabulary [0, {len(self.tokens)})")
+        return token
+
+    def token_type(self, token: int) -> int:
+        return int(self.token_types[self._check(token)])
+
+    def is_control(self, token: int) -> bool:
+        return self.token_type(token) == TokenType.CONTROL
+
+    def is_byte(self, token: int) -> bool:
+        return self.token_type(token) == TokenType.BYTE
+
+    def is_user_defined(self, token: int) -> bool:
+        return self.token_type(token) == TokenType.USER_DEFINED
+
+    def is_special(self, token: int) -> bool:
+        """Control or unknown: what ``decode(skip_special=True)`` drops."""
+        return self.token_type(token) in (TokenType.CONTROL, TokenType.UNKNOWN)
+
+    def is_end_of_turn(self, token: int) -> bool:
+        return token in self.end_of_turn_ids
+
+
+# ---- special-token partition ----------------------------------------------------
+
+#: text cut into raw-text fragments (str) and special-token ids (int), in order
+Fragments = list[Union[str, int]]
+
+
+def _is_run(text: str) -> bool:
+    """True for a text made of one repeated character."""
+    return text == text[0] * len(text)
+
+
+class _SpecialSplitter:
+    """Cuts special-token texts out of a string, as llama.cpp's st_partition does.
+
+    llama.cpp takes the token texts longest first (ties here: lower id) and cuts
+    each one out of every fragment of raw text still left, leftmost occurrences
+    first, never overlapping.  The same result in one pass over the text: all
+    occurrences are found by walking a set of prefixes from each position that
+    holds a first character of some token text, then each text, longest first,
+    claims its leftmost occurrences that touch nothing claimed yet.
+
+    Runs of one repeated character (Gemma's newline, space and tab runs) take a short
+    cut when no other token text holds that character: a maximal run of it is
+    then cut greedily, longest token first from the left, which is what the rule
+    above gives, without listing the many overlapping occurrences in the run.
+    """
+
+    def __init__(self, texts: Mapping[str, int]) -> None:
+        self.ids = dict(texts)
+        chars_elsewhere = {c for t in texts if not _is_run(t) for c in t}
+        by_char: dict[str, dict[int, int]] = {}
+        for t, tid in texts.items():
+            if _is_run(t):
+                by_char.setdefault(t[0], {})[len(t)] = tid
+        self.runs = {c: sorted(lengths.items(), reverse=True) for c, lengths in by_char.items()
+                     if c not in chars_elsewhere and len(lengths) > 1}
+        others = {t: tid for t, tid in texts.items() if not (_is_run(t) and t[0] in self.runs)}
+        self.prefixes = {t[:i] for t in others for i in range(1, len(t) + 1)}
+        first = sorted({t[0] for t in others})
+        self.first = (regex.compile("[" + "".join(regex.escape(c) for c in first) + "]")
+                      if first else None)
+        self.run_pattern = (regex.compile("|".join(
+            f"{regex.escape(c)}{{{min(n for n, _ in lengths)},}}" for c, lengths in self.runs.items()))
+            if self.runs else None)
+
+    def split(self, text: str) -> Fragments:
+        """``text`` as a list of str fragments and int ids, in order."""
+        if not text:
+            return []
+        found: list[tuple[int, int, int]] = []
+        if self.run_pattern is not None:
+            runs = self.runs
+            for m in self.run_pattern.finditer(text):
+                at, end = m.span()
+                for size, tid in runs[text[at]]:
+                    while end - at >= size:
+                        found.append((at, size, tid))
+                        at += size
+        if self.first is not None:
+            self._split_others(text, found)
+        if not found:
+            return [text]
+        found.sort()
+        parts: Fragments = []
+        pos = 0
+        for at, size, tid in found:
+            if at > pos:
+                parts.append(text[pos:at])
+            parts.append(tid)
+            pos = at + size
+        if pos < len(text):
+            parts.append(text[pos:])
+        return parts
+
+    def _split_others(self, text: str, found: list[tuple[int, int, int]]) -> None:
+        ids = self.ids
+        prefixes = self.prefixes
+        starts: dict[str, list[int]] = {}
+        n = len(text)
+        assert self.first is not None
+        for m in self.first.finditer(text):
+            start = m.start()
+            end = start + 1
+            while end <= n:
+                s = text[start:end]
+                if s not in prefixes:
+                    break
+                if s in ids:
+                    starts.setdefault(s, []).append(start)
+                end += 1
+        if not starts:
+            return
+        claimed = bytearray(n)
+        for tok in sorted(starts, key=lambda t: (-len(t), ids[t])):
+            size = len(tok)
+            last_end = 0
+            for at in starts[tok]:
+                # What is claimed already came from texts at least this long, so it
+                # overlaps [at, at + size) only if it covers one of its ends.
+                if at < last_end or claimed[at] or claimed[at + size - 1]:
+                    continue
+                claimed[at:at + size] = b"\x01" * size
+                found.append((at, size, ids[tok]))
+                last_end = at + size
+
+
+# ---- byte-level BPE ---------------------------------------------------------------
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's table: each byte to a printable character (printable bytes map to themselves)."""
+    keep = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+            + list(range(ord("®"), ord("ÿ") + 1)))
+    table = {}
+    extra = 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+BYTE_TO_UNICODE = _bytes_to_unicode()
+UNICODE_TO_BYTE = {c: b for b, c in BYTE_TO_UNICODE.items()}
+# bytes.decode("latin-1") gives chr(b) per byte; translate maps those to the table.
+_LATIN1_TO_BYTE_LEVEL = {b: c for b, c in BYTE_TO_UNICODE.items()}
+
+_CONTRACTIONS_CI = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+_LLAMA3 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# tokenizer.ggml.pre -> (regexes applied in turn, each splitting the pieces of the
+# previous one and keeping unmatched gaps as pieces; ignore_merges), from
+# llama.cpp's llama-vocab.cpp.
+PRE_TOKENIZERS: dict[str, tuple[tuple[str, ...], bool]] = {}
+for _names, _exprs, _ignore in (
+    (("default",), (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"), False),
+    (("gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "roberta-bpe"), (_GPT2,), False),
+    (("llama3", "llama-v3", "llama-bpe", "falcon3"), (_LLAMA3,), True),
+    (("dbrx", "smaug-bpe", "chatglm-bpe"), (_LLAMA3,), False),
+    (("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"),
+     (r"\p{N}", _GPT2), False),
+    (("qwen2", "stablelm2", "megrez"), (_QWEN2,), False),
+    (("falcon",), (r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, r"[0-9][0-9][0-9]"), False),
+    (("deepseek-coder",), (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}"), False),
+):
+    for _name in _names:
+        PRE_TOKENIZERS[_name] = (_exprs, _ignore)
+
+
+def _pre_tokenizer(name: str) -> tuple[list[Any], bool]:
+    try:
+        exprs, ignore_merges = PRE_TOKENIZERS[name]
+    except KeyError:
+        known = ", ".join(sorted(PRE_TOKENIZERS))
+        raise ValueError(f"tokenizer.ggml.pre: unknown pre-tokenizer {name!r} (known: {known})") from None
+    return [regex.compile(e) for e in exprs], ignore_merges
+
+
+def _split_keeping_gaps(pattern: Any, text: str, out: list[str]) -> None:
+    pos = 0
+    for m in pattern.finditer(text):
+        start, end = m.span()
+        if start > pos:
+            out.append(text[pos:start])
+        out.append(text[start:end])
+        pos = end
+    if pos < len(text):
+        out.append(text[pos:])
+
+
+class Tokenizer:
+    """Base of the tokenizers: special-token handling, decoding, streaming."""
+
+    #: words kept in the encode cache before it is cleared
+    cache_size = 1 << 16
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self.vocab = vocab
+        self._cache: dict[str, tuple[int, ...]] = {}
+        self._splitter_all = _SpecialSplitter({**vocab._control, **vocab._user_defined})
+        self._splitter_user = _SpecialSplitter(vocab._user_defined)
+        self._pieces: list[Optional[bytes]] = [None] * vocab.size
+
+    @staticmethod
+    def from_metadata(md: Mapping[str, Any]) -> "Tokenizer":
+        """The tokenizer that ``tokenizer.ggml.model`` names, built from GGUF metadata."""
+        model = md.get("tokenizer.ggml.model")
+        if model == "gpt2":
+            return BPETokenizer.from_metadata(md)
+        if model == "llama":
+            return SPMTokenizer.from_metadata(md)
+        raise ValueError(f"tokenizer.ggml.model: {model!r} is not supported (known: 'gpt2', 'llama')")
+
+    # ---- encoding ----------------------------------------------------------
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """Token ids of ``text``.
+
+        ``add_special`` adds BOS/EOS where the GGUF's add_bos_token/add_eos_token say;
+        ``parse_special`` turns control-token texts written in ``text``
+        (``"<|im_start|>"``) into their ids, otherwise they are plain text.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text: expected str, got {type(text).__name__}")
+        try:
+            return self._encode(text, add_special, parse_special)
+        except UnicodeEncodeError:
+            i = next(i for i, c in enumerate(text) if 0xD800 <= ord(c) <= 0xDFFF)
+            raise ValueError(f"text: U+{ord(text[i]):04X} at index {i} is a lone surrogate, "
+                             f"which UTF-8 cannot encode") from None
+
+    def _encode(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        vocab = self.vocab
+        out: list[int] = []
+        if add_special and vocab.add_bos and vocab.bos_token_id is not None:
+            out.append(vocab.bos_token_id)
+        splitter = self._splitter_all if parse_special else self._splitter_user
+        prev_special = True
+        for part in splitter.split(text):
+            if isinstance(part, int):
+                out.append(part)
+                prev_special = True
+            else:
+                self._encode_text(part, out, prev_special)
+                prev_special = False
+        if add_special and vocab.add_eos and vocab.eos_token_id is not None:
+            out.append(vocab.eos_token_id)
+        return out
+
+    def _encode_text(self, text: str, out: list[int], after_special: bool) -> None:
+        raise NotImplementedError
+
+    def _encode_word(self, word: str) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def _encode_words(self, words: Iterable[str], out: list[int]) -> None:
+        """Ids of each word, through a cache: text repeats its words a lot."""
+        cache = self._cache
+        for word in words:
+            ids = cache.get(word)
+            if ids is None:
+                ids = self._encode_word(word)
+                if len(cache) >= self.cache_size:
+                    cache.clear()
+                cache[word] = ids
+            out.extend(ids)
+
+    # ---- decoding ----------------------------------------------------------
+    def token_to_piece(self, token: int) -> bytes:
+        """The bytes token ``token`` stands for (special tokens: their text)."""
+        token = int(token)
+        piece = self._pieces[self.vocab._check(token)]
+        if piece is None:
+            piece = self._pieces[token] = self._piece(token)
+        return piece
+
+    def _piece(self, token: int) -> bytes:
+        vocab = self.vocab
+        text = vocab.tokens[token]
+        kind = vocab.token_types[token]
+        if kind in (TokenType.CONTROL, TokenType.UNKNOWN, TokenType.USER_DEFINED):
+            return text.encode("utf-8")
+        if kind == TokenType.NORMAL:
+            return self._normal_piece(text)
+        if kind == TokenType.BYTE:
+            return self._byte_piece(text)
+        return b""  # unused / undefined: llama.cpp prints nothing
+
+    def _normal_piece(self, text: str) -> bytes:
+        raise NotImplementedError
+
+    def _byte_piece(self, text: str) -> bytes:
+        return b""
+
+    def _pieces_of(self, ids: Iterable[int], skip_special: bool) -> list[bytes]:
+        vocab = self.vocab
+        ids = [int(i) for i in ids]
+        if not ids:
+            return []
+        pieces = []
+        strip_space = vocab.add_space_prefix
+        if skip_special and vocab.add_bos and ids[0] == vocab.bos_token_id:
+            # llama.cpp keeps the prefix space when it drops a leading BOS.
+            ids = ids[1:]
+            strip_space = False
+        for i in ids:
+            if skip_special and vocab.is_special(i):
+                piece = b""
+            else:
+                piece = self.token_to_piece(i)
+            if strip_space and piece.startswith(b" "):
+                piece = piece[1:]
+            strip_space = False
+            pieces.append(piece)
+        return pieces
+
+    def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
+        """Text of ``ids``; ``skip_special`` drops control and unknown tokens."""
+        return b"".join(self._pieces_of(ids, skip_special)).decode("utf-8", errors="replace")
+
+    def stream_decoder(self, skip_special: bool = False) -> "StreamDecoder":
+        return StreamDecoder(self, skip_special)
+
+
+class StreamDecoder:
+    """Decodes one id at a time, emitting only complete UTF-8 characters.
+
+    Bytes of a character split across tokens (emoji, CJK from byte tokens) are
+    held back until the character is complete; ``flush()`` returns whatever is
+    left (an incomplete tail becomes U+FFFD).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, skip_special: bool = False) -> None:
+        self.tokenizer = tokenizer
+        self.skip_special = skip_special
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._first = True
+        self._first_ids: list[int] = []
+
+    def feed(self, token: int) -> str:
+        vocab = self.tokenizer.vocab
+        token = int(token)
+        vocab._check(token)
+        if self._first:
+            # The prefix space rule depends on the first one or two ids.
+            if (self.skip_special and vocab.add_bos and token == vocab.bos_token_id
+                    and not self._first_ids):
+                self._first_ids.append(token)
+                return ""
+            self._first_ids.append(token)
+            pieces = self.tokenizer._pieces_of(self._first_ids, self.skip_special)
+            self._first = False
+            return self._utf8.decode(b"".join(pieces))
+        if self.skip_special and vocab.is_special(token):
+            return ""
+        return self._utf8.decode(self.tokenizer.token_to_piece(token))
+
+    def flush(self) -> str:
+        text = self._utf8.decode(b"", final=True)
+        self._utf8.reset()
+        return text
+
+
+class BPETokenizer(Tokenizer):
+    """Byte-level BPE (``tokenizer.ggml.model == "gpt2"``)."""
+
+    def __init__(self, vocab: Vocabulary, pre: str = "default") -> None:
+        super().__init__(vocab)
+        # No merges (llama.cpp refuses such a file) leaves every byte its own token:
+        # small test vocabularies of 256 byte tokens are written that way.
+        merges = vocab.merges or []
+        self.pre = pre
+        self._regexes, self._ignore_merges = _pre_tokenizer(pre)
+        # A merge "a b" is keyed by its own text: byte-level tokens never hold a
+        # space, so the left and right parts are unambiguous.
+        self._ranks: dict[str, int] = dict(zip(merges, range(len(merges))))
+        self._to_byte_level = str.maketrans(_LATIN1_TO_BYTE_LEVEL)
+
+    @classmethod
+    def from_metadata(cls, md: Mapping[str, Any]) -> "BPETokenizer":
+        pre = md.get("tokenizer.ggml.pre") or "default"
+        return cls(Vocabulary.from_metadata(md), pre)
+
+    def pre_tokenize(self, text: str) -> list[str]:
+        """The pieces that are merged separately (no merge crosses two pieces)."""
+        pieces = [text]
+        for pattern in self._regexes:
+            out: list[str] = []
+            for piece in pieces:
+                _split_keeping_gaps(pattern, piece, out)
+            pieces = out
+        return pieces
+
+    def _encode_text(self, text: str, out: list[int], after_special: bool) -> None:
+        self._encode_words(self.pre_tokenize(text), out)
+
+    def _encode_word(self, piece: str) -> tuple[int, ...]:
+        word = piece.encode("utf-8").decode("latin-1").translate(self._to_byte_level)
+        ids = self.vocab._ids
+        if self._ignore_merges and word in ids:
+            return (ids[word],)
+        symbols = self._merge(word)
+        result = []
+        for s in symbols:
+            tid = ids.get(s)
+            if tid is not None:
+                result.append(tid)
+            else:
+                # llama.cpp: a symbol without a token goes out byte by byte,
+                # dropping bytes that have no token either.
+                result.extend(ids[c] for c in s if c in ids)
+        return tuple(result)
+
+    def _merge(self, word: str) -> list[str]:
+        """Apply merges to one pre-tokenized word: lowest rank first, leftmost on ties.
+
+        Quadratic in the word's length, but words are short and each one is
+        merged once (then cached), which keeps encoding above the speed of the
+        `tokenizers` library (bench/tokenizer.py) without a compiled loop.
+        """
+        ranks = self._ranks
+        symbols = list(word)
+        while len(symbols) > 1:
+            best = -1
+            best_rank = 1 << 62
+            for i in range(len(symbols) - 1):
+                r = ranks.get(symbols[i] + " " + symbols[i + 1])
+                if r is not None and r < best_rank:
+                    best_rank = r
+                    best = i
+            if best < 0:
+                break
+            symbols[best:best + 2] = [symbols[best] + symbols[best + 1]]
+        return symbols
+
+    def _normal_piece(self, text: str) -> bytes:
+        try:
+            return bytes(UNICODE_TO_BYTE[c] for c in text)
+        except KeyError:
+            # a character outside the byte-level table: keep it as UTF-8
+            return b"".join(bytes([UNICODE_TO_BYTE[c]]) if c in UNICODE_TO_BYTE
+                            else c.encode("utf-8") for c in text)
+
+
+class SPMTokenizer(Tokenizer):
+    """SentencePiece-style BPE (``tokenizer.ggml.model == "llama"``), e.g. Gemma 3."""
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        super().__init__(vocab)
+        ids = vocab._ids
+        # The token of each byte for byte fallback: <0xNN>, else the byte as text
+        # (llama.cpp's byte_to_token), else <unk>; a byte with none of them is dropped.
+        self._byte_ids: list[tuple[int, ...]] = []
+        for b in range(256):
+            tid = ids.get(f"<0x{b:02X}>")
+            if tid is None:
+                tid = ids.get(chr(b)) if b < 128 else None
+            if tid is None:
+                tid = vocab.unk_token_id
+            self._byte_ids.append(() if tid is None else (tid,))
+        self._scores = vocab.scores.tolist()
+        self._inner_space_tokens = [t for t in vocab.tokens if "\u2581" in t[1:]]
+
+    @classmethod
+    def from_metadata(cls, md: Mapping[str, Any]) -> "SPMTokenizer":
+        return cls(Vocabulary.from_metadata(md))
+
+    def _encode_text(self, text: str, out: list[int], after_special: bool) -> None:
+        if self.vocab.add_space_prefix and after_special:
+            text = " " + text
+        self._encode_words(self._words(text.replace(" ", "\u2581")), out)
+
+    def _words(self, text: str) -> list[str]:
+        """``text`` cut before each ``▁`` that no merge can cross.
+
+        A merged symbol is always a token, so a symbol can only span a ``▁`` at
+        an inner position if some token has a ``▁`` there; the cuts avoid every
+        occurrence of such tokens (Gemma 3 has one, ``>▁</``).  Merges in
+        separate words never interact, so merging word by word gives the same
+        ids as merging the whole text, and lets words be cached.
+        """
+        if "\u2581" not in text:
+            return [text]
+        blocked: set[int] = set()
+        for tok in self._inner_space_tokens:
+            inner = [j for j in range(1, len(tok)) if tok[j] == "\u2581"]
+            at = text.find(tok)
+            while at >= 0:
+                blocked.update(at + j for j in inner)
+                at = text.find(tok, at + 1)
+        words = []
+        start = 0
+        at = text.find("\u2581", 1)
+        while at >= 0:
+            if at not in blocked:
+                words.append(text[start:at])
+                start = at
+            at = text.find("\u2581", at + 1)
+        words.append(text[start:])
+        return words
+
+    def _encode_word(self, text: str) -> tuple[int, ...]:
+        """SentencePiece BPE on one word: a linked list of symbols and a heap of
+        candidate pairs, best score first, leftmost on ties (llama.cpp's llm_bigram_spm)."""
+        ids = self.vocab._ids
+        scores = self._scores
+        n = len(text)
+        sym = list(text)
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        prev = list(range(-1, n - 1))
+        heap: list[tuple[float, int, int, int]] = []
+        for i in range(n - 1):
+            merged = sym[i] + sym[i + 1]
+            tid = ids.get(merged)
+            if tid is not None:
+                heap.append((-scores[tid], i, i + 1, len(merged)))
+        heapq.heapify(heap)
+        push = heapq.heappush
+        pop = heapq.heappop
+        while heap:
+            _, left, right, size = pop(heap)
+            ls, rs = sym[left], sym[right]
+            if not ls or not rs or len(ls) + len(rs) != size:
+                continue  # one side has been merged since
+            merged = ls + rs
+            sym[left] = merged
+            sym[right] = ""
+            after = nxt[right]
+            nxt[left] = after
+            if after >= 0:
+                prev[after] = left
+            before = prev[left]
+            if before >= 0:
+                m = sym[before] + merged
+                tid = ids.get(m)
+                if tid is not None:
+                    push(heap, (-scores[tid], before, left, len(m)))
+            if after >= 0:
+                m = merged + sym[after]
+                tid = ids.get(m)
+                if tid is not None:
+                    push(heap, (-scores[tid], left, after, len(m)))
+        out = []
+        byte_ids = self._byte_ids
+        i = 0
+        while i >= 0:
+            s = sym[i]
+            tid = ids.get(s)
+            if tid is not None:
+                out.append(tid)
+            else:
+                for b in s.encode("utf-8"):
+                    out.extend(byte_ids[b])
+            i = nxt[i]
+        return tuple(out)
+
+    def _normal_piece(self, text: str) -> bytes:
+        return text.replace("\u2581", " ").encode("utf-8")
+
+    def _byte_piece(self, text: str) -> bytes:
+        return bytes([int(text[3:5], 16)])  # "<0xNN>"

@@ -1,0 +1,293 @@
+"""The Llama family: Llama 2/3, TinyLlama, SmolLM2, Mistral-style GGUF files.
+
+    x = embed(token)
+    for each layer:
+        h = rmsnorm(x) ; q, k, v = h Wq, h Wk, h Wv ; rope(q, k) ; store k, v
+        x += attention(q, K, V) Wo                       (grouped-query)
+        h = rmsnorm(x) ; x += (silu(h Wg) * h Wu) Wd      (SwiGLU)
+    logits = rmsnorm(x) Wout                              (Wout = Wembed if tied)
+
+Weights are views into the memory-mapped file, never copied.  A matrix-vector
+product quantizes its input once into the weight's activation format (Q8_0 for
+Q4_0/Q8_0, Q8_1 for Q4_1, Q8_K for K-quants); q/k/v share one quantized input
+and gate/up another.  Prefill runs the batch through the matrix-matrix kernels;
+decoding one token runs each transformer block as one C call
+(csrc/llama_block.c), the same computation as `_block` below without the
+per-kernel Python calls.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from .. import kernels as K
+from ..runtime import Context, Engine, register_variant
+
+# Prefill processes at most this many tokens per pass (bounds the scratch memory).
+N_BATCH = 512
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_dim: int
+    vocab_size: int
+    max_seq_len: int
+    rope_base: float
+    rms_eps: float
+
+    @classmethod
+    def from_metadata(cls, md: Dict[str, Any], vocab_size: int) -> "LlamaConfig":
+        arch = md["general.architecture"]
+
+        def get(key: str, default: Any = None) -> Any:
+            full = f"{arch}.{key}"
+            if full in md:
+                return md[full]
+            if default is None:
+                raise ValueError(f"GGUF metadata: missing {full}")
+            return default
+
+        dim = int(get("embedding_length"))
+        n_heads = int(get("attention.head_count"))
+        n_kv_heads = int(get("attention.head_count_kv", n_heads))
+        head_dim = int(get("attention.key_length", dim // n_heads))
+        if n_heads % n_kv_heads:
+            raise ValueError(f"GGUF metadata: {n_heads} heads is not a multiple of {n_kv_heads} KV heads")
+        if head_dim % 2:
+            raise ValueError(f"GGUF metadata: head dimension {head_dim} is odd (RoPE rotates pairs)")
+        return cls(
+            dim=dim, n_layers=int(get("block_count")), n_heads=n_heads, n_kv_heads=n_kv_heads,
+            head_dim=head_dim, ffn_dim=int(get("feed_forward_length")), vocab_size=vocab_size,
+            max_seq_len=int(get("context_length", 2048)),
+            rope_base=float(get("rope.freq_base", 10000.0)),
+            rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)))
+
+
+class Matrix:
+    """A weight matrix as the kernels take it: raw rows in the file, its format."""
+
+    __slots__ = ("data", "qtype", "rows", "cols", "act_type")
+
+    def __init__(self, tensor: Any, rows: int, cols: int, name: str) -> None:
+        shape = tuple(int(s) for s in tensor.shape)
+        if shape != (rows, cols):
+            raise ValueError(f"{name}: expected shape {(rows, cols)}, got {shape}")
+        self.data = tensor.data.reshape(rows, -1)  # uint8 rows, zero-copy
+        self.qtype = K.type_id(tensor.dtype)
+        self.rows, self.cols = rows, cols
+        #: format the input vector is quantized into for this matrix's dot products
+        self.act_type = K.type_id(K.vec_dot_type(self.qtype))
+
+    def as_tuple(self) -> tuple:
+        return (self.data, self.qtype, self.act_type, self.rows, self.cols)
+
+
+class Vector:
+    """An F32 vector (norm weights)."""
+
+    def __init__(self, tensor: Any, n: int, name: str) -> None:
+        if K.type_id(tensor.dtype) != 0 or tuple(int(s) for s in tensor.shape) not in ((n,), (1, n)):
+            raise ValueError(f"{name}: expected f32 of {n} values, got {tensor.dtype} {tensor.shape}")
+        self.data = tensor.data.view(np.float32).reshape(n)
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: Vector
+    wq: Matrix
+    wk: Matrix
+    wv: Matrix
+    wo: Matrix
+    ffn_norm: Vector
+    w_gate: Matrix
+    w_up: Matrix
+    w_down: Matrix
+
+
+class LlamaEngine(Engine):
+    architecture = "llama"
+
+    def __init__(self, gguf_file: Any, n_threads: Optional[int] = None) -> None:
+        t = gguf_file.tensors
+        md = gguf_file.metadata
+
+        def need(name: str) -> Any:
+            if name not in t:
+                raise ValueError(f"GGUF file: tensor {name} is missing")
+            return t[name]
+
+        embd = need("token_embd.weight")
+        vocab_size = int(embd.shape[0])
+        cfg = LlamaConfig.from_metadata(md, vocab_size)
+        self.config = cfg
+        self.architecture = md["general.architecture"]
+        self.vocab_size = vocab_size
+        self.max_seq_len = cfg.max_seq_len
+        d, q_dim, kv_dim = cfg.dim, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        self.token_embd = Matrix(embd, vocab_size, d, "token_embd.weight")
+        self.output_norm = Vector(need("output_norm.weight"), d, "output_norm.weight")
+        # Tied embeddings: no output.weight, the head reuses token_embd.
+        self.output = (Matrix(t["output.weight"], vocab_size, d, "output.weight")
+                       if "output.weight" in t else self.token_embd)
+        self.layers: List[LayerWeights] = []
+        for i in range(cfg.n_layers):
+            def m(name: str, rows: int, cols: int) -> Matrix:
+                return Matrix(need(f"blk.{i}.{name}.weight"), rows, cols, f"blk.{i}.{name}.weight")
+
+            self.layers.append(LayerWeights(
+                attn_norm=Vector(need(f"blk.{i}.attn_norm.weight"), d, f"blk.{i}.attn_norm.weight"),
+                wq=m("attn_q", q_dim, d), wk=m("attn_k", kv_dim, d), wv=m("attn_v", kv_dim, d),
+                wo=m("attn_output", d, q_dim),
+                ffn_norm=Vector(need(f"blk.{i}.ffn_norm.weight"), d, f"blk.{i}.ffn_norm.weight"),
+                w_gate=m("ffn_gate", cfg.ffn_dim, d), w_up=m("ffn_up", cfg.ffn_dim, d),
+                w_down=m("ffn_down", d, cfg.ffn_dim)))
+        self.n_threads = n_threads
+        self._contexts: "weakref.WeakSet[LlamaContext]" = weakref.WeakSet()
+
+    def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None,
+                       kv_type: str = "f16") -> "LlamaContext":
+        """A context of ``n_ctx`` positions (default: the trained length); KV cache
+        in ``kv_type`` "f16" (default) or "f32".  Cache pages are touched as used."""
+        if self.layers is None:
+            raise RuntimeError("the model is closed")
+        ctx = LlamaContext(self, n_ctx or self.max_seq_len, sampler, kv_type)
+        self._contexts.add(ctx)
+        return ctx
+
+    def decoder_for(self, ctx: "LlamaContext") -> Any:
+        """The fused one-token step (csrc/llama_block.c) bound to ctx's cache."""
+        cfg = self.config
+        layers = [(L.attn_norm.data, L.ffn_norm.data, L.wq.as_tuple(), L.wk.as_tuple(),
+                   L.wv.as_tuple(), L.wo.as_tuple(), L.w_gate.as_tuple(), L.w_up.as_tuple(),
+                   L.w_down.as_tuple()) for L in self.layers]
+        return K.LlamaDecoder(cfg, self.token_embd.as_tuple(), self.output.as_tuple(),
+                              self.output_norm.data, layers, ctx.k_cache, ctx.v_cache, ctx.n_ctx)
+
+    def close(self) -> None:
+        # Drop every view into the file map (ours and the contexts' decoders) so it
+        # can be unmapped.
+        for ctx in list(self._contexts):
+            ctx._release()
+        self.layers = None  # type: ignore[assignment]
+        self.token_embd = self.output = self.output_norm = None  # type: ignore[assignment]
+
+
+class LlamaContext(Context):
+    def __init__(self, engine: LlamaEngine, n_ctx: int, sampler: Any, kv_type: str) -> None:
+        super().__init__(engine, n_ctx, sampler)
+        cfg = engine.config
+        if kv_type not in ("f16", "f32"):
+            raise ValueError(f"kv_type: expected 'f16' or 'f32', got {kv_type!r}")
+        # F16 is stored as its bits (uint16), the layout kv_store/attention read.
+        kv_dtype = np.uint16 if kv_type == "f16" else np.float32
+        shape = (cfg.n_layers, cfg.n_kv_heads, self.n_ctx, cfg.head_dim)
+        # np.zeros maps untouched pages lazily: memory grows with the positions used.
+        self.k_cache = np.zeros(shape, dtype=kv_dtype)
+        self.v_cache = np.zeros(shape, dtype=kv_dtype)
+        self._scratch: Dict[int, "_Scratch"] = {}
+        self._decoder: Any = None
+        #: False: decode through the Python `_block` too (for tests comparing the two)
+        self.fused_decode = True
+
+    def _release(self) -> None:
+        if self._decoder is not None:
+            self._decoder.release()
+        self._decoder = None
+        self._scratch.clear()
+
+    def _buffers(self, n: int) -> "_Scratch":
+        if n not in self._scratch:
+            if len(self._scratch) > 2:
+                self._scratch.clear()
+            self._scratch[n] = _Scratch(self.engine, n)
+        return self._scratch[n]
+
+    def _forward(self, tokens: np.ndarray, start: int) -> None:
+        eng: LlamaEngine = self.engine  # type: ignore[assignment]
+        if eng.layers is None:
+            raise RuntimeError("the model is closed")
+        if len(tokens) == 1 and self.fused_decode:
+            if self._decoder is None:
+                self._decoder = eng.decoder_for(self)
+            self._decoder.decode(int(tokens[0]), start, self.logits)
+            return
+        for c0 in range(0, len(tokens), N_BATCH):
+            chunk = tokens[c0:c0 + N_BATCH]
+            s = self._buffers(len(chunk))
+            for j, tok in enumerate(chunk):
+                K.dequantize(eng.token_embd.data[tok], eng.token_embd.qtype, s.x[j])
+            for li, layer in enumerate(eng.layers):
+                self._block(layer, li, s, start + c0)
+        cfg = eng.config
+        last = s.h1[len(chunk) - 1]
+        K.rmsnorm(s.x[len(chunk) - 1], eng.output_norm.data, last, cfg.rms_eps)
+        xq = np.empty(K.activation_bytes(eng.output.qtype, cfg.dim), np.uint8)
+        K.quantize_activations(last, eng.output.qtype, xq)
+        K.matvec_q(eng.output.data, eng.output.qtype, xq, self.logits)
+
+    def _block(self, w: LayerWeights, li: int, s: "_Scratch", pos0: int) -> None:
+        """One transformer block over the batch s.x (rows = positions pos0, pos0+1, ...)."""
+        cfg: LlamaConfig = self.engine.config  # type: ignore[attr-defined]
+        n, hd = s.n, cfg.head_dim
+        K.rmsnorm(s.x, w.attn_norm.data, s.h1, cfg.rms_eps)
+        s.mul(s.h1, (w.wq, s.q), (w.wk, s.k), (w.wv, s.v))  # one quantized input for q, k, v
+        q = s.q.reshape(n, cfg.n_heads, hd)
+        k = s.k.reshape(n, cfg.n_kv_heads, hd)
+        K.rope(q, pos0, cfg.rope_base)
+        K.rope(k, pos0, cfg.rope_base)
+        K.kv_store(k, self.k_cache[li], pos0)
+        K.kv_store(s.v.reshape(n, cfg.n_kv_heads, hd), self.v_cache[li], pos0)
+        K.attention(q, self.k_cache[li], self.v_cache[li], pos0, s.att.reshape(q.shape))
+        s.mul(s.att, (w.wo, s.h2))
+        K.add(s.x, s.h2)
+        K.rmsnorm(s.x, w.ffn_norm.data, s.h1, cfg.rms_eps)
+        s.mul(s.h1, (w.w_gate, s.gate), (w.w_up, s.up))  # one quantized input for gate, up
+        K.silu_mul(s.gate, s.up, s.gate)
+        s.mul(s.gate, (w.w_down, s.h2))
+        K.add(s.x, s.h2)
+
+
+class _Scratch:
+    """Activations of a batch of n positions, allocated once per batch size."""
+
+    def __init__(self, engine: LlamaEngine, n: int) -> None:
+        cfg = engine.config
+        f = np.float32
+        self.n = n
+        self.x = np.zeros((n, cfg.dim), f)          # residual stream
+        self.h1 = np.zeros((n, cfg.dim), f)         # normed input of a block half
+        self.h2 = np.zeros((n, cfg.dim), f)         # output of a block half
+        self.q = np.zeros((n, cfg.n_heads * cfg.head_dim), f)
+        self.k = np.zeros((n, cfg.n_kv_heads * cfg.head_dim), f)
+        self.v = np.zeros((n, cfg.n_kv_heads * cfg.head_dim), f)
+        self.att = np.zeros((n, cfg.n_heads * cfg.head_dim), f)
+        self.gate = np.zeros((n, cfg.ffn_dim), f)
+        self.up = np.zeros((n, cfg.ffn_dim), f)
+        self._act: Dict[tuple, np.ndarray] = {}
+
+    def mul(self, x: np.ndarray, *pairs: tuple) -> None:
+        """out = x W^T for each (W, out); x is quantized once per activation format."""
+        done: Dict[int, np.ndarray] = {}
+        for w, out in pairs:
+            xq = done.get(w.act_type)
+            if xq is None:
+                key = (w.act_type, w.cols)
+                xq = self._act.get(key)
+                if xq is None:
+                    xq = self._act[key] = np.zeros(K.activation_bytes(w.qtype, w.cols, self.n), np.uint8)
+                K.quantize_activations(x, w.qtype, xq)
+                done[w.act_type] = xq
+            K.matmul_q(w.data, w.qtype, xq, out)
+
+
+@register_variant("llama", "mistral")
+def _llama(gguf_file: Any, n_threads: Optional[int] = None) -> LlamaEngine:
+    return LlamaEngine(gguf_file, n_threads)

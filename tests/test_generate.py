@@ -1,0 +1,220 @@
+"""generate(): streaming text, UTF-8 boundaries, stop strings, end of turn, finish reasons;
+and the docs/variants.md example driven through infer.load."""
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from infer.generate import TextStream, generate
+from infer.runtime import Context, Engine, Model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Token pieces as bytes.  "é" = C3 A9 and "€" = E2 82 AC are split across tokens.
+PIECES = [b"<eot>", b"Hel", b"lo", b" wor", b"ld", b"\xc3", b"\xa9", b"\xe2", b"\x82\xac",
+          b"!", b"ST", b"OP", b"S", b"x", b" "]
+EOT = 0
+
+
+class FakeTokenizer:
+    class vocab:
+        end_of_turn_ids = [EOT]
+
+    def decode(self, ids):
+        return b"".join(PIECES[i] for i in ids if i != EOT).decode("utf-8", errors="replace")
+
+    def encode(self, text, add_special=True, parse_special=False):
+        return [PIECES.index(b"x")] * max(1, len(text))
+
+
+class ScriptSampler:
+    def sample(self, logits):
+        return int(np.argmax(logits))
+
+    def accept(self, t):
+        pass
+
+    def reset(self):
+        pass
+
+    def set_history(self, tokens):
+        pass
+
+
+class ScriptEngine(Engine):
+    """Generates a fixed script of tokens after whatever prompt it is given."""
+    vocab_size = len(PIECES)
+    max_seq_len = 64
+
+    def __init__(self, script):
+        self.script = script
+
+    def create_context(self, n_ctx=None, sampler=None):
+        return ScriptContext(self, n_ctx or self.max_seq_len, ScriptSampler())
+
+
+class ScriptContext(Context):
+    prompt_len = None
+
+    def _forward(self, tokens, start):
+        if start == 0:
+            self.prompt_len = len(tokens)
+        i = start + len(tokens) - self.prompt_len
+        self.logits[:] = 0
+        self.logits[self.engine.script[i] if i < len(self.engine.script) else PIECES.index(b"x")] = 1
+
+
+def model_for(script_bytes):
+    return Model(FakeTokenizer(), ScriptEngine([PIECES.index(b) for b in script_bytes]))
+
+
+def run(model, **kw):
+    gen = generate(model, "xx", **kw)
+    pieces = list(gen)
+    return pieces, gen
+
+
+def test_pieces_never_split_a_utf8_character():
+    m = model_for([b"Hel", b"lo", b"\xc3", b"\xa9", b" wor", b"\xe2", b"\x82\xac", b"ld", b"<eot>"])
+    pieces, gen = run(m, max_tokens=50)
+    assert "".join(pieces) == "Hello\u00e9 wor\u20acld" == gen.text
+    assert all("\ufffd" not in p for p in pieces)
+    assert "\u00e9" in pieces[pieces.index("lo") + 1]  # é comes out whole, after its 2nd byte
+    assert gen.finish_reason == "stop"
+    assert gen.tokens[-1] == EOT and len(gen.tokens) == 9
+
+
+def test_max_tokens_gives_length():
+    m = model_for([b"Hel", b"lo", b" wor", b"ld", b"!"])
+    pieces, gen = run(m, max_tokens=3)
+    assert "".join(pieces) == "Hello wor"
+    assert gen.finish_reason == "length" and len(gen.tokens) == 3
+
+
+def test_max_tokens_zero_generates_nothing():
+    pieces, gen = run(model_for([b"Hel"]), max_tokens=0)
+    assert pieces == [] and gen.finish_reason == "length"
+
+
+def test_full_context_gives_length():
+    m = model_for([b"x"] * 100)
+    gen = generate(m, "xx", context=m.create_context(n_ctx=6), max_tokens=None)
+    assert "".join(gen) == "xxxx" and gen.finish_reason == "length"
+
+
+def test_stop_string_across_tokens_is_withheld_and_cut():
+    m = model_for([b"Hel", b"lo", b"ST", b"OP", b"S", b"!", b"<eot>"])
+    pieces, gen = run(m, stop=["STOP"], max_tokens=50)
+    assert "".join(pieces) == "Hello"
+    assert all("S" not in p for p in pieces)   # "ST" was withheld, never emitted
+    assert gen.finish_reason == "stop"
+    assert len(gen.tokens) == 4                 # stopped right after "OP"
+
+
+def test_false_alarm_prefix_is_released():
+    m = model_for([b"Hel", b"ST", b"!", b"ST", b"<eot>"])
+    pieces, gen = run(m, stop=["STOP"], max_tokens=50)
+    # "ST" is held back after "Hel", released once "!" shows it is not "STOP";
+    # the final "ST" is released at end-of-turn.
+    assert pieces == ["Hel", "ST!", "ST"]
+    assert gen.finish_reason == "stop"
+
+
+def test_stop_inside_one_token_and_earliest_of_several():
+    m = model_for([b"Hel", b"lo", b" wor", b"ld", b"<eot>"])
+    pieces, gen = run(m, stop=["world", "lo w"], max_tokens=50)
+    assert "".join(pieces) == "Hel" and gen.finish_reason == "stop"
+
+
+def test_stop_at_length_end_is_still_cut():
+    m = model_for([b"Hel", b"ST", b"OP"])
+    pieces, gen = run(m, stop=["STOP"], max_tokens=3)
+    assert "".join(pieces) == "Hel" and gen.finish_reason == "stop"
+
+
+def test_ignoring_end_of_turn_runs_to_length():
+    m = model_for([b"Hel", b"<eot>", b"lo"])
+    pieces, gen = run(m, max_tokens=3, stop_at_end_of_turn=False)
+    assert "".join(pieces) == "Hello" and gen.finish_reason == "length"
+
+
+def test_prompt_prefix_held_in_context_is_reused():
+    m = model_for([b"Hel", b"lo"])
+    ctx = m.create_context()
+    x = PIECES.index(b"x")
+    list(generate(m, [x, x, x], context=ctx, max_tokens=1))
+    assert ctx.tokens[:3] == [x, x, x] and ctx.n_past == 4
+    # same prefix, different tail: history is cut to the common prefix, then extended
+    sp = PIECES.index(b" ")
+    list(generate(m, [x, x, sp], context=ctx, max_tokens=1))
+    assert ctx.tokens[:3] == [x, x, sp] and ctx.n_past == 4
+
+
+def test_misuse():
+    m = model_for([b"Hel"])
+    with pytest.raises(ValueError, match="max_tokens"):
+        generate(m, "x", max_tokens=-1)
+    with pytest.raises(ValueError, match="prompt"):
+        list(generate(m, [], max_tokens=1))
+    with pytest.raises(TypeError):
+        generate(m, "x", context=m.create_context(), temperature=0.5)
+
+
+def test_text_stream_flush_releases_incomplete_tail():
+    s = TextStream(FakeTokenizer().decode)
+    assert s.push(PIECES.index(b"Hel")) == "Hel"
+    assert s.push(PIECES.index(b"\xe2")) == ""
+    assert s.flush() == "\ufffd"
+
+
+# ---- the docs/variants.md example -------------------------------------------------------
+def _bigram_module():
+    spec = importlib.util.spec_from_file_location("bigram_variant", os.path.join(ROOT, "docs", "bigram_variant.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bigram_variant"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_docs_embed_the_example_file_verbatim():
+    md = open(os.path.join(ROOT, "docs", "variants.md"), encoding="utf-8").read()
+    code = open(os.path.join(ROOT, "docs", "bigram_variant.py"), encoding="utf-8").read()
+    assert "```python\n" + code + "```" in md
+
+
+def test_bigram_example_through_load_and_generate(tmp_path):
+    import infer
+
+    bigram = _bigram_module()
+    text = "the cat sat on the mat. the dog sat on the log. "
+    path = str(tmp_path / "bigram.gguf")
+    bigram.write_bigram_gguf(path, text * 5)
+    # independent check: the greedy chain over the bigram counts of the text
+    data = list((text * 5).encode()) + [256]
+    counts = np.ones((257, 257))
+    np.add.at(counts, (data[:-1], data[1:]), 1.0)
+    with infer.load(path) as model:
+        assert model.engine.architecture == "bigram"
+        prompt = "the c"
+        ids = model.tokenizer.encode(prompt)
+        assert ids == list(prompt.encode())
+        expected, t = [], ids[-1]
+        for _ in range(200):
+            t = int(np.argmax(counts[t]))
+            if t == 256:  # <|endoftext|> is the end-of-turn token
+                break
+            expected.append(t)
+        ctx = model.create_context(n_ctx=64, temperature=0)
+        ctx.prefill(ids)
+        assert [ctx.next() for _ in range(12)] == expected[:12]
+        gen = infer.generate(model, prompt, max_tokens=12, temperature=0)
+        assert "".join(gen) == bytes(expected[:12]).decode() and gen.finish_reason == "length"
+        greedy_text = bytes(expected).decode()
+        gen = infer.generate(model, prompt, max_tokens=200, stop=["mat"], temperature=0)
+        out = "".join(gen)
+        if "mat" in greedy_text:
+            assert out == greedy_text[:greedy_text.index("mat")] and gen.finish_reason == "stop"
+        else:
+            assert out == greedy_text

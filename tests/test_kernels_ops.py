@@ -1,0 +1,512 @@
+"""Float ops and attention against float64 numpy references, on every ISA path.
+
+The references below are written from the formulas, independently of csrc/: they
+share no code with the kernels.  Tolerances are stated per op: float32 kernels
+against float64 references.
+"""
+import numpy as np
+import pytest
+
+from infer import kernels as K
+
+SIZES = [1, 7, 15, 16, 17, 33, 64, 65, 576, 1000]
+
+
+def rng(seed):
+    return np.random.default_rng(seed)
+
+
+# ---- float64 references --------------------------------------------------------
+
+def rmsnorm_ref(x, w, eps):
+    x = x.astype(np.float64)
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def layernorm_ref(x, w, b, eps):
+    x = x.astype(np.float64)
+    mu = x.mean(axis=-1, keepdims=True)
+    y = (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + eps)
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    return y
+
+
+def softmax_ref(x):
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def silu_ref(g):
+    g = g.astype(np.float64)
+    return g / (1.0 + np.exp(-g))
+
+
+def gelu_tanh_ref(g):
+    g = g.astype(np.float64)
+    return 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
+
+
+def rope_ref(x, positions, base, neox, rot_dim, freq_scale=1.0):
+    """Rotate each head's pairs by angle pos * freq_scale * base^(-2i/rot_dim)."""
+    y = x.astype(np.float64).copy()
+    half = rot_dim // 2
+    i = np.arange(half, dtype=np.float64)
+    theta = (np.asarray(positions, dtype=np.float64)[:, None] * freq_scale
+              * base ** (-2.0 * i / rot_dim))            # (tokens, half)
+    c = np.cos(theta)[:, None, :]
+    s = np.sin(theta)[:, None, :]
+    if neox:
+        a = y[..., :half].copy()
+        b = y[..., half:rot_dim].copy()
+    else:
+        a = y[..., 0:rot_dim:2].copy()
+        b = y[..., 1:rot_dim:2].copy()
+    ra, rb = a * c - b * s, a * s + b * c
+    if neox:
+        y[..., :half], y[..., half:rot_dim] = ra, rb
+    else:
+        y[..., 0:rot_dim:2], y[..., 1:rot_dim:2] = ra, rb
+    return y
+
+
+def cache_values(cache):
+    return (cache.view(np.float16) if cache.dtype == np.uint16 else cache).astype(np.float64)
+
+
+def attention_ref(q, k_cache, v_cache, pos0, scale, window):
+    n_tokens, n_heads, d = q.shape
+    n_kv = k_cache.shape[0]
+    kf, vf = cache_values(k_cache), cache_values(v_cache)
+    out = np.zeros(q.shape, dtype=np.float64)
+    for t in range(n_tokens):
+        p = pos0 + t
+        lo = max(0, p - window + 1) if window > 0 else 0
+        for h in range(n_heads):
+            kv = h // (n_heads // n_kv)
+            scores = kf[kv, lo:p + 1] @ q[t, h].astype(np.float64) * scale
+            w = np.exp(scores - scores.max())
+            out[t, h] = (w / w.sum()) @ vf[kv, lo:p + 1]
+    return out
+
+
+# ---- norms ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", SIZES)
+def test_rmsnorm(isa, n):
+    r = rng(n)
+    x = (r.standard_normal((3, n)) * 3).astype(np.float32)
+    w = r.standard_normal(n).astype(np.float32)
+    out = np.empty_like(x)
+    K.rmsnorm(x, w, out, 1e-5)
+    np.testing.assert_allclose(out, rmsnorm_ref(x, w, 1e-5), rtol=2e-6, atol=2e-6)
+    # 1-D rows and in place
+    x1 = x[1].copy()
+    K.rmsnorm(x1, w, x1, 1e-6)
+    np.testing.assert_allclose(x1, rmsnorm_ref(x[1], w, 1e-6), rtol=2e-6, atol=2e-6)
+
+
+def test_rmsnorm_eps_dominates(isa):
+    # all-zero row: output is exactly 0; tiny row: eps matters
+    x = np.zeros((2, 33), np.float32)
+    x[1] = 1e-4
+    w = np.ones(33, np.float32)
+    out = np.empty_like(x)
+    K.rmsnorm(x, w, out, 1e-6)
+    np.testing.assert_array_equal(out[0], 0)
+    np.testing.assert_allclose(out[1], rmsnorm_ref(x[1], w, 1e-6), rtol=2e-6)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_layernorm(isa, n):
+    r = rng(100 + n)
+    x = (r.standard_normal((4, n)) * 2 + 5).astype(np.float32)  # offset mean
+    w = r.standard_normal(n).astype(np.float32)
+    b = r.standard_normal(n).astype(np.float32)
+    out = np.empty_like(x)
+    for ww, bb in [(w, b), (w, None), (None, b), (None, None)]:
+        K.layernorm(x, ww, bb, out, 1e-5)
+        ref = layernorm_ref(x, ww, bb, 1e-5)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+# ---- softmax, activations, elementwise ----------------------------------------------
+
+@pytest.mark.parametrize("n", SIZES)
+def test_softmax(isa, n):
+    r = rng(200 + n)
+    x = (r.standard_normal((3, n)) * 10).astype(np.float32)
+    x[1] += 1000.0                       # large values: must not overflow
+    ref = softmax_ref(x)
+    K.softmax(x)
+    np.testing.assert_allclose(x, ref, rtol=1e-5, atol=1e-7)
+
+
+def test_softmax_neg_inf(isa):
+    x = np.full((3, 37), -np.inf, np.float32)
+    x[0, [0, 5, 36]] = [1.0, 2.0, 3.0]
+    x[1, :20] = np.linspace(-3, 3, 20)
+    ref0, ref1 = softmax_ref(x[0]), softmax_ref(x[1])
+    K.softmax(x)
+    np.testing.assert_allclose(x[0], ref0, rtol=1e-5, atol=0)
+    np.testing.assert_allclose(x[1], ref1, rtol=1e-5, atol=0)
+    assert (x[0][np.isnan(ref0) | (ref0 == 0)] == 0).all()
+    np.testing.assert_array_equal(x[2], 0)   # all -inf: zeros, documented
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("which", ["silu", "gelu"])
+def test_glu(isa, n, which):
+    r = rng(300 + n)
+    g = (r.standard_normal(n) * 4).astype(np.float32)
+    g[: min(n, 4)] = [-100.0, 100.0, -9.0, 0.0][: min(n, 4)]   # saturated ends
+    u = r.standard_normal(n).astype(np.float32)
+    out = np.empty_like(g)
+    fn, ref = (K.silu_mul, silu_ref) if which == "silu" else (K.gelu_mul, gelu_tanh_ref)
+    fn(g, u, out)
+    np.testing.assert_allclose(out, ref(g) * u, rtol=1e-5, atol=1e-6)
+    # 2-D and out aliasing gate
+    g2 = g.reshape(1, n).copy()
+    fn(g2, u.reshape(1, n), g2)
+    np.testing.assert_allclose(g2[0], ref(g) * u, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_add_scale(isa, n):
+    r = rng(400 + n)
+    a = r.standard_normal(n).astype(np.float32)
+    b = r.standard_normal(n).astype(np.float32)
+    expect = a.astype(np.float64) + b
+    K.add(a, b)
+    np.testing.assert_allclose(a, expect, rtol=1e-6, atol=1e-7)
+    K.scale(a, -0.375)
+    np.testing.assert_allclose(a, expect * -0.375, rtol=1e-6, atol=1e-7)
+
+
+# ---- RoPE ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("head_dim", [64, 80, 128, 256])
+@pytest.mark.parametrize("neox", [False, True])
+def test_rope(isa, head_dim, neox):
+    r = rng(head_dim + neox)
+    x = r.standard_normal((5, 3, head_dim)).astype(np.float32)
+    ref = rope_ref(x, np.arange(5) + 17, 10000.0, neox, head_dim)
+    K.rope(x, 17, 10000.0, neox=neox)
+    np.testing.assert_allclose(x, ref, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("neox", [False, True])
+def test_rope_long_run(isa, neox):
+    # 300 consecutive positions far out: the angle recurrence between re-seeds
+    # must stay as accurate as direct angles (the positions= path).
+    r = rng(21 + neox)
+    x = r.standard_normal((300, 2, 64)).astype(np.float32)
+    ref = rope_ref(x, np.arange(300) + 30000, 500000.0, neox, 64)
+    y = x.copy()
+    K.rope(x, 30000, 500000.0, neox=neox)
+    np.testing.assert_allclose(x, ref, rtol=1e-5, atol=2e-6)
+    K.rope(y, freq_base=500000.0, neox=neox, positions=np.arange(300) + 30000)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("neox", [False, True])
+def test_rope_partial_positions_scale(isa, neox):
+    r = rng(7 + neox)
+    x = r.standard_normal((4, 2, 80)).astype(np.float32)
+    positions = np.array([0, 3, 4095, 100000])
+    ref = rope_ref(x, positions, 100000.0, neox, 32, freq_scale=0.25)
+    before = x.copy()
+    K.rope(x, freq_base=100000.0, neox=neox, rot_dim=32, freq_scale=0.25,
+           positions=positions.astype(np.int32))
+    np.testing.assert_allclose(x, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(x[..., 32:], before[..., 32:])   # past rot_dim: untouched
+
+
+def test_rope_orderings_differ_and_position_zero_is_identity(isa):
+    x = rng(9).standard_normal((1, 1, 64)).astype(np.float32)
+    y = x.copy()
+    K.rope(y, 0)
+    np.testing.assert_array_equal(y, x)
+    a, b = x.copy(), x.copy()
+    K.rope(a, 5)
+    K.rope(b, 5, neox=True)
+    assert np.abs(a - b).max() > 0.1
+
+
+def test_rope_hand_case(isa):
+    # head_dim 4, position 1, base 10000: pair 0 turns 1 radian, pair 1 turns 0.01
+    x = np.array([[[1.0, 0.0, 0.0, 1.0]]], np.float32)
+    K.rope(x, 1, 10000.0)
+    np.testing.assert_allclose(x[0, 0], [np.cos(1), np.sin(1), -np.sin(0.01), np.cos(0.01)],
+                               rtol=1e-6, atol=1e-7)
+
+
+# ---- KV store and attention ------------------------------------------------------------
+
+def make_cache(r, n_kv, n_ctx, d, f16):
+    c = r.standard_normal((n_kv, n_ctx, d)).astype(np.float32)
+    return c.astype(np.float16).view(np.uint16) if f16 else c
+
+
+@pytest.mark.parametrize("f16", [False, True])
+def test_kv_store(isa, f16):
+    r = rng(11)
+    cache = make_cache(r, 3, 20, 64, f16)
+    before = cache.copy()
+    x = (r.standard_normal((4, 3, 64)) * 100).astype(np.float32)
+    x[0, 0, :3] = [65520.0, 1e-8, -3e-5]      # overflow to inf, subnormal, rounding
+    K.kv_store(x, cache, 7)
+    expect = x.transpose(1, 0, 2)
+    if f16:
+        with np.errstate(over="ignore"):      # 65520 rounds to inf, as in the kernel
+            expect = expect.astype(np.float16).view(np.uint16)
+    np.testing.assert_array_equal(cache[:, 7:11], expect)
+    np.testing.assert_array_equal(cache[:, :7], before[:, :7])
+    np.testing.assert_array_equal(cache[:, 11:], before[:, 11:])
+
+
+@pytest.mark.parametrize("head_dim", [64, 80, 128, 256])
+@pytest.mark.parametrize("group", [1, 3, 4])
+@pytest.mark.parametrize("f16", [False, True])
+def test_attention_decode(isa, head_dim, group, f16):
+    r = rng(head_dim * 10 + group + f16)
+    n_kv, n_ctx = 2, 150
+    k = make_cache(r, n_kv, n_ctx, head_dim, f16)
+    v = make_cache(r, n_kv, n_ctx, head_dim, f16)
+    q = (r.standard_normal((1, n_kv * group, head_dim)) * 0.5).astype(np.float32)
+    out = np.empty_like(q)
+    for pos in (0, 1, 63, 64, 65, 149):
+        K.attention(q, k, v, pos, out)
+        ref = attention_ref(q, k, v, pos, 1.0 / np.sqrt(head_dim), 0)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5, err_msg=f"pos {pos}")
+
+
+@pytest.mark.parametrize("f16", [False, True])
+@pytest.mark.parametrize("window", [0, 1, 5, 64, 100])
+def test_attention_prefill_causal_window(isa, f16, window):
+    r = rng(window + f16)
+    n_kv, group, d, n_ctx, pos0, n_tokens = 3, 3, 64, 200, 40, 33
+    k = make_cache(r, n_kv, n_ctx, d, f16)
+    v = make_cache(r, n_kv, n_ctx, d, f16)
+    q = r.standard_normal((n_tokens, n_kv * group, d)).astype(np.float32)
+    out = np.empty_like(q)
+    K.attention(q, k, v, pos0, out, scale=0.3, window=window)
+    ref = attention_ref(q, k, v, pos0, 0.3, window)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_future_positions_ignored(isa):
+    # Garbage (huge values, NaN) past the last position must not leak in.
+    r = rng(5)
+    k = r.standard_normal((1, 16, 64)).astype(np.float32)
+    v = r.standard_normal((1, 16, 64)).astype(np.float32)
+    q = r.standard_normal((4, 2, 64)).astype(np.float32)
+    k2, v2 = k.copy(), v.copy()
+    k2[:, 6:] = np.nan
+    v2[:, 6:] = 1e30
+    out = np.empty_like(q)
+    K.attention(q, k2, v2, 2, out)
+    np.testing.assert_allclose(out, attention_ref(q, k, v, 2, 0.125, 0), rtol=1e-4, atol=1e-5)
+
+
+def test_attention_position_zero_returns_v0(isa):
+    r = rng(6)
+    k = r.standard_normal((1, 8, 80)).astype(np.float32)
+    v = r.standard_normal((1, 8, 80)).astype(np.float32)
+    q = (r.standard_normal((1, 4, 80)) * 50).astype(np.float32)
+    out = np.empty_like(q)
+    K.attention(q, k, v, 0, out)
+    np.testing.assert_allclose(out[0], np.broadcast_to(v[0, 0], (4, 80)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("n_tokens", [1, 7])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attention_out_aliases_q_and_threads(isa, n_tokens, threads):
+    # 1 token over 3 KV heads on 2 threads: the driver splits to one query row per
+    # work item; otherwise the query heads of a KV head go together.
+    r = rng(8)
+    k = make_cache(r, 3, 64, 64, True)
+    v = make_cache(r, 3, 64, 64, True)
+    q = r.standard_normal((n_tokens, 9, 64)).astype(np.float32)
+    ref = attention_ref(q, k, v, 50, 0.125, 16)
+    prev = K.get_num_threads()
+    try:
+        K.set_num_threads(threads)
+        K.attention(q, k, v, 50, q, window=16)
+    finally:
+        K.set_num_threads(prev)
+    np.testing.assert_allclose(q, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("window", [0, 700])
+@pytest.mark.parametrize("f16", [False, True])
+def test_attention_decode_split_over_threads(isa, window, f16):
+    # One token over 3 KV heads on 2 threads with a long span: the driver splits the
+    # positions in two ranges and merges them by their softmax sums.
+    r = rng(31 + window + f16)
+    k = make_cache(r, 3, 1200, 64, f16)
+    v = make_cache(r, 3, 1200, 64, f16)
+    q = r.standard_normal((1, 9, 64)).astype(np.float32)
+    out = np.empty_like(q)
+    prev = K.get_num_threads()
+    try:
+        K.set_num_threads(2)
+        K.attention(q, k, v, 1100, out, window=window)
+    finally:
+        K.set_num_threads(prev)
+    np.testing.assert_allclose(out, attention_ref(q, k, v, 1100, 0.125, window),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_store_then_attend_matches_reference(isa):
+    # The llama loop: store K/V of each new token, then attend; F16 cache.
+    r = rng(12)
+    n_kv, n_heads, d, n_ctx = 3, 9, 64, 40
+    kc = np.zeros((n_kv, n_ctx, d), np.uint16)
+    vc = np.zeros((n_kv, n_ctx, d), np.uint16)
+    ks = r.standard_normal((n_ctx, n_kv, d)).astype(np.float32)
+    vs = r.standard_normal((n_ctx, n_kv, d)).astype(np.float32)
+    qs = r.standard_normal((n_ctx, n_heads, d)).astype(np.float32)
+    K.kv_store(ks[:13], kc, 0)
+    K.kv_store(vs[:13], vc, 0)
+    out = np.empty((13, n_heads, d), np.float32)
+    K.attention(qs[:13], kc, vc, 0, out)
+    k16 = ks.transpose(1, 0, 2).astype(np.float16).view(np.uint16)
+    v16 = vs.transpose(1, 0, 2).astype(np.float16).view(np.uint16)
+    np.testing.assert_allclose(out, attention_ref(qs[:13], k16, v16, 0, 0.125, 0),
+                               rtol=1e-4, atol=1e-5)
+    for pos in range(13, 16):
+        K.kv_store(ks[pos:pos + 1], kc, pos)
+        K.kv_store(vs[pos:pos + 1], vc, pos)
+        o1 = np.empty((1, n_heads, d), np.float32)
+        K.attention(qs[pos:pos + 1], kc, vc, pos, o1)
+        np.testing.assert_allclose(o1, attention_ref(qs[pos:pos + 1], k16, v16, pos, 0.125, 0),
+                                   rtol=1e-4, atol=1e-5)
+
+
+# ---- misuse -------------------------------------------------------------------------
+
+def test_misuse_elementwise():
+    x = np.ones((2, 8), np.float32)
+    w = np.ones(8, np.float32)
+    with pytest.raises(TypeError, match="x"):
+        K.rmsnorm(x.astype(np.float64), w, x)
+    with pytest.raises(TypeError, match="x"):
+        K.rmsnorm([1.0, 2.0], w, x)
+    with pytest.raises(ValueError, match="weight"):
+        K.rmsnorm(x, np.ones(7, np.float32), x)
+    with pytest.raises(ValueError, match="out"):
+        K.rmsnorm(x, w, np.ones((2, 9), np.float32))
+    with pytest.raises(ValueError, match="x"):
+        K.rmsnorm(np.ones((4, 8), np.float32)[::2], w, x)
+    ro = np.ones((2, 8), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="out"):
+        K.rmsnorm(x, w, ro)
+    with pytest.raises(ValueError, match="eps"):
+        K.rmsnorm(x, w, x, -1e-5)
+    with pytest.raises(ValueError, match="eps"):
+        K.layernorm(x, None, None, x, float("nan"))
+    with pytest.raises(ValueError, match="bias"):
+        K.layernorm(x, None, np.ones(3, np.float32), x)
+    with pytest.raises(ValueError, match="x"):
+        K.softmax(np.ones((2, 0), np.float32))
+    with pytest.raises(ValueError, match="x"):
+        K.softmax(ro)
+    with pytest.raises(ValueError, match="up"):
+        K.silu_mul(x, np.ones(16, np.float32), x)
+    with pytest.raises(TypeError, match="gate"):
+        K.gelu_mul(x.astype(np.float16), x, x)
+    with pytest.raises(ValueError, match="b"):
+        K.add(x, np.ones(8, np.float32))
+
+
+def test_misuse_rope():
+    x = np.ones((2, 3, 64), np.float32)
+    with pytest.raises(ValueError, match="x"):
+        K.rope(np.ones((2, 64), np.float32), 0)
+    with pytest.raises(ValueError, match="rot_dim"):
+        K.rope(x, 0, rot_dim=63)
+    with pytest.raises(ValueError, match="rot_dim"):
+        K.rope(x, 0, rot_dim=66)
+    with pytest.raises(ValueError, match="freq_base"):
+        K.rope(x, 0, 0.0)
+    with pytest.raises(ValueError, match="positions"):
+        K.rope(x, positions=np.arange(3))
+    with pytest.raises(TypeError, match="positions"):
+        K.rope(x, positions=np.zeros(2))
+    with pytest.raises(ValueError, match="pos0"):
+        K.rope(x, 1, positions=np.arange(2))
+
+
+def test_misuse_attention_and_store():
+    q = np.ones((2, 6, 64), np.float32)
+    k = np.ones((2, 10, 64), np.float32)
+    out = np.empty_like(q)
+    with pytest.raises(ValueError, match="pos0"):
+        K.attention(q, k, k, 9, out)                    # 9 + 2 > 10
+    with pytest.raises(ValueError, match="pos0"):
+        K.attention(q, k, k, -1, out)
+    with pytest.raises(ValueError, match="k_cache"):
+        K.attention(np.ones((2, 5, 64), np.float32), k, k, 0, np.empty((2, 5, 64), np.float32))
+    with pytest.raises(ValueError, match="head_dim"):
+        K.attention(q, np.ones((2, 10, 32), np.float32), np.ones((2, 10, 32), np.float32), 0, out)
+    with pytest.raises(TypeError, match="v_cache"):
+        K.attention(q, k, k.astype(np.float16).view(np.uint16), 0, out)
+    with pytest.raises(TypeError, match="k_cache"):
+        K.attention(q, k.astype(np.float64), k, 0, out)
+    with pytest.raises(ValueError, match="v_cache"):
+        K.attention(q, k, np.ones((2, 11, 64), np.float32), 0, out)
+    with pytest.raises(ValueError, match="out"):
+        K.attention(q, k, k, 0, np.empty((2, 6, 32), np.float32))
+    with pytest.raises(ValueError, match="window"):
+        K.attention(q, k, k, 0, out, window=-1)
+    with pytest.raises(ValueError, match="k_cache"):
+        K.attention(q, np.ones((2, 10, 128), np.float32)[:, :, :64], k, 0, out)
+    with pytest.raises(ValueError, match="q"):
+        K.attention(np.ones((2, 6, 2000), np.float32), np.ones((2, 10, 2000), np.float32),
+                    np.ones((2, 10, 2000), np.float32), 0, np.empty((2, 6, 2000), np.float32))
+    x = np.ones((3, 2, 64), np.float32)
+    with pytest.raises(ValueError, match="pos0"):
+        K.kv_store(x, k, 8)
+    with pytest.raises(ValueError, match="cache"):
+        K.kv_store(x, np.ones((3, 10, 64), np.float32), 0)
+    with pytest.raises(TypeError, match="cache"):
+        K.kv_store(x, np.ones((2, 10, 64), np.float16), 0)
+    ro = np.ones((2, 10, 64), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="cache"):
+        K.kv_store(x, ro, 0)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_many_rows_on_the_pool(isa, threads):
+    # Large enough to be split between threads (rows, and ranges of elementwise ops
+    # that do not fall on the 64-element grain).
+    r = rng(40 + threads)
+    x = r.standard_normal((64, 577)).astype(np.float32)
+    w = r.standard_normal(577).astype(np.float32)
+    b = r.standard_normal(577).astype(np.float32)
+    g = (r.standard_normal((33, 1537)) * 3).astype(np.float32)
+    u = r.standard_normal((33, 1537)).astype(np.float32)
+    prev = K.get_num_threads()
+    try:
+        K.set_num_threads(threads)
+        out = np.empty_like(x)
+        K.rmsnorm(x, w, out, 1e-5)
+        np.testing.assert_allclose(out, rmsnorm_ref(x, w, 1e-5), rtol=2e-6, atol=2e-6)
+        K.layernorm(x, w, b, out, 1e-5)
+        np.testing.assert_allclose(out, layernorm_ref(x, w, b, 1e-5), rtol=1e-5, atol=1e-5)
+        sm = x * 5
+        K.softmax(sm)
+        np.testing.assert_allclose(sm, softmax_ref(x * 5), rtol=1e-5, atol=1e-7)
+        h = np.empty_like(g)
+        K.silu_mul(g, u, h)
+        np.testing.assert_allclose(h, silu_ref(g) * u, rtol=1e-5, atol=1e-6)
+        K.gelu_mul(g, u, h)
+        np.testing.assert_allclose(h, gelu_tanh_ref(g) * u, rtol=1e-5, atol=1e-6)
+    finally:
+        K.set_num_threads(prev)

@@ -1,0 +1,214 @@
+"""The Context contract of infer/runtime.py, on a toy variant with a position-addressed cache."""
+import threading
+
+import numpy as np
+import pytest
+
+from infer.runtime import ContextBusyError, ContextOverflowError, Context, Engine
+
+VOCAB = 11
+
+
+class GreedySampler:
+    """Argmax; records what the runtime tells it (the real Sampler has the same methods)."""
+
+    def __init__(self):
+        self.history = []
+
+    def sample(self, logits):
+        return int(np.argmax(logits))
+
+    def accept(self, token):
+        self.history.append(int(token))
+
+    def reset(self):
+        self.history = []
+
+    def set_history(self, tokens):
+        self.history = [int(t) for t in tokens]
+
+
+class ChainEngine(Engine):
+    """cache[p] = (7 * cache[p-1] + token + 1) mod 1009; logits peak at cache[p] mod VOCAB.
+
+    The state at a position depends on the whole history through the cache, so a
+    stale or half-written slot shows in the next token.
+    """
+    vocab_size = VOCAB
+    max_seq_len = 32
+
+    def __init__(self):
+        self.fail_at = None       # position at which _forward raises
+        self.block = None         # (entered, release) events to hold a call inside _forward
+
+    def create_context(self, n_ctx=None, sampler=None):
+        return ChainContext(self, n_ctx or self.max_seq_len, sampler or GreedySampler())
+
+
+class ChainContext(Context):
+    def __init__(self, engine, n_ctx, sampler):
+        super().__init__(engine, n_ctx, sampler)
+        self.cache = np.full(n_ctx, -1, dtype=np.int64)
+        self.forward_calls = 0
+
+    def _forward(self, tokens, start):
+        self.forward_calls += 1
+        if self.engine.block is not None:
+            entered, release = self.engine.block
+            entered.set()
+            release.wait(5)
+        for i, t in enumerate(tokens):
+            p = start + i
+            if self.engine.fail_at == p:
+                raise RuntimeError("injected failure")
+            prev = self.cache[p - 1] if p > 0 else 0
+            assert prev >= 0, "read a slot that was never written"
+            self.cache[p] = (7 * prev + int(t) + 1) % 1009
+        self.logits[:] = -1.0
+        self.logits[self.cache[start + len(tokens) - 1] % VOCAB] = 1.0
+
+    def _truncate_cache(self, n):
+        self.cache[n:] = -1  # poison, so reading a dropped slot fails loudly
+
+
+def reference_continuation(prompt, n):
+    """The greedy continuation computed directly from the recurrence."""
+    s, out = 0, []
+    for t in prompt:
+        s = (7 * s + t + 1) % 1009
+    for _ in range(n):
+        t = s % VOCAB
+        out.append(t)
+        s = (7 * s + t + 1) % 1009
+    return out
+
+
+def test_prefill_then_next_follows_the_recurrence():
+    ctx = ChainEngine().create_context()
+    ctx.prefill([3, 1, 4, 1, 5])
+    got = [ctx.next() for _ in range(6)]
+    assert got == reference_continuation([3, 1, 4, 1, 5], 6)
+    assert ctx.n_past == 11 and ctx.tokens[:5] == [3, 1, 4, 1, 5]
+    assert ctx.sampler.history == ctx.tokens
+
+
+def test_overflowing_prompt_raises_and_leaves_context_unchanged():
+    ctx = ChainEngine().create_context(n_ctx=8)
+    ctx.prefill([2, 7, 1])
+    logits = ctx.logits.copy()
+    calls = ctx.forward_calls
+    with pytest.raises(ContextOverflowError):
+        ctx.prefill([1, 2, 3, 4, 5, 6])   # 3 + 6 > 8
+    assert ctx.tokens == [2, 7, 1] and ctx.n_past == 3
+    assert ctx.forward_calls == calls     # nothing was evaluated
+    np.testing.assert_array_equal(ctx.logits, logits)
+    assert [ctx.next() for _ in range(5)] == reference_continuation([2, 7, 1], 5)
+    with pytest.raises(ContextOverflowError):
+        ctx.next()                        # full: 8 of 8
+    assert ctx.n_past == 8
+
+
+def test_overflow_is_a_value_error():
+    assert issubclass(ContextOverflowError, ValueError)
+
+
+def test_truncate_to_then_next_recomputes_logits():
+    ctx = ChainEngine().create_context()
+    ctx.prefill([5, 9, 2, 6])
+    [ctx.next() for _ in range(4)]
+    ctx.truncate_to(3)
+    assert ctx.tokens == [5, 9, 2] and ctx.sampler.history == [5, 9, 2]
+    got = [ctx.next() for _ in range(5)]
+    assert got == reference_continuation([5, 9, 2], 5)
+
+
+def test_truncate_to_zero_then_prefill_and_restart():
+    ctx = ChainEngine().create_context()
+    ctx.prefill([1, 2, 3])
+    ctx.truncate_to(0)
+    with pytest.raises(RuntimeError):
+        ctx.next()                        # empty context
+    ctx.prefill([4])
+    assert ctx.next() == reference_continuation([4], 1)[0]
+    ctx.restart()
+    assert ctx.n_past == 0 and ctx.sampler.history == []
+    ctx.prefill([8, 8])
+    assert [ctx.next() for _ in range(3)] == reference_continuation([8, 8], 3)
+
+
+def test_truncate_to_bounds():
+    ctx = ChainEngine().create_context()
+    ctx.prefill([1, 2])
+    with pytest.raises(ValueError):
+        ctx.truncate_to(3)
+    with pytest.raises(ValueError):
+        ctx.truncate_to(-1)
+    ctx.truncate_to(2)                    # no-op keeps valid logits
+    assert ctx.next() == reference_continuation([1, 2], 1)[0]
+
+
+def test_failed_forward_leaves_context_unchanged():
+    eng = ChainEngine()
+    ctx = eng.create_context()
+    ctx.prefill([3, 3])
+    eng.fail_at = 4
+    with pytest.raises(RuntimeError, match="injected"):
+        ctx.prefill([1, 2, 3])            # positions 2, 3 written, then 4 fails
+    assert ctx.tokens == [3, 3]
+    eng.fail_at = None
+    assert [ctx.next() for _ in range(4)] == reference_continuation([3, 3], 4)
+
+
+@pytest.mark.parametrize("bad, exc", [([VOCAB], ValueError), ([-1], ValueError),
+                                       ([[1, 2]], ValueError), ([1.5], TypeError)])
+def test_bad_tokens_raise_typed_errors(bad, exc):
+    ctx = ChainEngine().create_context()
+    with pytest.raises(exc):
+        ctx.prefill(bad)
+    assert ctx.n_past == 0
+
+
+def test_n_ctx_must_be_positive():
+    with pytest.raises(ValueError, match="n_ctx"):
+        ChainEngine().create_context(n_ctx=-3)
+
+
+def test_one_context_from_two_threads_raises_busy():
+    eng = ChainEngine()
+    ctx = eng.create_context()
+    ctx.prefill([1])
+    entered, release = threading.Event(), threading.Event()
+    eng.block = (entered, release)
+    errors = []
+    t = threading.Thread(target=lambda: ctx.next())
+    t.start()
+    assert entered.wait(5)
+    try:
+        for call in (ctx.next, lambda: ctx.prefill([2]), lambda: ctx.truncate_to(0), ctx.restart):
+            try:
+                call()
+            except ContextBusyError as e:
+                errors.append(e)
+    finally:
+        release.set()
+        t.join(5)
+    eng.block = None
+    assert len(errors) == 4
+    assert ctx.n_past == 2                # the first thread's token went in, nothing else
+    assert ctx.tokens == [1] + reference_continuation([1], 1)
+
+
+def test_two_contexts_from_two_threads_do_not_interfere():
+    eng = ChainEngine()
+    results = {}
+
+    def run(seed):
+        ctx = eng.create_context()
+        ctx.prefill([seed, seed + 1])
+        results[seed] = [ctx.next() for _ in range(20)]
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in (1, 6)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    for s in (1, 6):
+        assert results[s] == reference_continuation([s, s + 1], 20)

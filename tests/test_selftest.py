@@ -1,0 +1,177 @@
+"""The C self-test (csrc/selftest): every SIMD kernel against the scalar one.
+
+Natively it checks the x86 (or host NEON) sets.  With Debian's gcc-aarch64-linux-gnu
+and qemu-user on PATH it also cross-compiles the self-test for AArch64 and runs it
+under qemu-aarch64, which is how the NEON files are tested on an x86 machine:
+
+* ``-cpu max`` (dotprod, fp16): the NEON set is chosen and every entry it overrides
+  agrees with scalar;
+* the NEON files built for plain ARMv8.0 (no SDOT) under ``-cpu cortex-a53``: the
+  fallback dot products agree too;
+* the release build (setup.py's flags) under ``-cpu cortex-a53``: the CPU lacks the
+  dot-product extension, so the scalar set must be chosen and nothing may SIGILL.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "csrc" / "selftest" / "build.sh"
+CROSS_CC = "aarch64-linux-gnu-gcc"
+QEMU_ARM = "qemu-aarch64"
+NEON_ENTRIES_OF_QUANTS = 15  # quants_neon.c's own overrides; kquants/ops add more
+
+
+def setup_isa_flags() -> dict[str, list[str]]:
+    """setup.py's gcc/clang flags per ISA, read without running setup.py."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "ISA_FLAGS" for t in node.targets):
+            value = ast.literal_eval(node.value)
+            return {isa: list(flags[0]) for isa, flags in value.items()}
+    raise AssertionError("setup.py defines no ISA_FLAGS")
+
+
+def build(out: Path, cc: str = "cc", script: Path = BUILD, **flags: str) -> None:
+    env = dict(os.environ, CC=cc)
+    isa = setup_isa_flags()
+    env.update(AVX2_FLAGS=" ".join(isa["avx2"]), AVX512_FLAGS=" ".join(isa["avx512"]),
+               NEON_FLAGS=" ".join(isa["neon"]))
+    env.update(flags)
+    proc = subprocess.run(["sh", str(script), str(out)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, f"self-test build failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+class Outcome:
+    def __init__(self, proc: subprocess.CompletedProcess[str]) -> None:
+        self.proc = proc
+        self.text = proc.stdout + proc.stderr
+        m = re.search(r"available:([\w ]*); default: (\w+)", self.text)
+        assert m, f"no 'available:' line in:\n{self.text}"
+        self.available = m.group(1).split()
+        self.default = m.group(2)
+        self.overrides = {isa: int(n) for isa, n in
+                          re.findall(r"^isa (\w+): (\d+) entries", self.text, re.M)}
+        m = re.search(r"^(\d+) passed, (\d+) failed$", self.text, re.M)
+        assert m, f"no summary line (crashed?) rc={proc.returncode}:\n{self.text}"
+        self.passed, self.failed = int(m.group(1)), int(m.group(2))
+
+    def assert_clean(self) -> None:
+        assert self.failed == 0 and self.proc.returncode == 0, self.text
+        # An override that was not compared would mean the self-test skipped it.
+        if any(self.overrides.values()):
+            assert self.passed > 0, self.text
+
+
+def run(cmd: list[str]) -> Outcome:
+    return Outcome(subprocess.run(cmd, capture_output=True, text=True, timeout=300))
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) on PATH")
+    out = tmp_path_factory.mktemp("selftest") / "selftest"
+    build(out)
+    return out
+
+
+def test_native_selftest(native: Path) -> None:
+    outcome = run([str(native), "1"])
+    outcome.assert_clean()
+    assert "scalar" in outcome.available
+    simd = [isa for isa in outcome.available if isa != "scalar"]
+    assert sorted(outcome.overrides) == sorted(simd)
+
+
+def test_native_selftest_second_seed(native: Path) -> None:
+    run([str(native), "20261130"]).assert_clean()
+
+
+def test_selftest_reports_a_wrong_kernel(tmp_path: Path) -> None:
+    """The harness can fail: a SIMD set whose Q8_0 dot is off by one block's worth is
+    reported.  Built from a copy of csrc with the scalar Q8_0 vec_dot wrapped."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) on PATH")
+    src = tmp_path / "csrc"
+    shutil.copytree(ROOT / "csrc", src)
+    # Break every SIMD set the same way: after the normal fill, replace one entry
+    # with a kernel that is 1% off.  dispatch.c is the one file that sees all sets.
+    dispatch = (src / "dispatch.c").read_text()
+    broken = dispatch.replace(
+        "    t->name = isa_names[isa];",
+        "    if (isa != INFER_ISA_SCALAR) t->vec_dot[INFER_TYPE_F32] = off_by_one_percent;\n"
+        "    t->name = isa_names[isa];")
+    assert broken != dispatch, "dispatch.c changed shape: update this test"
+    broken = broken.replace(
+        "static void fill(int isa",
+        "static float off_by_one_percent(int64_t n, const void *w, const void *a) {\n"
+        "    const float *x = w, *y = a; float s = 0;\n"
+        "    for (int64_t i = 0; i < n; i++) s += x[i] * y[i];\n"
+        "    return s * 1.01f;\n"
+        "}\n"
+        "static void fill(int isa")
+    (src / "dispatch.c").write_text(broken)
+    out = tmp_path / "selftest"
+    build(out, script=src / "selftest" / "build.sh")
+    outcome = run([str(out)])
+    if not [isa for isa in outcome.available if isa != "scalar"]:
+        pytest.skip("no SIMD set on this CPU to break")
+    assert outcome.proc.returncode == 1
+    assert outcome.failed > 0
+    assert re.search(r"^FAIL \w+ +vec_dot +f32 ", outcome.text, re.M), outcome.text
+
+
+# ---- AArch64 under qemu-user ---------------------------------------------------------
+
+cross = pytest.mark.skipif(
+    shutil.which(CROSS_CC) is None or shutil.which(QEMU_ARM) is None,
+    reason=f"needs {CROSS_CC} and {QEMU_ARM} (apt-get install gcc-aarch64-linux-gnu "
+           "libc6-dev-arm64-cross qemu-user)")
+
+
+@pytest.fixture(scope="module")
+def arm_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built with setup.py's NEON flags (armv8.2-a+dotprod+fp16), static for qemu."""
+    out = tmp_path_factory.mktemp("selftest_arm") / "selftest"
+    build(out, cc=CROSS_CC, LDFLAGS="-static")
+    return out
+
+
+@cross
+def test_neon_selftest_under_qemu(arm_release: Path) -> None:
+    outcome = run([QEMU_ARM, "-cpu", "max", str(arm_release), "7"])
+    outcome.assert_clean()
+    assert outcome.available == ["scalar", "neon"]
+    assert outcome.default == "neon"
+    assert outcome.overrides["neon"] >= NEON_ENTRIES_OF_QUANTS
+    assert outcome.passed >= NEON_ENTRIES_OF_QUANTS * 13  # 13 lengths per entry
+
+
+@cross
+def test_neon_without_dotprod_falls_back_to_scalar(arm_release: Path) -> None:
+    """Cortex-A53 (ARMv8.0) lacks SDOT: the release build must choose scalar, not SIGILL."""
+    outcome = run([QEMU_ARM, "-cpu", "cortex-a53", str(arm_release)])
+    outcome.assert_clean()
+    assert outcome.available == ["scalar"]
+    assert outcome.default == "scalar"
+
+
+@cross
+def test_neon_plain_armv8_fallback_under_qemu(tmp_path: Path) -> None:
+    """The NEON files built without +dotprod use the widening-multiply dot products."""
+    out = tmp_path / "selftest"
+    build(out, cc=CROSS_CC, LDFLAGS="-static", NEON_FLAGS="-march=armv8-a")
+    outcome = run([QEMU_ARM, "-cpu", "cortex-a53", str(out), "11"])
+    outcome.assert_clean()
+    assert outcome.default == "neon"
+    assert outcome.overrides["neon"] >= NEON_ENTRIES_OF_QUANTS

