@@ -56,7 +56,7 @@ typedef struct {
     const infer_llama_model *m;
     infer_llama_state *s;
     const infer_kernel_table *kt;
-    infer_attn_fn attn;
+    infer_attn_block_fn attn;
     int token, pos;
     job_t job;
     /* ticket = generation (16 bits) | chunk count (24) | next chunk (24) */
@@ -317,7 +317,7 @@ int infer_llama_decode(const infer_llama_model *m, infer_llama_state *s, int tok
     d.kt = kt;
     d.token = token;
     d.pos = pos;
-    d.attn = s->kv_f16 ? kt->attn_f16 : kt->attn_f32;
+    d.attn = s->kv_f16 ? kt->attn_block_f16 : kt->attn_block_f32;
     infer_parallel_run(decode_worker, &d);
     return 0;
 }

@@ -374,11 +374,6 @@ class Chat:
             raise ChatTemplateError("the chat template does not render assistant messages")
         return text[at + len(_PROBE_ASSISTANT):]
 
-    @property
-    def starts_in_thinking(self) -> bool:
-        """True when the generation prompt itself opens a thinking block."""
-        return self.think_markers is not None and self.assistant_prefix.rstrip().endswith(self.think_markers[0])
-
 
 def _function_of(tool: Message) -> Message:
     return tool["function"] if tool.get("type") == "function" and "function" in tool else tool

@@ -141,7 +141,7 @@ def test_generation_prompt_that_opens_thinking():
     model = scripted_model(["plan</think>\n\nHello world"], template=template,
                            opener="<|im_start|>assistant\n<think>\n")
     s = ChatSession(model)
-    assert s.chat.starts_in_thinking
+    assert s.chat.assistant_prefix.endswith("<think>\n")
     reply = s.send("hi")
     assert reply.thinking == "plan" and reply.text == "Hello world"
     assert s.context.tokens == history_ids(s)
