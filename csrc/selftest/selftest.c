@@ -26,7 +26,7 @@
  * infer_kernel_table must get its check here too, or it would go untested. */
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(infer_kernel_table) ==
-                   offsetof(infer_kernel_table, vec_dot_4) + sizeof(infer_vec_dot_4_fn[INFER_TYPE_COUNT]),
+                   offsetof(infer_kernel_table, vec_dot_4x4) + sizeof(infer_vec_dot_4x4_fn[INFER_TYPE_COUNT]),
                "infer_kernel_table has a field the self-test does not check");
 #endif
 
@@ -670,6 +670,71 @@ static void check_vec_dot_4(const infer_kernel_table *ref, const infer_kernel_ta
     }
 }
 
+/* vec_dot_4x4 (optional): four weight rows row_bytes apart against four activation
+ * rows a_stride apart, out[t * out_stride + k].  Reference: sixteen scalar vec_dots;
+ * tolerance as vec_dot_4.  Rows, activations and outputs are all spaced wider than
+ * packed, so a kernel that ignores any of the three strides fails. */
+static void check_vec_dot_4x4(const infer_kernel_table *ref, const infer_kernel_table *simd, int t) {
+    if (!OVERRIDES(vec_dot_4x4[t])) return;
+    int at = infer_type_vec_dot_type(t);
+    if (at < 0 || !has_reference(ref->vec_dot[t] != NULL, "vec_dot_4x4", t)) return;
+    int bs = infer_type_block_size(t);
+    for (int c = 0; c < N_BLOCK_COUNTS; c++) {
+        int64_t n = (int64_t)BLOCK_COUNTS[c] * (bs > 1 ? bs : 32);
+        size_t stride = row_bytes(t, n) + infer_type_block_bytes(t);
+        size_t a_stride = row_bytes(at, n) + infer_type_block_bytes(at);
+        const size_t out_stride = 7;
+        uint8_t *w0 = malloc(4 * stride + 1), *a0 = malloc(4 * a_stride + 1), *w_base, *a_base;
+        if (!w0 || !a0) abort();
+        for (int r = 0; r < 4; r++)
+            if (!make_input(ref, t, w0 + r * stride, n, 1)) abort();
+        for (int u = 0; u < 4; u++)
+            if (!make_input(ref, at, a0 + u * a_stride, n, 0)) {
+                report(0, "vec_dot_4x4", t, n, "cannot generate inputs (no scalar quantizer)", 0, 0, -1);
+                free(w0); free(a0);
+                return;
+            }
+        const uint8_t *w = misaligned_copy(w0, 4 * stride, &w_base, row_align(t));
+        const uint8_t *a = misaligned_copy(a0, 4 * a_stride, &a_base, row_align(at));
+        float got[4 * 7];
+        for (int i = 0; i < 4 * 7; i++) got[i] = -1234.5f;
+        simd->vec_dot_4x4[t](n, w, stride, a, a_stride, got, out_stride);
+        int ok = 1;
+        for (int u = 0; u < 4 && ok; u++)
+            for (int r = 0; r < 7 && ok; r++) {
+                const float g = got[u * out_stride + r];
+                if (r >= 4) {   /* between rows of out: must be untouched */
+                    if (g != -1234.5f) {
+                        report(0, "vec_dot_4x4", t, n, "wrote outside its 4 outputs", g, -1234.5f, 0);
+                        ok = 0;
+                    }
+                    continue;
+                }
+                const float want = ref->vec_dot[t](n, w + r * stride, a + u * a_stride);
+                double mag = fabs(want) * 8.0;
+                if (ref->dequantize[t] && (at == INFER_TYPE_F32 || ref->dequantize[at])) {
+                    float *dw = malloc((size_t)n * 4), *da = malloc((size_t)n * 4);
+                    if (!dw || !da) abort();
+                    ref->dequantize[t](w + r * stride, dw, n);
+                    if (at == INFER_TYPE_F32) memcpy(da, a + u * a_stride, (size_t)n * 4);
+                    else ref->dequantize[at](a + u * a_stride, da, n);
+                    mag = 0.0;
+                    for (int64_t i = 0; i < n; i++) mag += fabs((double)dw[i] * da[i]);
+                    free(dw); free(da);
+                }
+                double tol = 1e-5 * mag + 1e-30;
+                if (!(fabs((double)g - want) <= tol)) {
+                    char where[32];
+                    snprintf(where, sizeof where, "row %d token %d", r, u);
+                    report(0, "vec_dot_4x4", t, n, where, g, want, tol);
+                    ok = 0;
+                }
+            }
+        if (ok) report(1, "vec_dot_4x4", t, n, "", 0, 0, 0);
+        free(w0); free(a0); free(w_base); free(a_base);
+    }
+}
+
 /* ---- driver ------------------------------------------------------------------- */
 static int count_overrides(const infer_kernel_table *ref, const infer_kernel_table *simd) {
     int c = 0;
@@ -679,7 +744,7 @@ static int count_overrides(const infer_kernel_table *ref, const infer_kernel_tab
     c += OVERRIDES(rmsnorm) + OVERRIDES(layernorm) + OVERRIDES(softmax) + OVERRIDES(silu_mul) +
          OVERRIDES(gelu_mul) + OVERRIDES(add) + OVERRIDES(scale) + OVERRIDES(rope_norm) +
          OVERRIDES(rope_neox) + OVERRIDES(attn_f32) + OVERRIDES(attn_f16);
-    for (int t = 0; t < INFER_TYPE_COUNT; t++) c += OVERRIDES(vec_dot_4[t]);
+    for (int t = 0; t < INFER_TYPE_COUNT; t++) c += OVERRIDES(vec_dot_4[t]) + OVERRIDES(vec_dot_4x4[t]);
     return c;
 }
 
@@ -706,6 +771,7 @@ int main(int argc, char **argv) {
             check_quantize(ref, simd, t);
             check_vec_dot(ref, simd, t);
             check_vec_dot_4(ref, simd, t);
+            check_vec_dot_4x4(ref, simd, t);
         }
         check_ops(ref, simd);
         check_rope(ref, simd);
