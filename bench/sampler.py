@@ -17,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from infer.sampler import Sampler  # noqa: E402
+from infer.sampler import Sampler
 
 DRAWS = int(os.environ.get("INFER_BENCH_DRAWS", "200"))
 

@@ -21,9 +21,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from infer.tokenizer import Tokenizer  # noqa: E402
-from tests._tok_models import (gemma3_path, metadata, sentencepiece_reference,  # noqa: E402
-                                smollm2_path, tokenizers_reference)
+from infer.tokenizer import Tokenizer
+from tests._tok_models import gemma3_path, metadata, sentencepiece_reference, smollm2_path, tokenizers_reference
 
 REPEATS = int(os.environ.get("INFER_BENCH_REPEATS", "3"))
 SIZE = int(os.environ.get("INFER_BENCH_BYTES", str(1 << 20)))
@@ -118,9 +117,9 @@ def main() -> None:
             print(f"{label:<34} {'(model not installed)':>10}")
             continue
         m = metadata(p)
-        t = best(lambda _: Tokenizer.from_metadata(m)) * 1e3
+        t = best(Tokenizer.from_metadata, lambda m=m: m) * 1e3
         if "tokenizer.ggml.merges" in m:
-            ref_ms = best(lambda _: tokenizers_reference(m)) * 1e3
+            ref_ms = best(tokenizers_reference, lambda m=m: m) * 1e3
             print(f"{label:<34} {t:>10.1f} {ref_ms:>14.1f} {target:>10}")
         else:
             print(f"{label:<34} {t:>10.1f} {'-':>14} {target:>10}")

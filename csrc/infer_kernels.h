@@ -118,6 +118,8 @@ typedef void (*infer_quantize_fn)(const float *src, void *dst, int64_t n);
 typedef float (*infer_vec_dot_fn)(int64_t n, const void *w, const void *a);
 typedef void (*infer_vec_dot_4_fn)(int64_t n, const void *w, size_t row_bytes, const void *a,
                                    float *out);
+typedef void (*infer_vec_dot_4x4_fn)(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                     size_t a_stride, float *out, size_t out_stride);
 
 typedef void (*infer_rmsnorm_fn)(const float *x, const float *weight, float *out,
                                  int64_t n, float eps);
@@ -181,6 +183,10 @@ typedef struct {
      * activation row, out[k] = row k . a.  Mat-vec uses it when set, so the
      * activation loads and scales are shared by four rows. */
     infer_vec_dot_4_fn vec_dot_4[INFER_TYPE_COUNT];
+    /* Optional, by weight type: four weight rows against four activation rows
+     * (a_stride bytes apart), out[t * out_stride + k] = row k . token t.  Mat-mul uses
+     * it so each weight block is unpacked once for four tokens. */
+    infer_vec_dot_4x4_fn vec_dot_4x4[INFER_TYPE_COUNT];
 } infer_kernel_table;
 
 /* ISA ids, lowest to highest. */
@@ -288,6 +294,12 @@ int infer_matvec_q(int type, const void *w, size_t row_bytes, int64_t rows, int6
                    const void *xq, float *out);
 int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                    const void *xq, int64_t n_tokens, float *out);
+/* Rows [r0, r1) of infer_matmul_q on the calling thread only, for callers that split
+ * the rows over their own threads (a fused block inside infer_parallel_run): uses the
+ * four-row kernels and prefetching.  out[t * out_stride + r] for r in [r0, r1). */
+int infer_matmul_rows(int type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
+                      int64_t r1, const void *xq, int64_t n_tokens, float *out,
+                      int64_t out_stride);
 /* Quantize then multiply; scratch holds n_tokens activation rows, or NULL to allocate. */
 int infer_matvec(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                  const float *x, float *out, void *scratch);

@@ -43,27 +43,27 @@ import numpy as np
 __all__ = ["Sampler"]
 
 
-def _check_number(name: str, value, lo: float = -math.inf, hi: float = math.inf,
+def _check_number(name: str, value: object, lo: float = -math.inf, hi: float = math.inf,
                   lo_open: bool = False, hi_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
-    value = float(value)
-    if math.isnan(value):
+    number = float(value)
+    if math.isnan(number):
         raise ValueError(f"{name}: must not be NaN")
-    if value < lo or (lo_open and value == lo) or value > hi or (hi_open and value == hi):
+    if number < lo or (lo_open and number == lo) or number > hi or (hi_open and number == hi):
         left = "(" if lo_open else "["
         right = ")" if hi_open else "]"
-        raise ValueError(f"{name}: must be in {left}{lo}, {hi}{right}, got {value}")
-    return value
+        raise ValueError(f"{name}: must be in {left}{lo}, {hi}{right}, got {number}")
+    return number
 
 
-def _check_int(name: str, value, lo: Optional[int] = None) -> int:
+def _check_int(name: str, value: object, lo: Optional[int] = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
-    value = int(value)
-    if lo is not None and value < lo:
-        raise ValueError(f"{name}: must be >= {lo}, got {value}")
-    return value
+    number = int(value)
+    if lo is not None and number < lo:
+        raise ValueError(f"{name}: must be >= {lo}, got {number}")
+    return number
 
 
 class Sampler:
@@ -111,7 +111,8 @@ class Sampler:
         self._seed_arg = seed
         self.seed: int = 0
         self._rng: np.random.Generator
-        self._window: deque = deque()
+        self._window: deque[int] = deque()
+        self._buf = np.empty(0, dtype=np.float32)
         self._counts: dict[int, int] = {}
         self.reset()
 
@@ -158,6 +159,8 @@ class Sampler:
     def sample(self, logits: np.ndarray) -> int:
         """The next token for ``logits`` (not modified)."""
         ids, w = self._candidates(logits)
+        if ids is None:  # every token survived, in id order
+            return _draw(w, self._rng.random())
         if ids.shape[0] == 1:
             return int(ids[0])  # greedy or one survivor: no random draw
         return int(ids[_draw(w, self._rng.random())])
@@ -167,11 +170,12 @@ class Sampler:
         (zero for filtered tokens).  The penalty window is used, the RNG is not."""
         ids, w = self._candidates(logits)
         out = np.zeros(np.shape(logits)[0], dtype=np.float64)
-        out[ids] = w.astype(np.float64) / w.sum(dtype=np.float64)
+        out[slice(None) if ids is None else ids] = w.astype(np.float64) / w.sum(dtype=np.float64)
         return out
 
-    def _candidates(self, logits: np.ndarray):
-        """Survivors of the chain (ids, in draw order) and their unnormalised weights."""
+    def _candidates(self, logits: np.ndarray) -> tuple[Optional[np.ndarray], np.ndarray]:
+        """Survivors of the chain (ids in draw order, or None for all ids in order)
+        and their unnormalised weights (possibly a view of a scratch buffer)."""
         x, imax = self._check_logits(logits)
         n = x.shape[0]
         y = self._apply_bias_and_penalties(x, n)
@@ -190,14 +194,25 @@ class Sampler:
         if self.min_p > 0.0:
             keep = vals >= np.float32(top + math.log(self.min_p))
             if not keep.all():
-                ids, vals = ids[keep], vals[keep]
+                ids = np.flatnonzero(keep) if ids is None else ids[keep]
+                vals = vals[keep]
         # Survivors stay in id order when neither top-k nor top-p sorted them
         # (no full sort just for the draw).
-        t = np.float32(self.temperature)
-        w = np.exp((vals - np.float32(top)) / t, dtype=np.float32)
-        return ids, w
+        return ids, self._weights(vals, top, self.temperature)
 
-    def _check_logits(self, logits) -> np.ndarray:
+    def _weights(self, vals: np.ndarray, top: float, temperature: float = 1.0) -> np.ndarray:
+        """``exp((vals - top) / temperature)`` in float32, in a buffer kept between draws
+        (a fresh vocabulary-sized array per draw costs page faults)."""
+        n = vals.shape[0]
+        if self._buf.shape[0] < n:
+            self._buf = np.empty(n, dtype=np.float32)
+        w = self._buf[:n]
+        np.subtract(vals, np.float32(top), out=w)
+        if temperature != 1.0:
+            np.divide(w, np.float32(temperature), out=w)
+        return np.exp(w, out=w)
+
+    def _check_logits(self, logits: object) -> tuple[np.ndarray, int]:
         if not isinstance(logits, np.ndarray):
             raise TypeError(f"logits: expected a numpy array, got {type(logits).__name__}")
         if logits.ndim != 1 or logits.shape[0] == 0:
@@ -238,23 +253,11 @@ class Sampler:
             x[toks] = v
         return x
 
-    def _top_k(self, x: np.ndarray, n: int):
+    def _top_k(self, x: np.ndarray, n: int) -> tuple[Optional[np.ndarray], np.ndarray, bool]:
         """Candidates (ids, logits) after top-k; sorted descending when top-k ran."""
         k = self.top_k
         if 0 < k < n:
-            ids = None
-            if n >= 4096:
-                # A threshold from every 64th logit that about 4k logits pass: then
-                # only those need a partial sort.  Exact whenever at least k pass
-                # (all logits >= the k-th largest are then among them).
-                sample = x[::64]
-                rank = min(sample.shape[0], 4 * (k // 64) + 8)
-                t = np.partition(sample, sample.shape[0] - rank)[sample.shape[0] - rank]
-                ids = np.flatnonzero(x >= t)
-                if ids.shape[0] < k:
-                    ids = None
-            if ids is None:
-                ids = np.arange(n)
+            ids = _holding_largest(x, k)
             vals = x[ids]
             m = vals.shape[0]
             # k-th largest value, then everything >= it; ties cut at the lower ids
@@ -264,33 +267,56 @@ class Sampler:
             return ids[:k], vals[:k], True
         finite = x > -np.inf
         if finite.all():
-            return np.arange(n), x, False
+            return None, x, False
         ids = np.flatnonzero(finite)
         return ids, x[ids], False
 
-    def _top_p(self, x, ids, vals, is_sorted: bool, top: float):
+    def _top_p(self, x: np.ndarray, ids: Optional[np.ndarray], vals: np.ndarray, is_sorted: bool,
+               top: float) -> tuple[np.ndarray, np.ndarray]:
         p = self.top_p
         # Softmax weights relative to the largest logit; float32 exp, float64 sums.
         shift = np.float32(top)
-        total = float(np.exp(vals - shift, dtype=np.float32).sum(dtype=np.float64))
+        total = float(self._weights(vals, top).sum(dtype=np.float64))
         if not is_sorted:
-            # Partial selection: sort only the m most probable candidates, widening m
-            # until their mass reaches p (a full sort only as the last resort).
+            # Partial selection: sort only (at least) the m most probable candidates,
+            # widening m until their mass reaches p; a full sort only as the last resort.
             m = 256
             while True:
-                if m >= ids.shape[0]:
-                    s_ids, s_vals = _sort_desc(ids, vals)
+                if m >= vals.shape[0]:
+                    all_ids = np.arange(vals.shape[0]) if ids is None else ids
+                    s_ids, s_vals = _sort_desc(all_ids, vals)
                     break
-                sel = np.argpartition(-vals, m - 1)[:m]
-                s_ids, s_vals = _sort_desc(ids[sel], vals[sel])
+                sel = _holding_largest(vals, m)
+                s_ids, s_vals = _sort_desc(sel if ids is None else ids[sel], vals[sel])
                 mass = float(np.exp(s_vals - shift, dtype=np.float32).sum(dtype=np.float64))
                 if mass >= p * total:
                     break
                 m *= 8
             ids, vals = s_ids, s_vals
+        assert ids is not None  # only an unsorted "every token" comes without ids
         cum = np.cumsum(np.exp(vals - shift, dtype=np.float32), dtype=np.float64)
         cut = _crossing(cum, p * total)
         return ids[:cut], vals[:cut]
+
+
+def _holding_largest(x: np.ndarray, m: int) -> np.ndarray:
+    """Increasing indices of a subset of ``x`` that holds every value >= its m-th
+    largest (so at least m of them, ties included), found without sorting ``x``.
+
+    A threshold from every 64th value that about 4m values pass; when fewer than m
+    pass (unlucky sample), the m-th largest value itself by ``np.partition``.
+    """
+    n = x.shape[0]
+    if n >= 4096 and m * 8 < n:
+        sample = x[::64]
+        rank = min(sample.shape[0], 4 * (m // 64) + 8)
+        t = np.partition(sample, sample.shape[0] - rank)[sample.shape[0] - rank]
+        ids = np.flatnonzero(x >= t)
+        if ids.shape[0] >= m:
+            return ids
+    if m >= n:
+        return np.arange(n)
+    return np.flatnonzero(x >= np.partition(x, n - m)[n - m])
 
 
 _BLOCK = 1024
@@ -321,17 +347,16 @@ def _draw(w: np.ndarray, u: float) -> int:
     i = min(i, n - 1)
     while w[i] == 0 and i > 0:  # rounding at a block edge must not pick a banned token
         i -= 1
-    return i
+    return int(i)
 
 
 def _crossing(cum: np.ndarray, target: float) -> int:
     """Length of the shortest prefix whose mass reaches ``target`` (all if none does)."""
     i = int(np.searchsorted(cum, target, side="left"))
-    return min(i + 1, cum.shape[0])
+    return min(i + 1, int(cum.shape[0]))
 
 
-def _sort_desc(ids: np.ndarray, vals: np.ndarray):
-    """Sort by decreasing logit, ties by increasing id (ids must be increasing already,
-    or any order: the stable sort on ids first makes it so)."""
+def _sort_desc(ids: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort by decreasing logit, ties by increasing id."""
     order = np.lexsort((ids, -vals))
     return ids[order], vals[order]

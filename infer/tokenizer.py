@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import codecs
 import heapq
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import regex
@@ -59,7 +59,7 @@ _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endofte
 _PRE_ADDING_BOS = ("llama3", "llama-v3", "llama-bpe", "falcon3", "tekken", "chameleon")
 
 
-def _md_int(md: Mapping, key: str) -> Optional[int]:
+def _md_int(md: Mapping[str, Any], key: str) -> Optional[int]:
     value = md.get(key)
     if value is None:
         return None
@@ -68,7 +68,7 @@ def _md_int(md: Mapping, key: str) -> Optional[int]:
     return int(value)
 
 
-def _md_bool(md: Mapping, key: str, default: bool) -> bool:
+def _md_bool(md: Mapping[str, Any], key: str, default: bool) -> bool:
     value = md.get(key)
     if value is None:
         return default
@@ -158,7 +158,7 @@ class Vocabulary:
                          if token_types[i] != TokenType.USER_DEFINED and self.tokens[i]}
 
     @classmethod
-    def from_metadata(cls, md: Mapping) -> "Vocabulary":
+    def from_metadata(cls, md: Mapping[str, Any]) -> "Vocabulary":
         """Build from a GGUF metadata dict (``tokenizer.ggml.*`` keys)."""
         tokens = md.get("tokenizer.ggml.tokens")
         if tokens is None:
@@ -228,6 +228,15 @@ class Vocabulary:
 
 # ---- special-token partition ----------------------------------------------------
 
+#: text cut into raw-text fragments (str) and special-token ids (int), in order
+Fragments = list[Union[str, int]]
+
+
+def _is_run(text: str) -> bool:
+    """True for a text made of one repeated character."""
+    return text == text[0] * len(text)
+
+
 class _SpecialSplitter:
     """Cuts special-token texts out of a string, as llama.cpp's st_partition does.
 
@@ -246,15 +255,14 @@ class _SpecialSplitter:
 
     def __init__(self, texts: Mapping[str, int]) -> None:
         self.ids = dict(texts)
-        is_run = lambda t: t == t[0] * len(t)  # noqa: E731
-        chars_elsewhere = {c for t in texts if not is_run(t) for c in t}
+        chars_elsewhere = {c for t in texts if not _is_run(t) for c in t}
         by_char: dict[str, dict[int, int]] = {}
         for t, tid in texts.items():
-            if is_run(t):
+            if _is_run(t):
                 by_char.setdefault(t[0], {})[len(t)] = tid
         self.runs = {c: sorted(lengths.items(), reverse=True) for c, lengths in by_char.items()
                      if c not in chars_elsewhere and len(lengths) > 1}
-        others = {t: tid for t, tid in texts.items() if not (is_run(t) and t[0] in self.runs)}
+        others = {t: tid for t, tid in texts.items() if not (_is_run(t) and t[0] in self.runs)}
         self.prefixes = {t[:i] for t in others for i in range(1, len(t) + 1)}
         first = sorted({t[0] for t in others})
         self.first = (regex.compile("[" + "".join(regex.escape(c) for c in first) + "]")
@@ -263,11 +271,11 @@ class _SpecialSplitter:
             f"{regex.escape(c)}{{{min(n for n, _ in lengths)},}}" for c, lengths in self.runs.items()))
             if self.runs else None)
 
-    def split(self, text: str) -> list:
+    def split(self, text: str) -> Fragments:
         """``text`` as a list of str fragments and int ids, in order."""
         if not text:
             return []
-        found = []
+        found: list[tuple[int, int, int]] = []
         if self.run_pattern is not None:
             runs = self.runs
             for m in self.run_pattern.finditer(text):
@@ -281,7 +289,7 @@ class _SpecialSplitter:
         if not found:
             return [text]
         found.sort()
-        parts: list = []
+        parts: Fragments = []
         pos = 0
         for at, size, tid in found:
             if at > pos:
@@ -292,11 +300,12 @@ class _SpecialSplitter:
             parts.append(text[pos:])
         return parts
 
-    def _split_others(self, text: str, found: list) -> None:
+    def _split_others(self, text: str, found: list[tuple[int, int, int]]) -> None:
         ids = self.ids
         prefixes = self.prefixes
         starts: dict[str, list[int]] = {}
         n = len(text)
+        assert self.first is not None
         for m in self.first.finditer(text):
             start = m.start()
             end = start + 1
@@ -371,7 +380,7 @@ for _names, _exprs, _ignore in (
         PRE_TOKENIZERS[_name] = (_exprs, _ignore)
 
 
-def _pre_tokenizer(name: str):
+def _pre_tokenizer(name: str) -> tuple[list[Any], bool]:
     try:
         exprs, ignore_merges = PRE_TOKENIZERS[name]
     except KeyError:
@@ -380,7 +389,7 @@ def _pre_tokenizer(name: str):
     return [regex.compile(e) for e in exprs], ignore_merges
 
 
-def _split_keeping_gaps(pattern, text: str, out: list) -> None:
+def _split_keeping_gaps(pattern: Any, text: str, out: list[str]) -> None:
     pos = 0
     for m in pattern.finditer(text):
         start, end = m.span()
@@ -400,13 +409,13 @@ class Tokenizer:
 
     def __init__(self, vocab: Vocabulary) -> None:
         self.vocab = vocab
-        self._cache: dict[str, tuple] = {}
+        self._cache: dict[str, tuple[int, ...]] = {}
         self._splitter_all = _SpecialSplitter({**vocab._control, **vocab._user_defined})
         self._splitter_user = _SpecialSplitter(vocab._user_defined)
         self._pieces: list[Optional[bytes]] = [None] * vocab.size
 
     @staticmethod
-    def from_metadata(md: Mapping) -> "Tokenizer":
+    def from_metadata(md: Mapping[str, Any]) -> "Tokenizer":
         """The tokenizer that ``tokenizer.ggml.model`` names, built from GGUF metadata."""
         model = md.get("tokenizer.ggml.model")
         if model == "gpt2":
@@ -435,7 +444,7 @@ class Tokenizer:
     def _encode(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         vocab = self.vocab
         out: list[int] = []
-        if add_special and vocab.add_bos:
+        if add_special and vocab.add_bos and vocab.bos_token_id is not None:
             out.append(vocab.bos_token_id)
         splitter = self._splitter_all if parse_special else self._splitter_user
         prev_special = True
@@ -446,17 +455,17 @@ class Tokenizer:
             else:
                 self._encode_text(part, out, prev_special)
                 prev_special = False
-        if add_special and vocab.add_eos:
+        if add_special and vocab.add_eos and vocab.eos_token_id is not None:
             out.append(vocab.eos_token_id)
         return out
 
-    def _encode_text(self, text: str, out: list, after_special: bool) -> None:
+    def _encode_text(self, text: str, out: list[int], after_special: bool) -> None:
         raise NotImplementedError
 
-    def _encode_word(self, word: str) -> tuple:
+    def _encode_word(self, word: str) -> tuple[int, ...]:
         raise NotImplementedError
 
-    def _encode_words(self, words: Iterable[str], out: list) -> None:
+    def _encode_words(self, words: Iterable[str], out: list[int]) -> None:
         """Ids of each word, through a cache: text repeats its words a lot."""
         cache = self._cache
         for word in words:
@@ -580,7 +589,7 @@ class BPETokenizer(Tokenizer):
         self._to_byte_level = str.maketrans(_LATIN1_TO_BYTE_LEVEL)
 
     @classmethod
-    def from_metadata(cls, md: Mapping) -> "BPETokenizer":
+    def from_metadata(cls, md: Mapping[str, Any]) -> "BPETokenizer":
         pre = md.get("tokenizer.ggml.pre") or "default"
         return cls(Vocabulary.from_metadata(md), pre)
 
@@ -594,10 +603,10 @@ class BPETokenizer(Tokenizer):
             pieces = out
         return pieces
 
-    def _encode_text(self, text: str, out: list, after_special: bool) -> None:
+    def _encode_text(self, text: str, out: list[int], after_special: bool) -> None:
         self._encode_words(self.pre_tokenize(text), out)
 
-    def _encode_word(self, piece: str) -> tuple:
+    def _encode_word(self, piece: str) -> tuple[int, ...]:
         word = piece.encode("utf-8").decode("latin-1").translate(self._to_byte_level)
         ids = self.vocab._ids
         if self._ignore_merges and word in ids:
@@ -651,22 +660,24 @@ class SPMTokenizer(Tokenizer):
     def __init__(self, vocab: Vocabulary) -> None:
         super().__init__(vocab)
         ids = vocab._ids
-        self._byte_ids = []
+        # The token of each byte for byte fallback: <0xNN>, else the byte as text
+        # (llama.cpp's byte_to_token), else <unk>; a byte with none of them is dropped.
+        self._byte_ids: list[tuple[int, ...]] = []
         for b in range(256):
             tid = ids.get(f"<0x{b:02X}>")
             if tid is None:
                 tid = ids.get(chr(b)) if b < 128 else None
             if tid is None:
                 tid = vocab.unk_token_id
-            self._byte_ids.append(tid)
+            self._byte_ids.append(() if tid is None else (tid,))
         self._scores = vocab.scores.tolist()
         self._inner_space_tokens = [t for t in vocab.tokens if "\u2581" in t[1:]]
 
     @classmethod
-    def from_metadata(cls, md: Mapping) -> "SPMTokenizer":
+    def from_metadata(cls, md: Mapping[str, Any]) -> "SPMTokenizer":
         return cls(Vocabulary.from_metadata(md))
 
-    def _encode_text(self, text: str, out: list, after_special: bool) -> None:
+    def _encode_text(self, text: str, out: list[int], after_special: bool) -> None:
         if self.vocab.add_space_prefix and after_special:
             text = " " + text
         self._encode_words(self._words(text.replace(" ", "\u2581")), out)
@@ -682,7 +693,7 @@ class SPMTokenizer(Tokenizer):
         """
         if "\u2581" not in text:
             return [text]
-        blocked = set()
+        blocked: set[int] = set()
         for tok in self._inner_space_tokens:
             inner = [j for j in range(1, len(tok)) if tok[j] == "\u2581"]
             at = text.find(tok)
@@ -700,7 +711,7 @@ class SPMTokenizer(Tokenizer):
         words.append(text[start:])
         return words
 
-    def _encode_word(self, text: str) -> tuple:
+    def _encode_word(self, text: str) -> tuple[int, ...]:
         """SentencePiece BPE on one word: a linked list of symbols and a heap of
         candidate pairs, best score first, leftmost on ties (llama.cpp's llm_bigram_spm)."""
         ids = self.vocab._ids
@@ -710,7 +721,7 @@ class SPMTokenizer(Tokenizer):
         nxt = list(range(1, n + 1))
         nxt[-1] = -1
         prev = list(range(-1, n - 1))
-        heap: list = []
+        heap: list[tuple[float, int, int, int]] = []
         for i in range(n - 1):
             merged = sym[i] + sym[i + 1]
             tid = ids.get(merged)
@@ -751,7 +762,8 @@ class SPMTokenizer(Tokenizer):
             if tid is not None:
                 out.append(tid)
             else:
-                out.extend(byte_ids[b] for b in s.encode("utf-8"))
+                for b in s.encode("utf-8"):
+                    out.extend(byte_ids[b])
             i = nxt[i]
         return tuple(out)
 

@@ -6,18 +6,15 @@ for SmolLM2 exactly as baselines.md describes it (digits split one by one, then
 GPT-2's byte-level regex); for the other names, HF `Split` pre-tokenizers with
 the regexes as the models' tokenizer.json files write them.
 """
-import importlib.util
 import inspect
-import os
 import random
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from infer.tokenizer import (BYTE_TO_UNICODE, BPETokenizer, StreamDecoder, Tokenizer, TokenType,
-                             Vocabulary)
-from tests._tok_models import hf_pre, metadata, smollm2_path, tokenizers_reference
+from infer.tokenizer import BYTE_TO_UNICODE, BPETokenizer, StreamDecoder, Tokenizer, TokenType, Vocabulary
+from tests._tok_models import metadata, smollm2_path, tokenizers_reference
 
 tokenizers = pytest.importorskip("tokenizers")
 

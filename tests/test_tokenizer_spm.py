@@ -303,3 +303,16 @@ def test_gemma_special_split_matches_literal_partition(gemma, parse_special):
     texts += ["\n" * 75 + " " * 100 + "\t" * 33, " x  y   z" * 3, "<table><table>"]
     for text in texts:
         assert splitter.split(text) == st_partition_literal(text, specials), repr(text)
+
+
+def test_tiny_stream_decoder_matches_decode():
+    """Streaming gives decode()'s text, prefix-space rule included, one id at a time."""
+    for prefix in (False, True):
+        t = tiny(add_space_prefix=prefix)
+        for text in ("ac é abc", " ac", "é"):
+            for skip in (False, True):
+                ids = t.encode(text)
+                dec = t.stream_decoder(skip_special=skip)
+                chunks = [dec.feed(i) for i in ids] + [dec.flush()]
+                assert "".join(chunks) == t.decode(ids, skip_special=skip), (prefix, text, skip)
+                assert not any("\ufffd" in c for c in chunks)
