@@ -208,6 +208,8 @@ def test_quantize_tiny_model(capsys, tmp_path, qtype):
             assert np.array_equal(b.metadata[key], value) if isinstance(value, np.ndarray) else b.metadata[key] == value
         ftype = gguf.LlamaFileType[{"q4_k": "MOSTLY_Q4_K_S"}.get(qtype, f"MOSTLY_{qtype.upper()}")]
         assert b.metadata["general.file_type"] == int(ftype)
+        assert b.metadata["general.quantization_version"] == gguf.GGML_QUANT_VERSION
+        assert set(b.metadata) == set(a.metadata) | {"general.quantization_version"}
     assert sorted(os.listdir(tmp_path)) == sorted([src.name, dst.name])
 
 
