@@ -20,10 +20,10 @@ the plain target types we offer:
   the kernels cannot decode is copied unchanged and reported.
 
 All metadata are kept; ``general.file_type`` is set to the matching llama.cpp
-file type and ``general.quantization_version`` to 2, as llama-quantize does.  Tensors are converted by a thread pool (the kernels release the
-GIL) a few at a time, in chunks of rows, and streamed to a temp file renamed
-into place at the end, so memory stays near a few tensors and an interrupted
-run leaves no output.
+file type and ``general.quantization_version`` to 2, as llama-quantize does.
+Tensors are converted by a thread pool (the kernels release the GIL) a few at a
+time, in chunks of rows, and streamed to a temp file renamed into place at the
+end, so memory stays near a few tensors and an interrupted run leaves no output.
 """
 from __future__ import annotations
 
