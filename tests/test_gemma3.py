@@ -291,3 +291,33 @@ def test_load_generates_through_the_public_api():
         ids = model.tokenizer.encode(FACTUAL, add_special=True)
         ctx.prefill(ids)
         assert ctx.next() == greedy_tokens(model.engine, ids, 1)[0]
+
+
+def test_cli_generate_plain_and_chat(capsys):
+    """`infer generate --model gemma.gguf` and `--chat` (Gemma's fallback template: the
+    file has none) print what the Python API generates from the same tokens."""
+    import infer
+    from infer.cli import main
+
+    with infer.load(MODEL) as model:
+        assert model.chat is not None and model.chat.family == "gemma"
+        text = model.chat.render([{"role": "user", "content": "Name a colour."}],
+                                 add_generation_prompt=True)
+        assert text == "<bos><start_of_turn>user\nName a colour.<end_of_turn>\n<start_of_turn>model\n"
+        chat_ids = model.tokenizer.encode(text, add_special=False, parse_special=True)
+        assert chat_ids[:2] == [2, 105] and chat_ids[-3:] == [105, 4368, 107]  # <start_of_turn>model\n
+        expected = {
+            False: "".join(infer.generate(model, FACTUAL, max_tokens=6, temperature=0)),
+            True: "".join(infer.generate(model, chat_ids, max_tokens=6, temperature=0)),
+        }
+    before = K.get_num_threads()
+    try:
+        for chat in (False, True):
+            prompt = "Name a colour." if chat else FACTUAL
+            rc = main(["generate", "--model", MODEL, "--temp", "0", "-n", "6", "--threads", "2",
+                       *(["--chat"] if chat else []), prompt])
+            out = capsys.readouterr()
+            assert rc == 0, out.err
+            assert out.out == expected[chat] and out.out.strip()
+    finally:
+        K.set_num_threads(before)
