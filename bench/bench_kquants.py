@@ -11,11 +11,14 @@ Environment: KQ_SHAPES ("rows x cols" list, default "16x4096 640x2048 4096x4096"
 KQ_SECONDS (time per figure, default 0.3), KQ_THREADS (default 1).
 """
 import os
+import sys
 import time
 
 import numpy as np
 
-import infer.kernels as K
+# Run from a checkout without installing: the worktree's own infer package.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import infer.kernels as K  # noqa: E402
 
 FORMATS = ["q4_k", "q6_k"]
 

@@ -92,7 +92,7 @@ typedef struct {
     const float *q;
     const char *k, *v;
     size_t head_bytes;            /* one KV head's n_ctx rows */
-    infer_attn_fn kernel;
+    infer_attn_block_fn kernel;
     int64_t n_tokens, n_heads, group, head_dim, pos0, window;
     int64_t tokens_per_item, heads_per_item, head_blocks, kv_heads;
     int64_t splits;               /* position ranges of a one-token call; 1 = none */
@@ -201,7 +201,7 @@ int infer_attention(const float *q, const void *k_cache, const void *v_cache, in
     attention_task a = {
         .q = q, .k = (const char *)k_cache, .v = (const char *)v_cache,
         .head_bytes = (size_t)(n_ctx * head_dim) * elem,
-        .kernel = kv_type == INFER_TYPE_F16 ? t->attn_f16 : t->attn_f32,
+        .kernel = kv_type == INFER_TYPE_F16 ? t->attn_block_f16 : t->attn_block_f32,
         .n_tokens = n_tokens, .n_heads = n_heads, .group = group, .head_dim = head_dim,
         .pos0 = pos0, .window = window,
         .tokens_per_item = tb, .heads_per_item = hb, .head_blocks = head_blocks,

@@ -118,6 +118,8 @@ typedef void (*infer_quantize_fn)(const float *src, void *dst, int64_t n);
 typedef float (*infer_vec_dot_fn)(int64_t n, const void *w, const void *a);
 typedef void (*infer_vec_dot_4_fn)(int64_t n, const void *w, size_t row_bytes, const void *a,
                                    float *out);
+typedef void (*infer_vec_dot_4x4_fn)(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                     size_t a_stride, float *out, size_t out_stride);
 
 typedef void (*infer_rmsnorm_fn)(const float *x, const float *weight, float *out,
                                  int64_t n, float eps);
@@ -137,20 +139,25 @@ typedef void (*infer_scale_fn)(float *x, float s, int64_t n);
  * pairs (i, i + rot_dim/2); cs and sn hold rot_dim/2 entries.  Elements from
  * rot_dim on are left alone (the caller never passes them). */
 typedef void (*infer_rope_fn)(float *x, const float *cs, const float *sn, int64_t rot_dim);
-/* Attention of n_q query rows over the cache rows of one KV head (rows of
+/* One query row against n_pos >= 1 consecutive cache rows of one KV head (rows of
  * head_dim elements, F32 or F16 bits as the entry's name says), online softmax:
- * out[u] = sum_p softmax_p(scale * q[u].k_p) v_p over p in [lo[u], hi[u]]
- * (lo[u] <= hi[u]).  Rows are read once for all n_q queries.  out[u] may alias
- * q[u].  When ml is not NULL, ml[2u] and ml[2u+1] receive the max of the scaled
- * scores and the sum of exp(score - max), so that attention over split position
- * ranges can be merged.  n_q <= INFER_ATTN_MAX_Q, n_q * head_dim <=
- * INFER_ATTN_MAX_QD, head_dim <= INFER_ATTN_MAX_HEAD_DIM (stack scratch). */
+ * out = sum_p softmax_p(scale * q.k_p) v_p.  out may alias q.
+ * head_dim <= INFER_ATTN_MAX_HEAD_DIM. */
 #define INFER_ATTN_MAX_HEAD_DIM 1024
+typedef void (*infer_attn_fn)(const float *q, const void *k, const void *v, int64_t n_pos,
+                              int64_t head_dim, float scale, float *out);
+/* The same for n_q query rows at once, each over its own cache rows [lo[u], hi[u]]
+ * (lo[u] <= hi[u]) of one KV head: rows are read once for all n_q queries (the
+ * query heads of a KV head, consecutive tokens).  out[u] may alias q[u].  When ml
+ * is not NULL, ml[2u] and ml[2u+1] receive the max of the scaled scores and the
+ * sum of exp(score - max), so that attention over split position ranges can be
+ * merged.  n_q <= INFER_ATTN_MAX_Q, n_q * head_dim <= INFER_ATTN_MAX_QD (stack
+ * scratch). */
 #define INFER_ATTN_MAX_Q 16
 #define INFER_ATTN_MAX_QD 4096
-typedef void (*infer_attn_fn)(int64_t n_q, const float *const *q, float *const *out,
-                              const int64_t *lo, const int64_t *hi, const void *k,
-                              const void *v, int64_t head_dim, float scale, float *ml);
+typedef void (*infer_attn_block_fn)(int64_t n_q, const float *const *q, float *const *out,
+                                    const int64_t *lo, const int64_t *hi, const void *k,
+                                    const void *v, int64_t head_dim, float scale, float *ml);
 
 /* The dispatch table: scalar entries first, SIMD fill functions override. */
 typedef struct {
@@ -170,10 +177,16 @@ typedef struct {
     infer_rope_fn rope_neox;
     infer_attn_fn attn_f32;        /* F32 cache */
     infer_attn_fn attn_f16;        /* F16 cache */
+    infer_attn_block_fn attn_block_f32;
+    infer_attn_block_fn attn_block_f16;
     /* Optional, by weight type: four weight rows (row_bytes apart) against one
      * activation row, out[k] = row k . a.  Mat-vec uses it when set, so the
      * activation loads and scales are shared by four rows. */
     infer_vec_dot_4_fn vec_dot_4[INFER_TYPE_COUNT];
+    /* Optional, by weight type: four weight rows against four activation rows
+     * (a_stride bytes apart), out[t * out_stride + k] = row k . token t.  Mat-mul uses
+     * it so each weight block is unpacked once for four tokens. */
+    infer_vec_dot_4x4_fn vec_dot_4x4[INFER_TYPE_COUNT];
 } infer_kernel_table;
 
 /* ISA ids, lowest to highest. */
@@ -281,6 +294,12 @@ int infer_matvec_q(int type, const void *w, size_t row_bytes, int64_t rows, int6
                    const void *xq, float *out);
 int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                    const void *xq, int64_t n_tokens, float *out);
+/* Rows [r0, r1) of infer_matmul_q on the calling thread only, for callers that split
+ * the rows over their own threads (a fused block inside infer_parallel_run): uses the
+ * four-row kernels and prefetching.  out[t * out_stride + r] for r in [r0, r1). */
+int infer_matmul_rows(int type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
+                      int64_t r1, const void *xq, int64_t n_tokens, float *out,
+                      int64_t out_stride);
 /* Quantize then multiply; scratch holds n_tokens activation rows, or NULL to allocate. */
 int infer_matvec(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                  const float *x, float *out, void *scratch);

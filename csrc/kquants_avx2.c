@@ -16,16 +16,14 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
-#define INLINE static inline __attribute__((always_inline))
-
-INLINE float hsum_ps(__m256 v) {
+KQ_INLINE float hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
 
-INLINE float hsum_ps128(__m128 s) {
+KQ_INLINE float hsum_ps128(__m128 s) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
@@ -34,7 +32,7 @@ INLINE float hsum_ps128(__m128 s) {
 /* _mm256_shuffle_epi8 masks that broadcast int16 lane 2k of a 128-bit half to the
  * low half and lane 2k+1 to the high half (for the 16-element sub-blocks of Q6_K:
  * one 32-element run covers two of them). */
-INLINE __m256i pair_mask(int k) {
+KQ_INLINE __m256i pair_mask(int k) {
     const int8_t a = (int8_t)(4 * k), b = (int8_t)(4 * k + 2);
     return _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1,
                             a, a + 1, a, a + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1,
@@ -42,7 +40,7 @@ INLINE __m256i pair_mask(int k) {
 }
 
 /* Mask broadcasting int16 lane k of each 128-bit half to the whole half. */
-INLINE __m256i lane_mask(int k) {
+KQ_INLINE __m256i lane_mask(int k) {
     const int8_t a = (int8_t)(2 * k);
     return _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1,
                             a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1,
@@ -60,18 +58,15 @@ static float infer_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const float dmin = _cvtsh_ss(x[i].dmin) * y[i].d;
-        uint8_t sm[16];
-        infer_q4_K_unpack_scales(x[i].scales, sm);
-        const __m128i sm16_lo = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm));
-        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8)));
+        const __m128i sm = infer_q4_K_unpack_scales_sse(x[i].scales);
 
         /* Σ_j m_j·(bsums[2j] + bsums[2j+1]) */
         const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[i].bsums),
                                           _mm_loadu_si128((const __m128i *)y[i].bsums + 1));
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(bs, mins16)),
-                             acc_m);
+        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(bs, mins16)), acc_m);
 
-        const __m256i scales = _mm256_broadcastsi128_si256(sm16_lo);
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const uint8_t *q4 = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
@@ -91,7 +86,7 @@ static float infer_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *
 }
 
 /* Eight floats out, as f32 or f16 (round to nearest even, as infer_fp32_to_fp16). */
-INLINE void store8(void *dst, int64_t at, __m256 v, int f16) {
+KQ_INLINE void store8(void *dst, int64_t at, __m256 v, int f16) {
     if (f16)
         _mm_storeu_si128((__m128i *)((infer_half *)dst + at),
                          _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -100,7 +95,7 @@ INLINE void store8(void *dst, int64_t at, __m256 v, int f16) {
 }
 
 /* 32 unsigned bytes -> d*q - m, as four runs of eight. */
-INLINE void emit32_u8(void *dst, int64_t at, __m256i q, __m256 d, __m256 m, int f16) {
+KQ_INLINE void emit32_u8(void *dst, int64_t at, __m256i q, __m256 d, __m256 m, int f16) {
     const __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1);
     const __m128i parts[4] = {q0, _mm_srli_si128(q0, 8), q1, _mm_srli_si128(q1, 8)};
     for (int k = 0; k < 4; k++) {
@@ -109,7 +104,7 @@ INLINE void emit32_u8(void *dst, int64_t at, __m256i q, __m256 d, __m256 m, int 
     }
 }
 
-INLINE void dequantize_q4_K(const block_q4_K *x, void *dst, int64_t n, int f16) {
+KQ_INLINE void dequantize_q4_K(const block_q4_K *x, void *dst, int64_t n, int f16) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     int64_t at = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -140,7 +135,7 @@ static void infer_dequantize_f16_q4_K_avx2(const void *src, infer_half *dst, int
 /* The four 32-element runs of one 128-element half, as unsigned 6-bit values:
  * run k takes its low 4 bits from ql[32*(k&1)..] (low nibble for k < 2, high for
  * k >= 2) and its top 2 bits from bits 2k..2k+1 of qh. */
-INLINE void unpack_q6_K_half(const uint8_t *ql, const uint8_t *qh, __m256i q[4]) {
+KQ_INLINE void unpack_q6_K_half(const uint8_t *ql, const uint8_t *qh, __m256i q[4]) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
     const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
     const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
@@ -184,13 +179,13 @@ static float infer_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *
 }
 
 /* 16 signed bytes (the low half of q) -> ds*q, as two runs of eight. */
-INLINE void emit16_i8(void *dst, int64_t at, __m128i q, float ds, int f16) {
+KQ_INLINE void emit16_i8(void *dst, int64_t at, __m128i q, float ds, int f16) {
     const __m256 s = _mm256_set1_ps(ds);
     store8(dst, at, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))), f16);
     store8(dst, at + 8, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)))), f16);
 }
 
-INLINE void dequantize_q6_K(const block_q6_K *x, void *dst, int64_t n, int f16) {
+KQ_INLINE void dequantize_q6_K(const block_q6_K *x, void *dst, int64_t n, int f16) {
     const __m256i m32 = _mm256_set1_epi8(32);
     int64_t at = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -244,7 +239,7 @@ static void infer_quantize_q8_K_avx2(const float *x, void *dst, int64_t n) {
             const __m256 ax = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k));
             const int hits = _mm256_movemask_ps(_mm256_cmp_ps(ax, _mm256_set1_ps(amax), _CMP_EQ_OQ));
             if (hits) {
-                at = 8 * k + __builtin_ctz((unsigned)hits);
+                at = 8 * k + kq_lowest_bit((unsigned)hits);
                 break;
             }
         }

@@ -16,7 +16,21 @@
 
 #include <string.h>
 
-/* The 8 scales then the 8 mins of a Q4_K block, as bytes 0..7 and 8..15 of out.
+#if defined(_MSC_VER)
+#include <intrin.h>
+#define KQ_INLINE static __forceinline
+static __forceinline int kq_lowest_bit(unsigned v) {  /* v != 0 */
+    unsigned long i;
+    _BitScanForward(&i, v);
+    return (int)i;
+}
+#else
+#define KQ_INLINE static inline __attribute__((always_inline))
+static inline int kq_lowest_bit(unsigned v) { return __builtin_ctz(v); }  /* v != 0 */
+#endif
+
+/* The 8 scales then the 8 mins of a Q4_K block, as bytes 0..7 and 8..15 of out
+ * (little-endian words, as on every target we build for).
  * Word-wise: the same bit moves as the per-j rule above, four sub-blocks at once. */
 static inline void infer_q4_K_unpack_scales(const uint8_t *s, uint8_t out[16]) {
     const uint32_t low6 = 0x3f3f3f3fu, low4 = 0x0f0f0f0fu, low2 = 0x03030303u;

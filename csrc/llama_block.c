@@ -1,9 +1,9 @@
 /* llama_block.c: a whole decode step of a Llama-family model (see llama_block.h).
  *
- * All kernel threads run `decode_worker` together.  Small serial stages (embed,
- * norms, quantizing an input, RoPE) run on thread 0; matrix-vector products are
- * split by rows and attention by heads.  Threads meet at a barrier between
- * stages that depend on each other.
+ * One thread-pool run per token.  Thread 0 walks the layers and does the small
+ * serial steps (embed, norms, quantizing an input once for all the matrices that
+ * read it, residual adds); matrix-vector products (by rows) and attention (by
+ * head) are jobs whose chunks all threads take (see "the team" below).
  */
 #include "llama_block.h"
 
@@ -27,94 +27,173 @@ static inline void cpu_relax(void) { __asm__ __volatile__("yield"); }
 static inline void cpu_relax(void) {}
 #endif
 
-/* ---- barrier ----------------------------------------------------------------
- * Spins briefly, then yields: the machine may have fewer free cores than threads. */
-typedef struct {
-    volatile int count;
-    volatile int phase;
-} barrier_t;
-
-static void barrier_wait(barrier_t *b, int nth) {
-    if (nth == 1) return;
-    int phase = __atomic_load_n(&b->phase, __ATOMIC_ACQUIRE);
-    if (__atomic_add_fetch(&b->count, 1, __ATOMIC_ACQ_REL) == nth) {
-        __atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&b->phase, phase + 1, __ATOMIC_RELEASE);
-        return;
-    }
-    int spins = 0;
-    while (__atomic_load_n(&b->phase, __ATOMIC_ACQUIRE) == phase) {
-        if (++spins < 4096) cpu_relax();
-        else yield_cpu();
-    }
-}
-
 size_t infer_llama_act_bytes(int64_t n) {
     /* The widest activation formats: f32 (4 bytes/value) > Q8_1 (36/32) > Q8_K (292/256). */
     return (size_t)n * 4 + 64;
 }
 
-/* ---- the decode step ---------------------------------------------------------------- */
+/* ---- the team ----------------------------------------------------------------
+ * Thread 0 (the leader) walks the model and does the small serial steps.  Each
+ * parallel step is a job of numbered chunks (row ranges, attention heads) that the
+ * leader publishes; every thread, the leader included, claims chunks with one
+ * compare-and-swap until none are left, and the leader waits until all claimed
+ * chunks are done.  A helper that is not running (a busy machine) is never waited
+ * for: the others take its chunks.  Each output is computed by one chunk with the
+ * same kernel whatever the thread count, so results do not depend on it. */
+enum { JOB_MATVEC, JOB_GATE_UP, JOB_ATTENTION };
+
+typedef struct {
+    int kind;
+    int n_mats;
+    const infer_llama_matrix *mats[3];
+    const void *inputs[3];
+    float *outs[3];
+    int64_t rows, chunk_rows;   /* matvec: all rows of the matrices, rows per chunk */
+    int layer;                  /* attention */
+} job_t;
+
 typedef struct {
     const infer_llama_model *m;
     infer_llama_state *s;
     const infer_kernel_table *kt;
-    infer_attn_fn attn;
+    infer_attn_block_fn attn;
     int token, pos;
-    barrier_t barrier;
-} decode_job;
+    job_t job;
+    /* ticket = generation (16 bits) | chunk count (24) | next chunk (24) */
+    volatile uint64_t ticket;
+    volatile int64_t done;
+    volatile int finished;
+} decode_team;
+
+#define T_NEXT(t) ((int64_t)((t) & 0xFFFFFF))
+#define T_TOTAL(t) ((int64_t)(((t) >> 24) & 0xFFFFFF))
+#define T_GEN(t) ((t) >> 48)
+
+static void run_chunk(decode_team *d, int64_t c);
+
+/* Claim and run chunks of the published job until none are left. */
+static void work(decode_team *d) {
+    uint64_t t = __atomic_load_n(&d->ticket, __ATOMIC_ACQUIRE);
+    while (T_NEXT(t) < T_TOTAL(t)) {
+        if (__atomic_compare_exchange_n(&d->ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            /* The job cannot change before this chunk is counted done. */
+            run_chunk(d, T_NEXT(t));
+            __atomic_add_fetch(&d->done, 1, __ATOMIC_RELEASE);
+            t = __atomic_load_n(&d->ticket, __ATOMIC_ACQUIRE);
+        }
+    }
+}
+
+static void backoff(int *spins) {
+    if (++*spins < 2048) cpu_relax();
+    else yield_cpu();
+}
+
+/* Leader: publish d->job as `total` chunks, help, wait for all of them. */
+static void run_job(decode_team *d, int64_t total, int nth) {
+    if (nth == 1) {
+        for (int64_t c = 0; c < total; c++) run_chunk(d, c);
+        return;
+    }
+    uint64_t gen = (T_GEN(d->ticket) + 1) & 0xFFFF;
+    __atomic_store_n(&d->done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&d->ticket, (gen << 48) | ((uint64_t)total << 24), __ATOMIC_RELEASE);
+    work(d);
+    int spins = 0;
+    while (__atomic_load_n(&d->done, __ATOMIC_ACQUIRE) < total) backoff(&spins);
+}
+
+static int64_t matvec_job(decode_team *d, int n_mats, int nth) {
+    job_t *j = &d->job;
+    j->kind = JOB_MATVEC;
+    j->n_mats = n_mats;
+    j->rows = 0;
+    for (int i = 0; i < n_mats; i++) j->rows += j->mats[i]->rows;
+    /* >= 8 chunks per thread to balance; >= 16 rows so chunks never share an
+     * output cache line */
+    int64_t chunk = j->rows / (8 * nth);
+    chunk = chunk < 16 ? 16 : (chunk + 15) & ~(int64_t)15;
+    j->chunk_rows = chunk;
+    return (j->rows + chunk - 1) / chunk;
+}
+
+static void matvec_chunk(decode_team *d, int64_t r0, int64_t r1) {
+    const job_t *j = &d->job;
+    int64_t base = 0;
+    for (int i = 0; i < j->n_mats; i++) {
+        const infer_llama_matrix *w = j->mats[i];
+        int64_t lo = r0 > base ? r0 - base : 0;
+        int64_t hi = r1 - base < w->rows ? r1 - base : w->rows;
+        infer_vec_dot_fn dot = d->kt->vec_dot[w->type];
+        for (int64_t r = lo; r < hi; r++)
+            j->outs[i][r] = dot(w->cols, w->data + (size_t)r * w->row_bytes, j->inputs[i]);
+        base += w->rows;
+    }
+}
+
+static void run_chunk(decode_team *d, int64_t c) {
+    const job_t *j = &d->job;
+    const infer_llama_model *m = d->m;
+    infer_llama_state *s = d->s;
+    if (j->kind == JOB_MATVEC) {
+        int64_t r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows;
+        matvec_chunk(d, r0, r1 < j->rows ? r1 : j->rows);
+    } else if (j->kind == JOB_GATE_UP) {
+        /* rows [r0, r1) of gate and of up, then SwiGLU on them */
+        int64_t r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows;
+        if (r1 > m->ffn_dim) r1 = m->ffn_dim;
+        for (int i = 0; i < 2; i++) {
+            const infer_llama_matrix *w = j->mats[i];
+            infer_vec_dot_fn dot = d->kt->vec_dot[w->type];
+            for (int64_t r = r0; r < r1; r++)
+                j->outs[i][r] = dot(w->cols, w->data + (size_t)r * w->row_bytes, j->inputs[i]);
+        }
+        d->kt->silu_mul(s->gate + r0, s->up + r0, s->gate + r0, r1 - r0);
+    } else {
+        /* KV head c and the query heads that read it: RoPE on the queries, then
+         * attention over positions 0..pos, reading each cache row once for all */
+        const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
+        const size_t kv_elt = s->kv_f16 ? sizeof(infer_half) : sizeof(float);
+        const size_t layer_off = (size_t)j->layer * m->n_kv_heads * s->n_ctx * hd;
+        const size_t head_off = (layer_off + (size_t)c * s->n_ctx * hd) * kv_elt;
+        const float *qs[INFER_ATTN_MAX_Q];
+        float *outs[INFER_ATTN_MAX_Q];
+        int64_t lo[INFER_ATTN_MAX_Q], hi[INFER_ATTN_MAX_Q];
+        int per_call = INFER_ATTN_MAX_Q;
+        if (per_call * hd > INFER_ATTN_MAX_QD) per_call = INFER_ATTN_MAX_QD / hd;
+        for (int g0 = 0; g0 < group; g0 += per_call) {
+            int n_q = group - g0 < per_call ? group - g0 : per_call;
+            for (int u = 0; u < n_q; u++) {
+                int h = (int)c * group + g0 + u;
+                float *q = s->q + (size_t)h * hd;
+                d->kt->rope_norm(q, s->rope_cos, s->rope_sin, hd);
+                qs[u] = q;
+                outs[u] = s->att + (size_t)h * hd;
+                lo[u] = 0;
+                hi[u] = d->pos;
+            }
+            d->attn(n_q, qs, outs, lo, hi, (const char *)s->k_cache + head_off,
+                    (const char *)s->v_cache + head_off, hd, 1.0f / sqrtf((float)hd), NULL);
+        }
+    }
+}
 
 /* Matrices sharing an input get one quantized copy of it per distinct input format:
  * slot k of s->xq holds the k-th distinct format in the order the matrices come. */
-static void input_slots(const infer_llama_matrix **mats, int n_mats, int *slot_of, int *types,
-                        int *n_types) {
-    *n_types = 0;
+static void quantize_inputs(decode_team *d, const float *x, int64_t n, int n_mats) {
+    job_t *j = &d->job;
+    int types[3], n_types = 0;
     for (int i = 0; i < n_mats; i++) {
-        int at = mats[i]->act_type, slot = -1;
-        for (int k = 0; k < *n_types; k++)
+        int at = j->mats[i]->act_type, slot = -1;
+        for (int k = 0; k < n_types; k++)
             if (types[k] == at) slot = k;
         if (slot < 0) {
-            slot = (*n_types)++;
+            slot = n_types++;
             types[slot] = at;
+            if (at == INFER_TYPE_F32) memcpy(d->s->xq[slot], x, (size_t)n * sizeof(float));
+            else d->kt->quantize[at](x, d->s->xq[slot], n);
         }
-        slot_of[i] = slot;
-    }
-}
-
-/* Thread 0: quantize x into every slot the matrices need. */
-static void quantize_inputs(const infer_kernel_table *kt, infer_llama_state *s, const float *x,
-                            int64_t n, const infer_llama_matrix **mats, int n_mats) {
-    int slot_of[3], types[3], n_types;
-    input_slots(mats, n_mats, slot_of, types, &n_types);
-    for (int k = 0; k < n_types; k++) {
-        if (types[k] == INFER_TYPE_F32) memcpy(s->xq[k], x, (size_t)n * sizeof(float));
-        else kt->quantize[types[k]](x, s->xq[k], n);
-    }
-}
-
-/* Every thread: where each matrix's quantized input is. */
-static void input_ptrs(infer_llama_state *s, const infer_llama_matrix **mats, int n_mats,
-                       const void **inputs) {
-    int slot_of[3], types[3], n_types;
-    input_slots(mats, n_mats, slot_of, types, &n_types);
-    for (int i = 0; i < n_mats; i++) inputs[i] = s->xq[slot_of[i]];
-}
-
-/* Rows of several matrices (sharing an input) split evenly over the threads. */
-static void matvec_rows(decode_job *j, const infer_llama_matrix **mats, const void **inputs,
-                        float **outs, int n_mats, int ith, int nth) {
-    int64_t total = 0;
-    for (int i = 0; i < n_mats; i++) total += mats[i]->rows;
-    int64_t r0 = total * ith / nth, r1 = total * (ith + 1) / nth;
-    int64_t base = 0;
-    for (int i = 0; i < n_mats; i++) {
-        const infer_llama_matrix *w = mats[i];
-        int64_t lo = r0 > base ? r0 - base : 0;
-        int64_t hi = r1 - base < w->rows ? r1 - base : w->rows;
-        infer_vec_dot_fn dot = j->kt->vec_dot[w->type];
-        for (int64_t r = lo; r < hi; r++)
-            outs[i][r] = dot(w->cols, w->data + (size_t)r * w->row_bytes, inputs[i]);
-        base += w->rows;
+        j->inputs[i] = d->s->xq[slot];
     }
 }
 
@@ -132,101 +211,81 @@ static void store_kv(char *cache, const float *x, int n_kv_heads, int head_dim, 
     }
 }
 
-static void decode_worker(void *arg, int ith, int nth) {
-    decode_job *j = (decode_job *)arg;
-    const infer_llama_model *m = j->m;
-    infer_llama_state *s = j->s;
-    const infer_kernel_table *kt = j->kt;
+/* The leader's walk through the model (thread 0). */
+static void decode_leader(decode_team *d, int nth) {
+    const infer_llama_model *m = d->m;
+    infer_llama_state *s = d->s;
+    const infer_kernel_table *kt = d->kt;
+    job_t *j = &d->job;
     const int hd = m->head_dim, q_dim = m->n_heads * hd;
-    const int group = m->n_heads / m->n_kv_heads, n = j->pos + 1;
     const size_t kv_elt = s->kv_f16 ? sizeof(infer_half) : sizeof(float);
-    const float scale = 1.0f / sqrtf((float)hd);
-    const void *in[3];
 
-    if (ith == 0) {
-        kt->dequantize[m->embd.type](m->embd.data + (size_t)j->token * m->embd.row_bytes, s->x, m->dim);
-        /* theta_i = pos * base^(-2i/head_dim), shared by every head and layer */
-        for (int i = 0; i < hd / 2; i++) {
-            double theta = (double)j->pos * pow((double)m->rope_base, -2.0 * i / hd);
-            s->rope_cos[2 * i] = s->rope_cos[2 * i + 1] = (float)cos(theta);
-            s->rope_sin[2 * i] = s->rope_sin[2 * i + 1] = (float)sin(theta);
-        }
+    kt->dequantize[m->embd.type](m->embd.data + (size_t)d->token * m->embd.row_bytes, s->x, m->dim);
+    /* theta_i = pos * base^(-2i/head_dim), shared by every head and layer */
+    for (int i = 0; i < hd / 2; i++) {
+        double theta = (double)d->pos * pow((double)m->rope_base, -2.0 * i / hd);
+        s->rope_cos[2 * i] = s->rope_cos[2 * i + 1] = (float)cos(theta);
+        s->rope_sin[2 * i] = s->rope_sin[2 * i + 1] = (float)sin(theta);
     }
     for (int l = 0; l < m->n_layers; l++) {
         const infer_llama_layer *L = &m->layers[l];
-        const size_t layer_off = (size_t)l * m->n_kv_heads * s->n_ctx * hd;
-        char *kc = (char *)s->k_cache + layer_off * kv_elt;
-        char *vc = (char *)s->v_cache + layer_off * kv_elt;
+        const size_t layer_off = (size_t)l * m->n_kv_heads * s->n_ctx * hd * kv_elt;
 
-        const infer_llama_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
-        float *qkv_out[3] = {s->q, s->k, s->v};
-        if (ith == 0) {
-            kt->rmsnorm(s->x, L->attn_norm, s->h, m->dim, m->rms_eps);
-            quantize_inputs(kt, s, s->h, m->dim, qkv, 3);
-        }
-        barrier_wait(&j->barrier, nth);
-        input_ptrs(s, qkv, 3, in);
-        matvec_rows(j, qkv, in, qkv_out, 3, ith, nth);
-        barrier_wait(&j->barrier, nth);
+        kt->rmsnorm(s->x, L->attn_norm, s->h, m->dim, m->rms_eps);
+        j->mats[0] = &L->wq; j->mats[1] = &L->wk; j->mats[2] = &L->wv;
+        j->outs[0] = s->q; j->outs[1] = s->k; j->outs[2] = s->v;
+        quantize_inputs(d, s->h, m->dim, 3);
+        run_job(d, matvec_job(d, 3, nth), nth);
 
-        if (ith == 0) {
-            /* GGUF "llama" layout: RoPE rotates adjacent pairs (2i, 2i+1) of each head */
-            for (int h = 0; h < m->n_heads; h++) kt->rope_norm(s->q + (size_t)h * hd, s->rope_cos, s->rope_sin, hd);
-            for (int h = 0; h < m->n_kv_heads; h++) kt->rope_norm(s->k + (size_t)h * hd, s->rope_cos, s->rope_sin, hd);
-            store_kv(kc, s->k, m->n_kv_heads, hd, s->n_ctx, j->pos, s->kv_f16);
-            store_kv(vc, s->v, m->n_kv_heads, hd, s->n_ctx, j->pos, s->kv_f16);
-        }
-        barrier_wait(&j->barrier, nth);
+        /* GGUF "llama" layout: RoPE rotates adjacent pairs (2i, 2i+1) of each head */
+        for (int h = 0; h < m->n_kv_heads; h++) kt->rope_norm(s->k + (size_t)h * hd, s->rope_cos, s->rope_sin, hd);
+        store_kv((char *)s->k_cache + layer_off, s->k, m->n_kv_heads, hd, s->n_ctx, d->pos, s->kv_f16);
+        store_kv((char *)s->v_cache + layer_off, s->v, m->n_kv_heads, hd, s->n_ctx, d->pos, s->kv_f16);
+        j->kind = JOB_ATTENTION;
+        j->layer = l;
+        run_job(d, m->n_kv_heads, nth);
 
-        for (int h = ith; h < m->n_heads; h += nth) {
-            const size_t head_off = (size_t)(h / group) * s->n_ctx * hd * kv_elt;
-            j->attn(s->q + (size_t)h * hd, kc + head_off, vc + head_off, n, hd, scale,
-                    s->att + (size_t)h * hd);
-        }
-        barrier_wait(&j->barrier, nth);
+        j->mats[0] = &L->wo; j->outs[0] = s->h;
+        quantize_inputs(d, s->att, q_dim, 1);
+        run_job(d, matvec_job(d, 1, nth), nth);
+        kt->add(s->x, s->h, m->dim);
 
-        const infer_llama_matrix *o[1] = {&L->wo};
-        float *o_out[1] = {s->h};
-        if (ith == 0) quantize_inputs(kt, s, s->att, q_dim, o, 1);
-        barrier_wait(&j->barrier, nth);
-        input_ptrs(s, o, 1, in);
-        matvec_rows(j, o, in, o_out, 1, ith, nth);
-        barrier_wait(&j->barrier, nth);
+        kt->rmsnorm(s->x, L->ffn_norm, s->h, m->dim, m->rms_eps);
+        j->mats[0] = &L->gate; j->mats[1] = &L->up;
+        j->outs[0] = s->gate; j->outs[1] = s->up;
+        quantize_inputs(d, s->h, m->dim, 2);
+        matvec_job(d, 1, nth);  /* chunking of one ffn_dim-row matrix */
+        j->kind = JOB_GATE_UP;
+        run_job(d, (m->ffn_dim + j->chunk_rows - 1) / j->chunk_rows, nth);
 
-        const infer_llama_matrix *gu[2] = {&L->gate, &L->up};
-        float *gu_out[2] = {s->gate, s->up};
-        if (ith == 0) {
-            kt->add(s->x, s->h, m->dim);
-            kt->rmsnorm(s->x, L->ffn_norm, s->h, m->dim, m->rms_eps);
-            quantize_inputs(kt, s, s->h, m->dim, gu, 2);
-        }
-        barrier_wait(&j->barrier, nth);
-        input_ptrs(s, gu, 2, in);
-        matvec_rows(j, gu, in, gu_out, 2, ith, nth);
-        barrier_wait(&j->barrier, nth);
-
-        const infer_llama_matrix *dn[1] = {&L->down};
-        float *dn_out[1] = {s->h};
-        if (ith == 0) {
-            kt->silu_mul(s->gate, s->up, s->gate, m->ffn_dim);
-            quantize_inputs(kt, s, s->gate, m->ffn_dim, dn, 1);
-        }
-        barrier_wait(&j->barrier, nth);
-        input_ptrs(s, dn, 1, in);
-        matvec_rows(j, dn, in, dn_out, 1, ith, nth);
-        barrier_wait(&j->barrier, nth);
-        if (ith == 0) kt->add(s->x, s->h, m->dim);
-        /* the next layer starts on thread 0 only; others wait at its first barrier */
+        j->mats[0] = &L->down; j->outs[0] = s->h;
+        quantize_inputs(d, s->gate, m->ffn_dim, 1);
+        run_job(d, matvec_job(d, 1, nth), nth);
+        kt->add(s->x, s->h, m->dim);
     }
-    const infer_llama_matrix *head[1] = {&m->output};
-    float *head_out[1] = {s->logits};
+    kt->rmsnorm(s->x, m->output_norm, s->h, m->dim, m->rms_eps);
+    j->mats[0] = &m->output; j->outs[0] = s->logits;
+    quantize_inputs(d, s->h, m->dim, 1);
+    run_job(d, matvec_job(d, 1, nth), nth);
+}
+
+static void decode_worker(void *arg, int ith, int nth) {
+    decode_team *d = (decode_team *)arg;
     if (ith == 0) {
-        kt->rmsnorm(s->x, m->output_norm, s->h, m->dim, m->rms_eps);
-        quantize_inputs(kt, s, s->h, m->dim, head, 1);
+        decode_leader(d, nth);
+        __atomic_store_n(&d->finished, 1, __ATOMIC_RELEASE);
+        return;
     }
-    barrier_wait(&j->barrier, nth);
-    input_ptrs(s, head, 1, in);
-    matvec_rows(j, head, in, head_out, 1, ith, nth);
+    int spins = 0;
+    while (!__atomic_load_n(&d->finished, __ATOMIC_ACQUIRE)) {
+        uint64_t t = __atomic_load_n(&d->ticket, __ATOMIC_ACQUIRE);
+        if (T_NEXT(t) < T_TOTAL(t)) {
+            work(d);
+            spins = 0;
+        } else {
+            backoff(&spins);
+        }
+    }
 }
 
 static int matrix_ok(const infer_kernel_table *kt, const infer_llama_matrix *w) {
@@ -237,6 +296,9 @@ static int matrix_ok(const infer_kernel_table *kt, const infer_llama_matrix *w) 
 
 int infer_llama_decode(const infer_llama_model *m, infer_llama_state *s, int token, int pos) {
     if (token < 0 || token >= m->vocab_size || pos < 0 || pos >= s->n_ctx) return -2;
+    if (m->head_dim < 2 || m->head_dim % 2 || m->head_dim > INFER_ATTN_MAX_HEAD_DIM ||
+        m->n_kv_heads < 1 || m->n_heads % m->n_kv_heads)
+        return -2;
     const infer_kernel_table *kt = infer_kernels();
     if (!kt->rmsnorm || !kt->silu_mul || !kt->add || !kt->rope_norm ||
         !(s->kv_f16 ? kt->attn_f16 : kt->attn_f32) || m->embd.type < 0 || m->embd.type >= INFER_TYPE_COUNT ||
@@ -248,14 +310,14 @@ int infer_llama_decode(const infer_llama_model *m, infer_llama_state *s, int tok
         for (int i = 0; i < 7; i++)
             if (!matrix_ok(kt, all[i])) return -1;
     }
-    decode_job j;
-    memset(&j, 0, sizeof j);
-    j.m = m;
-    j.s = s;
-    j.kt = kt;
-    j.token = token;
-    j.pos = pos;
-    j.attn = s->kv_f16 ? kt->attn_f16 : kt->attn_f32;
-    infer_parallel_run(decode_worker, &j);
+    decode_team d;
+    memset(&d, 0, sizeof d);
+    d.m = m;
+    d.s = s;
+    d.kt = kt;
+    d.token = token;
+    d.pos = pos;
+    d.attn = s->kv_f16 ? kt->attn_block_f16 : kt->attn_block_f32;
+    infer_parallel_run(decode_worker, &d);
     return 0;
 }

@@ -1,10 +1,8 @@
 /* llama_block.h: one decode step of a Llama-family model in one C call.
  *
  * infer/variants/llama.py describes the model in Python (and runs prefill that
- * way); this is the same computation for a single token, written as one pass in
- * which every kernel thread walks the layers together and meets the others at
- * a barrier between stages, so a decoded token costs one Python call and one
- * thread-pool wake-up instead of hundreds.
+ * way); this is the same computation for a single token in one C call, so a
+ * decoded token costs one Python call and one thread-pool run instead of hundreds.
  */
 #ifndef INFER_LLAMA_BLOCK_H
 #define INFER_LLAMA_BLOCK_H

@@ -1,6 +1,7 @@
 /* ops_avx2.c: float ops and attention with AVX2 + FMA + F16C, 8 floats a vector.
  * Tails (n % 8) run the scalar formula. */
 #include "infer_kernels.h"
+#include "ops_internal.h"
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #include <math.h>
@@ -209,13 +210,6 @@ static void rope_neox_avx2(float *x, const float *cs, const float *sn, int64_t r
  * of its accumulator if its running max grew and the exponentials, then the
  * weighted V rows (each V vector loaded once for up to four queries, accumulators
  * in registers across the chunk). */
-#define ATTN_CHUNK 64
-
-#if defined(_MSC_VER)
-#define ALWAYS_INLINE __forceinline
-#else
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-#endif
 
 /* Cache elements i..i+7 (or i) of a row block stored as F32 or F16 bits; f16 is a
  * constant at every call site, so each kernel below compiles without the branch. */
@@ -398,16 +392,29 @@ static ALWAYS_INLINE void attn_avx2(int64_t n_q, const float *const *q, float *c
     }
 }
 
-static void attn_f32_avx2(int64_t n_q, const float *const *q, float *const *out,
-                          const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                          int64_t d, float scale, float *ml) {
+static void attn_block_f32_avx2(int64_t n_q, const float *const *q, float *const *out,
+                                const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                int64_t d, float scale, float *ml) {
     attn_avx2(n_q, q, out, lo, hi, k, v, d, scale, ml, 0);
 }
 
-static void attn_f16_avx2(int64_t n_q, const float *const *q, float *const *out,
-                          const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                          int64_t d, float scale, float *ml) {
+static void attn_block_f16_avx2(int64_t n_q, const float *const *q, float *const *out,
+                                const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                int64_t d, float scale, float *ml) {
     attn_avx2(n_q, q, out, lo, hi, k, v, d, scale, ml, 1);
+}
+
+/* The one-query entries: rows [0, n_pos) of k and v. */
+static void attn_f32_avx2(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f32_avx2(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
+}
+
+static void attn_f16_avx2(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f16_avx2(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
 }
 
 void infer_fill_ops_avx2(infer_kernel_table *t) {
@@ -422,5 +429,7 @@ void infer_fill_ops_avx2(infer_kernel_table *t) {
     t->rope_neox = rope_neox_avx2;
     t->attn_f32 = attn_f32_avx2;
     t->attn_f16 = attn_f16_avx2;
+    t->attn_block_f32 = attn_block_f32_avx2;
+    t->attn_block_f16 = attn_block_f16_avx2;
 }
 #endif

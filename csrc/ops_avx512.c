@@ -2,15 +2,10 @@
  * Tails use masked loads and stores, so every element goes through the same
  * vector formula. */
 #include "infer_kernels.h"
+#include "ops_internal.h"
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #include <math.h>
-
-#if defined(_MSC_VER)
-#define ALWAYS_INLINE __forceinline
-#else
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-#endif
 
 /* Lanes [0, n) of a 16-lane vector, n <= 16 (all when n >= 16). */
 static inline __mmask16 tail_mask(int64_t n) {
@@ -169,8 +164,6 @@ static void rope_neox_avx512(float *x, const float *cs, const float *sn, int64_t
 /* ---- attention: as in ops_avx2.c (chunked online softmax; K rows four at a time
  * against up to four queries, V vectors loaded once for up to four queries), 16
  * lanes with a masked last vector of each row. */
-#define ATTN_CHUNK 64
-
 static ALWAYS_INLINE __m512 kv_load16(const void *p, int64_t i, __mmask16 k, int f16) {
     if (f16)
         return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const infer_half *)p + i));
@@ -340,16 +333,29 @@ static ALWAYS_INLINE void attn_avx512(int64_t n_q, const float *const *q, float 
     }
 }
 
-static void attn_f32_avx512(int64_t n_q, const float *const *q, float *const *out,
-                            const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                            int64_t d, float scale, float *ml) {
+static void attn_block_f32_avx512(int64_t n_q, const float *const *q, float *const *out,
+                                  const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                  int64_t d, float scale, float *ml) {
     attn_avx512(n_q, q, out, lo, hi, k, v, d, scale, ml, 0);
 }
 
-static void attn_f16_avx512(int64_t n_q, const float *const *q, float *const *out,
-                            const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                            int64_t d, float scale, float *ml) {
+static void attn_block_f16_avx512(int64_t n_q, const float *const *q, float *const *out,
+                                  const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                  int64_t d, float scale, float *ml) {
     attn_avx512(n_q, q, out, lo, hi, k, v, d, scale, ml, 1);
+}
+
+/* The one-query entries: rows [0, n_pos) of k and v. */
+static void attn_f32_avx512(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f32_avx512(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
+}
+
+static void attn_f16_avx512(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f16_avx512(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
 }
 
 void infer_fill_ops_avx512(infer_kernel_table *t) {
@@ -364,5 +370,7 @@ void infer_fill_ops_avx512(infer_kernel_table *t) {
     t->rope_neox = rope_neox_avx512;
     t->attn_f32 = attn_f32_avx512;
     t->attn_f16 = attn_f16_avx512;
+    t->attn_block_f32 = attn_block_f32_avx512;
+    t->attn_block_f16 = attn_block_f16_avx512;
 }
 #endif

@@ -2,15 +2,10 @@
  * Tails (n % 4) run the scalar formula.  Checked against the scalar table under
  * qemu-aarch64 by tests/c/ops_neon_check.c (tests/test_kernels_ops_neon.py). */
 #include "infer_kernels.h"
+#include "ops_internal.h"
 #if defined(__aarch64__) || defined(_M_ARM64)
 #include <arm_neon.h>
 #include <math.h>
-
-#if defined(_MSC_VER)
-#define ALWAYS_INLINE __forceinline
-#else
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-#endif
 
 /* exp(x) to about 2 ulp, as exp8 in ops_avx2.c: Cephes polynomial on the reduced
  * argument, 2^n built in the exponent field.  Below ln(FLT_MIN) (and -inf) gives 0. */
@@ -186,10 +181,9 @@ static void rope_neox_neon(float *x, const float *cs, const float *sn, int64_t r
     }
 }
 
-/* ---- attention: as in ops_avx2.c (chunked online softmax, K and V rows four at
- * a time), 4 lanes. */
-#define ATTN_CHUNK 64
-
+/* ---- attention: as in ops_avx2.c (chunked online softmax; K rows two at a time
+ * against up to four queries, V vectors loaded once for up to four queries with
+ * accumulators in registers across a chunk), 4 lanes. */
 static ALWAYS_INLINE float32x4_t kv_load4(const void *p, int64_t i, int f16) {
     if (f16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)p + i)));
     return vld1q_f32((const float *)p + i);
@@ -198,103 +192,190 @@ static ALWAYS_INLINE float kv_load1(const void *p, int64_t i, int f16) {
     return f16 ? infer_fp16_to_fp32(((const infer_half *)p)[i]) : ((const float *)p)[i];
 }
 
-static ALWAYS_INLINE void attn_scores(const float *qs, const void *k, int64_t base, int64_t nb,
-                                      int64_t d, float *s, int f16) {
+/* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant). */
+static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, const void *k,
+                                      int64_t p0, int64_t nb, float *s, int f16) {
     const int64_t d4 = d & ~(int64_t)3;
     int64_t j = 0;
-    for (; j + 4 <= nb; j += 4) {
-        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
-        const int64_t r = base + j * d;
+    for (; j + 2 <= nb; j += 2) {
+        float32x4_t a[8];
+        float sums[8];
+        const int64_t r0 = (p0 + j) * d, r1 = r0 + d;
+        for (int x = 0; x < 8; x++) a[x] = vdupq_n_f32(0.0f);
         for (int64_t i = 0; i < d4; i += 4) {
-            const float32x4_t qv = vld1q_f32(qs + i);
-            a0 = vfmaq_f32(a0, qv, kv_load4(k, r + i, f16));
-            a1 = vfmaq_f32(a1, qv, kv_load4(k, r + d + i, f16));
-            a2 = vfmaq_f32(a2, qv, kv_load4(k, r + 2 * d + i, f16));
-            a3 = vfmaq_f32(a3, qv, kv_load4(k, r + 3 * d + i, f16));
+            const float32x4_t k0 = kv_load4(k, r0 + i, f16), k1 = kv_load4(k, r1 + i, f16);
+            for (int u = 0; u < UB; u++) {
+                const float32x4_t qv = vld1q_f32(qs + u * d + i);
+                a[2 * u] = vfmaq_f32(a[2 * u], qv, k0);
+                a[2 * u + 1] = vfmaq_f32(a[2 * u + 1], qv, k1);
+            }
         }
-        /* pairwise adds: lane u of the result is the sum of a_u */
-        vst1q_f32(s + j, vpaddq_f32(vpaddq_f32(a0, a1), vpaddq_f32(a2, a3)));
-        for (int64_t i = d4; i < d; i++)
-            for (int u = 0; u < 4; u++) s[j + u] += qs[i] * kv_load1(k, r + u * d + i, f16);
+        /* pairwise adds: lane x of each result is the sum of a[x] (a[x + 4]) */
+        vst1q_f32(sums, vpaddq_f32(vpaddq_f32(a[0], a[1]), vpaddq_f32(a[2], a[3])));
+        if (UB > 2) vst1q_f32(sums + 4, vpaddq_f32(vpaddq_f32(a[4], a[5]), vpaddq_f32(a[6], a[7])));
+        for (int u = 0; u < UB; u++) {
+            float s0 = sums[2 * u], s1 = sums[2 * u + 1];
+            for (int64_t i = d4; i < d; i++) {
+                s0 += qs[u * d + i] * kv_load1(k, r0 + i, f16);
+                s1 += qs[u * d + i] * kv_load1(k, r1 + i, f16);
+            }
+            s[u * ATTN_CHUNK + j] = s0;
+            s[u * ATTN_CHUNK + j + 1] = s1;
+        }
     }
     for (; j < nb; j++) {
-        float32x4_t a0 = vdupq_n_f32(0.0f);
-        const int64_t r = base + j * d;
-        for (int64_t i = 0; i < d4; i += 4) a0 = vfmaq_f32(a0, vld1q_f32(qs + i), kv_load4(k, r + i, f16));
-        s[j] = vaddvq_f32(a0);
-        for (int64_t i = d4; i < d; i++) s[j] += qs[i] * kv_load1(k, r + i, f16);
+        const int64_t r0 = (p0 + j) * d;
+        for (int u = 0; u < UB; u++) {
+            float32x4_t a0 = vdupq_n_f32(0.0f);
+            for (int64_t i = 0; i < d4; i += 4)
+                a0 = vfmaq_f32(a0, vld1q_f32(qs + u * d + i), kv_load4(k, r0 + i, f16));
+            float s0 = vaddvq_f32(a0);
+            for (int64_t i = d4; i < d; i++) s0 += qs[u * d + i] * kv_load1(k, r0 + i, f16);
+            s[u * ATTN_CHUNK + j] = s0;
+        }
     }
 }
 
-static ALWAYS_INLINE void attn_accumulate(float *acc, const void *v, int64_t base, int64_t nb,
-                                          int64_t d, const float *w, int f16) {
-    const int64_t d4 = d & ~(int64_t)3;
+/* acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i] for u < UB. */
+static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
+                                          int64_t p0, int64_t nb, const float *w, int f16) {
+    const int64_t d8 = d & ~(int64_t)7, d4 = d & ~(int64_t)3;
+    int64_t i = 0;
+    for (; i < d8; i += 8) {
+        float32x4_t a[4][2];
+        for (int u = 0; u < UB; u++) {
+            a[u][0] = vld1q_f32(acc + u * d + i);
+            a[u][1] = vld1q_f32(acc + u * d + i + 4);
+        }
+        for (int64_t j = 0; j < nb; j++) {
+            const int64_t r = (p0 + j) * d + i;
+            const float32x4_t v0 = kv_load4(v, r, f16), v1 = kv_load4(v, r + 4, f16);
+            for (int u = 0; u < UB; u++) {
+                a[u][0] = vfmaq_n_f32(a[u][0], v0, w[u * ATTN_CHUNK + j]);
+                a[u][1] = vfmaq_n_f32(a[u][1], v1, w[u * ATTN_CHUNK + j]);
+            }
+        }
+        for (int u = 0; u < UB; u++) {
+            vst1q_f32(acc + u * d + i, a[u][0]);
+            vst1q_f32(acc + u * d + i + 4, a[u][1]);
+        }
+    }
+    for (; i < d4; i += 4) {
+        float32x4_t a[4];
+        for (int u = 0; u < UB; u++) a[u] = vld1q_f32(acc + u * d + i);
+        for (int64_t j = 0; j < nb; j++) {
+            const float32x4_t v0 = kv_load4(v, (p0 + j) * d + i, f16);
+            for (int u = 0; u < UB; u++) a[u] = vfmaq_n_f32(a[u], v0, w[u * ATTN_CHUNK + j]);
+        }
+        for (int u = 0; u < UB; u++) vst1q_f32(acc + u * d + i, a[u]);
+    }
+    for (; i < d; i++)
+        for (int64_t j = 0; j < nb; j++)
+            for (int u = 0; u < UB; u++)
+                acc[u * d + i] += w[u * ATTN_CHUNK + j] * kv_load1(v, (p0 + j) * d + i, f16);
+}
+
+/* Online-softmax step of one query over a chunk, as in ops_avx2.c. */
+static void attn_softmax_step(float *s, int64_t p0, int64_t nb, int64_t lo, int64_t hi,
+                              float *m, float *l, float *acc, int64_t d) {
+    const int64_t jlo = lo - p0 > 0 ? lo - p0 : 0, jhi = hi - p0 < nb - 1 ? hi - p0 : nb - 1;
+    float cmax = -INFINITY;
+    for (int64_t j = 0; j < nb; j++) {
+        if (j < jlo || j > jhi) s[j] = -INFINITY;
+        else cmax = s[j] > cmax ? s[j] : cmax;
+    }
+    if (cmax == -INFINITY) {
+        for (int64_t j = 0; j < nb; j++) s[j] = 0.0f;
+        return;
+    }
+    if (cmax > *m) {
+        const float c = expf(*m - cmax);  /* 0 on the first chunk */
+        *l *= c;
+        scale_neon(acc, c, d);
+        *m = cmax;
+    }
+    const float32x4_t vm = vdupq_n_f32(*m);
+    float32x4_t sum = vdupq_n_f32(0.0f);
     int64_t j = 0;
     for (; j + 4 <= nb; j += 4) {
-        const int64_t r = base + j * d;
-        for (int64_t i = 0; i < d4; i += 4) {
-            float32x4_t a = vld1q_f32(acc + i);
-            a = vfmaq_n_f32(a, kv_load4(v, r + i, f16), w[j]);
-            a = vfmaq_n_f32(a, kv_load4(v, r + d + i, f16), w[j + 1]);
-            a = vfmaq_n_f32(a, kv_load4(v, r + 2 * d + i, f16), w[j + 2]);
-            a = vfmaq_n_f32(a, kv_load4(v, r + 3 * d + i, f16), w[j + 3]);
-            vst1q_f32(acc + i, a);
-        }
-        for (int64_t i = d4; i < d; i++)
-            for (int u = 0; u < 4; u++) acc[i] += w[j + u] * kv_load1(v, r + u * d + i, f16);
+        const float32x4_t e = exp4(vsubq_f32(vld1q_f32(s + j), vm));
+        vst1q_f32(s + j, e);
+        sum = vaddq_f32(sum, e);
     }
+    float total = vaddvq_f32(sum);
     for (; j < nb; j++) {
-        const int64_t r = base + j * d;
-        for (int64_t i = 0; i < d4; i += 4)
-            vst1q_f32(acc + i, vfmaq_n_f32(vld1q_f32(acc + i), kv_load4(v, r + i, f16), w[j]));
-        for (int64_t i = d4; i < d; i++) acc[i] += w[j] * kv_load1(v, r + i, f16);
+        s[j] = s[j] == -INFINITY ? 0.0f : expf(s[j] - *m);
+        total += s[j];
     }
+    *l += total;
 }
 
-/* One query over cache rows [lo, hi] (the query rows of a work item are not yet
- * blocked together on NEON as they are on x86). */
-static ALWAYS_INLINE void attn_one_neon(const float *q, float *out, int64_t lo, int64_t hi,
-                                        const void *k, const void *v, int64_t d, float scale,
-                                        float *ml, int f16) {
-    float qs[INFER_ATTN_MAX_HEAD_DIM], acc[INFER_ATTN_MAX_HEAD_DIM], s[ATTN_CHUNK];
-    for (int64_t i = 0; i < d; i++) { qs[i] = q[i] * scale; acc[i] = 0.0f; }
-    float m = -INFINITY, l = 0.0f;
-    for (int64_t p0 = lo; p0 <= hi; p0 += ATTN_CHUNK) {
-        const int64_t nb = hi + 1 - p0 < ATTN_CHUNK ? hi + 1 - p0 : ATTN_CHUNK;
-        attn_scores(qs, k, p0 * d, nb, d, s, f16);
-        float cmax = -INFINITY;
-        for (int64_t j = 0; j < nb; j++) cmax = s[j] > cmax ? s[j] : cmax;
-        if (cmax == -INFINITY) continue;
-        if (cmax > m) {
-            const float c = expf(m - cmax);  /* 0 on the first chunk */
-            l *= c;
-            scale_neon(acc, c, d);
-            m = cmax;
+static ALWAYS_INLINE void attn_neon(int64_t n_q, const float *const *q, float *const *out,
+                                    const int64_t *lo, const int64_t *hi, const void *k,
+                                    const void *v, int64_t d, float scale, float *ml, int f16) {
+    float qs[INFER_ATTN_MAX_QD], acc[INFER_ATTN_MAX_QD];
+    float s[INFER_ATTN_MAX_Q * ATTN_CHUNK], m[INFER_ATTN_MAX_Q], l[INFER_ATTN_MAX_Q];
+    int64_t p_lo = lo[0], p_hi = hi[0];
+    for (int64_t u = 0; u < n_q; u++) {
+        for (int64_t i = 0; i < d; i++) { qs[u * d + i] = q[u][i] * scale; acc[u * d + i] = 0.0f; }
+        m[u] = -INFINITY;
+        l[u] = 0.0f;
+        p_lo = lo[u] < p_lo ? lo[u] : p_lo;
+        p_hi = hi[u] > p_hi ? hi[u] : p_hi;
+    }
+    for (int64_t p0 = p_lo; p0 <= p_hi; p0 += ATTN_CHUNK) {
+        const int64_t nb = p_hi + 1 - p0 < ATTN_CHUNK ? p_hi + 1 - p0 : ATTN_CHUNK;
+        for (int64_t u = 0; u < n_q; u += 4) {
+            float *su = s + u * ATTN_CHUNK;
+            switch (n_q - u < 4 ? n_q - u : 4) {
+            case 4: attn_scores(4, qs + u * d, d, k, p0, nb, su, f16); break;
+            case 3: attn_scores(3, qs + u * d, d, k, p0, nb, su, f16); break;
+            case 2: attn_scores(2, qs + u * d, d, k, p0, nb, su, f16); break;
+            default: attn_scores(1, qs + u * d, d, k, p0, nb, su, f16); break;
+            }
         }
-        const float32x4_t vm = vdupq_n_f32(m);
-        int64_t j = 0;
-        for (; j + 4 <= nb; j += 4) vst1q_f32(s + j, exp4(vsubq_f32(vld1q_f32(s + j), vm)));
-        for (; j < nb; j++) s[j] = expf(s[j] - m);
-        for (j = 0; j < nb; j++) l += s[j];
-        attn_accumulate(acc, v, p0 * d, nb, d, s, f16);
+        for (int64_t u = 0; u < n_q; u++)
+            attn_softmax_step(s + u * ATTN_CHUNK, p0, nb, lo[u], hi[u], &m[u], &l[u], acc + u * d, d);
+        for (int64_t u = 0; u < n_q; u += 4) {
+            const float *wu = s + u * ATTN_CHUNK;
+            switch (n_q - u < 4 ? n_q - u : 4) {
+            case 4: attn_accumulate(4, acc + u * d, d, v, p0, nb, wu, f16); break;
+            case 3: attn_accumulate(3, acc + u * d, d, v, p0, nb, wu, f16); break;
+            case 2: attn_accumulate(2, acc + u * d, d, v, p0, nb, wu, f16); break;
+            default: attn_accumulate(1, acc + u * d, d, v, p0, nb, wu, f16); break;
+            }
+        }
     }
-    if (ml) { ml[0] = m; ml[1] = l; }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int64_t i = 0; i < d; i++) out[i] = acc[i] * inv;
+    for (int64_t u = 0; u < n_q; u++) {
+        if (ml) { ml[2 * u] = m[u]; ml[2 * u + 1] = l[u]; }
+        const float inv = l[u] > 0.0f ? 1.0f / l[u] : 0.0f;
+        for (int64_t i = 0; i < d; i++) out[u][i] = acc[u * d + i] * inv;
+    }
 }
 
-static void attn_f32_neon(int64_t n_q, const float *const *q, float *const *out,
-                          const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                          int64_t d, float scale, float *ml) {
-    for (int64_t u = 0; u < n_q; u++)
-        attn_one_neon(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 0);
+static void attn_block_f32_neon(int64_t n_q, const float *const *q, float *const *out,
+                                const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                int64_t d, float scale, float *ml) {
+    attn_neon(n_q, q, out, lo, hi, k, v, d, scale, ml, 0);
 }
 
-static void attn_f16_neon(int64_t n_q, const float *const *q, float *const *out,
-                          const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                          int64_t d, float scale, float *ml) {
-    for (int64_t u = 0; u < n_q; u++)
-        attn_one_neon(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 1);
+static void attn_block_f16_neon(int64_t n_q, const float *const *q, float *const *out,
+                                const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                int64_t d, float scale, float *ml) {
+    attn_neon(n_q, q, out, lo, hi, k, v, d, scale, ml, 1);
+}
+
+/* The one-query entries: rows [0, n_pos) of k and v. */
+static void attn_f32_neon(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f32_neon(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
+}
+
+static void attn_f16_neon(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f16_neon(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
 }
 
 void infer_fill_ops_neon(infer_kernel_table *t) {
@@ -309,5 +390,7 @@ void infer_fill_ops_neon(infer_kernel_table *t) {
     t->rope_neox = rope_neox_neon;
     t->attn_f32 = attn_f32_neon;
     t->attn_f16 = attn_f16_neon;
+    t->attn_block_f32 = attn_block_f32_neon;
+    t->attn_block_f16 = attn_block_f16_neon;
 }
 #endif

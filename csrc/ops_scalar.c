@@ -2,6 +2,7 @@
  * against.  Reductions accumulate in double so that these stay the most accurate
  * path. */
 #include "infer_kernels.h"
+#include "ops_internal.h"
 
 #include <math.h>
 
@@ -89,11 +90,6 @@ static void rope_neox_scalar(float *x, const float *cs, const float *sn, int64_t
     }
 }
 
-/* Online softmax over the cache rows (running max m and sum l), scores of a chunk
- * of positions at a time so the rescale of the accumulator happens once per chunk.
- * The scratch is the chunk, never the context. */
-#define ATTN_CHUNK 64
-
 /* Cache element i of a row block stored as F32 or F16 bits. */
 static inline float kv_at(const void *p, int64_t i, int f16) {
     return f16 ? infer_fp16_to_fp32(((const infer_half *)p)[i]) : ((const float *)p)[i];
@@ -134,18 +130,31 @@ static void attn_one_scalar(const float *q, float *out, int64_t lo, int64_t hi, 
     for (int64_t i = 0; i < d; i++) out[i] = acc[i] * r;
 }
 
-static void attn_f32_scalar(int64_t n_q, const float *const *q, float *const *out,
-                            const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                            int64_t d, float scale, float *ml) {
+static void attn_block_f32_scalar(int64_t n_q, const float *const *q, float *const *out,
+                                  const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                  int64_t d, float scale, float *ml) {
     for (int64_t u = 0; u < n_q; u++)
         attn_one_scalar(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 0);
 }
 
-static void attn_f16_scalar(int64_t n_q, const float *const *q, float *const *out,
-                            const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                            int64_t d, float scale, float *ml) {
+static void attn_block_f16_scalar(int64_t n_q, const float *const *q, float *const *out,
+                                  const int64_t *lo, const int64_t *hi, const void *k, const void *v,
+                                  int64_t d, float scale, float *ml) {
     for (int64_t u = 0; u < n_q; u++)
         attn_one_scalar(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 1);
+}
+
+/* The one-query entries: rows [0, n_pos) of k and v. */
+static void attn_f32_scalar(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f32_scalar(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
+}
+
+static void attn_f16_scalar(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
+                          float scale, float *out) {
+    const int64_t lo = 0, hi = n_pos - 1;
+    attn_block_f16_scalar(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
 }
 
 void infer_fill_ops_scalar(infer_kernel_table *t) {
@@ -160,4 +169,6 @@ void infer_fill_ops_scalar(infer_kernel_table *t) {
     t->rope_neox = rope_neox_scalar;
     t->attn_f32 = attn_f32_scalar;
     t->attn_f16 = attn_f16_scalar;
+    t->attn_block_f32 = attn_block_f32_scalar;
+    t->attn_block_f16 = attn_block_f16_scalar;
 }

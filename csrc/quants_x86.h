@@ -31,6 +31,7 @@
 
 static inline float half_to_float(infer_half h) { return _cvtsh_ss(h); }
 
+
 static inline float hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -50,7 +51,8 @@ static inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
 #if X86_VNNI
     return _mm256_dpbusd_epi32(acc, u, s);
 #else
-    const __m256i p16 = _mm256_maddubs_epi16(u, s);   /* at most 2*255*127: no saturation here */
+    /* vpmaddubsw saturates pair sums to int16: callers keep u <= 128 (2*128*127 fits). */
+    const __m256i p16 = _mm256_maddubs_epi16(u, s);
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 #endif
 }
@@ -85,6 +87,12 @@ static inline __m256i unpack_q5_0(const block_q5_0 *b) {
     const __m256i lo = unpack_nibbles(b->qs);
     const __m256i hi = _mm256_andnot_si256(bits_to_bytes(b->qh), _mm256_set1_epi8((char)0xF0));
     return _mm256_or_si256(lo, hi);
+}
+
+/* Q5_0 element values as unsigned bytes 0..31 (the value is this minus 16). */
+static inline __m256i unpack_q5_0_unsigned(const block_q5_0 *b) {
+    const __m256i hi = _mm256_and_si256(bits_to_bytes(b->qh), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(unpack_nibbles(b->qs), hi);
 }
 
 /* ---- dequantize ------------------------------------------------------------------ */
@@ -347,73 +355,184 @@ static inline void store_hsum4(float *out, const __m256 acc[4]) {
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)));
 }
 
+static inline int load_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return (int)v; }
+
+/* The fp16 at p in four rows (row_bytes apart) as four floats.  (Gathering through
+ * a small array measured faster here than four inserts.) */
+static inline __m128 load_half_x4(const uint8_t *p, size_t row_bytes) {
+    uint16_t h[4];
+    for (int k = 0; k < 4; k++) memcpy(&h[k], p + k * row_bytes, 2);
+    return _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h));
+}
+
+/* The 32 bits at p in four rows: Q4_1's adjacent (d, m) pairs. */
+static inline __m128i load_u32_x4(const uint8_t *p, size_t row_bytes) {
+    uint32_t v[4];
+    for (int k = 0; k < 4; k++) memcpy(&v[k], p + k * row_bytes, 4);
+    return _mm_loadu_si128((const __m128i *)v);
+}
+
+/* Broadcast of lane k of a 4-float scale vector. */
+#define LANE(v4, k) _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v4), _mm256_set1_epi32(k))
+
+/* One block of four rows against one activation block, with unsigned weight bytes u:
+ * acc[k] += scale[k] * (offset + u_k . y), where offset = -c * sum(y) undoes the
+ * constant c that made the weights unsigned (computed once for the four rows). */
+#define DOT4_BLOCK(uk_bytes, yv, scale4, offset)                                       \
+    for (int k = 0; k < 4; k++)                                                        \
+        acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(offset, uk_bytes, yv)),   \
+                                 LANE(scale4, k), acc[k]);
+
+/* -c * (sum of each group of 4 bytes of y), as the int32 lanes dot_u8s8 produces. */
+static inline __m256i minus_sum_times(int c, __m256i y) {
+    return _mm256_sub_epi32(_mm256_setzero_si256(),
+                            dot_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8((char)c), y));
+}
+
 static void KERNEL(vec_dot_4_q4_0_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
     const block_q8_0 *y = (const block_q8_0 *)a;
-    const block_q4_0 *x[4] = {(const block_q4_0 *)ROW(0), (const block_q4_0 *)ROW(1),
-                              (const block_q4_0 *)ROW(2), (const block_q4_0 *)ROW(3)};
-    const __m256i eight = _mm256_set1_epi8(8);
+    const uint8_t *x = (const uint8_t *)w;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < n / QK4_0; b++) {
+    for (int64_t b = 0; b < n / QK4_0; b++, x += sizeof(block_q4_0)) {
         const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
-        const float dy = half_to_float(y[b].d);
-        for (int k = 0; k < 4; k++) {
-            const __m256i xv = _mm256_sub_epi8(unpack_nibbles(x[k][b].qs), eight);
-            const __m256i p = dot_s8s8(_mm256_setzero_si256(), xv, yv);
-            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_to_float(x[k][b].d) * dy), acc[k]);
-        }
+        const __m256i offset = minus_sum_times(8, yv);
+        const __m128 scale = _mm_mul_ps(load_half_x4(x, row_bytes), _mm_set1_ps(half_to_float(y[b].d)));
+        DOT4_BLOCK(unpack_nibbles(((const block_q4_0 *)(x + k * row_bytes))->qs), yv, scale, offset)
     }
     store_hsum4(out, acc);
 }
 
 static void KERNEL(vec_dot_4_q4_1_q8_1)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
     const block_q8_1 *y = (const block_q8_1 *)a;
-    const block_q4_1 *x[4] = {(const block_q4_1 *)ROW(0), (const block_q4_1 *)ROW(1),
-                              (const block_q4_1 *)ROW(2), (const block_q4_1 *)ROW(3)};
+    const uint8_t *x = (const uint8_t *)w;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t b = 0; b < n / QK4_1; b++) {
+    __m256 mins = _mm256_setzero_ps();   /* odd lanes: sum of m_k * s */
+    for (int64_t b = 0; b < n / QK4_1; b++, x += sizeof(block_q4_1)) {
         const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
-        const float dy = half_to_float(y[b].d), sy = half_to_float(y[b].s);
-        for (int k = 0; k < 4; k++) {
-            const __m256i p = dot_u8s8(_mm256_setzero_si256(), unpack_nibbles(x[k][b].qs), yv);
-            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_to_float(x[k][b].d) * dy), acc[k]);
-            mins[k] += half_to_float(x[k][b].m) * sy;
-        }
+        /* d and m are adjacent: one 32-bit load per row gives d0 m0 d1 m1 d2 m2 d3 m3. */
+        /* the activation's d and s are adjacent too */
+        const __m128 ysf = _mm_cvtph_ps(_mm_cvtsi32_si128(load_u32((const uint8_t *)&y[b].d)));
+        const __m256 ds = _mm256_mul_ps(_mm256_cvtph_ps(load_u32_x4(x, row_bytes)),
+                                        _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(ysf))));
+        mins = _mm256_add_ps(mins, ds);
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(dot_u8s8(_mm256_setzero_si256(),
+                                            unpack_nibbles(((const block_q4_1 *)(x + k * row_bytes))->qs), yv)),
+                _mm256_permutevar8x32_ps(ds, _mm256_set1_epi32(2 * k)), acc[k]);
     }
     store_hsum4(out, acc);
-    for (int k = 0; k < 4; k++) out[k] += mins[k];
+    const __m256 odd = _mm256_permutevar8x32_ps(mins, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
+    _mm_storeu_ps(out, _mm_add_ps(_mm_loadu_ps(out), _mm256_castps256_ps128(odd)));
 }
 
 static void KERNEL(vec_dot_4_q5_0_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
     const block_q8_0 *y = (const block_q8_0 *)a;
-    const block_q5_0 *x[4] = {(const block_q5_0 *)ROW(0), (const block_q5_0 *)ROW(1),
-                              (const block_q5_0 *)ROW(2), (const block_q5_0 *)ROW(3)};
+    const uint8_t *x = (const uint8_t *)w;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < n / QK5_0; b++) {
+    for (int64_t b = 0; b < n / QK5_0; b++, x += sizeof(block_q5_0)) {
         const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
-        const float dy = half_to_float(y[b].d);
-        for (int k = 0; k < 4; k++) {
-            const __m256i p = dot_s8s8(_mm256_setzero_si256(), unpack_q5_0(&x[k][b]), yv);
-            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_to_float(x[k][b].d) * dy), acc[k]);
-        }
+        const __m256i offset = minus_sum_times(16, yv);
+        const __m128 scale = _mm_mul_ps(load_half_x4(x, row_bytes), _mm_set1_ps(half_to_float(y[b].d)));
+        DOT4_BLOCK(unpack_q5_0_unsigned((const block_q5_0 *)(x + k * row_bytes)), yv, scale, offset)
     }
     store_hsum4(out, acc);
 }
 
 static void KERNEL(vec_dot_4_q8_0_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
     const block_q8_0 *y = (const block_q8_0 *)a;
-    const block_q8_0 *x[4] = {(const block_q8_0 *)ROW(0), (const block_q8_0 *)ROW(1),
-                              (const block_q8_0 *)ROW(2), (const block_q8_0 *)ROW(3)};
+    const uint8_t *x = (const uint8_t *)w;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < n / QK8_0; b++) {
+#if X86_VNNI
+    /* x ^ 0x80 = x + 128 as unsigned; vpdpbusd sums into int32 without saturating.
+     * (vpmaddubsw would saturate 255*127*2 in int16, hence the sign trick below.) */
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+#endif
+    for (int64_t b = 0; b < n / QK8_0; b++, x += sizeof(block_q8_0)) {
         const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
-        const float dy = half_to_float(y[b].d);
-        for (int k = 0; k < 4; k++) {
-            const __m256i p = dot_s8s8(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)x[k][b].qs), yv);
-            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(half_to_float(x[k][b].d) * dy), acc[k]);
-        }
+        const __m128 scale = _mm_mul_ps(load_half_x4(x, row_bytes), _mm_set1_ps(half_to_float(y[b].d)));
+#define XK _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + k * row_bytes))->qs)
+#if X86_VNNI
+        const __m256i offset = minus_sum_times(128, yv);
+        DOT4_BLOCK(_mm256_xor_si256(XK, flip), yv, scale, offset)
+#else
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8s8(_mm256_setzero_si256(), XK, yv)),
+                                     LANE(scale, k), acc[k]);
+#endif
+#undef XK
     }
     store_hsum4(out, acc);
+}
+
+/* Four weight rows against four tokens.  Each weight block is unpacked once and
+ * used for the four tokens; each activation block is loaded once for the four rows.
+ * Sixteen accumulators: meant for the 32 vector registers of AVX-512 (the AVX2 build
+ * spills some to L1 and is still faster than four-row calls per token). */
+#define DOT4X4_BEGIN(block_type)                                                        \
+    const uint8_t *x = (const uint8_t *)w;                                             \
+    __m256 acc[4][4];                                                                  \
+    for (int t = 0; t < 4; t++)                                                        \
+        for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();                   \
+    for (int64_t b = 0; b < n / 32; b++, x += sizeof(block_type)) {
+
+#define DOT4X4_END                                                                     \
+    }                                                                                  \
+    for (int t = 0; t < 4; t++) store_hsum4(out + t * out_stride, acc[t]);
+
+/* Weights whose value is (unsigned byte - c) times a per-block fp16 scale d at offset 0. */
+#define DOT4X4_OFFSET_KERNEL(name, block_type, act_type, unpack, c)                     \
+    static void KERNEL(name)(int64_t n, const void *w, size_t row_bytes, const void *a,  \
+                             size_t a_stride, float *out, size_t out_stride) {          \
+        DOT4X4_BEGIN(block_type)                                                        \
+        __m256i u[4];                                                                   \
+        for (int k = 0; k < 4; k++) u[k] = unpack((const block_type *)(x + k * row_bytes)); \
+        const __m128 dx = load_half_x4(x, row_bytes);                                   \
+        for (int t = 0; t < 4; t++) {                                                   \
+            const act_type *y = (const act_type *)((const uint8_t *)a + t * a_stride) + b; \
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);              \
+            const __m256i offset = minus_sum_times(c, yv);                              \
+            const __m128 scale = _mm_mul_ps(dx, _mm_set1_ps(half_to_float(y->d)));      \
+            for (int k = 0; k < 4; k++)                                                 \
+                acc[t][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(offset, u[k], yv)), \
+                                            LANE(scale, k), acc[t][k]);                 \
+        }                                                                               \
+        DOT4X4_END                                                                      \
+    }
+
+#define UNPACK_Q4_0(blk) unpack_nibbles((blk)->qs)
+#define UNPACK_Q8_0_FLIPPED(blk) _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk)->qs), \
+                                                  _mm256_set1_epi8((char)0x80))
+DOT4X4_OFFSET_KERNEL(vec_dot_4x4_q4_0_q8_0, block_q4_0, block_q8_0, UNPACK_Q4_0, 8)
+DOT4X4_OFFSET_KERNEL(vec_dot_4x4_q5_0_q8_0, block_q5_0, block_q8_0, unpack_q5_0_unsigned, 16)
+#if X86_VNNI
+DOT4X4_OFFSET_KERNEL(vec_dot_4x4_q8_0_q8_0, block_q8_0, block_q8_0, UNPACK_Q8_0_FLIPPED, 128)
+#endif
+
+static void KERNEL(vec_dot_4x4_q4_1_q8_1)(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                          size_t a_stride, float *out, size_t out_stride) {
+    __m256 mins[4];   /* per token; odd lanes: sum of m_k * s */
+    for (int t = 0; t < 4; t++) mins[t] = _mm256_setzero_ps();
+    DOT4X4_BEGIN(block_q4_1)
+    __m256i u[4];
+    for (int k = 0; k < 4; k++) u[k] = unpack_nibbles(((const block_q4_1 *)(x + k * row_bytes))->qs);
+    const __m256 dm = _mm256_cvtph_ps(load_u32_x4(x, row_bytes));   /* d0 m0 d1 m1 ... */
+    for (int t = 0; t < 4; t++) {
+        const block_q8_1 *y = (const block_q8_1 *)((const uint8_t *)a + t * a_stride) + b;
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
+        const __m128 ysf = _mm_cvtph_ps(_mm_cvtsi32_si128(load_u32((const uint8_t *)&y->d)));
+        const __m256 ds = _mm256_mul_ps(dm, _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(ysf))));
+        mins[t] = _mm256_add_ps(mins[t], ds);
+        for (int k = 0; k < 4; k++)
+            acc[t][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(_mm256_setzero_si256(), u[k], yv)),
+                                        _mm256_permutevar8x32_ps(ds, _mm256_set1_epi32(2 * k)), acc[t][k]);
+    }
+    DOT4X4_END
+    for (int t = 0; t < 4; t++) {
+        const __m256 odd = _mm256_permutevar8x32_ps(mins[t], _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
+        float *o = out + t * out_stride;
+        _mm_storeu_ps(o, _mm_add_ps(_mm_loadu_ps(o), _mm256_castps256_ps128(odd)));
+    }
 }
 
 /* Float rows: 4 accumulators of 8 lanes, then a scalar tail. */
@@ -480,6 +599,13 @@ static void KERNEL(fill_quants_x86)(infer_kernel_table *t) {
     t->vec_dot_4[INFER_TYPE_Q4_1] = KERNEL(vec_dot_4_q4_1_q8_1);
     t->vec_dot_4[INFER_TYPE_Q5_0] = KERNEL(vec_dot_4_q5_0_q8_0);
     t->vec_dot_4[INFER_TYPE_Q8_0] = KERNEL(vec_dot_4_q8_0_q8_0);
+
+    t->vec_dot_4x4[INFER_TYPE_Q4_0] = KERNEL(vec_dot_4x4_q4_0_q8_0);
+    t->vec_dot_4x4[INFER_TYPE_Q4_1] = KERNEL(vec_dot_4x4_q4_1_q8_1);
+    t->vec_dot_4x4[INFER_TYPE_Q5_0] = KERNEL(vec_dot_4x4_q5_0_q8_0);
+#if X86_VNNI
+    t->vec_dot_4x4[INFER_TYPE_Q8_0] = KERNEL(vec_dot_4x4_q8_0_q8_0);
+#endif
 }
 
 #endif

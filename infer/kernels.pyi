@@ -13,7 +13,8 @@ from typing_extensions import Buffer, TypedDict
 _QType = Union[str, int]
 _F32Array = npt.NDArray[np.float32]
 #: Raw bytes of quantized blocks: a uint8 array, bytes, a memoryview, an mmap...
-_Bytes = Buffer
+#: (ndarray is named: numpy's stubs declare __buffer__ only for Python >= 3.12.)
+_Bytes = Union[Buffer, npt.NDArray[Any]]
 
 _Out = TypeVar("_Out")
 _F32 = TypeVar("_F32", bound=_F32Array)
@@ -64,3 +65,10 @@ def rope(x: _F32, pos0: int = 0, freq_base: float = 10000.0, *, neox: bool = Fal
 def attention(q: _F32Array, k_cache: npt.NDArray[Any], v_cache: npt.NDArray[Any], pos0: int,
               out: _F32, scale: Optional[float] = None, window: int = 0) -> _F32: ...
 def kv_store(x: _F32Array, cache: _Out, pos0: int) -> _Out: ...
+
+# ---- the Llama decode step in C (kernels_llama.pxi) ---------------------------------
+class LlamaDecoder:
+    def __init__(self, config: Any, embd: Any, output: Any, output_norm: Any, layers: Any,
+                 k_cache: npt.NDArray[Any], v_cache: npt.NDArray[Any], n_ctx: int) -> None: ...
+    def decode(self, token: int, pos: int, logits: _F32Array) -> None: ...
+    def release(self) -> None: ...

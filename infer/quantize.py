@@ -33,11 +33,11 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from .gguf import GGUFFile, GGUFWriter, ValueType
+from .gguf import GGUFFile, GGUFWriter, PathArg, ValueType
 from .tensor import DType, Tensor, encode_f32
 
 #: ``--type`` names -> target formats.
@@ -80,7 +80,7 @@ class Step:
 
 @dataclass
 class Report:
-    steps: list = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
     seconds: float = 0.0
     bytes_in: int = 0
     bytes_out: int = 0
@@ -93,17 +93,17 @@ class Report:
     def n_unsupported(self) -> int:
         return sum(s.unsupported for s in self.steps)
 
-    def fallbacks(self) -> dict:
+    def fallbacks(self) -> dict[str, int]:
         """{"Q4_K->Q5_0": count, ...} for the tensors that fell back."""
-        counts: dict = {}
+        counts: dict[str, int] = {}
         for s in self.steps:
-            if s.fallback:
+            if s.wanted is not None:
                 key = f"{s.wanted.name}->{s.dtype.name}"
                 counts[key] = counts.get(key, 0) + 1
         return counts
 
-    def type_counts(self) -> dict:
-        counts: dict = {}
+    def type_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
         for s in self.steps:
             counts[s.dtype.name] = counts.get(s.dtype.name, 0) + 1
         return counts
@@ -167,7 +167,7 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def quantize_file(src: Union[str, os.PathLike], dst: Union[str, os.PathLike], target: Union[DType, str],
+def quantize_file(src: PathArg, dst: PathArg, target: Union[DType, str],
                   threads: Optional[int] = None,
                   progress: Optional[Callable[[int], None]] = None,
                   warn: Callable[[str], None] = lambda msg: None) -> Report:
@@ -206,7 +206,7 @@ def quantize_file(src: Union[str, os.PathLike], dst: Union[str, os.PathLike], ta
 
         window = 2 * threads  # tensors converted ahead of the writer
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="quantize") as pool:
-            futures: dict[int, Future] = {}
+            futures: dict[int, Future[np.ndarray]] = {}
 
             def producer(k: int) -> Callable[[], np.ndarray]:
                 def produce() -> np.ndarray:
@@ -236,15 +236,22 @@ class ProgressBar:
     def __init__(self, total: int, desc: str) -> None:
         self.total, self.done, self.desc = total, 0, desc
         self._last = 0.0
+        self._bar: Any = None
+        self._started = False
+
+    def _start(self) -> None:
+        # drawn at the first update, so that warnings printed before work starts stay readable
+        self._started = True
         try:
             from tqdm import tqdm
         except ImportError:
-            self._bar = None
-        else:
-            self._bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
-                             file=sys.stderr, leave=False)
+            return
+        self._bar = tqdm(total=self.total, desc=self.desc, unit="B", unit_scale=True,
+                         unit_divisor=1024, file=sys.stderr, leave=False)
 
     def update(self, n: int) -> None:
+        if not self._started:
+            self._start()
         self.done += n
         if self._bar is not None:
             self._bar.update(n)

@@ -132,7 +132,7 @@ KERNEL_DTYPES = frozenset({
 })
 
 # Formats whose elements numpy can view directly (little-endian).
-_NUMPY_DTYPES = {
+_NUMPY_DTYPES: dict[DType, np.dtype[Any]] = {
     DType.F32: np.dtype("<f4"), DType.F16: np.dtype("<f2"), DType.F64: np.dtype("<f8"),
     DType.I8: np.dtype("i1"), DType.I16: np.dtype("<i2"), DType.I32: np.dtype("<i4"),
     DType.I64: np.dtype("<i8"), DType.BF16: np.dtype("<u2"),

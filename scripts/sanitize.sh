@@ -23,6 +23,16 @@ echo "== C self-test (every SIMD table entry against scalar), ASan+UBSan"
 CC=$cc CFLAGS="-O1 -g $san" LDFLAGS="$san" sh "$root/csrc/selftest/build.sh" "$work/selftest"
 "$work/selftest"
 
+# The NEON files too, when the Debian cross toolchain and qemu-user are installed.
+arm_sysroot=/usr/aarch64-linux-gnu
+if command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 &&
+   [ -n "$(ls "$arm_sysroot"/lib/libasan.so* 2>/dev/null)" ]; then
+    echo "== the same for AArch64 (NEON) under qemu-aarch64"
+    CC=aarch64-linux-gnu-gcc CFLAGS="-O1 -g $san" LDFLAGS="$san" \
+        sh "$root/csrc/selftest/build.sh" "$work/selftest-arm"
+    qemu-aarch64 -L "$arm_sysroot" "$work/selftest-arm"
+fi
+
 echo "== infer.kernels built with INFER_SANITIZE=1"
 mkdir "$work/src"
 (cd "$root" && tar cf - --exclude='*.so' --exclude='build' --exclude='.git' \

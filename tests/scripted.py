@@ -75,7 +75,8 @@ class ScriptedTokenizer:
                  end_of_turn: Sequence[str] = ("<|im_end|>", "<|endoftext|>"), add_bos: bool = False) -> None:
         self.vocab = ScriptedVocab(specials, words, bos, eos, end_of_turn)
         self.add_bos = add_bos
-        self._special_re = re.compile("(" + "|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)) + ")")
+        longest_first = sorted(specials, key=len, reverse=True)
+        self._special_re = re.compile("(" + "|".join(re.escape(s) for s in longest_first) + ")")
         self._words = sorted(self.vocab.word_ids.items(), key=lambda kv: -len(kv[0]))
 
     def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
@@ -124,6 +125,20 @@ class GreedySampler:
 
     def set_history(self, tokens: Sequence[int]) -> None:
         self.history = list(tokens)
+
+
+class RaisingSampler(GreedySampler):
+    """Greedy, but its ``at``-th sample raises ``exc`` (Ctrl-C, a failing kernel...)."""
+
+    def __init__(self, at: int, exc: BaseException) -> None:
+        super().__init__()
+        self.calls, self.at, self.exc = 0, at, exc
+
+    def sample(self, logits: np.ndarray) -> int:
+        self.calls += 1
+        if self.calls == self.at:
+            raise self.exc
+        return super().sample(logits)
 
 
 Script = Sequence[Union[str, Sequence[int]]]

@@ -11,8 +11,7 @@ import pytest
 
 from infer.chat import ChatSession, Reply, ThinkingText, ToolCall, ToolCallError
 from infer.runtime import ContextOverflowError
-
-from scripted import CHATML, GreedySampler, ScriptedTokenizer, scripted_model
+from tests.scripted import CHATML, RaisingSampler, ScriptedTokenizer, scripted_model
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city",
@@ -42,8 +41,7 @@ def test_three_turns_prefill_only_new_tokens():
     s = ChatSession(model, system="Be brief.")
     ctx = s.context
     assert ctx.forwarded == 0
-    for i, (question, answer) in enumerate([("hi", "Hello world!"), ("again", "Second answer."),
-                                            ("last", "Third, ab.")]):
+    for question, answer in [("hi", "Hello world!"), ("again", "Second answer."), ("last", "Third, ab.")]:
         before = list(ctx.tokens)
         calls_before = len(ctx.forward_calls)
         reply = s.send(question)
@@ -143,7 +141,7 @@ def test_generation_prompt_that_opens_thinking():
     model = scripted_model(["plan</think>\n\nHello world"], template=template,
                            opener="<|im_start|>assistant\n<think>\n")
     s = ChatSession(model)
-    assert s.chat.starts_in_thinking
+    assert s.chat.assistant_prefix.endswith("<think>\n")
     reply = s.send("hi")
     assert reply.thinking == "plan" and reply.text == "Hello world"
     assert s.context.tokens == history_ids(s)
@@ -309,20 +307,9 @@ def test_closing_the_stream_keeps_the_partial_reply():
     assert s.send("go on").text == "next"
 
 
-class InterruptingSampler(GreedySampler):
-    def __init__(self, after):
-        super().__init__()
-        self.calls, self.after = 0, after
-
-    def sample(self, logits):
-        self.calls += 1
-        if self.calls == self.after:
-            raise KeyboardInterrupt
-        return super().sample(logits)
-
-
 def test_ctrl_c_during_generation_leaves_a_usable_session():
-    s = ChatSession(scripted_model(["Hello world and more", "next"]), sampler=InterruptingSampler(3))
+    s = ChatSession(scripted_model(["Hello world and more", "next"]),
+                    sampler=RaisingSampler(3, KeyboardInterrupt()))
     got = []
     with pytest.raises(KeyboardInterrupt):
         for piece in s.stream("hi"):
@@ -388,10 +375,12 @@ def test_gemma_template_folds_system_and_tool_results():
     reply = s.send("Rome?")
     assert reply.tool_calls[0].arguments == {"city": "Rome"}
     s.add_tool_result("get_weather", "25C")
+    s.add_tool_result("get_weather", "sunny")  # two results: still one user turn
     assert s.send().text == "Warm."
     text = s.tokenizer.decode(s.context.tokens)
     assert text.startswith("<bos><start_of_turn>user\nBe kind.\n\nYou can call these tools:")
-    assert "<start_of_turn>user\nResult of get_weather: 25C<end_of_turn>\n" in text
+    assert ("<start_of_turn>user\nResult of get_weather: 25C\nResult of get_weather: sunny<end_of_turn>\n"
+            in text)
     assert text.endswith("<start_of_turn>model\nWarm.<end_of_turn>\n")
     assert s.context.tokens == history_ids(s)
 
@@ -405,20 +394,9 @@ def test_closing_after_the_last_piece_still_records_the_whole_reply():
     assert s.context.tokens == history_ids(s)
 
 
-class FailingSampler(GreedySampler):
-    def __init__(self, at):
-        super().__init__()
-        self.calls, self.at = 0, at
-
-    def sample(self, logits):
-        self.calls += 1
-        if self.calls == self.at:
-            raise MemoryError("simulated failure")
-        return super().sample(logits)
-
-
 def test_a_failing_turn_is_dropped_from_history():
-    s = ChatSession(scripted_model(["Hello world", "Hello"]), sampler=FailingSampler(5))
+    s = ChatSession(scripted_model(["Hello world", "Hello"]),
+                    sampler=RaisingSampler(5, MemoryError("simulated failure")))
     assert s.send("first").text == "Hello world"  # samples 1-3: Hello, " world", <|im_end|>
     with pytest.raises(MemoryError):
         s.send("second")  # fails on its second sample
@@ -429,8 +407,8 @@ def test_a_failing_turn_is_dropped_from_history():
 
 # ---- the state machine with the real tokenizers of the test models -----------------------------
 def _real(path_fn):
-    import _tok_models
     from infer.tokenizer import Tokenizer
+    from tests import _tok_models
 
     path = getattr(_tok_models, path_fn)()
     if path is None:
@@ -510,3 +488,60 @@ def test_template_kwargs_reach_the_template():
     assert s.tokenizer.decode(s.context.tokens) == chatml(s.history)
     with pytest.raises(TypeError, match="template_kwargs"):
         ChatSession(scripted_model([]), template_kwargs=[("enable_thinking", False)])
+
+
+def test_trim_history_drops_the_oldest_exchanges_to_fit():
+    script = ["First answer here.", "Second answer here.", "Third answer here.", "Fourth."]
+    # token counts: system turn 11, user turn 8, opener 3, reply 18 + <|im_end|> + newline
+    s = ChatSession(scripted_model(script, max_seq_len=64), system="S", trim_history=True, max_tokens=20)
+    s.send("one")
+    assert s.context.n_past == 11 + 8 + 3 + 20
+    s.send("two")  # 42 + 8 + 3 = 53 prompt tokens leave 11 < 20 + 3 for the reply: drop "one"
+    assert [m["content"] for m in s.history] == ["S", "two", "First answer here."]
+    # the scripted model saw one assistant opener again: its first reply
+    assert s.context.tokens == history_ids(s)
+    assert s.context.n_past == 11 + 8 + 3 + 20
+    s3 = ChatSession(scripted_model(script, max_seq_len=64), system="S", max_tokens=20)
+    s3.send("one")
+    reply = s3.send("two")  # without trimming the reply gets what is left: 64 - 53 - 3 tokens
+    assert reply.text == "Second a" and reply.finish_reason == "length"
+    assert s3.context.tokens == history_ids(s3) and s3.context.n_past <= 64
+    s2 = ChatSession(scripted_model(script, max_seq_len=64), system="S", trim_history=True)
+    with pytest.raises(ContextOverflowError, match="does not fit"):
+        s2.send("x" * 60)  # nothing older to drop
+    assert s2.history == [{"role": "system", "content": "S"}]
+
+
+def test_history_can_be_replaced_like_a_chat_completions_request():
+    s = ChatSession(scripted_model(["Hello world!", "Second.", "Third."]))
+    s.send("hi")
+    held = len(s.context.tokens)
+    # a client resends the conversation with a new user turn: only that turn is new
+    s.history = s.history + [{"role": "user", "content": "and?"}]
+    reply = s.send()
+    assert reply.text == "Second." and reply.cached_tokens == held
+    # an edited earlier turn: the cache is kept up to the edit
+    edited = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"},
+              {"role": "user", "content": "x"}]
+    s.history = edited
+    reply = s.send()
+    assert reply.text == "Second."
+    assert s.history[:3] == edited and s.context.tokens == history_ids(s)
+    prefix = s.tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nHello",
+                                parse_special=True)
+    assert reply.cached_tokens == len(prefix)
+    with pytest.raises(TypeError, match=r"history\[0\]"):
+        s.history = [{"content": "no role"}]
+
+
+def test_template_that_refuses_to_end_on_an_assistant_message():
+    template = CHATML.replace("{% for message in messages %}",
+                              "{% if messages[-1].role == 'assistant' %}{{ raise_exception('no prefill') }}"
+                              "{% endif %}{% for message in messages %}")
+    assert template != CHATML
+    s = ChatSession(scripted_model(["Hello world", "ab"], template=template))
+    assert s.send("hi").text == "Hello world"
+    reply = s.send("again")
+    assert reply.text == "ab"
+    # the turn could not be closed by a render, so the next one matched what it could
+    assert reply.cached_tokens == len(s.tokenizer.encode(chatml(s.history[:2]), parse_special=True)) - 1

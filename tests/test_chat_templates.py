@@ -7,9 +7,8 @@ import jinja2
 import pytest
 
 from infer.chat import FALLBACK_TEMPLATES, Chat, ChatTemplateError
-
-import _tok_models
-from scripted import ScriptedTokenizer
+from tests import _tok_models
+from tests.scripted import ScriptedTokenizer
 
 # Official templates as published with the models (Meta-Llama-3-8B-Instruct, gemma-2-2b-it).
 LLAMA3 = ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
@@ -187,6 +186,8 @@ def test_openai_content_parts_and_none_content():
     "{{ messages.__class__.__mro__[1].__subclasses__() }}",
     "{{ ''.__class__ }}",
     "{{ raise_exception.__globals__ }}",
+    "{{ '{0.__class__}'.format(messages) }}",
+    "{{ lipsum.__globals__ }}",
     "{{ cycler.__init__.__globals__.os.system('echo pwned') }}",
     "{% set x = messages.append({'role': 'user'}) %}{{ messages | length }}",
     "{{ messages[0].update({'content': 'changed'}) }}",

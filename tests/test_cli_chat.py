@@ -10,8 +10,7 @@ import pytest
 
 from infer import cli
 from infer.runtime import Model
-
-from scripted import GreedySampler, scripted_model
+from tests.scripted import GreedySampler, RaisingSampler, scripted_model
 
 
 class RecordingModel(Model):
@@ -33,7 +32,7 @@ class RecordingModel(Model):
 
 
 def run_chat(monkeypatch, capsys, model, stdin, *argv):
-    monkeypatch.setattr(cli, "_chat_load", lambda args: model)
+    monkeypatch.setattr(cli, "_load_model", lambda args: model)
     monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
     status = cli.main(["chat", *argv])
     out, err = capsys.readouterr()
@@ -70,20 +69,9 @@ def test_system_option_and_show_thinking(monkeypatch, capsys):
     assert out == "Hello world\n"
 
 
-class InterruptOnce(GreedySampler):
-    def __init__(self, at):
-        super().__init__()
-        self.calls, self.at = 0, at
-
-    def sample(self, logits):
-        self.calls += 1
-        if self.calls == self.at:
-            raise KeyboardInterrupt
-        return super().sample(logits)
-
-
 def test_ctrl_c_stops_the_reply_not_the_chat(monkeypatch, capsys):
-    model = RecordingModel(scripted_model(["Hello world and on and on", "Next."]), sampler=InterruptOnce(3))
+    model = RecordingModel(scripted_model(["Hello world and on and on", "Next."]),
+                           sampler=RaisingSampler(3, KeyboardInterrupt()))
     status, out, _ = run_chat(monkeypatch, capsys, model, "talk\nagain\n")
     assert status == 0
     assert out.splitlines() == ["Hello world [interrupted]", "Next."]
@@ -95,7 +83,7 @@ def test_ctrl_c_at_the_prompt_leaves(monkeypatch, capsys):
             raise KeyboardInterrupt
 
     model = RecordingModel(scripted_model([]))
-    monkeypatch.setattr(cli, "_chat_load", lambda args: model)
+    monkeypatch.setattr(cli, "_load_model", lambda args: model)
     monkeypatch.setattr(sys, "stdin", Interrupting())
     assert cli.main(["chat"]) == 0 and model.closed
 
@@ -106,6 +94,18 @@ def test_overflow_is_reported_and_the_chat_goes_on(monkeypatch, capsys):
     status, out, err = run_chat(monkeypatch, capsys, model, "y" * 60 + "\nhi\n")
     assert status == 0 and out == "ok\n"
     assert "does not fit" in err
+
+
+def test_old_turns_are_dropped_to_make_room(monkeypatch, capsys):
+    # an exchange is 8 + 3 + 15 tokens; of 64 positions 3 + 16 are kept for the reply,
+    # so the third turn's prompt (2 * 26 + 11) drops the first exchange
+    model = RecordingModel(scripted_model(["Reply number."] * 3, max_seq_len=64))
+    status, out, err = run_chat(monkeypatch, capsys, model, "one\ntwo\nthree\n", "-n", "16")
+    assert status == 0 and out.splitlines() == ["Reply number."] * 3
+    assert "[2 earlier messages dropped to fit the context]" in err.splitlines()
+    text = model.tokenizer.decode(model.contexts[0].tokens)
+    assert text == "".join(f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\nReply number.<|im_end|>\n"
+                           for q in ("two", "three"))
 
 
 # ---- the real command ------------------------------------------------------------------------
@@ -142,3 +142,9 @@ def test_infer_chat_subprocess_with_piped_stdin():
     with load() as model:
         s = ChatSession(model, temperature=0, max_tokens=6)
         assert s.send("What is the capital of France?").text == first
+
+
+def test_bad_options_are_one_line_errors(monkeypatch, capsys):
+    model = RecordingModel(scripted_model([]))
+    status, out, err = run_chat(monkeypatch, capsys, model, "hi\n", "-n", "0")
+    assert status == 1 and err.strip() == "infer: error: --max-tokens: must be >= 1, got 0"

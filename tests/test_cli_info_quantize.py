@@ -299,3 +299,53 @@ def test_quantize_default_model_reads_back(capsys, tmp_path, qtype):
         else:
             assert t.tensor_type.name == target, t.name
     assert ref.fields["tokenizer.ggml.tokens"].contents()[:3] == ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def test_unconvertible_source_tensor_is_kept(capsys, tmp_path):
+    if not kernels_ready(DType.Q8_0):
+        pytest.skip("quantization kernels not built yet")
+    src, dst = tmp_path / "q5k.gguf", tmp_path / "out.gguf"
+    raw = np.random.default_rng(0).integers(0, 256, 2 * 176, dtype=np.uint8)
+    raw.reshape(2, 176)[:, :4] = 0  # finite fp16 scales
+    w = GGUFWriter()
+    w.add_metadata("general.architecture", "llama")
+    w.add_tensor("blk.0.ffn_up.weight", raw, DType.Q5_K, (2, 256))
+    w.add_tensor("blk.0.attn_q.weight", np.ones((2, 64), np.float32))
+    w.write(src)
+    code, out, err = run(capsys, "quantize", str(src), str(dst), "--type", "q8_0")
+    assert code == 0 and "kept 1 tensors unchanged" in err and "Q5_K" in err
+    ref = {t.name: t for t in gguf.GGUFReader(dst).tensors}
+    assert ref["blk.0.ffn_up.weight"].tensor_type.name == "Q5_K"
+    assert np.array_equal(np.asarray(ref["blk.0.ffn_up.weight"].data).reshape(-1), raw)
+    assert ref["blk.0.attn_q.weight"].tensor_type.name == "Q8_0"
+
+
+def test_quantize_gemma3_from_k_quants(capsys, tmp_path):
+    """A real K-quant/Q5_0 source (Gemma 3) through the dequantize -> quantize pipeline."""
+    from infer.gguf import gemma3_model_path
+
+    try:
+        path = gemma3_model_path()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    if not kernels_ready(DType.Q8_0, DType.Q4_K, DType.Q6_K, DType.Q5_0):
+        pytest.skip("quantization kernels not built yet")
+    dst = tmp_path / "gemma-q8_0.gguf"
+    code, _, err = run(capsys, "quantize", str(path), str(dst), "--type", "q8_0")
+    assert code == 0 and "warning: requantizing" in err
+    with GGUFFile(path) as a, GGUFFile(dst) as b:
+        assert list(a.tensors) == list(b.tensors)
+        assert a.metadata["tokenizer.ggml.tokens"] == b.metadata["tokenizer.ggml.tokens"]
+        assert b.metadata["general.file_type"] == 7
+        seen = set()
+        for name, t in a.tensors.items():
+            out = b.tensors[name]
+            assert out.dtype == (DType.Q8_0 if len(t.shape) >= 2 else t.dtype), name
+            if t.dtype in seen or len(t.shape) < 2:
+                continue
+            seen.add(t.dtype)  # one tensor of each source type, decoded by gguf-py on both sides
+            x = gq.dequantize(t.data.reshape(t.n_rows, -1), gguf.GGMLQuantizationType(int(t.dtype)))
+            y = gq.dequantize(out.data.reshape(out.n_rows, -1), gguf.GGMLQuantizationType.Q8_0)
+            rms = np.sqrt(np.mean((y - x) ** 2) / np.mean(x ** 2))
+            assert rms < 0.01, (name, t.dtype.name, rms)
+        assert seen == {DType.Q8_0, DType.Q5_0, DType.Q4_K, DType.Q6_K}

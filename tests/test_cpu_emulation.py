@@ -42,6 +42,8 @@ SUBSET = [
       for fmt in ("q4_1", "q8_0")),
     "tests/test_kernels_quants.py::test_quantize_matches_gguf[{isa}-q8_0-33-0]",
     "tests/test_kernels_quants.py::test_quantize_q8_1_matches_ggml_rule[{isa}-33-0]",
+    *(f"tests/test_kernels_kquants.py::test_matvec_quantized_weights[{{isa}}-{fmt}-3]"
+      for fmt in ("q4_k", "q6_k")),
     "tests/test_kernels_ops.py::test_rmsnorm[{isa}-65]",
     "tests/test_kernels_ops.py::test_glu[{isa}-silu-65]",
     "tests/test_kernels_ops.py::test_rope[{isa}-False-64]",

@@ -6,16 +6,15 @@ here with `struct` (sharing no code with infer.gguf) for every validation rule.
 """
 from __future__ import annotations
 
-import math
 import os
 import struct
 
 import numpy as np
 import pytest
+from _gguf_impls import STRINGS_IMPLS, use_strings_impl
 
-from infer.gguf import (GGUFError, GGUFFile, GGUFWriter, ValueType, default_model_path,
-                        gemma3_model_path)
-from infer.tensor import DType, Tensor
+from infer.gguf import GGUFError, GGUFFile, GGUFWriter, ValueType, default_model_path, gemma3_model_path
+from infer.tensor import DType
 
 gguf = pytest.importorskip("gguf")
 
@@ -51,6 +50,11 @@ def raw_gguf(kvs: list[bytes], infos: list[bytes], data: bytes = b"", *, version
 def f32_tensor_file(n: int = 64) -> bytes:
     data = np.arange(n, dtype="<f4").tobytes()
     return raw_gguf([kv_str("general.architecture", "llama")], [tinfo("w", (n,), 0, 0)], data)
+
+
+@pytest.fixture(params=STRINGS_IMPLS)
+def strings_impl(request, monkeypatch):
+    return use_strings_impl(request.param, monkeypatch)
 
 
 @pytest.fixture
@@ -148,12 +152,23 @@ BAD_FILES = {
 
 
 @pytest.mark.parametrize("case", list(BAD_FILES))
-def test_damaged_files_raise_gguf_error(write, case):
+def test_damaged_files_raise_gguf_error(write, case, strings_impl):
     blob, message = BAD_FILES[case]
     with pytest.raises(GGUFError, match="byte") as info:
         GGUFFile(write(blob))
     assert message in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+def test_not_a_regular_file(tmp_path):
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(GGUFError, match="not a regular file"):
+        GGUFFile(fifo)  # must not block waiting for a writer
+    with pytest.raises(GGUFError, match="not a regular file"):
+        GGUFFile(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        GGUFFile(tmp_path / "missing.gguf")
 
 
 def test_empty_file(write):
@@ -251,7 +266,7 @@ def check_against_reference_reader(ours: GGUFFile, path) -> None:
 
 
 @pytest.mark.parametrize("alignment", [32, 64, 8])
-def test_writer_round_trip(tmp_path, alignment):
+def test_writer_round_trip(tmp_path, alignment, strings_impl):
     path = tmp_path / "rt.gguf"
     tensors = build_model(path, alignment)
     with GGUFFile(path) as f:
@@ -271,10 +286,10 @@ def test_writer_round_trip(tmp_path, alignment):
                 assert got.dtype == value.dtype and np.array_equal(got, value)
         nested = f.metadata["nested"]
         assert np.array_equal(nested[0], [1, 2]) and nested[1] == ["a", "b"] and len(nested[2]) == 0
-        for name, (data, dt, shape) in tensors.items():
+        for name, (data, _, shape) in tensors.items():
             t = f.tensors[name]
             data = data() if callable(data) else data
-            raw = np.frombuffer(bytes(data) if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes(), np.uint8)
+            raw = np.frombuffer(data if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes(), np.uint8)
             assert np.array_equal(t.data, raw), name
             assert t.shape == (shape or data.shape), name
             assert t.data.ctypes.data % alignment == 0  # the map is page-aligned, offsets aligned
@@ -316,6 +331,47 @@ def test_writer_checks_streamed_size(tmp_path):
     with pytest.raises(ValueError, match="28 bytes given, F32 \\(8,\\) takes 32"):
         w.write(tmp_path / "x.gguf")
     assert os.listdir(tmp_path) == []
+
+
+def test_writer_streams_one_tensor_at_a_time(tmp_path):
+    import tracemalloc
+
+    n, size = 8, 8 << 20  # 64 MB written from callables of 8 MB each
+    w = GGUFWriter()
+    for i in range(n):
+        w.add_tensor(f"t{i}", lambda i=i: np.full(size // 4, i, np.float32), DType.F32, (size // 4,))
+    tracemalloc.start()
+    try:
+        w.write(tmp_path / "big.gguf")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2.5 * size, f"peak {peak >> 20} MB while writing {n * size >> 20} MB"
+    with GGUFFile(tmp_path / "big.gguf") as f:
+        assert [float(f.tensors[f"t{i}"].view()[-1]) for i in range(n)] == list(range(n))
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux /proc")
+def test_open_does_not_read_tensor_data(write, tmp_path):
+    """A 1 GiB tensor in a sparse file: opening and taking views must not page it in."""
+    n = 1 << 28
+    head = raw_gguf(ARCH, [tinfo("big", (n,), 0, 0)])
+    path = tmp_path / "sparse.gguf"
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + 4 * n)
+    before = rss_bytes()
+    with GGUFFile(path) as f:
+        t = f.tensors["big"]
+        assert t.nbytes == 4 * n and t.view().shape == (n,)
+        grown = rss_bytes() - before
+        assert float(t.view()[n - 1]) == 0.0  # the view works (one page read)
+    assert grown < 64 << 20, f"resident memory grew by {grown >> 20} MB"
 
 
 def test_writer_misuse():
@@ -388,7 +444,7 @@ def test_registry_models_agree_with_gguf_package(get_path):
         check_against_reference_reader(f, path)
 
 
-def test_smollm2_facts():
+def test_smollm2_facts(strings_impl):
     with GGUFFile(smollm2_path()) as f:
         md = f.metadata
         assert f.architecture == "llama" and f.version == 3 and f.alignment == 32
@@ -402,7 +458,7 @@ def test_smollm2_facts():
         assert f.tensors["blk.0.ffn_down.weight"].shape == (576, 1536)
 
 
-def test_gemma3_facts():
+def test_gemma3_facts(strings_impl):
     with GGUFFile(gemma3_path()) as f:
         assert f.architecture == "gemma3"
         tokens = f.metadata["tokenizer.ggml.tokens"]

@@ -13,13 +13,18 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from _gguf_impls import STRINGS_IMPLS, use_strings_impl
 
 from infer.gguf import GGUFError, GGUFFile, GGUFWriter, ValueType
 from infer.tensor import DType
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    HealthCheck,
+    given,
+    settings,
+    strategies as st,
+)
 
 # Peak Python/numpy allocation allowed while opening one ~1 KB file.
 MAX_ALLOC = 1 << 20
@@ -59,6 +64,12 @@ class Scratch:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+@pytest.fixture(params=STRINGS_IMPLS, autouse=True)
+def strings_impl(request, monkeypatch):
+    """Every test runs with the compiled string-array decoder and with the Python loop."""
+    return use_strings_impl(request.param, monkeypatch)
 
 
 @pytest.fixture

@@ -282,6 +282,21 @@ def test_matvec_random_bits(isa, fmt, n_blocks):
     check_matvec(w, fmt, rows, x)
 
 
+@pytest.mark.parametrize("n_tokens", [1, 3, 33])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_matmul_tokens(isa, fmt, n_tokens):
+    """The prefill path: every token row is the mat-vec of that token."""
+    rows, n_blocks = 6, 3
+    w = quantized(awkward_values(rows * n_blocks, 5), fmt)
+    X = np.random.default_rng(n_tokens).standard_normal((n_tokens, n_blocks * QK_K)).astype(np.float32)
+    out = np.full((n_tokens, rows), np.nan, np.float32)
+    assert K.matmul(w.reshape(rows, -1), fmt, X, out) is out
+    for t in range(n_tokens):
+        single = K.matvec(w.reshape(rows, -1), fmt, X[t], np.empty(rows, np.float32))
+        np.testing.assert_array_equal(out[t], single)
+    check_matvec(w, fmt, rows, X[n_tokens - 1])
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_matvec_extremes(isa, fmt):
     """Largest quants and scales against +-127 activations: no int16 lane overflows."""

@@ -406,6 +406,10 @@ def test_misuse_elementwise():
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="out"):
         K.rmsnorm(x, w, ro)
+    with pytest.raises(ValueError, match="eps"):
+        K.rmsnorm(x, w, x, -1e-5)
+    with pytest.raises(ValueError, match="eps"):
+        K.layernorm(x, None, None, x, float("nan"))
     with pytest.raises(ValueError, match="bias"):
         K.layernorm(x, None, np.ones(3, np.float32), x)
     with pytest.raises(ValueError, match="x"):

@@ -458,3 +458,70 @@ def test_missing_kernel_is_a_value_error():
     # Q5_1 has type traits in gguf but no kernel here: the table entry is NULL.
     with pytest.raises(ValueError, match="^qtype:"):
         K.dequantize(np.zeros(24, np.uint8), 7, np.empty(32, np.float32))
+
+
+def test_matvec_accepts_read_only_weights(tmp_path):
+    rows, n = 9, 96
+    _, w = make_weights("q4_1", rows, n, 2)
+    x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    want = np.empty(rows, np.float32)
+    K.matvec(w, "q4_1", x, want)
+    path = tmp_path / "w.bin"
+    w.tofile(path)
+    mapped = np.memmap(path, dtype=np.uint8, mode="r", shape=w.shape)
+    ro = w.copy()
+    ro.flags.writeable = False
+    for src in (mapped, ro, bytes(w), memoryview(bytes(w)), w.reshape(-1)):
+        out = np.empty(rows, np.float32)
+        K.matvec(src, "q4_1", x, out)
+        np.testing.assert_array_equal(out, want)
+    del mapped
+
+
+def test_bad_weight_buffers():
+    rows, n = 4, 64
+    _, w = make_weights("q8_0", rows, n, 1)
+    x = np.ones(n, np.float32)
+    out = np.empty(rows, np.float32)
+    wide = np.zeros((rows, 2 * w.shape[1]), np.uint8)
+    wide[:, : w.shape[1]] = w
+    with pytest.raises(ValueError, match="^w:"):
+        K.matvec(wide[:, : w.shape[1]], "q8_0", x, out)          # rows not contiguous
+    with pytest.raises(TypeError, match="^w:"):
+        K.matvec(w.view(np.int8), "q8_0", x, out)
+    with pytest.raises(TypeError, match="^w:"):
+        K.matvec(w.reshape(-1).view(np.uint16), "q8_0", x, out)
+    with pytest.raises(ValueError, match="^w:"):
+        K.matvec(w.reshape(2, 2, -1), "q8_0", x, out)
+    with pytest.raises(TypeError, match="^w:"):
+        K.matvec(None, "q8_0", x, out)
+
+
+def test_c_matmul_rows_computes_only_its_range(isa):
+    """infer_matmul_rows (C API for fused callers) against the Python mat-mul."""
+    import ctypes
+
+    lib = ctypes.CDLL(K.__file__)
+    f = lib.infer_matmul_rows
+    f.restype = ctypes.c_int
+    f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64, ctypes.c_int64,
+                  ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
+    rows, n, tokens = 23, 96, 3
+    for fmt in ("q4_1", "q8_0", "f16"):
+        _, w = make_weights(fmt, rows, n, 4)
+        X = np.random.default_rng(2).standard_normal((tokens, n)).astype(np.float32)
+        want = np.empty((tokens, rows), np.float32)
+        K.matmul(w, fmt, X, want)
+        Xq = np.empty(K.activation_bytes(fmt, n, tokens), np.uint8)
+        K.quantize_activations(X, fmt, Xq)
+        stride = rows + 5
+        out = np.full((tokens, stride), -7.0, np.float32)
+        r0, r1 = 3, 18
+        rc = f(K.type_id(fmt), w.ctypes.data, w.shape[1], n, r0, r1, Xq.ctypes.data, tokens,
+               out.ctypes.data, stride)
+        assert rc == 0
+        # Rows are grouped by four from r0, so a row may take the one-row kernel here and
+        # the four-row kernel in the full product: equal up to float32 summation order.
+        np.testing.assert_allclose(out[:, r0:r1], want[:, r0:r1], rtol=1e-5, atol=1e-5)
+        assert (out[:, :r0] == -7.0).all() and (out[:, r1:] == -7.0).all()
+    assert f(5, w.ctypes.data, 0, n, 0, 1, Xq.ctypes.data, 1, out.ctypes.data, 1) == -1

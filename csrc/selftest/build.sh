@@ -1,5 +1,5 @@
 #!/bin/sh
-# Builds the kernel self-test: every csrc/*.c plus selftest.c, each ISA file with its
+# Builds the kernel self-test: the table's csrc files plus selftest.c, each ISA file with its
 # own target flags exactly as setup.py compiles them for the extension.
 #
 #   csrc/selftest/build.sh [OUTPUT]                      native build
@@ -29,7 +29,10 @@ esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 objs=
-for src in "$csrc"/*.c "$here"/selftest.c; do
+# The kernel table and what it needs: dispatch, type traits, the thread pool and
+# every ISA file.  (Model code such as llama_block.c is not part of the table.)
+for src in "$csrc"/dispatch.c "$csrc"/types.c "$csrc"/threadpool.c "$csrc"/*_scalar.c \
+           "$csrc"/*_avx2.c "$csrc"/*_avx512.c "$csrc"/*_neon.c "$here"/selftest.c; do
     name=$(basename "$src" .c)
     case $name in
         *_avx2) [ $arch = x86 ] || continue; flags=$AVX2_FLAGS ;;

@@ -10,8 +10,9 @@
  * Tolerances (stated per kernel below) allow only what differs legitimately between
  * a SIMD and a scalar implementation: float summation order, FMA contraction, and a
  * quantizer's rounding of an element lying on a rounding boundary.  Outputs are also
- * checked for writes past their end (guard zones) and inputs are deliberately
- * misaligned (rows of quantized blocks start at any even offset in a GGUF file).
+ * checked for writes past their end (guard zones), and every buffer is only as
+ * aligned as its C type requires (rows of quantized blocks start at any even offset
+ * in a GGUF file; float arrays are 4-byte aligned).
  */
 #include "../infer_kernels.h"
 
@@ -25,7 +26,7 @@
  * infer_kernel_table must get its check here too, or it would go untested. */
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(infer_kernel_table) ==
-                   offsetof(infer_kernel_table, attn_f16) + sizeof(infer_attn_fn),
+                   offsetof(infer_kernel_table, vec_dot_4) + sizeof(infer_vec_dot_4_fn[INFER_TYPE_COUNT]),
                "infer_kernel_table has a field the self-test does not check");
 #endif
 
@@ -39,7 +40,10 @@ static const int OP_LENGTHS[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 6
 
 #define GUARD 64            /* bytes checked after every output */
 #define GUARD_BYTE 0xA5
-#define MISALIGN 2          /* block structs need 2-byte alignment, no more */
+/* Buffers start this far past malloc's (16-byte) alignment: the least alignment their
+ * C type allows, so SIMD code that assumes more (aligned loads) fails here. */
+#define ALIGN_F32 4         /* float arrays (numpy guarantees no more) */
+#define ALIGN_BLOCK 2       /* rows of 18/20/22/34-byte blocks start at any even offset */
 
 static int verbose;
 static int n_passed, n_failed;
@@ -138,12 +142,17 @@ static size_t row_bytes(int t, int64_t n) {
     return (size_t)(n / infer_type_block_size(t)) * infer_type_block_bytes(t);
 }
 
+/* Alignment a row of type t is guaranteed: 4 for f32 and Q8_K (f32 d), else 2. */
+static size_t row_align(int t) {
+    return (t == INFER_TYPE_F32 || t == INFER_TYPE_Q8_K) ? ALIGN_F32 : ALIGN_BLOCK;
+}
+
 /* An output buffer with a guard zone after `bytes`; returns the (misaligned) start. */
-static uint8_t *alloc_out(size_t bytes, uint8_t **base) {
-    *base = malloc(bytes + GUARD + MISALIGN);
+static uint8_t *alloc_out(size_t bytes, uint8_t **base, size_t off) {
+    *base = malloc(bytes + GUARD + off);
     if (!*base) abort();
-    memset(*base, GUARD_BYTE, bytes + GUARD + MISALIGN);
-    return *base + MISALIGN;
+    memset(*base, GUARD_BYTE, bytes + GUARD + off);
+    return *base + off;
 }
 static int guard_intact(const uint8_t *out, size_t bytes) {
     for (size_t i = 0; i < GUARD; i++)
@@ -151,11 +160,11 @@ static int guard_intact(const uint8_t *out, size_t bytes) {
     return 1;
 }
 /* A misaligned copy of an input. */
-static uint8_t *misaligned_copy(const void *src, size_t bytes, uint8_t **base) {
-    *base = malloc(bytes + MISALIGN + 1);
+static uint8_t *misaligned_copy(const void *src, size_t bytes, uint8_t **base, size_t off) {
+    *base = malloc(bytes + off + 1);
     if (!*base) abort();
-    memcpy(*base + MISALIGN, src, bytes);
-    return *base + MISALIGN;
+    memcpy(*base + off, src, bytes);
+    return *base + off;
 }
 
 static void report(int ok, const char *kernel, int t, int64_t n, const char *fmt, double got,
@@ -227,10 +236,10 @@ static void check_dequantize(const infer_kernel_table *ref, const infer_kernel_t
         size_t in_bytes = row_bytes(t, n);
         uint8_t *src = malloc(in_bytes + 1), *src_base, *got_base, *want_base;
         if (!src || !make_input(ref, t, src, n, 1)) { free(src); return; }
-        uint8_t *in = misaligned_copy(src, in_bytes, &src_base);
+        uint8_t *in = misaligned_copy(src, in_bytes, &src_base, row_align(t));
         if (to_f32) {
-            float *got = (float *)alloc_out((size_t)n * 4, &got_base);
-            float *want = (float *)alloc_out((size_t)n * 4, &want_base);
+            float *got = (float *)alloc_out((size_t)n * 4, &got_base, ALIGN_F32);
+            float *want = (float *)alloc_out((size_t)n * 4, &want_base, ALIGN_F32);
             ref->dequantize[t](in, want, n);
             simd->dequantize[t](in, got, n);
             /* 2^-22 of the block's largest value: the last bit or two of an FMA. */
@@ -241,8 +250,8 @@ static void check_dequantize(const infer_kernel_table *ref, const infer_kernel_t
             free(got_base); free(want_base);
         }
         if (to_f16) {
-            infer_half *got = (infer_half *)alloc_out((size_t)n * 2, &got_base);
-            infer_half *want = (infer_half *)alloc_out((size_t)n * 2, &want_base);
+            infer_half *got = (infer_half *)alloc_out((size_t)n * 2, &got_base, ALIGN_BLOCK);
+            infer_half *want = (infer_half *)alloc_out((size_t)n * 2, &want_base, ALIGN_BLOCK);
             ref->dequantize_f16[t](in, want, n);
             simd->dequantize_f16[t](in, got, n);
             /* One fp16 rounding step (2^-11 relative) either way. */
@@ -315,8 +324,9 @@ static void check_quantize(const infer_kernel_table *ref, const infer_kernel_tab
         uint8_t *x_base, *got_base, *want_base;
         if (!x) abort();
         random_floats(x, n, bs > 1 ? bs : 32);
-        const float *xin = (const float *)misaligned_copy(x, (size_t)n * 4, &x_base);
-        uint8_t *got = alloc_out(qbytes, &got_base), *want = alloc_out(qbytes, &want_base);
+        const float *xin = (const float *)misaligned_copy(x, (size_t)n * 4, &x_base, ALIGN_F32);
+        uint8_t *got = alloc_out(qbytes, &got_base, row_align(t)),
+                *want = alloc_out(qbytes, &want_base, row_align(t));
         ref->quantize[t](xin, want, n);
         simd->quantize[t](xin, got, n);
         if (!guard_intact(got, qbytes)) {
@@ -358,7 +368,8 @@ static void check_vec_dot(const infer_kernel_table *ref, const infer_kernel_tabl
             free(w0); free(a0);
             return;
         }
-        const uint8_t *w = misaligned_copy(w0, wb, &w_base), *a = misaligned_copy(a0, ab, &a_base);
+        const uint8_t *w = misaligned_copy(w0, wb, &w_base, row_align(t)),
+                      *a = misaligned_copy(a0, ab, &a_base, row_align(at));
         float want = ref->vec_dot[t](n, w, a), got = simd->vec_dot[t](n, w, a);
         double mag = 0.0;
         if (ref->dequantize[t] && (at == INFER_TYPE_F32 || ref->dequantize[at])) {
@@ -412,11 +423,12 @@ static void check_ops(const infer_kernel_table *ref, const infer_kernel_table *s
             w0[i] = 1.0f + 0.5f * gaussian();
             b0[i] = 0.1f * gaussian();
         }
-        const float *x = (const float *)misaligned_copy(x0, bytes, &xb);
-        const float *y = (const float *)misaligned_copy(y0, bytes, &yb);
-        const float *w = (const float *)misaligned_copy(w0, bytes, &wb);
-        const float *bias = (const float *)misaligned_copy(b0, bytes, &bb);
-        float *got = (float *)alloc_out(bytes, &gb), *want = (float *)alloc_out(bytes, &rb);
+        const float *x = (const float *)misaligned_copy(x0, bytes, &xb, ALIGN_F32);
+        const float *y = (const float *)misaligned_copy(y0, bytes, &yb, ALIGN_F32);
+        const float *w = (const float *)misaligned_copy(w0, bytes, &wb, ALIGN_F32);
+        const float *bias = (const float *)misaligned_copy(b0, bytes, &bb, ALIGN_F32);
+        float *got = (float *)alloc_out(bytes, &gb, ALIGN_F32),
+              *want = (float *)alloc_out(bytes, &rb, ALIGN_F32);
 #define GUARDED(name, ok_expr)                                                        \
     do {                                                                          \
         if (ok_expr) report(guard_intact((uint8_t *)got, bytes), name, -1, n,     \
@@ -490,7 +502,7 @@ static void check_rope(const infer_kernel_table *ref, const infer_kernel_table *
             float *x = malloc((size_t)head * 4), *want = malloc((size_t)(head + 1) * 4);
             float *cs = malloc((size_t)n_tab * 4), *sn = malloc((size_t)n_tab * 4);
             uint8_t *gb;
-            float *got = (float *)alloc_out((size_t)head * 4, &gb);
+            float *got = (float *)alloc_out((size_t)head * 4, &gb, ALIGN_F32);
             if (!x || !want || !cs || !sn) abort();
             for (int64_t i = 0; i < head; i++) x[i] = 2.0f * gaussian();
             const double pos = (double)(next_u64() % 4096);
@@ -515,13 +527,16 @@ static void check_rope(const infer_kernel_table *ref, const infer_kernel_table *
     }
 }
 
-/* Attention of one query row over n_pos cache rows (F32 or F16 bits).  The SIMD
- * version may use a vectorised exp and another summation order: 1e-5 of the largest
- * |v| (the output is a convex combination of the v rows).  Also run with out == q,
- * which the contract allows. */
+/* Attention: n_q query rows, each over its own position range [lo, hi] of one KV
+ * head's cache rows (F32 or F16 bits).  The SIMD version may use a vectorised exp
+ * and another summation order: outputs within 1e-5 of the largest |v| (each is a
+ * convex combination of v rows); ml's max within 1e-5 of the largest |score| and
+ * its exp-sum within 1e-5 relative.  Also run with out[u] == q[u], which the
+ * contract allows. */
 static void check_attention(const infer_kernel_table *ref, const infer_kernel_table *simd) {
     static const int HEAD_DIMS[] = {1, 4, 8, 15, 16, 17, 32, 48, 64, 80, 96, 128, 256};
     static const int N_POS[] = {1, 2, 3, 7, 16, 17, 63, 64, 65, 130};
+    static const int N_Q[] = {1, 3, 16};
     const int f32 = OVERRIDES(attn_f32) && has_reference(ref->attn_f32 != NULL, "attn_f32", -1);
     const int f16 = OVERRIDES(attn_f16) && has_reference(ref->attn_f16 != NULL, "attn_f16", -1);
     for (int half = 0; half < 2; half++) {
@@ -533,13 +548,19 @@ static void check_attention(const infer_kernel_table *ref, const infer_kernel_ta
         for (size_t i = 0; i < sizeof HEAD_DIMS / sizeof HEAD_DIMS[0]; i++)
             for (size_t j = 0; j < sizeof N_POS / sizeof N_POS[0]; j++) {
                 const int64_t d = HEAD_DIMS[i], np = N_POS[j];
-                float *q = malloc((size_t)d * 4), *kf = malloc((size_t)(np * d) * 4);
-                float *vf = malloc((size_t)(np * d) * 4), *want = malloc((size_t)d * 4);
+                const int64_t nq0 = N_Q[(i + j) % 3];
+                const int64_t nq = nq0 * d > INFER_ATTN_MAX_QD ? INFER_ATTN_MAX_QD / d : nq0;
+                const size_t qbytes = (size_t)(nq * d) * 4;
+                float *q = malloc(qbytes), *kf = malloc((size_t)(np * d) * 4);
+                float *vf = malloc((size_t)(np * d) * 4), *want = malloc(qbytes);
                 uint8_t *k = malloc((size_t)(np * d) * el + 1), *v = malloc((size_t)(np * d) * el + 1);
+                int64_t lo[INFER_ATTN_MAX_Q], hi[INFER_ATTN_MAX_Q];
+                float ml_want[2 * INFER_ATTN_MAX_Q], ml_got[2 * INFER_ATTN_MAX_Q];
+                const float *qp[INFER_ATTN_MAX_Q];
+                float *wp[INFER_ATTN_MAX_Q], *gp[INFER_ATTN_MAX_Q], *ap[INFER_ATTN_MAX_Q];
                 uint8_t *gb, *qb;
                 if (!q || !kf || !vf || !want || !k || !v) abort();
-                for (int64_t e = 0; e < d; e++) q[e] = gaussian();
-                double vmax = 0.0;
+                for (int64_t e = 0; e < nq * d; e++) q[e] = gaussian();
                 for (int64_t e = 0; e < np * d; e++) {
                     kf[e] = gaussian();
                     vf[e] = gaussian();
@@ -553,22 +574,99 @@ static void check_attention(const infer_kernel_table *ref, const infer_kernel_ta
                     memcpy(k, kf, (size_t)(np * d) * 4);
                     memcpy(v, vf, (size_t)(np * d) * 4);
                 }
+                double vmax = 0.0;
                 for (int64_t e = 0; e < np * d; e++) vmax = fmax(vmax, fabs(vf[e]));
+                /* Causal-looking ranges: query u ends at a later position than u-1. */
+                for (int64_t u = 0; u < nq; u++) {
+                    hi[u] = np - 1 - (nq - 1 - u) * (np - 1) / (nq > 1 ? 2 * (nq - 1) : 1);
+                    lo[u] = (int64_t)(next_u64() % 3 == 0 ? next_u64() % (uint64_t)(hi[u] + 1) : 0);
+                }
                 /* Scores of a few units: softmax neither flat nor one-hot. */
-                const float sc = 1.0f / (float)sqrt((double)d) * 2.0f;
-                float *got = (float *)alloc_out((size_t)d * 4, &gb);
-                r(q, k, v, np, d, sc, want);
-                a(q, k, v, np, d, sc, got);
-                if (compare_floats(name, d, got, want, 0.0, 1e-5 * vmax)) {
-                    float *qq = (float *)misaligned_copy(q, (size_t)d * 4, &qb);
-                    a(qq, k, v, np, d, sc, qq);     /* out aliases q */
-                    if (compare_floats(name, d, qq, want, 0.0, 1e-5 * vmax))
-                        report(guard_intact((uint8_t *)got, (size_t)d * 4), name, -1, d * 1000 + np,
+                const float sc = 2.0f / (float)sqrt((double)d);
+                float *got = (float *)alloc_out(qbytes, &gb, ALIGN_F32);
+                for (int64_t u = 0; u < nq; u++) {
+                    qp[u] = q + u * d;
+                    wp[u] = want + u * d;
+                    gp[u] = got + u * d;
+                }
+                r(nq, qp, wp, lo, hi, k, v, d, sc, ml_want);
+                a(nq, qp, gp, lo, hi, k, v, d, sc, ml_got);
+                double smax = 0.0;
+                for (int64_t u = 0; u < nq; u++) smax = fmax(smax, fabs(ml_want[2 * u]));
+                int ok = compare_floats(name, nq * d, got, want, 0.0, 1e-5 * vmax);
+                for (int64_t u = 0; ok && u < nq; u++) {
+                    ok = compare_floats(name, 1, &ml_got[2 * u], &ml_want[2 * u], 0.0, 1e-5 * smax + 1e-6) &&
+                         compare_floats(name, 1, &ml_got[2 * u + 1], &ml_want[2 * u + 1], 1e-5, 0.0);
+                }
+                if (ok) {
+                    float *qq = (float *)misaligned_copy(q, qbytes, &qb, ALIGN_F32);
+                    for (int64_t u = 0; u < nq; u++) {
+                        qp[u] = qq + u * d;
+                        ap[u] = qq + u * d;
+                    }
+                    a(nq, qp, ap, lo, hi, k, v, d, sc, NULL);     /* out aliases q, no ml */
+                    if (compare_floats(name, nq * d, qq, want, 0.0, 1e-5 * vmax))
+                        report(guard_intact((uint8_t *)got, qbytes), name, -1, d * 1000 + np,
                                "guard zone overwritten", 0, 0, -1);
                     free(qb);
                 }
                 free(q); free(kf); free(vf); free(want); free(k); free(v); free(gb);
             }
+    }
+}
+
+/* vec_dot_4 (optional): four weight rows row_bytes apart against one activation row.
+ * Its reference is the scalar vec_dot_4 if there is one, else four scalar vec_dots;
+ * the tolerance is vec_dot's (1e-5 of sum |w_i a_i|).  Rows are spaced one block
+ * further apart than packed, so a kernel that ignores row_bytes fails. */
+static void check_vec_dot_4(const infer_kernel_table *ref, const infer_kernel_table *simd, int t) {
+    if (!OVERRIDES(vec_dot_4[t])) return;
+    int at = infer_type_vec_dot_type(t);
+    if (at < 0 || !has_reference(ref->vec_dot[t] != NULL, "vec_dot_4", t)) return;
+    int bs = infer_type_block_size(t);
+    for (int k = 0; k < N_BLOCK_COUNTS; k++) {
+        int64_t n = (int64_t)BLOCK_COUNTS[k] * (bs > 1 ? bs : 32) + (bs > 1 ? 0 : k);
+        size_t packed = row_bytes(t, n), stride = packed + infer_type_block_bytes(t) * (bs > 1 ? 1 : 4);
+        size_t ab = row_bytes(at, n);
+        uint8_t *w0 = malloc(4 * stride + 1), *a0 = malloc(ab + 1), *w_base, *a_base;
+        if (!w0 || !a0) abort();
+        for (int r = 0; r < 4; r++)
+            if (!make_input(ref, t, w0 + r * stride, n, 1)) abort();
+        if (!make_input(ref, at, a0, n, 0)) {
+            report(0, "vec_dot_4", t, n, "cannot generate inputs (no scalar quantizer)", 0, 0, -1);
+            free(w0); free(a0);
+            return;
+        }
+        const uint8_t *w = misaligned_copy(w0, 4 * stride, &w_base, row_align(t));
+        const uint8_t *a = misaligned_copy(a0, ab, &a_base, row_align(at));
+        float want[4], got[4];
+        if (ref->vec_dot_4[t]) ref->vec_dot_4[t](n, w, stride, a, want);
+        else
+            for (int r = 0; r < 4; r++) want[r] = ref->vec_dot[t](n, w + r * stride, a);
+        simd->vec_dot_4[t](n, w, stride, a, got);
+        int ok = 1;
+        for (int r = 0; r < 4 && ok; r++) {
+            double mag = fabs(want[r]) * 8.0;
+            if (ref->dequantize[t] && (at == INFER_TYPE_F32 || ref->dequantize[at])) {
+                float *dw = malloc((size_t)n * 4), *da = malloc((size_t)n * 4);
+                if (!dw || !da) abort();
+                ref->dequantize[t](w + r * stride, dw, n);
+                if (at == INFER_TYPE_F32) memcpy(da, a, (size_t)n * 4);
+                else ref->dequantize[at](a, da, n);
+                mag = 0.0;
+                for (int64_t i = 0; i < n; i++) mag += fabs((double)dw[i] * da[i]);
+                free(dw); free(da);
+            }
+            double tol = 1e-5 * mag + 1e-30;
+            if (!(fabs((double)got[r] - want[r]) <= tol)) {
+                char where[32];
+                snprintf(where, sizeof where, "row %d", r);
+                report(0, "vec_dot_4", t, n, where, got[r], want[r], tol);
+                ok = 0;
+            }
+        }
+        if (ok) report(1, "vec_dot_4", t, n, "", 0, 0, 0);
+        free(w0); free(a0); free(w_base); free(a_base);
     }
 }
 
@@ -581,6 +679,7 @@ static int count_overrides(const infer_kernel_table *ref, const infer_kernel_tab
     c += OVERRIDES(rmsnorm) + OVERRIDES(layernorm) + OVERRIDES(softmax) + OVERRIDES(silu_mul) +
          OVERRIDES(gelu_mul) + OVERRIDES(add) + OVERRIDES(scale) + OVERRIDES(rope_norm) +
          OVERRIDES(rope_neox) + OVERRIDES(attn_f32) + OVERRIDES(attn_f16);
+    for (int t = 0; t < INFER_TYPE_COUNT; t++) c += OVERRIDES(vec_dot_4[t]);
     return c;
 }
 
@@ -606,6 +705,7 @@ int main(int argc, char **argv) {
             check_dequantize(ref, simd, t);
             check_quantize(ref, simd, t);
             check_vec_dot(ref, simd, t);
+            check_vec_dot_4(ref, simd, t);
         }
         check_ops(ref, simd);
         check_rope(ref, simd);

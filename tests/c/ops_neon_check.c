@@ -118,6 +118,21 @@ int main(void) {
             free(kc); free(vc); free(ks); free(vs); free(q); free(o1); free(o2);
         }
     }
+    /* one decoded token on 2 threads: positions split in two ranges, then merged */
+    {
+        const int64_t d = 64, n_kv = 3, n_heads = 9, n_ctx = 700, pos = 650;
+        float *kc = vec(n_kv * n_ctx * d, 1.0f), *vc = vec(n_kv * n_ctx * d, 1.0f);
+        float *q = vec(n_heads * d, 1.0f), *o1 = vec(n_heads * d, 0.0f), *o2 = vec(n_heads * d, 0.0f);
+        infer_set_num_threads(1);
+        infer_set_isa(INFER_ISA_SCALAR);
+        infer_attention(q, kc, vc, INFER_TYPE_F32, 1, n_heads, n_kv, d, n_ctx, pos, 0, 0.125f, o1);
+        infer_set_num_threads(2);
+        infer_set_isa(INFER_ISA_NEON);
+        infer_attention(q, kc, vc, INFER_TYPE_F32, 1, n_heads, n_kv, d, n_ctx, pos, 0, 0.125f, o2);
+        check("attention split over 2 threads", n_heads * d, o2, o1, 1e-4f, 1e-5f);
+        infer_set_num_threads(1);
+        free(kc); free(vc); free(q); free(o1); free(o2);
+    }
     printf("%d failures\n", failures);
     return failures;
 }

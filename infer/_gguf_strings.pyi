@@ -1,0 +1,3 @@
+from typing import Any, Union
+
+def read_strings(buf: Any, pos: int, count: int) -> Union[tuple[list[str], int], tuple[int, int, int]]: ...
