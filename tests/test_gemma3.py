@@ -189,7 +189,17 @@ def test_prefill_matches_reference_at_every_position(engine, prompt, reference):
     ctx.restart()
     ctx.prefill(prompt[:7])
     ctx.prefill(prompt[7:])  # a second batch starting at position 7
-    assert cosine(ctx.logits, logits[15]) > 0.9999
+    check_quantized([ctx.logits], reference["prompt"][15:], "a second batch at 7, position")
+    # With an F32 cache the split batch gives the one-batch logits.  (With F16 it need
+    # not: summation-order differences of one ulp flip some F16 K/V roundings and Q8
+    # activation roundings downstream, which this model amplifies to ~3e-4 of cosine.)
+    for split in (True, False):
+        f32 = engine.create_context(n_ctx=32, sampler=Greedy(), kv_type="f32")
+        for part in ((prompt[:7], prompt[7:]) if split else (prompt,)):
+            f32.prefill(part)
+        if split:
+            first = f32.logits.copy()
+    assert cosine(first, f32.logits) > 0.99999
 
 
 def test_greedy_is_deterministic_across_thread_counts(factual):
