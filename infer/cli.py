@@ -233,8 +233,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
             ids = tok.encode(args.prompt, add_special=True, parse_special=False)
         if not ids:
             raise CLIError("the prompt is empty and the model adds no BOS token")
+        # A prompt longer than the trained context fails with ContextOverflowError.
         n_ctx = min(model.engine.max_seq_len, len(ids) + args.max_tokens)
-        ctx = model.create_context(n_ctx=max(n_ctx, len(ids)), **_sampling(args))
+        ctx = model.create_context(n_ctx=n_ctx, **_sampling(args))
         gen = generate(model, ids, context=ctx, max_tokens=args.max_tokens)
         t_first = None
         out = sys.stdout
