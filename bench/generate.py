@@ -2,6 +2,10 @@
 
     python bench/generate.py       # INFER_MODEL=path INFER_REPS=3 INFER_THREADS=1,2
 
+"t per CPU-s" divides by the CPU time of this process instead of wall time: on a
+machine shared with other jobs it says what the code would do alone (with 2
+threads it also counts a helper's spinning).
+
 Baseline measured in the same run: how many times per second numpy can read the
 model's weight bytes once (np.sum over them), the memory work of one decode step
 without any compute; each figure is shown as a ratio to it.  The
@@ -21,6 +25,7 @@ import numpy as np  # noqa: E402
 
 import infer  # noqa: E402
 from infer import kernels  # noqa: E402
+from infer.cli import _bench_infer  # noqa: E402
 
 LLAMA_CPP_PYTHON = {"pp512": 275.0, "tg128": 72.0}  # baselines.md, 2 threads
 
@@ -34,27 +39,6 @@ def numpy_reads_per_s(model_bytes: int) -> float:
         buf.sum()
         times.append(time.perf_counter() - t0)
     return 1.0 / min(times)
-
-
-def bench(model, n_prompt, n_gen, reps, tokens):
-    """pp and tg as tokens per wall second and per CPU second of this process (on a
-    machine shared with other jobs the second says what the code would do alone;
-    with 2 threads it also counts a helper's spinning)."""
-    ctx = model.create_context(n_ctx=max(n_prompt, n_gen + 1))
-    res = {"pp": ([], []), "tg": ([], [])}
-    for r in range(reps + 1):  # the first round warms caches and is dropped
-        for key, n in (("pp", n_prompt), ("tg", n_gen)):
-            ctx.restart()
-            t0, c0 = time.perf_counter(), time.process_time()
-            if key == "pp":
-                ctx.prefill(tokens[:n])
-            else:
-                for i in range(n):  # as llama-bench: decode steps, no sampling
-                    ctx.prefill(tokens[i:i + 1])
-            if r:
-                res[key][0].append(n / (time.perf_counter() - t0))
-                res[key][1].append(n / (time.process_time() - c0))
-    return res
 
 
 def first_token_seconds(model_path):
@@ -81,9 +65,9 @@ def main():
         rows = []
         for n in threads:
             kernels.set_num_threads(n)
-            res = bench(model, 512, 128, reps, tokens)
+            res = _bench_infer(model, 512, 128, reps, tokens)
             for key, label in (("pp", "pp512"), ("tg", "tg128")):
-                wall, cpu = res[key]
+                wall, cpu = res[key], res[key + "_cpu"]
                 sd = statistics.stdev(wall) if len(wall) > 1 else 0.0
                 rows.append((n, label, statistics.fmean(wall), sd, statistics.fmean(cpu)))
     ttft = statistics.median(first_token_seconds(path) for _ in range(3))
