@@ -9,8 +9,15 @@ __version__ = "0.1.0"
 
 from .generate import Generation, generate
 from .loader import load
-from .runtime import (Context, ContextBusyError, ContextOverflowError, Engine, Model,
-                      known_architectures, register_variant)
+from .runtime import (
+    Context,
+    ContextBusyError,
+    ContextOverflowError,
+    Engine,
+    Model,
+    known_architectures,
+    register_variant,
+)
 
 __all__ = [
     "__version__", "load", "generate", "Generation", "Model", "Engine", "Context",
@@ -19,7 +26,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> object:
     # Imported on first use, so `import infer` stays light for the CLI's first token.
     if name == "Sampler":
         from .sampler import Sampler

@@ -6,11 +6,11 @@ import threading
 
 import numpy as np
 import pytest
+from reference.numpy_llama import NumpyLlama
 
 from infer import kernels as K
 from infer.gguf import GGUFFile, default_model_path
 from infer.variants.llama import LlamaEngine
-from reference.numpy_llama import NumpyLlama
 
 try:
     MODEL = str(default_model_path())
@@ -108,6 +108,7 @@ def f32_engine(gf):
     no activation is quantized: the variant must then match the reference closely."""
     import gguf
     from gguf.quants import dequantize
+
     from infer.tensor import Tensor
 
     raw = {t.name: t for t in gguf.GGUFReader(MODEL).tensors}
