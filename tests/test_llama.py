@@ -272,3 +272,17 @@ def test_memory_mapped_weights_no_leak_and_close_unmaps():
     assert after_load <= size + 64 * 2**20
     assert grown < 2**20, f"RSS grew by {grown} bytes over {n} tokens"
     assert mapped == 0, "the model file is still mapped after close()"
+
+
+def test_contexts_of_a_closed_model_raise():
+    import infer
+
+    with infer.load(MODEL) as model:
+        ctx = model.create_context(n_ctx=16, temperature=0)
+        ctx.prefill([1, 2])
+        ctx.next()
+    with pytest.raises(RuntimeError, match="closed"):
+        ctx.prefill([3])
+    with pytest.raises(RuntimeError, match="closed"):
+        model.create_context(n_ctx=16)
+    assert ctx.n_past == 3  # the failed call left the history as it was
