@@ -112,7 +112,7 @@ static struct {
     infer_task_fn fn;       /* the task of the current generation */
     void *arg;
     int64_t nth;
-} pool = {0, 0, {0}, MUTEX_INITIALIZER, MUTEX_INITIALIZER, COND_INITIALIZER};
+} pool = {0, 0, {0}, MUTEX_INITIALIZER, MUTEX_INITIALIZER, COND_INITIALIZER, 0, 0, 0, 0, NULL, NULL, 0};
 
 static THREAD_LOCAL int inside_task;
 
