@@ -2,6 +2,10 @@
 
     python bench/generate.py       # INFER_MODEL=path INFER_REPS=3 INFER_THREADS=1,2
 
+"t per CPU-s" divides by the CPU time of this process instead of wall time: on a
+machine shared with other jobs it says what the code would do alone (with 2
+threads it also counts a helper's spinning).
+
 Baseline measured in the same run: how many times per second numpy can read the
 model's weight bytes once (np.sum over them), the memory work of one decode step
 without any compute; each figure is shown as a ratio to it.  The
@@ -21,6 +25,7 @@ import numpy as np  # noqa: E402
 
 import infer  # noqa: E402
 from infer import kernels  # noqa: E402
+from infer.cli import _bench_infer  # noqa: E402
 
 LLAMA_CPP_PYTHON = {"pp512": 275.0, "tg128": 72.0}  # baselines.md, 2 threads
 
@@ -53,8 +58,6 @@ def main():
     reps = int(os.environ.get("INFER_REPS", "3"))
     threads = [int(t) for t in os.environ.get("INFER_THREADS", "1,2").split(",")]
     path = os.environ.get("INFER_MODEL")
-    from infer.cli import _bench_infer
-
     with infer.load(path) as model:
         rng = np.random.default_rng(0)
         tokens = [int(t) for t in rng.integers(0, model.engine.vocab_size, 512)]
@@ -64,16 +67,16 @@ def main():
             kernels.set_num_threads(n)
             res = _bench_infer(model, 512, 128, reps, tokens)
             for key, label in (("pp", "pp512"), ("tg", "tg128")):
-                mean = statistics.fmean(res[key])
-                sd = statistics.stdev(res[key]) if len(res[key]) > 1 else 0.0
-                rows.append((n, label, mean, sd))
+                wall, cpu = res[key], res[key + "_cpu"]
+                sd = statistics.stdev(wall) if len(wall) > 1 else 0.0
+                rows.append((n, label, statistics.fmean(wall), sd, statistics.fmean(cpu)))
     ttft = statistics.median(first_token_seconds(path) for _ in range(3))
     print(f"SmolLM2-135M Q4_1, {reps} repetitions; same-run baseline: numpy reads the "
           f"{model.n_bytes / 2**20:.0f} MiB of weights {roof:.0f} times/s")
-    print("| threads | test | t/s | vs numpy read | vs llama-cpp-python (baselines.md, 2 thr) |")
-    print("| ---: | --- | ---: | ---: | ---: |")
-    for n, label, mean, sd in rows:
-        print(f"| {n} | {label} | {mean:.1f} ± {sd:.1f} | "
+    print("| threads | test | t/s | t per CPU-s | vs numpy read | vs llama-cpp-python (baselines.md, 2 thr) |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    for n, label, mean, sd, cpu in rows:
+        print(f"| {n} | {label} | {mean:.1f} ± {sd:.1f} | {cpu:.1f} | "
               f"{mean / roof:.2f} | {mean / LLAMA_CPP_PYTHON[label]:.2f}x |")
     print(f"time to first token of `infer generate` (process start to first byte): {ttft:.3f} s")
 

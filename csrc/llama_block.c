@@ -34,13 +34,20 @@ size_t infer_llama_act_bytes(int64_t n) {
 
 /* ---- the team ----------------------------------------------------------------
  * Thread 0 (the leader) walks the model and does the small serial steps.  Each
- * parallel step is a job of numbered chunks (row ranges, attention heads) that the
- * leader publishes; every thread, the leader included, claims chunks with one
- * compare-and-swap until none are left, and the leader waits until all claimed
- * chunks are done.  A helper that is not running (a busy machine) is never waited
- * for: the others take its chunks.  Each output is computed by one chunk with the
- * same kernel whatever the thread count, so results do not depend on it. */
+ * parallel step is a job of numbered chunks (row ranges, a KV head's attention)
+ * that the leader publishes; every thread, the leader included, claims chunks
+ * with one compare-and-swap on a ticket, computes a chunk into its own scratch
+ * and then commits it to the shared outputs, first come first served.  On a busy
+ * machine a helper may be descheduled holding a chunk for milliseconds; the
+ * leader does not wait for it: after a short grace it computes that chunk too,
+ * and whichever copy commits first is kept (both are the same numbers: every
+ * chunk is computed by the same kernel calls whoever runs it, so results do not
+ * depend on the thread count or on who won). */
 enum { JOB_MATVEC, JOB_GATE_UP, JOB_ATTENTION };
+
+#define MAX_CHUNKS 512
+#define MAX_CHUNK_ROWS 4096
+#define SCRATCH_FLOATS (2 * MAX_CHUNK_ROWS)   /* also >= 2 * group * head_dim, checked */
 
 typedef struct {
     int kind;
@@ -50,6 +57,7 @@ typedef struct {
     float *outs[3];
     int64_t rows, chunk_rows;   /* matvec: all rows of the matrices, rows per chunk */
     int layer;                  /* attention */
+    uint32_t gen;               /* the ticket generation it was published under */
 } job_t;
 
 typedef struct {
@@ -58,29 +66,55 @@ typedef struct {
     const infer_kernel_table *kt;
     infer_attn_block_fn attn;
     int token, pos;
-    job_t job;
+    job_t staging;              /* the leader sets up the next job here */
+    job_t job;                  /* the published job; helpers copy it (seqlock) */
+    volatile uint32_t job_seq;  /* odd while the leader rewrites `job` */
     /* ticket = generation (16 bits) | chunk count (24) | next chunk (24) */
     volatile uint64_t ticket;
     volatile int64_t done;
     volatile int finished;
+    /* per chunk: generation << 2 | 0 (open), 1 (being committed), 2 (committed) */
+    volatile uint32_t state[MAX_CHUNKS];
 } decode_team;
 
 #define T_NEXT(t) ((int64_t)((t) & 0xFFFFFF))
 #define T_TOTAL(t) ((int64_t)(((t) >> 24) & 0xFFFFFF))
-#define T_GEN(t) ((t) >> 48)
+#define T_GEN(t) ((uint32_t)((t) >> 48))
 
-static void run_chunk(decode_team *d, int64_t c);
+static void compute_chunk(decode_team *d, const job_t *j, int64_t c, float *scratch);
+static void copy_chunk(decode_team *d, const job_t *j, int64_t c, const float *scratch);
 
-/* Claim and run chunks of the published job until none are left. */
-static void work(decode_team *d) {
+/* Commit chunk c of job `gen` from scratch unless another thread did; 1 if we did. */
+static int commit(decode_team *d, const job_t *j, uint32_t gen, int64_t c, const float *scratch) {
+    uint32_t open = gen << 2;
+    if (!__atomic_compare_exchange_n(&d->state[c], &open, (gen << 2) | 1, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return 0;
+    copy_chunk(d, j, c, scratch);
+    __atomic_store_n(&d->state[c], (gen << 2) | 2, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&d->done, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* Claim and run chunks of the published job until none are left.  The job is
+ * copied under the seqlock; a helper that finds it changed (it was descheduled
+ * long enough for the leader to move on) drops its chunk, which the leader
+ * then computes itself. */
+static void work(decode_team *d, float *scratch) {
+    job_t local;
     uint64_t t = __atomic_load_n(&d->ticket, __ATOMIC_ACQUIRE);
     while (T_NEXT(t) < T_TOTAL(t)) {
-        if (__atomic_compare_exchange_n(&d->ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-            /* The job cannot change before this chunk is counted done. */
-            run_chunk(d, T_NEXT(t));
-            __atomic_add_fetch(&d->done, 1, __ATOMIC_RELEASE);
-            t = __atomic_load_n(&d->ticket, __ATOMIC_ACQUIRE);
+        if (!__atomic_compare_exchange_n(&d->ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            continue;
+        const uint32_t seq = __atomic_load_n(&d->job_seq, __ATOMIC_ACQUIRE);
+        memcpy(&local, (const void *)&d->job, sizeof local);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (!(seq & 1) && seq == __atomic_load_n(&d->job_seq, __ATOMIC_RELAXED) &&
+            local.gen == T_GEN(t)) {
+            compute_chunk(d, &local, T_NEXT(t), scratch);
+            commit(d, &local, T_GEN(t), T_NEXT(t), scratch);
         }
+        t = __atomic_load_n(&d->ticket, __ATOMIC_ACQUIRE);
     }
 }
 
@@ -89,88 +123,117 @@ static void backoff(int *spins) {
     else yield_cpu();
 }
 
-/* Leader: publish d->job as `total` chunks, help, wait for all of them. */
-static void run_job(decode_team *d, int64_t total, int nth) {
+/* Leader: publish the staged job as `total` chunks, help, then make sure all are
+ * committed. */
+static void run_job(decode_team *d, int64_t total, int nth, float *scratch) {
     if (nth == 1) {
-        for (int64_t c = 0; c < total; c++) run_chunk(d, c);
+        for (int64_t c = 0; c < total; c++) {
+            compute_chunk(d, &d->staging, c, scratch);
+            copy_chunk(d, &d->staging, c, scratch);
+        }
         return;
     }
-    uint64_t gen = (T_GEN(d->ticket) + 1) & 0xFFFF;
+    const uint32_t gen = (T_GEN(d->ticket) + 1) & 0xFFFF;
+    __atomic_add_fetch(&d->job_seq, 1, __ATOMIC_ACQ_REL);  /* odd: being rewritten */
+    d->job = d->staging;
+    d->job.gen = gen;
+    __atomic_add_fetch(&d->job_seq, 1, __ATOMIC_RELEASE);
+    for (int64_t c = 0; c < total; c++) __atomic_store_n(&d->state[c], gen << 2, __ATOMIC_RELAXED);
     __atomic_store_n(&d->done, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&d->ticket, (gen << 48) | ((uint64_t)total << 24), __ATOMIC_RELEASE);
-    work(d);
+    __atomic_store_n(&d->ticket, ((uint64_t)gen << 48) | ((uint64_t)total << 24), __ATOMIC_RELEASE);
+    work(d, scratch);
     int spins = 0;
-    while (__atomic_load_n(&d->done, __ATOMIC_ACQUIRE) < total) backoff(&spins);
+    while (__atomic_load_n(&d->done, __ATOMIC_ACQUIRE) < total) {
+        if (spins < 4096) {  /* grace: a running helper finishes its chunk in this time */
+            backoff(&spins);
+            continue;
+        }
+        for (int64_t c = 0; c < total; c++) {
+            if (__atomic_load_n(&d->state[c], __ATOMIC_ACQUIRE) == gen << 2) {
+                compute_chunk(d, &d->job, c, scratch);  /* its helper is not running */
+                commit(d, &d->job, gen, c, scratch);
+            }
+        }
+        /* what is left is being copied by a helper right now */
+        int copy_spins = 0;
+        while (__atomic_load_n(&d->done, __ATOMIC_ACQUIRE) < total) backoff(&copy_spins);
+    }
 }
 
 static int64_t matvec_job(decode_team *d, int n_mats, int nth) {
-    job_t *j = &d->job;
+    job_t *j = &d->staging;
     j->kind = JOB_MATVEC;
     j->n_mats = n_mats;
     j->rows = 0;
     for (int i = 0; i < n_mats; i++) j->rows += j->mats[i]->rows;
     /* >= 8 chunks per thread to balance; >= 16 rows so chunks never share an
-     * output cache line */
+     * output cache line; at most MAX_CHUNK_ROWS (scratch) and MAX_CHUNKS chunks */
     int64_t chunk = j->rows / (8 * nth);
+    if (chunk < (j->rows + MAX_CHUNKS - 1) / MAX_CHUNKS) chunk = (j->rows + MAX_CHUNKS - 1) / MAX_CHUNKS;
+    if (chunk > MAX_CHUNK_ROWS) chunk = MAX_CHUNK_ROWS;
     chunk = chunk < 16 ? 16 : (chunk + 15) & ~(int64_t)15;
     j->chunk_rows = chunk;
     return (j->rows + chunk - 1) / chunk;
 }
 
-/* out[r] = row r of w . x for r in [lo, hi), on this thread: the matmul driver's
- * row loop (four-row kernels, weight rows prefetched ahead).  Its groups of four
- * start at lo; chunks start on multiples of 16 within matrices whose row counts
- * are multiples of 4 (all real ones), so a row's arithmetic, and the result, do
- * not depend on the chunking or the thread count. */
-static void dot_rows(const infer_llama_matrix *w, const void *x, float *out, int64_t lo, int64_t hi) {
-    infer_matmul_rows(w->type, w->data, w->row_bytes, w->cols, lo, hi, x, 1, out, w->rows);
+/* dst[i] = row lo + i of w . x for i < hi - lo: the matmul driver's row loop
+ * (four-row kernels from lo, weight rows prefetched ahead).  Chunks start on
+ * multiples of 16 within matrices whose row counts are multiples of 4 (all real
+ * ones), so the grouping, and each result, do not depend on the chunking. */
+static void dot_rows(const infer_llama_matrix *w, const void *x, float *dst, int64_t lo, int64_t hi) {
+    infer_matmul_rows(w->type, w->data + (size_t)lo * w->row_bytes, w->row_bytes, w->cols, 0,
+                      hi - lo, x, 1, dst, hi - lo);
 }
 
-static void matvec_chunk(decode_team *d, int64_t r0, int64_t r1) {
-    const job_t *j = &d->job;
+/* For each matrix of a matvec job, the part [lo, hi) of chunk c's rows in it. */
+static int chunk_part(const job_t *j, int64_t c, int i, int64_t *lo, int64_t *hi) {
     int64_t base = 0;
-    for (int i = 0; i < j->n_mats; i++) {
-        const infer_llama_matrix *w = j->mats[i];
-        int64_t lo = r0 > base ? r0 - base : 0;
-        int64_t hi = r1 - base < w->rows ? r1 - base : w->rows;
-        if (lo < hi) dot_rows(w, j->inputs[i], j->outs[i], lo, hi);
-        base += w->rows;
-    }
+    for (int k = 0; k < i; k++) base += j->mats[k]->rows;
+    const int64_t r0 = c * j->chunk_rows;
+    const int64_t r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;
+    *lo = r0 > base ? r0 - base : 0;
+    *hi = r1 - base < j->mats[i]->rows ? r1 - base : j->mats[i]->rows;
+    return *lo < *hi;
 }
 
-static void run_chunk(decode_team *d, int64_t c) {
-    const job_t *j = &d->job;
+static void compute_chunk(decode_team *d, const job_t *j, int64_t c, float *scratch) {
     const infer_llama_model *m = d->m;
     infer_llama_state *s = d->s;
     if (j->kind == JOB_MATVEC) {
-        int64_t r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows;
-        matvec_chunk(d, r0, r1 < j->rows ? r1 : j->rows);
+        int64_t lo, hi;
+        for (int i = 0; i < j->n_mats; i++)
+            if (chunk_part(j, c, i, &lo, &hi)) {
+                dot_rows(j->mats[i], j->inputs[i], scratch, lo, hi);
+                scratch += hi - lo;
+            }
     } else if (j->kind == JOB_GATE_UP) {
         /* rows [r0, r1) of gate and of up, then SwiGLU on them */
         int64_t r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows;
         if (r1 > m->ffn_dim) r1 = m->ffn_dim;
-        for (int i = 0; i < 2; i++) dot_rows(j->mats[i], j->inputs[i], j->outs[i], r0, r1);
-        d->kt->silu_mul(s->gate + r0, s->up + r0, s->gate + r0, r1 - r0);
+        dot_rows(j->mats[0], j->inputs[0], scratch, r0, r1);
+        dot_rows(j->mats[1], j->inputs[1], scratch + (r1 - r0), r0, r1);
+        d->kt->silu_mul(scratch, scratch + (r1 - r0), scratch, r1 - r0);
     } else {
-        /* KV head c and the query heads that read it: RoPE on the queries, then
-         * attention over positions 0..pos, reading each cache row once for all */
+        /* KV head c and its query heads: RoPE on copies of the queries, then
+         * attention over positions 0..pos, each cache row read once for all */
         const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
         const size_t kv_elt = s->kv_f16 ? sizeof(infer_half) : sizeof(float);
         const size_t layer_off = (size_t)j->layer * m->n_kv_heads * s->n_ctx * hd;
         const size_t head_off = (layer_off + (size_t)c * s->n_ctx * hd) * kv_elt;
+        float *qcopy = scratch + (size_t)group * hd;
         const float *qs[INFER_ATTN_MAX_Q];
         float *outs[INFER_ATTN_MAX_Q];
         int64_t lo[INFER_ATTN_MAX_Q], hi[INFER_ATTN_MAX_Q];
         int per_call = INFER_ATTN_MAX_Q;
         if (per_call * hd > INFER_ATTN_MAX_QD) per_call = INFER_ATTN_MAX_QD / hd;
+        memcpy(qcopy, s->q + (size_t)c * group * hd, (size_t)group * hd * sizeof(float));
         for (int g0 = 0; g0 < group; g0 += per_call) {
             int n_q = group - g0 < per_call ? group - g0 : per_call;
             for (int u = 0; u < n_q; u++) {
-                int h = (int)c * group + g0 + u;
-                float *q = s->q + (size_t)h * hd;
+                float *q = qcopy + (size_t)(g0 + u) * hd;
                 d->kt->rope_norm(q, s->rope_cos, s->rope_sin, hd);
                 qs[u] = q;
-                outs[u] = s->att + (size_t)h * hd;
+                outs[u] = scratch + (size_t)(g0 + u) * hd;
                 lo[u] = 0;
                 hi[u] = d->pos;
             }
@@ -180,10 +243,30 @@ static void run_chunk(decode_team *d, int64_t c) {
     }
 }
 
+/* The outputs of chunk c, from the scratch compute_chunk filled. */
+static void copy_chunk(decode_team *d, const job_t *j, int64_t c, const float *scratch) {
+    const infer_llama_model *m = d->m;
+    if (j->kind == JOB_MATVEC) {
+        int64_t lo, hi;
+        for (int i = 0; i < j->n_mats; i++)
+            if (chunk_part(j, c, i, &lo, &hi)) {
+                memcpy(j->outs[i] + lo, scratch, (size_t)(hi - lo) * sizeof(float));
+                scratch += hi - lo;
+            }
+    } else if (j->kind == JOB_GATE_UP) {
+        int64_t r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows;
+        if (r1 > m->ffn_dim) r1 = m->ffn_dim;
+        memcpy(d->s->gate + r0, scratch, (size_t)(r1 - r0) * sizeof(float));
+    } else {
+        const size_t n = (size_t)(m->n_heads / m->n_kv_heads) * m->head_dim;
+        memcpy(d->s->att + (size_t)c * n, scratch, n * sizeof(float));
+    }
+}
+
 /* Matrices sharing an input get one quantized copy of it per distinct input format:
  * slot k of s->xq holds the k-th distinct format in the order the matrices come. */
 static void quantize_inputs(decode_team *d, const float *x, int64_t n, int n_mats) {
-    job_t *j = &d->job;
+    job_t *j = &d->staging;
     int types[3], n_types = 0;
     for (int i = 0; i < n_mats; i++) {
         int at = j->mats[i]->act_type, slot = -1;
@@ -214,11 +297,11 @@ static void store_kv(char *cache, const float *x, int n_kv_heads, int head_dim, 
 }
 
 /* The leader's walk through the model (thread 0). */
-static void decode_leader(decode_team *d, int nth) {
+static void decode_leader(decode_team *d, int nth, float *scratch) {
     const infer_llama_model *m = d->m;
     infer_llama_state *s = d->s;
     const infer_kernel_table *kt = d->kt;
-    job_t *j = &d->job;
+    job_t *j = &d->staging;
     const int hd = m->head_dim, q_dim = m->n_heads * hd;
     const size_t kv_elt = s->kv_f16 ? sizeof(infer_half) : sizeof(float);
 
@@ -237,7 +320,7 @@ static void decode_leader(decode_team *d, int nth) {
         j->mats[0] = &L->wq; j->mats[1] = &L->wk; j->mats[2] = &L->wv;
         j->outs[0] = s->q; j->outs[1] = s->k; j->outs[2] = s->v;
         quantize_inputs(d, s->h, m->dim, 3);
-        run_job(d, matvec_job(d, 3, nth), nth);
+        run_job(d, matvec_job(d, 3, nth), nth, scratch);
 
         /* GGUF "llama" layout: RoPE rotates adjacent pairs (2i, 2i+1) of each head */
         for (int h = 0; h < m->n_kv_heads; h++) kt->rope_norm(s->k + (size_t)h * hd, s->rope_cos, s->rope_sin, hd);
@@ -245,11 +328,11 @@ static void decode_leader(decode_team *d, int nth) {
         store_kv((char *)s->v_cache + layer_off, s->v, m->n_kv_heads, hd, s->n_ctx, d->pos, s->kv_f16);
         j->kind = JOB_ATTENTION;
         j->layer = l;
-        run_job(d, m->n_kv_heads, nth);
+        run_job(d, m->n_kv_heads, nth, scratch);
 
         j->mats[0] = &L->wo; j->outs[0] = s->h;
         quantize_inputs(d, s->att, q_dim, 1);
-        run_job(d, matvec_job(d, 1, nth), nth);
+        run_job(d, matvec_job(d, 1, nth), nth, scratch);
         kt->add(s->x, s->h, m->dim);
 
         kt->rmsnorm(s->x, L->ffn_norm, s->h, m->dim, m->rms_eps);
@@ -258,23 +341,24 @@ static void decode_leader(decode_team *d, int nth) {
         quantize_inputs(d, s->h, m->dim, 2);
         matvec_job(d, 1, nth);  /* chunking of one ffn_dim-row matrix */
         j->kind = JOB_GATE_UP;
-        run_job(d, (m->ffn_dim + j->chunk_rows - 1) / j->chunk_rows, nth);
+        run_job(d, (m->ffn_dim + j->chunk_rows - 1) / j->chunk_rows, nth, scratch);
 
         j->mats[0] = &L->down; j->outs[0] = s->h;
         quantize_inputs(d, s->gate, m->ffn_dim, 1);
-        run_job(d, matvec_job(d, 1, nth), nth);
+        run_job(d, matvec_job(d, 1, nth), nth, scratch);
         kt->add(s->x, s->h, m->dim);
     }
     kt->rmsnorm(s->x, m->output_norm, s->h, m->dim, m->rms_eps);
     j->mats[0] = &m->output; j->outs[0] = s->logits;
     quantize_inputs(d, s->h, m->dim, 1);
-    run_job(d, matvec_job(d, 1, nth), nth);
+    run_job(d, matvec_job(d, 1, nth), nth, scratch);
 }
 
 static void decode_worker(void *arg, int ith, int nth) {
     decode_team *d = (decode_team *)arg;
+    float scratch[SCRATCH_FLOATS];
     if (ith == 0) {
-        decode_leader(d, nth);
+        decode_leader(d, nth, scratch);
         __atomic_store_n(&d->finished, 1, __ATOMIC_RELEASE);
         return;
     }
@@ -282,7 +366,7 @@ static void decode_worker(void *arg, int ith, int nth) {
     while (!__atomic_load_n(&d->finished, __ATOMIC_ACQUIRE)) {
         uint64_t t = __atomic_load_n(&d->ticket, __ATOMIC_ACQUIRE);
         if (T_NEXT(t) < T_TOTAL(t)) {
-            work(d);
+            work(d, scratch);
             spins = 0;
         } else {
             backoff(&spins);
@@ -299,7 +383,8 @@ static int matrix_ok(const infer_kernel_table *kt, const infer_llama_matrix *w) 
 int infer_llama_decode(const infer_llama_model *m, infer_llama_state *s, int token, int pos) {
     if (token < 0 || token >= m->vocab_size || pos < 0 || pos >= s->n_ctx) return -2;
     if (m->head_dim < 2 || m->head_dim % 2 || m->head_dim > INFER_ATTN_MAX_HEAD_DIM ||
-        m->n_kv_heads < 1 || m->n_heads % m->n_kv_heads)
+        m->n_kv_heads < 1 || m->n_heads % m->n_kv_heads ||
+        2 * (m->n_heads / m->n_kv_heads) * m->head_dim > SCRATCH_FLOATS || m->n_kv_heads > MAX_CHUNKS)
         return -2;
     const infer_kernel_table *kt = infer_kernels();
     if (!kt->rmsnorm || !kt->silu_mul || !kt->add || !kt->rope_norm ||

@@ -236,8 +236,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
             ids = tok.encode(args.prompt, add_special=True, parse_special=False)
         if not ids:
             raise CLIError("the prompt is empty and the model adds no BOS token")
+        # A prompt longer than the trained context fails with ContextOverflowError.
         n_ctx = min(model.engine.max_seq_len, len(ids) + args.max_tokens)
-        ctx = model.create_context(n_ctx=max(n_ctx, len(ids)), **_sampling(args))
+        ctx = model.create_context(n_ctx=n_ctx, **_sampling(args))
         gen = generate(model, ids, context=ctx, max_tokens=args.max_tokens)
         t_first = None
         out = sys.stdout
@@ -266,25 +267,27 @@ def _mean_sd(xs: list) -> tuple:
 
 
 def _bench_infer(model, n_prompt: int, n_gen: int, reps: int, tokens: list) -> dict:
-    """tokens/s of each repetition: prefill of n_prompt tokens; n_gen single-token steps."""
+    """tokens/s of each repetition, per wall second ("pp", "tg") and per CPU second
+    of this process ("pp_cpu", "tg_cpu"): prefill of n_prompt tokens; n_gen
+    single-token steps, as llama-bench runs them (no sampling)."""
     import time
 
     ctx = model.create_context(n_ctx=max(n_prompt, n_gen + 1, 1))
-    res = {"pp": [], "tg": []}
+    res: dict = {"pp": [], "tg": [], "pp_cpu": [], "tg_cpu": []}
     for r in range(reps + 1):  # the first round warms caches and is dropped
-        if n_prompt:
+        for key, n in (("pp", n_prompt), ("tg", n_gen)):
+            if not n:
+                continue
             ctx.restart()
-            t0 = time.perf_counter()
-            ctx.prefill(tokens[:n_prompt])
+            t0, c0 = time.perf_counter(), time.process_time()
+            if key == "pp":
+                ctx.prefill(tokens[:n])
+            else:
+                for i in range(n):
+                    ctx.prefill(tokens[i:i + 1])
             if r:
-                res["pp"].append(n_prompt / (time.perf_counter() - t0))
-        if n_gen:
-            ctx.restart()
-            t0 = time.perf_counter()
-            for i in range(n_gen):  # as llama-bench: decode steps, no sampling
-                ctx.prefill(tokens[i:i + 1])
-            if r:
-                res["tg"].append(n_gen / (time.perf_counter() - t0))
+                res[key].append(n / (time.perf_counter() - t0))
+                res[key + "_cpu"].append(n / max(time.process_time() - c0, 1e-9))
     return res
 
 

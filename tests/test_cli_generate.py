@@ -64,6 +64,7 @@ def test_generate_seeded_sampling_is_reproducible():
     (("generate", "x", "--threads", "0"), "--threads"),
     (("generate", "x", "-n", "-1"), "--max-tokens"),
     (("generate", "x", "--system", "be brief"), "--system"),
+    (("generate", "hello " * 9000), "exceeds the context of 8192 tokens"),
 ])
 def test_generate_errors_are_one_line(args, message):
     out = run_cli(*args)

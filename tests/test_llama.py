@@ -198,6 +198,10 @@ def test_context_overflow_and_bad_tokens(engine, prompt):
     from infer.runtime import ContextOverflowError
 
     ctx = engine.create_context(n_ctx=8, sampler=Greedy())
+    # the KV cache is sized by n_ctx: layers x KV heads x positions x head_dim, F16 bits
+    assert ctx.k_cache.shape == ctx.v_cache.shape == (30, 3, 8, 64)
+    assert ctx.k_cache.dtype == np.uint16
+    assert engine.create_context(n_ctx=8, sampler=Greedy(), kv_type="f32").k_cache.dtype == np.float32
     with pytest.raises(ContextOverflowError):
         ctx.prefill(prompt)
     assert ctx.n_past == 0
