@@ -59,23 +59,25 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe_model(f) -> dict:
+def describe_model(f: Any) -> dict[str, Any]:
     """What `infer info` shows about a GGUFFile, as JSON-ready values."""
     import numpy as np
 
     md = f.metadata
     arch = md.get("general.architecture", "")
 
-    def arch_key(suffix):
+    def arch_key(suffix: str) -> Any:
         return md.get(f"{arch}.{suffix}")
 
-    tokens = md.get("tokenizer.ggml.tokens") or []
+    tokens = md.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list):  # absent, or not strings in a malformed file
+        tokens = []
     special = {}
     for key, value in md.items():
         if key.startswith("tokenizer.ggml.") and key.endswith("_token_id") and isinstance(value, int):
             role = key[len("tokenizer.ggml."):-len("_token_id")]
             special[role] = {"id": value, "text": tokens[value] if 0 <= value < len(tokens) else None}
-    types: dict = {}
+    types: dict[str, int] = {}
     for t in f.tensors.values():
         types[t.dtype.name] = types.get(t.dtype.name, 0) + 1
     metadata = {}
@@ -104,11 +106,14 @@ def describe_model(f) -> dict:
 
 
 def _human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
-        n /= 1024
-    return str(n)
+    if n < 1024:
+        return f"{n} B"
+    size = n / 1024
+    for unit in ("KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
 
 
 def _human_count(n: int) -> str:
@@ -118,7 +123,7 @@ def _human_count(n: int) -> str:
     return str(n)
 
 
-def format_model(s: dict) -> str:
+def format_model(s: dict[str, Any]) -> str:
     """The text `infer info` prints for a describe_model() summary."""
     from pathlib import Path
 

@@ -17,8 +17,12 @@ def default_model_path() -> str:
 
 
 def _chat_for(metadata: dict, tokenizer: Any) -> Any:
-    """The model's chat template as a Chat object, or None (no template, no chat module)."""
-    if not metadata.get("tokenizer.chat_template"):
+    """The model's chat template as a Chat object, or None (no template, no chat module).
+
+    Gemma GGUFs often ship without a template: infer.chat's Gemma fallback
+    (``<start_of_turn>``/``<end_of_turn>``) stands in for it."""
+    gemma = str(metadata.get("general.architecture", "")).startswith("gemma")
+    if not metadata.get("tokenizer.chat_template") and not gemma:
         return None
     try:
         from .chat import Chat

