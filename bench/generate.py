@@ -2,9 +2,9 @@
 
     python bench/generate.py       # INFER_MODEL=path INFER_REPS=3 INFER_THREADS=1,2
 
-Baseline measured in the same run: the memory roofline of a decoded token, i.e.
-the time numpy needs to read the model's weight bytes once (a decode step must
-stream every weight), shown as the share of that bound each figure reaches.  The
+Baseline measured in the same run: how many times per second numpy can read the
+model's weight bytes once (np.sum over them), the memory work of one decode step
+without any compute; each figure is shown as a ratio to it.  The
 figures of baselines.md (llama-cpp-python 0.3.36 at 2 threads: pp512 275, tg128
 72 tok/s) were measured on another day, so they are printed for orientation only.
 """
@@ -25,8 +25,8 @@ from infer import kernels  # noqa: E402
 LLAMA_CPP_PYTHON = {"pp512": 275.0, "tg128": 72.0}  # baselines.md, 2 threads
 
 
-def roofline_tokens_per_s(model_bytes: int) -> float:
-    """Tokens/s if a decode step cost exactly one read of the weights at numpy's speed."""
+def numpy_reads_per_s(model_bytes: int) -> float:
+    """Passes per second of numpy summing the weights' bytes (as float64 words)."""
     buf = np.ones(model_bytes // 8, np.float64)
     times = []
     for _ in range(5):
@@ -58,7 +58,7 @@ def main():
     with infer.load(path) as model:
         rng = np.random.default_rng(0)
         tokens = [int(t) for t in rng.integers(0, model.engine.vocab_size, 512)]
-        roof = roofline_tokens_per_s(model.n_bytes)
+        roof = numpy_reads_per_s(model.n_bytes)
         rows = []
         for n in threads:
             kernels.set_num_threads(n)
@@ -68,9 +68,9 @@ def main():
                 sd = statistics.stdev(res[key]) if len(res[key]) > 1 else 0.0
                 rows.append((n, label, mean, sd))
     ttft = statistics.median(first_token_seconds(path) for _ in range(3))
-    print(f"SmolLM2-135M Q4_1, {reps} repetitions; same-run baseline: weight-read roofline "
-          f"{roof:.0f} tok/s (numpy reading {model.n_bytes / 2**20:.0f} MiB)")
-    print("| threads | test | t/s | vs roofline | vs llama-cpp-python (baselines.md, 2 thr) |")
+    print(f"SmolLM2-135M Q4_1, {reps} repetitions; same-run baseline: numpy reads the "
+          f"{model.n_bytes / 2**20:.0f} MiB of weights {roof:.0f} times/s")
+    print("| threads | test | t/s | vs numpy read | vs llama-cpp-python (baselines.md, 2 thr) |")
     print("| ---: | --- | ---: | ---: | ---: |")
     for n, label, mean, sd in rows:
         print(f"| {n} | {label} | {mean:.1f} ± {sd:.1f} | "

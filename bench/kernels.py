@@ -5,6 +5,7 @@ Every figure is printed next to a baseline measured in the same run, with the ra
   matvec      vs numpy float32 mat-vec (OpenBLAS, one thread), 2 threads vs 1,
               and each SIMD kernel set vs scalar
   model       the mat-vec shapes of SmolLM2-135M decode, per thread count
+  prefill     mat-mul of many tokens vs numpy float32 (OpenBLAS sgemm, one thread)
 
 Run:  python bench/kernels.py
 Knobs (environment):
@@ -13,7 +14,8 @@ Knobs (environment):
   INFER_BENCH_MATVEC    matvec rows x cols (default 4096x4096)
   INFER_BENCH_FORMATS   comma list (default q4_0,q4_1,q5_0,q8_0,f16,bf16)
   INFER_BENCH_THREADS   comma list of thread counts (default 1,2)
-  INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model)
+  INFER_BENCH_PREFILL   matmul rows x cols x tokens (default 1536x576x64)
+  INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model,prefill)
 """
 import os
 import sys
@@ -35,6 +37,7 @@ MV_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_MATVEC", "4096x4096
 FORMATS = os.environ.get("INFER_BENCH_FORMATS", "q4_0,q4_1,q5_0,q8_0,f16,bf16").split(",")
 THREADS = [int(v) for v in os.environ.get("INFER_BENCH_THREADS", "1,2").split(",")]
 SKIP = set(filter(None, os.environ.get("INFER_BENCH_SKIP", "").split(",")))
+PREFILL_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_PREFILL", "1536x576x64").split("x"))
 MODEL_SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576)]
 
 
@@ -67,6 +70,16 @@ def per_call(fn, seconds=SECONDS, clock=time.thread_time):
 
 def wall(fn, seconds=SECONDS):
     return per_call(fn, seconds, clock=time.perf_counter)
+
+
+def thread_columns(fn, fmt_us):
+    """Wall time of fn at each thread count, with the ratio to the first count."""
+    walls = {}
+    for th in THREADS:
+        K.set_num_threads(th)
+        walls[th] = wall(fn)
+    K.set_num_threads(THREADS[0])
+    return [f"{fmt_us.format(walls[th] * 1e6)} ({walls[THREADS[0]] / walls[th]:.2f}x)" for th in THREADS]
 
 
 def encode(fmt, w):
@@ -123,11 +136,7 @@ def bench_matvec(rng, isas):
                 scalar_t = t1
             row = [fmt, isa, f"{t1 * 1e6:.0f}", f"{w.nbytes / t1 / 1e9:.1f}", f"{t_np / t1:.2f}x",
                    f"{scalar_t / t1:.1f}x"]
-            walls = {}
-            for th in THREADS:
-                K.set_num_threads(th)
-                walls[th] = wall(lambda: K.matvec(w, fmt, x, out))
-            row += [f"{walls[th] * 1e6:.0f} ({walls[THREADS[0]] / walls[th]:.2f}x)" for th in THREADS]
+            row += thread_columns(lambda: K.matvec(w, fmt, x, out), "{:.0f}")
             result.append(row)
     K.set_num_threads(THREADS[0])
     table(f"matvec {rows}x{cols}, x quantized inside (numpy float32 one thread: {t_np * 1e6:.0f} us, "
@@ -152,11 +161,7 @@ def bench_model(rng, isa):
             K.set_num_threads(1)
             t1 = per_call(lambda: K.matvec_q(w, fmt, xq, out))
             row = [fmt, f"{rows}x{cols}", f"{t_np * 1e6:.1f}", f"{t1 * 1e6:.1f}", f"{t_np / t1:.2f}x"]
-            walls = {}
-            for th in THREADS:
-                K.set_num_threads(th)
-                walls[th] = wall(lambda: K.matvec_q(w, fmt, xq, out))
-            row += [f"{walls[th] * 1e6:.1f} ({walls[THREADS[0]] / walls[th]:.2f}x)" for th in THREADS]
+            row += thread_columns(lambda: K.matvec_q(w, fmt, xq, out), "{:.1f}")
             result.append(row)
     x = rng.standard_normal(576).astype(np.float32)
     xq = np.empty(K.activation_bytes("q4_1", 576), np.uint8)
@@ -165,6 +170,30 @@ def bench_model(rng, isa):
     table(f"model shapes, matvec_q on pre-quantized activations, {isa} "
           f"(quantize_activations of 576 values to q8_1: {t_q * 1e6:.2f} us per call)",
           ["format", "rows x cols", "numpy f32 us", "1 thr us (CPU)", "vs numpy"]
+          + [f"{th} thr wall us (vs {THREADS[0]})" for th in THREADS], result)
+
+
+def bench_prefill(rng, isa):
+    K.set_isa(isa)
+    rows, cols, tokens = PREFILL_SHAPE
+    w_f = rng.standard_normal((rows, cols)).astype(np.float32)
+    X = rng.standard_normal((tokens, cols)).astype(np.float32)
+    ref = np.empty((tokens, rows), np.float32)
+    t_np = per_call(lambda: np.matmul(X, w_f.T, out=ref))
+    result = []
+    for fmt in ("q4_0", "q4_1", "q8_0"):
+        w = encode(fmt, w_f)
+        Xq = np.empty(K.activation_bytes(fmt, cols, tokens), np.uint8)
+        K.quantize_activations(X, fmt, Xq)
+        out = np.empty((tokens, rows), np.float32)
+        K.set_num_threads(1)
+        t1 = per_call(lambda: K.matmul_q(w, fmt, Xq, out))
+        row = [fmt, f"{t1 * 1e6:.0f}", f"{rows * cols * tokens / t1 / 1e9:.1f}", f"{t_np / t1:.2f}x"]
+        row += thread_columns(lambda: K.matmul_q(w, fmt, Xq, out), "{:.0f}")
+        result.append(row)
+    table(f"prefill matmul_q {rows}x{cols} x {tokens} tokens, {isa} (numpy float32 one thread: "
+          f"{t_np * 1e6:.0f} us, {rows * cols * tokens / t_np / 1e9:.1f} GMAC/s)",
+          ["format", "1 thr us (CPU)", "GMAC/s", "vs numpy f32"]
           + [f"{th} thr wall us (vs {THREADS[0]})" for th in THREADS], result)
 
 
@@ -184,6 +213,8 @@ def main():
             bench_matvec(rng, isas)
         if "model" not in SKIP:
             bench_model(rng, before)
+        if "prefill" not in SKIP:
+            bench_prefill(rng, before)
     finally:
         K.set_isa(before)
 

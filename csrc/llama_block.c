@@ -117,6 +117,15 @@ static int64_t matvec_job(decode_team *d, int n_mats, int nth) {
     return (j->rows + chunk - 1) / chunk;
 }
 
+/* out[r] = row r of w . x for r in [lo, hi), on this thread: the matmul driver's
+ * row loop (four-row kernels, weight rows prefetched ahead).  Its groups of four
+ * start at lo; chunks start on multiples of 16 within matrices whose row counts
+ * are multiples of 4 (all real ones), so a row's arithmetic, and the result, do
+ * not depend on the chunking or the thread count. */
+static void dot_rows(const infer_llama_matrix *w, const void *x, float *out, int64_t lo, int64_t hi) {
+    infer_matmul_rows(w->type, w->data, w->row_bytes, w->cols, lo, hi, x, 1, out, w->rows);
+}
+
 static void matvec_chunk(decode_team *d, int64_t r0, int64_t r1) {
     const job_t *j = &d->job;
     int64_t base = 0;
@@ -124,9 +133,7 @@ static void matvec_chunk(decode_team *d, int64_t r0, int64_t r1) {
         const infer_llama_matrix *w = j->mats[i];
         int64_t lo = r0 > base ? r0 - base : 0;
         int64_t hi = r1 - base < w->rows ? r1 - base : w->rows;
-        infer_vec_dot_fn dot = d->kt->vec_dot[w->type];
-        for (int64_t r = lo; r < hi; r++)
-            j->outs[i][r] = dot(w->cols, w->data + (size_t)r * w->row_bytes, j->inputs[i]);
+        if (lo < hi) dot_rows(w, j->inputs[i], j->outs[i], lo, hi);
         base += w->rows;
     }
 }
@@ -142,12 +149,7 @@ static void run_chunk(decode_team *d, int64_t c) {
         /* rows [r0, r1) of gate and of up, then SwiGLU on them */
         int64_t r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows;
         if (r1 > m->ffn_dim) r1 = m->ffn_dim;
-        for (int i = 0; i < 2; i++) {
-            const infer_llama_matrix *w = j->mats[i];
-            infer_vec_dot_fn dot = d->kt->vec_dot[w->type];
-            for (int64_t r = r0; r < r1; r++)
-                j->outs[i][r] = dot(w->cols, w->data + (size_t)r * w->row_bytes, j->inputs[i]);
-        }
+        for (int i = 0; i < 2; i++) dot_rows(j->mats[i], j->inputs[i], j->outs[i], r0, r1);
         d->kt->silu_mul(s->gate + r0, s->up + r0, s->gate + r0, r1 - r0);
     } else {
         /* KV head c and the query heads that read it: RoPE on the queries, then
@@ -301,7 +303,7 @@ int infer_llama_decode(const infer_llama_model *m, infer_llama_state *s, int tok
         return -2;
     const infer_kernel_table *kt = infer_kernels();
     if (!kt->rmsnorm || !kt->silu_mul || !kt->add || !kt->rope_norm ||
-        !(s->kv_f16 ? kt->attn_f16 : kt->attn_f32) || m->embd.type < 0 || m->embd.type >= INFER_TYPE_COUNT ||
+        !(s->kv_f16 ? kt->attn_block_f16 : kt->attn_block_f32) || m->embd.type < 0 || m->embd.type >= INFER_TYPE_COUNT ||
         !kt->dequantize[m->embd.type] || !matrix_ok(kt, &m->output))
         return -1;
     for (int l = 0; l < m->n_layers; l++) {

@@ -205,11 +205,10 @@ static void rope_neox_avx2(float *x, const float *cs, const float *sn, int64_t r
 
 /* ---- attention -------------------------------------------------------------------
  * Online softmax over chunks of ATTN_CHUNK positions.  Per chunk: the scores of
- * every query row (K rows two at a time against up to four queries, so each K
- * vector is loaded and converted once for four queries), then per query a rescale
- * of its accumulator if its running max grew and the exponentials, then the
- * weighted V rows (each V vector loaded once for up to four queries, accumulators
- * in registers across the chunk). */
+ * every query row (each K vector loaded and converted once for up to four
+ * queries), then per query a rescale of its accumulator if its running max grew
+ * and the exponentials, then the weighted V rows (each V vector loaded once for up
+ * to four queries, accumulators in registers across the chunk). */
 
 /* Cache elements i..i+7 (or i) of a row block stored as F32 or F16 bits; f16 is a
  * constant at every call site, so each kernel below compiles without the branch. */
@@ -229,34 +228,34 @@ static inline __m256 hsum8x8(const __m256 *s) {
     return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
-/* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant). */
+/* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant).
+ * RB = 8 / UB rows per pass: eight accumulators (independent FMA chains) whatever
+ * the number of queries, reduced together by one hadd tree. */
 static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, const void *k,
                                       int64_t p0, int64_t nb, float *s, int f16) {
+    const int RB = UB == 1 ? 8 : UB == 2 ? 4 : 2;
     const int64_t d8 = d & ~(int64_t)7;
     int64_t j = 0;
-    for (; j + 2 <= nb; j += 2) {
+    for (; j + RB <= nb; j += RB) {
         __m256 a[8];
         float sums[8];
-        const int64_t r0 = (p0 + j) * d, r1 = r0 + d;
+        const int64_t r0 = (p0 + j) * d;
         for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
         for (int64_t i = 0; i < d8; i += 8) {
-            const __m256 k0 = kv_load8(k, r0 + i, f16), k1 = kv_load8(k, r1 + i, f16);
-            for (int u = 0; u < UB; u++) {
-                const __m256 qv = _mm256_loadu_ps(qs + u * d + i);
-                a[2 * u] = _mm256_fmadd_ps(qv, k0, a[2 * u]);
-                a[2 * u + 1] = _mm256_fmadd_ps(qv, k1, a[2 * u + 1]);
+            __m256 qv[4];
+            for (int u = 0; u < UB; u++) qv[u] = _mm256_loadu_ps(qs + u * d + i);
+            for (int r = 0; r < RB; r++) {
+                const __m256 kr = kv_load8(k, r0 + r * d + i, f16);
+                for (int u = 0; u < UB; u++) a[u * RB + r] = _mm256_fmadd_ps(qv[u], kr, a[u * RB + r]);
             }
         }
         _mm256_storeu_ps(sums, hsum8x8(a));
-        for (int u = 0; u < UB; u++) {
-            float s0 = sums[2 * u], s1 = sums[2 * u + 1];
-            for (int64_t i = d8; i < d; i++) {
-                s0 += qs[u * d + i] * kv_load1(k, r0 + i, f16);
-                s1 += qs[u * d + i] * kv_load1(k, r1 + i, f16);
+        for (int u = 0; u < UB; u++)
+            for (int r = 0; r < RB; r++) {
+                float sum = sums[u * RB + r];
+                for (int64_t i = d8; i < d; i++) sum += qs[u * d + i] * kv_load1(k, r0 + r * d + i, f16);
+                s[u * ATTN_CHUNK + j + r] = sum;
             }
-            s[u * ATTN_CHUNK + j] = s0;
-            s[u * ATTN_CHUNK + j + 1] = s1;
-        }
     }
     for (; j < nb; j++) {
         const int64_t r0 = (p0 + j) * d;
@@ -271,41 +270,39 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
     }
 }
 
-/* acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i] for u < UB. */
-static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
-                                          int64_t p0, int64_t nb, const float *w, int f16) {
-    const int64_t d16 = d & ~(int64_t)15, d8 = d & ~(int64_t)7;
-    int64_t i = 0;
-    for (; i < d16; i += 16) {
-        __m256 a[4][2];
-        for (int u = 0; u < UB; u++) {
-            a[u][0] = _mm256_loadu_ps(acc + u * d + i);
-            a[u][1] = _mm256_loadu_ps(acc + u * d + i + 8);
-        }
+/* acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i] for u < UB, over
+ * the columns from i on in blocks of NV vectors; returns where it stopped.  The
+ * accumulators stay in registers for the whole chunk, so NV is chosen to keep
+ * UB * NV independent FMA chains in flight. */
+static ALWAYS_INLINE int64_t attn_accumulate_cols(const int UB, const int NV, float *acc, int64_t d,
+                                                  int64_t i, const void *v, int64_t p0, int64_t nb,
+                                                  const float *w, int f16) {
+    for (; i + 8 * NV <= d; i += 8 * NV) {
+        __m256 a[4][8];
+        for (int u = 0; u < UB; u++)
+            for (int x = 0; x < NV; x++) a[u][x] = _mm256_loadu_ps(acc + u * d + i + 8 * x);
         for (int64_t j = 0; j < nb; j++) {
             const int64_t r = (p0 + j) * d + i;
-            const __m256 v0 = kv_load8(v, r, f16), v1 = kv_load8(v, r + 8, f16);
-            for (int u = 0; u < UB; u++) {
-                const __m256 wv = _mm256_broadcast_ss(w + u * ATTN_CHUNK + j);
-                a[u][0] = _mm256_fmadd_ps(wv, v0, a[u][0]);
-                a[u][1] = _mm256_fmadd_ps(wv, v1, a[u][1]);
+            __m256 wv[4];
+            for (int u = 0; u < UB; u++) wv[u] = _mm256_broadcast_ss(w + u * ATTN_CHUNK + j);
+            for (int x = 0; x < NV; x++) {
+                const __m256 vx = kv_load8(v, r + 8 * x, f16);
+                for (int u = 0; u < UB; u++) a[u][x] = _mm256_fmadd_ps(wv[u], vx, a[u][x]);
             }
         }
-        for (int u = 0; u < UB; u++) {
-            _mm256_storeu_ps(acc + u * d + i, a[u][0]);
-            _mm256_storeu_ps(acc + u * d + i + 8, a[u][1]);
-        }
+        for (int u = 0; u < UB; u++)
+            for (int x = 0; x < NV; x++) _mm256_storeu_ps(acc + u * d + i + 8 * x, a[u][x]);
     }
-    for (; i < d8; i += 8) {
-        __m256 a[4];
-        for (int u = 0; u < UB; u++) a[u] = _mm256_loadu_ps(acc + u * d + i);
-        for (int64_t j = 0; j < nb; j++) {
-            const __m256 v0 = kv_load8(v, (p0 + j) * d + i, f16);
-            for (int u = 0; u < UB; u++)
-                a[u] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + u * ATTN_CHUNK + j), v0, a[u]);
-        }
-        for (int u = 0; u < UB; u++) _mm256_storeu_ps(acc + u * d + i, a[u]);
-    }
+    return i;
+}
+
+static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
+                                          int64_t p0, int64_t nb, const float *w, int f16) {
+    int64_t i = 0;
+    if (UB == 1) i = attn_accumulate_cols(UB, 8, acc, d, i, v, p0, nb, w, f16);
+    if (UB <= 2) i = attn_accumulate_cols(UB, 4, acc, d, i, v, p0, nb, w, f16);
+    i = attn_accumulate_cols(UB, 2, acc, d, i, v, p0, nb, w, f16);
+    i = attn_accumulate_cols(UB, 1, acc, d, i, v, p0, nb, w, f16);
     for (; i < d; i++)
         for (int64_t j = 0; j < nb; j++)
             for (int u = 0; u < UB; u++)

@@ -161,9 +161,9 @@ static void rope_neox_avx512(float *x, const float *cs, const float *sn, int64_t
     }
 }
 
-/* ---- attention: as in ops_avx2.c (chunked online softmax; K rows four at a time
- * against up to four queries, V vectors loaded once for up to four queries), 16
- * lanes with a masked last vector of each row. */
+/* ---- attention: as in ops_avx2.c (chunked online softmax; each K and V vector
+ * loaded once for up to four queries), 16 lanes with a masked last vector of each
+ * row. */
 static ALWAYS_INLINE __m512 kv_load16(const void *p, int64_t i, __mmask16 k, int f16) {
     if (f16)
         return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const infer_half *)p + i));
@@ -183,28 +183,30 @@ static inline __m256 hsum16x8(const __m512 *s) {
     return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
-/* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant). */
+/* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant):
+ * RB rows per pass so that at least eight accumulators are in flight. */
 static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, const void *k,
                                       int64_t p0, int64_t nb, float *s, int f16) {
+    const int RB = UB == 1 ? 8 : 4;
     int64_t j = 0;
-    for (; j + 4 <= nb; j += 4) {
+    for (; j + RB <= nb; j += RB) {
         __m512 a[16];
         float sums[16];
-        const int64_t r = (p0 + j) * d;
+        const int64_t r0 = (p0 + j) * d;
         for (int x = 0; x < 16; x++) a[x] = _mm512_setzero_ps();
         for (int64_t i = 0; i < d; i += 16) {
             const __mmask16 mk = tail_mask(d - i);
-            __m512 kr[4];
-            for (int x = 0; x < 4; x++) kr[x] = kv_load16(k, r + x * d + i, mk, f16);
-            for (int u = 0; u < UB; u++) {
-                const __m512 qv = _mm512_maskz_loadu_ps(mk, qs + u * d + i);
-                for (int x = 0; x < 4; x++) a[4 * u + x] = _mm512_fmadd_ps(qv, kr[x], a[4 * u + x]);
+            __m512 qv[4];
+            for (int u = 0; u < UB; u++) qv[u] = _mm512_maskz_loadu_ps(mk, qs + u * d + i);
+            for (int r = 0; r < RB; r++) {
+                const __m512 kr = kv_load16(k, r0 + r * d + i, mk, f16);
+                for (int u = 0; u < UB; u++) a[u * RB + r] = _mm512_fmadd_ps(qv[u], kr, a[u * RB + r]);
             }
         }
         _mm256_storeu_ps(sums, hsum16x8(a));
-        if (UB > 2) _mm256_storeu_ps(sums + 8, hsum16x8(a + 8));
+        if (UB * RB > 8) _mm256_storeu_ps(sums + 8, hsum16x8(a + 8));
         for (int u = 0; u < UB; u++)
-            for (int x = 0; x < 4; x++) s[u * ATTN_CHUNK + j + x] = sums[4 * u + x];
+            for (int r = 0; r < RB; r++) s[u * ATTN_CHUNK + j + r] = sums[u * RB + r];
     }
     for (; j < nb; j++) {
         const int64_t r = (p0 + j) * d;
@@ -220,41 +222,38 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
     }
 }
 
-/* acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i] for u < UB. */
+/* acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i] for u < UB, over
+ * the columns from i on in blocks of NV vectors (the last one masked when mask_tail);
+ * returns where it stopped.  UB * NV accumulators stay in registers for the chunk. */
+static ALWAYS_INLINE int64_t attn_accumulate_cols(const int UB, const int NV, const int mask_tail,
+                                                  float *acc, int64_t d, int64_t i, const void *v,
+                                                  int64_t p0, int64_t nb, const float *w, int f16) {
+    for (; mask_tail ? i < d : i + 16 * NV <= d; i += 16 * NV) {
+        const __mmask16 mk = mask_tail ? tail_mask(d - i) : (__mmask16)0xffff;
+        __m512 a[4][8];
+        for (int u = 0; u < UB; u++)
+            for (int x = 0; x < NV; x++) a[u][x] = _mm512_maskz_loadu_ps(mk, acc + u * d + i + 16 * x);
+        for (int64_t j = 0; j < nb; j++) {
+            const int64_t r = (p0 + j) * d + i;
+            __m512 wv[4];
+            for (int u = 0; u < UB; u++) wv[u] = _mm512_set1_ps(w[u * ATTN_CHUNK + j]);
+            for (int x = 0; x < NV; x++) {
+                const __m512 vx = kv_load16(v, r + 16 * x, mk, f16);
+                for (int u = 0; u < UB; u++) a[u][x] = _mm512_fmadd_ps(wv[u], vx, a[u][x]);
+            }
+        }
+        for (int u = 0; u < UB; u++)
+            for (int x = 0; x < NV; x++) _mm512_mask_storeu_ps(acc + u * d + i + 16 * x, mk, a[u][x]);
+    }
+    return i;
+}
+
 static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
                                           int64_t p0, int64_t nb, const float *w, int f16) {
     int64_t i = 0;
-    for (; i + 32 <= d; i += 32) {
-        __m512 a[4][2];
-        for (int u = 0; u < UB; u++) {
-            a[u][0] = _mm512_loadu_ps(acc + u * d + i);
-            a[u][1] = _mm512_loadu_ps(acc + u * d + i + 16);
-        }
-        for (int64_t j = 0; j < nb; j++) {
-            const int64_t r = (p0 + j) * d + i;
-            const __m512 v0 = kv_load16(v, r, 0xffff, f16), v1 = kv_load16(v, r + 16, 0xffff, f16);
-            for (int u = 0; u < UB; u++) {
-                const __m512 wv = _mm512_set1_ps(w[u * ATTN_CHUNK + j]);
-                a[u][0] = _mm512_fmadd_ps(wv, v0, a[u][0]);
-                a[u][1] = _mm512_fmadd_ps(wv, v1, a[u][1]);
-            }
-        }
-        for (int u = 0; u < UB; u++) {
-            _mm512_storeu_ps(acc + u * d + i, a[u][0]);
-            _mm512_storeu_ps(acc + u * d + i + 16, a[u][1]);
-        }
-    }
-    for (; i < d; i += 16) {
-        const __mmask16 mk = tail_mask(d - i);
-        __m512 a[4];
-        for (int u = 0; u < UB; u++) a[u] = _mm512_maskz_loadu_ps(mk, acc + u * d + i);
-        for (int64_t j = 0; j < nb; j++) {
-            const __m512 v0 = kv_load16(v, (p0 + j) * d + i, mk, f16);
-            for (int u = 0; u < UB; u++)
-                a[u] = _mm512_fmadd_ps(_mm512_set1_ps(w[u * ATTN_CHUNK + j]), v0, a[u]);
-        }
-        for (int u = 0; u < UB; u++) _mm512_mask_storeu_ps(acc + u * d + i, mk, a[u]);
-    }
+    if (UB <= 2) i = attn_accumulate_cols(UB, 4, 0, acc, d, i, v, p0, nb, w, f16);
+    i = attn_accumulate_cols(UB, 2, 0, acc, d, i, v, p0, nb, w, f16);
+    attn_accumulate_cols(UB, 1, 1, acc, d, i, v, p0, nb, w, f16);
 }
 
 /* Online-softmax step of one query over a chunk, as in ops_avx2.c. */

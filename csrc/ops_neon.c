@@ -181,9 +181,9 @@ static void rope_neox_neon(float *x, const float *cs, const float *sn, int64_t r
     }
 }
 
-/* ---- attention: as in ops_avx2.c (chunked online softmax; K rows two at a time
- * against up to four queries, V vectors loaded once for up to four queries with
- * accumulators in registers across a chunk), 4 lanes. */
+/* ---- attention: as in ops_avx2.c (chunked online softmax; each K and V vector
+ * loaded once for up to four queries, accumulators in registers across a chunk),
+ * 4 lanes. */
 static ALWAYS_INLINE float32x4_t kv_load4(const void *p, int64_t i, int f16) {
     if (f16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)p + i)));
     return vld1q_f32((const float *)p + i);
@@ -192,36 +192,36 @@ static ALWAYS_INLINE float kv_load1(const void *p, int64_t i, int f16) {
     return f16 ? infer_fp16_to_fp32(((const infer_half *)p)[i]) : ((const float *)p)[i];
 }
 
-/* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant). */
+/* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant).
+ * RB = 8 / UB rows per pass: eight accumulators (independent FMA chains) whatever
+ * the number of queries. */
 static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, const void *k,
                                       int64_t p0, int64_t nb, float *s, int f16) {
+    const int RB = UB == 1 ? 8 : UB == 2 ? 4 : 2;
     const int64_t d4 = d & ~(int64_t)3;
     int64_t j = 0;
-    for (; j + 2 <= nb; j += 2) {
+    for (; j + RB <= nb; j += RB) {
         float32x4_t a[8];
         float sums[8];
-        const int64_t r0 = (p0 + j) * d, r1 = r0 + d;
+        const int64_t r0 = (p0 + j) * d;
         for (int x = 0; x < 8; x++) a[x] = vdupq_n_f32(0.0f);
         for (int64_t i = 0; i < d4; i += 4) {
-            const float32x4_t k0 = kv_load4(k, r0 + i, f16), k1 = kv_load4(k, r1 + i, f16);
-            for (int u = 0; u < UB; u++) {
-                const float32x4_t qv = vld1q_f32(qs + u * d + i);
-                a[2 * u] = vfmaq_f32(a[2 * u], qv, k0);
-                a[2 * u + 1] = vfmaq_f32(a[2 * u + 1], qv, k1);
+            float32x4_t qv[4];
+            for (int u = 0; u < UB; u++) qv[u] = vld1q_f32(qs + u * d + i);
+            for (int r = 0; r < RB; r++) {
+                const float32x4_t kr = kv_load4(k, r0 + r * d + i, f16);
+                for (int u = 0; u < UB; u++) a[u * RB + r] = vfmaq_f32(a[u * RB + r], qv[u], kr);
             }
         }
         /* pairwise adds: lane x of each result is the sum of a[x] (a[x + 4]) */
         vst1q_f32(sums, vpaddq_f32(vpaddq_f32(a[0], a[1]), vpaddq_f32(a[2], a[3])));
-        if (UB > 2) vst1q_f32(sums + 4, vpaddq_f32(vpaddq_f32(a[4], a[5]), vpaddq_f32(a[6], a[7])));
-        for (int u = 0; u < UB; u++) {
-            float s0 = sums[2 * u], s1 = sums[2 * u + 1];
-            for (int64_t i = d4; i < d; i++) {
-                s0 += qs[u * d + i] * kv_load1(k, r0 + i, f16);
-                s1 += qs[u * d + i] * kv_load1(k, r1 + i, f16);
+        vst1q_f32(sums + 4, vpaddq_f32(vpaddq_f32(a[4], a[5]), vpaddq_f32(a[6], a[7])));
+        for (int u = 0; u < UB; u++)
+            for (int r = 0; r < RB; r++) {
+                float sum = sums[u * RB + r];
+                for (int64_t i = d4; i < d; i++) sum += qs[u * d + i] * kv_load1(k, r0 + r * d + i, f16);
+                s[u * ATTN_CHUNK + j + r] = sum;
             }
-            s[u * ATTN_CHUNK + j] = s0;
-            s[u * ATTN_CHUNK + j + 1] = s1;
-        }
     }
     for (; j < nb; j++) {
         const int64_t r0 = (p0 + j) * d;
@@ -236,39 +236,36 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
     }
 }
 
-/* acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i] for u < UB. */
-static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
-                                          int64_t p0, int64_t nb, const float *w, int f16) {
-    const int64_t d8 = d & ~(int64_t)7, d4 = d & ~(int64_t)3;
-    int64_t i = 0;
-    for (; i < d8; i += 8) {
-        float32x4_t a[4][2];
-        for (int u = 0; u < UB; u++) {
-            a[u][0] = vld1q_f32(acc + u * d + i);
-            a[u][1] = vld1q_f32(acc + u * d + i + 4);
-        }
+/* acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i] for u < UB, over
+ * the columns from i on in blocks of NV vectors; returns where it stopped.  UB * NV
+ * accumulators stay in registers for the whole chunk. */
+static ALWAYS_INLINE int64_t attn_accumulate_cols(const int UB, const int NV, float *acc, int64_t d,
+                                                  int64_t i, const void *v, int64_t p0, int64_t nb,
+                                                  const float *w, int f16) {
+    for (; i + 4 * NV <= d; i += 4 * NV) {
+        float32x4_t a[4][8];
+        for (int u = 0; u < UB; u++)
+            for (int x = 0; x < NV; x++) a[u][x] = vld1q_f32(acc + u * d + i + 4 * x);
         for (int64_t j = 0; j < nb; j++) {
             const int64_t r = (p0 + j) * d + i;
-            const float32x4_t v0 = kv_load4(v, r, f16), v1 = kv_load4(v, r + 4, f16);
-            for (int u = 0; u < UB; u++) {
-                a[u][0] = vfmaq_n_f32(a[u][0], v0, w[u * ATTN_CHUNK + j]);
-                a[u][1] = vfmaq_n_f32(a[u][1], v1, w[u * ATTN_CHUNK + j]);
+            for (int x = 0; x < NV; x++) {
+                const float32x4_t vx = kv_load4(v, r + 4 * x, f16);
+                for (int u = 0; u < UB; u++) a[u][x] = vfmaq_n_f32(a[u][x], vx, w[u * ATTN_CHUNK + j]);
             }
         }
-        for (int u = 0; u < UB; u++) {
-            vst1q_f32(acc + u * d + i, a[u][0]);
-            vst1q_f32(acc + u * d + i + 4, a[u][1]);
-        }
+        for (int u = 0; u < UB; u++)
+            for (int x = 0; x < NV; x++) vst1q_f32(acc + u * d + i + 4 * x, a[u][x]);
     }
-    for (; i < d4; i += 4) {
-        float32x4_t a[4];
-        for (int u = 0; u < UB; u++) a[u] = vld1q_f32(acc + u * d + i);
-        for (int64_t j = 0; j < nb; j++) {
-            const float32x4_t v0 = kv_load4(v, (p0 + j) * d + i, f16);
-            for (int u = 0; u < UB; u++) a[u] = vfmaq_n_f32(a[u], v0, w[u * ATTN_CHUNK + j]);
-        }
-        for (int u = 0; u < UB; u++) vst1q_f32(acc + u * d + i, a[u]);
-    }
+    return i;
+}
+
+static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
+                                          int64_t p0, int64_t nb, const float *w, int f16) {
+    int64_t i = 0;
+    if (UB == 1) i = attn_accumulate_cols(UB, 8, acc, d, i, v, p0, nb, w, f16);
+    if (UB <= 2) i = attn_accumulate_cols(UB, 4, acc, d, i, v, p0, nb, w, f16);
+    i = attn_accumulate_cols(UB, 2, acc, d, i, v, p0, nb, w, f16);
+    i = attn_accumulate_cols(UB, 1, acc, d, i, v, p0, nb, w, f16);
     for (; i < d; i++)
         for (int64_t j = 0; j < nb; j++)
             for (int u = 0; u < UB; u++)

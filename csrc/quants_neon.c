@@ -219,121 +219,103 @@ static void quantize_q8_1_neon(const float *src, void *dst, int64_t n) {
 }
 
 /* ---- dot products ------------------------------------------------------------------
- * Quantized pairs: exact int32 sum per block, then acc += sum * (d_w * d_a) in four
- * float lanes; two blocks per iteration keep two independent chains in flight. */
+ * Quantized pairs: the exact int32 sum of one weight block times one Q8 block (in
+ * four lanes, whose total is what counts), then acc += sum * (d_w * d_a) in float
+ * lanes.  One helper per weight format serves both the one-row and four-row kernels. */
 
-static float vec_dot_q4_0_q8_0_neon(int64_t n, const void *w, const void *a) {
-    const block_q4_0 *x = (const block_q4_0 *)w;
-    const block_q8_0 *y = (const block_q8_0 *)a;
-    const int64_t nb = n / QK4_0;
+static inline int32x4_t block_dot_q4_0(const block_q4_0 *x, int8x16_t y0, int8x16_t y1) {
     const int8x16_t eight = vdupq_n_s8(8);
-    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        int8x16_t l0, h0, l1, h1;
-        unpack_nibbles(x[b].qs, &l0, &h0);
-        unpack_nibbles(x[b + 1].qs, &l1, &h1);
-        int32x4_t p0 = dot_s8(vdupq_n_s32(0), vsubq_s8(l0, eight), vld1q_s8(y[b].qs));
-        p0 = dot_s8(p0, vsubq_s8(h0, eight), vld1q_s8(y[b].qs + 16));
-        int32x4_t p1 = dot_s8(vdupq_n_s32(0), vsubq_s8(l1, eight), vld1q_s8(y[b + 1].qs));
-        p1 = dot_s8(p1, vsubq_s8(h1, eight), vld1q_s8(y[b + 1].qs + 16));
-        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
-        acc1 = vmlaq_n_f32(acc1, vcvtq_f32_s32(p1),
-                           fp16_to_f32(x[b + 1].d) * fp16_to_f32(y[b + 1].d));
-    }
-    for (; b < nb; b++) {
-        int8x16_t l0, h0;
-        unpack_nibbles(x[b].qs, &l0, &h0);
-        int32x4_t p0 = dot_s8(vdupq_n_s32(0), vsubq_s8(l0, eight), vld1q_s8(y[b].qs));
-        p0 = dot_s8(p0, vsubq_s8(h0, eight), vld1q_s8(y[b].qs + 16));
-        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
-    }
-    return vaddvq_f32(vaddq_f32(acc0, acc1));
+    int8x16_t lo, hi;
+    unpack_nibbles(x->qs, &lo, &hi);
+    return dot_s8(dot_s8(vdupq_n_s32(0), vsubq_s8(lo, eight), y0), vsubq_s8(hi, eight), y1);
 }
 
-/* Q4_1 . Q8_1: d_w*d_a*sum(nib*q) + m_w*s_a, where s_a = d_a*sum(q) carries the min term. */
-static float vec_dot_q4_1_q8_1_neon(int64_t n, const void *w, const void *a) {
-    const block_q4_1 *x = (const block_q4_1 *)w;
-    const block_q8_1 *y = (const block_q8_1 *)a;
-    const int64_t nb = n / QK4_1;
-    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
-    float mins = 0.0f;
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        int8x16_t l0, h0, l1, h1;
-        unpack_nibbles(x[b].qs, &l0, &h0);
-        unpack_nibbles(x[b + 1].qs, &l1, &h1);
-        int32x4_t p0 = dot_s8(vdupq_n_s32(0), l0, vld1q_s8(y[b].qs));
-        p0 = dot_s8(p0, h0, vld1q_s8(y[b].qs + 16));
-        int32x4_t p1 = dot_s8(vdupq_n_s32(0), l1, vld1q_s8(y[b + 1].qs));
-        p1 = dot_s8(p1, h1, vld1q_s8(y[b + 1].qs + 16));
-        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
-        acc1 = vmlaq_n_f32(acc1, vcvtq_f32_s32(p1),
-                           fp16_to_f32(x[b + 1].d) * fp16_to_f32(y[b + 1].d));
-        mins += fp16_to_f32(x[b].m) * fp16_to_f32(y[b].s) +
-                fp16_to_f32(x[b + 1].m) * fp16_to_f32(y[b + 1].s);
-    }
-    for (; b < nb; b++) {
-        int8x16_t l0, h0;
-        unpack_nibbles(x[b].qs, &l0, &h0);
-        int32x4_t p0 = dot_s8(vdupq_n_s32(0), l0, vld1q_s8(y[b].qs));
-        p0 = dot_s8(p0, h0, vld1q_s8(y[b].qs + 16));
-        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
-        mins += fp16_to_f32(x[b].m) * fp16_to_f32(y[b].s);
-    }
-    return vaddvq_f32(vaddq_f32(acc0, acc1)) + mins;
+/* Q4_1's nibbles unsigned: the min is added separately as m_w * s_a. */
+static inline int32x4_t block_dot_q4_1(const block_q4_1 *x, int8x16_t y0, int8x16_t y1) {
+    int8x16_t lo, hi;
+    unpack_nibbles(x->qs, &lo, &hi);
+    return dot_s8(dot_s8(vdupq_n_s32(0), lo, y0), hi, y1);
 }
 
-static float vec_dot_q5_0_q8_0_neon(int64_t n, const void *w, const void *a) {
-    const block_q5_0 *x = (const block_q5_0 *)w;
-    const block_q8_0 *y = (const block_q8_0 *)a;
-    const int64_t nb = n / QK5_0;
-    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        int8x16_t l0, h0, l1, h1;
-        unpack_q5_0(&x[b], &l0, &h0);
-        unpack_q5_0(&x[b + 1], &l1, &h1);
-        int32x4_t p0 = dot_s8(vdupq_n_s32(0), l0, vld1q_s8(y[b].qs));
-        p0 = dot_s8(p0, h0, vld1q_s8(y[b].qs + 16));
-        int32x4_t p1 = dot_s8(vdupq_n_s32(0), l1, vld1q_s8(y[b + 1].qs));
-        p1 = dot_s8(p1, h1, vld1q_s8(y[b + 1].qs + 16));
-        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
-        acc1 = vmlaq_n_f32(acc1, vcvtq_f32_s32(p1),
-                           fp16_to_f32(x[b + 1].d) * fp16_to_f32(y[b + 1].d));
-    }
-    for (; b < nb; b++) {
-        int8x16_t l0, h0;
-        unpack_q5_0(&x[b], &l0, &h0);
-        int32x4_t p0 = dot_s8(vdupq_n_s32(0), l0, vld1q_s8(y[b].qs));
-        p0 = dot_s8(p0, h0, vld1q_s8(y[b].qs + 16));
-        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
-    }
-    return vaddvq_f32(vaddq_f32(acc0, acc1));
+static inline int32x4_t block_dot_q5_0(const block_q5_0 *x, int8x16_t y0, int8x16_t y1) {
+    int8x16_t lo, hi;
+    unpack_q5_0(x, &lo, &hi);
+    return dot_s8(dot_s8(vdupq_n_s32(0), lo, y0), hi, y1);
 }
 
-static float vec_dot_q8_0_q8_0_neon(int64_t n, const void *w, const void *a) {
-    const block_q8_0 *x = (const block_q8_0 *)w;
-    const block_q8_0 *y = (const block_q8_0 *)a;
-    const int64_t nb = n / QK8_0;
-    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        int32x4_t p0 = dot_s8(vdupq_n_s32(0), vld1q_s8(x[b].qs), vld1q_s8(y[b].qs));
-        p0 = dot_s8(p0, vld1q_s8(x[b].qs + 16), vld1q_s8(y[b].qs + 16));
-        int32x4_t p1 = dot_s8(vdupq_n_s32(0), vld1q_s8(x[b + 1].qs), vld1q_s8(y[b + 1].qs));
-        p1 = dot_s8(p1, vld1q_s8(x[b + 1].qs + 16), vld1q_s8(y[b + 1].qs + 16));
-        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
-        acc1 = vmlaq_n_f32(acc1, vcvtq_f32_s32(p1),
-                           fp16_to_f32(x[b + 1].d) * fp16_to_f32(y[b + 1].d));
-    }
-    for (; b < nb; b++) {
-        int32x4_t p0 = dot_s8(vdupq_n_s32(0), vld1q_s8(x[b].qs), vld1q_s8(y[b].qs));
-        p0 = dot_s8(p0, vld1q_s8(x[b].qs + 16), vld1q_s8(y[b].qs + 16));
-        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));
-    }
-    return vaddvq_f32(vaddq_f32(acc0, acc1));
+static inline int32x4_t block_dot_q8_0(const block_q8_0 *x, int8x16_t y0, int8x16_t y1) {
+    return dot_s8(dot_s8(vdupq_n_s32(0), vld1q_s8(x->qs), y0), vld1q_s8(x->qs + 16), y1);
 }
+
+/* The Q4_1 . Q8_1 min term of a block pair, d_w*d_a*sum(nib*q) being the rest. */
+#define MIN_TERM_Q4_1(xb, yb) (fp16_to_f32((xb).m) * fp16_to_f32((yb).s))
+#define NO_MIN_TERM(xb, yb) 0.0f
+
+/* One row: two blocks per iteration keep two independent FMA chains in flight. */
+#define QUANT_DOT(name, wblock, ablock, block_dot, min_term)                            \
+    static float name(int64_t n, const void *w, const void *a) {                      \
+        const wblock *x = (const wblock *)w;                                           \
+        const ablock *y = (const ablock *)a;                                           \
+        const int64_t nb = n / 32;                                                     \
+        float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);                \
+        float mins = 0.0f;                                                             \
+        int64_t b = 0;                                                                 \
+        for (; b + 2 <= nb; b += 2) {                                                  \
+            int32x4_t p0 = block_dot(&x[b], vld1q_s8(y[b].qs), vld1q_s8(y[b].qs + 16)); \
+            int32x4_t p1 = block_dot(&x[b + 1], vld1q_s8(y[b + 1].qs),                  \
+                                     vld1q_s8(y[b + 1].qs + 16));                        \
+            acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0),                                 \
+                               fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));               \
+            acc1 = vmlaq_n_f32(acc1, vcvtq_f32_s32(p1),                                 \
+                               fp16_to_f32(x[b + 1].d) * fp16_to_f32(y[b + 1].d));       \
+            mins += min_term(x[b], y[b]) + min_term(x[b + 1], y[b + 1]);               \
+        }                                                                              \
+        for (; b < nb; b++) {                                                          \
+            int32x4_t p0 = block_dot(&x[b], vld1q_s8(y[b].qs), vld1q_s8(y[b].qs + 16)); \
+            acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0),                                 \
+                               fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));               \
+            mins += min_term(x[b], y[b]);                                              \
+        }                                                                              \
+        return vaddvq_f32(vaddq_f32(acc0, acc1)) + mins;                               \
+    }
+
+/* Four rows row_bytes apart against one activation row (mat-vec uses it when set):
+ * each activation block is loaded and its scale converted once for four rows. */
+#define QUANT_DOT_4(name, wblock, ablock, block_dot, min_term)                          \
+    static void name(int64_t n, const void *w, size_t row_bytes, const void *a,        \
+                     float *out) {                                                     \
+        const ablock *y = (const ablock *)a;                                           \
+        const wblock *x[4];                                                            \
+        for (int k = 0; k < 4; k++)                                                    \
+            x[k] = (const wblock *)((const uint8_t *)w + (size_t)k * row_bytes);      \
+        float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f),   \
+                              vdupq_n_f32(0.0f)};                                      \
+        float32x4_t mins = vdupq_n_f32(0.0f);                                          \
+        for (int64_t b = 0; b < n / 32; b++) {                                          \
+            const int8x16_t y0 = vld1q_s8(y[b].qs), y1 = vld1q_s8(y[b].qs + 16);        \
+            const float dy = fp16_to_f32(y[b].d);                                      \
+            float m[4];                                                                \
+            for (int k = 0; k < 4; k++) {                                              \
+                acc[k] = vmlaq_n_f32(acc[k], vcvtq_f32_s32(block_dot(&x[k][b], y0, y1)), \
+                                     fp16_to_f32(x[k][b].d) * dy);                     \
+                m[k] = min_term(x[k][b], y[b]);                                        \
+            }                                                                          \
+            mins = vaddq_f32(mins, vld1q_f32(m));                                      \
+        }                                                                              \
+        /* Pairwise adds transpose the four accumulators: lane k = total of acc[k]. */ \
+        const float32x4_t sums = vpaddq_f32(vpaddq_f32(acc[0], acc[1]),                \
+                                            vpaddq_f32(acc[2], acc[3]));               \
+        vst1q_f32(out, vaddq_f32(sums, mins));                                         \
+    }
+
+QUANT_DOT(vec_dot_q4_0_q8_0_neon, block_q4_0, block_q8_0, block_dot_q4_0, NO_MIN_TERM)
+QUANT_DOT(vec_dot_q4_1_q8_1_neon, block_q4_1, block_q8_1, block_dot_q4_1, MIN_TERM_Q4_1)
+QUANT_DOT(vec_dot_q5_0_q8_0_neon, block_q5_0, block_q8_0, block_dot_q5_0, NO_MIN_TERM)
+QUANT_DOT(vec_dot_q8_0_q8_0_neon, block_q8_0, block_q8_0, block_dot_q8_0, NO_MIN_TERM)
+QUANT_DOT_4(vec_dot_4_q4_0_q8_0_neon, block_q4_0, block_q8_0, block_dot_q4_0, NO_MIN_TERM)
+QUANT_DOT_4(vec_dot_4_q4_1_q8_1_neon, block_q4_1, block_q8_1, block_dot_q4_1, MIN_TERM_Q4_1)
+QUANT_DOT_4(vec_dot_4_q5_0_q8_0_neon, block_q5_0, block_q8_0, block_dot_q5_0, NO_MIN_TERM)
+QUANT_DOT_4(vec_dot_4_q8_0_q8_0_neon, block_q8_0, block_q8_0, block_dot_q8_0, NO_MIN_TERM)
 
 /* Float rows against f32 activations: 16 products per iteration in four FMA chains. */
 #define FLOAT_DOT(name, load4, load1)                                                      \
@@ -391,5 +373,10 @@ void infer_fill_table_neon(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_Q4_1] = vec_dot_q4_1_q8_1_neon;
     t->vec_dot[INFER_TYPE_Q5_0] = vec_dot_q5_0_q8_0_neon;
     t->vec_dot[INFER_TYPE_Q8_0] = vec_dot_q8_0_q8_0_neon;
+
+    t->vec_dot_4[INFER_TYPE_Q4_0] = vec_dot_4_q4_0_q8_0_neon;
+    t->vec_dot_4[INFER_TYPE_Q4_1] = vec_dot_4_q4_1_q8_1_neon;
+    t->vec_dot_4[INFER_TYPE_Q5_0] = vec_dot_4_q5_0_q8_0_neon;
+    t->vec_dot_4[INFER_TYPE_Q8_0] = vec_dot_4_q8_0_q8_0_neon;
 }
 #endif

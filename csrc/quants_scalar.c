@@ -262,37 +262,22 @@ static void dequantize_f16_bf16(const void *src, infer_half *dst, int64_t n) {
 /* ---- dot products: weight row . activation row ----------------------------------
  * Float rows use 8 partial sums (the order the SIMD kernels use). */
 
-static float vec_dot_f32_f32(int64_t n, const void *w, const void *a) {
-    const float *x = (const float *)w, *y = (const float *)a;
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) acc[k] += x[i + k] * y[i + k];
-    for (; i < n; i++) acc[0] += x[i] * y[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
+#define FLOAT_DOT(name, elem_type, to_float)                                          \
+    static float name(int64_t n, const void *w, const void *a) {                        \
+        const elem_type *x = (const elem_type *)w;                                      \
+        const float *y = (const float *)a;                                              \
+        float acc[8] = {0};                                                             \
+        int64_t i = 0;                                                                  \
+        for (; i + 8 <= n; i += 8)                                                      \
+            for (int k = 0; k < 8; k++) acc[k] += to_float(x[i + k]) * y[i + k];        \
+        for (; i < n; i++) acc[0] += to_float(x[i]) * y[i];                             \
+        return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])); \
+    }
 
-static float vec_dot_f16_f32(int64_t n, const void *w, const void *a) {
-    const infer_half *x = (const infer_half *)w;
-    const float *y = (const float *)a;
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) acc[k] += FP16(x[i + k]) * y[i + k];
-    for (; i < n; i++) acc[0] += FP16(x[i]) * y[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-static float vec_dot_bf16_f32(int64_t n, const void *w, const void *a) {
-    const uint16_t *x = (const uint16_t *)w;
-    const float *y = (const float *)a;
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) acc[k] += infer_bf16_to_fp32(x[i + k]) * y[i + k];
-    for (; i < n; i++) acc[0] += infer_bf16_to_fp32(x[i]) * y[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
+#define AS_FLOAT(v) (v)
+FLOAT_DOT(vec_dot_f32_f32, float, AS_FLOAT)
+FLOAT_DOT(vec_dot_f16_f32, infer_half, infer_fp16_to_fp32)
+FLOAT_DOT(vec_dot_bf16_f32, uint16_t, infer_bf16_to_fp32)
 
 /* Quantized pairs: the integer sum of each block is exact (int32), then scaled. */
 

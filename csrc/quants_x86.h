@@ -375,32 +375,63 @@ static inline __m128i load_u32_x4(const uint8_t *p, size_t row_bytes) {
 /* Broadcast of lane k of a 4-float scale vector. */
 #define LANE(v4, k) _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v4), _mm256_set1_epi32(k))
 
-/* One block of four rows against one activation block, with unsigned weight bytes u:
- * acc[k] += scale[k] * (offset + u_k . y), where offset = -c * sum(y) undoes the
- * constant c that made the weights unsigned (computed once for the four rows). */
-#define DOT4_BLOCK(uk_bytes, yv, scale4, offset)                                       \
-    for (int k = 0; k < 4; k++)                                                        \
-        acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(offset, uk_bytes, yv)),   \
-                                 LANE(scale4, k), acc[k]);
-
 /* -c * (sum of each group of 4 bytes of y), as the int32 lanes dot_u8s8 produces. */
 static inline __m256i minus_sum_times(int c, __m256i y) {
     return _mm256_sub_epi32(_mm256_setzero_si256(),
                             dot_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8((char)c), y));
 }
 
-static void KERNEL(vec_dot_4_q4_0_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
+/* Weight bytes made unsigned: value = byte - c (c = 8, 16, 128 below). */
+#define UNPACK_Q4_0(blk) unpack_nibbles((blk)->qs)
+#define UNPACK_Q8_0_FLIPPED(blk) _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk)->qs), \
+                                                  _mm256_set1_epi8((char)0x80))
+
+/* Four rows of a format whose value is (unpacked unsigned byte - c) * d, d the fp16 at
+ * offset 0, against one activation row: acc[k] += d_k*d_y * (u_k . y - c * sum(y)).
+ * The offset -c * sum(y) is computed once per activation block for the four rows. */
+#define DOT4_OFFSET_KERNEL(name, block_type, unpack, c)                                   \
+    static void KERNEL(name)(int64_t n, const void *w, size_t row_bytes, const void *a,    \
+                             float *out) {                                                \
+        const block_q8_0 *y = (const block_q8_0 *)a;                                      \
+        const uint8_t *x = (const uint8_t *)w;                                            \
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),   \
+                         _mm256_setzero_ps()};                                            \
+        for (int64_t b = 0; b < n / 32; b++, x += sizeof(block_type)) {                   \
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);              \
+            const __m256i offset = minus_sum_times(c, yv);                                \
+            const __m128 scale = _mm_mul_ps(load_half_x4(x, row_bytes),                   \
+                                            _mm_set1_ps(half_to_float(y[b].d)));          \
+            for (int k = 0; k < 4; k++)                                                   \
+                acc[k] = _mm256_fmadd_ps(                                                 \
+                    _mm256_cvtepi32_ps(dot_u8s8(offset, unpack((const block_type *)(x + k * row_bytes)), yv)), \
+                    LANE(scale, k), acc[k]);                                              \
+        }                                                                                 \
+        store_hsum4(out, acc);                                                            \
+    }
+
+DOT4_OFFSET_KERNEL(vec_dot_4_q4_0_q8_0, block_q4_0, UNPACK_Q4_0, 8)
+DOT4_OFFSET_KERNEL(vec_dot_4_q5_0_q8_0, block_q5_0, unpack_q5_0_unsigned, 16)
+#if X86_VNNI
+/* x + 128 can reach 255: only vpdpbusd, which sums into int32, takes it without
+ * saturating (vpmaddubsw would saturate 255*127*2 in int16). */
+DOT4_OFFSET_KERNEL(vec_dot_4_q8_0_q8_0, block_q8_0, UNPACK_Q8_0_FLIPPED, 128)
+#else
+static void KERNEL(vec_dot_4_q8_0_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
     const block_q8_0 *y = (const block_q8_0 *)a;
     const uint8_t *x = (const uint8_t *)w;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < n / QK4_0; b++, x += sizeof(block_q4_0)) {
+    for (int64_t b = 0; b < n / QK8_0; b++, x += sizeof(block_q8_0)) {
         const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
-        const __m256i offset = minus_sum_times(8, yv);
         const __m128 scale = _mm_mul_ps(load_half_x4(x, row_bytes), _mm_set1_ps(half_to_float(y[b].d)));
-        DOT4_BLOCK(unpack_nibbles(((const block_q4_0 *)(x + k * row_bytes))->qs), yv, scale, offset)
+        for (int k = 0; k < 4; k++) {
+            const __m256i xk = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + k * row_bytes))->qs);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8s8(_mm256_setzero_si256(), xk, yv)),
+                                     LANE(scale, k), acc[k]);
+        }
     }
     store_hsum4(out, acc);
 }
+#endif
 
 static void KERNEL(vec_dot_4_q4_1_q8_1)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
     const block_q8_1 *y = (const block_q8_1 *)a;
@@ -409,8 +440,8 @@ static void KERNEL(vec_dot_4_q4_1_q8_1)(int64_t n, const void *w, size_t row_byt
     __m256 mins = _mm256_setzero_ps();   /* odd lanes: sum of m_k * s */
     for (int64_t b = 0; b < n / QK4_1; b++, x += sizeof(block_q4_1)) {
         const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
-        /* d and m are adjacent: one 32-bit load per row gives d0 m0 d1 m1 d2 m2 d3 m3. */
-        /* the activation's d and s are adjacent too */
+        /* d and m are adjacent: one 32-bit load per row gives d0 m0 d1 m1 d2 m2 d3 m3;
+         * the activation's d and s are adjacent too. */
         const __m128 ysf = _mm_cvtph_ps(_mm_cvtsi32_si128(load_u32((const uint8_t *)&y[b].d)));
         const __m256 ds = _mm256_mul_ps(_mm256_cvtph_ps(load_u32_x4(x, row_bytes)),
                                         _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(ysf))));
@@ -424,45 +455,6 @@ static void KERNEL(vec_dot_4_q4_1_q8_1)(int64_t n, const void *w, size_t row_byt
     store_hsum4(out, acc);
     const __m256 odd = _mm256_permutevar8x32_ps(mins, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
     _mm_storeu_ps(out, _mm_add_ps(_mm_loadu_ps(out), _mm256_castps256_ps128(odd)));
-}
-
-static void KERNEL(vec_dot_4_q5_0_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
-    const block_q8_0 *y = (const block_q8_0 *)a;
-    const uint8_t *x = (const uint8_t *)w;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < n / QK5_0; b++, x += sizeof(block_q5_0)) {
-        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
-        const __m256i offset = minus_sum_times(16, yv);
-        const __m128 scale = _mm_mul_ps(load_half_x4(x, row_bytes), _mm_set1_ps(half_to_float(y[b].d)));
-        DOT4_BLOCK(unpack_q5_0_unsigned((const block_q5_0 *)(x + k * row_bytes)), yv, scale, offset)
-    }
-    store_hsum4(out, acc);
-}
-
-static void KERNEL(vec_dot_4_q8_0_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a, float *out) {
-    const block_q8_0 *y = (const block_q8_0 *)a;
-    const uint8_t *x = (const uint8_t *)w;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-#if X86_VNNI
-    /* x ^ 0x80 = x + 128 as unsigned; vpdpbusd sums into int32 without saturating.
-     * (vpmaddubsw would saturate 255*127*2 in int16, hence the sign trick below.) */
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
-#endif
-    for (int64_t b = 0; b < n / QK8_0; b++, x += sizeof(block_q8_0)) {
-        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
-        const __m128 scale = _mm_mul_ps(load_half_x4(x, row_bytes), _mm_set1_ps(half_to_float(y[b].d)));
-#define XK _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + k * row_bytes))->qs)
-#if X86_VNNI
-        const __m256i offset = minus_sum_times(128, yv);
-        DOT4_BLOCK(_mm256_xor_si256(XK, flip), yv, scale, offset)
-#else
-        for (int k = 0; k < 4; k++)
-            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8s8(_mm256_setzero_si256(), XK, yv)),
-                                     LANE(scale, k), acc[k]);
-#endif
-#undef XK
-    }
-    store_hsum4(out, acc);
 }
 
 /* Four weight rows against four tokens.  Each weight block is unpacked once and
@@ -500,9 +492,6 @@ static void KERNEL(vec_dot_4_q8_0_q8_0)(int64_t n, const void *w, size_t row_byt
         DOT4X4_END                                                                      \
     }
 
-#define UNPACK_Q4_0(blk) unpack_nibbles((blk)->qs)
-#define UNPACK_Q8_0_FLIPPED(blk) _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk)->qs), \
-                                                  _mm256_set1_epi8((char)0x80))
 DOT4X4_OFFSET_KERNEL(vec_dot_4x4_q4_0_q8_0, block_q4_0, block_q8_0, UNPACK_Q4_0, 8)
 DOT4X4_OFFSET_KERNEL(vec_dot_4x4_q5_0_q8_0, block_q5_0, block_q8_0, unpack_q5_0_unsigned, 16)
 #if X86_VNNI

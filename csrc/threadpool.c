@@ -267,7 +267,29 @@ static void stop_workers(void) {
     atomic_store_i64(&pool.stop, 0);
 }
 
+#ifndef _WIN32
+/* A forked child has only the thread that forked: forget the parent's workers (a
+ * task waiting at a barrier for their shares would hang) and its lock states. */
+static void forget_workers_in_child(void) {
+    pthread_mutex_t fresh_mutex = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t fresh_cond = PTHREAD_COND_INITIALIZER;
+    pool.run_lock = fresh_mutex;
+    pool.sleep_lock = fresh_mutex;
+    pool.wake = fresh_cond;
+    pool.n_workers = 0;
+    pool.n_sleeping = 0;
+    inside_task = 0;
+}
+#endif
+
 static void start_workers(int n) {
+#ifndef _WIN32
+    static int atfork_registered;
+    if (!atfork_registered) {
+        pthread_atfork(NULL, NULL, forget_workers_in_child);
+        atfork_registered = 1;
+    }
+#endif
     /* Each worker starts from the current generation, not the one it sees when it
      * first runs: the first task may be published before it is scheduled. */
     void *gen = (void *)(intptr_t)STATE_GEN(atomic_load_i64(&pool.state));

@@ -20,7 +20,7 @@ __all__ = [
 
 
 def __getattr__(name):
-    # Sampler lives with the compiled pieces; import it only when asked for.
+    # Imported on first use, so `import infer` stays light for the CLI's first token.
     if name == "Sampler":
         from .sampler import Sampler
 

@@ -69,7 +69,9 @@ def describe_model(f) -> dict:
     def arch_key(suffix):
         return md.get(f"{arch}.{suffix}")
 
-    tokens = md.get("tokenizer.ggml.tokens") or []
+    tokens = md.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list):  # absent, or not strings in a malformed file
+        tokens = []
     special = {}
     for key, value in md.items():
         if key.startswith("tokenizer.ggml.") and key.endswith("_token_id") and isinstance(value, int):

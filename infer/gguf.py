@@ -42,6 +42,9 @@ GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_ARRAY_DEPTH = 8  # arrays of arrays nest at most this deep (real files use 1)
+# An empty inner array takes 12 bytes in the file but ~100 as a Python object:
+# capping their number keeps a hostile file from multiplying its size in memory.
+MAX_NESTED_ARRAYS = 1 << 16
 
 
 class GGUFError(ValueError):
@@ -177,6 +180,8 @@ def _read_value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> tuple[Any
         return arr, et
     if et == ValueType.STRING:
         return _read_strings(cur, count, key), et
+    if count > MAX_NESTED_ARRAYS:
+        raise GGUFError(f"metadata {key!r} at byte {start}: {count} nested arrays (at most {MAX_NESTED_ARRAYS})")
     return [_read_value(cur, ValueType.ARRAY, key, depth + 1)[0] for _ in range(count)], et
 
 

@@ -7,7 +7,7 @@ from typing import Any, Optional, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt
-from typing_extensions import Buffer, TypedDict
+from typing_extensions import Buffer, TypedDict, disjoint_base
 
 #: A format: its name in any case ("q4_1", "Q8_0", "f32"), or its ggml type id.
 _QType = Union[str, int]
@@ -67,6 +67,7 @@ def attention(q: _F32Array, k_cache: npt.NDArray[Any], v_cache: npt.NDArray[Any]
 def kv_store(x: _F32Array, cache: _Out, pos0: int) -> _Out: ...
 
 # ---- the Llama decode step in C (kernels_llama.pxi) ---------------------------------
+@disjoint_base
 class LlamaDecoder:
     def __init__(self, config: Any, embd: Any, output: Any, output_norm: Any, layers: Any,
                  k_cache: npt.NDArray[Any], v_cache: npt.NDArray[Any], n_ctx: int) -> None: ...

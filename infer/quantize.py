@@ -20,10 +20,10 @@ the plain target types we offer:
   the kernels cannot decode is copied unchanged and reported.
 
 All metadata are kept; ``general.file_type`` is set to the matching llama.cpp
-file type.  Tensors are converted by a thread pool (the kernels release the
-GIL) a few at a time, in chunks of rows, and streamed to a temp file renamed
-into place at the end, so memory stays near a few tensors and an interrupted
-run leaves no output.
+file type and ``general.quantization_version`` to 2, as llama-quantize does.
+Tensors are converted by a thread pool (the kernels release the GIL) a few at a
+time, in chunks of rows, and streamed to a temp file renamed into place at the
+end, so memory stays near a few tensors and an interrupted run leaves no output.
 """
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ FILE_TYPES = {
     DType.F16: 1, DType.Q4_0: 2, DType.Q4_1: 3, DType.Q8_0: 7, DType.Q5_0: 8,
     DType.Q4_K: 14, DType.Q6_K: 18, DType.BF16: 32,
 }
+QUANTIZATION_VERSION = 2  # ggml's GGML_QNT_VERSION: the block layouts in use since 2023
 K_FALLBACK = {DType.Q4_K: DType.Q5_0, DType.Q6_K: DType.Q8_0}
 NOT_QUANTIZED = ("ffn_gate_inp.weight", "pos_embd", "token_types")
 # Elements converted per step of one tensor (bounds the float32 scratch to 16 MB).
@@ -201,8 +202,8 @@ def quantize_file(src: PathArg, dst: PathArg, target: Union[DType, str],
         writer = GGUFWriter(alignment=f.alignment)
         writer.copy_metadata(f, exclude=("general.file_type", "general.quantization_version"))
         writer.add_metadata("general.file_type", FILE_TYPES[target], ValueType.UINT32)
-        if any(s.dtype.is_quantized for s in steps):
-            writer.add_metadata("general.quantization_version", 2, ValueType.UINT32)
+        # as llama-quantize writes them: the file type, and ggml's quantization format version
+        writer.add_metadata("general.quantization_version", QUANTIZATION_VERSION, ValueType.UINT32)
 
         window = 2 * threads  # tensors converted ahead of the writer
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="quantize") as pool:

@@ -98,3 +98,31 @@ def test_bench_prints_a_llama_bench_table():
     size_mib = float(rows[0][1].split()[0])
     assert abs(size_mib * 2**20 - os.path.getsize(MODEL)) < 2 * 2**20  # tensor bytes ~ file size
     assert abs(float(rows[0][2].split()[0]) - 134.5) < 1.0               # 134.5 M parameters
+
+
+def test_bench_compares_with_llama_cpp_when_importable(tmp_path):
+    # A stand-in llama_cpp module with llama-cpp-python's calls (Llama, eval, reset,
+    # close): the comparison rows and ratios appear, measured on the same tokens.
+    (tmp_path / "llama_cpp.py").write_text(
+        "import time\n"
+        "calls = []\n"
+        "class Llama:\n"
+        "    def __init__(self, model_path, n_threads, n_threads_batch, n_ctx, n_batch, verbose):\n"
+        "        assert model_path.endswith('.gguf') and n_threads == 1 and n_ctx >= 16\n"
+        "    def reset(self): pass\n"
+        "    def eval(self, tokens):\n"
+        "        assert all(isinstance(t, int) for t in tokens)\n"
+        "        time.sleep(0.001 * len(tokens))\n"
+        "    def close(self): pass\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
+    out = run_cli("bench", "-p", "16", "-g", "4", "-r", "1", "-t", "1", env=env)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| llama")]
+    assert [(r[3].strip(), r[5].strip()) for r in rows] == [
+        ("infer", "pp16"), ("infer", "tg4"), ("llama-cpp-python", "pp16"), ("llama-cpp-python", "tg4")]
+    stand_in = float(rows[2][6].split("±")[0])
+    assert 100 < stand_in <= 1000  # at most 1000 tok/s: the stand-in sleeps 1 ms per token
+    ratios = [line for line in out.stdout.splitlines() if "infer / llama-cpp-python" in line]
+    assert len(ratios) == 2
+    pp_ratio = float(ratios[0].split("=")[1].rstrip("x"))
+    assert abs(pp_ratio - float(rows[0][6].split("±")[0]) / stand_in) <= 0.006  # printed to 2 places

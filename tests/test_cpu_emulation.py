@@ -77,14 +77,20 @@ def emulated_env() -> dict[str, str]:
     return env
 
 
+# Where the kernel-test subset runs; elsewhere only the import and the dispatch
+# decision are checked (a pytest session costs ~10 s of emulated CPU).
+RUN_SUBSET = {"Westmere", "Haswell"}
+
+
 @pytest.mark.parametrize("cpu", sorted(CPUS))
 def test_kernel_tests_pass_under_emulated_cpu(cpu: str) -> None:
+    subset = subset_for(CPUS[cpu][-1:]) if cpu in RUN_SUBSET else []
     script = (
         "import json, sys, pytest, infer.kernels as k\n"
         "print('CAPABILITIES', json.dumps(k.capabilities()), flush=True)\n"
         # Plugins the subset does not use cost seconds of emulated imports.
         "plugins = ['-p', 'no:cacheprovider', '-p', 'no:hypothesispytest', '-p', 'no:anyio']\n"
-        f"sys.exit(pytest.main(['-q', *plugins, *{subset_for(CPUS[cpu][-1:])!r}]))\n")
+        f"sys.exit(pytest.main(['-q', *plugins, *{subset!r}]) if {subset!r} else 0)\n")
     proc = subprocess.run([QEMU, "-cpu", cpu, interpreter(), "-c", script], cwd=ROOT,
                           env=emulated_env(), capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
@@ -103,7 +109,8 @@ def test_kernel_tests_pass_under_emulated_cpu(cpu: str) -> None:
     assert caps["available"] == CPUS[cpu]
     assert caps["active"] == CPUS[cpu][-1]
     assert proc.returncode == 0, f"kernel tests failed under -cpu {cpu}:\n{out[-4000:]}"
-    assert f"{len(subset_for(CPUS[cpu][-1:]))} passed" in proc.stdout, out[-2000:]
+    if subset:
+        assert f"{len(subset)} passed" in proc.stdout, out[-2000:]
 
 
 @pytest.fixture(scope="module")

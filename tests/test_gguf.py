@@ -131,6 +131,8 @@ BAD_FILES = {
                              "unknown array element type 77"),
     "nesting too deep": (raw_gguf([s_("k") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 20 + bytes(64)], []),
                          "nested deeper"),
+    "too many nested arrays": (raw_gguf([s_("k") + struct.pack("<IIQ", 9, 9, 70000) + struct.pack("<IQ", 5, 0) * 70000],
+                                        []), "70000 nested arrays (at most 65536)"),
     "bad alignment": (raw_gguf([kv_u32("general.alignment", 48)], []), "not a power of two"),
     "alignment as string": (raw_gguf([kv_str("general.alignment", "32")], []), "not a power of two"),
     "0 dims": (raw_gguf(ARCH, [tinfo("w", (), 0, 0)], bytes(64)), "tensor 'w' at byte"),

@@ -525,3 +525,34 @@ def test_c_matmul_rows_computes_only_its_range(isa):
         np.testing.assert_allclose(out[:, r0:r1], want[:, r0:r1], rtol=1e-5, atol=1e-5)
         assert (out[:, :r0] == -7.0).all() and (out[:, r1:] == -7.0).all()
     assert f(5, w.ctypes.data, 0, n, 0, 1, Xq.ctypes.data, 1, out.ctypes.data, 1) == -1
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_pool_works_in_a_forked_child():
+    import os
+
+    rows, n = 512, 576
+    _, w = make_weights("q8_0", rows, n, 6)
+    x = np.random.default_rng(4).standard_normal(n).astype(np.float32)
+    before = K.get_num_threads()
+    K.set_num_threads(2)
+    try:
+        want = np.empty(rows, np.float32)
+        K.matvec(w, "q8_0", x, want)           # starts the parent's worker
+        r, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:                            # child: the pool must not wait for ghosts
+            out = np.empty(rows, np.float32)
+            K.matvec(w, "q8_0", x, out)
+            os.write(wfd, b"1" if np.array_equal(out, want) else b"0")
+            os._exit(0)
+        os.close(wfd)
+        import select
+        ready, _, _ = select.select([r], [], [], 30)
+        if not ready:                           # a child stuck waiting for the parent's workers
+            os.kill(pid, 9)
+        got = os.read(r, 1) if ready else b"timeout"
+        os.waitpid(pid, 0)
+        assert got == b"1"
+    finally:
+        K.set_num_threads(before)

@@ -16,9 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_kernels_stub_matches_module(tmp_path: Path) -> None:
     allow = tmp_path / "allowlist.txt"
-    allow.write_text("infer.kernels.__test__\n")   # Cython's doctest dict
+    # Cython's doctest dict and pickling hooks
+    allow.write_text("infer.kernels.__test__\ninfer\\.kernels\\..*__(reduce|setstate)_cython__\n")
+    # Only the stub is under test: errors in modules it pulls in (infer/__init__) are
+    # the business of a mypy run over the package, not of this test.
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\nfollow_imports = silent\nignore_missing_imports = True\n")
     proc = subprocess.run([sys.executable, "-m", "mypy.stubtest", "infer.kernels",
-                           "--allowlist", str(allow), "--mypy-config-file", str(ROOT / "pyproject.toml")],
+                           "--allowlist", str(allow), "--mypy-config-file", str(config)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -42,7 +47,8 @@ def test_stub_types_catch_misuse(tmp_path: Path) -> None:
         K.set_num_threads("two")
         K.capabilities()["nonexistent"]
     """))
-    cmd = [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", str(tmp_path / "c")]
+    cmd = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental",
+           "--cache-dir", str(tmp_path / "c")]
     ok = subprocess.run([*cmd, str(good)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stdout
     ko = subprocess.run([*cmd, str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -26,7 +26,8 @@
  * infer_kernel_table must get its check here too, or it would go untested. */
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(infer_kernel_table) ==
-                   offsetof(infer_kernel_table, vec_dot_4) + sizeof(infer_vec_dot_4_fn[INFER_TYPE_COUNT]),
+                   offsetof(infer_kernel_table, vec_dot_4x4) +
+                       sizeof(infer_vec_dot_4x4_fn[INFER_TYPE_COUNT]),
                "infer_kernel_table has a field the self-test does not check");
 #endif
 
@@ -349,6 +350,22 @@ static void check_quantize(const infer_kernel_table *ref, const infer_kernel_tab
     }
 }
 
+/* sum |w_i a_i| of one weight row and one activation row (dequantized, in double):
+ * the scale of a dot product's rounding.  fallback when there is no dequantizer. */
+static double dot_magnitude(const infer_kernel_table *ref, int t, int at, const void *w,
+                            const void *a, int64_t n, double fallback) {
+    if (!ref->dequantize[t] || (at != INFER_TYPE_F32 && !ref->dequantize[at])) return fallback;
+    float *dw = malloc((size_t)n * 4), *da = malloc((size_t)n * 4);
+    if (!dw || !da) abort();
+    ref->dequantize[t](w, dw, n);
+    if (at == INFER_TYPE_F32) memcpy(da, a, (size_t)n * 4);
+    else ref->dequantize[at](a, da, n);
+    double mag = 0.0;
+    for (int64_t i = 0; i < n; i++) mag += fabs((double)dw[i] * da[i]);
+    free(dw); free(da);
+    return mag;
+}
+
 /* Dot products: the integer part is exact in every implementation; what differs
  * is the order the per-block float terms are summed in.  Tolerance: 1e-5 of
  * sum |w_i * a_i| (dequantized, in double), far below one quant step of any block. */
@@ -371,20 +388,58 @@ static void check_vec_dot(const infer_kernel_table *ref, const infer_kernel_tabl
         const uint8_t *w = misaligned_copy(w0, wb, &w_base, row_align(t)),
                       *a = misaligned_copy(a0, ab, &a_base, row_align(at));
         float want = ref->vec_dot[t](n, w, a), got = simd->vec_dot[t](n, w, a);
-        double mag = 0.0;
-        if (ref->dequantize[t] && (at == INFER_TYPE_F32 || ref->dequantize[at])) {
-            float *dw = malloc((size_t)n * 4), *da = malloc((size_t)n * 4);
-            if (!dw || !da) abort();
-            ref->dequantize[t](w, dw, n);
-            if (at == INFER_TYPE_F32) memcpy(da, a, (size_t)n * 4);
-            else ref->dequantize[at](a, da, n);
-            for (int64_t i = 0; i < n; i++) mag += fabs((double)dw[i] * da[i]);
-            free(dw); free(da);
-        } else {
-            mag = fabs(want) * 8.0;  /* no dequantizer to size the terms */
-        }
-        double tol = 1e-5 * mag + 1e-30;
+        /* With no dequantizer to size the terms: 8x the result. */
+        double tol = 1e-5 * dot_magnitude(ref, t, at, w, a, n, fabs(want) * 8.0) + 1e-30;
         report(fabs((double)got - want) <= tol, "vec_dot", t, n, "dot", got, want, tol);
+        free(w0); free(a0); free(w_base); free(a_base);
+    }
+}
+
+/* vec_dot_4x4 (optional): four weight rows (row_bytes apart) against four activation
+ * rows (a_stride apart), out[t * out_stride + k].  Reference: sixteen scalar vec_dots,
+ * tolerance as vec_dot's.  Rows are one block further apart than packed and
+ * out_stride is 5, so the fifth float of each output row must stay untouched. */
+static void check_vec_dot_4x4(const infer_kernel_table *ref, const infer_kernel_table *simd, int t) {
+    if (!OVERRIDES(vec_dot_4x4[t])) return;
+    int at = infer_type_vec_dot_type(t);
+    if (at < 0 || !has_reference(ref->vec_dot[t] != NULL, "vec_dot_4x4", t)) return;
+    int bs = infer_type_block_size(t);
+    for (int c = 0; c < N_BLOCK_COUNTS; c++) {
+        int64_t n = (int64_t)BLOCK_COUNTS[c] * (bs > 1 ? bs : 32) + (bs > 1 ? 0 : c);
+        size_t stride = row_bytes(t, n) + infer_type_block_bytes(t) * (bs > 1 ? 1 : 4);
+        size_t a_stride = row_bytes(at, n) + infer_type_block_bytes(at) * (infer_type_block_size(at) > 1 ? 1 : 4);
+        uint8_t *w0 = malloc(4 * stride + 1), *a0 = malloc(4 * a_stride + 1), *w_base, *a_base;
+        if (!w0 || !a0) abort();
+        for (int k = 0; k < 4; k++) {
+            if (!make_input(ref, t, w0 + k * stride, n, 1) || !make_input(ref, at, a0 + k * a_stride, n, 0)) {
+                report(0, "vec_dot_4x4", t, n, "cannot generate inputs (no scalar quantizer)", 0, 0, -1);
+                free(w0); free(a0);
+                return;
+            }
+        }
+        const uint8_t *w = misaligned_copy(w0, 4 * stride, &w_base, row_align(t));
+        const uint8_t *a = misaligned_copy(a0, 4 * a_stride, &a_base, row_align(at));
+        const float sentinel = -12345.0f;
+        float got[4 * 5];
+        for (int i = 0; i < 20; i++) got[i] = sentinel;
+        simd->vec_dot_4x4[t](n, w, stride, a, a_stride, got, 5);
+        int ok = 1;
+        for (int tok = 0; tok < 4 && ok; tok++) {
+            ok = got[tok * 5 + 4] == sentinel;
+            if (!ok) report(0, "vec_dot_4x4", t, n, "wrote past 4 outputs of a token", 0, 0, -1);
+            for (int k = 0; k < 4 && ok; k++) {
+                const uint8_t *wr = w + k * stride, *ar = a + tok * a_stride;
+                const float want = ref->vec_dot[t](n, wr, ar);
+                const double tol = 1e-5 * dot_magnitude(ref, t, at, wr, ar, n, fabs(want) * 8.0) + 1e-30;
+                if (!(fabs((double)got[tok * 5 + k] - want) <= tol)) {
+                    char where[48];
+                    snprintf(where, sizeof where, "row %d token %d", k, tok);
+                    report(0, "vec_dot_4x4", t, n, where, got[tok * 5 + k], want, tol);
+                    ok = 0;
+                }
+            }
+        }
+        if (ok) report(1, "vec_dot_4x4", t, n, "", 0, 0, 0);
         free(w0); free(a0); free(w_base); free(a_base);
     }
 }
@@ -527,16 +582,11 @@ static void check_rope(const infer_kernel_table *ref, const infer_kernel_table *
     }
 }
 
-/* Attention: n_q query rows, each over its own position range [lo, hi] of one KV
- * head's cache rows (F32 or F16 bits).  The SIMD version may use a vectorised exp
- * and another summation order: outputs within 1e-5 of the largest |v| (each is a
- * convex combination of v rows); ml's max within 1e-5 of the largest |score| and
- * its exp-sum within 1e-5 relative.  Also run with out[u] == q[u], which the
- * contract allows. */
+/* Attention, one query row over n_pos cache rows (F32 or F16 bits): tolerances as
+ * for the batched entry below; also run with out == q, which the contract allows. */
 static void check_attention(const infer_kernel_table *ref, const infer_kernel_table *simd) {
     static const int HEAD_DIMS[] = {1, 4, 8, 15, 16, 17, 32, 48, 64, 80, 96, 128, 256};
     static const int N_POS[] = {1, 2, 3, 7, 16, 17, 63, 64, 65, 130};
-    static const int N_Q[] = {1, 3, 16};
     const int f32 = OVERRIDES(attn_f32) && has_reference(ref->attn_f32 != NULL, "attn_f32", -1);
     const int f16 = OVERRIDES(attn_f16) && has_reference(ref->attn_f16 != NULL, "attn_f16", -1);
     for (int half = 0; half < 2; half++) {
@@ -544,6 +594,65 @@ static void check_attention(const infer_kernel_table *ref, const infer_kernel_ta
         const char *name = half ? "attn_f16" : "attn_f32";
         infer_attn_fn r = half ? ref->attn_f16 : ref->attn_f32;
         infer_attn_fn a = half ? simd->attn_f16 : simd->attn_f32;
+        const size_t el = half ? 2 : 4;
+        for (size_t i = 0; i < sizeof HEAD_DIMS / sizeof HEAD_DIMS[0]; i++)
+            for (size_t j = 0; j < sizeof N_POS / sizeof N_POS[0]; j++) {
+                const int64_t d = HEAD_DIMS[i], np = N_POS[j];
+                float *q = malloc((size_t)d * 4), *vf = malloc((size_t)(np * d) * 4);
+                float *want = malloc((size_t)d * 4);
+                uint8_t *k = malloc((size_t)(np * d) * el + 1), *v = malloc((size_t)(np * d) * el + 1);
+                uint8_t *gb, *qb;
+                if (!q || !vf || !want || !k || !v) abort();
+                for (int64_t e = 0; e < d; e++) q[e] = gaussian();
+                double vmax = 0.0;
+                for (int64_t e = 0; e < np * d; e++) {
+                    const float kv = gaussian();
+                    vf[e] = gaussian();
+                    vmax = fmax(vmax, fabs(vf[e]));
+                    if (half) {
+                        ((infer_half *)k)[e] = infer_fp32_to_fp16(kv);
+                        ((infer_half *)v)[e] = infer_fp32_to_fp16(vf[e]);
+                    } else {
+                        ((float *)k)[e] = kv;
+                        ((float *)v)[e] = vf[e];
+                    }
+                }
+                const float sc = 2.0f / (float)sqrt((double)d);
+                float *got = (float *)alloc_out((size_t)d * 4, &gb, ALIGN_F32);
+                r(q, k, v, np, d, sc, want);
+                a(q, k, v, np, d, sc, got);
+                if (compare_floats(name, d, got, want, 0.0, 1e-5 * vmax)) {
+                    float *qq = (float *)misaligned_copy(q, (size_t)d * 4, &qb, ALIGN_F32);
+                    a(qq, k, v, np, d, sc, qq);     /* out aliases q */
+                    if (compare_floats(name, d, qq, want, 0.0, 1e-5 * vmax))
+                        report(guard_intact((uint8_t *)got, (size_t)d * 4), name, -1, d * 1000 + np,
+                               "guard zone overwritten", 0, 0, -1);
+                    free(qb);
+                }
+                free(q); free(vf); free(want); free(k); free(v); free(gb);
+            }
+    }
+}
+
+/* Attention, batched: n_q query rows, each over its own position range [lo, hi] of one KV
+ * head's cache rows (F32 or F16 bits).  The SIMD version may use a vectorised exp
+ * and another summation order: outputs within 1e-5 of the largest |v| (each is a
+ * convex combination of v rows); ml's max within 1e-5 of the largest |score| and
+ * its exp-sum within 1e-5 relative.  Also run with out[u] == q[u], which the
+ * contract allows. */
+static void check_attention_block(const infer_kernel_table *ref, const infer_kernel_table *simd) {
+    static const int HEAD_DIMS[] = {1, 4, 8, 15, 16, 17, 32, 48, 64, 80, 96, 128, 256};
+    static const int N_POS[] = {1, 2, 3, 7, 16, 17, 63, 64, 65, 130};
+    static const int N_Q[] = {1, 3, 16};
+    const int f32 = OVERRIDES(attn_block_f32) &&
+                    has_reference(ref->attn_block_f32 != NULL, "attn_block_f32", -1);
+    const int f16 = OVERRIDES(attn_block_f16) &&
+                    has_reference(ref->attn_block_f16 != NULL, "attn_block_f16", -1);
+    for (int half = 0; half < 2; half++) {
+        if (!(half ? f16 : f32)) continue;
+        const char *name = half ? "attn_block_f16" : "attn_block_f32";
+        infer_attn_block_fn r = half ? ref->attn_block_f16 : ref->attn_block_f32;
+        infer_attn_block_fn a = half ? simd->attn_block_f16 : simd->attn_block_f32;
         const size_t el = half ? 2 : 4;
         for (size_t i = 0; i < sizeof HEAD_DIMS / sizeof HEAD_DIMS[0]; i++)
             for (size_t j = 0; j < sizeof N_POS / sizeof N_POS[0]; j++) {
@@ -646,18 +755,7 @@ static void check_vec_dot_4(const infer_kernel_table *ref, const infer_kernel_ta
         simd->vec_dot_4[t](n, w, stride, a, got);
         int ok = 1;
         for (int r = 0; r < 4 && ok; r++) {
-            double mag = fabs(want[r]) * 8.0;
-            if (ref->dequantize[t] && (at == INFER_TYPE_F32 || ref->dequantize[at])) {
-                float *dw = malloc((size_t)n * 4), *da = malloc((size_t)n * 4);
-                if (!dw || !da) abort();
-                ref->dequantize[t](w + r * stride, dw, n);
-                if (at == INFER_TYPE_F32) memcpy(da, a, (size_t)n * 4);
-                else ref->dequantize[at](a, da, n);
-                mag = 0.0;
-                for (int64_t i = 0; i < n; i++) mag += fabs((double)dw[i] * da[i]);
-                free(dw); free(da);
-            }
-            double tol = 1e-5 * mag + 1e-30;
+            double tol = 1e-5 * dot_magnitude(ref, t, at, w + r * stride, a, n, fabs(want[r]) * 8.0) + 1e-30;
             if (!(fabs((double)got[r] - want[r]) <= tol)) {
                 char where[32];
                 snprintf(where, sizeof where, "row %d", r);
@@ -678,8 +776,9 @@ static int count_overrides(const infer_kernel_table *ref, const infer_kernel_tab
              OVERRIDES(vec_dot[t]);
     c += OVERRIDES(rmsnorm) + OVERRIDES(layernorm) + OVERRIDES(softmax) + OVERRIDES(silu_mul) +
          OVERRIDES(gelu_mul) + OVERRIDES(add) + OVERRIDES(scale) + OVERRIDES(rope_norm) +
-         OVERRIDES(rope_neox) + OVERRIDES(attn_f32) + OVERRIDES(attn_f16);
-    for (int t = 0; t < INFER_TYPE_COUNT; t++) c += OVERRIDES(vec_dot_4[t]);
+         OVERRIDES(rope_neox) + OVERRIDES(attn_f32) + OVERRIDES(attn_f16) +
+         OVERRIDES(attn_block_f32) + OVERRIDES(attn_block_f16);
+    for (int t = 0; t < INFER_TYPE_COUNT; t++) c += OVERRIDES(vec_dot_4[t]) + OVERRIDES(vec_dot_4x4[t]);
     return c;
 }
 
@@ -706,10 +805,12 @@ int main(int argc, char **argv) {
             check_quantize(ref, simd, t);
             check_vec_dot(ref, simd, t);
             check_vec_dot_4(ref, simd, t);
+            check_vec_dot_4x4(ref, simd, t);
         }
         check_ops(ref, simd);
         check_rope(ref, simd);
         check_attention(ref, simd);
+        check_attention_block(ref, simd);
     }
     printf("%d passed, %d failed\n", n_passed, n_failed);
     return n_failed ? 1 : 0;

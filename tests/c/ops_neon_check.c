@@ -118,6 +118,22 @@ int main(void) {
             free(kc); free(vc); free(ks); free(vs); free(q); free(o1); free(o2);
         }
     }
+    /* one decoded token, 1 and 2 query heads per KV head (blocks of one and two
+     * queries), and the one-query table entries */
+    for (int64_t group = 1; group <= 2; group++) {
+        const int64_t d = 80, n_kv = 2, n_heads = 2 * group, n_ctx = 150, pos = 140;
+        float *kc = vec(n_kv * n_ctx * d, 1.0f), *vc = vec(n_kv * n_ctx * d, 1.0f);
+        float *q = vec(n_heads * d, 1.0f), *o1 = vec(n_heads * d, 0.0f), *o2 = vec(n_heads * d, 0.0f);
+        infer_set_isa(INFER_ISA_SCALAR);
+        infer_attention(q, kc, vc, INFER_TYPE_F32, 1, n_heads, n_kv, d, n_ctx, pos, 0, 0.1f, o1);
+        infer_set_isa(INFER_ISA_NEON);
+        infer_attention(q, kc, vc, INFER_TYPE_F32, 1, n_heads, n_kv, d, n_ctx, pos, 0, 0.1f, o2);
+        check("attention decode, small groups", n_heads * d, o2, o1, 1e-4f, 1e-5f);
+        sc->attn_f32(q, kc, vc, 77, d, 0.1f, o1);
+        ne->attn_f32(q, kc, vc, 77, d, 0.1f, o2);
+        check("attn_f32 one query", d, o2, o1, 1e-4f, 1e-5f);
+        free(kc); free(vc); free(q); free(o1); free(o2);
+    }
     /* one decoded token on 2 threads: positions split in two ranges, then merged */
     {
         const int64_t d = 64, n_kv = 3, n_heads = 9, n_ctx = 700, pos = 650;
