@@ -2,10 +2,11 @@
  *
  * As in ggml, the activations are quantized once into the weight type's
  * vec_dot_type, then threads claim disjoint chunks of weight rows.  Each thread
- * walks its rows (four at a time when the table has a vec_dot_4 kernel) in the outer
- * loop and a tile of tokens in the inner loop, so a weight row is read from memory
- * once and reused from L1 for every token of the tile, while the tile's activations
- * stay in L1/L2.
+ * walks its rows in the outer loop and a tile of tokens in the inner loop, so a
+ * weight row is read from memory once (prefetched a few rows ahead) and reused from
+ * L1 for every token of the tile, while the tile's activations stay in L1/L2.  Rows
+ * go four at a time when the table has a vec_dot_4 kernel, and four rows x four
+ * tokens with vec_dot_4x4, which unpacks each weight block once for four tokens.
  */
 #include "infer_kernels.h"
 
@@ -151,7 +152,7 @@ int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int6
     const infer_kernel_table *k = infer_kernels();
     const size_t xq_row_bytes = infer_activation_row_bytes(type, cols);
     if (type < 0 || type >= INFER_TYPE_COUNT || !k->vec_dot[type] || xq_row_bytes == 0) return -1;
-    if (rows < 0 || n_tokens < 0) return -1;
+    if (rows < 0 || n_tokens < 0 || cols % infer_type_block_size(type)) return -1;
     matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], (const uint8_t *)w, row_bytes, rows,
                      cols, (const uint8_t *)xq, xq_row_bytes, n_tokens, out, rows, rows, 0};
     const int nth = rows > ROW_ALIGN && rows * cols * n_tokens >= PARALLEL_MIN_WORK
@@ -175,7 +176,7 @@ int infer_matmul_rows(int type, const void *w, size_t row_bytes, int64_t cols, i
     const infer_kernel_table *k = infer_kernels();
     const size_t xq_row_bytes = infer_activation_row_bytes(type, cols);
     if (type < 0 || type >= INFER_TYPE_COUNT || !k->vec_dot[type] || xq_row_bytes == 0) return -1;
-    if (r0 < 0 || r1 < r0 || n_tokens < 0) return -1;
+    if (r0 < 0 || r1 < r0 || n_tokens < 0 || cols % infer_type_block_size(type)) return -1;
     matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], (const uint8_t *)w, row_bytes, r1,
                      cols, (const uint8_t *)xq, xq_row_bytes, n_tokens, out, out_stride, r1, 0};
     matmul_rows(&m, r0, r1);

@@ -309,28 +309,8 @@ static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, c
                 acc[u * d + i] += w[u * ATTN_CHUNK + j] * kv_load1(v, (p0 + j) * d + i, f16);
 }
 
-/* Online-softmax step of one query over a chunk: rows outside [lo, hi] get weight
- * 0; s becomes the weights exp(s - m) under the (possibly raised) running max m,
- * and the accumulator and running sum l are rescaled to that max. */
-static void attn_softmax_step(float *s, int64_t p0, int64_t nb, int64_t lo, int64_t hi,
-                              float *m, float *l, float *acc, int64_t d) {
-    const int64_t jlo = lo - p0 > 0 ? lo - p0 : 0, jhi = hi - p0 < nb - 1 ? hi - p0 : nb - 1;
-    float cmax = -INFINITY;
-    for (int64_t j = 0; j < nb; j++) {
-        if (j < jlo || j > jhi) s[j] = -INFINITY;
-        else cmax = s[j] > cmax ? s[j] : cmax;
-    }
-    if (cmax == -INFINITY) {
-        for (int64_t j = 0; j < nb; j++) s[j] = 0.0f;
-        return;
-    }
-    if (cmax > *m) {
-        const float c = expf(*m - cmax);  /* 0 on the first chunk */
-        *l *= c;
-        scale_avx2(acc, c, d);
-        *m = cmax;
-    }
-    const __m256 vm = _mm256_set1_ps(*m);
+static float attn_exp_sum(float *s, int64_t nb, float m) {
+    const __m256 vm = _mm256_set1_ps(m);
     __m256 sum = _mm256_setzero_ps();
     int64_t j = 0;
     for (; j + 8 <= nb; j += 8) {
@@ -340,79 +320,15 @@ static void attn_softmax_step(float *s, int64_t p0, int64_t nb, int64_t lo, int6
     }
     float total = hsum8(sum);
     for (; j < nb; j++) {
-        s[j] = s[j] == -INFINITY ? 0.0f : expf(s[j] - *m);
+        s[j] = s[j] == -INFINITY ? 0.0f : expf(s[j] - m);
         total += s[j];
     }
-    *l += total;
+    return total;
 }
 
-static ALWAYS_INLINE void attn_avx2(int64_t n_q, const float *const *q, float *const *out,
-                                    const int64_t *lo, const int64_t *hi, const void *k,
-                                    const void *v, int64_t d, float scale, float *ml, int f16) {
-    float qs[INFER_ATTN_MAX_QD], acc[INFER_ATTN_MAX_QD];
-    float s[INFER_ATTN_MAX_Q * ATTN_CHUNK], m[INFER_ATTN_MAX_Q], l[INFER_ATTN_MAX_Q];
-    int64_t p_lo = lo[0], p_hi = hi[0];
-    for (int64_t u = 0; u < n_q; u++) {
-        for (int64_t i = 0; i < d; i++) { qs[u * d + i] = q[u][i] * scale; acc[u * d + i] = 0.0f; }
-        m[u] = -INFINITY;
-        l[u] = 0.0f;
-        p_lo = lo[u] < p_lo ? lo[u] : p_lo;
-        p_hi = hi[u] > p_hi ? hi[u] : p_hi;
-    }
-    for (int64_t p0 = p_lo; p0 <= p_hi; p0 += ATTN_CHUNK) {
-        const int64_t nb = p_hi + 1 - p0 < ATTN_CHUNK ? p_hi + 1 - p0 : ATTN_CHUNK;
-        for (int64_t u = 0; u < n_q; u += 4) {
-            float *su = s + u * ATTN_CHUNK;
-            switch (n_q - u < 4 ? n_q - u : 4) {
-            case 4: attn_scores(4, qs + u * d, d, k, p0, nb, su, f16); break;
-            case 3: attn_scores(3, qs + u * d, d, k, p0, nb, su, f16); break;
-            case 2: attn_scores(2, qs + u * d, d, k, p0, nb, su, f16); break;
-            default: attn_scores(1, qs + u * d, d, k, p0, nb, su, f16); break;
-            }
-        }
-        for (int64_t u = 0; u < n_q; u++)
-            attn_softmax_step(s + u * ATTN_CHUNK, p0, nb, lo[u], hi[u], &m[u], &l[u], acc + u * d, d);
-        for (int64_t u = 0; u < n_q; u += 4) {
-            const float *wu = s + u * ATTN_CHUNK;
-            switch (n_q - u < 4 ? n_q - u : 4) {
-            case 4: attn_accumulate(4, acc + u * d, d, v, p0, nb, wu, f16); break;
-            case 3: attn_accumulate(3, acc + u * d, d, v, p0, nb, wu, f16); break;
-            case 2: attn_accumulate(2, acc + u * d, d, v, p0, nb, wu, f16); break;
-            default: attn_accumulate(1, acc + u * d, d, v, p0, nb, wu, f16); break;
-            }
-        }
-    }
-    for (int64_t u = 0; u < n_q; u++) {
-        if (ml) { ml[2 * u] = m[u]; ml[2 * u + 1] = l[u]; }
-        const float inv = l[u] > 0.0f ? 1.0f / l[u] : 0.0f;
-        for (int64_t i = 0; i < d; i++) out[u][i] = acc[u * d + i] * inv;
-    }
-}
-
-static void attn_block_f32_avx2(int64_t n_q, const float *const *q, float *const *out,
-                                const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                                int64_t d, float scale, float *ml) {
-    attn_avx2(n_q, q, out, lo, hi, k, v, d, scale, ml, 0);
-}
-
-static void attn_block_f16_avx2(int64_t n_q, const float *const *q, float *const *out,
-                                const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                                int64_t d, float scale, float *ml) {
-    attn_avx2(n_q, q, out, lo, hi, k, v, d, scale, ml, 1);
-}
-
-/* The one-query entries: rows [0, n_pos) of k and v. */
-static void attn_f32_avx2(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
-                          float scale, float *out) {
-    const int64_t lo = 0, hi = n_pos - 1;
-    attn_block_f32_avx2(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
-}
-
-static void attn_f16_avx2(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
-                          float scale, float *out) {
-    const int64_t lo = 0, hi = n_pos - 1;
-    attn_block_f16_avx2(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
-}
+#define attn_rescale scale_avx2
+#define OPS_ISA avx2
+#include "ops_attn_loop.h"
 
 void infer_fill_ops_avx2(infer_kernel_table *t) {
     t->rmsnorm = rmsnorm_avx2;

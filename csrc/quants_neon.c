@@ -223,28 +223,38 @@ static void quantize_q8_1_neon(const float *src, void *dst, int64_t n) {
  * four lanes, whose total is what counts), then acc += sum * (d_w * d_a) in float
  * lanes.  One helper per weight format serves both the one-row and four-row kernels. */
 
-static inline int32x4_t block_dot_q4_0(const block_q4_0 *x, int8x16_t y0, int8x16_t y1) {
-    const int8x16_t eight = vdupq_n_s8(8);
-    int8x16_t lo, hi;
-    unpack_nibbles(x->qs, &lo, &hi);
-    return dot_s8(dot_s8(vdupq_n_s32(0), vsubq_s8(lo, eight), y0), vsubq_s8(hi, eight), y1);
+/* A weight block as two int8x16 halves (elements 0..15, 16..31) that multiply the
+ * Q8 block's halves directly. */
+typedef struct { int8x16_t lo, hi; } wquants;
+
+static inline wquants wq_q4_0(const block_q4_0 *x) {
+    wquants q;
+    unpack_nibbles(x->qs, &q.lo, &q.hi);
+    q.lo = vsubq_s8(q.lo, vdupq_n_s8(8));
+    q.hi = vsubq_s8(q.hi, vdupq_n_s8(8));
+    return q;
 }
 
 /* Q4_1's nibbles unsigned: the min is added separately as m_w * s_a. */
-static inline int32x4_t block_dot_q4_1(const block_q4_1 *x, int8x16_t y0, int8x16_t y1) {
-    int8x16_t lo, hi;
-    unpack_nibbles(x->qs, &lo, &hi);
-    return dot_s8(dot_s8(vdupq_n_s32(0), lo, y0), hi, y1);
+static inline wquants wq_q4_1(const block_q4_1 *x) {
+    wquants q;
+    unpack_nibbles(x->qs, &q.lo, &q.hi);
+    return q;
 }
 
-static inline int32x4_t block_dot_q5_0(const block_q5_0 *x, int8x16_t y0, int8x16_t y1) {
-    int8x16_t lo, hi;
-    unpack_q5_0(x, &lo, &hi);
-    return dot_s8(dot_s8(vdupq_n_s32(0), lo, y0), hi, y1);
+static inline wquants wq_q5_0(const block_q5_0 *x) {
+    wquants q;
+    unpack_q5_0(x, &q.lo, &q.hi);
+    return q;
 }
 
-static inline int32x4_t block_dot_q8_0(const block_q8_0 *x, int8x16_t y0, int8x16_t y1) {
-    return dot_s8(dot_s8(vdupq_n_s32(0), vld1q_s8(x->qs), y0), vld1q_s8(x->qs + 16), y1);
+static inline wquants wq_q8_0(const block_q8_0 *x) {
+    wquants q = {vld1q_s8(x->qs), vld1q_s8(x->qs + 16)};
+    return q;
+}
+
+static inline int32x4_t block_dot(wquants q, int8x16_t y0, int8x16_t y1) {
+    return dot_s8(dot_s8(vdupq_n_s32(0), q.lo, y0), q.hi, y1);
 }
 
 /* The Q4_1 . Q8_1 min term of a block pair, d_w*d_a*sum(nib*q) being the rest. */
@@ -252,7 +262,7 @@ static inline int32x4_t block_dot_q8_0(const block_q8_0 *x, int8x16_t y0, int8x1
 #define NO_MIN_TERM(xb, yb) 0.0f
 
 /* One row: two blocks per iteration keep two independent FMA chains in flight. */
-#define QUANT_DOT(name, wblock, ablock, block_dot, min_term)                            \
+#define QUANT_DOT(name, wblock, ablock, unpack, min_term)                                \
     static float name(int64_t n, const void *w, const void *a) {                      \
         const wblock *x = (const wblock *)w;                                           \
         const ablock *y = (const ablock *)a;                                           \
@@ -261,8 +271,8 @@ static inline int32x4_t block_dot_q8_0(const block_q8_0 *x, int8x16_t y0, int8x1
         float mins = 0.0f;                                                             \
         int64_t b = 0;                                                                 \
         for (; b + 2 <= nb; b += 2) {                                                  \
-            int32x4_t p0 = block_dot(&x[b], vld1q_s8(y[b].qs), vld1q_s8(y[b].qs + 16)); \
-            int32x4_t p1 = block_dot(&x[b + 1], vld1q_s8(y[b + 1].qs),                  \
+            int32x4_t p0 = block_dot(unpack(&x[b]), vld1q_s8(y[b].qs), vld1q_s8(y[b].qs + 16)); \
+            int32x4_t p1 = block_dot(unpack(&x[b + 1]), vld1q_s8(y[b + 1].qs),          \
                                      vld1q_s8(y[b + 1].qs + 16));                        \
             acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0),                                 \
                                fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));               \
@@ -271,7 +281,7 @@ static inline int32x4_t block_dot_q8_0(const block_q8_0 *x, int8x16_t y0, int8x1
             mins += min_term(x[b], y[b]) + min_term(x[b + 1], y[b + 1]);               \
         }                                                                              \
         for (; b < nb; b++) {                                                          \
-            int32x4_t p0 = block_dot(&x[b], vld1q_s8(y[b].qs), vld1q_s8(y[b].qs + 16)); \
+            int32x4_t p0 = block_dot(unpack(&x[b]), vld1q_s8(y[b].qs), vld1q_s8(y[b].qs + 16)); \
             acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0),                                 \
                                fp16_to_f32(x[b].d) * fp16_to_f32(y[b].d));               \
             mins += min_term(x[b], y[b]);                                              \
@@ -281,7 +291,7 @@ static inline int32x4_t block_dot_q8_0(const block_q8_0 *x, int8x16_t y0, int8x1
 
 /* Four rows row_bytes apart against one activation row (mat-vec uses it when set):
  * each activation block is loaded and its scale converted once for four rows. */
-#define QUANT_DOT_4(name, wblock, ablock, block_dot, min_term)                          \
+#define QUANT_DOT_4(name, wblock, ablock, unpack, min_term)                              \
     static void name(int64_t n, const void *w, size_t row_bytes, const void *a,        \
                      float *out) {                                                     \
         const ablock *y = (const ablock *)a;                                           \
@@ -296,7 +306,7 @@ static inline int32x4_t block_dot_q8_0(const block_q8_0 *x, int8x16_t y0, int8x1
             const float dy = fp16_to_f32(y[b].d);                                      \
             float m[4];                                                                \
             for (int k = 0; k < 4; k++) {                                              \
-                acc[k] = vmlaq_n_f32(acc[k], vcvtq_f32_s32(block_dot(&x[k][b], y0, y1)), \
+                acc[k] = vmlaq_n_f32(acc[k], vcvtq_f32_s32(block_dot(unpack(&x[k][b]), y0, y1)), \
                                      fp16_to_f32(x[k][b].d) * dy);                     \
                 m[k] = min_term(x[k][b], y[b]);                                        \
             }                                                                          \
@@ -308,14 +318,63 @@ static inline int32x4_t block_dot_q8_0(const block_q8_0 *x, int8x16_t y0, int8x1
         vst1q_f32(out, vaddq_f32(sums, mins));                                         \
     }
 
-QUANT_DOT(vec_dot_q4_0_q8_0_neon, block_q4_0, block_q8_0, block_dot_q4_0, NO_MIN_TERM)
-QUANT_DOT(vec_dot_q4_1_q8_1_neon, block_q4_1, block_q8_1, block_dot_q4_1, MIN_TERM_Q4_1)
-QUANT_DOT(vec_dot_q5_0_q8_0_neon, block_q5_0, block_q8_0, block_dot_q5_0, NO_MIN_TERM)
-QUANT_DOT(vec_dot_q8_0_q8_0_neon, block_q8_0, block_q8_0, block_dot_q8_0, NO_MIN_TERM)
-QUANT_DOT_4(vec_dot_4_q4_0_q8_0_neon, block_q4_0, block_q8_0, block_dot_q4_0, NO_MIN_TERM)
-QUANT_DOT_4(vec_dot_4_q4_1_q8_1_neon, block_q4_1, block_q8_1, block_dot_q4_1, MIN_TERM_Q4_1)
-QUANT_DOT_4(vec_dot_4_q5_0_q8_0_neon, block_q5_0, block_q8_0, block_dot_q5_0, NO_MIN_TERM)
-QUANT_DOT_4(vec_dot_4_q8_0_q8_0_neon, block_q8_0, block_q8_0, block_dot_q8_0, NO_MIN_TERM)
+/* Four weight rows (row_bytes apart) times four activation rows (a_stride apart),
+ * out[t * out_stride + k] (mat-mul uses it): each weight block is unpacked once
+ * for four tokens, each activation block loaded once for four rows; 16 float
+ * accumulators stay in registers. */
+#define QUANT_DOT_4X4(name, wblock, ablock, unpack, min_term)                          \
+    static void name(int64_t n, const void *w, size_t row_bytes, const void *a,        \
+                     size_t a_stride, float *out, size_t out_stride) {                 \
+        const wblock *x[4];                                                            \
+        const ablock *y[4];                                                            \
+        for (int k = 0; k < 4; k++) {                                                  \
+            x[k] = (const wblock *)((const uint8_t *)w + (size_t)k * row_bytes);      \
+            y[k] = (const ablock *)((const uint8_t *)a + (size_t)k * a_stride);       \
+        }                                                                              \
+        float32x4_t acc[4][4]; /* [token][row] */                                      \
+        float mins[4][4];                                                              \
+        for (int t = 0; t < 4; t++)                                                    \
+            for (int k = 0; k < 4; k++) {                                              \
+                acc[t][k] = vdupq_n_f32(0.0f);                                         \
+                mins[t][k] = 0.0f;                                                     \
+            }                                                                          \
+        for (int64_t b = 0; b < n / 32; b++) {                                          \
+            int8x16_t y0[4], y1[4];                                                    \
+            float dy[4];                                                               \
+            for (int t = 0; t < 4; t++) {                                              \
+                y0[t] = vld1q_s8(y[t][b].qs);                                          \
+                y1[t] = vld1q_s8(y[t][b].qs + 16);                                     \
+                dy[t] = fp16_to_f32(y[t][b].d);                                        \
+            }                                                                          \
+            for (int k = 0; k < 4; k++) {                                              \
+                const wquants q = unpack(&x[k][b]);                                    \
+                const float dx = fp16_to_f32(x[k][b].d);                               \
+                for (int t = 0; t < 4; t++) {                                          \
+                    acc[t][k] = vmlaq_n_f32(acc[t][k], vcvtq_f32_s32(block_dot(q, y0[t], y1[t])), \
+                                            dx * dy[t]);                               \
+                    mins[t][k] += min_term(x[k][b], y[t][b]);                          \
+                }                                                                      \
+            }                                                                          \
+        }                                                                              \
+        for (int t = 0; t < 4; t++) {                                                  \
+            const float32x4_t sums = vpaddq_f32(vpaddq_f32(acc[t][0], acc[t][1]),      \
+                                                vpaddq_f32(acc[t][2], acc[t][3]));     \
+            vst1q_f32(out + (size_t)t * out_stride, vaddq_f32(sums, vld1q_f32(mins[t]))); \
+        }                                                                              \
+    }
+
+QUANT_DOT(vec_dot_q4_0_q8_0_neon, block_q4_0, block_q8_0, wq_q4_0, NO_MIN_TERM)
+QUANT_DOT(vec_dot_q4_1_q8_1_neon, block_q4_1, block_q8_1, wq_q4_1, MIN_TERM_Q4_1)
+QUANT_DOT(vec_dot_q5_0_q8_0_neon, block_q5_0, block_q8_0, wq_q5_0, NO_MIN_TERM)
+QUANT_DOT(vec_dot_q8_0_q8_0_neon, block_q8_0, block_q8_0, wq_q8_0, NO_MIN_TERM)
+QUANT_DOT_4(vec_dot_4_q4_0_q8_0_neon, block_q4_0, block_q8_0, wq_q4_0, NO_MIN_TERM)
+QUANT_DOT_4(vec_dot_4_q4_1_q8_1_neon, block_q4_1, block_q8_1, wq_q4_1, MIN_TERM_Q4_1)
+QUANT_DOT_4(vec_dot_4_q5_0_q8_0_neon, block_q5_0, block_q8_0, wq_q5_0, NO_MIN_TERM)
+QUANT_DOT_4(vec_dot_4_q8_0_q8_0_neon, block_q8_0, block_q8_0, wq_q8_0, NO_MIN_TERM)
+QUANT_DOT_4X4(vec_dot_4x4_q4_0_q8_0_neon, block_q4_0, block_q8_0, wq_q4_0, NO_MIN_TERM)
+QUANT_DOT_4X4(vec_dot_4x4_q4_1_q8_1_neon, block_q4_1, block_q8_1, wq_q4_1, MIN_TERM_Q4_1)
+QUANT_DOT_4X4(vec_dot_4x4_q5_0_q8_0_neon, block_q5_0, block_q8_0, wq_q5_0, NO_MIN_TERM)
+QUANT_DOT_4X4(vec_dot_4x4_q8_0_q8_0_neon, block_q8_0, block_q8_0, wq_q8_0, NO_MIN_TERM)
 
 /* Float rows against f32 activations: 16 products per iteration in four FMA chains. */
 #define FLOAT_DOT(name, load4, load1)                                                      \
@@ -378,5 +437,10 @@ void infer_fill_table_neon(infer_kernel_table *t) {
     t->vec_dot_4[INFER_TYPE_Q4_1] = vec_dot_4_q4_1_q8_1_neon;
     t->vec_dot_4[INFER_TYPE_Q5_0] = vec_dot_4_q5_0_q8_0_neon;
     t->vec_dot_4[INFER_TYPE_Q8_0] = vec_dot_4_q8_0_q8_0_neon;
+
+    t->vec_dot_4x4[INFER_TYPE_Q4_0] = vec_dot_4x4_q4_0_q8_0_neon;
+    t->vec_dot_4x4[INFER_TYPE_Q4_1] = vec_dot_4x4_q4_1_q8_1_neon;
+    t->vec_dot_4x4[INFER_TYPE_Q5_0] = vec_dot_4x4_q5_0_q8_0_neon;
+    t->vec_dot_4x4[INFER_TYPE_Q8_0] = vec_dot_4x4_q8_0_q8_0_neon;
 }
 #endif

@@ -65,9 +65,12 @@ static inline __m256i dot_s8s8(__m256i acc, __m256i x, __m256i y) {
 /* 32 nibbles of a Q4 block as bytes: lanes 0..15 the low nibbles (elements 0..15),
  * lanes 16..31 the high nibbles (elements 16..31). */
 static inline __m256i unpack_nibbles(const uint8_t *qs) {
-    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+    /* Both halves hold qs (a broadcast load); shifting the upper half's 64-bit lanes
+     * right by 4 brings each byte's high nibble down (what the next byte shifts in
+     * lands in the high nibble, which the mask clears). */
+    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    const __m256i shifted = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
+    return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F));
 }
 
 /* Byte i = 0xFF if bit i of the 32-bit little-endian word at p is set, else 0. */

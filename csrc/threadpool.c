@@ -112,7 +112,7 @@ static struct {
     infer_task_fn fn;       /* the task of the current generation */
     void *arg;
     int64_t nth;
-} pool = {0, 0, {0}, MUTEX_INITIALIZER, MUTEX_INITIALIZER, COND_INITIALIZER};
+} pool = {0, 0, {0}, MUTEX_INITIALIZER, MUTEX_INITIALIZER, COND_INITIALIZER, 0, 0, 0, 0, NULL, NULL, 0};
 
 static THREAD_LOCAL int inside_task;
 
@@ -333,6 +333,10 @@ void infer_parallel_run(infer_task_fn fn, void *arg) {
 void infer_set_num_threads(int n) {
     if (n < 1) n = 1;
     if (n > MAX_THREADS) n = MAX_THREADS;
+    if (inside_task) {   /* run_lock is held by this task's caller: resize on the next run */
+        pool.n_threads = n;
+        return;
+    }
     mutex_lock(&pool.run_lock);
     pool.n_threads = n;
     if (pool.n_workers > n - 1) stop_workers();  /* surplus threads go now; new ones on use */
@@ -340,9 +344,13 @@ void infer_set_num_threads(int n) {
 }
 
 int infer_get_num_threads(void) {
+    /* Lock-free once set: kernels call this from inside tasks, where run_lock is held
+     * by the thread that started the task. */
+    const int n = *(volatile int *)&pool.n_threads;   /* an aligned int: read whole */
+    if (n > 0) return n;
     mutex_lock(&pool.run_lock);
     choose_default();
-    const int n = pool.n_threads;
+    const int chosen = pool.n_threads;
     mutex_unlock(&pool.run_lock);
-    return n;
+    return chosen;
 }

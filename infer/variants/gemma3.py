@@ -21,9 +21,11 @@ scalar: head_dim, except n_embd / n_head for the 62-layer (27B) model.
 
 Weights are views into the memory-mapped file.  Each activation is quantized
 once per format and shared by the matrices that read it (q/k/v; gate/up).  A
-batch of tokens (prefill) runs through the matrix-matrix kernels, one token
-(decode) through the matrix-vector kernels; the head runs for the last position
-only.
+batch of tokens (prefill) runs `_block` below through the matrix-matrix kernels;
+decoding one token runs the same computation as one C call (csrc/gemma3_block.c,
+matrix-vector kernels, one thread-pool run per token), or `_block` through the
+matrix-vector kernels when ``fused_decode`` is off.  The head runs for the last
+position only.
 """
 from __future__ import annotations
 
@@ -176,10 +178,10 @@ class Gemma3Engine(Engine):
                        if "output.weight" in t else self.token_embd)
         self.layers: List[Gemma3Layer] = []
         for i in range(cfg.n_layers):
-            def m(name: str, rows: int, cols: int) -> Matrix:
+            def m(name: str, rows: int, cols: int, i: int = i) -> Matrix:
                 return Matrix(need(f"blk.{i}.{name}.weight"), rows, cols, f"blk.{i}.{name}.weight")
 
-            def v(name: str, n: int) -> Vector:
+            def v(name: str, n: int, i: int = i) -> Vector:
                 return Vector(need(f"blk.{i}.{name}.weight"), n, f"blk.{i}.{name}.weight")
 
             self.layers.append(Gemma3Layer(
@@ -203,10 +205,25 @@ class Gemma3Engine(Engine):
         self._contexts.add(ctx)
         return ctx
 
+    def decoder_for(self, ctx: "Gemma3Context") -> Any:
+        """The fused one-token step (csrc/gemma3_block.c) bound to ctx's cache."""
+        cfg = self.config
+        layers = []
+        for i, L in enumerate(self.layers):
+            base, scale = cfg.rope_for(i)
+            layers.append((L.attn_norm.data, L.q_norm.data, L.k_norm.data, L.post_attn_norm.data,
+                           L.ffn_norm.data, L.post_ffw_norm.data, L.wq.as_tuple(), L.wk.as_tuple(),
+                           L.wv.as_tuple(), L.wo.as_tuple(), L.w_gate.as_tuple(), L.w_up.as_tuple(),
+                           L.w_down.as_tuple(), base, scale, cfg.window_for(i)))
+        return K.Gemma3Decoder(cfg, self.embd_scale, self.token_embd.as_tuple(),
+                               self.output.as_tuple(), self.output_norm.data, layers,
+                               ctx.k_cache, ctx.v_cache, ctx.n_ctx)
+
     def close(self) -> None:
-        # Drop every view into the file map so it can be unmapped.
+        # Drop every view into the file map (ours and the contexts' decoders) so it
+        # can be unmapped.
         for ctx in list(self._contexts):
-            ctx._scratch.clear()
+            ctx._release()
         self.layers = None  # type: ignore[assignment]
         self.token_embd = self.output = self.output_norm = None  # type: ignore[assignment]
 
@@ -224,6 +241,15 @@ class Gemma3Context(Context):
         self.k_cache = np.zeros(shape, dtype=kv_dtype)
         self.v_cache = np.zeros(shape, dtype=kv_dtype)
         self._scratch: Dict[int, "_Scratch"] = {}
+        self._decoder: Any = None
+        #: False: decode through the Python `_block` too (for tests comparing the two)
+        self.fused_decode = True
+
+    def _release(self) -> None:
+        if self._decoder is not None:
+            self._decoder.release()
+        self._decoder = None
+        self._scratch.clear()
 
     def _buffers(self, n: int) -> "_Scratch":
         if n not in self._scratch:
@@ -237,6 +263,11 @@ class Gemma3Context(Context):
         if eng.layers is None:
             raise RuntimeError("the model is closed")
         cfg = eng.config
+        if len(tokens) == 1 and self.fused_decode:
+            if self._decoder is None:
+                self._decoder = eng.decoder_for(self)
+            self._decoder.decode(int(tokens[0]), start, self.logits)
+            return
         for c0 in range(0, len(tokens), N_BATCH):
             chunk = tokens[c0:c0 + N_BATCH]
             s = self._buffers(len(chunk))
@@ -295,7 +326,7 @@ class _Scratch:
         self.att = np.zeros((n, q_dim), f)
         self.gate = np.zeros((n, cfg.ffn_dim), f)
         self.up = np.zeros((n, cfg.ffn_dim), f)
-        self._act: Dict[tuple, np.ndarray] = {}
+        self._act: Dict[Tuple[int, int, int], np.ndarray] = {}
 
     def _quantized(self, x: np.ndarray, w: Matrix, rows: int) -> np.ndarray:
         key = (w.act_type, w.cols, rows)
