@@ -191,8 +191,11 @@ static void run_job(decode_team *d, int64_t total, int nth, float *scratch) {
     work(d, scratch);
     int spins = 0;
     while (load_i64(&d->done) < total) {
-        if (spins < 4096) {  /* grace: a running helper finishes its chunk in this time */
-            backoff(&spins);
+        /* Grace for a running helper to finish its chunk (tens of microseconds).
+         * Pure spinning: yielding here would hand the core to another process
+         * for a whole time slice. */
+        if (spins++ < 1024) {
+            cpu_relax();
             continue;
         }
         for (int64_t c = 0; c < total; c++) {
