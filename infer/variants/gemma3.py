@@ -111,6 +111,9 @@ class Gemma3Config:
         if str(get("rope.scaling.type", "none")) == "linear":
             rope_scale = 1.0 / float(get("rope.scaling.factor", 1.0))
 
+        # GGUF files do not carry query_pre_attn_scalar; llama.cpp derives it from the
+        # model size (head_dim, or dim / n_heads for the 62-layer 27B).  The key is
+        # read in case a converter ever writes it.
         query_scalar = float(get("attention.query_pre_attn_scalar",
                                  dim / n_heads if n_layers == 62 else head_dim))
         return cls(
