@@ -59,8 +59,19 @@ def prompt(gf):
 
 
 @pytest.fixture(scope="module")
-def reference(prompt):
-    return NumpyLlama(MODEL).forward(prompt)  # (16, vocab) float64
+def numpy_llama():
+    return NumpyLlama(MODEL)
+
+
+@pytest.fixture(scope="module")
+def reference(numpy_llama, prompt):
+    return numpy_llama.forward(prompt)  # (16, vocab) float64
+
+
+@pytest.fixture(scope="module")
+def reference_q(numpy_llama, prompt):
+    """The reference with ggml's activation numerics: 8-bit inputs, F16 K/V."""
+    return numpy_llama.forward(prompt, act_quant=True)
 
 
 def cosine(a, b):
@@ -89,6 +100,21 @@ def test_decode_matches_reference_at_every_position(engine, prompt, reference):
         assert int(np.argmax(ctx.logits)) == int(np.argmax(reference[i])), f"top-1 differs at {i}"
         cos.append(cosine(ctx.logits, reference[i]))
     assert np.mean(cos) >= 0.998 and min(cos) >= 0.99, np.round(cos, 5)
+
+
+def test_quantized_error_is_that_of_the_activation_rounding(engine, prompt, reference, reference_q):
+    """Why the quantized file cannot reach cosine 0.999 everywhere: rounding the
+    activations to 8 bits as ggml does (the reference's own rounding, through the
+    gguf package's Q8_0 quantizer) moves the exact logits by as much.  The variant's
+    mean distance from the exact reference must stay of that size."""
+    ctx = engine.create_context(n_ctx=32, sampler=Greedy())
+    variant_err, rounding_err = [], []
+    for i, tok in enumerate(prompt):
+        ctx.prefill([tok])
+        variant_err.append(1 - cosine(ctx.logits, reference[i]))
+        rounding_err.append(1 - cosine(reference_q[i], reference[i]))
+    assert np.mean(variant_err) <= 2.5 * np.mean(rounding_err), (
+        f"variant mean 1-cos {np.mean(variant_err):.2e}, rounding alone {np.mean(rounding_err):.2e}")
 
 
 def test_batched_prefill_matches_reference(engine, prompt, reference):
