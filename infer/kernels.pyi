@@ -75,6 +75,7 @@ class LlamaDecoder:
     def release(self) -> None: ...
 
 
+@disjoint_base
 class Gemma3Decoder:
     def __init__(self, config: Any, embd_scale: float, embd: Any, output: Any, output_norm: Any,
                  layers: Any, k_cache: npt.NDArray[Any], v_cache: npt.NDArray[Any],
