@@ -7,6 +7,8 @@
 """
 __version__ = "0.1.0"
 
+from typing import Any
+
 from .generate import Generation, generate
 from .loader import load
 from .runtime import (Context, ContextBusyError, ContextOverflowError, Engine, Model,
@@ -19,7 +21,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # Imported on first use, so `import infer` stays light for the CLI's first token.
     if name == "Sampler":
         from .sampler import Sampler
