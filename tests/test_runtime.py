@@ -4,7 +4,7 @@ import threading
 import numpy as np
 import pytest
 
-from infer.runtime import ContextBusyError, ContextOverflowError, Context, Engine
+from infer.runtime import Context, ContextBusyError, ContextOverflowError, Engine
 
 VOCAB = 11
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -86,7 +86,7 @@ class Matrix:
         #: format the input vector is quantized into for this matrix's dot products
         self.act_type = K.type_id(K.vec_dot_type(self.qtype))
 
-    def as_tuple(self) -> tuple:
+    def as_tuple(self) -> Tuple[np.ndarray, int, int, int, int]:
         return (self.data, self.qtype, self.act_type, self.rows, self.cols)
 
 
@@ -139,7 +139,7 @@ class LlamaEngine(Engine):
                        if "output.weight" in t else self.token_embd)
         self.layers: List[LayerWeights] = []
         for i in range(cfg.n_layers):
-            def m(name: str, rows: int, cols: int) -> Matrix:
+            def m(name: str, rows: int, cols: int, i: int = i) -> Matrix:
                 return Matrix(need(f"blk.{i}.{name}.weight"), rows, cols, f"blk.{i}.{name}.weight")
 
             self.layers.append(LayerWeights(
@@ -207,7 +207,7 @@ class LlamaContext(Context):
         if n not in self._scratch:
             if len(self._scratch) > 2:
                 self._scratch.clear()
-            self._scratch[n] = _Scratch(self.engine, n)
+            self._scratch[n] = _Scratch(self.engine, n)  # type: ignore[arg-type]
         return self._scratch[n]
 
     def _forward(self, tokens: np.ndarray, start: int) -> None:
@@ -271,9 +271,9 @@ class _Scratch:
         self.att = np.zeros((n, cfg.n_heads * cfg.head_dim), f)
         self.gate = np.zeros((n, cfg.ffn_dim), f)
         self.up = np.zeros((n, cfg.ffn_dim), f)
-        self._act: Dict[tuple, np.ndarray] = {}
+        self._act: Dict[Tuple[int, int], np.ndarray] = {}
 
-    def mul(self, x: np.ndarray, *pairs: tuple) -> None:
+    def mul(self, x: np.ndarray, *pairs: Tuple[Matrix, np.ndarray]) -> None:
         """out = x W^T for each (W, out); x is quantized once per activation format."""
         done: Dict[int, np.ndarray] = {}
         for w, out in pairs:

@@ -14,8 +14,34 @@ Facts it relies on:
 from __future__ import annotations
 
 import numpy as np
+from gguf import GGMLQuantizationType as QT
 from gguf import GGUFReader
-from gguf.quants import dequantize
+from gguf.quants import dequantize, quantize
+
+# Weight formats whose dot products take Q8_0-style activations (Q8_1 has the same
+# values for Q4_1) and those that take Q8_K; F32/F16/BF16 weights take F32.
+_Q8_0_PAIRED = {QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0}
+_Q8_K_PAIRED = {QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K}
+
+
+def round_activations(x: np.ndarray, weight_type) -> np.ndarray:
+    """x rounded through the 8-bit activation format ggml pairs with weight_type.
+
+    Q8_0 goes through the gguf package's own quantizer; Q8_K (blocks of 256,
+    d = max/-127 in f32, q = min(127, nearest int)) is written out here."""
+    x = np.asarray(x, np.float32)
+    if weight_type in _Q8_0_PAIRED:
+        q = quantize(x.reshape(-1, x.shape[-1]), QT.Q8_0)
+        return dequantize(q, QT.Q8_0).reshape(x.shape).astype(np.float64)
+    if weight_type in _Q8_K_PAIRED:
+        b = x.reshape(-1, 256)
+        big = np.take_along_axis(b, np.abs(b).argmax(axis=1)[:, None], axis=1)
+        with np.errstate(divide="ignore"):
+            iscale = np.where(big != 0, np.float32(-127.0) / big, 0).astype(np.float32)
+        q = np.minimum(127, np.rint(iscale * b))
+        d = np.where(iscale != 0, 1.0 / np.where(iscale != 0, iscale, 1), 0)
+        return (q * d).reshape(x.shape).astype(np.float64)
+    return x.astype(np.float64)
 
 
 def _field(reader: GGUFReader, key: str, default=None):
@@ -37,6 +63,8 @@ class NumpyLlama:
         self.rope_base = float(_field(r, f"{arch}.rope.freq_base", 10000.0))
         self.eps = float(_field(r, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5))
         tensors = {t.name: t for t in r.tensors}
+        self.types = {name: QT(t.tensor_type) for name, t in tensors.items()}
+        self.types.setdefault("output.weight", self.types["token_embd.weight"])
 
         def w(name):
             t = tensors[name]
@@ -68,19 +96,34 @@ class NumpyLlama:
         out[..., 1::2] = a * sin + b * cos
         return out
 
-    def forward(self, tokens) -> np.ndarray:
-        """Logits (T, vocab) of every position of ``tokens`` starting at position 0."""
+    def forward(self, tokens, act_quant: bool = False) -> np.ndarray:
+        """Logits (T, vocab) of every position of ``tokens`` starting at position 0.
+
+        With ``act_quant`` every product's input is first rounded through the 8-bit
+        activation format its weight pairs with, and K/V through float16 (an F16
+        KV cache), as ggml-style engines compute: the exact numerics they aim at."""
         tokens = np.asarray(tokens, dtype=np.int64)
         T, hd = len(tokens), self.head_dim
+
+        def mm(h, i, name):
+            key = f"blk.{i}.{name}.weight" if i is not None else name
+            if act_quant:
+                h = round_activations(h, self.types[key])
+            w = self.layers[i][name] if i is not None else self.head
+            return h @ w.T
+
+        def cache(a):
+            return a.astype(np.float16).astype(np.float64) if act_quant else a
+
         group = self.n_head // self.n_kv_head
         pos = np.arange(T)
         mask = np.triu(np.full((T, T), -np.inf), k=1)
         x = self.embed[tokens].copy()
-        for L in self.layers:
+        for i, L in enumerate(self.layers):
             h = self._rmsnorm(x, L["attn_norm"])
-            q = self._rope((h @ L["attn_q"].T).reshape(T, self.n_head, hd), pos)
-            k = self._rope((h @ L["attn_k"].T).reshape(T, self.n_kv_head, hd), pos)
-            v = (h @ L["attn_v"].T).reshape(T, self.n_kv_head, hd)
+            q = self._rope(mm(h, i, "attn_q").reshape(T, self.n_head, hd), pos)
+            k = cache(self._rope(mm(h, i, "attn_k").reshape(T, self.n_kv_head, hd), pos))
+            v = cache(mm(h, i, "attn_v").reshape(T, self.n_kv_head, hd))
             att = np.empty((T, self.n_head, hd))
             for head in range(self.n_head):
                 kv = head // group
@@ -88,9 +131,9 @@ class NumpyLlama:
                 s = np.exp(s - s.max(axis=1, keepdims=True))
                 s /= s.sum(axis=1, keepdims=True)
                 att[:, head, :] = s @ v[:, kv, :]
-            x = x + att.reshape(T, -1) @ L["attn_output"].T
+            x = x + mm(att.reshape(T, -1), i, "attn_output")
             h = self._rmsnorm(x, L["ffn_norm"])
-            g = h @ L["ffn_gate"].T
-            u = h @ L["ffn_up"].T
-            x = x + ((g / (1.0 + np.exp(-g))) * u) @ L["ffn_down"].T
-        return self._rmsnorm(x, self.out_norm) @ self.head.T
+            g = mm(h, i, "ffn_gate")
+            u = mm(h, i, "ffn_up")
+            x = x + mm((g / (1.0 + np.exp(-g))) * u, i, "ffn_down")
+        return mm(self._rmsnorm(x, self.out_norm), None, "output.weight")
