@@ -88,7 +88,10 @@ def np_attention(q, kc, vc, pos, out):
 
 def cases():
     r = np.random.default_rng(0)
-    f = lambda *shape: r.standard_normal(shape).astype(np.float32)
+
+    def f(*shape: int) -> np.ndarray:
+        return r.standard_normal(shape).astype(np.float32)
+
     x1, x512, w = f(1, D), f(512, D), f(D)
     o1, o512 = np.empty_like(x1), np.empty_like(x512)
     g1, u1, h1 = f(FFN), f(FFN), np.empty(FFN, np.float32)

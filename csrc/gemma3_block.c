@@ -9,26 +9,10 @@
  * running on a busy machine is never waited for).
  */
 #include "gemma3_block.h"
+#include "atomics.h"
 
 #include <math.h>
 #include <string.h>
-
-#if defined(_WIN32)
-#include <windows.h>
-static void yield_cpu(void) { SwitchToThread(); }
-#else
-#include <sched.h>
-static void yield_cpu(void) { sched_yield(); }
-#endif
-
-#if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
-#include <immintrin.h>
-static inline void cpu_relax(void) { _mm_pause(); }
-#elif defined(__aarch64__)
-static inline void cpu_relax(void) { __asm__ __volatile__("yield"); }
-#else
-static inline void cpu_relax(void) {}
-#endif
 
 size_t infer_gemma3_act_bytes(int64_t n) {
     /* The widest activation formats: f32 (4 bytes/value) > Q8_1 (36/32) > Q8_K (292/256). */
@@ -56,9 +40,9 @@ typedef struct {
     int token, pos;
     job_t job;
     /* ticket = generation (16 bits) | chunk count (24) | next chunk (24) */
-    volatile uint64_t ticket;
-    volatile int64_t done;
-    volatile int finished;
+    infer_atomic_i64 ticket;
+    infer_atomic_i64 done;
+    infer_atomic_i64 finished;
 } decode_team;
 
 #define T_NEXT(t) ((int64_t)((t) & 0xFFFFFF))
@@ -69,19 +53,19 @@ static void run_chunk(decode_team *d, int64_t c);
 
 /* Claim and run chunks of the published job until none are left. */
 static void work(decode_team *d) {
-    uint64_t t = __atomic_load_n(&d->ticket, __ATOMIC_ACQUIRE);
+    uint64_t t = (uint64_t)infer_atomic_load(&d->ticket);
     while (T_NEXT(t) < T_TOTAL(t)) {
-        if (__atomic_compare_exchange_n(&d->ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        if (infer_atomic_cas(&d->ticket, (int64_t)t, (int64_t)(t + 1))) {
             run_chunk(d, T_NEXT(t));
-            __atomic_add_fetch(&d->done, 1, __ATOMIC_RELEASE);
-            t = __atomic_load_n(&d->ticket, __ATOMIC_ACQUIRE);
+            infer_atomic_add(&d->done, 1);
         }
+        t = (uint64_t)infer_atomic_load(&d->ticket);
     }
 }
 
 static void backoff(int *spins) {
-    if (++*spins < 2048) cpu_relax();
-    else yield_cpu();
+    if (++*spins < 2048) infer_cpu_relax();
+    else infer_yield_thread();
 }
 
 /* Leader: publish d->job as `total` chunks, help, wait for all of them. */
@@ -90,12 +74,12 @@ static void run_job(decode_team *d, int64_t total, int nth) {
         for (int64_t c = 0; c < total; c++) run_chunk(d, c);
         return;
     }
-    uint64_t gen = (T_GEN(d->ticket) + 1) & 0xFFFF;
-    __atomic_store_n(&d->done, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&d->ticket, (gen << 48) | ((uint64_t)total << 24), __ATOMIC_RELEASE);
+    uint64_t gen = (T_GEN((uint64_t)infer_atomic_load(&d->ticket)) + 1) & 0xFFFF;
+    infer_atomic_store(&d->done, 0);
+    infer_atomic_store(&d->ticket, (int64_t)((gen << 48) | ((uint64_t)total << 24)));
     work(d);
     int spins = 0;
-    while (__atomic_load_n(&d->done, __ATOMIC_ACQUIRE) < total) backoff(&spins);
+    while (infer_atomic_load(&d->done) < total) backoff(&spins);
 }
 
 static int64_t matvec_job(decode_team *d, int n_mats, int nth) {
@@ -286,12 +270,12 @@ static void decode_worker(void *arg, int ith, int nth) {
     decode_team *d = (decode_team *)arg;
     if (ith == 0) {
         decode_leader(d, nth);
-        __atomic_store_n(&d->finished, 1, __ATOMIC_RELEASE);
+        infer_atomic_store(&d->finished, 1);
         return;
     }
     int spins = 0;
-    while (!__atomic_load_n(&d->finished, __ATOMIC_ACQUIRE)) {
-        uint64_t t = __atomic_load_n(&d->ticket, __ATOMIC_ACQUIRE);
+    while (!infer_atomic_load(&d->finished)) {
+        uint64_t t = (uint64_t)infer_atomic_load(&d->ticket);
         if (T_NEXT(t) < T_TOTAL(t)) {
             work(d);
             spins = 0;

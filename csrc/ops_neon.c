@@ -1,6 +1,6 @@
 /* ops_neon.c: float ops and attention with AArch64 Advanced SIMD, 4 floats a vector.
  * Tails (n % 4) run the scalar formula.  Checked against the scalar table under
- * qemu-aarch64 by tests/c/ops_neon_check.c (tests/test_kernels_ops_neon.py). */
+ * qemu-aarch64 by the self-test (csrc/selftest, tests/test_selftest.py). */
 #include "infer_kernels.h"
 #include "ops_internal.h"
 #if defined(__aarch64__) || defined(_M_ARM64)

@@ -23,6 +23,7 @@
 #define _GNU_SOURCE  /* sched_getaffinity, CPU_COUNT */
 #endif
 #include "infer_kernels.h"
+#include "atomics.h"
 
 #include <stdlib.h>
 
@@ -39,14 +40,6 @@ typedef CONDITION_VARIABLE cond_t;
 #define cond_wait(c, m) SleepConditionVariableSRW(c, m, INFINITE, 0)
 #define cond_broadcast(c) WakeAllConditionVariable(c)
 #define THREAD_LOCAL __declspec(thread)
-typedef volatile LONG64 atomic_i64;
-static int64_t atomic_load_i64(atomic_i64 *p) { return InterlockedCompareExchange64(p, 0, 0); }
-static void atomic_store_i64(atomic_i64 *p, int64_t v) { InterlockedExchange64(p, v); }
-static int64_t atomic_add_i64(atomic_i64 *p, int64_t v) { return InterlockedExchangeAdd64(p, v) + v; }
-static int atomic_cas_i64(atomic_i64 *p, int64_t expect, int64_t v) {
-    return InterlockedCompareExchange64(p, v, expect) == expect;
-}
-static void cpu_relax(void) { YieldProcessor(); }
 static double now_seconds(void) {
     LARGE_INTEGER f, c;
     QueryPerformanceFrequency(&f);
@@ -69,20 +62,6 @@ typedef pthread_cond_t cond_t;
 #define cond_wait(c, m) pthread_cond_wait(c, m)
 #define cond_broadcast(c) pthread_cond_broadcast(c)
 #define THREAD_LOCAL __thread
-typedef volatile int64_t atomic_i64;
-static int64_t atomic_load_i64(atomic_i64 *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
-static void atomic_store_i64(atomic_i64 *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
-static int64_t atomic_add_i64(atomic_i64 *p, int64_t v) { return __atomic_add_fetch(p, v, __ATOMIC_SEQ_CST); }
-static int atomic_cas_i64(atomic_i64 *p, int64_t expect, int64_t v) {
-    return __atomic_compare_exchange_n(p, &expect, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-}
-static void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -105,10 +84,10 @@ static struct {
     mutex_t run_lock;       /* one parallel_run (or resize) at a time */
     mutex_t sleep_lock;     /* guards sleeping workers and the condition variable */
     cond_t wake;
-    atomic_i64 state;       /* generation << 32 | next unclaimed share */
-    atomic_i64 shares_done; /* shares of the current generation finished */
-    atomic_i64 n_sleeping;
-    atomic_i64 stop;
+    infer_atomic_i64 state;       /* generation << 32 | next unclaimed share */
+    infer_atomic_i64 shares_done; /* shares of the current generation finished */
+    infer_atomic_i64 n_sleeping;
+    infer_atomic_i64 stop;
     infer_task_fn fn;       /* the task of the current generation */
     void *arg;
     int64_t nth;
@@ -171,14 +150,14 @@ static void choose_default(void) {
 /* Claims and runs shares of generation gen until none is left. */
 static void take_shares(int64_t gen) {
     for (;;) {
-        const int64_t st = atomic_load_i64(&pool.state);
+        const int64_t st = infer_atomic_load(&pool.state);
         if (STATE_GEN(st) != gen || STATE_NEXT(st) >= pool.nth) return;
-        if (!atomic_cas_i64(&pool.state, st, st + 1)) continue;
+        if (!infer_atomic_cas(&pool.state, st, st + 1)) continue;
         /* A claimed share keeps its generation's task alive: read it only now. */
         inside_task = 1;
         pool.fn(pool.arg, (int)STATE_NEXT(st), (int)pool.nth);
         inside_task = 0;
-        atomic_add_i64(&pool.shares_done, 1);
+        infer_atomic_add(&pool.shares_done, 1);
     }
 }
 
@@ -191,25 +170,25 @@ static void *worker_main(void *p)
     int64_t seen = (int64_t)(intptr_t)p;  /* the generation when the thread was created */
     for (;;) {
         /* Spin, then sleep, until the generation changes. */
-        int64_t gen = STATE_GEN(atomic_load_i64(&pool.state));
+        int64_t gen = STATE_GEN(infer_atomic_load(&pool.state));
         if (gen == seen) {
             const double until = now_seconds() + SPIN_SECONDS;
             int spins = 0;
-            while ((gen = STATE_GEN(atomic_load_i64(&pool.state))) == seen) {
-                cpu_relax();
+            while ((gen = STATE_GEN(infer_atomic_load(&pool.state))) == seen) {
+                infer_cpu_relax();
                 if (++spins % 256 == 0 && now_seconds() > until) break;
             }
             if (gen == seen) {
                 mutex_lock(&pool.sleep_lock);
-                atomic_add_i64(&pool.n_sleeping, 1);
-                while ((gen = STATE_GEN(atomic_load_i64(&pool.state))) == seen)
+                infer_atomic_add(&pool.n_sleeping, 1);
+                while ((gen = STATE_GEN(infer_atomic_load(&pool.state))) == seen)
                     cond_wait(&pool.wake, &pool.sleep_lock);
-                atomic_add_i64(&pool.n_sleeping, -1);
+                infer_atomic_add(&pool.n_sleeping, -1);
                 mutex_unlock(&pool.sleep_lock);
             }
         }
         seen = gen;
-        if (atomic_load_i64(&pool.stop)) break;
+        if (infer_atomic_load(&pool.stop)) break;
         take_shares(gen);
     }
 #ifdef _WIN32
@@ -221,13 +200,13 @@ static void *worker_main(void *p)
 
 /* Starts a new generation with the task fields already set, and wakes sleepers. */
 static int64_t publish(void) {
-    const int64_t gen = STATE_GEN(atomic_load_i64(&pool.state)) + 1;
-    atomic_store_i64(&pool.shares_done, 0);
-    atomic_store_i64(&pool.state, STATE(gen, 0));
+    const int64_t gen = STATE_GEN(infer_atomic_load(&pool.state)) + 1;
+    infer_atomic_store(&pool.shares_done, 0);
+    infer_atomic_store(&pool.state, STATE(gen, 0));
     /* A worker about to sleep counts itself, then re-checks the state under
      * sleep_lock; both sides are sequentially consistent, so either it sees the new
      * generation or we see it sleeping. */
-    if (atomic_load_i64(&pool.n_sleeping) > 0) {
+    if (infer_atomic_load(&pool.n_sleeping) > 0) {
         mutex_lock(&pool.sleep_lock);
         cond_broadcast(&pool.wake);
         mutex_unlock(&pool.sleep_lock);
@@ -237,22 +216,16 @@ static int64_t publish(void) {
 
 static void wait_done(void) {
     int spins = 0;
-    while (atomic_load_i64(&pool.shares_done) < pool.nth) {
-        cpu_relax();
+    while (infer_atomic_load(&pool.shares_done) < pool.nth) {
+        infer_cpu_relax();
         /* A descheduled worker holding a share should get our core. */
-        if (++spins % 4096 == 0) {
-#ifdef _WIN32
-            SwitchToThread();
-#else
-            sched_yield();
-#endif
-        }
+        if (++spins % 4096 == 0) infer_yield_thread();
     }
 }
 
 static void stop_workers(void) {
     if (pool.n_workers == 0) return;
-    atomic_store_i64(&pool.stop, 1);
+    infer_atomic_store(&pool.stop, 1);
     pool.nth = 0;
     publish();
     for (int i = 0; i < pool.n_workers; i++) {
@@ -264,7 +237,7 @@ static void stop_workers(void) {
 #endif
     }
     pool.n_workers = 0;
-    atomic_store_i64(&pool.stop, 0);
+    infer_atomic_store(&pool.stop, 0);
 }
 
 #ifndef _WIN32
@@ -292,7 +265,7 @@ static void start_workers(int n) {
 #endif
     /* Each worker starts from the current generation, not the one it sees when it
      * first runs: the first task may be published before it is scheduled. */
-    void *gen = (void *)(intptr_t)STATE_GEN(atomic_load_i64(&pool.state));
+    void *gen = (void *)(intptr_t)STATE_GEN(infer_atomic_load(&pool.state));
     for (int i = 0; i < n; i++) {
 #ifdef _WIN32
         pool.threads[i] = CreateThread(NULL, 0, worker_main, gen, 0, NULL);

@@ -261,6 +261,12 @@ class GGUFFile:
         self.size = size
         try:
             self._parse(self._mm)
+        except GGUFError as exc:
+            self.close()
+            # The parser names the byte; the user also needs the file.
+            if str(exc).startswith(f"{self.path}: "):
+                raise
+            raise GGUFError(f"{self.path}: {exc}") from None
         except BaseException:
             self.close()
             raise

@@ -179,10 +179,12 @@ cdef class Gemma3Decoder:
     def __dealloc__(self):
         free(self.layers)
 
-    def decode(self, int token, int pos, float[::1] logits):
-        """Run `token` at position `pos` (its K/V go to slot pos); logits -> `logits`."""
+    def decode(self, int token, int pos, logits_out):
+        """Run `token` at position `pos` (its K/V go to slot pos); logits -> `logits_out`
+        (a writable float32 vector of vocab_size values)."""
         if self.keep is None:
             raise RuntimeError("decoder is released")
+        cdef float[::1] logits = _f32_out(logits_out, "logits")
         if logits.shape[0] != self.m.vocab_size:
             raise ValueError(f"logits: expected {self.m.vocab_size} values, got {logits.shape[0]}")
         if not 0 <= token < self.m.vocab_size:

@@ -188,7 +188,7 @@ class Model:
     """A light view over a loaded model: tokenizer, engine and optional chat template."""
 
     def __init__(self, tokenizer: Any, engine: Engine, chat: Any = None,
-                 metadata: Optional[dict] = None, closer: Optional[Callable[[], None]] = None):
+                 metadata: Optional[dict[str, Any]] = None, closer: Optional[Callable[[], None]] = None):
         self.tokenizer = tokenizer
         self.engine = engine
         self.chat = chat

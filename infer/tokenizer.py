@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import codecs
 import heapq
+import operator
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -57,6 +58,15 @@ _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endofte
 
 
 _PRE_ADDING_BOS = ("llama3", "llama-v3", "llama-bpe", "falcon3", "tekken", "chameleon")
+
+
+def _token_id(value: object, name: str) -> int:
+    """``value`` as a token id (Python or numpy integer); TypeError naming ``name`` else.
+    (``int()`` would turn 1.5 into 1 and "7" into 7.)"""
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name}: expected an integer token id, got {type(value).__name__}") from None
 
 
 def _md_int(md: Mapping[str, Any], key: str) -> Optional[int]:
@@ -480,7 +490,7 @@ class Tokenizer:
     # ---- decoding ----------------------------------------------------------
     def token_to_piece(self, token: int) -> bytes:
         """The bytes token ``token`` stands for (special tokens: their text)."""
-        token = int(token)
+        token = _token_id(token, "token")
         piece = self._pieces[self.vocab._check(token)]
         if piece is None:
             piece = self._pieces[token] = self._piece(token)
@@ -506,7 +516,7 @@ class Tokenizer:
 
     def _pieces_of(self, ids: Iterable[int], skip_special: bool) -> list[bytes]:
         vocab = self.vocab
-        ids = [int(i) for i in ids]
+        ids = [_token_id(i, "ids") for i in ids]
         if not ids:
             return []
         pieces = []
@@ -551,7 +561,7 @@ class StreamDecoder:
 
     def feed(self, token: int) -> str:
         vocab = self.tokenizer.vocab
-        token = int(token)
+        token = _token_id(token, "token")
         vocab._check(token)
         if self._first:
             # The prefix space rule depends on the first one or two ids.

@@ -49,10 +49,10 @@ case $("$cc" --version | head -1) in
 esac
 [ -f "$asan_rt" ] || { echo "no ASan runtime at $asan_rt" >&2; exit 1; }
 if [ $# -eq 0 ]; then
-    # The kernel tests.  (Not tests that start compilers or qemu, such as the NEON
-    # ones: LD_PRELOAD would reach them too.  The self-tests above cover NEON.)
+    # The kernel tests.  (Not tests that start compilers or qemu: LD_PRELOAD would
+    # reach them too.  The self-tests above cover NEON.)
     # shellcheck disable=SC2046
-    set -- $(ls tests/test_kernels*.py | grep -v '_neon')
+    set -- $(ls tests/test_kernels*.py)
 fi
 echo "== pytest $* (LD_PRELOAD=$asan_rt)"
 LD_PRELOAD=$asan_rt "$python" -m pytest -q -p no:cacheprovider "$@"

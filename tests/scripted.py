@@ -109,7 +109,7 @@ class ScriptedTokenizer:
 
 
 class GreedySampler:
-    """argmax, with the Sampler's four methods (used until infer.sampler exists)."""
+    """argmax, with the Sampler's four methods, so a test needs only the variant."""
 
     def __init__(self) -> None:
         self.history: list[int] = []

@@ -20,6 +20,7 @@ from infer import kernels as K
 from infer.gguf import GGUFFile, gemma3_model_path
 from infer.tensor import Tensor
 from infer.variants.gemma3 import Gemma3Engine
+from tests.scripted import GreedySampler
 
 try:
     MODEL = str(gemma3_model_path())
@@ -35,22 +36,6 @@ N_GREEDY = 8
 MARGIN = 0.5
 #: a sliding window shorter than the prompt, so the windowed layers differ from global ones
 SMALL_WINDOW = 5
-
-
-class Greedy:
-    """Argmax, so these tests need only the variant (the real Sampler is tested elsewhere)."""
-
-    def sample(self, logits):
-        return int(np.argmax(logits))
-
-    def accept(self, t):
-        pass
-
-    def reset(self):
-        pass
-
-    def set_history(self, tokens):
-        pass
 
 
 def cosine(a, b):
@@ -90,7 +75,7 @@ def prompt(tokenizer):
 
 
 def greedy_tokens(engine, prompt, n, n_ctx=64):
-    ctx = engine.create_context(n_ctx=n_ctx, sampler=Greedy())
+    ctx = engine.create_context(n_ctx=n_ctx, sampler=GreedySampler())
     ctx.prefill(prompt)
     return [ctx.next() for _ in range(n)]
 
@@ -153,7 +138,7 @@ def check_quantized(logits, ref, where):
 
 
 def decode_logits(engine, prompt, fused=True):
-    ctx = engine.create_context(n_ctx=32, sampler=Greedy())
+    ctx = engine.create_context(n_ctx=32, sampler=GreedySampler())
     ctx.fused_decode = fused
     logits = []
     for tok in prompt:
@@ -171,8 +156,8 @@ def test_python_block_and_fused_decode_agree(engine, prompt):
     """csrc/gemma3_block.c against the Python description it fuses (same kernels,
     same quantized inputs: equal up to float summation order)."""
     for kv_type in ("f16", "f32"):
-        fused = engine.create_context(n_ctx=32, sampler=Greedy(), kv_type=kv_type)
-        python = engine.create_context(n_ctx=32, sampler=Greedy(), kv_type=kv_type)
+        fused = engine.create_context(n_ctx=32, sampler=GreedySampler(), kv_type=kv_type)
+        python = engine.create_context(n_ctx=32, sampler=GreedySampler(), kv_type=kv_type)
         python.fused_decode = False
         for ctx in (fused, python):
             ctx.prefill(prompt[:5])
@@ -198,7 +183,7 @@ def test_deviation_is_what_q8_activations_alone_cause(engine, prompt, reference)
 def test_prefill_matches_reference_at_every_position(engine, prompt, reference):
     """Batched prefill (matrix-matrix path) of every prefix; and a batch that starts
     mid-sequence is as close to one batch as Q8 rounding noise allows."""
-    ctx = engine.create_context(n_ctx=32, sampler=Greedy())
+    ctx = engine.create_context(n_ctx=32, sampler=GreedySampler())
     logits = []
     for n in range(1, 17):
         ctx.restart()
@@ -270,12 +255,12 @@ def check_exact(logits, ref, where):
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "python"])
 def test_f32_weights_match_reference_at_every_position(f32_file, prompt, reference, fused):
     engine = Gemma3Engine(f32_file)
-    ctx = engine.create_context(n_ctx=32, sampler=Greedy())
+    ctx = engine.create_context(n_ctx=32, sampler=GreedySampler())
     ctx.fused_decode = fused
     for i, tok in enumerate(prompt):
         ctx.prefill([tok])
         check_exact(ctx.logits, reference["prompt"][i], f"decode position {i}")
-    ctx = engine.create_context(n_ctx=32, sampler=Greedy(), kv_type="f32")
+    ctx = engine.create_context(n_ctx=32, sampler=GreedySampler(), kv_type="f32")
     ctx.prefill(prompt[:9])  # batched prefill, then a second batch at position 9
     check_exact(ctx.logits, reference["prompt"][8], "position 8, batch, f32 cache")
     ctx.prefill(prompt[9:])
@@ -291,7 +276,7 @@ def test_sliding_window_layers(f32_file, prompt, reference, fused):
         tensors = f32_file.tensors
 
     engine = Gemma3Engine(Windowed)
-    ctx = engine.create_context(n_ctx=32, sampler=Greedy())
+    ctx = engine.create_context(n_ctx=32, sampler=GreedySampler())
     ctx.fused_decode = fused
     ctx.prefill(prompt[:11])
     check_exact(ctx.logits, reference["small_window"][10], "position 10, batch")
@@ -306,7 +291,7 @@ def test_context_errors_and_close(gf, prompt):
     from infer.runtime import ContextOverflowError
 
     engine = Gemma3Engine(gf)
-    ctx = engine.create_context(n_ctx=4, sampler=Greedy())
+    ctx = engine.create_context(n_ctx=4, sampler=GreedySampler())
     with pytest.raises(ContextOverflowError):
         ctx.prefill(prompt[:5])
     with pytest.raises(ValueError, match="tokens"):
@@ -316,6 +301,17 @@ def test_context_errors_and_close(gf, prompt):
     assert ctx.n_past == 0
     ctx.prefill(prompt[:2])
     ctx.next()  # builds the fused decoder, which holds views of the weights
+    decoder, logits = ctx._decoder, np.zeros_like(ctx.logits)
+    with pytest.raises(TypeError, match="^logits: .*float32"):
+        decoder.decode(1, 2, logits.astype(np.float64))
+    with pytest.raises(ValueError, match="^logits: is read-only"):
+        decoder.decode(1, 2, np.frombuffer(logits.tobytes(), np.float32))
+    with pytest.raises(ValueError, match="^logits: expected 262144 values, got 10"):
+        decoder.decode(1, 2, logits[:10])
+    with pytest.raises(ValueError, match="^token: "):
+        decoder.decode(-1, 2, logits)
+    with pytest.raises(ValueError, match="^pos: 4 outside"):
+        decoder.decode(1, 4, logits)
     engine.close()
     with pytest.raises(RuntimeError, match="closed"):
         engine.create_context(n_ctx=4)

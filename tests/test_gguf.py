@@ -156,9 +156,11 @@ BAD_FILES = {
 @pytest.mark.parametrize("case", list(BAD_FILES))
 def test_damaged_files_raise_gguf_error(write, case, strings_impl):
     blob, message = BAD_FILES[case]
+    path = write(blob)
     with pytest.raises(GGUFError, match="byte") as info:
-        GGUFFile(write(blob))
+        GGUFFile(path)
     assert message in str(info.value)
+    assert str(info.value).startswith(f"{path}: "), "the message names the file first"
     assert isinstance(info.value, ValueError)
 
 

@@ -107,9 +107,9 @@ def test_q6_k_layout_by_hand():
     qh = np.zeros(64, np.uint8)
     for i in range(QK_K):
         half, r = divmod(i, 128)
-        k, l = divmod(r, 32)
-        ql[64 * half + l + 32 * (k & 1)] |= (q[i] & 0xF) << (4 * (k >> 1))
-        qh[32 * half + l] |= (q[i] >> 4) << (2 * k)
+        k, lane = divmod(r, 32)
+        ql[64 * half + lane + 32 * (k & 1)] |= (q[i] & 0xF) << (4 * (k >> 1))
+        qh[32 * half + lane] |= (q[i] >> 4) << (2 * k)
     scales = np.clip(np.arange(-8, 8) * 16, -128, 127).astype(np.int8)
     raw = np.concatenate([ql, qh, scales.view(np.uint8), np.array([0.5], np.float16).view(np.uint8)])
     want = 0.5 * np.repeat(scales.astype(np.float64), 16) * (q - 32)
@@ -136,8 +136,8 @@ def test_q4_k_layout_by_hand():
     q = (np.arange(QK_K) * 7) % 16
     qs = np.zeros(128, np.uint8)
     for i in range(QK_K):
-        j, l = divmod(i, 32)
-        qs[32 * (j // 2) + l] |= q[i] << (4 * (j % 2))
+        j, lane = divmod(i, 32)
+        qs[32 * (j // 2) + lane] |= q[i] << (4 * (j % 2))
     d, dmin = 0.25, 0.125
     raw = np.concatenate([np.array([d, dmin], np.float16).view(np.uint8), s, qs])
     want = d * np.repeat(sc, 32) * q - dmin * np.repeat(mn, 32)

@@ -217,6 +217,16 @@ def test_encode_misuse(tok):
         tok.decode([49152])
     with pytest.raises(ValueError, match="outside"):
         tok.token_to_piece(-1)
+    # ids must be integers (numpy ones too), not silently truncated or parsed
+    assert tok.decode(np.array([tok.vocab.token_id("Ġworld")], np.int32)) == " world"
+    with pytest.raises(TypeError, match="^ids: expected an integer token id, got float"):
+        tok.decode([1.5])
+    with pytest.raises(TypeError, match="^ids: expected an integer token id, got str"):
+        tok.decode("12")
+    with pytest.raises(TypeError, match="^token: expected an integer token id, got float"):
+        tok.token_to_piece(2.0)
+    with pytest.raises(TypeError, match="^token: expected an integer token id, got str"):
+        tok.stream_decoder().feed("2")
 
 
 # ---- decode ----------------------------------------------------------------------

@@ -499,6 +499,10 @@ static void check_ops(const infer_kernel_table *ref, const infer_kernel_table *s
             ref->layernorm(x, w, bias, want, n, 1e-5f);
             simd->layernorm(x, w, bias, got, n, 1e-5f);
             GUARDED("layernorm", compare_floats("layernorm", n, got, want, 1e-5, 1e-5));
+            /* weight and bias are optional (NULL: no affine step) */
+            ref->layernorm(x, NULL, NULL, want, n, 1e-5f);
+            simd->layernorm(x, NULL, NULL, got, n, 1e-5f);
+            GUARDED("layernorm(NULL)", compare_floats("layernorm(NULL)", n, got, want, 1e-5, 1e-5));
         }
         /* Softmax and the gated activations call exp: a vectorised exp is allowed
          * 1e-5 relative error (ggml's SIMD expf is ~1.5 ulp). */
@@ -508,6 +512,15 @@ static void check_ops(const infer_kernel_table *ref, const infer_kernel_table *s
             ref->softmax(want, n);
             simd->softmax(got, n);
             GUARDED("softmax", compare_floats("softmax", n, got, want, 1e-5, 1e-8));
+            /* a masked (-inf) score contributes exactly 0 */
+            if (n > 2) {
+                memcpy(want, x, bytes);
+                want[n / 2] = -INFINITY;
+                memcpy(got, want, bytes);
+                ref->softmax(want, n);
+                simd->softmax(got, n);
+                GUARDED("softmax(-inf)", compare_floats("softmax(-inf)", n, got, want, 1e-5, 1e-8));
+            }
         }
         if (silu_mul) {
             ref->silu_mul(x, y, want, n);
