@@ -27,6 +27,8 @@ static inline int64_t infer_atomic_add(infer_atomic_i64 *p, int64_t v) { return 
 static inline int infer_atomic_cas(infer_atomic_i64 *p, int64_t expect, int64_t v) {
     return InterlockedCompareExchange64(p, v, expect) == expect;
 }
+/* Orders the plain loads before it ahead of the loads after it (a seqlock read). */
+static inline void infer_atomic_fence(void) { MemoryBarrier(); }
 static inline void infer_cpu_relax(void) { YieldProcessor(); }
 static inline void infer_yield_thread(void) { SwitchToThread(); }
 #else
@@ -40,6 +42,7 @@ static inline int64_t infer_atomic_add(infer_atomic_i64 *p, int64_t v) {
 static inline int infer_atomic_cas(infer_atomic_i64 *p, int64_t expect, int64_t v) {
     return __atomic_compare_exchange_n(p, &expect, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
+static inline void infer_atomic_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void infer_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();

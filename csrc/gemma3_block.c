@@ -5,11 +5,11 @@
  * the small serial steps (embed, norms, q/k norms and RoPE, quantizing an input
  * once for all the matrices that read it, residual adds); matrix-vector products
  * (by rows) and attention (by KV head) are jobs whose chunks every thread claims
- * (the team of llama_block.c: a compare-and-swap ticket, so a helper that is not
+ * (the team of decode_team.h, shared with llama_block.c: a helper that is not
  * running on a busy machine is never waited for).
  */
 #include "gemma3_block.h"
-#include "atomics.h"
+#include "decode_team.h"
 
 #include <math.h>
 #include <string.h>
@@ -19,8 +19,10 @@ size_t infer_gemma3_act_bytes(int64_t n) {
     return (size_t)n * 4 + 64;
 }
 
-/* ---- the team (as in llama_block.c) ------------------------------------------- */
+/* ---- the jobs (run by the team of decode_team.h) -------------------------------- */
 enum { JOB_MATVEC, JOB_GATE_UP, JOB_ATTENTION };
+
+#define MAX_CHUNK_ROWS (INFER_TEAM_SCRATCH_FLOATS / 2)   /* gate and up rows of a chunk */
 
 typedef struct {
     int kind;
@@ -31,6 +33,7 @@ typedef struct {
     int64_t rows, chunk_rows;   /* matvec: all rows of the matrices, rows per chunk */
     int layer;                  /* attention */
 } job_t;
+typedef char job_fits_the_team[sizeof(job_t) <= INFER_TEAM_JOB_BYTES ? 1 : -1];
 
 typedef struct {
     const infer_gemma3_model *m;
@@ -38,82 +41,51 @@ typedef struct {
     const infer_kernel_table *kt;
     infer_attn_block_fn attn;
     int token, pos;
-    job_t job;
-    /* ticket = generation (16 bits) | chunk count (24) | next chunk (24) */
-    infer_atomic_i64 ticket;
-    infer_atomic_i64 done;
-    infer_atomic_i64 finished;
-} decode_team;
+    job_t staging;              /* the leader sets up the next job here */
+} decode_ctx;
 
-#define T_NEXT(t) ((int64_t)((t) & 0xFFFFFF))
-#define T_TOTAL(t) ((int64_t)(((t) >> 24) & 0xFFFFFF))
-#define T_GEN(t) ((t) >> 48)
-
-static void run_chunk(decode_team *d, int64_t c);
-
-/* Claim and run chunks of the published job until none are left. */
-static void work(decode_team *d) {
-    uint64_t t = (uint64_t)infer_atomic_load(&d->ticket);
-    while (T_NEXT(t) < T_TOTAL(t)) {
-        if (infer_atomic_cas(&d->ticket, (int64_t)t, (int64_t)(t + 1))) {
-            run_chunk(d, T_NEXT(t));
-            infer_atomic_add(&d->done, 1);
-        }
-        t = (uint64_t)infer_atomic_load(&d->ticket);
-    }
-}
-
-static void backoff(int *spins) {
-    if (++*spins < 2048) infer_cpu_relax();
-    else infer_yield_thread();
-}
-
-/* Leader: publish d->job as `total` chunks, help, wait for all of them. */
-static void run_job(decode_team *d, int64_t total, int nth) {
-    if (nth == 1) {
-        for (int64_t c = 0; c < total; c++) run_chunk(d, c);
-        return;
-    }
-    uint64_t gen = (T_GEN((uint64_t)infer_atomic_load(&d->ticket)) + 1) & 0xFFFF;
-    infer_atomic_store(&d->done, 0);
-    infer_atomic_store(&d->ticket, (int64_t)((gen << 48) | ((uint64_t)total << 24)));
-    work(d);
-    int spins = 0;
-    while (infer_atomic_load(&d->done) < total) backoff(&spins);
-}
-
-static int64_t matvec_job(decode_team *d, int n_mats, int nth) {
-    job_t *j = &d->job;
+static int64_t matvec_job(decode_ctx *d, int n_mats, int nth) {
+    job_t *j = &d->staging;
     j->kind = JOB_MATVEC;
     j->n_mats = n_mats;
     j->rows = 0;
     for (int i = 0; i < n_mats; i++) j->rows += j->mats[i]->rows;
-    /* >= 8 chunks per thread to balance; >= 16 rows so chunks never share an
-     * output cache line */
-    int64_t chunk = j->rows / (8 * nth);
-    chunk = chunk < 16 ? 16 : (chunk + 15) & ~(int64_t)15;
-    j->chunk_rows = chunk;
-    return (j->rows + chunk - 1) / chunk;
+    j->chunk_rows = infer_team_chunk_rows(j->rows, nth, MAX_CHUNK_ROWS);
+    return (j->rows + j->chunk_rows - 1) / j->chunk_rows;
 }
 
-/* Rows [lo, hi) of matrix i of the job (the four-row kernels, with prefetching). */
-static void matrix_rows(const job_t *j, int i, int64_t lo, int64_t hi) {
-    const infer_gemma3_matrix *w = j->mats[i];
-    if (lo < hi)
-        infer_matmul_rows(w->type, w->data, w->row_bytes, w->cols, lo, hi, j->inputs[i], 1,
-                          j->outs[i], 0);
+/* dst[i] = row lo + i of w . x for i < hi - lo (the four-row kernels from lo,
+ * with prefetching; chunks start on multiples of 16, so each result does not
+ * depend on the chunking). */
+static void dot_rows(const infer_gemma3_matrix *w, const void *x, float *dst, int64_t lo, int64_t hi) {
+    infer_matmul_rows(w->type, w->data + (size_t)lo * w->row_bytes, w->row_bytes, w->cols, 0,
+                      hi - lo, x, 1, dst, hi - lo);
 }
 
-/* Query head h: RMSNorm with q_norm, NEOX RoPE with the layer's angles. */
-static void attention_chunk(decode_team *d, int64_t c) {
+/* For each matrix of a matvec job, the part [lo, hi) of chunk c's rows in it. */
+static int chunk_part(const job_t *j, int64_t c, int i, int64_t *lo, int64_t *hi) {
+    int64_t base = 0;
+    for (int k = 0; k < i; k++) base += j->mats[k]->rows;
+    const int64_t r0 = c * j->chunk_rows;
+    const int64_t r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;
+    *lo = r0 > base ? r0 - base : 0;
+    *hi = r1 - base < j->mats[i]->rows ? r1 - base : j->mats[i]->rows;
+    return *lo < *hi;
+}
+
+/* KV head c and its query heads: RMSNorm with q_norm and NEOX RoPE on copies of
+ * the queries (a chunk may be computed twice, so it leaves s->q alone), then
+ * attention over the layer's window, each cache row read once for all. */
+static void attention_chunk(const decode_ctx *d, const job_t *j, int64_t c, float *scratch) {
     const infer_gemma3_model *m = d->m;
-    infer_gemma3_state *s = d->s;
-    const infer_gemma3_layer *L = &m->layers[d->job.layer];
+    const infer_gemma3_state *s = d->s;
+    const infer_gemma3_layer *L = &m->layers[j->layer];
     const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
     const size_t kv_elt = s->kv_f16 ? sizeof(infer_half) : sizeof(float);
-    const size_t layer_off = (size_t)d->job.layer * m->n_kv_heads * s->n_ctx * hd;
+    const size_t layer_off = (size_t)j->layer * m->n_kv_heads * s->n_ctx * hd;
     const size_t head_off = (layer_off + (size_t)c * s->n_ctx * hd) * kv_elt;
     const int64_t lo_pos = L->window > 0 && d->pos - L->window + 1 > 0 ? d->pos - L->window + 1 : 0;
+    float *qcopy = scratch + (size_t)group * hd;
     const float *qs[INFER_ATTN_MAX_Q];
     float *outs[INFER_ATTN_MAX_Q];
     int64_t lo[INFER_ATTN_MAX_Q], hi[INFER_ATTN_MAX_Q];
@@ -122,12 +94,12 @@ static void attention_chunk(decode_team *d, int64_t c) {
     for (int g0 = 0; g0 < group; g0 += per_call) {
         int n_q = group - g0 < per_call ? group - g0 : per_call;
         for (int u = 0; u < n_q; u++) {
-            int h = (int)c * group + g0 + u;
-            float *q = s->q + (size_t)h * hd;
-            d->kt->rmsnorm(q, L->q_norm, q, hd, m->rms_eps);
+            const size_t g = (size_t)(g0 + u) * hd;
+            float *q = qcopy + g;
+            d->kt->rmsnorm(s->q + (size_t)c * group * hd + g, L->q_norm, q, hd, m->rms_eps);
             d->kt->rope_neox(q, s->rope_cos, s->rope_sin, hd);
             qs[u] = q;
-            outs[u] = s->att + (size_t)h * hd;
+            outs[u] = scratch + g;
             lo[u] = lo_pos;
             hi[u] = d->pos;
         }
@@ -136,34 +108,54 @@ static void attention_chunk(decode_team *d, int64_t c) {
     }
 }
 
-static void run_chunk(decode_team *d, int64_t c) {
-    const job_t *j = &d->job;
+static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch) {
+    const decode_ctx *d = (const decode_ctx *)ctx;
+    const job_t *j = (const job_t *)job;
     if (j->kind == JOB_MATVEC) {
-        /* rows [r0, r1) of the matrices laid end to end */
-        int64_t r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows, base = 0;
-        if (r1 > j->rows) r1 = j->rows;
-        for (int i = 0; i < j->n_mats; i++) {
-            int64_t n = j->mats[i]->rows;
-            matrix_rows(j, i, r0 > base ? r0 - base : 0, r1 - base < n ? r1 - base : n);
-            base += n;
-        }
+        int64_t lo, hi;
+        for (int i = 0; i < j->n_mats; i++)
+            if (chunk_part(j, c, i, &lo, &hi)) {
+                dot_rows(j->mats[i], j->inputs[i], scratch, lo, hi);
+                scratch += hi - lo;
+            }
     } else if (j->kind == JOB_GATE_UP) {
         /* rows [r0, r1) of gate and of up, then GeGLU on them */
-        const int64_t ffn = d->m->ffn_dim;
         int64_t r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows;
-        if (r1 > ffn) r1 = ffn;
-        matrix_rows(j, 0, r0, r1);
-        matrix_rows(j, 1, r0, r1);
-        d->kt->gelu_mul(d->s->gate + r0, d->s->up + r0, d->s->gate + r0, r1 - r0);
+        if (r1 > d->m->ffn_dim) r1 = d->m->ffn_dim;
+        dot_rows(j->mats[0], j->inputs[0], scratch, r0, r1);
+        dot_rows(j->mats[1], j->inputs[1], scratch + (r1 - r0), r0, r1);
+        d->kt->gelu_mul(scratch, scratch + (r1 - r0), scratch, r1 - r0);
     } else {
-        attention_chunk(d, c);
+        attention_chunk(d, j, c, scratch);
+    }
+}
+
+/* The outputs of chunk c, from the scratch compute_chunk filled. */
+static void copy_chunk(void *ctx, const void *job, int64_t c, const float *scratch) {
+    const decode_ctx *d = (const decode_ctx *)ctx;
+    const job_t *j = (const job_t *)job;
+    const infer_gemma3_model *m = d->m;
+    if (j->kind == JOB_MATVEC) {
+        int64_t lo, hi;
+        for (int i = 0; i < j->n_mats; i++)
+            if (chunk_part(j, c, i, &lo, &hi)) {
+                memcpy(j->outs[i] + lo, scratch, (size_t)(hi - lo) * sizeof(float));
+                scratch += hi - lo;
+            }
+    } else if (j->kind == JOB_GATE_UP) {
+        int64_t r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows;
+        if (r1 > m->ffn_dim) r1 = m->ffn_dim;
+        memcpy(d->s->gate + r0, scratch, (size_t)(r1 - r0) * sizeof(float));
+    } else {
+        const size_t n = (size_t)(m->n_heads / m->n_kv_heads) * m->head_dim;
+        memcpy(d->s->att + (size_t)c * n, scratch, n * sizeof(float));
     }
 }
 
 /* Matrices sharing an input get one quantized copy of it per distinct input format:
  * slot k of s->xq holds the k-th distinct format in the order the matrices come. */
-static void quantize_inputs(decode_team *d, const float *x, int64_t n, int n_mats) {
-    job_t *j = &d->job;
+static void quantize_inputs(decode_ctx *d, const float *x, int64_t n, int n_mats) {
+    job_t *j = &d->staging;
     int types[3], n_types = 0;
     for (int i = 0; i < n_mats; i++) {
         int at = j->mats[i]->act_type, slot = -1;
@@ -203,11 +195,13 @@ static void rope_angles(infer_gemma3_state *s, int pos, int hd, float base, floa
 }
 
 /* The leader's walk through the model (thread 0). */
-static void decode_leader(decode_team *d, int nth) {
+static void decode_leader(void *ctx, infer_decode_team *team) {
+    decode_ctx *d = (decode_ctx *)ctx;
+    const int nth = team->nth;
     const infer_gemma3_model *m = d->m;
     infer_gemma3_state *s = d->s;
     const infer_kernel_table *kt = d->kt;
-    job_t *j = &d->job;
+    job_t *j = &d->staging;
     const int hd = m->head_dim, q_dim = m->n_heads * hd;
     const size_t kv_elt = s->kv_f16 ? sizeof(infer_half) : sizeof(float);
     float angles_base = 0.0f, angles_scale = 0.0f;   /* which angles rope_cos/sin hold */
@@ -227,7 +221,7 @@ static void decode_leader(decode_team *d, int nth) {
         j->mats[0] = &L->wq; j->mats[1] = &L->wk; j->mats[2] = &L->wv;
         j->outs[0] = s->q; j->outs[1] = s->k; j->outs[2] = s->v;
         quantize_inputs(d, s->h, m->dim, 3);
-        run_job(d, matvec_job(d, 3, nth), nth);
+        infer_team_job(team, j, matvec_job(d, 3, nth));
 
         for (int h = 0; h < m->n_kv_heads; h++) {
             float *k = s->k + (size_t)h * hd;
@@ -238,11 +232,11 @@ static void decode_leader(decode_team *d, int nth) {
         store_kv((char *)s->v_cache + layer_off, s->v, m->n_kv_heads, hd, s->n_ctx, d->pos, s->kv_f16);
         j->kind = JOB_ATTENTION;   /* q norm and RoPE happen in the attention chunks */
         j->layer = l;
-        run_job(d, m->n_kv_heads, nth);
+        infer_team_job(team, j, m->n_kv_heads);
 
         j->mats[0] = &L->wo; j->outs[0] = s->h;
         quantize_inputs(d, s->att, q_dim, 1);
-        run_job(d, matvec_job(d, 1, nth), nth);
+        infer_team_job(team, j, matvec_job(d, 1, nth));
         kt->rmsnorm(s->h, L->post_attn_norm, s->h, m->dim, m->rms_eps);
         kt->add(s->x, s->h, m->dim);
 
@@ -252,37 +246,18 @@ static void decode_leader(decode_team *d, int nth) {
         quantize_inputs(d, s->h, m->dim, 2);
         matvec_job(d, 1, nth);  /* chunking of one ffn_dim-row matrix */
         j->kind = JOB_GATE_UP;
-        run_job(d, (m->ffn_dim + j->chunk_rows - 1) / j->chunk_rows, nth);
+        infer_team_job(team, j, (m->ffn_dim + j->chunk_rows - 1) / j->chunk_rows);
 
         j->mats[0] = &L->down; j->outs[0] = s->h;
         quantize_inputs(d, s->gate, m->ffn_dim, 1);
-        run_job(d, matvec_job(d, 1, nth), nth);
+        infer_team_job(team, j, matvec_job(d, 1, nth));
         kt->rmsnorm(s->h, L->post_ffw_norm, s->h, m->dim, m->rms_eps);
         kt->add(s->x, s->h, m->dim);
     }
     kt->rmsnorm(s->x, m->output_norm, s->h, m->dim, m->rms_eps);
     j->mats[0] = &m->output; j->outs[0] = s->logits;
     quantize_inputs(d, s->h, m->dim, 1);
-    run_job(d, matvec_job(d, 1, nth), nth);
-}
-
-static void decode_worker(void *arg, int ith, int nth) {
-    decode_team *d = (decode_team *)arg;
-    if (ith == 0) {
-        decode_leader(d, nth);
-        infer_atomic_store(&d->finished, 1);
-        return;
-    }
-    int spins = 0;
-    while (!infer_atomic_load(&d->finished)) {
-        uint64_t t = (uint64_t)infer_atomic_load(&d->ticket);
-        if (T_NEXT(t) < T_TOTAL(t)) {
-            work(d);
-            spins = 0;
-        } else {
-            backoff(&spins);
-        }
-    }
+    infer_team_job(team, j, matvec_job(d, 1, nth));
 }
 
 static int matrix_ok(const infer_kernel_table *kt, const infer_gemma3_matrix *w) {
@@ -294,7 +269,9 @@ static int matrix_ok(const infer_kernel_table *kt, const infer_gemma3_matrix *w)
 int infer_gemma3_decode(const infer_gemma3_model *m, infer_gemma3_state *s, int token, int pos) {
     if (token < 0 || token >= m->vocab_size || pos < 0 || pos >= s->n_ctx) return -2;
     if (m->head_dim < 2 || m->head_dim % 2 || m->head_dim > INFER_ATTN_MAX_HEAD_DIM ||
-        m->n_kv_heads < 1 || m->n_heads % m->n_kv_heads)
+        m->n_kv_heads < 1 || m->n_heads % m->n_kv_heads ||
+        2 * (m->n_heads / m->n_kv_heads) * m->head_dim > INFER_TEAM_SCRATCH_FLOATS ||
+        m->n_kv_heads > INFER_TEAM_MAX_CHUNKS)
         return -2;
     const infer_kernel_table *kt = infer_kernels();
     if (!kt->rmsnorm || !kt->gelu_mul || !kt->add || !kt->scale || !kt->rope_neox ||
@@ -308,7 +285,7 @@ int infer_gemma3_decode(const infer_gemma3_model *m, infer_gemma3_state *s, int 
             if (!matrix_ok(kt, all[i])) return -1;
         if (L->window < 0) return -2;
     }
-    decode_team d;
+    decode_ctx d;
     memset(&d, 0, sizeof d);
     d.m = m;
     d.s = s;
@@ -316,6 +293,7 @@ int infer_gemma3_decode(const infer_gemma3_model *m, infer_gemma3_state *s, int 
     d.token = token;
     d.pos = pos;
     d.attn = s->kv_f16 ? kt->attn_block_f16 : kt->attn_block_f32;
-    infer_parallel_run(decode_worker, &d);
+    infer_decode_team team;
+    infer_team_run(&team, &d, decode_leader, compute_chunk, copy_chunk, sizeof(job_t));
     return 0;
 }

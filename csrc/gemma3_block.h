@@ -3,7 +3,7 @@
  * infer/variants/gemma3.py describes the model in Python (and runs prefill that
  * way); this is the same computation for a single token in one C call, so a
  * decoded token costs one Python call and one thread-pool run instead of ~450
- * kernel calls.  The thread team is the scheme of llama_block.c.
+ * kernel calls.  The thread team is decode_team.h's, shared with llama_block.c.
  */
 #ifndef INFER_GEMMA3_BLOCK_H
 #define INFER_GEMMA3_BLOCK_H
