@@ -232,6 +232,8 @@ class Gemma3Engine(Engine):
 
 
 class Gemma3Context(Context):
+    engine: Gemma3Engine  # narrows Context.engine: only its engine creates it
+
     def __init__(self, engine: Gemma3Engine, n_ctx: int, sampler: Any, kv_type: str) -> None:
         super().__init__(engine, n_ctx, sampler)
         cfg = engine.config
@@ -258,11 +260,11 @@ class Gemma3Context(Context):
         if n not in self._scratch:
             if len(self._scratch) > 2:
                 self._scratch.clear()
-            self._scratch[n] = _Scratch(self.engine, n)  # type: ignore[arg-type]
+            self._scratch[n] = _Scratch(self.engine, n)
         return self._scratch[n]
 
     def _forward(self, tokens: np.ndarray, start: int) -> None:
-        eng: Gemma3Engine = self.engine  # type: ignore[assignment]
+        eng = self.engine
         if eng.layers is None:
             raise RuntimeError("the model is closed")
         cfg = eng.config
@@ -286,7 +288,7 @@ class Gemma3Context(Context):
 
     def _block(self, w: Gemma3Layer, li: int, s: "_Scratch", pos0: int) -> None:
         """One transformer block over the batch s.x (rows = positions pos0, pos0+1, ...)."""
-        cfg: Gemma3Config = self.engine.config  # type: ignore[attr-defined]
+        cfg = self.engine.config
         n, hd = s.n, cfg.head_dim
         base, freq_scale = cfg.rope_for(li)
         K.rmsnorm(s.x, w.attn_norm.data, s.h1, cfg.rms_eps)

@@ -181,6 +181,8 @@ class LlamaEngine(Engine):
 
 
 class LlamaContext(Context):
+    engine: LlamaEngine  # narrows Context.engine: only its engine creates it
+
     def __init__(self, engine: LlamaEngine, n_ctx: int, sampler: Any, kv_type: str) -> None:
         super().__init__(engine, n_ctx, sampler)
         cfg = engine.config
@@ -207,11 +209,11 @@ class LlamaContext(Context):
         if n not in self._scratch:
             if len(self._scratch) > 2:
                 self._scratch.clear()
-            self._scratch[n] = _Scratch(self.engine, n)  # type: ignore[arg-type]
+            self._scratch[n] = _Scratch(self.engine, n)
         return self._scratch[n]
 
     def _forward(self, tokens: np.ndarray, start: int) -> None:
-        eng: LlamaEngine = self.engine  # type: ignore[assignment]
+        eng = self.engine
         if eng.layers is None:
             raise RuntimeError("the model is closed")
         if len(tokens) == 1 and self.fused_decode:
@@ -235,7 +237,7 @@ class LlamaContext(Context):
 
     def _block(self, w: LayerWeights, li: int, s: "_Scratch", pos0: int) -> None:
         """One transformer block over the batch s.x (rows = positions pos0, pos0+1, ...)."""
-        cfg: LlamaConfig = self.engine.config  # type: ignore[attr-defined]
+        cfg = self.engine.config
         n, hd = s.n, cfg.head_dim
         K.rmsnorm(s.x, w.attn_norm.data, s.h1, cfg.rms_eps)
         s.mul(s.h1, (w.wq, s.q), (w.wk, s.k), (w.wv, s.v))  # one quantized input for q, k, v
