@@ -147,7 +147,6 @@ def unguarded_gcc_constructs_at(path: Path, root: Path) -> list[str]:
 KNOWN = {
     "kquants_avx2.c": "kquant: use INFER_ALWAYS_INLINE (infer_kernels.h) in INLINE",
     "kquants_avx512.c": "kquant: use INFER_ALWAYS_INLINE (infer_kernels.h) in INLINE",
-    "llama_block.c": "llama: use csrc/atomics.h for the __atomic_* builtins (as threadpool.c, gemma3_block.c do)",
 }
 
 
