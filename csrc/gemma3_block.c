@@ -171,20 +171,6 @@ static void quantize_inputs(decode_ctx *d, const float *x, int64_t n, int n_mats
     }
 }
 
-static void store_kv(char *cache, const float *x, int n_kv_heads, int head_dim, int64_t n_ctx,
-                     int pos, int kv_f16) {
-    for (int h = 0; h < n_kv_heads; h++) {
-        const float *src = x + (size_t)h * head_dim;
-        const size_t row = ((size_t)h * n_ctx + pos) * head_dim;
-        if (kv_f16) {
-            infer_half *dst = (infer_half *)cache + row;
-            for (int i = 0; i < head_dim; i++) dst[i] = infer_fp32_to_fp16(src[i]);
-        } else {
-            memcpy((float *)cache + row, src, (size_t)head_dim * sizeof(float));
-        }
-    }
-}
-
 /* NEOX RoPE angles of position pos: theta_i = pos * scale * base^(-2i/head_dim). */
 static void rope_angles(infer_gemma3_state *s, int pos, int hd, float base, float scale) {
     for (int i = 0; i < hd / 2; i++) {
@@ -228,8 +214,10 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
             kt->rmsnorm(k, L->k_norm, k, hd, m->rms_eps);
             kt->rope_neox(k, s->rope_cos, s->rope_sin, hd);
         }
-        store_kv((char *)s->k_cache + layer_off, s->k, m->n_kv_heads, hd, s->n_ctx, d->pos, s->kv_f16);
-        store_kv((char *)s->v_cache + layer_off, s->v, m->n_kv_heads, hd, s->n_ctx, d->pos, s->kv_f16);
+        /* kv_store converts to F16 with the table's (vectorised, bit-exact) quantize */
+        const int kv_type = s->kv_f16 ? INFER_TYPE_F16 : INFER_TYPE_F32;
+        infer_kv_store(s->k, (char *)s->k_cache + layer_off, kv_type, 1, m->n_kv_heads, hd, s->n_ctx, d->pos);
+        infer_kv_store(s->v, (char *)s->v_cache + layer_off, kv_type, 1, m->n_kv_heads, hd, s->n_ctx, d->pos);
         j->kind = JOB_ATTENTION;   /* q norm and RoPE happen in the attention chunks */
         j->layer = l;
         infer_team_job(team, j, m->n_kv_heads);

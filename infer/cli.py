@@ -30,6 +30,9 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat-penalty", type=float, default=1.0)
     p.add_argument("--repeat-last-n", type=int, default=64)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--ctx-size", "-c", type=int, default=None,
+                   help="context window in tokens; 0 = default: what the prompt and --max-tokens "
+                        "need for generate, the model's trained context for chat")
 
 
 # ---- info ---------------------------------------------------------------------------
@@ -206,6 +209,12 @@ def _load_model(args: argparse.Namespace) -> Any:
     return model
 
 
+def _ctx_size(args: argparse.Namespace) -> Optional[int]:
+    if args.ctx_size is not None and args.ctx_size < 0:
+        raise CLIError(f"--ctx-size: must be >= 0, got {args.ctx_size}")
+    return args.ctx_size or None
+
+
 def _sampling(args: argparse.Namespace) -> dict[str, Any]:
     return dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                 repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
@@ -237,7 +246,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if not ids:
             raise CLIError("the prompt is empty and the model adds no BOS token")
         # A prompt longer than the trained context fails with ContextOverflowError.
-        n_ctx = min(model.engine.max_seq_len, len(ids) + args.max_tokens)
+        n_ctx = _ctx_size(args) or min(model.engine.max_seq_len, len(ids) + args.max_tokens)
         ctx = model.create_context(n_ctx=n_ctx, **_sampling(args))
         gen = generate(model, ids, context=ctx, max_tokens=args.max_tokens)
         t_first = None
@@ -463,7 +472,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     model = _load_model(args)
     try:
         session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, trim_history=True,
-                              **_sampling(args))
+                              n_ctx=_ctx_size(args), **_sampling(args))
         if interactive:
             print(_CHAT_HELP, file=sys.stderr)
         lines = _chat_lines(interactive)

@@ -221,7 +221,8 @@ def rope(x, int64_t pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim
         raise ValueError(f"x: head_dim must be in [2, {INFER_ATTN_MAX_HEAD_DIM}], got {head_dim}")
     cdef int64_t rd = head_dim if rot_dim is None else rot_dim
     if rd < 2 or rd > head_dim or rd % 2:
-        raise ValueError(f"rot_dim: must be even and in [2, head_dim={head_dim}], got {rot_dim}")
+        got = rot_dim if rot_dim is not None else f"{rd} (the default, head_dim)"
+        raise ValueError(f"rot_dim: must be even and in [2, head_dim={head_dim}], got {got}")
     if not freq_base > 0:
         raise ValueError(f"freq_base: must be > 0, got {freq_base}")
     cdef const int64_t[::1] pv

@@ -185,6 +185,11 @@ def quantize_file(src: PathArg, dst: PathArg, target: Union[DType, str],
         raise ValueError(f"threads: must be >= 1, got {threads}")
     if Path(src).resolve() == Path(dst).resolve():
         raise ValueError("output: must differ from the input file")
+    # Found now, not after the whole file is converted (the rename at the end would fail).
+    if Path(dst).is_dir():
+        raise ValueError(f"output: {dst} is a directory")
+    if not Path(dst).parent.is_dir():
+        raise ValueError(f"output: directory {Path(dst).parent} does not exist")
     t0 = time.perf_counter()
     report = Report()
     with GGUFFile(src) as f:

@@ -53,6 +53,18 @@ def test_generate_chat_wraps_the_prompt_and_stops_at_end_of_turn(model):
     assert f"finish: {gen.finish_reason}" in out.stderr
 
 
+def test_generate_ctx_size_bounds_the_context(model):
+    """-c 12 with a 4-token prompt leaves room for 8 tokens: generation ends there
+    ("length"), with the tokens greedy generation gives through the Python API."""
+    prompt = "Once upon a time"
+    n_prompt = len(model.tokenizer.encode(prompt))
+    out = run_cli("generate", prompt, "--temp", "0", "-n", "50", "-c", "12")
+    assert out.returncode == 0, out.stderr
+    gen = infer.generate(model, prompt, max_tokens=12 - n_prompt, temperature=0)
+    assert out.stdout == "".join(gen)
+    assert f"{12 - n_prompt} generated" in out.stderr and "finish: length" in out.stderr
+
+
 def test_generate_seeded_sampling_is_reproducible():
     args = ("generate", "Once upon a time", "--temp", "0.8", "--seed", "7", "-n", "10")
     a, b = run_cli(*args), run_cli(*args)
@@ -65,6 +77,8 @@ def test_generate_seeded_sampling_is_reproducible():
     (("generate", "x", "-n", "-1"), "--max-tokens"),
     (("generate", "x", "--system", "be brief"), "--system"),
     (("generate", "hello " * 9000), "exceeds the context of 8192 tokens"),
+    (("generate", "hello " * 40, "--ctx-size", "16"), "exceeds the context of 16 tokens"),
+    (("generate", "x", "--ctx-size", "-1"), "--ctx-size"),
 ])
 def test_generate_errors_are_one_line(args, message):
     out = run_cli(*args)

@@ -265,6 +265,11 @@ def test_quantize_misuse(capsys, tmp_path):
     assert code == 1 and "must differ from the input" in err
     code, _, err = run(capsys, "quantize", str(tmp_path / "none.gguf"), str(tmp_path / "o.gguf"), "--type", "q8_0")
     assert code == 1 and "is not a file" in err
+    code, _, err = run(capsys, "quantize", str(src), str(tmp_path), "--type", "q8_0")
+    assert code == 1 and f"output: {tmp_path} is a directory" in err
+    code, _, err = run(capsys, "quantize", str(src), str(tmp_path / "no" / "o.gguf"), "--type", "q8_0")
+    assert code == 1 and f"output: directory {tmp_path / 'no'} does not exist" in err
+    assert sorted(os.listdir(tmp_path)) == ["tiny.gguf"]
     with pytest.raises(SystemExit):
         cli.main(["quantize", str(src), str(tmp_path / "o.gguf"), "--type", "q3_k"])
 

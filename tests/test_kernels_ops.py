@@ -432,6 +432,8 @@ def test_misuse_rope():
         K.rope(x, 0, rot_dim=63)
     with pytest.raises(ValueError, match="rot_dim"):
         K.rope(x, 0, rot_dim=66)
+    with pytest.raises(ValueError, match=r"rot_dim: .* got 63 \(the default, head_dim\)"):
+        K.rope(np.ones((2, 3, 63), np.float32), 0)
     with pytest.raises(ValueError, match="freq_base"):
         K.rope(x, 0, 0.0)
     with pytest.raises(ValueError, match="positions"):
