@@ -161,20 +161,6 @@ static void quantize_inputs(decode_ctx *d, const float *x, int64_t n, int n_mats
     }
 }
 
-static void store_kv(char *cache, const float *x, int n_kv_heads, int head_dim, int64_t n_ctx,
-                     int pos, int kv_f16) {
-    for (int h = 0; h < n_kv_heads; h++) {
-        const float *src = x + (size_t)h * head_dim;
-        const size_t row = ((size_t)h * n_ctx + pos) * head_dim;
-        if (kv_f16) {
-            infer_half *dst = (infer_half *)cache + row;
-            for (int i = 0; i < head_dim; i++) dst[i] = infer_fp32_to_fp16(src[i]);
-        } else {
-            memcpy((float *)cache + row, src, (size_t)head_dim * sizeof(float));
-        }
-    }
-}
-
 /* The leader's walk through the model (thread 0). */
 static void decode_leader(void *ctx, infer_decode_team *team) {
     decode_ctx *d = (decode_ctx *)ctx;
@@ -205,8 +191,9 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
 
         /* GGUF "llama" layout: RoPE rotates adjacent pairs (2i, 2i+1) of each head */
         for (int h = 0; h < m->n_kv_heads; h++) kt->rope_norm(s->k + (size_t)h * hd, s->rope_cos, s->rope_sin, hd);
-        store_kv((char *)s->k_cache + layer_off, s->k, m->n_kv_heads, hd, s->n_ctx, d->pos, s->kv_f16);
-        store_kv((char *)s->v_cache + layer_off, s->v, m->n_kv_heads, hd, s->n_ctx, d->pos, s->kv_f16);
+        const int kv_type = s->kv_f16 ? INFER_TYPE_F16 : INFER_TYPE_F32;
+        infer_kv_store(s->k, (char *)s->k_cache + layer_off, kv_type, 1, m->n_kv_heads, hd, s->n_ctx, d->pos);
+        infer_kv_store(s->v, (char *)s->v_cache + layer_off, kv_type, 1, m->n_kv_heads, hd, s->n_ctx, d->pos);
         j->kind = JOB_ATTENTION;
         j->layer = l;
         infer_team_job(team, j, m->n_kv_heads);
