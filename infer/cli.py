@@ -307,7 +307,7 @@ def _bench_llama_cpp(path: str, threads: int, n_prompt: int, n_gen: int, reps: i
 
     import llama_cpp
 
-    llm = llama_cpp.Llama(model_path=path, n_threads=threads, n_threads_batch=threads,
+    llm: Any = llama_cpp.Llama(model_path=path, n_threads=threads, n_threads_batch=threads,
                           n_ctx=max(n_prompt, n_gen + 1, 16), n_batch=max(n_prompt, 1), verbose=False)
     res: dict[str, list[float]] = {"pp": [], "tg": []}
     try:

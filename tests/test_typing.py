@@ -53,3 +53,18 @@ def test_stub_types_catch_misuse(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stdout
     ko = subprocess.run([*cmd, str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert 'incompatible type "str"' in ko.stdout and '"nonexistent"' in ko.stdout, ko.stdout
+
+
+def test_package_is_clean_under_mypy_strict() -> None:
+    """The whole package type-checks under the strict configuration in pyproject.toml."""
+    proc = subprocess.run([sys.executable, "-m", "mypy", "infer"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ruff_is_clean() -> None:
+    ruff = pytest.importorskip("ruff")
+    del ruff
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
