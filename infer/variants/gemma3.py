@@ -30,15 +30,14 @@ position only.
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .. import kernels as K
-from ..runtime import Context, Engine, register_variant
-from .llama import Matrix, Vector
+from ..runtime import register_variant
+from .common import Matrix, TransformerContext, TransformerEngine, Vector, tensor_lookup
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
 N_BATCH = 512
@@ -154,17 +153,15 @@ class Gemma3Layer:
     post_ffw_norm: Vector
 
 
-class Gemma3Engine(Engine):
+class Gemma3Engine(TransformerEngine["Gemma3Context"]):
     architecture = "gemma3"
 
     def __init__(self, gguf_file: Any, n_threads: Optional[int] = None) -> None:
+        super().__init__()
+        self.context_class = Gemma3Context
         t = gguf_file.tensors
         md = gguf_file.metadata
-
-        def need(name: str) -> Any:
-            if name not in t:
-                raise ValueError(f"GGUF file: tensor {name} is missing")
-            return t[name]
+        need = tensor_lookup(t)
 
         embd = need("token_embd.weight")
         vocab_size = int(embd.shape[0])
@@ -196,17 +193,6 @@ class Gemma3Engine(Engine):
                 w_gate=m("ffn_gate", cfg.ffn_dim, d), w_up=m("ffn_up", cfg.ffn_dim, d),
                 w_down=m("ffn_down", d, cfg.ffn_dim), post_ffw_norm=v("post_ffw_norm", d)))
         self.n_threads = n_threads
-        self._contexts: "weakref.WeakSet[Gemma3Context]" = weakref.WeakSet()
-
-    def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None,
-                       kv_type: str = "f16") -> "Gemma3Context":
-        """A context of ``n_ctx`` positions (default: the trained length); KV cache
-        in ``kv_type`` "f16" (default) or "f32".  Cache pages are touched as used."""
-        if self.layers is None:
-            raise RuntimeError("the model is closed")
-        ctx = Gemma3Context(self, n_ctx or self.max_seq_len, sampler, kv_type)
-        self._contexts.add(ctx)
-        return ctx
 
     def decoder_for(self, ctx: "Gemma3Context") -> Any:
         """The fused one-token step (csrc/gemma3_block.c) bound to ctx's cache."""
@@ -222,57 +208,14 @@ class Gemma3Engine(Engine):
                                self.output.as_tuple(), self.output_norm.data, layers,
                                ctx.k_cache, ctx.v_cache, ctx.n_ctx)
 
-    def close(self) -> None:
-        # Drop every view into the file map (ours and the contexts' decoders) so it
-        # can be unmapped.
-        for ctx in list(self._contexts):
-            ctx._release()
-        self.layers = None  # type: ignore[assignment]
-        self.token_embd = self.output = self.output_norm = None  # type: ignore[assignment]
 
+class Gemma3Context(TransformerContext[Gemma3Engine]):
+    def _new_scratch(self, n: int) -> "_Scratch":
+        return _Scratch(self.engine, n)
 
-class Gemma3Context(Context):
-    engine: Gemma3Engine  # narrows Context.engine: only its engine creates it
-
-    def __init__(self, engine: Gemma3Engine, n_ctx: int, sampler: Any, kv_type: str) -> None:
-        super().__init__(engine, n_ctx, sampler)
-        cfg = engine.config
-        if kv_type not in ("f16", "f32"):
-            raise ValueError(f"kv_type: expected 'f16' or 'f32', got {kv_type!r}")
-        # F16 is stored as its bits (uint16), the layout kv_store/attention read.
-        kv_dtype = np.uint16 if kv_type == "f16" else np.float32
-        shape = (cfg.n_layers, cfg.n_kv_heads, self.n_ctx, cfg.head_dim)
-        # np.zeros maps untouched pages lazily: memory grows with the positions used.
-        self.k_cache = np.zeros(shape, dtype=kv_dtype)
-        self.v_cache = np.zeros(shape, dtype=kv_dtype)
-        self._scratch: Dict[int, "_Scratch"] = {}
-        self._decoder: Any = None
-        #: False: decode through the Python `_block` too (for tests comparing the two)
-        self.fused_decode = True
-
-    def _release(self) -> None:
-        if self._decoder is not None:
-            self._decoder.release()
-        self._decoder = None
-        self._scratch.clear()
-
-    def _buffers(self, n: int) -> "_Scratch":
-        if n not in self._scratch:
-            if len(self._scratch) > 2:
-                self._scratch.clear()
-            self._scratch[n] = _Scratch(self.engine, n)
-        return self._scratch[n]
-
-    def _forward(self, tokens: np.ndarray, start: int) -> None:
+    def _prefill(self, tokens: np.ndarray, start: int) -> None:
         eng = self.engine
-        if eng.layers is None:
-            raise RuntimeError("the model is closed")
         cfg = eng.config
-        if len(tokens) == 1 and self.fused_decode:
-            if self._decoder is None:
-                self._decoder = eng.decoder_for(self)
-            self._decoder.decode(int(tokens[0]), start, self.logits)
-            return
         for c0 in range(0, len(tokens), N_BATCH):
             chunk = tokens[c0:c0 + N_BATCH]
             s = self._buffers(len(chunk))

@@ -17,14 +17,14 @@ without ~20 kernel calls per layer from Python (tests compare the two).
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .. import kernels as K
-from ..runtime import Context, Engine, register_variant
+from ..runtime import register_variant
+from .common import Matrix, TransformerContext, TransformerEngine, Vector, tensor_lookup
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
 N_BATCH = 512
@@ -71,34 +71,6 @@ class LlamaConfig:
             rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)))
 
 
-class Matrix:
-    """A weight matrix as the kernels take it: raw rows in the file, its format."""
-
-    __slots__ = ("data", "qtype", "rows", "cols", "act_type")
-
-    def __init__(self, tensor: Any, rows: int, cols: int, name: str) -> None:
-        shape = tuple(int(s) for s in tensor.shape)
-        if shape != (rows, cols):
-            raise ValueError(f"{name}: expected shape {(rows, cols)}, got {shape}")
-        self.data = tensor.data.reshape(rows, -1)  # uint8 rows, zero-copy
-        self.qtype = K.type_id(tensor.dtype)
-        self.rows, self.cols = rows, cols
-        #: format the input vector is quantized into for this matrix's dot products
-        self.act_type = K.type_id(K.vec_dot_type(self.qtype))
-
-    def as_tuple(self) -> Tuple[np.ndarray, int, int, int, int]:
-        return (self.data, self.qtype, self.act_type, self.rows, self.cols)
-
-
-class Vector:
-    """An F32 vector (norm weights)."""
-
-    def __init__(self, tensor: Any, n: int, name: str) -> None:
-        if K.type_id(tensor.dtype) != 0 or tuple(int(s) for s in tensor.shape) not in ((n,), (1, n)):
-            raise ValueError(f"{name}: expected f32 of {n} values, got {tensor.dtype} {tensor.shape}")
-        self.data = tensor.data.view(np.float32).reshape(n)
-
-
 @dataclass
 class LayerWeights:
     attn_norm: Vector
@@ -112,17 +84,15 @@ class LayerWeights:
     w_down: Matrix
 
 
-class LlamaEngine(Engine):
+class LlamaEngine(TransformerEngine["LlamaContext"]):
     architecture = "llama"
 
     def __init__(self, gguf_file: Any, n_threads: Optional[int] = None) -> None:
+        super().__init__()
+        self.context_class = LlamaContext
         t = gguf_file.tensors
         md = gguf_file.metadata
-
-        def need(name: str) -> Any:
-            if name not in t:
-                raise ValueError(f"GGUF file: tensor {name} is missing")
-            return t[name]
+        need = tensor_lookup(t)
 
         embd = need("token_embd.weight")
         vocab_size = int(embd.shape[0])
@@ -150,17 +120,6 @@ class LlamaEngine(Engine):
                 w_gate=m("ffn_gate", cfg.ffn_dim, d), w_up=m("ffn_up", cfg.ffn_dim, d),
                 w_down=m("ffn_down", d, cfg.ffn_dim)))
         self.n_threads = n_threads
-        self._contexts: "weakref.WeakSet[LlamaContext]" = weakref.WeakSet()
-
-    def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None,
-                       kv_type: str = "f16") -> "LlamaContext":
-        """A context of ``n_ctx`` positions (default: the trained length); KV cache
-        in ``kv_type`` "f16" (default) or "f32".  Cache pages are touched as used."""
-        if self.layers is None:
-            raise RuntimeError("the model is closed")
-        ctx = LlamaContext(self, n_ctx or self.max_seq_len, sampler, kv_type)
-        self._contexts.add(ctx)
-        return ctx
 
     def decoder_for(self, ctx: "LlamaContext") -> Any:
         """The fused one-token step (csrc/llama_block.c) bound to ctx's cache."""
@@ -171,56 +130,13 @@ class LlamaEngine(Engine):
         return K.LlamaDecoder(cfg, self.token_embd.as_tuple(), self.output.as_tuple(),
                               self.output_norm.data, layers, ctx.k_cache, ctx.v_cache, ctx.n_ctx)
 
-    def close(self) -> None:
-        # Drop every view into the file map (ours and the contexts' decoders) so it
-        # can be unmapped.
-        for ctx in list(self._contexts):
-            ctx._release()
-        self.layers = None  # type: ignore[assignment]
-        self.token_embd = self.output = self.output_norm = None  # type: ignore[assignment]
 
+class LlamaContext(TransformerContext[LlamaEngine]):
+    def _new_scratch(self, n: int) -> "_Scratch":
+        return _Scratch(self.engine, n)
 
-class LlamaContext(Context):
-    engine: LlamaEngine  # narrows Context.engine: only its engine creates it
-
-    def __init__(self, engine: LlamaEngine, n_ctx: int, sampler: Any, kv_type: str) -> None:
-        super().__init__(engine, n_ctx, sampler)
-        cfg = engine.config
-        if kv_type not in ("f16", "f32"):
-            raise ValueError(f"kv_type: expected 'f16' or 'f32', got {kv_type!r}")
-        # F16 is stored as its bits (uint16), the layout kv_store/attention read.
-        kv_dtype = np.uint16 if kv_type == "f16" else np.float32
-        shape = (cfg.n_layers, cfg.n_kv_heads, self.n_ctx, cfg.head_dim)
-        # np.zeros maps untouched pages lazily: memory grows with the positions used.
-        self.k_cache = np.zeros(shape, dtype=kv_dtype)
-        self.v_cache = np.zeros(shape, dtype=kv_dtype)
-        self._scratch: Dict[int, "_Scratch"] = {}
-        self._decoder: Any = None
-        #: False: decode through the Python `_block` too (for tests comparing the two)
-        self.fused_decode = True
-
-    def _release(self) -> None:
-        if self._decoder is not None:
-            self._decoder.release()
-        self._decoder = None
-        self._scratch.clear()
-
-    def _buffers(self, n: int) -> "_Scratch":
-        if n not in self._scratch:
-            if len(self._scratch) > 2:
-                self._scratch.clear()
-            self._scratch[n] = _Scratch(self.engine, n)
-        return self._scratch[n]
-
-    def _forward(self, tokens: np.ndarray, start: int) -> None:
+    def _prefill(self, tokens: np.ndarray, start: int) -> None:
         eng = self.engine
-        if eng.layers is None:
-            raise RuntimeError("the model is closed")
-        if len(tokens) == 1 and self.fused_decode:
-            if self._decoder is None:
-                self._decoder = eng.decoder_for(self)
-            self._decoder.decode(int(tokens[0]), start, self.logits)
-            return
         for c0 in range(0, len(tokens), N_BATCH):
             chunk = tokens[c0:c0 + N_BATCH]
             s = self._buffers(len(chunk))
