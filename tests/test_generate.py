@@ -9,6 +9,7 @@ import pytest
 
 from infer.generate import TextStream, generate
 from infer.runtime import Context, Engine, Model
+from tests.scripted import GreedySampler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,20 +30,6 @@ class FakeTokenizer:
         return [PIECES.index(b"x")] * max(1, len(text))
 
 
-class ScriptSampler:
-    def sample(self, logits):
-        return int(np.argmax(logits))
-
-    def accept(self, t):
-        pass
-
-    def reset(self):
-        pass
-
-    def set_history(self, tokens):
-        pass
-
-
 class ScriptEngine(Engine):
     """Generates a fixed script of tokens after whatever prompt it is given."""
     vocab_size = len(PIECES)
@@ -52,7 +39,7 @@ class ScriptEngine(Engine):
         self.script = script
 
     def create_context(self, n_ctx=None, sampler=None):
-        return ScriptContext(self, n_ctx or self.max_seq_len, ScriptSampler())
+        return ScriptContext(self, n_ctx or self.max_seq_len, GreedySampler())
 
 
 class ScriptContext(Context):

@@ -11,6 +11,7 @@ from reference.numpy_llama import NumpyLlama
 from infer import kernels as K
 from infer.gguf import GGUFFile, default_model_path
 from infer.variants.llama import LlamaEngine
+from tests.scripted import GreedySampler
 
 try:
     MODEL = str(default_model_path())
@@ -21,22 +22,6 @@ except FileNotFoundError:
 # 16 tokens, each a whole word of the GPT-2 style vocabulary ("Ġ" = leading space).
 WORDS = ["The", "Ġcapital", "Ġof", "ĠFrance", "Ġis", "ĠParis", ".", "ĠThe", "Ġlargest",
          "Ġcity", "Ġin", "ĠGermany", "Ġis", "ĠBerlin", ",", "Ġand"]
-
-
-class Greedy:
-    """Argmax, so these tests need only the variant (the real Sampler is tested elsewhere)."""
-
-    def sample(self, logits):
-        return int(np.argmax(logits))
-
-    def accept(self, t):
-        pass
-
-    def reset(self):
-        pass
-
-    def set_history(self, tokens):
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +78,7 @@ def test_decode_matches_reference_at_every_position(engine, prompt, reference):
     gives mean 0.9992, min 0.9979 on this prompt.  So: top-1 everywhere, mean
     cosine >= 0.998, no position below 0.99.  The forward pass itself is checked
     to 0.99999 on F32 weights below."""
-    ctx = engine.create_context(n_ctx=32, sampler=Greedy())
+    ctx = engine.create_context(n_ctx=32, sampler=GreedySampler())
     cos = []
     for i, tok in enumerate(prompt):
         ctx.prefill([tok])  # one token: the fused C decode step
@@ -107,7 +92,7 @@ def test_quantized_error_is_that_of_the_activation_rounding(engine, prompt, refe
     activations to 8 bits as ggml does (the reference's own rounding, through the
     gguf package's Q8_0 quantizer) moves the exact logits by as much.  The variant's
     mean distance from the exact reference must stay of that size."""
-    ctx = engine.create_context(n_ctx=32, sampler=Greedy())
+    ctx = engine.create_context(n_ctx=32, sampler=GreedySampler())
     variant_err, rounding_err = [], []
     for i, tok in enumerate(prompt):
         ctx.prefill([tok])
@@ -119,7 +104,7 @@ def test_quantized_error_is_that_of_the_activation_rounding(engine, prompt, refe
 
 def test_batched_prefill_matches_reference(engine, prompt, reference):
     """Prefill (matrix-matrix kernels, Python blocks), at the bounds of the test above."""
-    ctx = engine.create_context(n_ctx=32, sampler=Greedy())
+    ctx = engine.create_context(n_ctx=32, sampler=GreedySampler())
     for n in (16, 11, 5):
         ctx.truncate_to(0)
         ctx.prefill(prompt[:n])
@@ -152,7 +137,7 @@ def f32_engine(gf):
 @pytest.mark.parametrize("kv_type", ["f16", "f32"])
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "python"])
 def test_f32_weights_match_reference_at_every_position(f32_engine, prompt, reference, kv_type, fused):
-    ctx = f32_engine.create_context(n_ctx=32, sampler=Greedy(), kv_type=kv_type)
+    ctx = f32_engine.create_context(n_ctx=32, sampler=GreedySampler(), kv_type=kv_type)
     ctx.fused_decode = fused
     for i, tok in enumerate(prompt):
         ctx.prefill([tok])
@@ -167,8 +152,8 @@ def test_f32_weights_match_reference_at_every_position(f32_engine, prompt, refer
 def test_python_block_and_fused_decode_agree(f32_engine, prompt):
     """On F32 weights (no activation rounding to amplify differences) the fused C
     step and the Python blocks compute the same numbers up to float rounding."""
-    fused = f32_engine.create_context(n_ctx=32, sampler=Greedy())
-    python = f32_engine.create_context(n_ctx=32, sampler=Greedy())
+    fused = f32_engine.create_context(n_ctx=32, sampler=GreedySampler())
+    python = f32_engine.create_context(n_ctx=32, sampler=GreedySampler())
     python.fused_decode = False
     for ctx in (fused, python):
         ctx.prefill(prompt[:5])
@@ -179,7 +164,7 @@ def test_python_block_and_fused_decode_agree(f32_engine, prompt):
 
 
 def greedy_tokens(engine, prompt, n, n_ctx=64):
-    ctx = engine.create_context(n_ctx=n_ctx, sampler=Greedy())
+    ctx = engine.create_context(n_ctx=n_ctx, sampler=GreedySampler())
     ctx.prefill(prompt)
     return [ctx.next() for _ in range(n)]
 
@@ -214,7 +199,7 @@ def test_two_contexts_in_two_threads_match_sequential(engine, prompt):
 
 
 def test_truncate_then_next_recomputes(engine, prompt):
-    ctx = engine.create_context(n_ctx=64, sampler=Greedy())
+    ctx = engine.create_context(n_ctx=64, sampler=GreedySampler())
     ctx.prefill(prompt)
     first = [ctx.next() for _ in range(4)]
     ctx.truncate_to(len(prompt))
@@ -224,18 +209,18 @@ def test_truncate_then_next_recomputes(engine, prompt):
 def test_context_overflow_and_bad_tokens(engine, prompt):
     from infer.runtime import ContextOverflowError
 
-    ctx = engine.create_context(n_ctx=8, sampler=Greedy())
+    ctx = engine.create_context(n_ctx=8, sampler=GreedySampler())
     # the KV cache is sized by n_ctx: layers x KV heads x positions x head_dim, F16 bits
     assert ctx.k_cache.shape == ctx.v_cache.shape == (30, 3, 8, 64)
     assert ctx.k_cache.dtype == np.uint16
-    assert engine.create_context(n_ctx=8, sampler=Greedy(), kv_type="f32").k_cache.dtype == np.float32
+    assert engine.create_context(n_ctx=8, sampler=GreedySampler(), kv_type="f32").k_cache.dtype == np.float32
     with pytest.raises(ContextOverflowError):
         ctx.prefill(prompt)
     assert ctx.n_past == 0
     with pytest.raises(ValueError):
         ctx.prefill([engine.vocab_size])
     with pytest.raises(ValueError, match="kv_type"):
-        engine.create_context(n_ctx=8, sampler=Greedy(), kv_type="q8_0")
+        engine.create_context(n_ctx=8, sampler=GreedySampler(), kv_type="q8_0")
 
 
 def test_missing_tensor_is_a_clear_error(gf):
