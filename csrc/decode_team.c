@@ -114,7 +114,10 @@ void infer_team_run(infer_decode_team *t, void *ctx, infer_team_leader_fn leader
 }
 
 int64_t infer_team_chunk_rows(int64_t rows, int nth, int64_t max_rows) {
-    int64_t chunk = rows / (8 * (int64_t)nth);
+    /* One chunk per thread: each claim, job copy and commit is a contended cache
+     * line, and on a quiet machine the threads finish equal halves together
+     * (measured on 2 cores: 8 chunks per thread 295-340 tok/s, 1 chunk 375). */
+    int64_t chunk = (rows + nth - 1) / nth;
     if (chunk < (rows + INFER_TEAM_MAX_CHUNKS - 1) / INFER_TEAM_MAX_CHUNKS)
         chunk = (rows + INFER_TEAM_MAX_CHUNKS - 1) / INFER_TEAM_MAX_CHUNKS;
     if (chunk > max_rows) chunk = max_rows;

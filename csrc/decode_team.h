@@ -77,8 +77,8 @@ void infer_team_run(infer_decode_team *t, void *ctx, infer_team_leader_fn leader
  * on the team; returns once every chunk is committed. */
 void infer_team_job(infer_decode_team *t, const void *job, int64_t total);
 
-/* Chunk length for a matrix-vector job over `rows` rows on nth threads: >= 8
- * chunks per thread to balance, >= 16 rows and a multiple of 16 so chunks never
+/* Chunk length for a matrix-vector job over `rows` rows on nth threads: one
+ * chunk per thread (fewer hand-offs), >= 16 rows and a multiple of 16 so chunks never
  * share an output cache line (and the four-row kernels group rows the same way
  * whatever the chunking), at most INFER_TEAM_MAX_CHUNKS chunks and as long as
  * the scratch allows (max_rows). */

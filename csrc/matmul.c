@@ -62,7 +62,7 @@ int infer_quantize_activations(int type, const float *x, int64_t n_tokens, int64
 /* Weight rows are streamed once per call; the hardware prefetcher alone leaves
  * most of the DRAM bandwidth unused with four interleaved row streams, so rows
  * PREFETCH_ROWS ahead are requested explicitly. */
-#define PREFETCH_ROWS 8
+#define PREFETCH_ROWS 16
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH(p) __builtin_prefetch((p), 0, 0)
 #elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
