@@ -10,30 +10,10 @@
  */
 #include "gemma3_block.h"
 #include "decode_team.h"
+#include "decode_jobs.h"
 
 #include <math.h>
 #include <string.h>
-
-size_t infer_gemma3_act_bytes(int64_t n) {
-    /* The widest activation formats: f32 (4 bytes/value) > Q8_1 (36/32) > Q8_K (292/256). */
-    return (size_t)n * 4 + 64;
-}
-
-/* ---- the jobs (run by the team of decode_team.h) -------------------------------- */
-enum { JOB_MATVEC, JOB_GATE_UP, JOB_ATTENTION };
-
-#define MAX_CHUNK_ROWS (INFER_TEAM_SCRATCH_FLOATS / 2)   /* gate and up rows of a chunk */
-
-typedef struct {
-    int kind;
-    int n_mats;
-    const infer_gemma3_matrix *mats[3];
-    const void *inputs[3];
-    float *outs[3];
-    int64_t rows, chunk_rows;   /* matvec: all rows of the matrices, rows per chunk */
-    int layer;                  /* attention */
-} job_t;
-typedef char job_fits_the_team[sizeof(job_t) <= INFER_TEAM_JOB_BYTES ? 1 : -1];
 
 typedef struct {
     const infer_gemma3_model *m;
@@ -41,42 +21,13 @@ typedef struct {
     const infer_kernel_table *kt;
     infer_attn_block_fn attn;
     int token, pos;
-    job_t staging;              /* the leader sets up the next job here */
+    infer_decode_job staging;   /* the leader sets up the next job here */
 } decode_ctx;
-
-static int64_t matvec_job(decode_ctx *d, int n_mats, int nth) {
-    job_t *j = &d->staging;
-    j->kind = JOB_MATVEC;
-    j->n_mats = n_mats;
-    j->rows = 0;
-    for (int i = 0; i < n_mats; i++) j->rows += j->mats[i]->rows;
-    j->chunk_rows = infer_team_chunk_rows(j->rows, nth, MAX_CHUNK_ROWS);
-    return (j->rows + j->chunk_rows - 1) / j->chunk_rows;
-}
-
-/* dst[i] = row lo + i of w . x for i < hi - lo (the four-row kernels from lo,
- * with prefetching; chunks start on multiples of 16, so each result does not
- * depend on the chunking). */
-static void dot_rows(const infer_gemma3_matrix *w, const void *x, float *dst, int64_t lo, int64_t hi) {
-    infer_matmul_rows(w->type, w->data + (size_t)lo * w->row_bytes, w->row_bytes, w->cols, 0,
-                      hi - lo, x, 1, dst, hi - lo);
-}
-
-/* For each matrix of a matvec job, the part [lo, hi) of chunk c's rows in it. */
-static int chunk_part(const job_t *j, int64_t c, int i, int64_t *lo, int64_t *hi) {
-    int64_t base = 0;
-    for (int k = 0; k < i; k++) base += j->mats[k]->rows;
-    const int64_t r0 = c * j->chunk_rows;
-    const int64_t r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;
-    *lo = r0 > base ? r0 - base : 0;
-    *hi = r1 - base < j->mats[i]->rows ? r1 - base : j->mats[i]->rows;
-    return *lo < *hi;
-}
 
 /* KV head c and its query heads: RMSNorm with q_norm and NEOX RoPE on copies of
  * the queries (a chunk may be computed twice, so it leaves s->q alone), then
  * attention over the layer's window, each cache row read once for all. */
-static void attention_chunk(const decode_ctx *d, const job_t *j, int64_t c, float *scratch) {
+static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int64_t c, float *scratch) {
     const infer_gemma3_model *m = d->m;
     const infer_gemma3_state *s = d->s;
     const infer_gemma3_layer *L = &m->layers[j->layer];
@@ -110,20 +61,20 @@ static void attention_chunk(const decode_ctx *d, const job_t *j, int64_t c, floa
 
 static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch) {
     const decode_ctx *d = (const decode_ctx *)ctx;
-    const job_t *j = (const job_t *)job;
-    if (j->kind == JOB_MATVEC) {
+    const infer_decode_job *j = (const infer_decode_job *)job;
+    if (j->kind == INFER_JOB_MATVEC) {
         int64_t lo, hi;
         for (int i = 0; i < j->n_mats; i++)
-            if (chunk_part(j, c, i, &lo, &hi)) {
-                dot_rows(j->mats[i], j->inputs[i], scratch, lo, hi);
+            if (infer_decode_chunk_part(j, c, i, &lo, &hi)) {
+                infer_decode_dot_rows(j->mats[i], j->inputs[i], scratch, lo, hi);
                 scratch += hi - lo;
             }
-    } else if (j->kind == JOB_GATE_UP) {
+    } else if (j->kind == INFER_JOB_GATE_UP) {
         /* rows [r0, r1) of gate and of up, then GeGLU on them */
         int64_t r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows;
         if (r1 > d->m->ffn_dim) r1 = d->m->ffn_dim;
-        dot_rows(j->mats[0], j->inputs[0], scratch, r0, r1);
-        dot_rows(j->mats[1], j->inputs[1], scratch + (r1 - r0), r0, r1);
+        infer_decode_dot_rows(j->mats[0], j->inputs[0], scratch, r0, r1);
+        infer_decode_dot_rows(j->mats[1], j->inputs[1], scratch + (r1 - r0), r0, r1);
         d->kt->gelu_mul(scratch, scratch + (r1 - r0), scratch, r1 - r0);
     } else {
         attention_chunk(d, j, c, scratch);
@@ -133,16 +84,16 @@ static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch)
 /* The outputs of chunk c, from the scratch compute_chunk filled. */
 static void copy_chunk(void *ctx, const void *job, int64_t c, const float *scratch) {
     const decode_ctx *d = (const decode_ctx *)ctx;
-    const job_t *j = (const job_t *)job;
+    const infer_decode_job *j = (const infer_decode_job *)job;
     const infer_gemma3_model *m = d->m;
-    if (j->kind == JOB_MATVEC) {
+    if (j->kind == INFER_JOB_MATVEC) {
         int64_t lo, hi;
         for (int i = 0; i < j->n_mats; i++)
-            if (chunk_part(j, c, i, &lo, &hi)) {
+            if (infer_decode_chunk_part(j, c, i, &lo, &hi)) {
                 memcpy(j->outs[i] + lo, scratch, (size_t)(hi - lo) * sizeof(float));
                 scratch += hi - lo;
             }
-    } else if (j->kind == JOB_GATE_UP) {
+    } else if (j->kind == INFER_JOB_GATE_UP) {
         int64_t r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows;
         if (r1 > m->ffn_dim) r1 = m->ffn_dim;
         memcpy(d->s->gate + r0, scratch, (size_t)(r1 - r0) * sizeof(float));
@@ -155,7 +106,7 @@ static void copy_chunk(void *ctx, const void *job, int64_t c, const float *scrat
 /* Matrices sharing an input get one quantized copy of it per distinct input format:
  * slot k of s->xq holds the k-th distinct format in the order the matrices come. */
 static void quantize_inputs(decode_ctx *d, const float *x, int64_t n, int n_mats) {
-    job_t *j = &d->staging;
+    infer_decode_job *j = &d->staging;
     int types[3], n_types = 0;
     for (int i = 0; i < n_mats; i++) {
         int at = j->mats[i]->act_type, slot = -1;
@@ -187,7 +138,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
     const infer_gemma3_model *m = d->m;
     infer_gemma3_state *s = d->s;
     const infer_kernel_table *kt = d->kt;
-    job_t *j = &d->staging;
+    infer_decode_job *j = &d->staging;
     const int hd = m->head_dim, q_dim = m->n_heads * hd;
     const size_t kv_elt = s->kv_f16 ? sizeof(infer_half) : sizeof(float);
     float angles_base = 0.0f, angles_scale = 0.0f;   /* which angles rope_cos/sin hold */
@@ -207,7 +158,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         j->mats[0] = &L->wq; j->mats[1] = &L->wk; j->mats[2] = &L->wv;
         j->outs[0] = s->q; j->outs[1] = s->k; j->outs[2] = s->v;
         quantize_inputs(d, s->h, m->dim, 3);
-        infer_team_job(team, j, matvec_job(d, 3, nth));
+        infer_team_job(team, j, infer_decode_matvec_job(j, 3, nth));
 
         for (int h = 0; h < m->n_kv_heads; h++) {
             float *k = s->k + (size_t)h * hd;
@@ -218,13 +169,13 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         const int kv_type = s->kv_f16 ? INFER_TYPE_F16 : INFER_TYPE_F32;
         infer_kv_store(s->k, (char *)s->k_cache + layer_off, kv_type, 1, m->n_kv_heads, hd, s->n_ctx, d->pos);
         infer_kv_store(s->v, (char *)s->v_cache + layer_off, kv_type, 1, m->n_kv_heads, hd, s->n_ctx, d->pos);
-        j->kind = JOB_ATTENTION;   /* q norm and RoPE happen in the attention chunks */
+        j->kind = INFER_JOB_ATTENTION;   /* q norm and RoPE happen in the attention chunks */
         j->layer = l;
         infer_team_job(team, j, m->n_kv_heads);
 
         j->mats[0] = &L->wo; j->outs[0] = s->h;
         quantize_inputs(d, s->att, q_dim, 1);
-        infer_team_job(team, j, matvec_job(d, 1, nth));
+        infer_team_job(team, j, infer_decode_matvec_job(j, 1, nth));
         kt->rmsnorm(s->h, L->post_attn_norm, s->h, m->dim, m->rms_eps);
         kt->add(s->x, s->h, m->dim);
 
@@ -232,23 +183,23 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         j->mats[0] = &L->gate; j->mats[1] = &L->up;
         j->outs[0] = s->gate; j->outs[1] = s->up;
         quantize_inputs(d, s->h, m->dim, 2);
-        matvec_job(d, 1, nth);  /* chunking of one ffn_dim-row matrix */
-        j->kind = JOB_GATE_UP;
+        infer_decode_matvec_job(j, 1, nth);  /* chunking of one ffn_dim-row matrix */
+        j->kind = INFER_JOB_GATE_UP;
         infer_team_job(team, j, (m->ffn_dim + j->chunk_rows - 1) / j->chunk_rows);
 
         j->mats[0] = &L->down; j->outs[0] = s->h;
         quantize_inputs(d, s->gate, m->ffn_dim, 1);
-        infer_team_job(team, j, matvec_job(d, 1, nth));
+        infer_team_job(team, j, infer_decode_matvec_job(j, 1, nth));
         kt->rmsnorm(s->h, L->post_ffw_norm, s->h, m->dim, m->rms_eps);
         kt->add(s->x, s->h, m->dim);
     }
     kt->rmsnorm(s->x, m->output_norm, s->h, m->dim, m->rms_eps);
     j->mats[0] = &m->output; j->outs[0] = s->logits;
     quantize_inputs(d, s->h, m->dim, 1);
-    infer_team_job(team, j, matvec_job(d, 1, nth));
+    infer_team_job(team, j, infer_decode_matvec_job(j, 1, nth));
 }
 
-static int matrix_ok(const infer_kernel_table *kt, const infer_gemma3_matrix *w) {
+static int matrix_ok(const infer_kernel_table *kt, const infer_decode_matrix *w) {
     if (w->type < 0 || w->type >= INFER_TYPE_COUNT || !kt->vec_dot[w->type]) return 0;
     if (w->act_type < 0 || w->act_type >= INFER_TYPE_COUNT) return 0;
     return w->act_type == INFER_TYPE_F32 || kt->quantize[w->act_type] != NULL;
@@ -268,7 +219,7 @@ int infer_gemma3_decode(const infer_gemma3_model *m, infer_gemma3_state *s, int 
         return -1;
     for (int l = 0; l < m->n_layers; l++) {
         const infer_gemma3_layer *L = &m->layers[l];
-        const infer_gemma3_matrix *all[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        const infer_decode_matrix *all[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
         for (int i = 0; i < 7; i++)
             if (!matrix_ok(kt, all[i])) return -1;
         if (L->window < 0) return -2;
@@ -282,6 +233,6 @@ int infer_gemma3_decode(const infer_gemma3_model *m, infer_gemma3_state *s, int 
     d.pos = pos;
     d.attn = s->kv_f16 ? kt->attn_block_f16 : kt->attn_block_f32;
     infer_decode_team team;
-    infer_team_run(&team, &d, decode_leader, compute_chunk, copy_chunk, sizeof(job_t));
+    infer_team_run(&team, &d, decode_leader, compute_chunk, copy_chunk, sizeof(infer_decode_job));
     return 0;
 }

@@ -10,22 +10,15 @@
 
 #include <stdint.h>
 #include "infer_kernels.h"
+#include "decode_jobs.h"   /* infer_decode_matrix, infer_decode_act_bytes */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct {
-    const uint8_t *data;   /* rows of `row_bytes` bytes each, in format `type` */
-    int type;
-    int act_type;          /* format the input is quantized into (vec_dot_type) */
-    int64_t rows, cols;
-    size_t row_bytes;
-} infer_gemma3_matrix;
-
-typedef struct {
     const float *attn_norm, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *post_ffw_norm;
-    infer_gemma3_matrix wq, wk, wv, wo, gate, up, down;
+    infer_decode_matrix wq, wk, wv, wo, gate, up, down;
     float rope_base, rope_scale;   /* this layer's RoPE: pos * scale * base^(-2i/head_dim) */
     int window;                    /* attend to the last `window` positions; 0 = all */
 } infer_gemma3_layer;
@@ -34,7 +27,7 @@ typedef struct {
     int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size;
     float rms_eps, attn_scale, embd_scale;
     const infer_gemma3_layer *layers;   /* n_layers of them */
-    infer_gemma3_matrix embd, output;
+    infer_decode_matrix embd, output;
     const float *output_norm;
 } infer_gemma3_model;
 
@@ -48,12 +41,9 @@ typedef struct {
     float *k, *v;               /* n_kv_heads * head_dim */
     float *gate, *up;           /* ffn_dim */
     float *rope_cos, *rope_sin; /* head_dim / 2: pair i's cosine and sine (NEOX) */
-    uint8_t *xq[3];             /* quantized inputs, each infer_gemma3_act_bytes(max(dim, ffn_dim, q_dim)) */
+    uint8_t *xq[3];             /* quantized inputs, each infer_decode_act_bytes(max(dim, ffn_dim, q_dim)) */
     float *logits;              /* vocab_size */
 } infer_gemma3_state;
-
-/* Bytes one quantized-input buffer needs for an input of n values (any format). */
-size_t infer_gemma3_act_bytes(int64_t n);
 
 /* Embed `token` (scaled by embd_scale), run every layer at position `pos` (K/V
  * written at slot pos), then the output head into s->logits.  Returns 0, or -1

@@ -9,29 +9,22 @@
 
 #include <stdint.h>
 #include "infer_kernels.h"
+#include "decode_jobs.h"   /* infer_decode_matrix, infer_decode_act_bytes */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct {
-    const uint8_t *data;   /* rows of `row_bytes` bytes each, in format `type` */
-    int type;
-    int act_type;          /* format the input is quantized into (vec_dot_type) */
-    int64_t rows, cols;
-    size_t row_bytes;
-} infer_llama_matrix;
-
-typedef struct {
     const float *attn_norm, *ffn_norm;
-    infer_llama_matrix wq, wk, wv, wo, gate, up, down;
+    infer_decode_matrix wq, wk, wv, wo, gate, up, down;
 } infer_llama_layer;
 
 typedef struct {
     int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size;
     float rope_base, rms_eps;
     const infer_llama_layer *layers;   /* n_layers of them */
-    infer_llama_matrix embd, output;
+    infer_decode_matrix embd, output;
     const float *output_norm;
 } infer_llama_model;
 
@@ -45,12 +38,9 @@ typedef struct {
     float *k, *v;               /* n_kv_heads * head_dim */
     float *gate, *up;           /* ffn_dim */
     float *rope_cos, *rope_sin; /* head_dim: pair i's cosine and sine at 2i and 2i+1 */
-    uint8_t *xq[3];             /* quantized inputs, each infer_llama_act_bytes(max(dim, ffn_dim, q_dim)) */
+    uint8_t *xq[3];             /* quantized inputs, each infer_decode_act_bytes(max(dim, ffn_dim, q_dim)) */
     float *logits;              /* vocab_size */
 } infer_llama_state;
-
-/* Bytes one quantized-input buffer needs for an input of n values (any format). */
-size_t infer_llama_act_bytes(int64_t n);
 
 /* Embed `token`, run every layer at position `pos` (writing K/V at slot pos),
  * then the output head into s->logits.  Returns 0, or -1 if a kernel the model

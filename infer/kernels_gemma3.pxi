@@ -3,13 +3,6 @@ from libc.stdlib cimport calloc, free
 from libc.stdint cimport uint8_t
 
 cdef extern from "gemma3_block.h" nogil:
-    ctypedef struct infer_gemma3_matrix:
-        const uint8_t *data
-        int type
-        int act_type
-        int64_t rows
-        int64_t cols
-        size_t row_bytes
     ctypedef struct infer_gemma3_layer:
         const float *attn_norm
         const float *q_norm
@@ -17,14 +10,14 @@ cdef extern from "gemma3_block.h" nogil:
         const float *post_attn_norm
         const float *ffn_norm
         const float *post_ffw_norm
-        infer_gemma3_matrix wq, wk, wv, wo, gate, up, down
+        infer_decode_matrix wq, wk, wv, wo, gate, up, down
         float rope_base, rope_scale
         int window
     ctypedef struct infer_gemma3_model:
         int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size
         float rms_eps, attn_scale, embd_scale
         const infer_gemma3_layer *layers
-        infer_gemma3_matrix embd, output
+        infer_decode_matrix embd, output
         const float *output_norm
     ctypedef struct infer_gemma3_state:
         int n_ctx
@@ -43,40 +36,7 @@ cdef extern from "gemma3_block.h" nogil:
         float *rope_sin
         uint8_t *xq[3]
         float *logits
-    size_t infer_gemma3_act_bytes(int64_t n) noexcept
     int infer_gemma3_decode(const infer_gemma3_model *m, infer_gemma3_state *s, int token, int pos) noexcept
-
-
-cdef infer_gemma3_matrix _gemma3_matrix(object w, list keep) except *:
-    """w: (data as uint8 rows, qtype, act_type, rows, cols)."""
-    cdef const uint8_t[:, ::1] d = w[0]
-    cdef infer_gemma3_matrix m
-    m.type = type_id(w[1])
-    m.act_type = type_id(w[2])
-    m.rows = w[3]
-    m.cols = w[4]
-    if d.shape[0] != m.rows:
-        raise ValueError(f"matrix: data has {d.shape[0]} rows, expected {m.rows}")
-    m.row_bytes = d.shape[1]
-    if <int64_t>m.row_bytes != row_bytes(m.type, m.cols):
-        raise ValueError(f"matrix: {m.row_bytes} bytes per row do not hold {m.cols} values of {TYPE_NAMES[m.type]}")
-    m.data = &d[0, 0]
-    keep.append(w[0])
-    return m
-
-
-cdef const float *_gemma3_vector(object a, int64_t n, list keep) except NULL:
-    cdef const float[::1] v = a
-    if v.shape[0] != n:
-        raise ValueError(f"vector: expected {n} values, got {v.shape[0]}")
-    keep.append(a)
-    return &v[0]
-
-
-cdef float *_gemma3_buffer(object a, list keep) except NULL:
-    cdef float[::1] v = a.reshape(-1)
-    keep.append(a)
-    return &v[0]
 
 
 cdef class Gemma3Decoder:
@@ -113,26 +73,26 @@ cdef class Gemma3Decoder:
         self.m.rms_eps, self.m.attn_scale, self.m.embd_scale = c.rms_eps, c.attn_scale, embd_scale
         if len(layers) != c.n_layers:
             raise ValueError(f"layers: expected {c.n_layers}, got {len(layers)}")
-        self.m.embd = _gemma3_matrix(embd, self.keep)
-        self.m.output = _gemma3_matrix(output, self.keep)
-        self.m.output_norm = _gemma3_vector(output_norm, c.dim, self.keep)
+        self.m.embd = _decode_matrix(embd, self.keep)
+        self.m.output = _decode_matrix(output, self.keep)
+        self.m.output_norm = _decode_vector(output_norm, c.dim, self.keep)
         self.layers = <infer_gemma3_layer *>calloc(c.n_layers, sizeof(infer_gemma3_layer))
         if self.layers == NULL:
             raise MemoryError()
         for i, L in enumerate(layers):
-            self.layers[i].attn_norm = _gemma3_vector(L[0], c.dim, self.keep)
-            self.layers[i].q_norm = _gemma3_vector(L[1], c.head_dim, self.keep)
-            self.layers[i].k_norm = _gemma3_vector(L[2], c.head_dim, self.keep)
-            self.layers[i].post_attn_norm = _gemma3_vector(L[3], c.dim, self.keep)
-            self.layers[i].ffn_norm = _gemma3_vector(L[4], c.dim, self.keep)
-            self.layers[i].post_ffw_norm = _gemma3_vector(L[5], c.dim, self.keep)
-            self.layers[i].wq = _gemma3_matrix(L[6], self.keep)
-            self.layers[i].wk = _gemma3_matrix(L[7], self.keep)
-            self.layers[i].wv = _gemma3_matrix(L[8], self.keep)
-            self.layers[i].wo = _gemma3_matrix(L[9], self.keep)
-            self.layers[i].gate = _gemma3_matrix(L[10], self.keep)
-            self.layers[i].up = _gemma3_matrix(L[11], self.keep)
-            self.layers[i].down = _gemma3_matrix(L[12], self.keep)
+            self.layers[i].attn_norm = _decode_vector(L[0], c.dim, self.keep)
+            self.layers[i].q_norm = _decode_vector(L[1], c.head_dim, self.keep)
+            self.layers[i].k_norm = _decode_vector(L[2], c.head_dim, self.keep)
+            self.layers[i].post_attn_norm = _decode_vector(L[3], c.dim, self.keep)
+            self.layers[i].ffn_norm = _decode_vector(L[4], c.dim, self.keep)
+            self.layers[i].post_ffw_norm = _decode_vector(L[5], c.dim, self.keep)
+            self.layers[i].wq = _decode_matrix(L[6], self.keep)
+            self.layers[i].wk = _decode_matrix(L[7], self.keep)
+            self.layers[i].wv = _decode_matrix(L[8], self.keep)
+            self.layers[i].wo = _decode_matrix(L[9], self.keep)
+            self.layers[i].gate = _decode_matrix(L[10], self.keep)
+            self.layers[i].up = _decode_matrix(L[11], self.keep)
+            self.layers[i].down = _decode_matrix(L[12], self.keep)
             self.layers[i].rope_base = L[13]
             self.layers[i].rope_scale = L[14]
             if L[15] < 0:
@@ -157,20 +117,20 @@ cdef class Gemma3Decoder:
         self.s.kv_f16 = 1 if k_cache.dtype == np.uint16 else 0
         self.s.n_ctx = n_ctx
         f32 = np.float32
-        self.s.x = _gemma3_buffer(np.zeros(c.dim, f32), self.keep)
-        self.s.h = _gemma3_buffer(np.zeros(c.dim, f32), self.keep)
-        self.s.q = _gemma3_buffer(np.zeros(q_dim, f32), self.keep)
-        self.s.att = _gemma3_buffer(np.zeros(q_dim, f32), self.keep)
-        self.s.k = _gemma3_buffer(np.zeros(kv_dim, f32), self.keep)
-        self.s.v = _gemma3_buffer(np.zeros(kv_dim, f32), self.keep)
-        self.s.gate = _gemma3_buffer(np.zeros(c.ffn_dim, f32), self.keep)
-        self.s.up = _gemma3_buffer(np.zeros(c.ffn_dim, f32), self.keep)
-        self.s.rope_cos = _gemma3_buffer(np.zeros(c.head_dim // 2, f32), self.keep)
-        self.s.rope_sin = _gemma3_buffer(np.zeros(c.head_dim // 2, f32), self.keep)
+        self.s.x = _decode_buffer(np.zeros(c.dim, f32), self.keep)
+        self.s.h = _decode_buffer(np.zeros(c.dim, f32), self.keep)
+        self.s.q = _decode_buffer(np.zeros(q_dim, f32), self.keep)
+        self.s.att = _decode_buffer(np.zeros(q_dim, f32), self.keep)
+        self.s.k = _decode_buffer(np.zeros(kv_dim, f32), self.keep)
+        self.s.v = _decode_buffer(np.zeros(kv_dim, f32), self.keep)
+        self.s.gate = _decode_buffer(np.zeros(c.ffn_dim, f32), self.keep)
+        self.s.up = _decode_buffer(np.zeros(c.ffn_dim, f32), self.keep)
+        self.s.rope_cos = _decode_buffer(np.zeros(c.head_dim // 2, f32), self.keep)
+        self.s.rope_sin = _decode_buffer(np.zeros(c.head_dim // 2, f32), self.keep)
         cdef uint8_t[::1] xq
         widest = max(c.dim, c.ffn_dim, q_dim)
         for i in range(3):
-            buf = np.zeros(infer_gemma3_act_bytes(widest), np.uint8)
+            buf = np.zeros(infer_decode_act_bytes(widest), np.uint8)
             xq = buf
             self.s.xq[i] = &xq[0]
             self.keep.append(buf)
