@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "decode_team.h"
+#include "infer_kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,6 +50,18 @@ int64_t infer_decode_matvec_job(infer_decode_job *j, int n_mats, int nth);
  * multiples of 16 within matrices whose row counts are multiples of 4 (all real
  * ones), so the grouping, and each result, do not depend on the chunking. */
 void infer_decode_dot_rows(const infer_decode_matrix *w, const void *x, float *dst, int64_t lo, int64_t hi);
+
+/* The team's copy callback for every job kind: moves chunk c's results from the
+ * scratch compute filled into the job's outputs.  A gate/up job's results go to
+ * outs[0] (its first matrix's rows); an attention job's chunks are chunk_rows
+ * floats each, laid one after another from outs[0]. */
+void infer_decode_copy_chunk(void *ctx, const void *job, int64_t c, const float *scratch);
+
+/* Quantize x (n values) for j's first n_mats matrices and point j->inputs at it:
+ * one copy per distinct activation format (slot k of xq holds the k-th format in
+ * the order the matrices come), so q/k/v or gate/up share one quantized input. */
+void infer_decode_quantize_inputs(const infer_kernel_table *kt, infer_decode_job *j, const float *x,
+                                  int64_t n, int n_mats, uint8_t *const xq[3]);
 
 /* For matrix i of a matvec job, the part [lo, hi) of chunk c's rows in it;
  * returns whether it is non-empty. */

@@ -70,47 +70,6 @@ static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch)
     }
 }
 
-/* The outputs of chunk c, from the scratch compute_chunk filled. */
-static void copy_chunk(void *ctx, const void *job, int64_t c, const float *scratch) {
-    const decode_ctx *d = (const decode_ctx *)ctx;
-    const infer_decode_job *j = (const infer_decode_job *)job;
-    const infer_llama_model *m = d->m;
-    if (j->kind == INFER_JOB_MATVEC) {
-        int64_t lo, hi;
-        for (int i = 0; i < j->n_mats; i++)
-            if (infer_decode_chunk_part(j, c, i, &lo, &hi)) {
-                memcpy(j->outs[i] + lo, scratch, (size_t)(hi - lo) * sizeof(float));
-                scratch += hi - lo;
-            }
-    } else if (j->kind == INFER_JOB_GATE_UP) {
-        int64_t r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows;
-        if (r1 > m->ffn_dim) r1 = m->ffn_dim;
-        memcpy(d->s->gate + r0, scratch, (size_t)(r1 - r0) * sizeof(float));
-    } else {
-        const size_t n = (size_t)(m->n_heads / m->n_kv_heads) * m->head_dim;
-        memcpy(d->s->att + (size_t)c * n, scratch, n * sizeof(float));
-    }
-}
-
-/* Matrices sharing an input get one quantized copy of it per distinct input format:
- * slot k of s->xq holds the k-th distinct format in the order the matrices come. */
-static void quantize_inputs(decode_ctx *d, const float *x, int64_t n, int n_mats) {
-    infer_decode_job *j = &d->staging;
-    int types[3], n_types = 0;
-    for (int i = 0; i < n_mats; i++) {
-        int at = j->mats[i]->act_type, slot = -1;
-        for (int k = 0; k < n_types; k++)
-            if (types[k] == at) slot = k;
-        if (slot < 0) {
-            slot = n_types++;
-            types[slot] = at;
-            if (at == INFER_TYPE_F32) memcpy(d->s->xq[slot], x, (size_t)n * sizeof(float));
-            else d->kt->quantize[at](x, d->s->xq[slot], n);
-        }
-        j->inputs[i] = d->s->xq[slot];
-    }
-}
-
 /* The leader's walk through the model (thread 0). */
 static void decode_leader(void *ctx, infer_decode_team *team) {
     decode_ctx *d = (decode_ctx *)ctx;
@@ -136,7 +95,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         kt->rmsnorm(s->x, L->attn_norm, s->h, m->dim, m->rms_eps);
         j->mats[0] = &L->wq; j->mats[1] = &L->wk; j->mats[2] = &L->wv;
         j->outs[0] = s->q; j->outs[1] = s->k; j->outs[2] = s->v;
-        quantize_inputs(d, s->h, m->dim, 3);
+        infer_decode_quantize_inputs(kt, j, s->h, m->dim, 3, s->xq);
         infer_team_job(team, j, infer_decode_matvec_job(j, 3, nth));
 
         /* GGUF "llama" layout: RoPE rotates adjacent pairs (2i, 2i+1) of each head */
@@ -145,30 +104,32 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         infer_kv_store(s->k, (char *)s->k_cache + layer_off, kv_type, 1, m->n_kv_heads, hd, s->n_ctx, d->pos);
         infer_kv_store(s->v, (char *)s->v_cache + layer_off, kv_type, 1, m->n_kv_heads, hd, s->n_ctx, d->pos);
         j->kind = INFER_JOB_ATTENTION;
+        j->outs[0] = s->att;
+        j->chunk_rows = (int64_t)(m->n_heads / m->n_kv_heads) * hd;   /* floats per KV head */
         j->layer = l;
         infer_team_job(team, j, m->n_kv_heads);
 
         j->mats[0] = &L->wo; j->outs[0] = s->h;
-        quantize_inputs(d, s->att, q_dim, 1);
+        infer_decode_quantize_inputs(kt, j, s->att, q_dim, 1, s->xq);
         infer_team_job(team, j, infer_decode_matvec_job(j, 1, nth));
         kt->add(s->x, s->h, m->dim);
 
         kt->rmsnorm(s->x, L->ffn_norm, s->h, m->dim, m->rms_eps);
         j->mats[0] = &L->gate; j->mats[1] = &L->up;
         j->outs[0] = s->gate; j->outs[1] = s->up;
-        quantize_inputs(d, s->h, m->dim, 2);
+        infer_decode_quantize_inputs(kt, j, s->h, m->dim, 2, s->xq);
         infer_decode_matvec_job(j, 1, nth);  /* chunking of one ffn_dim-row matrix */
         j->kind = INFER_JOB_GATE_UP;
         infer_team_job(team, j, (m->ffn_dim + j->chunk_rows - 1) / j->chunk_rows);
 
         j->mats[0] = &L->down; j->outs[0] = s->h;
-        quantize_inputs(d, s->gate, m->ffn_dim, 1);
+        infer_decode_quantize_inputs(kt, j, s->gate, m->ffn_dim, 1, s->xq);
         infer_team_job(team, j, infer_decode_matvec_job(j, 1, nth));
         kt->add(s->x, s->h, m->dim);
     }
     kt->rmsnorm(s->x, m->output_norm, s->h, m->dim, m->rms_eps);
     j->mats[0] = &m->output; j->outs[0] = s->logits;
-    quantize_inputs(d, s->h, m->dim, 1);
+    infer_decode_quantize_inputs(kt, j, s->h, m->dim, 1, s->xq);
     infer_team_job(team, j, infer_decode_matvec_job(j, 1, nth));
 }
 
@@ -205,6 +166,6 @@ int infer_llama_decode(const infer_llama_model *m, infer_llama_state *s, int tok
     d.pos = pos;
     d.attn = s->kv_f16 ? kt->attn_block_f16 : kt->attn_block_f32;
     infer_decode_team team;
-    infer_team_run(&team, &d, decode_leader, compute_chunk, copy_chunk, sizeof(infer_decode_job));
+    infer_team_run(&team, &d, decode_leader, compute_chunk, infer_decode_copy_chunk, sizeof(infer_decode_job));
     return 0;
 }
