@@ -24,10 +24,16 @@ def smollm2_path() -> Optional[str]:
 def gemma3_path() -> Optional[str]:
     """Gemma 3 270M, assembled once from its PyPI chunk packages into the user's
     cache directory (outside the repository)."""
+    return None if gemma3_missing() else str(gemma3_model_path())
+
+
+def gemma3_missing() -> str:
+    """Why gemma3_path() is None (a skip reason), or "" when the model is there."""
     try:
-        return str(gemma3_model_path())
-    except FileNotFoundError:
-        return None
+        gemma3_model_path()
+    except FileNotFoundError as e:
+        return str(e)
+    return ""
 
 
 @functools.lru_cache(maxsize=4)

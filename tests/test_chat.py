@@ -11,7 +11,7 @@ import pytest
 
 from infer.chat import ChatSession, Reply, ThinkingText, ToolCall, ToolCallError
 from infer.runtime import ContextOverflowError
-from tests.scripted import CHATML, RaisingSampler, ScriptedTokenizer, scripted_model
+from scripted import CHATML, RaisingSampler, ScriptedTokenizer, scripted_model
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city",
@@ -408,11 +408,12 @@ def test_a_failing_turn_is_dropped_from_history():
 # ---- the state machine with the real tokenizers of the test models -----------------------------
 def _real(path_fn):
     from infer.tokenizer import Tokenizer
-    from tests import _tok_models
+    import _tok_models
 
     path = getattr(_tok_models, path_fn)()
     if path is None:
-        pytest.skip(f"{path_fn}: model file not installed")
+        missing = _tok_models.gemma3_missing() if path_fn == "gemma3_path" else "model file not installed"
+        pytest.skip(f"{path_fn}: {missing}")
     md = _tok_models.metadata(path)
     return md, Tokenizer.from_metadata(md)
 

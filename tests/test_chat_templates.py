@@ -7,8 +7,8 @@ import jinja2
 import pytest
 
 from infer.chat import FALLBACK_TEMPLATES, Chat, ChatTemplateError
-from tests import _tok_models
-from tests.scripted import ScriptedTokenizer
+import _tok_models
+from scripted import ScriptedTokenizer
 
 # Official templates as published with the models (Meta-Llama-3-8B-Instruct, gemma-2-2b-it).
 LLAMA3 = ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "

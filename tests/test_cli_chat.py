@@ -10,7 +10,8 @@ import pytest
 
 from infer import cli
 from infer.runtime import Model
-from tests.scripted import GreedySampler, RaisingSampler, scripted_model
+from scripted import GreedySampler, RaisingSampler, scripted_model
+from under_test import IMPORT_ROOT, pythonpath
 
 
 class RecordingModel(Model):
@@ -126,11 +127,10 @@ def _model_runs():
 def test_infer_chat_subprocess_with_piped_stdin():
     if not _model_runs():
         pytest.skip("infer.load() cannot run the default model yet")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=pythonpath())
     stdin = "What is the capital of France?\n/reset\nSay hello.\n"
     proc = subprocess.run([sys.executable, "-m", "infer", "chat", "--temp", "0", "-n", "6"],
-                          input=stdin, capture_output=True, text=True, env=env, cwd=root, timeout=300)
+                          input=stdin, capture_output=True, text=True, env=env, cwd=IMPORT_ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert "[conversation reset]" in lines

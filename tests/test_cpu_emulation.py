@@ -19,12 +19,14 @@ import json
 import os
 import platform
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from test_selftest import Outcome, build
+from under_test import IMPORT_ROOT
 
 ROOT = Path(__file__).resolve().parent.parent
 QEMU = "qemu-x86_64"
@@ -71,6 +73,8 @@ def interpreter() -> str:
 def emulated_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "INFER_ISA"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # The real binary knows no venv: hand it this interpreter's site-packages.
+    env["PYTHONPATH"] = os.pathsep.join([IMPORT_ROOT, *site.getsitepackages()])
     # numpy's bundled OpenBLAS dies with SIGILL on these models under qemu unless told
     # its kernel family (its own detection/kernels, not ours); Nehalem = SSE4.2 only.
     env["OPENBLAS_CORETYPE"] = "Nehalem"
@@ -86,7 +90,10 @@ RUN_SUBSET = {"Westmere", "Haswell"}
 def test_kernel_tests_pass_under_emulated_cpu(cpu: str) -> None:
     subset = subset_for(CPUS[cpu][-1:]) if cpu in RUN_SUBSET else []
     script = (
-        "import json, sys, pytest, infer.kernels as k\n"
+        # cwd is the source tree (the node ids are relative to it); the infer under
+        # test goes first so that the source tree's cannot shadow an installed one.
+        f"import sys; sys.path.insert(0, {IMPORT_ROOT!r})\n"
+        "import json, pytest, infer.kernels as k\n"
         "print('CAPABILITIES', json.dumps(k.capabilities()), flush=True)\n"
         # Plugins the subset does not use cost seconds of emulated imports.
         "plugins = ['-p', 'no:cacheprovider', '-p', 'no:hypothesispytest', '-p', 'no:anyio']\n"

