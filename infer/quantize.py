@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .gguf import GGUFFile, GGUFWriter, PathArg, ValueType
 from .tensor import DType, Tensor, encode_f32
@@ -145,7 +146,7 @@ def plan(f: GGUFFile, target: DType) -> list[Step]:
     return steps
 
 
-def convert(step: Step) -> np.ndarray:
+def convert(step: Step) -> NDArray[Any]:
     """The bytes of ``step.tensor`` in ``step.dtype`` (a zero-copy view when unchanged)."""
     t = step.tensor
     if step.copy:
@@ -212,10 +213,10 @@ def quantize_file(src: PathArg, dst: PathArg, target: Union[DType, str],
 
         window = 2 * threads  # tensors converted ahead of the writer
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="quantize") as pool:
-            futures: dict[int, Future[np.ndarray]] = {}
+            futures: dict[int, Future[NDArray[Any]]] = {}
 
-            def producer(k: int) -> Callable[[], np.ndarray]:
-                def produce() -> np.ndarray:
+            def producer(k: int) -> Callable[[], NDArray[Any]]:
+                def produce() -> NDArray[Any]:
                     for m in range(k, min(k + window, len(steps))):
                         if m not in futures:
                             futures[m] = pool.submit(convert, steps[m])

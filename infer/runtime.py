@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 
 class ContextOverflowError(ValueError):
@@ -69,7 +70,7 @@ class Context(ABC):
 
     # ---- hooks a variant implements ---------------------------------------
     @abstractmethod
-    def _forward(self, tokens: np.ndarray, start: int) -> None:
+    def _forward(self, tokens: NDArray[Any], start: int) -> None:
         """Evaluate ``tokens`` at positions ``start...``; set ``self.logits`` for the last."""
 
     def _truncate_cache(self, n: int) -> None:
@@ -126,7 +127,7 @@ class Context(ABC):
             return token
 
     # ---- shared machinery -----------------------------------------------------
-    def _eval(self, batch: np.ndarray) -> None:
+    def _eval(self, batch: NDArray[Any]) -> None:
         start = len(self.tokens)
         try:
             self._forward(batch, start)
@@ -151,7 +152,7 @@ class Context(ABC):
         self.sampler.set_history(self.tokens)
         self._eval(np.array([last], dtype=np.int32))
 
-    def _check_tokens(self, tokens: Iterable[int]) -> np.ndarray:
+    def _check_tokens(self, tokens: Iterable[int]) -> NDArray[Any]:
         batch = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) else tokens)
         if batch.ndim != 1:
             raise ValueError(f"tokens: expected a 1-D sequence, got shape {batch.shape}")

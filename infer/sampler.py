@@ -36,9 +36,10 @@ from __future__ import annotations
 import math
 import secrets
 from collections import deque
-from typing import Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
+from numpy.typing import NDArray
 
 __all__ = ["Sampler"]
 
@@ -156,7 +157,7 @@ class Sampler:
         return list(self._window)
 
     # ---- sampling ---------------------------------------------------------------
-    def sample(self, logits: np.ndarray) -> int:
+    def sample(self, logits: NDArray[Any]) -> int:
         """The next token for ``logits`` (not modified)."""
         ids, w = self._candidates(logits)
         if ids is None:  # every token survived, in id order
@@ -165,7 +166,7 @@ class Sampler:
             return int(ids[0])  # greedy or one survivor: no random draw
         return int(ids[_draw(w, self._rng.random())])
 
-    def probabilities(self, logits: np.ndarray) -> np.ndarray:
+    def probabilities(self, logits: NDArray[Any]) -> NDArray[Any]:
         """The distribution ``sample`` draws from, as a float64 vector over the vocabulary
         (zero for filtered tokens).  The penalty window is used, the RNG is not."""
         ids, w = self._candidates(logits)
@@ -173,7 +174,7 @@ class Sampler:
         out[slice(None) if ids is None else ids] = w.astype(np.float64) / w.sum(dtype=np.float64)
         return out
 
-    def _candidates(self, logits: np.ndarray) -> tuple[Optional[np.ndarray], np.ndarray]:
+    def _candidates(self, logits: NDArray[Any]) -> tuple[Optional[NDArray[Any]], NDArray[Any]]:
         """Survivors of the chain (ids in draw order, or None for all ids in order)
         and their unnormalised weights (possibly a view of a scratch buffer)."""
         x, imax = self._check_logits(logits)
@@ -200,7 +201,7 @@ class Sampler:
         # (no full sort just for the draw).
         return ids, self._weights(vals, top, self.temperature)
 
-    def _weights(self, vals: np.ndarray, top: float, temperature: float = 1.0) -> np.ndarray:
+    def _weights(self, vals: NDArray[Any], top: float, temperature: float = 1.0) -> NDArray[Any]:
         """``exp((vals - top) / temperature)`` in float32, in a buffer kept between draws
         (a fresh vocabulary-sized array per draw costs page faults)."""
         n = vals.shape[0]
@@ -210,9 +211,10 @@ class Sampler:
         np.subtract(vals, np.float32(top), out=w)
         if temperature != 1.0:
             np.divide(w, np.float32(temperature), out=w)
-        return np.exp(w, out=w)
+        np.exp(w, out=w)
+        return w
 
-    def _check_logits(self, logits: object) -> tuple[np.ndarray, int]:
+    def _check_logits(self, logits: object) -> tuple[NDArray[Any], int]:
         if not isinstance(logits, np.ndarray):
             raise TypeError(f"logits: expected a numpy array, got {type(logits).__name__}")
         if logits.ndim != 1 or logits.shape[0] == 0:
@@ -229,7 +231,7 @@ class Sampler:
             raise ValueError("logits: contains +inf")
         return logits, imax
 
-    def _apply_bias_and_penalties(self, x: np.ndarray, n: int) -> np.ndarray:
+    def _apply_bias_and_penalties(self, x: NDArray[Any], n: int) -> NDArray[Any]:
         penalize = bool(self._counts) and (self.repeat_penalty != 1.0
                                            or self.frequency_penalty != 0.0
                                            or self.presence_penalty != 0.0)
@@ -253,7 +255,7 @@ class Sampler:
             x[toks] = v
         return x
 
-    def _top_k(self, x: np.ndarray, n: int) -> tuple[Optional[np.ndarray], np.ndarray, bool]:
+    def _top_k(self, x: NDArray[Any], n: int) -> tuple[Optional[NDArray[Any]], NDArray[Any], bool]:
         """Candidates (ids, logits) after top-k; sorted descending when top-k ran."""
         k = self.top_k
         if 0 < k < n:
@@ -271,8 +273,8 @@ class Sampler:
         ids = np.flatnonzero(finite)
         return ids, x[ids], False
 
-    def _top_p(self, x: np.ndarray, ids: Optional[np.ndarray], vals: np.ndarray, is_sorted: bool,
-               top: float) -> tuple[np.ndarray, np.ndarray]:
+    def _top_p(self, x: NDArray[Any], ids: Optional[NDArray[Any]], vals: NDArray[Any], is_sorted: bool,
+               top: float) -> tuple[NDArray[Any], NDArray[Any]]:
         p = self.top_p
         # Softmax weights relative to the largest logit; float32 exp, float64 sums.
         shift = np.float32(top)
@@ -299,7 +301,7 @@ class Sampler:
         return ids[:cut], vals[:cut]
 
 
-def _holding_largest(x: np.ndarray, m: int) -> np.ndarray:
+def _holding_largest(x: NDArray[Any], m: int) -> NDArray[Any]:
     """Increasing indices of a subset of ``x`` that holds every value >= its m-th
     largest (so at least m of them, ties included), found without sorting ``x``.
 
@@ -322,7 +324,7 @@ def _holding_largest(x: np.ndarray, m: int) -> np.ndarray:
 _BLOCK = 1024
 
 
-def _draw(w: np.ndarray, u: float) -> int:
+def _draw(w: NDArray[Any], u: float) -> int:
     """Index of the first weight whose running sum exceeds ``u`` times the total.
 
     Long vectors are summed by blocks of 1024 first (float64 across blocks), then
@@ -350,13 +352,13 @@ def _draw(w: np.ndarray, u: float) -> int:
     return int(i)
 
 
-def _crossing(cum: np.ndarray, target: float) -> int:
+def _crossing(cum: NDArray[Any], target: float) -> int:
     """Length of the shortest prefix whose mass reaches ``target`` (all if none does)."""
     i = int(np.searchsorted(cum, target, side="left"))
     return min(i + 1, int(cum.shape[0]))
 
 
-def _sort_desc(ids: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _sort_desc(ids: NDArray[Any], vals: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any]]:
     """Sort by decreasing logit, ties by increasing id."""
     order = np.lexsort((ids, -vals))
     return ids[order], vals[order]

@@ -18,6 +18,7 @@ from enum import IntEnum
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
+from numpy.typing import NDArray
 
 MAX_DIMS = 4
 
@@ -180,7 +181,7 @@ class Tensor:
             raise ValueError(
                 f"tensor {self.name!r}: {arr.size} bytes of data, but {self.dtype.name} "
                 f"{self.shape} needs {self.nbytes}")
-        self.data: np.ndarray = arr
+        self.data: NDArray[Any] = arr
 
     # ---- geometry -------------------------------------------------------------
     @property
@@ -218,7 +219,7 @@ class Tensor:
         return f"Tensor({self.name!r}, {self.dtype.name}, shape={self.shape})"
 
     # ---- views ------------------------------------------------------------------
-    def rows(self, i: int, j: Optional[int] = None) -> np.ndarray:
+    def rows(self, i: int, j: Optional[int] = None) -> NDArray[Any]:
         """Rows ``i`` to ``j`` (exclusive; ``j=None`` means ``i+1``) as a zero-copy
         uint8 view of shape ``(j - i, row_bytes)``."""
         if j is None:
@@ -228,7 +229,7 @@ class Tensor:
         rb = self.row_bytes
         return self.data[i * rb:j * rb].reshape(j - i, rb)
 
-    def view(self) -> np.ndarray:
+    def view(self) -> NDArray[Any]:
         """Zero-copy typed view for plain formats (F32, F16, F64, I8..I64; BF16 as uint16 bits)."""
         np_dtype = _NUMPY_DTYPES.get(self.dtype)
         if np_dtype is None:
@@ -236,11 +237,11 @@ class Tensor:
         return self.data.view(np_dtype).reshape(self.shape)
 
     # ---- conversions ----------------------------------------------------------
-    def to_f32(self) -> np.ndarray:
+    def to_f32(self) -> NDArray[Any]:
         """A new float32 array of ``shape``, dequantized by the kernels."""
         return self.dequantize_rows(0, self.n_rows).reshape(self.shape)
 
-    def to_f16(self) -> np.ndarray:
+    def to_f16(self) -> NDArray[Any]:
         """A new float16 array of ``shape``, dequantized by the kernels."""
         out = np.empty(self.shape, dtype=np.float16)
         flat = out.reshape(-1)
@@ -254,7 +255,7 @@ class Tensor:
             kernels.dequantize_f16(self.data, int(self.dtype), flat)
         return out
 
-    def dequantize_rows(self, i: int, j: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
+    def dequantize_rows(self, i: int, j: Optional[int] = None, out: Optional[NDArray[Any]] = None) -> NDArray[Any]:
         """Rows ``i`` to ``j`` (``j=None``: just row ``i``) as float32 of shape ``(j - i, n_cols)``.
 
         ``out``, if given, must be a C-contiguous float32 array of that many
@@ -295,7 +296,7 @@ class Tensor:
         return cls(name, dt, shape, out)
 
 
-def encode_f32(src: np.ndarray, dtype: DType, out: np.ndarray) -> None:
+def encode_f32(src: NDArray[Any], dtype: DType, out: NDArray[Any]) -> None:
     """Encode flat float32 ``src`` (whole blocks) as ``dtype`` into the uint8 array ``out``."""
     if dtype == DType.F32:
         out.view(np.float32)[:] = src

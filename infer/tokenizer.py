@@ -29,6 +29,7 @@ import operator
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
+from numpy.typing import NDArray
 import regex
 
 __all__ = [
@@ -95,8 +96,8 @@ class Vocabulary:
     Ids that the GGUF does not name are ``None``.
     """
 
-    def __init__(self, tokens: Sequence[str], token_types: Optional[np.ndarray] = None,
-                 scores: Optional[np.ndarray] = None, *, bos_token_id: Optional[int] = None,
+    def __init__(self, tokens: Sequence[str], token_types: Optional[NDArray[Any]] = None,
+                 scores: Optional[NDArray[Any]] = None, *, bos_token_id: Optional[int] = None,
                  eos_token_id: Optional[int] = None, eot_token_id: Optional[int] = None,
                  pad_token_id: Optional[int] = None, unk_token_id: Optional[int] = None,
                  add_bos: bool = False, add_eos: bool = False,

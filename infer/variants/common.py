@@ -16,6 +16,7 @@ import weakref
 from typing import Any, Callable, Dict, Generic, Optional, Tuple, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .. import kernels as K
 from ..runtime import Context, Engine
@@ -129,12 +130,12 @@ class TransformerContext(Context, Generic[E]):
         """Activation buffers for a batch of n positions."""
         raise NotImplementedError
 
-    def _prefill(self, tokens: np.ndarray, start: int) -> None:
+    def _prefill(self, tokens: NDArray[Any], start: int) -> None:
         """The Python forward pass over a batch (also one token with fused_decode off)."""
         raise NotImplementedError
 
     # ---- shared ------------------------------------------------------------------------
-    def _forward(self, tokens: np.ndarray, start: int) -> None:
+    def _forward(self, tokens: NDArray[Any], start: int) -> None:
         eng = self.engine
         if eng.layers is None:
             raise RuntimeError("the model is closed")

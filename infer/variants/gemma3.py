@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .. import kernels as K
 from ..runtime import register_variant
@@ -213,7 +214,7 @@ class Gemma3Context(TransformerContext[Gemma3Engine]):
     def _new_scratch(self, n: int) -> "_Scratch":
         return _Scratch(self.engine, n)
 
-    def _prefill(self, tokens: np.ndarray, start: int) -> None:
+    def _prefill(self, tokens: NDArray[Any], start: int) -> None:
         eng = self.engine
         cfg = eng.config
         for c0 in range(0, len(tokens), N_BATCH):
@@ -274,19 +275,19 @@ class _Scratch:
         self.att = np.zeros((n, q_dim), f)
         self.gate = np.zeros((n, cfg.ffn_dim), f)
         self.up = np.zeros((n, cfg.ffn_dim), f)
-        self._act: Dict[Tuple[int, int, int], np.ndarray] = {}
+        self._act: Dict[Tuple[int, int, int], NDArray[Any]] = {}
 
-    def _quantized(self, x: np.ndarray, w: Matrix, rows: int) -> np.ndarray:
+    def _quantized(self, x: NDArray[Any], w: Matrix, rows: int) -> NDArray[Any]:
         key = (w.act_type, w.cols, rows)
         xq = self._act.get(key)
         if xq is None:
             xq = self._act[key] = np.zeros(K.activation_bytes(w.qtype, w.cols, rows), np.uint8)
         return K.quantize_activations(x, w.qtype, xq)
 
-    def mul(self, x: np.ndarray, *pairs: Tuple[Matrix, np.ndarray]) -> None:
+    def mul(self, x: NDArray[Any], *pairs: Tuple[Matrix, NDArray[Any]]) -> None:
         """out = x W^T for each (W, out); x is quantized once per activation format.
         One row goes through matvec, several through matmul."""
-        done: Dict[int, np.ndarray] = {}
+        done: Dict[int, NDArray[Any]] = {}
         for w, out in pairs:
             xq = done.get(w.act_type)
             if xq is None:
@@ -296,7 +297,7 @@ class _Scratch:
             else:
                 K.matmul_q(w.data, w.qtype, xq, out)
 
-    def mul_one(self, x: np.ndarray, w: Matrix, out: np.ndarray) -> None:
+    def mul_one(self, x: NDArray[Any], w: Matrix, out: NDArray[Any]) -> None:
         """out = W x for one float32 vector x (the output head)."""
         K.matvec_q(w.data, w.qtype, self._quantized(x, w, 1), out)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .. import kernels as K
 from ..runtime import register_variant
@@ -135,7 +136,7 @@ class LlamaContext(TransformerContext[LlamaEngine]):
     def _new_scratch(self, n: int) -> "_Scratch":
         return _Scratch(self.engine, n)
 
-    def _prefill(self, tokens: np.ndarray, start: int) -> None:
+    def _prefill(self, tokens: NDArray[Any], start: int) -> None:
         eng = self.engine
         for c0 in range(0, len(tokens), N_BATCH):
             chunk = tokens[c0:c0 + N_BATCH]
@@ -189,11 +190,11 @@ class _Scratch:
         self.att = np.zeros((n, cfg.n_heads * cfg.head_dim), f)
         self.gate = np.zeros((n, cfg.ffn_dim), f)
         self.up = np.zeros((n, cfg.ffn_dim), f)
-        self._act: Dict[Tuple[int, int], np.ndarray] = {}
+        self._act: Dict[Tuple[int, int], NDArray[Any]] = {}
 
-    def mul(self, x: np.ndarray, *pairs: Tuple[Matrix, np.ndarray]) -> None:
+    def mul(self, x: NDArray[Any], *pairs: Tuple[Matrix, NDArray[Any]]) -> None:
         """out = x W^T for each (W, out); x is quantized once per activation format."""
-        done: Dict[int, np.ndarray] = {}
+        done: Dict[int, NDArray[Any]] = {}
         for w, out in pairs:
             xq = done.get(w.act_type)
             if xq is None:
