@@ -117,4 +117,7 @@ def sentencepiece_reference(md):
         p.piece = text.replace(" ", "\u2581") if kind == 4 else text  # 4: user-defined
         p.type = int(kind)
         p.score = float(score)
+    # Gemma's GGUF types <unk> CONTROL; sentencepiece < 0.2.3 (the last for Python 3.9)
+    # refuses a model whose unk_id piece is not UNKNOWN ("unk is not defined").
+    m.pieces[m.trainer_spec.unk_id].type = pb.ModelProto.SentencePiece.UNKNOWN
     return spm.SentencePieceProcessor(model_proto=m.SerializeToString())

@@ -528,6 +528,9 @@ def test_c_matmul_rows_computes_only_its_range(isa):
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+# Forking a process with live worker threads is what this test is about; Python 3.12+
+# warns about exactly that.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")
 def test_pool_works_in_a_forked_child():
     import os
 
