@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_selftest import build, run, setup_isa_flags
+from test_selftest import Outcome, build, run, setup_isa_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -131,16 +131,27 @@ def compile_every_csrc_file(target: str, out_dir: Path) -> None:
             assert_no_warnings(proc.stderr, f"{src.name} for {target}")
 
 
+def zig_selftest(target: str, out: Path, **env: str) -> Path:
+    """The self-test built by build.sh with zig for target, without a warning."""
+    proc = build(out, cc=zig_cc(target), **selftest_env(target), **env)
+    assert_no_warnings(proc.stderr, f"self-test for {target}")
+    return out
+
+
+def assert_every_offered_set_checked(outcome: Outcome) -> None:
+    """A native run: clean, and every SIMD set the CPU offers compared with scalar."""
+    outcome.assert_clean()
+    simd = [isa for isa in outcome.available if isa != "scalar"]
+    assert sorted(outcome.overrides) == sorted(simd)
+
+
 # ---- clang ----------------------------------------------------------------------------
 
 @pytest.mark.skipif(shutil.which("clang") is None, reason="needs clang (apt-get install clang)")
 def test_selftest_built_with_clang(tmp_path: Path) -> None:
     out = tmp_path / "selftest"
     assert_no_warnings(build(out, cc="clang").stderr, "clang build")
-    outcome = run([str(out), "3"])
-    outcome.assert_clean()
-    simd = [isa for isa in outcome.available if isa != "scalar"]
-    assert sorted(outcome.overrides) == sorted(simd)
+    assert_every_offered_set_checked(run([str(out), "3"]))
 
 
 # ---- macOS: compile and link only --------------------------------------------------------
@@ -180,9 +191,7 @@ def test_macos_csrc_compiles(target: str, tmp_path: Path) -> None:
 @needs_zig
 @pytest.mark.parametrize("target", MACOS_TARGETS)
 def test_macos_selftest_links(target: str, tmp_path: Path) -> None:
-    out = tmp_path / "selftest"
-    proc = build(out, cc=zig_cc(target), **selftest_env(target))
-    assert_no_warnings(proc.stderr, f"self-test for {target}")
+    out = zig_selftest(target, tmp_path / "selftest")
     cputype, dylibs = macho_summary(out)
     assert cputype == MACHO_CPU[target.split("-")[0]]
     assert dylibs == ["/usr/lib/libSystem.B.dylib"]
@@ -190,14 +199,15 @@ def test_macos_selftest_links(target: str, tmp_path: Path) -> None:
 
 # ---- manylinux2014: glibc 2.17 ------------------------------------------------------------
 
-def glibc_versions(path: Path) -> set[tuple[int, ...]]:
-    """The GLIBC_x.y symbol versions a dynamically linked ELF file imports."""
+def assert_glibc_2_17(path: Path) -> None:
+    """A dynamically linked ELF file imports no GLIBC_x.y symbol version above 2.17."""
     objdump = shutil.which("objdump") or shutil.which("aarch64-linux-gnu-objdump")
     if objdump is None:
         pytest.skip("needs objdump (binutils)")
     text = subprocess.run([objdump, "-T", str(path)], capture_output=True, text=True,
                           check=True).stdout
-    return {tuple(map(int, v.split("."))) for v in re.findall(r"GLIBC_([\d.]+)", text)}
+    versions = {tuple(map(int, v.split("."))) for v in re.findall(r"GLIBC_([\d.]+)", text)}
+    assert versions and max(versions) <= (2, 17), sorted(versions)
 
 
 @needs_zig
@@ -209,15 +219,9 @@ def test_manylinux2014_csrc_compiles(target: str, tmp_path: Path) -> None:
 
 @needs_zig
 def test_manylinux2014_x86_64_selftest(tmp_path: Path) -> None:
-    target = "x86_64-linux-gnu.2.17"
-    out = tmp_path / "selftest"
-    assert_no_warnings(build(out, cc=zig_cc(target), **selftest_env(target)).stderr, "build")
-    versions = glibc_versions(out)
-    assert versions and max(versions) <= (2, 17), sorted(versions)
-    outcome = run([str(out), "5"])
-    outcome.assert_clean()
-    simd = [isa for isa in outcome.available if isa != "scalar"]
-    assert sorted(outcome.overrides) == sorted(simd)
+    out = zig_selftest("x86_64-linux-gnu.2.17", tmp_path / "selftest")
+    assert_glibc_2_17(out)
+    assert_every_offered_set_checked(run([str(out), "5"]))
 
 
 @slow
@@ -227,11 +231,8 @@ def test_manylinux2014_x86_64_selftest(tmp_path: Path) -> None:
                     reason=f"needs the arm64 glibc in {ARM64_SYSROOT} "
                            "(apt-get install libc6-arm64-cross)")
 def test_manylinux2014_aarch64_selftest_under_qemu(tmp_path: Path) -> None:
-    target = "aarch64-linux-gnu.2.17"
-    out = tmp_path / "selftest"
-    assert_no_warnings(build(out, cc=zig_cc(target), **selftest_env(target)).stderr, "build")
-    versions = glibc_versions(out)
-    assert versions and max(versions) <= (2, 17), sorted(versions)
+    out = zig_selftest("aarch64-linux-gnu.2.17", tmp_path / "selftest")
+    assert_glibc_2_17(out)
     outcome = run([QEMU_ARM, "-L", str(ARM64_SYSROOT), "-cpu", "max", str(out), "9"])
     outcome.assert_clean()
     assert outcome.available == ["scalar", "neon"]
@@ -257,8 +258,7 @@ def elf_interpreter(path: Path) -> bytes | None:
 
 
 def static_musl_selftest(target: str, out: Path) -> Path:
-    assert_no_warnings(build(out, cc=zig_cc(target), LDFLAGS="-static",
-                                **selftest_env(target)).stderr, "build")
+    zig_selftest(target, out, LDFLAGS="-static")
     assert elf_interpreter(out) is None, "the musl self-test should be static"
     return out
 
@@ -267,10 +267,7 @@ def static_musl_selftest(target: str, out: Path) -> Path:
 @needs_zig
 def test_musllinux_x86_64_selftest(tmp_path: Path) -> None:
     out = static_musl_selftest("x86_64-linux-musl", tmp_path / "selftest")
-    outcome = run([str(out), "13"])
-    outcome.assert_clean()
-    simd = [isa for isa in outcome.available if isa != "scalar"]
-    assert sorted(outcome.overrides) == sorted(simd)
+    assert_every_offered_set_checked(run([str(out), "13"]))
 
 
 @slow
