@@ -39,7 +39,6 @@ typedef CONDITION_VARIABLE cond_t;
 #define mutex_unlock(m) ReleaseSRWLockExclusive(m)
 #define cond_wait(c, m) SleepConditionVariableSRW(c, m, INFINITE, 0)
 #define cond_broadcast(c) WakeAllConditionVariable(c)
-#define THREAD_LOCAL __declspec(thread)
 static double now_seconds(void) {
     LARGE_INTEGER f, c;
     QueryPerformanceFrequency(&f);
@@ -61,12 +60,20 @@ typedef pthread_cond_t cond_t;
 #define mutex_unlock(m) pthread_mutex_unlock(m)
 #define cond_wait(c, m) pthread_cond_wait(c, m)
 #define cond_broadcast(c) pthread_cond_broadcast(c)
-#define THREAD_LOCAL __thread
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+#endif
+
+/* Thread-local storage goes by compiler, not by OS: MinGW gcc ignores
+ * __declspec(thread), and MSVC has neither __thread nor (before VS 2022) C11's
+ * _Thread_local. */
+#if defined(_MSC_VER)
+#define THREAD_LOCAL __declspec(thread)
+#else
+#define THREAD_LOCAL __thread
 #endif
 
 #define MAX_THREADS 256
