@@ -13,8 +13,8 @@ MSVC cannot run here, so three things stand in for it:
   branch can be taken under MSVC (it also sees macro bodies);
 * clang targeting ``x86_64-pc-windows-msvc`` (``_MSC_VER`` 1940, Wine's MSVC-style
   CRT and SDK headers from libwine-dev) compiles every file with -Werror -Wvla -Wgnu
-  -pedantic, twice: as clang-cl sees it, and with ``__clang__`` undefined, which takes
-  the branches MSVC itself takes;
+  -pedantic as clang-cl sees it, and with ``__clang__`` undefined, which takes the
+  branches MSVC itself takes (as C99, MSVC's default, and as C11, its /std:c11);
 * the second view's preprocessed output is searched for GNU-only tokens in lines
   from csrc, so the real preprocessor decides what MSVC would compile.
 
@@ -203,12 +203,15 @@ WINE_INCLUDE = Path("/usr/include/wine/wine")
 # Wine's winnt.h lacks what the Windows SDK's has for x64 (its macro for the intrinsic).
 WINE_GAPS = ("long long _InterlockedExchange64(long long volatile *, long long);\n"
              "#define InterlockedExchange64 _InterlockedExchange64\n")
-# /std:c11 is assumed (it only adds the guarded _Static_asserts); the warnings stand
-# for what MSVC rejects.  __forceinline and __declspec are MSVC's own: not flagged.
-STRICT = ["-std=c11", "-Werror", "-Wall", "-Wextra", "-Wvla", "-Wgnu", "-pedantic",
+# The warnings stand for what MSVC rejects; __forceinline and __declspec are MSVC's
+# own, not flagged.
+STRICT = ["-Werror", "-Wall", "-Wextra", "-Wvla", "-Wgnu", "-pedantic",
           "-Wno-language-extension-token"]
-# "msvc": the branches MSVC takes (#if !defined(__clang__) ...); "clang-cl": clang's.
-VIEWS = {"msvc": ["-U__clang__"], "clang-cl": []}
+# "msvc": the branches MSVC takes (#if !defined(__clang__) ...), without /std:c11 as
+# setuptools builds (no __STDC_VERSION__ >= C11, so no _Static_assert) and with it;
+# "clang-cl": the branches clang-cl takes.
+VIEWS = {"msvc": ["-U__clang__", "-std=c99"], "msvc-c11": ["-U__clang__", "-std=c11"],
+         "clang-cl": ["-std=c11"]}
 # Tokens only GCC-compatible compilers know.  __builtin_ia32_* and __builtin_offsetof
 # also come out of clang's intrinsic and stddef macros (functions in MSVC): they count
 # only where the source line spells them.
@@ -262,7 +265,7 @@ def test_compiles_in_msvc_mode(isa: str, view: str, msvc_flags: list[str], tmp_p
 def gnu_tokens_msvc_compiles(path: Path, msvc_flags: list[str], extra: list[str]) -> list[str]:
     """GNU-only tokens in the lines of csrc (or of path's directory) that survive
     MSVC's view of the preprocessor, as 'file:line: token'."""
-    proc = subprocess.run([str(CLANG), *msvc_flags, *VIEWS["msvc"], "-std=c11", *extra, "-E",
+    proc = subprocess.run([str(CLANG), *msvc_flags, *VIEWS["msvc"], *extra, "-E",
                            str(path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     ours = (str(CSRC), str(path.parent))
