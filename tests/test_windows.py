@@ -13,6 +13,7 @@ clang in MSVC mode instead.  Tools: ``apt-get install gcc-mingw-w64-x86-64-win32
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -46,8 +47,10 @@ def find_wine() -> tuple[str, str] | None:
     return None
 
 
-WINE = find_wine()
-needs_wine = pytest.mark.skipif(WINE is None, reason="needs wine64 (apt-get install wine64)")
+# wine64 runs x86-64 Windows programs on an x86-64 host only.
+WINE = find_wine() if platform.machine().lower() in ("x86_64", "amd64") else None
+needs_wine = pytest.mark.skipif(WINE is None, reason="needs wine64 on an x86-64 host "
+                                "(apt-get install wine64)")
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +67,7 @@ def wine_env() -> Iterator[dict[str, str]]:
     """A throw-away Wine prefix (Wine fills one with ~700 MB of its DLLs on first
     use, about 8 s), and no wineserver left running afterwards."""
     if WINE is None:
-        pytest.skip("needs wine64 (apt-get install wine64)")
+        pytest.skip("needs wine64 on an x86-64 host (apt-get install wine64)")
     with tempfile.TemporaryDirectory(prefix="infer-wine-") as prefix:
         env = dict(os.environ, WINEPREFIX=prefix, WINEDEBUG="-all",
                    WINEDLLOVERRIDES="mscoree=;mshtml=")  # no Mono/Gecko installer prompts
