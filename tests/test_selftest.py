@@ -40,7 +40,8 @@ def setup_isa_flags() -> dict[str, list[str]]:
     raise AssertionError("setup.py defines no ISA_FLAGS")
 
 
-def build(out: Path, cc: str = "cc", script: Path = BUILD, **flags: str) -> None:
+def build(out: Path, cc: str = "cc", script: Path = BUILD,
+          **flags: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, CC=cc)
     isa = setup_isa_flags()
     env.update(AVX2_FLAGS=" ".join(isa["avx2"]), AVX512_FLAGS=" ".join(isa["avx512"]),
@@ -49,6 +50,7 @@ def build(out: Path, cc: str = "cc", script: Path = BUILD, **flags: str) -> None
     proc = subprocess.run(["sh", str(script), str(out)], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, f"self-test build failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
 
 
 class Outcome:
@@ -129,6 +131,28 @@ def test_selftest_reports_a_wrong_kernel(tmp_path: Path) -> None:
     assert outcome.proc.returncode == 1
     assert outcome.failed > 0
     assert re.search(r"^FAIL \w+ +vec_dot +f32 ", outcome.text, re.M), outcome.text
+
+
+def test_selftest_reports_a_serial_thread_pool(tmp_path: Path) -> None:
+    """The pool check can fail: with workers that never take a share, the caller runs
+    every share in turn, so no run passes its barrier.  (A barrier of under a second
+    keeps it short.)"""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) on PATH")
+    src = tmp_path / "csrc"
+    shutil.copytree(ROOT / "csrc", src)
+    pool = (src / "threadpool.c").read_text()
+    broken = pool.replace("        take_shares(gen);\n    }", "        (void)take_shares;\n    }")
+    assert broken != pool, "threadpool.c's worker loop changed shape: update this test"
+    (src / "threadpool.c").write_text(broken)
+    out = tmp_path / "selftest"
+    build(out, script=src / "selftest" / "build.sh", CFLAGS="-O1 -DPOOL_BARRIER_SECONDS=0")
+    outcome = run([str(out)])
+    assert outcome.proc.returncode == 1
+    failures = re.findall(r"^FAIL pool +thread_pool +n=(\d+) +shares did not run at the same time$",
+                          outcome.text, re.M)
+    assert [int(n) for n in failures] == [2, 3, 4, 2], outcome.text
+    assert outcome.failed == 4
 
 
 # ---- AArch64 under qemu-user ---------------------------------------------------------

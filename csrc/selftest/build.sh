@@ -4,11 +4,15 @@
 #
 #   csrc/selftest/build.sh [OUTPUT]                      native build
 #   CC=aarch64-linux-gnu-gcc csrc/selftest/build.sh out  cross build (run: qemu-aarch64 out)
+#   CC="python scripts/zigcc.py -target aarch64-macos" NEON_FLAGS= csrc/selftest/build.sh out
+#                                                         zig cc: macOS, musl, glibc 2.17
 #
-# Environment: CC, CFLAGS (default -O2 -g), LDFLAGS (-static spares qemu a sysroot);
-# AVX2_FLAGS, AVX512_FLAGS, NEON_FLAGS override
-# the per-ISA flags (tests/test_selftest.py passes setup.py's ISA_FLAGS; NEON_FLAGS=
-# -march=armv8-a builds the NEON files without the dot-product extension).
+# Environment: CC (may be several words), ARCH (x86/arm/other: the target's ISA
+# family, by default from $CC -dumpmachine), CFLAGS (default -O2 -g), LDFLAGS (-static
+# spares qemu a sysroot); AVX2_FLAGS, AVX512_FLAGS, NEON_FLAGS override the per-ISA
+# flags (tests/test_selftest.py passes setup.py's ISA_FLAGS; NEON_FLAGS=-march=armv8-a
+# builds the NEON files without the dot-product extension; set but empty means no
+# flags, which is what setup.py gives the NEON files on macOS arm64).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 csrc=$(dirname "$here")
@@ -16,15 +20,20 @@ out=${1:-$here/selftest}
 CC=${CC:-cc}
 CFLAGS=${CFLAGS:--O2 -g}
 LDFLAGS=${LDFLAGS:-}
-AVX2_FLAGS=${AVX2_FLAGS:--mavx2 -mfma -mf16c}
-AVX512_FLAGS=${AVX512_FLAGS:--mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni}
-NEON_FLAGS=${NEON_FLAGS:--march=armv8.2-a+dotprod+fp16}
+AVX2_FLAGS=${AVX2_FLAGS--mavx2 -mfma -mf16c}
+AVX512_FLAGS=${AVX512_FLAGS--mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni}
+NEON_FLAGS=${NEON_FLAGS--march=armv8.2-a+dotprod+fp16}
 
-case $($CC -dumpmachine) in
-    x86_64*|amd64*|i?86*) arch=x86 ;;
-    aarch64*|arm64*) arch=arm ;;
-    *) arch=other ;;
-esac
+# ARCH (x86, arm or other) names the target's ISA family where -dumpmachine cannot:
+# zig cc prints the triple for -target x86_64-linux-gnu.2.17 but fails on it.
+arch=${ARCH:-}
+if [ -z "$arch" ]; then
+    case $($CC -dumpmachine) in
+        x86_64*|amd64*|i?86*) arch=x86 ;;
+        aarch64*|arm64*) arch=arm ;;
+        *) arch=other ;;
+    esac
+fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
