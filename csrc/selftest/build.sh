@@ -6,9 +6,10 @@
 #   CC=aarch64-linux-gnu-gcc csrc/selftest/build.sh out  cross build (run: qemu-aarch64 out)
 #
 # Environment: CC, CFLAGS (default -O2 -g), LDFLAGS (-static spares qemu a sysroot);
-# AVX2_FLAGS, AVX512_FLAGS, NEON_FLAGS override
-# the per-ISA flags (tests/test_selftest.py passes setup.py's ISA_FLAGS; NEON_FLAGS=
-# -march=armv8-a builds the NEON files without the dot-product extension).
+# AVX2_FLAGS, AVX512_FLAGS, NEON_FLAGS, NEON_DOTPROD_FLAGS override the per-ISA flags
+# (tests/test_selftest.py passes setup.py's ISA_FLAGS).  Each *_neon.c is compiled
+# twice, like setup.py does: with NEON_FLAGS (baseline ARMv8.0, the "neon" set) and
+# with NEON_DOTPROD_FLAGS (the "neon_dotprod" set; csrc/neon_level.h).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 csrc=$(dirname "$here")
@@ -18,7 +19,8 @@ CFLAGS=${CFLAGS:--O2 -g}
 LDFLAGS=${LDFLAGS:-}
 AVX2_FLAGS=${AVX2_FLAGS:--mavx2 -mfma -mf16c}
 AVX512_FLAGS=${AVX512_FLAGS:--mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni}
-NEON_FLAGS=${NEON_FLAGS:--march=armv8.2-a+dotprod+fp16}
+NEON_FLAGS=${NEON_FLAGS:--march=armv8-a}
+NEON_DOTPROD_FLAGS=${NEON_DOTPROD_FLAGS:--march=armv8.2-a+dotprod -DINFER_NEON_DOTPROD}
 
 case $($CC -dumpmachine) in
     x86_64*|amd64*|i?86*) arch=x86 ;;
@@ -35,15 +37,22 @@ for src in "$csrc"/dispatch.c "$csrc"/types.c "$csrc"/threadpool.c "$csrc"/*_sca
            "$csrc"/*_avx2.c "$csrc"/*_avx512.c "$csrc"/*_neon.c "$here"/selftest.c; do
     name=$(basename "$src" .c)
     case $name in
-        *_avx2) [ $arch = x86 ] || continue; flags=$AVX2_FLAGS ;;
-        *_avx512) [ $arch = x86 ] || continue; flags=$AVX512_FLAGS ;;
-        *_neon) [ $arch = arm ] || continue; flags=$NEON_FLAGS ;;
-        *) flags= ;;
+        *_avx2) [ $arch = x86 ] || continue; builds="$name:AVX2_FLAGS" ;;
+        *_avx512) [ $arch = x86 ] || continue; builds="$name:AVX512_FLAGS" ;;
+        *_neon) [ $arch = arm ] || continue
+                builds="$name:NEON_FLAGS ${name}_dotprod:NEON_DOTPROD_FLAGS" ;;
+        *) builds="$name:" ;;
     esac
-    # shellcheck disable=SC2086  # flag lists are meant to split
-    $CC -std=c11 $CFLAGS -Wall -Wextra -Wvla -fno-strict-aliasing $flags \
-        -I"$csrc" -c "$src" -o "$tmp/$name.o"
-    objs="$objs $tmp/$name.o"
+    for build in $builds; do
+        obj=${build%%:*}
+        var=${build#*:}
+        flags=
+        [ -z "$var" ] || eval "flags=\$$var"
+        # shellcheck disable=SC2086  # flag lists are meant to split
+        $CC -std=c11 $CFLAGS -Wall -Wextra -Wvla -fno-strict-aliasing $flags \
+            -I"$csrc" -c "$src" -o "$tmp/$obj.o"
+        objs="$objs $tmp/$obj.o"
+    done
 done
 # shellcheck disable=SC2086
 $CC $CFLAGS $LDFLAGS -pthread -o "$out" $objs -lm
