@@ -205,9 +205,11 @@ static void infer_dequantize_f16_q6_K_neon(const void *src, infer_half *dst, int
 static void infer_quantize_q8_K_neon(const float *x, void *dst, int64_t n) {
     block_q8_K *y = dst;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        /* FMAXNM skips NaN as the scalar `ax > amax` does (FMAX would return NaN, and
+         * the search below would never find it): amax is one of the |x[at]|, or 0. */
         float32x4_t vmax = vdupq_n_f32(0);
-        for (int k = 0; k < QK_K / 4; k++) vmax = vmaxq_f32(vmax, vabsq_f32(vld1q_f32(x + 4 * k)));
-        const float amax = vmaxvq_f32(vmax);
+        for (int k = 0; k < QK_K / 4; k++) vmax = vmaxnmq_f32(vmax, vabsq_f32(vld1q_f32(x + 4 * k)));
+        const float amax = vmaxnmvq_f32(vmax);
         if (!amax) {
             memset(&y[i], 0, sizeof y[i]);
             continue;
