@@ -43,6 +43,11 @@ def machine():
         return "arm64"
     if "x86_64" in archflags and "arm64" not in archflags:
         return "x86_64"   # an x86_64 wheel built on an Apple-silicon runner
+    # Other cross builds name the target as sysconfig.get_platform() would
+    # ("linux-aarch64": scripts/test_aarch64.sh; cibuildwheel sets it on macOS too).
+    target = os.environ.get("_PYTHON_HOST_PLATFORM", "").rsplit("-", 1)[-1].lower()
+    if target in ("aarch64", "arm64", "x86_64", "amd64"):
+        return target
     return m
 
 
