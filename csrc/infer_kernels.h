@@ -81,16 +81,22 @@ typedef struct {
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
 #pragma pack(pop)
 
+/* The layouts GGUF files have.  MSVC defines __STDC_VERSION__ (and has
+ * _Static_assert) only under /std:c11, which setuptools does not pass: there an
+ * array of negative size stops the build instead. */
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
-_Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
-_Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 size");
-_Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 size");
-_Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
-_Static_assert(sizeof(block_q8_1) == 36, "block_q8_1 size");
-_Static_assert(sizeof(block_q4_K) == 144, "block_q4_K size");
-_Static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
-_Static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
+#define INFER_STATIC_ASSERT(cond, name) _Static_assert(cond, #name)
+#else
+#define INFER_STATIC_ASSERT(cond, name) typedef char infer_assert_##name[(cond) ? 1 : -1]
 #endif
+INFER_STATIC_ASSERT(sizeof(block_q4_0) == 18, block_q4_0_size);
+INFER_STATIC_ASSERT(sizeof(block_q4_1) == 20, block_q4_1_size);
+INFER_STATIC_ASSERT(sizeof(block_q5_0) == 22, block_q5_0_size);
+INFER_STATIC_ASSERT(sizeof(block_q8_0) == 34, block_q8_0_size);
+INFER_STATIC_ASSERT(sizeof(block_q8_1) == 36, block_q8_1_size);
+INFER_STATIC_ASSERT(sizeof(block_q4_K) == 144, block_q4_K_size);
+INFER_STATIC_ASSERT(sizeof(block_q6_K) == 210, block_q6_K_size);
+INFER_STATIC_ASSERT(sizeof(block_q8_K) == 292, block_q8_K_size);
 
 /* ---- type traits ---------------------------------------------------------- */
 /* Elements per block (1 for F32/F16/BF16); 0 for an unsupported type. */

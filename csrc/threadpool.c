@@ -15,9 +15,10 @@
  * Callers from several host threads (Python threads with the GIL released) are
  * serialised by a mutex.  A call from inside a task runs serially on that thread.
  *
- * Default thread count: the CPUs this process may run on (Linux: its affinity mask;
- * elsewhere the online CPUs), divided by the SMT siblings of a core when Linux
- * reports them, i.e. physical cores.  INFER_NUM_THREADS overrides it.
+ * Default thread count: the CPUs this process may run on (Linux and Windows: its
+ * affinity mask; elsewhere the online CPUs), divided by the SMT siblings of a core
+ * when the OS reports them (Linux, Windows), i.e. physical cores.
+ * INFER_NUM_THREADS overrides it.
  */
 #if !defined(_WIN32) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE  /* sched_getaffinity, CPU_COUNT */
@@ -39,7 +40,6 @@ typedef CONDITION_VARIABLE cond_t;
 #define mutex_unlock(m) ReleaseSRWLockExclusive(m)
 #define cond_wait(c, m) SleepConditionVariableSRW(c, m, INFINITE, 0)
 #define cond_broadcast(c) WakeAllConditionVariable(c)
-#define THREAD_LOCAL __declspec(thread)
 static double now_seconds(void) {
     LARGE_INTEGER f, c;
     QueryPerformanceFrequency(&f);
@@ -61,12 +61,20 @@ typedef pthread_cond_t cond_t;
 #define mutex_unlock(m) pthread_mutex_unlock(m)
 #define cond_wait(c, m) pthread_cond_wait(c, m)
 #define cond_broadcast(c) pthread_cond_broadcast(c)
-#define THREAD_LOCAL __thread
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+#endif
+
+/* Thread-local storage goes by compiler, not by OS: MinGW gcc ignores
+ * __declspec(thread), and MSVC has neither __thread nor (before VS 2022) C11's
+ * _Thread_local. */
+#if defined(_MSC_VER)
+#define THREAD_LOCAL __declspec(thread)
+#else
+#define THREAD_LOCAL __thread
 #endif
 
 #define MAX_THREADS 256
@@ -97,9 +105,18 @@ static THREAD_LOCAL int inside_task;
 
 static int count_online_cpus(void) {
 #if defined(_WIN32)
-    SYSTEM_INFO si;
-    GetSystemInfo(&si);
-    return (int)si.dwNumberOfProcessors;
+    /* The process's affinity mask, as on Linux (it covers one processor group: at
+     * most 64 logical processors, which is as many as a process gets by default). */
+    DWORD_PTR process_mask, system_mask;
+    int n = 0;
+    if (GetProcessAffinityMask(GetCurrentProcess(), &process_mask, &system_mask))
+        for (; process_mask; process_mask &= process_mask - 1) n++;
+    if (n <= 0) {
+        SYSTEM_INFO si;
+        GetSystemInfo(&si);
+        n = (int)si.dwNumberOfProcessors;
+    }
+    return n > 0 ? n : 1;
 #else
     int n = 0;
 #if defined(__linux__)
@@ -111,9 +128,24 @@ static int count_online_cpus(void) {
 #endif
 }
 
-/* SMT threads per core as Linux reports them for cpu0 ("0,8" or "0-1" -> 2). */
+/* SMT threads per core as the OS reports them for the first core (Linux: cpu0's
+ * siblings, "0,8" or "0-1" -> 2; Windows: the first core's processor mask). */
 static int smt_per_core(void) {
-#if defined(__linux__)
+#if defined(_WIN32)
+    DWORD bytes = 0;
+    GetLogicalProcessorInformation(NULL, &bytes);   /* fails, giving the size needed */
+    SYSTEM_LOGICAL_PROCESSOR_INFORMATION *info = bytes ? malloc(bytes) : NULL;
+    int count = 0;
+    if (info && GetLogicalProcessorInformation(info, &bytes)) {
+        for (DWORD i = 0; i < bytes / sizeof *info; i++) {
+            if (info[i].Relationship != RelationProcessorCore) continue;
+            for (ULONG_PTR m = info[i].ProcessorMask; m; m &= m - 1) count++;
+            break;
+        }
+    }
+    free(info);
+    return count > 0 ? count : 1;
+#elif defined(__linux__)
     FILE *f = fopen("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list", "r");
     if (!f) return 1;
     int count = 0, a, b;

@@ -7,6 +7,8 @@
 """
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING
+
 from .generate import Generation, generate
 from .loader import load
 from .runtime import (
@@ -18,6 +20,10 @@ from .runtime import (
     known_architectures,
     register_variant,
 )
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr__ below
+    from .chat import ChatSession
+    from .sampler import Sampler
 
 __all__ = [
     "__version__", "load", "generate", "Generation", "Model", "Engine", "Context",
@@ -37,3 +43,7 @@ def __getattr__(name: str) -> object:
 
         return ChatSession
     raise AttributeError(f"module 'infer' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -40,16 +40,18 @@ def cmd_info(args: argparse.Namespace) -> int:
     import json
 
     if args.system:
-        from . import kernels
-
-        caps = kernels.capabilities()
+        system = describe_system()
         if args.json:
-            print(json.dumps(caps, indent=2))
+            print(json.dumps(system, indent=2))
         else:
-            forced = f" (forced by INFER_ISA={caps['forced']})" if caps.get("forced") else ""
-            print(f"kernel set   {caps['active']}{forced}")
-            print(f"available    {', '.join(caps['available'])}")
-            print(f"threads      {caps['num_threads']}")
+            forced = f" (forced by INFER_ISA={system['forced']})" if system.get("forced") else ""
+            print(f"infer        {system['version']}")
+            print(f"python       {system['python']}  numpy {system['numpy']}")
+            print(f"platform     {system['platform']} {system['machine']}")
+            print(f"cpu          {system['cpu'] or 'unknown'}")
+            print(f"kernel set   {system['active']}{forced}")
+            print(f"available    {', '.join(system['available'])}")
+            print(f"threads      {system['num_threads']}")
         return 0
     from .gguf import GGUFFile, default_model_path
 
@@ -60,6 +62,45 @@ def cmd_info(args: argparse.Namespace) -> int:
     else:
         print(format_model(summary))
     return 0
+
+
+def describe_system() -> dict[str, Any]:
+    """What `infer info --system` shows: versions, the CPU, and the kernel set that
+    dispatch chose for it (`infer.kernels.capabilities()`)."""
+    import platform
+
+    import numpy as np
+
+    from . import __version__, kernels
+
+    return {"version": __version__, "python": platform.python_version(), "numpy": np.__version__,
+            "platform": platform.platform(terse=True), "machine": platform.machine(),
+            "cpu": cpu_model(), **kernels.capabilities()}
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name, or "" where the OS does not say."""
+    import platform
+    import subprocess
+
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    key, _, value = line.partition(":")
+                    # x86: "model name"; many ARM kernels give only "Model" or nothing.
+                    if key.strip() in ("model name", "Model", "Hardware"):
+                        return value.strip()
+        except OSError:
+            pass
+        return ""
+    if sys.platform == "darwin":
+        try:
+            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
+                                  text=True, timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return platform.processor()
 
 
 def describe_model(f: Any) -> dict[str, Any]:

@@ -105,11 +105,24 @@ def test_info_system(capsys):
     pytest.importorskip("infer.kernels")
     from infer import kernels
 
+    import platform
+
+    import infer
+
     code, out, _ = run(capsys, "info", "--system")
     caps = kernels.capabilities()
     assert code == 0 and f"kernel set   {caps['active']}" in out
+    assert f"available    {', '.join(caps['available'])}" in out
+    assert f"infer        {infer.__version__}\n" in out
+    assert f"python       {platform.python_version()}  numpy {np.__version__}\n" in out
     code, out, _ = run(capsys, "info", "--system", "--json")
-    assert json.loads(out)["available"] == caps["available"]
+    system = json.loads(out)
+    assert system["available"] == caps["available"] and system["active"] == caps["active"]
+    assert system["machine"] == platform.machine() and system["version"] == infer.__version__
+    if platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64"):
+        with open("/proc/cpuinfo") as f:   # the first processor's model name, read here apart
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        assert system["cpu"] == names[0]
 
 
 def test_info_damaged_file_is_one_line(capsys, tmp_path):

@@ -26,7 +26,13 @@ from pathlib import Path
 import pytest
 from test_selftest import Outcome, build
 
+import infer
+
 ROOT = Path(__file__).resolve().parent.parent
+# Where the `infer` under test lives: the source tree in a development checkout, the
+# venv's site-packages when the tests run against an installed wheel (.ci/run does
+# both).  The emulated interpreter must import that same package.
+PACKAGE_PARENT = Path(infer.__file__).resolve().parent.parent
 QEMU = "qemu-x86_64"
 # CPU model -> the sets dispatch must offer there.  SandyBridge has AVX but neither
 # AVX2 nor FMA/F16C: the AVX2 set must not be offered to it.
@@ -52,7 +58,7 @@ SUBSET = [
 
 
 def subset_for(isas: list[str]) -> list[str]:
-    return [node.format(isa=isa) for isa in isas for node in SUBSET]
+    return [str(ROOT / node.format(isa=isa)) for isa in isas for node in SUBSET]
 
 
 pytestmark = [
@@ -64,13 +70,17 @@ pytestmark = [
 
 
 def interpreter() -> str:
-    """The Python ELF binary (qemu-user cannot run pyenv's or a venv's shell shims)."""
-    return os.path.realpath(sys.executable)
+    """The Python ELF binary.  A venv's python is a symlink qemu-user runs as is (and
+    so keeps the venv); a shell wrapper such as a pyenv shim it cannot run."""
+    with open(sys.executable, "rb") as f:
+        is_elf = f.read(4) == b"\x7fELF"
+    return sys.executable if is_elf else os.path.realpath(sys.executable)
 
 
 def emulated_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "INFER_ISA"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_PARENT), env.get("PYTHONPATH", "")])
     # numpy's bundled OpenBLAS dies with SIGILL on these models under qemu unless told
     # its kernel family (its own detection/kernels, not ours); Nehalem = SSE4.2 only.
     env["OPENBLAS_CORETYPE"] = "Nehalem"
@@ -83,15 +93,19 @@ RUN_SUBSET = {"Westmere", "Haswell"}
 
 
 @pytest.mark.parametrize("cpu", sorted(CPUS))
-def test_kernel_tests_pass_under_emulated_cpu(cpu: str) -> None:
+def test_kernel_tests_pass_under_emulated_cpu(cpu: str, tmp_path: Path) -> None:
     subset = subset_for(CPUS[cpu][-1:]) if cpu in RUN_SUBSET else []
     script = (
-        "import json, sys, pytest, infer.kernels as k\n"
+        "import json, os, sys, pytest, infer.kernels as k\n"
         "print('CAPABILITIES', json.dumps(k.capabilities()), flush=True)\n"
-        # Plugins the subset does not use cost seconds of emulated imports.
-        "plugins = ['-p', 'no:cacheprovider', '-p', 'no:hypothesispytest', '-p', 'no:anyio']\n"
+        f"assert os.path.realpath(k.__file__).startswith({str(PACKAGE_PARENT)!r}), k.__file__\n"
+        # Plugins the subset does not use cost seconds of emulated imports;
+        # pyproject's pythonpath would put the source tree first.
+        "plugins = ['-p', 'no:cacheprovider', '-p', 'no:hypothesispytest', '-p', 'no:anyio',\n"
+        "           '-o', 'pythonpath=']\n"
         f"sys.exit(pytest.main(['-q', *plugins, *{subset!r}]) if {subset!r} else 0)\n")
-    proc = subprocess.run([QEMU, "-cpu", cpu, interpreter(), "-c", script], cwd=ROOT,
+    # cwd outside the source tree: `python -c` puts the cwd first on sys.path.
+    proc = subprocess.run([QEMU, "-cpu", cpu, interpreter(), "-c", script], cwd=tmp_path,
                           env=emulated_env(), capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     if proc.returncode in (-4, 132) or "Illegal instruction" in out:

@@ -131,6 +131,28 @@ def test_selftest_reports_a_wrong_kernel(tmp_path: Path) -> None:
     assert re.search(r"^FAIL \w+ +vec_dot +f32 ", outcome.text, re.M), outcome.text
 
 
+def test_selftest_reports_a_serial_thread_pool(tmp_path: Path) -> None:
+    """The pool check can fail: with workers that never take a share, the caller runs
+    every share in turn, so no run passes its barrier.  (A barrier of under a second
+    keeps it short.)"""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) on PATH")
+    src = tmp_path / "csrc"
+    shutil.copytree(ROOT / "csrc", src)
+    pool = (src / "threadpool.c").read_text()
+    broken = pool.replace("        take_shares(gen);\n    }", "        (void)take_shares;\n    }")
+    assert broken != pool, "threadpool.c's worker loop changed shape: update this test"
+    (src / "threadpool.c").write_text(broken)
+    out = tmp_path / "selftest"
+    build(out, script=src / "selftest" / "build.sh", CFLAGS="-O1 -DPOOL_BARRIER_SECONDS=0")
+    outcome = run([str(out)])
+    assert outcome.proc.returncode == 1
+    failures = re.findall(r"^FAIL pool +thread_pool +n=(\d+) +shares did not run at the same time$",
+                          outcome.text, re.M)
+    assert [int(n) for n in failures] == [2, 3, 4, 2], outcome.text
+    assert outcome.failed == 4
+
+
 # ---- AArch64 under qemu-user ---------------------------------------------------------
 
 cross = pytest.mark.skipif(

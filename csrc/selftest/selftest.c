@@ -14,13 +14,18 @@
  * aligned as its C type requires (rows of quantized blocks start at any even offset
  * in a GGUF file; float arrays are 4-byte aligned).
  */
+#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L  /* nanosleep */
+#endif
 #include "../infer_kernels.h"
+#include "../atomics.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The checks below name every field of the table; a field appended to
  * infer_kernel_table must get its check here too, or it would go untested. */
@@ -811,6 +816,118 @@ static void check_vec_dot_4(const infer_kernel_table *ref, const infer_kernel_ta
     }
 }
 
+/* ---- the thread pool ------------------------------------------------------------ */
+/* Each run sums a slice of x per share, then waits at a barrier for every share to
+ * have started.  A thread runs one share at a time, so passing the barrier proves nth
+ * threads ran at once (a pool that ran the shares one after another would time
+ * out); the sums, compared exactly with the same slices summed serially, prove every
+ * share ran once on its own slice with the nth it was given. */
+#define POOL_MAX_SHARES 8
+#define POOL_RUNS 200
+#ifndef POOL_BARRIER_SECONDS   /* -DPOOL_BARRIER_SECONDS=0 (under 1 s) where failure is expected */
+#define POOL_BARRIER_SECONDS 20
+#endif
+
+typedef struct {
+    const float *x;
+    int64_t n;
+    int want_nth;
+    double partial[POOL_MAX_SHARES];
+    infer_atomic_i64 ran[POOL_MAX_SHARES];
+    infer_atomic_i64 arrived;
+    infer_atomic_i64 wrong_nth;
+    infer_atomic_i64 timed_out;
+} pool_task;
+
+static void pool_share(void *arg, int ith, int nth) {
+    pool_task *task = arg;
+    if (nth != task->want_nth || ith < 0 || ith >= nth || nth > POOL_MAX_SHARES) {
+        infer_atomic_add(&task->wrong_nth, 1);
+        return;
+    }
+    infer_atomic_add(&task->ran[ith], 1);
+    double sum = 0.0;
+    for (int64_t i = task->n * ith / nth; i < task->n * (ith + 1) / nth; i++) sum += task->x[i];
+    task->partial[ith] = sum;
+    infer_atomic_add(&task->arrived, 1);
+    const time_t deadline = time(NULL) + POOL_BARRIER_SECONDS;
+    /* Once one share has timed out the run has failed: the others need not wait. */
+    for (int spins = 1; infer_atomic_load(&task->arrived) < nth && !infer_atomic_load(&task->timed_out);
+         spins++) {
+        if (spins % 1024 == 0) {
+            infer_yield_thread();   /* more threads than cores: let the others in */
+            if (time(NULL) > deadline) {
+                infer_atomic_store(&task->timed_out, 1);
+                return;
+            }
+        }
+        infer_cpu_relax();
+    }
+}
+
+/* Long enough for the workers to stop spinning and sleep (the pool spins 200 us),
+ * so the next run must wake them through the condition variable. */
+static void let_workers_sleep(void) {
+#ifdef _WIN32
+    Sleep(2);
+#else
+    const struct timespec two_ms = {0, 2000000};
+    nanosleep(&two_ms, NULL);
+#endif
+}
+
+static void check_thread_pool(void) {
+    static const int counts[] = {2, 3, 4, 2};   /* grow, then shrink: threads stop and start */
+    const int64_t n = 10007;
+    float *x = malloc((size_t)n * sizeof *x);
+    if (!x) abort();
+    random_floats(x, n, 32);
+    cur_isa = "pool";
+    printf("thread pool: default %d threads\n", infer_default_num_threads());
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        const int nth = counts[c];
+        infer_set_num_threads(nth);
+        int ok = infer_get_num_threads() == nth;
+        if (!ok) report(0, "thread_pool", -1, nth, "infer_get_num_threads differs", 0, 0, -1);
+        for (int r = 0; ok && r < POOL_RUNS; r++) {
+            pool_task task;
+            memset(&task, 0, sizeof task);
+            task.x = x;
+            task.n = n;
+            task.want_nth = nth;
+            if (r % 20 == 19) let_workers_sleep();
+            infer_parallel_run(pool_share, &task);
+            if (infer_atomic_load(&task.wrong_nth)) {
+                report(0, "thread_pool", -1, nth, "a share got the wrong (ith, nth)", 0, 0, -1);
+                ok = 0;
+            } else if (infer_atomic_load(&task.timed_out)) {
+                report(0, "thread_pool", -1, nth, "shares did not run at the same time", 0, 0, -1);
+                ok = 0;
+            }
+            for (int i = 0; ok && i < nth; i++) {
+                double want = 0.0;
+                for (int64_t j = n * i / nth; j < n * (i + 1) / nth; j++) want += x[j];
+                const int64_t times = infer_atomic_load(&task.ran[i]);
+                if (times != 1) {
+                    report(0, "thread_pool", -1, nth, "a share ran other than once", (double)times, 1, 0);
+                    ok = 0;
+                } else if (task.partial[i] != want) {
+                    report(0, "thread_pool", -1, nth, "a share summed the wrong slice",
+                           task.partial[i], want, 0);
+                    ok = 0;
+                }
+            }
+        }
+        if (ok) {
+            report(1, "thread_pool", -1, nth, "", 0, 0, 0);
+            printf("thread pool: %d threads, %d runs, each past a barrier of all %d\n", nth,
+                   POOL_RUNS, nth);
+        }
+    }
+    infer_set_num_threads(1);
+    free(x);
+}
+
 /* ---- driver ------------------------------------------------------------------- */
 static int count_overrides(const infer_kernel_table *ref, const infer_kernel_table *simd) {
     int c = 0;
@@ -826,7 +943,13 @@ static int count_overrides(const infer_kernel_table *ref, const infer_kernel_tab
 }
 
 int main(int argc, char **argv) {
-    setvbuf(stdout, NULL, _IOLBF, 0);   /* keep the lines printed before a crash */
+    /* Keep the lines printed before a crash.  (The Windows C runtime has no line
+     * buffering: _IOLBF means full buffering there, and a size of 0 is refused.) */
+#ifdef _WIN32
+    setvbuf(stdout, NULL, _IONBF, 0);
+#else
+    setvbuf(stdout, NULL, _IOLBF, 0);
+#endif
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-v") == 0) verbose = 1;
         else rng = strtoull(argv[i], NULL, 0) * 2654435761u + 1;
@@ -856,6 +979,7 @@ int main(int argc, char **argv) {
         check_attention(ref, simd);
         check_attention_block(ref, simd);
     }
+    check_thread_pool();
     printf("%d passed, %d failed\n", n_passed, n_failed);
     return n_failed ? 1 : 0;
 }
