@@ -361,7 +361,8 @@ static void check_quantize(const infer_kernel_table *ref, const infer_kernel_tab
  * quantizer searching past its super-block for a maximum FMAX had made NaN.) */
 static void check_quantize_non_finite(const infer_kernel_table *simd, int t) {
     if (!simd->quantize[t]) return;
-    static const float bad[2][3] = {{INFINITY, -INFINITY, NAN}, {3e38f, -3e38f, 1e-45f}};
+    /* not static: MSVC's INFINITY and NAN are no constant initializers */
+    const float bad[2][3] = {{INFINITY, -INFINITY, NAN}, {3e38f, -3e38f, 1e-45f}};
     const int64_t bs = infer_type_block_size(t) > 1 ? infer_type_block_size(t) : 32;
     const size_t one = row_bytes(t, bs);
     float *x = malloc(3 * (size_t)bs * sizeof *x);
