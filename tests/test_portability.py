@@ -269,6 +269,30 @@ def test_compiles_in_msvc_mode(isa: str, view: str, msvc_flags: list[str], tmp_p
     assert sorted(p.name for p in tmp_path.glob("*.o")) == sorted(f.stem + ".o" for f in files)
 
 
+@needs_msvc_mode
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_msvc_arm64_builds_the_baseline_neon_set(view: str, msvc_flags: list[str],
+                                                 tmp_path: Path) -> None:
+    """Windows ARM64 with MSVC: setup.py compiles the NEON files once, with no flags, and
+    no dotprod copy (ISA_FLAGS["neon_dotprod"] has no MSVC flags), so dispatch.c must
+    ask only for the baseline fill functions, which those files define.  Read from
+    the assembly (-S), which names every symbol a file defines or calls."""
+    flags = [f.replace("x86_64-pc-windows-msvc", "aarch64-pc-windows-msvc") for f in msvc_flags]
+    files = msvc_groups()["neon"] + [CSRC / "dispatch.c"]
+    proc = subprocess.run([str(CLANG), *flags, *VIEWS[view], *STRICT, "-O1", "-S",
+                           *map(str, files)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    fills = {f.stem: set(re.findall(r"\binfer_fill_\w+", (tmp_path / f"{f.stem}.s").read_text()))
+             for f in files}
+    neon = {"infer_fill_table_neon", "infer_fill_kquants_neon", "infer_fill_ops_neon"}
+    defined = set().union(*(fills[f.stem] for f in msvc_groups()["neon"]))
+    assert defined == neon
+    called = fills["dispatch"]
+    assert neon <= called
+    assert not [s for s in called if "dotprod" in s]
+
+
 def gnu_tokens_msvc_compiles(path: Path, msvc_flags: list[str], extra: list[str]) -> list[str]:
     """GNU-only tokens in the lines of csrc (or of path's directory) that survive
     MSVC's view of the preprocessor, as 'file:line: token'."""
