@@ -71,7 +71,7 @@ if [ ! -d "$SITE/gguf" ]; then
     for whl in "$WORK"/wheels/*.whl; do "$PYTHON" -m zipfile -e "$whl" "$SITE"; done
 fi
 # The model packages hold only data and stdlib code: link the host's, if it has them,
-# and assemble Gemma 3 on the host (hashing 250 MB under qemu is slow).
+# and Gemma 3 as the host assembled it (hashing 250 MB under qemu is slow).
 "$PYTHON" - "$SITE" "$WORK/cache" <<'PY'
 import importlib.util, os, sys
 site, cache = sys.argv[1:]
@@ -83,7 +83,11 @@ for name in names:
         os.symlink(list(spec.submodule_search_locations)[0], link)
 try:
     from infer.gguf import gemma3_model_path
-    gemma3_model_path(os.path.join(cache, "infer"))
+    model = gemma3_model_path()   # the host's cache; the target finds it through a link
+    os.makedirs(os.path.join(cache, "infer"), exist_ok=True)
+    link = os.path.join(cache, "infer", model.name)
+    if not os.path.lexists(link):
+        os.symlink(model, link)
 except (ImportError, FileNotFoundError):
     pass
 PY
