@@ -39,7 +39,8 @@ def setup_isa_flags() -> dict[str, list[str]]:
     raise AssertionError("setup.py defines no ISA_FLAGS")
 
 
-def build(out: Path, cc: str = "cc", script: Path = BUILD, **flags: str) -> None:
+def build(out: Path, cc: str = "cc", script: Path = BUILD,
+          **flags: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, CC=cc)
     isa = setup_isa_flags()
     env.update(AVX2_FLAGS=" ".join(isa["avx2"]), AVX512_FLAGS=" ".join(isa["avx512"]),
@@ -49,6 +50,7 @@ def build(out: Path, cc: str = "cc", script: Path = BUILD, **flags: str) -> None
     proc = subprocess.run(["sh", str(script), str(out)], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, f"self-test build failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
 
 
 class Outcome:

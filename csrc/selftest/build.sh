@@ -4,12 +4,18 @@
 #
 #   csrc/selftest/build.sh [OUTPUT]                      native build
 #   CC=aarch64-linux-gnu-gcc csrc/selftest/build.sh out  cross build (run: qemu-aarch64 out)
+#   CC="python scripts/zigcc.py -target aarch64-macos" NEON_FLAGS= \
+#       NEON_DOTPROD_FLAGS=-DINFER_NEON_DOTPROD csrc/selftest/build.sh out
+#                                                         zig cc: macOS, musl, glibc 2.17
 #
-# Environment: CC, CFLAGS (default -O2 -g), LDFLAGS (-static spares qemu a sysroot);
-# AVX2_FLAGS, AVX512_FLAGS, NEON_FLAGS, NEON_DOTPROD_FLAGS override the per-ISA flags
-# (tests/test_selftest.py passes setup.py's ISA_FLAGS).  Each *_neon.c is compiled
-# twice, like setup.py does: with NEON_FLAGS (baseline ARMv8.0, the "neon" set) and
-# with NEON_DOTPROD_FLAGS (the "neon_dotprod" set; csrc/neon_level.h).
+# Environment: CC (may be several words), ARCH (x86/arm/other: the target's ISA
+# family, by default from $CC -dumpmachine), CFLAGS (default -O2 -g), LDFLAGS (-static
+# spares qemu a sysroot); AVX2_FLAGS, AVX512_FLAGS, NEON_FLAGS, NEON_DOTPROD_FLAGS
+# override the per-ISA flags (tests/test_selftest.py passes setup.py's ISA_FLAGS; set
+# but empty means no flags).  Each *_neon.c is compiled twice, as setup.py does: with
+# NEON_FLAGS (baseline ARMv8.0, the "neon" set) and with NEON_DOTPROD_FLAGS (the
+# "neon_dotprod" set; csrc/neon_level.h).  On macOS arm64 setup.py drops the -march
+# flags: NEON_FLAGS= NEON_DOTPROD_FLAGS=-DINFER_NEON_DOTPROD.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 csrc=$(dirname "$here")
@@ -17,16 +23,21 @@ out=${1:-$here/selftest}
 CC=${CC:-cc}
 CFLAGS=${CFLAGS:--O2 -g}
 LDFLAGS=${LDFLAGS:-}
-AVX2_FLAGS=${AVX2_FLAGS:--mavx2 -mfma -mf16c}
-AVX512_FLAGS=${AVX512_FLAGS:--mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni}
-NEON_FLAGS=${NEON_FLAGS:--march=armv8-a}
-NEON_DOTPROD_FLAGS=${NEON_DOTPROD_FLAGS:--march=armv8.2-a+dotprod -DINFER_NEON_DOTPROD}
+AVX2_FLAGS=${AVX2_FLAGS--mavx2 -mfma -mf16c}
+AVX512_FLAGS=${AVX512_FLAGS--mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni}
+NEON_FLAGS=${NEON_FLAGS--march=armv8-a}
+NEON_DOTPROD_FLAGS=${NEON_DOTPROD_FLAGS--march=armv8.2-a+dotprod -DINFER_NEON_DOTPROD}
 
-case $($CC -dumpmachine) in
-    x86_64*|amd64*|i?86*) arch=x86 ;;
-    aarch64*|arm64*) arch=arm ;;
-    *) arch=other ;;
-esac
+# ARCH (x86, arm or other) names the target's ISA family where -dumpmachine cannot:
+# zig cc prints the triple for -target x86_64-linux-gnu.2.17 but fails on it.
+arch=${ARCH:-}
+if [ -z "$arch" ]; then
+    case $($CC -dumpmachine) in
+        x86_64*|amd64*|i?86*) arch=x86 ;;
+        aarch64*|arm64*) arch=arm ;;
+        *) arch=other ;;
+    esac
+fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
@@ -43,7 +54,7 @@ for src in "$csrc"/dispatch.c "$csrc"/types.c "$csrc"/threadpool.c "$csrc"/*_sca
                 builds="$name:NEON_FLAGS ${name}_dotprod:NEON_DOTPROD_FLAGS" ;;
         *) builds="$name:" ;;
     esac
-    for build in $builds; do
+    for build in $builds; do   # object name : variable holding its flags
         obj=${build%%:*}
         var=${build#*:}
         flags=
