@@ -43,6 +43,7 @@ static unsigned long long xgetbv0(void) {
 #endif
 #if defined(__linux__) || defined(__FreeBSD__)
 #include <sys/auxv.h>
+#define HWCAP_BIT_ASIMDDP (1ul << 20)   /* AT_HWCAP bit, Linux and FreeBSD alike */
 #elif defined(_WIN32) && defined(INFER_NEON_DOTPROD_BUILT)
 #include <windows.h>
 #ifndef PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE
@@ -54,19 +55,16 @@ static unsigned long long xgetbv0(void) {
 /* 1 if the CPU has SDOT/UDOT (ARMv8.2 dotprod; optional until ARMv8.4).  Only plain
  * integer code here, so it runs on any AArch64 CPU. */
 static int cpu_has_dotprod(void) {
-    const unsigned long hwcap_asimddp = 1ul << 20;
 #if defined(__APPLE__)
     return 1;   /* every arm64 Mac (M1 and later) is ARMv8.4+ */
 #elif defined(__linux__)
-    return (getauxval(AT_HWCAP) & hwcap_asimddp) != 0;
+    return (getauxval(AT_HWCAP) & HWCAP_BIT_ASIMDDP) != 0;
 #elif defined(__FreeBSD__)
     unsigned long hwcap = 0;
-    return elf_aux_info(AT_HWCAP, &hwcap, sizeof hwcap) == 0 && (hwcap & hwcap_asimddp) != 0;
+    return elf_aux_info(AT_HWCAP, &hwcap, sizeof hwcap) == 0 && (hwcap & HWCAP_BIT_ASIMDDP) != 0;
 #elif defined(_WIN32)
-    (void)hwcap_asimddp;
     return IsProcessorFeaturePresent(PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE) != 0;
 #else
-    (void)hwcap_asimddp;
     return 0;   /* cannot tell: the baseline NEON set is safe */
 #endif
 }
