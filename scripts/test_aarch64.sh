@@ -39,6 +39,8 @@ PROMPT="The capital of France is"
 DESELECT="--deselect tests/test_kernels_quants.py::test_pool_works_in_a_forked_child
  --deselect tests/test_kernels_quants.py::test_kernels_called_inside_a_pool_task_run_inline"
 
+# Exit status: 0 all passed, 1 a test or the build failed, 2 could not test (a tool,
+# root or the network missing), which .ci/run reports as skipped.
 for tool in debootstrap dpkg-deb qemu-aarch64 $CROSS-gcc; do
     command -v $tool >/dev/null 2>&1 || {
         echo "missing $tool: apt-get install debootstrap qemu-user gcc-aarch64-linux-gnu" >&2
@@ -51,11 +53,12 @@ t0=$(now)
 
 # ---- 1. arm64 root filesystem -----------------------------------------------------
 if [ ! -x "$ROOTFS/usr/bin/python$PYVER" ]; then
+    [ "$(id -u)" -eq 0 ] || { echo "debootstrap needs root" >&2; exit 2; }
     rm -rf "$ROOTFS"
     debootstrap --arch=arm64 --foreign --variant=minbase \
         --include=python3,python3-dev,python3-numpy,python3-pytest,python3-yaml,python3-regex \
         bookworm "$ROOTFS" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 \
-        || { tail -20 "$WORK/debootstrap.log"; exit 1; }
+        || { tail -20 "$WORK/debootstrap.log"; rm -rf "$ROOTFS"; exit 2; }
     # --foreign unpacks only the base system; the second stage would have to run arm64
     # maintainer scripts in a chroot.  Unpacking every downloaded package is enough for
     # Python; numpy's BLAS/LAPACK links are made by update-alternatives, so by hand.
@@ -67,7 +70,8 @@ fi
 SITE=$WORK/site   # pure-Python packages for the target, on its PYTHONPATH
 if [ ! -d "$SITE/gguf" ]; then
     rm -rf "$SITE" "$WORK/wheels"
-    "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: -d "$WORK/wheels" "gguf>=0.10"
+    "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: -d "$WORK/wheels" "gguf>=0.10" \
+        || exit 2
     for whl in "$WORK"/wheels/*.whl; do "$PYTHON" -m zipfile -e "$whl" "$SITE"; done
 fi
 # The model packages hold only data and stdlib code: link the host's, if it has them,
