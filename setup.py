@@ -14,7 +14,7 @@ from setuptools.command.build_ext import build_ext
 
 CSRC = "csrc"
 
-# Per-ISA compiler flags: (gcc/clang, MSVC).  NEON needs none on AArch64.
+# Per-ISA compiler flags: (gcc/clang, MSVC); MSVC flags None = not built with MSVC.
 ISA_FLAGS = {
     "avx2": (["-mavx2", "-mfma", "-mf16c"], ["/arch:AVX2"]),
     "avx512": (
@@ -22,8 +22,15 @@ ISA_FLAGS = {
          "-mavx512dq", "-mavx512vnni"],
         ["/arch:AVX512"],
     ),
-    "neon": (["-march=armv8.2-a+dotprod+fp16"], []),
+    # Every AArch64 CPU (ARMv8.0: Cortex-A53/A72, Graviton 1) runs the baseline set.
+    "neon": (["-march=armv8-a"], []),
+    # Chosen at run time when the CPU has SDOT (csrc/neon_level.h, dispatch.c).  MSVC
+    # gets only the baseline set (dispatch.c knows: no _dotprod symbols there).
+    "neon_dotprod": (["-march=armv8.2-a+dotprod", "-DINFER_NEON_DOTPROD"], None),
 }
+# The builds of each ISA file, by file-name suffix: *_neon.c is compiled once per
+# NEON level, each object with its own flags.
+BUILDS = {"avx2": ("avx2",), "avx512": ("avx512",), "neon": ("neon", "neon_dotprod")}
 X86_ISAS = ("avx2", "avx512")
 ARM_ISAS = ("neon",)
 
@@ -36,12 +43,17 @@ def machine():
         return "arm64"
     if "x86_64" in archflags and "arm64" not in archflags:
         return "x86_64"   # an x86_64 wheel built on an Apple-silicon runner
+    # Other cross builds name the target as sysconfig.get_platform() would
+    # ("linux-aarch64": scripts/test_aarch64.sh; cibuildwheel sets it on macOS too).
+    target = os.environ.get("_PYTHON_HOST_PLATFORM", "").rsplit("-", 1)[-1].lower()
+    if target in ("aarch64", "arm64", "x86_64", "amd64"):
+        return target
     return m
 
 
 def isa_of(path):
     stem = os.path.splitext(os.path.basename(path))[0]
-    for isa in ISA_FLAGS:
+    for isa in BUILDS:
         if stem.endswith("_" + isa):
             return isa
     return None
@@ -68,14 +80,18 @@ class BuildExt(build_ext):
                 continue
             if (isa in X86_ISAS and not on_x86) or (isa in ARM_ISAS and not on_arm):
                 continue  # the file's own #if keeps it empty anyway
-            flags = ISA_FLAGS[isa][1 if msvc else 0]
-            if isa == "neon" and m == "arm64" and sys.platform == "darwin":
-                flags = []  # Apple clang: dotprod is on by default for arm64
-            objs = self.compiler.compile(
-                [src], output_dir=self.build_temp, include_dirs=ext.include_dirs,
-                macros=ext.define_macros, extra_postargs=base + flags,
-                depends=ext.depends)
-            extra_objects += objs
+            for level in BUILDS[isa]:
+                flags = ISA_FLAGS[level][1 if msvc else 0]
+                if flags is None:
+                    continue
+                if level.startswith("neon") and m == "arm64" and sys.platform == "darwin":
+                    # Apple clang targets an Apple core (dotprod included) by default.
+                    flags = [f for f in flags if not f.startswith("-march")]
+                objs = self.compiler.compile(
+                    [src], output_dir=os.path.join(self.build_temp, level),
+                    include_dirs=ext.include_dirs, macros=ext.define_macros,
+                    extra_postargs=base + flags, depends=ext.depends)
+                extra_objects += objs
         ext.sources = plain
         # build_ext relinks only when a source or dependency is newer than the
         # module; the ISA files are no longer sources, so they must be dependencies.

@@ -2,7 +2,8 @@
  *
  * Compiled without ISA flags: it only asks the CPU what it has.  A feature counts
  * only when the OS saves its register state too (XGETBV), as ggml does.
- * INFER_ISA=scalar|avx2|avx512|neon forces a lower set (tests run every path).
+ * INFER_ISA=scalar|avx2|avx512|neon|neon_dotprod forces a lower set (tests run every
+ * path).
  */
 #include "infer_kernels.h"
 
@@ -34,6 +35,40 @@ static unsigned long long xgetbv0(void) {
 
 #if defined(__aarch64__) || defined(_M_ARM64)
 #define INFER_ARM64 1
+/* setup.py builds the dotprod copy of the NEON files with every compiler but MSVC
+ * (whose ARM64 intrinsics have no SDOT we could rely on): there the baseline NEON
+ * set is the best one. */
+#if !defined(_MSC_VER)
+#define INFER_NEON_DOTPROD_BUILT 1
+#endif
+#if defined(__linux__) || defined(__FreeBSD__)
+#include <sys/auxv.h>
+#define HWCAP_BIT_ASIMDDP (1ul << 20)   /* AT_HWCAP bit, Linux and FreeBSD alike */
+#elif defined(_WIN32) && defined(INFER_NEON_DOTPROD_BUILT)
+#include <windows.h>
+#ifndef PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE
+#define PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE 43
+#endif
+#endif
+
+#ifdef INFER_NEON_DOTPROD_BUILT
+/* 1 if the CPU has SDOT/UDOT (ARMv8.2 dotprod; optional until ARMv8.4).  Only plain
+ * integer code here, so it runs on any AArch64 CPU. */
+static int cpu_has_dotprod(void) {
+#if defined(__APPLE__)
+    return 1;   /* every arm64 Mac (M1 and later) is ARMv8.4+ */
+#elif defined(__linux__)
+    return (getauxval(AT_HWCAP) & HWCAP_BIT_ASIMDDP) != 0;
+#elif defined(__FreeBSD__)
+    unsigned long hwcap = 0;
+    return elf_aux_info(AT_HWCAP, &hwcap, sizeof hwcap) == 0 && (hwcap & HWCAP_BIT_ASIMDDP) != 0;
+#elif defined(_WIN32)
+    return IsProcessorFeaturePresent(PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE) != 0;
+#else
+    return 0;   /* cannot tell: the baseline NEON set is safe */
+#endif
+}
+#endif
 #endif
 
 static unsigned detect(void) {
@@ -61,14 +96,16 @@ static unsigned detect(void) {
         mask |= 1u << INFER_ISA_AVX512;
 #endif
 #ifdef INFER_ARM64
-    /* Advanced SIMD is mandatory on AArch64, but the NEON files also use the
-     * extensions they were compiled for. */
-    if (infer_neon_usable()) mask |= 1u << INFER_ISA_NEON;
+    mask |= 1u << INFER_ISA_NEON;   /* Advanced SIMD is mandatory on AArch64 */
+#ifdef INFER_NEON_DOTPROD_BUILT
+    if (cpu_has_dotprod()) mask |= 1u << INFER_ISA_NEON_DOTPROD;
+#endif
 #endif
     return mask;
 }
 
-static const char *const isa_names[INFER_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon"};
+static const char *const isa_names[INFER_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon",
+                                                        "neon_dotprod"};
 
 const char *infer_isa_name(int isa) {
     return (isa >= 0 && isa < INFER_ISA_COUNT) ? isa_names[isa] : NULL;
@@ -98,11 +135,18 @@ static void fill(int isa, infer_kernel_table *t) {
     }
 #endif
 #ifdef INFER_ARM64
-    if (isa == INFER_ISA_NEON) {
+    if (isa == INFER_ISA_NEON || isa == INFER_ISA_NEON_DOTPROD) {
         infer_fill_table_neon(t);
         infer_fill_kquants_neon(t);
         infer_fill_ops_neon(t);
     }
+#ifdef INFER_NEON_DOTPROD_BUILT
+    if (isa == INFER_ISA_NEON_DOTPROD) {
+        infer_fill_table_neon_dotprod(t);
+        infer_fill_kquants_neon_dotprod(t);
+        infer_fill_ops_neon_dotprod(t);
+    }
+#endif
 #endif
     t->name = isa_names[isa];
 }

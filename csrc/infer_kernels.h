@@ -200,8 +200,9 @@ typedef enum {
     INFER_ISA_SCALAR = 0,
     INFER_ISA_AVX2 = 1,
     INFER_ISA_AVX512 = 2,
-    INFER_ISA_NEON = 3,
-    INFER_ISA_COUNT = 4
+    INFER_ISA_NEON = 3,          /* any AArch64 CPU (ARMv8.0 Advanced SIMD) */
+    INFER_ISA_NEON_DOTPROD = 4,  /* AArch64 with SDOT (ARMv8.2 dotprod) */
+    INFER_ISA_COUNT = 5
 } infer_isa;
 
 /* Each ISA file defines its fill function; it overrides what it implements.
@@ -219,9 +220,10 @@ void infer_fill_ops_scalar(infer_kernel_table *t);
 void infer_fill_ops_avx2(infer_kernel_table *t);
 void infer_fill_ops_avx512(infer_kernel_table *t);
 void infer_fill_ops_neon(infer_kernel_table *t);
-/* AArch64 only (quants_neon.c): 1 if this CPU has every extension the NEON files
- * were compiled for (dotprod, fp16), so dispatch.c may offer the NEON set. */
-int infer_neon_usable(void);
+/* The *_neon.c files built a second time for armv8.2-a+dotprod (neon_level.h). */
+void infer_fill_table_neon_dotprod(infer_kernel_table *t);
+void infer_fill_kquants_neon_dotprod(infer_kernel_table *t);
+void infer_fill_ops_neon_dotprod(infer_kernel_table *t);
 
 /* ---- float-op drivers (attention.c): shape loops over the table's kernels ---- */
 /* Bad arguments (sizes, types, rot_dim) return -1 and touch nothing; 0 on success. */

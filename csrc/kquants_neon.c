@@ -1,6 +1,6 @@
 /* kquants_neon.c: Q4_K and Q6_K dequantize and dot products with Q8_K, AArch64 NEON.
  *
- * Dot products use SDOT (vdotq_s32) under __ARM_FEATURE_DOTPROD, else widening
+ * Dot products use SDOT (vdotq_s32) in the dotprod build (neon_level.h), else widening
  * multiplies (vmull_s8) and pairwise accumulation.  Each 16-byte dot lands in an
  * int32x4 that is multiplied by its sub-block scale and accumulated (vmlaq_n_s32);
  * one horizontal sum per super-block.  The offsets (Q4_K's min, Q6_K's -32) come out
@@ -11,6 +11,7 @@
  */
 #include "infer_kernels.h"
 #include "kquants_internal.h"
+#include "neon_level.h"
 
 #if defined(__aarch64__) || defined(_M_ARM64)
 #include <arm_neon.h>
@@ -22,7 +23,7 @@ static inline float half_to_float(infer_half h) {
 
 /* Σ a·b over 16 int8 lanes, as four int32 partial sums. */
 static inline int32x4_t dot16(int8x16_t a, int8x16_t b) {
-#if defined(__ARM_FEATURE_DOTPROD)
+#if INFER_NEON_SDOT
     return vdotq_s32(vdupq_n_s32(0), a, b);
 #else
     /* |a·b| <= 63*128 here, so two products fit an int16 lane */
@@ -204,9 +205,11 @@ static void infer_dequantize_f16_q6_K_neon(const void *src, infer_half *dst, int
 static void infer_quantize_q8_K_neon(const float *x, void *dst, int64_t n) {
     block_q8_K *y = dst;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        /* FMAXNM skips NaN as the scalar `ax > amax` does (FMAX would return NaN, and
+         * the search below would never find it): amax is one of the |x[at]|, or 0. */
         float32x4_t vmax = vdupq_n_f32(0);
-        for (int k = 0; k < QK_K / 4; k++) vmax = vmaxq_f32(vmax, vabsq_f32(vld1q_f32(x + 4 * k)));
-        const float amax = vmaxvq_f32(vmax);
+        for (int k = 0; k < QK_K / 4; k++) vmax = vmaxnmq_f32(vmax, vabsq_f32(vld1q_f32(x + 4 * k)));
+        const float amax = vmaxnmvq_f32(vmax);
         if (!amax) {
             memset(&y[i], 0, sizeof y[i]);
             continue;
@@ -229,7 +232,7 @@ static void infer_quantize_q8_K_neon(const float *x, void *dst, int64_t n) {
     }
 }
 
-void infer_fill_kquants_neon(infer_kernel_table *t) {
+void INFER_NEON_NAME(infer_fill_kquants_neon)(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_Q4_K] = infer_dequantize_q4_K_neon;
     t->dequantize_f16[INFER_TYPE_Q4_K] = infer_dequantize_f16_q4_K_neon;
     t->vec_dot[INFER_TYPE_Q4_K] = infer_vec_dot_q4_K_q8_K_neon;

@@ -3,6 +3,7 @@
  * qemu-aarch64 by the self-test (csrc/selftest, tests/test_selftest.py). */
 #include "infer_kernels.h"
 #include "ops_internal.h"
+#include "neon_level.h"
 #if defined(__aarch64__) || defined(_M_ARM64)
 #include <arm_neon.h>
 #include <math.h>
@@ -293,7 +294,7 @@ static float attn_exp_sum(float *s, int64_t nb, float m) {
 #define OPS_ISA neon
 #include "ops_attn_loop.h"
 
-void infer_fill_ops_neon(infer_kernel_table *t) {
+void INFER_NEON_NAME(infer_fill_ops_neon)(infer_kernel_table *t) {
     t->rmsnorm = rmsnorm_neon;
     t->layernorm = layernorm_neon;
     t->softmax = softmax_neon;

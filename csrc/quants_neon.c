@@ -1,47 +1,16 @@
 /* quants_neon.c: the 32-element block formats and f32/f16/bf16 rows, AArch64 NEON.
  *
- * Integer dot products use SDOT (vdotq_s32) when the file is compiled with the
- * dot-product extension (__ARM_FEATURE_DOTPROD, setup.py's armv8.2-a+dotprod), and
- * widening multiplies with pairwise adds on plain ARMv8.0 otherwise; both give the
- * exact int32 sum of each block.  Quantizers round like the scalar ones (roundf:
+ * Integer dot products use SDOT (vdotq_s32) in the dotprod build (neon_level.h) and
+ * widening multiplies with pairwise adds in the baseline ARMv8.0 build; both give
+ * the exact int32 sum of each block.  Quantizers round like the scalar ones (roundf:
  * half away from zero = FCVTAS), so Q8_0/Q8_1 activations are bit-identical.
  */
 #include "infer_kernels.h"
+#include "neon_level.h"
 
 #if defined(__aarch64__) || defined(_M_ARM64)
 #include <arm_neon.h>
 #include <string.h>
-#if defined(__linux__)
-#include <sys/auxv.h>
-#elif defined(__FreeBSD__)
-#include <sys/auxv.h>
-#endif
-
-/* The NEON files are compiled for armv8.2-a+dotprod+fp16 (setup.py), which ARMv8.0
- * cores (Cortex-A53/A72: Raspberry Pi 3/4, AWS Graviton 1) cannot run: without this
- * check the NEON set would die there with SIGILL.  dispatch.c offers the NEON set only
- * when the kernel reports every extension the compiler was allowed to use; otherwise
- * the scalar set runs.  Only plain integer code here, so it runs on any AArch64 CPU. */
-int infer_neon_usable(void) {
-    unsigned long need = 0;
-#if defined(__ARM_FEATURE_DOTPROD)
-    need |= 1ul << 20;                      /* HWCAP_ASIMDDP */
-#endif
-#if defined(__ARM_FEATURE_FP16_SCALAR_ARITHMETIC) || defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC)
-    need |= (1ul << 9) | (1ul << 10);       /* HWCAP_FPHP, HWCAP_ASIMDHP */
-#endif
-    if (need == 0) return 1;                /* plain ARMv8.0 build: NEON is mandatory */
-#if defined(__APPLE__)
-    return 1;                               /* every Apple arm64 core is ARMv8.4+ */
-#elif defined(__linux__)
-    return (getauxval(AT_HWCAP) & need) == need;
-#elif defined(__FreeBSD__)
-    unsigned long hwcap = 0;
-    return elf_aux_info(AT_HWCAP, &hwcap, sizeof hwcap) == 0 && (hwcap & need) == need;
-#else
-    return 0;                               /* cannot tell: the scalar set is safe */
-#endif
-}
 
 static inline float fp16_to_f32(infer_half h) {
 #if defined(__GNUC__) || defined(__clang__)
@@ -56,7 +25,7 @@ static inline float fp16_to_f32(infer_half h) {
 /* Sum of a[i]*b[i] over 16 int8 lanes, added into acc (lane grouping unspecified:
  * callers only ever use the total). */
 static inline int32x4_t dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b) {
-#if defined(__ARM_FEATURE_DOTPROD)
+#if INFER_NEON_SDOT
     return vdotq_s32(acc, a, b);
 #else
     /* |a*b| <= 128*128 fits int16; pairwise-add into int32 before any further sum. */
@@ -414,7 +383,7 @@ FLOAT_DOT(vec_dot_f32_f32_neon, load4_f32, load1_f32)
 FLOAT_DOT(vec_dot_f16_f32_neon, load4_f16, load1_f16)
 FLOAT_DOT(vec_dot_bf16_f32_neon, load4_bf16, load1_bf16)
 
-void infer_fill_table_neon(infer_kernel_table *t) {
+void INFER_NEON_NAME(infer_fill_table_neon)(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_F16] = dequantize_f16_neon;
     t->dequantize[INFER_TYPE_BF16] = dequantize_bf16_neon;
     t->dequantize[INFER_TYPE_Q4_0] = dequantize_q4_0_neon;

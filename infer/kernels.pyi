@@ -3,7 +3,7 @@
 # ValueError naming the argument); these types say what a caller should pass.
 # tests/test_typing.py checks with mypy.stubtest that they match the module.
 # Underscored aliases are stub-only names (they do not exist at run time).
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, Literal, Optional, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -17,14 +17,17 @@ _F32Array = npt.NDArray[np.float32]
 _Bytes = Union[Buffer, npt.NDArray[Any]]
 
 _Out = TypeVar("_Out")
+#: A kernel set.  x86-64: avx2 (Haswell+), avx512 (with VNNI).  AArch64: neon (any
+#: CPU), neon_dotprod (ARMv8.2 SDOT: Cortex-A55/A76+, Graviton 2+, Apple).
+_Isa = Literal["scalar", "avx2", "avx512", "neon", "neon_dotprod"]
 _F32 = TypeVar("_F32", bound=_F32Array)
 
 TYPE_IDS: dict[str, int]
 TYPE_NAMES: dict[int, str]
 
 class _Capabilities(TypedDict):
-    active: str
-    available: list[str]
+    active: _Isa
+    available: list[_Isa]
     num_threads: int
     forced: Optional[str]
 
@@ -35,7 +38,7 @@ def block_bytes(qtype: _QType) -> int: ...
 def row_bytes(qtype: _QType, n: int) -> int: ...
 def vec_dot_type(qtype: _QType) -> str: ...
 def capabilities() -> _Capabilities: ...
-def set_isa(name: str) -> None: ...
+def set_isa(name: _Isa) -> None: ...
 def set_num_threads(n: int) -> None: ...
 def get_num_threads() -> int: ...
 

@@ -1,8 +1,8 @@
 """Shared pytest fixtures.
 
 `isa` runs a test once per kernel set this CPU can execute (scalar, avx2, avx512,
-neon), switching the active dispatch table for the test's duration and restoring
-the previous one afterwards.
+neon, neon_dotprod), switching the active dispatch table for the test's duration and
+restoring the previous one afterwards.
 """
 import os
 from pathlib import Path

@@ -76,21 +76,26 @@ def is_macos(target: str) -> bool:
     return "-macos" in target
 
 
-def extension_flags(isa: str | None, target: str) -> list[str]:
-    """The flags setup.py's BuildExt gives a file of this ISA group on that target."""
-    if isa is None:
-        return []
+def extension_flags(level: str, target: str) -> list[str]:
+    """The flags setup.py's BuildExt gives one build (level) of an ISA file on that target."""
+    flags = setup_isa_flags()[level]
     # setup.py: Apple clang enables dotprod by default for arm64, so no -march there.
-    if is_macos(target) and is_arm(target) and isa in setup_constant("ARM_ISAS"):
-        return []
-    return setup_isa_flags()[isa]
+    if is_macos(target) and is_arm(target):
+        return [f for f in flags if not f.startswith("-march")]
+    return flags
 
 
 def isa_of(path: Path) -> str | None:
-    for isa in setup_isa_flags():
-        if path.stem.endswith("_" + isa):
-            return isa
-    return None
+    builds = setup_constant("BUILDS")
+    assert isinstance(builds, dict)
+    return next((isa for isa in builds if path.stem.endswith("_" + isa)), None)
+
+
+def levels_of(isa: str | None) -> tuple[str, ...]:
+    """The builds setup.py makes of an ISA file (a NEON file: one per NEON level)."""
+    builds = setup_constant("BUILDS")
+    assert isinstance(builds, dict)
+    return tuple(builds[isa]) if isa else ()
 
 
 def compiled_on(isa: str | None, target: str) -> bool:
@@ -104,8 +109,9 @@ def compiled_on(isa: str | None, target: str) -> bool:
 def selftest_env(target: str) -> dict[str, str]:
     """build.sh's environment for target besides CC (setup.py's ISA flags come from build())."""
     env = {"ARCH": "arm" if is_arm(target) else "x86"}
-    if is_macos(target) and is_arm(target):
-        env["NEON_FLAGS"] = ""  # as extension_flags(): setup.py gives NEON no flags there
+    if is_macos(target) and is_arm(target):  # as extension_flags(): no -march there
+        env["NEON_FLAGS"] = " ".join(extension_flags("neon", target))
+        env["NEON_DOTPROD_FLAGS"] = " ".join(extension_flags("neon_dotprod", target))
     return env
 
 
@@ -115,20 +121,25 @@ def assert_no_warnings(stderr: str, what: str) -> None:
 
 def compile_every_csrc_file(target: str, out_dir: Path) -> None:
     """Every csrc file the extension is built from, with setup.py's flags for target
-    (-O3 -fno-strict-aliasing, the file's ISA flags, -fPIC as for a shared object)."""
+    (-O3 -fno-strict-aliasing, the file's ISA flags, -fPIC as for a shared object),
+    an ISA file once per build setup.py makes of it."""
     sources = [s for s in sorted(CSRC.glob("*.c")) if compiled_on(isa_of(s), target)]
     assert any(isa_of(s) for s in sources), "no ISA file for this target"
+    builds = [(src, level) for src in sources for level in levels_of(isa_of(src)) or (None,)]
 
-    def compile_one(src: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    def compile_one(build: tuple[Path, str | None]) -> subprocess.CompletedProcess[str]:
+        src, level = build
+        flags = extension_flags(level, target) if level else []
+        obj = out_dir / f"{src.stem}.{level or 'plain'}.o"
         cmd = [sys.executable, str(ZIGCC), "-target", target, "-O3", "-fno-strict-aliasing",
-               "-fPIC", "-Wall", "-Wextra", *extension_flags(isa_of(src), target),
-               f"-I{CSRC}", "-c", str(src), "-o", str(out_dir / (src.stem + ".o"))]
-        return src, subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+               "-fPIC", "-Wall", "-Wextra", *flags, f"-I{CSRC}", "-c", str(src), "-o", str(obj)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
     with ThreadPoolExecutor(2) as pool:  # the machine has two cores
-        for src, proc in pool.map(compile_one, sources):
-            assert proc.returncode == 0, f"{src.name} for {target}:\n{proc.stderr}"
-            assert_no_warnings(proc.stderr, f"{src.name} for {target}")
+        for (src, level), proc in zip(builds, pool.map(compile_one, builds)):
+            what = f"{src.name} ({level or 'plain'}) for {target}"
+            assert proc.returncode == 0, f"{what}:\n{proc.stderr}"
+            assert_no_warnings(proc.stderr, what)
 
 
 def zig_selftest(target: str, out: Path, **env: str) -> Path:
@@ -235,8 +246,8 @@ def test_manylinux2014_aarch64_selftest_under_qemu(tmp_path: Path) -> None:
     assert_glibc_2_17(out)
     outcome = run([QEMU_ARM, "-L", str(ARM64_SYSROOT), "-cpu", "max", str(out), "9"])
     outcome.assert_clean()
-    assert outcome.available == ["scalar", "neon"]
-    assert outcome.default == "neon"
+    assert outcome.available == ["scalar", "neon", "neon_dotprod"]
+    assert outcome.default == "neon_dotprod"
 
 
 # ---- musllinux: static, slow the first time ------------------------------------------------
@@ -277,11 +288,11 @@ def test_musllinux_aarch64_selftest_under_qemu(tmp_path: Path) -> None:
     out = static_musl_selftest("aarch64-linux-musl", tmp_path / "selftest")
     outcome = run([QEMU_ARM, "-cpu", "max", str(out), "17"])
     outcome.assert_clean()
-    assert outcome.default == "neon"
-    # musl's getauxval(AT_HWCAP) is what keeps an ARMv8.0 core on the scalar set.
+    assert outcome.default == "neon_dotprod"
+    # musl's getauxval(AT_HWCAP) is what keeps an ARMv8.0 core off the dotprod set.
     outcome = run([QEMU_ARM, "-cpu", "cortex-a53", str(out)])
     outcome.assert_clean()
-    assert outcome.available == ["scalar"]
+    assert outcome.available == ["scalar", "neon"]
 
 
 def test_zigcc_translates_gcc_march_for_aarch64() -> None:

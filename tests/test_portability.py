@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from test_selftest import setup_isa_flags
+from test_selftest import CROSS_CC, setup_isa_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -177,17 +177,24 @@ def isa_groups() -> dict[str, list[Path]]:
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on PATH")
-@pytest.mark.parametrize("isa", ["plain", "avx2", "avx512", "neon"])
+@pytest.mark.parametrize("isa", ["plain", "avx2", "avx512", "neon", "neon_dotprod"])
 def test_no_variable_length_arrays(isa: str) -> None:
     """MSVC has no VLAs; -Werror=vla finds them.  A syntax check with setup.py's flags
-    for the group (a file's own #if keeps out SIMD code the host cannot compile)."""
-    files = isa_groups().get(isa, [])
+    for the group (a file's own #if keeps out SIMD code the host cannot compile).  The
+    NEON files are compiled once per NEON level, by the aarch64 cross compiler on an
+    x86 host when it is installed."""
+    files = isa_groups().get(isa.split("_")[0] if isa.startswith("neon") else isa, [])
     flags = [] if isa == "plain" else setup_isa_flags()[isa]
-    if isa == "neon" and platform.machine().lower() not in ("aarch64", "arm64"):
-        flags = []  # the x86 compiler rejects -march=armv8.2-a; the file's #if empties it
+    cc = "cc"
+    on_arm = platform.machine().lower() in ("aarch64", "arm64")
+    if isa.startswith("neon") and not on_arm:
+        if shutil.which(CROSS_CC):
+            cc = CROSS_CC
+        else:
+            flags = []  # the x86 compiler rejects -march=armv8-a; the file's #if empties it
     if isa in ("avx2", "avx512") and platform.machine().lower() not in ("x86_64", "amd64"):
         flags = []
-    proc = subprocess.run(["cc", "-std=c11", "-fsyntax-only", "-Werror=vla", f"-I{CSRC}", *flags,
+    proc = subprocess.run([cc, "-std=c11", "-fsyntax-only", "-Werror=vla", f"-I{CSRC}", *flags,
                            *map(str, files)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
@@ -260,6 +267,30 @@ def test_compiles_in_msvc_mode(isa: str, view: str, msvc_flags: list[str], tmp_p
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in tmp_path.glob("*.o")) == sorted(f.stem + ".o" for f in files)
+
+
+@needs_msvc_mode
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_msvc_arm64_builds_the_baseline_neon_set(view: str, msvc_flags: list[str],
+                                                 tmp_path: Path) -> None:
+    """Windows ARM64 with MSVC: setup.py compiles the NEON files once, with no flags, and
+    no dotprod copy (ISA_FLAGS["neon_dotprod"] has no MSVC flags), so dispatch.c must
+    ask only for the baseline fill functions, which those files define.  Read from
+    the assembly (-S), which names every symbol a file defines or calls."""
+    flags = [f.replace("x86_64-pc-windows-msvc", "aarch64-pc-windows-msvc") for f in msvc_flags]
+    files = msvc_groups()["neon"] + [CSRC / "dispatch.c"]
+    proc = subprocess.run([str(CLANG), *flags, *VIEWS[view], *STRICT, "-O1", "-S",
+                           *map(str, files)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    fills = {f.stem: set(re.findall(r"\binfer_fill_\w+", (tmp_path / f"{f.stem}.s").read_text()))
+             for f in files}
+    neon = {"infer_fill_table_neon", "infer_fill_kquants_neon", "infer_fill_ops_neon"}
+    defined = set().union(*(fills[f.stem] for f in msvc_groups()["neon"]))
+    assert defined == neon
+    called = fills["dispatch"]
+    assert neon <= called
+    assert not [s for s in called if "dotprod" in s]
 
 
 def gnu_tokens_msvc_compiles(path: Path, msvc_flags: list[str], extra: list[str]) -> list[str]:

@@ -4,12 +4,11 @@ Natively it checks the x86 (or host NEON) sets.  With Debian's gcc-aarch64-linux
 and qemu-user on PATH it also cross-compiles the self-test for AArch64 and runs it
 under qemu-aarch64, which is how the NEON files are tested on an x86 machine:
 
-* ``-cpu max`` (dotprod, fp16): the NEON set is chosen and every entry it overrides
-  agrees with scalar;
-* the NEON files built for plain ARMv8.0 (no SDOT) under ``-cpu cortex-a53``: the
-  fallback dot products agree too;
-* the release build (setup.py's flags) under ``-cpu cortex-a53``: the CPU lacks the
-  dot-product extension, so the scalar set must be chosen and nothing may SIGILL.
+* ``-cpu max`` (ARMv8.2+ with dotprod): both NEON sets are offered, neon_dotprod is
+  chosen, and every entry of each agrees with scalar;
+* ``-cpu cortex-a53`` and ``cortex-a72`` (ARMv8.0, no SDOT: Raspberry Pi 3/4, Graviton
+  1): the baseline neon set is offered and chosen, neon_dotprod is not, its entries
+  agree with scalar, and nothing dies with SIGILL.
 """
 from __future__ import annotations
 
@@ -45,7 +44,8 @@ def build(out: Path, cc: str = "cc", script: Path = BUILD,
     env = dict(os.environ, CC=cc)
     isa = setup_isa_flags()
     env.update(AVX2_FLAGS=" ".join(isa["avx2"]), AVX512_FLAGS=" ".join(isa["avx512"]),
-               NEON_FLAGS=" ".join(isa["neon"]))
+               NEON_FLAGS=" ".join(isa["neon"]),
+               NEON_DOTPROD_FLAGS=" ".join(isa["neon_dotprod"]))
     env.update(flags)
     proc = subprocess.run(["sh", str(script), str(out)], env=env, capture_output=True,
                           text=True, timeout=300)
@@ -165,37 +165,31 @@ cross = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def arm_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Built with setup.py's NEON flags (armv8.2-a+dotprod+fp16), static for qemu."""
+    """Built with setup.py's flags for both NEON levels, static for qemu."""
     out = tmp_path_factory.mktemp("selftest_arm") / "selftest"
     build(out, cc=CROSS_CC, LDFLAGS="-static")
     return out
 
 
 @cross
-def test_neon_selftest_under_qemu(arm_release: Path) -> None:
+def test_neon_dotprod_selftest_under_qemu(arm_release: Path) -> None:
     outcome = run([QEMU_ARM, "-cpu", "max", str(arm_release), "7"])
+    outcome.assert_clean()
+    assert outcome.available == ["scalar", "neon", "neon_dotprod"]
+    assert outcome.default == "neon_dotprod"
+    # The two builds of the same files override the same entries.
+    assert outcome.overrides["neon_dotprod"] == outcome.overrides["neon"]
+    assert outcome.overrides["neon"] >= NEON_ENTRIES_OF_QUANTS
+    assert outcome.passed >= 2 * NEON_ENTRIES_OF_QUANTS * 13  # 13 lengths per entry
+
+
+@cross
+@pytest.mark.parametrize("cpu", ["cortex-a53", "cortex-a72"])
+def test_armv8_0_cpu_gets_baseline_neon(arm_release: Path, cpu: str) -> None:
+    """ARMv8.0 cores lack SDOT: baseline NEON chosen, its kernels agree, no SIGILL."""
+    outcome = run([QEMU_ARM, "-cpu", cpu, str(arm_release), "11"])
     outcome.assert_clean()
     assert outcome.available == ["scalar", "neon"]
     assert outcome.default == "neon"
     assert outcome.overrides["neon"] >= NEON_ENTRIES_OF_QUANTS
-    assert outcome.passed >= NEON_ENTRIES_OF_QUANTS * 13  # 13 lengths per entry
-
-
-@cross
-def test_neon_without_dotprod_falls_back_to_scalar(arm_release: Path) -> None:
-    """Cortex-A53 (ARMv8.0) lacks SDOT: the release build must choose scalar, not SIGILL."""
-    outcome = run([QEMU_ARM, "-cpu", "cortex-a53", str(arm_release)])
-    outcome.assert_clean()
-    assert outcome.available == ["scalar"]
-    assert outcome.default == "scalar"
-
-
-@cross
-def test_neon_plain_armv8_fallback_under_qemu(tmp_path: Path) -> None:
-    """The NEON files built without +dotprod use the widening-multiply dot products."""
-    out = tmp_path / "selftest"
-    build(out, cc=CROSS_CC, LDFLAGS="-static", NEON_FLAGS="-march=armv8-a")
-    outcome = run([QEMU_ARM, "-cpu", "cortex-a53", str(out), "11"])
-    outcome.assert_clean()
-    assert outcome.default == "neon"
-    assert outcome.overrides["neon"] >= NEON_ENTRIES_OF_QUANTS
+    assert outcome.passed >= NEON_ENTRIES_OF_QUANTS * 13

@@ -4,15 +4,18 @@
 #
 #   csrc/selftest/build.sh [OUTPUT]                      native build
 #   CC=aarch64-linux-gnu-gcc csrc/selftest/build.sh out  cross build (run: qemu-aarch64 out)
-#   CC="python scripts/zigcc.py -target aarch64-macos" NEON_FLAGS= csrc/selftest/build.sh out
+#   CC="python scripts/zigcc.py -target aarch64-macos" NEON_FLAGS= \
+#       NEON_DOTPROD_FLAGS=-DINFER_NEON_DOTPROD csrc/selftest/build.sh out
 #                                                         zig cc: macOS, musl, glibc 2.17
 #
 # Environment: CC (may be several words), ARCH (x86/arm/other: the target's ISA
 # family, by default from $CC -dumpmachine), CFLAGS (default -O2 -g), LDFLAGS (-static
-# spares qemu a sysroot); AVX2_FLAGS, AVX512_FLAGS, NEON_FLAGS override the per-ISA
-# flags (tests/test_selftest.py passes setup.py's ISA_FLAGS; NEON_FLAGS=-march=armv8-a
-# builds the NEON files without the dot-product extension; set but empty means no
-# flags, which is what setup.py gives the NEON files on macOS arm64).
+# spares qemu a sysroot); AVX2_FLAGS, AVX512_FLAGS, NEON_FLAGS, NEON_DOTPROD_FLAGS
+# override the per-ISA flags (tests/test_selftest.py passes setup.py's ISA_FLAGS; set
+# but empty means no flags).  Each *_neon.c is compiled twice, as setup.py does: with
+# NEON_FLAGS (baseline ARMv8.0, the "neon" set) and with NEON_DOTPROD_FLAGS (the
+# "neon_dotprod" set; csrc/neon_level.h).  On macOS arm64 setup.py drops the -march
+# flags: NEON_FLAGS= NEON_DOTPROD_FLAGS=-DINFER_NEON_DOTPROD.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 csrc=$(dirname "$here")
@@ -22,7 +25,8 @@ CFLAGS=${CFLAGS:--O2 -g}
 LDFLAGS=${LDFLAGS:-}
 AVX2_FLAGS=${AVX2_FLAGS--mavx2 -mfma -mf16c}
 AVX512_FLAGS=${AVX512_FLAGS--mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni}
-NEON_FLAGS=${NEON_FLAGS--march=armv8.2-a+dotprod+fp16}
+NEON_FLAGS=${NEON_FLAGS--march=armv8-a}
+NEON_DOTPROD_FLAGS=${NEON_DOTPROD_FLAGS--march=armv8.2-a+dotprod -DINFER_NEON_DOTPROD}
 
 # ARCH (x86, arm or other) names the target's ISA family where -dumpmachine cannot:
 # zig cc prints the triple for -target x86_64-linux-gnu.2.17 but fails on it.
@@ -44,15 +48,22 @@ for src in "$csrc"/dispatch.c "$csrc"/types.c "$csrc"/threadpool.c "$csrc"/*_sca
            "$csrc"/*_avx2.c "$csrc"/*_avx512.c "$csrc"/*_neon.c "$here"/selftest.c; do
     name=$(basename "$src" .c)
     case $name in
-        *_avx2) [ $arch = x86 ] || continue; flags=$AVX2_FLAGS ;;
-        *_avx512) [ $arch = x86 ] || continue; flags=$AVX512_FLAGS ;;
-        *_neon) [ $arch = arm ] || continue; flags=$NEON_FLAGS ;;
-        *) flags= ;;
+        *_avx2) [ $arch = x86 ] || continue; builds="$name:AVX2_FLAGS" ;;
+        *_avx512) [ $arch = x86 ] || continue; builds="$name:AVX512_FLAGS" ;;
+        *_neon) [ $arch = arm ] || continue
+                builds="$name:NEON_FLAGS ${name}_dotprod:NEON_DOTPROD_FLAGS" ;;
+        *) builds="$name:" ;;
     esac
-    # shellcheck disable=SC2086  # flag lists are meant to split
-    $CC -std=c11 $CFLAGS -Wall -Wextra -Wvla -fno-strict-aliasing $flags \
-        -I"$csrc" -c "$src" -o "$tmp/$name.o"
-    objs="$objs $tmp/$name.o"
+    for build in $builds; do   # object name : variable holding its flags
+        obj=${build%%:*}
+        var=${build#*:}
+        flags=
+        [ -z "$var" ] || eval "flags=\$$var"
+        # shellcheck disable=SC2086  # flag lists are meant to split
+        $CC -std=c11 $CFLAGS -Wall -Wextra -Wvla -fno-strict-aliasing $flags \
+            -I"$csrc" -c "$src" -o "$tmp/$obj.o"
+        objs="$objs $tmp/$obj.o"
+    done
 done
 # shellcheck disable=SC2086
 $CC $CFLAGS $LDFLAGS -pthread -o "$out" $objs -lm

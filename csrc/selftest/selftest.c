@@ -178,17 +178,17 @@ static void report(int ok, const char *kernel, int t, int64_t n, const char *fmt
     if (ok) {
         n_passed++;
         if (verbose)
-            printf("ok   %-7s %-15s %-5s n=%-6lld\n", cur_isa, kernel,
+            printf("ok   %-12s %-15s %-5s n=%-6lld\n", cur_isa, kernel,
                    t >= 0 ? infer_type_name(t) : "", (long long)n);
         return;
     }
     n_failed++;
     if (tol < 0) {  /* a finding without numbers */
-        printf("FAIL %-7s %-15s %-5s n=%-6lld %s\n", cur_isa, kernel,
+        printf("FAIL %-12s %-15s %-5s n=%-6lld %s\n", cur_isa, kernel,
                t >= 0 ? infer_type_name(t) : "", (long long)n, fmt);
         return;
     }
-    printf("FAIL %-7s %-15s %-5s n=%-6lld %s: got %.9g want %.9g (tolerance %.3g)\n", cur_isa,
+    printf("FAIL %-12s %-15s %-5s n=%-6lld %s: got %.9g want %.9g (tolerance %.3g)\n", cur_isa,
            kernel, t >= 0 ? infer_type_name(t) : "", (long long)n, fmt, got, want, tol);
 }
 
@@ -353,6 +353,37 @@ static void check_quantize(const infer_kernel_table *ref, const infer_kernel_tab
         }
         free(x); free(x_base); free(got_base); free(want_base);
     }
+}
+
+/* Non-finite input is garbage in, but a quantizer must stay memory-safe and keep the
+ * garbage inside the blocks that hold it: the middle block of [bad | good | bad] must
+ * come out as the good block quantized alone.  (A NaN once sent the NEON Q8_K
+ * quantizer searching past its super-block for a maximum FMAX had made NaN.) */
+static void check_quantize_non_finite(const infer_kernel_table *simd, int t) {
+    if (!simd->quantize[t]) return;
+    /* not static: MSVC's INFINITY and NAN are no constant initializers */
+    const float bad[2][3] = {{INFINITY, -INFINITY, NAN}, {3e38f, -3e38f, 1e-45f}};
+    const int64_t bs = infer_type_block_size(t) > 1 ? infer_type_block_size(t) : 32;
+    const size_t one = row_bytes(t, bs);
+    float *x = malloc(3 * (size_t)bs * sizeof *x);
+    uint8_t *alone_base, *q_base;
+    uint8_t *q = alloc_out(3 * one, &q_base, row_align(t));
+    uint8_t *alone = alloc_out(one, &alone_base, row_align(t));
+    if (!x) abort();
+    for (int p = 0; p < 2; p++) {
+        for (int64_t i = 0; i < bs; i++) {
+            x[i] = bad[p][i % 3];
+            x[bs + i] = (float)(i % 17) - 8.25f;
+            x[2 * bs + i] = bad[p][(i + 1) % 3];
+        }
+        simd->quantize[t](x, q, 3 * bs);
+        simd->quantize[t](x + bs, alone, bs);
+        int ok = guard_intact(q, 3 * one) && memcmp(q + one, alone, one) == 0;
+        report(ok, "quantize", t, 3 * bs,
+               p ? "huge neighbours changed a finite block" : "inf/nan neighbours changed a finite block",
+               0, 0, -1);
+    }
+    free(x); free(q_base); free(alone_base);
 }
 
 /* sum |w_i a_i| of one weight row and one activation row (dequantized, in double):
@@ -939,6 +970,7 @@ int main(int argc, char **argv) {
             if (!infer_type_name(t)) continue;
             check_dequantize(ref, simd, t);
             check_quantize(ref, simd, t);
+            check_quantize_non_finite(simd, t);
             check_vec_dot(ref, simd, t);
             check_vec_dot_4(ref, simd, t);
             check_vec_dot_4x4(ref, simd, t);
