@@ -103,6 +103,12 @@ t1=$(now)
 # the target's suffix so the arm64 interpreter finds it.
 inc=$ROOTFS/usr/include
 STAGE=$WORK/stage
+# setup.py runs on the host Python, outside pip's build isolation: it needs the build
+# requirements there (a fresh venv, as in CI after `pip install -e .`, has no Cython).
+if ! "$PYTHON" -c 'import Cython, setuptools' 2>/dev/null; then
+    "$PYTHON" -m pip install --quiet "Cython>=3.0" setuptools wheel \
+        || { echo "cannot install Cython/setuptools for the cross build"; exit 2; }
+fi
 rm -rf "$STAGE" "$WORK/build"
 CC=$CROSS-gcc LDSHARED="$CROSS-gcc -shared" \
 CFLAGS="-g0 -I$inc/python$PYVER -idirafter $inc" LDFLAGS= \
