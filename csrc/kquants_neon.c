@@ -73,8 +73,9 @@ static float infer_vec_dot_q4_K_q8_K_neon(int64_t n, const void *w, const void *
 /* Eight values d*q - m out, as f32 or f16 (vcvt rounds to nearest even). */
 static inline void store8(void *dst, int64_t at, float32x4_t v0, float32x4_t v1, int f16) {
     if (f16) {
-        vst1_f16((__fp16 *)((infer_half *)dst + at), vcvt_f16_f32(v0));
-        vst1_f16((__fp16 *)((infer_half *)dst + at + 4), vcvt_f16_f32(v1));
+        /* Stored as u16 lanes: no __fp16 pointer, which MSVC's arm_neon.h lacks. */
+        vst1_u16((uint16_t *)dst + at, vreinterpret_u16_f16(vcvt_f16_f32(v0)));
+        vst1_u16((uint16_t *)dst + at + 4, vreinterpret_u16_f16(vcvt_f16_f32(v1)));
     } else {
         vst1q_f32((float *)dst + at, v0);
         vst1q_f32((float *)dst + at + 4, v1);
