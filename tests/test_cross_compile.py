@@ -22,7 +22,6 @@ and zig's clang.
 """
 from __future__ import annotations
 
-import ast
 import importlib.util
 import os
 import re
@@ -34,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_selftest import Outcome, build, run, setup_isa_flags
+from test_selftest import Outcome, build, run, setup_constant, setup_isa_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -51,16 +50,6 @@ needs_qemu_arm = pytest.mark.skipif(shutil.which(QEMU_ARM) is None,
 # manylinux target, INFER_SLOW_TESTS=1 runs the rest.
 slow = pytest.mark.skipif(os.environ.get("INFER_SLOW_TESTS") != "1",
                           reason="slow with a cold zig cache; set INFER_SLOW_TESTS=1")
-
-
-def setup_constant(name: str) -> object:
-    """A module-level constant of setup.py, read without running setup.py."""
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"setup.py defines no {name}")
 
 
 def zig_cc(target: str) -> str:

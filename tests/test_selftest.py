@@ -28,15 +28,21 @@ QEMU_ARM = "qemu-aarch64"
 NEON_ENTRIES_OF_QUANTS = 23  # quants_neon.c's own overrides; kquants/ops add more
 
 
-def setup_isa_flags() -> dict[str, list[str]]:
-    """setup.py's gcc/clang flags per ISA, read without running setup.py."""
+def setup_constant(name: str) -> object:
+    """A module-level constant of setup.py, read without running setup.py."""
     tree = ast.parse((ROOT / "setup.py").read_text())
-    for node in ast.walk(tree):
+    for node in tree.body:
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "ISA_FLAGS" for t in node.targets):
-            value = ast.literal_eval(node.value)
-            return {isa: list(flags[0]) for isa, flags in value.items()}
-    raise AssertionError("setup.py defines no ISA_FLAGS")
+                isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"setup.py defines no {name}")
+
+
+def setup_isa_flags() -> dict[str, list[str]]:
+    """setup.py's gcc/clang flags per ISA."""
+    value = setup_constant("ISA_FLAGS")
+    assert isinstance(value, dict)
+    return {isa: list(flags[0]) for isa, flags in value.items()}
 
 
 def build(out: Path, cc: str = "cc", script: Path = BUILD,
