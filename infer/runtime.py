@@ -47,6 +47,17 @@ class Engine(ABC):
     def close(self) -> None:
         """Release the weights (the file map).  Contexts must not be used after it."""
 
+    def forward_batch(self, contexts: Sequence["Context"], tokens: NDArray[Any],
+                      positions: Sequence[int]) -> None:
+        """Evaluate ``tokens[i]`` in ``contexts[i]`` at position ``positions[i]``, setting
+        each context's logits: one decode step for several conversations.
+
+        The contexts are this engine's and distinct.  This default runs them one at
+        a time through ``_forward``; a variant overrides it to read the weights once
+        for all of them.  On an exception the callers roll every context back."""
+        for ctx, token, pos in zip(contexts, tokens, positions):
+            ctx._forward(np.array([token], dtype=np.int32), int(pos))
+
 
 class Context(ABC):
     """The state of one conversation: history, KV cache, logits, sampler."""
@@ -166,6 +177,67 @@ class Context(ABC):
 
     def _exclusive(self) -> "_Exclusive":
         return _Exclusive(self._lock)
+
+
+def next_batch(contexts: Sequence[Context]) -> list[int]:
+    """`Context.next()` for several contexts of one engine in one decode step: each
+    samples its token from its own logits, then all are evaluated together
+    (`Engine.forward_batch`).  Returns the tokens, in the order of ``contexts``."""
+    return _step_batch(contexts, None)
+
+
+def decode_batch(contexts: Sequence[Context], tokens: Sequence[int]) -> None:
+    """Append ``tokens[i]`` to ``contexts[i]`` and compute its logits, for all the
+    contexts in one decode step (a batched `prefill` of one token each)."""
+    if len(tokens) != len(contexts):
+        raise ValueError(f"tokens: expected {len(contexts)}, one per context, got {len(tokens)}")
+    _step_batch(contexts, tokens)
+
+
+def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) -> list[int]:
+    contexts = list(contexts)
+    if not contexts:
+        return []
+    engine = contexts[0].engine
+    if any(c.engine is not engine for c in contexts):
+        raise ValueError("contexts: all must belong to one engine")
+    if len({id(c) for c in contexts}) != len(contexts):
+        raise ValueError("contexts: a context appears twice")
+    held: list[_Exclusive] = []
+    try:
+        for c in contexts:
+            guard = c._exclusive()
+            guard.__enter__()
+            held.append(guard)
+        if forced is not None:
+            batch = [c._check_tokens([t]) for c, t in zip(contexts, forced)]
+        for i, c in enumerate(contexts):
+            if len(c.tokens) >= c.n_ctx:
+                raise ContextOverflowError(f"contexts[{i}]: the context of {c.n_ctx} tokens is full")
+            if forced is None and not c.tokens:
+                raise RuntimeError(f"contexts[{i}]: the context is empty; prefill a prompt first")
+        if forced is None:
+            for c in contexts:
+                c._ensure_logits()
+            chosen = [int(c.sampler.sample(c.logits)) for c in contexts]
+        else:
+            chosen = [int(b[0]) for b in batch]
+        starts = [len(c.tokens) for c in contexts]
+        try:
+            engine.forward_batch(contexts, np.array(chosen, dtype=np.int32), starts)
+        except BaseException:
+            for c, start in zip(contexts, starts):
+                c._truncate_cache(start)
+                c._logits_valid = False
+            raise
+        for c, token in zip(contexts, chosen):
+            c.tokens.append(token)
+            c.sampler.accept(token)
+            c._logits_valid = True
+        return chosen
+    finally:
+        for guard in held:
+            guard.__exit__()
 
 
 class _Exclusive:

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from infer import cli
+from infer.cli import chat as cli_chat
 from infer.runtime import Model
 from scripted import GreedySampler, RaisingSampler, scripted_model
 from under_test import IMPORT_ROOT, pythonpath
@@ -33,7 +34,7 @@ class RecordingModel(Model):
 
 
 def run_chat(monkeypatch, capsys, model, stdin, *argv):
-    monkeypatch.setattr(cli, "_load_model", lambda args: model)
+    monkeypatch.setattr(cli_chat, "load_model", lambda args: model)
     monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
     status = cli.main(["chat", *argv])
     out, err = capsys.readouterr()
@@ -84,7 +85,7 @@ def test_ctrl_c_at_the_prompt_leaves(monkeypatch, capsys):
             raise KeyboardInterrupt
 
     model = RecordingModel(scripted_model([]))
-    monkeypatch.setattr(cli, "_load_model", lambda args: model)
+    monkeypatch.setattr(cli_chat, "load_model", lambda args: model)
     monkeypatch.setattr(sys, "stdin", Interrupting())
     assert cli.main(["chat"]) == 0 and model.closed
 

@@ -4,7 +4,7 @@ import threading
 import numpy as np
 import pytest
 
-from infer.runtime import Context, ContextBusyError, ContextOverflowError, Engine
+from infer.runtime import Context, ContextBusyError, ContextOverflowError, Engine, decode_batch, next_batch
 
 VOCAB = 11
 
@@ -212,3 +212,58 @@ def test_two_contexts_from_two_threads_do_not_interfere():
     [t.join() for t in threads]
     for s in (1, 6):
         assert results[s] == reference_continuation([s, s + 1], 20)
+
+
+# ---- one decode step for several contexts (runtime.next_batch / decode_batch) --------
+def test_next_batch_follows_each_recurrence():
+    eng = ChainEngine()
+    prompts = [[1], [2, 5], [9, 9, 9]]
+    ctxs = [eng.create_context() for _ in prompts]
+    for c, p in zip(ctxs, prompts):
+        c.prefill(p)
+    steps = [next_batch(ctxs) for _ in range(5)]
+    for i, p in enumerate(prompts):
+        assert [s[i] for s in steps] == reference_continuation(p, 5)
+        assert ctxs[i].tokens == p + reference_continuation(p, 5)
+        assert ctxs[i].sampler.history == ctxs[i].tokens
+
+
+def test_decode_batch_appends_forced_tokens():
+    eng = ChainEngine()
+    a, b = eng.create_context(), eng.create_context()
+    a.prefill([4])
+    decode_batch([a, b], [3, 7])          # b starts empty: a forced token is a prefill of one
+    assert a.tokens == [4, 3] and b.tokens == [7]
+    assert a.next() == reference_continuation([4, 3], 1)[0]
+    assert b.next() == reference_continuation([7], 1)[0]
+
+
+def test_failed_batch_leaves_every_context_unchanged():
+    eng = ChainEngine()
+    a, b = eng.create_context(), eng.create_context()
+    a.prefill([1, 2])
+    b.prefill([3, 4, 5])
+    eng.fail_at = 3                       # b's slot 3 fails after a's slot 2 was written
+    with pytest.raises(RuntimeError, match="injected"):
+        next_batch([a, b])
+    assert a.tokens == [1, 2] and b.tokens == [3, 4, 5]
+    eng.fail_at = None
+    assert next_batch([a, b]) == [reference_continuation([1, 2], 1)[0], reference_continuation([3, 4, 5], 1)[0]]
+
+
+def test_batch_misuse_raises_typed_errors():
+    eng = ChainEngine()
+    a = eng.create_context(n_ctx=1)
+    with pytest.raises(RuntimeError, match="empty"):
+        next_batch([a])
+    a.prefill([1])
+    with pytest.raises(ContextOverflowError):
+        next_batch([a])
+    b = eng.create_context()
+    with pytest.raises(ValueError, match="twice"):
+        decode_batch([b, b], [1, 2])
+    with pytest.raises(ValueError, match="one engine"):
+        decode_batch([b, ChainEngine().create_context()], [1, 2])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        decode_batch([b], [VOCAB])
+    assert b.tokens == [] and a.tokens == [1]

@@ -1,0 +1,137 @@
+"""`infer bench`: prompt and generation tokens/s, llama-bench style."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .common import CLIError, add_model_args, load_model
+
+
+def _mean_sd(xs: list[float]) -> tuple[float, float]:
+    import statistics
+
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def _bench_infer(model: Any, n_prompt: int, n_gen: int, reps: int,
+                 tokens: list[int]) -> dict[str, list[float]]:
+    """tokens/s of each repetition, per wall second ("pp", "tg") and per CPU second
+    of this process ("pp_cpu", "tg_cpu"): prefill of n_prompt tokens; n_gen
+    single-token steps, as llama-bench runs them (no sampling)."""
+    import time
+
+    ctx = model.create_context(n_ctx=max(n_prompt, n_gen + 1, 1))
+    res: dict[str, list[float]] = {"pp": [], "tg": [], "pp_cpu": [], "tg_cpu": []}
+    for r in range(reps + 1):  # the first round warms caches and is dropped
+        for key, n in (("pp", n_prompt), ("tg", n_gen)):
+            if not n:
+                continue
+            ctx.restart()
+            t0, c0 = time.perf_counter(), time.process_time()
+            if key == "pp":
+                ctx.prefill(tokens[:n])
+            else:
+                for i in range(n):
+                    ctx.prefill(tokens[i:i + 1])
+            if r:
+                res[key].append(n / (time.perf_counter() - t0))
+                res[key + "_cpu"].append(n / max(time.process_time() - c0, 1e-9))
+    return res
+
+
+def _bench_llama_cpp(path: str, threads: int, n_prompt: int, n_gen: int, reps: int,
+                     tokens: list[int]) -> dict[str, list[float]]:
+    import time
+
+    import llama_cpp
+
+    llm: Any = llama_cpp.Llama(model_path=path, n_threads=threads, n_threads_batch=threads,
+                          n_ctx=max(n_prompt, n_gen + 1, 16), n_batch=max(n_prompt, 1), verbose=False)
+    res: dict[str, list[float]] = {"pp": [], "tg": []}
+    try:
+        for r in range(reps + 1):
+            if n_prompt:
+                llm.reset()
+                t0 = time.perf_counter()
+                llm.eval(tokens[:n_prompt])
+                if r:
+                    res["pp"].append(n_prompt / (time.perf_counter() - t0))
+            if n_gen:
+                llm.reset()
+                t0 = time.perf_counter()
+                for i in range(n_gen):
+                    llm.eval(tokens[i:i + 1])
+                if r:
+                    res["tg"].append(n_gen / (time.perf_counter() - t0))
+    finally:
+        llm.close()
+    return res
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import importlib.util
+    import os
+    import random
+
+    from .. import kernels
+
+    if args.n_prompt < 0 or args.n_gen < 0 or args.repetitions < 1:
+        raise CLIError("-p/-g must be >= 0 and -r >= 1")
+    with load_model(args) as model:
+        threads = kernels.get_num_threads()
+        md = model.metadata
+        eng = model.engine
+        size, params = getattr(model, "n_bytes", 0), getattr(model, "n_params", 0)
+        name = " ".join(str(x) for x in (md.get("general.architecture", "?"),
+                                         md.get("general.size_label", ""),
+                                         _file_type_name(md.get("general.file_type"))) if x)
+        rng = random.Random(0)
+        tokens = [rng.randrange(eng.vocab_size) for _ in range(max(args.n_prompt, args.n_gen))]
+        ours = _bench_infer(model, args.n_prompt, args.n_gen, args.repetitions, tokens)
+    theirs = None
+    if not args.no_llama_cpp and importlib.util.find_spec("llama_cpp") is not None:
+        from .. import loader
+
+        theirs = _bench_llama_cpp(os.fspath(args.model or loader.default_model_path()), threads,
+                                  args.n_prompt, args.n_gen, args.repetitions, tokens)
+    rows = [("| model | size | params | backend | threads | test | t/s |"),
+            ("| --- | ---: | ---: | --- | ---: | --- | ---: |")]
+    tests = [("pp", f"pp{args.n_prompt}", args.n_prompt), ("tg", f"tg{args.n_gen}", args.n_gen)]
+    for engine_name, res in (("infer", ours), ("llama-cpp-python", theirs)):
+        if res is None:
+            continue
+        for key, label, n in tests:
+            if n:
+                m, sd = _mean_sd(res[key])
+                rows.append(f"| {name} | {size / 2**20:.2f} MiB | {params / 1e6:.2f} M | {engine_name} "
+                            f"| {threads} | {label} | {m:.2f} ± {sd:.2f} |")
+    print("\n".join(rows))
+    if theirs is not None:
+        for key, label, n in tests:
+            if n:
+                print(f"{label}: infer / llama-cpp-python = "
+                      f"{_mean_sd(ours[key])[0] / _mean_sd(theirs[key])[0]:.2f}x")
+    elif not args.no_llama_cpp:
+        print("(llama_cpp is not importable: no llama-cpp-python comparison)", file=sys.stderr)
+    return 0
+
+
+# general.file_type (llama_ftype) -> llama-bench's spelling
+_FILE_TYPES = {0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
+               10: "Q2_K", 12: "Q3_K - Medium", 14: "Q4_K - Small", 15: "Q4_K - Medium",
+               17: "Q5_K - Medium", 18: "Q6_K", 32: "BF16"}
+
+
+def _file_type_name(ft: Any) -> str:
+    return _FILE_TYPES.get(ft, f"ftype {ft}") if ft is not None else ""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("bench", help="prompt and generation tokens/s (llama-bench style)")
+    p.add_argument("-p", "--n-prompt", type=int, default=512)
+    p.add_argument("-g", "--n-gen", type=int, default=128)
+    p.add_argument("-r", "--repetitions", type=int, default=3)
+    p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama-cpp-python comparison")
+    add_model_args(p)
+    p.set_defaults(func=cmd_bench)

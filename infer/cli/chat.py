@@ -1,0 +1,131 @@
+"""`infer chat`: interactive multi-turn chat on the model's template."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Iterator, TextIO
+
+from .common import CLIError, add_model_args, add_sampling_args, ctx_size, load_model, sampling
+
+
+_CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new system prompt, and reset),
+/quit; Ctrl-C stops a reply, Ctrl-C again (or Ctrl-D) leaves"""
+
+
+def _chat_lines(interactive: bool) -> Iterator[str]:
+    """User lines: from the terminal with a prompt, or one per line of piped stdin."""
+    while True:
+        if interactive:
+            try:
+                yield input("> ")
+            except EOFError:
+                print()
+                return
+        else:
+            line = sys.stdin.readline()
+            if not line:
+                return
+            yield line.rstrip("\r\n")
+
+
+def _chat_command(session: Any, line: str, out: TextIO) -> bool:
+    """Run a /command; False when it asks to leave."""
+    name, _, rest = line.partition(" ")
+    if name in ("/quit", "/exit"):
+        return False
+    if name == "/reset":
+        session.reset()
+        out.write("[conversation reset]\n")
+    elif name == "/system":
+        session.system = rest.strip() or None
+        session.reset()
+        out.write("[system prompt set; conversation reset]\n" if session.system else
+                  "[system prompt cleared; conversation reset]\n")
+    else:
+        out.write(f"[unknown command {name}]\n{_CHAT_HELP}\n")
+    out.flush()
+    return True
+
+
+def _chat_reply(session: Any, line: str, show_thinking: bool, out: TextIO) -> None:
+    import json
+
+    from ..chat import Reply, ThinkingText
+
+    dim = out.isatty()
+    thinking = False
+    pieces = session.stream(line, show_thinking=show_thinking)
+    try:
+        for piece in pieces:
+            if isinstance(piece, Reply):
+                if piece.tool_calls or piece.tool_call_errors:
+                    for call in piece.tool_calls:
+                        out.write(f"[tool call {call.name}({json.dumps(call.arguments, ensure_ascii=False)})]")
+                    for error in piece.tool_call_errors:
+                        out.write(f"[bad tool call: {error.message}]")
+                continue
+            if isinstance(piece, ThinkingText) != thinking:
+                thinking = not thinking
+                out.write(("\x1b[2m" if thinking else "\x1b[0m") if dim else
+                          ("<think>" if thinking else "</think>\n"))
+            out.write(piece)
+            out.flush()
+    except KeyboardInterrupt:
+        pieces.close()  # ends the turn: the partial reply stays in the conversation
+        out.write(" [interrupted]")
+    finally:
+        if thinking and dim:
+            out.write("\x1b[0m")
+    out.write("\n")
+    out.flush()
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from ..chat import ChatSession, ChatTemplateError
+    from ..runtime import ContextOverflowError
+
+    if args.max_tokens < 1:
+        raise CLIError(f"--max-tokens: must be >= 1, got {args.max_tokens}")
+    out = sys.stdout
+    interactive = sys.stdin.isatty()
+    model = load_model(args)
+    try:
+        session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, trim_history=True,
+                              n_ctx=ctx_size(args), **sampling(args))
+        if interactive:
+            print(_CHAT_HELP, file=sys.stderr)
+        lines = _chat_lines(interactive)
+        while True:
+            try:
+                line = next(lines, None)
+            except KeyboardInterrupt:  # Ctrl-C at the prompt leaves
+                print(file=sys.stderr)
+                return 0
+            if line is None:
+                return 0
+            if not line.strip():
+                continue
+            if line.startswith("/"):
+                if not _chat_command(session, line.strip(), out):
+                    return 0
+                continue
+            n_before = len(session.history)
+            try:
+                _chat_reply(session, line, args.show_thinking, out)
+            except (ContextOverflowError, ChatTemplateError) as exc:
+                print(f"infer: {exc}", file=sys.stderr)
+                continue
+            dropped = n_before + 2 - len(session.history)
+            if dropped > 0:
+                print(f"[{dropped} earlier messages dropped to fit the context]", file=sys.stderr)
+    finally:
+        model.close()
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("chat", help="interactive multi-turn chat")
+    p.add_argument("--system", default=None)
+    p.add_argument("--show-thinking", action="store_true")
+    add_model_args(p)
+    add_sampling_args(p)
+    p.set_defaults(func=cmd_chat)

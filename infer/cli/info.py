@@ -1,0 +1,183 @@
+"""`infer info`: describe a GGUF file, or the system and its kernel set."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import json
+
+    if args.system:
+        system = describe_system()
+        if args.json:
+            print(json.dumps(system, indent=2))
+        else:
+            forced = f" (forced by INFER_ISA={system['forced']})" if system.get("forced") else ""
+            print(f"infer        {system['version']}")
+            print(f"python       {system['python']}  numpy {system['numpy']}")
+            print(f"platform     {system['platform']} {system['machine']}")
+            print(f"cpu          {system['cpu'] or 'unknown'}")
+            print(f"kernel set   {system['active']}{forced}")
+            print(f"available    {', '.join(system['available'])}")
+            print(f"threads      {system['num_threads']}")
+        return 0
+    from ..gguf import GGUFFile, default_model_path
+
+    with GGUFFile(args.path or default_model_path()) as f:
+        summary = describe_model(f)
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        print(format_model(summary))
+    return 0
+
+
+def describe_system() -> dict[str, Any]:
+    """What `infer info --system` shows: versions, the CPU, and the kernel set that
+    dispatch chose for it (`infer.kernels.capabilities()`)."""
+    import platform
+
+    import numpy as np
+
+    from .. import __version__, kernels
+
+    return {"version": __version__, "python": platform.python_version(), "numpy": np.__version__,
+            "platform": platform.platform(terse=True), "machine": platform.machine(),
+            "cpu": cpu_model(), **kernels.capabilities()}
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name, or "" where the OS does not say."""
+    import platform
+    import subprocess
+
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    key, _, value = line.partition(":")
+                    # x86: "model name"; many ARM kernels give only "Model" or nothing.
+                    if key.strip() in ("model name", "Model", "Hardware"):
+                        return value.strip()
+        except OSError:
+            pass
+        return ""
+    if sys.platform == "darwin":
+        try:
+            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
+                                  text=True, timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return platform.processor()
+
+
+def describe_model(f: Any) -> dict[str, Any]:
+    """What `infer info` shows about a GGUFFile, as JSON-ready values."""
+    import numpy as np
+
+    md = f.metadata
+    arch = md.get("general.architecture", "")
+
+    def arch_key(suffix: str) -> Any:
+        return md.get(f"{arch}.{suffix}")
+
+    tokens = md.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list):  # absent, or not strings in a malformed file
+        tokens = []
+    special = {}
+    for key, value in md.items():
+        if key.startswith("tokenizer.ggml.") and key.endswith("_token_id") and isinstance(value, int):
+            role = key[len("tokenizer.ggml."):-len("_token_id")]
+            special[role] = {"id": value, "text": tokens[value] if 0 <= value < len(tokens) else None}
+    types: dict[str, int] = {}
+    for t in f.tensors.values():
+        types[t.dtype.name] = types.get(t.dtype.name, 0) + 1
+    metadata = {}
+    for key, value in md.items():
+        if isinstance(value, (list, np.ndarray)):
+            vt, et = f.metadata_types[key]
+            metadata[key] = {"array": et.name if et is not None else None, "length": len(value)}
+        else:
+            metadata[key] = value
+    return {
+        "path": str(f.path), "file_bytes": f.size, "gguf_version": f.version, "alignment": f.alignment,
+        "architecture": arch, "name": md.get("general.name"),
+        "parameters": sum(t.n_elements for t in f.tensors.values()),
+        "context_length": arch_key("context_length"), "layers": arch_key("block_count"),
+        "embedding_length": arch_key("embedding_length"), "feed_forward_length": arch_key("feed_forward_length"),
+        "heads": arch_key("attention.head_count"), "kv_heads": arch_key("attention.head_count_kv"),
+        "vocabulary": {"kind": md.get("tokenizer.ggml.model"), "pre": md.get("tokenizer.ggml.pre"),
+                       "size": len(tokens)},
+        "special_tokens": special,
+        "chat_template": isinstance(md.get("tokenizer.chat_template"), str),
+        "tensor_types": dict(sorted(types.items(), key=lambda kv: -kv[1])),
+        "tensors": [{"name": t.name, "type": t.dtype.name, "shape": list(t.shape), "bytes": t.nbytes}
+                    for t in f.tensors.values()],
+        "metadata": metadata,
+    }
+
+
+def _human_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    size = n / 1024
+    for unit in ("KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def _human_count(n: int) -> str:
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{unit}"
+    return str(n)
+
+
+def format_model(s: dict[str, Any]) -> str:
+    """The text `infer info` prints for a describe_model() summary."""
+    from pathlib import Path
+
+    rows = [("architecture", s["architecture"] or "?")]
+    if s["name"]:
+        rows.insert(0, ("name", s["name"]))
+    rows.append(("parameters", f"{_human_count(s['parameters'])} ({s['parameters']:,})"))
+    if s["context_length"] is not None:
+        rows.append(("context length", str(s["context_length"])))
+    if s["layers"] is not None:
+        shape = [f"embedding {s['embedding_length']}", f"feed-forward {s['feed_forward_length']}"]
+        if s["heads"] is not None:
+            shape.append(f"heads {s['heads']}" + (f" ({s['kv_heads']} kv)" if s["kv_heads"] is not None else ""))
+        rows.append(("layers", f"{s['layers']}  ({', '.join(shape)})"))
+    vocab = s["vocabulary"]
+    kind = vocab["kind"] or "none"
+    if vocab["pre"]:
+        kind += f" (pre-tokenizer {vocab['pre']})"
+    rows.append(("vocabulary", f"{kind}, {vocab['size']} tokens"))
+    rows.append(("special tokens", ", ".join(
+        f"{role} {tok['id']}" + (f" {tok['text']!r}" if tok["text"] is not None else " (out of range)")
+        for role, tok in s["special_tokens"].items()) or "none"))
+    template = s["metadata"].get("tokenizer.chat_template")
+    rows.append(("chat template", f"yes ({len(template)} characters)" if s["chat_template"] else "no"))
+    rows.append(("tensor types", ", ".join(f"{k} x{v}" for k, v in s["tensor_types"].items()) or "none"))
+    lines = [f"{Path(s['path']).name}  ({_human_bytes(s['file_bytes'])}, GGUF v{s['gguf_version']})"]
+    lines += [f"  {k:<15} {v}" for k, v in rows]
+    if s["tensors"]:
+        name_w = max(6, max(len(t["name"]) for t in s["tensors"]))
+        shapes = [" x ".join(map(str, t["shape"])) for t in s["tensors"]]
+        shape_w = max(5, max(map(len, shapes)))
+        lines += ["", f"  {'tensor':<{name_w}}  {'type':<7} {'shape':<{shape_w}} {'bytes':>12}"]
+        lines += [f"  {t['name']:<{name_w}}  {t['type']:<7} {sh:<{shape_w}} {t['bytes']:>12,}"
+                  for t, sh in zip(s["tensors"], shapes)]
+    return "\n".join(lines)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("info", help="describe a GGUF file (or the system with --system)")
+    p.add_argument("path", nargs="?", default=None, help="GGUF file (default model if omitted)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--system", action="store_true", help="CPU features and the active kernel set")
+    p.set_defaults(func=cmd_info)

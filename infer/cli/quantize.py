@@ -1,0 +1,43 @@
+"""`infer quantize`: requantize a GGUF file."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from .common import CLIError
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from ..quantize import ProgressBar, quantize_file
+
+    if not os.path.isfile(args.input):
+        raise CLIError(f"input: {args.input} is not a file")
+    bar = ProgressBar(os.path.getsize(args.input), f"quantize to {args.type}")
+    try:
+        report = quantize_file(args.input, args.output, args.type, threads=args.threads,
+                               progress=bar.update,
+                               warn=lambda msg: print(f"infer: warning: {msg}", file=sys.stderr))
+    finally:
+        bar.close()
+    counts = ", ".join(f"{k} x{v}" for k, v in sorted(report.type_counts().items(), key=lambda kv: -kv[1]))
+    print(f"wrote {args.output}: {report.bytes_out / 2**20:.1f} MiB (from {report.bytes_in / 2**20:.1f} MiB) "
+          f"in {report.seconds:.1f} s; tensors: {counts}")
+    n = report.n_fallback
+    if n:
+        detail = ", ".join(f"{k} x{v}" for k, v in report.fallbacks().items())
+        print(f"{n} tensor{'s' if n != 1 else ''} fell back to another type because "
+              f"{'their rows are' if n != 1 else 'its rows are'} not whole blocks of the type chosen, "
+              f"as llama.cpp does: {detail}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("quantize", help="requantize a GGUF file")
+    p.add_argument("input")
+    p.add_argument("output")
+    p.add_argument("--type", required=True,
+                   choices=["q4_0", "q4_1", "q5_0", "q8_0", "q6_k", "q4_k", "f16", "bf16"])
+    p.add_argument("--threads", "-t", type=int, default=None)
+    p.set_defaults(func=cmd_quantize)
