@@ -70,6 +70,8 @@ class Tiny:
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
+    # Plain Llama (SmolLM2's shape): the baseline of bench/families.py.
+    ("llama", Tiny("llama", 100, pre="smollm")),
     ("llama3", Tiny("llama", 101, tied=False, llama3_rope=True, pre="llama-bpe",
                     extra={"rope.freq_base": 500000.0, "vocab_size": VOCAB})),
     ("llama-linear", Tiny("llama", 102, n_layer=2, n_kv_head=4,
