@@ -7,204 +7,69 @@
         h = rmsnorm(x) ; x += (silu(h Wg) * h Wu) Wd      (SwiGLU)
     logits = rmsnorm(x) Wout                              (Wout = Wembed if tied)
 
-Weights are views into the memory-mapped file, never copied.  A matrix-vector
-product quantizes its input once into the weight's activation format (Q8_0 for
-Q4_0/Q8_0, Q8_1 for Q4_1, Q8_K for K-quants); q/k/v share one quantized input
-and gate/up another.  Prefill runs the batch through the matrix-matrix kernels,
-block by block as `_block` below reads.  Decoding one token is a single C call
-for the whole pass (csrc/llama_block.c): the same computation as `_block`
-without ~20 kernel calls per layer from Python (tests compare the two).
+This is the plainest `TransformerSpec` (spec.py): every optional piece off,
+RoPE on adjacent pairs (the GGUF converter permuted the Q/K rows for it).  The
+forward passes are `transformer.py`'s: prefill through the matrix-matrix
+kernels, one decoded token as a single C call (csrc/transformer_block.c).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional
 
-import numpy as np
-from numpy.typing import NDArray
-
-from .. import kernels as K
+from ..gguf import GGUFError
 from ..runtime import register_variant
-from .common import Matrix, TransformerContext, TransformerEngine, Vector, tensor_lookup
-
-# Prefill processes at most this many tokens per pass (bounds the scratch memory).
-N_BATCH = 512
-
-
-@dataclass(frozen=True)
-class LlamaConfig:
-    dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    ffn_dim: int
-    vocab_size: int
-    max_seq_len: int
-    rope_base: float
-    rms_eps: float
-
-    @classmethod
-    def from_metadata(cls, md: Dict[str, Any], vocab_size: int) -> "LlamaConfig":
-        arch = md["general.architecture"]
-
-        def get(key: str, default: Any = None) -> Any:
-            full = f"{arch}.{key}"
-            if full in md:
-                return md[full]
-            if default is None:
-                raise ValueError(f"GGUF metadata: missing {full}")
-            return default
-
-        dim = int(get("embedding_length"))
-        n_heads = int(get("attention.head_count"))
-        n_kv_heads = int(get("attention.head_count_kv", n_heads))
-        head_dim = int(get("attention.key_length", dim // n_heads))
-        if n_heads % n_kv_heads:
-            raise ValueError(f"GGUF metadata: {n_heads} heads is not a multiple of {n_kv_heads} KV heads")
-        if head_dim % 2:
-            raise ValueError(f"GGUF metadata: head dimension {head_dim} is odd (RoPE rotates pairs)")
-        return cls(
-            dim=dim, n_layers=int(get("block_count")), n_heads=n_heads, n_kv_heads=n_kv_heads,
-            head_dim=head_dim, ffn_dim=int(get("feed_forward_length")), vocab_size=vocab_size,
-            max_seq_len=int(get("context_length", 2048)),
-            rope_base=float(get("rope.freq_base", 10000.0)),
-            rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)))
+from .hparams import HParams, vocab_size
+from .spec import LayerSpec, Rope, TransformerSpec
+from .transformer import TransformerEngine
 
 
-@dataclass
-class LayerWeights:
-    attn_norm: Vector
-    wq: Matrix
-    wk: Matrix
-    wv: Matrix
-    wo: Matrix
-    ffn_norm: Vector
-    w_gate: Matrix
-    w_up: Matrix
-    w_down: Matrix
+def llama_spec(metadata: Dict[str, Any], tensors: Dict[str, Any]) -> TransformerSpec:
+    """The spec of a Llama-family file, every key checked (GGUFError names a bad one)."""
+    hp = HParams(metadata)
+    n_layers = hp.block_count(tensors)
+    dim, n_heads, n_kv_heads, head_dim = hp.attention_shape()
+    if hp.integer("rope.dimension_count", head_dim) != head_dim:
+        raise GGUFError(f"GGUF metadata: {hp.key('rope.dimension_count')} != head dimension {head_dim} "
+                        "(partial rotary embeddings are not supported)")
+    scaling = hp.string("rope.scaling.type", "none")
+    if scaling == "linear":
+        freq_scale = 1.0 / hp.number("rope.scaling.factor", positive=True)
+    elif scaling == "none":
+        freq_scale = 1.0
+    else:
+        raise GGUFError(f"GGUF metadata: {hp.key('rope.scaling.type')}={scaling!r} is not supported")
+    rope = Rope(layout="norm", base=hp.number("rope.freq_base", 10000.0, positive=True), scale=freq_scale)
+    return TransformerSpec(
+        dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
+        ffn_dim=hp.integer("feed_forward_length"), vocab_size=vocab_size(tensors),
+        max_seq_len=hp.integer("context_length", 2048),
+        rms_eps=hp.number("attention.layer_norm_rms_epsilon", 1e-5, positive=True),
+        layers=tuple(LayerSpec(rope=rope) for _ in range(n_layers)))
 
 
-class LlamaEngine(TransformerEngine["LlamaContext"]):
-    architecture = "llama"
-
+class LlamaEngine(TransformerEngine):
     def __init__(self, gguf_file: Any, n_threads: Optional[int] = None) -> None:
-        super().__init__()
-        self.context_class = LlamaContext
-        t = gguf_file.tensors
-        md = gguf_file.metadata
-        need = tensor_lookup(t)
+        super().__init__(llama_spec(gguf_file.metadata, gguf_file.tensors), gguf_file, n_threads)
 
-        embd = need("token_embd.weight")
-        vocab_size = int(embd.shape[0])
-        cfg = LlamaConfig.from_metadata(md, vocab_size)
-        self.config = cfg
-        self.architecture = md["general.architecture"]
-        self.vocab_size = vocab_size
-        self.max_seq_len = cfg.max_seq_len
-        d, q_dim, kv_dim = cfg.dim, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-        self.token_embd = Matrix(embd, vocab_size, d, "token_embd.weight")
-        self.output_norm = Vector(need("output_norm.weight"), d, "output_norm.weight")
-        # Tied embeddings: no output.weight, the head reuses token_embd.
-        self.output = (Matrix(t["output.weight"], vocab_size, d, "output.weight")
-                       if "output.weight" in t else self.token_embd)
-        self.layers: List[LayerWeights] = []
-        for i in range(cfg.n_layers):
-            def m(name: str, rows: int, cols: int, i: int = i) -> Matrix:
-                return Matrix(need(f"blk.{i}.{name}.weight"), rows, cols, f"blk.{i}.{name}.weight")
+    def decoder_for(self, ctx: Any) -> Any:
+        """The fused one-token step (csrc/llama_block.c) bound to ctx's cache; until
+        csrc/transformer_block.c reads the spec itself."""
+        from types import SimpleNamespace
 
-            self.layers.append(LayerWeights(
-                attn_norm=Vector(need(f"blk.{i}.attn_norm.weight"), d, f"blk.{i}.attn_norm.weight"),
-                wq=m("attn_q", q_dim, d), wk=m("attn_k", kv_dim, d), wv=m("attn_v", kv_dim, d),
-                wo=m("attn_output", d, q_dim),
-                ffn_norm=Vector(need(f"blk.{i}.ffn_norm.weight"), d, f"blk.{i}.ffn_norm.weight"),
-                w_gate=m("ffn_gate", cfg.ffn_dim, d), w_up=m("ffn_up", cfg.ffn_dim, d),
-                w_down=m("ffn_down", d, cfg.ffn_dim)))
-        self.n_threads = n_threads
+        from .. import kernels as K
 
-    def decoder_for(self, ctx: "LlamaContext") -> Any:
-        """The fused one-token step (csrc/llama_block.c) bound to ctx's cache."""
-        cfg = self.config
+        spec, w = self.spec, self.live_weights()
+        rope = spec.layers[0].rope
+        assert rope is not None
+        cfg = SimpleNamespace(dim=spec.dim, n_layers=spec.n_layers, n_heads=spec.n_heads,
+                              n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim,
+                              ffn_dim=spec.ffn_dim, vocab_size=spec.vocab_size,
+                              rope_base=rope.base, rms_eps=spec.rms_eps)
         layers = [(L.attn_norm.data, L.ffn_norm.data, L.wq.as_tuple(), L.wk.as_tuple(),
                    L.wv.as_tuple(), L.wo.as_tuple(), L.w_gate.as_tuple(), L.w_up.as_tuple(),
-                   L.w_down.as_tuple()) for L in self.layers]
-        return K.LlamaDecoder(cfg, self.token_embd.as_tuple(), self.output.as_tuple(),
-                              self.output_norm.data, layers, ctx.k_cache, ctx.v_cache, ctx.n_ctx)
-
-
-class LlamaContext(TransformerContext[LlamaEngine]):
-    def _new_scratch(self, n: int) -> "_Scratch":
-        return _Scratch(self.engine, n)
-
-    def _prefill(self, tokens: NDArray[Any], start: int) -> None:
-        eng = self.engine
-        for c0 in range(0, len(tokens), N_BATCH):
-            chunk = tokens[c0:c0 + N_BATCH]
-            s = self._buffers(len(chunk))
-            rows = eng.token_embd.data[chunk]  # gathers the rows (a small copy)
-            K.dequantize(rows.reshape(-1), eng.token_embd.qtype, s.x.reshape(-1))
-            for li, layer in enumerate(eng.layers):
-                self._block(layer, li, s, start + c0)
-        cfg = eng.config
-        last = s.h1[len(chunk) - 1]
-        K.rmsnorm(s.x[len(chunk) - 1], eng.output_norm.data, last, cfg.rms_eps)
-        xq = np.empty(K.activation_bytes(eng.output.qtype, cfg.dim), np.uint8)
-        K.quantize_activations(last, eng.output.qtype, xq)
-        K.matvec_q(eng.output.data, eng.output.qtype, xq, self.logits)
-
-    def _block(self, w: LayerWeights, li: int, s: "_Scratch", pos0: int) -> None:
-        """One transformer block over the batch s.x (rows = positions pos0, pos0+1, ...)."""
-        cfg = self.engine.config
-        n, hd = s.n, cfg.head_dim
-        K.rmsnorm(s.x, w.attn_norm.data, s.h1, cfg.rms_eps)
-        s.mul(s.h1, (w.wq, s.q), (w.wk, s.k), (w.wv, s.v))  # one quantized input for q, k, v
-        q = s.q.reshape(n, cfg.n_heads, hd)
-        k = s.k.reshape(n, cfg.n_kv_heads, hd)
-        K.rope(q, pos0, cfg.rope_base)
-        K.rope(k, pos0, cfg.rope_base)
-        K.kv_store(k, self.k_cache[li], pos0)
-        K.kv_store(s.v.reshape(n, cfg.n_kv_heads, hd), self.v_cache[li], pos0)
-        K.attention(q, self.k_cache[li], self.v_cache[li], pos0, s.att.reshape(q.shape))
-        s.mul(s.att, (w.wo, s.h2))
-        K.add(s.x, s.h2)
-        K.rmsnorm(s.x, w.ffn_norm.data, s.h1, cfg.rms_eps)
-        s.mul(s.h1, (w.w_gate, s.gate), (w.w_up, s.up))  # one quantized input for gate, up
-        K.silu_mul(s.gate, s.up, s.gate)
-        s.mul(s.gate, (w.w_down, s.h2))
-        K.add(s.x, s.h2)
-
-
-class _Scratch:
-    """Activations of a batch of n positions, allocated once per batch size."""
-
-    def __init__(self, engine: LlamaEngine, n: int) -> None:
-        cfg = engine.config
-        f = np.float32
-        self.n = n
-        self.x = np.zeros((n, cfg.dim), f)          # residual stream
-        self.h1 = np.zeros((n, cfg.dim), f)         # normed input of a block half
-        self.h2 = np.zeros((n, cfg.dim), f)         # output of a block half
-        self.q = np.zeros((n, cfg.n_heads * cfg.head_dim), f)
-        self.k = np.zeros((n, cfg.n_kv_heads * cfg.head_dim), f)
-        self.v = np.zeros((n, cfg.n_kv_heads * cfg.head_dim), f)
-        self.att = np.zeros((n, cfg.n_heads * cfg.head_dim), f)
-        self.gate = np.zeros((n, cfg.ffn_dim), f)
-        self.up = np.zeros((n, cfg.ffn_dim), f)
-        self._act: Dict[Tuple[int, int], NDArray[Any]] = {}
-
-    def mul(self, x: NDArray[Any], *pairs: Tuple[Matrix, NDArray[Any]]) -> None:
-        """out = x W^T for each (W, out); x is quantized once per activation format."""
-        done: Dict[int, NDArray[Any]] = {}
-        for w, out in pairs:
-            xq = done.get(w.act_type)
-            if xq is None:
-                key = (w.act_type, w.cols)
-                xq = self._act.get(key)
-                if xq is None:
-                    xq = self._act[key] = np.zeros(K.activation_bytes(w.qtype, w.cols, self.n), np.uint8)
-                K.quantize_activations(x, w.qtype, xq)
-                done[w.act_type] = xq
-            K.matmul_q(w.data, w.qtype, xq, out)
+                   L.w_down.as_tuple()) for L in w.layers]
+        return K.LlamaDecoder(cfg, w.token_embd.as_tuple(), w.output.as_tuple(),
+                              w.output_norm.data, layers, ctx.k_cache, ctx.v_cache, ctx.n_ctx)
 
 
 @register_variant("llama", "mistral")
