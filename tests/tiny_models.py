@@ -182,10 +182,12 @@ def llama3_rope_factors(head_dim: int, base: float, factor=8.0, low=1.0, high=4.
     return f.astype(np.float32)
 
 
-def write(name: str, path: str) -> str:
+def write(name: str, path: str, tiny: Optional[Tiny] = None,
+          more_tensors: Optional[Dict[str, np.ndarray]] = None) -> str:
+    """Write TINY[name] (or ``tiny``) to path, with ``more_tensors`` added."""
     import gguf
 
-    t = TINY[name]
+    t = tiny or TINY[name]
     rng = np.random.default_rng(t.seed)
     d, hd, L = t.dim, t.head_dim, t.n_layer
     q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
@@ -275,6 +277,8 @@ def write(name: str, path: str) -> str:
         w.add_tensor(p + "ffn_down.weight", mat(d, t.ffn))
         if t.post_norms:
             w.add_tensor(p + "post_ffw_norm.weight", norm(d))
+    for k, v in (more_tensors or {}).items():
+        w.add_tensor(k, v)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

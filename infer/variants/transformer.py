@@ -57,6 +57,11 @@ class TransformerEngine(Engine):
         self._contexts.add(ctx)
         return ctx
 
+    def spec_for(self, n_ctx: int) -> TransformerSpec:
+        """The spec a context of n_ctx positions computes with: ``spec``, except for
+        files whose maths depend on the context size (Phi-3's LongRoPE factors)."""
+        return self.spec
+
     def live_weights(self) -> ModelWeights:
         if self.weights is None:
             raise RuntimeError("the model is closed")
@@ -81,7 +86,8 @@ class TransformerContext(Context):
 
     def __init__(self, engine: TransformerEngine, n_ctx: int, sampler: Any, kv_type: str) -> None:
         super().__init__(engine, n_ctx, sampler)
-        spec = engine.spec
+        #: the engine's spec for this context's size (engine.spec_for)
+        self.spec = spec = engine.spec_for(self.n_ctx)
         if kv_type not in ("f16", "f32"):
             raise ValueError(f"kv_type: expected 'f16' or 'f32', got {kv_type!r}")
         # F16 is stored as its bits (uint16), the layout kv_store/attention read.
@@ -108,7 +114,7 @@ class TransformerContext(Context):
     # ---- the Python forward pass ----------------------------------------------------
     def _prefill(self, tokens: NDArray[Any], start: int) -> None:
         w = self.engine.live_weights()
-        spec = self.engine.spec
+        spec = self.spec
         for c0 in range(0, len(tokens), N_BATCH):
             chunk = tokens[c0:c0 + N_BATCH]
             s = self._buffers(len(chunk))
@@ -124,7 +130,7 @@ class TransformerContext(Context):
     def _head(self, x: NDArray[Any], out: NDArray[Any]) -> None:
         """Logits of the residual rows x (n, dim) into out (n, vocab)."""
         w = self.engine.live_weights()
-        spec = self.engine.spec
+        spec = self.spec
         h = np.empty_like(x)
         K.rmsnorm(x, w.output_norm.data, h, spec.rms_eps)
         _mul(h, w.output, out)
@@ -136,7 +142,7 @@ class TransformerContext(Context):
 
     def _block(self, w: LayerWeights, li: int, s: "_Scratch", pos0: int) -> None:
         """One transformer block over the batch s.x (rows = positions pos0, pos0+1, ...)."""
-        spec = self.engine.spec
+        spec = self.spec
         layer = spec.layers[li]
         n, hd, eps = s.n, spec.head_dim, spec.rms_eps
         K.rmsnorm(s.x, w.attn_norm.data, s.h1, eps)
@@ -154,8 +160,8 @@ class TransformerContext(Context):
         if rope is not None:
             factors = rope.factors_array(hd)
             for x in (q, k):
-                K.rope(x, pos0, rope.base, neox=rope.neox, freq_scale=rope.scale,
-                       freq_factors=factors, attn_factor=rope.attn_factor)
+                K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(hd),
+                       freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
         K.kv_store(k, self.k_cache[li], pos0)
         K.kv_store(s.v.reshape(n, spec.n_kv_heads, hd), self.v_cache[li], pos0)
         K.attention(q, self.k_cache[li], self.v_cache[li], pos0, s.att.reshape(q.shape),
@@ -173,7 +179,7 @@ class TransformerContext(Context):
 
     def _residual(self, s: "_Scratch", post_norm: Any) -> None:
         """x += (post_norm(h2)) * residual_scale: the end of a block half."""
-        spec = self.engine.spec
+        spec = self.spec
         if post_norm is not None:
             K.rmsnorm(s.h2, post_norm.data, s.h2, spec.rms_eps)
         if spec.residual_scale != 1.0:
@@ -185,7 +191,7 @@ class TransformerContext(Context):
         if n not in self._scratch:
             if len(self._scratch) > 2:
                 self._scratch.clear()
-            self._scratch[n] = _Scratch(self.engine.spec, n)
+            self._scratch[n] = _Scratch(self.spec, n)
         return self._scratch[n]
 
     def _release(self) -> None:
