@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 import jinja2
 
 from .replies import Message, ToolCall
-from .sandbox import ChatTemplateError, SecurityError, environment
+from .sandbox import ChatTemplateError, environment, render
 
 # ---- fallback templates (files without tokenizer.chat_template) ----------------------
 FALLBACK_TEMPLATES = {
@@ -142,6 +142,8 @@ class Chat:
             except jinja2.TemplateSyntaxError as exc:
                 raise ChatTemplateError(
                     f"the chat template does not compile: {exc.message} (line {exc.lineno})") from None
+            except (RecursionError, MemoryError):
+                raise ChatTemplateError("the chat template is too deeply nested to compile") from None
         return self._compiled[source]
 
     def render_raw(self, messages: Sequence[Message], add_generation_prompt: bool = True,
@@ -153,15 +155,7 @@ class Chat:
         variables.update(messages=list(messages), add_generation_prompt=bool(add_generation_prompt),
                          tools=list(tools) if tools else None,
                          bos_token=self.bos_token, eos_token=self.eos_token)
-        try:
-            return template.render(**variables)
-        except SecurityError as exc:
-            raise ChatTemplateError(f"the chat template was refused by the sandbox: {exc}") from None
-        except jinja2.TemplateError as exc:
-            raise ChatTemplateError(f"the chat template failed: {exc}") from None
-        except (TypeError, ValueError, LookupError, AttributeError, ArithmeticError) as exc:
-            raise ChatTemplateError(
-                f"the chat template failed on these messages: {type(exc).__name__}: {exc}") from None
+        return render(template, variables)
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = True,
                tools: Optional[Sequence[Message]] = None, **kwargs: Any) -> str:
