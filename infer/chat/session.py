@@ -16,7 +16,7 @@ from ..runtime import ContextOverflowError
 from .replies import Message, Reply, ThinkingText, ToolCall, ToolCallError, parse_tool_call
 from .reply_parser import CONTENT, ReplyParser
 from .sandbox import ChatTemplateError
-from .template import Chat, function_of, token_id
+from .template import Chat, check_roles, function_of, token_id
 
 class ChatSession:
     """A multi-turn conversation over one Context.
@@ -100,11 +100,7 @@ class ChatSession:
     def history(self, messages: Sequence[Message]) -> None:
         """Replace the conversation (as a chat-completions client sends it each time);
         the KV cache keeps whatever prefix the new one shares with it."""
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-            raise TypeError(f"history: expected a list of message dicts, got {type(messages).__name__}")
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise TypeError(f"history[{i}]: expected a dict with a 'role' string, got {m!r}")
+        check_roles(messages, "history")
         self._messages = copy.deepcopy(list(messages))
         self.last_reply = None
         self._version += 1
@@ -267,7 +263,8 @@ class ChatSession:
                 errors.append(parsed)
         if calls and finish == "stop":
             finish = "tool_calls"
-        reply = Reply("".join(parser.content), "".join(parser.thinking), calls, errors, finish,
+        # Templates write "<think>\n...\n</think>": the newlines are the block's, not the thought's.
+        reply = Reply("".join(parser.content), "".join(parser.thinking).strip("\n"), calls, errors, finish,
                       n_prompt, cached, generated)
         self._messages.append(reply.message)
         self._version += 1
