@@ -17,6 +17,7 @@ from .runtime import (
     ContextOverflowError,
     Engine,
     Model,
+    ModelClosedError,
     known_architectures,
     register_variant,
 )
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
 
 __all__ = [
     "__version__", "load", "generate", "Generation", "Model", "Engine", "Context",
-    "ContextOverflowError", "ContextBusyError", "Sampler", "register_variant",
+    "ContextOverflowError", "ContextBusyError", "ModelClosedError", "Sampler", "register_variant",
     "known_architectures", "ChatSession",
 ]
 

@@ -98,5 +98,4 @@ def get_num_threads():
 include "kernels_quants.pxi"
 include "kernels_ops.pxi"
 include "kernels_decode.pxi"
-include "kernels_llama.pxi"
-include "kernels_gemma3.pxi"
+include "kernels_block.pxi"

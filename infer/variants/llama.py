@@ -51,26 +51,6 @@ class LlamaEngine(TransformerEngine):
     def __init__(self, gguf_file: Any, n_threads: Optional[int] = None) -> None:
         super().__init__(llama_spec(gguf_file.metadata, gguf_file.tensors), gguf_file, n_threads)
 
-    def decoder_for(self, ctx: Any) -> Any:
-        """The fused one-token step (csrc/llama_block.c) bound to ctx's cache; until
-        csrc/transformer_block.c reads the spec itself."""
-        from types import SimpleNamespace
-
-        from .. import kernels as K
-
-        spec, w = self.spec, self.live_weights()
-        rope = spec.layers[0].rope
-        assert rope is not None
-        cfg = SimpleNamespace(dim=spec.dim, n_layers=spec.n_layers, n_heads=spec.n_heads,
-                              n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim,
-                              ffn_dim=spec.ffn_dim, vocab_size=spec.vocab_size,
-                              rope_base=rope.base, rms_eps=spec.rms_eps)
-        layers = [(L.attn_norm.data, L.ffn_norm.data, L.wq.as_tuple(), L.wk.as_tuple(),
-                   L.wv.as_tuple(), L.wo.as_tuple(), L.w_gate.as_tuple(), L.w_up.as_tuple(),
-                   L.w_down.as_tuple()) for L in w.layers]
-        return K.LlamaDecoder(cfg, w.token_embd.as_tuple(), w.output.as_tuple(),
-                              w.output_norm.data, layers, ctx.k_cache, ctx.v_cache, ctx.n_ctx)
-
 
 @register_variant("llama", "mistral")
 def _llama(gguf_file: Any, n_threads: Optional[int] = None) -> LlamaEngine:
