@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional, Tuple
 from ..runtime import UnsupportedModelError, register_variant
 from .hparams import HParams, vocab_size
 from .rope_scaling import RopeChoice, read_rope
-from .spec import LayerSpec, Rope, TransformerSpec
+from .spec import LayerSpec, TransformerSpec
 from .transformer import TransformerEngine
 
 
