@@ -6,8 +6,10 @@ reference picks.
 The reference is tests/reference/numpy_llama.py on the same file: the gguf package's
 reader and numpy dequantizers, float64 throughout.  infer quantizes each product's input
 to Q8_K (as ggml does) and keeps K/V in F16, so its logits differ from the exact ones by
-a little; a step counts as clear when the reference's best token leads the second by
-more than 5% of the logits' standard deviation, and there the tokens must be equal.
+up to ~0.2 of their standard deviation here.  So: close to the exact reference (cosine),
+very close to the reference run with those roundings (act_quant=True), its tokens where
+that one is not a near tie, and the exact reference's tokens on clear steps, where its
+lead exceeds twice what the roundings move a logit by.
 The weights are random valid blocks (see random_matrix) scaled to the element RMS of a
 trained model's matrices.
 """
@@ -94,9 +96,9 @@ def cosine(a, b):
     return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
 
 
-def is_clear(logits):
+def margin(logits):
     top2 = np.sort(logits)[-2:]
-    return top2[1] - top2[0] > 0.05 * np.std(logits)
+    return top2[1] - top2[0]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -115,11 +117,23 @@ def test_tiny_model_generates_the_reference_tokens(isa, tmp_path, fmt):
             generated.append(ctx.next())         # one token: the fused decode step
             logits.append(ctx.logits.copy())
         engine.close()
-    ref = NumpyLlama(str(path)).forward(prompt + generated)[PROMPT_LEN - 1:]
+    reference = NumpyLlama(str(path))
+    exact = reference.forward(prompt + generated)[PROMPT_LEN - 1:]
+    rounded = reference.forward(prompt + generated, act_quant=True)[PROMPT_LEN - 1:]
     clear = 0
-    for step, (ours, want) in enumerate(zip(logits, ref)):
+    for step, (ours, want, want_q) in enumerate(zip(logits, exact, rounded)):
+        scale = np.std(want_q)
         assert cosine(ours, want) >= 0.99, (step, cosine(ours, want))
-        if step < N_GENERATED and is_clear(want):
+        # ggml's numerics, as the reference computes them: only float summation order
+        # (and an activation on a rounding boundary, now and then) is left
+        assert np.max(np.abs(ours - want_q)) <= 0.1 * scale, (step, np.max(np.abs(ours - want_q)) / scale)
+        if step == N_GENERATED:
+            break
+        if margin(want_q) > 0.1 * scale:
+            assert generated[step] == int(np.argmax(want_q)), f"step {step}, rounded reference"
+        # Clear: the exact reference's lead is more than twice what rounding the
+        # activations moves any logit by (the two references measure that, not infer).
+        if margin(want) > 2 * np.max(np.abs(want_q - want)):
             clear += 1
-            assert generated[step] == int(np.argmax(want)), f"step {step}"
-    assert clear >= N_GENERATED // 2, f"only {clear} clear steps: the test says little"
+            assert generated[step] == int(np.argmax(want)), f"step {step}, exact reference"
+    assert clear >= 4, f"only {clear} clear steps: the test says little"
