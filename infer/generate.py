@@ -8,7 +8,9 @@ It owns the rules users rely on when they stream text:
   and the stop string itself is never emitted;
 * the model's end-of-turn tokens end generation (their text is not emitted);
 * ``finish_reason`` says why it ended: "stop" (end-of-turn or a stop string) or
-  "length" (``max_tokens`` reached, or the context is full).
+  "length" (``max_tokens`` reached, or the context is full);
+* a cut by length inside a character does not end the text with U+FFFD: the
+  incomplete bytes are held back, and ``incomplete_tokens`` names their tokens.
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ class TextStream:
         self.ids: List[int] = []
         self._prefix = 0  # ids[_prefix:_read] give left context; already emitted
         self._read = 0
+        #: ids whose incomplete text the last flush(drop_incomplete=True) left out
+        self.dropped: List[int] = []
 
     def push(self, token: int) -> str:
         self.ids.append(int(token))
@@ -46,12 +50,19 @@ class TextStream:
         self._read = len(self.ids)
         return new_text
 
-    def flush(self) -> str:
-        """Whatever is still held back (an incomplete character at the very end)."""
+    def flush(self, drop_incomplete: bool = False) -> str:
+        """Whatever is still held back (an incomplete character at the very end).
+
+        With ``drop_incomplete`` the replacement characters that end it are left out
+        (the text was cut inside a character); ``dropped`` then holds their tokens."""
+        self.dropped = []
         if self._read == len(self.ids):
             return ""
         context_text = self._decode(self.ids[self._prefix:self._read])
         new_text = self._decode(self.ids[self._prefix:])[len(context_text):]
+        if drop_incomplete and new_text.endswith("\ufffd"):
+            self.dropped = self.ids[self._read:]
+            new_text = new_text.rstrip("\ufffd")
         self._prefix = self._read = len(self.ids)
         return new_text
 
@@ -96,6 +107,9 @@ class Generation:
         self.text = ""
         #: "stop" or "length" once iteration is over; None before
         self.finish_reason: Optional[str] = None
+        #: tokens at the end of a "length" cut whose bytes stop inside a character
+        #: (their partial text is not emitted, rather than shown as U+FFFD)
+        self.incomplete_tokens: List[int] = []
         self._iter = self._run()
 
     def __iter__(self) -> Iterator[str]:
@@ -136,7 +150,8 @@ class Generation:
             if out:
                 yield self._emit(out)
         if reason == "length":
-            pending += stream.flush()
+            pending += stream.flush(drop_incomplete=True)
+            self.incomplete_tokens = stream.dropped
             if self.stop:
                 hit = _first_stop(pending, self.stop)
                 if hit is not None:

@@ -205,3 +205,23 @@ def test_bigram_example_through_load_and_generate(tmp_path):
             assert out == greedy_text[:greedy_text.index("mat")] and gen.finish_reason == "stop"
         else:
             assert out == greedy_text
+
+
+def test_length_cut_inside_a_character_holds_the_bytes_back():
+    # "€" is E2 82 AC over two tokens; max_tokens stops after the first: no "\ufffd".
+    m = model_for([b"Hel", b"\xe2"])
+    gen = generate(m, "x", max_tokens=2)
+    assert "".join(gen) == "Hel" and gen.text == "Hel"
+    assert gen.finish_reason == "length"
+    assert gen.incomplete_tokens == [PIECES.index(b"\xe2")]
+    # a complete character at the cut is emitted as usual
+    m = model_for([b"\xe2", b"\x82\xac"])
+    gen = generate(m, "x", max_tokens=2)
+    assert "".join(gen) == "\u20ac" and gen.incomplete_tokens == []
+
+
+def test_text_stream_flush_can_drop_an_incomplete_tail():
+    s = TextStream(FakeTokenizer().decode)
+    assert s.push(PIECES.index(b"Hel")) == "Hel"
+    assert s.push(PIECES.index(b"\xc3")) == ""
+    assert s.flush(drop_incomplete=True) == "" and s.dropped == [PIECES.index(b"\xc3")]
