@@ -16,6 +16,8 @@ import numpy as _np
 TYPE_IDS = {
     "f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q8_0": 8, "q8_1": 9,
     "q4_k": 12, "q6_k": 14, "q8_k": 15, "bf16": 30,
+    "iq2_xxs": 16, "iq2_xs": 17, "iq3_xxs": 18, "iq1_s": 19, "iq3_s": 21, "iq2_s": 22,
+    "tq1_0": 34, "tq2_0": 35,
 }
 TYPE_NAMES = {v: k for k, v in TYPE_IDS.items()}
 
