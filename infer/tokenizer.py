@@ -637,24 +637,54 @@ class BPETokenizer(Tokenizer):
     def _merge(self, word: str) -> list[str]:
         """Apply merges to one pre-tokenized word: lowest rank first, leftmost on ties.
 
-        Quadratic in the word's length, but words are short and each one is
-        merged once (then cached), which keeps encoding above the speed of the
-        `tokenizers` library (bench/tokenizer.py) without a compiled loop.
+        A linked list of symbols and a heap of candidate pairs keyed (rank, left
+        position), as llama.cpp's llm_bigram_bpe and HF tokenizers do: O(n log n) in
+        the word's length (a pasted base64 string is one long word).  A heap entry
+        is stale when either side has been merged since: a merged-away symbol is
+        empty, and a symbol that grew changed the pair's length.
         """
+        n = len(word)
+        if n < 2:
+            return [word] if word else []
         ranks = self._ranks
-        symbols = list(word)
-        while len(symbols) > 1:
-            best = -1
-            best_rank = 1 << 62
-            for i in range(len(symbols) - 1):
-                r = ranks.get(symbols[i] + " " + symbols[i + 1])
-                if r is not None and r < best_rank:
-                    best_rank = r
-                    best = i
-            if best < 0:
-                break
-            symbols[best:best + 2] = [symbols[best] + symbols[best + 1]]
-        return symbols
+        sym = list(word)
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        prev = list(range(-1, n - 1))
+        heap = []
+        for i in range(n - 1):
+            r = ranks.get(sym[i] + " " + sym[i + 1])
+            if r is not None:
+                heap.append((r, i, i + 1, 2))
+        heapq.heapify(heap)
+        push = heapq.heappush
+        pop = heapq.heappop
+        while heap:
+            _, left, right, size = pop(heap)
+            ls, rs = sym[left], sym[right]
+            if not ls or not rs or len(ls) + len(rs) != size:
+                continue
+            merged = ls + rs
+            sym[left] = merged
+            sym[right] = ""
+            after = nxt[right]
+            nxt[left] = after
+            if after >= 0:
+                prev[after] = left
+                r = ranks.get(merged + " " + sym[after])
+                if r is not None:
+                    push(heap, (r, left, after, len(merged) + len(sym[after])))
+            before = prev[left]
+            if before >= 0:
+                r = ranks.get(sym[before] + " " + merged)
+                if r is not None:
+                    push(heap, (r, before, left, len(sym[before]) + len(merged)))
+        out = []
+        i = 0
+        while i >= 0:
+            out.append(sym[i])
+            i = nxt[i]
+        return out
 
     def _normal_piece(self, text: str) -> bytes:
         try:

@@ -315,3 +315,31 @@ def test_load_time_is_reasonable(md):
     t = time.perf_counter()
     Tokenizer.from_metadata(md)
     assert time.perf_counter() - t < 2.0
+
+
+# ---- long words: the merge loop is O(n log n), results unchanged --------------------------
+
+def long_words():
+    rnd = random.Random(7)
+    b64 = "".join(rnd.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+                  for _ in range(3000))
+    dna = "".join(rnd.choice("ACGT") for _ in range(3000))
+    return ["a" * 3000, "ab" * 1500, b64, dna, "hello" * 600, "é" * 1000 + "x" * 500,
+            "supercalifragilistic" * 100]
+
+
+def test_long_words_match_tokenizers(tok, hf):
+    for word in long_words():
+        assert tok.encode(word, add_special=False) == hf.encode(word, add_special_tokens=False).ids, \
+            word[:40]
+
+
+def test_a_very_long_word_is_fast(tok):
+    # Quadratic merging took 10 s here; the heap takes well under one.  The bound is
+    # loose (a shared machine): it separates n log n from n**2, not two fast loops.
+    import time
+
+    t = time.perf_counter()
+    ids = tok.encode("a" * 16000, add_special=False)
+    assert time.perf_counter() - t < 3.0
+    assert tok.decode(ids) == "a" * 16000
