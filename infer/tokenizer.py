@@ -254,9 +254,11 @@ class _SpecialSplitter:
     llama.cpp takes the token texts longest first (ties here: lower id) and cuts
     each one out of every fragment of raw text still left, leftmost occurrences
     first, never overlapping.  The same result in one pass over the text: all
-    occurrences are found by walking a set of prefixes from each position that
-    holds a first character of some token text, then each text, longest first,
-    claims its leftmost occurrences that touch nothing claimed yet.
+    occurrences are found by walking a trie of the token texts from each position
+    that holds a first character of some token text, then each text, longest
+    first, claims its leftmost occurrences that touch nothing claimed yet.  The
+    trie has one node per character of the texts, so a 64K-character token costs
+    64K entries (a set of its prefixes cost 2 GB).
 
     Runs of one repeated character (Gemma's newline, space and tab runs) take a short
     cut when no other token text holds that character: a maximal run of it is
@@ -274,7 +276,19 @@ class _SpecialSplitter:
         self.runs = {c: sorted(lengths.items(), reverse=True) for c, lengths in by_char.items()
                      if c not in chars_elsewhere and len(lengths) > 1}
         others = {t: tid for t, tid in texts.items() if not (_is_run(t) and t[0] in self.runs)}
-        self.prefixes = {t[:i] for t in others for i in range(1, len(t) + 1)}
+        # The trie as one flat dict: (node, next character) -> child node; node 0 is
+        # the root.  ends[node] is the text a node completes, for those that do.
+        trie: dict[tuple[int, str], int] = {}
+        ends: dict[int, str] = {}
+        for t in others:
+            node = 0
+            for c in t:
+                child = trie.get((node, c))
+                if child is None:
+                    child = trie[(node, c)] = len(trie) + 1
+                node = child
+            ends[node] = t
+        self.trie, self.ends = trie, ends
         first = sorted({t[0] for t in others})
         self.first = (regex.compile("[" + "".join(regex.escape(c) for c in first) + "]")
                       if first else None)
@@ -313,20 +327,22 @@ class _SpecialSplitter:
 
     def _split_others(self, text: str, found: list[tuple[int, int, int]]) -> None:
         ids = self.ids
-        prefixes = self.prefixes
+        trie, ends = self.trie, self.ends
         starts: dict[str, list[int]] = {}
         n = len(text)
         assert self.first is not None
         for m in self.first.finditer(text):
             start = m.start()
-            end = start + 1
-            while end <= n:
-                s = text[start:end]
-                if s not in prefixes:
+            node = 0
+            at = start
+            while at < n:
+                node = trie.get((node, text[at]), 0)
+                if not node:
                     break
-                if s in ids:
-                    starts.setdefault(s, []).append(start)
-                end += 1
+                found_text = ends.get(node)
+                if found_text is not None:
+                    starts.setdefault(found_text, []).append(start)
+                at += 1
         if not starts:
             return
         claimed = bytearray(n)

@@ -343,3 +343,29 @@ def test_a_very_long_word_is_fast(tok):
     ids = tok.encode("a" * 16000, add_special=False)
     assert time.perf_counter() - t < 3.0
     assert tok.decode(ids) == "a" * 16000
+
+
+def test_a_huge_special_token_is_cheap_to_load_and_split():
+    # The splitter kept every prefix of every special text: 2 GB for 64K characters.
+    import tracemalloc
+
+    from infer.tokenizer import BYTE_TO_UNICODE, TokenType
+
+    long_text = "<" + "xy" * 8192 + ">"           # 16386 characters: prefixes were 134 MB
+    tokens = [BYTE_TO_UNICODE[b] for b in range(256)] + [long_text, "<s>", "xyx"]
+    types = np.array([TokenType.NORMAL] * 256 + [TokenType.USER_DEFINED] * 3, np.int32)
+    tracemalloc.start()
+    tok = BPETokenizer(Vocabulary(tokens, types), "gpt2")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 16 * 2**20, peak          # one trie node per character: about 2 MB
+    text = "a" + long_text + "<s>" + long_text[:-1] + "xyx"
+    ids = tok.encode(text, add_special=False)
+    byte = {BYTE_TO_UNICODE[b]: b for b in range(256)}
+    # Hand-computed: the long token, then <s>, then the unterminated copy, whose
+    # characters "xyx" ... are claimed by the 3-character token from the left.
+    assert ids[0] == byte["a"] and ids[1] == 256 and ids[2] == 257
+    # "<", then (xy)*8192 + xyx = xyx|y|xyx|y ... |xyx (leftmost first)
+    expect = [byte["<"]] + [258, byte["y"]] * 4096 + [258]
+    assert ids[3:] == expect, (ids[3:8], len(ids))
+    assert tok.decode(ids) == text
