@@ -199,7 +199,8 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
     says otherwise) or a list of token ids used as they are.  With ``context``
     the prompt continues in it (a prefix it already holds is not recomputed; it
     ends holding prompt + generated tokens); otherwise a new context is made with
-    ``sampling`` keywords (temperature=..., top_k=..., seed=...) for its sampler.
+    ``sampling`` keywords (temperature=..., top_k=..., seed=...) for its sampler,
+    holding just the prompt and ``max_tokens`` (the trained length if None).
 
         gen = generate(model, "The capital of France is", max_tokens=16, temperature=0)
         text = "".join(gen); gen.finish_reason  # "length" or "stop"
@@ -215,7 +216,14 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
     if isinstance(stop, str):
         stop = [stop]
     if context is None:
-        context = model.create_context(**sampling)
+        # A context sized to this call, not to the trained length (32K positions
+        # for Gemma 3): memory follows what the generation can use.
+        n_ctx = None
+        limit = getattr(model.engine, "max_seq_len", 0)
+        if max_tokens is not None and ids:
+            n_ctx = len(ids) + max(max_tokens, 1)
+            n_ctx = min(n_ctx, limit) if limit else n_ctx
+        context = model.create_context(n_ctx=n_ctx, **sampling)
     elif sampling:
         raise TypeError("sampling keywords go to the context's sampler; "
                         "pass them to create_context() when you pass context=")

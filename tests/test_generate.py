@@ -225,3 +225,42 @@ def test_text_stream_flush_can_drop_an_incomplete_tail():
     assert s.push(PIECES.index(b"Hel")) == "Hel"
     assert s.push(PIECES.index(b"\xc3")) == ""
     assert s.flush(drop_incomplete=True) == "" and s.dropped == [PIECES.index(b"\xc3")]
+
+
+# ---- default context memory ----------------------------------------------------------------
+def _anon_mib():
+    """Resident anonymous memory (the KV cache and buffers, not the mapped weights)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    pytest.skip("no /proc/self/status")
+
+
+@pytest.mark.parametrize("which", ["smollm2", "gemma3"])
+def test_generate_without_a_context_sizes_it_to_the_call(which):
+    # A context for the trained length (8K for SmolLM2, 32K for Gemma 3) cost
+    # 270-300 MiB per call; a short generation now costs in proportion to its length.
+    import infer
+    from _tok_models import gemma3_missing, gemma3_path, smollm2_path
+
+    if which == "gemma3" and gemma3_missing():
+        pytest.skip(gemma3_missing())
+    path = smollm2_path() if which == "smollm2" else gemma3_path()
+    if path is None:
+        pytest.skip("model not installed")
+    with infer.load(path) as model:
+        list(infer.generate(model, "Hi", max_tokens=2, temperature=0))  # warm: scratch, code
+        before = _anon_mib()
+        gen = infer.generate(model, "Hello there", max_tokens=8, temperature=0)
+        text = "".join(gen)
+        grown = _anon_mib() - before
+        n_prompt = len(gen.prompt_ids)
+        assert gen.context.n_ctx == n_prompt + 8 < model.engine.max_seq_len
+        assert len(gen.tokens) <= 8 and isinstance(text, str)
+        full = model.create_context()
+        cache_mib = (full.k_cache.nbytes + full.v_cache.nbytes) / 2**20
+        assert cache_mib > 100                  # what a full-length cache would be
+        assert grown < 16, (grown, cache_mib)
+        # max_tokens=None keeps the trained length (the generation may run that far)
+        assert infer.generate(model, "x", max_tokens=None).context.n_ctx == model.engine.max_seq_len
