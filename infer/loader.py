@@ -92,6 +92,7 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None) -> Any:
         if not isinstance(arch, str):
             raise ValueError(f"{path}: no general.architecture in the GGUF metadata")
         engine = variant_for(arch)(gf, n_threads)
+        engine.file_check = gf.check_unchanged
         tokenizer = Tokenizer.from_metadata(md)
     except BaseException:
         gf.close()
