@@ -9,6 +9,10 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING
 
+from ._source_tree import check_extension_built
+
+check_extension_built()
+
 from .generate import Generation, generate
 from .loader import load
 from .runtime import (
