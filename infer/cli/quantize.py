@@ -19,6 +19,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         report = quantize_file(args.input, args.output, args.type, threads=args.threads,
                                progress=bar.update,
                                warn=lambda msg: print(f"infer: warning: {msg}", file=sys.stderr))
+        bar.finish()
     finally:
         bar.close()
     counts = ", ".join(f"{k} x{v}" for k, v in sorted(report.type_counts().items(), key=lambda kv: -kv[1]))
