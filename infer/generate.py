@@ -136,7 +136,8 @@ class Generation:
             if out:
                 yield self._emit(out)
         if reason == "length":
-            pending += stream.flush()
+            # A character cut off by max_tokens is dropped rather than shown as U+FFFD.
+            pending += stream.flush().rstrip("\ufffd")
             if self.stop:
                 hit = _first_stop(pending, self.stop)
                 if hit is not None:
