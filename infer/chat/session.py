@@ -53,8 +53,7 @@ class ChatSession:
             raise ValueError(f"n_keep: expected None, -1 (the system prompt) or a count >= 0, got {n_keep!r}")
         self.model = model
         self.tokenizer = model.tokenizer
-        self.chat: Chat = model.chat if model.chat is not None else _fallback_chat(model)
-        warn_if_builtin_template(model, self.chat)
+        self.chat: Chat = chat_of(model)
         if context is None:
             context = model.create_context(n_ctx=n_ctx, sampler=sampler, **sampling)
         elif sampler is not None or sampling:
@@ -385,8 +384,13 @@ def _drop_oldest_exchange(messages: list[Message]) -> bool:
     return False
 
 
-def _fallback_chat(model: Any) -> Chat:
-    return Chat.from_metadata(getattr(model, "metadata", None) or {}, model.tokenizer)
+def chat_of(model: Any) -> Chat:
+    """The model's chat: its own template or, with a `BaseModelWarning` (once), a
+    built-in one chosen from its vocabulary."""
+    chat = model.chat if model.chat is not None else \
+        Chat.from_metadata(getattr(model, "metadata", None) or {}, model.tokenizer)
+    warn_if_builtin_template(model, chat)
+    return chat
 
 
 class BaseModelWarning(UserWarning):
@@ -409,7 +413,7 @@ def warn_if_builtin_template(model: Any, chat: Chat) -> None:
         pass
     warnings.warn(f"this model has no chat template of its own, so it looks like a base model that may "
                   f"not follow a conversation; using the built-in {chat.builtin_template!r} template "
-                  f"instead", BaseModelWarning, stacklevel=3)
+                  f"instead", BaseModelWarning, stacklevel=4)
 
 
 def _check_tools(tools: Optional[Sequence[Message]]) -> Optional[list[Message]]:
