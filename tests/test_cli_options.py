@@ -101,8 +101,10 @@ PROMPT = "The capital of France is"
 def test_prompt_from_stdin_and_from_a_file(model, tmp_path):
     want = "".join(infer.generate(model, PROMPT, max_tokens=8, temperature=0)) + "\n"
     assert run_cli("generate", "-", "--temp", "0", "-n", "8", stdin=PROMPT).stdout == want
+    # a file's final newline ends its line; it is not part of the prompt (llama.cpp's -f)
+    assert run_cli("generate", "-", "--temp", "0", "-n", "8", stdin=PROMPT + "\n").stdout == want
     path = tmp_path / "prompt.txt"
-    path.write_text(PROMPT, encoding="utf-8")
+    path.write_text(PROMPT + "\n", encoding="utf-8")
     out = run_cli("generate", "-f", str(path), "--temp", "0", "-n", "8")
     assert out.returncode == 0 and out.stdout == want
     both = run_cli("generate", "x", "-f", str(path))

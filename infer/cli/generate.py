@@ -10,13 +10,15 @@ from .common import (CLIError, add_model_args, add_sampling_args, check_ctx_size
 
 
 def read_prompt(args: argparse.Namespace) -> str:
-    """The prompt: the argument, stdin for "-", or the file of -f."""
+    """The prompt: the argument, stdin for "-", or the file of -f.  A file's (or
+    stdin's) one final newline is dropped, as llama.cpp's -f does: it ends the
+    file's last line, it is not part of the prompt."""
     if args.file is not None:
         if args.prompt is not None:
             raise CLIError("give the prompt either as an argument or with -f, not both")
         try:
             with open(args.file, encoding="utf-8") as f:
-                return f.read()
+                return _without_final_newline(f.read())
         except OSError as exc:
             raise CLIError(f"-f: cannot read {args.file}: {exc.strerror}") from None
         except UnicodeDecodeError:
@@ -24,8 +26,12 @@ def read_prompt(args: argparse.Namespace) -> str:
     if args.prompt is None:
         raise CLIError("no prompt: give it as an argument, '-' to read stdin, or -f FILE")
     if args.prompt == "-":
-        return sys.stdin.read()
+        return _without_final_newline(sys.stdin.read())
     return str(args.prompt)
+
+
+def _without_final_newline(text: str) -> str:
+    return text[:-1] if text.endswith("\n") else text
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
