@@ -247,3 +247,28 @@ def test_generate_into_a_closed_pipe_exits_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 0
     assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+RECORDED = os.path.join(os.path.dirname(__file__), "llama_tokenize")
+LLAMA_TOKENIZE = [
+    ("smollm2", "Hello world, ünïcode 🙂! <|im_start|>user", (), "smollm2.out"),
+    ("smollm2", "Hello world, ünïcode 🙂! <|im_start|>user", ("--ids", "--show-count"), "smollm2-ids.out"),
+    ("gemma3", "Hello world, ünïcode 🙂! <start_of_turn>user", (), "gemma3.out"),
+    ("gemma3", "Hello world, ünïcode 🙂! <start_of_turn>user", ("--no-bos", "--no-parse-special", "--ids"),
+     "gemma3-ids.out"),
+]
+
+
+@pytest.mark.parametrize("name, text, options, recorded", LLAMA_TOKENIZE, ids=[c[3] for c in LLAMA_TOKENIZE])
+def test_tokenize_prints_what_llama_tokenize_prints(name, text, options, recorded):
+    import _tok_models
+
+    if name == "gemma3" and _tok_models.gemma3_path() is None:
+        pytest.skip(_tok_models.gemma3_missing())
+    if name == "smollm2" and MODEL is None:
+        pytest.skip("the default model is not installed")
+    out = subprocess.run([sys.executable, "-m", "infer", "tokenize", "--model", name, *options, text],
+                         cwd=IMPORT_ROOT, capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    with open(os.path.join(RECORDED, recorded), "rb") as f:
+        assert out.stdout == f.read()
