@@ -212,7 +212,8 @@ def _request_errors(call: Any) -> Any:
     except InvalidRequestError:
         raise
     except ContextOverflowError as exc:
-        raise InvalidRequestError(str(exc), "messages", "context_length_exceeded") from None
+        # ChatSession's advice (reset(), a larger n_ctx) is for its own users
+        raise InvalidRequestError(str(exc).split(";")[0], "messages", "context_length_exceeded") from None
 
 
 def _model_name(model: Any, model_name: Optional[str]) -> str:
