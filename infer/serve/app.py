@@ -133,12 +133,13 @@ class _Server:
         if isinstance(parsed, Response):
             self.metrics.count_request(endpoint, parsed.status_code)
             return parsed
-        body, wants_usage = parsed
+        body, wants_usage, cache_prompt = parsed
         try:
             handle = self.scheduler.open()
         except (QueueFull, Cancelled) as exc:
             self.metrics.count_request(endpoint, 503)
             return _error_response(503, str(exc), "server_busy", code="queue_full", headers={"Retry-After": "1"})
+        handle.reuse_prefix = cache_prompt
         stream = body.get("stream") is True
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -189,7 +190,8 @@ class _Server:
 
     async def _parse(self, request: Request, call: Callable[..., Any],
                      required: str) -> Any:
-        """(body as api keywords, whether the client asked for the usage chunk), or an error."""
+        """(body as api keywords, whether the client asked for the usage chunk, whether
+        to reuse the slot's cache), or an error response."""
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > MAX_BODY:
             return _error_response(413, f"request body larger than {MAX_BODY} bytes")
@@ -205,6 +207,11 @@ class _Server:
         name = body.pop("model", None)
         if name is not None and not isinstance(name, str):
             return _error_response(400, "model: expected a string", param="model")
+        # llama-server's field: False gives results independent of what the slot held
+        # (prefill split differently can round differently)
+        cache_prompt = body.pop("cache_prompt", True)
+        if not isinstance(cache_prompt, bool):
+            return _error_response(400, "cache_prompt: expected a boolean", param="cache_prompt")
         unknown = sorted(set(body) - _accepted_fields(call))
         if unknown:
             return _error_response(400, f"unrecognized request argument supplied: {unknown[0]}", param=unknown[0])
@@ -217,7 +224,7 @@ class _Server:
         if body.get("stream") is True and (options is None or (
                 isinstance(options, dict) and isinstance(options.get("include_usage", False), bool))):
             body["stream_options"] = dict(options or {}, include_usage=True)
-        return body, wants_usage
+        return body, wants_usage, cache_prompt
 
     @staticmethod
     async def _next_item(items: "asyncio.Queue[tuple[str, Any]]", request: Request) -> tuple[str, Any]:

@@ -304,6 +304,9 @@ class SlotContext:
         #: time.monotonic() of the first sampled token, None before
         self.first_token_at: Optional[float] = None
         self.generated = 0
+        #: keep the prefix the slot's cache shares with the prompt (llama-server's
+        #: cache_prompt); False prefills the whole prompt, as a fresh context would
+        self.reuse_prefix = True
 
     @property
     def _index(self) -> int:
@@ -368,7 +371,7 @@ class SlotContext:
         self._slot = slot
         ctx = slot.context
         # keep the shared prefix, but recompute at least the last token for its logits
-        keep = min(_common_prefix(ctx.tokens, ids), len(ids) - 1)
+        keep = min(_common_prefix(ctx.tokens, ids), len(ids) - 1) if self.reuse_prefix else 0
         ctx.truncate_to(keep)
         if self._sampler is not None:
             ctx.sampler = self._sampler
