@@ -57,6 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((args.host, args.port))
+        sock.listen(2048)  # connections wait in the backlog until uvicorn accepts them
     except OSError as exc:
         model.close()
         raise CLIError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
