@@ -9,8 +9,9 @@ The scheduler thread alone runs the model.  Each round it
    worker is between tokens, turning the last one into text);
 2. runs one chunk of the oldest pending prefill, so that a long prompt joining
    does not stall the streams already decoding;
-3. runs one decode step for every slot waiting for a token: `runtime.next_batch`,
-   one pass over the weights for all of them when the engine batches.
+3. samples a token for every slot waiting for one and evaluates them all in one
+   step, `runtime.decode_batch`: one pass over the weights for all of them when
+   the engine overrides `Engine.forward_batch`.
 
 A request takes a slot at its first prefill, when its prompt is known: the free
 slot whose cached tokens share the longest prefix with it, so a chat's next
@@ -27,7 +28,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..runtime import ContextOverflowError, next_batch
+from ..runtime import ContextOverflowError, decode_batch
 
 __all__ = ["Cancelled", "QueueFull", "Scheduler", "SlotContext"]
 
@@ -260,21 +261,40 @@ class Scheduler:
         return job.done >= len(job.tokens)
 
     def _decode(self, decodes: list[tuple[int, _Job]]) -> None:
-        contexts = [self.slots[i].context for i, _ in decodes]
+        """Sample each slot's token, then evaluate them all in one step.
+
+        Sampling is done here, slot by slot, rather than inside `next_batch`, so
+        that a request whose sampler fails (a logit_bias that bans every token)
+        fails alone and the others' random draws are not replayed."""
+        ready: list[tuple[_Job, Any]] = []
+        tokens: list[int] = []
+        for index, job in decodes:
+            ctx = self.slots[index].context
+            try:
+                token = int(ctx.sampler.sample(ctx.logits))
+            except Exception as exc:
+                job.error = exc
+                continue
+            ready.append((job, ctx))
+            tokens.append(token)
+        if not ready:
+            return
         try:
-            tokens = next_batch(contexts)
+            decode_batch([ctx for _, ctx in ready], tokens)
         except Exception:
-            # find the one that failed: each alone (next_batch rolled all of them back)
-            for (_, job), ctx in zip(decodes, contexts):
+            # decode_batch rolled every context back: find the one at fault, each alone
+            for (job, ctx), token in zip(ready, tokens):
                 try:
-                    job.result = next_batch([ctx])[0]
-                    self._count_step(1)
+                    decode_batch([ctx], [token])
                 except Exception as exc:
                     job.error = exc
+                else:
+                    job.result = token
+                    self._count_step(1)
             return
-        for (_, job), token in zip(decodes, tokens):
+        for (job, _), token in zip(ready, tokens):
             job.result = token
-        self._count_step(len(decodes))
+        self._count_step(len(ready))
 
     def _count_step(self, size: int) -> None:
         stats = self.stats
@@ -307,6 +327,8 @@ class SlotContext:
         #: keep the prefix the slot's cache shares with the prompt (llama-server's
         #: cache_prompt); False prefills the whole prompt, as a fresh context would
         self.reuse_prefix = True
+        # the slot's logits are not those of its last token (after a truncation)
+        self._stale = False
 
     @property
     def _index(self) -> int:
@@ -341,6 +363,8 @@ class SlotContext:
             if n != 0:
                 raise ValueError(f"n: must be in [0, 0], got {n}")
             return
+        if n < len(self.tokens):
+            self._stale = True
         self._slot.context.truncate_to(n)  # no forward pass: done here, the slot is ours
 
     def restart(self) -> None:
@@ -363,6 +387,7 @@ class SlotContext:
         if batch.min() < 0 or batch.max() >= vocab:
             raise ValueError(f"tokens: an id outside the vocabulary [0, {vocab})")
         self._scheduler._submit(_Job(_PREFILL, self, tokens=batch.astype(np.int32)))
+        self._stale = False
 
     def _take_slot(self, prompt: Any) -> Any:
         """Bind to the best slot for ``prompt``; returns the part it must still prefill."""
@@ -385,6 +410,10 @@ class SlotContext:
             raise RuntimeError("next(): the context is empty; prefill a prompt first")
         if len(self.tokens) >= self.n_ctx:
             raise ContextOverflowError(f"the context of {self.n_ctx} tokens is full")
+        if self._stale:  # recompute the last token's logits, as Context.next does
+            last = self.tokens[-1]
+            self.truncate_to(len(self.tokens) - 1)
+            self.prefill([last])
         token = self._scheduler._submit(_Job(_DECODE, self)).result
         if self.first_token_at is None:
             self.first_token_at = time.monotonic()
