@@ -157,6 +157,9 @@ def test_model_list(smol):
     models = client(base).models.list()
     (entry,) = models.data
     assert entry.id == "SmolLM2-135M-Instruct.Q4_1.gguf" and entry.object == "model"
+    assert client(base).models.retrieve(entry.id).id == entry.id
+    with pytest.raises(openai.NotFoundError):
+        client(base).models.retrieve("gpt-4")
 
 
 def test_chat_completion_and_stream_match_the_library(smol):

@@ -18,7 +18,7 @@ def _check(args: argparse.Namespace) -> None:
             raise CLIError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
     if args.max_queue < 0:
         raise CLIError(f"--max-queue: must be >= 0, got {args.max_queue}")
-    if args.ctx_size < 0:
+    if args.ctx_size is not None and args.ctx_size < 0:
         raise CLIError(f"--ctx-size: must be >= 0, got {args.ctx_size}")
     if not 0 <= args.port <= 65535:
         raise CLIError(f"--port: must be in [0, 65535], got {args.port}")
@@ -26,7 +26,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def app_options(args: argparse.Namespace) -> dict[str, Any]:
     """create_app's keywords from the command line (the Ray replicas take them too)."""
-    return dict(parallel=args.parallel, ctx_size=args.ctx_size or None, api_key=args.api_key,
+    return dict(parallel=args.parallel, ctx_size=args.ctx_size, api_key=args.api_key,
                 cors_origins=args.cors or (), max_queue=args.max_queue, prefill_chunk=args.prefill_chunk,
                 model_name=args.alias)
 
@@ -79,8 +79,9 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8080, help="port (default: 8080; 0 = any free port)")
     p.add_argument("--parallel", "-np", type=int, default=1,
                    help="slots: requests decoded together in one batch (default: 1)")
-    p.add_argument("--ctx-size", "-c", type=int, default=4096,
-                   help="context window of each slot, tokens (default: 4096; 0 = the model's trained context)")
+    p.add_argument("--ctx-size", "-c", type=int, default=None,
+                   help="context window of each slot, tokens (default: 4096, or the model's trained context "
+                        "if shorter; 0 = the trained context)")
     p.add_argument("--max-queue", type=int, default=64,
                    help="requests that may wait for a slot; beyond it 503 (default: 64)")
     p.add_argument("--prefill-chunk", type=int, default=64,

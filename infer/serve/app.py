@@ -37,6 +37,8 @@ __all__ = ["create_app"]
 
 log = logging.getLogger("infer.serve")
 
+#: the context of a slot when none is given, tokens (llama-server's default too)
+DEFAULT_CTX = 4096
 #: the largest request body read, bytes
 MAX_BODY = 16 << 20
 #: seconds between two checks that a waiting client is still there
@@ -110,12 +112,21 @@ class _Server:
         return JSONResponse({"status": "ok", "slots_idle": self.scheduler.n_slots - busy,
                              "slots_processing": busy})
 
-    async def models(self, request: Request) -> Response:
+    def _model_entry(self) -> dict[str, Any]:
         engine = self.model.engine
-        return JSONResponse({"object": "list", "data": [{
-            "id": self.model_name, "object": "model", "created": self.started, "owned_by": "infer",
-            "meta": {"architecture": engine.architecture, "n_ctx_slot": self.scheduler.n_ctx,
-                     "n_ctx_train": engine.max_seq_len, "n_vocab": engine.vocab_size}}]})
+        return {"id": self.model_name, "object": "model", "created": self.started, "owned_by": "infer",
+                "meta": {"architecture": engine.architecture, "n_ctx_slot": self.scheduler.n_ctx,
+                         "n_ctx_train": engine.max_seq_len, "n_vocab": engine.vocab_size}}
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [self._model_entry()]})
+
+    async def model_info(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != self.model_name:
+            return _error_response(404, f"the model {name!r} does not exist (this server has "
+                                        f"{self.model_name!r})", param="model", code="model_not_found")
+        return JSONResponse(self._model_entry())
 
     async def metrics_text(self, request: Request) -> Response:
         return PlainTextResponse(self.metrics.render(self.scheduler),
@@ -263,13 +274,16 @@ def _event_stream(items: "asyncio.Queue[tuple[str, Any]]", handle: Any, wants_us
 def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None, api_key: Optional[str] = None,
                cors_origins: Sequence[str] = (), max_queue: int = 64, prefill_chunk: int = 64,
                model_name: Optional[str] = None) -> Starlette:
-    """The ASGI app serving ``model`` with ``parallel`` slots of ``ctx_size`` tokens.
+    """The ASGI app serving ``model`` with ``parallel`` slots of ``ctx_size`` tokens
+    (None: 4096 or the model's trained context if shorter; 0: the trained context).
 
     ``api_key``: require ``Authorization: Bearer <api_key>`` (not on /health).
     ``cors_origins``: origins allowed by CORS (none: CORS off).  The app's
     ``state.scheduler`` is closed at shutdown.
     """
-    scheduler = Scheduler(model, n_slots=parallel, n_ctx=ctx_size, max_queue=max_queue,
+    trained = int(model.engine.max_seq_len)
+    n_ctx = min(DEFAULT_CTX, trained) if ctx_size is None else (ctx_size or trained)
+    scheduler = Scheduler(model, n_slots=parallel, n_ctx=n_ctx, max_queue=max_queue,
                           prefill_chunk=prefill_chunk)
     server = _Server(model, scheduler, api._model_name(model, model_name))
     routes = [
@@ -279,6 +293,7 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     for prefix in ("/v1", ""):  # llama-server answers both spellings
         routes += [
             Route(f"{prefix}/models", server.models, methods=["GET"]),
+            Route(f"{prefix}/models/{{name:path}}", server.model_info, methods=["GET"]),
             Route(f"{prefix}/chat/completions", server.chat_completions, methods=["POST"]),
             Route(f"{prefix}/completions", server.completions, methods=["POST"]),
         ]
