@@ -7,8 +7,11 @@ For each model one `infer serve --parallel 8` runs on loopback.  Each stream is 
 chat completion (greedy, end-of-turn tokens banned by logit_bias so every stream
 decodes exactly BENCH_TOKENS tokens, cache_prompt off so each prefills its own
 prompt).  "aggregate tok/s" is all streams' tokens after their first, divided
-by the time from the first stream's first token to the last stream's end; the
-baseline is the 1-stream figure of the same run, and "x 1 stream" the ratio.
+by the time from the first stream's first token to the last stream's end.  The
+baselines, measured in the same run: the 1-stream figure ("x 1 stream" is the
+8-stream figure over it) and "library", the same greedy decode in this process
+through `generate` on a plain Context (what the server's own overhead is
+measured against).
 
 When llama-cpp-python is installed, `python -m llama_cpp.server` on the same
 model and load is measured too (it serves one request at a time).
@@ -138,6 +141,20 @@ def run(label, start, path, banned, usage_chunk=True):
         proc.wait(timeout=60)
 
 
+def library_tok_s(model, banned):
+    """Decode tok/s of one greedy generate() in this process, end-of-turn banned."""
+    from infer.generate import generate
+
+    ids = model.tokenizer.encode("Tell me a long story about the number 0.")
+    ctx = model.create_context(n_ctx=TOKENS + 128, temperature=0, logit_bias={t: -100.0 for t in banned})
+    gen = generate(model, ids, context=ctx, max_tokens=TOKENS)
+    first = None
+    for _ in gen:
+        if first is None:
+            first = time.perf_counter()
+    return (len(gen.tokens) - 1) / (time.perf_counter() - first)
+
+
 def main():
     try:
         import llama_cpp  # noqa: F401
@@ -152,9 +169,11 @@ def main():
         if path is None:
             print(f"{name:10} not installed")
             continue
-        with infer.load(path) as model:
+        with infer.load(path, n_threads=int(THREADS)) as model:
             banned = sorted(set(getattr(model.tokenizer.vocab, "end_of_turn_ids", ())) |
                             {model.tokenizer.vocab.eos_token_id})
+            library = max(library_tok_s(model, banned) for _ in range(REPS))
+        print(f"{name:10} {'library (1 seq)':18} {library:10.1f}")
         results = {"infer serve": run("infer", start_infer, path, banned)}
         if have_llama_cpp:
             results["llama_cpp.server"] = run("llama_cpp", start_llama_cpp, path, banned, usage_chunk=False)

@@ -378,3 +378,21 @@ def test_cli_rejects_bad_options():
     out = subprocess.run([sys.executable, "-m", "infer", "serve", "--parallel", "0"], cwd=IMPORT_ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "--parallel: must be >= 1" in out.stderr
+
+
+def test_malformed_bodies():
+    with app_server(create_app(scripted_model(["Hi."]))) as base:
+        for raw in (b"[1, 2]", b"\xff\xfe", b"[" * 100000 + b"]" * 100000):
+            status, _, body = request(base, "POST", "/v1/chat/completions", raw=raw)
+            assert status == 400
+            assert_openai_error(body, 400)
+        status, _, body = request(base, "POST", "/v1/completions", raw=b" " * (17 << 20))
+        assert status == 413
+        status, _, body = request(base, "POST", "/v1/completions", {"model": 3, "prompt": "x"})
+        assert status == 400 and body["error"]["param"] == "model"
+        status, _, body = request(base, "POST", "/v1/chat/completions", {"model": "m"})
+        assert status == 400 and body["error"]["param"] == "messages"
+        # the server still answers
+        status, _, body = request(base, "POST", "/v1/chat/completions",
+                                  {"messages": [{"role": "user", "content": "x"}], "temperature": 0})
+        assert status == 200 and body["choices"][0]["message"]["content"] == "Hi."

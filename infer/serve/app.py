@@ -156,7 +156,10 @@ class _Server:
         items: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
         def put(kind: str, value: Any) -> None:
-            loop.call_soon_threadsafe(items.put_nowait, (kind, value))
+            try:
+                loop.call_soon_threadsafe(items.put_nowait, (kind, value))
+            except RuntimeError:  # the loop is closed: the server is stopping
+                handle.cancel()
 
         def work() -> None:
             status = 200
@@ -206,13 +209,18 @@ class _Server:
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > MAX_BODY:
             return _error_response(413, f"request body larger than {MAX_BODY} bytes")
-        raw = await request.body()
-        if len(raw) > MAX_BODY:
-            return _error_response(413, f"request body larger than {MAX_BODY} bytes")
+        parts, size = [], 0
+        async for part in request.stream():  # a chunked body has no length to check first
+            size += len(part)
+            if size > MAX_BODY:
+                return _error_response(413, f"request body larger than {MAX_BODY} bytes")
+            parts.append(part)
         try:
-            body = json.loads(raw)
+            body = json.loads(b"".join(parts))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return _error_response(400, f"the request body is not valid JSON: {exc}")
+        except RecursionError:
+            return _error_response(400, "the request body is nested too deeply")
         if not isinstance(body, dict):
             return _error_response(400, "the request body must be a JSON object")
         name = body.pop("model", None)
