@@ -320,6 +320,19 @@ class Model:
             sampler = Sampler(**sampling)
         return self.engine.create_context(n_ctx=n_ctx, sampler=sampler)
 
+    def create_chat_completion(self, messages: Any, **options: Any) -> Any:
+        """OpenAI's chat completion: a ``chat.completion`` dict, or chunk dicts with
+        ``stream=True``; the options are `infer.api.create_chat_completion`'s."""
+        from .api import create_chat_completion
+
+        return create_chat_completion(self, messages, **options)
+
+    def create_completion(self, prompt: Any, **options: Any) -> Any:
+        """OpenAI's (legacy) text completion; the options are `infer.api.create_completion`'s."""
+        from .api import create_completion
+
+        return create_completion(self, prompt, **options)
+
     def close(self) -> None:
         self.engine.close()
         if self._closer is not None:
