@@ -80,6 +80,8 @@ def parse_tool_call(raw: str, call_id: str = "", tool_names: Optional[Iterable[s
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
         return ToolCallError(raw, f"tool call is not valid JSON: {exc.msg} at character {exc.pos}")
+    if isinstance(obj, dict) and "name" not in obj and isinstance(obj.get("function"), dict):
+        obj = obj["function"]  # {"type": "function", "function": {...}}, the OpenAI shape
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return ToolCallError(raw, "tool call must be a JSON object with a string \"name\"")
     args = obj.get("arguments", obj.get("parameters", {}))

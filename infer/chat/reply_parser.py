@@ -11,6 +11,34 @@ from ..generate import _held_back
 CONTENT, THINK, TOOL, JSON = "content", "think", "tool", "json"
 
 
+# Llama 3.1 may open a tool call with this token (then JSON, or a built-in tool's call).
+PYTHON_TAG = "<|python_tag|>"
+# Phi-4-mini writes its calls as functools[{"name": ..., "arguments": ...}, ...].
+FUNCTOOLS = "functools["
+
+
+def json_tool_calls(reply: str) -> Optional[list[str]]:
+    """The tool calls of a reply that is only JSON, as Llama 3.x writes them
+    (``{"name": ..., "parameters": ...}``, possibly after ``<|python_tag|>``, or
+    a list of such objects) or Phi-4-mini does (``functools[...]``); None when the
+    reply is not a call."""
+    text = reply.strip()
+    if text.startswith(PYTHON_TAG):
+        text = text[len(PYTHON_TAG):].strip()
+    elif text.startswith(FUNCTOOLS):
+        text = text[len(FUNCTOOLS) - 1:]
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        # a malformed call is still a call, to be reported as a ToolCallError
+        return [text] if text.startswith("{") and '"name"' in text else None
+    if isinstance(obj, dict) and "name" in obj:
+        return [text]
+    if isinstance(obj, list) and obj and all(isinstance(o, dict) and "name" in o for o in obj):
+        return [json.dumps(o, ensure_ascii=False) for o in obj]
+    return None
+
+
 class ReplyParser:
     """Splits generated text into answer, thinking and tool calls as it streams.
 
@@ -61,9 +89,11 @@ class ReplyParser:
                     head = self.buf.lstrip()
                     if not head:
                         break
-                    if head.startswith("{"):
+                    if head.startswith(("{", "[", PYTHON_TAG, FUNCTOOLS)):
                         self.state = JSON
                         continue
+                    if PYTHON_TAG.startswith(head) or FUNCTOOLS.startswith(head):
+                        break  # could still become one of them
                 hit = _earliest(self.buf, self._content_markers())
                 if hit is None:
                     keep = _held_back(self.buf, self._content_markers())
@@ -116,18 +146,11 @@ class ReplyParser:
         elif self.state == TOOL:
             self.tool_texts.append(buf.strip())
         else:
-            text = buf.strip()
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError:
-                obj = None
-                looks_like_call = '"name"' in text
-            else:
-                looks_like_call = isinstance(obj, dict) and "name" in obj
-            if looks_like_call:
-                self.tool_texts.append(text)
-            else:
+            calls = json_tool_calls(buf)
+            if calls is None:
                 self._emit(out, CONTENT, buf)
+            else:
+                self.tool_texts.extend(calls)
         return out
 
     def _emit(self, out: list[tuple[str, str]], kind: str, text: str) -> None:

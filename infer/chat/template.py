@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 import jinja2
 
 from .replies import Message, ToolCall
-from .sandbox import ChatTemplateError, SecurityError, environment
+from .sandbox import ChatTemplateError, environment, render
 
 # ---- fallback templates (files without tokenizer.chat_template) ----------------------
 FALLBACK_TEMPLATES = {
@@ -129,6 +129,12 @@ class Chat:
                    eos_token=spelling(getattr(vocab, "eos_token_id", None)), family=family,
                    tool_use_template=tool_use or None, **markers)
 
+    @property
+    def builtin_template(self) -> Optional[str]:
+        """The name of the built-in template in use (`FALLBACK_TEMPLATES`), or None
+        when the template is the model's own."""
+        return self.family if self.source == FALLBACK_TEMPLATES.get(self.family or "") else None
+
     def __repr__(self) -> str:
         kind = f"fallback {self.family!r}" if self.source == FALLBACK_TEMPLATES.get(self.family or "") \
             else f"{len(self.source)}-character template"
@@ -142,6 +148,8 @@ class Chat:
             except jinja2.TemplateSyntaxError as exc:
                 raise ChatTemplateError(
                     f"the chat template does not compile: {exc.message} (line {exc.lineno})") from None
+            except (RecursionError, MemoryError):
+                raise ChatTemplateError("the chat template is too deeply nested to compile") from None
         return self._compiled[source]
 
     def render_raw(self, messages: Sequence[Message], add_generation_prompt: bool = True,
@@ -153,15 +161,7 @@ class Chat:
         variables.update(messages=list(messages), add_generation_prompt=bool(add_generation_prompt),
                          tools=list(tools) if tools else None,
                          bos_token=self.bos_token, eos_token=self.eos_token)
-        try:
-            return template.render(**variables)
-        except SecurityError as exc:
-            raise ChatTemplateError(f"the chat template was refused by the sandbox: {exc}") from None
-        except jinja2.TemplateError as exc:
-            raise ChatTemplateError(f"the chat template failed: {exc}") from None
-        except (TypeError, ValueError, LookupError, AttributeError, ArithmeticError) as exc:
-            raise ChatTemplateError(
-                f"the chat template failed on these messages: {type(exc).__name__}: {exc}") from None
+        return render(template, variables)
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = True,
                tools: Optional[Sequence[Message]] = None, **kwargs: Any) -> str:
@@ -178,14 +178,11 @@ class Chat:
 
     def adapt(self, messages: Sequence[Message], tools: Optional[Sequence[Message]] = None) -> list[Message]:
         """``messages`` reshaped into what this template accepts (see `render`)."""
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-            raise TypeError(f"messages: expected a list of dicts, got {type(messages).__name__}")
-        out = []
-        for i, message in enumerate(messages):
-            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-                raise TypeError(f"messages[{i}]: expected a dict with a 'role' string, got {message!r}")
-            out.append(self._normalize(message))
-        if tools and not self.describes_tools:
+        check_roles(messages, "messages")
+        out = [self._normalize(message) for message in messages]
+        if tools and self.tools_placement == "system_message":
+            out = self._with_system_tools(out, tools)
+        elif tools and self.tools_placement == "instructions":
             out = self._with_system(out, self.tool_instructions(tools))
         if any(m["role"] == "tool" for m in out) and not self.supports_tool_role:
             folded: list[Message] = []
@@ -247,6 +244,14 @@ class Chat:
         return [{"role": "system", "content": text}] + messages
 
     @staticmethod
+    def _with_system_tools(messages: list[Message], tools: Sequence[Message]) -> list[Message]:
+        # Phi-4-mini's way: the system message carries the functions as a JSON string.
+        listing = json.dumps([function_of(t) for t in tools], ensure_ascii=False)
+        if messages and messages[0]["role"] == "system":
+            return [dict(messages[0], tools=listing)] + messages[1:]
+        return [{"role": "system", "content": "", "tools": listing}] + messages
+
+    @staticmethod
     def _tool_as_user(message: Message) -> Message:
         name = message.get("name") or message.get("tool_call_id") or "tool"
         return {"role": "user", "content": f"Result of {name}: {message['content']}"}
@@ -278,8 +283,28 @@ class Chat:
         return "tool_calls" in self.source + (self.tool_use_source or "")
 
     @functools.cached_property
+    def tools_placement(self) -> str:
+        """Where tools go: ``"template"`` (it renders the ``tools`` variable),
+        ``"system_message"`` (it renders a ``tools`` JSON string on the system
+        message, as Phi-4-mini's does) or ``"instructions"`` (neither: they are
+        described in the system prompt)."""
+        probe = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "",
+                                                  "parameters": {"type": "object", "properties": {}}}}
+        user = {"role": "user", "content": _PROBE_USER}
+        try:
+            text: Optional[str] = self.render_raw([user], add_generation_prompt=False, tools=[probe])
+        except ChatTemplateError:
+            text = None
+        if text is not None and _PROBE_TOOL in text:
+            return "template"
+        text = self._renders(self._with_system_tools([user], [probe]))
+        if text is not None and _PROBE_TOOL in text:
+            return "system_message"
+        return "instructions"
+
+    @property
     def describes_tools(self) -> bool:
-        return "tools" in (self.tool_use_source or self.source)
+        return self.tools_placement != "instructions"
 
     @functools.cached_property
     def assistant_prefix(self) -> str:
@@ -287,6 +312,10 @@ class Chat:
         user = [{"role": "user", "content": _PROBE_USER}]
         without = self.render_raw(user, add_generation_prompt=False)
         with_prompt = self.render_raw(user, add_generation_prompt=True)
+        # Phi-3's templates end a conversation that has no prompt with EOS, which the
+        # prompt replaces.
+        if self.eos_token and not with_prompt.startswith(without) and without.endswith(self.eos_token):
+            without = without[:-len(self.eos_token)]
         if not with_prompt.startswith(without):
             raise ChatTemplateError("the chat template's generation prompt is not an addition "
                                     "to the conversation it follows")
@@ -294,14 +323,35 @@ class Chat:
 
     @functools.cached_property
     def end_of_turn(self) -> str:
-        """The text the template writes after an assistant message's content."""
+        """The text the template writes after an assistant message's content (not
+        counting the EOS with which Phi-3's templates end a whole conversation)."""
         text = self.render_raw([{"role": "user", "content": _PROBE_USER},
                                 {"role": "assistant", "content": _PROBE_ASSISTANT}],
                                add_generation_prompt=False)
         at = text.rfind(_PROBE_ASSISTANT)
         if at < 0:
             raise ChatTemplateError("the chat template does not render assistant messages")
-        return text[at + len(_PROBE_ASSISTANT):]
+        tail = text[at + len(_PROBE_ASSISTANT):]
+        eos = self.eos_token
+        if eos and tail.endswith(eos) and tail[:-len(eos)].strip():
+            tail = tail[:-len(eos)]
+        return tail
+
+
+#: the roles of OpenAI-shaped chat messages
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def check_roles(messages: Any, name: str) -> None:
+    """TypeError unless ``messages`` is a list of dicts with a 'role'; ValueError
+    for a role other than `ROLES`."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise TypeError(f"{name}: expected a list of message dicts, got {type(messages).__name__}")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise TypeError(f"{name}[{i}]: expected a dict with a 'role' string, got {message!r}")
+        if message["role"] not in ROLES:
+            raise ValueError(f"{name}[{i}]: role {message['role']!r} is not one of {', '.join(ROLES)}")
 
 
 def function_of(tool: Message) -> Message:
