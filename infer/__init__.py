@@ -19,6 +19,7 @@ from .runtime import (
     ContextOverflowError,
     Engine,
     Model,
+    UnsupportedModelError,
     known_architectures,
     register_variant,
 )
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
 
 __all__ = [
     "__version__", "load", "generate", "Generation", "Model", "Engine", "Context",
-    "ContextOverflowError", "ContextBusyError", "Sampler", "register_variant",
+    "ContextOverflowError", "ContextBusyError", "UnsupportedModelError", "Sampler", "register_variant",
     "known_architectures", "ChatSession",
 ]
 

@@ -14,7 +14,7 @@ It owns the rules users rely on when they stream text:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, FrozenSet, Generator, Iterable, Iterator, List, Optional, Sequence, Union
 
 from .runtime import Context
 
@@ -118,11 +118,15 @@ class Generation:
     def __next__(self) -> str:
         return next(self._iter)
 
+    def close(self) -> None:
+        """Stop early (as a generator's close() does); before the model is closed."""
+        self._iter.close()
+
     def _emit(self, piece: str) -> str:
         self.text += piece
         return piece
 
-    def _run(self) -> Iterator[str]:
+    def _run(self) -> Generator[str, None, None]:
         ctx = self.context
         _prefill_reusing_prefix(ctx, self.prompt_ids)
         stream = TextStream(self.tokenizer.decode)

@@ -26,10 +26,12 @@ from __future__ import annotations
 import codecs
 import heapq
 import operator
+import warnings
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 from numpy.typing import NDArray
+
 import regex
 
 __all__ = [
@@ -519,6 +521,11 @@ class Tokenizer:
             else:
                 self._encode_text(part, out, prev_special)
                 prev_special = False
+        if add_special and vocab.add_bos and len(out) > 1 and out[0] == out[1] == vocab.bos_token_id:
+            # llama.cpp warns about this too: the text already began with the BOS text.
+            warnings.warn("the text starts with the BOS token and the model adds one too, so the prompt "
+                          "now starts with two BOS tokens; drop it from the text or pass add_special=False",
+                          stacklevel=3)
         if add_special and vocab.add_eos and vocab.eos_token_id is not None:
             out.append(vocab.eos_token_id)
         return out

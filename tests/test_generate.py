@@ -157,18 +157,28 @@ def test_text_stream_flush_releases_incomplete_tail():
 
 
 # ---- the docs/variants.md example -------------------------------------------------------
+BIGRAM = os.path.join(ROOT, "examples", "infer-bigram", "infer_bigram.py")
+
+
 def _bigram_module():
-    spec = importlib.util.spec_from_file_location("bigram_variant", os.path.join(ROOT, "docs", "bigram_variant.py"))
+    """The example imported from its file and registered in-process (tests/
+    test_variant_packages.py installs it as a package and finds it by entry point)."""
+    from infer.runtime import register_variant
+
+    spec = importlib.util.spec_from_file_location("infer_bigram", BIGRAM)
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["bigram_variant"] = mod
+    sys.modules["infer_bigram"] = mod
     spec.loader.exec_module(mod)
+    register_variant("bigram")(mod.load_bigram)
     return mod
 
 
 def test_docs_embed_the_example_file_verbatim():
     md = open(os.path.join(ROOT, "docs", "variants.md"), encoding="utf-8").read()
-    code = open(os.path.join(ROOT, "docs", "bigram_variant.py"), encoding="utf-8").read()
+    code = open(BIGRAM, encoding="utf-8").read()
     assert "```python\n" + code + "```" in md
+    toml = open(os.path.join(os.path.dirname(BIGRAM), "pyproject.toml"), encoding="utf-8").read()
+    assert "```toml\n" + toml + "```" in md
 
 
 def test_bigram_example_through_load_and_generate(tmp_path):

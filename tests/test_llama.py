@@ -235,7 +235,7 @@ def test_missing_tensor_is_a_clear_error(gf):
 
 def test_tied_output_head_uses_token_embd(engine, gf):
     assert "output.weight" not in gf.tensors
-    assert engine.output is engine.token_embd
+    assert engine.weights.output is engine.weights.token_embd
 
 
 _MEMORY_SCRIPT = r"""
