@@ -9,6 +9,8 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING
 
+from . import _source_tree  # noqa: F401  (first: ImportError saying what to do if unbuilt)
+
 from .generate import Generation, generate
 from .loader import load
 from .runtime import (

@@ -51,6 +51,9 @@ class Engine(ABC):
     def close(self) -> None:
         """Release the weights (the file map).  Contexts must not be used after it."""
 
+    #: set by infer.load: raises if the mapped file changed (GGUFFile.check_unchanged)
+    file_check: Optional[Callable[[], None]] = None
+
     def forward_batch(self, contexts: Sequence["Context"], tokens: NDArray[Any],
                       positions: Sequence[int]) -> None:
         """Evaluate ``tokens[i]`` in ``contexts[i]`` at position ``positions[i]``, setting
@@ -126,6 +129,7 @@ class Context(ABC):
     def prefill(self, tokens: Iterable[int]) -> None:
         """Append ``tokens`` after the history in one batched pass; logits of the last."""
         with self._exclusive():
+            self._check_file()
             batch = self._check_tokens(tokens)
             if len(batch) == 0:
                 return
@@ -142,6 +146,7 @@ class Context(ABC):
                 raise RuntimeError("next(): the context is empty; prefill a prompt first")
             if len(self.tokens) >= self.n_ctx:
                 raise ContextOverflowError(f"the context of {self.n_ctx} tokens is full")
+            self._check_file()
             self._ensure_logits()
             token = int(self.sampler.sample(self.logits))
             self._eval(np.array([token], dtype=np.int32))
@@ -180,6 +185,11 @@ class Context(ABC):
             self._n_cached -= 1
             self._truncate_cache(self._n_cached)
         self._eval(np.empty(0, dtype=np.int32))
+
+    def _check_file(self) -> None:
+        check = self.engine.file_check
+        if check is not None:
+            check()
 
     def _ensure_cached(self) -> None:
         """Evaluate history tokens whose cache slots a failed call dropped."""
@@ -243,6 +253,7 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
             guard = c._exclusive()
             guard.__enter__()
             held.append(guard)
+        contexts[0]._check_file()
         if forced is not None:
             batch = [c._check_tokens([t]) for c, t in zip(contexts, forced)]
         for i, c in enumerate(contexts):
@@ -312,6 +323,19 @@ class Model:
 
             sampler = Sampler(**sampling)
         return self.engine.create_context(n_ctx=n_ctx, sampler=sampler)
+
+    def create_chat_completion(self, messages: Any, **options: Any) -> Any:
+        """OpenAI's chat completion: a ``chat.completion`` dict, or chunk dicts with
+        ``stream=True``; the options are `infer.api.create_chat_completion`'s."""
+        from .api import create_chat_completion
+
+        return create_chat_completion(self, messages, **options)
+
+    def create_completion(self, prompt: Any, **options: Any) -> Any:
+        """OpenAI's (legacy) text completion; the options are `infer.api.create_completion`'s."""
+        from .api import create_completion
+
+        return create_completion(self, prompt, **options)
 
     def close(self) -> None:
         self.engine.close()
