@@ -369,6 +369,6 @@ def test_cli_generate_plain_and_chat(capsys):
                        *(["--chat"] if chat else []), prompt])
             out = capsys.readouterr()
             assert rc == 0, out.err
-            assert out.out == expected[chat] and out.out.strip()
+            assert out.out == expected[chat] + "\n" and out.out.strip()  # output ends its line
     finally:
         K.set_num_threads(before)
