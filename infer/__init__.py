@@ -9,6 +9,8 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING
 
+from . import _source_tree  # noqa: F401  (first: ImportError saying what to do if unbuilt)
+
 from .generate import Generation, generate
 from .loader import load
 from .runtime import (
@@ -18,6 +20,7 @@ from .runtime import (
     Engine,
     Model,
     ModelClosedError,
+    UnsupportedModelError,
     known_architectures,
     register_variant,
 )
@@ -28,8 +31,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
 
 __all__ = [
     "__version__", "load", "generate", "Generation", "Model", "Engine", "Context",
-    "ContextOverflowError", "ContextBusyError", "ModelClosedError", "Sampler", "register_variant",
-    "known_architectures", "ChatSession",
+    "ContextOverflowError", "ContextBusyError", "ModelClosedError", "UnsupportedModelError",
+    "Sampler", "register_variant", "known_architectures", "ChatSession",
 ]
 
 

@@ -26,10 +26,12 @@ from __future__ import annotations
 import codecs
 import heapq
 import operator
+import warnings
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 from numpy.typing import NDArray
+
 import regex
 
 __all__ = [
@@ -68,6 +70,20 @@ def _token_id(value: object, name: str) -> int:
         return operator.index(value)  # type: ignore[arg-type]
     except TypeError:
         raise TypeError(f"{name}: expected an integer token id, got {type(value).__name__}") from None
+
+
+def _numbers(values: Any, name: str, n: int, kinds: str) -> NDArray[Any]:
+    """``values`` as a 1-D numpy array of n numbers of the dtype kinds given
+    (ValueError naming ``name``: no wrapping cast of an int64 2**40 to int32)."""
+    try:
+        arr = np.asarray(values)
+    except (ValueError, OverflowError) as exc:
+        raise ValueError(f"{name}: not an array of numbers ({exc})") from None
+    if arr.dtype.kind not in kinds:
+        raise ValueError(f"{name}: expected numbers, got dtype {arr.dtype}")
+    if arr.shape != (n,):
+        raise ValueError(f"{name}: expected {n} entries, got shape {arr.shape}")
+    return arr
 
 
 def _md_int(md: Mapping[str, Any], key: str) -> Optional[int]:
@@ -110,14 +126,15 @@ class Vocabulary:
         self.tokens: list[str] = list(tokens)
         if token_types is None:
             token_types = np.full(n, TokenType.NORMAL, dtype=np.int32)
-        token_types = np.asarray(token_types, dtype=np.int32)
-        if token_types.shape != (n,):
-            raise ValueError(f"token_types: expected {n} entries, got shape {token_types.shape}")
+        token_types = _numbers(token_types, "token_types", n, "iu")
+        if token_types.size and not (0 <= token_types.min() and token_types.max() <= TokenType.BYTE):
+            i = int(np.flatnonzero((token_types < 0) | (token_types > TokenType.BYTE))[0])
+            raise ValueError(f"token_types: {int(token_types[i])} (token {i}) is not a token "
+                             f"type (0..{TokenType.BYTE})")
+        token_types = token_types.astype(np.int32)
         if scores is None:
             scores = np.zeros(n, dtype=np.float32)
-        scores = np.asarray(scores, dtype=np.float32)
-        if scores.shape != (n,):
-            raise ValueError(f"scores: expected {n} entries, got shape {scores.shape}")
+        scores = _numbers(scores, "scores", n, "iuf").astype(np.float32)
         self.token_types = token_types
         self.scores = scores
         if merges is not None and not isinstance(merges, (list, tuple)):
@@ -177,6 +194,28 @@ class Vocabulary:
         if not isinstance(tokens, (list, tuple)):
             raise TypeError("metadata 'tokenizer.ggml.tokens': expected a list of str, "
                             f"got {type(tokens).__name__}")
+        bad = next((i for i, t in enumerate(tokens) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise ValueError(f"metadata 'tokenizer.ggml.tokens': entry {bad} is "
+                             f"{type(tokens[bad]).__name__}, not a string")
+        merges = md.get("tokenizer.ggml.merges")
+        if merges is not None and (not isinstance(merges, (list, tuple))
+                                   or not all(isinstance(m, str) for m in merges)):
+            raise ValueError("metadata 'tokenizer.ggml.merges': expected a list of strings")
+        try:
+            return cls._from_checked_metadata(md, tokens, merges)
+        except ValueError as exc:
+            # Vocabulary names its arguments; the user also needs the GGUF key.
+            arg = str(exc).split(":", 1)[0]
+            key = {"token_types": "tokenizer.ggml.token_type",
+                   "scores": "tokenizer.ggml.scores"}.get(arg)
+            if key is None:
+                raise
+            raise ValueError(f"metadata {key!r}: {str(exc).split(':', 1)[1].strip()}") from None
+
+    @classmethod
+    def _from_checked_metadata(cls, md: Mapping[str, Any], tokens: Sequence[str],
+                               merges: Optional[Sequence[str]]) -> "Vocabulary":
         return cls(
             tokens, md.get("tokenizer.ggml.token_type"), md.get("tokenizer.ggml.scores"),
             bos_token_id=_md_int(md, "tokenizer.ggml.bos_token_id"),
@@ -192,7 +231,7 @@ class Vocabulary:
             add_eos=_md_bool(md, "tokenizer.ggml.add_eos_token", False),
             add_space_prefix=_md_bool(md, "tokenizer.ggml.add_space_prefix",
                                       md.get("tokenizer.ggml.model") == "llama"),
-            merges=md.get("tokenizer.ggml.merges"),
+            merges=merges,
         )
 
     @property
@@ -254,9 +293,11 @@ class _SpecialSplitter:
     llama.cpp takes the token texts longest first (ties here: lower id) and cuts
     each one out of every fragment of raw text still left, leftmost occurrences
     first, never overlapping.  The same result in one pass over the text: all
-    occurrences are found by walking a set of prefixes from each position that
-    holds a first character of some token text, then each text, longest first,
-    claims its leftmost occurrences that touch nothing claimed yet.
+    occurrences are found by walking a trie of the token texts from each position
+    that holds a first character of some token text, then each text, longest
+    first, claims its leftmost occurrences that touch nothing claimed yet.  The
+    trie has one node per character of the texts, so a 64K-character token costs
+    64K entries (a set of its prefixes cost 2 GB).
 
     Runs of one repeated character (Gemma's newline, space and tab runs) take a short
     cut when no other token text holds that character: a maximal run of it is
@@ -274,7 +315,19 @@ class _SpecialSplitter:
         self.runs = {c: sorted(lengths.items(), reverse=True) for c, lengths in by_char.items()
                      if c not in chars_elsewhere and len(lengths) > 1}
         others = {t: tid for t, tid in texts.items() if not (_is_run(t) and t[0] in self.runs)}
-        self.prefixes = {t[:i] for t in others for i in range(1, len(t) + 1)}
+        # The trie as one flat dict: (node, next character) -> child node; node 0 is
+        # the root.  ends[node] is the text a node completes, for those that do.
+        trie: dict[tuple[int, str], int] = {}
+        ends: dict[int, str] = {}
+        for t in others:
+            node = 0
+            for c in t:
+                child = trie.get((node, c))
+                if child is None:
+                    child = trie[(node, c)] = len(trie) + 1
+                node = child
+            ends[node] = t
+        self.trie, self.ends = trie, ends
         first = sorted({t[0] for t in others})
         self.first = (regex.compile("[" + "".join(regex.escape(c) for c in first) + "]")
                       if first else None)
@@ -313,20 +366,22 @@ class _SpecialSplitter:
 
     def _split_others(self, text: str, found: list[tuple[int, int, int]]) -> None:
         ids = self.ids
-        prefixes = self.prefixes
+        trie, ends = self.trie, self.ends
         starts: dict[str, list[int]] = {}
         n = len(text)
         assert self.first is not None
         for m in self.first.finditer(text):
             start = m.start()
-            end = start + 1
-            while end <= n:
-                s = text[start:end]
-                if s not in prefixes:
+            node = 0
+            at = start
+            while at < n:
+                node = trie.get((node, text[at]), 0)
+                if not node:
                     break
-                if s in ids:
-                    starts.setdefault(s, []).append(start)
-                end += 1
+                found_text = ends.get(node)
+                if found_text is not None:
+                    starts.setdefault(found_text, []).append(start)
+                at += 1
         if not starts:
             return
         claimed = bytearray(n)
@@ -466,6 +521,11 @@ class Tokenizer:
             else:
                 self._encode_text(part, out, prev_special)
                 prev_special = False
+        if add_special and vocab.add_bos and len(out) > 1 and out[0] == out[1] == vocab.bos_token_id:
+            # llama.cpp warns about this too: the text already began with the BOS text.
+            warnings.warn("the text starts with the BOS token and the model adds one too, so the prompt "
+                          "now starts with two BOS tokens; drop it from the text or pass add_special=False",
+                          stacklevel=3)
         if add_special and vocab.add_eos and vocab.eos_token_id is not None:
             out.append(vocab.eos_token_id)
         return out
@@ -501,8 +561,10 @@ class Tokenizer:
         vocab = self.vocab
         text = vocab.tokens[token]
         kind = vocab.token_types[token]
+        # "surrogateescape": a token text that is not UTF-8 in the file (the reader
+        # keeps such bytes as surrogates) gives back its bytes, as llama.cpp does.
         if kind in (TokenType.CONTROL, TokenType.UNKNOWN, TokenType.USER_DEFINED):
-            return text.encode("utf-8")
+            return text.encode("utf-8", "surrogateescape")
         if kind == TokenType.NORMAL:
             return self._normal_piece(text)
         if kind == TokenType.BYTE:
@@ -637,24 +699,54 @@ class BPETokenizer(Tokenizer):
     def _merge(self, word: str) -> list[str]:
         """Apply merges to one pre-tokenized word: lowest rank first, leftmost on ties.
 
-        Quadratic in the word's length, but words are short and each one is
-        merged once (then cached), which keeps encoding above the speed of the
-        `tokenizers` library (bench/tokenizer.py) without a compiled loop.
+        A linked list of symbols and a heap of candidate pairs keyed (rank, left
+        position), as llama.cpp's llm_bigram_bpe and HF tokenizers do: O(n log n) in
+        the word's length (a pasted base64 string is one long word).  A heap entry
+        is stale when either side has been merged since: a merged-away symbol is
+        empty, and a symbol that grew changed the pair's length.
         """
+        n = len(word)
+        if n < 2:
+            return [word] if word else []
         ranks = self._ranks
-        symbols = list(word)
-        while len(symbols) > 1:
-            best = -1
-            best_rank = 1 << 62
-            for i in range(len(symbols) - 1):
-                r = ranks.get(symbols[i] + " " + symbols[i + 1])
-                if r is not None and r < best_rank:
-                    best_rank = r
-                    best = i
-            if best < 0:
-                break
-            symbols[best:best + 2] = [symbols[best] + symbols[best + 1]]
-        return symbols
+        sym = list(word)
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        prev = list(range(-1, n - 1))
+        heap = []
+        for i in range(n - 1):
+            r = ranks.get(sym[i] + " " + sym[i + 1])
+            if r is not None:
+                heap.append((r, i, i + 1, 2))
+        heapq.heapify(heap)
+        push = heapq.heappush
+        pop = heapq.heappop
+        while heap:
+            _, left, right, size = pop(heap)
+            ls, rs = sym[left], sym[right]
+            if not ls or not rs or len(ls) + len(rs) != size:
+                continue
+            merged = ls + rs
+            sym[left] = merged
+            sym[right] = ""
+            after = nxt[right]
+            nxt[left] = after
+            if after >= 0:
+                prev[after] = left
+                r = ranks.get(merged + " " + sym[after])
+                if r is not None:
+                    push(heap, (r, left, after, len(merged) + len(sym[after])))
+            before = prev[left]
+            if before >= 0:
+                r = ranks.get(sym[before] + " " + merged)
+                if r is not None:
+                    push(heap, (r, before, left, len(sym[before]) + len(merged)))
+        out = []
+        i = 0
+        while i >= 0:
+            out.append(sym[i])
+            i = nxt[i]
+        return out
 
     def _normal_piece(self, text: str) -> bytes:
         try:
@@ -662,7 +754,7 @@ class BPETokenizer(Tokenizer):
         except KeyError:
             # a character outside the byte-level table: keep it as UTF-8
             return b"".join(bytes([UNICODE_TO_BYTE[c]]) if c in UNICODE_TO_BYTE
-                            else c.encode("utf-8") for c in text)
+                            else c.encode("utf-8", "surrogateescape") for c in text)
 
 
 class SPMTokenizer(Tokenizer):
@@ -779,7 +871,7 @@ class SPMTokenizer(Tokenizer):
         return tuple(out)
 
     def _normal_piece(self, text: str) -> bytes:
-        return text.replace("\u2581", " ").encode("utf-8")
+        return text.replace("\u2581", " ").encode("utf-8", "surrogateescape")
 
     def _byte_piece(self, text: str) -> bytes:
         return bytes([int(text[3:5], 16)])  # "<0xNN>"

@@ -593,3 +593,51 @@ def test_misuse_overlapping_buffers():
         K.attention(q, cache, cache.copy(), 0, cache[0, :4].reshape(2, 2, 64))
     with pytest.raises(ValueError, match="^cache: shares memory with x"):
         K.kv_store(cache[0, 4:6].reshape(2, 1, 64), cache[:1], 0)
+
+
+def _kernels_in_subprocess(env, code="import infer.kernels as K; print(K.capabilities())"):
+    import os
+    import subprocess
+    import sys
+
+    full = {k: v for k, v in os.environ.items() if k not in ("INFER_ISA", "INFER_NUM_THREADS")}
+    full.update(env)
+    r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return eval(r.stdout), r.stderr
+
+
+def test_environment_is_checked_and_reported():
+    caps, err = _kernels_in_subprocess({"INFER_ISA": "avx9"})
+    assert "INFER_ISA='avx9' is not a kernel set" in err and "scalar, avx2, avx512, neon" in err
+    assert caps["forced"] is None and caps["active"] == K.capabilities()["available"][-1]
+    missing = [n for n in ("avx512", "neon", "avx2") if n not in K.capabilities()["available"]]
+    caps, err = _kernels_in_subprocess({"INFER_ISA": missing[0]})
+    assert "this CPU cannot run it" in err and caps["forced"] is None
+    caps, err = _kernels_in_subprocess({"INFER_ISA": "scalar"})
+    assert err == "" and caps["forced"] == "scalar" and caps["active"] == "scalar"
+    default, _ = _kernels_in_subprocess({})
+    caps, err = _kernels_in_subprocess({"INFER_NUM_THREADS": "1e3"})  # atoi read it as 1
+    assert "INFER_NUM_THREADS='1e3' is not a whole number >= 1; ignored" in err
+    assert caps["num_threads"] == default["num_threads"]
+    caps, err = _kernels_in_subprocess({"INFER_NUM_THREADS": "3"})
+    assert err == "" and caps["num_threads"] == 3
+    caps, err = _kernels_in_subprocess({"INFER_NUM_THREADS": "100000"})
+    assert "above the thread pool's limit" in err and caps["num_threads"] == 256
+
+
+def test_thread_counts_are_integers_and_the_cap_warns():
+    before = K.get_num_threads()
+    try:
+        with pytest.warns(RuntimeWarning, match="limit"):
+            K.set_num_threads(1000)
+        assert K.get_num_threads() == 256
+        with pytest.raises(TypeError):
+            K.set_num_threads(1.5)
+        with pytest.raises(TypeError):
+            K.set_num_threads(True)
+        with pytest.raises(ValueError):
+            K.set_num_threads(0)
+    finally:
+        K.set_num_threads(before)

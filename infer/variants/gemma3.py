@@ -25,7 +25,7 @@ All of it is data in a `TransformerSpec` (spec.py); the forward passes are
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -40,6 +40,20 @@ SWA_PATTERN = 6            # layers l with l % 6 == 5 attend globally
 LOCAL_ROPE_BASE = 10000.0  # RoPE base of the sliding-window layers
 
 
+def sliding_layers(hp: HParams, n_layers: int, period: int) -> List[bool]:
+    """Per layer, True when it attends globally: an explicit per-layer list or period
+    (``attention.sliding_window_pattern``) if the file has one, else ``period``
+    (layer l global when l % period == period - 1: llama.cpp's set_swa_pattern)."""
+    pattern = hp.raw("attention.sliding_window_pattern", period)
+    if isinstance(pattern, (list, tuple, np.ndarray)):
+        if len(pattern) != n_layers:
+            raise GGUFError(f"GGUF metadata: {hp.key('attention.sliding_window_pattern')} has "
+                            f"{len(pattern)} entries for {n_layers} layers")
+        return [not bool(p) for p in pattern]
+    period = hp.integer("attention.sliding_window_pattern", period, lo=0)
+    return [period == 0 or i % period == period - 1 for i in range(n_layers)]
+
+
 def gemma3_spec(metadata: Dict[str, Any], tensors: Dict[str, Any]) -> TransformerSpec:
     """The spec of a Gemma 3 file, every key checked (GGUFError names a bad one)."""
     hp = HParams(metadata)
@@ -47,17 +61,7 @@ def gemma3_spec(metadata: Dict[str, Any], tensors: Dict[str, Any]) -> Transforme
     dim, n_heads, n_kv_heads, head_dim = hp.attention_shape()
     max_seq_len = hp.integer("context_length", 8192)
 
-    # Which layers slide a window: an explicit per-layer list or period if the
-    # file has one, else Gemma 3's 5 local : 1 global.
-    pattern = hp.raw("attention.sliding_window_pattern", SWA_PATTERN)
-    if isinstance(pattern, (list, tuple, np.ndarray)):
-        if len(pattern) != n_layers:
-            raise GGUFError(f"GGUF metadata: {hp.key('attention.sliding_window_pattern')} has "
-                            f"{len(pattern)} entries for {n_layers} layers")
-        is_global = [not bool(p) for p in pattern]
-    else:
-        period = hp.integer("attention.sliding_window_pattern", SWA_PATTERN, lo=0)
-        is_global = [period == 0 or i % period == period - 1 for i in range(n_layers)]
+    is_global = sliding_layers(hp, n_layers, SWA_PATTERN)
     window = hp.integer("attention.sliding_window")
 
     # Linear RoPE scaling (the 4B-27B models) applies to the global layers only.
@@ -77,7 +81,7 @@ def gemma3_spec(metadata: Dict[str, Any], tensors: Dict[str, Any]) -> Transforme
     # read in case a converter ever writes it.
     query_scalar = hp.number("attention.query_pre_attn_scalar",
                              dim / n_heads if n_layers == 62 else head_dim, positive=True)
-    return TransformerSpec(
+    spec = TransformerSpec(
         dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
         ffn_dim=hp.integer("feed_forward_length"), vocab_size=vocab_size(tensors),
         max_seq_len=max_seq_len,
@@ -86,6 +90,8 @@ def gemma3_spec(metadata: Dict[str, Any], tensors: Dict[str, Any]) -> Transforme
                      for g in is_global),
         qk_norm=True, post_attn_norm=True, post_ffn_norm=True, activation="gelu_tanh",
         query_scale=1.0 / math.sqrt(query_scalar), embd_scale=math.sqrt(dim))
+    hp.refuse_unread()
+    return spec
 
 
 class Gemma3Engine(TransformerEngine):

@@ -4,6 +4,12 @@ Every value is checked where it is read, and a bad one raises `GGUFError` naming
 the key: a count that is not a positive integer (``block_count=1.9``, NaN, a
 negative or zero ``head_count``), a negative epsilon or RoPE base, a window too
 large for the kernels.  Nothing fails later at first use.
+
+`HParams` also records every key it was asked for: a file can carry keys that
+change the maths (a ``rope.scaling.type``, soft-capping, multipliers), and a
+variant that skipped one would load and give subtly wrong logits.  So once a
+variant has read what it implements, `HParams.refuse_unread` raises
+`UnsupportedModelError` naming every other ``<arch>.`` key but the `INERT_KEYS`.
 """
 from __future__ import annotations
 
@@ -14,10 +20,19 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 import numpy as np
 
 from ..gguf import GGUFError
+from ..runtime import UnsupportedModelError
 
 #: counts and sizes go to C ints
 MAX_COUNT = 2**31 - 1
 _MISSING = object()
+#: ``<arch>.`` keys that never change the logits: sizes the tensors already give,
+#: facts about training or conversion
+INERT_KEYS = frozenset({
+    "context_length",           # the default context size, not part of the maths
+    "vocab_size",               # token_embd's rows say it
+    "rope.scaling.finetuned",   # a training fact (granite reads it as a switch)
+    "tensor_data_layout",       # the converter's note of the Q/K permutation
+})
 _BLOCK = re.compile(r"blk\.(\d+)\.")
 
 
@@ -27,11 +42,14 @@ class HParams:
     def __init__(self, metadata: Dict[str, Any], architecture: Optional[str] = None) -> None:
         self.metadata = metadata
         self.arch = architecture or str(metadata.get("general.architecture", ""))
+        #: suffixes asked for (present or not)
+        self.read: set[str] = set()
 
     def key(self, suffix: str) -> str:
         return f"{self.arch}.{suffix}"
 
     def raw(self, suffix: str, default: Any = _MISSING) -> Any:
+        self.read.add(suffix)
         full = self.key(suffix)
         if full in self.metadata:
             return self.metadata[full]
@@ -40,7 +58,25 @@ class HParams:
         return default
 
     def has(self, suffix: str) -> bool:
+        self.read.add(suffix)
         return self.key(suffix) in self.metadata
+
+    def boolean(self, suffix: str, default: Any = _MISSING) -> bool:
+        value = self.raw(suffix, default)
+        if not isinstance(value, (bool, np.bool_)):
+            raise GGUFError(f"GGUF metadata: {self.key(suffix)} must be a bool, got {value!r}")
+        return bool(value)
+
+    def refuse_unread(self) -> None:
+        """UnsupportedModelError naming every ``<arch>.`` key nobody read (but the
+        inert ones): the variant does not implement it, and it may change the maths."""
+        prefix = f"{self.arch}."
+        unread = sorted(k for k in self.metadata if k.startswith(prefix)
+                        and k[len(prefix):] not in self.read and k[len(prefix):] not in INERT_KEYS)
+        if unread:
+            raise UnsupportedModelError(
+                f"{self.arch} file: metadata {', '.join(unread)} not understood by infer's "
+                f"{self.arch} variant; it may change the maths, so the file is refused", unread)
 
     def integer(self, suffix: str, default: Any = _MISSING, *, lo: int = 1, hi: int = MAX_COUNT) -> int:
         """An integer in [lo, hi]; a float that is a whole number is accepted

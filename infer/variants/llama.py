@@ -1,4 +1,5 @@
-"""The Llama family: Llama 2/3, TinyLlama, SmolLM2, Mistral-style GGUF files.
+"""The Llama family (Llama 2/3.x, TinyLlama, SmolLM2, Mistral-style GGUF files),
+and the reading every Llama-shaped family starts from.
 
     x = embed(token)
     for each layer:
@@ -8,48 +9,104 @@
     logits = rmsnorm(x) Wout                              (Wout = Wembed if tied)
 
 This is the plainest `TransformerSpec` (spec.py): every optional piece off,
-RoPE on adjacent pairs (the GGUF converter permuted the Q/K rows for it).  The
-forward passes are `transformer.py`'s: prefill through the matrix-matrix
-kernels, one decoded token as a single C call (csrc/transformer_block.c).
+RoPE on adjacent pairs (the GGUF converter permuted the Q/K rows for it), with
+the scalings of rope_scaling.py: Llama 3.1+'s ``rope_freqs.weight``, linear,
+YaRN, LongRoPE.  `llama_shaped` reads that much from any Llama-shaped file;
+each other family (qwen2.py, qwen3.py, phi3.py, gemma2.py, smollm3.py,
+granite.py) is a few `LlamaShaped.replace` / `with_layers` calls on it: a new
+architecture is data.  Metadata keys nobody read are refused when the engine is
+built (`HParams.refuse_unread`), tensors nobody read by the weight loader.
+
+The forward passes are `transformer.py`'s: prefill through the matrix-matrix
+kernels; one decoded token (of one or several contexts) as a single C call
+(csrc/transformer_block.c), which computes every spec.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Tuple
 
-from ..gguf import GGUFError
-from ..runtime import register_variant
+from ..runtime import UnsupportedModelError, register_variant
 from .hparams import HParams, vocab_size
-from .spec import LayerSpec, Rope, TransformerSpec
+from .rope_scaling import RopeChoice, read_rope
+from .spec import LayerSpec, TransformerSpec
 from .transformer import TransformerEngine
 
 
-def llama_spec(metadata: Dict[str, Any], tensors: Dict[str, Any]) -> TransformerSpec:
-    """The spec of a Llama-family file, every key checked (GGUFError names a bad one)."""
-    hp = HParams(metadata)
+@dataclass(frozen=True)
+class LlamaShaped:
+    """A Llama-shaped file read into a spec.  A family says how it differs with
+    `replace` (spec fields) and `with_layers` (per-layer changes); `engine` then
+    refuses the keys nobody read and loads the weights.  With LongRoPE the RoPE
+    factors depend on the context size (`spec_for`)."""
+
+    hparams: HParams
+    spec: TransformerSpec
+    rope: RopeChoice
+    #: tensors read into the spec (RoPE factors), besides the weights
+    tensors_read: Tuple[str, ...] = ()
+
+    def replace(self, **fields: Any) -> "LlamaShaped":
+        return dataclasses.replace(self, spec=dataclasses.replace(self.spec, **fields))
+
+    def with_layers(self, change: Callable[[int, LayerSpec], LayerSpec]) -> "LlamaShaped":
+        return self.replace(layers=tuple(change(i, layer) for i, layer in enumerate(self.spec.layers)))
+
+    def spec_for(self, n_ctx: int) -> TransformerSpec:
+        """The spec of a context of n_ctx positions: LongRoPE's long factors past the
+        original context (llama.cpp chooses them by its n_ctx too)."""
+        rope = self.rope.for_context(n_ctx)
+        if rope is self.rope.rope:
+            return self.spec
+        return dataclasses.replace(self.spec, layers=tuple(
+            dataclasses.replace(layer, rope=dataclasses.replace(layer.rope, freq_factors=rope.freq_factors))
+            if layer.rope is not None else layer for layer in self.spec.layers))
+
+    def engine(self, gguf_file: Any, n_threads: Optional[int] = None) -> "LlamaShapedEngine":
+        return LlamaShapedEngine(self, gguf_file, n_threads)
+
+
+def llama_shaped(gguf_file: Any, layout: str = "norm", default_eps: float = 1e-5,
+                 default_ctx: int = 2048) -> LlamaShaped:
+    """The Llama reading of a file: sizes, epsilon, RoPE and its scaling, every
+    optional piece off.  Keys are checked where they are read (GGUFError names a
+    bad one; UnsupportedModelError one whose maths infer does not implement)."""
+    tensors = gguf_file.tensors
+    hp = HParams(gguf_file.metadata)
     n_layers = hp.block_count(tensors)
     dim, n_heads, n_kv_heads, head_dim = hp.attention_shape()
-    if hp.integer("rope.dimension_count", head_dim) != head_dim:
-        raise GGUFError(f"GGUF metadata: {hp.key('rope.dimension_count')} != head dimension {head_dim} "
-                        "(partial rotary embeddings are not supported)")
-    scaling = hp.string("rope.scaling.type", "none")
-    if scaling == "linear":
-        freq_scale = 1.0 / hp.number("rope.scaling.factor", positive=True)
-    elif scaling == "none":
-        freq_scale = 1.0
-    else:
-        raise GGUFError(f"GGUF metadata: {hp.key('rope.scaling.type')}={scaling!r} is not supported")
-    rope = Rope(layout="norm", base=hp.number("rope.freq_base", 10000.0, positive=True), scale=freq_scale)
-    return TransformerSpec(
+    if hp.integer("expert_count", 0, lo=0):
+        raise UnsupportedModelError(f"{hp.arch} file: a mixture of experts ({hp.key('expert_count')}) "
+                                    f"is not implemented", [hp.key("expert_count")])
+    max_seq_len = hp.integer("context_length", default_ctx)
+    rope, used = read_rope(hp, tensors, head_dim, layout, max_seq_len)
+    spec = TransformerSpec(
         dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
         ffn_dim=hp.integer("feed_forward_length"), vocab_size=vocab_size(tensors),
-        max_seq_len=hp.integer("context_length", 2048),
-        rms_eps=hp.number("attention.layer_norm_rms_epsilon", 1e-5, positive=True),
-        layers=tuple(LayerSpec(rope=rope) for _ in range(n_layers)))
+        max_seq_len=max_seq_len,
+        rms_eps=hp.number("attention.layer_norm_rms_epsilon", default_eps, positive=True),
+        layers=tuple(LayerSpec(rope=rope.rope) for _ in range(n_layers)))
+    return LlamaShaped(hp, spec, rope, used)
 
 
-class LlamaEngine(TransformerEngine):
+class LlamaShapedEngine(TransformerEngine):
+    """The engine of every Llama-shaped family: a `LlamaShaped` and its weights."""
+
+    def __init__(self, shaped: LlamaShaped, gguf_file: Any, n_threads: Optional[int] = None) -> None:
+        shaped.hparams.refuse_unread()
+        super().__init__(shaped.spec, gguf_file, n_threads, also_used=shaped.tensors_read)
+        self.shaped = shaped
+
+    def spec_for(self, n_ctx: int) -> TransformerSpec:
+        return self.shaped.spec_for(n_ctx)
+
+
+class LlamaEngine(LlamaShapedEngine):
+    """A `llama` file's engine."""
+
     def __init__(self, gguf_file: Any, n_threads: Optional[int] = None) -> None:
-        super().__init__(llama_spec(gguf_file.metadata, gguf_file.tensors), gguf_file, n_threads)
+        super().__init__(llama_shaped(gguf_file), gguf_file, n_threads)
 
 
 @register_variant("llama", "mistral")

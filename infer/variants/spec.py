@@ -68,6 +68,9 @@ class Rope:
     freq_factors: Optional[Tuple[float, ...]] = None
     #: multiplies cos and sin (YaRN / LongRoPE magnitude scaling; 1.0: none)
     attn_factor: float = 1.0
+    #: the rotated elements of a head (``rope.dimension_count``; Phi-4-mini turns
+    #: 3/4 of it); None: the whole head
+    rot_dim: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.layout not in ROPE_LAYOUTS:
@@ -80,18 +83,28 @@ class Rope:
             raise ValueError(f"rope attn_factor: must be finite, got {self.attn_factor}")
         if self.freq_factors is not None and not all(math.isfinite(f) and f > 0 for f in self.freq_factors):
             raise ValueError("rope freq_factors: every factor must be a finite number > 0")
+        if self.rot_dim is not None and (self.rot_dim < 2 or self.rot_dim % 2):
+            raise ValueError(f"rope rot_dim: must be even and >= 2, got {self.rot_dim}")
 
     @property
     def neox(self) -> bool:
         return self.layout == "neox"
 
+    def rotated(self, head_dim: int) -> int:
+        """The rotated elements of a head of head_dim."""
+        rot = head_dim if self.rot_dim is None else self.rot_dim
+        if rot > head_dim:
+            raise ValueError(f"rope rot_dim: {rot} exceeds head_dim {head_dim}")
+        return rot
+
     def factors_array(self, head_dim: int) -> Optional[NDArray[np.float32]]:
         """freq_factors as the float32 array the kernels take (None if absent)."""
         if self.freq_factors is None:
             return None
-        if len(self.freq_factors) != head_dim // 2:
+        n = self.rotated(head_dim) // 2
+        if len(self.freq_factors) != n:
             raise ValueError(f"rope freq_factors: {len(self.freq_factors)} values for "
-                             f"head_dim {head_dim} (expected {head_dim // 2})")
+                             f"{2 * n} rotated dimensions (expected {n})")
         return np.array(self.freq_factors, dtype=np.float32)
 
 

@@ -45,7 +45,9 @@ class TransformerEngine(Engine):
         self.n_threads = n_threads
         self.weights: Optional[ModelWeights] = load_weights(spec, gguf_file.tensors, also_used)
         self._contexts: "weakref.WeakSet[TransformerContext]" = weakref.WeakSet()
-        self._decoder: Any = None
+        #: the fused step of each spec the contexts compute with (one, unless the
+        #: maths depend on the context size: Phi-3's LongRoPE)
+        self._decoders: Dict[TransformerSpec, Any] = {}
         # close() waits for running forward passes; none starts after it.
         self._state = threading.Condition()
         self._running = 0
@@ -65,6 +67,11 @@ class TransformerEngine(Engine):
         ctx = TransformerContext(self, n_ctx or self.max_seq_len, sampler, kv_type)
         self._contexts.add(ctx)
         return ctx
+
+    def spec_for(self, n_ctx: int) -> TransformerSpec:
+        """The spec a context of n_ctx positions computes with: ``spec``, except for
+        files whose maths depend on the context size (Phi-3's LongRoPE factors)."""
+        return self.spec
 
     def live_weights(self) -> ModelWeights:
         if self.weights is None:
@@ -88,13 +95,14 @@ class TransformerEngine(Engine):
                 self._running -= 1
                 self._state.notify_all()
 
-    def fused_step(self) -> Any:
-        """The fused decode step (kernels.TransformerDecoder over the spec), built
-        on first use.  Call inside `running`."""
+    def fused_step(self, spec: Optional[TransformerSpec] = None) -> Any:
+        """The fused decode step (kernels.TransformerDecoder) of spec (default: the
+        engine's), built on first use.  Call inside `running`."""
+        spec = spec or self.spec
         with self._state:   # two threads' first steps build it once
-            if self._decoder is None:
-                self._decoder = _build_decoder(self.spec, self.live_weights())
-            return self._decoder
+            if spec not in self._decoders:
+                self._decoders[spec] = _build_decoder(spec, self.live_weights())
+            return self._decoders[spec]
 
     def forward_batch(self, contexts: Sequence[Context], tokens: NDArray[Any],
                       positions: Sequence[int]) -> None:
@@ -105,12 +113,17 @@ class TransformerEngine(Engine):
             super().forward_batch(contexts, tokens, positions)
             return
         with self.running():
-            step = self.fused_step()
-            for i in range(0, len(ctxs), step.max_batch):
-                group = ctxs[i:i + step.max_batch]
-                step.step([c.k_cache for c in group], [c.v_cache for c in group],
-                          [int(t) for t in tokens[i:i + len(group)]],
-                          [int(p) for p in positions[i:i + len(group)]], [c.logits for c in group])
+            by_step: Dict[int, list[int]] = {}   # contexts of one spec share a step
+            steps = [c._fused_step() for c in ctxs]
+            for i, step in enumerate(steps):
+                by_step.setdefault(id(step), []).append(i)
+            for members in by_step.values():
+                step = steps[members[0]]
+                for g in range(0, len(members), step.max_batch):
+                    group = members[g:g + step.max_batch]
+                    step.step([ctxs[i].k_cache for i in group], [ctxs[i].v_cache for i in group],
+                              [int(tokens[i]) for i in group], [int(positions[i]) for i in group],
+                              [ctxs[i].logits for i in group])
 
     def close(self) -> None:
         # Wait for running passes, then drop every view into the file map (ours,
@@ -119,9 +132,9 @@ class TransformerEngine(Engine):
             self._closed = True
             while self._running:
                 self._state.wait()
-        if self._decoder is not None:
-            self._decoder.release()
-        self._decoder = None
+        for decoder in self._decoders.values():
+            decoder.release()
+        self._decoders.clear()
         for ctx in list(self._contexts):
             ctx._release()
         self.weights = None
@@ -146,7 +159,8 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
                 layer[name] = vec.data
         if ls.rope is not None:
             r = ls.rope
-            layer["rope"] = (r.layout, r.base, r.scale, r.factors_array(spec.head_dim), r.attn_factor)
+            layer["rope"] = (r.layout, r.base, r.scale, r.factors_array(spec.head_dim), r.attn_factor,
+                             r.rotated(spec.head_dim))
         layers.append(layer)
     return w.token_embd.as_tuple(), w.output.as_tuple(), w.output_norm.data, layers
 
@@ -158,7 +172,8 @@ class TransformerContext(Context):
 
     def __init__(self, engine: TransformerEngine, n_ctx: int, sampler: Any, kv_type: str) -> None:
         super().__init__(engine, n_ctx, sampler)
-        spec = engine.spec
+        #: the engine's spec for this context's size (engine.spec_for)
+        self.spec = spec = engine.spec_for(self.n_ctx)
         if kv_type not in ("f16", "f32"):
             raise ValueError(f"kv_type: expected 'f16' or 'f32', got {kv_type!r}")
         # F16 is stored as its bits (uint16), the layout kv_store/attention read.
@@ -170,19 +185,26 @@ class TransformerContext(Context):
         self._scratch: Dict[int, _Scratch] = {}
         #: False: decode through the Python blocks too (for tests comparing the two)
         self.fused_decode = True
+        self._step: Any = None
+
+    def _fused_step(self) -> Any:
+        """The engine's fused step for this context's spec (looked up once)."""
+        if self._step is None:
+            self._step = self.engine.fused_step(self.spec)
+        return self._step
 
     def _forward(self, tokens: NDArray[Any], start: int) -> None:
         eng = self.engine
         with eng.running():
             if len(tokens) == 1 and self.fused_decode:
-                eng.fused_step().decode(int(tokens[0]), start, self.k_cache, self.v_cache, self.logits)
+                self._fused_step().decode(int(tokens[0]), start, self.k_cache, self.v_cache, self.logits)
             else:
                 self._prefill(tokens, start)
 
     # ---- the Python forward pass ----------------------------------------------------
     def _prefill(self, tokens: NDArray[Any], start: int) -> None:
         w = self.engine.live_weights()
-        spec = self.engine.spec
+        spec = self.spec
         for c0 in range(0, len(tokens), N_BATCH):
             chunk = tokens[c0:c0 + N_BATCH]
             s = self._buffers(len(chunk))
@@ -198,7 +220,7 @@ class TransformerContext(Context):
     def _head(self, x: NDArray[Any], out: NDArray[Any]) -> None:
         """Logits of the residual rows x (n, dim) into out (n, vocab)."""
         w = self.engine.live_weights()
-        spec = self.engine.spec
+        spec = self.spec
         h = np.empty_like(x)
         K.rmsnorm(x, w.output_norm.data, h, spec.rms_eps)
         _mul(h, w.output, out)
@@ -210,7 +232,7 @@ class TransformerContext(Context):
 
     def _block(self, w: LayerWeights, li: int, s: "_Scratch", pos0: int) -> None:
         """One transformer block over the batch s.x (rows = positions pos0, pos0+1, ...)."""
-        spec = self.engine.spec
+        spec = self.spec
         layer = spec.layers[li]
         n, hd, eps = s.n, spec.head_dim, spec.rms_eps
         K.rmsnorm(s.x, w.attn_norm.data, s.h1, eps)
@@ -228,8 +250,8 @@ class TransformerContext(Context):
         if rope is not None:
             factors = rope.factors_array(hd)
             for x in (q, k):
-                K.rope(x, pos0, rope.base, neox=rope.neox, freq_scale=rope.scale,
-                       freq_factors=factors, attn_factor=rope.attn_factor)
+                K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(hd),
+                       freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
         K.kv_store(k, self.k_cache[li], pos0)
         K.kv_store(s.v.reshape(n, spec.n_kv_heads, hd), self.v_cache[li], pos0)
         K.attention(q, self.k_cache[li], self.v_cache[li], pos0, s.att.reshape(q.shape),
@@ -247,7 +269,7 @@ class TransformerContext(Context):
 
     def _residual(self, s: "_Scratch", post_norm: Any) -> None:
         """x += (post_norm(h2)) * residual_scale: the end of a block half."""
-        spec = self.engine.spec
+        spec = self.spec
         if post_norm is not None:
             K.rmsnorm(s.h2, post_norm.data, s.h2, spec.rms_eps)
         if spec.residual_scale != 1.0:
@@ -259,11 +281,12 @@ class TransformerContext(Context):
         if n not in self._scratch:
             if len(self._scratch) > 2:
                 self._scratch.clear()
-            self._scratch[n] = _Scratch(self.engine.spec, n)
+            self._scratch[n] = _Scratch(self.spec, n)
         return self._scratch[n]
 
     def _release(self) -> None:
         self._scratch.clear()
+        self._step = None
 
 
 def _mul(x: NDArray[Any], w: Matrix, out: NDArray[Any], xq: Optional[NDArray[Any]] = None) -> NDArray[Any]:

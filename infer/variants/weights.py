@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import kernels as K
 from ..gguf import GGUFError
+from ..runtime import UnsupportedModelError
 from .spec import TransformerSpec
 
 
@@ -163,7 +164,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
     unknown = sorted(set(tensors) - t.used - set(also_used))
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        raise GGUFError(f"GGUF file: tensor(s) {shown} are not part of the model this variant "
-                        f"describes; they would change the maths, so the file is refused rather "
-                        f"than run without them")
+        raise UnsupportedModelError(
+            f"GGUF file: tensor(s) {shown} are not part of the model this variant describes; "
+            f"they would change the maths, so the file is refused rather than run without them",
+            unknown)
     return ModelWeights(token_embd=token_embd, output_norm=output_norm, output=output, layers=layers)
