@@ -8,7 +8,10 @@ It owns the rules users rely on when they stream text:
   and the stop string itself is never emitted;
 * the model's end-of-turn tokens end generation (their text is not emitted);
 * ``finish_reason`` says why it ended: "stop" (end-of-turn or a stop string) or
-  "length" (``max_tokens`` reached, or the context is full).
+  "length" (``max_tokens`` reached, or the context is full);
+* with ``grammar=`` the output follows a JSON Schema, regex, Lark or GBNF grammar
+  (`infer.structured`); with ``logprobs=k`` each token's log-probability and its
+  ``k`` most likely alternatives are kept in OpenAI's shape (``Generation.logprobs``).
 """
 from __future__ import annotations
 
@@ -83,7 +86,8 @@ class Generation:
     """
 
     def __init__(self, context: Context, tokenizer: Any, prompt_ids: Sequence[int],
-                 max_tokens: Optional[int], stop: Sequence[str], stop_ids: Iterable[int]) -> None:
+                 max_tokens: Optional[int], stop: Sequence[str], stop_ids: Iterable[int],
+                 constraint: Any = None, logprobs: Optional[int] = None) -> None:
         self.context = context
         self.tokenizer = tokenizer
         self.prompt_ids = list(prompt_ids)
@@ -96,6 +100,11 @@ class Generation:
         self.text = ""
         #: "stop" or "length" once iteration is over; None before
         self.finish_reason: Optional[str] = None
+        #: with logprobs=k: one OpenAI ``logprobs.content`` entry per token (a final
+        #: end-of-turn token excluded), {"token", "logprob", "bytes", "top_logprobs"}
+        self.logprobs: Optional[List[dict[str, Any]]] = [] if logprobs is not None else None
+        self._top = logprobs
+        self._constraint = constraint
         self._iter = self._run()
 
     def __iter__(self) -> Iterator[str]:
@@ -111,17 +120,42 @@ class Generation:
     def _run(self) -> Iterator[str]:
         ctx = self.context
         _prefill_reusing_prefix(ctx, self.prompt_ids)
+        if self._constraint is None:
+            yield from self._loop()
+            return
+        sampler = ctx.sampler
+        previous = getattr(sampler, "grammar", None)
+        sampler.grammar = self._constraint  # for this generation only
+        try:
+            yield from self._loop()
+        finally:
+            sampler.grammar = previous
+
+    def _token_record(self, token: int, logprob: float) -> dict[str, Any]:
+        piece = _token_bytes(self.tokenizer, token)
+        return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob,
+                "bytes": list(piece)}
+
+    def _loop(self) -> Iterator[str]:
+        ctx = self.context
         stream = TextStream(self.tokenizer.decode)
         pending = ""  # decoded, not yet emitted (could start a stop string)
         reason = "length"
         while self.max_tokens is None or len(self.tokens) < self.max_tokens:
             if ctx.n_past >= ctx.n_ctx:
                 break
-            token = ctx.next()
+            if self._top is None:
+                token = ctx.next()
+            else:
+                token, lp = ctx.next_with_logprobs(self._top)
             self.tokens.append(token)
             if token in self.stop_ids:
                 reason = "stop"
                 break
+            if self.logprobs is not None:
+                entry = self._token_record(token, lp.logprob)
+                entry["top_logprobs"] = [self._token_record(t, v) for t, v in lp.top]
+                self.logprobs.append(entry)
             pending += stream.push(token)
             if self.stop:
                 hit = _first_stop(pending, self.stop)
@@ -144,6 +178,13 @@ class Generation:
         self.finish_reason = reason
         if pending:
             yield self._emit(pending)
+
+
+def _token_bytes(tokenizer: Any, token: int) -> bytes:
+    piece = getattr(tokenizer, "token_to_piece", None)
+    if piece is not None:
+        return bytes(piece(token))
+    return str(tokenizer.decode([token])).encode("utf-8")
 
 
 def _first_stop(text: str, stops: Sequence[str]) -> Optional[int]:
@@ -177,7 +218,8 @@ def _prefill_reusing_prefix(ctx: Context, ids: Sequence[int]) -> None:
 def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional[Context] = None,
              max_tokens: Optional[int] = 256, stop: Union[str, Sequence[str], None] = None,
              add_special: Optional[bool] = None, parse_special: bool = False,
-             stop_at_end_of_turn: bool = True, **sampling: Any) -> Generation:
+             stop_at_end_of_turn: bool = True, grammar: Any = None,
+             logprobs: Optional[int] = None, **sampling: Any) -> Generation:
     """Continue ``prompt`` with ``model``; returns an iterator of text pieces.
 
     ``prompt`` is text (encoded with BOS as the GGUF says unless ``add_special``
@@ -188,6 +230,11 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
 
         gen = generate(model, "The capital of France is", max_tokens=16, temperature=0)
         text = "".join(gen); gen.finish_reason  # "length" or "stop"
+
+    ``grammar`` constrains the output: an `infer.structured.Grammar`, a dict (a JSON
+    Schema) or a str (a GBNF or Lark grammar); a bad one raises GrammarError here,
+    before any token.  ``logprobs=k`` (k >= 0) keeps, per token, its log-probability
+    and the k most likely alternatives in ``gen.logprobs``.
     """
     tok = model.tokenizer
     if isinstance(prompt, str):
@@ -204,5 +251,13 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
     elif sampling:
         raise TypeError("sampling keywords go to the context's sampler; "
                         "pass them to create_context() when you pass context=")
+    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
+        raise ValueError(f"logprobs: expected an int >= 0 (alternatives per token) or None, got {logprobs!r}")
+    constraint = None
+    if grammar is not None:
+        from .structured import Constraint
+
+        constraint = Constraint(grammar, tok, n_vocab=model.engine.vocab_size)
     stop_ids = end_of_turn_ids(tok) if stop_at_end_of_turn else frozenset()
-    return Generation(context, tok, ids, max_tokens, list(stop or ()), stop_ids)
+    return Generation(context, tok, ids, max_tokens, list(stop or ()), stop_ids,
+                      constraint=constraint, logprobs=logprobs)

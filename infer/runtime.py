@@ -109,6 +109,7 @@ class Context(ABC):
             if n == len(self.tokens):
                 return
             self._truncate_cache(n)
+            _sampler_call(self.sampler, "uncommit", len(self.tokens) - n)  # a grammar forgets them too
             del self.tokens[n:]
             self._logits_valid = False
             self.sampler.set_history(self.tokens)
@@ -127,6 +128,14 @@ class Context(ABC):
 
     def next(self) -> int:
         """Sample a token from ``self.logits``, append it, decode it; return it."""
+        return self._next(None)[0]
+
+    def next_with_logprobs(self, top: int = 0) -> tuple[int, Any]:
+        """`next`, also returning the token's `infer.sampler.TokenLogprob` (with the
+        ``top`` most likely alternatives) from the logits the sampler saw."""
+        return self._next(top)
+
+    def _next(self, top: Optional[int]) -> tuple[int, Any]:
         with self._exclusive():
             if not self.tokens:
                 raise RuntimeError("next(): the context is empty; prefill a prompt first")
@@ -134,8 +143,15 @@ class Context(ABC):
                 raise ContextOverflowError(f"the context of {self.n_ctx} tokens is full")
             self._ensure_logits()
             token = int(self.sampler.sample(self.logits))
-            self._eval(np.array([token], dtype=np.int32))
-            return token
+            record = None if top is None else self.sampler.logprobs(self.logits, token, top)
+            # The grammar (if any) computes its next mask while the forward pass runs.
+            _sampler_call(self.sampler, "commit", token)
+            try:
+                self._eval(np.array([token], dtype=np.int32))
+            except BaseException:
+                _sampler_call(self.sampler, "uncommit", 1)
+                raise
+            return token, record
 
     # ---- shared machinery -----------------------------------------------------
     def _eval(self, batch: NDArray[Any]) -> None:
@@ -220,6 +236,8 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
             for c in contexts:
                 c._ensure_logits()
             chosen = [int(c.sampler.sample(c.logits)) for c in contexts]
+            for c, token in zip(contexts, chosen):
+                _sampler_call(c.sampler, "commit", token)
         else:
             chosen = [int(b[0]) for b in batch]
         starts = [len(c.tokens) for c in contexts]
@@ -229,6 +247,8 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
             for c, start in zip(contexts, starts):
                 c._truncate_cache(start)
                 c._logits_valid = False
+                if forced is None:
+                    _sampler_call(c.sampler, "uncommit", 1)
             raise
         for c, token in zip(contexts, chosen):
             c.tokens.append(token)
@@ -238,6 +258,14 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
     finally:
         for guard in held:
             guard.__exit__()
+
+
+def _sampler_call(sampler: Any, hook: str, arg: int) -> None:
+    """``commit``/``uncommit`` are optional in a sampler (infer's Sampler has them,
+    for its grammar); a sampler with only sample/accept/reset/set_history works."""
+    method = getattr(sampler, hook, None)
+    if method is not None:
+        method(arg)
 
 
 class _Exclusive:
