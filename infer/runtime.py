@@ -11,6 +11,13 @@ failed call leaves the context as it was.  A variant implements two hooks:
 * ``Context._truncate_cache(n)``: forget cache positions ``>= n`` (a no-op for a
   cache addressed by position, as ours are).
 
+and may override a third (its default here is slow but correct):
+
+* ``Context._forward_rows(tokens, start, rows)``: `_forward`, also filling ``rows``
+  (a `RowOutputs`): the logits of every position from ``rows.first`` on and/or the
+  final hidden states (after the output norm), in the same batched pass.  The
+  default runs one token at a time through ``_forward`` and has no hidden states.
+
 See docs/variants.md for a complete small example.
 """
 from __future__ import annotations
@@ -31,6 +38,19 @@ class ContextBusyError(RuntimeError):
     """A Context was used from two threads at once."""
 
 
+class RowOutputs:
+    """What ``prefill(all_logits=True)`` / ``prefill(hidden_states=True)`` asks of a pass:
+    ``logits`` (rows ``first...n-1``, shape (n - first, vocab)) and/or ``hidden``
+    (every row, shape (n, n_embd)), float32 arrays the variant fills."""
+
+    __slots__ = ("first", "logits", "hidden")
+
+    def __init__(self, first: int, logits: Optional[NDArray[Any]], hidden: Optional[NDArray[Any]]) -> None:
+        self.first = first
+        self.logits = logits
+        self.hidden = hidden
+
+
 class Engine(ABC):
     """A loaded model: its metadata and a factory of contexts."""
 
@@ -39,6 +59,8 @@ class Engine(ABC):
     vocab_size: int = 0
     #: longest sequence the model was trained for (the default context size)
     max_seq_len: int = 0
+    #: width of the hidden states ``prefill(hidden_states=True)`` returns (0: none)
+    n_embd: int = 0
 
     @abstractmethod
     def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None) -> "Context":
@@ -87,6 +109,16 @@ class Context(ABC):
     def _truncate_cache(self, n: int) -> None:
         """Forget cache positions >= n.  Position-addressed caches need nothing."""
 
+    def _forward_rows(self, tokens: NDArray[Any], start: int, rows: RowOutputs) -> None:
+        """`_forward`, also filling ``rows``.  This default decodes one token at a time
+        (a variant overrides it to use its batched pass) and has no hidden states."""
+        if rows.hidden is not None:
+            raise NotImplementedError(f"{type(self).__name__} does not expose hidden states")
+        for i in range(len(tokens)):
+            self._forward(tokens[i:i + 1], start + i)
+            if rows.logits is not None and i >= rows.first:
+                rows.logits[i - rows.first] = self.logits
+
     # ---- the contract -------------------------------------------------------
     @property
     def n_past(self) -> int:
@@ -114,17 +146,40 @@ class Context(ABC):
             self._logits_valid = False
             self.sampler.set_history(self.tokens)
 
-    def prefill(self, tokens: Iterable[int]) -> None:
-        """Append ``tokens`` after the history in one batched pass; logits of the last."""
+    def prefill(self, tokens: Iterable[int], all_logits: bool = False, logits_from: int = 0,
+                hidden_states: bool = False) -> Any:
+        """Append ``tokens`` after the history in one batched pass; logits of the last.
+
+        ``all_logits=True`` returns the logits of every position of ``tokens`` (from
+        index ``logits_from`` on: shape (n - logits_from, vocab)), computed in the same
+        pass (the output head runs on those rows only).  ``hidden_states=True``
+        returns the final hidden states (after the output norm, (n, n_embd)); both:
+        a tuple (logits, hidden)."""
         with self._exclusive():
             batch = self._check_tokens(tokens)
-            if len(batch) == 0:
-                return
-            if len(self.tokens) + len(batch) > self.n_ctx:
+            n = len(batch)
+            if isinstance(logits_from, bool) or not isinstance(logits_from, int) or not 0 <= logits_from <= n:
+                raise ValueError(f"logits_from: must be an int in [0, {n}], got {logits_from!r}")
+            if len(self.tokens) + n > self.n_ctx:
                 raise ContextOverflowError(
-                    f"{len(batch)} tokens after {len(self.tokens)} already held exceed the "
+                    f"{n} tokens after {len(self.tokens)} already held exceed the "
                     f"context of {self.n_ctx} tokens")
-            self._eval(batch)
+            rows = None
+            if all_logits or hidden_states:
+                width = getattr(self.engine, "n_embd", 0)
+                if hidden_states and not width:
+                    raise NotImplementedError(f"{type(self.engine).__name__} does not expose hidden states")
+                rows = RowOutputs(
+                    logits_from,
+                    np.zeros((n - logits_from, self.engine.vocab_size), np.float32) if all_logits else None,
+                    np.zeros((n, width), np.float32) if hidden_states else None)
+            if n:
+                self._eval(batch, rows)
+            if rows is None:
+                return None
+            if all_logits and hidden_states:
+                return rows.logits, rows.hidden
+            return rows.logits if all_logits else rows.hidden
 
     def next(self) -> int:
         """Sample a token from ``self.logits``, append it, decode it; return it."""
@@ -154,10 +209,13 @@ class Context(ABC):
             return token, record
 
     # ---- shared machinery -----------------------------------------------------
-    def _eval(self, batch: NDArray[Any]) -> None:
+    def _eval(self, batch: NDArray[Any], rows: Optional[RowOutputs] = None) -> None:
         start = len(self.tokens)
         try:
-            self._forward(batch, start)
+            if rows is None:
+                self._forward(batch, start)
+            else:
+                self._forward_rows(batch, start, rows)
         except BaseException:
             # Cache slots past `start` may hold partial results; history does not
             # name them, so the context is as before.  Logits may be half-written.

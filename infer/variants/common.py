@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import kernels as K
-from ..runtime import Context, Engine
+from ..runtime import Context, Engine, RowOutputs
 
 
 class Matrix:
@@ -130,8 +130,9 @@ class TransformerContext(Context, Generic[E]):
         """Activation buffers for a batch of n positions."""
         raise NotImplementedError
 
-    def _prefill(self, tokens: NDArray[Any], start: int) -> None:
-        """The Python forward pass over a batch (also one token with fused_decode off)."""
+    def _prefill(self, tokens: NDArray[Any], start: int, rows: Optional[RowOutputs] = None) -> None:
+        """The Python forward pass over a batch (also one token with fused_decode off);
+        with ``rows``, also every position's logits / final hidden states."""
         raise NotImplementedError
 
     # ---- shared ------------------------------------------------------------------------
@@ -145,6 +146,23 @@ class TransformerContext(Context, Generic[E]):
             self._decoder.decode(int(tokens[0]), start, self.logits)
             return
         self._prefill(tokens, start)
+
+    def _forward_rows(self, tokens: NDArray[Any], start: int, rows: RowOutputs) -> None:
+        if self.engine.layers is None:
+            raise RuntimeError("the model is closed")
+        self._prefill(tokens, start, rows)
+
+    def _head_rows(self, s: Any, c0: int, n: int, rows: RowOutputs) -> None:
+        """The output norm over the batch's n rows (positions c0... of the call), then
+        the head for those at or after ``rows.first``: the all-position outputs."""
+        eng = self.engine
+        K.rmsnorm(s.x[:n], eng.output_norm.data, s.h1[:n], eng.config.rms_eps)  # type: ignore[attr-defined]
+        if rows.hidden is not None:
+            rows.hidden[c0:c0 + n] = s.h1[:n]
+        lo = max(rows.first - c0, 0)
+        if rows.logits is not None and lo < n:
+            normed = np.ascontiguousarray(s.h1[lo:n])
+            s.head(normed, eng.output, rows.logits[c0 + lo - rows.first:c0 + n - rows.first])
 
     def _buffers(self, n: int) -> Any:
         if n not in self._scratch:

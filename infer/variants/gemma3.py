@@ -37,7 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import kernels as K
-from ..runtime import register_variant
+from ..runtime import RowOutputs, register_variant
 from .common import Matrix, TransformerContext, TransformerEngine, Vector, tensor_lookup
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
@@ -194,6 +194,7 @@ class Gemma3Engine(TransformerEngine["Gemma3Context"]):
                 w_gate=m("ffn_gate", cfg.ffn_dim, d), w_up=m("ffn_up", cfg.ffn_dim, d),
                 w_down=m("ffn_down", d, cfg.ffn_dim), post_ffw_norm=v("post_ffw_norm", d)))
         self.n_threads = n_threads
+        self.n_embd = d
 
     def decoder_for(self, ctx: "Gemma3Context") -> Any:
         """The fused one-token step (csrc/gemma3_block.c) bound to ctx's cache."""
@@ -214,7 +215,7 @@ class Gemma3Context(TransformerContext[Gemma3Engine]):
     def _new_scratch(self, n: int) -> "_Scratch":
         return _Scratch(self.engine, n)
 
-    def _prefill(self, tokens: NDArray[Any], start: int) -> None:
+    def _prefill(self, tokens: NDArray[Any], start: int, rows: Optional[RowOutputs] = None) -> None:
         eng = self.engine
         cfg = eng.config
         for c0 in range(0, len(tokens), N_BATCH):
@@ -225,6 +226,11 @@ class Gemma3Context(TransformerContext[Gemma3Engine]):
             K.scale(s.x, eng.embd_scale)
             for li, layer in enumerate(eng.layers):
                 self._block(layer, li, s, start + c0)
+            if rows is not None:
+                self._head_rows(s, c0, len(chunk), rows)
+        if rows is not None and rows.logits is not None and rows.logits.shape[0]:
+            self.logits[:] = rows.logits[-1]
+            return
         last = s.x[len(chunk) - 1:len(chunk)]
         h = s.h1[:1]
         K.rmsnorm(last, eng.output_norm.data, h, cfg.rms_eps)
@@ -296,6 +302,14 @@ class _Scratch:
                 K.matvec_q(w.data, w.qtype, xq, out[0])
             else:
                 K.matmul_q(w.data, w.qtype, xq, out)
+
+    def head(self, x: NDArray[Any], w: Matrix, out: NDArray[Any]) -> None:
+        """out = x W^T for the rows of x (the output head over several positions)."""
+        xq = self._quantized(x, w, x.shape[0])
+        if x.shape[0] == 1:
+            K.matvec_q(w.data, w.qtype, xq, out[0])
+        else:
+            K.matmul_q(w.data, w.qtype, xq, out)
 
     def mul_one(self, x: NDArray[Any], w: Matrix, out: NDArray[Any]) -> None:
         """out = W x for one float32 vector x (the output head)."""

@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import kernels as K
-from ..runtime import register_variant
+from ..runtime import RowOutputs, register_variant
 from .common import Matrix, TransformerContext, TransformerEngine, Vector, tensor_lookup
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
@@ -121,6 +121,7 @@ class LlamaEngine(TransformerEngine["LlamaContext"]):
                 w_gate=m("ffn_gate", cfg.ffn_dim, d), w_up=m("ffn_up", cfg.ffn_dim, d),
                 w_down=m("ffn_down", d, cfg.ffn_dim)))
         self.n_threads = n_threads
+        self.n_embd = d
 
     def decoder_for(self, ctx: "LlamaContext") -> Any:
         """The fused one-token step (csrc/llama_block.c) bound to ctx's cache."""
@@ -136,15 +137,20 @@ class LlamaContext(TransformerContext[LlamaEngine]):
     def _new_scratch(self, n: int) -> "_Scratch":
         return _Scratch(self.engine, n)
 
-    def _prefill(self, tokens: NDArray[Any], start: int) -> None:
+    def _prefill(self, tokens: NDArray[Any], start: int, rows: Optional[RowOutputs] = None) -> None:
         eng = self.engine
         for c0 in range(0, len(tokens), N_BATCH):
             chunk = tokens[c0:c0 + N_BATCH]
             s = self._buffers(len(chunk))
-            rows = eng.token_embd.data[chunk]  # gathers the rows (a small copy)
-            K.dequantize(rows.reshape(-1), eng.token_embd.qtype, s.x.reshape(-1))
+            embd_rows = eng.token_embd.data[chunk]  # gathers the rows (a small copy)
+            K.dequantize(embd_rows.reshape(-1), eng.token_embd.qtype, s.x.reshape(-1))
             for li, layer in enumerate(eng.layers):
                 self._block(layer, li, s, start + c0)
+            if rows is not None:
+                self._head_rows(s, c0, len(chunk), rows)
+        if rows is not None and rows.logits is not None and rows.logits.shape[0]:
+            self.logits[:] = rows.logits[-1]
+            return
         cfg = eng.config
         last = s.h1[len(chunk) - 1]
         K.rmsnorm(s.x[len(chunk) - 1], eng.output_norm.data, last, cfg.rms_eps)
@@ -205,6 +211,12 @@ class _Scratch:
                 K.quantize_activations(x, w.qtype, xq)
                 done[w.act_type] = xq
             K.matmul_q(w.data, w.qtype, xq, out)
+
+    def head(self, x: NDArray[Any], w: Matrix, out: NDArray[Any]) -> None:
+        """out = x W^T for the rows of x (the output head over several positions)."""
+        xq = np.empty(K.activation_bytes(w.qtype, w.cols, x.shape[0]), np.uint8)
+        K.quantize_activations(x, w.qtype, xq)
+        K.matmul_q(w.data, w.qtype, xq, out)
 
 
 @register_variant("llama", "mistral")
