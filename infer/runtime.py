@@ -362,6 +362,13 @@ class Model:
             sampler = Sampler(**sampling)
         return self.engine.create_context(n_ctx=n_ctx, sampler=sampler)
 
+    def embed(self, texts: Any, pooling: str = "mean", normalize: bool = True) -> NDArray[Any]:
+        """Embeddings of a text or a list of texts from the final hidden states
+        (``pooling`` "mean", "last" or "cls"); see `infer.embeddings`."""
+        from .embeddings import embed
+
+        return embed(self, texts, pooling=pooling, normalize=normalize)
+
     def close(self) -> None:
         self.engine.close()
         if self._closer is not None:

@@ -1,4 +1,4 @@
-"""The `infer` command line: generate, chat, bench, quantize, info, perplexity.
+"""The `infer` command line: generate, chat, bench, quantize, info, perplexity, embed.
 
 Each subcommand is one module of this package with a `register(subparsers)`
 function that adds its parser and sets `func`; `main()` only parses and runs.
@@ -10,12 +10,12 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from . import bench, chat, generate, info, perplexity, quantize
+from . import bench, chat, embed, generate, info, perplexity, quantize
 from .chat import _CHAT_HELP  # noqa: F401  (the tests read the chat help text)
 from .common import CLIError  # noqa: F401
 
 #: the subcommands, in the order `infer --help` lists them
-COMMANDS = (info, quantize, generate, chat, bench, perplexity)
+COMMANDS = (info, quantize, generate, chat, bench, perplexity, embed)
 
 
 def build_parser() -> argparse.ArgumentParser:
