@@ -22,6 +22,7 @@ See docs/variants.md for a complete small example.
 """
 from __future__ import annotations
 
+import copy
 import threading
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -118,6 +119,63 @@ class Context(ABC):
             self._forward(tokens[i:i + 1], start + i)
             if rows.logits is not None and i >= rows.first:
                 rows.logits[i - rows.first] = self.logits
+
+    def _state_options(self) -> dict[str, Any]:
+        """Keywords of ``engine.create_context`` that a saved state must be loaded with."""
+        return {}
+
+    def _cache_state(self, n: int) -> dict[str, NDArray[Any]]:
+        """The cache's arrays for positions < n, to save (`infer.state`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot save its cache")
+
+    def _load_cache_state(self, arrays: dict[str, NDArray[Any]], n: int) -> None:
+        """Put back what `_cache_state(n)` returned (shapes to check: the data is foreign)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot load a cache")
+
+    #: attributes a copy shares with the original rather than copies
+    _shared_on_copy: frozenset[str] = frozenset({"engine"})
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "Context":
+        """An independent context with the same history, cache, logits and sampler
+        state (the engine and its weights are shared)."""
+        with self._exclusive():
+            twin = object.__new__(type(self))
+            memo[id(self)] = twin
+            for name, value in self.__dict__.items():
+                if name == "_lock":
+                    value = threading.Lock()
+                elif name not in self._shared_on_copy:
+                    value = copy.deepcopy(value, memo)
+                setattr(twin, name, value)
+            self._after_copy(twin)
+            return twin
+
+    def _after_copy(self, twin: "Context") -> None:
+        """Fix up what a plain copy of the attributes gets wrong (a variant hook)."""
+
+    # ---- saved state ----------------------------------------------------------------
+    def save_state(self) -> bytes:
+        """This context as bytes: tokens, the used KV cache, logits, sampler state
+        (see `infer.state`); `Context.load_state(model, data)` reads them back."""
+        from . import state
+
+        with self._exclusive():
+            return state.save_state(self)
+
+    @classmethod
+    def load_state(cls, model: Any, data: bytes) -> "Context":
+        """A new context of ``model`` continuing exactly where the saved one stopped;
+        `infer.state.StateError` for data from another model, truncated or altered."""
+        from . import state
+
+        return state.load_state(model, data)  # type: ignore[no-any-return]
+
+    def save(self, path: Any) -> None:
+        """`save_state` written to ``path`` atomically."""
+        from . import state
+
+        with self._exclusive():
+            state.save(self, path)
 
     # ---- the contract -------------------------------------------------------
     @property
@@ -368,6 +426,12 @@ class Model:
         from .embeddings import embed
 
         return embed(self, texts, pooling=pooling, normalize=normalize)
+
+    def load_context(self, path: Any) -> Context:
+        """A context saved with ``ctx.save(path)``, continuing where it stopped."""
+        from . import state
+
+        return state.load(self, path)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self.engine.close()

@@ -179,6 +179,32 @@ class Sampler:
             for t in tokens[-self.repeat_last_n:]:
                 self.accept(t)
 
+    def get_state(self) -> dict[str, Any]:
+        """Everything the next draws depend on, as JSON-able values (`from_state`
+        rebuilds it): settings, seeds, the RNG's position, the penalty window.
+        A grammar is not part of it."""
+        return {
+            "settings": dict(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                             min_p=self.min_p, repeat_penalty=self.repeat_penalty,
+                             repeat_last_n=self.repeat_last_n, frequency_penalty=self.frequency_penalty,
+                             presence_penalty=self.presence_penalty, seed=self._seed_arg),
+            "logit_bias": [[t, "-inf" if b == -math.inf else b] for t, b in self.logit_bias.items()],
+            "seed": self.seed,
+            "rng": self._rng.bit_generator.state,
+            "window": list(self._window),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> "Sampler":
+        bias = {int(t): -math.inf if b == "-inf" else float(b) for t, b in state["logit_bias"]}
+        s = cls(**state["settings"], logit_bias=bias or None)
+        s.seed = _check_int("seed", state["seed"], lo=0)
+        s._rng = np.random.Generator(np.random.PCG64())
+        s._rng.bit_generator.state = dict(state["rng"])
+        for t in state["window"]:
+            s.accept(int(t))
+        return s
+
     @property
     def history(self) -> list[int]:
         """The tokens in the penalty window, oldest first."""

@@ -296,9 +296,11 @@ class Constraint:
     def allowed(self) -> NDArray[np.bool_]:
         """bool per token id: may it come next?"""
         if self._allowed is None:
+            if self._pending is None:
+                self._start_mask()
             assert self._pending is not None
-            self._allowed = self._pending.result()
-            self._pending = None
+            pending, self._pending = self._pending, None
+            self._allowed = pending.result()
         return self._allowed
 
     def apply(self, logits: NDArray[Any]) -> NDArray[Any]:
@@ -332,11 +334,11 @@ class Constraint:
     def _wait(self) -> None:
         """Let a mask being computed finish before the matcher changes."""
         if self._pending is not None:
+            pending, self._pending = self._pending, None
             try:
-                self._pending.result()
+                self._allowed = pending.result()
             except GrammarError:
-                pass
-            self._pending = None
+                self._allowed = None  # allowed() computes it again and raises
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "Constraint":
         self._wait()

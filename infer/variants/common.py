@@ -92,6 +92,18 @@ class TransformerEngine(Engine, Generic[C]):
         """The fused one-token step bound to ctx's cache (a kernels.*Decoder)."""
         raise NotImplementedError
 
+    def weight_arrays(self) -> Any:
+        """(name, format, raw data) of every weight, for `infer.state.fingerprint`."""
+        if self.layers is None:
+            raise RuntimeError("the model is closed")
+        named: list[Tuple[str, Any]] = [("token_embd", self.token_embd), ("output", self.output),
+                                        ("output_norm", self.output_norm)]
+        for i, layer in enumerate(self.layers):
+            named += [(f"blk.{i}.{k}", v) for k, v in vars(layer).items()]
+        for name, w in named:
+            if isinstance(w, (Matrix, Vector)):
+                yield name, getattr(w, "qtype", 0), w.data
+
     def close(self) -> None:
         # Drop every view into the file map (ours and the contexts' decoders) so it
         # can be unmapped.
@@ -115,6 +127,7 @@ class TransformerContext(Context, Generic[E]):
         if kv_type not in ("f16", "f32"):
             raise ValueError(f"kv_type: expected 'f16' or 'f32', got {kv_type!r}")
         # F16 is stored as its bits (uint16), the layout kv_store/attention read.
+        self.kv_type = kv_type
         kv_dtype = np.uint16 if kv_type == "f16" else np.float32
         shape = (cfg.n_layers, cfg.n_kv_heads, self.n_ctx, cfg.head_dim)
         # np.zeros maps untouched pages lazily: memory grows with the positions used.
@@ -170,6 +183,40 @@ class TransformerContext(Context, Generic[E]):
                 self._scratch.clear()
             self._scratch[n] = self._new_scratch(n)
         return self._scratch[n]
+
+    # ---- saved state and copies -------------------------------------------------------
+    _shared_on_copy = frozenset({"engine", "_decoder", "_scratch", "k_cache", "v_cache"})
+
+    def _state_options(self) -> Dict[str, Any]:
+        return {"kv_type": self.kv_type}
+
+    def _cache_state(self, n: int) -> Dict[str, NDArray[Any]]:
+        return {"k": self.k_cache[:, :, :n], "v": self.v_cache[:, :, :n]}
+
+    def _load_cache_state(self, arrays: Dict[str, NDArray[Any]], n: int) -> None:
+        for name, cache in (("k", self.k_cache), ("v", self.v_cache)):
+            saved = arrays.get(name)
+            want = cache.shape[:2] + (n,) + cache.shape[3:]
+            if saved is None or saved.shape != want or saved.dtype != cache.dtype:
+                from ..state import StateError
+
+                got = None if saved is None else (saved.shape, str(saved.dtype))
+                raise StateError(f"saved context: {name} cache is {got}, expected {want} {cache.dtype}")
+        for name, cache in (("k", self.k_cache), ("v", self.v_cache)):
+            cache[:, :, :n] = arrays[name]
+
+    def _after_copy(self, twin: "Context") -> None:
+        # The copy gets its own cache (only the used positions are copied; the rest
+        # stays untouched zero pages) and binds its own decoder when it first decodes.
+        assert isinstance(twin, TransformerContext)
+        n = len(self.tokens)
+        twin.k_cache = np.zeros_like(self.k_cache)
+        twin.v_cache = np.zeros_like(self.v_cache)
+        twin.k_cache[:, :, :n] = self.k_cache[:, :, :n]
+        twin.v_cache[:, :, :n] = self.v_cache[:, :, :n]
+        twin._decoder = None
+        twin._scratch = {}
+        self.engine._contexts.add(twin)
 
     def _release(self) -> None:
         if self._decoder is not None:
