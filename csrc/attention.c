@@ -62,7 +62,7 @@ int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
 int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens,
                    int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0) {
     if (!x || !cache || n_tokens < 0 || n_kv_heads < 0 || head_dim < 1 || pos0 < 0 ||
-        pos0 + n_tokens > n_ctx || (kv_type != INFER_TYPE_F32 && kv_type != INFER_TYPE_F16))
+        n_ctx < 0 || n_tokens > n_ctx - pos0 || (kv_type != INFER_TYPE_F32 && kv_type != INFER_TYPE_F16))
         return -1;
     const infer_quantize_fn to_f16 = infer_kernels()->quantize[INFER_TYPE_F16];
     for (int64_t tok = 0; tok < n_tokens; tok++) {
@@ -176,7 +176,7 @@ int infer_attention(const float *q, const void *k_cache, const void *v_cache, in
                     int64_t n_ctx, int64_t pos0, int64_t window, float scale, float *out) {
     if (!q || !k_cache || !v_cache || !out || n_tokens < 0 || n_heads < 1 || n_kv_heads < 1 ||
         n_heads % n_kv_heads || head_dim < 1 || head_dim > INFER_ATTN_MAX_HEAD_DIM ||
-        pos0 < 0 || pos0 + n_tokens > n_ctx || window < 0 ||
+        pos0 < 0 || n_ctx < 0 || n_tokens > n_ctx - pos0 || window < 0 ||
         (kv_type != INFER_TYPE_F32 && kv_type != INFER_TYPE_F16))
         return -1;
     if (n_tokens == 0) return 0;

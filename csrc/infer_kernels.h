@@ -34,7 +34,15 @@ typedef enum {
     INFER_TYPE_Q5_K = 13,
     INFER_TYPE_Q6_K = 14,
     INFER_TYPE_Q8_K = 15,
+    INFER_TYPE_IQ2_XXS = 16,
+    INFER_TYPE_IQ2_XS = 17,
+    INFER_TYPE_IQ3_XXS = 18,
+    INFER_TYPE_IQ1_S = 19,
+    INFER_TYPE_IQ3_S = 21,
+    INFER_TYPE_IQ2_S = 22,
     INFER_TYPE_BF16 = 30,
+    INFER_TYPE_TQ1_0 = 34,
+    INFER_TYPE_TQ2_0 = 35,
     INFER_TYPE_COUNT = 40  /* size of per-type tables; ids above are < this */
 } infer_type;
 
@@ -81,6 +89,33 @@ typedef struct {
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
 #pragma pack(pop)
 
+/* The IQ (grid) and TQ (ternary) formats, 256 elements each, all paired with Q8_K.
+ * Sub-blocks of 32 pick grid points of 8 (IQ3: 4) elements by index; signs, scales and
+ * index high bits are packed as below (iquants_scalar.c spells out each layout). */
+typedef struct { infer_half d; uint16_t qs[QK_K / 8]; } block_iq2_xxs;
+typedef struct { infer_half d; uint16_t qs[QK_K / 8]; uint8_t scales[QK_K / 32]; } block_iq2_xs;
+typedef struct {
+    infer_half d;
+    uint8_t qs[QK_K / 4];            /* 32 grid index low bytes, then 32 sign bytes */
+    uint8_t qh[QK_K / 32];           /* index bits 8..9, four per byte */
+    uint8_t scales[QK_K / 32];       /* two 4-bit scales per sub-block of 32 */
+} block_iq2_s;
+typedef struct { infer_half d; uint8_t qs[3 * QK_K / 8]; } block_iq3_xxs;
+typedef struct {
+    infer_half d;
+    uint8_t qs[QK_K / 4];            /* grid index low bytes */
+    uint8_t qh[QK_K / 32];           /* index bit 8 */
+    uint8_t signs[QK_K / 8];
+    uint8_t scales[QK_K / 64];       /* two 4-bit scales per 64 elements */
+} block_iq3_s;
+typedef struct { infer_half d; uint8_t qs[QK_K / 8]; uint16_t qh[QK_K / 32]; } block_iq1_s;
+typedef struct {
+    uint8_t qs[(QK_K - 4 * QK_K / 64) / 5];  /* 5 trits per byte */
+    uint8_t qh[QK_K / 64];                   /* 4 trits per byte */
+    infer_half d;
+} block_tq1_0;
+typedef struct { uint8_t qs[QK_K / 4]; infer_half d; } block_tq2_0;
+
 /* The layouts GGUF files have.  MSVC defines __STDC_VERSION__ (and has
  * _Static_assert) only under /std:c11, which setuptools does not pass: there an
  * array of negative size stops the build instead. */
@@ -97,6 +132,14 @@ INFER_STATIC_ASSERT(sizeof(block_q8_1) == 36, block_q8_1_size);
 INFER_STATIC_ASSERT(sizeof(block_q4_K) == 144, block_q4_K_size);
 INFER_STATIC_ASSERT(sizeof(block_q6_K) == 210, block_q6_K_size);
 INFER_STATIC_ASSERT(sizeof(block_q8_K) == 292, block_q8_K_size);
+INFER_STATIC_ASSERT(sizeof(block_iq2_xxs) == 66, block_iq2_xxs_size);
+INFER_STATIC_ASSERT(sizeof(block_iq2_xs) == 74, block_iq2_xs_size);
+INFER_STATIC_ASSERT(sizeof(block_iq2_s) == 82, block_iq2_s_size);
+INFER_STATIC_ASSERT(sizeof(block_iq3_xxs) == 98, block_iq3_xxs_size);
+INFER_STATIC_ASSERT(sizeof(block_iq3_s) == 110, block_iq3_s_size);
+INFER_STATIC_ASSERT(sizeof(block_iq1_s) == 50, block_iq1_s_size);
+INFER_STATIC_ASSERT(sizeof(block_tq1_0) == 54, block_tq1_0_size);
+INFER_STATIC_ASSERT(sizeof(block_tq2_0) == 66, block_tq2_0_size);
 
 /* ---- type traits ---------------------------------------------------------- */
 /* Elements per block (1 for F32/F16/BF16); 0 for an unsupported type. */
@@ -217,6 +260,11 @@ void infer_fill_kquants_avx2(infer_kernel_table *t);
 void infer_fill_kquants_avx512(infer_kernel_table *t);
 void infer_fill_kquants_neon(infer_kernel_table *t);
 void infer_fill_ops_scalar(infer_kernel_table *t);
+/* iquants_*.c: the IQ2/IQ3/IQ1 grid formats and TQ1_0/TQ2_0. */
+void infer_fill_iquants_scalar(infer_kernel_table *t);
+void infer_fill_iquants_avx2(infer_kernel_table *t);
+void infer_fill_iquants_neon(infer_kernel_table *t);
+void infer_fill_iquants_neon_dotprod(infer_kernel_table *t);
 void infer_fill_ops_avx2(infer_kernel_table *t);
 void infer_fill_ops_avx512(infer_kernel_table *t);
 void infer_fill_ops_neon(infer_kernel_table *t);

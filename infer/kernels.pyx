@@ -10,10 +10,14 @@ from infer._ckernels cimport *
 
 import os
 
+import numpy as _np
+
 # Format names as users write them (case-insensitive) -> ggml type ids.
 TYPE_IDS = {
     "f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q8_0": 8, "q8_1": 9,
     "q4_k": 12, "q6_k": 14, "q8_k": 15, "bf16": 30,
+    "iq2_xxs": 16, "iq2_xs": 17, "iq3_xxs": 18, "iq1_s": 19, "iq3_s": 21, "iq2_s": 22,
+    "tq1_0": 34, "tq2_0": 35,
 }
 TYPE_NAMES = {v: k for k, v in TYPE_IDS.items()}
 
@@ -25,9 +29,12 @@ cpdef int type_id(qtype) except -1:
         if key not in TYPE_IDS:
             raise ValueError(f"qtype: unknown format {qtype!r}; known: {', '.join(sorted(TYPE_IDS))}")
         return TYPE_IDS[key]
+    # operator.index, not int(): True, 1.5 and "1" are not type ids.
     try:
-        value = int(qtype)
-    except (TypeError, ValueError):
+        if isinstance(qtype, (bool, _np.bool_)):
+            raise TypeError
+        value = _operator.index(qtype)
+    except TypeError:
         raise TypeError(f"qtype: expected a format name or type id, got {type(qtype).__name__}") from None
     if value not in TYPE_NAMES:
         raise ValueError(f"qtype: unsupported type id {value}")
@@ -44,13 +51,15 @@ def block_bytes(qtype):
     return infer_type_block_bytes(type_id(qtype))
 
 
-def row_bytes(qtype, int64_t n):
-    """Bytes of one row of n elements; ValueError if n is not a whole number of blocks."""
+def row_bytes(qtype, n):
+    """Bytes of one row of n elements; ValueError if n is not a whole number of blocks
+    (or the row could not be a buffer)."""
     cdef int t = type_id(qtype)
     cdef int bs = infer_type_block_size(t)
-    if n < 0 or n % bs:
-        raise ValueError(f"n: {n} elements is not a whole number of {TYPE_NAMES[t]} blocks of {bs}")
-    return (n // bs) * infer_type_block_bytes(t)
+    count = _count(n, "n")
+    if count % bs:
+        raise ValueError(f"n: {count} elements is not a whole number of {TYPE_NAMES[t]} blocks of {bs}")
+    return _buffer_size((count // bs) * infer_type_block_bytes(t), "n")
 
 
 def vec_dot_type(qtype):
@@ -95,6 +104,7 @@ def get_num_threads():
     return infer_get_num_threads()
 
 
+include "kernels_checks.pxi"
 include "kernels_quants.pxi"
 include "kernels_ops.pxi"
 include "kernels_decode.pxi"

@@ -6,6 +6,7 @@
 import numpy as _np
 
 from libc.math cimport sqrt
+from libc.stdint cimport INT64_MAX
 
 
 cdef object _check_f32(object a, str name, bint writable=False):
@@ -80,6 +81,8 @@ def rmsnorm(x, weight, out, float eps=1e-5):
     cdef const float[::1] xv = x.reshape(-1)
     cdef const float[::1] wv = weight
     cdef float[::1] ov = out.reshape(-1)
+    _check_disjoint(&ov[0], rows * n * 4, "out", &xv[0], rows * n * 4, "x", True)
+    _check_disjoint(&ov[0], rows * n * 4, "out", &wv[0], n * 4, "weight")
     with nogil:
         infer_rmsnorm_rows(&xv[0], &wv[0], &ov[0], rows, n, eps)
     return out
@@ -117,6 +120,9 @@ def layernorm(x, weight, bias, out, float eps=1e-5):
         return out
     cdef const float[::1] xv = x.reshape(-1)
     cdef float[::1] ov = out.reshape(-1)
+    _check_disjoint(&ov[0], rows * n * 4, "out", &xv[0], rows * n * 4, "x", True)
+    _check_disjoint(&ov[0], rows * n * 4, "out", wp, n * 4 if wp else 0, "weight")
+    _check_disjoint(&ov[0], rows * n * 4, "out", bp, n * 4 if bp else 0, "bias")
     with nogil:
         infer_layernorm_rows(&xv[0], wp, bp, &ov[0], rows, n, eps)
     return out
@@ -151,6 +157,8 @@ cdef _glu(gate, up, out, bint gelu):
     cdef const float[::1] gv = gate.reshape(-1)
     cdef const float[::1] uv = up.reshape(-1)
     cdef float[::1] ov = out.reshape(-1)
+    _check_disjoint(&ov[0], n * 4, "out", &gv[0], n * 4, "gate", True)
+    _check_disjoint(&ov[0], n * 4, "out", &uv[0], n * 4, "up", True)
     with nogil:
         infer_glu(gelu, &gv[0], &uv[0], &ov[0], n)
     return out
@@ -174,7 +182,8 @@ def gelu_mul(gate, up, out):
 
 
 def add(a, b):
-    """In place a += b.  a, b: float32 of one shape."""
+    """In place a += b.  a, b: float32 of one shape; b may be a itself, but not a
+    part of it shifted (a[1:] += a[:-1] is rejected: it would read what it wrote)."""
     _check_f32(a, "a", True)
     _check_f32(b, "b")
     _same_shape(b, "b", a, "a")
@@ -184,6 +193,7 @@ def add(a, b):
     cdef float[::1] av = a.reshape(-1)
     cdef const float[::1] bv = b.reshape(-1)
     cdef infer_add_fn fn = infer_kernels().add
+    _check_disjoint(&av[0], n * 4, "a", &bv[0], n * 4, "b", True)
     with nogil:
         fn(&av[0], &bv[0], n)
     return a
@@ -239,6 +249,8 @@ def rope(x, int64_t pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim
         if n_tokens:
             pv = pa
             pp = &pv[0]
+    if n_tokens and pos0 > INT64_MAX - (n_tokens - 1):
+        raise ValueError(f"pos0: {pos0} + {n_tokens} tokens overflows a 64-bit position")
     if n_tokens == 0 or n_heads == 0:
         return x
     cdef float[::1] xv = x.reshape(-1)
@@ -282,8 +294,9 @@ def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window
         raise ValueError(f"k_cache: {n_kv_heads} KV heads do not divide q's {n_heads} heads")
     if pos0 < 0:
         raise ValueError(f"pos0: must be >= 0, got {pos0}")
-    if pos0 + n_tokens > n_ctx:
-        raise ValueError(f"pos0: positions {pos0}..{pos0 + n_tokens - 1} exceed the cache's "
+    # n_ctx - pos0 cannot overflow (both >= 0); pos0 + n_tokens can.
+    if n_tokens > n_ctx - pos0:
+        raise ValueError(f"pos0: {n_tokens} positions from {pos0} exceed the cache's "
                          f"n_ctx={n_ctx}")
     if window < 0:
         raise ValueError(f"window: must be >= 0 (0 = no window), got {window}")
@@ -308,6 +321,10 @@ def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window
         vh = v_cache.reshape(-1)
         kp = &kh[0]
         vp = &vh[0]
+    cdef Py_ssize_t cache_bytes = k_cache.nbytes, out_bytes = n_tokens * n_heads * head_dim * 4
+    _check_disjoint(&ov[0], out_bytes, "out", &qv[0], out_bytes, "q", True)
+    _check_disjoint(&ov[0], out_bytes, "out", kp, cache_bytes, "k_cache")
+    _check_disjoint(&ov[0], out_bytes, "out", vp, cache_bytes, "v_cache")
     cdef int t = kv_type, rc
     with nogil:
         rc = infer_attention(&qv[0], kp, vp, t, n_tokens, n_heads, n_kv_heads, head_dim,
@@ -333,8 +350,9 @@ def kv_store(x, cache, int64_t pos0):
                          f"of {head_dim}")
     if pos0 < 0:
         raise ValueError(f"pos0: must be >= 0, got {pos0}")
-    if pos0 + n_tokens > n_ctx:
-        raise ValueError(f"pos0: positions {pos0}..{pos0 + n_tokens - 1} exceed the cache's "
+    # n_ctx - pos0 cannot overflow (both >= 0); pos0 + n_tokens can.
+    if n_tokens > n_ctx - pos0:
+        raise ValueError(f"pos0: {n_tokens} positions from {pos0} exceed the cache's "
                          f"n_ctx={n_ctx}")
     if x.size == 0:
         return cache
@@ -348,6 +366,7 @@ def kv_store(x, cache, int64_t pos0):
     else:
         ch = cache.reshape(-1)
         cp = &ch[0]
+    _check_disjoint(cp, cache.nbytes, "cache", &xv[0], x.nbytes, "x")
     cdef int t = kv_type, rc
     with nogil:
         rc = infer_kv_store(&xv[0], cp, t, n_tokens, n_kv_heads, head_dim, n_ctx, pos0)

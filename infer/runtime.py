@@ -100,6 +100,10 @@ class Context(ABC):
         # False when self.logits do not belong to the last token of history
         # (after truncate_to, or before any prefill).
         self._logits_valid = False
+        # History tokens [0, _n_cached) have their K/V in the cache.  Less than
+        # len(tokens) only after a failed recompute of the last token's logits: the
+        # rest is evaluated again, before anything else, by the next call.
+        self._n_cached = 0
         self._lock = threading.Lock()
 
     # ---- hooks a variant implements ---------------------------------------
@@ -188,6 +192,7 @@ class Context(ABC):
         with self._exclusive():
             self._truncate_cache(0)
             self.tokens = []
+            self._n_cached = 0
             self._logits_valid = False
             self.sampler.reset()
 
@@ -201,6 +206,7 @@ class Context(ABC):
             self._truncate_cache(n)
             _sampler_call(self.sampler, "uncommit", len(self.tokens) - n)  # a grammar forgets them too
             del self.tokens[n:]
+            self._n_cached = min(self._n_cached, n)
             self._logits_valid = False
             self.sampler.set_history(self.tokens)
 
@@ -268,44 +274,71 @@ class Context(ABC):
 
     # ---- shared machinery -----------------------------------------------------
     def _eval(self, batch: NDArray[Any], rows: Optional[RowOutputs] = None) -> None:
-        start = len(self.tokens)
+        """Evaluate ``batch`` after the history (first any history tokens not cached);
+        with ``rows``, also the all-position outputs of ``batch``."""
+        if rows is not None and self._n_cached < len(self.tokens):
+            self._eval(np.empty(0, dtype=np.int32))  # the uncached history first, without rows
+        start = self._n_cached
+        run = batch
+        if start < len(self.tokens):
+            run = np.concatenate([np.asarray(self.tokens[start:], dtype=np.int32), batch])
         try:
             if rows is None:
-                self._forward(batch, start)
+                self._forward(run, start)
             else:
-                self._forward_rows(batch, start, rows)
+                self._forward_rows(run, start, rows)
         except BaseException:
             # Cache slots past `start` may hold partial results; history does not
             # name them, so the context is as before.  Logits may be half-written.
             self._truncate_cache(start)
             self._logits_valid = False
             raise
+        # An interrupt between these lines leaves _n_cached short: safe, the
+        # next call evaluates those tokens again.
         self.tokens.extend(int(t) for t in batch)
         for t in batch:
             self.sampler.accept(int(t))
+        self._n_cached = len(self.tokens)
         self._logits_valid = True
 
     def _ensure_logits(self) -> None:
-        """Recompute the logits of the last token if a truncation made them stale."""
+        """Recompute the logits of the last token if a truncation made them stale.
+        The token stays in the history whatever happens: only its cache slot is
+        dropped and evaluated again."""
         if self._logits_valid:
             return
-        last = self.tokens[-1]
-        self._truncate_cache(len(self.tokens) - 1)
-        del self.tokens[-1]
-        self.sampler.set_history(self.tokens)
-        self._eval(np.array([last], dtype=np.int32))
+        if self._n_cached == len(self.tokens):
+            self._n_cached -= 1
+            self._truncate_cache(self._n_cached)
+        self._eval(np.empty(0, dtype=np.int32))
+
+    def _ensure_cached(self) -> None:
+        """Evaluate history tokens whose cache slots a failed call dropped."""
+        if self._n_cached < len(self.tokens):
+            self._eval(np.empty(0, dtype=np.int32))
 
     def _check_tokens(self, tokens: Iterable[int]) -> NDArray[Any]:
-        batch = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) else tokens)
-        if batch.ndim != 1:
-            raise ValueError(f"tokens: expected a 1-D sequence, got shape {batch.shape}")
-        if batch.size and not np.issubdtype(batch.dtype, np.integer):
-            raise TypeError(f"tokens: expected integers, got {batch.dtype}")
-        batch = batch.astype(np.int32, copy=False)
-        if batch.size and (batch.min() < 0 or batch.max() >= self.engine.vocab_size):
-            bad = int(batch[(batch < 0) | (batch >= self.engine.vocab_size)][0])
-            raise ValueError(f"tokens: id {bad} outside the vocabulary [0, {self.engine.vocab_size})")
-        return batch
+        """``tokens`` as int32, every id checked against the vocabulary *before* the
+        cast (an int64 2**32 + 504 would otherwise become token 504)."""
+        vocab = self.engine.vocab_size
+        if isinstance(tokens, np.ndarray):
+            batch = tokens
+            if batch.ndim != 1:
+                raise ValueError(f"tokens: expected a 1-D sequence, got shape {batch.shape}")
+            if batch.size and not np.issubdtype(batch.dtype, np.integer):
+                raise TypeError(f"tokens: expected integers, got {batch.dtype}")
+            values: Sequence[Any] = batch.tolist()  # Python ints: the bounds cannot wrap
+        else:
+            values = list(tokens)
+            for t in values:
+                if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+                    if isinstance(t, (list, tuple, np.ndarray)):
+                        raise ValueError("tokens: expected a 1-D sequence of token ids")
+                    raise TypeError(f"tokens: expected integers, got {type(t).__name__}")
+        if values and not (0 <= min(values) and max(values) < vocab):
+            bad = next(int(t) for t in values if not 0 <= t < vocab)
+            raise ValueError(f"tokens: id {bad} outside the vocabulary [0, {vocab})")
+        return np.array(values, dtype=np.int32)
 
     def _exclusive(self) -> "_Exclusive":
         return _Exclusive(self._lock)
@@ -355,6 +388,8 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
             for c, token in zip(contexts, chosen):
                 _sampler_call(c.sampler, "commit", token)
         else:
+            for c in contexts:
+                c._ensure_cached()
             chosen = [int(b[0]) for b in batch]
         starts = [len(c.tokens) for c in contexts]
         try:
@@ -369,6 +404,7 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
         for c, token in zip(contexts, chosen):
             c.tokens.append(token)
             c.sampler.accept(token)
+            c._n_cached = len(c.tokens)
             c._logits_valid = True
         return chosen
     finally:

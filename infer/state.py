@@ -71,6 +71,7 @@ def save_state(ctx: Any) -> bytes:
     if sampler.grammar is not None:
         raise ValueError("save_state: a grammar is being followed; save before or after the constrained "
                          "generation")
+    ctx._ensure_cached()  # history a failed call left uncached is evaluated first
     n = len(ctx.tokens)
     arrays: dict[str, NDArray[Any]] = {"tokens": np.asarray(ctx.tokens, dtype="<i4"),
                                        "logits": np.asarray(ctx.logits, dtype="<f4")}
@@ -154,6 +155,7 @@ def load_state(model: Any, data: bytes) -> Any:
         raise StateError("saved context: tokens outside the context or the vocabulary")
     ctx._load_cache_state({k[len("cache."):]: v for k, v in arrays.items() if k.startswith("cache.")}, n_past)
     ctx.tokens = [int(t) for t in tokens]
+    ctx._n_cached = n_past
     ctx.logits[:] = logits
     ctx._logits_valid = bool(header.get("logits_valid", False))
     return ctx

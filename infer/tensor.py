@@ -98,7 +98,8 @@ class DType(IntEnum):
 
     @property
     def kernel_supported(self) -> bool:
-        """True if infer.kernels can dequantize (and quantize) this format."""
+        """True if infer.kernels can dequantize this format and multiply by it (and
+        quantize to it, except the IQ and TQ formats: those need an importance matrix)."""
         return self in KERNEL_DTYPES
 
     def row_bytes(self, n: int) -> int:
@@ -130,6 +131,8 @@ _TRAITS = {
 KERNEL_DTYPES = frozenset({
     DType.F32, DType.F16, DType.BF16, DType.Q4_0, DType.Q4_1, DType.Q5_0,
     DType.Q8_0, DType.Q4_K, DType.Q6_K,
+    DType.IQ2_XXS, DType.IQ2_XS, DType.IQ2_S, DType.IQ3_XXS, DType.IQ3_S, DType.IQ1_S,
+    DType.TQ1_0, DType.TQ2_0,
 })
 
 # Formats whose elements numpy can view directly (little-endian).

@@ -512,3 +512,46 @@ def test_many_rows_on_the_pool(isa, threads):
         np.testing.assert_allclose(h, gelu_tanh_ref(g) * u, rtol=1e-5, atol=1e-6)
     finally:
         K.set_num_threads(prev)
+
+
+def test_misuse_positions_that_overflow():
+    # pos0 + n_tokens wraps int64: every check is written so that it cannot.
+    big = 2**63 - 1
+    x = np.ones((2, 2, 64), np.float32)
+    cache = np.zeros((2, 16, 64), np.float32)
+    with pytest.raises(ValueError, match="pos0"):
+        K.kv_store(x, cache, big)
+    assert not cache.any()
+    with pytest.raises(ValueError, match="pos0"):
+        K.attention(x, cache, cache, big, np.empty_like(x))
+    with pytest.raises(ValueError, match="pos0"):
+        K.rope(x.copy(), big)
+    with pytest.raises(OverflowError):
+        K.kv_store(x, cache, 2**63)
+
+
+def test_misuse_overlapping_buffers():
+    # A kernel that reads one buffer while writing another gives wrong numbers when
+    # they overlap; only the documented in-place calls (the same buffer) are taken.
+    a = np.arange(10, dtype=np.float32)
+    with pytest.raises(ValueError, match="^a: shares memory with b"):
+        K.add(a[1:], a[:-1])
+    np.testing.assert_array_equal(a, np.arange(10))
+    np.testing.assert_array_equal(K.add(a, a), 2 * np.arange(10))   # the same buffer: fine
+    x = rng(0).standard_normal((4, 64)).astype(np.float32)
+    w = np.ones(64, np.float32)
+    buf = np.concatenate([x.reshape(-1), np.zeros(64, np.float32)])
+    with pytest.raises(ValueError, match="^out:"):
+        K.rmsnorm(buf[:256].reshape(4, 64), w, buf[64:].reshape(4, 64))
+    with pytest.raises(ValueError, match="^out: shares memory with weight"):
+        K.rmsnorm(w.reshape(1, 64), w, w.reshape(1, 64))
+    expect = rmsnorm_ref(x, w, 1e-5)
+    np.testing.assert_allclose(K.rmsnorm(x, w, x), expect, rtol=1e-5, atol=1e-6)  # in place
+    with pytest.raises(ValueError, match="^out:"):
+        K.silu_mul(buf[:128], buf[64:192], buf[32:160])
+    q = np.ones((2, 2, 64), np.float32)
+    cache = np.zeros((2, 16, 64), np.float32)
+    with pytest.raises(ValueError, match="^out: shares memory with k_cache"):
+        K.attention(q, cache, cache.copy(), 0, cache[0, :4].reshape(2, 2, 64))
+    with pytest.raises(ValueError, match="^cache: shares memory with x"):
+        K.kv_store(cache[0, 4:6].reshape(2, 1, 64), cache[:1], 0)

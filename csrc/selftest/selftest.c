@@ -100,6 +100,15 @@ static const raw_layout RAW_LAYOUTS[] = {
     {INFER_TYPE_Q8_0, {0, -1}},
     {INFER_TYPE_Q4_K, {0, 2, -1}},
     {INFER_TYPE_Q6_K, {208, -1}},
+    /* the grid and ternary formats: every index, sign and scale pattern is valid */
+    {INFER_TYPE_IQ2_XXS, {0, -1}},
+    {INFER_TYPE_IQ2_XS, {0, -1}},
+    {INFER_TYPE_IQ2_S, {0, -1}},
+    {INFER_TYPE_IQ3_XXS, {0, -1}},
+    {INFER_TYPE_IQ3_S, {0, -1}},
+    {INFER_TYPE_IQ1_S, {0, -1}},
+    {INFER_TYPE_TQ1_0, {52, -1}},
+    {INFER_TYPE_TQ2_0, {64, -1}},
 };
 
 static const raw_layout *raw_layout_of(int t) {
