@@ -131,11 +131,6 @@ class Generation:
         finally:
             sampler.grammar = previous
 
-    def _token_record(self, token: int, logprob: float) -> dict[str, Any]:
-        piece = _token_bytes(self.tokenizer, token)
-        return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob,
-                "bytes": list(piece)}
-
     def _loop(self) -> Iterator[str]:
         ctx = self.context
         stream = TextStream(self.tokenizer.decode)
@@ -153,9 +148,7 @@ class Generation:
                 reason = "stop"
                 break
             if self.logprobs is not None:
-                entry = self._token_record(token, lp.logprob)
-                entry["top_logprobs"] = [self._token_record(t, v) for t, v in lp.top]
-                self.logprobs.append(entry)
+                self.logprobs.append(logprob_entry(self.tokenizer, lp))
             pending += stream.push(token)
             if self.stop:
                 hit = _first_stop(pending, self.stop)
@@ -178,6 +171,19 @@ class Generation:
         self.finish_reason = reason
         if pending:
             yield self._emit(pending)
+
+
+def logprob_entry(tokenizer: Any, record: Any) -> dict[str, Any]:
+    """An OpenAI ``logprobs.content`` entry for a `TokenLogprob`: token, logprob,
+    bytes and top_logprobs (each alternative with its token, logprob and bytes)."""
+
+    def one(token: int, logprob: float) -> dict[str, Any]:
+        piece = _token_bytes(tokenizer, token)
+        return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece)}
+
+    entry = one(record.token, record.logprob)
+    entry["top_logprobs"] = [one(t, v) for t, v in record.top]
+    return entry
 
 
 def _token_bytes(tokenizer: Any, token: int) -> bytes:

