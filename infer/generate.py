@@ -124,7 +124,7 @@ class Generation:
             yield from self._loop()
             return
         sampler = ctx.sampler
-        previous = getattr(sampler, "grammar", None)
+        previous = sampler.grammar
         sampler.grammar = self._constraint  # for this generation only
         try:
             yield from self._loop()
@@ -263,6 +263,9 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
     if grammar is not None:
         from .structured import Constraint
 
+        if not hasattr(context.sampler, "grammar"):
+            raise TypeError(f"grammar: the context's sampler {type(context.sampler).__name__} has no "
+                            f"grammar hook (use infer.Sampler)")
         constraint = Constraint(grammar, tok, n_vocab=model.engine.vocab_size)
     stop_ids = end_of_turn_ids(tok) if stop_at_end_of_turn else frozenset()
     return Generation(context, tok, ids, max_tokens, list(stop or ()), stop_ids,
