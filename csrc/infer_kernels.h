@@ -200,13 +200,15 @@ typedef void (*infer_attn_fn)(const float *q, const void *k, const void *v, int6
  * query heads of a KV head, consecutive tokens).  out[u] may alias q[u].  When ml
  * is not NULL, ml[2u] and ml[2u+1] receive the max of the scaled scores and the
  * sum of exp(score - max), so that attention over split position ranges can be
- * merged.  n_q <= INFER_ATTN_MAX_Q, n_q * head_dim <= INFER_ATTN_MAX_QD (stack
- * scratch). */
+ * merged.  softcap > 0 caps every scaled score s to softcap * tanh(s / softcap)
+ * (Gemma 2); 0 leaves them alone.  n_q <= INFER_ATTN_MAX_Q, n_q * head_dim <=
+ * INFER_ATTN_MAX_QD (stack scratch). */
 #define INFER_ATTN_MAX_Q 16
 #define INFER_ATTN_MAX_QD 4096
 typedef void (*infer_attn_block_fn)(int64_t n_q, const float *const *q, float *const *out,
                                     const int64_t *lo, const int64_t *hi, const void *k,
-                                    const void *v, int64_t head_dim, float scale, float *ml);
+                                    const void *v, int64_t head_dim, float scale, float softcap,
+                                    float *ml);
 
 /* The dispatch table: scalar entries first, SIMD fill functions override. */
 typedef struct {
@@ -278,22 +280,33 @@ void infer_fill_ops_neon_dotprod(infer_kernel_table *t);
 
 /* RoPE in place on x [n_tokens, n_heads, head_dim]; token t at position
  * positions[t], or pos0 + t when positions is NULL.  Angle of pair i:
- * pos * freq_scale * freq_base^(-2i/rot_dim), computed in double.  rot_dim even,
- * 2 <= rot_dim <= head_dim <= INFER_ATTN_MAX_HEAD_DIM. */
+ * pos * inv_freq[i] with infer_rope_inv_freq's frequencies, computed in double;
+ * the rotated values are scaled by attn_factor (YaRN/LongRoPE magnitude; 1 for
+ * none).  rot_dim even, 2 <= rot_dim <= head_dim <= INFER_ATTN_MAX_HEAD_DIM. */
 int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                int64_t rot_dim, const int64_t *positions, int64_t pos0,
-               float freq_base, float freq_scale, int neox);
+               float freq_base, float freq_scale, const float *freq_factors,
+               float attn_factor, int neox);
+
+/* inv_freq[i] = freq_scale * freq_base^(-2i/rot_dim) / freq_factors[i] for the
+ * rot_dim/2 pairs (freq_factors NULL: all 1), in double.  The one place RoPE
+ * frequencies are computed: prefill (infer_rope) and the fused decode step
+ * turn a position by exactly the same angles. */
+void infer_rope_inv_freq(double *inv_freq, int64_t rot_dim, float freq_base, float freq_scale,
+                         const float *freq_factors);
 
 /* Causal attention of q [n_tokens, n_heads, head_dim] over a cache laid out
  * [n_kv_heads, n_ctx, head_dim] (kv_type INFER_TYPE_F32 or INFER_TYPE_F16).
  * Query head h reads KV head h / (n_heads / n_kv_heads).  Token t sits at
  * p = pos0 + t and attends to positions [lo, p], lo = max(0, p - window + 1)
- * when window > 0, else 0.  Writes out [n_tokens, n_heads, head_dim] (may alias q).
+ * when window > 0, else 0.  softcap as infer_attn_block_fn's (0: off).
+ * Writes out [n_tokens, n_heads, head_dim] (may alias q).
  * Runs on the thread pool; a work item is a block of tokens times the query
  * heads of one KV head, which then read each K/V row once. */
 int infer_attention(const float *q, const void *k_cache, const void *v_cache, int kv_type,
                     int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                    int64_t n_ctx, int64_t pos0, int64_t window, float scale, float *out);
+                    int64_t n_ctx, int64_t pos0, int64_t window, float scale, float softcap,
+                    float *out);
 
 /* Writes x [n_tokens, n_kv_heads, head_dim] float32 into a cache laid out
  * [n_kv_heads, n_ctx, head_dim] (F32, or F16 rounded to nearest even) at

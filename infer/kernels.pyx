@@ -70,16 +70,59 @@ def vec_dot_type(qtype):
     return TYPE_NAMES[t]
 
 
-def capabilities():
-    """What this CPU can run and which kernel set is active."""
+def _isa_names():
+    return [infer_isa_name(i).decode() for i in range(INFER_ISA_COUNT)]
+
+
+def _available_isas():
     cdef unsigned mask = infer_isa_available()
-    available = [infer_isa_name(i).decode() for i in range(INFER_ISA_COUNT) if mask & (1u << i)]
+    return [infer_isa_name(i).decode() for i in range(INFER_ISA_COUNT) if mask & (1u << i)]
+
+
+def _forced_isa():
+    """The kernel set INFER_ISA selects, or None when it is unset or was ignored."""
+    env = os.environ.get("INFER_ISA") or None
+    return env if env in _available_isas() else None
+
+
+def capabilities():
+    """What this CPU can run and which kernel set is active.  ``forced`` is the set
+    INFER_ISA chose, None when it is unset or names a set this CPU cannot run."""
     return {
         "active": infer_isa_name(infer_isa_active()).decode(),
-        "available": available,
+        "available": _available_isas(),
         "num_threads": infer_get_num_threads(),
-        "forced": os.environ.get("INFER_ISA") or None,
+        "forced": _forced_isa(),
     }
+
+
+def _warn_about_environment():
+    """Say on stderr (warnings) when INFER_ISA or INFER_NUM_THREADS is not used as written."""
+    import warnings
+
+    def warn(message):
+        # No Python frame to point at (this runs at import): name the module.
+        warnings.warn_explicit(message, RuntimeWarning, "infer.kernels", 0)
+
+    env = os.environ.get("INFER_ISA")
+    if env:
+        active = infer_isa_name(infer_isa_active()).decode()
+        if env not in _isa_names():
+            warn(f"INFER_ISA={env!r} is not a kernel set (valid: "
+                 f"{', '.join(_isa_names())}); using {active}")
+        elif env not in _available_isas():
+            warn(f"INFER_ISA={env!r}: this CPU cannot run it (it can run "
+                 f"{', '.join(_available_isas())}); using {active}")
+    env = os.environ.get("INFER_NUM_THREADS")
+    if env and env.strip():
+        n = infer_get_num_threads()
+        text = env.strip()
+        if not (text.isdigit() and int(text) >= 1):
+            warn(f"INFER_NUM_THREADS={env!r} is not a whole number >= 1; ignored, "
+                 f"using {n} threads")
+        elif int(text) > n:
+            warn(f"INFER_NUM_THREADS={env!r} is above the thread pool's limit; "
+                 f"using {n} threads")
 
 
 def set_isa(name):
@@ -93,11 +136,19 @@ def set_isa(name):
     raise ValueError(f"isa: unknown kernel set {name!r}")
 
 
-def set_num_threads(int n):
-    """Number of threads the kernels use (>= 1)."""
+def set_num_threads(n):
+    """Number of threads the kernels use (>= 1; above the pool's limit, the limit
+    with a warning)."""
+    n = _count(n, "n")
     if n < 1:
         raise ValueError(f"n: thread count must be >= 1, got {n}")
-    infer_set_num_threads(n)
+    infer_set_num_threads(<int>min(n, 1 << 30))
+    cdef int got = infer_get_num_threads()
+    if got < n:
+        import warnings
+
+        warnings.warn(f"n: {n} threads is above the thread pool's limit; using {got}",
+                      RuntimeWarning, 2)
 
 
 def get_num_threads():
@@ -110,3 +161,5 @@ include "kernels_ops.pxi"
 include "kernels_decode.pxi"
 include "kernels_llama.pxi"
 include "kernels_gemma3.pxi"
+
+_warn_about_environment()

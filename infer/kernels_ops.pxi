@@ -213,12 +213,14 @@ def scale(x, float s):
 
 
 def rope(x, int64_t pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim=None,
-         float freq_scale=1.0, positions=None):
+         float freq_scale=1.0, positions=None, freq_factors=None, float attn_factor=1.0):
     """Rotary position embedding, in place on x: float32 (n_tokens, n_heads, head_dim).
 
     Token t sits at position pos0 + t, or positions[t] when positions (integers,
     shape (n_tokens,)) is given; pos0 must then be 0.  Pair i of a head turns by
-    pos * freq_scale * freq_base**(-2i/rot_dim).  neox=False pairs (2i, 2i+1)
+    pos * freq_scale * freq_base**(-2i/rot_dim) / freq_factors[i] (freq_factors:
+    None, or float32 of rot_dim/2 positive values: llama3 / LongRoPE factors), and
+    the rotated values are scaled by attn_factor.  neox=False pairs (2i, 2i+1)
     (GGUF `llama`, whose Q/K rows the converter permuted); neox=True pairs
     (i, i + rot_dim/2) (gemma3, qwen2).  rot_dim (even, <= head_dim; default
     head_dim) leaves elements from rot_dim on untouched.
@@ -235,6 +237,15 @@ def rope(x, int64_t pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim
         raise ValueError(f"rot_dim: must be even and in [2, head_dim={head_dim}], got {got}")
     if not freq_base > 0:
         raise ValueError(f"freq_base: must be > 0, got {freq_base}")
+    cdef const float[::1] fv
+    cdef const float *fp = NULL
+    if freq_factors is not None:
+        fv = _f32_in(freq_factors, "freq_factors")
+        if fv.shape[0] != rd // 2:
+            raise ValueError(f"freq_factors: expected {rd // 2} values (rot_dim / 2), got {fv.shape[0]}")
+        if not _np.all(_np.asarray(fv) > 0):
+            raise ValueError("freq_factors: every factor must be > 0")
+        fp = &fv[0]
     cdef const int64_t[::1] pv
     cdef const int64_t *pp = NULL
     if positions is not None:
@@ -257,13 +268,14 @@ def rope(x, int64_t pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim
     cdef int rc
     with nogil:
         rc = infer_rope(&xv[0], n_tokens, n_heads, head_dim, rd, pp, pos0, freq_base,
-                        freq_scale, neox)
+                        freq_scale, fp, attn_factor, neox)
     if rc != 0:
         raise ValueError("rope: arguments rejected by the kernel")
     return x
 
 
-def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window=0):
+def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window=0,
+              float softcap=0.0):
     """Causal attention of query tokens over one layer's KV cache; returns out.
 
     q: float32 (n_tokens, n_heads, head_dim), token t at position pos0 + t.
@@ -272,6 +284,7 @@ def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window
     Query head h reads KV head h // (n_heads // n_kv_heads).  Token t attends to
     positions [lo, pos0 + t] with lo = max(0, pos0 + t - window + 1) if window > 0
     (a sliding window), else 0.  scale multiplies q.k (default 1/sqrt(head_dim)).
+    softcap > 0 caps each scaled score s to softcap * tanh(s / softcap) (Gemma 2).
     out: float32 of q's shape (may be q).  Runs on the thread pool.
     """
     _check_f32(q, "q")
@@ -300,6 +313,8 @@ def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window
                          f"n_ctx={n_ctx}")
     if window < 0:
         raise ValueError(f"window: must be >= 0 (0 = no window), got {window}")
+    if not softcap >= 0:
+        raise ValueError(f"softcap: must be >= 0 (0 = off), got {softcap}")
     cdef float sc = 1.0 / sqrt(<double>head_dim) if scale is None else scale
     if n_tokens == 0:
         return out
@@ -328,7 +343,7 @@ def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window
     cdef int t = kv_type, rc
     with nogil:
         rc = infer_attention(&qv[0], kp, vp, t, n_tokens, n_heads, n_kv_heads, head_dim,
-                             n_ctx, pos0, window, sc, &ov[0])
+                             n_ctx, pos0, window, sc, softcap, &ov[0])
     if rc != 0:
         raise ValueError("attention: arguments rejected by the kernel")
     return out

@@ -70,6 +70,9 @@ class Engine(ABC):
     def close(self) -> None:
         """Release the weights (the file map).  Contexts must not be used after it."""
 
+    #: set by infer.load: raises if the mapped file changed (GGUFFile.check_unchanged)
+    file_check: Optional[Callable[[], None]] = None
+
     def forward_batch(self, contexts: Sequence["Context"], tokens: NDArray[Any],
                       positions: Sequence[int]) -> None:
         """Evaluate ``tokens[i]`` in ``contexts[i]`` at position ``positions[i]``, setting
@@ -220,6 +223,7 @@ class Context(ABC):
         returns the final hidden states (after the output norm, (n, n_embd)); both:
         a tuple (logits, hidden)."""
         with self._exclusive():
+            self._check_file()
             batch = self._check_tokens(tokens)
             n = len(batch)
             if isinstance(logits_from, bool) or not isinstance(logits_from, int) or not 0 <= logits_from <= n:
@@ -260,6 +264,7 @@ class Context(ABC):
                 raise RuntimeError("next(): the context is empty; prefill a prompt first")
             if len(self.tokens) >= self.n_ctx:
                 raise ContextOverflowError(f"the context of {self.n_ctx} tokens is full")
+            self._check_file()
             self._ensure_logits()
             token = int(self.sampler.sample(self.logits))
             record = None if top is None else self.sampler.logprobs(self.logits, token, top)
@@ -311,6 +316,11 @@ class Context(ABC):
             self._n_cached -= 1
             self._truncate_cache(self._n_cached)
         self._eval(np.empty(0, dtype=np.int32))
+
+    def _check_file(self) -> None:
+        check = self.engine.file_check
+        if check is not None:
+            check()
 
     def _ensure_cached(self) -> None:
         """Evaluate history tokens whose cache slots a failed call dropped."""
@@ -374,6 +384,7 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
             guard = c._exclusive()
             guard.__enter__()
             held.append(guard)
+        contexts[0]._check_file()
         if forced is not None:
             batch = [c._check_tokens([t]) for c, t in zip(contexts, forced)]
         for i, c in enumerate(contexts):
@@ -469,6 +480,19 @@ class Model:
 
         return state.load(self, path)  # type: ignore[no-any-return]
 
+    def create_chat_completion(self, messages: Any, **options: Any) -> Any:
+        """OpenAI's chat completion: a ``chat.completion`` dict, or chunk dicts with
+        ``stream=True``; the options are `infer.api.create_chat_completion`'s."""
+        from .api import create_chat_completion
+
+        return create_chat_completion(self, messages, **options)
+
+    def create_completion(self, prompt: Any, **options: Any) -> Any:
+        """OpenAI's (legacy) text completion; the options are `infer.api.create_completion`'s."""
+        from .api import create_completion
+
+        return create_completion(self, prompt, **options)
+
     def close(self) -> None:
         self.engine.close()
         if self._closer is not None:
@@ -483,6 +507,20 @@ class Model:
 
 
 # ---- variant registry -----------------------------------------------------------
+class UnsupportedModelError(ValueError):
+    """A GGUF file infer cannot run as it is meant to be run: an unknown architecture,
+    or tensors / metadata keys that change the maths and that its variant does not
+    implement.  ``names`` lists the offending tensors or keys (or the architecture)."""
+
+    def __init__(self, message: str, names: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.names = list(names)
+
+
+#: the entry-point group through which other packages add variants: an entry point's
+#: name is a GGUF ``general.architecture``, its value a factory (gguf_file, n_threads) -> Engine
+ENTRY_POINT_GROUP = "infer.variants"
+
 # architecture name -> function(gguf_file, n_threads) -> Engine
 _VARIANTS: dict[str, Callable[..., Engine]] = {}
 
@@ -498,12 +536,41 @@ def register_variant(*architectures: str) -> Callable[[Callable[..., Engine]], C
     return deco
 
 
+def _entry_points() -> list[Any]:
+    from importlib.metadata import entry_points
+
+    eps: Any = entry_points()
+    if hasattr(eps, "select"):  # Python >= 3.10
+        return list(eps.select(group=ENTRY_POINT_GROUP))
+    return list(eps.get(ENTRY_POINT_GROUP, ()))  # Python 3.9: a dict of groups
+
+
 def variant_for(architecture: str) -> Callable[..., Engine]:
+    """The Engine factory of a GGUF architecture: a registered one (the built-in
+    variants), else an installed package's ``infer.variants`` entry point of that name."""
     if architecture not in _VARIANTS:
-        known = ", ".join(sorted(_VARIANTS)) or "none"
-        raise ValueError(f"architecture {architecture!r} is not supported (known: {known})")
+        for ep in _entry_points():
+            if ep.name == architecture:
+                try:
+                    factory = ep.load()
+                except Exception as e:
+                    raise UnsupportedModelError(
+                        f"architecture {architecture!r}: the entry point {ep.value!r} of "
+                        f"{ENTRY_POINT_GROUP!r} failed to load: {type(e).__name__}: {e}",
+                        [architecture]) from e
+                if not callable(factory):
+                    raise UnsupportedModelError(
+                        f"architecture {architecture!r}: the entry point {ep.value!r} is not callable",
+                        [architecture])
+                _VARIANTS[architecture] = factory
+                break
+    if architecture not in _VARIANTS:
+        known = ", ".join(known_architectures()) or "none"
+        raise UnsupportedModelError(f"architecture {architecture!r} is not supported (known: {known})",
+                                    [architecture])
     return _VARIANTS[architecture]
 
 
 def known_architectures() -> Sequence[str]:
-    return sorted(_VARIANTS)
+    """Registered architectures and those installed packages offer as entry points."""
+    return sorted(set(_VARIANTS) | {ep.name for ep in _entry_points()})

@@ -326,3 +326,18 @@ def test_smollm3_thinks_by_default_and_not_with_enable_thinking_false():
     reply = s.send("hi")
     assert (reply.thinking, reply.text) == ("", "Hello world")
     _cache_is_rendered_history(s, tok, "smollm3", enable_thinking=False)
+
+
+def test_phi4_mini_functools_calls():
+    calls = 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}, ' \
+            '{"name": "get_weather", "arguments": {"city": "Rome"}}]'
+    s, tok = _session("phi-4-mini", [calls, "Both sunny."], PHI, eos="<|endoftext|>", end_token="<|end|>",
+                      tools=[WEATHER])
+    reply = s.send("Weather in Paris and Rome?")
+    assert reply.finish_reason == "tool_calls" and reply.text == ""
+    assert [c.arguments["city"] for c in reply.tool_calls] == ["Paris", "Rome"]
+    # the tools reached the model the way Phi-4-mini's template takes them
+    assert '<|system|><|tool|>[{"name": "get_weather"' in tok.decode(s.context.tokens)
+    s.add_tool_result(reply.tool_calls[0].id, "sunny")
+    s.add_tool_result(reply.tool_calls[1].id, "sunny")
+    assert s.send().text == "Both sunny."

@@ -234,6 +234,6 @@ def test_cli_generate_json_schema_and_grammar(tmp_path):
     assert out.returncode == 0, out.stderr
     jsonschema.validate(json.loads(out.stdout), schema)
     out = subprocess.run(base + ["Favourite", "--grammar", str(tmp_path / "g.gbnf")], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout in ("color: red", "color: blue"), out.stdout
+    assert out.returncode == 0 and out.stdout.strip() in ("color: red", "color: blue"), out.stdout
     out = subprocess.run(base + ["x", "--json-schema", str(tmp_path / "bad.json")], capture_output=True, text=True)
     assert out.returncode == 1 and "invalid json_schema" in out.stderr and "Traceback" not in out.stderr

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from .replies import Message, Reply, ThinkingText, ToolCall, ToolCallError, parse_tool_call
 from .sandbox import ChatTemplateError
-from .session import ChatSession
+from .session import DEFAULT_MAX_TOKENS, BaseModelWarning, ChatSession
 from .template import FALLBACK_TEMPLATES, Chat
 
 __all__ = [
-    "FALLBACK_TEMPLATES", "Chat", "ChatSession", "ChatTemplateError", "Message", "Reply", "ThinkingText",
-    "ToolCall", "ToolCallError", "parse_tool_call",
+    "DEFAULT_MAX_TOKENS", "FALLBACK_TEMPLATES", "BaseModelWarning", "Chat", "ChatSession", "ChatTemplateError",
+    "Message", "Reply", "ThinkingText", "ToolCall", "ToolCallError", "parse_tool_call",
 ]

@@ -13,15 +13,20 @@ CONTENT, THINK, TOOL, JSON = "content", "think", "tool", "json"
 
 # Llama 3.1 may open a tool call with this token (then JSON, or a built-in tool's call).
 PYTHON_TAG = "<|python_tag|>"
+# Phi-4-mini writes its calls as functools[{"name": ..., "arguments": ...}, ...].
+FUNCTOOLS = "functools["
 
 
 def json_tool_calls(reply: str) -> Optional[list[str]]:
     """The tool calls of a reply that is only JSON, as Llama 3.x writes them
     (``{"name": ..., "parameters": ...}``, possibly after ``<|python_tag|>``, or
-    a list of such objects); None when the reply is not a call."""
+    a list of such objects) or Phi-4-mini does (``functools[...]``); None when the
+    reply is not a call."""
     text = reply.strip()
     if text.startswith(PYTHON_TAG):
         text = text[len(PYTHON_TAG):].strip()
+    elif text.startswith(FUNCTOOLS):
+        text = text[len(FUNCTOOLS) - 1:]
     try:
         obj = json.loads(text)
     except json.JSONDecodeError:
@@ -84,11 +89,11 @@ class ReplyParser:
                     head = self.buf.lstrip()
                     if not head:
                         break
-                    if head.startswith(("{", "[")) or head.startswith(PYTHON_TAG):
+                    if head.startswith(("{", "[", PYTHON_TAG, FUNCTOOLS)):
                         self.state = JSON
                         continue
-                    if PYTHON_TAG.startswith(head):
-                        break  # could still become <|python_tag|>
+                    if PYTHON_TAG.startswith(head) or FUNCTOOLS.startswith(head):
+                        break  # could still become one of them
                 hit = _earliest(self.buf, self._content_markers())
                 if hit is None:
                     keep = _held_back(self.buf, self._content_markers())

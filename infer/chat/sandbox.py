@@ -46,7 +46,7 @@ class RenderLimits:
     """What one render may cost.  A real template renders a long conversation in
     milliseconds and a few thousand steps; these leave orders of magnitude of room."""
 
-    seconds: float = 1.0
+    seconds: float = 2.0
     steps: int = 2_000_000
     #: the longest string (and the longest output) a render may make
     max_chars: int = 4_000_000
@@ -93,14 +93,18 @@ def _refuse(what: str) -> TemplateLimitError:
 
 def _check_size(value: Any) -> Any:
     """``value``, if it is within the size limits."""
-    limits = _budget().limits
-    if isinstance(value, (str, bytes)):
+    # type(), not isinstance(): isinstance would ask a jinja2 Namespace or Undefined
+    # for its __class__ through their Python-level __getattribute__ (slow).
+    kind = type(value)
+    if issubclass(kind, (str, bytes)):
+        limits = _budget().limits
         if len(value) > limits.max_chars:
             raise _refuse(f"a string of {len(value)} characters")
-    elif isinstance(value, (list, tuple, dict)):
+    elif issubclass(kind, (list, tuple, dict)):
+        limits = _budget().limits
         if len(value) > limits.max_items:
-            raise _refuse(f"a {type(value).__name__} of {len(value)} items")
-    elif isinstance(value, int) and value.bit_length() > limits.max_int_bits:
+            raise _refuse(f"a {kind.__name__} of {len(value)} items")
+    elif kind is int and value.bit_length() > _budget().limits.max_int_bits:
         raise _refuse(f"an integer of {value.bit_length()} bits")
     return value
 
@@ -114,6 +118,9 @@ def _sequence_cap(value: Any) -> int:
     return limits.max_chars if isinstance(value, (str, bytes)) else limits.max_items
 
 
+# the operators whose result can be much larger than their operands
+_GROWING = frozenset({"*", "+", "**", "%"})
+
 # A %-format or str.format field wider or more precise than this is refused
 # before it pads a string to gigabytes ('%3000000000d' % 1); so is a '*' width.
 _WIDE_FIELD = re.compile(r"\d{7,}|%[-#0 +]*\*|%[-#0 +]*\d*\.\*")
@@ -126,6 +133,8 @@ def _check_format(fmt: Any) -> None:
 
 def _precheck_binop(operator: str, left: Any, right: Any) -> None:
     """Refuse an operation whose result would be past the limits, before it runs."""
+    if operator not in _GROWING:
+        return
     limits = _budget().limits
     if operator == "*":
         for seq, n in ((left, right), (right, left)):

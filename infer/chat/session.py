@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import warnings
+import weakref
 from typing import Any, Iterator, Optional, Sequence, Union
 
 from ..generate import logprob_entry
@@ -19,28 +21,40 @@ from .reply_parser import CONTENT, ReplyParser
 from .sandbox import ChatTemplateError
 from .template import Chat, check_roles, function_of, token_id
 
+#: a session's reply limit unless told otherwise: a model that never writes its end
+#: of turn (a base model, say) stops here rather than when a long context is full
+DEFAULT_MAX_TOKENS = 1024
+
 class ChatSession:
     """A multi-turn conversation over one Context.
 
     ``ChatSession(model, system=None, tools=None, **sampling)``: sampling keywords
     are the sampler's (``temperature=0`` is greedy).  Pass ``context=`` to drive
     an existing Context instead of creating one, and ``template_kwargs`` for extra
-    template variables (``{"enable_thinking": False}``).  With ``trim_history=True`` a
-    turn that would not fit (leaving a quarter of the context, or ``max_tokens``, for
-    the reply) drops the oldest exchanges first; the system prompt stays.  Messages go
-    in and come out in the OpenAI shape (``{"role": ..., "content": ...}``).
+    template variables (``{"enable_thinking": False}``).  A reply stops after
+    ``max_tokens`` (`DEFAULT_MAX_TOKENS`; None: only a full context stops it).
+
+    A turn that would not fit (leaving a quarter of the context, or ``max_tokens``,
+    for the reply) drops the oldest exchanges first, keeping the system prompt
+    (``trim_history=True``, the default; False raises ContextOverflowError).  With
+    ``n_keep`` the session shifts the context as llama.cpp does instead: the first
+    ``n_keep`` tokens stay (-1: the system prompt), and half of the tokens after them
+    are dropped, oldest first, whenever the prompt or a reply fills the context.
+    Messages go in and come out in the OpenAI shape (``{"role": ..., "content": ...}``).
     """
 
     def __init__(self, model: Any, system: Optional[str] = None, tools: Optional[Sequence[Message]] = None,
-                 *, max_tokens: Optional[int] = None, stop: Union[str, Sequence[str], None] = None,
+                 *, max_tokens: Optional[int] = DEFAULT_MAX_TOKENS, stop: Union[str, Sequence[str], None] = None,
                  n_ctx: Optional[int] = None, context: Any = None, sampler: Any = None,
-                 template_kwargs: Optional[dict[str, Any]] = None, trim_history: bool = False,
-                 **sampling: Any) -> None:
+                 template_kwargs: Optional[dict[str, Any]] = None, trim_history: bool = True,
+                 n_keep: Optional[int] = None, **sampling: Any) -> None:
         if system is not None and not isinstance(system, str):
             raise TypeError(f"system: expected a str or None, got {type(system).__name__}")
+        if n_keep is not None and (isinstance(n_keep, bool) or not isinstance(n_keep, int) or n_keep < -1):
+            raise ValueError(f"n_keep: expected None, -1 (the system prompt) or a count >= 0, got {n_keep!r}")
         self.model = model
         self.tokenizer = model.tokenizer
-        self.chat: Chat = model.chat if model.chat is not None else _fallback_chat(model)
+        self.chat: Chat = chat_of(model)
         if context is None:
             context = model.create_context(n_ctx=n_ctx, sampler=sampler, **sampling)
         elif sampler is not None or sampling:
@@ -54,8 +68,14 @@ class ChatSession:
             raise TypeError(f"template_kwargs: expected a dict, got {type(template_kwargs).__name__}")
         #: extra template variables, e.g. {"enable_thinking": False}
         self.template_kwargs = dict(template_kwargs or {})
-        #: drop the oldest exchanges when a turn would not fit (else ContextOverflowError)
+        #: make room when a turn would not fit (else ContextOverflowError)
         self.trim_history = bool(trim_history)
+        #: None: make room by dropping whole exchanges; else shift the context, keeping
+        #: this many tokens (-1: the system prompt)
+        self.n_keep = n_keep
+        # Tokens of the rendered conversation after the kept ones that a context
+        # shift dropped; kept from turn to turn so that the cache prefix still matches.
+        self._n_discarded = 0
         self.last_reply: Optional[Reply] = None
         self._messages: list[Message] = []
         self._version = 0
@@ -104,6 +124,7 @@ class ChatSession:
         check_roles(messages, "history")
         self._messages = copy.deepcopy(list(messages))
         self.last_reply = None
+        self._n_discarded = 0
         self._version += 1
 
     def reset(self) -> None:
@@ -111,6 +132,7 @@ class ChatSession:
         next turn reuses whatever prefix it still shares, such as the system prompt."""
         self._messages = [{"role": "system", "content": self.system}] if self.system else []
         self.last_reply = None
+        self._n_discarded = 0
         self._version += 1
 
     def add_tool_result(self, call_id_or_name: str, content: Any) -> None:
@@ -179,6 +201,9 @@ class ChatSession:
         while True:
             prompt_text = self.chat.render(messages, True, self.tools, **self.template_kwargs)
             prompt = self._encode(prompt_text)
+            if self.trim_history and self.n_keep is not None:
+                prompt = self._shifted(prompt, messages, room)
+                break
             if len(prompt) + room <= self.context.n_ctx:
                 break
             if not (self.trim_history and _drop_oldest_exchange(messages)):
@@ -276,7 +301,7 @@ class ChatSession:
         records: Optional[list[dict[str, Any]]] = [] if logprobs is not None else None
         try:
             while max_tokens is None or generated < max_tokens:
-                if ctx.n_past + self._reserve >= ctx.n_ctx:
+                if ctx.n_past + self._reserve >= ctx.n_ctx and not self._shift_during_reply(messages):
                     break
                 if records is None:
                     token = ctx.next()
@@ -295,7 +320,9 @@ class ChatSession:
                 if parser.stopped:
                     finish = "stop"
                     break
-            for item in self._shown(parser.feed(decoder.flush()) + parser.finish(), show_thinking):
+            # An incomplete character cut off by max_tokens is dropped, never stored as U+FFFD.
+            tail = decoder.flush().rstrip("\ufffd")
+            for item in self._shown(parser.feed(tail) + parser.finish(), show_thinking):
                 yield item
             reply = self._record(parser, finish, len(prompt), cached, generated)
             reply.logprobs = records
@@ -305,7 +332,7 @@ class ChatSession:
         except (GeneratorExit, KeyboardInterrupt) as exc:
             # Ctrl-C, or the consumer closed the stream: the partial reply is the turn.
             if not recorded:
-                parser.feed(decoder.flush())
+                parser.feed(decoder.flush().rstrip("\ufffd"))
                 parser.finish()
                 self._record(parser, "interrupted", len(prompt), cached, generated)
                 self._sync_history()
@@ -354,9 +381,59 @@ class ChatSession:
         """Roll the KV cache to the rendered history: this drops the thinking and
         anything after a stop string, and closes a turn cut short with the end of turn."""
         try:
-            self._sync(self._encode(self.chat.render(self._messages, False, self.tools, **self.template_kwargs)))
+            tokens = self._encode(self.chat.render(self._messages, False, self.tools, **self.template_kwargs))
+            if self.trim_history and self.n_keep is not None:
+                tokens = self._shifted(tokens, self._messages, 0)
+            self._sync(tokens)
         except (ChatTemplateError, ContextOverflowError):
             pass  # the next turn's prefix match repairs the cache
+
+    # ---- context shift (n_keep) --------------------------------------------------------
+    def _kept(self, tokens: list[int], messages: list[Message]) -> int:
+        """How many leading tokens a context shift keeps."""
+        if self.n_keep is None:
+            return 0
+        if self.n_keep >= 0:
+            return min(self.n_keep, len(tokens))
+        # -1: the system prompt, i.e. what the conversation shares with one that has
+        # only the system prompt and a different first user turn
+        head = [m for m in messages[:1] if m["role"] == "system"] + [{"role": "user", "content": "\x00"}]
+        try:
+            probe = self._encode(self.chat.render(head, False, self.tools, **self.template_kwargs))
+        except ChatTemplateError:
+            return 0
+        return _common_prefix(probe, tokens)
+
+    def _shifted(self, tokens: list[int], messages: list[Message], room: int) -> list[int]:
+        """``tokens`` with the dropped span cut out, dropping more (half of what
+        follows the kept tokens, as llama.cpp does) if they still do not fit."""
+        n_ctx = self.context.n_ctx
+        keep = self._kept(tokens, messages)
+        budget = n_ctx - room
+        if keep >= budget:
+            raise ContextOverflowError(
+                f"n_keep: the {keep} kept tokens leave no room in the context of {n_ctx} tokens")
+        discard = min(self._n_discarded, max(len(tokens) - keep - 1, 0))
+        if len(tokens) - discard > budget:
+            discard = max(len(tokens) - budget, (len(tokens) - keep) // 2)
+        self._n_discarded = discard
+        return tokens[:keep] + tokens[keep + discard:]
+
+    def _shift_during_reply(self, messages: list[Message]) -> bool:
+        """A full context in the middle of a reply: drop half of the tokens after the
+        kept ones and go on (n_keep), or end the reply (False)."""
+        if not self.trim_history or self.n_keep is None:
+            return False
+        ctx = self.context
+        tokens = list(ctx.tokens)
+        keep = self._kept(tokens, messages)
+        discard = (len(tokens) - keep) // 2
+        if discard < 1:
+            return False
+        ctx.truncate_to(keep)
+        ctx.prefill(tokens[keep + discard:])
+        self._n_discarded += discard
+        return True
 
     def _sync(self, tokens: list[int]) -> int:
         """Make the context hold ``tokens``: keep the common prefix, prefill the rest."""
@@ -386,8 +463,36 @@ def _drop_oldest_exchange(messages: list[Message]) -> bool:
     return False
 
 
-def _fallback_chat(model: Any) -> Chat:
-    return Chat.from_metadata(getattr(model, "metadata", None) or {}, model.tokenizer)
+def chat_of(model: Any) -> Chat:
+    """The model's chat: its own template or, with a `BaseModelWarning` (once), a
+    built-in one chosen from its vocabulary."""
+    chat = model.chat if model.chat is not None else \
+        Chat.from_metadata(getattr(model, "metadata", None) or {}, model.tokenizer)
+    warn_if_builtin_template(model, chat)
+    return chat
+
+
+class BaseModelWarning(UserWarning):
+    """The model has no chat template of its own; a built-in one is used."""
+
+
+_warned: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def warn_if_builtin_template(model: Any, chat: Chat) -> None:
+    """Warn, once per model, that a model without its own chat template looks like a
+    base model (one trained to continue text, not to hold a conversation)."""
+    if chat.builtin_template is None:
+        return
+    try:
+        if model in _warned:
+            return
+        _warned.add(model)
+    except TypeError:  # not weakly referenceable: warn every time
+        pass
+    warnings.warn(f"this model has no chat template of its own, so it looks like a base model that may "
+                  f"not follow a conversation; using the built-in {chat.builtin_template!r} template "
+                  f"instead", BaseModelWarning, stacklevel=4)
 
 
 def _check_tools(tools: Optional[Sequence[Message]]) -> Optional[list[Message]]:

@@ -129,6 +129,12 @@ class Chat:
                    eos_token=spelling(getattr(vocab, "eos_token_id", None)), family=family,
                    tool_use_template=tool_use or None, **markers)
 
+    @property
+    def builtin_template(self) -> Optional[str]:
+        """The name of the built-in template in use (`FALLBACK_TEMPLATES`), or None
+        when the template is the model's own."""
+        return self.family if self.source == FALLBACK_TEMPLATES.get(self.family or "") else None
+
     def __repr__(self) -> str:
         kind = f"fallback {self.family!r}" if self.source == FALLBACK_TEMPLATES.get(self.family or "") \
             else f"{len(self.source)}-character template"
