@@ -293,13 +293,15 @@ static float infer_vec_dot_tq2_0_q8_K_avx2(int64_t n, const void *w, const void 
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
+        /* int16 lanes: 8 runs of pairs of 3 * 127 stay below 2^15 */
+        __m256i sum16 = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++)
             for (int k = 0; k < 4; k++) {
                 const __m256i a8 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * k));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(tq2_0_run(&x[i], h, k), a8), ones));
+                sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(tq2_0_run(&x[i], h, k), a8));
             }
-        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(q8_K_sum(&y[i]), 0, 0, 0, 0, 0, 0, 0));
+        const __m256i sumi = _mm256_sub_epi32(_mm256_madd_epi16(sum16, ones),
+                                              _mm256_setr_epi32(q8_K_sum(&y[i]), 0, 0, 0, 0, 0, 0, 0));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc);
@@ -313,12 +315,13 @@ static float infer_vec_dot_tq1_0_q8_K_avx2(int64_t n, const void *w, const void 
     for (int64_t i = 0; i < n / QK_K; i++) {
         __m256i q[8];
         tq1_0_unpack(&x[i], q);
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i sum16 = _mm256_setzero_si256();   /* 8 runs of pairs of 2 * 127 */
         for (int r = 0; r < 8; r++) {
             const __m256i a8 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * r));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[r], a8), ones));
+            sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(q[r], a8));
         }
-        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(q8_K_sum(&y[i]), 0, 0, 0, 0, 0, 0, 0));
+        const __m256i sumi = _mm256_sub_epi32(_mm256_madd_epi16(sum16, ones),
+                                              _mm256_setr_epi32(q8_K_sum(&y[i]), 0, 0, 0, 0, 0, 0, 0));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc);

@@ -9,9 +9,7 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING
 
-from ._source_tree import check_extension_built
-
-check_extension_built()
+from . import _source_tree  # noqa: F401  (first: ImportError saying what to do if unbuilt)
 
 from .generate import Generation, generate
 from .loader import load

@@ -56,7 +56,10 @@ def random_blocks(fmt, n_blocks, seed, max_scale=1.0):
 
 def test_grid_tables_are_those_of_the_gguf_package():
     """csrc/iquants_grids.c is what scripts/gen_iquants_grids.py writes from gguf.quants."""
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_iquants_grids.py"), "--check"],
+    script = ROOT / "scripts" / "gen_iquants_grids.py"
+    if not script.exists():   # scripts/sanitize.sh and the installed-wheel run copy no scripts/
+        pytest.skip("not in a source checkout")
+    proc = subprocess.run([sys.executable, str(script), "--check"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

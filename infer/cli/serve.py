@@ -50,7 +50,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     scheduler = app.state.scheduler
     name = app.state.server.model_name
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning" if not args.verbose else "info",
-                            access_log=bool(args.verbose), lifespan="on")
+                            access_log=bool(args.verbose), lifespan="on",
+                            timeout_graceful_shutdown=5)  # Ctrl-C: streams get 5 s to finish
     server = uvicorn.Server(config)
     # Bound here, so that the startup line can name the port (--port 0 picks one).
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
