@@ -487,6 +487,12 @@ class Model:
 
         return create_chat_completion(self, messages, **options)
 
+    def create_embedding(self, input: Any, **options: Any) -> Any:
+        """OpenAI's embeddings (``{"object": "list", "data": [...]}``); `infer.api.create_embedding`."""
+        from .api import create_embedding
+
+        return create_embedding(self, input, **options)
+
     def create_completion(self, prompt: Any, **options: Any) -> Any:
         """OpenAI's (legacy) text completion; the options are `infer.api.create_completion`'s."""
         from .api import create_completion

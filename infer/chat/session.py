@@ -241,7 +241,7 @@ class ChatSession:
             grammar = grammar_from_response_format(response_format)
         if grammar is None:
             return None
-        return Constraint(grammar, self.tokenizer, n_vocab=self.context.engine.vocab_size)
+        return Constraint(grammar, self.tokenizer, n_vocab=self.model.engine.vocab_size)
 
     def _tool_call_grammar(self, tool_choice: Any) -> Any:
         """A grammar for one call of the session's tools (or of the one named),
