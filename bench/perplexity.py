@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from infer.gguf import default_model_path, gemma3_model_path
+from infer.gguf import default_model_path, gemma3_model_path  # noqa: E402
 
 TEXT = os.environ.get("INFER_BENCH_TEXT", "/usr/share/common-licenses/GPL-3")
 CTX = os.environ.get("INFER_BENCH_CTX", "512")

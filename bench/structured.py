@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import infer
-from infer.sampler import Sampler
-from infer.structured import Constraint, Grammar
+import infer  # noqa: E402
+from infer.sampler import Sampler  # noqa: E402
+from infer.structured import Constraint, Grammar  # noqa: E402
 
 STEPS = int(os.environ.get("INFER_BENCH_STEPS", "32"))
 ROUNDS = int(os.environ.get("INFER_BENCH_ROUNDS", "4"))
