@@ -19,6 +19,7 @@ from .runtime import (
     ContextOverflowError,
     Engine,
     Model,
+    ModelClosedError,
     UnsupportedModelError,
     known_architectures,
     register_variant,
@@ -30,7 +31,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
 
 __all__ = [
     "__version__", "load", "generate", "Generation", "Model", "Engine", "Context",
-    "ContextOverflowError", "ContextBusyError", "UnsupportedModelError", "Sampler", "register_variant",
+    "ContextOverflowError", "ContextBusyError", "ModelClosedError", "UnsupportedModelError", "Sampler",
+    "register_variant",
     "known_architectures", "ChatSession",
 ]
 

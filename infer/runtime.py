@@ -52,6 +52,10 @@ class RowOutputs:
         self.hidden = hidden
 
 
+class ModelClosedError(RuntimeError):
+    """The model was closed (its weights released) before or while this call ran."""
+
+
 class Engine(ABC):
     """A loaded model: its metadata and a factory of contexts."""
 

@@ -122,9 +122,10 @@ def test_iq1_s_layout_by_hand():
     for ib in range(8):
         ls = 2 * ((int(qh[ib]) >> 12) & 7) + 1
         delta = -0.125 if qh[ib] & 0x8000 else 0.125
-        for l in range(4):
-            index = int(qs[4 * ib + l]) | (((int(qh[ib]) >> (3 * l)) & 7) << 8)
-            want[32 * ib + 8 * l:32 * ib + 8 * l + 8] = float(d) * ls * (grid[index] + delta)
+        for point in range(4):
+            index = int(qs[4 * ib + point]) | (((int(qh[ib]) >> (3 * point)) & 7) << 8)
+            at = 32 * ib + 8 * point
+            want[at:at + 8] = float(d) * ls * (grid[index] + delta)
     out = np.empty(QK_K, np.float32)
     K.dequantize(raw, "iq1_s", out)
     np.testing.assert_array_equal(out, want.astype(np.float32))
