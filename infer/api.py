@@ -108,27 +108,27 @@ def _check_logit_bias(logit_bias: Any, vocab_size: int) -> Optional[dict[int, fl
     return out
 
 
-def _check_structured(response_format: Any, logprobs: Any, top_logprobs: Any) -> None:
-    """The options that need constrained decoding or per-token probabilities.
-
-    The hook for the structured-output work: it turns ``response_format`` into a
-    grammar and ``logprobs`` into per-token records; until then they are refused."""
+def _check_structured(response_format: Any, logprobs: Any, top_logprobs: Any) -> Optional[int]:
+    """Check ``response_format`` (compiled later, per turn: a bad schema is a 400) and
+    turn ``logprobs``/``top_logprobs`` into the alternatives per token (None: off)."""
     if response_format is not None:
         if not isinstance(response_format, Mapping) or not isinstance(response_format.get("type"), str):
             raise InvalidRequestError("response_format: expected an object with a string 'type'",
                                       "response_format")
-        if response_format["type"] != "text":
-            raise UnsupportedOptionError(
-                f"response_format {response_format['type']!r} is not supported yet (only 'text')",
-                "response_format")
+        try:
+            from .structured import grammar_from_response_format
+
+            grammar_from_response_format(response_format)
+        except ImportError as exc:
+            raise UnsupportedOptionError(str(exc), "response_format") from None
+        except (TypeError, ValueError) as exc:
+            raise InvalidRequestError(str(exc), "response_format") from None
     if logprobs is not None and not isinstance(logprobs, (bool, int)):
         raise InvalidRequestError(f"logprobs: expected a boolean, got {type(logprobs).__name__}", "logprobs")
-    if logprobs:
-        raise UnsupportedOptionError("logprobs is not supported yet", "logprobs")
-    if top_logprobs is not None:
-        _check_optional_int("top_logprobs", top_logprobs, 0, 20)
-        if top_logprobs:
-            raise UnsupportedOptionError("top_logprobs is not supported yet", "top_logprobs")
+    top = _check_optional_int("top_logprobs", top_logprobs, 0, 20) if top_logprobs is not None else None
+    if top and not logprobs:
+        raise InvalidRequestError("top_logprobs: needs logprobs=true", "top_logprobs")
+    return (top or 0) if logprobs else None
 
 
 def _sampler_options(model: Any, temperature: Any, top_p: Any, top_k: Any, min_p: Any, repeat_penalty: Any,
@@ -302,9 +302,9 @@ def _check_tools(tools: Any, tool_choice: Any) -> Optional[list[dict[str, Any]]]
     if tool_choice == "none":
         return None  # the model is not told about them, so it cannot call them
     if tool_choice == "required" or isinstance(tool_choice, dict):
-        # forcing a call needs constrained decoding (the structured-output hook)
-        raise UnsupportedOptionError(f"tool_choice {json.dumps(tool_choice)} is not supported yet "
-                                     "(only 'auto' and 'none')", "tool_choice")
+        if not tools:
+            raise InvalidRequestError(f"tool_choice {json.dumps(tool_choice)}: no tools given", "tool_choice")
+        return list(tools)  # ChatSession forces the call with a grammar
     raise InvalidRequestError("tool_choice: expected 'auto', 'none', 'required' or a function object",
                               "tool_choice")
 
@@ -342,7 +342,8 @@ def create_chat_completion(
         if max_tokens is not None:
             raise InvalidRequestError("give max_tokens or max_completion_tokens, not both", "max_completion_tokens")
         max_tokens = max_completion_tokens
-    _check_structured(response_format, logprobs, top_logprobs)
+    top = _check_structured(response_format, logprobs, top_logprobs)
+    forced = tool_choice if tool_choice == "required" or isinstance(tool_choice, dict) else None
     stops = _check_stop(stop)
     n = int(_check_optional_int("n", n, 1, 16) or 1)
     stream = _check_bool("stream", stream)
@@ -363,7 +364,9 @@ def create_chat_completion(
                               trim_history=False, max_tokens=None)
         session.history = msgs
         try:
-            items: Iterator[Any] = session.stream(None, max_tokens=max_tokens, stop=stops, show_thinking=True)
+            items: Iterator[Any] = session.stream(None, max_tokens=max_tokens, stop=stops, show_thinking=True,
+                                                  response_format=response_format, tool_choice=forced,
+                                                  logprobs=top)
         except (TypeError, ValueError) as exc:
             if isinstance(exc, (InvalidRequestError, ContextOverflowError)):
                 raise
@@ -408,6 +411,11 @@ def _finish(reply: Any) -> str:
     return "length" if reply.finish_reason == "interrupted" else str(reply.finish_reason)
 
 
+def _reply_logprobs(reply: Any) -> Optional[dict[str, Any]]:
+    """OpenAI's choice ``logprobs``: ``{"content": [...]}`` when they were asked for."""
+    return None if reply.logprobs is None else {"content": reply.logprobs}
+
+
 def _chat_response(steps: Iterator[Any], head: dict[str, Any], ctx: Any) -> dict[str, Any]:
     from .chat import Reply
 
@@ -416,8 +424,8 @@ def _chat_response(steps: Iterator[Any], head: dict[str, Any], ctx: Any) -> dict
     cached: Optional[int] = None
     for index, item in steps:
         if isinstance(item, Reply):
-            choices.append({"index": index, "message": _reply_message(item), "logprobs": None,
-                            "finish_reason": _finish(item)})
+            choices.append({"index": index, "message": _reply_message(item),
+                            "logprobs": _reply_logprobs(item), "finish_reason": _finish(item)})
             prompt = item.prompt_tokens
             completion += item.completion_tokens
             if cached is None:
@@ -429,9 +437,10 @@ def _chat_chunks(model: Any, context: Any, run: Any, head: dict[str, Any],
                  include_usage: bool) -> Iterator[Any]:
     from .chat import Reply, ThinkingText
 
-    def chunk(index: int, delta: dict[str, Any], finish: Optional[str] = None) -> Chunk:
+    def chunk(index: int, delta: dict[str, Any], finish: Optional[str] = None,
+              logprobs: Optional[dict[str, Any]] = None) -> Chunk:
         return dict(head, object="chat.completion.chunk",
-                    choices=[{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}])
+                    choices=[{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}])
 
     with _context_for(model, context) as ctx:
         steps = run(ctx)
@@ -447,7 +456,8 @@ def _chat_chunks(model: Any, context: Any, run: Any, head: dict[str, Any],
                 if item.tool_calls:
                     calls = [dict(c.to_openai(), index=j) for j, c in enumerate(item.tool_calls)]
                     yield chunk(index, {"tool_calls": calls})
-                yield chunk(index, {}, _finish(item))
+                # a stream's logprobs come whole with the finishing chunk
+                yield chunk(index, {}, _finish(item), _reply_logprobs(item))
                 prompt = item.prompt_tokens
                 completion += item.completion_tokens
                 if cached is None:
@@ -462,6 +472,21 @@ def _chat_chunks(model: Any, context: Any, run: Any, head: dict[str, Any],
 
 
 # ---- completions ---------------------------------------------------------------------------
+def _completion_logprobs(gen: Any) -> Optional[dict[str, Any]]:
+    """The legacy completions ``logprobs`` object (tokens, token_logprobs, top_logprobs,
+    text_offset) of a Generation made with ``logprobs=k``; None otherwise."""
+    entries = None if gen is None else gen.logprobs
+    if entries is None:
+        return None
+    offsets, at = [], 0
+    for e in entries:
+        offsets.append(at)
+        at += len(e["token"])
+    return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
+            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+            "text_offset": offsets}
+
+
 def _check_prompt(model: Any, prompt: Any) -> Union[str, list[int]]:
     if isinstance(prompt, str):
         return prompt
@@ -503,7 +528,6 @@ def create_completion(
         raise UnsupportedOptionError("best_of > 1 is not supported", "best_of")
     if logprobs is not None:
         _check_optional_int("logprobs", logprobs, 0, 5)
-        _check_structured(None, bool(logprobs), None)
     stops = _check_stop(stop)
     n = int(_check_optional_int("n", n, 1, 16) or 1)
     stream = _check_bool("stream", stream)
@@ -530,15 +554,15 @@ def create_completion(
         yield None
         for choice in range(n):
             _use_sampler(ctx, _make_sampler(options, choice))
-            gen = generate(model, ids, context=ctx, max_tokens=max_tokens, stop=stops)
+            gen = generate(model, ids, context=ctx, max_tokens=max_tokens, stop=stops, logprobs=logprobs)
             if echo:
                 yield choice, echoed
             for piece in gen:
                 yield choice, piece
             yield choice, gen
 
-    def choice_of(index: int, text: str, finish: Optional[str]) -> dict[str, Any]:
-        return {"text": text, "index": index, "logprobs": None, "finish_reason": finish}
+    def choice_of(index: int, text: str, finish: Optional[str], gen: Any = None) -> dict[str, Any]:
+        return {"text": text, "index": index, "logprobs": _completion_logprobs(gen), "finish_reason": finish}
 
     if stream:
         def chunks() -> Iterator[Any]:
@@ -552,7 +576,7 @@ def create_completion(
                     else:
                         completion += len(item.tokens)
                         yield dict(head, object="text_completion",
-                                   choices=[choice_of(index, "", item.finish_reason)])
+                                   choices=[choice_of(index, "", item.finish_reason, item)])
                 if include_usage:
                     yield dict(head, object="text_completion", choices=[],
                                usage=_usage(len(ids), completion, None))
@@ -568,5 +592,42 @@ def create_completion(
                 texts.setdefault(index, []).append(item)
             else:
                 completion += len(item.tokens)
-                choices.append(choice_of(index, "".join(texts.get(index, [])), item.finish_reason))
+                choices.append(choice_of(index, "".join(texts.get(index, [])), item.finish_reason, item))
         return dict(head, object="text_completion", choices=choices, usage=_usage(len(ids), completion, None))
+
+
+# ---- embeddings ------------------------------------------------------------------------------
+def create_embedding(model: Any, input: Union[str, list[str]], *, encoding_format: str = "float",
+                     pooling: str = "mean", user: Optional[str] = None, dimensions: Optional[int] = None,
+                     model_name: Optional[str] = None, **ignored: Any) -> dict[str, Any]:
+    """OpenAI's ``POST /v1/embeddings``: unit-length mean-pooled embeddings of the final
+    hidden states (`Model.embed`), one per input text, as a ``list`` of ``embedding``s."""
+    import base64
+
+    import numpy as np
+
+    texts = [input] if isinstance(input, str) else input
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
+        raise InvalidRequestError("input: expected a non-empty string or a list of non-empty strings", "input")
+    if encoding_format not in ("float", "base64"):
+        raise InvalidRequestError("encoding_format: expected 'float' or 'base64'", "encoding_format")
+    if pooling not in ("mean", "last", "cls"):
+        raise InvalidRequestError("pooling: expected 'mean', 'last' or 'cls'", "pooling")
+    if dimensions is not None:
+        raise UnsupportedOptionError("dimensions is not supported (the model's width is fixed)", "dimensions")
+    if ignored:
+        raise InvalidRequestError(f"unrecognized request argument: {sorted(ignored)[0]}", sorted(ignored)[0])
+    n_tokens = sum(len(model.tokenizer.encode(t, add_special=True)) for t in texts)
+    limit = int(model.engine.max_seq_len)
+    longest = max(len(model.tokenizer.encode(t, add_special=True)) for t in texts)
+    if longest > limit:
+        raise InvalidRequestError(f"input: a text of {longest} tokens exceeds the model's context of {limit}",
+                                  "input", "context_length_exceeded")
+    vectors = model.embed(texts, pooling=pooling, normalize=True)
+    data = []
+    for i, vec in enumerate(vectors):
+        value: Any = (base64.b64encode(np.asarray(vec, "<f4").tobytes()).decode("ascii")
+                      if encoding_format == "base64" else [float(v) for v in vec])
+        data.append({"object": "embedding", "index": i, "embedding": value})
+    return {"object": "list", "data": data, "model": _model_name(model, model_name),
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}

@@ -9,6 +9,9 @@ It owns the rules users rely on when they stream text:
 * the model's end-of-turn tokens end generation (their text is not emitted);
 * ``finish_reason`` says why it ended: "stop" (end-of-turn or a stop string) or
   "length" (``max_tokens`` reached, or the context is full);
+* with ``grammar=`` the output follows a JSON Schema, regex, Lark or GBNF grammar
+  (`infer.structured`); with ``logprobs=k`` each token's log-probability and its
+  ``k`` most likely alternatives are kept in OpenAI's shape (``Generation.logprobs``).
 * a cut by length inside a character does not end the text with U+FFFD: the
   incomplete bytes are held back, and ``incomplete_tokens`` names their tokens.
 """
@@ -94,7 +97,8 @@ class Generation:
     """
 
     def __init__(self, context: Context, tokenizer: Any, prompt_ids: Sequence[int],
-                 max_tokens: Optional[int], stop: Sequence[str], stop_ids: Iterable[int]) -> None:
+                 max_tokens: Optional[int], stop: Sequence[str], stop_ids: Iterable[int],
+                 constraint: Any = None, logprobs: Optional[int] = None) -> None:
         self.context = context
         self.tokenizer = tokenizer
         self.prompt_ids = list(prompt_ids)
@@ -107,6 +111,11 @@ class Generation:
         self.text = ""
         #: "stop" or "length" once iteration is over; None before
         self.finish_reason: Optional[str] = None
+        #: with logprobs=k: one OpenAI ``logprobs.content`` entry per token (a final
+        #: end-of-turn token excluded), {"token", "logprob", "bytes", "top_logprobs"}
+        self.logprobs: Optional[List[dict[str, Any]]] = [] if logprobs is not None else None
+        self._top = logprobs
+        self._constraint = constraint
         #: tokens at the end of a "length" cut whose bytes stop inside a character
         #: (their partial text is not emitted, rather than shown as U+FFFD)
         self.incomplete_tokens: List[int] = []
@@ -129,17 +138,35 @@ class Generation:
     def _run(self) -> Generator[str, None, None]:
         ctx = self.context
         _prefill_reusing_prefix(ctx, self.prompt_ids)
+        if self._constraint is None:
+            yield from self._loop()
+            return
+        sampler = ctx.sampler
+        previous = sampler.grammar
+        sampler.grammar = self._constraint  # for this generation only
+        try:
+            yield from self._loop()
+        finally:
+            sampler.grammar = previous
+
+    def _loop(self) -> Iterator[str]:
+        ctx = self.context
         stream = TextStream(self.tokenizer.decode)
         pending = ""  # decoded, not yet emitted (could start a stop string)
         reason = "length"
         while self.max_tokens is None or len(self.tokens) < self.max_tokens:
             if ctx.n_past >= ctx.n_ctx:
                 break
-            token = ctx.next()
+            if self._top is None:
+                token = ctx.next()
+            else:
+                token, lp = ctx.next_with_logprobs(self._top)
             self.tokens.append(token)
             if token in self.stop_ids:
                 reason = "stop"
                 break
+            if self.logprobs is not None:
+                self.logprobs.append(logprob_entry(self.tokenizer, lp))
             pending += stream.push(token)
             if self.stop:
                 hit = _first_stop(pending, self.stop)
@@ -163,6 +190,26 @@ class Generation:
         self.finish_reason = reason
         if pending:
             yield self._emit(pending)
+
+
+def logprob_entry(tokenizer: Any, record: Any) -> dict[str, Any]:
+    """An OpenAI ``logprobs.content`` entry for a `TokenLogprob`: token, logprob,
+    bytes and top_logprobs (each alternative with its token, logprob and bytes)."""
+
+    def one(token: int, logprob: float) -> dict[str, Any]:
+        piece = _token_bytes(tokenizer, token)
+        return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece)}
+
+    entry = one(record.token, record.logprob)
+    entry["top_logprobs"] = [one(t, v) for t, v in record.top]
+    return entry
+
+
+def _token_bytes(tokenizer: Any, token: int) -> bytes:
+    piece = getattr(tokenizer, "token_to_piece", None)
+    if piece is not None:
+        return bytes(piece(token))
+    return str(tokenizer.decode([token])).encode("utf-8")
 
 
 def _first_stop(text: str, stops: Sequence[str]) -> Optional[int]:
@@ -196,7 +243,8 @@ def _prefill_reusing_prefix(ctx: Context, ids: Sequence[int]) -> None:
 def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional[Context] = None,
              max_tokens: Optional[int] = 256, stop: Union[str, Sequence[str], None] = None,
              add_special: Optional[bool] = None, parse_special: bool = False,
-             stop_at_end_of_turn: bool = True, **sampling: Any) -> Generation:
+             stop_at_end_of_turn: bool = True, grammar: Any = None,
+             logprobs: Optional[int] = None, **sampling: Any) -> Generation:
     """Continue ``prompt`` with ``model``; returns an iterator of text pieces.
 
     ``prompt`` is text (encoded with BOS as the GGUF says unless ``add_special``
@@ -208,6 +256,11 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
 
         gen = generate(model, "The capital of France is", max_tokens=16, temperature=0)
         text = "".join(gen); gen.finish_reason  # "length" or "stop"
+
+    ``grammar`` constrains the output: an `infer.structured.Grammar`, a dict (a JSON
+    Schema) or a str (a GBNF or Lark grammar); a bad one raises GrammarError here,
+    before any token.  ``logprobs=k`` (k >= 0) keeps, per token, its log-probability
+    and the k most likely alternatives in ``gen.logprobs``.
     """
     tok = model.tokenizer
     if isinstance(prompt, str):
@@ -231,5 +284,16 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
     elif sampling:
         raise TypeError("sampling keywords go to the context's sampler; "
                         "pass them to create_context() when you pass context=")
+    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
+        raise ValueError(f"logprobs: expected an int >= 0 (alternatives per token) or None, got {logprobs!r}")
+    constraint = None
+    if grammar is not None:
+        from .structured import Constraint
+
+        if not hasattr(context.sampler, "grammar"):
+            raise TypeError(f"grammar: the context's sampler {type(context.sampler).__name__} has no "
+                            f"grammar hook (use infer.Sampler)")
+        constraint = Constraint(grammar, tok, n_vocab=model.engine.vocab_size)
     stop_ids = end_of_turn_ids(tok) if stop_at_end_of_turn else frozenset()
-    return Generation(context, tok, ids, max_tokens, list(stop or ()), stop_ids)
+    return Generation(context, tok, ids, max_tokens, list(stop or ()), stop_ids,
+                      constraint=constraint, logprobs=logprobs)

@@ -11,10 +11,18 @@ failed call leaves the context as it was.  A variant implements two hooks:
 * ``Context._truncate_cache(n)``: forget cache positions ``>= n`` (a no-op for a
   cache addressed by position, as ours are).
 
+and may override a third (its default here is slow but correct):
+
+* ``Context._forward_rows(tokens, start, rows)``: `_forward`, also filling ``rows``
+  (a `RowOutputs`): the logits of every position from ``rows.first`` on and/or the
+  final hidden states (after the output norm), in the same batched pass.  The
+  default runs one token at a time through ``_forward`` and has no hidden states.
+
 See docs/variants.md for a complete small example.
 """
 from __future__ import annotations
 
+import copy
 import threading
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -31,6 +39,19 @@ class ContextBusyError(RuntimeError):
     """A Context was used from two threads at once."""
 
 
+class RowOutputs:
+    """What ``prefill(all_logits=True)`` / ``prefill(hidden_states=True)`` asks of a pass:
+    ``logits`` (rows ``first...n-1``, shape (n - first, vocab)) and/or ``hidden``
+    (every row, shape (n, n_embd)), float32 arrays the variant fills."""
+
+    __slots__ = ("first", "logits", "hidden")
+
+    def __init__(self, first: int, logits: Optional[NDArray[Any]], hidden: Optional[NDArray[Any]]) -> None:
+        self.first = first
+        self.logits = logits
+        self.hidden = hidden
+
+
 class ModelClosedError(RuntimeError):
     """The model was closed (its weights released) before or while this call ran."""
 
@@ -43,6 +64,8 @@ class Engine(ABC):
     vocab_size: int = 0
     #: longest sequence the model was trained for (the default context size)
     max_seq_len: int = 0
+    #: width of the hidden states ``prefill(hidden_states=True)`` returns (0: none)
+    n_embd: int = 0
 
     @abstractmethod
     def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None) -> "Context":
@@ -98,6 +121,73 @@ class Context(ABC):
     def _truncate_cache(self, n: int) -> None:
         """Forget cache positions >= n.  Position-addressed caches need nothing."""
 
+    def _forward_rows(self, tokens: NDArray[Any], start: int, rows: RowOutputs) -> None:
+        """`_forward`, also filling ``rows``.  This default decodes one token at a time
+        (a variant overrides it to use its batched pass) and has no hidden states."""
+        if rows.hidden is not None:
+            raise NotImplementedError(f"{type(self).__name__} does not expose hidden states")
+        for i in range(len(tokens)):
+            self._forward(tokens[i:i + 1], start + i)
+            if rows.logits is not None and i >= rows.first:
+                rows.logits[i - rows.first] = self.logits
+
+    def _state_options(self) -> dict[str, Any]:
+        """Keywords of ``engine.create_context`` that a saved state must be loaded with."""
+        return {}
+
+    def _cache_state(self, n: int) -> dict[str, NDArray[Any]]:
+        """The cache's arrays for positions < n, to save (`infer.state`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot save its cache")
+
+    def _load_cache_state(self, arrays: dict[str, NDArray[Any]], n: int) -> None:
+        """Put back what `_cache_state(n)` returned (shapes to check: the data is foreign)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot load a cache")
+
+    #: attributes a copy shares with the original rather than copies
+    _shared_on_copy: frozenset[str] = frozenset({"engine"})
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "Context":
+        """An independent context with the same history, cache, logits and sampler
+        state (the engine and its weights are shared)."""
+        with self._exclusive():
+            twin = object.__new__(type(self))
+            memo[id(self)] = twin
+            for name, value in self.__dict__.items():
+                if name == "_lock":
+                    value = threading.Lock()
+                elif name not in self._shared_on_copy:
+                    value = copy.deepcopy(value, memo)
+                setattr(twin, name, value)
+            self._after_copy(twin)
+            return twin
+
+    def _after_copy(self, twin: "Context") -> None:
+        """Fix up what a plain copy of the attributes gets wrong (a variant hook)."""
+
+    # ---- saved state ----------------------------------------------------------------
+    def save_state(self) -> bytes:
+        """This context as bytes: tokens, the used KV cache, logits, sampler state
+        (see `infer.state`); `Context.load_state(model, data)` reads them back."""
+        from . import state
+
+        with self._exclusive():
+            return state.save_state(self)
+
+    @classmethod
+    def load_state(cls, model: Any, data: bytes) -> "Context":
+        """A new context of ``model`` continuing exactly where the saved one stopped;
+        `infer.state.StateError` for data from another model, truncated or altered."""
+        from . import state
+
+        return state.load_state(model, data)  # type: ignore[no-any-return]
+
+    def save(self, path: Any) -> None:
+        """`save_state` written to ``path`` atomically."""
+        from . import state
+
+        with self._exclusive():
+            state.save(self, path)
+
     # ---- the contract -------------------------------------------------------
     @property
     def n_past(self) -> int:
@@ -121,26 +211,58 @@ class Context(ABC):
             if n == len(self.tokens):
                 return
             self._truncate_cache(n)
+            _sampler_call(self.sampler, "uncommit", len(self.tokens) - n)  # a grammar forgets them too
             del self.tokens[n:]
             self._n_cached = min(self._n_cached, n)
             self._logits_valid = False
             self.sampler.set_history(self.tokens)
 
-    def prefill(self, tokens: Iterable[int]) -> None:
-        """Append ``tokens`` after the history in one batched pass; logits of the last."""
+    def prefill(self, tokens: Iterable[int], all_logits: bool = False, logits_from: int = 0,
+                hidden_states: bool = False) -> Any:
+        """Append ``tokens`` after the history in one batched pass; logits of the last.
+
+        ``all_logits=True`` returns the logits of every position of ``tokens`` (from
+        index ``logits_from`` on: shape (n - logits_from, vocab)), computed in the same
+        pass (the output head runs on those rows only).  ``hidden_states=True``
+        returns the final hidden states (after the output norm, (n, n_embd)); both:
+        a tuple (logits, hidden)."""
         with self._exclusive():
             self._check_file()
             batch = self._check_tokens(tokens)
-            if len(batch) == 0:
-                return
-            if len(self.tokens) + len(batch) > self.n_ctx:
+            n = len(batch)
+            if isinstance(logits_from, bool) or not isinstance(logits_from, int) or not 0 <= logits_from <= n:
+                raise ValueError(f"logits_from: must be an int in [0, {n}], got {logits_from!r}")
+            if len(self.tokens) + n > self.n_ctx:
                 raise ContextOverflowError(
-                    f"{len(batch)} tokens after {len(self.tokens)} already held exceed the "
+                    f"{n} tokens after {len(self.tokens)} already held exceed the "
                     f"context of {self.n_ctx} tokens")
-            self._eval(batch)
+            rows = None
+            if all_logits or hidden_states:
+                width = getattr(self.engine, "n_embd", 0)
+                if hidden_states and not width:
+                    raise NotImplementedError(f"{type(self.engine).__name__} does not expose hidden states")
+                rows = RowOutputs(
+                    logits_from,
+                    np.zeros((n - logits_from, self.engine.vocab_size), np.float32) if all_logits else None,
+                    np.zeros((n, width), np.float32) if hidden_states else None)
+            if n:
+                self._eval(batch, rows)
+            if rows is None:
+                return None
+            if all_logits and hidden_states:
+                return rows.logits, rows.hidden
+            return rows.logits if all_logits else rows.hidden
 
     def next(self) -> int:
         """Sample a token from ``self.logits``, append it, decode it; return it."""
+        return self._next(None)[0]
+
+    def next_with_logprobs(self, top: int = 0) -> tuple[int, Any]:
+        """`next`, also returning the token's `infer.sampler.TokenLogprob` (with the
+        ``top`` most likely alternatives) from the logits the sampler saw."""
+        return self._next(top)
+
+    def _next(self, top: Optional[int]) -> tuple[int, Any]:
         with self._exclusive():
             if not self.tokens:
                 raise RuntimeError("next(): the context is empty; prefill a prompt first")
@@ -149,18 +271,31 @@ class Context(ABC):
             self._check_file()
             self._ensure_logits()
             token = int(self.sampler.sample(self.logits))
-            self._eval(np.array([token], dtype=np.int32))
-            return token
+            record = None if top is None else self.sampler.logprobs(self.logits, token, top)
+            # The grammar (if any) computes its next mask while the forward pass runs.
+            _sampler_call(self.sampler, "commit", token)
+            try:
+                self._eval(np.array([token], dtype=np.int32))
+            except BaseException:
+                _sampler_call(self.sampler, "uncommit", 1)
+                raise
+            return token, record
 
     # ---- shared machinery -----------------------------------------------------
-    def _eval(self, batch: NDArray[Any]) -> None:
-        """Evaluate ``batch`` after the history (first any history tokens not cached)."""
+    def _eval(self, batch: NDArray[Any], rows: Optional[RowOutputs] = None) -> None:
+        """Evaluate ``batch`` after the history (first any history tokens not cached);
+        with ``rows``, also the all-position outputs of ``batch``."""
+        if rows is not None and self._n_cached < len(self.tokens):
+            self._eval(np.empty(0, dtype=np.int32))  # the uncached history first, without rows
         start = self._n_cached
         run = batch
         if start < len(self.tokens):
             run = np.concatenate([np.asarray(self.tokens[start:], dtype=np.int32), batch])
         try:
-            self._forward(run, start)
+            if rows is None:
+                self._forward(run, start)
+            else:
+                self._forward_rows(run, start, rows)
         except BaseException:
             # Cache slots past `start` may hold partial results; history does not
             # name them, so the context is as before.  Logits may be half-written.
@@ -265,6 +400,8 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
             for c in contexts:
                 c._ensure_logits()
             chosen = [int(c.sampler.sample(c.logits)) for c in contexts]
+            for c, token in zip(contexts, chosen):
+                _sampler_call(c.sampler, "commit", token)
         else:
             for c in contexts:
                 c._ensure_cached()
@@ -276,6 +413,8 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
             for c, start in zip(contexts, starts):
                 c._truncate_cache(start)
                 c._logits_valid = False
+                if forced is None:
+                    _sampler_call(c.sampler, "uncommit", 1)
             raise
         for c, token in zip(contexts, chosen):
             c.tokens.append(token)
@@ -286,6 +425,14 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
     finally:
         for guard in held:
             guard.__exit__()
+
+
+def _sampler_call(sampler: Any, hook: str, arg: int) -> None:
+    """``commit``/``uncommit`` are optional in a sampler (infer's Sampler has them,
+    for its grammar); a sampler with only sample/accept/reset/set_history works."""
+    method = getattr(sampler, hook, None)
+    if method is not None:
+        method(arg)
 
 
 class _Exclusive:
@@ -324,12 +471,31 @@ class Model:
             sampler = Sampler(**sampling)
         return self.engine.create_context(n_ctx=n_ctx, sampler=sampler)
 
+    def embed(self, texts: Any, pooling: str = "mean", normalize: bool = True) -> NDArray[Any]:
+        """Embeddings of a text or a list of texts from the final hidden states
+        (``pooling`` "mean", "last" or "cls"); see `infer.embeddings`."""
+        from .embeddings import embed
+
+        return embed(self, texts, pooling=pooling, normalize=normalize)
+
+    def load_context(self, path: Any) -> Context:
+        """A context saved with ``ctx.save(path)``, continuing where it stopped."""
+        from . import state
+
+        return state.load(self, path)  # type: ignore[no-any-return]
+
     def create_chat_completion(self, messages: Any, **options: Any) -> Any:
         """OpenAI's chat completion: a ``chat.completion`` dict, or chunk dicts with
         ``stream=True``; the options are `infer.api.create_chat_completion`'s."""
         from .api import create_chat_completion
 
         return create_chat_completion(self, messages, **options)
+
+    def create_embedding(self, input: Any, **options: Any) -> Any:
+        """OpenAI's embeddings (``{"object": "list", "data": [...]}``); `infer.api.create_embedding`."""
+        from .api import create_embedding
+
+        return create_embedding(self, input, **options)
 
     def create_completion(self, prompt: Any, **options: Any) -> Any:
         """OpenAI's (legacy) text completion; the options are `infer.api.create_completion`'s."""

@@ -9,6 +9,10 @@ that are off by default left out):
    a token seen ``c > 0`` times has its logit divided by ``repeat_penalty`` if
    positive, multiplied if not (once, whatever ``c``), then
    ``logit -= c * frequency_penalty + presence_penalty``.
+2b. **grammar** (``Sampler.grammar``, an `infer.structured.Constraint`): tokens the
+   grammar does not allow next get ``-inf``.  `logprobs` reports the log-softmax of
+   the logits at this point (after bias, penalties and grammar), as llama-server
+   documents its ``n_probs``.
 3. **top-k**: keep the ``top_k`` largest logits (``top_k <= 0``: off).  Ties at
    the boundary keep the lower ids.
 4. **top-p**: softmax over what is left, keep the shortest run of most probable
@@ -36,7 +40,7 @@ from __future__ import annotations
 import math
 import secrets
 from collections import deque
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 import numpy as np
 from numpy.typing import NDArray
@@ -67,6 +71,15 @@ def _check_int(name: str, value: object, lo: Optional[int] = None) -> int:
     return number
 
 
+class TokenLogprob(NamedTuple):
+    """A chosen token's log-probability and the most likely alternatives."""
+
+    token: int
+    logprob: float
+    #: (token id, logprob), most likely first (ties: lower id first)
+    top: list[tuple[int, float]]
+
+
 class Sampler:
     """Picks the next token from a logits vector; see the module doc for the chain.
 
@@ -78,7 +91,7 @@ class Sampler:
                  min_p: float = 0.05, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                  logit_bias: Optional[Mapping[int, float]] = None,
-                 seed: Optional[int] = None) -> None:
+                 seed: Optional[int] = None, grammar: Any = None) -> None:
         self.temperature = _check_number("temperature", temperature, lo=0.0)
         self.top_k = _check_int("top_k", top_k)
         self.top_p = _check_number("top_p", top_p, lo=0.0, hi=1.0, lo_open=True)
@@ -115,6 +128,8 @@ class Sampler:
         self._window: deque[int] = deque()
         self._buf = np.empty(0, dtype=np.float32)
         self._counts: dict[int, int] = {}
+        #: an infer.structured.Constraint masking the tokens its grammar forbids, or None
+        self.grammar = grammar
         self.reset()
 
     # ---- state ------------------------------------------------------------------
@@ -124,6 +139,19 @@ class Sampler:
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
         self._window.clear()
         self._counts.clear()
+        if self.grammar is not None:
+            self.grammar.reset()
+
+    def commit(self, token: int) -> None:
+        """``token``, chosen by `sample`, is being appended to the output: the grammar
+        (if any) moves past it and starts computing its next mask."""
+        if self.grammar is not None:
+            self.grammar.consume(token)
+
+    def uncommit(self, n: int = 1) -> None:
+        """Undo the last ``n`` `commit` calls (a failed decode, a truncation)."""
+        if self.grammar is not None:
+            self.grammar.rollback(n)
 
     def accept(self, token: int) -> None:
         """Push ``token`` into the penalty window (dropping the oldest when full)."""
@@ -151,6 +179,32 @@ class Sampler:
             for t in tokens[-self.repeat_last_n:]:
                 self.accept(t)
 
+    def get_state(self) -> dict[str, Any]:
+        """Everything the next draws depend on, as JSON-able values (`from_state`
+        rebuilds it): settings, seeds, the RNG's position, the penalty window.
+        A grammar is not part of it."""
+        return {
+            "settings": dict(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                             min_p=self.min_p, repeat_penalty=self.repeat_penalty,
+                             repeat_last_n=self.repeat_last_n, frequency_penalty=self.frequency_penalty,
+                             presence_penalty=self.presence_penalty, seed=self._seed_arg),
+            "logit_bias": [[t, "-inf" if b == -math.inf else b] for t, b in self.logit_bias.items()],
+            "seed": self.seed,
+            "rng": self._rng.bit_generator.state,
+            "window": list(self._window),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> "Sampler":
+        bias = {int(t): -math.inf if b == "-inf" else float(b) for t, b in state["logit_bias"]}
+        s = cls(**state["settings"], logit_bias=bias or None)
+        s.seed = _check_int("seed", state["seed"], lo=0)
+        s._rng = np.random.Generator(np.random.PCG64())
+        s._rng.bit_generator.state = dict(state["rng"])
+        for t in state["window"]:
+            s.accept(int(t))
+        return s
+
     @property
     def history(self) -> list[int]:
         """The tokens in the penalty window, oldest first."""
@@ -165,6 +219,30 @@ class Sampler:
         if ids.shape[0] == 1:
             return int(ids[0])  # greedy or one survivor: no random draw
         return int(ids[_draw(w, self._rng.random())])
+
+    def adjusted(self, logits: NDArray[Any]) -> NDArray[Any]:
+        """The logits after bias, penalties and grammar: what top-k and the rest see
+        (``logits`` itself when none of them applies)."""
+        x, _ = self._check_logits(logits)
+        return self._apply_bias_and_penalties(x, x.shape[0])
+
+    def logprobs(self, logits: NDArray[Any], token: int, top: int = 0) -> "TokenLogprob":
+        """Log-probability of ``token`` and of the ``top`` most likely tokens under the
+        log-softmax of `adjusted` logits (call it before `accept`/`commit` of ``token``)."""
+        token = _check_int("token", token, lo=0)
+        top = _check_int("top", top, lo=0)
+        x = self.adjusted(logits).astype(np.float64)
+        if token >= x.shape[0]:
+            raise ValueError(f"token: {token} is outside the vocabulary [0, {x.shape[0]})")
+        m = float(x.max())
+        lse = m + math.log(float(np.exp(x - m).sum()))
+        ranked: list[tuple[int, float]] = []
+        if top:
+            k = min(top, x.shape[0])
+            ids = np.argpartition(-x, k - 1)[:k]
+            ids = ids[np.lexsort((ids, -x[ids]))]
+            ranked = [(int(i), float(x[i] - lse)) for i in ids if x[i] > -np.inf]
+        return TokenLogprob(token, float(x[token] - lse), ranked)
 
     def probabilities(self, logits: NDArray[Any]) -> NDArray[Any]:
         """The distribution ``sample`` draws from, as a float64 vector over the vocabulary
@@ -185,6 +263,10 @@ class Sampler:
             imax = int(np.argmax(x))
         top = float(x[imax])
         if top == -math.inf:
+            if self.grammar is not None:
+                from .structured import GrammarError
+
+                raise GrammarError("the grammar allows no token here that the logit bias leaves")
             raise ValueError("logits: every token has logit -inf (nothing to sample)")
         if self.temperature <= 0.0 or self.top_k == 1:
             return np.array([imax]), np.ones(1, dtype=np.float32)
@@ -232,6 +314,13 @@ class Sampler:
         return logits, imax
 
     def _apply_bias_and_penalties(self, x: NDArray[Any], n: int) -> NDArray[Any]:
+        """Steps 1, 2 and 2b of the chain (a copy; ``x`` itself when none applies)."""
+        y = self._bias_and_penalties(x, n)
+        if self.grammar is not None:
+            y = self.grammar.apply(y)
+        return y
+
+    def _bias_and_penalties(self, x: NDArray[Any], n: int) -> NDArray[Any]:
         penalize = bool(self._counts) and (self.repeat_penalty != 1.0
                                            or self.frequency_penalty != 0.0
                                            or self.presence_penalty != 0.0)

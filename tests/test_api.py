@@ -180,6 +180,11 @@ def test_sampler_gets_the_penalties():
     (dict(logit_bias={"99999": 1}), "logit_bias"),
     (dict(tools="get_weather"), "tools"),
     (dict(tool_choice=3), "tool_choice"),
+    (dict(tool_choice="required"), "tool_choice"),  # no tools to call
+    (dict(top_logprobs=2), "top_logprobs"),  # without logprobs=True
+    (dict(logprobs="yes"), "logprobs"),
+    (dict(response_format={"type": "xml"}), "response_format"),
+    (dict(response_format={"type": "json_schema", "json_schema": {"schema": {"type": 7}}}), "response_format"),
 ])
 def test_bad_options_name_their_field(options, param):
     model = scripted_model(["Hi."])
@@ -189,10 +194,6 @@ def test_bad_options_name_their_field(options, param):
 
 
 @pytest.mark.parametrize("options, param", [
-    (dict(response_format={"type": "json_object"}), "response_format"),
-    (dict(logprobs=True), "logprobs"),
-    (dict(top_logprobs=2), "top_logprobs"),
-    (dict(tool_choice="required", tools=TOOLS), "tool_choice"),
     (dict(parallel_tool_calls=False), "parallel_tool_calls"),
 ])
 def test_options_not_honoured_are_refused(options, param):

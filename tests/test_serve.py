@@ -265,13 +265,61 @@ def test_bad_requests_get_openai_errors(smol):
     with pytest.raises(openai.BadRequestError, match="unrecognized request argument"):
         client(base).chat.completions.create(model="any", messages=prompts(1)[0], extra_body={"bogus": 1})
     with pytest.raises(openai.BadRequestError, match="not supported"):
+        client(base).chat.completions.create(model="any", messages=prompts(1)[0], parallel_tool_calls=False)
+    with pytest.raises(openai.BadRequestError) as info:
         client(base).chat.completions.create(model="any", messages=prompts(1)[0],
-                                             response_format={"type": "json_object"})
+                                             response_format={"type": "json_schema",
+                                                              "json_schema": {"name": "x", "schema": {"type": 7}}})
+    assert info.value.param == "response_format"
     status, _, body = request(base, "POST", "/v1/completions", {"prompt": 3})
     assert status == 400 and body["error"]["param"] == "prompt"
     status, _, body = request(base, "GET", "/v1/nowhere")
     assert status == 404 and "error" in body
     assert request(base, "GET", "/health")[2]["status"] == "ok"
+
+
+def test_structured_output_and_logprobs_through_the_official_client(smol):
+    """response_format, tool_choice and logprobs/top_logprobs on the real server;
+    outputs validated with `jsonschema`, logprobs in OpenAI's shape."""
+    jsonschema = pytest.importorskip("jsonschema")
+    pytest.importorskip("llguidance")
+    _, base = smol
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+              "required": ["city"], "additionalProperties": False}
+    out = client(base).chat.completions.create(
+        model="any", messages=[{"role": "user", "content": "Name a city in France as JSON."}], temperature=0,
+        max_tokens=40, response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+        logprobs=True, top_logprobs=2)
+    choice = out.choices[0]
+    jsonschema.validate(json.loads(choice.message.content), schema)
+    content = choice.logprobs.content
+    # at most 2 alternatives: tokens the grammar forbids (logprob -inf) are not listed
+    assert content and all(1 <= len(e.top_logprobs) <= 2 and e.logprob <= 0 for e in content)
+    assert "".join(e.token for e in content) == choice.message.content
+    weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+               "required": ["city"], "additionalProperties": False}
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": weather}}]
+    out = client(base).chat.completions.create(
+        model="any", messages=[{"role": "user", "content": "Weather in Paris?"}], temperature=0, max_tokens=60,
+        tools=tools, tool_choice="required")
+    (call,) = out.choices[0].message.tool_calls
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), weather)
+
+
+def test_embeddings_through_the_official_client(smol):
+    import numpy as np
+
+    model, base = smol
+    texts = ["A cat sits on the mat.", "Stocks fell today."]
+    out = client(base).embeddings.create(model="any", input=texts)
+    assert [d.index for d in out.data] == [0, 1] and out.usage.prompt_tokens > 0
+    np.testing.assert_allclose(np.array([d.embedding for d in out.data]), model.embed(texts), atol=1e-6)
+    # the client asks for base64 unless told otherwise (and decodes it); "float" is the JSON list
+    floats = client(base).embeddings.create(model="any", input=texts[0], encoding_format="float")
+    np.testing.assert_allclose(floats.data[0].embedding, model.embed(texts[0]), atol=1e-6)
+    with pytest.raises(openai.BadRequestError):
+        client(base).embeddings.create(model="any", input=[])
 
 
 # ---- the scripted model in this process ---------------------------------------------------------

@@ -54,6 +54,9 @@ class Reply:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    #: with ``logprobs=k``: OpenAI ``logprobs.content`` entries, one per generated token
+    #: (the end-of-turn token excluded), else None
+    logprobs: Optional[list[dict[str, Any]]] = None
 
     @property
     def prefilled_tokens(self) -> int:

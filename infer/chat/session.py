@@ -14,6 +14,7 @@ import warnings
 import weakref
 from typing import Any, Iterator, Optional, Sequence, Union
 
+from ..generate import logprob_entry
 from ..runtime import ContextOverflowError
 from .replies import Message, Reply, ThinkingText, ToolCall, ToolCallError, parse_tool_call
 from .reply_parser import CONTENT, ReplyParser
@@ -170,13 +171,24 @@ class ChatSession:
 
     def stream(self, text: Optional[str] = None, *, max_tokens: Optional[int] = None,
                stop: Union[str, Sequence[str], None] = None,
-               show_thinking: bool = False) -> Iterator[Union[str, Reply]]:
+               show_thinking: bool = False, response_format: Optional[Message] = None,
+               tool_choice: Any = None, logprobs: Optional[int] = None) -> Iterator[Union[str, Reply]]:
         """Yield the reply as text pieces, then the `Reply`.
 
         With ``show_thinking=True`` thinking is yielded too, as `ThinkingText`
         pieces.  Closing the iterator early (or Ctrl-C) ends the turn cleanly: the
         partial reply is kept with ``finish_reason="interrupted"``.
+
+        ``response_format`` (OpenAI's: ``{"type": "json_object"}`` or ``{"type":
+        "json_schema", "json_schema": {"schema": ...}}``) constrains the reply;
+        ``tool_choice="required"`` or ``{"type": "function", "function": {"name": N}}``
+        forces a tool call whose arguments are valid against the tool's parameters
+        (`infer.structured`).  ``logprobs=k`` puts each token's log-probability and
+        its k best alternatives in ``Reply.logprobs``.
         """
+        constraint = self._constraint(response_format, tool_choice)
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
+            raise ValueError(f"logprobs: expected an int >= 0 or None, got {logprobs!r}")
         if text is not None and not isinstance(text, str):
             raise TypeError(f"text: expected a str or None, got {type(text).__name__}")
         if text is None and (not self._messages or self._messages[-1]["role"] not in ("user", "tool")):
@@ -201,12 +213,72 @@ class ChatSession:
         think = self.chat.think_markers
         # A generation prompt may itself open the thinking block (R1-style templates).
         in_thinking = think is not None and prompt_text.rstrip().endswith(think[0])
-        return self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
-                          self._version)
+        turn = self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
+                          self._version, logprobs)
+        return turn if constraint is None else self._constrained(turn, constraint)
+
+    def _constrained(self, turn: Iterator[Union[str, Reply]], constraint: Any) -> Iterator[Union[str, Reply]]:
+        """Run a turn with ``constraint`` on the context's sampler (for this turn only)."""
+        sampler = self.context.sampler
+        previous = getattr(sampler, "grammar", None)
+        sampler.grammar = constraint
+        try:
+            yield from turn
+        finally:
+            sampler.grammar = previous
+
+    def _constraint(self, response_format: Optional[Message], tool_choice: Any) -> Any:
+        """The grammar of a turn's response_format / tool_choice (GrammarError here,
+        before any token, when it is invalid)."""
+        if tool_choice in (None, "auto", "none") and response_format is None:
+            return None
+        from ..structured import Constraint, grammar_from_response_format
+
+        grammar = None
+        if tool_choice not in (None, "auto", "none"):
+            grammar = self._tool_call_grammar(tool_choice)
+        elif response_format is not None:
+            grammar = grammar_from_response_format(response_format)
+        if grammar is None:
+            return None
+        return Constraint(grammar, self.tokenizer, n_vocab=self.model.engine.vocab_size)
+
+    def _tool_call_grammar(self, tool_choice: Any) -> Any:
+        """A grammar for one call of the session's tools (or of the one named),
+        between the template's tool-call markers when it has them."""
+        from ..structured import Grammar
+
+        if not self.tools:
+            raise ValueError("tool_choice: the session has no tools")
+        tools = [function_of(t) for t in self.tools]
+        if tool_choice != "required":
+            name = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
+            if not isinstance(name, str):
+                raise ValueError(f"tool_choice: expected 'auto', 'none', 'required' or "
+                                 f"{{'type': 'function', 'function': {{'name': ...}}}}, got {tool_choice!r}")
+            tools = [t for t in tools if t["name"] == name]
+            if not tools:
+                raise ValueError(f"tool_choice: no tool named {name!r}")
+        calls = [{"type": "object", "properties": {
+            "name": {"const": t["name"]},
+            "arguments": t.get("parameters") or {"type": "object"}},
+            "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
+        schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+        markers = self.chat.tool_call_markers
+        if markers is None:
+            return Grammar.json_schema(schema)
+        vocab = self.tokenizer.vocab
+
+        def literal(marker: str) -> str:
+            tid = token_id(vocab, marker)
+            return f"<[{tid}]>" if tid is not None else json.dumps(marker)
+
+        return Grammar.lark(f'start: {literal(markers[0])} "\\n" call "\\n" {literal(markers[1])}\n'
+                            f"call: %json {json.dumps(schema)}")
 
     def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
               stops: list[str], show_thinking: bool, in_thinking: bool,
-              version: int) -> Iterator[Union[str, Reply]]:
+              version: int, logprobs: Optional[int] = None) -> Iterator[Union[str, Reply]]:
         if version != self._version:
             raise RuntimeError("the conversation changed after stream() was called; call it again")
         ctx = self.context
@@ -226,15 +298,21 @@ class ChatSession:
         generated = 0
         finish = "length"
         recorded = False
+        records: Optional[list[dict[str, Any]]] = [] if logprobs is not None else None
         try:
             while max_tokens is None or generated < max_tokens:
                 if ctx.n_past + self._reserve >= ctx.n_ctx and not self._shift_during_reply(messages):
                     break
-                token = ctx.next()
+                if records is None:
+                    token = ctx.next()
+                else:
+                    token, lp = ctx.next_with_logprobs(logprobs or 0)
                 generated += 1
                 if token in self._stop_ids:
                     finish = "stop"
                     break
+                if records is not None:
+                    records.append(logprob_entry(self.tokenizer, lp))
                 marker = self._marker_ids.get(token)
                 piece = decoder.flush() + marker if marker is not None else decoder.feed(token)
                 for item in self._shown(parser.feed(piece), show_thinking):
@@ -247,6 +325,7 @@ class ChatSession:
             for item in self._shown(parser.feed(tail) + parser.finish(), show_thinking):
                 yield item
             reply = self._record(parser, finish, len(prompt), cached, generated)
+            reply.logprobs = records
             recorded = True
             self._sync_history()
             yield reply

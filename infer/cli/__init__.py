@@ -1,4 +1,4 @@
-"""The `infer` command line: generate, chat, tokenize, bench, quantize, info, serve.
+"""The `infer` command line: generate, chat, tokenize, bench, quantize, info, serve, perplexity, embed.
 
 Each subcommand is one module of this package with a `register(subparsers)`
 function that adds its parser and sets `func`; `main()` only parses and runs.
@@ -12,12 +12,12 @@ import sys
 import warnings
 from typing import Any, Optional, Sequence
 
-from . import bench, chat, generate, info, quantize, serve, tokenize
+from . import bench, chat, embed, generate, info, perplexity, quantize, serve, tokenize
 from .chat import _CHAT_HELP  # noqa: F401  (the tests read the chat help text)
 from .common import CLIError, SubcommandParser  # noqa: F401
 
 #: the subcommands, in the order `infer --help` lists them
-COMMANDS = (info, quantize, generate, chat, tokenize, bench, serve)
+COMMANDS = (info, quantize, generate, chat, tokenize, bench, serve, perplexity, embed)
 
 
 def build_parser() -> argparse.ArgumentParser:

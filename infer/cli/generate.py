@@ -44,6 +44,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise CLIError(f"--max-tokens: must be >= 0, got {args.max_tokens}")
     if args.system is not None and not args.chat:
         raise CLIError("--system: only with --chat")
+    grammar = _grammar(args)  # a bad schema or grammar fails before the model loads
     if args.special and args.chat:
         raise CLIError("--special: only without --chat (the chat template's markers are always special)")
     prompt = read_prompt(args)
@@ -67,7 +68,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         # A prompt longer than the context fails with ContextOverflowError.
         n_ctx = ctx_size(args) or min(model.engine.max_seq_len, len(ids) + args.max_tokens)
         ctx = model.create_context(n_ctx=n_ctx, **params)
-        gen = generate(model, ids, context=ctx, max_tokens=args.max_tokens, stop=args.stop or None)
+        gen = generate(model, ids, context=ctx, max_tokens=args.max_tokens, stop=args.stop or None,
+                       grammar=grammar)
         t_first = None
         out = sys.stdout
         try:
@@ -90,6 +92,23 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grammar(args: argparse.Namespace) -> Any:
+    """--json-schema FILE / --grammar FILE (GBNF or Lark) as an infer.structured.Grammar."""
+    path = args.json_schema or args.grammar
+    if path is None:
+        return None
+    if args.json_schema and args.grammar:
+        raise CLIError("--json-schema and --grammar: one or the other")
+    from ..structured import Grammar
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise CLIError(f"{path}: {e.strerror}") from None
+    return Grammar.json_schema(text) if args.json_schema else Grammar.gbnf(text)
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("generate", help="continue a prompt, streaming to stdout")
     p.add_argument("prompt", nargs="?", default=None, help="the prompt; '-' reads it from stdin")
@@ -101,6 +120,8 @@ def register(sub: Any) -> None:
                    help="stop before this text; repeat for several (default: none)")
     p.add_argument("--special", action="store_true",
                    help="parse special-token texts in the prompt (<|im_start|>, <bos>) as those tokens")
+    p.add_argument("--json-schema", metavar="FILE", default=None, help="output JSON valid against this schema")
+    p.add_argument("--grammar", metavar="FILE", default=None, help="output in this GBNF (or Lark) grammar")
     add_model_args(p)
     add_sampling_args(p)
     p.set_defaults(func=cmd_generate)

@@ -138,6 +138,27 @@ class _Server:
     async def completions(self, request: Request) -> Response:
         return await self._complete(request, "/v1/completions", api.create_completion, "prompt")
 
+    async def embeddings(self, request: Request) -> Response:
+        """Embeddings run beside the decoding slots (their own context; the kernels'
+        thread pool takes one parallel run at a time)."""
+        try:
+            body = await request.json()
+        except ValueError:
+            self.metrics.count_request("/v1/embeddings", 400)
+            return _error_response(400, "the body is not JSON")
+        if not isinstance(body, dict) or "input" not in body:
+            self.metrics.count_request("/v1/embeddings", 400)
+            return _error_response(400, "expected a JSON object with 'input'", param="input")
+        body.pop("model", None)
+        try:
+            result = await asyncio.to_thread(api.create_embedding, self.model, model_name=self.model_name, **body)
+        except BaseException as exc:
+            status, error = _classify(exc)
+            self.metrics.count_request("/v1/embeddings", status)
+            return JSONResponse(error, status_code=status)
+        self.metrics.count_request("/v1/embeddings", 200)
+        return JSONResponse(result)
+
     # ---- one completion request ----------------------------------------------------------
     async def _complete(self, request: Request, endpoint: str, call: Callable[..., Any], required: str) -> Response:
         parsed = await self._parse(request, call, required)
@@ -304,6 +325,7 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
             Route(f"{prefix}/models/{{name:path}}", server.model_info, methods=["GET"]),
             Route(f"{prefix}/chat/completions", server.chat_completions, methods=["POST"]),
             Route(f"{prefix}/completions", server.completions, methods=["POST"]),
+            Route(f"{prefix}/embeddings", server.embeddings, methods=["POST"]),
         ]
     middleware = []
     if cors_origins:

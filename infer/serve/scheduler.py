@@ -52,6 +52,8 @@ class _Job:
     done: int = 0       # prefill: tokens of it already run
     result: int = -1    # decode: the sampled token
     error: Optional[BaseException] = None
+    top: Optional[int] = None  # decode: alternatives wanted with the token's logprob (None: no logprob)
+    record: Any = None  # decode: the token's infer.sampler.TokenLogprob when top is set
 
 
 @dataclass
@@ -274,6 +276,9 @@ class Scheduler:
             ctx = self.slots[index].context
             try:
                 token = int(ctx.sampler.sample(ctx.logits))
+                if job.top is not None:  # from the logits the sampler saw, before the grammar moves on
+                    job.record = ctx.sampler.logprobs(ctx.logits, token, job.top)
+                _sampler_hook(ctx.sampler, "commit", token)  # a grammar, if any, moves past it
             except Exception as exc:
                 job.error = exc
                 continue
@@ -290,6 +295,7 @@ class Scheduler:
                     decode_batch([ctx], [token])
                 except Exception as exc:
                     job.error = exc
+                    _sampler_hook(ctx.sampler, "uncommit", 1)
                 else:
                     job.result = token
                     self._count_step(1)
@@ -303,6 +309,13 @@ class Scheduler:
         stats.decode_steps += 1
         stats.decoded_tokens += size
         stats.batch_sizes[size] = stats.batch_sizes.get(size, 0) + 1
+
+
+def _sampler_hook(sampler: Any, hook: str, arg: int) -> None:
+    """A grammar's commit/uncommit (infer.Sampler has them; other samplers may not)."""
+    method = getattr(sampler, hook, None)
+    if method is not None:
+        method(arg)
 
 
 class SlotContext:
@@ -408,6 +421,13 @@ class SlotContext:
         return prompt[keep:]
 
     def next(self) -> int:
+        return self._next(None)[0]
+
+    def next_with_logprobs(self, top: int = 0) -> tuple[int, Any]:
+        """`next`, with the token's `infer.sampler.TokenLogprob` (as Context's)."""
+        return self._next(top)
+
+    def _next(self, top: Optional[int]) -> tuple[int, Any]:
         if self._slot is None:
             raise RuntimeError("next(): the context is empty; prefill a prompt first")
         if len(self.tokens) >= self.n_ctx:
@@ -416,11 +436,11 @@ class SlotContext:
             last = self.tokens[-1]
             self.truncate_to(len(self.tokens) - 1)
             self.prefill([last])
-        token = self._scheduler._submit(_Job(_DECODE, self)).result
+        job = self._scheduler._submit(_Job(_DECODE, self, top=top))
         if self.first_token_at is None:
             self.first_token_at = time.monotonic()
         self.generated += 1
-        return token
+        return job.result, job.record
 
     def cancel(self) -> None:
         """Make the next job fail with Cancelled (from any thread)."""

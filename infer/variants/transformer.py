@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import kernels as K
-from ..runtime import Context, Engine, ModelClosedError
+from ..runtime import Context, Engine, ModelClosedError, RowOutputs
 from .spec import TransformerSpec
 from .weights import LayerWeights, Matrix, ModelWeights, load_weights
 
@@ -42,6 +42,7 @@ class TransformerEngine(Engine):
         self.architecture = str(gguf_file.metadata.get("general.architecture", ""))
         self.vocab_size = spec.vocab_size
         self.max_seq_len = spec.max_seq_len
+        self.n_embd = spec.dim
         self.n_threads = n_threads
         self.weights: Optional[ModelWeights] = load_weights(spec, gguf_file.tensors, also_used)
         self._contexts: "weakref.WeakSet[TransformerContext]" = weakref.WeakSet()
@@ -77,6 +78,17 @@ class TransformerEngine(Engine):
         if self.weights is None:
             raise ModelClosedError("the model is closed")
         return self.weights
+
+    def weight_arrays(self) -> Iterable[Tuple[str, int, NDArray[Any]]]:
+        """(name, format, raw data) of every weight, for `infer.state.fingerprint`."""
+        w = self.live_weights()
+        named: list[Tuple[str, Any]] = [("token_embd", w.token_embd), ("output", w.output),
+                                        ("output_norm", w.output_norm)]
+        for i, layer in enumerate(w.layers):
+            named += [(f"blk.{i}.{k}", v) for k, v in vars(layer).items()]
+        for name, m in named:
+            if m is not None:
+                yield name, int(getattr(m, "qtype", 0)), m.data
 
     @contextmanager
     def running(self) -> Iterator[ModelWeights]:
@@ -178,6 +190,7 @@ class TransformerContext(Context):
         if kv_type not in ("f16", "f32"):
             raise ValueError(f"kv_type: expected 'f16' or 'f32', got {kv_type!r}")
         # F16 is stored as its bits (uint16), the layout kv_store/attention read.
+        self.kv_type = kv_type
         kv_dtype = np.uint16 if kv_type == "f16" else np.float32
         shape = (spec.n_layers, spec.n_kv_heads, self.n_ctx, spec.head_dim)
         # np.zeros maps untouched pages lazily: memory grows with the positions used.
@@ -202,21 +215,42 @@ class TransformerContext(Context):
             else:
                 self._prefill(tokens, start)
 
+    def _forward_rows(self, tokens: NDArray[Any], start: int, rows: RowOutputs) -> None:
+        with self.engine.running():
+            self._prefill(tokens, start, rows)
+
     # ---- the Python forward pass ----------------------------------------------------
-    def _prefill(self, tokens: NDArray[Any], start: int) -> None:
+    def _prefill(self, tokens: NDArray[Any], start: int, rows: Optional[RowOutputs] = None) -> None:
+        """The batch through `_block`; with ``rows``, also every position's outputs."""
         w = self.engine.live_weights()
         spec = self.spec
         for c0 in range(0, len(tokens), N_BATCH):
             chunk = tokens[c0:c0 + N_BATCH]
             s = self._buffers(len(chunk))
-            rows = w.token_embd.data[chunk]  # gathers the rows (a small copy)
-            K.dequantize(rows.reshape(-1), w.token_embd.qtype, s.x.reshape(-1))
+            embd_rows = w.token_embd.data[chunk]  # gathers the rows (a small copy)
+            K.dequantize(embd_rows.reshape(-1), w.token_embd.qtype, s.x.reshape(-1))
             if spec.embd_scale != 1.0:
                 K.scale(s.x, spec.embd_scale)
             for li, layer in enumerate(w.layers):
                 self._block(layer, li, s, start + c0)
+            if rows is not None:
+                self._head_rows(s, c0, len(chunk), rows)
+        if rows is not None and rows.logits is not None and rows.logits.shape[0]:
+            self.logits[:] = rows.logits[-1]
+            return
         n = len(chunk)
         self._head(s.x[n - 1:n], self.logits.reshape(1, -1))
+
+    def _head_rows(self, s: "_Scratch", c0: int, n: int, rows: RowOutputs) -> None:
+        """The all-position outputs of a batch's n rows (positions c0... of the call):
+        hidden states after the output norm, and the head over the rows at or after
+        ``rows.first`` only (that mat-mul is all the all-position logits cost)."""
+        if rows.hidden is not None:
+            w = self.engine.live_weights()
+            K.rmsnorm(s.x[:n], w.output_norm.data, rows.hidden[c0:c0 + n], self.spec.rms_eps)
+        lo = max(rows.first - c0, 0)
+        if rows.logits is not None and lo < n:
+            self._head(s.x[lo:n], rows.logits[c0 + lo - rows.first:c0 + n - rows.first])
 
     def _head(self, x: NDArray[Any], out: NDArray[Any]) -> None:
         """Logits of the residual rows x (n, dim) into out (n, vocab)."""
@@ -276,6 +310,39 @@ class TransformerContext(Context):
         if spec.residual_scale != 1.0:
             K.scale(s.h2, spec.residual_scale)
         K.add(s.x, s.h2)
+
+    # ---- saved state and copies (infer.state) -------------------------------------------
+    _shared_on_copy = frozenset({"engine", "spec", "_scratch", "k_cache", "v_cache"})
+
+    def _state_options(self) -> Dict[str, Any]:
+        return {"kv_type": self.kv_type}
+
+    def _cache_state(self, n: int) -> Dict[str, NDArray[Any]]:
+        return {"k": self.k_cache[:, :, :n], "v": self.v_cache[:, :, :n]}
+
+    def _load_cache_state(self, arrays: Dict[str, NDArray[Any]], n: int) -> None:
+        for name, cache in (("k", self.k_cache), ("v", self.v_cache)):
+            saved = arrays.get(name)
+            want = cache.shape[:2] + (n,) + cache.shape[3:]
+            if saved is None or saved.shape != want or saved.dtype != cache.dtype:
+                from ..state import StateError
+
+                got = None if saved is None else (saved.shape, str(saved.dtype))
+                raise StateError(f"saved context: {name} cache is {got}, expected {want} {cache.dtype}")
+        for name, cache in (("k", self.k_cache), ("v", self.v_cache)):
+            cache[:, :, :n] = arrays[name]
+
+    def _after_copy(self, twin: Context) -> None:
+        # The copy gets its own cache (only the used positions are copied; the rest
+        # stays untouched zero pages) and binds its own decoder when it first decodes.
+        assert isinstance(twin, TransformerContext)
+        n = len(self.tokens)
+        twin.k_cache = np.zeros_like(self.k_cache)
+        twin.v_cache = np.zeros_like(self.v_cache)
+        twin.k_cache[:, :, :n] = self.k_cache[:, :, :n]
+        twin.v_cache[:, :, :n] = self.v_cache[:, :, :n]
+        twin._scratch = {}
+        self.engine._contexts.add(twin)
 
     # ---- bookkeeping ----------------------------------------------------------------
     def _buffers(self, n: int) -> "_Scratch":

