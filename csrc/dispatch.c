@@ -122,16 +122,22 @@ static void fill(int isa, infer_kernel_table *t) {
     infer_fill_table_scalar(t);
     infer_fill_kquants_scalar(t);
     infer_fill_ops_scalar(t);
+    infer_fill_kquants235_scalar(t);
+    infer_fill_iq4_scalar(t);
 #ifdef INFER_X86
     if (isa == INFER_ISA_AVX2 || isa == INFER_ISA_AVX512) {
         infer_fill_table_avx2(t);
         infer_fill_kquants_avx2(t);
         infer_fill_ops_avx2(t);
+        infer_fill_kquants235_avx2(t);
+        infer_fill_iq4_avx2(t);
     }
     if (isa == INFER_ISA_AVX512) {
         infer_fill_table_avx512(t);
         infer_fill_kquants_avx512(t);
         infer_fill_ops_avx512(t);
+        infer_fill_kquants235_avx512(t);
+        infer_fill_iq4_avx512(t);
     }
 #endif
 #ifdef INFER_ARM64
@@ -139,12 +145,16 @@ static void fill(int isa, infer_kernel_table *t) {
         infer_fill_table_neon(t);
         infer_fill_kquants_neon(t);
         infer_fill_ops_neon(t);
+        infer_fill_kquants235_neon(t);
+        infer_fill_iq4_neon(t);
     }
 #ifdef INFER_NEON_DOTPROD_BUILT
     if (isa == INFER_ISA_NEON_DOTPROD) {
         infer_fill_table_neon_dotprod(t);
         infer_fill_kquants_neon_dotprod(t);
         infer_fill_ops_neon_dotprod(t);
+        infer_fill_kquants235_neon_dotprod(t);
+        infer_fill_iq4_neon_dotprod(t);
     }
 #endif
 #endif

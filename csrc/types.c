@@ -17,6 +17,12 @@ static const traits type_traits[INFER_TYPE_COUNT] = {
     [INFER_TYPE_Q4_K] = {"q4_k", QK_K, sizeof(block_q4_K), INFER_TYPE_Q8_K},
     [INFER_TYPE_Q6_K] = {"q6_k", QK_K, sizeof(block_q6_K), INFER_TYPE_Q8_K},
     [INFER_TYPE_Q8_K] = {"q8_k", QK_K, sizeof(block_q8_K), -1},
+    [INFER_TYPE_Q5_1] = {"q5_1", QK5_1, sizeof(block_q5_1), INFER_TYPE_Q8_1},
+    [INFER_TYPE_Q2_K] = {"q2_k", QK_K, sizeof(block_q2_K), INFER_TYPE_Q8_K},
+    [INFER_TYPE_Q3_K] = {"q3_k", QK_K, sizeof(block_q3_K), INFER_TYPE_Q8_K},
+    [INFER_TYPE_Q5_K] = {"q5_k", QK_K, sizeof(block_q5_K), INFER_TYPE_Q8_K},
+    [INFER_TYPE_IQ4_NL] = {"iq4_nl", QK4_NL, sizeof(block_iq4_nl), INFER_TYPE_Q8_0},
+    [INFER_TYPE_IQ4_XS] = {"iq4_xs", QK_K, sizeof(block_iq4_xs), INFER_TYPE_Q8_K},
 };
 
 static const traits *get(int type) {

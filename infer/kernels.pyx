@@ -14,6 +14,7 @@ import os
 TYPE_IDS = {
     "f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q8_0": 8, "q8_1": 9,
     "q4_k": 12, "q6_k": 14, "q8_k": 15, "bf16": 30,
+    "q5_1": 7, "q2_k": 10, "q3_k": 11, "q5_k": 13, "iq4_nl": 20, "iq4_xs": 23,
 }
 TYPE_NAMES = {v: k for k, v in TYPE_IDS.items()}
 

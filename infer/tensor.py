@@ -130,6 +130,7 @@ _TRAITS = {
 KERNEL_DTYPES = frozenset({
     DType.F32, DType.F16, DType.BF16, DType.Q4_0, DType.Q4_1, DType.Q5_0,
     DType.Q8_0, DType.Q4_K, DType.Q6_K,
+    DType.Q5_1, DType.Q2_K, DType.Q3_K, DType.Q5_K, DType.IQ4_NL, DType.IQ4_XS,
 })
 
 # Formats whose elements numpy can view directly (little-endian).

@@ -332,18 +332,17 @@ def test_quantize_default_model_reads_back(capsys, tmp_path, qtype):
 def test_unconvertible_source_tensor_is_kept(capsys, tmp_path):
     if not kernels_ready(DType.Q8_0):
         pytest.skip("quantization kernels not built yet")
-    src, dst = tmp_path / "q5k.gguf", tmp_path / "out.gguf"
-    raw = np.random.default_rng(0).integers(0, 256, 2 * 176, dtype=np.uint8)
-    raw.reshape(2, 176)[:, :4] = 0  # finite fp16 scales
+    src, dst = tmp_path / "iq1m.gguf", tmp_path / "out.gguf"
+    raw = np.random.default_rng(0).integers(0, 256, 2 * 56, dtype=np.uint8)
     w = GGUFWriter()
     w.add_metadata("general.architecture", "llama")
-    w.add_tensor("blk.0.ffn_up.weight", raw, DType.Q5_K, (2, 256))
+    w.add_tensor("blk.0.ffn_up.weight", raw, DType.IQ1_M, (2, 256))
     w.add_tensor("blk.0.attn_q.weight", np.ones((2, 64), np.float32))
     w.write(src)
     code, out, err = run(capsys, "quantize", str(src), str(dst), "--type", "q8_0")
-    assert code == 0 and "kept 1 tensors unchanged" in err and "Q5_K" in err
+    assert code == 0 and "kept 1 tensors unchanged" in err and "IQ1_M" in err
     ref = {t.name: t for t in gguf.GGUFReader(dst).tensors}
-    assert ref["blk.0.ffn_up.weight"].tensor_type.name == "Q5_K"
+    assert ref["blk.0.ffn_up.weight"].tensor_type.name == "IQ1_M"
     assert np.array_equal(np.asarray(ref["blk.0.ffn_up.weight"].data).reshape(-1), raw)
     assert ref["blk.0.attn_q.weight"].tensor_type.name == "Q8_0"
 

@@ -1,0 +1,5 @@
+/* iq4_avx512.c: IQ4_NL, IQ4_XS with AVX-512 (none yet: the AVX2 kernels). */
+#include "infer_kernels.h"
+#if defined(__x86_64__) || defined(_M_X64)
+void infer_fill_iq4_avx512(infer_kernel_table *t) { (void)t; }
+#endif
