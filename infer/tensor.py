@@ -133,6 +133,25 @@ KERNEL_DTYPES = frozenset({
     DType.Q5_1, DType.Q2_K, DType.Q3_K, DType.Q5_K, DType.IQ4_NL, DType.IQ4_XS,
 })
 
+
+
+class UnsupportedFormatError(ValueError):
+    """A tensor whose format infer's kernels do not compute with (raised at load time)."""
+
+
+def supported_formats() -> str:
+    """The formats the kernels convert, as a readable list ("F32, F16, Q4_0, ...")."""
+    return ", ".join(d.name for d in sorted(KERNEL_DTYPES))
+
+
+def check_kernel_format(name: str, dtype: DType) -> None:
+    """UnsupportedFormatError naming the tensor, its type and id, and what is supported."""
+    if not dtype.kernel_supported:
+        raise UnsupportedFormatError(
+            f"{name}: tensor type {dtype.name} ({int(dtype)}) is not supported; "
+            f"supported: {supported_formats()}")
+
+
 # Formats whose elements numpy can view directly (little-endian).
 _NUMPY_DTYPES: dict[DType, np.dtype[Any]] = {
     DType.F32: np.dtype("<f4"), DType.F16: np.dtype("<f2"), DType.F64: np.dtype("<f8"),

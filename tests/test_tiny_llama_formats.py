@@ -18,7 +18,7 @@ import pytest
 from reference.numpy_llama import NumpyLlama
 
 from infer.gguf import GGUFFile, GGUFWriter, ValueType
-from infer.tensor import DType, Tensor
+from infer.tensor import DType, Tensor, UnsupportedFormatError
 from infer.variants.llama import LlamaEngine
 from scripted import GreedySampler
 
@@ -29,7 +29,7 @@ N_GENERATE = 10
 CLEAR_MARGIN = 0.05
 
 
-def write_tiny_llama(path, fmt):
+def write_tiny_llama(path, fmt, replace=None):
     rng = np.random.default_rng(7)
     dtype = DType.parse(fmt)
 
@@ -60,6 +60,7 @@ def write_tiny_llama(path, fmt):
             p + "attn_v.weight": matrix(kv, DIM, 0.1), p + "attn_output.weight": matrix(DIM, DIM, 0.06),
             p + "ffn_gate.weight": matrix(FFN, DIM, 0.1), p + "ffn_up.weight": matrix(FFN, DIM, 0.1),
             p + "ffn_down.weight": matrix(DIM, FFN, 0.06)})
+    tensors.update(replace or {})
     for name, t in tensors.items():
         if isinstance(t, Tensor):
             w.add_tensor(name, t.data, t.dtype, t.shape)
@@ -117,3 +118,19 @@ def test_prefill_follows_the_reference(model):
     assert cos > 0.999, cos
     if len(clear_steps(ref_logits[-1:])):
         assert int(np.argmax(ctx.logits)) == int(np.argmax(want))
+
+
+def test_unsupported_format_is_named_at_load_time(tmp_path):
+    """An IQ1_M matrix stops the load, not the first token, naming tensor, type, id and the
+    supported list (KERNEL_DTYPES, written out here by hand)."""
+    path = tmp_path / "iq1m.gguf"
+    iq1m = Tensor("blk.1.ffn_down.weight", DType.IQ1_M, (DIM, FFN), np.zeros(DIM * FFN // 256 * 56, np.uint8))
+    write_tiny_llama(path, "q4_k", replace={"blk.1.ffn_down.weight": iq1m})
+    supported = ("F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
+                 "IQ4_NL, IQ4_XS, BF16")
+    with GGUFFile(path) as f, pytest.raises(UnsupportedFormatError) as e:
+        LlamaEngine(f)
+    message = str(e.value)
+    assert message.startswith("blk.1.ffn_down.weight: tensor type IQ1_M (29) is not supported; supported: ")
+    assert all(name in message.split("supported: ")[1].split(", ") for name in supported.split(", "))
+    assert isinstance(e.value, ValueError)

@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from .. import kernels as K
 from ..runtime import Context, Engine
+from ..tensor import check_kernel_format
 
 
 class Matrix:
@@ -31,6 +32,7 @@ class Matrix:
         shape = tuple(int(s) for s in tensor.shape)
         if shape != (rows, cols):
             raise ValueError(f"{name}: expected shape {(rows, cols)}, got {shape}")
+        check_kernel_format(name, tensor.dtype)
         self.data = tensor.data.reshape(rows, -1)  # uint8 rows, zero-copy
         self.qtype = K.type_id(tensor.dtype)
         self.rows, self.cols = rows, cols
