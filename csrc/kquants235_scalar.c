@@ -178,10 +178,9 @@ static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
 
 /* The 16 signed 6-bit scales (sc - 32) of a Q3_K block. */
 static void q3_K_scales(const uint8_t *s, int out[16]) {
-    for (int j = 0; j < 16; j++) {
-        int low = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
-        out[j] = (low | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
-    }
+    int8_t sc[16];
+    infer_q3_K_unpack_scales(s, sc);
+    for (int j = 0; j < 16; j++) out[j] = sc[j];
 }
 
 static inline int q3_value(const block_q3_K *b, int i) {

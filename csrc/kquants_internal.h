@@ -63,6 +63,22 @@ static inline void infer_q4_K_unpack_scales(const uint8_t *s, uint8_t out[16]) {
     memcpy(out, r, 16);
 }
 
+/* The 16 signed scales (sc - 32) of a Q3_K block, word-wise: sub-block j takes its
+ * low nibble from byte j % 8 (high nibble for j >= 8) and its top two bits from bits
+ * 2*(j/4)..+1 of byte 8 + j % 4. */
+static inline void infer_q3_K_unpack_scales(const uint8_t *s, int8_t out[16]) {
+    const uint32_t low4 = 0x0f0f0f0fu, low2 = 0x03030303u;
+    uint32_t w[3], r[4];
+    memcpy(w, s, 12);
+    r[0] = (w[0] & low4) | ((w[2] & low2) << 4);
+    r[1] = (w[1] & low4) | (((w[2] >> 2) & low2) << 4);
+    r[2] = ((w[0] >> 4) & low4) | (((w[2] >> 4) & low2) << 4);
+    r[3] = ((w[1] >> 4) & low4) | (((w[2] >> 6) & low2) << 4);
+    uint8_t u[16];
+    memcpy(u, r, 16);
+    for (int j = 0; j < 16; j++) out[j] = (int8_t)(u[j] - 32);
+}
+
 #if defined(__AVX2__)
 #include <immintrin.h>
 /* The same unpack in a register: bytes 0..7 scales, 8..15 mins.  Reads 16 bytes
