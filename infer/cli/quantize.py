@@ -37,7 +37,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("quantize", help="requantize a GGUF file")
     p.add_argument("input")
     p.add_argument("output")
-    p.add_argument("--type", required=True,
-                   choices=["q4_0", "q4_1", "q5_0", "q8_0", "q6_k", "q4_k", "f16", "bf16"])
+    from ..quant_mixtures import RECIPES
+
+    p.add_argument("--type", required=True, choices=list(RECIPES),
+                   help="a llama.cpp file type (q4_k_m, q3_k_s, ...: its per-tensor mixture, "
+                        "docs/gguf.md), or q3_k/q4_k/q5_k for that type throughout")
     p.add_argument("--threads", "-t", type=int, default=None)
     p.set_defaults(func=cmd_quantize)
