@@ -8,9 +8,18 @@
 
 #define ROPE_RESEED 64
 
+void infer_rope_inv_freq(double *inv_freq, int64_t rot_dim, float freq_base, float freq_scale,
+                         const float *freq_factors) {
+    for (int64_t i = 0; i < rot_dim / 2; i++) {
+        inv_freq[i] = (double)freq_scale * pow((double)freq_base, -2.0 * (double)i / (double)rot_dim);
+        if (freq_factors) inv_freq[i] /= (double)freq_factors[i];
+    }
+}
+
 int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                int64_t rot_dim, const int64_t *positions, int64_t pos0,
-               float freq_base, float freq_scale, int neox) {
+               float freq_base, float freq_scale, const float *freq_factors,
+               float attn_factor, int neox) {
     if (!x || n_tokens < 0 || n_heads < 0 || head_dim < 1 || head_dim > INFER_ATTN_MAX_HEAD_DIM ||
         rot_dim < 2 || rot_dim > head_dim || (rot_dim & 1) || !(freq_base > 0.0f))
         return -1;
@@ -19,8 +28,7 @@ int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
     const int64_t half = rot_dim / 2;
     /* Angles in double so that large positions keep their precision. */
     double inv_freq[INFER_ATTN_MAX_HEAD_DIM / 2];
-    for (int64_t i = 0; i < half; i++)
-        inv_freq[i] = (double)freq_scale * pow((double)freq_base, -2.0 * (double)i / (double)rot_dim);
+    infer_rope_inv_freq(inv_freq, rot_dim, freq_base, freq_scale, freq_factors);
     float cs[INFER_ATTN_MAX_HEAD_DIM], sn[INFER_ATTN_MAX_HEAD_DIM];
     /* cos and sin of the current angles, and of one position's step: consecutive
      * positions advance by an angle addition in double (error ~1e-16 a step),
@@ -45,7 +53,7 @@ int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
             }
         }
         for (int64_t i = 0; i < half; i++) {
-            const float c = (float)c_d[i], s = (float)s_d[i];
+            const float c = (float)(c_d[i] * attn_factor), s = (float)(s_d[i] * attn_factor);
             if (neox) {
                 cs[i] = c; sn[i] = s;
             } else {
@@ -62,7 +70,7 @@ int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
 int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens,
                    int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0) {
     if (!x || !cache || n_tokens < 0 || n_kv_heads < 0 || head_dim < 1 || pos0 < 0 ||
-        pos0 + n_tokens > n_ctx || (kv_type != INFER_TYPE_F32 && kv_type != INFER_TYPE_F16))
+        n_ctx < 0 || n_tokens > n_ctx - pos0 || (kv_type != INFER_TYPE_F32 && kv_type != INFER_TYPE_F16))
         return -1;
     const infer_quantize_fn to_f16 = infer_kernels()->quantize[INFER_TYPE_F16];
     for (int64_t tok = 0; tok < n_tokens; tok++) {
@@ -96,7 +104,7 @@ typedef struct {
     int64_t n_tokens, n_heads, group, head_dim, pos0, window;
     int64_t tokens_per_item, heads_per_item, head_blocks, kv_heads;
     int64_t splits;               /* position ranges of a one-token call; 1 = none */
-    float scale;
+    float scale, softcap;
     float *out;
     float *part_out, *part_ml;    /* splits > 1: [split][head][head_dim], [split][head][2] */
 } attention_task;
@@ -142,7 +150,7 @@ static void attention_worker(void *arg, int ith, int nth) {
             }
         }
         a->kernel(n_q, q, out, lo, hi, a->k + kv * a->head_bytes, a->v + kv * a->head_bytes,
-                  a->head_dim, a->scale, ml);
+                  a->head_dim, a->scale, a->softcap, ml);
     }
 }
 
@@ -173,10 +181,11 @@ static void merge_splits(const attention_task *a) {
 
 int infer_attention(const float *q, const void *k_cache, const void *v_cache, int kv_type,
                     int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                    int64_t n_ctx, int64_t pos0, int64_t window, float scale, float *out) {
+                    int64_t n_ctx, int64_t pos0, int64_t window, float scale, float softcap,
+                    float *out) {
     if (!q || !k_cache || !v_cache || !out || n_tokens < 0 || n_heads < 1 || n_kv_heads < 1 ||
         n_heads % n_kv_heads || head_dim < 1 || head_dim > INFER_ATTN_MAX_HEAD_DIM ||
-        pos0 < 0 || pos0 + n_tokens > n_ctx || window < 0 ||
+        pos0 < 0 || n_ctx < 0 || n_tokens > n_ctx - pos0 || window < 0 || !(softcap >= 0.0f) ||
         (kv_type != INFER_TYPE_F32 && kv_type != INFER_TYPE_F16))
         return -1;
     if (n_tokens == 0) return 0;
@@ -205,7 +214,7 @@ int infer_attention(const float *q, const void *k_cache, const void *v_cache, in
         .n_tokens = n_tokens, .n_heads = n_heads, .group = group, .head_dim = head_dim,
         .pos0 = pos0, .window = window,
         .tokens_per_item = tb, .heads_per_item = hb, .head_blocks = head_blocks,
-        .kv_heads = n_kv_heads, .splits = splits, .scale = scale, .out = out,
+        .kv_heads = n_kv_heads, .splits = splits, .scale = scale, .softcap = softcap, .out = out,
         .part_out = part, .part_ml = part + splits * n_heads * head_dim,
     };
     infer_parallel_run(attention_worker, &a);

@@ -55,7 +55,7 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
             hi[u] = d->pos;
         }
         d->attn(n_q, qs, outs, lo, hi, (const char *)s->k_cache + head_off,
-                (const char *)s->v_cache + head_off, hd, m->attn_scale, NULL);
+                (const char *)s->v_cache + head_off, hd, m->attn_scale, 0.0f, NULL);
     }
 }
 

@@ -36,7 +36,15 @@ typedef enum {
     INFER_TYPE_Q8_K = 15,
     INFER_TYPE_IQ4_NL = 20,
     INFER_TYPE_IQ4_XS = 23,
+    INFER_TYPE_IQ2_XXS = 16,
+    INFER_TYPE_IQ2_XS = 17,
+    INFER_TYPE_IQ3_XXS = 18,
+    INFER_TYPE_IQ1_S = 19,
+    INFER_TYPE_IQ3_S = 21,
+    INFER_TYPE_IQ2_S = 22,
     INFER_TYPE_BF16 = 30,
+    INFER_TYPE_TQ1_0 = 34,
+    INFER_TYPE_TQ2_0 = 35,
     INFER_TYPE_COUNT = 40  /* size of per-type tables; ids above are < this */
 } infer_type;
 
@@ -118,6 +126,33 @@ typedef struct {
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
 #pragma pack(pop)
 
+/* The IQ (grid) and TQ (ternary) formats, 256 elements each, all paired with Q8_K.
+ * Sub-blocks of 32 pick grid points of 8 (IQ3: 4) elements by index; signs, scales and
+ * index high bits are packed as below (iquants_scalar.c spells out each layout). */
+typedef struct { infer_half d; uint16_t qs[QK_K / 8]; } block_iq2_xxs;
+typedef struct { infer_half d; uint16_t qs[QK_K / 8]; uint8_t scales[QK_K / 32]; } block_iq2_xs;
+typedef struct {
+    infer_half d;
+    uint8_t qs[QK_K / 4];            /* 32 grid index low bytes, then 32 sign bytes */
+    uint8_t qh[QK_K / 32];           /* index bits 8..9, four per byte */
+    uint8_t scales[QK_K / 32];       /* two 4-bit scales per sub-block of 32 */
+} block_iq2_s;
+typedef struct { infer_half d; uint8_t qs[3 * QK_K / 8]; } block_iq3_xxs;
+typedef struct {
+    infer_half d;
+    uint8_t qs[QK_K / 4];            /* grid index low bytes */
+    uint8_t qh[QK_K / 32];           /* index bit 8 */
+    uint8_t signs[QK_K / 8];
+    uint8_t scales[QK_K / 64];       /* two 4-bit scales per 64 elements */
+} block_iq3_s;
+typedef struct { infer_half d; uint8_t qs[QK_K / 8]; uint16_t qh[QK_K / 32]; } block_iq1_s;
+typedef struct {
+    uint8_t qs[(QK_K - 4 * QK_K / 64) / 5];  /* 5 trits per byte */
+    uint8_t qh[QK_K / 64];                   /* 4 trits per byte */
+    infer_half d;
+} block_tq1_0;
+typedef struct { uint8_t qs[QK_K / 4]; infer_half d; } block_tq2_0;
+
 /* The layouts GGUF files have.  MSVC defines __STDC_VERSION__ (and has
  * _Static_assert) only under /std:c11, which setuptools does not pass: there an
  * array of negative size stops the build instead. */
@@ -140,6 +175,14 @@ INFER_STATIC_ASSERT(sizeof(block_q3_K) == 110, block_q3_K_size);
 INFER_STATIC_ASSERT(sizeof(block_q5_K) == 176, block_q5_K_size);
 INFER_STATIC_ASSERT(sizeof(block_iq4_nl) == 18, block_iq4_nl_size);
 INFER_STATIC_ASSERT(sizeof(block_iq4_xs) == 136, block_iq4_xs_size);
+INFER_STATIC_ASSERT(sizeof(block_iq2_xxs) == 66, block_iq2_xxs_size);
+INFER_STATIC_ASSERT(sizeof(block_iq2_xs) == 74, block_iq2_xs_size);
+INFER_STATIC_ASSERT(sizeof(block_iq2_s) == 82, block_iq2_s_size);
+INFER_STATIC_ASSERT(sizeof(block_iq3_xxs) == 98, block_iq3_xxs_size);
+INFER_STATIC_ASSERT(sizeof(block_iq3_s) == 110, block_iq3_s_size);
+INFER_STATIC_ASSERT(sizeof(block_iq1_s) == 50, block_iq1_s_size);
+INFER_STATIC_ASSERT(sizeof(block_tq1_0) == 54, block_tq1_0_size);
+INFER_STATIC_ASSERT(sizeof(block_tq2_0) == 66, block_tq2_0_size);
 
 /* ---- type traits ---------------------------------------------------------- */
 /* Elements per block (1 for F32/F16/BF16); 0 for an unsupported type. */
@@ -200,13 +243,15 @@ typedef void (*infer_attn_fn)(const float *q, const void *k, const void *v, int6
  * query heads of a KV head, consecutive tokens).  out[u] may alias q[u].  When ml
  * is not NULL, ml[2u] and ml[2u+1] receive the max of the scaled scores and the
  * sum of exp(score - max), so that attention over split position ranges can be
- * merged.  n_q <= INFER_ATTN_MAX_Q, n_q * head_dim <= INFER_ATTN_MAX_QD (stack
- * scratch). */
+ * merged.  softcap > 0 caps every scaled score s to softcap * tanh(s / softcap)
+ * (Gemma 2); 0 leaves them alone.  n_q <= INFER_ATTN_MAX_Q, n_q * head_dim <=
+ * INFER_ATTN_MAX_QD (stack scratch). */
 #define INFER_ATTN_MAX_Q 16
 #define INFER_ATTN_MAX_QD 4096
 typedef void (*infer_attn_block_fn)(int64_t n_q, const float *const *q, float *const *out,
                                     const int64_t *lo, const int64_t *hi, const void *k,
-                                    const void *v, int64_t head_dim, float scale, float *ml);
+                                    const void *v, int64_t head_dim, float scale, float softcap,
+                                    float *ml);
 
 /* The dispatch table: scalar entries first, SIMD fill functions override. */
 typedef struct {
@@ -271,6 +316,11 @@ void infer_fill_iq4_avx2(infer_kernel_table *t);
 void infer_fill_iq4_avx512(infer_kernel_table *t);
 void infer_fill_iq4_neon(infer_kernel_table *t);
 void infer_fill_iq4_neon_dotprod(infer_kernel_table *t);
+/* iquants_*.c: the IQ2/IQ3/IQ1 grid formats and TQ1_0/TQ2_0. */
+void infer_fill_iquants_scalar(infer_kernel_table *t);
+void infer_fill_iquants_avx2(infer_kernel_table *t);
+void infer_fill_iquants_neon(infer_kernel_table *t);
+void infer_fill_iquants_neon_dotprod(infer_kernel_table *t);
 void infer_fill_ops_avx2(infer_kernel_table *t);
 void infer_fill_ops_avx512(infer_kernel_table *t);
 void infer_fill_ops_neon(infer_kernel_table *t);
@@ -284,22 +334,33 @@ void infer_fill_ops_neon_dotprod(infer_kernel_table *t);
 
 /* RoPE in place on x [n_tokens, n_heads, head_dim]; token t at position
  * positions[t], or pos0 + t when positions is NULL.  Angle of pair i:
- * pos * freq_scale * freq_base^(-2i/rot_dim), computed in double.  rot_dim even,
- * 2 <= rot_dim <= head_dim <= INFER_ATTN_MAX_HEAD_DIM. */
+ * pos * inv_freq[i] with infer_rope_inv_freq's frequencies, computed in double;
+ * the rotated values are scaled by attn_factor (YaRN/LongRoPE magnitude; 1 for
+ * none).  rot_dim even, 2 <= rot_dim <= head_dim <= INFER_ATTN_MAX_HEAD_DIM. */
 int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                int64_t rot_dim, const int64_t *positions, int64_t pos0,
-               float freq_base, float freq_scale, int neox);
+               float freq_base, float freq_scale, const float *freq_factors,
+               float attn_factor, int neox);
+
+/* inv_freq[i] = freq_scale * freq_base^(-2i/rot_dim) / freq_factors[i] for the
+ * rot_dim/2 pairs (freq_factors NULL: all 1), in double.  The one place RoPE
+ * frequencies are computed: prefill (infer_rope) and the fused decode step
+ * turn a position by exactly the same angles. */
+void infer_rope_inv_freq(double *inv_freq, int64_t rot_dim, float freq_base, float freq_scale,
+                         const float *freq_factors);
 
 /* Causal attention of q [n_tokens, n_heads, head_dim] over a cache laid out
  * [n_kv_heads, n_ctx, head_dim] (kv_type INFER_TYPE_F32 or INFER_TYPE_F16).
  * Query head h reads KV head h / (n_heads / n_kv_heads).  Token t sits at
  * p = pos0 + t and attends to positions [lo, p], lo = max(0, p - window + 1)
- * when window > 0, else 0.  Writes out [n_tokens, n_heads, head_dim] (may alias q).
+ * when window > 0, else 0.  softcap as infer_attn_block_fn's (0: off).
+ * Writes out [n_tokens, n_heads, head_dim] (may alias q).
  * Runs on the thread pool; a work item is a block of tokens times the query
  * heads of one KV head, which then read each K/V row once. */
 int infer_attention(const float *q, const void *k_cache, const void *v_cache, int kv_type,
                     int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                    int64_t n_ctx, int64_t pos0, int64_t window, float scale, float *out);
+                    int64_t n_ctx, int64_t pos0, int64_t window, float scale, float softcap,
+                    float *out);
 
 /* Writes x [n_tokens, n_kv_heads, head_dim] float32 into a cache laid out
  * [n_kv_heads, n_ctx, head_dim] (F32, or F16 rounded to nearest even) at

@@ -65,7 +65,7 @@ static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch)
                 hi[u] = d->pos;
             }
             d->attn(n_q, qs, outs, lo, hi, (const char *)s->k_cache + head_off,
-                    (const char *)s->v_cache + head_off, hd, 1.0f / sqrtf((float)hd), NULL);
+                    (const char *)s->v_cache + head_off, hd, 1.0f / sqrtf((float)hd), 0.0f, NULL);
         }
     }
 }

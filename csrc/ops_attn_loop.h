@@ -20,14 +20,19 @@
 
 /* One query's step over a chunk: rows outside [lo, hi] get weight 0; s becomes the
  * weights exp(s - m) under the (possibly raised) running max m, and the
- * accumulator and running sum l are rescaled to that max. */
+ * accumulator and running sum l are rescaled to that max.  softcap > 0 first
+ * caps the scores (softcap * tanh(s / softcap)). */
 static void attn_softmax_step(float *s, int64_t p0, int64_t nb, int64_t lo, int64_t hi,
-                              float *m, float *l, float *acc, int64_t d) {
+                              float *m, float *l, float *acc, int64_t d, float softcap) {
     const int64_t jlo = lo - p0 > 0 ? lo - p0 : 0, jhi = hi - p0 < nb - 1 ? hi - p0 : nb - 1;
     float cmax = -INFINITY;
     for (int64_t j = 0; j < nb; j++) {
-        if (j < jlo || j > jhi) s[j] = -INFINITY;
-        else cmax = s[j] > cmax ? s[j] : cmax;
+        if (j < jlo || j > jhi) {
+            s[j] = -INFINITY;
+            continue;
+        }
+        if (softcap > 0.0f) s[j] = softcap * tanhf(s[j] / softcap);
+        cmax = s[j] > cmax ? s[j] : cmax;
     }
     if (cmax == -INFINITY) {
         for (int64_t j = 0; j < nb; j++) s[j] = 0.0f;
@@ -55,7 +60,8 @@ static void attn_softmax_step(float *s, int64_t p0, int64_t nb, int64_t lo, int6
 
 static ALWAYS_INLINE void attn_block(int64_t n_q, const float *const *q, float *const *out,
                                      const int64_t *lo, const int64_t *hi, const void *k,
-                                     const void *v, int64_t d, float scale, float *ml, int f16) {
+                                     const void *v, int64_t d, float scale, float softcap,
+                                     float *ml, int f16) {
     float qs[INFER_ATTN_MAX_QD], acc[INFER_ATTN_MAX_QD];
     float s[INFER_ATTN_MAX_Q * ATTN_CHUNK], m[INFER_ATTN_MAX_Q], l[INFER_ATTN_MAX_Q];
     int64_t p_lo = lo[0], p_hi = hi[0];
@@ -72,7 +78,8 @@ static ALWAYS_INLINE void attn_block(int64_t n_q, const float *const *q, float *
         ATTN_BY_FOUR(SCORES)
 #undef SCORES
         for (int64_t u = 0; u < n_q; u++)
-            attn_softmax_step(s + u * ATTN_CHUNK, p0, nb, lo[u], hi[u], &m[u], &l[u], acc + u * d, d);
+            attn_softmax_step(s + u * ATTN_CHUNK, p0, nb, lo[u], hi[u], &m[u], &l[u], acc + u * d, d,
+                              softcap);
 #define ACCUMULATE(UB) attn_accumulate(UB, acc + u * d, d, v, p0, nb, s + u * ATTN_CHUNK, f16)
         ATTN_BY_FOUR(ACCUMULATE)
 #undef ACCUMULATE
@@ -86,25 +93,25 @@ static ALWAYS_INLINE void attn_block(int64_t n_q, const float *const *q, float *
 
 static void OPS_NAME(attn_block_f32)(int64_t n_q, const float *const *q, float *const *out,
                                      const int64_t *lo, const int64_t *hi, const void *k,
-                                     const void *v, int64_t d, float scale, float *ml) {
-    attn_block(n_q, q, out, lo, hi, k, v, d, scale, ml, 0);
+                                     const void *v, int64_t d, float scale, float softcap, float *ml) {
+    attn_block(n_q, q, out, lo, hi, k, v, d, scale, softcap, ml, 0);
 }
 
 static void OPS_NAME(attn_block_f16)(int64_t n_q, const float *const *q, float *const *out,
                                      const int64_t *lo, const int64_t *hi, const void *k,
-                                     const void *v, int64_t d, float scale, float *ml) {
-    attn_block(n_q, q, out, lo, hi, k, v, d, scale, ml, 1);
+                                     const void *v, int64_t d, float scale, float softcap, float *ml) {
+    attn_block(n_q, q, out, lo, hi, k, v, d, scale, softcap, ml, 1);
 }
 
 /* The one-query entries: rows [0, n_pos) of k and v. */
 static void OPS_NAME(attn_f32)(const float *q, const void *k, const void *v, int64_t n_pos,
                                int64_t d, float scale, float *out) {
     const int64_t lo = 0, hi = n_pos - 1;
-    attn_block(1, &q, &out, &lo, &hi, k, v, d, scale, NULL, 0);
+    attn_block(1, &q, &out, &lo, &hi, k, v, d, scale, 0.0f, NULL, 0);
 }
 
 static void OPS_NAME(attn_f16)(const float *q, const void *k, const void *v, int64_t n_pos,
                                int64_t d, float scale, float *out) {
     const int64_t lo = 0, hi = n_pos - 1;
-    attn_block(1, &q, &out, &lo, &hi, k, v, d, scale, NULL, 1);
+    attn_block(1, &q, &out, &lo, &hi, k, v, d, scale, 0.0f, NULL, 1);
 }

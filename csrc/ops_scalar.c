@@ -97,7 +97,8 @@ static inline float kv_at(const void *p, int64_t i, int f16) {
 
 /* One query over cache rows [lo, hi]. */
 static void attn_one_scalar(const float *q, float *out, int64_t lo, int64_t hi, const void *k,
-                            const void *v, int64_t d, float scale, float *ml, int f16) {
+                            const void *v, int64_t d, float scale, float softcap, float *ml,
+                            int f16) {
     float qs[INFER_ATTN_MAX_HEAD_DIM], acc[INFER_ATTN_MAX_HEAD_DIM], s[ATTN_CHUNK];
     for (int64_t i = 0; i < d; i++) { qs[i] = q[i] * scale; acc[i] = 0.0f; }
     float m = -INFINITY, l = 0.0f;
@@ -109,6 +110,7 @@ static void attn_one_scalar(const float *q, float *out, int64_t lo, int64_t hi, 
             double dot = 0.0;
             for (int64_t i = 0; i < d; i++) dot += (double)qs[i] * kv_at(k, row + i, f16);
             s[j] = (float)dot;
+            if (softcap > 0.0f) s[j] = softcap * tanhf(s[j] / softcap);
             cmax = s[j] > cmax ? s[j] : cmax;
         }
         if (cmax == -INFINITY) continue;
@@ -132,29 +134,31 @@ static void attn_one_scalar(const float *q, float *out, int64_t lo, int64_t hi, 
 
 static void attn_block_f32_scalar(int64_t n_q, const float *const *q, float *const *out,
                                   const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                                  int64_t d, float scale, float *ml) {
+                                  int64_t d, float scale, float softcap, float *ml) {
     for (int64_t u = 0; u < n_q; u++)
-        attn_one_scalar(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 0);
+        attn_one_scalar(q[u], out[u], lo[u], hi[u], k, v, d, scale, softcap, ml ? ml + 2 * u : NULL,
+                        0);
 }
 
 static void attn_block_f16_scalar(int64_t n_q, const float *const *q, float *const *out,
                                   const int64_t *lo, const int64_t *hi, const void *k, const void *v,
-                                  int64_t d, float scale, float *ml) {
+                                  int64_t d, float scale, float softcap, float *ml) {
     for (int64_t u = 0; u < n_q; u++)
-        attn_one_scalar(q[u], out[u], lo[u], hi[u], k, v, d, scale, ml ? ml + 2 * u : NULL, 1);
+        attn_one_scalar(q[u], out[u], lo[u], hi[u], k, v, d, scale, softcap, ml ? ml + 2 * u : NULL,
+                        1);
 }
 
 /* The one-query entries: rows [0, n_pos) of k and v. */
 static void attn_f32_scalar(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
                           float scale, float *out) {
     const int64_t lo = 0, hi = n_pos - 1;
-    attn_block_f32_scalar(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
+    attn_block_f32_scalar(1, &q, &out, &lo, &hi, k, v, d, scale, 0.0f, NULL);
 }
 
 static void attn_f16_scalar(const float *q, const void *k, const void *v, int64_t n_pos, int64_t d,
                           float scale, float *out) {
     const int64_t lo = 0, hi = n_pos - 1;
-    attn_block_f16_scalar(1, &q, &out, &lo, &hi, k, v, d, scale, NULL);
+    attn_block_f16_scalar(1, &q, &out, &lo, &hi, k, v, d, scale, 0.0f, NULL);
 }
 
 void infer_fill_ops_scalar(infer_kernel_table *t) {

@@ -26,6 +26,7 @@
 #include "infer_kernels.h"
 #include "atomics.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 #ifdef _WIN32
@@ -166,9 +167,22 @@ static int smt_per_core(void) {
 #endif
 }
 
-int infer_default_num_threads(void) {
+/* INFER_NUM_THREADS as a whole positive decimal number, else 0 (ignored: atoi
+ * read "1e3" as 1).  infer.kernels warns about the ignored and capped values. */
+static long env_num_threads(void) {
     const char *env = getenv("INFER_NUM_THREADS");
-    if (env && atoi(env) > 0) return atoi(env) < MAX_THREADS ? atoi(env) : MAX_THREADS;
+    if (!env || !*env) return 0;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(env, &end, 10);
+    while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+    if (errno || *end || end == env || v < 1) return 0;
+    return v;
+}
+
+int infer_default_num_threads(void) {
+    long env = env_num_threads();
+    if (env > 0) return env < MAX_THREADS ? (int)env : MAX_THREADS;
     int n = count_online_cpus() / smt_per_core();
     if (n < 1) n = 1;
     return n < MAX_THREADS ? n : MAX_THREADS;

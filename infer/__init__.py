@@ -9,6 +9,10 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING
 
+from ._source_tree import check_extension_built
+
+check_extension_built()
+
 from .generate import Generation, generate
 from .loader import load
 from .runtime import (
@@ -17,6 +21,7 @@ from .runtime import (
     ContextOverflowError,
     Engine,
     Model,
+    UnsupportedModelError,
     known_architectures,
     register_variant,
 )
@@ -27,7 +32,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
 
 __all__ = [
     "__version__", "load", "generate", "Generation", "Model", "Engine", "Context",
-    "ContextOverflowError", "ContextBusyError", "Sampler", "register_variant",
+    "ContextOverflowError", "ContextBusyError", "UnsupportedModelError", "Sampler", "register_variant",
     "known_architectures", "ChatSession",
 ]
 

@@ -26,7 +26,7 @@ cdef extern from "infer_kernels.h" nogil:
     ctypedef void (*infer_scale_fn)(float *x, float s, int64_t n) noexcept
     ctypedef void (*infer_rope_fn)(float *x, const float *cs, const float *sn, int64_t rot_dim) noexcept
     ctypedef void (*infer_attn_fn)(const float *q, const void *k, const void *v, int64_t n_pos, int64_t head_dim, float scale, float *out) noexcept
-    ctypedef void (*infer_attn_block_fn)(int64_t n_q, const float *const *q, float *const *out, const int64_t *lo, const int64_t *hi, const void *k, const void *v, int64_t head_dim, float scale, float *ml) noexcept
+    ctypedef void (*infer_attn_block_fn)(int64_t n_q, const float *const *q, float *const *out, const int64_t *lo, const int64_t *hi, const void *k, const void *v, int64_t head_dim, float scale, float softcap, float *ml) noexcept
     int INFER_ATTN_MAX_HEAD_DIM
 
     ctypedef struct infer_kernel_table:
@@ -49,8 +49,9 @@ cdef extern from "infer_kernels.h" nogil:
         infer_attn_block_fn attn_block_f32
         infer_attn_block_fn attn_block_f16
 
-    int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim, const int64_t *positions, int64_t pos0, float freq_base, float freq_scale, int neox) noexcept
-    int infer_attention(const float *q, const void *k_cache, const void *v_cache, int kv_type, int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0, int64_t window, float scale, float *out) noexcept
+    int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim, const int64_t *positions, int64_t pos0, float freq_base, float freq_scale, const float *freq_factors, float attn_factor, int neox) noexcept
+    void infer_rope_inv_freq(double *inv_freq, int64_t rot_dim, float freq_base, float freq_scale, const float *freq_factors) noexcept
+    int infer_attention(const float *q, const void *k_cache, const void *v_cache, int kv_type, int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0, int64_t window, float scale, float softcap, float *out) noexcept
     void infer_rmsnorm_rows(const float *x, const float *weight, float *out, int64_t rows, int64_t n, float eps) noexcept
     void infer_layernorm_rows(const float *x, const float *weight, const float *bias, float *out, int64_t rows, int64_t n, float eps) noexcept
     void infer_softmax_rows(float *x, int64_t rows, int64_t n) noexcept

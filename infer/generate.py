@@ -8,11 +8,13 @@ It owns the rules users rely on when they stream text:
   and the stop string itself is never emitted;
 * the model's end-of-turn tokens end generation (their text is not emitted);
 * ``finish_reason`` says why it ended: "stop" (end-of-turn or a stop string) or
-  "length" (``max_tokens`` reached, or the context is full).
+  "length" (``max_tokens`` reached, or the context is full);
+* a cut by length inside a character does not end the text with U+FFFD: the
+  incomplete bytes are held back, and ``incomplete_tokens`` names their tokens.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, FrozenSet, Generator, Iterable, Iterator, List, Optional, Sequence, Union
 
 from .runtime import Context
 
@@ -34,6 +36,8 @@ class TextStream:
         self.ids: List[int] = []
         self._prefix = 0  # ids[_prefix:_read] give left context; already emitted
         self._read = 0
+        #: ids whose incomplete text the last flush(drop_incomplete=True) left out
+        self.dropped: List[int] = []
 
     def push(self, token: int) -> str:
         self.ids.append(int(token))
@@ -46,12 +50,19 @@ class TextStream:
         self._read = len(self.ids)
         return new_text
 
-    def flush(self) -> str:
-        """Whatever is still held back (an incomplete character at the very end)."""
+    def flush(self, drop_incomplete: bool = False) -> str:
+        """Whatever is still held back (an incomplete character at the very end).
+
+        With ``drop_incomplete`` the replacement characters that end it are left out
+        (the text was cut inside a character); ``dropped`` then holds their tokens."""
+        self.dropped = []
         if self._read == len(self.ids):
             return ""
         context_text = self._decode(self.ids[self._prefix:self._read])
         new_text = self._decode(self.ids[self._prefix:])[len(context_text):]
+        if drop_incomplete and new_text.endswith("\ufffd"):
+            self.dropped = self.ids[self._read:]
+            new_text = new_text.rstrip("\ufffd")
         self._prefix = self._read = len(self.ids)
         return new_text
 
@@ -96,6 +107,9 @@ class Generation:
         self.text = ""
         #: "stop" or "length" once iteration is over; None before
         self.finish_reason: Optional[str] = None
+        #: tokens at the end of a "length" cut whose bytes stop inside a character
+        #: (their partial text is not emitted, rather than shown as U+FFFD)
+        self.incomplete_tokens: List[int] = []
         self._iter = self._run()
 
     def __iter__(self) -> Iterator[str]:
@@ -104,11 +118,15 @@ class Generation:
     def __next__(self) -> str:
         return next(self._iter)
 
+    def close(self) -> None:
+        """Stop early (as a generator's close() does); before the model is closed."""
+        self._iter.close()
+
     def _emit(self, piece: str) -> str:
         self.text += piece
         return piece
 
-    def _run(self) -> Iterator[str]:
+    def _run(self) -> Generator[str, None, None]:
         ctx = self.context
         _prefill_reusing_prefix(ctx, self.prompt_ids)
         stream = TextStream(self.tokenizer.decode)
@@ -136,7 +154,8 @@ class Generation:
             if out:
                 yield self._emit(out)
         if reason == "length":
-            pending += stream.flush()
+            pending += stream.flush(drop_incomplete=True)
+            self.incomplete_tokens = stream.dropped
             if self.stop:
                 hit = _first_stop(pending, self.stop)
                 if hit is not None:
@@ -184,7 +203,8 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
     says otherwise) or a list of token ids used as they are.  With ``context``
     the prompt continues in it (a prefix it already holds is not recomputed; it
     ends holding prompt + generated tokens); otherwise a new context is made with
-    ``sampling`` keywords (temperature=..., top_k=..., seed=...) for its sampler.
+    ``sampling`` keywords (temperature=..., top_k=..., seed=...) for its sampler,
+    holding just the prompt and ``max_tokens`` (the trained length if None).
 
         gen = generate(model, "The capital of France is", max_tokens=16, temperature=0)
         text = "".join(gen); gen.finish_reason  # "length" or "stop"
@@ -200,7 +220,14 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
     if isinstance(stop, str):
         stop = [stop]
     if context is None:
-        context = model.create_context(**sampling)
+        # A context sized to this call, not to the trained length (32K positions
+        # for Gemma 3): memory follows what the generation can use.
+        n_ctx = None
+        limit = getattr(model.engine, "max_seq_len", 0)
+        if max_tokens is not None and ids:
+            n_ctx = len(ids) + max(max_tokens, 1)
+            n_ctx = min(n_ctx, limit) if limit else n_ctx
+        context = model.create_context(n_ctx=n_ctx, **sampling)
     elif sampling:
         raise TypeError("sampling keywords go to the context's sampler; "
                         "pass them to create_context() when you pass context=")

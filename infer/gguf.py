@@ -53,6 +53,10 @@ class GGUFError(ValueError):
     """The file is not a GGUF file we can read safely; the message says where and why."""
 
 
+class FileChangedError(GGUFError):
+    """The file was truncated or rewritten while mapped: its pages can no longer be read."""
+
+
 class ValueType(IntEnum):
     """GGUF metadata value types (the u32 tag before each value)."""
 
@@ -253,6 +257,7 @@ class GGUFFile:
     def __init__(self, path: PathArg) -> None:
         self.path = Path(path)
         self._mm: Optional[mmap.mmap] = None
+        self._fd = -1
         if not stat.S_ISREG(os.stat(self.path).st_mode):  # a FIFO would block open() forever
             raise GGUFError(f"{self.path}: not a regular file")
         with open(self.path, "rb") as f:
@@ -260,6 +265,9 @@ class GGUFFile:
             if size < _HEADER.size:
                 raise GGUFError(f"{self.path}: {size} bytes is too short for a GGUF header ({_HEADER.size} bytes)")
             self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            # Kept open for check_unchanged: fstat on it sees the mapped file
+            # even after the path is replaced by another.
+            self._fd = os.dup(f.fileno())
         self.size = size
         try:
             self._parse(self._mm)
@@ -387,8 +395,25 @@ class GGUFFile:
         """``metadata["<architecture>.<suffix>"]``, e.g. ``arch_get("context_length")``."""
         return self.metadata.get(f"{self.architecture}.{suffix}", default)
 
+    def check_unchanged(self) -> None:
+        """FileChangedError if the mapped file's size changed since it was opened.
+
+        Reading a page past a truncated end kills the process with SIGBUS (as in
+        llama.cpp), so the runtime calls this (one fstat) before each step.  A file
+        rewritten at the same size, or one cut during a step, is not detected."""
+        if self._fd < 0:
+            return
+        now = os.fstat(self._fd).st_size
+        if now != self.size:
+            raise FileChangedError(
+                f"{self.path}: the file changed under the loaded model ({self.size} bytes "
+                f"when loaded, {now} now: truncated or overwritten); load it again")
+
     def close(self) -> None:
         """Drop the map.  Tensor views still held elsewhere keep it open until freed."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
         mm, self._mm = self._mm, None
         if mm is not None:
             self.tensors = {}
@@ -396,6 +421,12 @@ class GGUFFile:
                 mm.close()
             except BufferError:
                 pass  # numpy views still export it; it closes when the last one goes
+
+    def __del__(self) -> None:
+        # The map may outlive this object (tensor views); the fd need not.
+        fd, self._fd = getattr(self, "_fd", -1), -1
+        if fd >= 0:
+            os.close(fd)
 
     def __enter__(self) -> "GGUFFile":
         return self

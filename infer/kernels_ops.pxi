@@ -6,6 +6,7 @@
 import numpy as _np
 
 from libc.math cimport sqrt
+from libc.stdint cimport INT64_MAX
 
 
 cdef object _check_f32(object a, str name, bint writable=False):
@@ -80,6 +81,8 @@ def rmsnorm(x, weight, out, float eps=1e-5):
     cdef const float[::1] xv = x.reshape(-1)
     cdef const float[::1] wv = weight
     cdef float[::1] ov = out.reshape(-1)
+    _check_disjoint(&ov[0], rows * n * 4, "out", &xv[0], rows * n * 4, "x", True)
+    _check_disjoint(&ov[0], rows * n * 4, "out", &wv[0], n * 4, "weight")
     with nogil:
         infer_rmsnorm_rows(&xv[0], &wv[0], &ov[0], rows, n, eps)
     return out
@@ -117,6 +120,9 @@ def layernorm(x, weight, bias, out, float eps=1e-5):
         return out
     cdef const float[::1] xv = x.reshape(-1)
     cdef float[::1] ov = out.reshape(-1)
+    _check_disjoint(&ov[0], rows * n * 4, "out", &xv[0], rows * n * 4, "x", True)
+    _check_disjoint(&ov[0], rows * n * 4, "out", wp, n * 4 if wp else 0, "weight")
+    _check_disjoint(&ov[0], rows * n * 4, "out", bp, n * 4 if bp else 0, "bias")
     with nogil:
         infer_layernorm_rows(&xv[0], wp, bp, &ov[0], rows, n, eps)
     return out
@@ -151,6 +157,8 @@ cdef _glu(gate, up, out, bint gelu):
     cdef const float[::1] gv = gate.reshape(-1)
     cdef const float[::1] uv = up.reshape(-1)
     cdef float[::1] ov = out.reshape(-1)
+    _check_disjoint(&ov[0], n * 4, "out", &gv[0], n * 4, "gate", True)
+    _check_disjoint(&ov[0], n * 4, "out", &uv[0], n * 4, "up", True)
     with nogil:
         infer_glu(gelu, &gv[0], &uv[0], &ov[0], n)
     return out
@@ -174,7 +182,8 @@ def gelu_mul(gate, up, out):
 
 
 def add(a, b):
-    """In place a += b.  a, b: float32 of one shape."""
+    """In place a += b.  a, b: float32 of one shape; b may be a itself, but not a
+    part of it shifted (a[1:] += a[:-1] is rejected: it would read what it wrote)."""
     _check_f32(a, "a", True)
     _check_f32(b, "b")
     _same_shape(b, "b", a, "a")
@@ -184,6 +193,7 @@ def add(a, b):
     cdef float[::1] av = a.reshape(-1)
     cdef const float[::1] bv = b.reshape(-1)
     cdef infer_add_fn fn = infer_kernels().add
+    _check_disjoint(&av[0], n * 4, "a", &bv[0], n * 4, "b", True)
     with nogil:
         fn(&av[0], &bv[0], n)
     return a
@@ -203,12 +213,14 @@ def scale(x, float s):
 
 
 def rope(x, int64_t pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim=None,
-         float freq_scale=1.0, positions=None):
+         float freq_scale=1.0, positions=None, freq_factors=None, float attn_factor=1.0):
     """Rotary position embedding, in place on x: float32 (n_tokens, n_heads, head_dim).
 
     Token t sits at position pos0 + t, or positions[t] when positions (integers,
     shape (n_tokens,)) is given; pos0 must then be 0.  Pair i of a head turns by
-    pos * freq_scale * freq_base**(-2i/rot_dim).  neox=False pairs (2i, 2i+1)
+    pos * freq_scale * freq_base**(-2i/rot_dim) / freq_factors[i] (freq_factors:
+    None, or float32 of rot_dim/2 positive values: llama3 / LongRoPE factors), and
+    the rotated values are scaled by attn_factor.  neox=False pairs (2i, 2i+1)
     (GGUF `llama`, whose Q/K rows the converter permuted); neox=True pairs
     (i, i + rot_dim/2) (gemma3, qwen2).  rot_dim (even, <= head_dim; default
     head_dim) leaves elements from rot_dim on untouched.
@@ -225,6 +237,15 @@ def rope(x, int64_t pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim
         raise ValueError(f"rot_dim: must be even and in [2, head_dim={head_dim}], got {got}")
     if not freq_base > 0:
         raise ValueError(f"freq_base: must be > 0, got {freq_base}")
+    cdef const float[::1] fv
+    cdef const float *fp = NULL
+    if freq_factors is not None:
+        fv = _f32_in(freq_factors, "freq_factors")
+        if fv.shape[0] != rd // 2:
+            raise ValueError(f"freq_factors: expected {rd // 2} values (rot_dim / 2), got {fv.shape[0]}")
+        if not _np.all(_np.asarray(fv) > 0):
+            raise ValueError("freq_factors: every factor must be > 0")
+        fp = &fv[0]
     cdef const int64_t[::1] pv
     cdef const int64_t *pp = NULL
     if positions is not None:
@@ -239,19 +260,22 @@ def rope(x, int64_t pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim
         if n_tokens:
             pv = pa
             pp = &pv[0]
+    if n_tokens and pos0 > INT64_MAX - (n_tokens - 1):
+        raise ValueError(f"pos0: {pos0} + {n_tokens} tokens overflows a 64-bit position")
     if n_tokens == 0 or n_heads == 0:
         return x
     cdef float[::1] xv = x.reshape(-1)
     cdef int rc
     with nogil:
         rc = infer_rope(&xv[0], n_tokens, n_heads, head_dim, rd, pp, pos0, freq_base,
-                        freq_scale, neox)
+                        freq_scale, fp, attn_factor, neox)
     if rc != 0:
         raise ValueError("rope: arguments rejected by the kernel")
     return x
 
 
-def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window=0):
+def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window=0,
+              float softcap=0.0):
     """Causal attention of query tokens over one layer's KV cache; returns out.
 
     q: float32 (n_tokens, n_heads, head_dim), token t at position pos0 + t.
@@ -260,6 +284,7 @@ def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window
     Query head h reads KV head h // (n_heads // n_kv_heads).  Token t attends to
     positions [lo, pos0 + t] with lo = max(0, pos0 + t - window + 1) if window > 0
     (a sliding window), else 0.  scale multiplies q.k (default 1/sqrt(head_dim)).
+    softcap > 0 caps each scaled score s to softcap * tanh(s / softcap) (Gemma 2).
     out: float32 of q's shape (may be q).  Runs on the thread pool.
     """
     _check_f32(q, "q")
@@ -282,11 +307,14 @@ def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window
         raise ValueError(f"k_cache: {n_kv_heads} KV heads do not divide q's {n_heads} heads")
     if pos0 < 0:
         raise ValueError(f"pos0: must be >= 0, got {pos0}")
-    if pos0 + n_tokens > n_ctx:
-        raise ValueError(f"pos0: positions {pos0}..{pos0 + n_tokens - 1} exceed the cache's "
+    # n_ctx - pos0 cannot overflow (both >= 0); pos0 + n_tokens can.
+    if n_tokens > n_ctx - pos0:
+        raise ValueError(f"pos0: {n_tokens} positions from {pos0} exceed the cache's "
                          f"n_ctx={n_ctx}")
     if window < 0:
         raise ValueError(f"window: must be >= 0 (0 = no window), got {window}")
+    if not softcap >= 0:
+        raise ValueError(f"softcap: must be >= 0 (0 = off), got {softcap}")
     cdef float sc = 1.0 / sqrt(<double>head_dim) if scale is None else scale
     if n_tokens == 0:
         return out
@@ -308,10 +336,14 @@ def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window
         vh = v_cache.reshape(-1)
         kp = &kh[0]
         vp = &vh[0]
+    cdef Py_ssize_t cache_bytes = k_cache.nbytes, out_bytes = n_tokens * n_heads * head_dim * 4
+    _check_disjoint(&ov[0], out_bytes, "out", &qv[0], out_bytes, "q", True)
+    _check_disjoint(&ov[0], out_bytes, "out", kp, cache_bytes, "k_cache")
+    _check_disjoint(&ov[0], out_bytes, "out", vp, cache_bytes, "v_cache")
     cdef int t = kv_type, rc
     with nogil:
         rc = infer_attention(&qv[0], kp, vp, t, n_tokens, n_heads, n_kv_heads, head_dim,
-                             n_ctx, pos0, window, sc, &ov[0])
+                             n_ctx, pos0, window, sc, softcap, &ov[0])
     if rc != 0:
         raise ValueError("attention: arguments rejected by the kernel")
     return out
@@ -333,8 +365,9 @@ def kv_store(x, cache, int64_t pos0):
                          f"of {head_dim}")
     if pos0 < 0:
         raise ValueError(f"pos0: must be >= 0, got {pos0}")
-    if pos0 + n_tokens > n_ctx:
-        raise ValueError(f"pos0: positions {pos0}..{pos0 + n_tokens - 1} exceed the cache's "
+    # n_ctx - pos0 cannot overflow (both >= 0); pos0 + n_tokens can.
+    if n_tokens > n_ctx - pos0:
+        raise ValueError(f"pos0: {n_tokens} positions from {pos0} exceed the cache's "
                          f"n_ctx={n_ctx}")
     if x.size == 0:
         return cache
@@ -348,6 +381,7 @@ def kv_store(x, cache, int64_t pos0):
     else:
         ch = cache.reshape(-1)
         cp = &ch[0]
+    _check_disjoint(cp, cache.nbytes, "cache", &xv[0], x.nbytes, "x")
     cdef int t = kv_type, rc
     with nogil:
         rc = infer_kv_store(&xv[0], cp, t, n_tokens, n_kv_heads, head_dim, n_ctx, pos0)

@@ -7,8 +7,12 @@
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT
 
+# Buffer-format prefixes that mean native byte order ("<" only on a little-endian host).
+cdef str _NATIVE_ORDER = "<=@" if _sys.byteorder == "little" else ">=@!"
+
+
 cdef str _strip_order(str fmt):
-    return fmt.lstrip("<=@") if fmt else fmt
+    return fmt.lstrip(_NATIVE_ORDER) if fmt else fmt
 
 
 cdef _buffer_error(obj, str name, str want, tuple formats, tuple ndims, bint writable):
@@ -152,7 +156,9 @@ cdef int64_t _packed_bytes(int64_t n, int t, str name) except -1:
 
 
 def dequantize(src, qtype, out):
-    """Decode whole blocks of format qtype from uint8 src into float32 out; returns out."""
+    """Decode whole blocks of format qtype from uint8 src into float32 out; returns out.
+    src and out must not overlap (as for every kernel here that reads one buffer
+    and writes another)."""
     cdef int t = type_id(qtype)
     cdef infer_dequantize_fn fn = _table().dequantize[t]
     if fn == NULL:
@@ -164,6 +170,7 @@ def dequantize(src, qtype, out):
         raise ValueError(f"out: expected {n} float32 elements for {s.shape[0]} bytes of "
                          f"{_name(t)}, got {o.shape[0]}")
     if n:
+        _check_disjoint(&o[0], n * 4, "out", &s[0], s.shape[0], "src")
         with nogil:
             fn(&s[0], &o[0], n)
     return out
@@ -182,6 +189,7 @@ def dequantize_f16(src, qtype, out):
         raise ValueError(f"out: expected {n} float16 elements for {s.shape[0]} bytes of "
                          f"{_name(t)}, got {o.shape[0]}")
     if n:
+        _check_disjoint(&o[0], n * 2, "out", &s[0], s.shape[0], "src")
         with nogil:
             fn(&s[0], <infer_half *>&o[0], n)
     return out
@@ -200,6 +208,7 @@ def quantize(src, qtype, out):
         raise ValueError(f"out: expected {nb} bytes for {s.shape[0]} values of {_name(t)}, "
                          f"got {o.shape[0]}")
     if nb:
+        _check_disjoint(&o[0], nb, "out", &s[0], s.shape[0] * 4, "src")
         with nogil:
             fn(&s[0], &o[0], s.shape[0])
     return out
@@ -228,7 +237,8 @@ def activation_bytes(qtype, int64_t n, int64_t n_tokens=1):
         raise ValueError(f"qtype: {_name(t)} is not a weight format")
     if n < 0 or n_tokens < 0:
         raise ValueError(f"n: sizes must be >= 0, got n={n}, n_tokens={n_tokens}")
-    return _packed_bytes(n, vdt, "n") * n_tokens
+    # In Python ints: the product of two int64s can wrap.
+    return _buffer_size(<object>_packed_bytes(n, vdt, "n") * <object>n_tokens, "n_tokens")
 
 
 def quantize_activations(x, qtype, buf):
@@ -255,6 +265,7 @@ def quantize_activations(x, qtype, buf):
         raise ValueError(f"buf: expected {need} bytes ({n_tokens} x {n} values as "
                          f"{_name(vdt)}), got {b.shape[0]}")
     if need:
+        _check_disjoint(&b[0], need, "buf", xp, n_tokens * n * 4, "x")
         with nogil:
             infer_quantize_activations(t, xp, n_tokens, n, &b[0])
     return buf
@@ -317,6 +328,8 @@ def matvec(w, qtype, x, out):
         if o.shape[0] != rows:
             raise ValueError(f"out: expected {rows} float32 elements (one per row of w), got {o.shape[0]}")
         if rows:
+            _check_disjoint(&o[0], rows * 4, "out", &xv[0], n * 4, "x")
+            _check_disjoint(&o[0], rows * 4, "out", wb.buf, wb.len, "w")
             with nogil:
                 rc = infer_matvec(t, wb.buf, rb, rows, n, &xv[0], &o[0], NULL)
     finally:
@@ -347,6 +360,8 @@ def matmul(w, qtype, X, out):
         if o.shape[0] != n_tokens or o.shape[1] != rows:
             raise ValueError(f"out: expected shape ({n_tokens}, {rows}), got ({o.shape[0]}, {o.shape[1]})")
         if rows and n_tokens:
+            _check_disjoint(&o[0, 0], n_tokens * rows * 4, "out", &xv[0, 0], n_tokens * n * 4, "X")
+            _check_disjoint(&o[0, 0], n_tokens * rows * 4, "out", wb.buf, wb.len, "w")
             with nogil:
                 rc = infer_matmul(t, wb.buf, rb, rows, n, &xv[0, 0], n_tokens, &o[0, 0], NULL)
     finally:
@@ -358,7 +373,10 @@ def matmul(w, qtype, X, out):
 
 cdef const uint8_t[::1] _activations_in(obj, int vdt, str name):
     """Pre-quantized activations: uint8 bytes, or float32 when the format is f32."""
-    if vdt == 0 and getattr(obj, "dtype", None) is not None and obj.dtype.char == "f":
+    dtype = getattr(obj, "dtype", None)
+    if vdt == 0 and dtype is not None and dtype.char == "f":
+        if not dtype.isnative:
+            raise TypeError(f"{name}: expected native byte order float32, got dtype {dtype.str}")
         return memoryview(obj).cast("B")
     return _bytes_in(obj, name)
 
@@ -382,6 +400,8 @@ def matvec_q(w, qtype, xq, out):
         if o.shape[0] != rows:
             raise ValueError(f"out: expected {rows} float32 elements (one per row of w), got {o.shape[0]}")
         if rows:
+            _check_disjoint(&o[0], rows * 4, "out", &xv[0], xv.shape[0], "xq")
+            _check_disjoint(&o[0], rows * 4, "out", wb.buf, wb.len, "w")
             with nogil:
                 infer_matvec_q(t, wb.buf, rb, rows, n, &xv[0], &o[0])
     finally:
@@ -415,6 +435,8 @@ def matmul_q(w, qtype, Xq, out):
         if o.shape[1] != rows:
             raise ValueError(f"out: expected {rows} columns (one per row of w), got {o.shape[1]}")
         if rows:
+            _check_disjoint(&o[0, 0], n_tokens * rows * 4, "out", &xv[0], xv.shape[0], "Xq")
+            _check_disjoint(&o[0, 0], n_tokens * rows * 4, "out", wb.buf, wb.len, "w")
             with nogil:
                 infer_matmul_q(t, wb.buf, rb, rows, n, &xv[0], n_tokens, &o[0, 0])
     finally:

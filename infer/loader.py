@@ -1,6 +1,7 @@
 """infer.load(): open a GGUF file as a Model (tokenizer + engine + chat template)."""
 from __future__ import annotations
 
+import operator
 import os
 from typing import Any, Dict, Optional
 
@@ -32,6 +33,16 @@ def _chat_for(metadata: Dict[str, Any], tokenizer: Any) -> Any:
 
 
 _UNSET = object()
+
+
+def _thread_count(value: object) -> int:
+    """``value`` as a thread count: an integer >= 1 (no bool, no 1.5)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"n_threads: expected an integer, got {type(value).__name__}")
+    n = operator.index(value)
+    if n < 1:
+        raise ValueError(f"n_threads: must be >= 1, got {n}")
+    return n
 
 
 class LoadedModel(Model):
@@ -70,11 +81,10 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None) -> Any:
         path = default_model_path()
     path = os.fspath(path)
     if n_threads is not None:
-        if int(n_threads) < 1:
-            raise ValueError(f"n_threads: must be >= 1, got {n_threads}")
+        n_threads = _thread_count(n_threads)
         from . import kernels
 
-        kernels.set_num_threads(int(n_threads))
+        kernels.set_num_threads(n_threads)
     gf = GGUFFile(path)
     try:
         md = gf.metadata
@@ -82,6 +92,7 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None) -> Any:
         if not isinstance(arch, str):
             raise ValueError(f"{path}: no general.architecture in the GGUF metadata")
         engine = variant_for(arch)(gf, n_threads)
+        engine.file_check = gf.check_unchanged
         tokenizer = Tokenizer.from_metadata(md)
     except BaseException:
         gf.close()

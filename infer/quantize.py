@@ -169,14 +169,19 @@ def quantize_file(src: PathArg, dst: PathArg, target: Union[DType, str],
     report = Report()
     with GGUFFile(src) as f:
         steps = report.steps = plan(f, recipe)
-        requantized = [s for s in steps if not s.copy and s.tensor.dtype.is_quantized]
+        # Only a quantized destination loses quality: rounding Q4_1's values to F16
+        # or BF16 costs far less than their quantization already did.
+        requantized = [s for s in steps if not s.copy and s.tensor.dtype.is_quantized
+                       and s.dtype.is_quantized]
         if requantized:
             kinds = sorted({s.tensor.dtype.name for s in requantized})
             warn(f"requantizing {len(requantized)} tensors that are already quantized "
                  f"({', '.join(kinds)}): quality is lower than quantizing from F16/F32")
         if report.n_unsupported:
             first = next(s.tensor for s in steps if s.unsupported)
-            warn(f"kept {report.n_unsupported} tensors unchanged: infer cannot decode their format "
+            n = report.n_unsupported
+            warn(f"kept {n} tensor{'s' if n != 1 else ''} unchanged: infer cannot decode "
+                 f"{'their' if n != 1 else 'its'} format "
                  f"(e.g. {first.name} is {first.dtype.name})")
 
         writer = GGUFWriter(alignment=f.alignment)
@@ -212,10 +217,14 @@ def quantize_file(src: PathArg, dst: PathArg, target: Union[DType, str],
 
 
 class ProgressBar:
-    """tqdm when installed, else one self-overwriting stderr line."""
+    """tqdm when installed, else one self-overwriting stderr line; nothing at all
+    when stderr is not a terminal (a log would get every redraw)."""
 
-    def __init__(self, total: int, desc: str) -> None:
+    def __init__(self, total: int, desc: str, stream: Any = None) -> None:
         self.total, self.done, self.desc = total, 0, desc
+        self.stream = sys.stderr if stream is None else stream
+        isatty = getattr(self.stream, "isatty", None)
+        self.enabled = bool(isatty and isatty())
         self._last = 0.0
         self._bar: Any = None
         self._started = False
@@ -228,9 +237,19 @@ class ProgressBar:
         except ImportError:
             return
         self._bar = tqdm(total=self.total, desc=self.desc, unit="B", unit_scale=True,
-                         unit_divisor=1024, file=sys.stderr, leave=False)
+                         unit_divisor=1024, file=self.stream, leave=True)
+
+    def finish(self) -> None:
+        """Show 100%: the work is done (the header and metadata are not counted
+        in the tensors' updates), then close."""
+        if self.done < self.total:
+            self.update(self.total - self.done)
+        self.close()
 
     def update(self, n: int) -> None:
+        if not self.enabled:
+            self.done += n
+            return
         if not self._started:
             self._start()
         self.done += n
@@ -242,10 +261,12 @@ class ProgressBar:
             self._last = now
             pct = 100.0 * self.done / max(1, self.total)
             print(f"\r{self.desc}: {pct:5.1f}% ({self.done >> 20}/{self.total >> 20} MiB)",
-                  end="", file=sys.stderr, flush=True)
+                  end="", file=self.stream, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
-        elif self.done:
-            print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
+            self._bar = None
+        elif self.enabled and self._started:
+            print(file=self.stream, flush=True)  # keep the last line, end it
+        self._started = False

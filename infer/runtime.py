@@ -47,6 +47,9 @@ class Engine(ABC):
     def close(self) -> None:
         """Release the weights (the file map).  Contexts must not be used after it."""
 
+    #: set by infer.load: raises if the mapped file changed (GGUFFile.check_unchanged)
+    file_check: Optional[Callable[[], None]] = None
+
     def forward_batch(self, contexts: Sequence["Context"], tokens: NDArray[Any],
                       positions: Sequence[int]) -> None:
         """Evaluate ``tokens[i]`` in ``contexts[i]`` at position ``positions[i]``, setting
@@ -77,6 +80,10 @@ class Context(ABC):
         # False when self.logits do not belong to the last token of history
         # (after truncate_to, or before any prefill).
         self._logits_valid = False
+        # History tokens [0, _n_cached) have their K/V in the cache.  Less than
+        # len(tokens) only after a failed recompute of the last token's logits: the
+        # rest is evaluated again, before anything else, by the next call.
+        self._n_cached = 0
         self._lock = threading.Lock()
 
     # ---- hooks a variant implements ---------------------------------------
@@ -98,6 +105,7 @@ class Context(ABC):
         with self._exclusive():
             self._truncate_cache(0)
             self.tokens = []
+            self._n_cached = 0
             self._logits_valid = False
             self.sampler.reset()
 
@@ -110,12 +118,14 @@ class Context(ABC):
                 return
             self._truncate_cache(n)
             del self.tokens[n:]
+            self._n_cached = min(self._n_cached, n)
             self._logits_valid = False
             self.sampler.set_history(self.tokens)
 
     def prefill(self, tokens: Iterable[int]) -> None:
         """Append ``tokens`` after the history in one batched pass; logits of the last."""
         with self._exclusive():
+            self._check_file()
             batch = self._check_tokens(tokens)
             if len(batch) == 0:
                 return
@@ -132,6 +142,7 @@ class Context(ABC):
                 raise RuntimeError("next(): the context is empty; prefill a prompt first")
             if len(self.tokens) >= self.n_ctx:
                 raise ContextOverflowError(f"the context of {self.n_ctx} tokens is full")
+            self._check_file()
             self._ensure_logits()
             token = int(self.sampler.sample(self.logits))
             self._eval(np.array([token], dtype=np.int32))
@@ -139,41 +150,70 @@ class Context(ABC):
 
     # ---- shared machinery -----------------------------------------------------
     def _eval(self, batch: NDArray[Any]) -> None:
-        start = len(self.tokens)
+        """Evaluate ``batch`` after the history (first any history tokens not cached)."""
+        start = self._n_cached
+        run = batch
+        if start < len(self.tokens):
+            run = np.concatenate([np.asarray(self.tokens[start:], dtype=np.int32), batch])
         try:
-            self._forward(batch, start)
+            self._forward(run, start)
         except BaseException:
             # Cache slots past `start` may hold partial results; history does not
             # name them, so the context is as before.  Logits may be half-written.
             self._truncate_cache(start)
             self._logits_valid = False
             raise
+        # An interrupt between these lines leaves _n_cached short: safe, the
+        # next call evaluates those tokens again.
         self.tokens.extend(int(t) for t in batch)
         for t in batch:
             self.sampler.accept(int(t))
+        self._n_cached = len(self.tokens)
         self._logits_valid = True
 
     def _ensure_logits(self) -> None:
-        """Recompute the logits of the last token if a truncation made them stale."""
+        """Recompute the logits of the last token if a truncation made them stale.
+        The token stays in the history whatever happens: only its cache slot is
+        dropped and evaluated again."""
         if self._logits_valid:
             return
-        last = self.tokens[-1]
-        self._truncate_cache(len(self.tokens) - 1)
-        del self.tokens[-1]
-        self.sampler.set_history(self.tokens)
-        self._eval(np.array([last], dtype=np.int32))
+        if self._n_cached == len(self.tokens):
+            self._n_cached -= 1
+            self._truncate_cache(self._n_cached)
+        self._eval(np.empty(0, dtype=np.int32))
+
+    def _check_file(self) -> None:
+        check = self.engine.file_check
+        if check is not None:
+            check()
+
+    def _ensure_cached(self) -> None:
+        """Evaluate history tokens whose cache slots a failed call dropped."""
+        if self._n_cached < len(self.tokens):
+            self._eval(np.empty(0, dtype=np.int32))
 
     def _check_tokens(self, tokens: Iterable[int]) -> NDArray[Any]:
-        batch = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) else tokens)
-        if batch.ndim != 1:
-            raise ValueError(f"tokens: expected a 1-D sequence, got shape {batch.shape}")
-        if batch.size and not np.issubdtype(batch.dtype, np.integer):
-            raise TypeError(f"tokens: expected integers, got {batch.dtype}")
-        batch = batch.astype(np.int32, copy=False)
-        if batch.size and (batch.min() < 0 or batch.max() >= self.engine.vocab_size):
-            bad = int(batch[(batch < 0) | (batch >= self.engine.vocab_size)][0])
-            raise ValueError(f"tokens: id {bad} outside the vocabulary [0, {self.engine.vocab_size})")
-        return batch
+        """``tokens`` as int32, every id checked against the vocabulary *before* the
+        cast (an int64 2**32 + 504 would otherwise become token 504)."""
+        vocab = self.engine.vocab_size
+        if isinstance(tokens, np.ndarray):
+            batch = tokens
+            if batch.ndim != 1:
+                raise ValueError(f"tokens: expected a 1-D sequence, got shape {batch.shape}")
+            if batch.size and not np.issubdtype(batch.dtype, np.integer):
+                raise TypeError(f"tokens: expected integers, got {batch.dtype}")
+            values: Sequence[Any] = batch.tolist()  # Python ints: the bounds cannot wrap
+        else:
+            values = list(tokens)
+            for t in values:
+                if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+                    if isinstance(t, (list, tuple, np.ndarray)):
+                        raise ValueError("tokens: expected a 1-D sequence of token ids")
+                    raise TypeError(f"tokens: expected integers, got {type(t).__name__}")
+        if values and not (0 <= min(values) and max(values) < vocab):
+            bad = next(int(t) for t in values if not 0 <= t < vocab)
+            raise ValueError(f"tokens: id {bad} outside the vocabulary [0, {vocab})")
+        return np.array(values, dtype=np.int32)
 
     def _exclusive(self) -> "_Exclusive":
         return _Exclusive(self._lock)
@@ -209,6 +249,7 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
             guard = c._exclusive()
             guard.__enter__()
             held.append(guard)
+        contexts[0]._check_file()
         if forced is not None:
             batch = [c._check_tokens([t]) for c, t in zip(contexts, forced)]
         for i, c in enumerate(contexts):
@@ -221,6 +262,8 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
                 c._ensure_logits()
             chosen = [int(c.sampler.sample(c.logits)) for c in contexts]
         else:
+            for c in contexts:
+                c._ensure_cached()
             chosen = [int(b[0]) for b in batch]
         starts = [len(c.tokens) for c in contexts]
         try:
@@ -233,6 +276,7 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
         for c, token in zip(contexts, chosen):
             c.tokens.append(token)
             c.sampler.accept(token)
+            c._n_cached = len(c.tokens)
             c._logits_valid = True
         return chosen
     finally:
@@ -276,6 +320,19 @@ class Model:
             sampler = Sampler(**sampling)
         return self.engine.create_context(n_ctx=n_ctx, sampler=sampler)
 
+    def create_chat_completion(self, messages: Any, **options: Any) -> Any:
+        """OpenAI's chat completion: a ``chat.completion`` dict, or chunk dicts with
+        ``stream=True``; the options are `infer.api.create_chat_completion`'s."""
+        from .api import create_chat_completion
+
+        return create_chat_completion(self, messages, **options)
+
+    def create_completion(self, prompt: Any, **options: Any) -> Any:
+        """OpenAI's (legacy) text completion; the options are `infer.api.create_completion`'s."""
+        from .api import create_completion
+
+        return create_completion(self, prompt, **options)
+
     def close(self) -> None:
         self.engine.close()
         if self._closer is not None:
@@ -290,6 +347,20 @@ class Model:
 
 
 # ---- variant registry -----------------------------------------------------------
+class UnsupportedModelError(ValueError):
+    """A GGUF file infer cannot run as it is meant to be run: an unknown architecture,
+    or tensors / metadata keys that change the maths and that its variant does not
+    implement.  ``names`` lists the offending tensors or keys (or the architecture)."""
+
+    def __init__(self, message: str, names: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.names = list(names)
+
+
+#: the entry-point group through which other packages add variants: an entry point's
+#: name is a GGUF ``general.architecture``, its value a factory (gguf_file, n_threads) -> Engine
+ENTRY_POINT_GROUP = "infer.variants"
+
 # architecture name -> function(gguf_file, n_threads) -> Engine
 _VARIANTS: dict[str, Callable[..., Engine]] = {}
 
@@ -305,12 +376,41 @@ def register_variant(*architectures: str) -> Callable[[Callable[..., Engine]], C
     return deco
 
 
+def _entry_points() -> list[Any]:
+    from importlib.metadata import entry_points
+
+    eps: Any = entry_points()
+    if hasattr(eps, "select"):  # Python >= 3.10
+        return list(eps.select(group=ENTRY_POINT_GROUP))
+    return list(eps.get(ENTRY_POINT_GROUP, ()))  # Python 3.9: a dict of groups
+
+
 def variant_for(architecture: str) -> Callable[..., Engine]:
+    """The Engine factory of a GGUF architecture: a registered one (the built-in
+    variants), else an installed package's ``infer.variants`` entry point of that name."""
     if architecture not in _VARIANTS:
-        known = ", ".join(sorted(_VARIANTS)) or "none"
-        raise ValueError(f"architecture {architecture!r} is not supported (known: {known})")
+        for ep in _entry_points():
+            if ep.name == architecture:
+                try:
+                    factory = ep.load()
+                except Exception as e:
+                    raise UnsupportedModelError(
+                        f"architecture {architecture!r}: the entry point {ep.value!r} of "
+                        f"{ENTRY_POINT_GROUP!r} failed to load: {type(e).__name__}: {e}",
+                        [architecture]) from e
+                if not callable(factory):
+                    raise UnsupportedModelError(
+                        f"architecture {architecture!r}: the entry point {ep.value!r} is not callable",
+                        [architecture])
+                _VARIANTS[architecture] = factory
+                break
+    if architecture not in _VARIANTS:
+        known = ", ".join(known_architectures()) or "none"
+        raise UnsupportedModelError(f"architecture {architecture!r} is not supported (known: {known})",
+                                    [architecture])
     return _VARIANTS[architecture]
 
 
 def known_architectures() -> Sequence[str]:
-    return sorted(_VARIANTS)
+    """Registered architectures and those installed packages offer as entry points."""
+    return sorted(set(_VARIANTS) | {ep.name for ep in _entry_points()})

@@ -98,7 +98,8 @@ class DType(IntEnum):
 
     @property
     def kernel_supported(self) -> bool:
-        """True if infer.kernels can dequantize (and quantize) this format."""
+        """True if infer.kernels can dequantize this format and multiply by it (and
+        quantize to it, except the IQ and TQ formats: those need an importance matrix)."""
         return self in KERNEL_DTYPES
 
     def row_bytes(self, n: int) -> int:
@@ -131,12 +132,10 @@ KERNEL_DTYPES = frozenset({
     DType.F32, DType.F16, DType.BF16, DType.Q4_0, DType.Q4_1, DType.Q5_0,
     DType.Q8_0, DType.Q4_K, DType.Q6_K,
     DType.Q5_1, DType.Q2_K, DType.Q3_K, DType.Q5_K, DType.IQ4_NL, DType.IQ4_XS,
+    DType.IQ2_XXS, DType.IQ2_XS, DType.IQ2_S, DType.IQ3_XXS, DType.IQ3_S, DType.IQ1_S,
+    DType.TQ1_0, DType.TQ2_0,
 })
 
-
-
-class UnsupportedFormatError(ValueError):
-    """A tensor whose format infer's kernels do not compute with (raised at load time)."""
 
 
 def supported_formats() -> str:
@@ -144,11 +143,9 @@ def supported_formats() -> str:
     return ", ".join(d.name for d in sorted(KERNEL_DTYPES))
 
 
-def check_kernel_format(name: str, dtype: DType) -> None:
-    """UnsupportedFormatError naming the tensor, its type and id, and what is supported."""
-    if not dtype.kernel_supported:
-        raise UnsupportedFormatError(
-            f"{name}: tensor type {dtype.name} ({int(dtype)}) is not supported; "
+def unsupported_format_message(name: str, dtype: DType) -> str:
+    """What a load says of a tensor in a format the kernels do not compute with."""
+    return (f"{name}: tensor type {dtype.name} ({int(dtype)}) is not supported; "
             f"supported: {supported_formats()}")
 
 

@@ -26,10 +26,12 @@ from __future__ import annotations
 import codecs
 import heapq
 import operator
+import warnings
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 from numpy.typing import NDArray
+
 import regex
 
 __all__ = [
@@ -254,9 +256,11 @@ class _SpecialSplitter:
     llama.cpp takes the token texts longest first (ties here: lower id) and cuts
     each one out of every fragment of raw text still left, leftmost occurrences
     first, never overlapping.  The same result in one pass over the text: all
-    occurrences are found by walking a set of prefixes from each position that
-    holds a first character of some token text, then each text, longest first,
-    claims its leftmost occurrences that touch nothing claimed yet.
+    occurrences are found by walking a trie of the token texts from each position
+    that holds a first character of some token text, then each text, longest
+    first, claims its leftmost occurrences that touch nothing claimed yet.  The
+    trie has one node per character of the texts, so a 64K-character token costs
+    64K entries (a set of its prefixes cost 2 GB).
 
     Runs of one repeated character (Gemma's newline, space and tab runs) take a short
     cut when no other token text holds that character: a maximal run of it is
@@ -274,7 +278,19 @@ class _SpecialSplitter:
         self.runs = {c: sorted(lengths.items(), reverse=True) for c, lengths in by_char.items()
                      if c not in chars_elsewhere and len(lengths) > 1}
         others = {t: tid for t, tid in texts.items() if not (_is_run(t) and t[0] in self.runs)}
-        self.prefixes = {t[:i] for t in others for i in range(1, len(t) + 1)}
+        # The trie as one flat dict: (node, next character) -> child node; node 0 is
+        # the root.  ends[node] is the text a node completes, for those that do.
+        trie: dict[tuple[int, str], int] = {}
+        ends: dict[int, str] = {}
+        for t in others:
+            node = 0
+            for c in t:
+                child = trie.get((node, c))
+                if child is None:
+                    child = trie[(node, c)] = len(trie) + 1
+                node = child
+            ends[node] = t
+        self.trie, self.ends = trie, ends
         first = sorted({t[0] for t in others})
         self.first = (regex.compile("[" + "".join(regex.escape(c) for c in first) + "]")
                       if first else None)
@@ -313,20 +329,22 @@ class _SpecialSplitter:
 
     def _split_others(self, text: str, found: list[tuple[int, int, int]]) -> None:
         ids = self.ids
-        prefixes = self.prefixes
+        trie, ends = self.trie, self.ends
         starts: dict[str, list[int]] = {}
         n = len(text)
         assert self.first is not None
         for m in self.first.finditer(text):
             start = m.start()
-            end = start + 1
-            while end <= n:
-                s = text[start:end]
-                if s not in prefixes:
+            node = 0
+            at = start
+            while at < n:
+                node = trie.get((node, text[at]), 0)
+                if not node:
                     break
-                if s in ids:
-                    starts.setdefault(s, []).append(start)
-                end += 1
+                found_text = ends.get(node)
+                if found_text is not None:
+                    starts.setdefault(found_text, []).append(start)
+                at += 1
         if not starts:
             return
         claimed = bytearray(n)
@@ -466,6 +484,11 @@ class Tokenizer:
             else:
                 self._encode_text(part, out, prev_special)
                 prev_special = False
+        if add_special and vocab.add_bos and len(out) > 1 and out[0] == out[1] == vocab.bos_token_id:
+            # llama.cpp warns about this too: the text already began with the BOS text.
+            warnings.warn("the text starts with the BOS token and the model adds one too, so the prompt "
+                          "now starts with two BOS tokens; drop it from the text or pass add_special=False",
+                          stacklevel=3)
         if add_special and vocab.add_eos and vocab.eos_token_id is not None:
             out.append(vocab.eos_token_id)
         return out
@@ -637,24 +660,54 @@ class BPETokenizer(Tokenizer):
     def _merge(self, word: str) -> list[str]:
         """Apply merges to one pre-tokenized word: lowest rank first, leftmost on ties.
 
-        Quadratic in the word's length, but words are short and each one is
-        merged once (then cached), which keeps encoding above the speed of the
-        `tokenizers` library (bench/tokenizer.py) without a compiled loop.
+        A linked list of symbols and a heap of candidate pairs keyed (rank, left
+        position), as llama.cpp's llm_bigram_bpe and HF tokenizers do: O(n log n) in
+        the word's length (a pasted base64 string is one long word).  A heap entry
+        is stale when either side has been merged since: a merged-away symbol is
+        empty, and a symbol that grew changed the pair's length.
         """
+        n = len(word)
+        if n < 2:
+            return [word] if word else []
         ranks = self._ranks
-        symbols = list(word)
-        while len(symbols) > 1:
-            best = -1
-            best_rank = 1 << 62
-            for i in range(len(symbols) - 1):
-                r = ranks.get(symbols[i] + " " + symbols[i + 1])
-                if r is not None and r < best_rank:
-                    best_rank = r
-                    best = i
-            if best < 0:
-                break
-            symbols[best:best + 2] = [symbols[best] + symbols[best + 1]]
-        return symbols
+        sym = list(word)
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        prev = list(range(-1, n - 1))
+        heap = []
+        for i in range(n - 1):
+            r = ranks.get(sym[i] + " " + sym[i + 1])
+            if r is not None:
+                heap.append((r, i, i + 1, 2))
+        heapq.heapify(heap)
+        push = heapq.heappush
+        pop = heapq.heappop
+        while heap:
+            _, left, right, size = pop(heap)
+            ls, rs = sym[left], sym[right]
+            if not ls or not rs or len(ls) + len(rs) != size:
+                continue
+            merged = ls + rs
+            sym[left] = merged
+            sym[right] = ""
+            after = nxt[right]
+            nxt[left] = after
+            if after >= 0:
+                prev[after] = left
+                r = ranks.get(merged + " " + sym[after])
+                if r is not None:
+                    push(heap, (r, left, after, len(merged) + len(sym[after])))
+            before = prev[left]
+            if before >= 0:
+                r = ranks.get(sym[before] + " " + merged)
+                if r is not None:
+                    push(heap, (r, before, left, len(sym[before]) + len(merged)))
+        out = []
+        i = 0
+        while i >= 0:
+            out.append(sym[i])
+            i = nxt[i]
+        return out
 
     def _normal_piece(self, text: str) -> bytes:
         try:

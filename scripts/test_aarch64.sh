@@ -17,7 +17,8 @@
 #      host build are there) `infer generate` greedy, which must print the host's text.
 #
 # Environment: WORK (default /tmp/infer-aarch64), CPUS (default "cortex-a72 max"),
-# MIRROR (default http://deb.debian.org/debian), TESTS (the pytest files), TOKENS
+# MIRROR (default: the Debian archive in this machine's apt sources, found by
+# scripts/apt_mirror.sh; exit 2 when there is none), TESTS (the pytest files), TOKENS
 # (tokens to generate, default 24; 0 skips generation), PYTHON (host, default python).
 # Needs: root (debootstrap), debootstrap, dpkg-deb, qemu-aarch64 (qemu-user),
 # aarch64-linux-gnu-gcc (gcc-aarch64-linux-gnu), network access to the Debian mirror and
@@ -26,7 +27,9 @@ set -eu
 cd "$(dirname "$0")/.."
 WORK=${WORK:-/tmp/infer-aarch64}
 CPUS=${CPUS:-cortex-a72 max}
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
+if [ -z "${MIRROR:-}" ]; then
+    MIRROR=$(scripts/apt_mirror.sh) || exit 2
+fi
 TESTS=${TESTS:-tests/test_kernels_quants.py tests/test_kernels_kquants.py tests/test_kernels_ops.py}
 TOKENS=${TOKENS:-24}
 PYTHON=${PYTHON:-python}

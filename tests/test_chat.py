@@ -6,10 +6,11 @@ the tokens of the rendered history, tokenized independently here.
 """
 import itertools
 import json
+import warnings
 
 import pytest
 
-from infer.chat import ChatSession, Reply, ThinkingText, ToolCall, ToolCallError
+from infer.chat import BaseModelWarning, ChatSession, Reply, ThinkingText, ToolCall, ToolCallError
 from infer.runtime import ContextOverflowError
 from scripted import CHATML, RaisingSampler, ScriptedTokenizer, scripted_model
 
@@ -446,7 +447,11 @@ def test_gemma3_file_without_template_uses_the_gemma_fallback():
     model = scripted_model(["Hello there.", "Sure: 2 + 2 = 4."], tokenizer=tok, metadata=md,
                            opener="<start_of_turn>model\n", end_token="<end_of_turn>")
     assert model.chat.family == "gemma" and model.chat.bos_token == "<bos>"
-    s = ChatSession(model, system="Answer briefly.")
+    with pytest.warns(BaseModelWarning, match="no chat template of its own.*base model.*built-in 'gemma'"):
+        s = ChatSession(model, system="Answer briefly.")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ChatSession(model)  # once per model
     assert s.send("Hi").text == "Hello there."
     assert s.send("2+2?").text == "Sure: 2 + 2 = 4."
     bos = tok.vocab.bos_token_id
@@ -502,7 +507,7 @@ def test_trim_history_drops_the_oldest_exchanges_to_fit():
     # the scripted model saw one assistant opener again: its first reply
     assert s.context.tokens == history_ids(s)
     assert s.context.n_past == 11 + 8 + 3 + 20
-    s3 = ChatSession(scripted_model(script, max_seq_len=64), system="S", max_tokens=20)
+    s3 = ChatSession(scripted_model(script, max_seq_len=64), system="S", max_tokens=20, trim_history=False)
     s3.send("one")
     reply = s3.send("two")  # without trimming the reply gets what is left: 64 - 53 - 3 tokens
     assert reply.text == "Second a" and reply.finish_reason == "length"

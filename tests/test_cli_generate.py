@@ -34,7 +34,7 @@ def test_generate_greedy_streams_the_continuation_only(model):
     # the same continuation through the Python API, greedy
     gen = infer.generate(model, prompt, max_tokens=12, temperature=0)
     expected = "".join(gen)
-    assert out.stdout == expected
+    assert out.stdout == expected + "\n"  # piped output ends its line
     assert not out.stdout.startswith(prompt)
     assert "Paris" in out.stdout
     assert "12 generated" in out.stderr and "finish: length" in out.stderr
@@ -47,7 +47,7 @@ def test_generate_chat_wraps_the_prompt_and_stops_at_end_of_turn(model):
         model.chat.render([{"role": "user", "content": "Say hello."}], add_generation_prompt=True),
         add_special=False, parse_special=True)
     gen = infer.generate(model, ids, max_tokens=64, temperature=0)
-    assert out.stdout == "".join(gen)
+    assert out.stdout == "".join(gen) + "\n"
     assert "<|im_end|>" not in out.stdout and "<|im_start|>" not in out.stdout
     assert f"finish: {gen.finish_reason}" in out.stderr
 
@@ -60,7 +60,7 @@ def test_generate_ctx_size_bounds_the_context(model):
     out = run_cli("generate", prompt, "--temp", "0", "-n", "50", "-c", "12")
     assert out.returncode == 0, out.stderr
     gen = infer.generate(model, prompt, max_tokens=12 - n_prompt, temperature=0)
-    assert out.stdout == "".join(gen)
+    assert out.stdout == "".join(gen) + "\n"
     assert f"{12 - n_prompt} generated" in out.stderr and "finish: length" in out.stderr
 
 

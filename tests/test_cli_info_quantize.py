@@ -323,7 +323,8 @@ def test_quantize_default_model_reads_back(capsys, tmp_path, qtype):
     code, out, err = run(capsys, "quantize", str(path), str(dst), "--type", qtype)
     assert code == 0, err
     # SmolLM2 is Q4_1 with a Q8_0 embedding: only a q4_1 target has nothing to requantize
-    assert ("warning: requantizing" in err) == (qtype != "q4_1")
+    # ... and a float target loses nothing: no warning either
+    assert ("warning: requantizing" in err) == (qtype not in ("q4_1", "f16", "bf16"))
     # the tied output head: 32-element targets want Q6_K, whose blocks 576 columns do not fit
     # (Q8_0 then); K-quant targets go to Q8_0 directly; Q8_0, F16, BF16 have no special case
     assert bool(re.search(r"Q6_K->Q8_0 x1\b", out)) == (qtype in ("q4_0", "q4_1", "q5_0"))
@@ -386,7 +387,7 @@ def test_unconvertible_source_tensor_is_kept(capsys, tmp_path):
     w.add_tensor("blk.0.attn_q.weight", np.ones((2, 64), np.float32))
     w.write(src)
     code, out, err = run(capsys, "quantize", str(src), str(dst), "--type", "q8_0")
-    assert code == 0 and "kept 1 tensors unchanged" in err and "IQ1_M" in err
+    assert code == 0 and "kept 1 tensor unchanged" in err and "its format" in err and "IQ1_M" in err
     ref = {t.name: t for t in gguf.GGUFReader(dst).tensors}
     assert ref["blk.0.ffn_up.weight"].tensor_type.name == "IQ1_M"
     assert np.array_equal(np.asarray(ref["blk.0.ffn_up.weight"].data).reshape(-1), raw)
@@ -423,3 +424,40 @@ def test_quantize_gemma3_from_k_quants(capsys, tmp_path):
             rms = np.sqrt(np.mean((y - x) ** 2) / np.mean(x ** 2))
             assert rms < 0.01, (name, t.dtype.name, rms)
         assert seen == {DType.Q8_0, DType.Q5_0, DType.Q4_K, DType.Q6_K}
+
+
+def test_quantize_progress_stays_out_of_logs_and_reaches_100(capsys, tmp_path):
+    import io
+
+    from infer.quantize import ProgressBar
+
+    src, dst = tmp_path / "tiny.gguf", tmp_path / "out.gguf"
+    tiny_model(src)
+    code, out, err = run(capsys, "quantize", str(src), str(dst), "--type", "f16")
+    assert code == 0 and "\r" not in err and "%" not in err and "it/s" not in err  # not a tty
+    assert "warning" not in err
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for tqdm_missing in (False, True):
+        term = Terminal()
+        bar = ProgressBar(1000, "quantize to f16", stream=term)
+        if tqdm_missing:
+            bar._start = lambda: setattr(bar, "_started", True)   # the plain-line fallback
+        bar.update(900)                # tensor bytes; the header is the other 100
+        bar.finish()
+        shown = term.getvalue()
+        assert "100%" in shown or "100.0%" in shown, shown
+        assert shown.endswith("\n")    # the finished bar stays on screen
+
+
+def test_requantizing_to_a_float_type_does_not_warn(capsys, tmp_path):
+    src, mid, dst = tmp_path / "tiny.gguf", tmp_path / "q8.gguf", tmp_path / "f16.gguf"
+    tiny_model(src)
+    assert run(capsys, "quantize", str(src), str(mid), "--type", "q8_0")[0] == 0
+    code, out, err = run(capsys, "quantize", str(mid), str(dst), "--type", "f16")
+    assert code == 0 and "warning" not in err
+    code, out, err = run(capsys, "quantize", str(mid), str(tmp_path / "q4.gguf"), "--type", "q4_0")
+    assert code == 0 and "warning: requantizing" in err and "quality is lower" in err

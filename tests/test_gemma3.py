@@ -115,14 +115,19 @@ def reference(prompt, factual):
 
 
 def test_config_from_metadata(engine):
-    cfg = engine.config
-    assert (cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim) == \
+    """The spec read from the file's metadata, against the values the Gemma 3 270M
+    model card and llama.cpp's defaults give."""
+    spec = engine.spec
+    assert (spec.dim, spec.n_layers, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.ffn_dim) == \
         (640, 18, 4, 1, 256, 2048)
-    assert [i for i, g in enumerate(cfg.global_layers) if g] == [5, 11, 17]
-    assert cfg.window == 512 and cfg.rope_base == 1e6 and cfg.rope_base_local == 1e4
-    assert cfg.rope_for(5) == (1e6, 1.0) and cfg.rope_for(4) == (1e4, 1.0)
-    assert cfg.window_for(5) == 0 and cfg.window_for(0) == 512
-    assert cfg.attn_scale == pytest.approx(1 / 16)
+    assert [i for i, L in enumerate(spec.layers) if L.window == 0] == [5, 11, 17]
+    assert {L.window for L in spec.layers} == {0, 512}
+    assert spec.layers[5].rope.base == 1e6 and spec.layers[4].rope.base == 1e4
+    assert all(L.rope.neox and L.rope.scale == 1.0 for L in spec.layers)
+    assert spec.attn_scale == pytest.approx(1 / 16)
+    assert spec.embd_scale == pytest.approx(640 ** 0.5)
+    assert (spec.qk_norm, spec.post_attn_norm, spec.post_ffn_norm, spec.activation) == \
+        (True, True, True, "gelu_tanh")
     assert engine.vocab_size == 262144
 
 

@@ -157,18 +157,28 @@ def test_text_stream_flush_releases_incomplete_tail():
 
 
 # ---- the docs/variants.md example -------------------------------------------------------
+BIGRAM = os.path.join(ROOT, "examples", "infer-bigram", "infer_bigram.py")
+
+
 def _bigram_module():
-    spec = importlib.util.spec_from_file_location("bigram_variant", os.path.join(ROOT, "docs", "bigram_variant.py"))
+    """The example imported from its file and registered in-process (tests/
+    test_variant_packages.py installs it as a package and finds it by entry point)."""
+    from infer.runtime import register_variant
+
+    spec = importlib.util.spec_from_file_location("infer_bigram", BIGRAM)
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["bigram_variant"] = mod
+    sys.modules["infer_bigram"] = mod
     spec.loader.exec_module(mod)
+    register_variant("bigram")(mod.load_bigram)
     return mod
 
 
 def test_docs_embed_the_example_file_verbatim():
     md = open(os.path.join(ROOT, "docs", "variants.md"), encoding="utf-8").read()
-    code = open(os.path.join(ROOT, "docs", "bigram_variant.py"), encoding="utf-8").read()
+    code = open(BIGRAM, encoding="utf-8").read()
     assert "```python\n" + code + "```" in md
+    toml = open(os.path.join(os.path.dirname(BIGRAM), "pyproject.toml"), encoding="utf-8").read()
+    assert "```toml\n" + toml + "```" in md
 
 
 def test_bigram_example_through_load_and_generate(tmp_path):
@@ -205,3 +215,62 @@ def test_bigram_example_through_load_and_generate(tmp_path):
             assert out == greedy_text[:greedy_text.index("mat")] and gen.finish_reason == "stop"
         else:
             assert out == greedy_text
+
+
+def test_length_cut_inside_a_character_holds_the_bytes_back():
+    # "€" is E2 82 AC over two tokens; max_tokens stops after the first: no "\ufffd".
+    m = model_for([b"Hel", b"\xe2"])
+    gen = generate(m, "x", max_tokens=2)
+    assert "".join(gen) == "Hel" and gen.text == "Hel"
+    assert gen.finish_reason == "length"
+    assert gen.incomplete_tokens == [PIECES.index(b"\xe2")]
+    # a complete character at the cut is emitted as usual
+    m = model_for([b"\xe2", b"\x82\xac"])
+    gen = generate(m, "x", max_tokens=2)
+    assert "".join(gen) == "\u20ac" and gen.incomplete_tokens == []
+
+
+def test_text_stream_flush_can_drop_an_incomplete_tail():
+    s = TextStream(FakeTokenizer().decode)
+    assert s.push(PIECES.index(b"Hel")) == "Hel"
+    assert s.push(PIECES.index(b"\xc3")) == ""
+    assert s.flush(drop_incomplete=True) == "" and s.dropped == [PIECES.index(b"\xc3")]
+
+
+# ---- default context memory ----------------------------------------------------------------
+def _anon_mib():
+    """Resident anonymous memory (the KV cache and buffers, not the mapped weights)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    pytest.skip("no /proc/self/status")
+
+
+@pytest.mark.parametrize("which", ["smollm2", "gemma3"])
+def test_generate_without_a_context_sizes_it_to_the_call(which):
+    # A context for the trained length (8K for SmolLM2, 32K for Gemma 3) cost
+    # 270-300 MiB per call; a short generation now costs in proportion to its length.
+    import infer
+    from _tok_models import gemma3_missing, gemma3_path, smollm2_path
+
+    if which == "gemma3" and gemma3_missing():
+        pytest.skip(gemma3_missing())
+    path = smollm2_path() if which == "smollm2" else gemma3_path()
+    if path is None:
+        pytest.skip("model not installed")
+    with infer.load(path) as model:
+        list(infer.generate(model, "Hi", max_tokens=2, temperature=0))  # warm: scratch, code
+        before = _anon_mib()
+        gen = infer.generate(model, "Hello there", max_tokens=8, temperature=0)
+        text = "".join(gen)
+        grown = _anon_mib() - before
+        n_prompt = len(gen.prompt_ids)
+        assert gen.context.n_ctx == n_prompt + 8 < model.engine.max_seq_len
+        assert len(gen.tokens) <= 8 and isinstance(text, str)
+        full = model.create_context()
+        cache_mib = (full.k_cache.nbytes + full.v_cache.nbytes) / 2**20
+        assert cache_mib > 100                  # what a full-length cache would be
+        assert grown < 16, (grown, cache_mib)
+        # max_tokens=None keeps the trained length (the generation may run that far)
+        assert infer.generate(model, "x", max_tokens=None).context.n_ctx == model.engine.max_seq_len

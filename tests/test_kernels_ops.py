@@ -50,15 +50,17 @@ def gelu_tanh_ref(g):
     return 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
 
 
-def rope_ref(x, positions, base, neox, rot_dim, freq_scale=1.0):
-    """Rotate each head's pairs by angle pos * freq_scale * base^(-2i/rot_dim)."""
+def rope_ref(x, positions, base, neox, rot_dim, freq_scale=1.0, factors=None, attn_factor=1.0):
+    """Rotate each head's pairs by angle pos * freq_scale * base^(-2i/rot_dim) / factors[i],
+    scaling by attn_factor (ggml's rope with ext_factor 0)."""
     y = x.astype(np.float64).copy()
     half = rot_dim // 2
     i = np.arange(half, dtype=np.float64)
+    ff = np.ones(half) if factors is None else np.asarray(factors, np.float64)
     theta = (np.asarray(positions, dtype=np.float64)[:, None] * freq_scale
-              * base ** (-2.0 * i / rot_dim))            # (tokens, half)
-    c = np.cos(theta)[:, None, :]
-    s = np.sin(theta)[:, None, :]
+              * base ** (-2.0 * i / rot_dim) / ff)       # (tokens, half)
+    c = attn_factor * np.cos(theta)[:, None, :]
+    s = attn_factor * np.sin(theta)[:, None, :]
     if neox:
         a = y[..., :half].copy()
         b = y[..., half:rot_dim].copy()
@@ -77,7 +79,7 @@ def cache_values(cache):
     return (cache.view(np.float16) if cache.dtype == np.uint16 else cache).astype(np.float64)
 
 
-def attention_ref(q, k_cache, v_cache, pos0, scale, window):
+def attention_ref(q, k_cache, v_cache, pos0, scale, window, softcap=0.0):
     n_tokens, n_heads, d = q.shape
     n_kv = k_cache.shape[0]
     kf, vf = cache_values(k_cache), cache_values(v_cache)
@@ -88,6 +90,8 @@ def attention_ref(q, k_cache, v_cache, pos0, scale, window):
         for h in range(n_heads):
             kv = h // (n_heads // n_kv)
             scores = kf[kv, lo:p + 1] @ q[t, h].astype(np.float64) * scale
+            if softcap:
+                scores = softcap * np.tanh(scores / softcap)
             w = np.exp(scores - scores.max())
             out[t, h] = (w / w.sum()) @ vf[kv, lo:p + 1]
     return out
@@ -225,6 +229,22 @@ def test_rope_partial_positions_scale(isa, neox):
     np.testing.assert_array_equal(x[..., 32:], before[..., 32:])   # past rot_dim: untouched
 
 
+@pytest.mark.parametrize("neox", [False, True])
+def test_rope_frequency_factors_and_attn_factor(isa, neox):
+    """llama3 / LongRoPE per-pair divisors and YaRN's magnitude factor."""
+    r = rng(17 + neox)
+    x = r.standard_normal((5, 3, 64)).astype(np.float32)
+    factors = np.exp(r.uniform(0.0, 3.0, 32)).astype(np.float32)
+    ref = rope_ref(x, np.arange(5) + 700, 500000.0, neox, 64, freq_scale=0.5, factors=factors,
+                   attn_factor=1.2)
+    K.rope(x, 700, 500000.0, neox=neox, freq_scale=0.5, freq_factors=factors, attn_factor=1.2)
+    np.testing.assert_allclose(x, ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="freq_factors"):
+        K.rope(x, 0, freq_factors=factors[:31])
+    with pytest.raises(ValueError, match="freq_factors"):
+        K.rope(x, 0, freq_factors=np.zeros(32, np.float32))
+
+
 def test_rope_orderings_differ_and_position_zero_is_identity(isa):
     x = rng(9).standard_normal((1, 1, 64)).astype(np.float32)
     y = x.copy()
@@ -296,6 +316,24 @@ def test_attention_prefill_causal_window(isa, f16, window):
     K.attention(q, k, v, pos0, out, scale=0.3, window=window)
     ref = attention_ref(q, k, v, pos0, 0.3, window)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("f16", [False, True])
+@pytest.mark.parametrize("n_tokens", [1, 9])
+def test_attention_softcap(isa, f16, n_tokens):
+    """Gemma 2's attention logit soft-capping: scores of several units capped at 2."""
+    r = rng(50 + f16 + n_tokens)
+    n_kv, group, d, n_ctx, pos0 = 2, 2, 32, 64, 40
+    k = make_cache(r, n_kv, n_ctx, d, f16)
+    v = make_cache(r, n_kv, n_ctx, d, f16)
+    q = r.standard_normal((n_tokens, n_kv * group, d)).astype(np.float32)
+    out = np.empty_like(q)
+    K.attention(q, k, v, pos0, out, scale=0.8, window=20, softcap=2.0)
+    ref = attention_ref(q, k, v, pos0, 0.8, 20, softcap=2.0)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+    assert np.abs(ref - attention_ref(q, k, v, pos0, 0.8, 20)).max() > 0.05  # the cap matters
+    with pytest.raises(ValueError, match="softcap"):
+        K.attention(q, k, v, pos0, out, softcap=-1.0)
 
 
 def test_attention_future_positions_ignored(isa):
@@ -512,3 +550,94 @@ def test_many_rows_on_the_pool(isa, threads):
         np.testing.assert_allclose(h, gelu_tanh_ref(g) * u, rtol=1e-5, atol=1e-6)
     finally:
         K.set_num_threads(prev)
+
+
+def test_misuse_positions_that_overflow():
+    # pos0 + n_tokens wraps int64: every check is written so that it cannot.
+    big = 2**63 - 1
+    x = np.ones((2, 2, 64), np.float32)
+    cache = np.zeros((2, 16, 64), np.float32)
+    with pytest.raises(ValueError, match="pos0"):
+        K.kv_store(x, cache, big)
+    assert not cache.any()
+    with pytest.raises(ValueError, match="pos0"):
+        K.attention(x, cache, cache, big, np.empty_like(x))
+    with pytest.raises(ValueError, match="pos0"):
+        K.rope(x.copy(), big)
+    with pytest.raises(OverflowError):
+        K.kv_store(x, cache, 2**63)
+
+
+def test_misuse_overlapping_buffers():
+    # A kernel that reads one buffer while writing another gives wrong numbers when
+    # they overlap; only the documented in-place calls (the same buffer) are taken.
+    a = np.arange(10, dtype=np.float32)
+    with pytest.raises(ValueError, match="^a: shares memory with b"):
+        K.add(a[1:], a[:-1])
+    np.testing.assert_array_equal(a, np.arange(10))
+    np.testing.assert_array_equal(K.add(a, a), 2 * np.arange(10))   # the same buffer: fine
+    x = rng(0).standard_normal((4, 64)).astype(np.float32)
+    w = np.ones(64, np.float32)
+    buf = np.concatenate([x.reshape(-1), np.zeros(64, np.float32)])
+    with pytest.raises(ValueError, match="^out:"):
+        K.rmsnorm(buf[:256].reshape(4, 64), w, buf[64:].reshape(4, 64))
+    with pytest.raises(ValueError, match="^out: shares memory with weight"):
+        K.rmsnorm(w.reshape(1, 64), w, w.reshape(1, 64))
+    expect = rmsnorm_ref(x, w, 1e-5)
+    np.testing.assert_allclose(K.rmsnorm(x, w, x), expect, rtol=1e-5, atol=1e-6)  # in place
+    with pytest.raises(ValueError, match="^out:"):
+        K.silu_mul(buf[:128], buf[64:192], buf[32:160])
+    q = np.ones((2, 2, 64), np.float32)
+    cache = np.zeros((2, 16, 64), np.float32)
+    with pytest.raises(ValueError, match="^out: shares memory with k_cache"):
+        K.attention(q, cache, cache.copy(), 0, cache[0, :4].reshape(2, 2, 64))
+    with pytest.raises(ValueError, match="^cache: shares memory with x"):
+        K.kv_store(cache[0, 4:6].reshape(2, 1, 64), cache[:1], 0)
+
+
+def _kernels_in_subprocess(env, code="import infer.kernels as K; print(K.capabilities())"):
+    import os
+    import subprocess
+    import sys
+
+    full = {k: v for k, v in os.environ.items() if k not in ("INFER_ISA", "INFER_NUM_THREADS")}
+    full.update(env)
+    r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return eval(r.stdout), r.stderr
+
+
+def test_environment_is_checked_and_reported():
+    caps, err = _kernels_in_subprocess({"INFER_ISA": "avx9"})
+    assert "INFER_ISA='avx9' is not a kernel set" in err and "scalar, avx2, avx512, neon" in err
+    assert caps["forced"] is None and caps["active"] == K.capabilities()["available"][-1]
+    missing = [n for n in ("avx512", "neon", "avx2") if n not in K.capabilities()["available"]]
+    caps, err = _kernels_in_subprocess({"INFER_ISA": missing[0]})
+    assert "this CPU cannot run it" in err and caps["forced"] is None
+    caps, err = _kernels_in_subprocess({"INFER_ISA": "scalar"})
+    assert err == "" and caps["forced"] == "scalar" and caps["active"] == "scalar"
+    default, _ = _kernels_in_subprocess({})
+    caps, err = _kernels_in_subprocess({"INFER_NUM_THREADS": "1e3"})  # atoi read it as 1
+    assert "INFER_NUM_THREADS='1e3' is not a whole number >= 1; ignored" in err
+    assert caps["num_threads"] == default["num_threads"]
+    caps, err = _kernels_in_subprocess({"INFER_NUM_THREADS": "3"})
+    assert err == "" and caps["num_threads"] == 3
+    caps, err = _kernels_in_subprocess({"INFER_NUM_THREADS": "100000"})
+    assert "above the thread pool's limit" in err and caps["num_threads"] == 256
+
+
+def test_thread_counts_are_integers_and_the_cap_warns():
+    before = K.get_num_threads()
+    try:
+        with pytest.warns(RuntimeWarning, match="limit"):
+            K.set_num_threads(1000)
+        assert K.get_num_threads() == 256
+        with pytest.raises(TypeError):
+            K.set_num_threads(1.5)
+        with pytest.raises(TypeError):
+            K.set_num_threads(True)
+        with pytest.raises(ValueError):
+            K.set_num_threads(0)
+    finally:
+        K.set_num_threads(before)

@@ -605,3 +605,71 @@ def test_kernels_called_inside_a_pool_task_run_inline():
     r = subprocess.run([sys.executable, "-c", NESTED_SCRIPT, IMPORT_ROOT], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_sizes_do_not_wrap():
+    # The products are taken in Python ints: 2**62 f32 values are 2**64 bytes, not 0.
+    with pytest.raises(ValueError, match="^n:"):
+        K.row_bytes("f32", 2**62)
+    with pytest.raises(ValueError, match="^n_tokens:"):
+        K.activation_bytes("q4_0", 256, 2**60)
+    assert K.row_bytes("q4_0", 2**40) == 2**40 // 32 * 18
+    assert K.activation_bytes("q4_0", 256, 2**20) == 8 * 34 * 2**20
+    with pytest.raises(TypeError, match="^n:"):
+        K.row_bytes("f32", 1.5)
+    with pytest.raises(ValueError, match="^n:"):
+        K.row_bytes("f32", -4)
+
+
+@pytest.mark.parametrize("bad", [True, False, np.bool_(True), 3.0, "3"])
+def test_type_id_takes_no_bools_or_floats(bad):
+    with pytest.raises((TypeError, ValueError), match="^qtype:"):
+        K.type_id(bad)
+    assert K.type_id(np.int64(3)) == 3 and K.type_id(T.Q4_1) == 3
+
+
+def test_overlapping_buffers_rejected():
+    x, raw = q41(4)
+    # In-place dequantize: the output's floats overwrite blocks not yet read.
+    buf = np.zeros(x.size * 4, np.uint8)
+    buf[:raw.size] = raw
+    with pytest.raises(ValueError, match="^out: shares memory with src"):
+        K.dequantize(buf[:raw.size], "q4_1", buf.view(np.float32))
+    with pytest.raises(ValueError, match="^out: shares memory with src"):
+        K.quantize(buf.view(np.float32), "q4_1", buf[:raw.size])
+    with pytest.raises(ValueError, match="^out: shares memory with src"):
+        K.dequantize_f16(buf[:raw.size], "q4_1", buf[:x.size * 2].view(np.float16))
+    xa = np.zeros(64 + 4, np.float32)
+    with pytest.raises(ValueError, match="^buf: shares memory with x"):
+        K.quantize_activations(xa[:64], "q4_1", xa.view(np.uint8)[:K.activation_bytes("q4_1", 64)])
+    w = raw.reshape(4, 20)  # 4 rows of one block
+    xs = np.ones(36, np.float32)
+    with pytest.raises(ValueError, match="^out: shares memory with x"):
+        K.matvec(w, "q4_1", xs[:32], xs[30:34])
+    wf = np.zeros(8 * 32 * 4, np.uint8)
+    with pytest.raises(ValueError, match="^out: shares memory with w"):
+        K.matvec(wf, "f32", np.ones(32, np.float32), wf[:32].view(np.float32))
+    X = np.ones((2, 34), np.float32)
+    with pytest.raises(ValueError, match="^out: shares memory with X"):
+        K.matmul(w, "q4_1", X.reshape(-1)[:64].reshape(2, 32), X.reshape(-1)[60:68].reshape(2, 4))
+    xq = np.zeros(K.activation_bytes("q4_1", 32) + 16, np.uint8)
+    with pytest.raises(ValueError, match="^out: shares memory with xq"):
+        K.matvec_q(w, "q4_1", xq[:36], xq[:16].view(np.float32))
+    # Disjoint buffers still work and match the reference.
+    out = np.empty(x.size, np.float32)
+    np.testing.assert_array_equal(K.dequantize(raw, "q4_1", out), gq.dequantize(raw, T.Q4_1))
+
+
+def test_big_endian_floats_rejected():
+    x = np.ones(32, np.float32)
+    w = np.zeros((2, 32 * 4), np.uint8)
+    with pytest.raises(TypeError, match="^Xq:.*byte order"):
+        K.matmul_q(w, "f32", x.astype(">f4").reshape(1, 32), np.zeros((1, 2), np.float32))
+    with pytest.raises(TypeError, match="^xq:.*byte order"):
+        K.matvec_q(w, "f32", x.astype(">f4"), np.zeros(2, np.float32))
+    with pytest.raises(TypeError, match="^x:"):
+        K.matvec(w, "f32", x.astype(">f4"), np.zeros(2, np.float32))
+    with pytest.raises(TypeError, match="^src:"):
+        K.quantize(x.astype(">f4"), "q4_1", np.zeros(20, np.uint8))
+    with pytest.raises(TypeError, match="^out:"):
+        K.dequantize(np.zeros(20, np.uint8), "q4_1", np.zeros(32, ">f4"))

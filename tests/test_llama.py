@@ -235,7 +235,7 @@ def test_missing_tensor_is_a_clear_error(gf):
 
 def test_tied_output_head_uses_token_embd(engine, gf):
     assert "output.weight" not in gf.tensors
-    assert engine.output is engine.token_embd
+    assert engine.weights.output is engine.weights.token_embd
 
 
 _MEMORY_SCRIPT = r"""
@@ -300,3 +300,36 @@ def test_contexts_of_a_closed_model_raise():
     with pytest.raises(RuntimeError, match="closed"):
         model.create_context(n_ctx=16)
     assert ctx.n_past == 3  # the failed call left the history as it was
+
+
+def test_a_file_truncated_under_the_model_raises_instead_of_sigbus(tmp_path):
+    # cp new.gguf model.gguf under a loaded model: the next token read unmapped pages
+    # (SIGBUS).  Run in a child so a regression kills it, not the test session.
+    import shutil
+    import subprocess
+    import sys
+
+    src = default_model_path()
+    path = tmp_path / "model.gguf"
+    shutil.copyfile(src, path)
+    code = f"""
+import os, infer
+from infer.gguf import FileChangedError
+m = infer.load({str(path)!r})
+ctx = m.create_context(n_ctx=64, temperature=0)
+prompt = m.tokenizer.encode("Hello")
+ctx.prefill(prompt)
+ctx.next()
+os.truncate({str(path)!r}, 4096)
+for call in (ctx.next, lambda: ctx.prefill([1])):
+    try:
+        call()
+    except FileChangedError as e:
+        print("raised:", e)
+print("history kept:", len(ctx.tokens) == len(prompt) + 1)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.count("raised:") == 2 and "truncated or overwritten" in r.stdout
+    assert "history kept: True" in r.stdout

@@ -267,3 +267,66 @@ def test_batch_misuse_raises_typed_errors():
     with pytest.raises(ValueError, match="outside the vocabulary"):
         decode_batch([b], [VOCAB])
     assert b.tokens == [] and a.tokens == [1]
+
+
+@pytest.mark.parametrize("bad", [[2**32 + 5], [2**63], [2**64 + 1], [-(2**32) + 5],
+                                 np.array([2**32 + 5], np.int64), np.array([2**63], np.uint64)])
+def test_token_ids_are_checked_before_the_cast(bad):
+    # int32 casting first would run token 5 (or 0) instead of refusing.
+    ctx = ChainEngine().create_context()
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        ctx.prefill(bad)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        decode_batch([ctx], [bad[0]])
+    assert ctx.n_past == 0 and ctx.forward_calls == 0
+
+
+def test_bools_are_not_token_ids():
+    ctx = ChainEngine().create_context()
+    with pytest.raises(TypeError):
+        ctx.prefill([True])
+    with pytest.raises(TypeError):
+        ctx.prefill(np.array([True]))
+
+
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
+def test_failed_next_after_truncate_keeps_the_history(exc):
+    # next() after truncate_to recomputes the last token's logits; when that fails
+    # (an error, or Ctrl-C landing inside the forward) the token must stay in history.
+    eng = ChainEngine()
+    ctx = eng.create_context()
+    prompt = [3, 1, 4, 1, 5]
+    ctx.prefill(prompt + [9, 2])
+    ctx.truncate_to(5)
+    real_forward = ctx._forward
+
+    def failing(tokens, start):
+        raise exc("injected")
+
+    ctx._forward = failing
+    for _ in range(3):  # repeated failures change nothing either
+        with pytest.raises(exc):
+            ctx.next()
+        assert ctx.tokens == prompt and ctx.n_past == 5
+    ctx._forward = real_forward
+    assert [ctx.next() for _ in range(4)] == reference_continuation(prompt, 4)
+
+
+def test_prefill_and_decode_batch_after_a_failed_recompute():
+    # The dropped cache slot of the last token is evaluated again before new tokens.
+    eng = ChainEngine()
+    for use_batch in (False, True):
+        ctx = eng.create_context()
+        ctx.prefill([2, 7, 1])
+        ctx.truncate_to(2)
+        eng.fail_at = 1
+        with pytest.raises(RuntimeError):
+            ctx.next()
+        eng.fail_at = None
+        assert ctx.tokens == [2, 7]
+        if use_batch:
+            decode_batch([ctx], [8])
+        else:
+            ctx.prefill([8])
+        assert ctx.tokens == [2, 7, 8]
+        assert [ctx.next() for _ in range(3)] == reference_continuation([2, 7, 8], 3)

@@ -18,7 +18,8 @@ import pytest
 from reference.numpy_llama import NumpyLlama
 
 from infer.gguf import GGUFFile, GGUFWriter, ValueType
-from infer.tensor import DType, Tensor, UnsupportedFormatError
+from infer.runtime import UnsupportedModelError
+from infer.tensor import DType, Tensor
 from infer.variants.llama import LlamaEngine
 from scripted import GreedySampler
 
@@ -128,9 +129,9 @@ def test_unsupported_format_is_named_at_load_time(tmp_path):
     write_tiny_llama(path, "q4_k", replace={"blk.1.ffn_down.weight": iq1m})
     supported = ("F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
                  "IQ4_NL, IQ4_XS, BF16")
-    with GGUFFile(path) as f, pytest.raises(UnsupportedFormatError) as e:
+    with GGUFFile(path) as f, pytest.raises(UnsupportedModelError) as e:
         LlamaEngine(f)
     message = str(e.value)
     assert message.startswith("blk.1.ffn_down.weight: tensor type IQ1_M (29) is not supported; supported: ")
     assert all(name in message.split("supported: ")[1].split(", ") for name in supported.split(", "))
-    assert isinstance(e.value, ValueError)
+    assert isinstance(e.value, ValueError) and e.value.names == ["blk.1.ffn_down.weight"]

@@ -315,3 +315,57 @@ def test_load_time_is_reasonable(md):
     t = time.perf_counter()
     Tokenizer.from_metadata(md)
     assert time.perf_counter() - t < 2.0
+
+
+# ---- long words: the merge loop is O(n log n), results unchanged --------------------------
+
+def long_words():
+    rnd = random.Random(7)
+    b64 = "".join(rnd.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+                  for _ in range(3000))
+    dna = "".join(rnd.choice("ACGT") for _ in range(3000))
+    return ["a" * 3000, "ab" * 1500, b64, dna, "hello" * 600, "é" * 1000 + "x" * 500,
+            "supercalifragilistic" * 100]
+
+
+def test_long_words_match_tokenizers(tok, hf):
+    for word in long_words():
+        assert tok.encode(word, add_special=False) == hf.encode(word, add_special_tokens=False).ids, \
+            word[:40]
+
+
+def test_a_very_long_word_is_fast(tok):
+    # Quadratic merging took 10 s here; the heap takes well under one.  The bound is
+    # loose (a shared machine): it separates n log n from n**2, not two fast loops.
+    import time
+
+    t = time.perf_counter()
+    ids = tok.encode("a" * 16000, add_special=False)
+    assert time.perf_counter() - t < 3.0
+    assert tok.decode(ids) == "a" * 16000
+
+
+def test_a_huge_special_token_is_cheap_to_load_and_split():
+    # The splitter kept every prefix of every special text: 2 GB for 64K characters.
+    import tracemalloc
+
+    from infer.tokenizer import BYTE_TO_UNICODE, TokenType
+
+    long_text = "<" + "xy" * 8192 + ">"           # 16386 characters: prefixes were 134 MB
+    tokens = [BYTE_TO_UNICODE[b] for b in range(256)] + [long_text, "<s>", "xyx"]
+    types = np.array([TokenType.NORMAL] * 256 + [TokenType.USER_DEFINED] * 3, np.int32)
+    tracemalloc.start()
+    tok = BPETokenizer(Vocabulary(tokens, types), "gpt2")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 16 * 2**20, peak          # one trie node per character: about 2 MB
+    text = "a" + long_text + "<s>" + long_text[:-1] + "xyx"
+    ids = tok.encode(text, add_special=False)
+    byte = {BYTE_TO_UNICODE[b]: b for b in range(256)}
+    # Hand-computed: the long token, then <s>, then the unterminated copy, whose
+    # characters "xyx" ... are claimed by the 3-character token from the left.
+    assert ids[0] == byte["a"] and ids[1] == 256 and ids[2] == 257
+    # "<", then (xy)*8192 + xyx = xyx|y|xyx|y ... |xyx (leftmost first)
+    expect = [byte["<"]] + [258, byte["y"]] * 4096 + [258]
+    assert ids[3:] == expect, (ids[3:8], len(ids))
+    assert tok.decode(ids) == text

@@ -44,7 +44,8 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 objs=
 # The kernel table and what it needs: dispatch, type traits, the thread pool and
 # every ISA file.  (Model code such as llama_block.c is not part of the table.)
-for src in "$csrc"/dispatch.c "$csrc"/types.c "$csrc"/threadpool.c "$csrc"/*_scalar.c \
+for src in "$csrc"/dispatch.c "$csrc"/types.c "$csrc"/threadpool.c "$csrc"/iquants_grids.c \
+           "$csrc"/*_scalar.c \
            "$csrc"/*_avx2.c "$csrc"/*_avx512.c "$csrc"/*_neon.c "$here"/selftest.c; do
     name=$(basename "$src" .c)
     case $name in

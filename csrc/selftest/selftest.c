@@ -106,6 +106,15 @@ static const raw_layout RAW_LAYOUTS[] = {
     {INFER_TYPE_Q5_K, {0, 2, -1}},
     {INFER_TYPE_IQ4_NL, {0, -1}},
     {INFER_TYPE_IQ4_XS, {0, -1}},
+    /* the grid and ternary formats: every index, sign and scale pattern is valid */
+    {INFER_TYPE_IQ2_XXS, {0, -1}},
+    {INFER_TYPE_IQ2_XS, {0, -1}},
+    {INFER_TYPE_IQ2_S, {0, -1}},
+    {INFER_TYPE_IQ3_XXS, {0, -1}},
+    {INFER_TYPE_IQ3_S, {0, -1}},
+    {INFER_TYPE_IQ1_S, {0, -1}},
+    {INFER_TYPE_TQ1_0, {52, -1}},
+    {INFER_TYPE_TQ2_0, {64, -1}},
 };
 
 static const raw_layout *raw_layout_of(int t) {
@@ -745,16 +754,18 @@ static void check_attention_block(const infer_kernel_table *ref, const infer_ker
                     hi[u] = np - 1 - (nq - 1 - u) * (np - 1) / (nq > 1 ? 2 * (nq - 1) : 1);
                     lo[u] = (int64_t)(next_u64() % 3 == 0 ? next_u64() % (uint64_t)(hi[u] + 1) : 0);
                 }
-                /* Scores of a few units: softmax neither flat nor one-hot. */
+                /* Scores of a few units: softmax neither flat nor one-hot; every
+                 * other case capped below the largest scores (Gemma 2's softcap). */
                 const float sc = 2.0f / (float)sqrt((double)d);
+                const float cap = (i + j) % 2 ? 1.5f : 0.0f;
                 float *got = (float *)alloc_out(qbytes, &gb, ALIGN_F32);
                 for (int64_t u = 0; u < nq; u++) {
                     qp[u] = q + u * d;
                     wp[u] = want + u * d;
                     gp[u] = got + u * d;
                 }
-                r(nq, qp, wp, lo, hi, k, v, d, sc, ml_want);
-                a(nq, qp, gp, lo, hi, k, v, d, sc, ml_got);
+                r(nq, qp, wp, lo, hi, k, v, d, sc, cap, ml_want);
+                a(nq, qp, gp, lo, hi, k, v, d, sc, cap, ml_got);
                 double smax = 0.0;
                 for (int64_t u = 0; u < nq; u++) smax = fmax(smax, fabs(ml_want[2 * u]));
                 int ok = compare_floats(name, nq * d, got, want, 0.0, 1e-5 * vmax);
@@ -768,7 +779,7 @@ static void check_attention_block(const infer_kernel_table *ref, const infer_ker
                         qp[u] = qq + u * d;
                         ap[u] = qq + u * d;
                     }
-                    a(nq, qp, ap, lo, hi, k, v, d, sc, NULL);     /* out aliases q, no ml */
+                    a(nq, qp, ap, lo, hi, k, v, d, sc, cap, NULL);     /* out aliases q, no ml */
                     if (compare_floats(name, nq * d, qq, want, 0.0, 1e-5 * vmax))
                         report(guard_intact((uint8_t *)got, qbytes), name, -1, d * 1000 + np,
                                "guard zone overwritten", 0, 0, -1);

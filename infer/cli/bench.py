@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import CLIError, add_model_args, load_model
+from .common import CLIError, add_model_args, load_model, resolve_model
 
 
 def _mean_sd(xs: list[float]) -> tuple[float, float]:
@@ -71,7 +71,6 @@ def _bench_llama_cpp(path: str, threads: int, n_prompt: int, n_gen: int, reps: i
 
 def cmd_bench(args: argparse.Namespace) -> int:
     import importlib.util
-    import os
     import random
 
     from .. import kernels
@@ -91,9 +90,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         ours = _bench_infer(model, args.n_prompt, args.n_gen, args.repetitions, tokens)
     theirs = None
     if not args.no_llama_cpp and importlib.util.find_spec("llama_cpp") is not None:
-        from .. import loader
-
-        theirs = _bench_llama_cpp(os.fspath(args.model or loader.default_model_path()), threads,
+        theirs = _bench_llama_cpp(resolve_model(args.model), threads,
                                   args.n_prompt, args.n_gen, args.repetitions, tokens)
     rows = [("| model | size | params | backend | threads | test | t/s |"),
             ("| --- | ---: | ---: | --- | ---: | --- | ---: |")]
@@ -129,9 +126,9 @@ def _file_type_name(ft: Any) -> str:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("bench", help="prompt and generation tokens/s (llama-bench style)")
-    p.add_argument("-p", "--n-prompt", type=int, default=512)
-    p.add_argument("-g", "--n-gen", type=int, default=128)
-    p.add_argument("-r", "--repetitions", type=int, default=3)
+    p.add_argument("-p", "--n-prompt", type=int, default=512, help="prompt tokens of the prefill test")
+    p.add_argument("-g", "--n-gen", type=int, default=128, help="tokens of the generation test")
+    p.add_argument("-r", "--repetitions", type=int, default=3, help="runs of each test")
     p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama-cpp-python comparison")
     add_model_args(p)
     p.set_defaults(func=cmd_bench)

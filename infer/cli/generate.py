@@ -5,7 +5,33 @@ import argparse
 import sys
 from typing import Any
 
-from .common import CLIError, add_model_args, add_sampling_args, ctx_size, load_model, sampling
+from .common import (CLIError, add_model_args, add_sampling_args, check_ctx_size, ctx_size, load_model,
+                     sampling)
+
+
+def read_prompt(args: argparse.Namespace) -> str:
+    """The prompt: the argument, stdin for "-", or the file of -f.  A file's (or
+    stdin's) one final newline is dropped, as llama.cpp's -f does: it ends the
+    file's last line, it is not part of the prompt."""
+    if args.file is not None:
+        if args.prompt is not None:
+            raise CLIError("give the prompt either as an argument or with -f, not both")
+        try:
+            with open(args.file, encoding="utf-8") as f:
+                return _without_final_newline(f.read())
+        except OSError as exc:
+            raise CLIError(f"-f: cannot read {args.file}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise CLIError(f"-f: {args.file} is not UTF-8 text") from None
+    if args.prompt is None:
+        raise CLIError("no prompt: give it as an argument, '-' to read stdin, or -f FILE")
+    if args.prompt == "-":
+        return _without_final_newline(sys.stdin.read())
+    return str(args.prompt)
+
+
+def _without_final_newline(text: str) -> str:
+    return text[:-1] if text.endswith("\n") else text
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -18,34 +44,43 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise CLIError(f"--max-tokens: must be >= 0, got {args.max_tokens}")
     if args.system is not None and not args.chat:
         raise CLIError("--system: only with --chat")
+    if args.special and args.chat:
+        raise CLIError("--special: only without --chat (the chat template's markers are always special)")
+    prompt = read_prompt(args)
+    params = sampling(args)
     with load_model(args) as model:
         tok = model.tokenizer
         if args.chat:
-            if model.chat is None:
-                raise CLIError("--chat: this model has no chat template (or infer.chat is unavailable)")
+            from ..chat.session import chat_of
+
+            chat = chat_of(model)
             messages = ([{"role": "system", "content": args.system}] if args.system else [])
-            messages.append({"role": "user", "content": args.prompt})
+            messages.append({"role": "user", "content": prompt})
             # The template writes BOS and the turn markers itself, as text.
-            ids = tok.encode(model.chat.render(messages, add_generation_prompt=True),
+            ids = tok.encode(chat.render(messages, add_generation_prompt=True),
                              add_special=False, parse_special=True)
         else:
-            ids = tok.encode(args.prompt, add_special=True, parse_special=False)
+            ids = tok.encode(prompt, add_special=True, parse_special=args.special)
         if not ids:
             raise CLIError("the prompt is empty and the model adds no BOS token")
-        # A prompt longer than the trained context fails with ContextOverflowError.
+        check_ctx_size(model, ctx_size(args), len(ids), args.max_tokens)
+        # A prompt longer than the context fails with ContextOverflowError.
         n_ctx = ctx_size(args) or min(model.engine.max_seq_len, len(ids) + args.max_tokens)
-        ctx = model.create_context(n_ctx=n_ctx, **sampling(args))
-        gen = generate(model, ids, context=ctx, max_tokens=args.max_tokens)
+        ctx = model.create_context(n_ctx=n_ctx, **params)
+        gen = generate(model, ids, context=ctx, max_tokens=args.max_tokens, stop=args.stop or None)
         t_first = None
         out = sys.stdout
-        for piece in gen:
-            if t_first is None:
-                t_first = time.perf_counter()
-            out.write(piece)
-            out.flush()
+        try:
+            for piece in gen:
+                if t_first is None:
+                    t_first = time.perf_counter()
+                out.write(piece)
+                out.flush()
+        finally:
+            gen.close()  # before the model closes: a generator left open would touch it later
         t_end = time.perf_counter()
-        if out.isatty():
-            out.write("\n")
+        out.write("\n")  # a terminal's prompt, or a file's last line, starts on a line of its own
+        out.flush()
         n = len(gen.tokens)
         t_first = t_first or t_end
         rate = (n - 1) / (t_end - t_first) if n > 1 and t_end > t_first else 0.0
@@ -57,9 +92,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("generate", help="continue a prompt, streaming to stdout")
-    p.add_argument("prompt")
+    p.add_argument("prompt", nargs="?", default=None, help="the prompt; '-' reads it from stdin")
+    p.add_argument("--file", "-f", metavar="FILE", default=None,
+                   help="read the prompt from FILE (default: the argument)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt as one user turn")
-    p.add_argument("--system", default=None, help="system prompt (with --chat)")
+    p.add_argument("--system", default=None, help="system prompt, with --chat (default: none)")
+    p.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                   help="stop before this text; repeat for several (default: none)")
+    p.add_argument("--special", action="store_true",
+                   help="parse special-token texts in the prompt (<|im_start|>, <bos>) as those tokens")
     add_model_args(p)
     add_sampling_args(p)
     p.set_defaults(func=cmd_generate)

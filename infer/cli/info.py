@@ -23,9 +23,12 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"available    {', '.join(system['available'])}")
             print(f"threads      {system['num_threads']}")
         return 0
-    from ..gguf import GGUFFile, default_model_path
+    from ..gguf import GGUFFile
+    from .common import CLIError, resolve_model
 
-    with GGUFFile(args.path or default_model_path()) as f:
+    if args.path is not None and args.model is not None:
+        raise CLIError("give the model either as PATH or with --model, not both")
+    with GGUFFile(resolve_model(args.path if args.path is not None else args.model)) as f:
         summary = describe_model(f)
     if args.json:
         print(json.dumps(summary, indent=2, ensure_ascii=False))
@@ -176,8 +179,11 @@ def format_model(s: dict[str, Any]) -> str:
 
 
 def register(sub: Any) -> None:
+    from .common import add_model_arg
+
     p = sub.add_parser("info", help="describe a GGUF file (or the system with --system)")
-    p.add_argument("path", nargs="?", default=None, help="GGUF file (default model if omitted)")
+    p.add_argument("path", nargs="?", default=None, help="GGUF file or model name, as --model")
+    add_model_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--system", action="store_true", help="CPU features and the active kernel set")
     p.set_defaults(func=cmd_info)

@@ -6,19 +6,26 @@ import os
 import sys
 from typing import Any
 
-from .common import CLIError
+from .common import CLIError, add_model_arg, resolve_model
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
     from ..quantize import ProgressBar, quantize_file
 
+    if args.model is not None:  # `quantize --model NAME OUTPUT`: the one positional is the output
+        if args.output is not None:
+            raise CLIError("give the input either as INPUT or with --model, not both")
+        args.input, args.output = resolve_model(args.model), args.input
+    if args.input is None or args.output is None:
+        raise CLIError("usage: infer quantize INPUT OUTPUT --type TYPE (or --model NAME OUTPUT --type TYPE)")
     if not os.path.isfile(args.input):
-        raise CLIError(f"input: {args.input} is not a file")
+        args.input = resolve_model(args.input)  # a model name such as gemma3
     bar = ProgressBar(os.path.getsize(args.input), f"quantize to {args.type}")
     try:
         report = quantize_file(args.input, args.output, args.type, threads=args.threads,
                                progress=bar.update,
                                warn=lambda msg: print(f"infer: warning: {msg}", file=sys.stderr))
+        bar.finish()
     finally:
         bar.close()
     counts = ", ".join(f"{k} x{v}" for k, v in sorted(report.type_counts().items(), key=lambda kv: -kv[1]))
@@ -35,12 +42,14 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("quantize", help="requantize a GGUF file")
-    p.add_argument("input")
-    p.add_argument("output")
+    p.add_argument("input", nargs="?", default=None, help="GGUF file or model name to read, as --model")
+    p.add_argument("output", nargs="?", default=None, help="GGUF file to write")
+    add_model_arg(p, help="the input: a GGUF file or an installed model's name (smollm2, gemma3); "
+                          "then the one positional is the output (default: INPUT)")
     from ..quant_mixtures import RECIPES
 
     p.add_argument("--type", required=True, choices=list(RECIPES),
                    help="a llama.cpp file type (q4_k_m, q3_k_s, ...: its per-tensor mixture, "
-                        "docs/gguf.md), or q3_k/q4_k/q5_k for that type throughout")
-    p.add_argument("--threads", "-t", type=int, default=None)
+                        "docs/gguf.md), or q3_k/q4_k/q5_k for that type throughout (required)")
+    p.add_argument("--threads", "-t", type=int, default=None, help="threads (default: physical cores)")
     p.set_defaults(func=cmd_quantize)

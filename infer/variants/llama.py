@@ -1,4 +1,5 @@
-"""The Llama family: Llama 2/3, TinyLlama, SmolLM2, Mistral-style GGUF files.
+"""The Llama family (Llama 2/3.x, TinyLlama, SmolLM2, Mistral-style GGUF files),
+and the reading every Llama-shaped family starts from.
 
     x = embed(token)
     for each layer:
@@ -7,204 +8,146 @@
         h = rmsnorm(x) ; x += (silu(h Wg) * h Wu) Wd      (SwiGLU)
     logits = rmsnorm(x) Wout                              (Wout = Wembed if tied)
 
-Weights are views into the memory-mapped file, never copied.  A matrix-vector
-product quantizes its input once into the weight's activation format (Q8_0 for
-Q4_0/Q8_0, Q8_1 for Q4_1, Q8_K for K-quants); q/k/v share one quantized input
-and gate/up another.  Prefill runs the batch through the matrix-matrix kernels,
-block by block as `_block` below reads.  Decoding one token is a single C call
-for the whole pass (csrc/llama_block.c): the same computation as `_block`
-without ~20 kernel calls per layer from Python (tests compare the two).
+This is the plainest `TransformerSpec` (spec.py): every optional piece off,
+RoPE on adjacent pairs (the GGUF converter permuted the Q/K rows for it), with
+the scalings of rope_scaling.py: Llama 3.1+'s ``rope_freqs.weight``, linear,
+YaRN, LongRoPE.  `llama_shaped` reads that much from any Llama-shaped file;
+each other family (qwen2.py, qwen3.py, phi3.py, gemma2.py, smollm3.py,
+granite.py) is a few `LlamaShaped.replace` / `with_layers` calls on it: a new
+architecture is data.  Metadata keys nobody read are refused when the engine is
+built (`HParams.refuse_unread`), tensors nobody read by the weight loader.
+
+The forward passes are `transformer.py`'s: prefill through the matrix-matrix
+kernels; one decoded token as a single C call (csrc/llama_block.c) for the specs
+that step computes, the Python blocks otherwise (`LlamaShapedEngine.fused_fits`).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
-import numpy as np
-from numpy.typing import NDArray
-
-from .. import kernels as K
-from ..runtime import register_variant
-from .common import Matrix, TransformerContext, TransformerEngine, Vector, tensor_lookup
-
-# Prefill processes at most this many tokens per pass (bounds the scratch memory).
-N_BATCH = 512
+from ..runtime import UnsupportedModelError, register_variant
+from .hparams import HParams, vocab_size
+from .rope_scaling import RopeChoice, read_rope
+from .spec import LayerSpec, Rope, TransformerSpec
+from .transformer import TransformerContext, TransformerEngine
 
 
 @dataclass(frozen=True)
-class LlamaConfig:
-    dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    ffn_dim: int
-    vocab_size: int
-    max_seq_len: int
-    rope_base: float
-    rms_eps: float
+class LlamaShaped:
+    """A Llama-shaped file read into a spec.  A family says how it differs with
+    `replace` (spec fields) and `with_layers` (per-layer changes); `engine` then
+    refuses the keys nobody read and loads the weights.  With LongRoPE the RoPE
+    factors depend on the context size (`spec_for`)."""
 
-    @classmethod
-    def from_metadata(cls, md: Dict[str, Any], vocab_size: int) -> "LlamaConfig":
-        arch = md["general.architecture"]
+    hparams: HParams
+    spec: TransformerSpec
+    rope: RopeChoice
+    #: tensors read into the spec (RoPE factors), besides the weights
+    tensors_read: Tuple[str, ...] = ()
 
-        def get(key: str, default: Any = None) -> Any:
-            full = f"{arch}.{key}"
-            if full in md:
-                return md[full]
-            if default is None:
-                raise ValueError(f"GGUF metadata: missing {full}")
-            return default
+    def replace(self, **fields: Any) -> "LlamaShaped":
+        return dataclasses.replace(self, spec=dataclasses.replace(self.spec, **fields))
 
-        dim = int(get("embedding_length"))
-        n_heads = int(get("attention.head_count"))
-        n_kv_heads = int(get("attention.head_count_kv", n_heads))
-        head_dim = int(get("attention.key_length", dim // n_heads))
-        if n_heads % n_kv_heads:
-            raise ValueError(f"GGUF metadata: {n_heads} heads is not a multiple of {n_kv_heads} KV heads")
-        if head_dim % 2:
-            raise ValueError(f"GGUF metadata: head dimension {head_dim} is odd (RoPE rotates pairs)")
-        return cls(
-            dim=dim, n_layers=int(get("block_count")), n_heads=n_heads, n_kv_heads=n_kv_heads,
-            head_dim=head_dim, ffn_dim=int(get("feed_forward_length")), vocab_size=vocab_size,
-            max_seq_len=int(get("context_length", 2048)),
-            rope_base=float(get("rope.freq_base", 10000.0)),
-            rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)))
+    def with_layers(self, change: Callable[[int, LayerSpec], LayerSpec]) -> "LlamaShaped":
+        return self.replace(layers=tuple(change(i, layer) for i, layer in enumerate(self.spec.layers)))
+
+    def spec_for(self, n_ctx: int) -> TransformerSpec:
+        """The spec of a context of n_ctx positions: LongRoPE's long factors past the
+        original context (llama.cpp chooses them by its n_ctx too)."""
+        rope = self.rope.for_context(n_ctx)
+        if rope is self.rope.rope:
+            return self.spec
+        return dataclasses.replace(self.spec, layers=tuple(
+            dataclasses.replace(layer, rope=dataclasses.replace(layer.rope, freq_factors=rope.freq_factors))
+            if layer.rope is not None else layer for layer in self.spec.layers))
+
+    def engine(self, gguf_file: Any, n_threads: Optional[int] = None) -> "LlamaShapedEngine":
+        return LlamaShapedEngine(self, gguf_file, n_threads)
 
 
-@dataclass
-class LayerWeights:
-    attn_norm: Vector
-    wq: Matrix
-    wk: Matrix
-    wv: Matrix
-    wo: Matrix
-    ffn_norm: Vector
-    w_gate: Matrix
-    w_up: Matrix
-    w_down: Matrix
+def llama_shaped(gguf_file: Any, layout: str = "norm", default_eps: float = 1e-5,
+                 default_ctx: int = 2048) -> LlamaShaped:
+    """The Llama reading of a file: sizes, epsilon, RoPE and its scaling, every
+    optional piece off.  Keys are checked where they are read (GGUFError names a
+    bad one; UnsupportedModelError one whose maths infer does not implement)."""
+    tensors = gguf_file.tensors
+    hp = HParams(gguf_file.metadata)
+    n_layers = hp.block_count(tensors)
+    dim, n_heads, n_kv_heads, head_dim = hp.attention_shape()
+    if hp.integer("expert_count", 0, lo=0):
+        raise UnsupportedModelError(f"{hp.arch} file: a mixture of experts ({hp.key('expert_count')}) "
+                                    f"is not implemented", [hp.key("expert_count")])
+    max_seq_len = hp.integer("context_length", default_ctx)
+    rope, used = read_rope(hp, tensors, head_dim, layout, max_seq_len)
+    spec = TransformerSpec(
+        dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
+        ffn_dim=hp.integer("feed_forward_length"), vocab_size=vocab_size(tensors),
+        max_seq_len=max_seq_len,
+        rms_eps=hp.number("attention.layer_norm_rms_epsilon", default_eps, positive=True),
+        layers=tuple(LayerSpec(rope=rope.rope) for _ in range(n_layers)))
+    return LlamaShaped(hp, spec, rope, used)
 
 
-class LlamaEngine(TransformerEngine["LlamaContext"]):
-    architecture = "llama"
+class LlamaShapedEngine(TransformerEngine):
+    """The engine of every Llama-shaped family: a `LlamaShaped` and its weights."""
 
-    def __init__(self, gguf_file: Any, n_threads: Optional[int] = None) -> None:
-        super().__init__()
-        self.context_class = LlamaContext
-        t = gguf_file.tensors
-        md = gguf_file.metadata
-        need = tensor_lookup(t)
+    def __init__(self, shaped: LlamaShaped, gguf_file: Any, n_threads: Optional[int] = None) -> None:
+        shaped.hparams.refuse_unread()
+        super().__init__(shaped.spec, gguf_file, n_threads, also_used=shaped.tensors_read)
+        self.shaped = shaped
 
-        embd = need("token_embd.weight")
-        vocab_size = int(embd.shape[0])
-        cfg = LlamaConfig.from_metadata(md, vocab_size)
-        self.config = cfg
-        self.architecture = md["general.architecture"]
-        self.vocab_size = vocab_size
-        self.max_seq_len = cfg.max_seq_len
-        d, q_dim, kv_dim = cfg.dim, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-        self.token_embd = Matrix(embd, vocab_size, d, "token_embd.weight")
-        self.output_norm = Vector(need("output_norm.weight"), d, "output_norm.weight")
-        # Tied embeddings: no output.weight, the head reuses token_embd.
-        self.output = (Matrix(t["output.weight"], vocab_size, d, "output.weight")
-                       if "output.weight" in t else self.token_embd)
-        self.layers: List[LayerWeights] = []
-        for i in range(cfg.n_layers):
-            def m(name: str, rows: int, cols: int, i: int = i) -> Matrix:
-                return Matrix(need(f"blk.{i}.{name}.weight"), rows, cols, f"blk.{i}.{name}.weight")
+    def spec_for(self, n_ctx: int) -> TransformerSpec:
+        return self.shaped.spec_for(n_ctx)
 
-            self.layers.append(LayerWeights(
-                attn_norm=Vector(need(f"blk.{i}.attn_norm.weight"), d, f"blk.{i}.attn_norm.weight"),
-                wq=m("attn_q", q_dim, d), wk=m("attn_k", kv_dim, d), wv=m("attn_v", kv_dim, d),
-                wo=m("attn_output", d, q_dim),
-                ffn_norm=Vector(need(f"blk.{i}.ffn_norm.weight"), d, f"blk.{i}.ffn_norm.weight"),
-                w_gate=m("ffn_gate", cfg.ffn_dim, d), w_up=m("ffn_up", cfg.ffn_dim, d),
-                w_down=m("ffn_down", d, cfg.ffn_dim)))
-        self.n_threads = n_threads
+    def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None,
+                       kv_type: str = "f16") -> TransformerContext:
+        ctx = super().create_context(n_ctx, sampler, kv_type)
+        # Specs the C step does not compute decode through the Python blocks.
+        ctx.fused_decode = self.fused_fits(ctx.spec)
+        return ctx
 
-    def decoder_for(self, ctx: "LlamaContext") -> Any:
+    @staticmethod
+    def fused_fits(spec: TransformerSpec) -> bool:
+        """Whether csrc/llama_block.c computes this spec: plain Llama, unscaled RoPE."""
+        plain = Rope(layout="norm", base=spec.layers[0].rope.base) if spec.layers[0].rope else None
+        return (plain is not None and all(layer == LayerSpec(rope=plain) for layer in spec.layers)
+                and spec == TransformerSpec(
+                    dim=spec.dim, n_layers=spec.n_layers, n_heads=spec.n_heads,
+                    n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim, ffn_dim=spec.ffn_dim,
+                    vocab_size=spec.vocab_size, max_seq_len=spec.max_seq_len,
+                    rms_eps=spec.rms_eps, layers=spec.layers, tied_head=spec.tied_head,
+                    fused_qkv=spec.fused_qkv, fused_gate_up=spec.fused_gate_up))
+
+    def decoder_for(self, ctx: Any) -> Any:
         """The fused one-token step (csrc/llama_block.c) bound to ctx's cache."""
-        cfg = self.config
+        from types import SimpleNamespace
+
+        from .. import kernels as K
+
+        spec, w = ctx.spec, self.live_weights()
+        if not self.fused_fits(spec):
+            raise NotImplementedError(f"{self.architecture}: the fused decode step does not compute "
+                                      f"this spec; decode with fused_decode = False")
+        rope = spec.layers[0].rope
+        assert rope is not None
+        cfg = SimpleNamespace(dim=spec.dim, n_layers=spec.n_layers, n_heads=spec.n_heads,
+                              n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim,
+                              ffn_dim=spec.ffn_dim, vocab_size=spec.vocab_size,
+                              rope_base=rope.base, rms_eps=spec.rms_eps)
         layers = [(L.attn_norm.data, L.ffn_norm.data, L.wq.as_tuple(), L.wk.as_tuple(),
                    L.wv.as_tuple(), L.wo.as_tuple(), L.w_gate.as_tuple(), L.w_up.as_tuple(),
-                   L.w_down.as_tuple()) for L in self.layers]
-        return K.LlamaDecoder(cfg, self.token_embd.as_tuple(), self.output.as_tuple(),
-                              self.output_norm.data, layers, ctx.k_cache, ctx.v_cache, ctx.n_ctx)
+                   L.w_down.as_tuple()) for L in w.layers]
+        return K.LlamaDecoder(cfg, w.token_embd.as_tuple(), w.output.as_tuple(),
+                              w.output_norm.data, layers, ctx.k_cache, ctx.v_cache, ctx.n_ctx)
 
 
-class LlamaContext(TransformerContext[LlamaEngine]):
-    def _new_scratch(self, n: int) -> "_Scratch":
-        return _Scratch(self.engine, n)
+class LlamaEngine(LlamaShapedEngine):
+    """A `llama` file's engine."""
 
-    def _prefill(self, tokens: NDArray[Any], start: int) -> None:
-        eng = self.engine
-        for c0 in range(0, len(tokens), N_BATCH):
-            chunk = tokens[c0:c0 + N_BATCH]
-            s = self._buffers(len(chunk))
-            rows = eng.token_embd.data[chunk]  # gathers the rows (a small copy)
-            K.dequantize(rows.reshape(-1), eng.token_embd.qtype, s.x.reshape(-1))
-            for li, layer in enumerate(eng.layers):
-                self._block(layer, li, s, start + c0)
-        cfg = eng.config
-        last = s.h1[len(chunk) - 1]
-        K.rmsnorm(s.x[len(chunk) - 1], eng.output_norm.data, last, cfg.rms_eps)
-        xq = np.empty(K.activation_bytes(eng.output.qtype, cfg.dim), np.uint8)
-        K.quantize_activations(last, eng.output.qtype, xq)
-        K.matvec_q(eng.output.data, eng.output.qtype, xq, self.logits)
-
-    def _block(self, w: LayerWeights, li: int, s: "_Scratch", pos0: int) -> None:
-        """One transformer block over the batch s.x (rows = positions pos0, pos0+1, ...)."""
-        cfg = self.engine.config
-        n, hd = s.n, cfg.head_dim
-        K.rmsnorm(s.x, w.attn_norm.data, s.h1, cfg.rms_eps)
-        s.mul(s.h1, (w.wq, s.q), (w.wk, s.k), (w.wv, s.v))  # one quantized input for q, k, v
-        q = s.q.reshape(n, cfg.n_heads, hd)
-        k = s.k.reshape(n, cfg.n_kv_heads, hd)
-        K.rope(q, pos0, cfg.rope_base)
-        K.rope(k, pos0, cfg.rope_base)
-        K.kv_store(k, self.k_cache[li], pos0)
-        K.kv_store(s.v.reshape(n, cfg.n_kv_heads, hd), self.v_cache[li], pos0)
-        K.attention(q, self.k_cache[li], self.v_cache[li], pos0, s.att.reshape(q.shape))
-        s.mul(s.att, (w.wo, s.h2))
-        K.add(s.x, s.h2)
-        K.rmsnorm(s.x, w.ffn_norm.data, s.h1, cfg.rms_eps)
-        s.mul(s.h1, (w.w_gate, s.gate), (w.w_up, s.up))  # one quantized input for gate, up
-        K.silu_mul(s.gate, s.up, s.gate)
-        s.mul(s.gate, (w.w_down, s.h2))
-        K.add(s.x, s.h2)
-
-
-class _Scratch:
-    """Activations of a batch of n positions, allocated once per batch size."""
-
-    def __init__(self, engine: LlamaEngine, n: int) -> None:
-        cfg = engine.config
-        f = np.float32
-        self.n = n
-        self.x = np.zeros((n, cfg.dim), f)          # residual stream
-        self.h1 = np.zeros((n, cfg.dim), f)         # normed input of a block half
-        self.h2 = np.zeros((n, cfg.dim), f)         # output of a block half
-        self.q = np.zeros((n, cfg.n_heads * cfg.head_dim), f)
-        self.k = np.zeros((n, cfg.n_kv_heads * cfg.head_dim), f)
-        self.v = np.zeros((n, cfg.n_kv_heads * cfg.head_dim), f)
-        self.att = np.zeros((n, cfg.n_heads * cfg.head_dim), f)
-        self.gate = np.zeros((n, cfg.ffn_dim), f)
-        self.up = np.zeros((n, cfg.ffn_dim), f)
-        self._act: Dict[Tuple[int, int], NDArray[Any]] = {}
-
-    def mul(self, x: NDArray[Any], *pairs: Tuple[Matrix, NDArray[Any]]) -> None:
-        """out = x W^T for each (W, out); x is quantized once per activation format."""
-        done: Dict[int, NDArray[Any]] = {}
-        for w, out in pairs:
-            xq = done.get(w.act_type)
-            if xq is None:
-                key = (w.act_type, w.cols)
-                xq = self._act.get(key)
-                if xq is None:
-                    xq = self._act[key] = np.zeros(K.activation_bytes(w.qtype, w.cols, self.n), np.uint8)
-                K.quantize_activations(x, w.qtype, xq)
-                done[w.act_type] = xq
-            K.matmul_q(w.data, w.qtype, xq, out)
+    def __init__(self, gguf_file: Any, n_threads: Optional[int] = None) -> None:
+        super().__init__(llama_shaped(gguf_file), gguf_file, n_threads)
 
 
 @register_variant("llama", "mistral")

@@ -1,10 +1,11 @@
 """A complete (tiny) infer variant: a byte-level bigram model.
 
 The "model" is one F32 tensor ``bigram.logits`` of shape (vocab, vocab): row t
-holds the logits of the token that follows t.  It is registered for the made-up
-GGUF architecture "bigram" and then works with everything built on Context:
-``infer.load``, ``generate``, the sampler, the CLI.  docs/variants.md walks
-through it; tests/test_generate.py runs it.
+holds the logits of the token that follows t.  This package's pyproject.toml
+declares ``load_bigram`` as the ``infer.variants`` entry point named "bigram"
+(the made-up GGUF architecture), so once it is installed everything built on
+Context runs it: ``infer.load``, ``generate``, the sampler, ``infer generate``.
+docs/variants.md walks through it; tests/test_variant_packages.py installs it.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from infer.runtime import Context, Engine, register_variant
+from infer.runtime import Context, Engine
 
 
 class BigramEngine(Engine):
@@ -40,7 +41,7 @@ class BigramContext(Context):
         self.logits[:] = self.engine.table[tokens[-1]]
 
 
-@register_variant("bigram")
+# The entry point (pyproject.toml: [project.entry-points."infer.variants"]).
 def load_bigram(gguf_file: Any, n_threads: Optional[int] = None) -> BigramEngine:
     return BigramEngine(gguf_file)
 
@@ -83,14 +84,17 @@ def write_bigram_gguf(path: str, text: str) -> None:
     w.add_tensor("bigram.logits", logits)
     w.write(path)
 
+
 if __name__ == "__main__":
     import sys
     import tempfile
 
     import infer
+    from infer.runtime import register_variant
 
+    register_variant("bigram")(load_bigram)  # in case the package is not installed
     with tempfile.TemporaryDirectory() as tmp:
-        path = f"{tmp}/bigram.gguf"
+        path = sys.argv[1] if len(sys.argv) > 1 else f"{tmp}/bigram.gguf"
         write_bigram_gguf(path, "the cat sat on the mat. the dog sat on the log. " * 20)
         with infer.load(path) as model:
             gen = infer.generate(model, "the ", max_tokens=40, temperature=0.7, seed=1)

@@ -1,0 +1,174 @@
+"""The reply state machine: splits generated text into answer, thinking and tool
+calls as it streams, withholding any tail that could still become a stop string
+or a marker."""
+from __future__ import annotations
+
+import json
+from typing import Optional, Sequence
+
+from ..generate import _held_back
+
+CONTENT, THINK, TOOL, JSON = "content", "think", "tool", "json"
+
+
+# Llama 3.1 may open a tool call with this token (then JSON, or a built-in tool's call).
+PYTHON_TAG = "<|python_tag|>"
+# Phi-4-mini writes its calls as functools[{"name": ..., "arguments": ...}, ...].
+FUNCTOOLS = "functools["
+
+
+def json_tool_calls(reply: str) -> Optional[list[str]]:
+    """The tool calls of a reply that is only JSON, as Llama 3.x writes them
+    (``{"name": ..., "parameters": ...}``, possibly after ``<|python_tag|>``, or
+    a list of such objects) or Phi-4-mini does (``functools[...]``); None when the
+    reply is not a call."""
+    text = reply.strip()
+    if text.startswith(PYTHON_TAG):
+        text = text[len(PYTHON_TAG):].strip()
+    elif text.startswith(FUNCTOOLS):
+        text = text[len(FUNCTOOLS) - 1:]
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        # a malformed call is still a call, to be reported as a ToolCallError
+        return [text] if text.startswith("{") and '"name"' in text else None
+    if isinstance(obj, dict) and "name" in obj:
+        return [text]
+    if isinstance(obj, list) and obj and all(isinstance(o, dict) and "name" in o for o in obj):
+        return [json.dumps(o, ensure_ascii=False) for o in obj]
+    return None
+
+
+class ReplyParser:
+    """Splits generated text into answer, thinking and tool calls as it streams.
+
+    `feed` returns the pieces that are certain: a tail that could still grow into
+    a stop string or a marker is withheld until it can't.
+    """
+
+    def __init__(self, stops: Sequence[str] = (), think: Optional[tuple[str, str]] = None,
+                 tool: Optional[tuple[str, str]] = None, json_tools: bool = False,
+                 in_thinking: bool = False) -> None:
+        self.stops = [s for s in stops if s]
+        self.think = think
+        self.tool = tool
+        # the states that need them exist only when their markers do
+        self._think_close = think[1] if think else ""
+        self._tool_close = tool[1] if tool else ""
+        self.json_tools = json_tools
+        self.state = THINK if (in_thinking and think) else CONTENT
+        self.buf = ""
+        self.content: list[str] = []
+        self.thinking: list[str] = []
+        self.tool_texts: list[str] = []
+        self.stopped = False
+        self._drop_space = self.state == THINK  # whitespace after a block is template padding
+        self._started = False
+
+    def _content_markers(self) -> list[str]:
+        markers = list(self.stops)
+        if self.think:
+            markers.append(self.think[0])
+        if self.tool:
+            markers.append(self.tool[0])
+        return markers
+
+    def feed(self, text: str) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        if self.stopped:
+            return out
+        self.buf += text
+        while self.buf:
+            if self.state == CONTENT:
+                if self._drop_space:
+                    self.buf = self.buf.lstrip()
+                    if not self.buf:
+                        break
+                    self._drop_space = False
+                if self.json_tools and not self._started and not self.tool:
+                    head = self.buf.lstrip()
+                    if not head:
+                        break
+                    if head.startswith(("{", "[", PYTHON_TAG, FUNCTOOLS)):
+                        self.state = JSON
+                        continue
+                    if PYTHON_TAG.startswith(head) or FUNCTOOLS.startswith(head):
+                        break  # could still become one of them
+                hit = _earliest(self.buf, self._content_markers())
+                if hit is None:
+                    keep = _held_back(self.buf, self._content_markers())
+                    self._emit(out, CONTENT, self.buf[:len(self.buf) - keep])
+                    self.buf = self.buf[len(self.buf) - keep:]
+                    break
+                at, marker = hit
+                self._emit(out, CONTENT, self.buf[:at])
+                self.buf = self.buf[at + len(marker):]
+                if self.think and marker == self.think[0]:
+                    self.state = THINK
+                elif self.tool and marker == self.tool[0]:
+                    self.state = TOOL
+                else:
+                    self.stopped = True
+                    self.buf = ""
+                    break
+            elif self.state == THINK:
+                close = self._think_close
+                at = self.buf.find(close)
+                if at < 0:
+                    keep = _held_back(self.buf, [close])
+                    self._emit(out, THINK, self.buf[:len(self.buf) - keep])
+                    self.buf = self.buf[len(self.buf) - keep:]
+                    break
+                self._emit(out, THINK, self.buf[:at])
+                self.buf = self.buf[at + len(close):]
+                self.state, self._drop_space = CONTENT, True
+            elif self.state == TOOL:
+                at = self.buf.find(self._tool_close)
+                if at < 0:
+                    break
+                self.tool_texts.append(self.buf[:at].strip())
+                self.buf = self.buf[at + len(self._tool_close):]
+                self.state, self._drop_space = CONTENT, True
+            else:  # JSON: a whole reply that may be a tool call; decided at the end
+                break
+        return out
+
+    def finish(self) -> list[tuple[str, str]]:
+        """Flush what was withheld; an unclosed tool call is parsed as it stands."""
+        out: list[tuple[str, str]] = []
+        buf, self.buf = self.buf, ""
+        if self.stopped or not buf:
+            return out
+        if self.state == CONTENT:
+            self._emit(out, CONTENT, buf.lstrip() if self._drop_space else buf)
+        elif self.state == THINK:
+            self._emit(out, THINK, buf)
+        elif self.state == TOOL:
+            self.tool_texts.append(buf.strip())
+        else:
+            calls = json_tool_calls(buf)
+            if calls is None:
+                self._emit(out, CONTENT, buf)
+            else:
+                self.tool_texts.extend(calls)
+        return out
+
+    def _emit(self, out: list[tuple[str, str]], kind: str, text: str) -> None:
+        if not text:
+            return
+        if kind == CONTENT:
+            self._started = True
+            self.content.append(text)
+        else:
+            self.thinking.append(text)
+        out.append((kind, text))
+
+
+def _earliest(text: str, markers: Sequence[str]) -> Optional[tuple[int, str]]:
+    best: Optional[tuple[int, str]] = None
+    for m in markers:
+        at = text.find(m)
+        if at >= 0 and (best is None or at < best[0] or (at == best[0] and len(m) > len(best[1]))):
+            best = (at, m)
+    return best
+

@@ -1,0 +1,462 @@
+"""`ChatSession`: a multi-turn conversation over one Context.
+
+Its invariant: after each turn the context holds exactly the tokens of the
+rendered history, so the next turn prefills only what is new (the longest common
+prefix with ``Context.tokens`` is kept).  Thinking is ephemeral: it lives in the
+KV cache only during its turn, and history keeps the answer alone.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import warnings
+import weakref
+from typing import Any, Iterator, Optional, Sequence, Union
+
+from ..runtime import ContextOverflowError
+from .replies import Message, Reply, ThinkingText, ToolCall, ToolCallError, parse_tool_call
+from .reply_parser import CONTENT, ReplyParser
+from .sandbox import ChatTemplateError
+from .template import Chat, check_roles, function_of, token_id
+
+#: a session's reply limit unless told otherwise: a model that never writes its end
+#: of turn (a base model, say) stops here rather than when a long context is full
+DEFAULT_MAX_TOKENS = 1024
+
+class ChatSession:
+    """A multi-turn conversation over one Context.
+
+    ``ChatSession(model, system=None, tools=None, **sampling)``: sampling keywords
+    are the sampler's (``temperature=0`` is greedy).  Pass ``context=`` to drive
+    an existing Context instead of creating one, and ``template_kwargs`` for extra
+    template variables (``{"enable_thinking": False}``).  A reply stops after
+    ``max_tokens`` (`DEFAULT_MAX_TOKENS`; None: only a full context stops it).
+
+    A turn that would not fit (leaving a quarter of the context, or ``max_tokens``,
+    for the reply) drops the oldest exchanges first, keeping the system prompt
+    (``trim_history=True``, the default; False raises ContextOverflowError).  With
+    ``n_keep`` the session shifts the context as llama.cpp does instead: the first
+    ``n_keep`` tokens stay (-1: the system prompt), and half of the tokens after them
+    are dropped, oldest first, whenever the prompt or a reply fills the context.
+    Messages go in and come out in the OpenAI shape (``{"role": ..., "content": ...}``).
+    """
+
+    def __init__(self, model: Any, system: Optional[str] = None, tools: Optional[Sequence[Message]] = None,
+                 *, max_tokens: Optional[int] = DEFAULT_MAX_TOKENS, stop: Union[str, Sequence[str], None] = None,
+                 n_ctx: Optional[int] = None, context: Any = None, sampler: Any = None,
+                 template_kwargs: Optional[dict[str, Any]] = None, trim_history: bool = True,
+                 n_keep: Optional[int] = None, **sampling: Any) -> None:
+        if system is not None and not isinstance(system, str):
+            raise TypeError(f"system: expected a str or None, got {type(system).__name__}")
+        if n_keep is not None and (isinstance(n_keep, bool) or not isinstance(n_keep, int) or n_keep < -1):
+            raise ValueError(f"n_keep: expected None, -1 (the system prompt) or a count >= 0, got {n_keep!r}")
+        self.model = model
+        self.tokenizer = model.tokenizer
+        self.chat: Chat = chat_of(model)
+        if context is None:
+            context = model.create_context(n_ctx=n_ctx, sampler=sampler, **sampling)
+        elif sampler is not None or sampling:
+            raise ValueError("sampling keywords: give them to the context you pass, not here")
+        self.context = context
+        self.tools = _check_tools(tools)
+        self.max_tokens = _check_max_tokens(max_tokens)
+        self.stop = _check_stop(stop)
+        self.system = system
+        if template_kwargs is not None and not isinstance(template_kwargs, dict):
+            raise TypeError(f"template_kwargs: expected a dict, got {type(template_kwargs).__name__}")
+        #: extra template variables, e.g. {"enable_thinking": False}
+        self.template_kwargs = dict(template_kwargs or {})
+        #: make room when a turn would not fit (else ContextOverflowError)
+        self.trim_history = bool(trim_history)
+        #: None: make room by dropping whole exchanges; else shift the context, keeping
+        #: this many tokens (-1: the system prompt)
+        self.n_keep = n_keep
+        # Tokens of the rendered conversation after the kept ones that a context
+        # shift dropped; kept from turn to turn so that the cache prefix still matches.
+        self._n_discarded = 0
+        self.last_reply: Optional[Reply] = None
+        self._messages: list[Message] = []
+        self._version = 0
+        self._call_ids = itertools.count()
+        self.reset()
+        vocab = self.tokenizer.vocab
+        # The BOS the tokenizer adds to a text, if the template does not write it.
+        self._bos = [t for t in self.tokenizer.encode("", add_special=True)
+                     if t == getattr(vocab, "bos_token_id", None)][:1]
+        stop_ids = set(getattr(vocab, "end_of_turn_ids", ()) or ())
+        eos = getattr(vocab, "eos_token_id", None)
+        if eos is not None and eos >= 0:
+            stop_ids.add(int(eos))
+        try:
+            end_of_turn = self.chat.end_of_turn
+        except ChatTemplateError:
+            # A template that cannot end on an assistant message: EOS tokens still
+            # stop a reply, and each turn's prefix match keeps the cache right.
+            end_of_turn = ""
+        eot_text = end_of_turn.strip()
+        eot_id = token_id(vocab, eot_text) if eot_text else None
+        if eot_id is not None:
+            stop_ids.add(eot_id)
+        self._stop_ids = frozenset(stop_ids)
+        self._eot_text = eot_text
+        # Room kept free so the end of turn fits after a reply cut by a full context.
+        self._reserve = len(self._encode(end_of_turn)) + 1
+        # Markers that are single tokens are spelled here, whatever the decoder shows.
+        self._marker_ids: dict[int, str] = {}
+        for pair in (self.chat.think_markers, self.chat.tool_call_markers):
+            for m in pair or ():
+                tid = token_id(vocab, m)
+                if tid is not None:
+                    self._marker_ids[tid] = m
+
+    # ---- history ---------------------------------------------------------------------
+    @property
+    def history(self) -> list[Message]:
+        """The conversation so far (copies), system prompt first if there is one."""
+        return copy.deepcopy(self._messages)
+
+    @history.setter
+    def history(self, messages: Sequence[Message]) -> None:
+        """Replace the conversation (as a chat-completions client sends it each time);
+        the KV cache keeps whatever prefix the new one shares with it."""
+        check_roles(messages, "history")
+        self._messages = copy.deepcopy(list(messages))
+        self.last_reply = None
+        self._n_discarded = 0
+        self._version += 1
+
+    def reset(self) -> None:
+        """Start over (keeping ``system`` and ``tools``).  The KV cache is kept: the
+        next turn reuses whatever prefix it still shares, such as the system prompt."""
+        self._messages = [{"role": "system", "content": self.system}] if self.system else []
+        self.last_reply = None
+        self._n_discarded = 0
+        self._version += 1
+
+    def add_tool_result(self, call_id_or_name: str, content: Any) -> None:
+        """Answer a tool call of the last reply (by its id, or by the tool's name).
+        ``content`` that is not a str is sent as JSON.  Then ``send()`` with no text
+        lets the model continue."""
+        calls: list[Message] = []
+        for m in reversed(self._messages):
+            if m["role"] == "assistant":
+                calls = m.get("tool_calls") or []
+                break
+            if m["role"] == "user":
+                break
+        match = [c for c in calls if c["id"] == call_id_or_name] or \
+                [c for c in calls if c["function"]["name"] == call_id_or_name]
+        if not match:
+            pending = ", ".join(f"{c['id']} ({c['function']['name']})" for c in calls) or "none"
+            raise ValueError(f"call_id_or_name: no tool call {call_id_or_name!r} in the last reply "
+                             f"(pending: {pending})")
+        if not isinstance(content, str):
+            content = json.dumps(content, ensure_ascii=False)
+        call = match[0]
+        self._messages.append({"role": "tool", "tool_call_id": call["id"],
+                               "name": call["function"]["name"], "content": content})
+        self._version += 1
+
+    # ---- turns ----------------------------------------------------------------------------
+    def send(self, text: Optional[str] = None, **options: Any) -> Reply:
+        """Add a user message (none: continue after tool results) and return the reply."""
+        reply = None
+        for item in self.stream(text, **options):
+            if isinstance(item, Reply):
+                reply = item
+        assert reply is not None
+        return reply
+
+    def stream(self, text: Optional[str] = None, *, max_tokens: Optional[int] = None,
+               stop: Union[str, Sequence[str], None] = None,
+               show_thinking: bool = False) -> Iterator[Union[str, Reply]]:
+        """Yield the reply as text pieces, then the `Reply`.
+
+        With ``show_thinking=True`` thinking is yielded too, as `ThinkingText`
+        pieces.  Closing the iterator early (or Ctrl-C) ends the turn cleanly: the
+        partial reply is kept with ``finish_reason="interrupted"``.
+        """
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"text: expected a str or None, got {type(text).__name__}")
+        if text is None and (not self._messages or self._messages[-1]["role"] not in ("user", "tool")):
+            raise ValueError("text: required unless the last message is a tool result or a user turn")
+        max_tokens = self.max_tokens if max_tokens is None else _check_max_tokens(max_tokens)
+        stops = list(self.stop) + (_check_stop(stop) if stop is not None else [])
+        messages = self._messages + ([{"role": "user", "content": text}] if text is not None else [])
+        room = self._reserve + (min(max_tokens or self.context.n_ctx, self.context.n_ctx // 4)
+                                if self.trim_history else 0)
+        while True:
+            prompt_text = self.chat.render(messages, True, self.tools, **self.template_kwargs)
+            prompt = self._encode(prompt_text)
+            if self.trim_history and self.n_keep is not None:
+                prompt = self._shifted(prompt, messages, room)
+                break
+            if len(prompt) + room <= self.context.n_ctx:
+                break
+            if not (self.trim_history and _drop_oldest_exchange(messages)):
+                raise ContextOverflowError(
+                    f"the conversation ({len(prompt)} tokens) does not fit in the context of "
+                    f"{self.context.n_ctx} tokens; reset() or start a session with a larger n_ctx")
+        think = self.chat.think_markers
+        # A generation prompt may itself open the thinking block (R1-style templates).
+        in_thinking = think is not None and prompt_text.rstrip().endswith(think[0])
+        return self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
+                          self._version)
+
+    def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
+              stops: list[str], show_thinking: bool, in_thinking: bool,
+              version: int) -> Iterator[Union[str, Reply]]:
+        if version != self._version:
+            raise RuntimeError("the conversation changed after stream() was called; call it again")
+        ctx = self.context
+        previous = self._messages
+        self._messages = messages
+        self._version += 1
+        try:
+            cached = self._sync(prompt)
+        except BaseException:
+            self._messages = previous
+            raise
+        chat = self.chat
+        parser = ReplyParser(stops + ([self._eot_text] if self._eot_text else []),
+                              think=chat.think_markers, tool=chat.tool_call_markers,
+                              json_tools=bool(self.tools), in_thinking=in_thinking)
+        decoder = self.tokenizer.stream_decoder()
+        generated = 0
+        finish = "length"
+        recorded = False
+        try:
+            while max_tokens is None or generated < max_tokens:
+                if ctx.n_past + self._reserve >= ctx.n_ctx and not self._shift_during_reply(messages):
+                    break
+                token = ctx.next()
+                generated += 1
+                if token in self._stop_ids:
+                    finish = "stop"
+                    break
+                marker = self._marker_ids.get(token)
+                piece = decoder.flush() + marker if marker is not None else decoder.feed(token)
+                for item in self._shown(parser.feed(piece), show_thinking):
+                    yield item
+                if parser.stopped:
+                    finish = "stop"
+                    break
+            # An incomplete character cut off by max_tokens is dropped, never stored as U+FFFD.
+            tail = decoder.flush().rstrip("\ufffd")
+            for item in self._shown(parser.feed(tail) + parser.finish(), show_thinking):
+                yield item
+            reply = self._record(parser, finish, len(prompt), cached, generated)
+            recorded = True
+            self._sync_history()
+            yield reply
+        except (GeneratorExit, KeyboardInterrupt) as exc:
+            # Ctrl-C, or the consumer closed the stream: the partial reply is the turn.
+            if not recorded:
+                parser.feed(decoder.flush().rstrip("\ufffd"))
+                parser.finish()
+                self._record(parser, "interrupted", len(prompt), cached, generated)
+                self._sync_history()
+            if isinstance(exc, GeneratorExit):
+                return
+            raise
+        except Exception:
+            # The turn failed (the Context is as it was before the failing call): drop
+            # it from history; the next turn's prefix match trims the cache.
+            if not recorded:
+                self._messages = previous
+                self._version += 1
+            raise
+
+    @staticmethod
+    def _shown(pieces: list[tuple[str, str]], show_thinking: bool) -> Iterator[str]:
+        for kind, text in pieces:
+            if kind == CONTENT:
+                yield text
+            elif show_thinking:
+                yield ThinkingText(text)
+
+    def _record(self, parser: ReplyParser, finish: str, n_prompt: int, cached: int,
+                generated: int) -> Reply:
+        """Make the turn's Reply and add it to history."""
+        calls: list[ToolCall] = []
+        errors: list[ToolCallError] = []
+        names = [function_of(t)["name"] for t in self.tools] if self.tools else None
+        for raw in parser.tool_texts:
+            parsed = parse_tool_call(raw, f"call_{next(self._call_ids)}", names)
+            if isinstance(parsed, ToolCall):
+                calls.append(parsed)
+            else:
+                errors.append(parsed)
+        if calls and finish == "stop":
+            finish = "tool_calls"
+        # Templates write "<think>\n...\n</think>": the newlines are the block's, not the thought's.
+        reply = Reply("".join(parser.content), "".join(parser.thinking).strip("\n"), calls, errors, finish,
+                      n_prompt, cached, generated)
+        self._messages.append(reply.message)
+        self._version += 1
+        self.last_reply = reply
+        return reply
+
+    def _sync_history(self) -> None:
+        """Roll the KV cache to the rendered history: this drops the thinking and
+        anything after a stop string, and closes a turn cut short with the end of turn."""
+        try:
+            tokens = self._encode(self.chat.render(self._messages, False, self.tools, **self.template_kwargs))
+            if self.trim_history and self.n_keep is not None:
+                tokens = self._shifted(tokens, self._messages, 0)
+            self._sync(tokens)
+        except (ChatTemplateError, ContextOverflowError):
+            pass  # the next turn's prefix match repairs the cache
+
+    # ---- context shift (n_keep) --------------------------------------------------------
+    def _kept(self, tokens: list[int], messages: list[Message]) -> int:
+        """How many leading tokens a context shift keeps."""
+        if self.n_keep is None:
+            return 0
+        if self.n_keep >= 0:
+            return min(self.n_keep, len(tokens))
+        # -1: the system prompt, i.e. what the conversation shares with one that has
+        # only the system prompt and a different first user turn
+        head = [m for m in messages[:1] if m["role"] == "system"] + [{"role": "user", "content": "\x00"}]
+        try:
+            probe = self._encode(self.chat.render(head, False, self.tools, **self.template_kwargs))
+        except ChatTemplateError:
+            return 0
+        return _common_prefix(probe, tokens)
+
+    def _shifted(self, tokens: list[int], messages: list[Message], room: int) -> list[int]:
+        """``tokens`` with the dropped span cut out, dropping more (half of what
+        follows the kept tokens, as llama.cpp does) if they still do not fit."""
+        n_ctx = self.context.n_ctx
+        keep = self._kept(tokens, messages)
+        budget = n_ctx - room
+        if keep >= budget:
+            raise ContextOverflowError(
+                f"n_keep: the {keep} kept tokens leave no room in the context of {n_ctx} tokens")
+        discard = min(self._n_discarded, max(len(tokens) - keep - 1, 0))
+        if len(tokens) - discard > budget:
+            discard = max(len(tokens) - budget, (len(tokens) - keep) // 2)
+        self._n_discarded = discard
+        return tokens[:keep] + tokens[keep + discard:]
+
+    def _shift_during_reply(self, messages: list[Message]) -> bool:
+        """A full context in the middle of a reply: drop half of the tokens after the
+        kept ones and go on (n_keep), or end the reply (False)."""
+        if not self.trim_history or self.n_keep is None:
+            return False
+        ctx = self.context
+        tokens = list(ctx.tokens)
+        keep = self._kept(tokens, messages)
+        discard = (len(tokens) - keep) // 2
+        if discard < 1:
+            return False
+        ctx.truncate_to(keep)
+        ctx.prefill(tokens[keep + discard:])
+        self._n_discarded += discard
+        return True
+
+    def _sync(self, tokens: list[int]) -> int:
+        """Make the context hold ``tokens``: keep the common prefix, prefill the rest."""
+        ctx = self.context
+        if len(tokens) > ctx.n_ctx:
+            raise ContextOverflowError(f"{len(tokens)} tokens exceed the context of {ctx.n_ctx}")
+        keep = _common_prefix(ctx.tokens, tokens)
+        ctx.truncate_to(keep)
+        ctx.prefill(tokens[keep:])
+        return keep
+
+    def _encode(self, text: str) -> list[int]:
+        ids = list(self.tokenizer.encode(text, add_special=False, parse_special=True))
+        if self._bos and ids[:1] != self._bos:
+            ids = self._bos + ids
+        return ids
+
+
+def _drop_oldest_exchange(messages: list[Message]) -> bool:
+    """Remove the oldest user turn and what answered it (keeping a leading system
+    prompt and the last user turn); False when there is nothing left to drop."""
+    start = 1 if messages and messages[0]["role"] == "system" else 0
+    for end in range(start + 1, len(messages)):
+        if messages[end]["role"] == "user":
+            del messages[start:end]
+            return True
+    return False
+
+
+def chat_of(model: Any) -> Chat:
+    """The model's chat: its own template or, with a `BaseModelWarning` (once), a
+    built-in one chosen from its vocabulary."""
+    chat = model.chat if model.chat is not None else \
+        Chat.from_metadata(getattr(model, "metadata", None) or {}, model.tokenizer)
+    warn_if_builtin_template(model, chat)
+    return chat
+
+
+class BaseModelWarning(UserWarning):
+    """The model has no chat template of its own; a built-in one is used."""
+
+
+_warned: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def warn_if_builtin_template(model: Any, chat: Chat) -> None:
+    """Warn, once per model, that a model without its own chat template looks like a
+    base model (one trained to continue text, not to hold a conversation)."""
+    if chat.builtin_template is None:
+        return
+    try:
+        if model in _warned:
+            return
+        _warned.add(model)
+    except TypeError:  # not weakly referenceable: warn every time
+        pass
+    warnings.warn(f"this model has no chat template of its own, so it looks like a base model that may "
+                  f"not follow a conversation; using the built-in {chat.builtin_template!r} template "
+                  f"instead", BaseModelWarning, stacklevel=4)
+
+
+def _check_tools(tools: Optional[Sequence[Message]]) -> Optional[list[Message]]:
+    if tools is None:
+        return None
+    if isinstance(tools, (str, bytes, dict)) or not isinstance(tools, Sequence):
+        raise TypeError(f"tools: expected a list of tool dicts, got {type(tools).__name__}")
+    out = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise TypeError(f"tools[{i}]: expected a dict, got {type(tool).__name__}")
+        function = function_of(tool)
+        if not isinstance(function.get("name"), str):
+            raise ValueError(f"tools[{i}]: needs a string 'name' (OpenAI shape: "
+                             "{'type': 'function', 'function': {'name': ..., 'parameters': ...}})")
+        out.append(tool if "function" in tool else {"type": "function", "function": tool})
+    return out or None
+
+
+def _check_max_tokens(max_tokens: Optional[int]) -> Optional[int]:
+    if max_tokens is None:
+        return None
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        raise TypeError(f"max_tokens: expected an int or None, got {type(max_tokens).__name__}")
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens: must be >= 1, got {max_tokens}")
+    return max_tokens
+
+
+def _check_stop(stop: Union[str, Sequence[str], None]) -> list[str]:
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    for s in stops:
+        if not isinstance(s, str) or not s:
+            raise ValueError(f"stop: expected non-empty strings, got {s!r}")
+    return stops
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+

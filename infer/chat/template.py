@@ -1,0 +1,376 @@
+"""`Chat`: a chat template and what a session needs to know about it.
+
+It renders OpenAI-shaped messages with the Jinja template stored in the GGUF file
+(``tokenizer.chat_template``), in the sandbox, the way Hugging Face
+``apply_chat_template`` does, adapting messages the template cannot take.  It
+learns, by rendering probe conversations, what the session's state machine needs:
+the text that opens an assistant turn, the text that closes one, and the markers
+of thinking blocks and tool calls.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Mapping, Optional, Sequence
+
+import jinja2
+
+from .replies import Message, ToolCall
+from .sandbox import ChatTemplateError, environment, render
+
+# ---- fallback templates (files without tokenizer.chat_template) ----------------------
+FALLBACK_TEMPLATES = {
+    "chatml": (
+        "{% for message in messages %}"
+        "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"),
+    "llama3": (
+        "{% for message in messages %}"
+        "{% if loop.first %}{{ bos_token }}{% endif %}"
+        "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' "
+        "+ message['content'] | trim + '<|eot_id|>' }}"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"),
+    # Gemma has no system role: the session folds a system prompt into the first user turn.
+    "gemma": (
+        "{{ bos_token }}"
+        "{% for message in messages %}"
+        "{% if message['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+        "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"),
+}
+
+#: a vocabulary token that identifies each family's template.
+_FAMILY_TOKENS = (("chatml", "<|im_start|>"), ("llama3", "<|start_header_id|>"), ("gemma", "<start_of_turn>"))
+
+THINK_MARKERS = ("<think>", "</think>")
+TOOL_MARKERS = ("<tool_call>", "</tool_call>")
+
+# Probe contents: strings no template rewrites (no surrounding whitespace to trim).
+_PROBE_SYSTEM = "probe-system-3e1f"
+_PROBE_USER = "probe-user-3e1f"
+_PROBE_ASSISTANT = "probe-assistant-3e1f"
+_PROBE_TOOL = "probe-tool-3e1f"
+
+
+def token_id(vocab: Any, text: str) -> Optional[int]:
+    """The id of the single token spelled ``text``, or None."""
+    try:
+        tid = vocab.token_id(text)
+    except (KeyError, ValueError, LookupError):
+        return None
+    return None if tid is None or tid < 0 else int(tid)
+
+
+
+class Chat:
+    """A chat template and what a session needs to know about it.
+
+    ``Chat(template, bos_token=..., eos_token=...)`` compiles nothing until the
+    first render: a broken template does not stop a model from loading, it fails
+    when used, with a `ChatTemplateError` that says why.
+    """
+
+    def __init__(self, template: Optional[str] = None, *, bos_token: str = "", eos_token: str = "",
+                 family: Optional[str] = None, think_markers: Optional[tuple[str, str]] = None,
+                 tool_call_markers: Optional[tuple[str, str]] = None,
+                 tool_use_template: Optional[str] = None) -> None:
+        if template is None:
+            family = family or "chatml"
+            if family not in FALLBACK_TEMPLATES:
+                raise ValueError(f"family: expected one of {sorted(FALLBACK_TEMPLATES)}, got {family!r}")
+            template = FALLBACK_TEMPLATES[family]
+        if not isinstance(template, str):
+            raise TypeError(f"template: expected a str, got {type(template).__name__}")
+        self.source = template
+        self.tool_use_source = tool_use_template
+        self.family = family
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        sources = template + (tool_use_template or "")
+        if think_markers is None and all(m in sources for m in THINK_MARKERS):
+            think_markers = THINK_MARKERS
+        if tool_call_markers is None and all(m in sources for m in TOOL_MARKERS):
+            tool_call_markers = TOOL_MARKERS
+        self.think_markers = think_markers
+        self.tool_call_markers = tool_call_markers
+        self._compiled: dict[str, jinja2.Template] = {}
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any], tokenizer: Any) -> "Chat":
+        """The chat of a GGUF file: its template (or a fallback chosen from the
+        vocabulary), its BOS/EOS spelled as the tokenizer spells them, and the
+        thinking/tool-call markers found in the template or the vocabulary."""
+        vocab = tokenizer.vocab
+        template = metadata.get("tokenizer.chat_template")
+        tool_use = metadata.get("tokenizer.chat_template.tool_use")
+
+        def spelling(tid: Any) -> str:
+            if tid is None or int(tid) < 0:
+                return ""
+            return str(tokenizer.decode([int(tid)], skip_special=False))
+
+        family = None
+        if not template:
+            template = None
+            arch = str(metadata.get("general.architecture", ""))
+            family = "gemma" if arch.startswith("gemma") else None
+            for name, token in _FAMILY_TOKENS:
+                if family is None and token_id(vocab, token) is not None:
+                    family = name
+        markers = {}
+        for key, pair in (("think_markers", THINK_MARKERS), ("tool_call_markers", TOOL_MARKERS)):
+            if all(token_id(vocab, m) is not None for m in pair):
+                markers[key] = pair
+        return cls(template, bos_token=spelling(getattr(vocab, "bos_token_id", None)),
+                   eos_token=spelling(getattr(vocab, "eos_token_id", None)), family=family,
+                   tool_use_template=tool_use or None, **markers)
+
+    @property
+    def builtin_template(self) -> Optional[str]:
+        """The name of the built-in template in use (`FALLBACK_TEMPLATES`), or None
+        when the template is the model's own."""
+        return self.family if self.source == FALLBACK_TEMPLATES.get(self.family or "") else None
+
+    def __repr__(self) -> str:
+        kind = f"fallback {self.family!r}" if self.source == FALLBACK_TEMPLATES.get(self.family or "") \
+            else f"{len(self.source)}-character template"
+        return f"Chat({kind}, think={self.think_markers}, tool_calls={self.tool_call_markers})"
+
+    # ---- rendering ----------------------------------------------------------------
+    def _template(self, source: str) -> jinja2.Template:
+        if source not in self._compiled:
+            try:
+                self._compiled[source] = environment().from_string(source)
+            except jinja2.TemplateSyntaxError as exc:
+                raise ChatTemplateError(
+                    f"the chat template does not compile: {exc.message} (line {exc.lineno})") from None
+            except (RecursionError, MemoryError):
+                raise ChatTemplateError("the chat template is too deeply nested to compile") from None
+        return self._compiled[source]
+
+    def render_raw(self, messages: Sequence[Message], add_generation_prompt: bool = True,
+                   tools: Optional[Sequence[Message]] = None, **kwargs: Any) -> str:
+        """Render ``messages`` exactly as given (no role folding), as HF would."""
+        source = self.tool_use_source if tools and self.tool_use_source else self.source
+        template = self._template(source)
+        variables = dict(kwargs)
+        variables.update(messages=list(messages), add_generation_prompt=bool(add_generation_prompt),
+                         tools=list(tools) if tools else None,
+                         bos_token=self.bos_token, eos_token=self.eos_token)
+        return render(template, variables)
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True,
+               tools: Optional[Sequence[Message]] = None, **kwargs: Any) -> str:
+        """Render OpenAI-shaped ``messages`` with the model's template.
+
+        Tokenizing the result with ``parse_special=True`` gives the prompt the
+        model was trained on.  Messages the template cannot take as they are are
+        adapted first: a system prompt it refuses joins the first user turn, tool
+        results it has no role for become user turns, tool calls it does not
+        render become the JSON text the model would have written, and tools it
+        does not describe are described in the system prompt.
+        """
+        return self.render_raw(self.adapt(messages, tools), add_generation_prompt, tools, **kwargs)
+
+    def adapt(self, messages: Sequence[Message], tools: Optional[Sequence[Message]] = None) -> list[Message]:
+        """``messages`` reshaped into what this template accepts (see `render`)."""
+        check_roles(messages, "messages")
+        out = [self._normalize(message) for message in messages]
+        if tools and self.tools_placement == "system_message":
+            out = self._with_system_tools(out, tools)
+        elif tools and self.tools_placement == "instructions":
+            out = self._with_system(out, self.tool_instructions(tools))
+        if any(m["role"] == "tool" for m in out) and not self.supports_tool_role:
+            folded: list[Message] = []
+            for m in out:
+                if m["role"] != "tool":
+                    folded.append(m)
+                elif folded and folded[-1].get("_tool_results"):  # one user turn for a batch
+                    folded[-1]["content"] += "\n" + self._tool_as_user(m)["content"]
+                else:
+                    folded.append(dict(self._tool_as_user(m), _tool_results=True))
+            out = [{k: v for k, v in m.items() if k != "_tool_results"} for m in folded]
+        if out and out[0]["role"] == "system" and not self.supports_system_role:
+            system, rest = out[0], out[1:]
+            if rest and rest[0]["role"] == "user":
+                rest[0] = dict(rest[0], content=system["content"] + "\n\n" + rest[0]["content"])
+            else:
+                rest.insert(0, {"role": "user", "content": system["content"]})
+            out = rest
+        return out
+
+    def _normalize(self, message: Message) -> Message:
+        m = dict(message)
+        content = m.get("content")
+        if content is None:
+            content = ""
+        elif isinstance(content, list):  # OpenAI content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        elif not isinstance(content, str):
+            raise TypeError(f"message content: expected str, list of parts or None, got {type(content).__name__}")
+        m["content"] = content
+        calls = m.get("tool_calls")
+        if calls:
+            calls = [_template_tool_call(c) for c in calls]
+            if self.renders_tool_calls:
+                m["tool_calls"] = calls
+            else:
+                del m["tool_calls"]
+                m["content"] = content + "".join(self.tool_call_text(c["function"]) for c in calls)
+        return m
+
+    def tool_call_text(self, function: Message) -> str:
+        """How the model writes one call (the format `ChatSession` parses back)."""
+        text = json.dumps({"name": function["name"], "arguments": function["arguments"]}, ensure_ascii=False)
+        if self.tool_call_markers:
+            return f"{self.tool_call_markers[0]}\n{text}\n{self.tool_call_markers[1]}"
+        return text
+
+    def tool_instructions(self, tools: Sequence[Message]) -> str:
+        """A system-prompt paragraph describing ``tools`` for a template that does not."""
+        lines = [json.dumps(function_of(t), ensure_ascii=False) for t in tools]
+        example = self.tool_call_text({"name": "<tool name>", "arguments": {"<argument>": "<value>"}})
+        return ("You can call these tools:\n" + "\n".join(lines) +
+                "\nTo call a tool, reply with only this, filled in:\n" + example)
+
+    @staticmethod
+    def _with_system(messages: list[Message], text: str) -> list[Message]:
+        if messages and messages[0]["role"] == "system":
+            return [dict(messages[0], content=messages[0]["content"] + "\n\n" + text)] + messages[1:]
+        return [{"role": "system", "content": text}] + messages
+
+    @staticmethod
+    def _with_system_tools(messages: list[Message], tools: Sequence[Message]) -> list[Message]:
+        # Phi-4-mini's way: the system message carries the functions as a JSON string.
+        listing = json.dumps([function_of(t) for t in tools], ensure_ascii=False)
+        if messages and messages[0]["role"] == "system":
+            return [dict(messages[0], tools=listing)] + messages[1:]
+        return [{"role": "system", "content": "", "tools": listing}] + messages
+
+    @staticmethod
+    def _tool_as_user(message: Message) -> Message:
+        name = message.get("name") or message.get("tool_call_id") or "tool"
+        return {"role": "user", "content": f"Result of {name}: {message['content']}"}
+
+    # ---- what probes tell -----------------------------------------------------------
+    def _renders(self, messages: list[Message]) -> Optional[str]:
+        try:
+            return self.render_raw(messages, add_generation_prompt=False)
+        except ChatTemplateError:
+            return None
+
+    @functools.cached_property
+    def supports_system_role(self) -> bool:
+        text = self._renders([{"role": "system", "content": _PROBE_SYSTEM},
+                              {"role": "user", "content": _PROBE_USER}])
+        return text is not None and _PROBE_SYSTEM in text
+
+    @functools.cached_property
+    def supports_tool_role(self) -> bool:
+        call = {"id": "call_0", "type": "function", "function": {"name": "probe", "arguments": {}}}
+        text = self._renders([
+            {"role": "user", "content": _PROBE_USER},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_0", "name": "probe", "content": _PROBE_TOOL}])
+        return text is not None and _PROBE_TOOL in text
+
+    @functools.cached_property
+    def renders_tool_calls(self) -> bool:
+        return "tool_calls" in self.source + (self.tool_use_source or "")
+
+    @functools.cached_property
+    def tools_placement(self) -> str:
+        """Where tools go: ``"template"`` (it renders the ``tools`` variable),
+        ``"system_message"`` (it renders a ``tools`` JSON string on the system
+        message, as Phi-4-mini's does) or ``"instructions"`` (neither: they are
+        described in the system prompt)."""
+        probe = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "",
+                                                  "parameters": {"type": "object", "properties": {}}}}
+        user = {"role": "user", "content": _PROBE_USER}
+        try:
+            text: Optional[str] = self.render_raw([user], add_generation_prompt=False, tools=[probe])
+        except ChatTemplateError:
+            text = None
+        if text is not None and _PROBE_TOOL in text:
+            return "template"
+        text = self._renders(self._with_system_tools([user], [probe]))
+        if text is not None and _PROBE_TOOL in text:
+            return "system_message"
+        return "instructions"
+
+    @property
+    def describes_tools(self) -> bool:
+        return self.tools_placement != "instructions"
+
+    @functools.cached_property
+    def assistant_prefix(self) -> str:
+        """What ``add_generation_prompt`` adds: the text that opens an assistant turn."""
+        user = [{"role": "user", "content": _PROBE_USER}]
+        without = self.render_raw(user, add_generation_prompt=False)
+        with_prompt = self.render_raw(user, add_generation_prompt=True)
+        # Phi-3's templates end a conversation that has no prompt with EOS, which the
+        # prompt replaces.
+        if self.eos_token and not with_prompt.startswith(without) and without.endswith(self.eos_token):
+            without = without[:-len(self.eos_token)]
+        if not with_prompt.startswith(without):
+            raise ChatTemplateError("the chat template's generation prompt is not an addition "
+                                    "to the conversation it follows")
+        return with_prompt[len(without):]
+
+    @functools.cached_property
+    def end_of_turn(self) -> str:
+        """The text the template writes after an assistant message's content (not
+        counting the EOS with which Phi-3's templates end a whole conversation)."""
+        text = self.render_raw([{"role": "user", "content": _PROBE_USER},
+                                {"role": "assistant", "content": _PROBE_ASSISTANT}],
+                               add_generation_prompt=False)
+        at = text.rfind(_PROBE_ASSISTANT)
+        if at < 0:
+            raise ChatTemplateError("the chat template does not render assistant messages")
+        tail = text[at + len(_PROBE_ASSISTANT):]
+        eos = self.eos_token
+        if eos and tail.endswith(eos) and tail[:-len(eos)].strip():
+            tail = tail[:-len(eos)]
+        return tail
+
+
+#: the roles of OpenAI-shaped chat messages
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def check_roles(messages: Any, name: str) -> None:
+    """TypeError unless ``messages`` is a list of dicts with a 'role'; ValueError
+    for a role other than `ROLES`."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise TypeError(f"{name}: expected a list of message dicts, got {type(messages).__name__}")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise TypeError(f"{name}[{i}]: expected a dict with a 'role' string, got {message!r}")
+        if message["role"] not in ROLES:
+            raise ValueError(f"{name}[{i}]: role {message['role']!r} is not one of {', '.join(ROLES)}")
+
+
+def function_of(tool: Message) -> Message:
+    return tool["function"] if tool.get("type") == "function" and "function" in tool else tool
+
+
+def _template_tool_call(call: Any) -> Message:
+    """An OpenAI tool call with its ``arguments`` as a dict (HF templates ``tojson`` them)."""
+    if isinstance(call, ToolCall):
+        call = call.to_openai()
+    if not isinstance(call, dict):
+        raise TypeError(f"tool_calls: expected dicts, got {type(call).__name__}")
+    function = dict(call.get("function") or {k: call[k] for k in ("name", "arguments") if k in call})
+    args = function.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            pass  # keep the string: the template shows what the model wrote
+    function["arguments"] = args
+    return dict(call, type=call.get("type", "function"), function=function)
+

@@ -1,0 +1,96 @@
+"""`infer serve`: the OpenAI-compatible HTTP server (docs/serve.md)."""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from typing import Any
+
+from .common import CLIError, add_model_args, load_model
+
+_INSTALL_HINT = 'pip install "infer[serve]"'
+
+
+def _check(args: argparse.Namespace) -> None:
+    for name in ("parallel", "replicas", "prefill_chunk"):
+        if getattr(args, name) < 1:
+            raise CLIError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
+    if args.max_queue < 0:
+        raise CLIError(f"--max-queue: must be >= 0, got {args.max_queue}")
+    if args.ctx_size is not None and args.ctx_size < 0:
+        raise CLIError(f"--ctx-size: must be >= 0, got {args.ctx_size}")
+    if not 0 <= args.port <= 65535:
+        raise CLIError(f"--port: must be in [0, 65535], got {args.port}")
+
+
+def app_options(args: argparse.Namespace) -> dict[str, Any]:
+    """create_app's keywords from the command line (the Ray replicas take them too)."""
+    return dict(parallel=args.parallel, ctx_size=args.ctx_size, api_key=args.api_key,
+                cors_origins=args.cors or (), max_queue=args.max_queue, prefill_chunk=args.prefill_chunk,
+                model_name=args.alias)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    _check(args)
+    if args.api_key is None:
+        args.api_key = os.environ.get("INFER_API_KEY") or None
+    if args.ray:
+        from ..serve.ray_deployment import run_cli
+
+        return run_cli(args, app_options(args))
+    try:
+        import uvicorn
+
+        from ..serve.app import create_app
+    except ImportError as exc:
+        raise CLIError(f"infer serve needs the serve extra ({exc.name} is missing): {_INSTALL_HINT}") from None
+    model = load_model(args)
+    app = create_app(model, **app_options(args))
+    scheduler = app.state.scheduler
+    name = app.state.server.model_name
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning" if not args.verbose else "info",
+                            access_log=bool(args.verbose), lifespan="on")
+    server = uvicorn.Server(config)
+    # Bound here, so that the startup line can name the port (--port 0 picks one).
+    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+        sock.listen(2048)  # connections wait in the backlog until uvicorn accepts them
+    except OSError as exc:
+        model.close()
+        raise CLIError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+    port = sock.getsockname()[1]
+    auth = ", API key required" if args.api_key else ""
+    print(f"infer serve: {name}, {scheduler.n_slots} slots x {scheduler.n_ctx} tokens{auth}, "
+          f"on http://{args.host}:{port}/v1", file=sys.stderr, flush=True)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        model.close()
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching")
+    add_model_args(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default: 8080; 0 = any free port)")
+    p.add_argument("--parallel", "-np", type=int, default=1,
+                   help="slots: requests decoded together in one batch (default: 1)")
+    p.add_argument("--ctx-size", "-c", type=int, default=None,
+                   help="context window of each slot, tokens (default: 4096, or the model's trained context "
+                        "if shorter; 0 = the trained context)")
+    p.add_argument("--max-queue", type=int, default=64,
+                   help="requests that may wait for a slot; beyond it 503 (default: 64)")
+    p.add_argument("--prefill-chunk", type=int, default=64,
+                   help="prompt tokens prefilled between two decode steps (default: 64)")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' (default: $INFER_API_KEY, else none)")
+    p.add_argument("--cors", action="append", metavar="ORIGIN", default=None,
+                   help="allow this origin by CORS (repeatable; '*' for any); default: CORS off")
+    p.add_argument("--alias", default=None, help="the model id the API reports (default: the file name)")
+    p.add_argument("--ray", action="store_true", help="serve with Ray Serve (the ray extra) instead of uvicorn")
+    p.add_argument("--replicas", type=int, default=1, help="with --ray: model replicas (default: 1)")
+    p.set_defaults(func=cmd_serve)

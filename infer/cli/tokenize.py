@@ -1,0 +1,53 @@
+"""`infer tokenize`: the token ids and pieces of a text, as llama-tokenize prints them."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .common import add_model_arg, resolve_model
+from .generate import read_prompt
+
+
+def cmd_tokenize(args: argparse.Namespace) -> int:
+    from ..gguf import GGUFFile
+    from ..tokenizer import Tokenizer
+
+    text = read_prompt(args)
+    # Only the vocabulary is needed: no weights are mapped into a model.
+    with GGUFFile(resolve_model(args.model)) as f:
+        tok = Tokenizer.from_metadata(f.metadata)
+    ids = tok.encode(text, add_special=not args.no_bos, parse_special=not args.no_parse_special)
+    out = sys.stdout
+    if args.ids:
+        out.write("[" + ", ".join(map(str, ids)) + "]\n")
+    else:
+        # The piece's bytes as they are, as llama-tokenize prints them: a piece that is
+        # part of a character (a byte token) is not valid UTF-8 on its own.
+        out.flush()
+        raw = getattr(out, "buffer", None)
+        for tid in ids:
+            piece = tok.token_to_piece(tid)
+            line = f"{tid:6d} -> '".encode() + piece + b"'\n"
+            if raw is not None:
+                raw.write(line)
+            else:
+                out.write(line.decode("utf-8", errors="replace"))
+        if raw is not None:
+            raw.flush()
+    if args.show_count:
+        out.write(f"Total number of tokens: {len(ids)}\n")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("tokenize", help="print the token ids and pieces of a text (like llama-tokenize)")
+    p.add_argument("prompt", nargs="?", default=None, metavar="TEXT", help="the text; '-' reads it from stdin")
+    p.add_argument("--file", "-f", metavar="FILE", default=None, help="read the text from FILE (default: the argument)")
+    p.add_argument("--ids", action="store_true", help="print only the ids, as a list")
+    p.add_argument("--no-bos", action="store_true", help="do not add the BOS token the model would add")
+    p.add_argument("--no-parse-special", action="store_true",
+                   help="tokenize special-token texts (<|im_start|>) as plain text")
+    p.add_argument("--show-count", action="store_true", help="print the number of tokens at the end")
+    add_model_arg(p)
+    p.set_defaults(func=cmd_tokenize)

@@ -1,0 +1,48 @@
+# Checks every entry point shares: buffer overlap and sizes that must not wrap.
+#
+# Included by kernels.pyx before the kernels.  A kernel that reads one buffer while
+# writing another gives wrong numbers when the two share memory, unless it is
+# written element by element in place; each entry point says which (the docstrings'
+# "may be x"), and _check_disjoint rejects every other overlap.
+
+import operator as _operator
+import sys as _sys
+
+cdef Py_ssize_t _PY_SSIZE_T_MAX = _sys.maxsize
+
+
+cdef int _check_disjoint(const void *a, Py_ssize_t a_bytes, str a_name,
+                         const void *b, Py_ssize_t b_bytes, str b_name,
+                         bint same_ok=False) except -1:
+    """ValueError if [a, a + a_bytes) and [b, b + b_bytes) share a byte, unless
+    same_ok and they are exactly the same span (an in-place call)."""
+    cdef size_t pa = <size_t>a, pb = <size_t>b
+    if a_bytes <= 0 or b_bytes <= 0:
+        return 0
+    if same_ok and pa == pb and a_bytes == b_bytes:
+        return 0
+    if pa < pb + <size_t>b_bytes and pb < pa + <size_t>a_bytes:
+        how = "must be the same buffer or not overlap" if same_ok else "must not overlap"
+        raise ValueError(f"{a_name}: shares memory with {b_name}; the two {how}")
+    return 0
+
+
+cdef object _count(object value, str name):
+    """value as a non-negative Python int (no bool, no float); ValueError/TypeError."""
+    if isinstance(value, (bool, _np.bool_)):
+        raise TypeError(f"{name}: expected an integer, got bool")
+    try:
+        n = _operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}") from None
+    if n < 0:
+        raise ValueError(f"{name}: must be >= 0, got {n}")
+    return n
+
+
+cdef object _buffer_size(object n_bytes, str what):
+    """n_bytes (a Python int) if a buffer can be that large; ValueError otherwise."""
+    if n_bytes > _PY_SSIZE_T_MAX:
+        raise ValueError(f"{what}: {n_bytes} bytes exceed the largest buffer size "
+                         f"({_PY_SSIZE_T_MAX})")
+    return n_bytes

@@ -1,0 +1,335 @@
+"""The ASGI app of ``infer serve``: OpenAI's endpoints over a `Scheduler`.
+
+Each completion request runs `infer.api` in a worker thread of its own, over a
+`SlotContext`; the event loop only parses, waits and streams.  Items cross from
+the worker to the loop through an asyncio queue, so a slow client never holds
+up the decode steps of the others.
+
+Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``:
+400 for a bad request (bad JSON, an unknown field, a wrong type, a prompt or
+``max_tokens`` beyond the context, an option not supported), 401 for a missing
+or wrong API key, 503 with ``Retry-After`` when the queue is full, 500 for a
+fault of the server (logged; the other requests go on).
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import inspect
+import json
+import logging
+import threading
+import time
+from typing import Any, Callable, Optional, Sequence
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from .. import api
+from .metrics import Metrics
+from .scheduler import Cancelled, QueueFull, Scheduler
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("infer.serve")
+
+#: the context of a slot when none is given, tokens (llama-server's default too)
+DEFAULT_CTX = 4096
+#: the largest request body read, bytes
+MAX_BODY = 16 << 20
+#: seconds between two checks that a waiting client is still there
+_POLL = 0.25
+#: paths answered without the API key (load balancers probe them)
+_PUBLIC = ("/health",)
+#: an HTTP status for "the client closed the request" (no standard one; nginx's)
+_CLIENT_GONE = 499
+
+
+def error_body(message: str, kind: str = "invalid_request_error", param: Optional[str] = None,
+               code: Optional[str] = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _error_response(status: int, message: str, kind: str = "invalid_request_error",
+                    param: Optional[str] = None, code: Optional[str] = None,
+                    headers: Optional[dict[str, str]] = None) -> JSONResponse:
+    return JSONResponse(error_body(message, kind, param, code), status_code=status, headers=headers)
+
+
+def _classify(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and error body of an exception raised by a request."""
+    if isinstance(exc, api.InvalidRequestError):
+        return 400, error_body(str(exc), param=exc.param, code=exc.code)
+    if isinstance(exc, Cancelled):
+        return _CLIENT_GONE, error_body(str(exc), "cancelled")
+    if isinstance(exc, (TypeError, ValueError)):  # ChatTemplateError, a message the template refuses
+        return 400, error_body(str(exc))
+    log.error("request failed", exc_info=exc)
+    return 500, error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error")
+
+
+class _BearerAuth:
+    """Refuses requests without ``Authorization: Bearer <key>`` (ASGI middleware)."""
+
+    def __init__(self, app: Any, key: str) -> None:
+        self.app = app
+        self.expected = b"Bearer " + key.encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] not in _PUBLIC and scope["method"] != "OPTIONS":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                response = _error_response(401, "invalid or missing API key (Authorization: Bearer ...)",
+                                           code="invalid_api_key")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _accepted_fields(call: Callable[..., Any]) -> frozenset[str]:
+    """The body fields an endpoint takes: its api function's keywords."""
+    internal = {"model", "context", "model_name"}
+    return frozenset(p for p in inspect.signature(call).parameters if p not in internal)
+
+
+class _Server:
+    """The state the routes share: model, scheduler, metrics, names."""
+
+    def __init__(self, model: Any, scheduler: Scheduler, model_name: str) -> None:
+        self.model = model
+        self.scheduler = scheduler
+        self.model_name = model_name
+        self.metrics = Metrics()
+        self.started = int(time.time())
+
+    # ---- routes ------------------------------------------------------------------------
+    async def health(self, request: Request) -> Response:
+        busy = self.scheduler.busy_slots
+        return JSONResponse({"status": "ok", "slots_idle": self.scheduler.n_slots - busy,
+                             "slots_processing": busy})
+
+    def _model_entry(self) -> dict[str, Any]:
+        engine = self.model.engine
+        return {"id": self.model_name, "object": "model", "created": self.started, "owned_by": "infer",
+                "meta": {"architecture": engine.architecture, "n_ctx_slot": self.scheduler.n_ctx,
+                         "n_ctx_train": engine.max_seq_len, "n_vocab": engine.vocab_size}}
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [self._model_entry()]})
+
+    async def model_info(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != self.model_name:
+            return _error_response(404, f"the model {name!r} does not exist (this server has "
+                                        f"{self.model_name!r})", param="model", code="model_not_found")
+        return JSONResponse(self._model_entry())
+
+    async def metrics_text(self, request: Request) -> Response:
+        return PlainTextResponse(self.metrics.render(self.scheduler),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._complete(request, "/v1/chat/completions", api.create_chat_completion, "messages")
+
+    async def completions(self, request: Request) -> Response:
+        return await self._complete(request, "/v1/completions", api.create_completion, "prompt")
+
+    # ---- one completion request ----------------------------------------------------------
+    async def _complete(self, request: Request, endpoint: str, call: Callable[..., Any], required: str) -> Response:
+        parsed = await self._parse(request, call, required)
+        if isinstance(parsed, Response):
+            self.metrics.count_request(endpoint, parsed.status_code)
+            return parsed
+        body, wants_usage, cache_prompt = parsed
+        try:
+            handle = self.scheduler.open()
+        except (QueueFull, Cancelled) as exc:
+            self.metrics.count_request(endpoint, 503)
+            return _error_response(503, str(exc), "server_busy", code="queue_full", headers={"Retry-After": "1"})
+        handle.reuse_prefix = cache_prompt
+        stream = body.get("stream") is True
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+        def put(kind: str, value: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(items.put_nowait, (kind, value))
+            except RuntimeError:  # the loop is closed: the server is stopping
+                handle.cancel()
+
+        def work() -> None:
+            status = 200
+            final: tuple[str, Any] = ("end", None)
+            try:
+                result = call(self.model, context=handle, model_name=self.model_name, **body)
+                if not stream:
+                    self.metrics.count_usage(result["usage"])
+                    final = ("result", result)
+                else:
+                    put("ok", None)
+                    try:
+                        for chunk in result:
+                            if "usage" in chunk:
+                                self.metrics.count_usage(chunk["usage"])
+                            put("chunk", chunk)
+                    finally:
+                        result.close()
+            except BaseException as exc:
+                status, error = _classify(exc)
+                final = ("error", (status, error))
+            finally:
+                handle.close()
+                if handle.first_token_at is not None:
+                    self.metrics.observe_ttft(handle.first_token_at - handle.opened)
+                # counted before the client can see the end, so /metrics agrees with it
+                self.metrics.count_request(endpoint, status)
+                put(*final)
+
+        threading.Thread(target=work, name="infer-request", daemon=True).start()
+        try:
+            kind, value = await self._next_item(items, request)
+        except Cancelled:
+            handle.cancel()
+            return Response(status_code=_CLIENT_GONE)
+        if kind == "error":
+            status, error = value
+            return JSONResponse(error, status_code=status)
+        if kind == "result":
+            return JSONResponse(value)
+        return _event_stream(items, handle, wants_usage)
+
+    async def _parse(self, request: Request, call: Callable[..., Any],
+                     required: str) -> Any:
+        """(body as api keywords, whether the client asked for the usage chunk, whether
+        to reuse the slot's cache), or an error response."""
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_BODY:
+            return _error_response(413, f"request body larger than {MAX_BODY} bytes")
+        parts, size = [], 0
+        async for part in request.stream():  # a chunked body has no length to check first
+            size += len(part)
+            if size > MAX_BODY:
+                return _error_response(413, f"request body larger than {MAX_BODY} bytes")
+            parts.append(part)
+        try:
+            body = json.loads(b"".join(parts))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _error_response(400, f"the request body is not valid JSON: {exc}")
+        except RecursionError:
+            return _error_response(400, "the request body is nested too deeply")
+        if not isinstance(body, dict):
+            return _error_response(400, "the request body must be a JSON object")
+        name = body.pop("model", None)
+        if name is not None and not isinstance(name, str):
+            return _error_response(400, "model: expected a string", param="model")
+        # llama-server's field: False gives results independent of what the slot held
+        # (prefill split differently can round differently)
+        cache_prompt = body.pop("cache_prompt", True)
+        if not isinstance(cache_prompt, bool):
+            return _error_response(400, "cache_prompt: expected a boolean", param="cache_prompt")
+        unknown = sorted(set(body) - _accepted_fields(call))
+        if unknown:
+            return _error_response(400, f"unrecognized request argument supplied: {unknown[0]}", param=unknown[0])
+        if required not in body:
+            return _error_response(400, f"{required}: is required", param=required)
+        # The server always asks for the usage chunk (for /metrics) and drops it
+        # when the client did not; a malformed stream_options is left to the api's check.
+        options = body.get("stream_options")
+        wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+        if body.get("stream") is True and (options is None or (
+                isinstance(options, dict) and isinstance(options.get("include_usage", False), bool))):
+            body["stream_options"] = dict(options or {}, include_usage=True)
+        return body, wants_usage, cache_prompt
+
+    @staticmethod
+    async def _next_item(items: "asyncio.Queue[tuple[str, Any]]", request: Request) -> tuple[str, Any]:
+        """The worker's next item; Cancelled if the client disconnects meanwhile."""
+        while True:
+            try:
+                return await asyncio.wait_for(items.get(), timeout=_POLL)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    raise Cancelled("the client disconnected") from None
+
+
+def _event_stream(items: "asyncio.Queue[tuple[str, Any]]", handle: Any, wants_usage: bool) -> Response:
+    from sse_starlette import EventSourceResponse
+
+    async def events() -> Any:
+        try:
+            while True:
+                kind, value = await items.get()
+                if kind == "chunk":
+                    if "usage" in value and not value["choices"] and not wants_usage:
+                        continue
+                    yield {"data": json.dumps(value, ensure_ascii=False)}
+                elif kind == "error":
+                    yield {"data": json.dumps(value[1], ensure_ascii=False)}
+                    return
+                else:
+                    yield {"data": "[DONE]"}
+                    return
+        finally:
+            handle.cancel()  # the client went away (a no-op once the request is over)
+
+    return EventSourceResponse(events(), ping=15)
+
+
+def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None, api_key: Optional[str] = None,
+               cors_origins: Sequence[str] = (), max_queue: int = 64, prefill_chunk: int = 64,
+               model_name: Optional[str] = None) -> Starlette:
+    """The ASGI app serving ``model`` with ``parallel`` slots of ``ctx_size`` tokens
+    (None: 4096 or the model's trained context if shorter; 0: the trained context).
+
+    ``api_key``: require ``Authorization: Bearer <api_key>`` (not on /health).
+    ``cors_origins``: origins allowed by CORS (none: CORS off).  The app's
+    ``state.scheduler`` is closed at shutdown.
+    """
+    trained = int(model.engine.max_seq_len)
+    n_ctx = min(DEFAULT_CTX, trained) if ctx_size is None else (ctx_size or trained)
+    scheduler = Scheduler(model, n_slots=parallel, n_ctx=n_ctx, max_queue=max_queue,
+                          prefill_chunk=prefill_chunk)
+    server = _Server(model, scheduler, api._model_name(model, model_name))
+    routes = [
+        Route("/health", server.health, methods=["GET"]),
+        Route("/metrics", server.metrics_text, methods=["GET"]),
+    ]
+    for prefix in ("/v1", ""):  # llama-server answers both spellings
+        routes += [
+            Route(f"{prefix}/models", server.models, methods=["GET"]),
+            Route(f"{prefix}/models/{{name:path}}", server.model_info, methods=["GET"]),
+            Route(f"{prefix}/chat/completions", server.chat_completions, methods=["POST"]),
+            Route(f"{prefix}/completions", server.completions, methods=["POST"]),
+        ]
+    middleware = []
+    if cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins),
+                                     allow_methods=["GET", "POST", "OPTIONS"],
+                                     allow_headers=["Authorization", "Content-Type"]))
+    if api_key:
+        middleware.append(Middleware(_BearerAuth, key=api_key))
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error_response(404, f"no route {request.method} {request.url.path}", code="not_found")
+
+    async def bad_method(request: Request, exc: Exception) -> Response:
+        return _error_response(405, f"method {request.method} not allowed on {request.url.path}")
+
+    def lifespan(app: Starlette) -> Any:
+        from contextlib import asynccontextmanager
+
+        @asynccontextmanager
+        async def span() -> Any:
+            yield
+            scheduler.close()
+        return span()
+
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+                    exception_handlers={404: not_found, 405: bad_method})
+    app.state.scheduler = scheduler
+    app.state.server = server
+    return app

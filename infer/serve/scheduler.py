@@ -1,0 +1,430 @@
+"""Continuous batching: N slots decoded together by one scheduler thread.
+
+Each request runs the ordinary `infer.api` code (ChatSession, generate) in its own
+worker thread, over a `SlotContext`: an object shaped like a Context whose
+``prefill`` and ``next`` are jobs for the scheduler instead of forward passes.
+The scheduler thread alone runs the model.  Each round it
+
+1. waits until every bound slot has a job (or a few milliseconds have passed: a
+   worker is between tokens, turning the last one into text);
+2. runs one chunk of the oldest pending prefill, so that a long prompt joining
+   does not stall the streams already decoding;
+3. samples a token for every slot waiting for one and evaluates them all in one
+   step, `runtime.decode_batch`: one pass over the weights for all of them when
+   the engine overrides `Engine.forward_batch`.
+
+A request takes a slot at its first prefill, when its prompt is known: the free
+slot whose cached tokens share the longest prefix with it, so a chat's next
+turn prefills only what is new.  A cancelled request (its client went away)
+gets `Cancelled` from its next job; a job that fails fails alone.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..runtime import ContextOverflowError, decode_batch
+
+__all__ = ["Cancelled", "QueueFull", "Scheduler", "SlotContext"]
+
+
+class Cancelled(Exception):
+    """The request was cancelled (its client disconnected, or the server is stopping)."""
+
+
+class QueueFull(RuntimeError):
+    """Every slot is busy and the queue of waiting requests is full."""
+
+
+_PREFILL, _DECODE = "prefill", "decode"
+
+
+@dataclass
+class _Job:
+    kind: str
+    request: "SlotContext"
+    tokens: Any = None  # prefill: int32 array still to run
+    done: int = 0       # prefill: tokens of it already run
+    result: int = -1    # decode: the sampled token
+    error: Optional[BaseException] = None
+
+
+@dataclass
+class _Slot:
+    index: int
+    context: Any
+    request: Optional["SlotContext"] = None
+    last_used: float = 0.0
+
+
+@dataclass
+class Stats:
+    """Counters the scheduler keeps for /metrics (read without the lock: ints)."""
+
+    decode_steps: int = 0
+    decoded_tokens: int = 0
+    prefilled_tokens: int = 0
+    cached_tokens: int = 0
+    cancelled: int = 0
+    rejected: int = 0
+    #: batch size -> decode steps run at that size
+    batch_sizes: dict[int, int] = field(default_factory=dict)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class Scheduler:
+    """``n_slots`` contexts of ``n_ctx`` tokens each over one model's engine.
+
+    ``max_queue`` requests may wait for a slot beyond the ``n_slots`` running;
+    `open` refuses more with `QueueFull`.  ``prefill_chunk`` tokens of prompt run
+    between two decode steps.  ``gather`` seconds is the longest a round waits for
+    the workers between tokens.
+    """
+
+    def __init__(self, model: Any, n_slots: int = 1, n_ctx: Optional[int] = None, max_queue: int = 64,
+                 prefill_chunk: int = 64, gather: float = 0.005) -> None:
+        for name, value, lo in (("n_slots", n_slots, 1), ("max_queue", max_queue, 0),
+                                ("prefill_chunk", prefill_chunk, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+                raise ValueError(f"{name}: must be an integer >= {lo}, got {value!r}")
+        self.model = model
+        self.n_slots = n_slots
+        self.max_queue = max_queue
+        self.prefill_chunk = prefill_chunk
+        self.gather = float(gather)
+        self.slots = [_Slot(i, model.create_context(n_ctx=n_ctx)) for i in range(n_slots)]
+        self.n_ctx = int(self.slots[0].context.n_ctx)
+        self.stats = Stats()
+        self._cond = threading.Condition()
+        self._jobs: dict[int, _Job] = {}  # slot index -> its pending job
+        self._waiting: collections.deque[SlotContext] = collections.deque()  # FIFO for free slots
+        self._open = 0  # requests opened and not yet closed
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="infer-scheduler", daemon=True)
+        self._thread.start()
+
+    # ---- what the server asks -------------------------------------------------------
+    def open(self) -> "SlotContext":
+        """A handle for one request, or QueueFull."""
+        with self._cond:
+            if self._stopping:
+                raise Cancelled("the server is stopping")
+            if self._open >= self.n_slots + self.max_queue:
+                self.stats.rejected += 1
+                raise QueueFull(f"all {self.n_slots} slots are busy and {self.max_queue} requests are waiting")
+            self._open += 1
+        return SlotContext(self)
+
+    @property
+    def busy_slots(self) -> int:
+        return sum(1 for s in self.slots if s.request is not None)
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests opened that hold no slot (waiting for one, or not yet prefilling)."""
+        return max(0, self._open - self.busy_slots)
+
+    def close(self) -> None:
+        """Stop the thread; pending and later jobs fail with Cancelled."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout=30)
+
+    # ---- what SlotContext asks (from worker threads) -----------------------------------
+    def _bind(self, request: "SlotContext", prompt: Sequence[int]) -> _Slot:
+        with self._cond:
+            self._waiting.append(request)
+            try:
+                while True:
+                    if request.cancelled or self._stopping:
+                        raise Cancelled("the request was cancelled while waiting for a slot")
+                    free = [s for s in self.slots if s.request is None]
+                    if free and self._waiting[0] is request:
+                        break
+                    self._cond.wait()
+            finally:
+                self._waiting.remove(request)
+                self._cond.notify_all()  # the next in line may now be first
+            # longest common prefix; ties go to the slot idle longest
+            slot = max(free, key=lambda s: (_common_prefix(s.context.tokens, prompt), -s.last_used))
+            slot.request = request
+        return slot
+
+    def _release(self, request: "SlotContext") -> None:
+        with self._cond:
+            slot = request._slot
+            if slot is not None and slot.request is request:
+                slot.request = None
+                slot.last_used = time.monotonic()
+                self._jobs.pop(slot.index, None)
+            request._slot = None
+            self._open -= 1
+            if request.cancelled:
+                self.stats.cancelled += 1
+            self._cond.notify_all()
+
+    def _submit(self, job: _Job) -> _Job:
+        request = job.request
+        slot = request._slot
+        assert slot is not None
+        request._event.clear()
+        with self._cond:
+            if request.cancelled or self._stopping:
+                raise Cancelled("the request was cancelled")
+            self._jobs[slot.index] = job
+            self._cond.notify_all()
+        request._event.wait()
+        if job.error is not None:
+            raise job.error
+        return job
+
+    def _count_cached(self, n: int) -> None:
+        with self._cond:
+            self.stats.cached_tokens += n
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    # ---- the thread ----------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    for job in self._jobs.values():
+                        job.error = Cancelled("the server is stopping")
+                        job.request._event.set()
+                    self._jobs.clear()
+                    return
+                deadline = time.monotonic() + self.gather
+                while len(self._jobs) < self.busy_slots and not self._stopping:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                jobs = list(self._jobs.items())
+            finished = self._round(jobs)
+            with self._cond:
+                for index, job in finished:
+                    if self._jobs.get(index) is job:
+                        del self._jobs[index]
+            for _, job in finished:
+                job.request._event.set()
+
+    def _round(self, jobs: list[tuple[int, _Job]]) -> list[tuple[int, _Job]]:
+        """Run one round; returns the jobs it finished."""
+        finished = []
+        live = []
+        for index, job in jobs:
+            if job.request.cancelled:
+                job.error = Cancelled("the request was cancelled")
+                finished.append((index, job))
+            else:
+                live.append((index, job))
+        prefills = [(i, j) for i, j in live if j.kind == _PREFILL]
+        if prefills:
+            # the oldest first: it finishes sooner than if all shared the chunks
+            index, job = min(prefills, key=lambda p: p[1].request.opened)
+            if self._prefill_chunk(job):
+                finished.append((index, job))
+        decodes = [(i, j) for i, j in live if j.kind == _DECODE]
+        if decodes:
+            self._decode(decodes)
+            finished.extend(decodes)
+        return finished
+
+    def _prefill_chunk(self, job: _Job) -> bool:
+        ctx = self.slots[job.request._index].context
+        chunk = job.tokens[job.done:job.done + self.prefill_chunk]
+        try:
+            ctx.prefill(chunk)
+        except Exception as exc:
+            job.error = exc
+            return True
+        job.done += len(chunk)
+        self.stats.prefilled_tokens += len(chunk)
+        return job.done >= len(job.tokens)
+
+    def _decode(self, decodes: list[tuple[int, _Job]]) -> None:
+        """Sample each slot's token, then evaluate them all in one step.
+
+        Sampling is done here, slot by slot, rather than inside `next_batch`, so
+        that a request whose sampler fails (a logit_bias that bans every token)
+        fails alone and the others' random draws are not replayed."""
+        ready: list[tuple[_Job, Any]] = []
+        tokens: list[int] = []
+        for index, job in decodes:
+            ctx = self.slots[index].context
+            try:
+                token = int(ctx.sampler.sample(ctx.logits))
+            except Exception as exc:
+                job.error = exc
+                continue
+            ready.append((job, ctx))
+            tokens.append(token)
+        if not ready:
+            return
+        try:
+            decode_batch([ctx for _, ctx in ready], tokens)
+        except Exception:
+            # decode_batch rolled every context back: find the one at fault, each alone
+            for (job, ctx), token in zip(ready, tokens):
+                try:
+                    decode_batch([ctx], [token])
+                except Exception as exc:
+                    job.error = exc
+                else:
+                    job.result = token
+                    self._count_step(1)
+            return
+        for (job, _), token in zip(ready, tokens):
+            job.result = token
+        self._count_step(len(ready))
+
+    def _count_step(self, size: int) -> None:
+        stats = self.stats
+        stats.decode_steps += 1
+        stats.decoded_tokens += size
+        stats.batch_sizes[size] = stats.batch_sizes.get(size, 0) + 1
+
+
+class SlotContext:
+    """What a request's ChatSession or generate() drives: a Context's surface
+    (``tokens``, ``n_past``, ``n_ctx``, ``sampler``, ``prefill``, ``next``,
+    ``truncate_to``) over a scheduler slot taken at the first prefill.
+
+    Only its worker thread uses it; `cancel` may come from any thread.
+    """
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+        self._slot: Optional[_Slot] = None
+        self._event = threading.Event()
+        self.n_ctx = scheduler.n_ctx
+        self._sampler: Any = None
+        self.cancelled = False
+        self.opened = time.monotonic()
+        #: prompt tokens found in the slot's cache when it was taken
+        self.cached_tokens = 0
+        #: time.monotonic() of the first sampled token, None before
+        self.first_token_at: Optional[float] = None
+        self.generated = 0
+        #: keep the prefix the slot's cache shares with the prompt (llama-server's
+        #: cache_prompt); False prefills the whole prompt, as a fresh context would
+        self.reuse_prefix = True
+        # the slot's logits are not those of its last token (after a truncation)
+        self._stale = False
+
+    @property
+    def _index(self) -> int:
+        assert self._slot is not None
+        return self._slot.index
+
+    @property
+    def slot(self) -> Optional[int]:
+        """The index of the slot held, or None."""
+        return None if self._slot is None else self._slot.index
+
+    @property
+    def sampler(self) -> Any:
+        return self._sampler
+
+    @sampler.setter
+    def sampler(self, sampler: Any) -> None:
+        self._sampler = sampler
+        if self._slot is not None:
+            self._slot.context.sampler = sampler
+
+    @property
+    def tokens(self) -> list[int]:
+        return [] if self._slot is None else self._slot.context.tokens
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def truncate_to(self, n: int) -> None:
+        if self._slot is None:
+            if n != 0:
+                raise ValueError(f"n: must be in [0, 0], got {n}")
+            return
+        if n < len(self.tokens):
+            self._stale = True
+        self._slot.context.truncate_to(n)  # no forward pass: done here, the slot is ours
+
+    def restart(self) -> None:
+        self.truncate_to(0)
+
+    def prefill(self, tokens: Any) -> None:
+        batch = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) else tokens, dtype=np.int64)
+        if batch.ndim != 1:
+            raise ValueError(f"tokens: expected a 1-D sequence, got shape {batch.shape}")
+        if len(self.tokens) + len(batch) > self.n_ctx:
+            raise ContextOverflowError(f"{len(batch)} tokens after {len(self.tokens)} already held exceed the "
+                                       f"context of {self.n_ctx} tokens")
+        if self._slot is None:
+            if len(batch) == 0:
+                return
+            batch = self._take_slot(batch)
+        if len(batch) == 0:
+            return
+        vocab = int(self._scheduler.model.engine.vocab_size)
+        if batch.min() < 0 or batch.max() >= vocab:
+            raise ValueError(f"tokens: an id outside the vocabulary [0, {vocab})")
+        self._scheduler._submit(_Job(_PREFILL, self, tokens=batch.astype(np.int32)))
+        self._stale = False
+
+    def _take_slot(self, prompt: Any) -> Any:
+        """Bind to the best slot for ``prompt``; returns the part it must still prefill."""
+        ids = [int(t) for t in prompt]
+        slot = self._scheduler._bind(self, ids)
+        self._slot = slot
+        ctx = slot.context
+        # keep the shared prefix, but recompute at least the last token for its logits
+        keep = min(_common_prefix(ctx.tokens, ids), len(ids) - 1) if self.reuse_prefix else 0
+        ctx.truncate_to(keep)
+        if self._sampler is not None:
+            ctx.sampler = self._sampler
+            self._sampler.set_history(ctx.tokens)
+        self.cached_tokens = keep
+        self._scheduler._count_cached(keep)
+        return prompt[keep:]
+
+    def next(self) -> int:
+        if self._slot is None:
+            raise RuntimeError("next(): the context is empty; prefill a prompt first")
+        if len(self.tokens) >= self.n_ctx:
+            raise ContextOverflowError(f"the context of {self.n_ctx} tokens is full")
+        if self._stale:  # recompute the last token's logits, as Context.next does
+            last = self.tokens[-1]
+            self.truncate_to(len(self.tokens) - 1)
+            self.prefill([last])
+        token = self._scheduler._submit(_Job(_DECODE, self)).result
+        if self.first_token_at is None:
+            self.first_token_at = time.monotonic()
+        self.generated += 1
+        return token
+
+    def cancel(self) -> None:
+        """Make the next job fail with Cancelled (from any thread)."""
+        self.cancelled = True
+        self._scheduler._wake()
+
+    def close(self) -> None:
+        """Give the slot back (the worker calls this once, when its request is over)."""
+        self._scheduler._release(self)

@@ -1,0 +1,212 @@
+"""The description of a transformer of the Llama family, as data.
+
+Every built-in transformer variant (llama, gemma3, and the families that differ
+from them only in details) is one `TransformerSpec`: sizes, which optional
+pieces the blocks have, and the scalars that change the maths.  A variant's
+module reads its GGUF metadata into a spec; `weights.load_weights` then finds
+the tensors the spec names, and both forward passes read the same spec: the
+Python prefill (`transformer.TransformerContext`) and the fused C decode step
+(`csrc/transformer_block.c` through `kernels.TransformerDecoder`).  A new
+architecture is a new way of filling the spec, not a copy of a forward pass.
+
+One block, with every optional piece (each is off by default):
+
+    x = embed(token) * embd_scale
+    for each layer l:
+        h = rmsnorm(x, attn_norm)
+        q, k, v = h Wq + bq, h Wk + bk, h Wv + bv       (biases: qkv_bias; one
+                                                       matrix: fused_qkv)
+        q, k = rmsnorm(q, q_norm), rmsnorm(k, k_norm)  (per head: qk_norm)
+        rope(q, k)                                    (layers[l].rope; None: NoPE)
+        a = attention(q, K, V)   scores * query_scale, soft-capped by attn_softcap,
+                                 over the last layers[l].window positions
+        a = a Wo ; a = rmsnorm(a, post_attn_norm)     (post_attn_norm)
+        x += a * residual_scale
+        h = rmsnorm(x, ffn_norm)
+        f = (act(h Wgate) * h Wup) Wdown              (act: activation; one matrix
+                                                       gate|up: fused_gate_up)
+        f = rmsnorm(f, post_ffn_norm)                 (post_ffn_norm)
+        x += f * residual_scale
+    logits = rmsnorm(x, output_norm) Wout * logit_scale, soft-capped by final_softcap
+
+Tensor names follow llama.cpp's GGUF conventions (`blk.N.attn_q.weight`, ...;
+see `weights.py`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+#: the FFN activations the kernels have (gated: act(gate) * up)
+ACTIVATIONS = ("silu", "gelu_tanh")
+#: RoPE layouts: "norm" rotates adjacent pairs (2i, 2i+1) of a head (GGUF `llama`,
+#: whose converter permuted Q/K rows); "neox" rotates (i, i + head_dim/2)
+ROPE_LAYOUTS = ("norm", "neox")
+
+
+@dataclass(frozen=True)
+class Rope:
+    """Rotary position embedding of one layer.
+
+    Pair i of a head at position p turns by
+    ``p * scale * base**(-2i/head_dim) / freq_factors[i]``, and the rotated values
+    are multiplied by ``attn_factor`` (ggml's rope with ext_factor 0).
+    """
+
+    layout: str = "norm"
+    #: freq_base
+    base: float = 10000.0
+    #: freq_scale: 1 / the factor of linear RoPE scaling (1.0: none)
+    scale: float = 1.0
+    #: per-pair divisors of the frequencies (head_dim / 2 values): llama3 rope
+    #: scaling's ``rope_freqs.weight``, Phi-3 LongRoPE's factors, or factors a
+    #: variant computed (YaRN's ramp).  None: all 1.
+    freq_factors: Optional[Tuple[float, ...]] = None
+    #: multiplies cos and sin (YaRN / LongRoPE magnitude scaling; 1.0: none)
+    attn_factor: float = 1.0
+    #: the rotated elements of a head (``rope.dimension_count``; Phi-4-mini turns
+    #: 3/4 of it); None: the whole head
+    rot_dim: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.layout not in ROPE_LAYOUTS:
+            raise ValueError(f"rope layout: expected one of {ROPE_LAYOUTS}, got {self.layout!r}")
+        if not (math.isfinite(self.base) and self.base > 0):
+            raise ValueError(f"rope base: must be a finite number > 0, got {self.base}")
+        if not (math.isfinite(self.scale) and self.scale > 0):
+            raise ValueError(f"rope scale: must be a finite number > 0, got {self.scale}")
+        if not math.isfinite(self.attn_factor):
+            raise ValueError(f"rope attn_factor: must be finite, got {self.attn_factor}")
+        if self.freq_factors is not None and not all(math.isfinite(f) and f > 0 for f in self.freq_factors):
+            raise ValueError("rope freq_factors: every factor must be a finite number > 0")
+        if self.rot_dim is not None and (self.rot_dim < 2 or self.rot_dim % 2):
+            raise ValueError(f"rope rot_dim: must be even and >= 2, got {self.rot_dim}")
+
+    @property
+    def neox(self) -> bool:
+        return self.layout == "neox"
+
+    def rotated(self, head_dim: int) -> int:
+        """The rotated elements of a head of head_dim."""
+        rot = head_dim if self.rot_dim is None else self.rot_dim
+        if rot > head_dim:
+            raise ValueError(f"rope rot_dim: {rot} exceeds head_dim {head_dim}")
+        return rot
+
+    def factors_array(self, head_dim: int) -> Optional[NDArray[np.float32]]:
+        """freq_factors as the float32 array the kernels take (None if absent)."""
+        if self.freq_factors is None:
+            return None
+        n = self.rotated(head_dim) // 2
+        if len(self.freq_factors) != n:
+            raise ValueError(f"rope freq_factors: {len(self.freq_factors)} values for "
+                             f"{2 * n} rotated dimensions (expected {n})")
+        return np.array(self.freq_factors, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """What may differ from one layer to the next."""
+
+    #: None: no rotary embedding in this layer (SmolLM3's NoPE layers)
+    rope: Optional[Rope] = field(default_factory=Rope)
+    #: attend to the last `window` positions (the current one included); 0: all
+    window: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.window <= 2**31 - 1:
+            raise ValueError(f"window: must be in [0, 2**31 - 1], got {self.window}")
+
+
+@dataclass(frozen=True)
+class TransformerSpec:
+    """A whole model: sizes, optional pieces (off by default) and scalars."""
+
+    # ---- sizes -------------------------------------------------------------------
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_dim: int
+    vocab_size: int
+    #: the trained context length (the default context size)
+    max_seq_len: int
+    rms_eps: float
+    #: one per layer
+    layers: Tuple[LayerSpec, ...]
+
+    # ---- optional tensors ----------------------------------------------------------
+    #: attn_q/k/v.bias added to the projections (Qwen2)
+    qkv_bias: bool = False
+    #: one attn_qkv matrix whose rows are q, then k, then v (Phi-3)
+    fused_qkv: bool = False
+    #: per-head RMSNorm of q and k, attn_q_norm / attn_k_norm, before RoPE (Qwen3, Gemma 3)
+    qk_norm: bool = False
+    #: post_attention_norm on the attention output before the residual add (Gemma 2/3)
+    post_attn_norm: bool = False
+    #: post_ffw_norm on the FFN output before the residual add (Gemma 2/3)
+    post_ffn_norm: bool = False
+    #: no ffn_gate: ffn_up has 2 * ffn_dim rows, gate first, then up (Phi-3)
+    fused_gate_up: bool = False
+    #: no output.weight: the head is token_embd (None: whichever the file has)
+    tied_head: Optional[bool] = None
+
+    # ---- the maths -----------------------------------------------------------------
+    #: gated FFN activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    activation: str = "silu"
+    #: multiplies q.k in attention; None: 1 / sqrt(head_dim)
+    query_scale: Optional[float] = None
+    #: attention scores become c * tanh(score / c); 0: off (Gemma 2)
+    attn_softcap: float = 0.0
+    #: logits become c * tanh(logit / c); 0: off (Gemma 2)
+    final_softcap: float = 0.0
+    #: multiplies the embedding (Gemma: sqrt(dim); Granite: embedding_multiplier)
+    embd_scale: float = 1.0
+    #: multiplies each block half's output before the residual add (Granite)
+    residual_scale: float = 1.0
+    #: multiplies the logits (Granite: 1 / logits_scaling)
+    logit_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
+                     "vocab_size", "max_seq_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
+                raise ValueError(f"{name}: must be an integer in [1, 2**31 - 1], got {value!r}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads: {self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim: {self.head_dim} is odd (RoPE rotates pairs)")
+        if len(self.layers) != self.n_layers:
+            raise ValueError(f"layers: {len(self.layers)} layer specs for n_layers={self.n_layers}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {self.activation!r}")
+        if not (math.isfinite(self.rms_eps) and self.rms_eps > 0):
+            raise ValueError(f"rms_eps: must be a finite number > 0, got {self.rms_eps}")
+        if self.query_scale is not None and not (math.isfinite(self.query_scale) and self.query_scale > 0):
+            raise ValueError(f"query_scale: must be a finite number > 0, got {self.query_scale}")
+        for name in ("attn_softcap", "final_softcap"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name}: must be a finite number >= 0 (0: off), got {value}")
+        for name in ("embd_scale", "residual_scale", "logit_scale"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name}: must be finite, got {getattr(self, name)}")
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def attn_scale(self) -> float:
+        """What q.k is multiplied by."""
+        return 1.0 / math.sqrt(self.head_dim) if self.query_scale is None else self.query_scale

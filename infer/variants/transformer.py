@@ -1,0 +1,247 @@
+"""The transformer family's engine: one forward pass for every `TransformerSpec`.
+
+* `TransformerEngine`: a spec, its weights (views of the file map), the contexts
+  it made (so close() can drop every view), and the batched decode step.
+* `TransformerContext`: a KV cache of shape (layers, kv_heads, n_ctx, head_dim),
+  written in place at each position; `_block` below is the readable forward pass
+  that prefill runs through the matrix-matrix kernels.  Decoding one token is a
+  single C call for the whole pass (csrc/transformer_block.c, reading the same
+  spec); ``fused_decode = False`` decodes through `_block` instead, which the
+  tests compare the C step against.
+
+A variant module (llama.py, gemma3.py) reads its metadata into a spec and calls
+`TransformerEngine(spec, gguf_file)`; nothing here knows a family by name.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Dict, Iterable, Optional, Tuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .. import kernels as K
+from ..runtime import Context, Engine
+from .spec import TransformerSpec
+from .weights import LayerWeights, Matrix, ModelWeights, load_weights
+
+# Prefill processes at most this many tokens per pass (bounds the scratch memory).
+N_BATCH = 512
+
+
+class TransformerEngine(Engine):
+    """A loaded transformer: spec, weights as views of the file, its contexts."""
+
+    def __init__(self, spec: TransformerSpec, gguf_file: Any, n_threads: Optional[int] = None,
+                 also_used: Iterable[str] = ()) -> None:
+        self.spec = spec
+        self.architecture = str(gguf_file.metadata.get("general.architecture", ""))
+        self.vocab_size = spec.vocab_size
+        self.max_seq_len = spec.max_seq_len
+        self.n_threads = n_threads
+        self.weights: Optional[ModelWeights] = load_weights(spec, gguf_file.tensors, also_used)
+        self._contexts: "weakref.WeakSet[TransformerContext]" = weakref.WeakSet()
+
+    @property
+    def config(self) -> TransformerSpec:
+        """The spec (the name the variants' configs had)."""
+        return self.spec
+
+    def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None,
+                       kv_type: str = "f16") -> "TransformerContext":
+        """A context of ``n_ctx`` positions (default: the trained length); KV cache
+        in ``kv_type`` "f16" (default) or "f32".  Cache pages are touched as used."""
+        if self.weights is None:
+            raise RuntimeError("the model is closed")
+        ctx = TransformerContext(self, n_ctx or self.max_seq_len, sampler, kv_type)
+        self._contexts.add(ctx)
+        return ctx
+
+    def spec_for(self, n_ctx: int) -> TransformerSpec:
+        """The spec a context of n_ctx positions computes with: ``spec``, except for
+        files whose maths depend on the context size (Phi-3's LongRoPE factors)."""
+        return self.spec
+
+    def live_weights(self) -> ModelWeights:
+        if self.weights is None:
+            raise RuntimeError("the model is closed")
+        return self.weights
+
+    def decoder_for(self, ctx: "TransformerContext") -> Any:
+        """The fused one-token step bound to ctx's cache."""
+        raise NotImplementedError("the fused decode step of this variant is not bound yet")
+
+    def close(self) -> None:
+        # Drop every view into the file map (ours and the contexts' decoders) so it
+        # can be unmapped.
+        for ctx in list(self._contexts):
+            ctx._release()
+        self.weights = None
+
+
+class TransformerContext(Context):
+    """A KV cache of shape (layers, kv_heads, n_ctx, head_dim) and the forward pass."""
+
+    engine: TransformerEngine
+
+    def __init__(self, engine: TransformerEngine, n_ctx: int, sampler: Any, kv_type: str) -> None:
+        super().__init__(engine, n_ctx, sampler)
+        #: the engine's spec for this context's size (engine.spec_for)
+        self.spec = spec = engine.spec_for(self.n_ctx)
+        if kv_type not in ("f16", "f32"):
+            raise ValueError(f"kv_type: expected 'f16' or 'f32', got {kv_type!r}")
+        # F16 is stored as its bits (uint16), the layout kv_store/attention read.
+        kv_dtype = np.uint16 if kv_type == "f16" else np.float32
+        shape = (spec.n_layers, spec.n_kv_heads, self.n_ctx, spec.head_dim)
+        # np.zeros maps untouched pages lazily: memory grows with the positions used.
+        self.k_cache = np.zeros(shape, dtype=kv_dtype)
+        self.v_cache = np.zeros(shape, dtype=kv_dtype)
+        self._scratch: Dict[int, _Scratch] = {}
+        self._decoder: Any = None
+        #: False: decode through the Python blocks too (for tests comparing the two)
+        self.fused_decode = True
+
+    def _forward(self, tokens: NDArray[Any], start: int) -> None:
+        eng = self.engine
+        eng.live_weights()
+        if len(tokens) == 1 and self.fused_decode:
+            if self._decoder is None:
+                self._decoder = eng.decoder_for(self)
+            self._decoder.decode(int(tokens[0]), start, self.logits)
+            return
+        self._prefill(tokens, start)
+
+    # ---- the Python forward pass ----------------------------------------------------
+    def _prefill(self, tokens: NDArray[Any], start: int) -> None:
+        w = self.engine.live_weights()
+        spec = self.spec
+        for c0 in range(0, len(tokens), N_BATCH):
+            chunk = tokens[c0:c0 + N_BATCH]
+            s = self._buffers(len(chunk))
+            rows = w.token_embd.data[chunk]  # gathers the rows (a small copy)
+            K.dequantize(rows.reshape(-1), w.token_embd.qtype, s.x.reshape(-1))
+            if spec.embd_scale != 1.0:
+                K.scale(s.x, spec.embd_scale)
+            for li, layer in enumerate(w.layers):
+                self._block(layer, li, s, start + c0)
+        n = len(chunk)
+        self._head(s.x[n - 1:n], self.logits.reshape(1, -1))
+
+    def _head(self, x: NDArray[Any], out: NDArray[Any]) -> None:
+        """Logits of the residual rows x (n, dim) into out (n, vocab)."""
+        w = self.engine.live_weights()
+        spec = self.spec
+        h = np.empty_like(x)
+        K.rmsnorm(x, w.output_norm.data, h, spec.rms_eps)
+        _mul(h, w.output, out)
+        if spec.logit_scale != 1.0:
+            K.scale(out, spec.logit_scale)
+        if spec.final_softcap:
+            c = np.float32(spec.final_softcap)
+            np.multiply(np.tanh(out / c), c, out=out)
+
+    def _block(self, w: LayerWeights, li: int, s: "_Scratch", pos0: int) -> None:
+        """One transformer block over the batch s.x (rows = positions pos0, pos0+1, ...)."""
+        spec = self.spec
+        layer = spec.layers[li]
+        n, hd, eps = s.n, spec.head_dim, spec.rms_eps
+        K.rmsnorm(s.x, w.attn_norm.data, s.h1, eps)
+        s.mul(s.h1, (w.wq, s.q), (w.wk, s.k), (w.wv, s.v))  # one quantized input for q, k, v
+        if w.q_bias is not None and w.k_bias is not None and w.v_bias is not None:
+            s.q += w.q_bias.data
+            s.k += w.k_bias.data
+            s.v += w.v_bias.data
+        q = s.q.reshape(n, spec.n_heads, hd)
+        k = s.k.reshape(n, spec.n_kv_heads, hd)
+        if w.q_norm is not None and w.k_norm is not None:  # per head
+            K.rmsnorm(q, w.q_norm.data, q, eps)
+            K.rmsnorm(k, w.k_norm.data, k, eps)
+        rope = layer.rope
+        if rope is not None:
+            factors = rope.factors_array(hd)
+            for x in (q, k):
+                K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(hd),
+                       freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
+        K.kv_store(k, self.k_cache[li], pos0)
+        K.kv_store(s.v.reshape(n, spec.n_kv_heads, hd), self.v_cache[li], pos0)
+        K.attention(q, self.k_cache[li], self.v_cache[li], pos0, s.att.reshape(q.shape),
+                    scale=spec.attn_scale, window=layer.window, softcap=spec.attn_softcap)
+        s.mul(s.att, (w.wo, s.h2))
+        self._residual(s, w.post_attn_norm)
+        K.rmsnorm(s.x, w.ffn_norm.data, s.h1, eps)
+        s.mul(s.h1, (w.w_gate, s.gate), (w.w_up, s.up))  # one quantized input for gate, up
+        if spec.activation == "gelu_tanh":
+            K.gelu_mul(s.gate, s.up, s.gate)
+        else:
+            K.silu_mul(s.gate, s.up, s.gate)
+        s.mul(s.gate, (w.w_down, s.h2))
+        self._residual(s, w.post_ffn_norm)
+
+    def _residual(self, s: "_Scratch", post_norm: Any) -> None:
+        """x += (post_norm(h2)) * residual_scale: the end of a block half."""
+        spec = self.spec
+        if post_norm is not None:
+            K.rmsnorm(s.h2, post_norm.data, s.h2, spec.rms_eps)
+        if spec.residual_scale != 1.0:
+            K.scale(s.h2, spec.residual_scale)
+        K.add(s.x, s.h2)
+
+    # ---- bookkeeping ----------------------------------------------------------------
+    def _buffers(self, n: int) -> "_Scratch":
+        if n not in self._scratch:
+            if len(self._scratch) > 2:
+                self._scratch.clear()
+            self._scratch[n] = _Scratch(self.spec, n)
+        return self._scratch[n]
+
+    def _release(self) -> None:
+        if self._decoder is not None:
+            self._decoder.release()
+        self._decoder = None
+        self._scratch.clear()
+
+
+def _mul(x: NDArray[Any], w: Matrix, out: NDArray[Any], xq: Optional[NDArray[Any]] = None) -> NDArray[Any]:
+    """out = x W^T for rows x (n, cols); returns the quantized x (reusable for a
+    matrix of the same activation format).  One row goes through matvec."""
+    n = x.shape[0]
+    if xq is None:
+        xq = np.zeros(K.activation_bytes(w.qtype, w.cols, n), np.uint8)
+        K.quantize_activations(x, w.qtype, xq)
+    if n == 1:
+        K.matvec_q(w.data, w.qtype, xq, out[0])
+    else:
+        K.matmul_q(w.data, w.qtype, xq, out)
+    return xq
+
+
+class _Scratch:
+    """Activations of a batch of n positions, allocated once per batch size."""
+
+    def __init__(self, spec: TransformerSpec, n: int) -> None:
+        f = np.float32
+        self.n = n
+        self.x = np.zeros((n, spec.dim), f)          # residual stream
+        self.h1 = np.zeros((n, spec.dim), f)         # normed input of a block half
+        self.h2 = np.zeros((n, spec.dim), f)         # output of a block half
+        self.q = np.zeros((n, spec.q_dim), f)
+        self.k = np.zeros((n, spec.kv_dim), f)
+        self.v = np.zeros((n, spec.kv_dim), f)
+        self.att = np.zeros((n, spec.q_dim), f)
+        self.gate = np.zeros((n, spec.ffn_dim), f)
+        self.up = np.zeros((n, spec.ffn_dim), f)
+        self._act: Dict[Tuple[int, int], NDArray[Any]] = {}
+
+    def mul(self, x: NDArray[Any], *pairs: Tuple[Matrix, NDArray[Any]]) -> None:
+        """out = x W^T for each (W, out); x is quantized once per activation format."""
+        done: Dict[int, NDArray[Any]] = {}
+        for w, out in pairs:
+            xq = done.get(w.act_type)
+            if xq is None:
+                key = (w.act_type, w.cols)
+                xq = self._act.get(key)
+                if xq is None:
+                    xq = self._act[key] = np.zeros(K.activation_bytes(w.qtype, w.cols, self.n), np.uint8)
+                K.quantize_activations(x, w.qtype, xq)
+                done[w.act_type] = xq
+            _mul(x, w, out, xq)

@@ -1,0 +1,174 @@
+"""The tensors a `TransformerSpec` names, as zero-copy views of the file.
+
+* `Matrix`: a weight matrix as the kernels take it (raw rows in the file, its
+  format); a fused tensor (Phi-3's ``attn_qkv``, a gate|up ``ffn_up``) is split
+  into row views, so every consumer sees separate q/k/v and gate/up matrices.
+* `Vector`: an F32 vector (norm weights, biases).
+* `load_weights(spec, tensors)`: every tensor of the model, its shape checked
+  against the spec; a tensor the spec does not account for is refused (it would
+  change the maths, and ignoring it would give quietly wrong logits).
+
+Names follow llama.cpp's GGUF conventions (``src/llama-arch.cpp``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+import numpy as np
+
+from .. import kernels as K
+from ..gguf import GGUFError
+from ..runtime import UnsupportedModelError
+from ..tensor import unsupported_format_message
+from .spec import TransformerSpec
+
+
+class Matrix:
+    """A weight matrix as the kernels take it: raw rows in the file, its format."""
+
+    __slots__ = ("data", "qtype", "rows", "cols", "act_type")
+
+    def __init__(self, tensor: Any, rows: int, cols: int, name: str) -> None:
+        shape = tuple(int(s) for s in tensor.shape)
+        if shape != (rows, cols):
+            raise GGUFError(f"{name}: expected shape {(rows, cols)}, got {shape}")
+        if not tensor.dtype.kernel_supported:   # found at load, not at the first token
+            raise UnsupportedModelError(unsupported_format_message(name, tensor.dtype), [name])
+        self.data = tensor.data.reshape(rows, -1)  # uint8 rows, zero-copy
+        self.qtype = K.type_id(tensor.dtype)
+        self.rows, self.cols = rows, cols
+        #: format the input vector is quantized into for this matrix's dot products
+        self.act_type = K.type_id(K.vec_dot_type(self.qtype))
+
+    def row_slice(self, lo: int, hi: int) -> "Matrix":
+        """Rows [lo, hi) as a matrix of their own (a view: a fused tensor's parts)."""
+        part = object.__new__(Matrix)
+        part.data = self.data[lo:hi]
+        part.qtype, part.act_type = self.qtype, self.act_type
+        part.rows, part.cols = hi - lo, self.cols
+        return part
+
+    def as_tuple(self) -> Tuple[Any, ...]:
+        return (self.data, self.qtype, self.act_type, self.rows, self.cols)
+
+
+class Vector:
+    """An F32 vector (norm weights, biases)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, tensor: Any, n: int, name: str) -> None:
+        if K.type_id(tensor.dtype) != 0 or tuple(int(s) for s in tensor.shape) not in ((n,), (1, n)):
+            raise GGUFError(f"{name}: expected f32 of {n} values, got {tensor.dtype} {tensor.shape}")
+        self.data = tensor.data.view(np.float32).reshape(n)
+
+
+@dataclass
+class LayerWeights:
+    """One block's tensors; None where the spec has no such piece."""
+
+    attn_norm: Vector
+    wq: Matrix
+    wk: Matrix
+    wv: Matrix
+    wo: Matrix
+    ffn_norm: Vector
+    w_gate: Matrix
+    w_up: Matrix
+    w_down: Matrix
+    q_bias: Optional[Vector] = None
+    k_bias: Optional[Vector] = None
+    v_bias: Optional[Vector] = None
+    q_norm: Optional[Vector] = None
+    k_norm: Optional[Vector] = None
+    post_attn_norm: Optional[Vector] = None
+    post_ffn_norm: Optional[Vector] = None
+
+
+@dataclass
+class ModelWeights:
+    token_embd: Matrix
+    output_norm: Vector
+    #: token_embd itself when the head is tied
+    output: Matrix
+    layers: List[LayerWeights]
+
+
+class _Tensors:
+    """need(name) -> the tensor, or an error naming the missing one; records what was used."""
+
+    def __init__(self, tensors: Dict[str, Any]) -> None:
+        self.tensors = tensors
+        self.used: Set[str] = set()
+
+    def need(self, name: str) -> Any:
+        if name not in self.tensors:
+            raise GGUFError(f"GGUF file: tensor {name} is missing")
+        self.used.add(name)
+        return self.tensors[name]
+
+    def matrix(self, name: str, rows: int, cols: int) -> Matrix:
+        return Matrix(self.need(name), rows, cols, name)
+
+    def vector(self, name: str, n: int) -> Vector:
+        return Vector(self.need(name), n, name)
+
+
+def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
+                 also_used: Iterable[str] = ()) -> ModelWeights:
+    """Every tensor of the model the spec describes.  ``also_used``: tensors the
+    variant read itself (``rope_freqs.weight`` into the spec); any other tensor
+    in the file raises GGUFError naming it."""
+    t = _Tensors(tensors)
+    d, hd, ffn = spec.dim, spec.head_dim, spec.ffn_dim
+    q_dim, kv_dim = spec.q_dim, spec.kv_dim
+    vocab = spec.vocab_size
+    token_embd = t.matrix("token_embd.weight", vocab, d)
+    tied = "output.weight" not in tensors if spec.tied_head is None else spec.tied_head
+    output = token_embd if tied else t.matrix("output.weight", vocab, d)
+    output_norm = t.vector("output_norm.weight", d)
+
+    layers = []
+    for i in range(spec.n_layers):
+        def m(part: str, rows: int, cols: int, i: int = i) -> Matrix:
+            return t.matrix(f"blk.{i}.{part}.weight", rows, cols)
+
+        def v(part: str, n: int, suffix: str = "weight", i: int = i) -> Vector:
+            return t.vector(f"blk.{i}.{part}.{suffix}", n)
+
+        if spec.fused_qkv:
+            qkv = m("attn_qkv", q_dim + 2 * kv_dim, d)
+            wq, wk, wv = (qkv.row_slice(0, q_dim), qkv.row_slice(q_dim, q_dim + kv_dim),
+                          qkv.row_slice(q_dim + kv_dim, q_dim + 2 * kv_dim))
+        else:
+            wq, wk, wv = m("attn_q", q_dim, d), m("attn_k", kv_dim, d), m("attn_v", kv_dim, d)
+        if spec.fused_gate_up:  # the gate is the first half of ffn_up's output
+            gate_up = m("ffn_up", 2 * ffn, d)
+            w_gate, w_up = gate_up.row_slice(0, ffn), gate_up.row_slice(ffn, 2 * ffn)
+        else:
+            w_gate, w_up = m("ffn_gate", ffn, d), m("ffn_up", ffn, d)
+        L = LayerWeights(
+            attn_norm=v("attn_norm", d), wq=wq, wk=wk, wv=wv, wo=m("attn_output", d, q_dim),
+            ffn_norm=v("ffn_norm", d), w_gate=w_gate, w_up=w_up, w_down=m("ffn_down", d, ffn))
+        if spec.qkv_bias:
+            if spec.fused_qkv:
+                raise GGUFError("a fused attn_qkv with biases is not supported")
+            L.q_bias, L.k_bias, L.v_bias = (v("attn_q", q_dim, "bias"), v("attn_k", kv_dim, "bias"),
+                                            v("attn_v", kv_dim, "bias"))
+        if spec.qk_norm:
+            L.q_norm, L.k_norm = v("attn_q_norm", hd), v("attn_k_norm", hd)
+        if spec.post_attn_norm:
+            L.post_attn_norm = v("post_attention_norm", d)
+        if spec.post_ffn_norm:
+            L.post_ffn_norm = v("post_ffw_norm", d)
+        layers.append(L)
+
+    unknown = sorted(set(tensors) - t.used - set(also_used))
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise UnsupportedModelError(
+            f"GGUF file: tensor(s) {shown} are not part of the model this variant describes; "
+            f"they would change the maths, so the file is refused rather than run without them",
+            unknown)
+    return ModelWeights(token_embd=token_embd, output_norm=output_norm, output=output, layers=layers)

@@ -1,0 +1,327 @@
+"""Float64 numpy forward passes of the Llama-shaped families: qwen2, qwen3, phi3,
+gemma2, llama (with llama3 / linear / YaRN RoPE scaling), smollm3, granite.
+
+Written from each architecture's definition (the HF modelling code and
+llama.cpp's src/models/<arch>.cpp for what the GGUF files hold), sharing no code
+with infer: weights come from the `gguf` package's reader.  Slow and plain on
+purpose; tests compare the variants' logits against ``forward(tokens)``.
+
+What differs per family is stated in its class below; ``Transformer`` holds the
+common pre-norm decoder:
+
+    x = embed(tokens) [* scale]
+    for each layer:  x += attn(norm(x)) ;  x += ffn(norm(x))
+    logits = norm(x) @ head.T
+
+RoPE conventions (GGUF): NORM rotates pairs (2i, 2i+1) of the first n_rot
+elements of a head, NEOX pairs (i, i + n_rot/2).  Pair i turns by
+pos * base^(-2i/n_rot), divided by a per-pair factor where the file gives one
+(llama3's rope_freqs, phi3's LongRoPE), with cos/sin multiplied by a
+magnitude factor (LongRoPE's attn_factor, YaRN's 0.1 ln(s) + 1).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+
+def _fields(reader):
+    out = {}
+    for k, f in reader.fields.items():
+        try:
+            out[k] = f.contents()
+        except Exception:  # noqa: BLE001  (a field type contents() does not decode)
+            pass
+    return out
+
+
+class Transformer:
+    neox = False
+    qkv_bias = False
+    qk_norm = False
+    #: layers whose attention uses no RoPE
+    def no_rope(self, layer):
+        return False
+
+    def __init__(self, path: str, n_ctx: int = 0) -> None:
+        r = GGUFReader(path)
+        md = _fields(r)
+        self.arch = a = md["general.architecture"]
+        self.md = md
+
+        def get(key, default=None):
+            return md.get(f"{a}.{key}", default)
+
+        self.n_layer = int(get("block_count"))
+        self.dim = int(get("embedding_length"))
+        self.n_head = int(get("attention.head_count"))
+        self.n_kv_head = int(get("attention.head_count_kv", self.n_head))
+        self.head_dim = int(get("attention.key_length", self.dim // self.n_head))
+        self.n_rot = int(get("rope.dimension_count", self.head_dim))
+        self.base = float(get("rope.freq_base", 10000.0))
+        self.eps = float(get("attention.layer_norm_rms_epsilon"))
+        self.n_ctx_train = int(get("context_length"))
+        self.n_ctx = n_ctx or self.n_ctx_train
+        self.get = get
+        self.t = {}
+        for t in r.tensors:
+            a_ = dequantize(t.data, t.tensor_type).astype(np.float64)
+            self.t[t.name] = a_.reshape([int(s) for s in reversed(t.shape)]) if len(t.shape) > 1 else a_.reshape(-1)
+        self.head = self.t.get("output.weight", self.t["token_embd.weight"])
+        self.rope_setup()
+
+    # ---- pieces ----------------------------------------------------------------------
+    def rmsnorm(self, x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
+
+    def rope_setup(self):
+        """Per-pair angular frequencies and the cos/sin magnitude (no scaling)."""
+        self.inv_freq = self.base ** (-np.arange(0, self.n_rot, 2, dtype=np.float64) / self.n_rot)
+        self.mscale = 1.0
+        self.pos_scale = 1.0
+
+    def rope(self, x, pos):
+        """x: (T, heads, head_dim); rotates the first n_rot elements of each head."""
+        ang = (pos[:, None] * self.pos_scale) * self.inv_freq[None, :]
+        cos = (np.cos(ang) * self.mscale)[:, None, :]
+        sin = (np.sin(ang) * self.mscale)[:, None, :]
+        out = x.copy()
+        r = self.n_rot
+        if self.neox:
+            a, b = x[..., : r // 2], x[..., r // 2: r]
+            out[..., : r // 2] = a * cos - b * sin
+            out[..., r // 2: r] = a * sin + b * cos
+        else:
+            a, b = x[..., 0:r:2], x[..., 1:r:2]
+            out[..., 0:r:2] = a * cos - b * sin
+            out[..., 1:r:2] = a * sin + b * cos
+        return out
+
+    def embed(self, tokens):
+        return self.t["token_embd.weight"][tokens].copy()
+
+    def qkv(self, i, h):
+        p = f"blk.{i}."
+        q = h @ self.t[p + "attn_q.weight"].T
+        k = h @ self.t[p + "attn_k.weight"].T
+        v = h @ self.t[p + "attn_v.weight"].T
+        if self.qkv_bias:
+            q, k, v = q + self.t[p + "attn_q.bias"], k + self.t[p + "attn_k.bias"], v + self.t[p + "attn_v.bias"]
+        return q, k, v
+
+    def ffn(self, i, h):
+        p = f"blk.{i}."
+        g = h @ self.t[p + "ffn_gate.weight"].T
+        u = h @ self.t[p + "ffn_up.weight"].T
+        return (g / (1.0 + np.exp(-g)) * u) @ self.t[p + "ffn_down.weight"].T
+
+    def attn_scale(self):
+        return 1.0 / math.sqrt(self.head_dim)
+
+    def window(self, layer):
+        """Positions a query sees (including its own), 0 = all."""
+        return 0
+
+    def score_cap(self):
+        return 0.0
+
+    def attention(self, i, h, pos):
+        T, hd = len(pos), self.head_dim
+        q, k, v = self.qkv(i, h)
+        q = q.reshape(T, self.n_head, hd)
+        k = k.reshape(T, self.n_kv_head, hd)
+        v = v.reshape(T, self.n_kv_head, hd)
+        if self.qk_norm:
+            q = self.rmsnorm(q, self.t[f"blk.{i}.attn_q_norm.weight"])
+            k = self.rmsnorm(k, self.t[f"blk.{i}.attn_k_norm.weight"])
+        if not self.no_rope(i):
+            q, k = self.rope(q, pos), self.rope(k, pos)
+        visible = pos[None, :] <= pos[:, None]
+        w = self.window(i)
+        if w:
+            visible &= pos[None, :] > pos[:, None] - w
+        group = self.n_head // self.n_kv_head
+        out = np.empty((T, self.n_head, hd))
+        cap = self.score_cap()
+        for hh in range(self.n_head):
+            s = q[:, hh] @ k[:, hh // group].T * self.attn_scale()
+            if cap:
+                s = cap * np.tanh(s / cap)
+            s = np.where(visible, s, -np.inf)
+            s = np.exp(s - s.max(axis=1, keepdims=True))
+            s /= s.sum(axis=1, keepdims=True)
+            out[:, hh] = s @ v[:, hh // group]
+        return out.reshape(T, -1) @ self.t[f"blk.{i}.attn_output.weight"].T
+
+    def block(self, i, x, pos):
+        p = f"blk.{i}."
+        x = x + self.attention(i, self.rmsnorm(x, self.t[p + "attn_norm.weight"]), pos)
+        return x + self.ffn(i, self.rmsnorm(x, self.t[p + "ffn_norm.weight"]))
+
+    def logits(self, x):
+        return self.rmsnorm(x, self.t["output_norm.weight"]) @ self.head.T
+
+    def forward(self, tokens) -> np.ndarray:
+        """Logits (T, vocab) of every position of ``tokens`` from position 0."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        pos = np.arange(len(tokens), dtype=np.float64)
+        x = self.embed(tokens)
+        for i in range(self.n_layer):
+            x = self.block(i, x, pos)
+        return self.logits(x)
+
+
+class Llama(Transformer):
+    """NORM RoPE.  Scaling from the file: ``rope_freqs.weight`` (llama3: the
+    converter's per-pair divisors), or ``rope.scaling.type`` linear (positions
+    divided by the factor) or yarn (below)."""
+
+    def rope_setup(self):
+        super().rope_setup()
+        kind = self.get("rope.scaling.type", "none")
+        factor = float(self.get("rope.scaling.factor", 1.0) or 1.0)
+        if "rope_freqs.weight" in self.t:
+            self.inv_freq = self.inv_freq / self.t["rope_freqs.weight"]
+        if kind == "linear":
+            self.pos_scale = 1.0 / factor
+        elif kind == "yarn":
+            self._yarn(factor)
+
+    def _yarn(self, factor, beta_fast=32.0, beta_slow=1.0):
+        """YaRN (Peng et al. 2023; HF `_compute_yarn_parameters`): pairs that turn
+        more than beta_fast times in the original context keep their frequency,
+        those under beta_slow are interpolated (divided by factor), a linear ramp
+        between; cos/sin scaled by 0.1 ln(factor) + 1."""
+        orig = float(self.get("rope.scaling.original_context_length", self.n_ctx_train))
+        d = self.n_rot
+
+        def corr_dim(n_turns):
+            return d * math.log(orig / (n_turns * 2 * math.pi)) / (2 * math.log(self.base))
+
+        low = max(math.floor(corr_dim(beta_fast)), 0)
+        high = min(math.ceil(corr_dim(beta_slow)), d - 1)
+        ramp = np.clip((np.arange(d // 2) - low) / max(high - low, 0.001), 0, 1)
+        extrapolate = 1.0 - ramp
+        self.inv_freq = self.inv_freq / factor * (1 - extrapolate) + self.inv_freq * extrapolate
+        self.mscale = 0.1 * math.log(factor) + 1.0
+
+
+class Qwen2(Llama):
+    """Biases on q, k, v; NEOX RoPE."""
+    neox = True
+    qkv_bias = True
+
+
+class Qwen3(Llama):
+    """Per-head RMSNorm on q and k before RoPE, no biases; NEOX RoPE; head_dim
+    from attention.key_length (n_head * head_dim may differ from dim)."""
+    neox = True
+    qk_norm = True
+
+
+class Phi3(Transformer):
+    """Fused ``attn_qkv`` (rows: q, then k, then v) and fused ``ffn_up`` (rows:
+    gate, then up; silu(gate) * up).  NEOX RoPE over the first
+    rope.dimension_count elements.  LongRoPE: ``rope_factors_long`` when the
+    context exceeds rope.scaling.original_context_length, else
+    ``rope_factors_short``; cos/sin scaled by rope.scaling.attn_factor.
+    (The sliding window in the metadata is ignored, as llama.cpp does.)"""
+    neox = True
+
+    def rope_setup(self):
+        super().rope_setup()
+        orig = int(self.get("rope.scaling.original_context_length", self.n_ctx_train))
+        name = "rope_factors_long.weight" if self.n_ctx > orig else "rope_factors_short.weight"
+        if name in self.t:
+            self.inv_freq = self.inv_freq / self.t[name]
+        self.mscale = float(self.get("rope.scaling.attn_factor", 1.0))
+
+    def qkv(self, i, h):
+        qkv = h @ self.t[f"blk.{i}.attn_qkv.weight"].T
+        nq, nkv = self.n_head * self.head_dim, self.n_kv_head * self.head_dim
+        return qkv[:, :nq], qkv[:, nq:nq + nkv], qkv[:, nq + nkv:]
+
+    def ffn(self, i, h):
+        gu = h @ self.t[f"blk.{i}.ffn_up.weight"].T
+        n = gu.shape[1] // 2
+        g, u = gu[:, :n], gu[:, n:]
+        return (g / (1.0 + np.exp(-g)) * u) @ self.t[f"blk.{i}.ffn_down.weight"].T
+
+
+class Gemma2(Transformer):
+    """x0 = embed * sqrt(dim); NEOX RoPE; even layers see a window of
+    attention.sliding_window positions, odd layers everything; scores
+    soft-capped cap * tanh(s / cap) (attn_logit_softcapping) after the
+    head_dim^-0.5 scale, final logits capped likewise (final_logit_softcapping);
+    post-attention and post-FFN RMSNorms on each half's output; GeGLU with the
+    tanh GELU.  Norm weights in the file already hold Gemma's 1 + w; tied head."""
+    neox = True
+
+    def embed(self, tokens):
+        return super().embed(tokens) * math.sqrt(self.dim)
+
+    def window(self, layer):
+        return int(self.get("attention.sliding_window", 4096)) if layer % 2 == 0 else 0
+
+    def score_cap(self):
+        return float(self.get("attn_logit_softcapping", 50.0))
+
+    def ffn(self, i, h):
+        p = f"blk.{i}."
+        g = h @ self.t[p + "ffn_gate.weight"].T
+        u = h @ self.t[p + "ffn_up.weight"].T
+        gelu = 0.5 * g * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (g + 0.044715 * g ** 3)))
+        return (gelu * u) @ self.t[p + "ffn_down.weight"].T
+
+    def block(self, i, x, pos):
+        p = f"blk.{i}."
+        a = self.attention(i, self.rmsnorm(x, self.t[p + "attn_norm.weight"]), pos)
+        x = x + self.rmsnorm(a, self.t[p + "post_attention_norm.weight"])
+        f = self.ffn(i, self.rmsnorm(x, self.t[p + "ffn_norm.weight"]))
+        return x + self.rmsnorm(f, self.t[p + "post_ffw_norm.weight"])
+
+    def logits(self, x):
+        cap = float(self.get("final_logit_softcapping", 30.0))
+        return cap * np.tanh(super().logits(x) / cap)
+
+
+class SmolLM3(Llama):
+    """Llama with no RoPE in every 4th layer (HF no_rope_layer_interval = 4:
+    layers 3, 7, 11, ... use no position embedding)."""
+
+    def no_rope(self, layer):
+        return (layer + 1) % 4 == 0
+
+
+class Granite(Llama):
+    """Llama with multipliers: x0 = embed * embedding_scale; each block half's
+    output times residual_scale before the add; scores times attention.scale
+    (instead of head_dim^-0.5); logits divided by logit_scale."""
+
+    def embed(self, tokens):
+        return super().embed(tokens) * float(self.get("embedding_scale", 1.0))
+
+    def attn_scale(self):
+        return float(self.get("attention.scale"))
+
+    def block(self, i, x, pos):
+        p = f"blk.{i}."
+        r = float(self.get("residual_scale", 1.0))
+        x = x + r * self.attention(i, self.rmsnorm(x, self.t[p + "attn_norm.weight"]), pos)
+        return x + r * self.ffn(i, self.rmsnorm(x, self.t[p + "ffn_norm.weight"]))
+
+    def logits(self, x):
+        return super().logits(x) / float(self.get("logit_scale", 1.0))
+
+
+FAMILIES = {"llama": Llama, "qwen2": Qwen2, "qwen3": Qwen3, "phi3": Phi3, "gemma2": Gemma2,
+            "smollm3": SmolLM3, "granite": Granite}
+
+
+def reference(path: str, n_ctx: int = 0) -> Transformer:
+    """The reference model of a GGUF file, by its general.architecture."""
+    arch = str(_fields(GGUFReader(path))["general.architecture"])
+    return FAMILIES[arch](path, n_ctx)

@@ -1,0 +1,232 @@
+"""infer.api: the OpenAI shapes, checked by the official client's own types.
+
+The scripted variant (tests/scripted.py) is the oracle for content: its reply is
+its script, so text, tool calls, thinking and token counts are known exactly.
+`openai.types` validates every dict and chunk (the shape the official client
+parses); the prompt token counts are the hand-rendered ChatML, tokenized here.
+"""
+import json
+
+import pytest
+
+from infer import api
+from infer.api import InvalidRequestError, UnsupportedOptionError
+from scripted import ScriptedTokenizer, scripted_model
+
+openai_types = pytest.importorskip("openai.types")
+from openai.types import Completion  # noqa: E402
+from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+USER = [{"role": "user", "content": "Hi"}]
+
+
+def chatml_ids(messages, generation_prompt=True):
+    text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    if generation_prompt:
+        text += "<|im_start|>assistant\n"
+    return ScriptedTokenizer().encode(text, add_special=False, parse_special=True)
+
+
+def reply_ids(text):
+    return ScriptedTokenizer().encode(text, add_special=False, parse_special=True)
+
+
+def test_chat_completion_shape_content_and_usage():
+    model = scripted_model(["Hello world!"])
+    out = model.create_chat_completion(USER, temperature=0)
+    ChatCompletion.model_validate(out)
+    assert json.loads(json.dumps(out)) == out  # plain JSON values only
+    assert out["object"] == "chat.completion" and out["id"].startswith("chatcmpl-")
+    (choice,) = out["choices"]
+    assert choice["index"] == 0 and choice["finish_reason"] == "stop"
+    assert choice["message"] == {"role": "assistant", "content": "Hello world!"}
+    n_prompt = len(chatml_ids(USER))
+    n_reply = len(reply_ids("Hello world!")) + 1  # the end-of-turn token is generated too
+    assert out["usage"] == {"prompt_tokens": n_prompt, "completion_tokens": n_reply,
+                            "total_tokens": n_prompt + n_reply, "prompt_tokens_details": {"cached_tokens": 0}}
+
+
+def test_next_turn_reuses_the_cached_prefix():
+    model = scripted_model(["Hello world!", "Second."])
+    first = model.create_chat_completion(USER, temperature=0)
+    history = USER + [first["choices"][0]["message"], {"role": "user", "content": "More"}]
+    second = model.create_chat_completion(history, temperature=0)
+    assert second["choices"][0]["message"]["content"] == "Second."
+    # everything up to the first turn's end was in the cache
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == len(chatml_ids(history[:2], False))
+    assert second["usage"]["prompt_tokens"] == len(chatml_ids(history))
+
+
+def test_streamed_chunks_join_to_the_same_reply():
+    model = scripted_model(["Hello world!"] * 2)
+    whole = model.create_chat_completion(USER, temperature=0)
+    chunks = list(model.create_chat_completion(USER, temperature=0, stream=True,
+                                               stream_options={"include_usage": True}))
+    for c in chunks:
+        ChatCompletionChunk.model_validate(c)
+        assert c["object"] == "chat.completion.chunk"
+    assert len({c["id"] for c in chunks}) == 1
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert text == whole["choices"][0]["message"]["content"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]] == [None] * (len(chunks) - 2) + ["stop"]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == \
+        whole["usage"]["completion_tokens"]
+
+
+def test_tool_call_comes_back_as_openai_tool_calls():
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    model = scripted_model([call, call])
+    out = model.create_chat_completion([{"role": "user", "content": "weather?"}], tools=TOOLS, temperature=0)
+    ChatCompletion.model_validate(out)
+    choice = out["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    message = choice["message"]
+    assert message["content"] is None
+    (tc,) = message["tool_calls"]
+    assert tc["type"] == "function" and tc["function"]["name"] == "get_weather"
+    assert json.loads(tc["function"]["arguments"]) == {"city": "Paris"}
+    chunks = list(model.create_chat_completion([{"role": "user", "content": "weather?"}], tools=TOOLS,
+                                               temperature=0, stream=True))
+    for c in chunks:
+        ChatCompletionChunk.model_validate(c)
+    calls = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert [(tc["index"], tc["function"]["name"], json.loads(tc["function"]["arguments"])) for tc in calls] == \
+        [(0, "get_weather", {"city": "Paris"})]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_tool_choice_none_hides_the_tools_from_the_model():
+    model = scripted_model(["Fine."])
+    out = model.create_chat_completion(USER, tools=TOOLS, tool_choice="none", temperature=0)
+    # the prompt is the plain conversation: no tool description in a system turn
+    assert out["usage"]["prompt_tokens"] == len(chatml_ids(USER))
+
+
+def test_thinking_is_reasoning_content():
+    model = scripted_model(["<think>Let me see.</think>Paris.", "<think>Let me see.</think>Paris."])
+    out = model.create_chat_completion(USER, temperature=0)
+    assert out["choices"][0]["message"] == {"role": "assistant", "content": "Paris.",
+                                            "reasoning_content": "Let me see."}
+    chunks = list(model.create_chat_completion(USER, temperature=0, stream=True))
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "Let me see."
+    assert "".join(d.get("content", "") for d in deltas) == "Paris."
+
+
+def test_completion_shape_echo_and_stop():
+    model = scripted_model([])
+    tok = model.tokenizer
+    # the scripted engine ends every turn at once when no assistant opener is in the prompt
+    out = model.create_completion("Hello", max_tokens=4, temperature=0, echo=True)
+    Completion.model_validate(out)
+    assert out["object"] == "text_completion"
+    assert out["choices"][0]["text"] == "Hello" and out["choices"][0]["finish_reason"] == "stop"
+    assert out["usage"]["prompt_tokens"] == len(tok.encode("Hello"))
+    opener = "<|im_start|>assistant\n"
+    model = scripted_model(["one two three"] * 2)
+    ids = tok.encode(opener, add_special=False, parse_special=True)
+    out = model.create_completion(ids, max_tokens=20, temperature=0, stop=" two")
+    assert out["choices"][0]["text"] == "one" and out["choices"][0]["finish_reason"] == "stop"
+    chunks = list(model.create_completion(ids, max_tokens=3, temperature=0, stream=True))
+    for c in chunks:  # OpenAI streams null finish reasons, which its (non-stream) type does not allow
+        Completion.model_validate(dict(c, choices=[dict(c["choices"][0], finish_reason="stop")]))
+        assert c["object"] == "text_completion" and c["choices"][0]["logprobs"] is None
+    assert "".join(c["choices"][0]["text"] for c in chunks) == "one"  # 3 byte tokens
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_n_choices_are_indexed():
+    model = scripted_model(["A.", "A."])
+    out = model.create_chat_completion(USER, temperature=0, n=2)
+    ChatCompletion.model_validate(out)
+    assert [c["index"] for c in out["choices"]] == [0, 1]
+    assert [c["message"]["content"] for c in out["choices"]] == ["A.", "A."]
+    assert out["usage"]["completion_tokens"] == 2 * (len(reply_ids("A.")) + 1)
+
+
+def test_logit_bias_bans_a_token():
+    model = scripted_model(["Hello world!"])
+    banned = reply_ids("Hello world!")[0]
+    out = model.create_chat_completion(USER, temperature=0, logit_bias={str(banned): -100}, max_tokens=3)
+    assert not out["choices"][0]["message"]["content"].startswith("Hello")
+
+
+def test_sampler_gets_the_penalties():
+    model = scripted_model(["Hi."])
+    ctx = model.create_context()
+    api.create_chat_completion(model, USER, context=ctx, presence_penalty=0.5, frequency_penalty=0.25,
+                               repeat_penalty=1.1, top_k=7, top_p=0.9, min_p=0.1, temperature=0.7, seed=3)
+    s = ctx.sampler
+    assert (s.presence_penalty, s.frequency_penalty, s.repeat_penalty, s.top_k, s.top_p, s.min_p,
+            s.temperature, s.seed) == (0.5, 0.25, 1.1, 7, 0.9, 0.1, 0.7, 3)
+
+
+@pytest.mark.parametrize("options, param", [
+    (dict(temperature="hot"), "temperature"),
+    (dict(top_k=1.5), "top_k"),
+    (dict(top_p=3.0), "top_p"),
+    (dict(max_tokens=0), "max_tokens"),
+    (dict(max_tokens=10 ** 6), "max_tokens"),
+    (dict(n=0), "n"),
+    (dict(seed=-1), "seed"),
+    (dict(stop=[1]), "stop"),
+    (dict(stream="yes"), "stream"),
+    (dict(stream_options={"include_usage": True}), "stream_options"),
+    (dict(logit_bias={"x": 1}), "logit_bias"),
+    (dict(logit_bias={"99999": 1}), "logit_bias"),
+    (dict(tools="get_weather"), "tools"),
+    (dict(tool_choice=3), "tool_choice"),
+])
+def test_bad_options_name_their_field(options, param):
+    model = scripted_model(["Hi."])
+    with pytest.raises(InvalidRequestError) as info:
+        model.create_chat_completion(USER, **options)
+    assert info.value.param == param and not isinstance(info.value, UnsupportedOptionError)
+
+
+@pytest.mark.parametrize("options, param", [
+    (dict(response_format={"type": "json_object"}), "response_format"),
+    (dict(logprobs=True), "logprobs"),
+    (dict(top_logprobs=2), "top_logprobs"),
+    (dict(tool_choice="required", tools=TOOLS), "tool_choice"),
+    (dict(parallel_tool_calls=False), "parallel_tool_calls"),
+])
+def test_options_not_honoured_are_refused(options, param):
+    model = scripted_model(["Hi."])
+    with pytest.raises(UnsupportedOptionError, match="not supported") as info:
+        model.create_chat_completion(USER, **options)
+    assert info.value.param == param
+
+
+def test_bad_messages_and_prompts():
+    model = scripted_model(["Hi."], max_seq_len=64)
+    for messages in ([], "Hi", [{"role": "wizard", "content": "x"}], [{"role": "user", "content": 3}],
+                     [{"role": "assistant", "content": "last"}]):
+        with pytest.raises(InvalidRequestError, match="messages"):
+            model.create_chat_completion(messages)
+    with pytest.raises(InvalidRequestError, match="does not fit in the context of 64") as info:
+        model.create_chat_completion([{"role": "user", "content": "x" * 100}])
+    assert info.value.code == "context_length_exceeded"
+    with pytest.raises(InvalidRequestError) as info:
+        model.create_completion("x" * 100)
+    assert info.value.code == "context_length_exceeded"
+    with pytest.raises(UnsupportedOptionError):
+        model.create_completion(["a", "b"])
+    with pytest.raises(InvalidRequestError, match="prompt"):
+        model.create_completion([10 ** 6])
+    # a streamed call checks before returning its iterator
+    with pytest.raises(InvalidRequestError):
+        model.create_chat_completion(USER, stream=True, temperature=-1)
+
+
+def test_unconsumed_stream_does_not_block_other_calls():
+    model = scripted_model(["Hi."] * 3)
+    stream = model.create_chat_completion(USER, temperature=0, stream=True)
+    next(stream)
+    out = model.create_chat_completion(USER, temperature=0)  # a fresh context meanwhile
+    assert out["choices"][0]["message"]["content"] == "Hi."
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in stream) == "Hi."

@@ -1,0 +1,398 @@
+"""`infer serve` over loopback, checked with the official `openai` client.
+
+Two kinds of server: `infer serve` itself as a subprocess on SmolLM2 (the
+reference text is the same request run in this process on a plain Context, no
+scheduler), and the app in this process on the scripted variant, whose replies
+are known (tool calls) and whose steps can be slowed (a client dropped mid-stream,
+a full queue).  /metrics is parsed with prometheus_client's own parser.
+"""
+import concurrent.futures
+import contextlib
+import http.client
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+for _name in ("uvicorn", "starlette", "sse_starlette", "openai"):
+    pytest.importorskip(_name, reason=f"{_name} is not installed (the serve extra and the test extra)")
+
+import openai  # noqa: E402
+import uvicorn  # noqa: E402
+
+from infer.serve.app import create_app  # noqa: E402
+from scripted import GreedySampler, ScriptedContext, scripted_model  # noqa: E402
+from under_test import IMPORT_ROOT  # noqa: E402
+
+parser = pytest.importorskip("prometheus_client.parser")
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+# ---- servers ---------------------------------------------------------------------------------
+@contextlib.contextmanager
+def cli_server(*args, timeout=120):
+    """`infer serve --port 0 ARGS` as a subprocess; yields (base URL, process)."""
+    proc = subprocess.Popen([sys.executable, "-m", "infer", "serve", "--port", "0", *args], cwd=IMPORT_ROOT,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        line = ""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                break
+            if line.startswith("infer serve:"):
+                break
+        match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
+        assert match, f"no startup line; last: {line!r}; exit {proc.poll()}"
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+        yield match.group(1), proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def app_server(app):
+    """``app`` served by uvicorn on a thread of this process; yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.started
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+class SlowContext(ScriptedContext):
+    """A scripted context whose every forward pass takes 20 ms."""
+
+    def _forward(self, tokens, start):
+        time.sleep(0.02)
+        super()._forward(tokens, start)
+
+
+def slow_model(script, max_seq_len=4096):
+    model = scripted_model(script, max_seq_len=max_seq_len)
+    engine = model.engine
+    engine.create_context = lambda n_ctx=None, sampler=None: SlowContext(
+        engine, n_ctx or engine.max_seq_len, sampler or GreedySampler())
+    return model
+
+
+def client(base, key="none"):
+    return openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0, timeout=120)
+
+
+def request(base, method, path, body=None, headers=None, raw=None):
+    """(status, headers, parsed JSON or text) of one request."""
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    conn.request(method, path, body=data, headers=dict({"Content-Type": "application/json"}, **(headers or {})))
+    resp = conn.getresponse()
+    text = resp.read().decode()
+    conn.close()
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        parsed = text
+    return resp.status, {k.lower(): v for k, v in resp.getheaders()}, parsed
+
+
+def metrics(base):
+    status, _, text = request(base, "GET", "/metrics")
+    assert status == 200
+    out = {}
+    for family in parser.text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            out[sample.name + (f"{{{labels}}}" if labels else "")] = sample.value
+    return out
+
+
+def assert_openai_error(body, status_code, param=None):
+    assert set(body) == {"error"}, body
+    err = body["error"]
+    assert isinstance(err["message"], str) and err["message"]
+    assert isinstance(err["type"], str)
+    if param is not None:
+        assert err["param"] == param, err
+
+
+# ---- SmolLM2 behind `infer serve` ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def smol():
+    import infer
+
+    with infer.load() as model, cli_server("--parallel", "8", "--ctx-size", "512") as (base, _):
+        yield model, base
+
+
+def prompts(n):
+    return [[{"role": "user", "content": f"Write one sentence about the number {i}."}] for i in range(n)]
+
+
+def test_model_list(smol):
+    _, base = smol
+    models = client(base).models.list()
+    (entry,) = models.data
+    assert entry.id == "SmolLM2-135M-Instruct.Q4_1.gguf" and entry.object == "model"
+    assert client(base).models.retrieve(entry.id).id == entry.id
+    with pytest.raises(openai.NotFoundError):
+        client(base).models.retrieve("gpt-4")
+
+
+def test_chat_completion_and_stream_match_the_library(smol):
+    model, base = smol
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    expected = model.create_chat_completion(messages, max_tokens=24, temperature=0, context=model.create_context())
+    out = client(base).chat.completions.create(model="any", messages=messages, max_tokens=24, temperature=0)
+    assert out.choices[0].message.content == expected["choices"][0]["message"]["content"]
+    assert out.choices[0].finish_reason == expected["choices"][0]["finish_reason"]
+    assert out.usage.prompt_tokens == expected["usage"]["prompt_tokens"]
+    assert out.usage.completion_tokens == expected["usage"]["completion_tokens"]
+    pieces, finish, usage = [], None, None
+    for chunk in client(base).chat.completions.create(model="any", messages=messages, max_tokens=24,
+                                                      temperature=0, stream=True,
+                                                      stream_options={"include_usage": True}):
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            pieces.append(c.delta.content or "")
+            finish = c.finish_reason or finish
+    assert "".join(pieces) == out.choices[0].message.content and finish == out.choices[0].finish_reason
+    assert usage.completion_tokens == out.usage.completion_tokens
+    assert usage.prompt_tokens_details.cached_tokens == out.usage.prompt_tokens - 1  # the same prompt again
+
+
+def test_completion_matches_generate(smol):
+    from infer import generate
+
+    model, base = smol
+    gen = generate(model, "The capital of France is", max_tokens=12, temperature=0)
+    expected = "".join(gen)
+    out = client(base).completions.create(model="any", prompt="The capital of France is", max_tokens=12,
+                                          temperature=0)
+    assert out.choices[0].text == expected and out.choices[0].finish_reason == gen.finish_reason
+    assert out.usage.completion_tokens == len(gen.tokens)
+    streamed = "".join(c.choices[0].text for c in client(base).completions.create(
+        model="any", prompt="The capital of France is", max_tokens=12, temperature=0, stream=True) if c.choices)
+    assert streamed == expected
+
+
+def test_sixteen_concurrent_streams_on_eight_slots(smol):
+    """Exactly the text of the request alone on a fresh context.  cache_prompt=false:
+    a prefix reused from another request is prefilled in a different split, which
+    rounds differently in this runtime as in llama.cpp (its docs say the same)."""
+    model, base = smol
+    requests = prompts(16)
+    expected = [model.create_chat_completion(m, max_tokens=20, temperature=0, context=model.create_context())
+                ["choices"][0]["message"]["content"] for m in requests]
+    before = metrics(base)
+    api_client = client(base)
+
+    def stream(messages):
+        pieces, usage = [], None
+        for chunk in api_client.chat.completions.create(model="any", messages=messages, max_tokens=20,
+                                                        temperature=0, stream=True,
+                                                        stream_options={"include_usage": True},
+                                                        extra_body={"cache_prompt": False}):
+            if chunk.usage is not None:
+                usage = chunk.usage
+            pieces += [c.delta.content or "" for c in chunk.choices]
+        return "".join(pieces), usage.completion_tokens
+
+    def bad(i):  # bad requests mixed in must not disturb the others
+        return request(base, "POST", "/v1/chat/completions",
+                    {"messages": requests[0], "max_tokens": "many"} if i % 2 else
+                    {"messages": [{"role": "user", "content": "word " * 600}]})[0]
+
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        streams = [pool.submit(stream, m) for m in requests]
+        bads = [pool.submit(bad, i) for i in range(4)]
+        results = [f.result(timeout=600) for f in streams]
+        assert [f.result(timeout=60) for f in bads] == [400] * 4
+    assert [text for text, _ in results] == expected
+    after = metrics(base)
+    key = "infer_requests_total{endpoint=/v1/chat/completions,status=200}"
+    assert after[key] - before.get(key, 0) == 16
+    key400 = "infer_requests_total{endpoint=/v1/chat/completions,status=400}"
+    assert after[key400] - before.get(key400, 0) == 4
+    generated = sum(n for _, n in results)
+    assert after["infer_completion_tokens_total"] - before["infer_completion_tokens_total"] == generated
+    assert after["infer_tokens_decoded_total"] - before["infer_tokens_decoded_total"] == generated
+    assert after["infer_time_to_first_token_seconds_count"] - before["infer_time_to_first_token_seconds_count"] == 16
+    # the steps really were shared: fewer decode steps than tokens
+    steps = after["infer_decode_steps_total"] - before["infer_decode_steps_total"]
+    assert steps < generated / 2
+    assert after["infer_slots_busy"] == 0 and after["infer_queue_depth"] == 0
+
+
+def test_bad_requests_get_openai_errors(smol):
+    _, base = smol
+    status, _, body = request(base, "POST", "/v1/chat/completions", raw=b"{not json")
+    assert status == 400
+    assert_openai_error(body, 400)
+    with pytest.raises(openai.BadRequestError) as info:
+        client(base).chat.completions.create(model="any", messages=prompts(1)[0], temperature="hot")
+    assert info.value.param == "temperature"
+    with pytest.raises(openai.BadRequestError) as info:
+        client(base).chat.completions.create(model="any", messages=prompts(1)[0], max_tokens=100000)
+    assert info.value.param == "max_tokens"
+    with pytest.raises(openai.BadRequestError) as info:  # 600 words do not fit in 512 tokens
+        client(base).chat.completions.create(model="any", messages=[{"role": "user", "content": "word " * 600}])
+    assert info.value.code == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError, match="unrecognized request argument"):
+        client(base).chat.completions.create(model="any", messages=prompts(1)[0], extra_body={"bogus": 1})
+    with pytest.raises(openai.BadRequestError, match="not supported"):
+        client(base).chat.completions.create(model="any", messages=prompts(1)[0],
+                                             response_format={"type": "json_object"})
+    status, _, body = request(base, "POST", "/v1/completions", {"prompt": 3})
+    assert status == 400 and body["error"]["param"] == "prompt"
+    status, _, body = request(base, "GET", "/v1/nowhere")
+    assert status == 404 and "error" in body
+    assert request(base, "GET", "/health")[2]["status"] == "ok"
+
+
+# ---- the scripted model in this process ---------------------------------------------------------
+def test_tool_call_through_the_official_client():
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    with app_server(create_app(scripted_model([call] * 4), parallel=2)) as base:
+        out = client(base).chat.completions.create(model="m", messages=[{"role": "user", "content": "weather?"}],
+                                                   tools=TOOLS, temperature=0)
+        choice = out.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        (tc,) = choice.message.tool_calls
+        assert tc.type == "function" and tc.function.name == "get_weather"
+        assert json.loads(tc.function.arguments) == {"city": "Paris"}
+        streamed = [tc for chunk in client(base).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "weather?"}], tools=TOOLS, temperature=0,
+            stream=True) for c in chunk.choices for tc in (c.delta.tool_calls or [])]
+        assert [(tc.function.name, json.loads(tc.function.arguments)) for tc in streamed] == \
+            [("get_weather", {"city": "Paris"})]
+
+
+def open_stream(base, max_tokens=1000, headers=None):
+    """A raw streaming request; returns the connection once the first event arrived."""
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    body = {"messages": [{"role": "user", "content": "go"}], "stream": True, "max_tokens": max_tokens,
+            "temperature": 0}
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
+                 headers=dict({"Content-Type": "application/json"}, **(headers or {})))
+    resp = conn.getresponse()
+    assert resp.status == 200
+    while not resp.fp.readline().startswith(b"data:"):
+        pass
+    return conn, resp
+
+
+def wait_for(predicate, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_dropped_client_frees_its_slot():
+    with app_server(create_app(slow_model(["ab" * 2000, "Hi."]), parallel=1, max_queue=0)) as base:
+        conn, resp = open_stream(base)
+        assert request(base, "GET", "/health")[2]["slots_processing"] == 1
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        assert wait_for(lambda: request(base, "GET", "/health")[2]["slots_idle"] == 1)
+        assert metrics(base)["infer_requests_cancelled_total"] == 1
+        # the slot serves the next request (the script's next turn)
+        out = client(base).chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}],
+                                                   max_tokens=5, temperature=0)
+        assert out.choices[0].finish_reason in ("stop", "length")
+
+
+def test_full_queue_is_503_with_retry_after():
+    with app_server(create_app(slow_model(["ab" * 2000] * 3), parallel=1, max_queue=1)) as base:
+        conn, _ = open_stream(base)
+        waiting = concurrent.futures.ThreadPoolExecutor(1).submit(
+            request, base, "POST", "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
+        assert wait_for(lambda: metrics(base)["infer_queue_depth"] == 1)
+        status, headers, body = request(base, "POST", "/v1/chat/completions",
+                                     {"messages": [{"role": "user", "content": "y"}]})
+        assert status == 503 and headers["retry-after"] == "1"
+        assert_openai_error(body, 503)
+        with pytest.raises(openai.APIStatusError) as info:
+            client(base).completions.create(model="m", prompt="z")
+        assert info.value.status_code == 503
+        conn.close()
+        assert waiting.result(timeout=60)[0] == 200  # the queued one ran once the slot was free
+        assert metrics(base)["infer_requests_rejected_total"] == 2
+
+
+def test_api_key_is_required_but_not_for_health():
+    with app_server(create_app(scripted_model(["Hi."] * 3), api_key="s3cret")) as base:
+        with pytest.raises(openai.AuthenticationError):
+            client(base).models.list()
+        with pytest.raises(openai.AuthenticationError):
+            client(base, "wrong").chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        status, _, body = request(base, "GET", "/metrics")
+        assert status == 401 and body["error"]["code"] == "invalid_api_key"
+        assert request(base, "GET", "/health")[0] == 200
+        out = client(base, "s3cret").chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                                             temperature=0)
+        assert out.choices[0].message.content == "Hi."
+
+
+def test_cors_is_off_by_default_and_on_when_asked():
+    preflight = {"Origin": "http://example.test", "Access-Control-Request-Method": "POST"}
+    with app_server(create_app(scripted_model(["Hi."]))) as base:
+        _, headers, _ = request(base, "OPTIONS", "/v1/chat/completions", headers=preflight)
+        assert "access-control-allow-origin" not in headers
+    with app_server(create_app(scripted_model(["Hi."]), cors_origins=["http://example.test"])) as base:
+        status, headers, _ = request(base, "OPTIONS", "/v1/chat/completions", headers=preflight)
+        assert status == 200
+        assert headers["access-control-allow-origin"] == "http://example.test"
+
+
+def test_cli_rejects_bad_options():
+    out = subprocess.run([sys.executable, "-m", "infer", "serve", "--parallel", "0"], cwd=IMPORT_ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "--parallel: must be >= 1" in out.stderr
+
+
+def test_malformed_bodies():
+    with app_server(create_app(scripted_model(["Hi."]))) as base:
+        for raw in (b"[1, 2]", b"\xff\xfe", b"[" * 100000 + b"]" * 100000):
+            status, _, body = request(base, "POST", "/v1/chat/completions", raw=raw)
+            assert status == 400
+            assert_openai_error(body, 400)
+        status, _, body = request(base, "POST", "/v1/completions", raw=b" " * (17 << 20))
+        assert status == 413
+        status, _, body = request(base, "POST", "/v1/completions", {"model": 3, "prompt": "x"})
+        assert status == 400 and body["error"]["param"] == "model"
+        status, _, body = request(base, "POST", "/v1/chat/completions", {"model": "m"})
+        assert status == 400 and body["error"]["param"] == "messages"
+        # the server still answers
+        status, _, body = request(base, "POST", "/v1/chat/completions",
+                                  {"messages": [{"role": "user", "content": "x"}], "temperature": 0})
+        assert status == 200 and body["choices"][0]["message"]["content"] == "Hi."

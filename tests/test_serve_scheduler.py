@@ -1,0 +1,177 @@
+"""The continuous-batching scheduler on the scripted variant: slot choice by longest
+prefix, failures and cancellations that stay with their own request, and the
+decode steps really shared.  The scripted context reads its own KV "cache", so a
+slot whose cache were wrong would go off script."""
+import threading
+import time
+
+import pytest
+
+from infer.generate import generate
+from infer.serve.scheduler import Cancelled, QueueFull, Scheduler
+from scripted import GreedySampler, RaisingSampler, ScriptedContext, scripted_model
+
+
+def ids(model, text):
+    return model.tokenizer.encode(text, add_special=False, parse_special=True)
+
+
+OPENER = "<|im_start|>assistant\n"
+
+
+def run(model, handle, prompt, max_tokens=None, sampler=None):
+    handle.sampler = sampler or GreedySampler()
+    try:
+        gen = generate(model, prompt, context=handle, max_tokens=max_tokens)
+        return "".join(gen), gen
+    finally:
+        handle.close()
+
+
+def test_requests_decode_together_and_get_their_own_text():
+    model = scripted_model(["Hello world!", "ab ab ab"])
+    sched = Scheduler(model, n_slots=4, n_ctx=256)
+    try:
+        # k openers in the prompt: the scripted model answers with script[k - 1]
+        prompts = [ids(model, "x" * i + OPENER * (1 + i % 2)) for i in range(4)]
+        out = [None] * 4
+        handles = [sched.open() for _ in prompts]
+
+        def work(i):
+            out[i] = run(model, handles[i], prompts[i])[0]
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert out == ["Hello world!", "ab ab ab"] * 2
+        assert sched.stats.decoded_tokens == 2 * (len(ids(model, "Hello world!")) + len(ids(model, "ab ab ab")) + 2)
+        assert max(sched.stats.batch_sizes) > 1  # some steps ran several slots at once
+        assert sched.busy_slots == 0 and sched.queue_depth == 0
+    finally:
+        sched.close()
+
+
+def test_a_request_takes_the_slot_sharing_its_longest_prefix():
+    model = scripted_model(["ab"] * 8)
+    sched = Scheduler(model, n_slots=3, n_ctx=256)
+    try:
+        a, b = ids(model, "Hello" + OPENER), ids(model, "user says hi" + OPENER)
+        for prompt in (a, b):
+            run(model, sched.open(), prompt)
+        slot_b = next(s.index for s in sched.slots if s.context.tokens[:len(b)] == b)
+        follow = b + ids(model, "ab<|im_end|>\n") + ids(model, "more" + OPENER)
+        handle = sched.open()
+        handle.sampler = GreedySampler()
+        gen = generate(model, follow, context=handle, max_tokens=2)
+        "".join(gen)
+        assert handle.slot == slot_b
+        # the slot held b, the reply and its end token (generate evaluates it), not the "\n"
+        assert handle.cached_tokens == len(b) + len(ids(model, "ab<|im_end|>"))
+        handle.close()
+        # cache_prompt off: the whole prompt is prefilled again
+        handle = sched.open()
+        handle.reuse_prefix = False
+        run(model, handle, follow, max_tokens=2)
+        assert handle.cached_tokens == 0
+    finally:
+        sched.close()
+
+
+def test_a_failing_request_fails_alone():
+    model = scripted_model(["Hello world!"] * 2)
+    sched = Scheduler(model, n_slots=2, n_ctx=256)
+    try:
+        prompt = ids(model, OPENER)
+        results = {}
+
+        def work(name, sampler):
+            try:
+                results[name] = run(model, sched.open(), prompt, sampler=sampler)[0]
+            except Exception as exc:  # noqa: BLE001
+                results[name] = exc
+
+        threads = [threading.Thread(target=work, args=("bad", RaisingSampler(3, RuntimeError("boom")))),
+                   threading.Thread(target=work, args=("good", GreedySampler()))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert isinstance(results["bad"], RuntimeError) and str(results["bad"]) == "boom"
+        assert results["good"] == "Hello world!"
+    finally:
+        sched.close()
+
+
+class SlowContext(ScriptedContext):
+    def _forward(self, tokens, start):
+        time.sleep(0.01)
+        super()._forward(tokens, start)
+
+
+def test_cancel_and_queue_limits():
+    model = scripted_model(["ab" * 500] * 4)
+    engine = model.engine
+    engine.create_context = lambda n_ctx=None, sampler=None: SlowContext(engine, n_ctx or 2048, GreedySampler())
+    sched = Scheduler(model, n_slots=1, n_ctx=2048, max_queue=1)
+    try:
+        prompt = ids(model, OPENER)
+        running, waiting = sched.open(), sched.open()
+        with pytest.raises(QueueFull):
+            sched.open()
+        errors = {}
+
+        def work(name, handle):
+            try:
+                run(model, handle, prompt)
+            except Cancelled as exc:
+                errors[name] = exc
+
+        threads = {n: threading.Thread(target=work, args=(n, h)) for n, h in (("running", running),
+                                                                               ("waiting", waiting))}
+        threads["running"].start()
+        deadline = time.monotonic() + 10
+        while running.generated < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        threads["waiting"].start()
+        deadline = time.monotonic() + 10
+        while sched.queue_depth < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        waiting.cancel()  # while waiting for the slot
+        threads["waiting"].join(timeout=10)
+        running.cancel()  # mid-generation
+        threads["running"].join(timeout=10)
+        assert set(errors) == {"running", "waiting"}
+        assert running.generated < 1000 and sched.busy_slots == 0 and sched.stats.cancelled == 2
+        # the slot serves the next request
+        text, gen = run(model, sched.open(), prompt, max_tokens=4)
+        assert gen.finish_reason == "length" and len(gen.tokens) == 4
+    finally:
+        sched.close()
+
+
+def test_bad_arguments():
+    model = scripted_model([])
+    with pytest.raises(ValueError, match="n_slots"):
+        Scheduler(model, n_slots=0)
+    with pytest.raises(ValueError, match="max_queue"):
+        Scheduler(model, max_queue=-1)
+
+
+def test_n_choices_in_one_slot_recompute_the_stale_logits():
+    from infer import api
+
+    model = scripted_model(["Hello world!"] * 2)
+    sched = Scheduler(model, n_slots=1, n_ctx=256)
+    try:
+        handle = sched.open()
+        try:
+            out = api.create_completion(model, ids(model, OPENER), n=2, max_tokens=None, temperature=0,
+                                        context=handle)
+        finally:
+            handle.close()
+        # the second choice's prompt is all in the cache: its last token is evaluated again
+        assert [c["text"] for c in out["choices"]] == ["Hello world!"] * 2
+    finally:
+        sched.close()

@@ -1,0 +1,310 @@
+"""Tiny random-weight GGUF files, one per architecture family, as llama.cpp's
+converter names and shapes them.
+
+They are written with the `gguf` package's writer (not infer's), from facts of
+llama.cpp's src/llama-arch.cpp, src/models/<arch>.cpp and gguf-py:
+
+* A weight of shape (rows=out, cols=in) is stored with GGUF dims (in, out); the
+  numpy array handed to the writer is (out, in).
+* `llama`, `smollm3`, `granite` use NORM RoPE (pairs 2i, 2i+1): the converter
+  permutes the rows of Q and K from HF's half-split layout.  Random weights are
+  drawn directly in the GGUF layout, so no permutation is written here.
+  `qwen2`, `qwen3`, `phi3`, `gemma2` use NEOX RoPE (pairs i, i + n_rot/2) and
+  are stored unpermuted.
+* Tied heads: no `output.weight`, the head is `token_embd.weight` (gemma2 always).
+* Norm weights and biases are F32; matrices are F16.
+
+Each file is small (d=256, 2-4 layers, vocab 512, a byte-level BPE vocabulary
+that infer's tokenizer and llama.cpp both load) and uses small rope contexts and
+windows so that a 640-token prompt crosses them.  ``TINY`` lists them;
+``write(name, path)`` writes one, deterministically (the seeds are fixed; the
+sha256 of each file is recorded beside llama.cpp's logits so a change shows).
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+VOCAB = 512
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+#: the teacher-forced prompt of the llama.cpp recordings: past 512 tokens, past the
+#: gemma2 window (128), past every rope "original context" (256)
+PROMPT_LEN = 640
+
+
+@dataclass(frozen=True)
+class Tiny:
+    arch: str
+    seed: int
+    n_layer: int = 4
+    dim: int = 256
+    n_head: int = 4
+    n_kv_head: int = 2
+    head_dim: int = 64
+    ffn: int = 512
+    tied: bool = True
+    n_ctx_train: int = 1024
+    rope_base: float = 10000.0
+    eps: float = 1e-5
+    #: extra metadata (key without the "<arch>." prefix -> value)
+    extra: Dict[str, Any] = field(default_factory=dict)
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    fused_qkv: bool = False
+    fused_gate_up: bool = False
+    post_norms: bool = False
+    llama3_rope: bool = False
+    longrope: bool = False
+    rope_dims: Optional[int] = None
+    pre: str = "default"
+    #: std of the logits before any final scaling (granite divides by logit_scale)
+    head_gain: float = 3.0
+    #: n_ctx for the llama.cpp recording (phi3's LongRoPE picks factors by it)
+    n_ctx: int = 1024
+    prompt_len: int = PROMPT_LEN
+
+
+TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
+    # Plain Llama (SmolLM2's shape): the baseline of bench/families.py.
+    ("llama", Tiny("llama", 100, pre="smollm")),
+    ("llama3", Tiny("llama", 101, tied=False, llama3_rope=True, pre="llama-bpe",
+                    extra={"rope.freq_base": 500000.0, "vocab_size": VOCAB})),
+    ("llama-linear", Tiny("llama", 102, n_layer=2, n_kv_head=4,
+                          extra={"rope.scaling.type": "linear", "rope.scaling.factor": 4.0})),
+    ("qwen2", Tiny("qwen2", 103, qkv_bias=True, eps=1e-6, pre="qwen2",
+                   extra={"rope.freq_base": 1000000.0})),
+    ("qwen2-yarn", Tiny("qwen2", 104, n_layer=3, qkv_bias=True, tied=False, pre="qwen2",
+                        extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                               "rope.scaling.original_context_length": 256})),
+    # Qwen3: 8 heads of 64 = 512 != d (key_length given), per-head q/k RMSNorm.
+    ("qwen3", Tiny("qwen3", 105, n_head=8, qk_norm=True, eps=1e-6, pre="qwen2",
+                   extra={"attention.key_length": 64, "attention.value_length": 64,
+                          "rope.freq_base": 1000000.0})),
+    # Phi-3/4-mini: fused qkv and gate|up, partial rotary (Phi-4-mini: 3/4 of the
+    # head), LongRoPE factors chosen by n_ctx against the original context.
+    ("phi3", Tiny("phi3", 106, tied=False, fused_qkv=True, fused_gate_up=True, longrope=True,
+                  rope_dims=48, n_ctx=1024,
+                  extra={"rope.scaling.original_context_length": 256,
+                         "attention.sliding_window": 0})),
+    ("phi3-short", Tiny("phi3", 106, tied=False, fused_qkv=True, fused_gate_up=True,
+                        longrope=True, rope_dims=48, n_ctx=256, prompt_len=250,
+                        extra={"rope.scaling.original_context_length": 256,
+                               "attention.sliding_window": 0})),
+    # Gemma 2: window 128 on even layers, soft-capping small enough to bite.
+    ("gemma2", Tiny("gemma2", 107, post_norms=True, eps=1e-6,
+                    extra={"attention.key_length": 64, "attention.value_length": 64,
+                           "attention.sliding_window": 128,
+                           "attn_logit_softcapping": 3.0, "final_logit_softcapping": 8.0})),
+    # SmolLM3: NoPE on every 4th layer (llama.cpp: n_no_rope_layer_step = 4).
+    ("smollm3", Tiny("smollm3", 108, extra={"rope.freq_base": 2000000.0})),
+    ("granite", Tiny("granite", 109, tied=True, head_gain=24.0,
+                     extra={"embedding_scale": 12.0, "residual_scale": 0.22,
+                            "attention.scale": 0.03125, "logit_scale": 8.0})),
+]}
+
+
+# ---- vocabulary ---------------------------------------------------------------------
+_CORPUS = (
+    "The quick brown fox jumps over the lazy dog. A small model reads the text, "
+    "the tokens and the weights; then it writes the next word of the sentence. "
+    "Inference on a CPU is fast when the weights are small and the kernels are good. "
+    "Hello world! Numbers like 12, 345 and 6789 appear too, with questions: why? how? "
+) * 4
+
+
+def byte_alphabet() -> List[str]:
+    """GPT-2's printable stand-in for each byte."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    out, extra = [], 0
+    for b in range(256):
+        if b in keep:
+            out.append(chr(b))
+        else:
+            out.append(chr(256 + extra))
+            extra += 1
+    return out
+
+
+def bpe_vocabulary():
+    """(tokens, merges): 256 bytes, merges learnt greedily on a fixed text, specials."""
+    alpha = byte_alphabet()
+    words = Counter(tuple(alpha[b] for b in w.encode()) for w in re.findall(r" ?\w+| ?[^\w\s]+|\s+", _CORPUS))
+    tokens = list(alpha)
+    merges: List[str] = []
+    n_merges = VOCAB - 256 - len(SPECIALS)
+    while len(merges) < n_merges:
+        pairs: Counter = Counter()
+        for w, c in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] += c
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(f"{best[0]} {best[1]}")
+        tokens.append(best[0] + best[1])
+        merged: Counter = Counter()
+        for w, c in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] += c
+        words = merged
+    while len(tokens) < VOCAB - len(SPECIALS):  # the corpus ran out of pairs
+        tokens.append(f"<|unused{len(tokens)}|>")
+    return tokens + SPECIALS, merges
+
+
+def prompt(name: str) -> np.ndarray:
+    """The teacher-forced token ids of a tiny model's recording (no specials)."""
+    t = TINY[name]
+    return np.random.default_rng(1000 + t.seed).integers(0, VOCAB - len(SPECIALS), t.prompt_len)
+
+
+# ---- weights ------------------------------------------------------------------------
+def llama3_rope_factors(head_dim: int, base: float, factor=8.0, low=1.0, high=4.0, orig=256):
+    """HF's llama3 rope_scaling as the converter stores it: per-pair divisors of the
+    frequency (1 for short wavelengths, ``factor`` for long ones, smooth between)."""
+    inv = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    wavelen = 2 * math.pi / inv
+    lo_wl, hi_wl = orig / low, orig / high
+    smooth = (orig / wavelen - low) / (high - low)
+    f = np.where(wavelen < hi_wl, 1.0, np.where(wavelen > lo_wl, factor, 1.0 / ((1 - smooth) / factor + smooth)))
+    return f.astype(np.float32)
+
+
+def write(name: str, path: str, tiny: Optional[Tiny] = None,
+          more_tensors: Optional[Dict[str, np.ndarray]] = None) -> str:
+    """Write TINY[name] (or ``tiny``) to path, with ``more_tensors`` added."""
+    import gguf
+
+    t = tiny or TINY[name]
+    rng = np.random.default_rng(t.seed)
+    d, hd, L = t.dim, t.head_dim, t.n_layer
+    q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    def bias(n, s=0.3):
+        return (s * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, t.arch)
+    a = t.arch
+    w.add_uint32(f"{a}.context_length", t.n_ctx_train)
+    w.add_uint32(f"{a}.embedding_length", d)
+    w.add_uint32(f"{a}.block_count", L)
+    w.add_uint32(f"{a}.feed_forward_length", t.ffn)
+    w.add_uint32(f"{a}.attention.head_count", t.n_head)
+    w.add_uint32(f"{a}.attention.head_count_kv", t.n_kv_head)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", t.eps)
+    if t.rope_dims is not None:
+        w.add_uint32(f"{a}.rope.dimension_count", t.rope_dims)
+    extra = dict(t.extra)
+    extra.setdefault("rope.freq_base", t.rope_base)
+    for k, v in extra.items():
+        key = f"{a}.{k}"
+        if isinstance(v, str):
+            w.add_string(key, v)
+        elif isinstance(v, float):
+            w.add_float32(key, v)
+        else:
+            w.add_uint32(key, v)
+    if t.longrope:
+        scale = t.n_ctx_train / extra["rope.scaling.original_context_length"]
+        w.add_float32(f"{a}.rope.scaling.attn_factor",
+                      math.sqrt(1 + math.log(scale) / math.log(extra["rope.scaling.original_context_length"])))
+    tokens, merges = bpe_vocabulary()
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", t.pre)
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", [1] * (VOCAB - len(SPECIALS)) + [3] * len(SPECIALS))
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.eos_token_id", tokens.index("<|endoftext|>"))
+    w.add_uint32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+
+    # Logits std of a few units: unit-RMS normed hidden states times a head of
+    # std 3/sqrt(d).  An untied embedding is unit-variance.
+    w.add_tensor("token_embd.weight", mat(VOCAB, d, t.head_gain if t.tied else math.sqrt(d)))
+    w.add_tensor("output_norm.weight", norm(d))
+    if not t.tied:
+        w.add_tensor("output.weight", mat(VOCAB, d, t.head_gain))
+    if t.llama3_rope:
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(hd, extra["rope.freq_base"]))
+    if t.longrope:
+        n = (t.rope_dims or hd) // 2
+        w.add_tensor("rope_factors_long.weight", (1.0 + 7.0 * np.linspace(0, 1, n) ** 2).astype(np.float32))
+        w.add_tensor("rope_factors_short.weight", (1.0 + 0.5 * np.linspace(0, 1, n)).astype(np.float32))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", norm(d))
+        if t.fused_qkv:
+            w.add_tensor(p + "attn_qkv.weight", np.concatenate(
+                [mat(q_dim, d, 1.5), mat(kv_dim, d, 1.5), mat(kv_dim, d)]))
+        else:
+            w.add_tensor(p + "attn_q.weight", mat(q_dim, d, 1.5))
+            w.add_tensor(p + "attn_k.weight", mat(kv_dim, d, 1.5))
+            w.add_tensor(p + "attn_v.weight", mat(kv_dim, d))
+        if t.qkv_bias:
+            w.add_tensor(p + "attn_q.bias", bias(q_dim))
+            w.add_tensor(p + "attn_k.bias", bias(kv_dim, 1.0))
+            w.add_tensor(p + "attn_v.bias", bias(kv_dim))
+        if t.qk_norm:
+            w.add_tensor(p + "attn_q_norm.weight", norm(hd))
+            w.add_tensor(p + "attn_k_norm.weight", norm(hd))
+        w.add_tensor(p + "attn_output.weight", mat(d, q_dim))
+        if t.post_norms:
+            w.add_tensor(p + "post_attention_norm.weight", norm(d))
+        w.add_tensor(p + "ffn_norm.weight", norm(d))
+        if t.fused_gate_up:
+            w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(t.ffn, d), mat(t.ffn, d)]))
+        else:
+            w.add_tensor(p + "ffn_gate.weight", mat(t.ffn, d))
+            w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
+        w.add_tensor(p + "ffn_down.weight", mat(d, t.ffn))
+        if t.post_norms:
+            w.add_tensor(p + "post_ffw_norm.weight", norm(d))
+    for k, v in (more_tensors or {}).items():
+        w.add_tensor(k, v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def recorded_positions(n: int) -> np.ndarray:
+    """The positions whose llama.cpp logits are kept as test data: every 8th, the
+    last, and both sides of the 128-token window, the 256-token rope context and
+    the 512-token batch."""
+    edges = [127, 128, 255, 256, 511, 512, n - 1]
+    return np.array(sorted(set(range(0, n, 8)) | {p for p in edges if p < n}), dtype=np.int64)
+
+
+def sha256(path: str) -> str:
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+if __name__ == "__main__":
+    import sys
+
+    out = sys.argv[1] if len(sys.argv) > 1 else "."
+    for name in TINY:
+        p = write(name, f"{out}/{name}.gguf")
+        print(name, sha256(p), p)
