@@ -93,8 +93,11 @@ static float KERNEL(vec_dot_q2_K_q8_K)(int64_t n, const void *w, const void *a) 
         const int summ = hsum_epi32(_mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
+        /* the 8 scales of each 128-element half, in both 128-bit lanes */
+        const __m256i sc_half[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
+                                    _mm256_permute2x128_si256(sc16, sc16, 0x11)};
         for (int h = 0; h < 2; h++) {
-            const __m256i sc = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);
+            const __m256i sc = sc_half[h];
             const __m256i qv = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
             for (int k = 0; k < 4; k++, q8 += 32) {
                 const __m256i p = _mm256_maddubs_epi16(crumb(qv, k), _mm256_loadu_si256((const __m256i *)q8));
@@ -122,8 +125,11 @@ static float KERNEL(vec_dot_q3_K_q8_K)(int64_t n, const void *w, const void *a) 
         const __m256i hb = _mm256_loadu_si256((const __m256i *)x[i].hmask);
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
+        /* the 8 scales of each 128-element half, in both 128-bit lanes */
+        const __m256i sc_half[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
+                                    _mm256_permute2x128_si256(sc16, sc16, 0x11)};
         for (int h = 0; h < 2; h++) {
-            const __m256i sc = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);
+            const __m256i sc = sc_half[h];
             const __m256i qv = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
             for (int k = 0; k < 4; k++, q8 += 32) {
                 const __m256i u = _mm256_or_si256(crumb(qv, k), byte_bit(hb, 4 * h + k, 2));

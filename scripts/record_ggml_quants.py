@@ -2,7 +2,7 @@
 
 Calls ``ggml_quantize_chunk`` of a llama.cpp build's libggml-base.so through ctypes
 with no importance matrix (what llama-quantize does without --imatrix), on the inputs
-that tests/test_kernels_kquants235.py rebuilds: `ggml_test_inputs()` below.
+of tests/reference/ggml_inputs.py.
 
     python scripts/record_ggml_quants.py /path/to/llama.cpp/build/bin/libggml-base.so
 """
@@ -19,22 +19,9 @@ OUT = ROOT / "tests" / "data" / "ggml_quantized.npz"
 GGML_TYPES = {"q5_1": 7, "q2_k": 10, "q3_k": 11, "q5_k": 13, "iq4_nl": 20, "iq4_xs": 23}
 BLOCK = {"q5_1": (32, 24), "q2_k": (256, 84), "q3_k": (256, 110), "q5_k": (256, 176),
          "iq4_nl": (32, 18), "iq4_xs": (256, 136)}
-SMOLLM2_TENSOR, SMOLLM2_ROWS = "blk.0.ffn_down.weight", 8
-
-
-def ggml_test_inputs() -> dict[str, np.ndarray]:
-    """float32 matrices: seeded random rows of assorted scales (zero runs, one all-positive
-    row), and the first rows of SmolLM2's blk.0.ffn_down decoded from its Q4_1 file."""
-    rng = np.random.default_rng(1)
-    x = (rng.standard_normal((8, 1024)) * np.exp(2 * rng.standard_normal((8, 1)))).astype(np.float32)
-    x[::3, 100:300] = 0
-    x[5] = np.abs(x[5])
-    inputs = {"random": x}
-    sys.path.insert(0, str(ROOT))
-    from infer import gguf
-    with gguf.GGUFFile(gguf.default_model_path()) as f:
-        inputs["smollm2"] = np.ascontiguousarray(f.tensors[SMOLLM2_TENSOR].to_f32()[:SMOLLM2_ROWS])
-    return inputs
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+from reference.ggml_inputs import ggml_test_inputs  # noqa: E402
 
 
 def main(lib_path: str) -> None:

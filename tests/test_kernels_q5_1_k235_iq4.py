@@ -138,9 +138,7 @@ def test_q5_1_quantize_matches_gguf(isa, n_blocks):
 
 @pytest.fixture(scope="module")
 def ggml_recorded():
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-    from record_ggml_quants import ggml_test_inputs
+    from reference.ggml_inputs import ggml_test_inputs
     try:
         inputs = ggml_test_inputs()
     except FileNotFoundError as e:   # the SmolLM2 package is absent
