@@ -1,4 +1,4 @@
-"""Gemma 3 decode: the fused C step (csrc/gemma3_block.c) against the Python block.
+"""Gemma 3 decode: the fused C step (csrc/transformer_block.c) against the Python block.
 
     python bench/gemma3_decode.py          # INFER_TOKENS=32 INFER_MODEL=path
 
@@ -46,13 +46,14 @@ def main() -> None:
                     for t in tokens:
                         ctx.prefill([int(t)])
                     times["fused" if fused else "python"].append((time.perf_counter() - t0) / n)
-                h = np.ones(eng.config.dim, np.float32)
-                xq = np.zeros(K.activation_bytes(eng.output.qtype, eng.config.dim), np.uint8)
-                K.quantize_activations(h, eng.output.qtype, xq)
+                head = eng.live_weights().output
+                h = np.ones(eng.spec.dim, np.float32)
+                xq = np.zeros(K.activation_bytes(head.qtype, eng.spec.dim), np.uint8)
+                K.quantize_activations(h, head.qtype, xq)
                 out = np.zeros(eng.vocab_size, np.float32)
                 t0 = time.perf_counter()
                 for _ in range(4):
-                    K.matvec_q(eng.output.data, eng.output.qtype, xq, out)
+                    K.matvec_q(head.data, head.qtype, xq, out)
                 times["head"].append((time.perf_counter() - t0) / 4)
             med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
             print(f"| {threads} | {med['python']:.2f} | {med['fused']:.2f} | {med['head']:.2f} | "

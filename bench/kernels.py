@@ -6,8 +6,11 @@ Every figure is printed next to a baseline measured in the same run, with the ra
               and each SIMD kernel set vs scalar
   model       the mat-vec shapes of SmolLM2-135M decode, per thread count
   prefill     mat-mul of many tokens vs numpy float32 (OpenBLAS sgemm, one thread)
-  types       the K/IQ/Q5_1 formats: dequantize G elem/s and 4096x4096 mat-vec us at one
+  types       the K/IQ4/Q5_1 formats: dequantize G elem/s and 4096x4096 mat-vec us at one
               thread beside numpy and Q4_0, and mat-vec time per weight byte vs Q4_0's
+  iquants     the IQ and TQ formats at one thread on the active kernel set: dequantize
+              G elem/s vs the gguf package, 4096x4096 mat-vec us vs numpy float32 and
+              Q4_0, and whether each is within 1.5x of Q4_0's time per weight byte
 
 Run:  python bench/kernels.py
 Knobs (environment):
@@ -18,7 +21,8 @@ Knobs (environment):
   INFER_BENCH_THREADS   comma list of thread counts (default 1,2)
   INFER_BENCH_PREFILL   matmul rows x cols x tokens (default 1536x576x64)
   INFER_BENCH_TYPES     comma list for the types section (default q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs)
-  INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model,prefill,types)
+  INFER_BENCH_IQ        comma list for the iquants section (default: all eight)
+  INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model,prefill,types,iquants)
 """
 import os
 import sys
@@ -44,6 +48,8 @@ TYPES = os.environ.get("INFER_BENCH_TYPES", "q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_n
 # The issue's bar: a K or IQ type's mat-vec within 1.5x of Q4_0's time per weight byte.
 PER_BYTE_BAR = 1.5
 PREFILL_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_PREFILL", "1536x576x64").split("x"))
+IQ_FORMATS = os.environ.get(
+    "INFER_BENCH_IQ", "iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s,iq1_s,tq1_0,tq2_0").split(",")
 MODEL_SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576)]
 
 
@@ -89,7 +95,14 @@ def thread_columns(fn, fmt_us):
 
 
 def encode(fmt, w):
-    """w quantized: by the gguf package where it has a quantizer, else by infer's."""
+    """w in format fmt: by the gguf package's quantizer, else by infer's; the grid formats
+    (they need an importance matrix) get random blocks of the same shape, with sane fp16 d."""
+    if fmt.startswith("iq") and fmt not in ("iq4_nl", "iq4_xs"):
+        rng = np.random.default_rng(w.shape[0])
+        n_blocks = w.size // K.block_size(fmt)
+        raw = rng.integers(0, 256, (n_blocks, K.block_bytes(fmt)), dtype=np.uint8)
+        raw[:, 0:2] = np.array([0.01], np.float16).view(np.uint8)   # d leads every IQ block
+        return raw.reshape(w.shape[0], -1)
     try:
         return gq.quantize(w, T[fmt.upper()]).view(np.uint8).reshape(w.shape[0], -1)
     except NotImplementedError:
@@ -247,6 +260,39 @@ def bench_types(rng, isa):
            "matvec time per weight byte vs q4_0", f"within {PER_BYTE_BAR}x"], result)
 
 
+def bench_iquants(rng, isa):
+    """Each IQ/TQ format beside Q4_0 and numpy, one thread, the active kernel set."""
+    K.set_isa(isa)
+    K.set_num_threads(1)
+    rows, cols = MV_SHAPE
+    w_f = rng.standard_normal((rows, cols)).astype(np.float32)
+    x = rng.standard_normal(cols).astype(np.float32)
+    out = np.empty(rows, np.float32)
+    deq = np.empty(rows * cols, np.float32)
+    t_np = per_call(lambda: np.matmul(w_f, x, out=out))
+    figures = {}
+    for fmt in ["q4_0"] + IQ_FORMATS:
+        w = encode(fmt, w_f)
+        flat = w.reshape(-1)
+        t_mv = per_call(lambda: K.matvec(w, fmt, x, out))
+        t_deq = per_call(lambda: K.dequantize(flat, fmt, deq))
+        t_gguf = per_call(lambda: gq.dequantize(w, T[fmt.upper()]), seconds=min(SECONDS, 0.1))
+        figures[fmt] = (w.nbytes, t_mv, t_deq, t_gguf)
+    q4_bytes, q4_t = figures["q4_0"][0], figures["q4_0"][1]
+    result = []
+    for fmt, (nbytes, t_mv, t_deq, t_gguf) in figures.items():
+        per_byte = (t_mv / nbytes) / (q4_t / q4_bytes)
+        n = rows * cols
+        result.append([fmt, f"{nbytes * 8 / n:.4f}", f"{n / t_deq / 1e9:.2f}", f"{n / t_gguf / 1e9:.3f}",
+                       f"{t_gguf / t_deq:.0f}x", f"{t_mv * 1e6:.0f}", f"{t_np / t_mv:.2f}x",
+                       f"{t_mv / q4_t:.2f}x", f"{per_byte:.2f}x", "yes" if per_byte <= 1.5 else "NO"])
+    table(f"IQ and TQ formats, {isa}, one thread: dequantize {rows}x{cols} to float32 and matvec "
+          f"{rows}x{cols} (x quantized inside; numpy float32: {t_np * 1e6:.0f} us)",
+          ["format", "bits/weight", "dequantize G elem/s", "gguf numpy G elem/s", "vs gguf",
+           "matvec us (CPU)", "vs numpy f32", "time vs q4_0", "time per weight byte vs q4_0",
+           "within 1.5x"], result)
+
+
 def main():
     caps = K.capabilities()
     isas = caps["available"]
@@ -267,6 +313,8 @@ def main():
             bench_prefill(rng, before)
         if "types" not in SKIP:
             bench_types(rng, before)
+        if "iquants" not in SKIP:
+            bench_iquants(rng, before)
     finally:
         K.set_isa(before)
 

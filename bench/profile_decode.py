@@ -2,7 +2,7 @@
 
     python bench/profile_decode.py            # INFER_TOKENS=256 INFER_THREADS=2 INFER_MODEL=path
 
-Prints the C decode step alone (LlamaDecoder.decode: the whole forward pass in one
+Prints the C decode step alone (TransformerDecoder.decode: the whole forward pass in one
 call), then the Python side of a token measured with the C step replaced by a
 no-op: Context.prefill([t]) (history, sampler window, checks) and Context.next()
 (plus sampling, greedy and the default chain), as a share of a whole step.  The
@@ -35,7 +35,7 @@ def per_token(fn, n, reps=5):
 class NoStep:
     """Stands in for the C step: what remains is the Python side of a token."""
 
-    def decode(self, token, pos, logits):
+    def decode(self, token, pos, k_cache, v_cache, logits):
         pass
 
 
@@ -48,17 +48,18 @@ def main():
         rng = np.random.default_rng(0)
         toks = [int(t) for t in rng.integers(0, model.engine.vocab_size, n)]
         ctx.prefill(toks[:1])
-        dec = ctx._decoder
-        logits = np.zeros(model.engine.vocab_size, np.float32)
+        eng = model.engine
+        dec = eng.fused_step()
+        logits = np.zeros(eng.vocab_size, np.float32)
         # the whole forward pass in one C call, positions 1 .. n-1
-        c_step = per_token(lambda i: dec.decode(toks[i], 1 + i, logits), n - 1)
+        c_step = per_token(lambda i: dec.decode(toks[i], 1 + i, ctx.k_cache, ctx.v_cache, logits), n - 1)
 
         rows = []
         for name, c in (("Context.prefill([t])", ctx), ("Context.next(), greedy", ctx),
                         ("Context.next(), default sampler", sampled)):
             c.restart()
             c.prefill(toks[:1])
-            c._decoder = NoStep()
+            eng._decoder = NoStep()
             c.logits[:] = rng.standard_normal(len(c.logits)).astype(np.float32)
 
             def step(i, c=c, name=name):
@@ -71,7 +72,7 @@ def main():
                     c.next()
 
             rows.append((name, per_token(step, n - 1)))
-            c._decoder = None
+            eng._decoder = dec
     print(f"SmolLM2 decode at {threads} threads, positions 1..{n - 1}, median of 5 runs")
     print(f"C step alone (baseline): {c_step * 1e3:.3f} ms/token = {1 / c_step:.1f} tok/s")
     print("| Python side of | us/token | share of a step |")

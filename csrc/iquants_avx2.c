@@ -216,24 +216,33 @@ static float infer_vec_dot_iq1_s_q8_K_avx2(int64_t n, const void *w, const void 
     const block_iq1_s *x = w;
     const block_q8_K *y = a;
     __m256 acc = _mm256_setzero_ps();
-    float acc_shift = 0;
+    __m128 acc_shift = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
-        int sum_shift = 0;
         for (int ib = 0; ib < QK_K / 32; ib++, q8 += 32) {
             int ls, shift;
             const __m256i g = iq1_s_grid32(&x[i], ib, &ls, &shift);
             const __m256i a8 = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)q8), g);
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(g), a8),
                                                             _mm256_set1_epi16((short)ls)));
-            sum_shift += ls * shift * (y[i].bsums[2 * ib] + y[i].bsums[2 * ib + 1]);
         }
+        /* the shifts of all 8 sub-blocks at once: ls * (+1 or -1) against the sums of
+         * their 32 activations (bsums in pairs, |sum| <= 32 * 127) */
+        const __m128i qh = _mm_loadu_si128((const __m128i *)x[i].qh);
+        const __m128i ls = _mm_add_epi16(_mm_and_si128(_mm_srli_epi16(qh, 11), _mm_set1_epi16(14)),
+                                         _mm_set1_epi16(1));
+        const __m128i sign = _mm_or_si128(_mm_srai_epi16(qh, 15), _mm_set1_epi16(1));
+        const __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[i].bsums),
+                                             _mm_loadu_si128((const __m128i *)y[i].bsums + 1));
+        const __m128i shifted = _mm_madd_epi16(_mm_sign_epi16(ls, sign), pairs);
         const float dc = _cvtsh_ss(x[i].d) * 0.125f * y[i].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(8 * dc), _mm256_cvtepi32_ps(sumi), acc);
-        acc_shift += dc * (float)sum_shift;
+        acc_shift = _mm_fmadd_ps(_mm_set1_ps(dc), _mm_cvtepi32_ps(shifted), acc_shift);
     }
-    return hsum_ps(acc) + acc_shift;
+    __m128 s = _mm_add_ps(acc_shift, _mm_movehl_ps(acc_shift, acc_shift));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return hsum_ps(acc) + _mm_cvtss_f32(s);
 }
 
 INFER_ALWAYS_INLINE void dequantize_iq1_s(const block_iq1_s *x, void *dst, int64_t n, int f16) {
@@ -293,13 +302,15 @@ static float infer_vec_dot_tq2_0_q8_K_avx2(int64_t n, const void *w, const void 
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
+        /* int16 lanes: 8 runs of pairs of 3 * 127 stay below 2^15 */
+        __m256i sum16 = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++)
             for (int k = 0; k < 4; k++) {
                 const __m256i a8 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * k));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(tq2_0_run(&x[i], h, k), a8), ones));
+                sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(tq2_0_run(&x[i], h, k), a8));
             }
-        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(q8_K_sum(&y[i]), 0, 0, 0, 0, 0, 0, 0));
+        const __m256i sumi = _mm256_sub_epi32(_mm256_madd_epi16(sum16, ones),
+                                              _mm256_setr_epi32(q8_K_sum(&y[i]), 0, 0, 0, 0, 0, 0, 0));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc);
@@ -313,12 +324,13 @@ static float infer_vec_dot_tq1_0_q8_K_avx2(int64_t n, const void *w, const void 
     for (int64_t i = 0; i < n / QK_K; i++) {
         __m256i q[8];
         tq1_0_unpack(&x[i], q);
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i sum16 = _mm256_setzero_si256();   /* 8 runs of pairs of 2 * 127 */
         for (int r = 0; r < 8; r++) {
             const __m256i a8 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * r));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[r], a8), ones));
+            sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(q[r], a8));
         }
-        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(q8_K_sum(&y[i]), 0, 0, 0, 0, 0, 0, 0));
+        const __m256i sumi = _mm256_sub_epi32(_mm256_madd_epi16(sum16, ones),
+                                              _mm256_setr_epi32(q8_K_sum(&y[i]), 0, 0, 0, 0, 0, 0, 0));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc);

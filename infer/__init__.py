@@ -9,9 +9,7 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING
 
-from ._source_tree import check_extension_built
-
-check_extension_built()
+from . import _source_tree  # noqa: F401  (first: ImportError saying what to do if unbuilt)
 
 from .generate import Generation, generate
 from .loader import load
@@ -21,6 +19,7 @@ from .runtime import (
     ContextOverflowError,
     Engine,
     Model,
+    ModelClosedError,
     UnsupportedModelError,
     known_architectures,
     register_variant,
@@ -32,7 +31,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
 
 __all__ = [
     "__version__", "load", "generate", "Generation", "Model", "Engine", "Context",
-    "ContextOverflowError", "ContextBusyError", "UnsupportedModelError", "Sampler", "register_variant",
+    "ContextOverflowError", "ContextBusyError", "ModelClosedError", "UnsupportedModelError", "Sampler",
+    "register_variant",
     "known_architectures", "ChatSession",
 ]
 

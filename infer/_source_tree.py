@@ -41,3 +41,6 @@ def check_extension_built() -> None:
         f"infer: {_HERE} is a source tree whose compiled kernels (infer/kernels*.so) "
         f"are not built. {where}Either run from another folder, or build this tree: "
         f"pip install -e . (or python setup.py build_ext --inplace).")
+
+
+check_extension_built()

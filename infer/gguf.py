@@ -377,7 +377,13 @@ class GGUFFile:
         self.offsets: dict[str, int] = {}
         for r in records:
             start = self.offsets[r.name] = data_offset + r.offset
-            self.tensors[r.name] = Tensor(r.name, r.dtype, tuple(reversed(r.ne)), data[start:start + r.nbytes])
+            view = data[start:start + r.nbytes]
+            if start % 4:
+                # general.alignment < 4 put it at an address the kernels' block structs
+                # (fp16 scales, f32 values) cannot be read from: an aligned copy instead.
+                view = view.copy()
+                view.flags.writeable = False
+            self.tensors[r.name] = Tensor(r.name, r.dtype, tuple(reversed(r.ne)), view)
 
     # ---- conveniences -----------------------------------------------------------
     @property

@@ -3,7 +3,7 @@
 # ValueError naming the argument); these types say what a caller should pass.
 # tests/test_typing.py checks with mypy.stubtest that they match the module.
 # Underscored aliases are stub-only names (they do not exist at run time).
-from typing import Any, Literal, Optional, TypeVar, Union
+from typing import Any, Literal, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -71,19 +71,18 @@ def attention(q: _F32Array, k_cache: npt.NDArray[Any], v_cache: npt.NDArray[Any]
               softcap: float = 0.0) -> _F32: ...
 def kv_store(x: _F32Array, cache: _Out, pos0: int) -> _Out: ...
 
-# ---- the Llama decode step in C (kernels_llama.pxi) ---------------------------------
+# ---- the fused decode step in C (kernels_block.pxi) --------------------------------
+MAX_BATCH: int
+
+
 @disjoint_base
-class LlamaDecoder:
+class TransformerDecoder:
     def __init__(self, config: Any, embd: Any, output: Any, output_norm: Any, layers: Any,
-                 k_cache: npt.NDArray[Any], v_cache: npt.NDArray[Any], n_ctx: int) -> None: ...
-    def decode(self, token: int, pos: int, logits: _F32Array) -> None: ...
-    def release(self) -> None: ...
-
-
-@disjoint_base
-class Gemma3Decoder:
-    def __init__(self, config: Any, embd_scale: float, embd: Any, output: Any, output_norm: Any,
-                 layers: Any, k_cache: npt.NDArray[Any], v_cache: npt.NDArray[Any],
-                 n_ctx: int) -> None: ...
-    def decode(self, token: int, pos: int, logits_out: _F32Array) -> None: ...
+                 max_batch: int = ...) -> None: ...
+    @property
+    def max_batch(self) -> int: ...
+    def step(self, k_caches: Sequence[npt.NDArray[Any]], v_caches: Sequence[npt.NDArray[Any]],
+             tokens: Sequence[int], positions: Sequence[int], logits: Sequence[_F32Array]) -> None: ...
+    def decode(self, token: int, pos: int, k_cache: npt.NDArray[Any], v_cache: npt.NDArray[Any],
+               logits: _F32Array) -> None: ...
     def release(self) -> None: ...

@@ -160,7 +160,6 @@ include "kernels_checks.pxi"
 include "kernels_quants.pxi"
 include "kernels_ops.pxi"
 include "kernels_decode.pxi"
-include "kernels_llama.pxi"
-include "kernels_gemma3.pxi"
+include "kernels_block.pxi"
 
 _warn_about_environment()

@@ -5,6 +5,8 @@
 # written element by element in place; each entry point says which (the docstrings'
 # "may be x"), and _check_disjoint rejects every other overlap.
 
+from libc.string cimport memcpy
+
 import operator as _operator
 import sys as _sys
 
@@ -46,3 +48,34 @@ cdef object _buffer_size(object n_bytes, str what):
         raise ValueError(f"{what}: {n_bytes} bytes exceed the largest buffer size "
                          f"({_PY_SSIZE_T_MAX})")
     return n_bytes
+
+
+# ---- alignment ------------------------------------------------------------------------
+# The kernels read a format's blocks through its C struct: 2-byte alignment for the
+# fp16 scales of every block format (and F16/BF16), 4 for F32 and Q8_K's float scale.
+# A GGUF file with general.alignment = 1, or a slice such as buf[1:], can put data at
+# an odd address: inputs are then copied to an aligned buffer (correct, slower),
+# outputs must be aligned (a copy would not be written back).
+
+cdef int _type_align(int t):
+    return 4 if t == 0 or t == 15 else 2
+
+
+cdef inline bint _misaligned(const void *p, int align) noexcept:
+    return (<size_t>p) % <size_t>align != 0
+
+
+cdef object _aligned_copy(const void *p, Py_ssize_t n_bytes):
+    """An aligned uint8 numpy copy of n_bytes at p (numpy allocations are 16-aligned)."""
+    copy = _np.empty(n_bytes, dtype=_np.uint8)
+    cdef uint8_t[::1] c = copy
+    if n_bytes:
+        memcpy(&c[0], p, n_bytes)
+    return copy
+
+
+cdef int _check_aligned_out(const void *p, int align, str name) except -1:
+    if _misaligned(p, align):
+        raise ValueError(f"{name}: starts at an address that is not a multiple of {align} "
+                         f"(an odd-offset view?); outputs must be aligned to their element type")
+    return 0

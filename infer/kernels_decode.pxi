@@ -1,5 +1,5 @@
-# What the fused decode steps (kernels_llama.pxi, kernels_gemma3.pxi) share: the
-# weight-matrix description of csrc/decode_jobs.h and the helpers that bind arrays.
+# What the fused decode step (kernels_block.pxi) binds: the weight-matrix
+# description of csrc/decode_jobs.h and the helpers that bind arrays.
 from libc.stdint cimport uint8_t
 
 cdef extern from "decode_jobs.h" nogil:
@@ -10,7 +10,7 @@ cdef extern from "decode_jobs.h" nogil:
         int64_t rows
         int64_t cols
         size_t row_bytes
-    size_t infer_decode_act_bytes(int64_t n) noexcept
+    size_t infer_decode_act_bytes(int64_t n, int64_t n_tokens) noexcept
 
 
 cdef infer_decode_matrix _decode_matrix(object w, list keep) except *:

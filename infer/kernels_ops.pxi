@@ -18,6 +18,8 @@ cdef object _check_f32(object a, str name, bint writable=False):
         raise ValueError(f"{name}: must be C-contiguous")
     if writable and not a.flags.writeable:
         raise ValueError(f"{name}: must be writable")
+    if not a.flags.aligned:
+        raise ValueError(f"{name}: must be aligned to its 4-byte elements (an odd-offset view?)")
     if a.ndim < 1:
         raise ValueError(f"{name}: must have at least one dimension")
     return a
@@ -40,6 +42,8 @@ cdef object _check_cache(object a, str name, bint writable=False):
         raise ValueError(f"{name}: must be C-contiguous")
     if writable and not a.flags.writeable:
         raise ValueError(f"{name}: must be writable")
+    if not a.flags.aligned:
+        raise ValueError(f"{name}: must be aligned to its elements (an odd-offset view?)")
     return kv_type
 
 

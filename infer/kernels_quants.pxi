@@ -166,6 +166,10 @@ def dequantize(src, qtype, out):
     cdef const uint8_t[::1] s = _bytes_in(src, "src")
     cdef float[::1] o = _f32_out(out, "out")
     cdef int64_t n = _whole_blocks(s.shape[0], t, "src")
+    if n and _misaligned(&s[0], _type_align(t)):
+        s = _aligned_copy(&s[0], s.shape[0])
+    if n:
+        _check_aligned_out(&o[0], 4, "out")
     if o.shape[0] != n:
         raise ValueError(f"out: expected {n} float32 elements for {s.shape[0]} bytes of "
                          f"{_name(t)}, got {o.shape[0]}")
@@ -185,6 +189,10 @@ def dequantize_f16(src, qtype, out):
     cdef const uint8_t[::1] s = _bytes_in(src, "src")
     cdef uint16_t[::1] o = _f16_out(out, "out")
     cdef int64_t n = _whole_blocks(s.shape[0], t, "src")
+    if n and _misaligned(&s[0], _type_align(t)):
+        s = _aligned_copy(&s[0], s.shape[0])
+    if n:
+        _check_aligned_out(&o[0], 2, "out")
     if o.shape[0] != n:
         raise ValueError(f"out: expected {n} float16 elements for {s.shape[0]} bytes of "
                          f"{_name(t)}, got {o.shape[0]}")
@@ -204,6 +212,10 @@ def quantize(src, qtype, out):
     cdef const float[::1] s = _f32_in(src, "src")
     cdef uint8_t[::1] o = _bytes_out(out, "out")
     cdef int64_t nb = _packed_bytes(s.shape[0], t, "src")
+    if nb and _misaligned(&s[0], 4):
+        s = _aligned_copy(&s[0], s.shape[0] * 4).view(_np.float32)
+    if nb:
+        _check_aligned_out(&o[0], _type_align(t), "out")
     if o.shape[0] != nb:
         raise ValueError(f"out: expected {nb} bytes for {s.shape[0]} values of {_name(t)}, "
                          f"got {o.shape[0]}")
@@ -264,7 +276,12 @@ def quantize_activations(x, qtype, buf):
     if b.shape[0] != need:
         raise ValueError(f"buf: expected {need} bytes ({n_tokens} x {n} values as "
                          f"{_name(vdt)}), got {b.shape[0]}")
+    if need and _misaligned(xp, 4):
+        x_copy = _aligned_copy(xp, n_tokens * n * 4).view(_np.float32)
+        x1 = x_copy
+        xp = &x1[0]
     if need:
+        _check_aligned_out(&b[0], _type_align(vdt), "buf")
         _check_disjoint(&b[0], need, "buf", xp, n_tokens * n * 4, "x")
         with nogil:
             infer_quantize_activations(t, xp, n_tokens, n, &b[0])
@@ -289,6 +306,13 @@ cdef int _get_weights(obj, Py_buffer *buf) except -1:
         PyBuffer_Release(buf)
         _buffer_error(obj, "w", "uint8", ("B",), (1, 2), False)
     return 0
+
+
+cdef object _weights_aligned(Py_buffer *w, int t):
+    """None when weights w are aligned for format t, else an aligned copy of them."""
+    if not _misaligned(w.buf, _type_align(t)):
+        return None
+    return _aligned_copy(w.buf, w.len)
 
 
 cdef int64_t _weight_rows(Py_buffer *w, int t, int64_t n, str x_name) except -1:
@@ -318,6 +342,7 @@ def matvec(w, qtype, x, out):
     cdef int64_t n, rows
     cdef size_t rb
     cdef int rc = 0
+    cdef const void *wp
     _get_weights(w, &wb)
     try:
         xv = _f32_in(x, "x")
@@ -330,8 +355,15 @@ def matvec(w, qtype, x, out):
         if rows:
             _check_disjoint(&o[0], rows * 4, "out", &xv[0], n * 4, "x")
             _check_disjoint(&o[0], rows * 4, "out", wb.buf, wb.len, "w")
+            _check_aligned_out(&o[0], 4, "out")
+            if _misaligned(&xv[0], 4):
+                xv = _aligned_copy(&xv[0], n * 4).view(_np.float32)
+            w_copy = _weights_aligned(&wb, t)
+            wp = wb.buf
+            if w_copy is not None:
+                wp = <const void *><size_t>w_copy.ctypes.data
             with nogil:
-                rc = infer_matvec(t, wb.buf, rb, rows, n, &xv[0], &o[0], NULL)
+                rc = infer_matvec(t, wp, rb, rows, n, &xv[0], &o[0], NULL)
     finally:
         PyBuffer_Release(&wb)
     if rc:
@@ -350,6 +382,7 @@ def matmul(w, qtype, X, out):
     cdef int64_t n_tokens, n, rows
     cdef size_t rb
     cdef int rc = 0
+    cdef const void *wp
     _get_weights(w, &wb)
     try:
         xv = _f32_in_2d(X, "X")
@@ -362,8 +395,15 @@ def matmul(w, qtype, X, out):
         if rows and n_tokens:
             _check_disjoint(&o[0, 0], n_tokens * rows * 4, "out", &xv[0, 0], n_tokens * n * 4, "X")
             _check_disjoint(&o[0, 0], n_tokens * rows * 4, "out", wb.buf, wb.len, "w")
+            _check_aligned_out(&o[0, 0], 4, "out")
+            if _misaligned(&xv[0, 0], 4):
+                xv = _aligned_copy(&xv[0, 0], n_tokens * n * 4).view(_np.float32).reshape(n_tokens, n)
+            w_copy = _weights_aligned(&wb, t)
+            wp = wb.buf
+            if w_copy is not None:
+                wp = <const void *><size_t>w_copy.ctypes.data
             with nogil:
-                rc = infer_matmul(t, wb.buf, rb, rows, n, &xv[0, 0], n_tokens, &o[0, 0], NULL)
+                rc = infer_matmul(t, wp, rb, rows, n, &xv[0, 0], n_tokens, &o[0, 0], NULL)
     finally:
         PyBuffer_Release(&wb)
     if rc:
@@ -390,6 +430,7 @@ def matvec_q(w, qtype, xq, out):
     cdef float[::1] o
     cdef int64_t n, rows
     cdef size_t rb
+    cdef const void *wp
     _get_weights(w, &wb)
     try:
         xv = _activations_in(xq, vdt, "xq")
@@ -402,8 +443,15 @@ def matvec_q(w, qtype, xq, out):
         if rows:
             _check_disjoint(&o[0], rows * 4, "out", &xv[0], xv.shape[0], "xq")
             _check_disjoint(&o[0], rows * 4, "out", wb.buf, wb.len, "w")
+            _check_aligned_out(&o[0], 4, "out")
+            if _misaligned(&xv[0], _type_align(vdt)):
+                xv = _aligned_copy(&xv[0], xv.shape[0])
+            w_copy = _weights_aligned(&wb, t)
+            wp = wb.buf
+            if w_copy is not None:
+                wp = <const void *><size_t>w_copy.ctypes.data
             with nogil:
-                infer_matvec_q(t, wb.buf, rb, rows, n, &xv[0], &o[0])
+                infer_matvec_q(t, wp, rb, rows, n, &xv[0], &o[0])
     finally:
         PyBuffer_Release(&wb)
     return out
@@ -419,6 +467,7 @@ def matmul_q(w, qtype, Xq, out):
     cdef float[:, ::1] o
     cdef int64_t n_tokens, n, rows
     cdef size_t rb
+    cdef const void *wp
     _get_weights(w, &wb)
     try:
         xv = _activations_in(Xq, vdt, "Xq")
@@ -437,8 +486,15 @@ def matmul_q(w, qtype, Xq, out):
         if rows:
             _check_disjoint(&o[0, 0], n_tokens * rows * 4, "out", &xv[0], xv.shape[0], "Xq")
             _check_disjoint(&o[0, 0], n_tokens * rows * 4, "out", wb.buf, wb.len, "w")
+            _check_aligned_out(&o[0, 0], 4, "out")
+            if _misaligned(&xv[0], _type_align(vdt)):
+                xv = _aligned_copy(&xv[0], xv.shape[0])
+            w_copy = _weights_aligned(&wb, t)
+            wp = wb.buf
+            if w_copy is not None:
+                wp = <const void *><size_t>w_copy.ctypes.data
             with nogil:
-                infer_matmul_q(t, wb.buf, rb, rows, n, &xv[0], n_tokens, &o[0, 0])
+                infer_matmul_q(t, wp, rb, rows, n, &xv[0], n_tokens, &o[0, 0])
     finally:
         PyBuffer_Release(&wb)
     return out

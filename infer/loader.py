@@ -35,6 +35,18 @@ def _chat_for(metadata: Dict[str, Any], tokenizer: Any) -> Any:
 _UNSET = object()
 
 
+def _check_templates(path: str, md: Dict[str, Any]) -> None:
+    """Chat templates are compiled on first use; their type is checked at load, so a
+    broken file fails here, naming the key, rather than at the first chat."""
+    from .gguf import GGUFError
+
+    for key, value in md.items():
+        if key == "tokenizer.chat_template" or key.startswith("tokenizer.chat_template."):
+            if not isinstance(value, str):
+                raise GGUFError(f"{path}: metadata {key!r}: expected a string (a jinja2 "
+                                f"template), got {type(value).__name__}")
+
+
 def _thread_count(value: object) -> int:
     """``value`` as a thread count: an integer >= 1 (no bool, no 1.5)."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
@@ -91,6 +103,7 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None) -> Any:
         arch = md.get("general.architecture")
         if not isinstance(arch, str):
             raise ValueError(f"{path}: no general.architecture in the GGUF metadata")
+        _check_templates(path, md)
         engine = variant_for(arch)(gf, n_threads)
         engine.file_check = gf.check_unchanged
         tokenizer = Tokenizer.from_metadata(md)

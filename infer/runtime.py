@@ -31,6 +31,10 @@ class ContextBusyError(RuntimeError):
     """A Context was used from two threads at once."""
 
 
+class ModelClosedError(RuntimeError):
+    """The model was closed (its weights released) before or while this call ran."""
+
+
 class Engine(ABC):
     """A loaded model: its metadata and a factory of contexts."""
 

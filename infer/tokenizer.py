@@ -72,6 +72,20 @@ def _token_id(value: object, name: str) -> int:
         raise TypeError(f"{name}: expected an integer token id, got {type(value).__name__}") from None
 
 
+def _numbers(values: Any, name: str, n: int, kinds: str) -> NDArray[Any]:
+    """``values`` as a 1-D numpy array of n numbers of the dtype kinds given
+    (ValueError naming ``name``: no wrapping cast of an int64 2**40 to int32)."""
+    try:
+        arr = np.asarray(values)
+    except (ValueError, OverflowError) as exc:
+        raise ValueError(f"{name}: not an array of numbers ({exc})") from None
+    if arr.dtype.kind not in kinds:
+        raise ValueError(f"{name}: expected numbers, got dtype {arr.dtype}")
+    if arr.shape != (n,):
+        raise ValueError(f"{name}: expected {n} entries, got shape {arr.shape}")
+    return arr
+
+
 def _md_int(md: Mapping[str, Any], key: str) -> Optional[int]:
     value = md.get(key)
     if value is None:
@@ -112,14 +126,15 @@ class Vocabulary:
         self.tokens: list[str] = list(tokens)
         if token_types is None:
             token_types = np.full(n, TokenType.NORMAL, dtype=np.int32)
-        token_types = np.asarray(token_types, dtype=np.int32)
-        if token_types.shape != (n,):
-            raise ValueError(f"token_types: expected {n} entries, got shape {token_types.shape}")
+        token_types = _numbers(token_types, "token_types", n, "iu")
+        if token_types.size and not (0 <= token_types.min() and token_types.max() <= TokenType.BYTE):
+            i = int(np.flatnonzero((token_types < 0) | (token_types > TokenType.BYTE))[0])
+            raise ValueError(f"token_types: {int(token_types[i])} (token {i}) is not a token "
+                             f"type (0..{TokenType.BYTE})")
+        token_types = token_types.astype(np.int32)
         if scores is None:
             scores = np.zeros(n, dtype=np.float32)
-        scores = np.asarray(scores, dtype=np.float32)
-        if scores.shape != (n,):
-            raise ValueError(f"scores: expected {n} entries, got shape {scores.shape}")
+        scores = _numbers(scores, "scores", n, "iuf").astype(np.float32)
         self.token_types = token_types
         self.scores = scores
         if merges is not None and not isinstance(merges, (list, tuple)):
@@ -179,6 +194,28 @@ class Vocabulary:
         if not isinstance(tokens, (list, tuple)):
             raise TypeError("metadata 'tokenizer.ggml.tokens': expected a list of str, "
                             f"got {type(tokens).__name__}")
+        bad = next((i for i, t in enumerate(tokens) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise ValueError(f"metadata 'tokenizer.ggml.tokens': entry {bad} is "
+                             f"{type(tokens[bad]).__name__}, not a string")
+        merges = md.get("tokenizer.ggml.merges")
+        if merges is not None and (not isinstance(merges, (list, tuple))
+                                   or not all(isinstance(m, str) for m in merges)):
+            raise ValueError("metadata 'tokenizer.ggml.merges': expected a list of strings")
+        try:
+            return cls._from_checked_metadata(md, tokens, merges)
+        except ValueError as exc:
+            # Vocabulary names its arguments; the user also needs the GGUF key.
+            arg = str(exc).split(":", 1)[0]
+            key = {"token_types": "tokenizer.ggml.token_type",
+                   "scores": "tokenizer.ggml.scores"}.get(arg)
+            if key is None:
+                raise
+            raise ValueError(f"metadata {key!r}: {str(exc).split(':', 1)[1].strip()}") from None
+
+    @classmethod
+    def _from_checked_metadata(cls, md: Mapping[str, Any], tokens: Sequence[str],
+                               merges: Optional[Sequence[str]]) -> "Vocabulary":
         return cls(
             tokens, md.get("tokenizer.ggml.token_type"), md.get("tokenizer.ggml.scores"),
             bos_token_id=_md_int(md, "tokenizer.ggml.bos_token_id"),
@@ -194,7 +231,7 @@ class Vocabulary:
             add_eos=_md_bool(md, "tokenizer.ggml.add_eos_token", False),
             add_space_prefix=_md_bool(md, "tokenizer.ggml.add_space_prefix",
                                       md.get("tokenizer.ggml.model") == "llama"),
-            merges=md.get("tokenizer.ggml.merges"),
+            merges=merges,
         )
 
     @property
@@ -524,8 +561,10 @@ class Tokenizer:
         vocab = self.vocab
         text = vocab.tokens[token]
         kind = vocab.token_types[token]
+        # "surrogateescape": a token text that is not UTF-8 in the file (the reader
+        # keeps such bytes as surrogates) gives back its bytes, as llama.cpp does.
         if kind in (TokenType.CONTROL, TokenType.UNKNOWN, TokenType.USER_DEFINED):
-            return text.encode("utf-8")
+            return text.encode("utf-8", "surrogateescape")
         if kind == TokenType.NORMAL:
             return self._normal_piece(text)
         if kind == TokenType.BYTE:
@@ -715,7 +754,7 @@ class BPETokenizer(Tokenizer):
         except KeyError:
             # a character outside the byte-level table: keep it as UTF-8
             return b"".join(bytes([UNICODE_TO_BYTE[c]]) if c in UNICODE_TO_BYTE
-                            else c.encode("utf-8") for c in text)
+                            else c.encode("utf-8", "surrogateescape") for c in text)
 
 
 class SPMTokenizer(Tokenizer):
@@ -832,7 +871,7 @@ class SPMTokenizer(Tokenizer):
         return tuple(out)
 
     def _normal_piece(self, text: str) -> bytes:
-        return text.replace("\u2581", " ").encode("utf-8")
+        return text.replace("\u2581", " ").encode("utf-8", "surrogateescape")
 
     def _byte_piece(self, text: str) -> bytes:
         return bytes([int(text[3:5], 16)])  # "<0xNN>"

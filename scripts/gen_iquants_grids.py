@@ -67,7 +67,7 @@ def render() -> str:
         " * with ggml-common.h of the llama.cpp vendored by llama-cpp-python 0.3.36):",
     ]
     ts = tables()
-    for ctype, name, b in ts:
+    for _ctype, name, b in ts:
         lines.append(f" *   {name:<20} {hashlib.sha256(b.tobytes()).hexdigest()}")
     lines += [" */", '#include "iquants_grids.h"', ""]
     for ctype, name, b in ts:

@@ -15,7 +15,7 @@ trap 'rm -rf "$work"' EXIT INT TERM
 "$python" -m pip install -q build
 "$python" -m build --outdir "$work/dist" "$root"
 "$python" -m venv "$work/venv"
-"$work/venv/bin/python" -m pip install -q "$work"/dist/infer-*.whl \
+"$work/venv/bin/python" -m pip install -q "$work"/dist/infer_llm-*.whl \
     "pytest>=7" "hypothesis>=6" "gguf>=0.10"
 
 cd "$work"   # not the source tree: `import infer` must find the wheel

@@ -37,7 +37,7 @@ for py in "${pythons[@]}"; do
     if ! (cd "$root" && "$py" -m pip wheel -q --no-deps -w "$dist" .) > "$out/build-$ver.log" 2>&1; then
         summary+=("$ver: wheel build failed (see $out/build-$ver.log)"); status=1; continue
     fi
-    wheel=$(ls "$dist"/infer-*.whl)
+    wheel=$(ls "$dist"/infer_llm-*.whl)
     if command -v auditwheel >/dev/null 2>&1; then
         auditwheel show "$wheel" | tr '\n' ' ' | sed 's/  */ /g'; echo
     fi

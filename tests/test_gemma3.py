@@ -305,17 +305,18 @@ def test_context_errors_and_close(gf, prompt):
     assert ctx.n_past == 0
     ctx.prefill(prompt[:2])
     ctx.next()  # builds the fused decoder, which holds views of the weights
-    decoder, logits = ctx._decoder, np.zeros_like(ctx.logits)
-    with pytest.raises(TypeError, match="^logits: .*float32"):
-        decoder.decode(1, 2, logits.astype(np.float64))
-    with pytest.raises(ValueError, match="^logits: is read-only"):
-        decoder.decode(1, 2, np.frombuffer(logits.tobytes(), np.float32))
-    with pytest.raises(ValueError, match="^logits: expected 262144 values, got 10"):
-        decoder.decode(1, 2, logits[:10])
-    with pytest.raises(ValueError, match="^token: "):
-        decoder.decode(-1, 2, logits)
-    with pytest.raises(ValueError, match="^pos: 4 outside"):
-        decoder.decode(1, 4, logits)
+    decoder, logits = engine.fused_step(), np.zeros_like(ctx.logits)
+    k, v = ctx.k_cache, ctx.v_cache
+    with pytest.raises(TypeError, match="^logits\\[0\\]: .*float32"):
+        decoder.decode(1, 2, k, v, logits.astype(np.float64))
+    with pytest.raises(ValueError, match="^logits\\[0\\]: is read-only"):
+        decoder.decode(1, 2, k, v, np.frombuffer(logits.tobytes(), np.float32))
+    with pytest.raises(ValueError, match="^logits\\[0\\]: expected 262144 values, got 10"):
+        decoder.decode(1, 2, k, v, logits[:10])
+    with pytest.raises(ValueError, match="^tokens\\[0\\]: "):
+        decoder.decode(-1, 2, k, v, logits)
+    with pytest.raises(ValueError, match="^positions\\[0\\]: 4 outside"):
+        decoder.decode(1, 4, k, v, logits)
     engine.close()
     with pytest.raises(RuntimeError, match="closed"):
         engine.create_context(n_ctx=4)

@@ -274,3 +274,24 @@ def test_generate_without_a_context_sizes_it_to_the_call(which):
         assert grown < 16, (grown, cache_mib)
         # max_tokens=None keeps the trained length (the generation may run that far)
         assert infer.generate(model, "x", max_tokens=None).context.n_ctx == model.engine.max_seq_len
+
+
+@pytest.mark.parametrize("key, value", [("tokenizer.chat_template", 5),
+                                        ("tokenizer.chat_template.tool_use", [1, 2])])
+def test_a_chat_template_that_is_not_a_string_fails_at_load(tmp_path, key, value):
+    import infer
+    from infer.gguf import GGUFError, GGUFFile, GGUFWriter
+
+    bigram = _bigram_module()
+    good, bad = str(tmp_path / "good.gguf"), str(tmp_path / "bad.gguf")
+    bigram.write_bigram_gguf(good, "abc. " * 5)
+    with GGUFFile(good) as f:
+        w = GGUFWriter()
+        w.copy_metadata(f)
+        w.add_metadata(key, value)
+        for name, t in f.tensors.items():
+            w.add_tensor(name, np.array(t.data), t.dtype, t.shape)
+        w.write(bad)
+    with pytest.raises(GGUFError, match=f"metadata '{key}': expected a string"):
+        infer.load(bad)
+    infer.load(good).close()

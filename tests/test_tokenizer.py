@@ -369,3 +369,47 @@ def test_a_huge_special_token_is_cheap_to_load_and_split():
     expect = [byte["<"]] + [258, byte["y"]] * 4096 + [258]
     assert ids[3:] == expect, (ids[3:8], len(ids))
     assert tok.decode(ids) == text
+
+
+# ---- metadata that must fail at load, naming the key ---------------------------------------
+
+@pytest.mark.parametrize("key, value, match", [
+    ("tokenizer.ggml.token_type", "types_out_of_range", "token_type.*not a token type"),
+    ("tokenizer.ggml.token_type", "types_int64_wrapping", "token_type.*not a token type"),
+    ("tokenizer.ggml.token_type", "types_float", "token_type.*expected numbers"),
+    ("tokenizer.ggml.token_type", "types_short", "token_type.*entries"),
+    ("tokenizer.ggml.scores", "scores_strings", "scores.*expected numbers"),
+    ("tokenizer.ggml.merges", [1, 2], "merges"),
+    ("tokenizer.ggml.tokens", "tokens_with_int", "tokens.*entry 5"),
+])
+def test_bad_tokenizer_metadata_is_a_value_error_naming_the_key(md, key, value, match):
+    n = len(md["tokenizer.ggml.tokens"])
+    values = {
+        "types_out_of_range": np.r_[md["tokenizer.ggml.token_type"][:-1], 300].astype(np.int32),
+        # 2**32 + 1 would become type 1 through an int32 cast
+        "types_int64_wrapping": np.r_[md["tokenizer.ggml.token_type"][:-1].astype(np.int64), 2**32 + 1],
+        "types_float": np.ones(n, np.float32),
+        "types_short": np.ones(n - 1, np.int32),
+        "scores_strings": ["x"] * n,
+        "tokens_with_int": md["tokenizer.ggml.tokens"][:5] + [7] + md["tokenizer.ggml.tokens"][6:],
+    }
+    bad = dict(md)
+    bad[key] = values.get(value, value) if isinstance(value, str) else value
+    with pytest.raises(ValueError, match=match) as err:
+        Vocabulary.from_metadata(bad)
+    assert key in str(err.value)
+
+
+def test_a_control_token_that_is_not_utf8_decodes_to_its_bytes(md):
+    # The reader keeps bytes that are not UTF-8 as surrogates; the piece gives them back
+    # (llama.cpp's bytes), rather than raising UnicodeEncodeError at the first chat.
+    raw = b"<|bad\xff|>"
+    bad = dict(md)
+    tokens = list(md["tokenizer.ggml.tokens"])
+    tokens[2] = raw.decode("utf-8", "surrogateescape")
+    bad["tokenizer.ggml.tokens"] = tokens
+    tok = Tokenizer.from_metadata(bad)
+    assert tok.vocab.is_control(2)
+    assert tok.token_to_piece(2) == raw
+    assert tok.decode([2]) == raw.decode("utf-8", "replace")
+    assert tok.encode(tokens[2], add_special=False, parse_special=True) == [2]

@@ -9,7 +9,7 @@ from typing import Any
 
 from .common import CLIError, add_model_args, load_model
 
-_INSTALL_HINT = 'pip install "infer[serve]"'
+_INSTALL_HINT = 'pip install "infer-llm[serve]"'
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -50,7 +50,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     scheduler = app.state.scheduler
     name = app.state.server.model_name
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning" if not args.verbose else "info",
-                            access_log=bool(args.verbose), lifespan="on")
+                            access_log=bool(args.verbose), lifespan="on",
+                            timeout_graceful_shutdown=5)  # Ctrl-C: streams get 5 s to finish
     server = uvicorn.Server(config)
     # Bound here, so that the startup line can name the port (--port 0 picks one).
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)

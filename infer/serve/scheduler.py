@@ -5,7 +5,7 @@ worker thread, over a `SlotContext`: an object shaped like a Context whose
 ``prefill`` and ``next`` are jobs for the scheduler instead of forward passes.
 The scheduler thread alone runs the model.  Each round it
 
-1. waits until every bound slot has a job (or a few milliseconds have passed: a
+1. waits until every bound slot has a job (or ``gather`` seconds have passed: a
    worker is between tokens, turning the last one into text);
 2. runs one chunk of the oldest pending prefill, so that a long prompt joining
    does not stall the streams already decoding;
@@ -90,11 +90,13 @@ class Scheduler:
     ``max_queue`` requests may wait for a slot beyond the ``n_slots`` running;
     `open` refuses more with `QueueFull`.  ``prefill_chunk`` tokens of prompt run
     between two decode steps.  ``gather`` seconds is the longest a round waits for
-    the workers between tokens.
+    the workers between tokens: they take well under a millisecond each, so it
+    only bounds the wait for one that is stuck (on a loaded machine a short bound
+    would split the batch and read the weights twice).
     """
 
     def __init__(self, model: Any, n_slots: int = 1, n_ctx: Optional[int] = None, max_queue: int = 64,
-                 prefill_chunk: int = 64, gather: float = 0.005) -> None:
+                 prefill_chunk: int = 64, gather: float = 0.02) -> None:
         for name, value, lo in (("n_slots", n_slots, 1), ("max_queue", max_queue, 0),
                                 ("prefill_chunk", prefill_chunk, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:

@@ -98,30 +98,6 @@ class Gemma3Engine(TransformerEngine):
     def __init__(self, gguf_file: Any, n_threads: Optional[int] = None) -> None:
         super().__init__(gemma3_spec(gguf_file.metadata, gguf_file.tensors), gguf_file, n_threads)
 
-    def decoder_for(self, ctx: Any) -> Any:
-        """The fused one-token step (csrc/gemma3_block.c) bound to ctx's cache; until
-        csrc/transformer_block.c reads the spec itself."""
-        from types import SimpleNamespace
-
-        from .. import kernels as K
-
-        spec, w = self.spec, self.live_weights()
-        cfg = SimpleNamespace(dim=spec.dim, n_layers=spec.n_layers, n_heads=spec.n_heads,
-                              n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim,
-                              ffn_dim=spec.ffn_dim, vocab_size=spec.vocab_size,
-                              rms_eps=spec.rms_eps, attn_scale=spec.attn_scale)
-        layers = []
-        for L, ls in zip(w.layers, spec.layers):
-            assert ls.rope is not None
-            layers.append((L.attn_norm.data, L.q_norm.data, L.k_norm.data,  # type: ignore[union-attr]
-                           L.post_attn_norm.data, L.ffn_norm.data, L.post_ffn_norm.data,  # type: ignore[union-attr]
-                           L.wq.as_tuple(), L.wk.as_tuple(), L.wv.as_tuple(), L.wo.as_tuple(),
-                           L.w_gate.as_tuple(), L.w_up.as_tuple(), L.w_down.as_tuple(),
-                           ls.rope.base, ls.rope.scale, ls.window))
-        return K.Gemma3Decoder(cfg, spec.embd_scale, w.token_embd.as_tuple(),
-                               w.output.as_tuple(), w.output_norm.data, layers,
-                               ctx.k_cache, ctx.v_cache, ctx.n_ctx)
-
 
 @register_variant("gemma3")
 def _gemma3(gguf_file: Any, n_threads: Optional[int] = None) -> Gemma3Engine:

@@ -18,8 +18,7 @@ architecture is data.  Metadata keys nobody read are refused when the engine is
 built (`HParams.refuse_unread`), tensors nobody read by the weight loader.
 
 The forward passes are `transformer.py`'s: prefill through the matrix-matrix
-kernels; one decoded token as a single C call (csrc/llama_block.c) for the specs
-that step computes, the Python blocks otherwise (`LlamaShapedEngine.fused_fits`).
+kernels; one decoded token as a single C call (csrc/transformer_block.c).
 """
 from __future__ import annotations
 
@@ -30,8 +29,8 @@ from typing import Any, Callable, Optional, Tuple
 from ..runtime import UnsupportedModelError, register_variant
 from .hparams import HParams, vocab_size
 from .rope_scaling import RopeChoice, read_rope
-from .spec import LayerSpec, Rope, TransformerSpec
-from .transformer import TransformerContext, TransformerEngine
+from .spec import LayerSpec, TransformerSpec
+from .transformer import TransformerEngine
 
 
 @dataclass(frozen=True)
@@ -97,51 +96,11 @@ class LlamaShapedEngine(TransformerEngine):
         shaped.hparams.refuse_unread()
         super().__init__(shaped.spec, gguf_file, n_threads, also_used=shaped.tensors_read)
         self.shaped = shaped
+        # One spec object per RoPE choice, so that contexts share fused decode steps.
+        self._long = shaped.spec_for(2**31 - 1)
 
     def spec_for(self, n_ctx: int) -> TransformerSpec:
-        return self.shaped.spec_for(n_ctx)
-
-    def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None,
-                       kv_type: str = "f16") -> TransformerContext:
-        ctx = super().create_context(n_ctx, sampler, kv_type)
-        # Specs the C step does not compute decode through the Python blocks.
-        ctx.fused_decode = self.fused_fits(ctx.spec)
-        return ctx
-
-    @staticmethod
-    def fused_fits(spec: TransformerSpec) -> bool:
-        """Whether csrc/llama_block.c computes this spec: plain Llama, unscaled RoPE."""
-        plain = Rope(layout="norm", base=spec.layers[0].rope.base) if spec.layers[0].rope else None
-        return (plain is not None and all(layer == LayerSpec(rope=plain) for layer in spec.layers)
-                and spec == TransformerSpec(
-                    dim=spec.dim, n_layers=spec.n_layers, n_heads=spec.n_heads,
-                    n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim, ffn_dim=spec.ffn_dim,
-                    vocab_size=spec.vocab_size, max_seq_len=spec.max_seq_len,
-                    rms_eps=spec.rms_eps, layers=spec.layers, tied_head=spec.tied_head,
-                    fused_qkv=spec.fused_qkv, fused_gate_up=spec.fused_gate_up))
-
-    def decoder_for(self, ctx: Any) -> Any:
-        """The fused one-token step (csrc/llama_block.c) bound to ctx's cache."""
-        from types import SimpleNamespace
-
-        from .. import kernels as K
-
-        spec, w = ctx.spec, self.live_weights()
-        if not self.fused_fits(spec):
-            raise NotImplementedError(f"{self.architecture}: the fused decode step does not compute "
-                                      f"this spec; decode with fused_decode = False")
-        rope = spec.layers[0].rope
-        assert rope is not None
-        cfg = SimpleNamespace(dim=spec.dim, n_layers=spec.n_layers, n_heads=spec.n_heads,
-                              n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim,
-                              ffn_dim=spec.ffn_dim, vocab_size=spec.vocab_size,
-                              rope_base=rope.base, rms_eps=spec.rms_eps)
-        layers = [(L.attn_norm.data, L.ffn_norm.data, L.wq.as_tuple(), L.wk.as_tuple(),
-                   L.wv.as_tuple(), L.wo.as_tuple(), L.w_gate.as_tuple(), L.w_up.as_tuple(),
-                   L.w_down.as_tuple()) for L in w.layers]
-        return K.LlamaDecoder(cfg, w.token_embd.as_tuple(), w.output.as_tuple(),
-                              w.output_norm.data, layers, ctx.k_cache, ctx.v_cache, ctx.n_ctx)
-
+        return self._long if self.shaped.rope.for_context(n_ctx) is self.shaped.rope.long else self.spec
 
 class LlamaEngine(LlamaShapedEngine):
     """A `llama` file's engine."""

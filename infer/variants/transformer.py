@@ -6,22 +6,25 @@
   written in place at each position; `_block` below is the readable forward pass
   that prefill runs through the matrix-matrix kernels.  Decoding one token is a
   single C call for the whole pass (csrc/transformer_block.c, reading the same
-  spec); ``fused_decode = False`` decodes through `_block` instead, which the
-  tests compare the C step against.
+  spec), and `forward_batch` decodes one token of each of several contexts in
+  one such call; ``fused_decode = False`` decodes through `_block` instead,
+  which the tests compare the C step against.
 
 A variant module (llama.py, gemma3.py) reads its metadata into a spec and calls
 `TransformerEngine(spec, gguf_file)`; nothing here knows a family by name.
 """
 from __future__ import annotations
 
+import threading
 import weakref
-from typing import Any, Dict, Iterable, Optional, Tuple
+from contextlib import contextmanager
+from typing import Any, Dict, Iterable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 from numpy.typing import NDArray
 
 from .. import kernels as K
-from ..runtime import Context, Engine
+from ..runtime import Context, Engine, ModelClosedError
 from .spec import TransformerSpec
 from .weights import LayerWeights, Matrix, ModelWeights, load_weights
 
@@ -30,7 +33,8 @@ N_BATCH = 512
 
 
 class TransformerEngine(Engine):
-    """A loaded transformer: spec, weights as views of the file, its contexts."""
+    """A loaded transformer: spec, weights as views of the file, its contexts and
+    the fused decode step (one per engine, bound to the weights once)."""
 
     def __init__(self, spec: TransformerSpec, gguf_file: Any, n_threads: Optional[int] = None,
                  also_used: Iterable[str] = ()) -> None:
@@ -41,6 +45,12 @@ class TransformerEngine(Engine):
         self.n_threads = n_threads
         self.weights: Optional[ModelWeights] = load_weights(spec, gguf_file.tensors, also_used)
         self._contexts: "weakref.WeakSet[TransformerContext]" = weakref.WeakSet()
+        # fused decode steps by spec (a LongRoPE file has a second spec for long contexts)
+        self._decoders: Dict[int, Tuple[TransformerSpec, Any]] = {}
+        # close() waits for running forward passes; none starts after it.
+        self._state = threading.Condition()
+        self._running = 0
+        self._closed = False
 
     @property
     def config(self) -> TransformerSpec:
@@ -51,8 +61,8 @@ class TransformerEngine(Engine):
                        kv_type: str = "f16") -> "TransformerContext":
         """A context of ``n_ctx`` positions (default: the trained length); KV cache
         in ``kv_type`` "f16" (default) or "f32".  Cache pages are touched as used."""
-        if self.weights is None:
-            raise RuntimeError("the model is closed")
+        if self._closed:
+            raise ModelClosedError("the model is closed")
         ctx = TransformerContext(self, n_ctx or self.max_seq_len, sampler, kv_type)
         self._contexts.add(ctx)
         return ctx
@@ -64,19 +74,97 @@ class TransformerEngine(Engine):
 
     def live_weights(self) -> ModelWeights:
         if self.weights is None:
-            raise RuntimeError("the model is closed")
+            raise ModelClosedError("the model is closed")
         return self.weights
 
-    def decoder_for(self, ctx: "TransformerContext") -> Any:
-        """The fused one-token step bound to ctx's cache."""
-        raise NotImplementedError("the fused decode step of this variant is not bound yet")
+    @contextmanager
+    def running(self) -> Iterator[ModelWeights]:
+        """Held around every forward pass: ModelClosedError once close() began, and
+        close() waits for the passes that got in (their C calls hold raw pointers
+        into the file map)."""
+        with self._state:
+            if self._closed or self.weights is None:
+                raise ModelClosedError("the model is closed")
+            self._running += 1
+            weights = self.weights
+        try:
+            yield weights
+        finally:
+            with self._state:
+                self._running -= 1
+                self._state.notify_all()
+
+    def fused_step(self, spec: Optional[TransformerSpec] = None) -> Any:
+        """The fused decode step (kernels.TransformerDecoder) over ``spec`` (default:
+        the engine's; a context passes its own), built on first use.  Call inside
+        `running`."""
+        spec = self.spec if spec is None else spec
+        with self._state:   # two threads' first steps build it once
+            entry = self._decoders.get(id(spec))
+            if entry is None:
+                entry = self._decoders[id(spec)] = (spec, _build_decoder(spec, self.live_weights()))
+            return entry[1]
+
+    def forward_batch(self, contexts: Sequence[Context], tokens: NDArray[Any],
+                      positions: Sequence[int]) -> None:
+        """One decode step for several contexts: every weight row is read once for
+        the whole batch (csrc/transformer_block.c), attention runs per sequence."""
+        ctxs = [c for c in contexts if isinstance(c, TransformerContext)]
+        if (len(ctxs) != len(contexts) or not all(c.fused_decode for c in ctxs)
+                or any(c.spec is not ctxs[0].spec for c in ctxs)):
+            super().forward_batch(contexts, tokens, positions)
+            return
+        with self.running():
+            step = self.fused_step(ctxs[0].spec)
+            for i in range(0, len(ctxs), step.max_batch):
+                group = ctxs[i:i + step.max_batch]
+                step.step([c.k_cache for c in group], [c.v_cache for c in group],
+                          [int(t) for t in tokens[i:i + len(group)]],
+                          [int(p) for p in positions[i:i + len(group)]], [c.logits for c in group])
 
     def close(self) -> None:
-        # Drop every view into the file map (ours and the contexts' decoders) so it
-        # can be unmapped.
+        # Wait for running passes, then drop every view into the file map (ours,
+        # the decoder's and the contexts' scratch) so it can be unmapped.
+        with self._state:
+            self._closed = True
+            while self._running:
+                self._state.wait()
+        for _, decoder in self._decoders.values():
+            decoder.release()
+        self._decoders.clear()
         for ctx in list(self._contexts):
             ctx._release()
         self.weights = None
+
+
+def fused_computes(spec: TransformerSpec) -> bool:
+    """Whether csrc/transformer_block.c computes the spec: everything but partial
+    rotary embeddings (Phi-4-mini), which decode through the Python blocks."""
+    return all(layer.rope is None or layer.rope.rot_dim is None for layer in spec.layers)
+
+
+def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
+    """kernels.TransformerDecoder bound to the weights, with the spec's pieces."""
+    return K.TransformerDecoder(spec, *decoder_arguments(spec, w))
+
+
+def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any, Any, Any]:
+    """(embd, output, output_norm, layers) as kernels.TransformerDecoder takes them."""
+    layers = []
+    for L, ls in zip(w.layers, spec.layers):
+        layer: Dict[str, Any] = dict(
+            attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, wq=L.wq.as_tuple(),
+            wk=L.wk.as_tuple(), wv=L.wv.as_tuple(), wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(),
+            up=L.w_up.as_tuple(), down=L.w_down.as_tuple(), window=ls.window, rope=None)
+        for name in ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "q_bias", "k_bias", "v_bias"):
+            vec = getattr(L, name)
+            if vec is not None:
+                layer[name] = vec.data
+        if ls.rope is not None:
+            r = ls.rope
+            layer["rope"] = (r.layout, r.base, r.scale, r.factors_array(spec.head_dim), r.attn_factor)
+        layers.append(layer)
+    return w.token_embd.as_tuple(), w.output.as_tuple(), w.output_norm.data, layers
 
 
 class TransformerContext(Context):
@@ -97,19 +185,18 @@ class TransformerContext(Context):
         self.k_cache = np.zeros(shape, dtype=kv_dtype)
         self.v_cache = np.zeros(shape, dtype=kv_dtype)
         self._scratch: Dict[int, _Scratch] = {}
-        self._decoder: Any = None
-        #: False: decode through the Python blocks too (for tests comparing the two)
-        self.fused_decode = True
+        #: False: decode through the Python blocks too (for tests comparing the two);
+        #: the default is False for the specs the C step does not compute
+        self.fused_decode = fused_computes(spec)
 
     def _forward(self, tokens: NDArray[Any], start: int) -> None:
         eng = self.engine
-        eng.live_weights()
-        if len(tokens) == 1 and self.fused_decode:
-            if self._decoder is None:
-                self._decoder = eng.decoder_for(self)
-            self._decoder.decode(int(tokens[0]), start, self.logits)
-            return
-        self._prefill(tokens, start)
+        with eng.running():
+            if len(tokens) == 1 and self.fused_decode:
+                eng.fused_step(self.spec).decode(int(tokens[0]), start, self.k_cache, self.v_cache,
+                                                 self.logits)
+            else:
+                self._prefill(tokens, start)
 
     # ---- the Python forward pass ----------------------------------------------------
     def _prefill(self, tokens: NDArray[Any], start: int) -> None:
@@ -195,9 +282,6 @@ class TransformerContext(Context):
         return self._scratch[n]
 
     def _release(self) -> None:
-        if self._decoder is not None:
-            self._decoder.release()
-        self._decoder = None
         self._scratch.clear()
 
 

@@ -1,0 +1,332 @@
+/* transformer_block.c: a whole decode step of a transformer, for a batch of
+ * sequences (see transformer_block.h).
+ *
+ * The same computation as TransformerContext._block in
+ * infer/variants/transformer.py for one token per sequence.  One thread-pool run
+ * per step: thread 0 (the leader) walks the layers and does the small serial
+ * steps (embed, norms, biases, k norm and RoPE, the cache stores, quantizing an
+ * input once for all the matrices that read it, residual adds); matrix products
+ * (by rows, every row against the B inputs) and attention (by sequence and KV
+ * head) are jobs whose chunks every thread claims (the team of decode_team.h: a
+ * helper that is not running on a busy machine is never waited for).
+ */
+#include "transformer_block.h"
+#include "decode_team.h"
+#include "decode_jobs.h"
+
+#include <math.h>
+#include <string.h>
+
+#define ROPE_SLOTS 2   /* angle sets kept per step (Gemma: local and global layers) */
+
+typedef struct {
+    const infer_block_model *m;
+    const infer_block_scratch *s;
+    const infer_block_seq *seqs;
+    int n_seqs;
+    const infer_kernel_table *kt;
+    /* which frequencies each slot of s->rope_cs holds (NULL: none yet) */
+    const double *slot_freq[ROPE_SLOTS];
+    int slot_layout[ROPE_SLOTS];
+    float slot_factor[ROPE_SLOTS];
+    int next_slot;
+    infer_decode_job staging;   /* the leader sets up the next job here */
+} decode_ctx;
+
+static infer_rope_fn rope_kernel(const infer_kernel_table *kt, int layout) {
+    return layout == INFER_ROPE_NEOX ? kt->rope_neox : kt->rope_norm;
+}
+
+/* Sequence b's cos and sin (head_dim each) in slot `slot` of s->rope_cs. */
+static float *angles_of(const decode_ctx *d, int slot, int b) {
+    const int hd = d->m->head_dim;
+    return d->s->rope_cs + ((size_t)slot * d->s->max_batch + b) * 2 * hd;
+}
+
+/* The slot holding layer L's angles for every sequence, computed if no slot does:
+ * theta_i = pos * inv_freq[i] in double (as infer_rope), laid out for the kernel
+ * (NORM: pair i at 2i and 2i+1; NEOX: at i). */
+static int rope_slot(decode_ctx *d, const infer_block_layer *L) {
+    for (int k = 0; k < ROPE_SLOTS; k++)
+        if (d->slot_freq[k] == L->rope_inv_freq && d->slot_layout[k] == L->rope &&
+            d->slot_factor[k] == L->rope_attn_factor)
+            return k;
+    const int k = d->next_slot;
+    d->next_slot = (k + 1) % ROPE_SLOTS;
+    d->slot_freq[k] = L->rope_inv_freq;
+    d->slot_layout[k] = L->rope;
+    d->slot_factor[k] = L->rope_attn_factor;
+    const int hd = d->m->head_dim;
+    for (int b = 0; b < d->n_seqs; b++) {
+        float *cs = angles_of(d, k, b), *sn = cs + hd;
+        for (int i = 0; i < hd / 2; i++) {
+            const double theta = (double)d->seqs[b].pos * L->rope_inv_freq[i];
+            const float c = (float)(cos(theta) * L->rope_attn_factor);
+            const float s = (float)(sin(theta) * L->rope_attn_factor);
+            if (L->rope == INFER_ROPE_NEOX) {
+                cs[i] = c;
+                sn[i] = s;
+            } else {
+                cs[2 * i] = cs[2 * i + 1] = c;
+                sn[2 * i] = sn[2 * i + 1] = s;
+            }
+        }
+    }
+    return k;
+}
+
+/* Sequence b's KV head h and its query heads: q norm and RoPE on copies of the
+ * queries (a chunk may be computed twice, so it leaves s->q alone), then
+ * attention over the layer's window, each cache row read once for all. */
+static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int64_t c, float *scratch) {
+    const infer_block_model *m = d->m;
+    const infer_block_layer *L = &m->layers[j->layer];
+    const int b = (int)(c / m->n_kv_heads), kvh = (int)(c % m->n_kv_heads);
+    const infer_block_seq *sq = &d->seqs[b];
+    const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
+    const size_t kv_elt = sq->kv_f16 ? sizeof(infer_half) : sizeof(float);
+    const size_t layer_off = (size_t)j->layer * m->n_kv_heads * sq->n_ctx * hd;
+    const size_t head_off = (layer_off + (size_t)kvh * sq->n_ctx * hd) * kv_elt;
+    const int64_t lo_pos = L->window > 0 && sq->pos - L->window + 1 > 0 ? sq->pos - L->window + 1 : 0;
+    const float *qsrc = d->s->q + (size_t)b * m->n_heads * hd + (size_t)kvh * group * hd;
+    const float *cs = j->rope_cs ? j->rope_cs + (size_t)b * 2 * hd : NULL;
+    const infer_attn_block_fn attn = sq->kv_f16 ? d->kt->attn_block_f16 : d->kt->attn_block_f32;
+    float *qcopy = scratch + (size_t)group * hd;
+    const float *qs[INFER_ATTN_MAX_Q];
+    float *outs[INFER_ATTN_MAX_Q];
+    int64_t lo[INFER_ATTN_MAX_Q], hi[INFER_ATTN_MAX_Q];
+    int per_call = INFER_ATTN_MAX_Q;
+    if (per_call * hd > INFER_ATTN_MAX_QD) per_call = INFER_ATTN_MAX_QD / hd;
+    for (int g0 = 0; g0 < group; g0 += per_call) {
+        const int n_q = group - g0 < per_call ? group - g0 : per_call;
+        for (int u = 0; u < n_q; u++) {
+            const size_t g = (size_t)(g0 + u) * hd;
+            float *q = qcopy + g;
+            if (L->q_norm) d->kt->rmsnorm(qsrc + g, L->q_norm, q, hd, m->rms_eps);
+            else memcpy(q, qsrc + g, (size_t)hd * sizeof(float));
+            if (cs) rope_kernel(d->kt, L->rope)(q, cs, cs + hd, hd);
+            qs[u] = q;
+            outs[u] = scratch + g;
+            lo[u] = lo_pos;
+            hi[u] = sq->pos;
+        }
+        attn(n_q, qs, outs, lo, hi, (const char *)sq->k_cache + head_off,
+             (const char *)sq->v_cache + head_off, hd, m->attn_scale, m->attn_softcap, NULL);
+    }
+}
+
+static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch) {
+    const decode_ctx *d = (const decode_ctx *)ctx;
+    const infer_decode_job *j = (const infer_decode_job *)job;
+    const infer_block_model *m = d->m;
+    if (j->kind == INFER_JOB_ATTENTION) {
+        attention_chunk(d, j, c, scratch);
+    } else if (j->kind == INFER_JOB_GATE_UP) {
+        /* rows [lo, hi) of gate and of up for every token, then the GLU on them */
+        int64_t lo, hi;
+        if (!infer_decode_chunk_part(j, c, 0, &lo, &hi)) return;
+        const int64_t n = (hi - lo) * j->n_tokens;
+        infer_decode_dot_rows(j->mats[0], j->inputs[0], j->n_tokens, scratch, lo, hi);
+        infer_decode_dot_rows(j->mats[1], j->inputs[1], j->n_tokens, scratch + n, lo, hi);
+        (m->gelu ? d->kt->gelu_mul : d->kt->silu_mul)(scratch, scratch + n, scratch, n);
+    } else {
+        const int64_t n = infer_decode_matmul_chunk(j, c, scratch);
+        if (j->kind == INFER_JOB_HEAD) {
+            if (m->logit_scale != 1.0f) d->kt->scale(scratch, m->logit_scale, n);
+            if (m->final_softcap > 0.0f) {
+                const float cap = m->final_softcap;
+                for (int64_t i = 0; i < n; i++) scratch[i] = cap * tanhf(scratch[i] / cap);
+            }
+        }
+    }
+}
+
+static void copy_chunk(void *ctx, const void *job, int64_t c, const float *scratch) {
+    const decode_ctx *d = (const decode_ctx *)ctx;
+    const infer_decode_job *j = (const infer_decode_job *)job;
+    int64_t lo, hi;
+    if (j->kind != INFER_JOB_HEAD) {
+        infer_decode_copy_chunk(ctx, job, c, scratch);
+    } else if (infer_decode_chunk_part(j, c, 0, &lo, &hi)) {
+        /* each sequence's logits are its own buffer */
+        for (int t = 0; t < j->n_tokens; t++)
+            memcpy(d->seqs[t].logits + lo, scratch + t * (hi - lo), (size_t)(hi - lo) * sizeof(float));
+    }
+}
+
+/* rows of B tokens: row b of a buffer with `width` floats per token */
+#define ROW(buf, b, width) ((buf) + (size_t)(b) * (size_t)(width))
+
+/* x_b += post_norm(h_b) * residual_scale for every token: the end of a block half. */
+static void residual(const decode_ctx *d, const float *post_norm) {
+    const infer_block_model *m = d->m;
+    const infer_block_scratch *s = d->s;
+    for (int b = 0; b < d->n_seqs; b++) {
+        float *h = ROW(s->h, b, m->dim);
+        if (post_norm) d->kt->rmsnorm(h, post_norm, h, m->dim, m->rms_eps);
+        if (m->residual_scale != 1.0f) d->kt->scale(h, m->residual_scale, m->dim);
+        d->kt->add(ROW(s->x, b, m->dim), h, m->dim);
+    }
+}
+
+/* Set j to multiply the B rows at x (n values each) by its first n_mats
+ * matrices (already in j->mats) and run it on the team. */
+static void run_matrix_job(decode_ctx *d, infer_decode_team *team, int kind, const float *x, int64_t n,
+                           int n_mats) {
+    infer_decode_job *j = &d->staging;
+    const int B = d->n_seqs;
+    infer_decode_quantize_inputs(d->kt, j, x, n, B, n_mats, d->s->xq);
+    const int gate_up = kind == INFER_JOB_GATE_UP;
+    /* a gate/up chunk holds the gate and the up rows of every token */
+    infer_decode_matrix_job(j, kind, gate_up ? 1 : n_mats, B, team->nth, (gate_up ? 2 : 1) * (int64_t)B);
+    infer_decode_run_rows(team, j);
+}
+
+/* The leader's walk through the model (thread 0). */
+static void decode_leader(void *ctx, infer_decode_team *team) {
+    decode_ctx *d = (decode_ctx *)ctx;
+    const infer_block_model *m = d->m;
+    const infer_block_scratch *s = d->s;
+    const infer_kernel_table *kt = d->kt;
+    infer_decode_job *j = &d->staging;
+    const int B = d->n_seqs, hd = m->head_dim, dim = m->dim;
+    const int q_dim = m->n_heads * hd, kv_dim = m->n_kv_heads * hd;
+
+    for (int b = 0; b < B; b++) {
+        float *x = ROW(s->x, b, dim);
+        kt->dequantize[m->embd.type](m->embd.data + (size_t)d->seqs[b].token * m->embd.row_bytes, x, dim);
+        if (m->embd_scale != 1.0f) kt->scale(x, m->embd_scale, dim);
+    }
+    for (int l = 0; l < m->n_layers; l++) {
+        const infer_block_layer *L = &m->layers[l];
+        const int slot = L->rope != INFER_ROPE_NONE ? rope_slot(d, L) : -1;
+
+        for (int b = 0; b < B; b++) kt->rmsnorm(ROW(s->x, b, dim), L->attn_norm, ROW(s->h, b, dim), dim, m->rms_eps);
+        j->mats[0] = &L->wq; j->mats[1] = &L->wk; j->mats[2] = &L->wv;
+        j->outs[0] = s->q; j->outs[1] = s->k; j->outs[2] = s->v;
+        j->out_stride[0] = q_dim; j->out_stride[1] = kv_dim; j->out_stride[2] = kv_dim;
+        run_matrix_job(d, team, INFER_JOB_MATMUL, s->h, dim, 3);
+
+        for (int b = 0; b < B; b++) {
+            const infer_block_seq *sq = &d->seqs[b];
+            float *k = ROW(s->k, b, kv_dim), *v = ROW(s->v, b, kv_dim);
+            if (L->q_bias) {
+                kt->add(ROW(s->q, b, q_dim), L->q_bias, q_dim);
+                kt->add(k, L->k_bias, kv_dim);
+                kt->add(v, L->v_bias, kv_dim);
+            }
+            for (int h = 0; h < m->n_kv_heads; h++) {
+                float *kh = k + (size_t)h * hd;
+                if (L->k_norm) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
+                if (slot >= 0) {
+                    const float *cs = angles_of(d, slot, b);
+                    rope_kernel(kt, L->rope)(kh, cs, cs + hd, hd);
+                }
+            }
+            /* kv_store converts to F16 with the table's (vectorised, bit-exact) quantize */
+            const int kv_type = sq->kv_f16 ? INFER_TYPE_F16 : INFER_TYPE_F32;
+            const size_t layer_off = (size_t)l * m->n_kv_heads * sq->n_ctx * hd * (sq->kv_f16 ? 2 : 4);
+            infer_kv_store(k, (char *)sq->k_cache + layer_off, kv_type, 1, m->n_kv_heads, hd, sq->n_ctx, sq->pos);
+            infer_kv_store(v, (char *)sq->v_cache + layer_off, kv_type, 1, m->n_kv_heads, hd, sq->n_ctx, sq->pos);
+        }
+        j->kind = INFER_JOB_ATTENTION;   /* q norm and RoPE happen in the attention chunks */
+        j->outs[0] = s->att;
+        j->chunk_rows = (int64_t)(m->n_heads / m->n_kv_heads) * hd;   /* floats per KV head */
+        j->layer = l;
+        j->rope_cs = slot >= 0 ? angles_of(d, slot, 0) : NULL;
+        infer_team_job(team, j, (int64_t)B * m->n_kv_heads);
+
+        j->mats[0] = &L->wo; j->outs[0] = s->h; j->out_stride[0] = dim;
+        run_matrix_job(d, team, INFER_JOB_MATMUL, s->att, q_dim, 1);
+        residual(d, L->post_attn_norm);
+
+        for (int b = 0; b < B; b++) kt->rmsnorm(ROW(s->x, b, dim), L->ffn_norm, ROW(s->h, b, dim), dim, m->rms_eps);
+        j->mats[0] = &L->gate; j->mats[1] = &L->up;
+        j->outs[0] = s->gate; j->out_stride[0] = m->ffn_dim;
+        run_matrix_job(d, team, INFER_JOB_GATE_UP, s->h, dim, 2);
+
+        j->mats[0] = &L->down; j->outs[0] = s->h; j->out_stride[0] = dim;
+        run_matrix_job(d, team, INFER_JOB_MATMUL, s->gate, m->ffn_dim, 1);
+        residual(d, L->post_ffn_norm);
+    }
+    for (int b = 0; b < B; b++) kt->rmsnorm(ROW(s->x, b, dim), m->output_norm, ROW(s->h, b, dim), dim, m->rms_eps);
+    j->mats[0] = &m->output;
+    run_matrix_job(d, team, INFER_JOB_HEAD, s->h, dim, 1);
+}
+
+/* ---- checks -------------------------------------------------------------------- */
+static int matrix_ok(const infer_kernel_table *kt, const infer_decode_matrix *w) {
+    if (w->type < 0 || w->type >= INFER_TYPE_COUNT || !kt->vec_dot[w->type]) return 0;
+    if (w->act_type != infer_type_vec_dot_type(w->type)) return 0;
+    return w->act_type == INFER_TYPE_F32 || kt->quantize[w->act_type] != NULL;
+}
+
+static int shape_ok(const infer_decode_matrix *w, int64_t rows, int64_t cols) {
+    return w->data && w->rows == rows && w->cols == cols;
+}
+
+int infer_block_check_model(const infer_block_model *m) {
+    if (!m || !m->layers || !m->output_norm || m->dim < 1 || m->n_layers < 1 || m->n_heads < 1 ||
+        m->n_kv_heads < 1 || m->ffn_dim < 1 || m->vocab_size < 1)
+        return -2;
+    const int hd = m->head_dim;
+    if (hd < 2 || hd % 2 || hd > INFER_ATTN_MAX_HEAD_DIM || m->n_heads % m->n_kv_heads ||
+        2 * (int64_t)(m->n_heads / m->n_kv_heads) * hd > INFER_TEAM_SCRATCH_FLOATS ||
+        !(m->attn_softcap >= 0.0f) || !(m->final_softcap >= 0.0f) || !(m->rms_eps >= 0.0f))
+        return -2;
+    const int64_t q_dim = (int64_t)m->n_heads * hd, kv_dim = (int64_t)m->n_kv_heads * hd;
+    if (!shape_ok(&m->embd, m->vocab_size, m->dim) || !shape_ok(&m->output, m->vocab_size, m->dim))
+        return -2;
+    for (int l = 0; l < m->n_layers; l++) {
+        const infer_block_layer *L = &m->layers[l];
+        if (!L->attn_norm || !L->ffn_norm || !!L->q_norm != !!L->k_norm ||
+            !!L->q_bias != !!L->k_bias || !!L->q_bias != !!L->v_bias || L->window < 0 ||
+            (L->rope != INFER_ROPE_NONE && L->rope != INFER_ROPE_NORM && L->rope != INFER_ROPE_NEOX) ||
+            (L->rope != INFER_ROPE_NONE && !L->rope_inv_freq))
+            return -2;
+        if (!shape_ok(&L->wq, q_dim, m->dim) || !shape_ok(&L->wk, kv_dim, m->dim) ||
+            !shape_ok(&L->wv, kv_dim, m->dim) || !shape_ok(&L->wo, m->dim, q_dim) ||
+            !shape_ok(&L->gate, m->ffn_dim, m->dim) || !shape_ok(&L->up, m->ffn_dim, m->dim) ||
+            !shape_ok(&L->down, m->dim, m->ffn_dim))
+            return -2;
+    }
+    const infer_kernel_table *kt = infer_kernels();
+    if (!kt->rmsnorm || !kt->silu_mul || !kt->gelu_mul || !kt->add || !kt->scale || !kt->rope_norm ||
+        !kt->rope_neox || !kt->attn_block_f16 || !kt->attn_block_f32 || m->embd.type < 0 ||
+        m->embd.type >= INFER_TYPE_COUNT || !kt->dequantize[m->embd.type] || !matrix_ok(kt, &m->output))
+        return -1;
+    for (int l = 0; l < m->n_layers; l++) {
+        const infer_block_layer *L = &m->layers[l];
+        const infer_decode_matrix *all[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < 7; i++)
+            if (!matrix_ok(kt, all[i])) return -1;
+    }
+    return 0;
+}
+
+int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
+                       const infer_block_seq *seqs, int n_seqs) {
+    const int rc = infer_block_check_model(m);
+    if (rc) return rc;
+    if (!s || !seqs || n_seqs < 1 || n_seqs > s->max_batch || n_seqs > INFER_BLOCK_MAX_BATCH ||
+        (int64_t)n_seqs * m->n_kv_heads > INFER_TEAM_MAX_CHUNKS)
+        return -2;
+    for (int b = 0; b < n_seqs; b++) {
+        const infer_block_seq *sq = &seqs[b];
+        if (sq->token < 0 || sq->token >= m->vocab_size || sq->pos < 0 || sq->pos >= sq->n_ctx ||
+            !sq->k_cache || !sq->v_cache || !sq->logits)
+            return -2;
+        for (int c = 0; c < b; c++)   /* two tokens of one batch must not share a cache */
+            if (seqs[c].k_cache == sq->k_cache || seqs[c].v_cache == sq->v_cache) return -2;
+    }
+    decode_ctx d;
+    memset(&d, 0, sizeof d);
+    d.m = m;
+    d.s = s;
+    d.seqs = seqs;
+    d.n_seqs = n_seqs;
+    d.kt = infer_kernels();
+    infer_decode_team team;
+    infer_team_run(&team, &d, decode_leader, compute_chunk, copy_chunk, sizeof(infer_decode_job));
+    return 0;
+}

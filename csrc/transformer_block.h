@@ -1,0 +1,89 @@
+/* transformer_block.h: one decode step of a transformer of the Llama family, for
+ * a batch of sequences, in one C call.
+ *
+ * infer/variants/spec.py describes the model (TransformerSpec) and
+ * infer/variants/transformer.py runs prefill from it in Python; this is the same
+ * computation for one token of each of B sequences, each at its own position
+ * with its own KV cache.  The matrix products run once with B columns (each
+ * weight row is read once for the whole batch), attention per sequence.  A step
+ * costs one Python call and one thread-pool run instead of hundreds.
+ *
+ * Every optional piece of the spec is a NULL pointer or a 0 here: biases,
+ * per-head q/k norms, post norms, RoPE (per layer: none, adjacent pairs or
+ * halves, with its own frequencies), sliding windows, soft-capping, scales.
+ */
+#ifndef INFER_TRANSFORMER_BLOCK_H
+#define INFER_TRANSFORMER_BLOCK_H
+
+#include <stdint.h>
+#include "infer_kernels.h"
+#include "decode_jobs.h"   /* infer_decode_matrix, infer_decode_act_bytes */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { INFER_ROPE_NONE = 0, INFER_ROPE_NORM = 1, INFER_ROPE_NEOX = 2 };
+
+/* The most sequences one step takes (the team's chunk and scratch limits). */
+#define INFER_BLOCK_MAX_BATCH 16
+
+typedef struct {
+    const float *attn_norm, *ffn_norm;          /* dim */
+    const float *q_norm, *k_norm;               /* head_dim, per head; or NULL */
+    const float *post_attn_norm, *post_ffn_norm;   /* dim, or NULL */
+    const float *q_bias, *k_bias, *v_bias;      /* q_dim, kv_dim, kv_dim; or all NULL */
+    infer_decode_matrix wq, wk, wv, wo, gate, up, down;
+    int rope;                      /* INFER_ROPE_* */
+    const double *rope_inv_freq;   /* head_dim / 2 frequencies (infer_rope_inv_freq) */
+    float rope_attn_factor;        /* multiplies cos and sin */
+    int window;                    /* attend to the last `window` positions; 0 = all */
+} infer_block_layer;
+
+typedef struct {
+    int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size;
+    int gelu;                      /* FFN activation: 0 SiLU, 1 GELU (tanh) */
+    float rms_eps;
+    float attn_scale;              /* multiplies q.k */
+    float attn_softcap;            /* scores -> c tanh(score / c); 0 = off */
+    float embd_scale, residual_scale, logit_scale;
+    float final_softcap;           /* logits -> c tanh(logit / c); 0 = off */
+    const infer_block_layer *layers;   /* n_layers of them */
+    infer_decode_matrix embd, output;
+    const float *output_norm;
+} infer_block_model;
+
+/* One sequence of a batch: its cache, its token and position, its logits. */
+typedef struct {
+    int n_ctx;
+    int kv_f16;                 /* 1: caches hold fp16, 0: f32 */
+    void *k_cache, *v_cache;    /* [n_layers][n_kv_heads][n_ctx][head_dim], as kv_store writes */
+    int token, pos;             /* K/V of `token` go to slot pos */
+    float *logits;              /* vocab_size */
+} infer_block_seq;
+
+/* Activations of a batch of up to max_batch tokens; all buffers owned by the
+ * caller, sized by infer_block_scratch_floats / infer_decode_act_bytes. */
+typedef struct {
+    int max_batch;
+    float *x, *h;               /* max_batch x dim */
+    float *q, *att;             /* max_batch x q_dim */
+    float *k, *v;               /* max_batch x kv_dim */
+    float *gate, *up;           /* max_batch x ffn_dim */
+    float *rope_cs;             /* 2 angle slots x max_batch x 2 x head_dim (cos, sin) */
+    uint8_t *xq[3];             /* each infer_decode_act_bytes(max(dim, ffn_dim, q_dim), max_batch) */
+} infer_block_scratch;
+
+/* Decode seqs[i].token at seqs[i].pos for every i < n_seqs (distinct caches),
+ * writing their K/V and logits.  Returns 0; -1 if a kernel the model needs is
+ * missing from the active table; -2 on bad arguments (nothing is written). */
+int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
+                       const infer_block_seq *seqs, int n_seqs);
+
+/* Checks what infer_block_decode would check of the model alone: 0, -1 or -2. */
+int infer_block_check_model(const infer_block_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

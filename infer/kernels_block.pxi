@@ -1,0 +1,336 @@
+# The fused decode step of the transformer family (csrc/transformer_block.c): one
+# C call decodes one token of each of B sequences.
+from libc.stdlib cimport calloc, free
+from libc.stdint cimport uint8_t
+
+cdef extern from "transformer_block.h" nogil:
+    enum:
+        INFER_ROPE_NONE
+        INFER_ROPE_NORM
+        INFER_ROPE_NEOX
+        INFER_BLOCK_MAX_BATCH
+    ctypedef struct infer_block_layer:
+        const float *attn_norm
+        const float *ffn_norm
+        const float *q_norm
+        const float *k_norm
+        const float *post_attn_norm
+        const float *post_ffn_norm
+        const float *q_bias
+        const float *k_bias
+        const float *v_bias
+        infer_decode_matrix wq, wk, wv, wo, gate, up, down
+        int rope
+        const double *rope_inv_freq
+        float rope_attn_factor
+        int window
+    ctypedef struct infer_block_model:
+        int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size
+        int gelu
+        float rms_eps, attn_scale, attn_softcap, embd_scale, residual_scale, logit_scale
+        float final_softcap
+        const infer_block_layer *layers
+        infer_decode_matrix embd, output
+        const float *output_norm
+    ctypedef struct infer_block_seq:
+        int n_ctx
+        int kv_f16
+        void *k_cache
+        void *v_cache
+        int token, pos
+        float *logits
+    ctypedef struct infer_block_scratch:
+        int max_batch
+        float *x
+        float *h
+        float *q
+        float *att
+        float *k
+        float *v
+        float *gate
+        float *up
+        float *rope_cs
+        uint8_t *xq[3]
+    int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
+                           const infer_block_seq *seqs, int n_seqs) noexcept
+    int infer_block_check_model(const infer_block_model *m) noexcept
+
+#: the most sequences one TransformerDecoder.step takes
+MAX_BATCH = INFER_BLOCK_MAX_BATCH
+
+_INT_LIMIT = 2**31 - 1
+
+
+cdef int _positive_int(object c, str name) except -1:
+    value = getattr(c, name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _INT_LIMIT:
+        raise ValueError(f"config.{name}: expected an integer in [1, 2**31 - 1], got {value!r}")
+    return value
+
+
+cdef float _finite(object c, str name, bint non_negative=False) except? -1:
+    import math
+    value = float(getattr(c, name))
+    if not math.isfinite(value) or (non_negative and value < 0):
+        raise ValueError(f"config.{name}: expected a finite number{' >= 0' if non_negative else ''}, "
+                         f"got {value}")
+    return value
+
+
+cdef infer_decode_matrix _shaped_matrix(object w, int64_t rows, int64_t cols, str name, list keep) except *:
+    if not isinstance(w, tuple) or len(w) != 5:
+        raise TypeError(f"{name}: expected a matrix tuple (data, qtype, act_type, rows, cols)")
+    if w[3] != rows or w[4] != cols:
+        raise ValueError(f"{name}: a {w[3]} x {w[4]} matrix where the config needs {rows} x {cols}")
+    cdef infer_decode_matrix m = _decode_matrix(w, keep)
+    if m.act_type != infer_type_vec_dot_type(m.type):
+        raise ValueError(f"{name}: act_type {m.act_type} is not the activation format of {TYPE_NAMES[m.type]}")
+    return m
+
+
+cdef const float *_optional_vector(object layer, str key, int64_t n, str name, list keep) except? NULL:
+    a = layer.get(key)
+    if a is None:
+        return NULL
+    try:
+        return _decode_vector(a, n, keep)
+    except ValueError as exc:
+        raise ValueError(f"{name}.{key}: {exc}") from None
+
+
+cdef class TransformerDecoder:
+    """The fused decode step of a transformer: weights bound once, a batch of up
+    to max_batch sequences (each with its own KV cache) per `step`.
+
+    config: an object with the sizes dim, n_layers, n_heads, n_kv_heads, head_dim,
+    ffn_dim, vocab_size and rms_eps, activation ("silu" or "gelu_tanh"),
+    attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
+    logit_scale (infer.variants.spec.TransformerSpec is one).
+    embd/output: matrix tuples (data uint8 rows, qtype, act_type, rows, cols).
+    layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors), wq,
+    wk, wv, wo, gate, up, down (matrix tuples); optionally q_norm and k_norm,
+    post_attn_norm, post_ffn_norm, q_bias, k_bias and v_bias (vectors), rope
+    (None or (layout "norm"/"neox", base, scale, freq_factors or None,
+    attn_factor)) and window (int, 0 = all).  Every size is checked against the
+    config before anything runs.
+    """
+    cdef infer_block_model m
+    cdef infer_block_layer *layers
+    cdef infer_block_scratch s
+    cdef infer_block_seq seqs[INFER_BLOCK_MAX_BATCH]
+    cdef list keep
+    cdef object lock
+    cdef int q_dim, kv_dim
+
+    def __cinit__(self):
+        self.layers = NULL
+
+    def __init__(self, config, embd, output, output_norm, layers, int max_batch=INFER_BLOCK_MAX_BATCH):
+        import numpy as np
+        import threading
+        cdef int i, rc
+        self.keep = []
+        self.lock = threading.Lock()
+        c = config
+        m = &self.m
+        m.dim, m.n_layers = _positive_int(c, "dim"), _positive_int(c, "n_layers")
+        m.n_heads, m.n_kv_heads = _positive_int(c, "n_heads"), _positive_int(c, "n_kv_heads")
+        m.head_dim, m.ffn_dim = _positive_int(c, "head_dim"), _positive_int(c, "ffn_dim")
+        m.vocab_size = _positive_int(c, "vocab_size")
+        if m.n_heads % m.n_kv_heads:
+            raise ValueError(f"config.n_heads: {m.n_heads} is not a multiple of n_kv_heads={m.n_kv_heads}")
+        if m.head_dim % 2 or m.head_dim > INFER_ATTN_MAX_HEAD_DIM:
+            raise ValueError(f"config.head_dim: must be even and <= {INFER_ATTN_MAX_HEAD_DIM}, got {m.head_dim}")
+        if 2 * (m.n_heads // m.n_kv_heads) * m.head_dim > 8192:
+            raise ValueError("config: n_heads / n_kv_heads * head_dim exceeds the step's scratch (4096)")
+        if <int64_t>m.n_heads * m.head_dim > _INT_LIMIT:
+            raise ValueError("config: n_heads * head_dim overflows")
+        activation = getattr(c, "activation")
+        if activation not in ("silu", "gelu_tanh"):
+            raise ValueError(f"config.activation: expected 'silu' or 'gelu_tanh', got {activation!r}")
+        m.gelu = activation == "gelu_tanh"
+        m.rms_eps = _finite(c, "rms_eps", True)
+        m.attn_scale = _finite(c, "attn_scale")
+        m.attn_softcap = _finite(c, "attn_softcap", True)
+        m.final_softcap = _finite(c, "final_softcap", True)
+        m.embd_scale = _finite(c, "embd_scale")
+        m.residual_scale = _finite(c, "residual_scale")
+        m.logit_scale = _finite(c, "logit_scale")
+        if not 1 <= max_batch <= INFER_BLOCK_MAX_BATCH:
+            raise ValueError(f"max_batch: must be in [1, {INFER_BLOCK_MAX_BATCH}], got {max_batch}")
+        if len(layers) != m.n_layers:
+            raise ValueError(f"layers: expected {m.n_layers}, got {len(layers)}")
+        cdef int64_t d = m.dim, hd = m.head_dim, ffn = m.ffn_dim
+        cdef int64_t q_dim = <int64_t>m.n_heads * hd, kv_dim = <int64_t>m.n_kv_heads * hd
+        self.q_dim, self.kv_dim = q_dim, kv_dim
+        m.embd = _shaped_matrix(embd, m.vocab_size, d, "embd", self.keep)
+        m.output = _shaped_matrix(output, m.vocab_size, d, "output", self.keep)
+        m.output_norm = _decode_vector(output_norm, d, self.keep)
+        self.layers = <infer_block_layer *>calloc(m.n_layers, sizeof(infer_block_layer))
+        if self.layers == NULL:
+            raise MemoryError()
+        freqs = {}   # one frequency table per distinct RoPE, so the step reuses its angles
+        cdef double[::1] fv
+        cdef const float[::1] ff
+        cdef infer_block_layer *L
+        for i, layer in enumerate(layers):
+            L = &self.layers[i]
+            name = f"layers[{i}]"
+            L.attn_norm = _decode_vector(layer["attn_norm"], d, self.keep)
+            L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
+            L.q_norm = _optional_vector(layer, "q_norm", hd, name, self.keep)
+            L.k_norm = _optional_vector(layer, "k_norm", hd, name, self.keep)
+            L.post_attn_norm = _optional_vector(layer, "post_attn_norm", d, name, self.keep)
+            L.post_ffn_norm = _optional_vector(layer, "post_ffn_norm", d, name, self.keep)
+            L.q_bias = _optional_vector(layer, "q_bias", q_dim, name, self.keep)
+            L.k_bias = _optional_vector(layer, "k_bias", kv_dim, name, self.keep)
+            L.v_bias = _optional_vector(layer, "v_bias", kv_dim, name, self.keep)
+            if (L.q_norm == NULL) != (L.k_norm == NULL):
+                raise ValueError(f"{name}: q_norm and k_norm come together")
+            if (L.q_bias == NULL) != (L.k_bias == NULL) or (L.q_bias == NULL) != (L.v_bias == NULL):
+                raise ValueError(f"{name}: q_bias, k_bias and v_bias come together")
+            L.wq = _shaped_matrix(layer["wq"], q_dim, d, f"{name}.wq", self.keep)
+            L.wk = _shaped_matrix(layer["wk"], kv_dim, d, f"{name}.wk", self.keep)
+            L.wv = _shaped_matrix(layer["wv"], kv_dim, d, f"{name}.wv", self.keep)
+            L.wo = _shaped_matrix(layer["wo"], d, q_dim, f"{name}.wo", self.keep)
+            L.gate = _shaped_matrix(layer["gate"], ffn, d, f"{name}.gate", self.keep)
+            L.up = _shaped_matrix(layer["up"], ffn, d, f"{name}.up", self.keep)
+            L.down = _shaped_matrix(layer["down"], d, ffn, f"{name}.down", self.keep)
+            window = layer.get("window", 0)
+            if not 0 <= window <= _INT_LIMIT:
+                raise ValueError(f"{name}.window: must be in [0, 2**31 - 1], got {window}")
+            L.window = window
+            rope = layer.get("rope")
+            L.rope = INFER_ROPE_NONE
+            if rope is not None:
+                layout, base, scale, factors, attn_factor = rope
+                if layout not in ("norm", "neox"):
+                    raise ValueError(f"{name}.rope: layout must be 'norm' or 'neox', got {layout!r}")
+                if not (base > 0 and scale > 0) or base == float("inf") or scale == float("inf"):
+                    raise ValueError(f"{name}.rope: base and scale must be finite and > 0")
+                key = (float(base), float(scale), None if factors is None else bytes(np.asarray(factors, np.float32)))
+                if key not in freqs:
+                    table = np.zeros(hd // 2, np.float64)
+                    fv = table
+                    if factors is None:
+                        infer_rope_inv_freq(&fv[0], hd, base, scale, NULL)
+                    else:
+                        ff = _f32_in(factors, f"{name}.rope freq_factors")
+                        if ff.shape[0] != hd // 2 or not np.all(np.asarray(ff) > 0):
+                            raise ValueError(f"{name}.rope: freq_factors must be {hd // 2} values > 0")
+                        infer_rope_inv_freq(&fv[0], hd, base, scale, &ff[0])
+                    freqs[key] = table
+                    self.keep.append(table)
+                fv = freqs[key]
+                L.rope = INFER_ROPE_NEOX if layout == "neox" else INFER_ROPE_NORM
+                L.rope_inv_freq = &fv[0]
+                L.rope_attn_factor = attn_factor
+        m.layers = self.layers
+        rc = infer_block_check_model(m)
+        if rc == -1:
+            raise NotImplementedError("a kernel this model needs is missing from the active kernel set")
+        if rc != 0:
+            raise ValueError("TransformerDecoder: the model description was rejected by the kernel")
+
+        f32 = np.float32
+        B = max_batch
+        self.s.max_batch = B
+        self.s.x = _decode_buffer(np.zeros(B * d, f32), self.keep)
+        self.s.h = _decode_buffer(np.zeros(B * d, f32), self.keep)
+        self.s.q = _decode_buffer(np.zeros(B * q_dim, f32), self.keep)
+        self.s.att = _decode_buffer(np.zeros(B * q_dim, f32), self.keep)
+        self.s.k = _decode_buffer(np.zeros(B * kv_dim, f32), self.keep)
+        self.s.v = _decode_buffer(np.zeros(B * kv_dim, f32), self.keep)
+        self.s.gate = _decode_buffer(np.zeros(B * ffn, f32), self.keep)
+        self.s.up = _decode_buffer(np.zeros(B * ffn, f32), self.keep)
+        self.s.rope_cs = _decode_buffer(np.zeros(2 * B * 2 * hd, f32), self.keep)
+        cdef uint8_t[::1] xq
+        widest = max(d, ffn, q_dim)
+        for i in range(3):
+            buf = np.zeros(infer_decode_act_bytes(widest, B), np.uint8)
+            xq = buf
+            self.s.xq[i] = &xq[0]
+            self.keep.append(buf)
+
+    def __dealloc__(self):
+        free(self.layers)
+
+    @property
+    def max_batch(self):
+        return self.s.max_batch
+
+    def step(self, k_caches, v_caches, tokens, positions, logits):
+        """Decode tokens[i] at positions[i] in the sequence whose caches are
+        k_caches[i] / v_caches[i] (C-contiguous (n_layers, n_kv_heads, n_ctx,
+        head_dim), both uint16 F16 bits or both float32, distinct per sequence),
+        writing its K/V at that slot and its logits into logits[i] (float32 of
+        vocab_size).  Waits for a step running in another thread."""
+        import numpy as np
+        cdef int n = len(tokens), i, rc = -2
+        if not 1 <= n <= self.s.max_batch:
+            raise ValueError(f"tokens: a step takes 1 to {self.s.max_batch} sequences, got {n}")
+        if not (len(k_caches) == len(v_caches) == len(positions) == len(logits) == n):
+            raise ValueError("k_caches, v_caches, tokens, positions, logits: one of each per sequence")
+        cdef list held = []
+        cdef infer_block_seq seqs[INFER_BLOCK_MAX_BATCH]
+        cdef uint8_t[::1] kb
+        cdef uint8_t[::1] vb
+        cdef float[::1] lv
+        seen = set()
+        for i in range(n):
+            k, v = k_caches[i], v_caches[i]
+            if not isinstance(k, np.ndarray) or not isinstance(v, np.ndarray):
+                raise TypeError(f"k_caches[{i}], v_caches[{i}]: expected numpy arrays")
+            if k.dtype != v.dtype or k.dtype not in (np.uint16, np.float32):
+                raise TypeError(f"k_caches[{i}], v_caches[{i}]: expected both uint16 (F16 bits) or both float32")
+            if k.ndim != 4 or k.shape != v.shape or k.shape[0] != self.m.n_layers or \
+                    k.shape[1] != self.m.n_kv_heads or k.shape[3] != self.m.head_dim:
+                raise ValueError(f"k_caches[{i}]: expected shape ({self.m.n_layers}, {self.m.n_kv_heads}, "
+                                 f"n_ctx, {self.m.head_dim}) for both caches, got {k.shape} and {v.shape}")
+            if not (k.flags.c_contiguous and v.flags.c_contiguous and k.flags.writeable and v.flags.writeable):
+                raise ValueError(f"k_caches[{i}], v_caches[{i}]: must be C-contiguous and writable")
+            if not 1 <= k.shape[2] <= _INT_LIMIT:
+                raise ValueError(f"k_caches[{i}]: n_ctx {k.shape[2]} out of range")
+            for a in (k, v):   # two sequences writing one cache would mix their K/V
+                where = a.__array_interface__["data"][0]
+                if where in seen:
+                    raise ValueError(f"k_caches[{i}]/v_caches[{i}]: a cache appears twice in one step")
+                seen.add(where)
+            token, pos = tokens[i], positions[i]
+            if not 0 <= token < self.m.vocab_size:
+                raise ValueError(f"tokens[{i}]: id {token} outside the vocabulary [0, {self.m.vocab_size})")
+            if not 0 <= pos < k.shape[2]:
+                raise ValueError(f"positions[{i}]: {pos} outside the context [0, {k.shape[2]})")
+            lv = _f32_out(logits[i], f"logits[{i}]")
+            if lv.shape[0] != self.m.vocab_size:
+                raise ValueError(f"logits[{i}]: expected {self.m.vocab_size} values, got {lv.shape[0]}")
+            kb = k.reshape(-1).view(np.uint8)
+            vb = v.reshape(-1).view(np.uint8)
+            held += [k, v, logits[i]]
+            seqs[i].n_ctx = k.shape[2]
+            seqs[i].kv_f16 = 1 if k.dtype == np.uint16 else 0
+            seqs[i].k_cache = &kb[0]
+            seqs[i].v_cache = &vb[0]
+            seqs[i].token = token
+            seqs[i].pos = pos
+            seqs[i].logits = &lv[0]
+        with self.lock:   # a step of another thread first (the scratch is shared)
+            if self.keep is None:
+                raise RuntimeError("the model is closed")
+            with nogil:
+                rc = infer_block_decode(&self.m, &self.s, seqs, n)
+        if rc == -1:
+            raise NotImplementedError("a kernel this model needs is missing from the active kernel set")
+        if rc != 0:
+            raise ValueError("infer_block_decode: bad arguments")
+
+    def decode(self, int token, int pos, k_cache, v_cache, logits):
+        """One sequence's step: `step` with a batch of one."""
+        self.step((k_cache,), (v_cache,), (token,), (pos,), (logits,))
+
+    def release(self):
+        """Drop every reference to the weights (the model is closing); waits for a
+        running step, and later steps raise RuntimeError."""
+        with self.lock:
+            self.keep = None
+            self.m.layers = NULL
