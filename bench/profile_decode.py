@@ -59,7 +59,7 @@ def main():
                         ("Context.next(), default sampler", sampled)):
             c.restart()
             c.prefill(toks[:1])
-            eng._decoder = NoStep()
+            eng._decoders[eng.spec] = NoStep()
             c.logits[:] = rng.standard_normal(len(c.logits)).astype(np.float32)
 
             def step(i, c=c, name=name):
@@ -72,7 +72,7 @@ def main():
                     c.next()
 
             rows.append((name, per_token(step, n - 1)))
-            eng._decoder = dec
+            eng._decoders[eng.spec] = dec
     print(f"SmolLM2 decode at {threads} threads, positions 1..{n - 1}, median of 5 runs")
     print(f"C step alone (baseline): {c_step * 1e3:.3f} ms/token = {1 / c_step:.1f} tok/s")
     print("| Python side of | us/token | share of a step |")

@@ -27,7 +27,7 @@ typedef struct {
     const infer_kernel_table *kt;
     /* which frequencies each slot of s->rope_cs holds (NULL: none yet) */
     const double *slot_freq[ROPE_SLOTS];
-    int slot_layout[ROPE_SLOTS];
+    int slot_layout[ROPE_SLOTS], slot_dims[ROPE_SLOTS];
     float slot_factor[ROPE_SLOTS];
     int next_slot;
     infer_decode_job staging;   /* the leader sets up the next job here */
@@ -49,17 +49,18 @@ static float *angles_of(const decode_ctx *d, int slot, int b) {
 static int rope_slot(decode_ctx *d, const infer_block_layer *L) {
     for (int k = 0; k < ROPE_SLOTS; k++)
         if (d->slot_freq[k] == L->rope_inv_freq && d->slot_layout[k] == L->rope &&
-            d->slot_factor[k] == L->rope_attn_factor)
+            d->slot_dims[k] == L->rope_dims && d->slot_factor[k] == L->rope_attn_factor)
             return k;
     const int k = d->next_slot;
     d->next_slot = (k + 1) % ROPE_SLOTS;
     d->slot_freq[k] = L->rope_inv_freq;
     d->slot_layout[k] = L->rope;
+    d->slot_dims[k] = L->rope_dims;
     d->slot_factor[k] = L->rope_attn_factor;
     const int hd = d->m->head_dim;
     for (int b = 0; b < d->n_seqs; b++) {
         float *cs = angles_of(d, k, b), *sn = cs + hd;
-        for (int i = 0; i < hd / 2; i++) {
+        for (int i = 0; i < L->rope_dims / 2; i++) {
             const double theta = (double)d->seqs[b].pos * L->rope_inv_freq[i];
             const float c = (float)(cos(theta) * L->rope_attn_factor);
             const float s = (float)(sin(theta) * L->rope_attn_factor);
@@ -104,7 +105,7 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
             float *q = qcopy + g;
             if (L->q_norm) d->kt->rmsnorm(qsrc + g, L->q_norm, q, hd, m->rms_eps);
             else memcpy(q, qsrc + g, (size_t)hd * sizeof(float));
-            if (cs) rope_kernel(d->kt, L->rope)(q, cs, cs + hd, hd);
+            if (cs) rope_kernel(d->kt, L->rope)(q, cs, cs + hd, L->rope_dims);
             qs[u] = q;
             outs[u] = scratch + g;
             lo[u] = lo_pos;
@@ -220,7 +221,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
                 if (L->k_norm) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
                 if (slot >= 0) {
                     const float *cs = angles_of(d, slot, b);
-                    rope_kernel(kt, L->rope)(kh, cs, cs + hd, hd);
+                    rope_kernel(kt, L->rope)(kh, cs, cs + hd, L->rope_dims);
                 }
             }
             /* kv_store converts to F16 with the table's (vectorised, bit-exact) quantize */
@@ -282,7 +283,8 @@ int infer_block_check_model(const infer_block_model *m) {
         if (!L->attn_norm || !L->ffn_norm || !!L->q_norm != !!L->k_norm ||
             !!L->q_bias != !!L->k_bias || !!L->q_bias != !!L->v_bias || L->window < 0 ||
             (L->rope != INFER_ROPE_NONE && L->rope != INFER_ROPE_NORM && L->rope != INFER_ROPE_NEOX) ||
-            (L->rope != INFER_ROPE_NONE && !L->rope_inv_freq))
+            (L->rope != INFER_ROPE_NONE && (!L->rope_inv_freq || L->rope_dims < 2 || L->rope_dims % 2 ||
+                                            L->rope_dims > hd)))
             return -2;
         if (!shape_ok(&L->wq, q_dim, m->dim) || !shape_ok(&L->wk, kv_dim, m->dim) ||
             !shape_ok(&L->wv, kv_dim, m->dim) || !shape_ok(&L->wo, m->dim, q_dim) ||

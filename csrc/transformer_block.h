@@ -35,7 +35,8 @@ typedef struct {
     const float *q_bias, *k_bias, *v_bias;      /* q_dim, kv_dim, kv_dim; or all NULL */
     infer_decode_matrix wq, wk, wv, wo, gate, up, down;
     int rope;                      /* INFER_ROPE_* */
-    const double *rope_inv_freq;   /* head_dim / 2 frequencies (infer_rope_inv_freq) */
+    int rope_dims;                 /* rotated elements of a head (even, <= head_dim) */
+    const double *rope_inv_freq;   /* rope_dims / 2 frequencies (infer_rope_inv_freq) */
     float rope_attn_factor;        /* multiplies cos and sin */
     int window;                    /* attend to the last `window` positions; 0 = all */
 } infer_block_layer;

@@ -31,9 +31,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
 
 __all__ = [
     "__version__", "load", "generate", "Generation", "Model", "Engine", "Context",
-    "ContextOverflowError", "ContextBusyError", "ModelClosedError", "UnsupportedModelError", "Sampler",
-    "register_variant",
-    "known_architectures", "ChatSession",
+    "ContextOverflowError", "ContextBusyError", "ModelClosedError", "UnsupportedModelError",
+    "Sampler", "register_variant", "known_architectures", "ChatSession",
 ]
 
 

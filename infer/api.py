@@ -358,7 +358,9 @@ def create_chat_completion(
 
     def turn(ctx: Any, choice: int) -> Iterator[Any]:
         _use_sampler(ctx, _make_sampler(options, choice))
-        session = ChatSession(model, tools=offered, context=ctx, template_kwargs=chat_template_kwargs)
+        # A request's messages are the client's: no trimming, and no reply limit it did not ask for.
+        session = ChatSession(model, tools=offered, context=ctx, template_kwargs=chat_template_kwargs,
+                              trim_history=False, max_tokens=None)
         session.history = msgs
         try:
             items: Iterator[Any] = session.stream(None, max_tokens=max_tokens, stop=stops, show_thinking=True)

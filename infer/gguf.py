@@ -407,9 +407,15 @@ class GGUFFile:
         Reading a page past a truncated end kills the process with SIGBUS (as in
         llama.cpp), so the runtime calls this (one fstat) before each step.  A file
         rewritten at the same size, or one cut during a step, is not detected."""
-        if self._fd < 0:
+        fd = self._fd
+        if fd < 0:
             return
-        now = os.fstat(self._fd).st_size
+        try:
+            now = os.fstat(fd).st_size
+        except OSError:
+            if self._fd < 0:   # closed by another thread meanwhile: the step reports that
+                return
+            raise
         if now != self.size:
             raise FileChangedError(
                 f"{self.path}: the file changed under the loaded model ({self.size} bytes "

@@ -21,6 +21,7 @@ cdef extern from "transformer_block.h" nogil:
         const float *v_bias
         infer_decode_matrix wq, wk, wv, wo, gate, up, down
         int rope
+        int rope_dims
         const double *rope_inv_freq
         float rope_attn_factor
         int window
@@ -111,7 +112,7 @@ cdef class TransformerDecoder:
     wk, wv, wo, gate, up, down (matrix tuples); optionally q_norm and k_norm,
     post_attn_norm, post_ffn_norm, q_bias, k_bias and v_bias (vectors), rope
     (None or (layout "norm"/"neox", base, scale, freq_factors or None,
-    attn_factor)) and window (int, 0 = all).  Every size is checked against the
+    attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all).  Every size is checked against the
     config before anything runs.
     """
     cdef infer_block_model m
@@ -203,26 +204,32 @@ cdef class TransformerDecoder:
             rope = layer.get("rope")
             L.rope = INFER_ROPE_NONE
             if rope is not None:
-                layout, base, scale, factors, attn_factor = rope
+                layout, base, scale, factors, attn_factor, rot = rope
                 if layout not in ("norm", "neox"):
                     raise ValueError(f"{name}.rope: layout must be 'norm' or 'neox', got {layout!r}")
                 if not (base > 0 and scale > 0) or base == float("inf") or scale == float("inf"):
                     raise ValueError(f"{name}.rope: base and scale must be finite and > 0")
-                key = (float(base), float(scale), None if factors is None else bytes(np.asarray(factors, np.float32)))
+                if not (abs(attn_factor) < float("inf")):
+                    raise ValueError(f"{name}.rope: attn_factor must be finite, got {attn_factor}")
+                if isinstance(rot, bool) or not isinstance(rot, int) or rot < 2 or rot % 2 or rot > hd:
+                    raise ValueError(f"{name}.rope: rot_dim must be even and in [2, head_dim={hd}], got {rot!r}")
+                key = (float(base), float(scale), rot,
+                       None if factors is None else bytes(np.asarray(factors, np.float32)))
                 if key not in freqs:
-                    table = np.zeros(hd // 2, np.float64)
+                    table = np.zeros(rot // 2, np.float64)
                     fv = table
                     if factors is None:
-                        infer_rope_inv_freq(&fv[0], hd, base, scale, NULL)
+                        infer_rope_inv_freq(&fv[0], rot, base, scale, NULL)
                     else:
                         ff = _f32_in(factors, f"{name}.rope freq_factors")
-                        if ff.shape[0] != hd // 2 or not np.all(np.asarray(ff) > 0):
-                            raise ValueError(f"{name}.rope: freq_factors must be {hd // 2} values > 0")
-                        infer_rope_inv_freq(&fv[0], hd, base, scale, &ff[0])
+                        if ff.shape[0] != rot // 2 or not np.all(np.asarray(ff) > 0):
+                            raise ValueError(f"{name}.rope: freq_factors must be {rot // 2} values > 0")
+                        infer_rope_inv_freq(&fv[0], rot, base, scale, &ff[0])
                     freqs[key] = table
                     self.keep.append(table)
                 fv = freqs[key]
                 L.rope = INFER_ROPE_NEOX if layout == "neox" else INFER_ROPE_NORM
+                L.rope_dims = rot
                 L.rope_inv_freq = &fv[0]
                 L.rope_attn_factor = attn_factor
         m.layers = self.layers

@@ -31,9 +31,8 @@ from scripted import GreedySampler
 
 
 NAMES = list(tm.TINY)
-#: the files whose spec the fused C decode step computes: all but partial rotary
-#: embeddings (phi3's files rotate 48 of 64 elements, as Phi-4-mini does)
-FUSED = set(NAMES) - {"phi3", "phi3-short"}
+#: the files whose spec the fused C decode step computes (csrc/transformer_block.c: all)
+FUSED = set(NAMES)
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_families.npz")
 
 

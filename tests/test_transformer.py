@@ -25,7 +25,8 @@ from reference.numpy_transformer import forward as reference_forward
 
 from infer import kernels as K
 from infer.gguf import GGUFError, GGUFFile, GGUFWriter, default_model_path, gemma3_model_path
-from infer.runtime import ContextOverflowError, ModelClosedError, UnsupportedModelError, decode_batch, next_batch
+from infer.runtime import (ContextOverflowError, ModelClosedError, UnsupportedModelError, decode_batch,
+                           next_batch)
 from infer.tensor import Tensor
 from infer.variants.gemma3 import Gemma3Engine
 from infer.variants.llama import LlamaEngine
@@ -43,7 +44,7 @@ EVERYTHING = TransformerSpec(
     vocab_size=VOCAB, max_seq_len=64, rms_eps=1e-5,
     layers=(LayerSpec(rope=Rope("neox", 10000.0, 0.5, FACTORS, 1.1), window=5),
             LayerSpec(rope=None),
-            LayerSpec(rope=Rope("norm", 500.0))),
+            LayerSpec(rope=Rope("norm", 500.0, rot_dim=HEAD_DIM // 2))),
     qkv_bias=True, qk_norm=True, post_attn_norm=True, post_ffn_norm=True, activation="gelu_tanh",
     query_scale=0.3, attn_softcap=3.0, final_softcap=5.0, embd_scale=2.0, residual_scale=0.7,
     logit_scale=1.5, tied_head=False)
@@ -101,7 +102,8 @@ def reference_logits(spec, weights, tokens):
     dense = {name.removesuffix(".weight").replace(".bias", "_bias"): a.astype(np.float64)
              for name, a in weights.items()}
     layers = [(None if L.rope is None else (L.rope.layout, L.rope.base, L.rope.scale, L.rope.freq_factors,
-                                            L.rope.attn_factor), L.window) for L in spec.layers]
+                                            L.rope.attn_factor, L.rope.rot_dim), L.window)
+              for L in spec.layers]
     options = dict(n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim,
                    rms_eps=spec.rms_eps, layers=layers, activation=spec.activation,
                    query_scale=spec.query_scale, attn_softcap=spec.attn_softcap,
@@ -150,7 +152,8 @@ FLIPS = {  # each piece switched off in turn
                    dict(embd_scale=1.0), dict(logit_scale=1.0), dict(query_scale=None),
                    dict(layers=(LayerSpec(rope=Rope("neox", 10000.0, 0.5, FACTORS)),) + EVERYTHING.layers[1:]),
                    dict(layers=(LayerSpec(rope=Rope("neox", 10000.0, 0.5, None, 1.1), window=5),)
-                        + EVERYTHING.layers[1:])],
+                        + EVERYTHING.layers[1:]),
+                   dict(layers=EVERYTHING.layers[:2] + (LayerSpec(rope=Rope("norm", 500.0)),))],
     "fused": [dict(layers=(FUSED.layers[0], LayerSpec(rope=FUSED.layers[1].rope)))],
 }
 

@@ -18,7 +18,8 @@ architecture is data.  Metadata keys nobody read are refused when the engine is
 built (`HParams.refuse_unread`), tensors nobody read by the weight loader.
 
 The forward passes are `transformer.py`'s: prefill through the matrix-matrix
-kernels; one decoded token as a single C call (csrc/transformer_block.c).
+kernels; one decoded token (of one or several contexts) as a single C call
+(csrc/transformer_block.c), which computes every spec.
 """
 from __future__ import annotations
 
@@ -96,11 +97,10 @@ class LlamaShapedEngine(TransformerEngine):
         shaped.hparams.refuse_unread()
         super().__init__(shaped.spec, gguf_file, n_threads, also_used=shaped.tensors_read)
         self.shaped = shaped
-        # One spec object per RoPE choice, so that contexts share fused decode steps.
-        self._long = shaped.spec_for(2**31 - 1)
 
     def spec_for(self, n_ctx: int) -> TransformerSpec:
-        return self._long if self.shaped.rope.for_context(n_ctx) is self.shaped.rope.long else self.spec
+        return self.shaped.spec_for(n_ctx)
+
 
 class LlamaEngine(LlamaShapedEngine):
     """A `llama` file's engine."""

@@ -45,8 +45,9 @@ class TransformerEngine(Engine):
         self.n_threads = n_threads
         self.weights: Optional[ModelWeights] = load_weights(spec, gguf_file.tensors, also_used)
         self._contexts: "weakref.WeakSet[TransformerContext]" = weakref.WeakSet()
-        # fused decode steps by spec (a LongRoPE file has a second spec for long contexts)
-        self._decoders: Dict[int, Tuple[TransformerSpec, Any]] = {}
+        #: the fused step of each spec the contexts compute with (one, unless the
+        #: maths depend on the context size: Phi-3's LongRoPE)
+        self._decoders: Dict[TransformerSpec, Any] = {}
         # close() waits for running forward passes; none starts after it.
         self._state = threading.Condition()
         self._running = 0
@@ -95,15 +96,13 @@ class TransformerEngine(Engine):
                 self._state.notify_all()
 
     def fused_step(self, spec: Optional[TransformerSpec] = None) -> Any:
-        """The fused decode step (kernels.TransformerDecoder) over ``spec`` (default:
-        the engine's; a context passes its own), built on first use.  Call inside
-        `running`."""
-        spec = self.spec if spec is None else spec
+        """The fused decode step (kernels.TransformerDecoder) of spec (default: the
+        engine's), built on first use.  Call inside `running`."""
+        spec = spec or self.spec
         with self._state:   # two threads' first steps build it once
-            entry = self._decoders.get(id(spec))
-            if entry is None:
-                entry = self._decoders[id(spec)] = (spec, _build_decoder(spec, self.live_weights()))
-            return entry[1]
+            if spec not in self._decoders:
+                self._decoders[spec] = _build_decoder(spec, self.live_weights())
+            return self._decoders[spec]
 
     def forward_batch(self, contexts: Sequence[Context], tokens: NDArray[Any],
                       positions: Sequence[int]) -> None:
@@ -115,12 +114,17 @@ class TransformerEngine(Engine):
             super().forward_batch(contexts, tokens, positions)
             return
         with self.running():
-            step = self.fused_step(ctxs[0].spec)
-            for i in range(0, len(ctxs), step.max_batch):
-                group = ctxs[i:i + step.max_batch]
-                step.step([c.k_cache for c in group], [c.v_cache for c in group],
-                          [int(t) for t in tokens[i:i + len(group)]],
-                          [int(p) for p in positions[i:i + len(group)]], [c.logits for c in group])
+            by_step: Dict[int, list[int]] = {}   # contexts of one spec share a step
+            steps = [c._fused_step() for c in ctxs]
+            for i, step in enumerate(steps):
+                by_step.setdefault(id(step), []).append(i)
+            for members in by_step.values():
+                step = steps[members[0]]
+                for g in range(0, len(members), step.max_batch):
+                    group = members[g:g + step.max_batch]
+                    step.step([ctxs[i].k_cache for i in group], [ctxs[i].v_cache for i in group],
+                              [int(tokens[i]) for i in group], [int(positions[i]) for i in group],
+                              [ctxs[i].logits for i in group])
 
     def close(self) -> None:
         # Wait for running passes, then drop every view into the file map (ours,
@@ -129,18 +133,12 @@ class TransformerEngine(Engine):
             self._closed = True
             while self._running:
                 self._state.wait()
-        for _, decoder in self._decoders.values():
+        for decoder in self._decoders.values():
             decoder.release()
         self._decoders.clear()
         for ctx in list(self._contexts):
             ctx._release()
         self.weights = None
-
-
-def fused_computes(spec: TransformerSpec) -> bool:
-    """Whether csrc/transformer_block.c computes the spec: everything but partial
-    rotary embeddings (Phi-4-mini), which decode through the Python blocks."""
-    return all(layer.rope is None or layer.rope.rot_dim is None for layer in spec.layers)
 
 
 def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
@@ -162,7 +160,8 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
                 layer[name] = vec.data
         if ls.rope is not None:
             r = ls.rope
-            layer["rope"] = (r.layout, r.base, r.scale, r.factors_array(spec.head_dim), r.attn_factor)
+            layer["rope"] = (r.layout, r.base, r.scale, r.factors_array(spec.head_dim), r.attn_factor,
+                             r.rotated(spec.head_dim))
         layers.append(layer)
     return w.token_embd.as_tuple(), w.output.as_tuple(), w.output_norm.data, layers
 
@@ -185,16 +184,21 @@ class TransformerContext(Context):
         self.k_cache = np.zeros(shape, dtype=kv_dtype)
         self.v_cache = np.zeros(shape, dtype=kv_dtype)
         self._scratch: Dict[int, _Scratch] = {}
-        #: False: decode through the Python blocks too (for tests comparing the two);
-        #: the default is False for the specs the C step does not compute
-        self.fused_decode = fused_computes(spec)
+        #: False: decode through the Python blocks too (for tests comparing the two)
+        self.fused_decode = True
+        self._step: Any = None
+
+    def _fused_step(self) -> Any:
+        """The engine's fused step for this context's spec (looked up once)."""
+        if self._step is None:
+            self._step = self.engine.fused_step(self.spec)
+        return self._step
 
     def _forward(self, tokens: NDArray[Any], start: int) -> None:
         eng = self.engine
         with eng.running():
             if len(tokens) == 1 and self.fused_decode:
-                eng.fused_step(self.spec).decode(int(tokens[0]), start, self.k_cache, self.v_cache,
-                                                 self.logits)
+                self._fused_step().decode(int(tokens[0]), start, self.k_cache, self.v_cache, self.logits)
             else:
                 self._prefill(tokens, start)
 
@@ -283,6 +287,7 @@ class TransformerContext(Context):
 
     def _release(self) -> None:
         self._scratch.clear()
+        self._step = None
 
 
 def _mul(x: NDArray[Any], w: Matrix, out: NDArray[Any], xq: Optional[NDArray[Any]] = None) -> NDArray[Any]:

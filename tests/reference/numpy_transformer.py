@@ -11,7 +11,8 @@ Weights are dense float64 arrays in a plain dict, named as in GGUF files:
 
 ``options`` (a dict) selects the variations; per layer a rope tuple
 (layout "norm"/"neox", base, scale, factors or None, attn_factor) or None, and
-a window (0 = all).
+a window (0 = all); a 6th rope entry, when there, is the number of rotated
+elements of a head (the rest pass through).
 """
 import numpy as np
 
@@ -22,10 +23,17 @@ def rmsnorm(x, w, eps):
 
 def rotate(x, pos, rope, head_dim):
     """x: (heads, head_dim) at position pos."""
-    layout, base, scale, factors, attn_factor = rope
-    half = head_dim // 2
+    layout, base, scale, factors, attn_factor = rope[:5]
+    rot = rope[5] if len(rope) > 5 and rope[5] else head_dim
+    y = x.copy()
+    y[:, :rot] = _rotate_first(x[:, :rot], pos, layout, base, scale, factors, attn_factor, rot)
+    return y
+
+
+def _rotate_first(x, pos, layout, base, scale, factors, attn_factor, rot):
+    half = rot // 2
     i = np.arange(half)
-    freq = scale * base ** (-2.0 * i / head_dim)
+    freq = scale * base ** (-2.0 * i / rot)
     if factors is not None:
         freq = freq / np.asarray(factors, np.float64)
     c, s = attn_factor * np.cos(pos * freq), attn_factor * np.sin(pos * freq)
