@@ -6,6 +6,8 @@ Every figure is printed next to a baseline measured in the same run, with the ra
               and each SIMD kernel set vs scalar
   model       the mat-vec shapes of SmolLM2-135M decode, per thread count
   prefill     mat-mul of many tokens vs numpy float32 (OpenBLAS sgemm, one thread)
+  types       the K/IQ4/Q5_1 formats: dequantize G elem/s and 4096x4096 mat-vec us at one
+              thread beside numpy and Q4_0, and mat-vec time per weight byte vs Q4_0's
   iquants     the IQ and TQ formats at one thread on the active kernel set: dequantize
               G elem/s vs the gguf package, 4096x4096 mat-vec us vs numpy float32 and
               Q4_0, and whether each is within 1.5x of Q4_0's time per weight byte
@@ -18,8 +20,9 @@ Knobs (environment):
   INFER_BENCH_FORMATS   comma list (default q4_0,q4_1,q5_0,q8_0,f16,bf16)
   INFER_BENCH_THREADS   comma list of thread counts (default 1,2)
   INFER_BENCH_PREFILL   matmul rows x cols x tokens (default 1536x576x64)
+  INFER_BENCH_TYPES     comma list for the types section (default q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs)
   INFER_BENCH_IQ        comma list for the iquants section (default: all eight)
-  INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model,prefill,iquants)
+  INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model,prefill,types,iquants)
 """
 import os
 import sys
@@ -41,6 +44,9 @@ MV_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_MATVEC", "4096x4096
 FORMATS = os.environ.get("INFER_BENCH_FORMATS", "q4_0,q4_1,q5_0,q8_0,f16,bf16").split(",")
 THREADS = [int(v) for v in os.environ.get("INFER_BENCH_THREADS", "1,2").split(",")]
 SKIP = set(filter(None, os.environ.get("INFER_BENCH_SKIP", "").split(",")))
+TYPES = os.environ.get("INFER_BENCH_TYPES", "q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs").split(",")
+# The issue's bar: a K or IQ type's mat-vec within 1.5x of Q4_0's time per weight byte.
+PER_BYTE_BAR = 1.5
 PREFILL_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_PREFILL", "1536x576x64").split("x"))
 IQ_FORMATS = os.environ.get(
     "INFER_BENCH_IQ", "iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s,iq1_s,tq1_0,tq2_0").split(",")
@@ -89,15 +95,19 @@ def thread_columns(fn, fmt_us):
 
 
 def encode(fmt, w):
-    """w in format fmt; formats the gguf package cannot quantize (the grid formats: they
-    need an importance matrix) get random blocks of the same shape, with sane fp16 d."""
-    if fmt.startswith("iq") and fmt != "iq4_nl":
+    """w in format fmt: by the gguf package's quantizer, else by infer's; the grid formats
+    (they need an importance matrix) get random blocks of the same shape, with sane fp16 d."""
+    if fmt.startswith("iq") and fmt not in ("iq4_nl", "iq4_xs"):
         rng = np.random.default_rng(w.shape[0])
         n_blocks = w.size // K.block_size(fmt)
         raw = rng.integers(0, 256, (n_blocks, K.block_bytes(fmt)), dtype=np.uint8)
         raw[:, 0:2] = np.array([0.01], np.float16).view(np.uint8)   # d leads every IQ block
         return raw.reshape(w.shape[0], -1)
-    return gq.quantize(w, T[fmt.upper()]).view(np.uint8).reshape(w.shape[0], -1)
+    try:
+        return gq.quantize(w, T[fmt.upper()]).view(np.uint8).reshape(w.shape[0], -1)
+    except NotImplementedError:
+        out = np.empty(w.shape[0] * K.row_bytes(fmt, w.shape[1]), np.uint8)
+        return K.quantize(np.ascontiguousarray(w, np.float32).reshape(-1), fmt, out).reshape(w.shape[0], -1)
 
 
 def table(title, header, rows):
@@ -211,6 +221,45 @@ def bench_prefill(rng, isa):
           + [f"{th} thr wall us (vs {THREADS[0]})" for th in THREADS], result)
 
 
+def bench_types(rng, isa):
+    """Each format beside Q4_0 (and numpy) measured in this same run, one thread."""
+    K.set_isa(isa)
+    K.set_num_threads(1)
+    rows, cols = MV_SHAPE
+    w_f = rng.standard_normal((rows, cols)).astype(np.float32)
+    x = rng.standard_normal(cols).astype(np.float32)
+    out = np.empty(rows, np.float32)
+    ref = np.empty(rows, np.float32)
+    t_np = per_call(lambda: np.matmul(w_f, x, out=ref))
+    d_rows, d_cols = DEQ_SHAPE
+    d_src = rng.standard_normal((d_rows, d_cols)).astype(np.float32)
+    d_out = np.empty(d_rows * d_cols, np.float32)
+    t_copy = per_call(lambda: np.copyto(d_out, d_src.reshape(-1)))
+
+    def measure(fmt):
+        w = encode(fmt, w_f)
+        flat = encode(fmt, d_src).reshape(-1)
+        t_deq = per_call(lambda: K.dequantize(flat, fmt, d_out))
+        t_mv = per_call(lambda: K.matvec(w, fmt, x, out))
+        return w.nbytes, t_deq, t_mv
+
+    base_bytes, base_deq, base_mv = measure("q4_0")
+    result = [["q4_0", f"{base_bytes * 8 / (rows * cols):.3f}", f"{d_rows * d_cols / base_deq / 1e9:.2f}",
+               f"{t_copy / base_deq:.2f}", f"{base_mv * 1e6:.0f}", f"{t_np / base_mv:.2f}x", "1.00", "baseline"]]
+    for fmt in TYPES:
+        nbytes, t_deq, t_mv = measure(fmt)
+        per_byte = (t_mv / nbytes) / (base_mv / base_bytes)
+        verdict = ("n/a" if fmt == "q5_1" else "yes" if per_byte <= PER_BYTE_BAR else "NO")
+        result.append([fmt, f"{nbytes * 8 / (rows * cols):.3f}", f"{d_rows * d_cols / t_deq / 1e9:.2f}",
+                       f"{t_copy / t_deq:.2f}", f"{t_mv * 1e6:.0f}", f"{t_np / t_mv:.2f}x", f"{per_byte:.2f}",
+                       verdict])
+    K.set_num_threads(THREADS[0])
+    table(f"formats vs Q4_0, {isa}, one thread: dequantize {d_rows}x{d_cols}, matvec {rows}x{cols} "
+          f"(numpy float32 matvec {t_np * 1e6:.0f} us; numpy copy of the dequantize output {t_copy * 1e6:.0f} us)",
+          ["format", "bits/weight", "dequantize G elem/s", "vs numpy copy", "matvec us (CPU)", "vs numpy f32",
+           "matvec time per weight byte vs q4_0", f"within {PER_BYTE_BAR}x"], result)
+
+
 def bench_iquants(rng, isa):
     """Each IQ/TQ format beside Q4_0 and numpy, one thread, the active kernel set."""
     K.set_isa(isa)
@@ -262,6 +311,8 @@ def main():
             bench_model(rng, before)
         if "prefill" not in SKIP:
             bench_prefill(rng, before)
+        if "types" not in SKIP:
+            bench_types(rng, before)
         if "iquants" not in SKIP:
             bench_iquants(rng, before)
     finally:

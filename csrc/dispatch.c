@@ -122,18 +122,24 @@ static void fill(int isa, infer_kernel_table *t) {
     infer_fill_table_scalar(t);
     infer_fill_kquants_scalar(t);
     infer_fill_ops_scalar(t);
+    infer_fill_kquants235_scalar(t);
+    infer_fill_iq4_scalar(t);
     infer_fill_iquants_scalar(t);
 #ifdef INFER_X86
     if (isa == INFER_ISA_AVX2 || isa == INFER_ISA_AVX512) {
         infer_fill_table_avx2(t);
         infer_fill_kquants_avx2(t);
         infer_fill_ops_avx2(t);
+        infer_fill_kquants235_avx2(t);
+        infer_fill_iq4_avx2(t);
         infer_fill_iquants_avx2(t);
     }
     if (isa == INFER_ISA_AVX512) {
         infer_fill_table_avx512(t);
         infer_fill_kquants_avx512(t);
         infer_fill_ops_avx512(t);
+        infer_fill_kquants235_avx512(t);
+        infer_fill_iq4_avx512(t);
     }
 #endif
 #ifdef INFER_ARM64
@@ -141,6 +147,8 @@ static void fill(int isa, infer_kernel_table *t) {
         infer_fill_table_neon(t);
         infer_fill_kquants_neon(t);
         infer_fill_ops_neon(t);
+        infer_fill_kquants235_neon(t);
+        infer_fill_iq4_neon(t);
         infer_fill_iquants_neon(t);
     }
 #ifdef INFER_NEON_DOTPROD_BUILT
@@ -148,6 +156,8 @@ static void fill(int isa, infer_kernel_table *t) {
         infer_fill_table_neon_dotprod(t);
         infer_fill_kquants_neon_dotprod(t);
         infer_fill_ops_neon_dotprod(t);
+        infer_fill_kquants235_neon_dotprod(t);
+        infer_fill_iq4_neon_dotprod(t);
         infer_fill_iquants_neon_dotprod(t);
     }
 #endif

@@ -34,6 +34,8 @@ typedef enum {
     INFER_TYPE_Q5_K = 13,
     INFER_TYPE_Q6_K = 14,
     INFER_TYPE_Q8_K = 15,
+    INFER_TYPE_IQ4_NL = 20,
+    INFER_TYPE_IQ4_XS = 23,
     INFER_TYPE_IQ2_XXS = 16,
     INFER_TYPE_IQ2_XS = 17,
     INFER_TYPE_IQ3_XXS = 18,
@@ -51,6 +53,8 @@ typedef enum {
 #define QK5_0 32
 #define QK8_0 32
 #define QK8_1 32
+#define QK5_1 32
+#define QK4_NL 32
 #define QK_K 256
 #define K_SCALE_SIZE 12
 
@@ -68,6 +72,10 @@ typedef struct { infer_half d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
 typedef struct { infer_half d; infer_half m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
 typedef struct { infer_half d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;
 typedef struct { infer_half d; int8_t qs[QK8_0]; } block_q8_0;
+/* element = d*q + m, q in 0..31: low 4 bits as Q4_1, bit 4 of element j is bit j of qh */
+typedef struct { infer_half d; infer_half m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1;
+/* element = d * kvalues_iq4nl[nibble]; nibbles as Q4_0 (j low, j+16 high) */
+typedef struct { infer_half d; uint8_t qs[QK4_NL / 2]; } block_iq4_nl;
 /* s = d * sum(qs): the min term of Q4_1 . Q8_1 needs it. */
 typedef struct { infer_half d; infer_half s; int8_t qs[QK8_1]; } block_q8_1;
 typedef struct {
@@ -82,6 +90,35 @@ typedef struct {
     int8_t scales[QK_K / 16];        /* 16 sub-block scales */
     infer_half d;
 } block_q6_K;
+/* 16 sub-blocks of 16: element = d*(sc&15)*q - dmin*(sc>>4), q in 0..3 */
+typedef struct {
+    uint8_t scales[QK_K / 16];       /* 4-bit scale (low) and min (high) per sub-block */
+    uint8_t qs[QK_K / 4];            /* 2-bit quants */
+    infer_half d;
+    infer_half dmin;
+} block_q2_K;
+/* 16 sub-blocks of 16: element = d*(sc-32)*(q-4), q in 0..7, sc 6 bits */
+typedef struct {
+    uint8_t hmask[QK_K / 8];         /* bit 2 of q (set means no -4 offset) */
+    uint8_t qs[QK_K / 4];            /* low 2 bits of q */
+    uint8_t scales[12];              /* 16 scales of 6 bits */
+    infer_half d;
+} block_q3_K;
+/* As Q4_K with a fifth bit per element in qh: q in 0..31 */
+typedef struct {
+    infer_half d;
+    infer_half dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];            /* bit 4 of q */
+    uint8_t qs[QK_K / 2];            /* low 4 bits of q */
+} block_q5_K;
+/* 8 sub-blocks of 32: element = d*(ls-32)*kvalues_iq4nl[nibble], ls 6 bits */
+typedef struct {
+    infer_half d;
+    uint16_t scales_h;               /* top 2 bits of ls, sub-block j at bits 2j..2j+1 */
+    uint8_t scales_l[QK_K / 64];     /* low 4 bits of ls, two sub-blocks a byte */
+    uint8_t qs[QK_K / 2];
+} block_iq4_xs;
 /* Activation-only format: d is f32 and may be negative.  Packed to 2-byte alignment
  * like the other blocks, so a Q8_K row may start at any even offset of a byte buffer
  * (the compiler then reads d without assuming 4-byte alignment). */
@@ -132,6 +169,12 @@ INFER_STATIC_ASSERT(sizeof(block_q8_1) == 36, block_q8_1_size);
 INFER_STATIC_ASSERT(sizeof(block_q4_K) == 144, block_q4_K_size);
 INFER_STATIC_ASSERT(sizeof(block_q6_K) == 210, block_q6_K_size);
 INFER_STATIC_ASSERT(sizeof(block_q8_K) == 292, block_q8_K_size);
+INFER_STATIC_ASSERT(sizeof(block_q5_1) == 24, block_q5_1_size);
+INFER_STATIC_ASSERT(sizeof(block_q2_K) == 84, block_q2_K_size);
+INFER_STATIC_ASSERT(sizeof(block_q3_K) == 110, block_q3_K_size);
+INFER_STATIC_ASSERT(sizeof(block_q5_K) == 176, block_q5_K_size);
+INFER_STATIC_ASSERT(sizeof(block_iq4_nl) == 18, block_iq4_nl_size);
+INFER_STATIC_ASSERT(sizeof(block_iq4_xs) == 136, block_iq4_xs_size);
 INFER_STATIC_ASSERT(sizeof(block_iq2_xxs) == 66, block_iq2_xxs_size);
 INFER_STATIC_ASSERT(sizeof(block_iq2_xs) == 74, block_iq2_xs_size);
 INFER_STATIC_ASSERT(sizeof(block_iq2_s) == 82, block_iq2_s_size);
@@ -262,6 +305,17 @@ void infer_fill_kquants_avx2(infer_kernel_table *t);
 void infer_fill_kquants_avx512(infer_kernel_table *t);
 void infer_fill_kquants_neon(infer_kernel_table *t);
 void infer_fill_ops_scalar(infer_kernel_table *t);
+/* kquants235_*.c: Q2_K, Q3_K, Q5_K; iq4_*.c: IQ4_NL, IQ4_XS. */
+void infer_fill_kquants235_scalar(infer_kernel_table *t);
+void infer_fill_kquants235_avx2(infer_kernel_table *t);
+void infer_fill_kquants235_avx512(infer_kernel_table *t);
+void infer_fill_kquants235_neon(infer_kernel_table *t);
+void infer_fill_kquants235_neon_dotprod(infer_kernel_table *t);
+void infer_fill_iq4_scalar(infer_kernel_table *t);
+void infer_fill_iq4_avx2(infer_kernel_table *t);
+void infer_fill_iq4_avx512(infer_kernel_table *t);
+void infer_fill_iq4_neon(infer_kernel_table *t);
+void infer_fill_iq4_neon_dotprod(infer_kernel_table *t);
 /* iquants_*.c: the IQ2/IQ3/IQ1 grid formats and TQ1_0/TQ2_0. */
 void infer_fill_iquants_scalar(infer_kernel_table *t);
 void infer_fill_iquants_avx2(infer_kernel_table *t);

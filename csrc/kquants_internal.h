@@ -29,6 +29,26 @@ static __forceinline int kq_lowest_bit(unsigned v) {  /* v != 0 */
 static inline int kq_lowest_bit(unsigned v) { return __builtin_ctz(v); }  /* v != 0 */
 #endif
 
+/* ggml's GROUP_MAX_EPS: a group whose largest |x| is below this quantizes to zero. */
+#define GROUP_MAX_EPS 1e-15f
+
+/* Round to nearest, ties to even (ggml's nearest_int: adding 1.5*2^23 leaves the
+ * rounded integer in the low mantissa bits).  Valid for |x| <= 2^22. */
+static inline int nearest_int(float x) {
+    float biased = x + 12582912.f;
+    int32_t bits;
+    memcpy(&bits, &biased, 4);
+    return (bits & 0x007fffff) - 0x00400000;
+}
+
+/* ggml make_qkx2_quants (kquants_scalar.c): Q2_K, Q4_K and Q5_K's sub-block search. */
+float infer_make_qkx2_quants(int n, int nmax, const float *x, const float *weights,
+                             uint8_t *L, float *neg_min, uint8_t *Laux,
+                             float rmin, float rdelta, int nstep, int use_mad);
+
+/* ggml's kvalues_iq4nl (iq4_scalar.c): the 16 levels of IQ4_NL and IQ4_XS nibbles. */
+extern const int8_t infer_kvalues_iq4nl[16];
+
 /* The 8 scales then the 8 mins of a Q4_K block, as bytes 0..7 and 8..15 of out
  * (little-endian words, as on every target we build for).
  * Word-wise: the same bit moves as the per-j rule above, four sub-blocks at once. */
@@ -41,6 +61,22 @@ static inline void infer_q4_K_unpack_scales(const uint8_t *s, uint8_t out[16]) {
     r[1] = (w[2] & low4) | (((w[0] >> 6) & low2) << 4);  /* sc 4..7 */
     r[3] = ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4);  /* m 4..7 */
     memcpy(out, r, 16);
+}
+
+/* The 16 signed scales (sc - 32) of a Q3_K block, word-wise: sub-block j takes its
+ * low nibble from byte j % 8 (high nibble for j >= 8) and its top two bits from bits
+ * 2*(j/4)..+1 of byte 8 + j % 4. */
+static inline void infer_q3_K_unpack_scales(const uint8_t *s, int8_t out[16]) {
+    const uint32_t low4 = 0x0f0f0f0fu, low2 = 0x03030303u;
+    uint32_t w[3], r[4];
+    memcpy(w, s, 12);
+    r[0] = (w[0] & low4) | ((w[2] & low2) << 4);
+    r[1] = (w[1] & low4) | (((w[2] >> 2) & low2) << 4);
+    r[2] = ((w[0] >> 4) & low4) | (((w[2] >> 4) & low2) << 4);
+    r[3] = ((w[1] >> 4) & low4) | (((w[2] >> 6) & low2) << 4);
+    uint8_t u[16];
+    memcpy(u, r, 16);
+    for (int j = 0; j < 16; j++) out[j] = (int8_t)(u[j] - 32);
 }
 
 #if defined(__AVX2__)

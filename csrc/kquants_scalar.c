@@ -13,27 +13,16 @@
 #include <math.h>
 #include <string.h>
 
-/* ggml's GROUP_MAX_EPS: a group whose largest |x| is below this quantizes to zero. */
-#define GROUP_MAX_EPS 1e-15f
-
-/* Round to nearest, ties to even (ggml's nearest_int: adding 1.5*2^23 leaves the
- * rounded integer in the low mantissa bits).  Valid for |x| <= 2^22. */
-static inline int nearest_int(float x) {
-    float biased = x + 12582912.f;
-    int32_t bits;
-    memcpy(&bits, &biased, 4);
-    return (bits & 0x007fffff) - 0x00400000;
-}
-
 /* ---- Q4_K ------------------------------------------------------------------- */
 
 /* Asymmetric quantizer of one sub-block (ggml make_qkx2_quants): first the
  * min/max grid, then nstep+1 trial scales (nmax + rmin + rdelta*is)/(max - min),
  * each refitted by weighted least squares on (scale, min); keep the lowest
- * weighted squared error.  Returns the scale, stores -min (>= 0) in *neg_min. */
-static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights,
-                              uint8_t *L, float *neg_min, uint8_t *Laux,
-                              float rmin, float rdelta, int nstep) {
+ * weighted error (squared, or absolute when use_mad).  Returns the scale, stores
+ * -min (>= 0) in *neg_min. */
+float infer_make_qkx2_quants(int n, int nmax, const float *x, const float *weights,
+                             uint8_t *L, float *neg_min, uint8_t *Laux,
+                             float rmin, float rdelta, int nstep, int use_mad) {
     float min = x[0], max = x[0];
     float sum_w = weights[0];
     float sum_x = sum_w * x[0];
@@ -57,7 +46,8 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
         int l = nearest_int(iscale * (x[i] - min));
         L[i] = (uint8_t)(l < 0 ? 0 : l > nmax ? nmax : l);
         float diff = scale * L[i] + min - x[i];
-        best_error += weights[i] * (diff * diff);
+        diff = use_mad ? fabsf(diff) : diff * diff;
+        best_error += weights[i] * diff;
     }
     for (int is = 0; is <= nstep; is++) {
         iscale = (rmin + rdelta * is + nmax) / (max - min);
@@ -82,7 +72,8 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
             float cur_error = 0;
             for (int i = 0; i < n; i++) {
                 float diff = this_scale * Laux[i] + this_min - x[i];
-                cur_error += weights[i] * (diff * diff);
+                diff = use_mad ? fabsf(diff) : diff * diff;
+                cur_error += weights[i] * diff;
             }
             if (cur_error < best_error) {
                 memcpy(L, Laux, (size_t)n);
@@ -108,8 +99,8 @@ static void infer_quantize_q4_K_scalar(const float *x, void *dst, int64_t n) {
             for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
             float av_x = sqrtf(sum_x2 / 32);
             for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(xs[l]);
-            scales[j] = make_qkx2_quants(32, 15, xs, weights, L + 32 * j, &mins[j], Laux,
-                                         -1.f, 0.1f, 20);
+            scales[j] = infer_make_qkx2_quants(32, 15, xs, weights, L + 32 * j, &mins[j], Laux,
+                                               -1.f, 0.1f, 20, 0);
             if (scales[j] > max_scale) max_scale = scales[j];
             if (mins[j] > max_min) max_min = mins[j];
         }

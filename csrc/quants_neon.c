@@ -66,6 +66,18 @@ static inline void unpack_q5_0(const block_q5_0 *x, int8x16_t *lo, int8x16_t *hi
     *hi = vsubq_s8(vreinterpretq_s8_u8(v_hi), vdupq_n_s8(16));
 }
 
+/* Q5_1: the 5-bit values 0..31 (bits as Q5_0's); the min is added as m_w * s_a. */
+static inline void unpack_q5_1(const block_q5_1 *x, int8x16_t *lo, int8x16_t *hi) {
+    static const uint8_t bit_of_lane[16] = {1, 2, 4, 8, 16, 32, 64, 128,
+                                            1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t bits = vld1q_u8(bit_of_lane), b4 = vdupq_n_u8(0x10);
+    uint8x16_t q = vld1q_u8(x->qs);
+    uint8x16_t h_lo = vcombine_u8(vdup_n_u8(x->qh[0]), vdup_n_u8(x->qh[1]));
+    uint8x16_t h_hi = vcombine_u8(vdup_n_u8(x->qh[2]), vdup_n_u8(x->qh[3]));
+    *lo = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q, vdupq_n_u8(0x0F)), vandq_u8(vtstq_u8(h_lo, bits), b4)));
+    *hi = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q, 4), vandq_u8(vtstq_u8(h_hi, bits), b4)));
+}
+
 /* ---- dequantize ------------------------------------------------------------- */
 
 static void dequantize_q4_0_neon(const void *src, float *dst, int64_t n) {
@@ -108,6 +120,18 @@ static void dequantize_q5_0_neon(const void *src, float *dst, int64_t n) {
         unpack_q5_0(&x[b], &lo, &hi);
         store_scaled_s8(dst, lo, d);
         store_scaled_s8(dst + 16, hi, d);
+    }
+}
+
+static void dequantize_q5_1_neon(const void *src, float *dst, int64_t n) {
+    const block_q5_1 *x = (const block_q5_1 *)src;
+    for (int64_t b = 0; b < n / QK5_1; b++, dst += QK5_1) {
+        const float32x4_t d = vdupq_n_f32(fp16_to_f32(x[b].d));
+        const float32x4_t m = vdupq_n_f32(fp16_to_f32(x[b].m));
+        int8x16_t lo, hi;
+        unpack_q5_1(&x[b], &lo, &hi);
+        store_q4_1(dst, lo, d, m);
+        store_q4_1(dst + 16, hi, d, m);
     }
 }
 
@@ -214,6 +238,12 @@ static inline wquants wq_q4_1(const block_q4_1 *x) {
 static inline wquants wq_q5_0(const block_q5_0 *x) {
     wquants q;
     unpack_q5_0(x, &q.lo, &q.hi);
+    return q;
+}
+
+static inline wquants wq_q5_1(const block_q5_1 *x) {
+    wquants q;
+    unpack_q5_1(x, &q.lo, &q.hi);
     return q;
 }
 
@@ -336,6 +366,9 @@ QUANT_DOT(vec_dot_q4_0_q8_0_neon, block_q4_0, block_q8_0, wq_q4_0, NO_MIN_TERM)
 QUANT_DOT(vec_dot_q4_1_q8_1_neon, block_q4_1, block_q8_1, wq_q4_1, MIN_TERM_Q4_1)
 QUANT_DOT(vec_dot_q5_0_q8_0_neon, block_q5_0, block_q8_0, wq_q5_0, NO_MIN_TERM)
 QUANT_DOT(vec_dot_q8_0_q8_0_neon, block_q8_0, block_q8_0, wq_q8_0, NO_MIN_TERM)
+QUANT_DOT(vec_dot_q5_1_q8_1_neon, block_q5_1, block_q8_1, wq_q5_1, MIN_TERM_Q4_1)
+QUANT_DOT_4(vec_dot_4_q5_1_q8_1_neon, block_q5_1, block_q8_1, wq_q5_1, MIN_TERM_Q4_1)
+QUANT_DOT_4X4(vec_dot_4x4_q5_1_q8_1_neon, block_q5_1, block_q8_1, wq_q5_1, MIN_TERM_Q4_1)
 QUANT_DOT_4(vec_dot_4_q4_0_q8_0_neon, block_q4_0, block_q8_0, wq_q4_0, NO_MIN_TERM)
 QUANT_DOT_4(vec_dot_4_q4_1_q8_1_neon, block_q4_1, block_q8_1, wq_q4_1, MIN_TERM_Q4_1)
 QUANT_DOT_4(vec_dot_4_q5_0_q8_0_neon, block_q5_0, block_q8_0, wq_q5_0, NO_MIN_TERM)
@@ -390,6 +423,10 @@ void INFER_NEON_NAME(infer_fill_table_neon)(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_Q4_1] = dequantize_q4_1_neon;
     t->dequantize[INFER_TYPE_Q5_0] = dequantize_q5_0_neon;
     t->dequantize[INFER_TYPE_Q8_0] = dequantize_q8_0_neon;
+    t->dequantize[INFER_TYPE_Q5_1] = dequantize_q5_1_neon;
+    t->vec_dot[INFER_TYPE_Q5_1] = vec_dot_q5_1_q8_1_neon;
+    t->vec_dot_4[INFER_TYPE_Q5_1] = vec_dot_4_q5_1_q8_1_neon;
+    t->vec_dot_4x4[INFER_TYPE_Q5_1] = vec_dot_4x4_q5_1_q8_1_neon;
 
     t->quantize[INFER_TYPE_Q8_0] = quantize_q8_0_neon;
     t->quantize[INFER_TYPE_Q8_1] = quantize_q8_1_neon;

@@ -173,6 +173,50 @@ static void quantize_q5_0(const float *src, void *dst, int64_t n) {
     }
 }
 
+/* ---- Q5_1: q5 * d + m; low 4 bits as Q4_1, bit 4 of element j is bit j of qh ---- */
+
+static void dequantize_q5_1(const void *src, float *dst, int64_t n) {
+    const block_q5_1 *x = (const block_q5_1 *)src;
+    for (int64_t b = 0; b < n / QK5_1; b++, dst += QK5_1) {
+        const float d = FP16(x[b].d), m = FP16(x[b].m);
+        const uint32_t qh = load_qh(x[b].qh);
+        for (int j = 0; j < QK5_1 / 2; j++) {
+            const int q0 = (x[b].qs[j] & 0x0F) | (int)((qh >> j) & 1) << 4;
+            const int q1 = (x[b].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            dst[j] = (float)q0 * d + m;
+            dst[j + 16] = (float)q1 * d + m;
+        }
+    }
+}
+
+static void quantize_q5_1(const float *src, void *dst, int64_t n) {
+    block_q5_1 *y = (block_q5_1 *)dst;
+    for (int64_t b = 0; b < n / QK5_1; b++, src += QK5_1) {
+        float min = src[0], max = src[0];
+        for (int j = 1; j < QK5_1; j++) {
+            if (src[j] < min) min = src[j];
+            if (src[j] > max) max = src[j];
+        }
+        const float d = (max - min) / 31.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint32_t qh = 0;
+        y[b].d = infer_fp32_to_fp16(d);
+        y[b].m = infer_fp32_to_fp16(min);
+        for (int j = 0; j < QK5_1 / 2; j++) {
+            float v0 = src[j] - min, v1 = src[j + 16] - min;
+            v0 = v0 * id;
+            v1 = v1 * id;
+            v0 = v0 + 0.5f;
+            v1 = v1 + 0.5f;
+            const int q0 = trunc_clip(v0, 31), q1 = trunc_clip(v1, 31);
+            y[b].qs[j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+            qh |= (uint32_t)(q0 >> 4) << j;
+            qh |= (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        for (int k = 0; k < 4; k++) y[b].qh[k] = (uint8_t)(qh >> (8 * k));
+    }
+}
+
 /* ---- Q8_0 / Q8_1: q * d; Q8_1 also carries s = d * sum(q) ---------------------- */
 
 static void dequantize_q8_0(const void *src, float *dst, int64_t n) {
@@ -243,6 +287,7 @@ static void quantize_q8_1(const float *src, void *dst, int64_t n) {
 DEQUANTIZE_F16(q4_0, block_q4_0)
 DEQUANTIZE_F16(q4_1, block_q4_1)
 DEQUANTIZE_F16(q5_0, block_q5_0)
+DEQUANTIZE_F16(q5_1, block_q5_1)
 DEQUANTIZE_F16(q8_0, block_q8_0)
 DEQUANTIZE_F16(q8_1, block_q8_1)
 
@@ -324,6 +369,24 @@ static float vec_dot_q5_0_q8_0(int64_t n, const void *w, const void *a) {
     return sum;
 }
 
+/* Σ d·q·a + m·Σ a: the min term from Q8_1's s = d_a * Σ q_a. */
+static float vec_dot_q5_1_q8_1(int64_t n, const void *w, const void *a) {
+    const block_q5_1 *x = (const block_q5_1 *)w;
+    const block_q8_1 *y = (const block_q8_1 *)a;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / QK5_1; b++) {
+        const uint32_t qh = load_qh(x[b].qh);
+        int sumi = 0;
+        for (int j = 0; j < QK5_1 / 2; j++) {
+            const int q0 = (x[b].qs[j] & 0x0F) | (int)((qh >> j) & 1) << 4;
+            const int q1 = (x[b].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            sumi += q0 * y[b].qs[j] + q1 * y[b].qs[j + 16];
+        }
+        sum += (float)sumi * (FP16(x[b].d) * FP16(y[b].d)) + FP16(x[b].m) * FP16(y[b].s);
+    }
+    return sum;
+}
+
 static float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *a) {
     const block_q8_0 *x = (const block_q8_0 *)w;
     const block_q8_0 *y = (const block_q8_0 *)a;
@@ -343,6 +406,7 @@ void infer_fill_table_scalar(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_Q4_0] = dequantize_q4_0;
     t->dequantize[INFER_TYPE_Q4_1] = dequantize_q4_1;
     t->dequantize[INFER_TYPE_Q5_0] = dequantize_q5_0;
+    t->dequantize[INFER_TYPE_Q5_1] = dequantize_q5_1;
     t->dequantize[INFER_TYPE_Q8_0] = dequantize_q8_0;
     t->dequantize[INFER_TYPE_Q8_1] = dequantize_q8_1;
 
@@ -352,6 +416,7 @@ void infer_fill_table_scalar(infer_kernel_table *t) {
     t->dequantize_f16[INFER_TYPE_Q4_0] = dequantize_f16_q4_0;
     t->dequantize_f16[INFER_TYPE_Q4_1] = dequantize_f16_q4_1;
     t->dequantize_f16[INFER_TYPE_Q5_0] = dequantize_f16_q5_0;
+    t->dequantize_f16[INFER_TYPE_Q5_1] = dequantize_f16_q5_1;
     t->dequantize_f16[INFER_TYPE_Q8_0] = dequantize_f16_q8_0;
     t->dequantize_f16[INFER_TYPE_Q8_1] = dequantize_f16_q8_1;
 
@@ -361,6 +426,7 @@ void infer_fill_table_scalar(infer_kernel_table *t) {
     t->quantize[INFER_TYPE_Q4_0] = quantize_q4_0;
     t->quantize[INFER_TYPE_Q4_1] = quantize_q4_1;
     t->quantize[INFER_TYPE_Q5_0] = quantize_q5_0;
+    t->quantize[INFER_TYPE_Q5_1] = quantize_q5_1;
     t->quantize[INFER_TYPE_Q8_0] = quantize_q8_0;
     t->quantize[INFER_TYPE_Q8_1] = quantize_q8_1;
 
@@ -370,5 +436,6 @@ void infer_fill_table_scalar(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_Q4_0] = vec_dot_q4_0_q8_0;
     t->vec_dot[INFER_TYPE_Q4_1] = vec_dot_q4_1_q8_1;
     t->vec_dot[INFER_TYPE_Q5_0] = vec_dot_q5_0_q8_0;
+    t->vec_dot[INFER_TYPE_Q5_1] = vec_dot_q5_1_q8_1;
     t->vec_dot[INFER_TYPE_Q8_0] = vec_dot_q8_0_q8_0;
 }

@@ -98,6 +98,12 @@ static inline __m256i unpack_q5_0_unsigned(const block_q5_0 *b) {
     return _mm256_or_si256(unpack_nibbles(b->qs), hi);
 }
 
+/* Q5_1 element values as unsigned bytes 0..31 (bits as Q5_0's, the value is d*q + m). */
+static inline __m256i unpack_q5_1(const block_q5_1 *b) {
+    const __m256i hi = _mm256_and_si256(bits_to_bytes(b->qh), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(unpack_nibbles(b->qs), hi);
+}
+
 /* ---- dequantize ------------------------------------------------------------------ */
 
 /* Stores 32 signed bytes as floats times d. */
@@ -123,6 +129,21 @@ static void KERNEL(dequantize_q4_1)(const void *src, float *dst, int64_t n) {
         const __m256 d = _mm256_set1_ps(half_to_float(x[b].d));
         const __m256 m = _mm256_set1_ps(half_to_float(x[b].m));
         const __m256i q = unpack_nibbles(x[b].qs);
+        const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        for (int k = 0; k < 4; k++) {
+            const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[k]));
+            _mm256_storeu_ps(dst + 8 * k, _mm256_fmadd_ps(v, d, m));  /* d*v exact: one rounding */
+        }
+    }
+}
+
+static void KERNEL(dequantize_q5_1)(const void *src, float *dst, int64_t n) {
+    const block_q5_1 *x = (const block_q5_1 *)src;
+    for (int64_t b = 0; b < n / QK5_1; b++, dst += QK5_1) {
+        const __m256 d = _mm256_set1_ps(half_to_float(x[b].d));
+        const __m256 m = _mm256_set1_ps(half_to_float(x[b].m));
+        const __m256i q = unpack_q5_1(&x[b]);
         const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
         const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
         for (int k = 0; k < 4; k++) {
@@ -194,6 +215,7 @@ static void KERNEL(quantize_f16)(const float *src, void *dst, int64_t n) {
 DEQUANTIZE_F16_VIA_F32(q4_0, block_q4_0)
 DEQUANTIZE_F16_VIA_F32(q4_1, block_q4_1)
 DEQUANTIZE_F16_VIA_F32(q5_0, block_q5_0)
+DEQUANTIZE_F16_VIA_F32(q5_1, block_q5_1)
 DEQUANTIZE_F16_VIA_F32(q8_0, block_q8_0)
 DEQUANTIZE_F16_VIA_F32(q8_1, block_q8_1)
 
@@ -310,6 +332,29 @@ static float KERNEL(vec_dot_q4_1_q8_1)(int64_t n, const void *w, const void *a) 
     }
     for (; b < nb; b++) {
         const __m256i p0 = dot_u8s8(_mm256_setzero_si256(), unpack_nibbles(x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d)), acc0);
+        mins += half_to_float(x[b].m) * half_to_float(y[b].s);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1)) + mins;
+}
+
+/* As Q4_1's, with the fifth bit: q in 0..31 keeps vpmaddubsw's pair sums in int16. */
+static float KERNEL(vec_dot_q5_1_q8_1)(int64_t n, const void *w, const void *a) {
+    const block_q5_1 *x = (const block_q5_1 *)w;
+    const block_q8_1 *y = (const block_q8_1 *)a;
+    const int64_t nb = n / QK5_1;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    float mins = 0.0f;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const __m256i p0 = dot_u8s8(_mm256_setzero_si256(), unpack_q5_1(&x[b]), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        const __m256i p1 = dot_u8s8(_mm256_setzero_si256(), unpack_q5_1(&x[b + 1]), _mm256_loadu_si256((const __m256i *)y[b + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(half_to_float(x[b + 1].d) * half_to_float(y[b + 1].d)), acc1);
+        mins += half_to_float(x[b].m) * half_to_float(y[b].s) + half_to_float(x[b + 1].m) * half_to_float(y[b + 1].s);
+    }
+    for (; b < nb; b++) {
+        const __m256i p0 = dot_u8s8(_mm256_setzero_si256(), unpack_q5_1(&x[b]), _mm256_loadu_si256((const __m256i *)y[b].qs));
         acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d)), acc0);
         mins += half_to_float(x[b].m) * half_to_float(y[b].s);
     }
@@ -564,6 +609,7 @@ static void KERNEL(fill_quants_x86)(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_Q4_0] = KERNEL(dequantize_q4_0);
     t->dequantize[INFER_TYPE_Q4_1] = KERNEL(dequantize_q4_1);
     t->dequantize[INFER_TYPE_Q5_0] = KERNEL(dequantize_q5_0);
+    t->dequantize[INFER_TYPE_Q5_1] = KERNEL(dequantize_q5_1);
     t->dequantize[INFER_TYPE_Q8_0] = KERNEL(dequantize_q8_0);
     t->dequantize[INFER_TYPE_Q8_1] = KERNEL(dequantize_q8_1);
 
@@ -572,6 +618,7 @@ static void KERNEL(fill_quants_x86)(infer_kernel_table *t) {
     t->dequantize_f16[INFER_TYPE_Q4_0] = KERNEL(dequantize_f16_q4_0);
     t->dequantize_f16[INFER_TYPE_Q4_1] = KERNEL(dequantize_f16_q4_1);
     t->dequantize_f16[INFER_TYPE_Q5_0] = KERNEL(dequantize_f16_q5_0);
+    t->dequantize_f16[INFER_TYPE_Q5_1] = KERNEL(dequantize_f16_q5_1);
     t->dequantize_f16[INFER_TYPE_Q8_0] = KERNEL(dequantize_f16_q8_0);
     t->dequantize_f16[INFER_TYPE_Q8_1] = KERNEL(dequantize_f16_q8_1);
 
@@ -585,6 +632,7 @@ static void KERNEL(fill_quants_x86)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_Q4_0] = KERNEL(vec_dot_q4_0_q8_0);
     t->vec_dot[INFER_TYPE_Q4_1] = KERNEL(vec_dot_q4_1_q8_1);
     t->vec_dot[INFER_TYPE_Q5_0] = KERNEL(vec_dot_q5_0_q8_0);
+    t->vec_dot[INFER_TYPE_Q5_1] = KERNEL(vec_dot_q5_1_q8_1);
     t->vec_dot[INFER_TYPE_Q8_0] = KERNEL(vec_dot_q8_0_q8_0);
 
     t->vec_dot_4[INFER_TYPE_Q4_0] = KERNEL(vec_dot_4_q4_0_q8_0);

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequ
 import numpy as np
 from numpy.typing import NDArray
 
-from .tensor import MAX_DIMS, DType, Tensor, check_shape
+from .tensor import MAX_DIMS, DType, Tensor, check_shape, supported_formats
 
 PathArg = Union[str, "os.PathLike[str]"]
 GGUF_MAGIC = b"GGUF"
@@ -347,7 +347,8 @@ class GGUFFile:
             try:
                 dtype = DType(type_id)
             except ValueError:
-                raise GGUFError(f"{what} at byte {rstart}: unknown tensor type {type_id}") from None
+                raise GGUFError(f"{what} at byte {rstart}: unknown tensor type {type_id} (no ggml "
+                                f"type has this id); supported: {supported_formats()}") from None
             if ne[0] % dtype.block_size:
                 raise GGUFError(f"{what} at byte {rstart}: row of {ne[0]} elements is not a whole "
                                 f"number of {dtype.name} blocks of {dtype.block_size}")

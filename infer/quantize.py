@@ -1,21 +1,11 @@
 """Requantize a GGUF model: the logic behind ``infer quantize``.
 
-Which tensors change, following llama.cpp's defaults (``llama-quant.cpp``) for
-the plain target types we offer:
+Which tensor gets which type follows llama-quantize (``quant_mixtures``: its
+recipes such as ``q4_k_m``, their per-tensor exceptions and its fallbacks when a
+row length is not a whole number of blocks; docs/gguf.md states the rules):
 
 * Only weights are converted: tensors named ``*weight`` with 2 or more
   dimensions.  Norms, biases and other 1-D tensors are copied unchanged (F32).
-* For quantized targets the output head (``output.weight``, or
-  ``token_embd.weight`` when the model ties it as the output) becomes Q6_K,
-  except that a Q8_0 target keeps Q8_0 and a row length that is not a whole
-  number of the target's blocks gives Q8_0.  A separate ``token_embd.weight``
-  gets the target type like any other weight.
-* A row length that is not a multiple of a K-quant's 256-element block falls
-  back as llama.cpp does: Q4_K -> Q5_0, Q6_K -> Q8_0, and to F16 if even that
-  block does not fit (also for 32-element targets).  The count is reported.
-* F16 / BF16 targets convert every weight, with no special cases.
-* llama.cpp's per-layer mixtures (the ``_M``/``_S`` variants that bump some
-  ``attn_v``/``ffn_down`` layers) are not applied: ``q4_k`` is plain Q4_K.
 * A tensor already in its chosen type is copied byte for byte; one in a format
   the kernels cannot decode is copied unchanged and reported.
 
@@ -39,20 +29,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .gguf import GGUFFile, GGUFWriter, PathArg, ValueType
+from .quant_mixtures import RECIPES, Recipe, TypeChooser, fall_back, processing_order
 from .tensor import DType, Tensor, encode_f32
 
-#: ``--type`` names -> target formats.
-TARGETS = {
-    "q4_0": DType.Q4_0, "q4_1": DType.Q4_1, "q5_0": DType.Q5_0, "q8_0": DType.Q8_0,
-    "q6_k": DType.Q6_K, "q4_k": DType.Q4_K, "f16": DType.F16, "bf16": DType.BF16,
-}
-#: llama.cpp's ``llama_ftype`` for ``general.file_type`` (q4_k is its Q4_K_S).
-FILE_TYPES = {
-    DType.F16: 1, DType.Q4_0: 2, DType.Q4_1: 3, DType.Q8_0: 7, DType.Q5_0: 8,
-    DType.Q4_K: 14, DType.Q6_K: 18, DType.BF16: 32,
-}
 QUANTIZATION_VERSION = 2  # ggml's GGML_QNT_VERSION: the block layouts in use since 2023
-K_FALLBACK = {DType.Q4_K: DType.Q5_0, DType.Q6_K: DType.Q8_0}
 NOT_QUANTIZED = ("ffn_gate_inp.weight", "pos_embd", "token_types")
 # Elements converted per step of one tensor (bounds the float32 scratch to 16 MB).
 CHUNK_ELEMENTS = 1 << 22
@@ -115,35 +95,31 @@ def is_weight(t: Tensor) -> bool:
     return t.name.endswith("weight") and len(t.shape) >= 2 and not any(x in t.name for x in NOT_QUANTIZED)
 
 
-def choose_type(t: Tensor, target: DType, tied_output: bool) -> tuple[DType, Optional[DType]]:
-    """(type to write, type it falls back from or None) for tensor ``t``."""
-    if not is_weight(t):
-        return t.dtype, None
-    new = target
-    if target.is_quantized and (t.name == "output.weight" or (tied_output and t.name == "token_embd.weight")):
-        if t.n_cols % target.block_size:
-            new = DType.Q8_0
-        elif target != DType.Q8_0:
-            new = DType.Q6_K
-    wanted = None
-    if t.n_cols % new.block_size:
-        wanted = new
-        new = K_FALLBACK.get(new, DType.F16)
-        if t.n_cols % new.block_size:
-            new = DType.F16
-    return new, wanted
-
-
-def plan(f: GGUFFile, target: DType) -> list[Step]:
-    tied = "output.weight" not in f.tensors
-    steps = []
-    for t in f.tensors.values():
-        dtype, wanted = choose_type(t, target, tied)
-        step = Step(t, dtype, wanted)
+def plan(f: GGUFFile, recipe: Recipe) -> list[Step]:
+    """What happens to each tensor, in file order (chosen in llama-quantize's order)."""
+    tensors = list(f.tensors.values())
+    chooser = TypeChooser(recipe, [t.name for t in tensors], f.metadata)
+    steps: list[Optional[Step]] = [None] * len(tensors)
+    for k in processing_order([t.name for t in tensors]):
+        t = tensors[k]
+        if not is_weight(t):
+            steps[k] = Step(t, t.dtype)
+            continue
+        chosen = chooser.choose(t.name, t.n_cols)
+        written = fall_back(chosen, t.n_cols)
+        step = Step(t, written, chosen if written != chosen else None)
         if not step.copy and not t.dtype.kernel_supported:
             step.dtype, step.wanted, step.unsupported = t.dtype, None, True
-        steps.append(step)
-    return steps
+        steps[k] = step
+    return [s for s in steps if s is not None]
+
+
+def recipe_for(target: Union[DType, str]) -> Recipe:
+    """The recipe a ``--type`` name (or a DType: its plain name) stands for."""
+    name = target.lower() if isinstance(target, str) else DType(target).name.lower()
+    if name not in RECIPES:
+        raise ValueError(f"type: cannot quantize to {name}; choose one of {', '.join(RECIPES)}")
+    return RECIPES[name]
 
 
 def convert(step: Step) -> NDArray[Any]:
@@ -178,9 +154,7 @@ def quantize_file(src: PathArg, dst: PathArg, target: Union[DType, str],
     ``progress(nbytes)`` is called as each tensor is written, with the bytes of
     the source tensor; ``warn(message)`` receives warnings before work starts.
     """
-    target = TARGETS[target.lower()] if isinstance(target, str) else DType(target)
-    if target not in FILE_TYPES:
-        raise ValueError(f"type: cannot quantize to {target.name}; choose one of {', '.join(TARGETS)}")
+    recipe = recipe_for(target)
     threads = default_threads() if threads is None else threads
     if threads < 1:
         raise ValueError(f"threads: must be >= 1, got {threads}")
@@ -194,7 +168,7 @@ def quantize_file(src: PathArg, dst: PathArg, target: Union[DType, str],
     t0 = time.perf_counter()
     report = Report()
     with GGUFFile(src) as f:
-        steps = report.steps = plan(f, target)
+        steps = report.steps = plan(f, recipe)
         # Only a quantized destination loses quality: rounding Q4_1's values to F16
         # or BF16 costs far less than their quantization already did.
         requantized = [s for s in steps if not s.copy and s.tensor.dtype.is_quantized
@@ -212,7 +186,7 @@ def quantize_file(src: PathArg, dst: PathArg, target: Union[DType, str],
 
         writer = GGUFWriter(alignment=f.alignment)
         writer.copy_metadata(f, exclude=("general.file_type", "general.quantization_version"))
-        writer.add_metadata("general.file_type", FILE_TYPES[target], ValueType.UINT32)
+        writer.add_metadata("general.file_type", recipe.file_type, ValueType.UINT32)
         # as llama-quantize writes them: the file type, and ggml's quantization format version
         writer.add_metadata("general.quantization_version", QUANTIZATION_VERSION, ValueType.UINT32)
 

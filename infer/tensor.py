@@ -131,9 +131,23 @@ _TRAITS = {
 KERNEL_DTYPES = frozenset({
     DType.F32, DType.F16, DType.BF16, DType.Q4_0, DType.Q4_1, DType.Q5_0,
     DType.Q8_0, DType.Q4_K, DType.Q6_K,
+    DType.Q5_1, DType.Q2_K, DType.Q3_K, DType.Q5_K, DType.IQ4_NL, DType.IQ4_XS,
     DType.IQ2_XXS, DType.IQ2_XS, DType.IQ2_S, DType.IQ3_XXS, DType.IQ3_S, DType.IQ1_S,
     DType.TQ1_0, DType.TQ2_0,
 })
+
+
+
+def supported_formats() -> str:
+    """The formats the kernels convert, as a readable list ("F32, F16, Q4_0, ...")."""
+    return ", ".join(d.name for d in sorted(KERNEL_DTYPES))
+
+
+def unsupported_format_message(name: str, dtype: DType) -> str:
+    """What a load says of a tensor in a format the kernels do not compute with."""
+    return (f"{name}: tensor type {dtype.name} ({int(dtype)}) is not supported; "
+            f"supported: {supported_formats()}")
+
 
 # Formats whose elements numpy can view directly (little-endian).
 _NUMPY_DTYPES: dict[DType, np.dtype[Any]] = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -179,11 +180,23 @@ EXPECTED = {
     "q8_0": ("Q8_0", "Q8_0", "Q8_0", "F16", 1),
     "q4_k": ("Q6_K", "Q4_K", "Q5_0", "F16", 2),
     "q6_k": ("Q6_K", "Q6_K", "Q8_0", "F16", 2),
+    # llama.cpp's tensor_type_fallback: Q2_K/Q3_K -> Q4_0, Q5_K -> Q5_1, IQ4_XS -> IQ4_NL;
+    # the tiny model has no block_count, so no ffn_down layer counts as "early"
+    "q5_1": ("Q6_K", "Q5_1", "Q5_1", "F16", 1),
+    "q2_k": ("Q6_K", "Q2_K", "Q4_0", "F16", 2),      # ffn_down Q2_K -> Q3_K, then fallback
+    "q3_k": ("Q6_K", "Q3_K", "Q4_0", "F16", 2),
+    "q3_k_m": ("Q6_K", "Q3_K", "Q5_0", "F16", 2),    # ffn_down -> Q4_K -> Q5_0
+    "q3_k_l": ("Q6_K", "Q3_K", "Q5_1", "F16", 2),    # ffn_down -> Q5_K -> Q5_1
+    "q4_k_m": ("Q6_K", "Q4_K", "Q8_0", "F16", 2),    # ffn_down layer 0 of 0: use_more_bits -> Q6_K
+    "q5_k": ("Q6_K", "Q5_K", "Q5_1", "F16", 2),
+    "iq4_nl": ("Q6_K", "IQ4_NL", "IQ4_NL", "F16", 1),
+    "iq4_xs": ("Q6_K", "IQ4_XS", "IQ4_NL", "F16", 2),
     "f16": ("F16", "F16", "F16", "F16", 0),
     "bf16": ("BF16", "BF16", "BF16", "BF16", 0),
 }
 # relative RMS error allowed after the round trip, per written type
 TOLERANCE = {"Q4_0": 0.15, "Q4_1": 0.15, "Q5_0": 0.08, "Q8_0": 0.01, "Q4_K": 0.12, "Q6_K": 0.04,
+             "Q5_1": 0.08, "Q2_K": 0.45, "Q3_K": 0.25, "Q5_K": 0.06, "IQ4_NL": 0.12, "IQ4_XS": 0.12,
              "F16": 1e-3, "BF16": 8e-3, "F32": 0.0}
 
 
@@ -219,7 +232,8 @@ def test_quantize_tiny_model(capsys, tmp_path, qtype):
                 continue
             assert b.metadata_types[key] == a.metadata_types[key]
             assert np.array_equal(b.metadata[key], value) if isinstance(value, np.ndarray) else b.metadata[key] == value
-        ftype = gguf.LlamaFileType[{"q4_k": "MOSTLY_Q4_K_S"}.get(qtype, f"MOSTLY_{qtype.upper()}")]
+        ftype = gguf.LlamaFileType[{"q4_k": "MOSTLY_Q4_K_S", "q3_k": "MOSTLY_Q3_K_S",
+                                      "q5_k": "MOSTLY_Q5_K_S"}.get(qtype, f"MOSTLY_{qtype.upper()}")]
         assert b.metadata["general.file_type"] == int(ftype)
         assert b.metadata["general.quantization_version"] == gguf.GGML_QUANT_VERSION
         assert set(b.metadata) == set(a.metadata) | {"general.quantization_version"}
@@ -284,7 +298,7 @@ def test_quantize_misuse(capsys, tmp_path):
     assert code == 1 and f"output: directory {tmp_path / 'no'} does not exist" in err
     assert sorted(os.listdir(tmp_path)) == ["tiny.gguf"]
     with pytest.raises(SystemExit):
-        cli.main(["quantize", str(src), str(tmp_path / "o.gguf"), "--type", "q3_k"])
+        cli.main(["quantize", str(src), str(tmp_path / "o.gguf"), "--type", "q9_k"])
 
 
 # ---- quantize: the default model to every type --------------------------------------------------
@@ -296,7 +310,11 @@ SLOW = pytest.mark.skipif(os.environ.get("INFER_SLOW_TESTS") != "1",
 DEFAULT_SWEEP = ("q4_0", "q4_k", "bf16")
 
 
-@pytest.mark.parametrize("qtype", [q if q in DEFAULT_SWEEP else pytest.param(q, marks=SLOW) for q in EXPECTED])
+PLAIN_TARGETS = ("q4_0", "q4_1", "q5_0", "q8_0", "q4_k", "q6_k", "f16", "bf16")
+
+
+@pytest.mark.parametrize("qtype", [q if q in DEFAULT_SWEEP else pytest.param(q, marks=SLOW)
+                                   for q in PLAIN_TARGETS])
 def test_quantize_default_model_reads_back(capsys, tmp_path, qtype):
     path = smollm2()
     if not kernels_ready(DType.Q4_1, DType.Q8_0, *needed_kernels(qtype)):
@@ -330,21 +348,48 @@ def test_quantize_default_model_reads_back(capsys, tmp_path, qtype):
     assert ref.fields["tokenizer.ggml.tokens"].contents()[:3] == ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
+LLAMA_QUANTIZE_TYPES = Path(__file__).resolve().parent / "data" / "llama_quantize_types.json"
+
+
+@pytest.mark.parametrize("model", ["smollm2", "gemma3"])
+def test_type_choices_are_llama_quantizes(model):
+    """Every recipe's per-tensor types on SmolLM2 (30 layers, GQA 3, 576-wide rows that
+    fall back) and Gemma 3 270M (18 layers, GQA 4), against what llama-quantize wrote
+    (scripts/record_llama_quantize.py recorded them).  Only the plan runs: no data."""
+    from infer.gguf import gemma3_model_path
+    from infer.quant_mixtures import RECIPES
+    from infer.quantize import plan
+
+    try:
+        path = smollm2() if model == "smollm2" else gemma3_model_path()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    record = json.loads(LLAMA_QUANTIZE_TYPES.read_text())[model]
+    assert Path(path).name == record["source"]
+    with GGUFFile(path) as f:
+        assert list(f.tensors) == record["tensors"]
+        assert len(record["types"]) >= 18
+        for recipe, types in record["types"].items():
+            got = [s.dtype.name for s in plan(f, RECIPES[recipe])]
+            want = types.split()
+            diff = [(n, g, w) for n, g, w in zip(record["tensors"], got, want) if g != w]
+            assert not diff, (recipe, diff[:5])
+
+
 def test_unconvertible_source_tensor_is_kept(capsys, tmp_path):
     if not kernels_ready(DType.Q8_0):
         pytest.skip("quantization kernels not built yet")
-    src, dst = tmp_path / "q5k.gguf", tmp_path / "out.gguf"
-    raw = np.random.default_rng(0).integers(0, 256, 2 * 176, dtype=np.uint8)
-    raw.reshape(2, 176)[:, :4] = 0  # finite fp16 scales
+    src, dst = tmp_path / "iq1m.gguf", tmp_path / "out.gguf"
+    raw = np.random.default_rng(0).integers(0, 256, 2 * 56, dtype=np.uint8)
     w = GGUFWriter()
     w.add_metadata("general.architecture", "llama")
-    w.add_tensor("blk.0.ffn_up.weight", raw, DType.Q5_K, (2, 256))
+    w.add_tensor("blk.0.ffn_up.weight", raw, DType.IQ1_M, (2, 256))
     w.add_tensor("blk.0.attn_q.weight", np.ones((2, 64), np.float32))
     w.write(src)
     code, out, err = run(capsys, "quantize", str(src), str(dst), "--type", "q8_0")
-    assert code == 0 and "kept 1 tensor unchanged" in err and "its format" in err and "Q5_K" in err
+    assert code == 0 and "kept 1 tensor unchanged" in err and "its format" in err and "IQ1_M" in err
     ref = {t.name: t for t in gguf.GGUFReader(dst).tensors}
-    assert ref["blk.0.ffn_up.weight"].tensor_type.name == "Q5_K"
+    assert ref["blk.0.ffn_up.weight"].tensor_type.name == "IQ1_M"
     assert np.array_equal(np.asarray(ref["blk.0.ffn_up.weight"].data).reshape(-1), raw)
     assert ref["blk.0.attn_q.weight"].tensor_type.name == "Q8_0"
 

@@ -455,9 +455,9 @@ def test_mismatched_matvec_shapes():
 
 
 def test_missing_kernel_is_a_value_error():
-    # Q5_1 has type traits in gguf but no kernel here: the table entry is NULL.
-    with pytest.raises(ValueError, match="^qtype:"):
-        K.dequantize(np.zeros(24, np.uint8), 7, np.empty(32, np.float32))
+    # Q8_K (activations only) has no f16 dequantizer: the table entry is NULL.
+    with pytest.raises(ValueError, match="^qtype: no dequantize_f16 kernel for q8_k"):
+        K.dequantize_f16(np.zeros(292, np.uint8), "q8_k", np.empty(256, np.float16))
 
 
 def test_matvec_accepts_read_only_weights(tmp_path):

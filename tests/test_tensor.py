@@ -65,9 +65,14 @@ def test_parse():
 def test_kernel_dtypes_are_the_issue_list():
     assert KERNEL_DTYPES == {DType.F32, DType.F16, DType.BF16, DType.Q4_0, DType.Q4_1, DType.Q5_0,
                              DType.Q8_0, DType.Q4_K, DType.Q6_K,
+                             # issue 11: the K and 4-bit non-linear formats
+                             DType.Q5_1, DType.Q2_K, DType.Q3_K, DType.Q5_K, DType.IQ4_NL, DType.IQ4_XS,
                              # issue 11: the grid and ternary formats
                              DType.IQ2_XXS, DType.IQ2_XS, DType.IQ2_S, DType.IQ3_XXS, DType.IQ3_S,
                              DType.IQ1_S, DType.TQ1_0, DType.TQ2_0}
+    from infer import kernels
+    for dtype in KERNEL_DTYPES:  # each one a format the kernels know by name
+        assert kernels.TYPE_NAMES[kernels.type_id(int(dtype))] == dtype.name.lower()
 
 
 # ---- geometry ---------------------------------------------------------------------------
@@ -153,11 +158,11 @@ def test_dequantize_rows_into_out():
 
 
 def test_unsupported_formats_say_so():
-    t = Tensor("w", DType.Q5_K, (256,), np.zeros(176, np.uint8))
-    with pytest.raises(NotImplementedError, match="do not convert Q5_K"):
+    t = Tensor("w", DType.IQ1_M, (256,), np.zeros(56, np.uint8))
+    with pytest.raises(NotImplementedError, match="do not convert IQ1_M"):
         t.to_f32()
-    with pytest.raises(NotImplementedError, match="do not produce Q2_K"):
-        Tensor.quantize(np.zeros(256, np.float32), DType.Q2_K)
+    with pytest.raises(NotImplementedError, match="do not produce IQ1_M"):
+        Tensor.quantize(np.zeros(256, np.float32), DType.IQ1_M)
 
 
 # ---- conversions through the kernels ---------------------------------------------------------

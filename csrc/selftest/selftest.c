@@ -100,6 +100,12 @@ static const raw_layout RAW_LAYOUTS[] = {
     {INFER_TYPE_Q8_0, {0, -1}},
     {INFER_TYPE_Q4_K, {0, 2, -1}},
     {INFER_TYPE_Q6_K, {208, -1}},
+    {INFER_TYPE_Q5_1, {0, 2, -1}},
+    {INFER_TYPE_Q2_K, {80, 82, -1}},
+    {INFER_TYPE_Q3_K, {108, -1}},
+    {INFER_TYPE_Q5_K, {0, 2, -1}},
+    {INFER_TYPE_IQ4_NL, {0, -1}},
+    {INFER_TYPE_IQ4_XS, {0, -1}},
     /* the grid and ternary formats: every index, sign and scale pattern is valid */
     {INFER_TYPE_IQ2_XXS, {0, -1}},
     {INFER_TYPE_IQ2_XS, {0, -1}},

@@ -46,7 +46,10 @@ def register(sub: Any) -> None:
     p.add_argument("output", nargs="?", default=None, help="GGUF file to write")
     add_model_arg(p, help="the input: a GGUF file or an installed model's name (smollm2, gemma3); "
                           "then the one positional is the output (default: INPUT)")
-    p.add_argument("--type", required=True, help="the weight type to write (required)",
-                   choices=["q4_0", "q4_1", "q5_0", "q8_0", "q6_k", "q4_k", "f16", "bf16"])
+    from ..quant_mixtures import RECIPES
+
+    p.add_argument("--type", required=True, choices=list(RECIPES),
+                   help="a llama.cpp file type (q4_k_m, q3_k_s, ...: its per-tensor mixture, "
+                        "docs/gguf.md), or q3_k/q4_k/q5_k for that type throughout (required)")
     p.add_argument("--threads", "-t", type=int, default=None, help="threads (default: physical cores)")
     p.set_defaults(func=cmd_quantize)

@@ -20,6 +20,7 @@ import numpy as np
 from .. import kernels as K
 from ..gguf import GGUFError
 from ..runtime import UnsupportedModelError
+from ..tensor import unsupported_format_message
 from .spec import TransformerSpec
 
 
@@ -32,6 +33,8 @@ class Matrix:
         shape = tuple(int(s) for s in tensor.shape)
         if shape != (rows, cols):
             raise GGUFError(f"{name}: expected shape {(rows, cols)}, got {shape}")
+        if not tensor.dtype.kernel_supported:   # found at load, not at the first token
+            raise UnsupportedModelError(unsupported_format_message(name, tensor.dtype), [name])
         self.data = tensor.data.reshape(rows, -1)  # uint8 rows, zero-copy
         self.qtype = K.type_id(tensor.dtype)
         self.rows, self.cols = rows, cols
