@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="Ray is not installed (pip install \"infer[ray]\")")
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install \"infer-llm[ray]\")")
 serve = pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install \"ray[serve]\")")
 openai = pytest.importorskip("openai")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from .common import CLIError, add_model_args, load_model
 
-_INSTALL_HINT = 'pip install "infer[serve]"'
+_INSTALL_HINT = 'pip install "infer-llm[serve]"'
 
 
 def _check(args: argparse.Namespace) -> None:

@@ -73,7 +73,7 @@ def run_cli(args: Any, options: dict[str, Any]) -> int:
     except ImportError:
         from ..cli.common import CLIError
 
-        raise CLIError('infer serve --ray needs the ray extra: pip install "infer[ray]"') from None
+        raise CLIError('infer serve --ray needs the ray extra: pip install "infer-llm[ray]"') from None
     ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False,
              logging_level="WARNING")
     serve.start(http_options={"host": args.host, "port": args.port})
