@@ -120,8 +120,10 @@ def register(sub: Any) -> None:
                    help="stop before this text; repeat for several (default: none)")
     p.add_argument("--special", action="store_true",
                    help="parse special-token texts in the prompt (<|im_start|>, <bos>) as those tokens")
-    p.add_argument("--json-schema", metavar="FILE", default=None, help="output JSON valid against this schema")
-    p.add_argument("--grammar", metavar="FILE", default=None, help="output in this GBNF (or Lark) grammar")
+    p.add_argument("--json-schema", metavar="FILE", default=None,
+                   help="output JSON valid against this schema (default: none)")
+    p.add_argument("--grammar", metavar="FILE", default=None,
+                   help="output in this GBNF (or Lark) grammar (default: none)")
     add_model_args(p)
     add_sampling_args(p)
     p.set_defaults(func=cmd_generate)

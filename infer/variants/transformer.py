@@ -312,7 +312,7 @@ class TransformerContext(Context):
         K.add(s.x, s.h2)
 
     # ---- saved state and copies (infer.state) -------------------------------------------
-    _shared_on_copy = frozenset({"engine", "spec", "_scratch", "k_cache", "v_cache"})
+    _shared_on_copy = frozenset({"engine", "spec", "_scratch", "k_cache", "v_cache", "_step"})
 
     def _state_options(self) -> Dict[str, Any]:
         return {"kv_type": self.kv_type}
