@@ -16,6 +16,8 @@
 #include <arm_neon.h>
 #include <string.h>
 
+#include "neon_emit.h"
+
 /* Σ a·b over 16 int8 lanes, as four int32 partial sums. */
 static inline int32x4_t dot16(int8x16_t a, int8x16_t b) {
 #if INFER_NEON_SDOT
@@ -208,24 +210,6 @@ INFER_ALWAYS_INLINE float vec_dot(int type, size_t block_bytes, int64_t n,
     return sum;
 }
 
-/* 16 signed weights out as s * w, f32 or f16 (vcvt rounds to nearest even). */
-static inline void emit16(void *dst, int64_t at, int8x16_t v, float s, int f16) {
-    const float32x4_t sv = vdupq_n_f32(s);
-    const int16x8_t h[2] = {vmovl_s8(vget_low_s8(v)), vmovl_high_s8(v)};
-    for (int k = 0; k < 2; k++) {
-        const float32x4_t a = vmulq_f32(sv, vcvtq_f32_s32(vmovl_s16(vget_low_s16(h[k]))));
-        const float32x4_t b = vmulq_f32(sv, vcvtq_f32_s32(vmovl_high_s16(h[k])));
-        if (f16) {
-            /* u16 lanes: no __fp16 pointer, which MSVC's arm_neon.h lacks */
-            vst1_u16((uint16_t *)dst + at + 8 * k, vreinterpret_u16_f16(vcvt_f16_f32(a)));
-            vst1_u16((uint16_t *)dst + at + 8 * k + 4, vreinterpret_u16_f16(vcvt_f16_f32(b)));
-        } else {
-            vst1q_f32((float *)dst + at + 8 * k, a);
-            vst1q_f32((float *)dst + at + 8 * k + 4, b);
-        }
-    }
-}
-
 INFER_ALWAYS_INLINE void dequantize(int type, size_t block_bytes,
                                                              const void *src, void *dst, int64_t n,
                                                              int f16) {
@@ -237,8 +221,8 @@ INFER_ALWAYS_INLINE void dequantize(int type, size_t block_bytes,
             int8x16_t v[2];
             int ls1, ls2;
             unpack32(type, x, r, v, &ls1, &ls2);
-            emit16(dst, at, v[0], dc * ls1, f16);
-            emit16(dst, at + 16, v[1], dc * ls2, f16);
+            emit16_s8(dst, at, v[0], dc * ls1, 0.f, f16);
+            emit16_s8(dst, at + 16, v[1], dc * ls2, 0.f, f16);
         }
     }
 }
