@@ -96,16 +96,8 @@ static void dequantize_iq4_xs(const void *src, void *y, int64_t n, int f16) {
     }
 }
 
-#define DEQUANTIZERS(fmt)                                                                       \
-    static void dequantize_##fmt##_neon(const void *src, float *y, int64_t n) {                 \
-        dequantize_##fmt(src, y, n, 0);                                                         \
-    }                                                                                           \
-    static void dequantize_f16_##fmt##_neon(const void *src, infer_half *y, int64_t n) {         \
-        dequantize_##fmt(src, y, n, 1);                                                         \
-    }
-DEQUANTIZERS(iq4_nl)
-DEQUANTIZERS(iq4_xs)
-#undef DEQUANTIZERS
+KQ_DEQUANTIZERS(dequantize_iq4_nl_neon, dequantize_f16_iq4_nl_neon, dequantize_iq4_nl)
+KQ_DEQUANTIZERS(dequantize_iq4_xs_neon, dequantize_f16_iq4_xs_neon, dequantize_iq4_xs)
 
 void INFER_NEON_NAME(infer_fill_iq4_neon)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_IQ4_NL] = vec_dot_iq4_nl_q8_0_neon;

@@ -27,6 +27,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "x86_vec.h"
+
 #if defined(__clang__)
 #define IQ_UNROLL _Pragma("clang loop unroll(full)")
 #elif defined(__GNUC__)
@@ -34,20 +36,6 @@
 #else
 #define IQ_UNROLL
 #endif
-
-INFER_ALWAYS_INLINE float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-INFER_ALWAYS_INLINE int hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
 
 /* Sum of the 256 activations of a Q8_K block, from its 16 bsums. */
 INFER_ALWAYS_INLINE int q8_K_sum(const block_q8_K *y) {
@@ -259,20 +247,6 @@ INFER_ALWAYS_INLINE float vec_dot_grid(int type, size_t block_bytes, int64_t n, 
     return hsum_ps(acc);
 }
 
-/* 32 signed quants q out as s1 * q (elements 0..15) and s2 * q (16..31), f32 or f16. */
-INFER_ALWAYS_INLINE void emit32(void *dst, int64_t at, __m256i q, float s1, float s2, int f16) {
-    const __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1);
-    const __m128i parts[4] = {q0, _mm_srli_si128(q0, 8), q1, _mm_srli_si128(q1, 8)};
-    for (int k = 0; k < 4; k++) {
-        const __m256 v = _mm256_mul_ps(_mm256_set1_ps(k < 2 ? s1 : s2),
-                                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[k])));
-        if (f16)
-            _mm_storeu_si128((__m128i *)((infer_half *)dst + at + 8 * k),
-                             _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        else
-            _mm256_storeu_ps((float *)dst + at + 8 * k, v);
-    }
-}
 
 INFER_ALWAYS_INLINE void dequantize_grid(int type, size_t block_bytes, const void *src, void *dst,
                                          int64_t n, int f16) {
@@ -286,7 +260,7 @@ INFER_ALWAYS_INLINE void dequantize_grid(int type, size_t block_bytes, const voi
             __m256i mag, sign, scales;
             grid32(type, x, &g, ib, &mag, &sign, &scales);
             const int ls1 = _mm256_extract_epi16(scales, 0), ls2 = _mm256_extract_epi16(scales, 8);
-            emit32(dst, at, _mm256_sign_epi8(mag, sign), dc * ls1, dc * ls2, f16);
+            emit32_s8(dst, at, _mm256_sign_epi8(mag, sign), dc * ls1, dc * ls2, f16);
         }
     }
 }
@@ -304,7 +278,7 @@ INFER_ALWAYS_INLINE __m256i iq1_s_grid32(const block_iq1_s *x, int ib) {
 /* Σ ls·Σ (8g + shift)·a = 8·Σ ls·Σ (g+1)·a + Σ ls·(shift - 8)·(sum of the sub-block's
  * a): g+1 is unsigned, so it goes straight into maddubs; the sums come from bsums.
  * Exact in int32 (|8 Σ ls Σ (g+1) a| <= 8 * 8 * 15 * 64 * 127). */
-static float infer_vec_dot_iq1_s_q8_K_avx2(int64_t n, const void *w, const void *a) {
+INFER_ALWAYS_INLINE float vec_dot_iq1_s(int64_t n, const void *w, const void *a) {
     const block_iq1_s *x = w;
     const block_q8_K *y = a;
     const __m256i one = _mm256_set1_epi8(1);
@@ -343,7 +317,7 @@ INFER_ALWAYS_INLINE void dequantize_iq1_s(const block_iq1_s *x, void *dst, int64
             const __m256i g = iq1_s_grid32(&x[i], ib);
             /* 8g per byte: a 16-bit shift, minus the bits it carried across bytes */
             const __m256i g8 = _mm256_and_si256(_mm256_slli_epi16(g, 3), _mm256_set1_epi8((char)0xF8));
-            emit32(dst, at, _mm256_add_epi8(g8, _mm256_set1_epi8((char)shift)), dc * ls, dc * ls, f16);
+            emit32_s8(dst, at, _mm256_add_epi8(g8, _mm256_set1_epi8((char)shift)), dc * ls, dc * ls, f16);
         }
     }
 }
@@ -385,7 +359,7 @@ INFER_ALWAYS_INLINE void tq1_0_unpack(const block_tq1_0 *x, __m256i q[8]) {
 }
 
 /* Σ (q - 1)·a = Σ q·a - Σ a (TQ2_0's q may be 3: value 2, as ggml computes). */
-static float infer_vec_dot_tq2_0_q8_K_avx2(int64_t n, const void *w, const void *a) {
+INFER_ALWAYS_INLINE float vec_dot_tq2_0(int64_t n, const void *w, const void *a) {
     const block_tq2_0 *x = w;
     const block_q8_K *y = a;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -405,7 +379,7 @@ static float infer_vec_dot_tq2_0_q8_K_avx2(int64_t n, const void *w, const void 
     return hsum_ps(acc);
 }
 
-static float infer_vec_dot_tq1_0_q8_K_avx2(int64_t n, const void *w, const void *a) {
+INFER_ALWAYS_INLINE float vec_dot_tq1_0(int64_t n, const void *w, const void *a) {
     const block_tq1_0 *x = w;
     const block_q8_K *y = a;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -439,61 +413,47 @@ INFER_ALWAYS_INLINE void dequantize_tq(int type, const void *src, void *dst, int
             for (int r = 0; r < 8; r++) q[r] = tq2_0_run(x, r / 4, r % 4);
             d = _cvtsh_ss(x->d);
         }
-        for (int r = 0; r < 8; r++) emit32(dst, i * QK_K + 32 * r, _mm256_sub_epi8(q[r], one), d, d, f16);
+        for (int r = 0; r < 8; r++) emit32_s8(dst, i * QK_K + 32 * r, _mm256_sub_epi8(q[r], one), d, d, f16);
     }
 }
 
 /* ---- the table ---------------------------------------------------------------- */
 
-#define GRID_FORMAT(name, TYPE, block)                                                        \
+/* Every format's entries through one switch on the constant type. */
+INFER_ALWAYS_INLINE float vec_dot_iq(int type, size_t block_bytes, int64_t n, const void *w, const void *a) {
+    switch (type) {
+    case INFER_TYPE_IQ1_S: return vec_dot_iq1_s(n, w, a);
+    case INFER_TYPE_TQ1_0: return vec_dot_tq1_0(n, w, a);
+    case INFER_TYPE_TQ2_0: return vec_dot_tq2_0(n, w, a);
+    default: return vec_dot_grid(type, block_bytes, n, w, a);
+    }
+}
+
+INFER_ALWAYS_INLINE void dequantize_iq(int type, size_t block_bytes, const void *src, void *dst, int64_t n,
+                                       int f16) {
+    switch (type) {
+    case INFER_TYPE_IQ1_S: dequantize_iq1_s(src, dst, n, f16); break;
+    case INFER_TYPE_TQ1_0: case INFER_TYPE_TQ2_0: dequantize_tq(type, src, dst, n, f16); break;
+    default: dequantize_grid(type, block_bytes, src, dst, n, f16);
+    }
+}
+
+#define IQ_FORMAT(TYPE, name, block)                                                          \
     static float infer_vec_dot_##name##_q8_K_avx2(int64_t n, const void *w, const void *a) {   \
-        return vec_dot_grid(TYPE, sizeof(block), n, w, a);                                    \
+        return vec_dot_iq(TYPE, sizeof(block), n, w, a);                                      \
     }                                                                                         \
     static void infer_dequantize_##name##_avx2(const void *src, float *y, int64_t n) {        \
-        dequantize_grid(TYPE, sizeof(block), src, y, n, 0);                                   \
+        dequantize_iq(TYPE, sizeof(block), src, y, n, 0);                                     \
     }                                                                                         \
     static void infer_dequantize_f16_##name##_avx2(const void *src, infer_half *y, int64_t n) { \
-        dequantize_grid(TYPE, sizeof(block), src, y, n, 1);                                   \
+        dequantize_iq(TYPE, sizeof(block), src, y, n, 1);                                     \
     }
-GRID_FORMAT(iq2_xxs, INFER_TYPE_IQ2_XXS, block_iq2_xxs)
-GRID_FORMAT(iq2_xs, INFER_TYPE_IQ2_XS, block_iq2_xs)
-GRID_FORMAT(iq2_s, INFER_TYPE_IQ2_S, block_iq2_s)
-GRID_FORMAT(iq3_xxs, INFER_TYPE_IQ3_XXS, block_iq3_xxs)
-GRID_FORMAT(iq3_s, INFER_TYPE_IQ3_S, block_iq3_s)
-#undef GRID_FORMAT
-
-static void infer_dequantize_iq1_s_avx2(const void *src, float *y, int64_t n) {
-    dequantize_iq1_s(src, y, n, 0);
-}
-static void infer_dequantize_f16_iq1_s_avx2(const void *src, infer_half *y, int64_t n) {
-    dequantize_iq1_s(src, y, n, 1);
-}
-static void infer_dequantize_tq1_0_avx2(const void *src, float *y, int64_t n) {
-    dequantize_tq(INFER_TYPE_TQ1_0, src, y, n, 0);
-}
-static void infer_dequantize_f16_tq1_0_avx2(const void *src, infer_half *y, int64_t n) {
-    dequantize_tq(INFER_TYPE_TQ1_0, src, y, n, 1);
-}
-static void infer_dequantize_tq2_0_avx2(const void *src, float *y, int64_t n) {
-    dequantize_tq(INFER_TYPE_TQ2_0, src, y, n, 0);
-}
-static void infer_dequantize_f16_tq2_0_avx2(const void *src, infer_half *y, int64_t n) {
-    dequantize_tq(INFER_TYPE_TQ2_0, src, y, n, 1);
-}
+INFER_IQUANTS_FORMATS(IQ_FORMAT)
+#undef IQ_FORMAT
 
 void infer_fill_iquants_avx2(infer_kernel_table *t) {
-#define FILL(TYPE, name)                                              \
-    t->dequantize[TYPE] = infer_dequantize_##name##_avx2;             \
-    t->dequantize_f16[TYPE] = infer_dequantize_f16_##name##_avx2;     \
-    t->vec_dot[TYPE] = infer_vec_dot_##name##_q8_K_avx2;
-    FILL(INFER_TYPE_IQ2_XXS, iq2_xxs)
-    FILL(INFER_TYPE_IQ2_XS, iq2_xs)
-    FILL(INFER_TYPE_IQ2_S, iq2_s)
-    FILL(INFER_TYPE_IQ3_XXS, iq3_xxs)
-    FILL(INFER_TYPE_IQ3_S, iq3_s)
-    FILL(INFER_TYPE_IQ1_S, iq1_s)
-    FILL(INFER_TYPE_TQ1_0, tq1_0)
-    FILL(INFER_TYPE_TQ2_0, tq2_0)
+#define FILL(TYPE, name, block) INFER_IQUANTS_FILL(t, avx2, TYPE, name);
+    INFER_IQUANTS_FORMATS(FILL)
 #undef FILL
 }
 #endif

@@ -227,7 +227,7 @@ INFER_ALWAYS_INLINE void dequantize(int type, size_t block_bytes,
     }
 }
 
-#define IQ_FORMAT(name, TYPE, block)                                                          \
+#define IQ_FORMAT(TYPE, name, block)                                                          \
     static float infer_vec_dot_##name##_q8_K_neon(int64_t n, const void *w, const void *a) {   \
         return vec_dot(TYPE, sizeof(block), n, w, a);                                         \
     }                                                                                         \
@@ -237,29 +237,12 @@ INFER_ALWAYS_INLINE void dequantize(int type, size_t block_bytes,
     static void infer_dequantize_f16_##name##_neon(const void *src, infer_half *y, int64_t n) { \
         dequantize(TYPE, sizeof(block), src, y, n, 1);                                        \
     }
-IQ_FORMAT(iq2_xxs, INFER_TYPE_IQ2_XXS, block_iq2_xxs)
-IQ_FORMAT(iq2_xs, INFER_TYPE_IQ2_XS, block_iq2_xs)
-IQ_FORMAT(iq2_s, INFER_TYPE_IQ2_S, block_iq2_s)
-IQ_FORMAT(iq3_xxs, INFER_TYPE_IQ3_XXS, block_iq3_xxs)
-IQ_FORMAT(iq3_s, INFER_TYPE_IQ3_S, block_iq3_s)
-IQ_FORMAT(iq1_s, INFER_TYPE_IQ1_S, block_iq1_s)
-IQ_FORMAT(tq1_0, INFER_TYPE_TQ1_0, block_tq1_0)
-IQ_FORMAT(tq2_0, INFER_TYPE_TQ2_0, block_tq2_0)
+INFER_IQUANTS_FORMATS(IQ_FORMAT)
 #undef IQ_FORMAT
 
 void INFER_NEON_NAME(infer_fill_iquants_neon)(infer_kernel_table *t) {
-#define FILL(TYPE, name)                                              \
-    t->dequantize[TYPE] = infer_dequantize_##name##_neon;             \
-    t->dequantize_f16[TYPE] = infer_dequantize_f16_##name##_neon;     \
-    t->vec_dot[TYPE] = infer_vec_dot_##name##_q8_K_neon;
-    FILL(INFER_TYPE_IQ2_XXS, iq2_xxs)
-    FILL(INFER_TYPE_IQ2_XS, iq2_xs)
-    FILL(INFER_TYPE_IQ2_S, iq2_s)
-    FILL(INFER_TYPE_IQ3_XXS, iq3_xxs)
-    FILL(INFER_TYPE_IQ3_S, iq3_s)
-    FILL(INFER_TYPE_IQ1_S, iq1_s)
-    FILL(INFER_TYPE_TQ1_0, tq1_0)
-    FILL(INFER_TYPE_TQ2_0, tq2_0)
+#define FILL(TYPE, name, block) INFER_IQUANTS_FILL(t, neon, TYPE, name);
+    INFER_IQUANTS_FORMATS(FILL)
 #undef FILL
 }
 #endif

@@ -173,17 +173,9 @@ static void dequantize_q5_K(const void *src, void *y, int64_t n, int f16) {
     }
 }
 
-#define DEQUANTIZERS(fmt)                                                                       \
-    static void dequantize_##fmt##_neon(const void *src, float *y, int64_t n) {                 \
-        dequantize_##fmt(src, y, n, 0);                                                         \
-    }                                                                                           \
-    static void dequantize_f16_##fmt##_neon(const void *src, infer_half *y, int64_t n) {         \
-        dequantize_##fmt(src, y, n, 1);                                                         \
-    }
-DEQUANTIZERS(q2_K)
-DEQUANTIZERS(q3_K)
-DEQUANTIZERS(q5_K)
-#undef DEQUANTIZERS
+KQ_DEQUANTIZERS(dequantize_q2_K_neon, dequantize_f16_q2_K_neon, dequantize_q2_K)
+KQ_DEQUANTIZERS(dequantize_q3_K_neon, dequantize_f16_q3_K_neon, dequantize_q3_K)
+KQ_DEQUANTIZERS(dequantize_q5_K_neon, dequantize_f16_q5_K_neon, dequantize_q5_K)
 
 void INFER_NEON_NAME(infer_fill_kquants235_neon)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_Q2_K] = vec_dot_q2_K_q8_K_neon;
