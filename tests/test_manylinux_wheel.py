@@ -43,8 +43,7 @@ def missing_tools() -> list[str]:
 
 MISSING = missing_tools()
 pytestmark = [
-    pytest.mark.skipif(os.environ.get("INFER_SLOW_TESTS") != "1",
-                       reason="builds and tests a wheel (1-2 min); set INFER_SLOW_TESTS=1"),
+    pytest.mark.slow("builds and tests a wheel (1-2 min)"),
     pytest.mark.skipif(not sys.platform.startswith("linux")
                        or platform.machine() not in ("x86_64", "aarch64"),
                        reason="manylinux wheels are for Linux x86_64/aarch64"),
