@@ -4,7 +4,9 @@ Runs llama.cpp's ``llama_model_quantize`` (libllama.so through ctypes, no import
 matrix, allow_requantize on) for every recipe of ``infer.quant_mixtures.RECIPES`` that
 is a llama.cpp file type, on SmolLM2-135M (Q4_1 source) and Gemma 3 270M (Q4_K_M
 source), and writes the type of every tensor, in file order, to
-tests/data/llama_quantize_types.json.  With --compare it also requantizes with
+tests/data/llama_quantize_types.json, with a digest of each tensor's bytes (sha256 of
+the data, 16 hex digits) that tests/test_requantized_models.py checks infer's output
+against.  With --compare it also requantizes with
 ``infer quantize`` and prints how many blocks of the tensors both gave the same type
 come out byte-identical.
 
@@ -13,6 +15,7 @@ come out byte-identical.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import sys
 import tempfile
@@ -43,6 +46,10 @@ class QuantizeParams(ctypes.Structure):
                 ("max_buf_size", ctypes.c_size_t)]
 
 
+def tensor_digest(t: gguf.Tensor) -> str:
+    return hashlib.sha256(memoryview(np.ascontiguousarray(t.data)).cast("B")).hexdigest()[:16]
+
+
 def main(lib_path: str, compare: bool) -> None:
     lib = ctypes.CDLL(lib_path)
     lib.llama_model_quantize_default_params.restype = QuantizeParams
@@ -53,7 +60,7 @@ def main(lib_path: str, compare: bool) -> None:
     for model, path in [("smollm2", gguf.default_model_path()), ("gemma3", gguf.gemma3_model_path())]:
         with gguf.GGUFFile(path) as f:
             names = list(f.tensors)
-        entry = {"source": path.name, "tensors": names, "types": {}}
+        entry = {"source": path.name, "tensors": names, "types": {}, "digests": {}}
         for name, recipe in RECIPES.items():
             if name in PLAIN:
                 continue
@@ -65,6 +72,7 @@ def main(lib_path: str, compare: bool) -> None:
                     raise RuntimeError(f"llama_model_quantize failed for {name}")
                 with gguf.GGUFFile(dst) as g:
                     entry["types"][name] = " ".join(g.tensors[n].dtype.name for n in names)
+                    entry["digests"][name] = " ".join(tensor_digest(g.tensors[n]) for n in names)
                     if compare:
                         ours_path = Path(tmp) / "ours.gguf"
                         quantize_file(path, ours_path, name)

@@ -11,14 +11,25 @@ million dollars." from Gemma 3 at Q5_1) while the logits stay sensible.  Measure
 Q3_K_L of the SmolLM2 file have the same per-tensor types as infer's and give the same
 greedy text in infer, so the drift is the models', not infer's quantizer's.  Gemma 3
 at Q3_K_M and Q3_K_L loses Paris from its top 10 altogether, with llama-quantize's own
-files as with infer's: those two are expected failures (xfail, not strict).
+files as with infer's (they are the same bytes): for those two only the bytes are compared.
 SmolLM2 runs q2_k, iq4_xs and q5_k_m by default (~40 s); INFER_SLOW_TESTS=1 runs every
 recipe on both models.
+
+The stronger check comes first: every tensor infer writes must be byte-identical to
+what llama-quantize (no importance matrix, --allow-requantize) wrote for the same
+recipe and source file, compared through digests recorded by
+scripts/record_llama_quantize.py in tests/data/llama_quantize_types.json.  For the two
+drifting Gemma 3 recipes that identity is the whole check.
 """
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 import infer
-from infer.gguf import default_model_path, gemma3_model_path
+from infer.gguf import GGUFFile, default_model_path, gemma3_model_path
 from infer.quantize import quantize_file
 
 SLOW = pytest.mark.slow("slow on a 2-core machine")
@@ -31,10 +42,9 @@ PROMPTS = {"smollm2": "The capital of France is",
 # Measured 2026-12-01: llama-quantize --allow-requantize's own Q3_K_M and Q3_K_L of the
 # Gemma 3 file lose " Paris" from the top 10 in infer too (" ", " $", " the", ...).
 DRIFTS = {("gemma3", "q3_k_m"), ("gemma3", "q3_k_l")}
-CASES = [pytest.param(m, r, marks=(() if (m, r) in DEFAULT else (SLOW,))
-                      + ((pytest.mark.xfail(reason="llama-quantize's own file of this recipe loses Paris too",
-                                            strict=False),) if (m, r) in DRIFTS else ()))
+CASES = [pytest.param(m, r, marks=() if (m, r) in DEFAULT else SLOW)
          for m in ("smollm2", "gemma3") for r in RECIPES]
+LLAMA_QUANTIZE = json.loads((Path(__file__).resolve().parent / "data" / "llama_quantize_types.json").read_text())
 
 
 def source_path(model):
@@ -62,5 +72,16 @@ def test_source_model_answers_its_prompt(model):
 def test_requantized_model_answers(tmp_path, model, recipe):
     dst = tmp_path / f"{model}-{recipe}.gguf"
     report = quantize_file(source_path(model), dst, recipe)
+    record = LLAMA_QUANTIZE[model]
+    with GGUFFile(dst) as f:
+        assert list(f.tensors) == record["tensors"]
+        got = [hashlib.sha256(memoryview(np.ascontiguousarray(t.data)).cast("B")).hexdigest()[:16]
+               for t in f.tensors.values()]
+    # infer's plain q5_k (no llama.cpp file type) is, tensor for tensor, Q5_K_S.
+    want = record["digests"][{"q5_k": "q5_k_s"}.get(recipe, recipe)].split()
+    differ = [n for n, g, w in zip(record["tensors"], got, want) if g != w]
+    assert not differ, f"{recipe}: {len(differ)} tensors differ from llama-quantize's, first {differ[:5]}"
+    if (model, recipe) in DRIFTS:
+        return  # llama-quantize's own file, byte for byte, which loses Paris too
     top = next_tokens(dst, model)
     assert " Paris" in top, (recipe, report.type_counts(), top)
