@@ -18,8 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ("debootstrap", "dpkg-deb", "qemu-aarch64", "aarch64-linux-gnu-gcc")
 
 pytestmark = [
-    pytest.mark.skipif(os.environ.get("INFER_SLOW_TESTS") != "1",
-                       reason="2.5-4 minutes; set INFER_SLOW_TESTS=1 (.ci/run runs the script)"),
+    pytest.mark.slow("2.5-4 minutes (.ci/run runs the script)"),
     pytest.mark.skipif(any(shutil.which(t) is None for t in TOOLS),
                        reason="needs " + ", ".join(TOOLS) + " (apt-get install debootstrap "
                               "qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross)"),

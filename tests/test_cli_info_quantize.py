@@ -305,8 +305,7 @@ def test_quantize_misuse(capsys, tmp_path):
 # Each case takes 5-12 s here (gguf.GGUFReader alone needs 2-5 s for SmolLM2's vocabulary).
 # By default one type per family runs (32-element, K-quant with fallbacks, plain float);
 # INFER_SLOW_TESTS=1 runs all eight.  The tiny-model tests above cover all eight every time.
-SLOW = pytest.mark.skipif(os.environ.get("INFER_SLOW_TESTS") != "1",
-                          reason="slow on a 2-core machine; set INFER_SLOW_TESTS=1")
+SLOW = pytest.mark.slow("slow on a 2-core machine")
 DEFAULT_SWEEP = ("q4_0", "q4_k", "bf16")
 
 

@@ -48,8 +48,7 @@ needs_qemu_arm = pytest.mark.skipif(shutil.which(QEMU_ARM) is None,
 # A cold zig cache (as in CI) costs 10-20 s per target and ~90 s more for a musl
 # target, whose libc zig builds from source: the default suite keeps one macOS and one
 # manylinux target, INFER_SLOW_TESTS=1 runs the rest.
-slow = pytest.mark.skipif(os.environ.get("INFER_SLOW_TESTS") != "1",
-                          reason="slow with a cold zig cache; set INFER_SLOW_TESTS=1")
+slow = pytest.mark.slow("slow with a cold zig cache")
 
 
 def zig_cc(target: str) -> str:

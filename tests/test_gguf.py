@@ -436,8 +436,7 @@ def gemma3_path():
 
 # gguf.GGUFReader needs 8-20 s for Gemma's 262,144 tokens on this machine (one numpy
 # part per string): that comparison runs when INFER_SLOW_TESTS=1.
-SLOW = pytest.mark.skipif(os.environ.get("INFER_SLOW_TESTS") != "1",
-                          reason="gguf.GGUFReader on Gemma 3 is slow; set INFER_SLOW_TESTS=1")
+SLOW = pytest.mark.slow("gguf.GGUFReader on Gemma 3 is slow")
 
 
 @pytest.mark.parametrize("get_path", [smollm2_path, pytest.param(gemma3_path, marks=SLOW)],

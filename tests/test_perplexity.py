@@ -20,8 +20,7 @@ from _tok_models import gemma3_missing, gemma3_path, smollm2_path
 
 GPL3 = "/usr/share/common-licenses/GPL-3"
 LLAMA_PERPLEXITY = {"smollm2": 18.3914, "gemma3": 13.9062}
-SLOW = pytest.mark.skipif(os.environ.get("INFER_SLOW_TESTS") != "1",
-                          reason="3-6 minutes on a loaded 2-core machine; set INFER_SLOW_TESTS=1")
+SLOW = pytest.mark.slow("3-6 minutes on a loaded 2-core machine")
 
 
 @pytest.fixture(scope="module")

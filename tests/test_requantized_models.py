@@ -15,8 +15,7 @@ import infer
 from infer.gguf import default_model_path, gemma3_model_path
 from infer.quantize import quantize_file
 
-SLOW = pytest.mark.skipif(os.environ.get("INFER_SLOW_TESTS") != "1",
-                          reason="slow on a 2-core machine; set INFER_SLOW_TESTS=1")
+SLOW = pytest.mark.slow("slow on a 2-core machine")
 RECIPES = ["q5_1", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_m", "q5_k", "q5_k_m", "iq4_nl", "iq4_xs"]
 DEFAULT = {("smollm2", "q2_k"), ("smollm2", "iq4_xs"), ("smollm2", "q5_k_m")}
 CASES = [pytest.param(m, r, marks=() if (m, r) in DEFAULT else SLOW)
