@@ -1,6 +1,6 @@
 """Small-B mat-mul: the cost of one more activation column, per weight format.
 
-    python bench/batch_matmul.py     # INFER_BENCH_SECONDS=0.3 INFER_BATCHES=1,2,4,8,16
+    python bench/batch_matmul.py     # INFER_BENCH_SECONDS=0.3 INFER_BATCHES=1,2,3,4,8,16,32
 
 For the decode shapes of SmolLM2 (Q4_1, Q8_0 head) and Gemma 3 (Q5_0, Q4_K, Q6_K,
 Q8_0) and each B, `matmul_q` of B pre-quantized activation columns on one thread
@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 import infer.kernels as K  # noqa: E402
 
 SECONDS = float(os.environ.get("INFER_BENCH_SECONDS", "0.3"))
-BATCHES = [int(b) for b in os.environ.get("INFER_BATCHES", "1,2,4,8,16").split(",")]
+BATCHES = [int(b) for b in os.environ.get("INFER_BATCHES", "1,2,3,4,8,16,32").split(",")]
 SHAPES = [("q4_1", 1536, 576), ("q8_0", 8192, 576), ("q5_0", 2048, 640), ("q4_k", 640, 2048),
           ("q6_k", 640, 2048), ("q4_0", 1536, 576)]
 if os.environ.get("INFER_BENCH_SHAPES"):
