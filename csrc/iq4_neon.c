@@ -4,8 +4,8 @@
  * A nibble becomes its level with one vqtbl1q_s8 into kvalues_iq4nl.  Dots use SDOT in
  * the dotprod build (neon_level.h), else widening multiplies and a pairwise add (two
  * products of at most 127*127 fit int16).  Dequantizers do the scalar file's float
- * operations (d*ls*kvalue exact in f32), so they give the same bits; f16 output and
- * the quantizers are the scalar ones.
+ * operations (d*ls*kvalue exact in f32), so they give the same bits, in f32 or f16
+ * (neon_emit.h); the quantizers are the scalar ones.
  */
 #include "infer_kernels.h"
 #include "kquants_internal.h"
@@ -14,9 +14,7 @@
 #if defined(__aarch64__) || defined(_M_ARM64)
 #include <arm_neon.h>
 
-static inline float half_to_float(infer_half h) {
-    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
-}
+#include "neon_emit.h"
 
 static inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
 #if INFER_NEON_SDOT
@@ -71,45 +69,42 @@ static float vec_dot_iq4_xs_q8_K_neon(int64_t n, const void *w, const void *a) {
     return sum;
 }
 
-static inline void store16(float *dst, int8x16_t q, float d) {
-    const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_high_s8(q);
-    const float32x4_t vd = vdupq_n_f32(d);
-    vst1q_f32(dst + 0, vmulq_f32(vd, vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)))));
-    vst1q_f32(dst + 4, vmulq_f32(vd, vcvtq_f32_s32(vmovl_high_s16(lo))));
-    vst1q_f32(dst + 8, vmulq_f32(vd, vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)))));
-    vst1q_f32(dst + 12, vmulq_f32(vd, vcvtq_f32_s32(vmovl_high_s16(hi))));
-}
-
-static void dequantize_iq4_nl_neon(const void *src, float *y, int64_t n) {
+static void dequantize_iq4_nl(const void *src, void *y, int64_t n, int f16) {
     const block_iq4_nl *x = src;
     const int8x16_t table = vld1q_s8(infer_kvalues_iq4nl);
-    for (int64_t b = 0; b < n / QK4_NL; b++, y += 32) {
+    for (int64_t b = 0; b < n / QK4_NL; b++) {
         int8x16_t q[2];
         levels32(table, x[b].qs, q);
-        store16(y, q[0], half_to_float(x[b].d));
-        store16(y + 16, q[1], half_to_float(x[b].d));
+        emit16_s8(y, 32 * b, q[0], half_to_float(x[b].d), 0.f, f16);
+        emit16_s8(y, 32 * b + 16, q[1], half_to_float(x[b].d), 0.f, f16);
     }
 }
 
-static void dequantize_iq4_xs_neon(const void *src, float *y, int64_t n) {
+static void dequantize_iq4_xs(const void *src, void *y, int64_t n, int f16) {
     const block_iq4_xs *x = src;
     const int8x16_t table = vld1q_s8(infer_kvalues_iq4nl);
+    int64_t at = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half_to_float(x[i].d);
-        for (int ib = 0; ib < QK_K / 32; ib++, y += 32) {
+        for (int ib = 0; ib < QK_K / 32; ib++, at += 32) {
             int8x16_t q[2];
             levels32(table, x[i].qs + 16 * ib, q);
             const float dl = d * iq4_xs_scale(&x[i], ib);
-            store16(y, q[0], dl);
-            store16(y + 16, q[1], dl);
+            emit16_s8(y, at, q[0], dl, 0.f, f16);
+            emit16_s8(y, at + 16, q[1], dl, 0.f, f16);
         }
     }
 }
+
+KQ_DEQUANTIZERS(dequantize_iq4_nl_neon, dequantize_f16_iq4_nl_neon, dequantize_iq4_nl)
+KQ_DEQUANTIZERS(dequantize_iq4_xs_neon, dequantize_f16_iq4_xs_neon, dequantize_iq4_xs)
 
 void INFER_NEON_NAME(infer_fill_iq4_neon)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_IQ4_NL] = vec_dot_iq4_nl_q8_0_neon;
     t->vec_dot[INFER_TYPE_IQ4_XS] = vec_dot_iq4_xs_q8_K_neon;
     t->dequantize[INFER_TYPE_IQ4_NL] = dequantize_iq4_nl_neon;
     t->dequantize[INFER_TYPE_IQ4_XS] = dequantize_iq4_xs_neon;
+    t->dequantize_f16[INFER_TYPE_IQ4_NL] = dequantize_f16_iq4_nl_neon;
+    t->dequantize_f16[INFER_TYPE_IQ4_XS] = dequantize_f16_iq4_xs_neon;
 }
 #endif

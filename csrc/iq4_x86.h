@@ -16,6 +16,8 @@
 
 #include <immintrin.h>
 
+#include "x86_vec.h"
+
 #define IQ4_CAT2(a, b) a##_##b
 #define IQ4_CAT(a, b) IQ4_CAT2(a, b)
 #define KERNEL(name) IQ4_CAT(name, ISA_SUFFIX)
@@ -23,13 +25,6 @@
 #ifndef X86_VNNI
 #define X86_VNNI 0
 #endif
-
-KQ_INLINE float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 KQ_INLINE __m256i levels_table(void) {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)infer_kvalues_iq4nl));
@@ -106,25 +101,10 @@ static float KERNEL(vec_dot_iq4_xs_q8_K)(int64_t n, const void *w, const void *a
     return hsum_ps(acc);
 }
 
-/* 32 levels times d, as f32 or f16 (round to nearest even, as infer_fp32_to_fp16). */
-KQ_INLINE void emit32(void *dst, int64_t at, __m256i q, float d, int f16) {
-    const __m256 vd = _mm256_set1_ps(d);
-    const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
-    for (int k = 0; k < 4; k++) {
-        const __m128i part = k & 1 ? _mm_srli_si128(halves[k / 2], 8) : halves[k / 2];
-        const __m256 v = _mm256_mul_ps(vd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part)));
-        if (f16)
-            _mm_storeu_si128((__m128i *)((infer_half *)dst + at + 8 * k),
-                             _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        else
-            _mm256_storeu_ps((float *)dst + at + 8 * k, v);
-    }
-}
-
 KQ_INLINE void dequantize_iq4_nl(const block_iq4_nl *x, void *dst, int64_t n, int f16) {
     const __m256i table = levels_table();
     for (int64_t b = 0; b < n / QK4_NL; b++)
-        emit32(dst, 32 * b, levels32(table, x[b].qs), _cvtsh_ss(x[b].d), f16);
+        emit32_s8(dst, 32 * b, levels32(table, x[b].qs), _cvtsh_ss(x[b].d), _cvtsh_ss(x[b].d), f16);
 }
 
 KQ_INLINE void dequantize_iq4_xs(const block_iq4_xs *x, void *dst, int64_t n, int f16) {
@@ -132,19 +112,13 @@ KQ_INLINE void dequantize_iq4_xs(const block_iq4_xs *x, void *dst, int64_t n, in
     for (int64_t i = 0, at = 0; i < n / QK_K; i++) {
         const float d = _cvtsh_ss(x[i].d);
         for (int ib = 0; ib < QK_K / 32; ib++, at += 32)
-            emit32(dst, at, levels32(table, x[i].qs + 16 * ib), d * iq4_xs_scale(&x[i], ib), f16);
+            emit32_s8(dst, at, levels32(table, x[i].qs + 16 * ib), d * iq4_xs_scale(&x[i], ib),
+                      d * iq4_xs_scale(&x[i], ib), f16);
     }
 }
 
-#define IQ4_DEQUANTIZERS(fmt)                                                                    \
-    static void KERNEL(dequantize_##fmt)(const void *src, float *dst, int64_t n) {                \
-        dequantize_##fmt(src, dst, n, 0);                                                         \
-    }                                                                                             \
-    static void KERNEL(dequantize_f16_##fmt)(const void *src, infer_half *dst, int64_t n) {       \
-        dequantize_##fmt(src, dst, n, 1);                                                         \
-    }
-IQ4_DEQUANTIZERS(iq4_nl)
-IQ4_DEQUANTIZERS(iq4_xs)
+KQ_DEQUANTIZERS(KERNEL(dequantize_iq4_nl), KERNEL(dequantize_f16_iq4_nl), dequantize_iq4_nl)
+KQ_DEQUANTIZERS(KERNEL(dequantize_iq4_xs), KERNEL(dequantize_f16_iq4_xs), dequantize_iq4_xs)
 
 static void KERNEL(fill_iq4_x86)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_IQ4_NL] = KERNEL(vec_dot_iq4_nl_q8_0);

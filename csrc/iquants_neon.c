@@ -16,6 +16,8 @@
 #include <arm_neon.h>
 #include <string.h>
 
+#include "neon_emit.h"
+
 /* Σ a·b over 16 int8 lanes, as four int32 partial sums. */
 static inline int32x4_t dot16(int8x16_t a, int8x16_t b) {
 #if INFER_NEON_SDOT
@@ -208,24 +210,6 @@ INFER_ALWAYS_INLINE float vec_dot(int type, size_t block_bytes, int64_t n,
     return sum;
 }
 
-/* 16 signed weights out as s * w, f32 or f16 (vcvt rounds to nearest even). */
-static inline void emit16(void *dst, int64_t at, int8x16_t v, float s, int f16) {
-    const float32x4_t sv = vdupq_n_f32(s);
-    const int16x8_t h[2] = {vmovl_s8(vget_low_s8(v)), vmovl_high_s8(v)};
-    for (int k = 0; k < 2; k++) {
-        const float32x4_t a = vmulq_f32(sv, vcvtq_f32_s32(vmovl_s16(vget_low_s16(h[k]))));
-        const float32x4_t b = vmulq_f32(sv, vcvtq_f32_s32(vmovl_high_s16(h[k])));
-        if (f16) {
-            /* u16 lanes: no __fp16 pointer, which MSVC's arm_neon.h lacks */
-            vst1_u16((uint16_t *)dst + at + 8 * k, vreinterpret_u16_f16(vcvt_f16_f32(a)));
-            vst1_u16((uint16_t *)dst + at + 8 * k + 4, vreinterpret_u16_f16(vcvt_f16_f32(b)));
-        } else {
-            vst1q_f32((float *)dst + at + 8 * k, a);
-            vst1q_f32((float *)dst + at + 8 * k + 4, b);
-        }
-    }
-}
-
 INFER_ALWAYS_INLINE void dequantize(int type, size_t block_bytes,
                                                              const void *src, void *dst, int64_t n,
                                                              int f16) {
@@ -237,13 +221,13 @@ INFER_ALWAYS_INLINE void dequantize(int type, size_t block_bytes,
             int8x16_t v[2];
             int ls1, ls2;
             unpack32(type, x, r, v, &ls1, &ls2);
-            emit16(dst, at, v[0], dc * ls1, f16);
-            emit16(dst, at + 16, v[1], dc * ls2, f16);
+            emit16_s8(dst, at, v[0], dc * ls1, 0.f, f16);
+            emit16_s8(dst, at + 16, v[1], dc * ls2, 0.f, f16);
         }
     }
 }
 
-#define IQ_FORMAT(name, TYPE, block)                                                          \
+#define IQ_FORMAT(TYPE, name, block)                                                          \
     static float infer_vec_dot_##name##_q8_K_neon(int64_t n, const void *w, const void *a) {   \
         return vec_dot(TYPE, sizeof(block), n, w, a);                                         \
     }                                                                                         \
@@ -253,29 +237,12 @@ INFER_ALWAYS_INLINE void dequantize(int type, size_t block_bytes,
     static void infer_dequantize_f16_##name##_neon(const void *src, infer_half *y, int64_t n) { \
         dequantize(TYPE, sizeof(block), src, y, n, 1);                                        \
     }
-IQ_FORMAT(iq2_xxs, INFER_TYPE_IQ2_XXS, block_iq2_xxs)
-IQ_FORMAT(iq2_xs, INFER_TYPE_IQ2_XS, block_iq2_xs)
-IQ_FORMAT(iq2_s, INFER_TYPE_IQ2_S, block_iq2_s)
-IQ_FORMAT(iq3_xxs, INFER_TYPE_IQ3_XXS, block_iq3_xxs)
-IQ_FORMAT(iq3_s, INFER_TYPE_IQ3_S, block_iq3_s)
-IQ_FORMAT(iq1_s, INFER_TYPE_IQ1_S, block_iq1_s)
-IQ_FORMAT(tq1_0, INFER_TYPE_TQ1_0, block_tq1_0)
-IQ_FORMAT(tq2_0, INFER_TYPE_TQ2_0, block_tq2_0)
+INFER_IQUANTS_FORMATS(IQ_FORMAT)
 #undef IQ_FORMAT
 
 void INFER_NEON_NAME(infer_fill_iquants_neon)(infer_kernel_table *t) {
-#define FILL(TYPE, name)                                              \
-    t->dequantize[TYPE] = infer_dequantize_##name##_neon;             \
-    t->dequantize_f16[TYPE] = infer_dequantize_f16_##name##_neon;     \
-    t->vec_dot[TYPE] = infer_vec_dot_##name##_q8_K_neon;
-    FILL(INFER_TYPE_IQ2_XXS, iq2_xxs)
-    FILL(INFER_TYPE_IQ2_XS, iq2_xs)
-    FILL(INFER_TYPE_IQ2_S, iq2_s)
-    FILL(INFER_TYPE_IQ3_XXS, iq3_xxs)
-    FILL(INFER_TYPE_IQ3_S, iq3_s)
-    FILL(INFER_TYPE_IQ1_S, iq1_s)
-    FILL(INFER_TYPE_TQ1_0, tq1_0)
-    FILL(INFER_TYPE_TQ2_0, tq2_0)
+#define FILL(TYPE, name, block) INFER_IQUANTS_FILL(t, neon, TYPE, name);
+    INFER_IQUANTS_FORMATS(FILL)
 #undef FILL
 }
 #endif

@@ -202,7 +202,7 @@ static float vec_dot(unpack_fn unpack, size_t block_bytes, int64_t n, const void
     return sum;
 }
 
-#define IQ_FORMAT(name, block)                                                                \
+#define IQ_FORMAT(TYPE, name, block)                                                          \
     static void infer_dequantize_##name##_scalar(const void *src, float *y, int64_t n) {      \
         dequantize(unpack_##name, sizeof(block), src, y, n);                                  \
     }                                                                                         \
@@ -212,28 +212,11 @@ static float vec_dot(unpack_fn unpack, size_t block_bytes, int64_t n, const void
     static float infer_vec_dot_##name##_q8_K_scalar(int64_t n, const void *w, const void *a) { \
         return vec_dot(unpack_##name, sizeof(block), n, w, a);                                \
     }
-IQ_FORMAT(iq2_xxs, block_iq2_xxs)
-IQ_FORMAT(iq2_xs, block_iq2_xs)
-IQ_FORMAT(iq2_s, block_iq2_s)
-IQ_FORMAT(iq3_xxs, block_iq3_xxs)
-IQ_FORMAT(iq3_s, block_iq3_s)
-IQ_FORMAT(iq1_s, block_iq1_s)
-IQ_FORMAT(tq1_0, block_tq1_0)
-IQ_FORMAT(tq2_0, block_tq2_0)
+INFER_IQUANTS_FORMATS(IQ_FORMAT)
 #undef IQ_FORMAT
 
 void infer_fill_iquants_scalar(infer_kernel_table *t) {
-#define FILL(TYPE, name)                                                     \
-    t->dequantize[TYPE] = infer_dequantize_##name##_scalar;                  \
-    t->dequantize_f16[TYPE] = infer_dequantize_f16_##name##_scalar;          \
-    t->vec_dot[TYPE] = infer_vec_dot_##name##_q8_K_scalar;
-    FILL(INFER_TYPE_IQ2_XXS, iq2_xxs)
-    FILL(INFER_TYPE_IQ2_XS, iq2_xs)
-    FILL(INFER_TYPE_IQ2_S, iq2_s)
-    FILL(INFER_TYPE_IQ3_XXS, iq3_xxs)
-    FILL(INFER_TYPE_IQ3_S, iq3_s)
-    FILL(INFER_TYPE_IQ1_S, iq1_s)
-    FILL(INFER_TYPE_TQ1_0, tq1_0)
-    FILL(INFER_TYPE_TQ2_0, tq2_0)
+#define FILL(TYPE, name, block) INFER_IQUANTS_FILL(t, scalar, TYPE, name);
+    INFER_IQUANTS_FORMATS(FILL)
 #undef FILL
 }

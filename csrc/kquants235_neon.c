@@ -6,7 +6,7 @@
  * accumulated (vmlaq_n_s32); one horizontal sum per super-block.  Q2_K's and Q5_K's
  * mins come out once per super-block through Q8_K's bsums.  Dequantizers do the
  * scalar file's float operations (d*sc*q exact in f32, then one rounding), so they
- * give the same bits; f16 output and the quantizers are the scalar ones.
+ * give the same bits, in f32 or f16 (neon_emit.h); the quantizers are the scalar ones.
  */
 #include "infer_kernels.h"
 #include "kquants_internal.h"
@@ -15,9 +15,7 @@
 #if defined(__aarch64__) || defined(_M_ARM64)
 #include <arm_neon.h>
 
-static inline float half_to_float(infer_half h) {
-    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
-}
+#include "neon_emit.h"
 
 static inline int32x4_t dot16(int8x16_t a, int8x16_t b) {
 #if INFER_NEON_SDOT
@@ -126,60 +124,58 @@ static float vec_dot_q5_K_q8_K_neon(int64_t n, const void *w, const void *a) {
 
 /* ---- dequantizers ------------------------------------------------------------ */
 
-/* 16 signed bytes -> d*q - m, rounded once like the scalar reference (no FMA). */
-static inline void store16(float *dst, int8x16_t q, float d, float m) {
-    const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_high_s8(q);
-    const float32x4_t f[4] = {vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), vcvtq_f32_s32(vmovl_high_s16(lo)),
-                              vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), vcvtq_f32_s32(vmovl_high_s16(hi))};
-    const float32x4_t vd = vdupq_n_f32(d), vm = vdupq_n_f32(m);
-    for (int k = 0; k < 4; k++) vst1q_f32(dst + 4 * k, vsubq_f32(vmulq_f32(vd, f[k]), vm));
-}
-
-static void dequantize_q2_K_neon(const void *src, float *y, int64_t n) {
+static void dequantize_q2_K(const void *src, void *y, int64_t n, int f16) {
     const block_q2_K *x = src;
+    int64_t at = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
         for (int h = 0; h < 2; h++) {
             const uint8x16_t q0 = vld1q_u8(x[i].qs + 32 * h), q1 = vld1q_u8(x[i].qs + 32 * h + 16);
-            for (int k = 0; k < 4; k++, y += 32) {
+            for (int k = 0; k < 4; k++, at += 32) {
                 const uint8_t *sc = x[i].scales + 8 * h + 2 * k;
-                store16(y, s8(bits_at(q0, 2 * k, 3)), d * (sc[0] & 0xF), dmin * (sc[0] >> 4));
-                store16(y + 16, s8(bits_at(q1, 2 * k, 3)), d * (sc[1] & 0xF), dmin * (sc[1] >> 4));
+                emit16_s8(y, at, s8(bits_at(q0, 2 * k, 3)), d * (sc[0] & 0xF), dmin * (sc[0] >> 4), f16);
+                emit16_s8(y, at + 16, s8(bits_at(q1, 2 * k, 3)), d * (sc[1] & 0xF), dmin * (sc[1] >> 4), f16);
             }
         }
     }
 }
 
-static void dequantize_q3_K_neon(const void *src, float *y, int64_t n) {
+static void dequantize_q3_K(const void *src, void *y, int64_t n, int f16) {
     const block_q3_K *x = src;
+    int64_t at = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         int8_t sc[16];
         infer_q3_K_unpack_scales(x[i].scales, sc);
         const float d = half_to_float(x[i].d);
         for (int h = 0; h < 2; h++)
-            for (int k = 0; k < 4; k++, y += 32) {
+            for (int k = 0; k < 4; k++, at += 32) {
                 int8x16_t q[2];
                 q3_K_run(&x[i], h, k, q);
-                store16(y, q[0], d * sc[8 * h + 2 * k], 0.f);
-                store16(y + 16, q[1], d * sc[8 * h + 2 * k + 1], 0.f);
+                emit16_s8(y, at, q[0], d * sc[8 * h + 2 * k], 0.f, f16);
+                emit16_s8(y, at + 16, q[1], d * sc[8 * h + 2 * k + 1], 0.f, f16);
             }
     }
 }
 
-static void dequantize_q5_K_neon(const void *src, float *y, int64_t n) {
+static void dequantize_q5_K(const void *src, void *y, int64_t n, int f16) {
     const block_q5_K *x = src;
+    int64_t at = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sm[16];
         infer_q4_K_unpack_scales(x[i].scales, sm);
         const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
-        for (int r = 0; r < 8; r++, y += 32) {
+        for (int r = 0; r < 8; r++, at += 32) {
             int8x16_t q[2];
             q5_K_run(&x[i], r, q);
-            store16(y, q[0], d * sm[r], dmin * sm[8 + r]);
-            store16(y + 16, q[1], d * sm[r], dmin * sm[8 + r]);
+            emit16_s8(y, at, q[0], d * sm[r], dmin * sm[8 + r], f16);
+            emit16_s8(y, at + 16, q[1], d * sm[r], dmin * sm[8 + r], f16);
         }
     }
 }
+
+KQ_DEQUANTIZERS(dequantize_q2_K_neon, dequantize_f16_q2_K_neon, dequantize_q2_K)
+KQ_DEQUANTIZERS(dequantize_q3_K_neon, dequantize_f16_q3_K_neon, dequantize_q3_K)
+KQ_DEQUANTIZERS(dequantize_q5_K_neon, dequantize_f16_q5_K_neon, dequantize_q5_K)
 
 void INFER_NEON_NAME(infer_fill_kquants235_neon)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_Q2_K] = vec_dot_q2_K_q8_K_neon;
@@ -188,5 +184,8 @@ void INFER_NEON_NAME(infer_fill_kquants235_neon)(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_Q2_K] = dequantize_q2_K_neon;
     t->dequantize[INFER_TYPE_Q3_K] = dequantize_q3_K_neon;
     t->dequantize[INFER_TYPE_Q5_K] = dequantize_q5_K_neon;
+    t->dequantize_f16[INFER_TYPE_Q2_K] = dequantize_f16_q2_K_neon;
+    t->dequantize_f16[INFER_TYPE_Q3_K] = dequantize_f16_q3_K_neon;
+    t->dequantize_f16[INFER_TYPE_Q5_K] = dequantize_f16_q5_K_neon;
 }
 #endif

@@ -132,24 +132,14 @@ static float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *a) {
  * start from -nmax/max, then up to 5 sweeps that move single elements to the level
  * that most improves the weighted (x²) fit.  Stores q + nmax in L; returns the scale. */
 static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) { amax = ax; max = x[i]; }
-    }
-    if (amax < GROUP_MAX_EPS) {
+    const float max = infer_signed_absmax(n, x);
+    if (max == 0.f) {
         memset(L, 0, (size_t)n);
         return 0.f;
     }
     const float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = (int8_t)l;
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    infer_symmetric_levels(n, nmax, x, iscale, 0, L, &sumlx, &suml2);
     for (int itry = 0; itry < 5; itry++) {
         int n_changed = 0;
         for (int i = 0; i < n; i++) {
@@ -271,49 +261,9 @@ static inline int q5_value(const block_q5_K *b, int i) {
 
 static void quantize_q5_K(const float *x, void *dst, int64_t n) {
     block_q5_K *y = dst;
-    uint8_t L[QK_K], Laux[32];
-    float mins[QK_K / 32], scales[QK_K / 32], weights[32];
+    uint8_t L[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        float max_scale = 0, max_min = 0;
-        for (int j = 0; j < QK_K / 32; j++) {
-            const float *xs = x + 32 * j;
-            float sum_x2 = 0;
-            for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
-            float av_x = sqrtf(sum_x2 / 32);
-            for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(xs[l]);
-            scales[j] = infer_make_qkx2_quants(32, 31, xs, weights, L + 32 * j, &mins[j], Laux,
-                                               -0.5f, 0.1f, 15, 0);
-            if (scales[j] > max_scale) max_scale = scales[j];
-            if (mins[j] > max_min) max_min = mins[j];
-        }
-        float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-        float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-        memset(y[i].scales, 0, K_SCALE_SIZE);
-        for (int j = 0; j < QK_K / 32; j++) {
-            uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
-            uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
-            if (ls > 63) ls = 63;
-            if (lm > 63) lm = 63;
-            if (j < 4) {
-                y[i].scales[j] = ls;
-                y[i].scales[j + 4] = lm;
-            } else {
-                y[i].scales[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
-                y[i].scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
-                y[i].scales[j] |= (uint8_t)((lm >> 4) << 6);
-            }
-        }
-        y[i].d = infer_fp32_to_fp16(max_scale / 63.f);
-        y[i].dmin = infer_fp32_to_fp16(max_min / 63.f);
-        uint8_t sm[16];
-        infer_q4_K_unpack_scales(y[i].scales, sm);
-        for (int j = 0; j < QK_K / 32; j++) {
-            const float d = FP16(y[i].d) * sm[j];
-            if (!d) continue;
-            const float dm = FP16(y[i].dmin) * sm[8 + j];
-            for (int l = 0; l < 32; l++)
-                L[32 * j + l] = (uint8_t)clamp(nearest_int((x[32 * j + l] + dm) / d), 0, 31);
-        }
+        infer_quantize_K_sub_blocks(x, 31, -0.5f, 15, L, y[i].scales, &y[i].d, &y[i].dmin);
         memset(y[i].qh, 0, QK_K / 8);
         for (int c = 0; c < QK_K / 64; c++)
             for (int l = 0; l < 32; l++) {

@@ -20,6 +20,8 @@
 
 #include <immintrin.h>
 
+#include "x86_vec.h"
+
 #define K235_CAT2(a, b) a##_##b
 #define K235_CAT(a, b) K235_CAT2(a, b)
 #define KERNEL(name) K235_CAT(name, ISA_SUFFIX)
@@ -28,20 +30,6 @@
 #define X86_VNNI 0
 #endif
 
-KQ_INLINE float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-KQ_INLINE int hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
-}
-
 /* acc + Σ of int16 pairs p * scales, as 8 int32 lanes. */
 KQ_INLINE __m256i madd_acc(__m256i acc, __m256i p, __m256i scales) {
 #if X86_VNNI
@@ -49,23 +37,6 @@ KQ_INLINE __m256i madd_acc(__m256i acc, __m256i p, __m256i scales) {
 #else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, scales));
 #endif
-}
-
-/* Shuffle masks over int16 scales held twice (both 128-bit halves alike):
- * pair_mask(k) puts lane 2k in the low half and lane 2k+1 in the high half (two
- * 16-element sub-blocks per 32-element run), lane_mask(k) lane k in both. */
-KQ_INLINE __m256i pair_mask(int k) {
-    const int8_t a = (int8_t)(4 * k), b = (int8_t)(4 * k + 2);
-    return _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1,
-                            a, a + 1, a, a + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1,
-                            b, b + 1, b, b + 1, b, b + 1, b, b + 1);
-}
-
-KQ_INLINE __m256i lane_mask(int k) {
-    const int8_t a = (int8_t)(2 * k);
-    return _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1,
-                            a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1,
-                            a, a + 1, a, a + 1, a, a + 1, a, a + 1);
 }
 
 /* Bit `bit` of each byte of v, moved to bit `to` (0 or set). */
@@ -154,12 +125,7 @@ static float KERNEL(vec_dot_q5_K_q8_K)(int64_t n, const void *w, const void *a) 
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const float dmin = _cvtsh_ss(x[i].dmin) * y[i].d;
         /* reads 16 bytes: the 12 scale bytes are followed by qh */
-        const __m128i sm = infer_q4_K_unpack_scales_sse(x[i].scales);
-        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[i].bsums),
-                                          _mm_loadu_si128((const __m128i *)y[i].bsums + 1));
-        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(bs, mins16)), acc_m);
-        const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        const __m256i scales = infer_q4_K_scales_and_mins(x[i].scales, &y[i], dmin, &acc_m);
         const __m256i hb = _mm256_loadu_si256((const __m256i *)x[i].qh);
         const uint8_t *q5 = x[i].qs;
         const int8_t *q8 = y[i].qs;
@@ -176,21 +142,10 @@ static float KERNEL(vec_dot_q5_K_q8_K)(int64_t n, const void *w, const void *a) 
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    __m128 m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    return hsum_ps(acc) - _mm_cvtss_f32(m);
+    return hsum_ps(acc) - hsum_ps128(acc_m);
 }
 
 /* ---- dequantizers ------------------------------------------------------------ */
-
-/* Eight floats out, as f32 or f16 (round to nearest even, as infer_fp32_to_fp16). */
-KQ_INLINE void store8(void *dst, int64_t at, __m256 v, int f16) {
-    if (f16)
-        _mm_storeu_si128((__m128i *)((infer_half *)dst + at),
-                         _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    else
-        _mm256_storeu_ps((float *)dst + at, v);
-}
 
 /* 16 signed bytes -> d*q - m (m = 0 for the symmetric formats). */
 KQ_INLINE void emit16(void *dst, int64_t at, __m128i q, float d, float m, int f16) {
@@ -256,16 +211,9 @@ KQ_INLINE void dequantize_q5_K(const block_q5_K *x, void *dst, int64_t n, int f1
     }
 }
 
-#define K235_DEQUANTIZERS(fmt)                                                                   \
-    static void KERNEL(dequantize_##fmt)(const void *src, float *dst, int64_t n) {                \
-        dequantize_##fmt(src, dst, n, 0);                                                         \
-    }                                                                                             \
-    static void KERNEL(dequantize_f16_##fmt)(const void *src, infer_half *dst, int64_t n) {       \
-        dequantize_##fmt(src, dst, n, 1);                                                         \
-    }
-K235_DEQUANTIZERS(q2_K)
-K235_DEQUANTIZERS(q3_K)
-K235_DEQUANTIZERS(q5_K)
+KQ_DEQUANTIZERS(KERNEL(dequantize_q2_K), KERNEL(dequantize_f16_q2_K), dequantize_q2_K)
+KQ_DEQUANTIZERS(KERNEL(dequantize_q3_K), KERNEL(dequantize_f16_q3_K), dequantize_q3_K)
+KQ_DEQUANTIZERS(KERNEL(dequantize_q5_K), KERNEL(dequantize_f16_q5_K), dequantize_q5_K)
 
 static void KERNEL(fill_kquants235_x86)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_Q2_K] = KERNEL(vec_dot_q2_K_q8_K);

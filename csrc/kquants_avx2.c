@@ -16,36 +16,7 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
-KQ_INLINE float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-KQ_INLINE float hsum_ps128(__m128 s) {
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* _mm256_shuffle_epi8 masks that broadcast int16 lane 2k of a 128-bit half to the
- * low half and lane 2k+1 to the high half (for the 16-element sub-blocks of Q6_K:
- * one 32-element run covers two of them). */
-KQ_INLINE __m256i pair_mask(int k) {
-    const int8_t a = (int8_t)(4 * k), b = (int8_t)(4 * k + 2);
-    return _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1,
-                            a, a + 1, a, a + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1,
-                            b, b + 1, b, b + 1, b, b + 1, b, b + 1);
-}
-
-/* Mask broadcasting int16 lane k of each 128-bit half to the whole half. */
-KQ_INLINE __m256i lane_mask(int k) {
-    const int8_t a = (int8_t)(2 * k);
-    return _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1,
-                            a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1,
-                            a, a + 1, a, a + 1, a, a + 1, a, a + 1);
-}
+#include "x86_vec.h"
 
 /* ---- Q4_K ------------------------------------------------------------------- */
 
@@ -58,15 +29,7 @@ static float infer_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const float dmin = _cvtsh_ss(x[i].dmin) * y[i].d;
-        const __m128i sm = infer_q4_K_unpack_scales_sse(x[i].scales);
-
-        /* Σ_j m_j·(bsums[2j] + bsums[2j+1]) */
-        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[i].bsums),
-                                          _mm_loadu_si128((const __m128i *)y[i].bsums + 1));
-        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(bs, mins16)), acc_m);
-
-        const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        const __m256i scales = infer_q4_K_scales_and_mins(x[i].scales, &y[i], dmin, &acc_m);
         const uint8_t *q4 = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
@@ -134,15 +97,6 @@ static void infer_vec_dot_4xn_q4_K_q8_K_avx2(int64_t n, const void *w, size_t ro
         else
             q4_K_row_tokens(n, row, a, a_stride, n_tok, out + k, out_stride);
     }
-}
-
-/* Eight floats out, as f32 or f16 (round to nearest even, as infer_fp32_to_fp16). */
-KQ_INLINE void store8(void *dst, int64_t at, __m256 v, int f16) {
-    if (f16)
-        _mm_storeu_si128((__m128i *)((infer_half *)dst + at),
-                         _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    else
-        _mm256_storeu_ps((float *)dst + at, v);
 }
 
 /* 32 unsigned bytes -> d*q - m, as four runs of eight. */

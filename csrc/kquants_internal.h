@@ -29,6 +29,12 @@ static __forceinline int kq_lowest_bit(unsigned v) {  /* v != 0 */
 static inline int kq_lowest_bit(unsigned v) { return __builtin_ctz(v); }  /* v != 0 */
 #endif
 
+/* The f32 and f16 dequantize entries (f32_name, f16_name) of a dequantizer written
+ * once as impl(src, dst, n, f16). */
+#define KQ_DEQUANTIZERS(f32_name, f16_name, impl)                                          \
+    static void f32_name(const void *src, float *dst, int64_t n) { impl(src, dst, n, 0); } \
+    static void f16_name(const void *src, infer_half *dst, int64_t n) { impl(src, dst, n, 1); }
+
 /* ggml's GROUP_MAX_EPS: a group whose largest |x| is below this quantizes to zero. */
 #define GROUP_MAX_EPS 1e-15f
 
@@ -41,6 +47,33 @@ static inline int nearest_int(float x) {
     return (bits & 0x007fffff) - 0x00400000;
 }
 
+/* The start of ggml's symmetric sub-block quantizers (make_q3_quants, make_qx_quants):
+ * the element of largest magnitude (0 when it is below GROUP_MAX_EPS: the group is
+ * zero), then the levels l = clamp(nearest(iscale * x), -nmax, nmax - 1) stored as
+ * l + offset, with Σ w·x·l and Σ w·l² (w = x²). */
+static inline float infer_signed_absmax(int n, const float *x) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        float ax = x[i] < 0 ? -x[i] : x[i];
+        if (ax > amax) { amax = ax; max = x[i]; }
+    }
+    return amax < GROUP_MAX_EPS ? 0.f : max;
+}
+
+static inline void infer_symmetric_levels(int n, int nmax, const float *x, float iscale, int offset,
+                                          int8_t *L, float *sumlx, float *suml2) {
+    float slx = 0, sl2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = nearest_int(iscale * x[i]);
+        l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
+        L[i] = (int8_t)(l + offset);
+        float w = x[i] * x[i];
+        slx += w * x[i] * l;
+        sl2 += w * l * l;
+    }
+    *sumlx = slx, *suml2 = sl2;
+}
+
 /* ggml make_qkx2_quants (kquants_scalar.c): Q2_K, Q4_K and Q5_K's sub-block search. */
 float infer_make_qkx2_quants(int n, int nmax, const float *x, const float *weights,
                              uint8_t *L, float *neg_min, uint8_t *Laux,
@@ -48,6 +81,13 @@ float infer_make_qkx2_quants(int n, int nmax, const float *x, const float *weigh
 
 /* ggml's kvalues_iq4nl (iq4_scalar.c): the 16 levels of IQ4_NL and IQ4_XS nibbles. */
 extern const int8_t infer_kvalues_iq4nl[16];
+
+/* Q4_K and Q5_K's sub-block search (kquants_scalar.c, ggml quantize_row_q4_K_ref and
+ * _q5_K_ref): per 32 elements the best scale and min for levels 0..nmax
+ * (make_qkx2_quants with rmin and nstep), packed as 6-bit scales and mins with fp16 d
+ * and dmin; L gets the levels requantized against the stored scales. */
+void infer_quantize_K_sub_blocks(const float *x, int nmax, float rmin, int nstep, uint8_t L[QK_K],
+                                 uint8_t scales[K_SCALE_SIZE], infer_half *d, infer_half *dmin);
 
 /* The 8 scales then the 8 mins of a Q4_K block, as bytes 0..7 and 8..15 of out
  * (little-endian words, as on every target we build for).
@@ -92,6 +132,18 @@ static inline __m128i infer_q4_K_unpack_scales_sse(const uint8_t *s) {
     const __m128i top = _mm_and_si128(_mm_srli_epi32(b, 2),   /* bits 6..7 -> 4..5 */
                                       _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
     return _mm_or_si128(low, top);
+}
+
+/* Q4_K and Q5_K per super-block: the 8 sub-block scales as int16 in both 128-bit
+ * halves, and acc_m += dmin * Σ_j m_j·(bsums[2j] + bsums[2j+1]), the mins' part. */
+static inline __m256i infer_q4_K_scales_and_mins(const uint8_t *scales, const block_q8_K *y, float dmin,
+                                                 __m128 *acc_m) {
+    const __m128i sm = infer_q4_K_unpack_scales_sse(scales);
+    const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
+                                      _mm_loadu_si128((const __m128i *)y->bsums + 1));
+    const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+    *acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(bs, mins16)), *acc_m);
+    return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
 }
 #endif
 

@@ -17,9 +17,7 @@
 #include <arm_neon.h>
 #include <math.h>
 
-static inline float half_to_float(infer_half h) {
-    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
-}
+#include "neon_emit.h"
 
 /* Σ a·b over 16 int8 lanes, as four int32 partial sums. */
 static inline int32x4_t dot16(int8x16_t a, int8x16_t b) {
@@ -68,29 +66,6 @@ static float infer_vec_dot_q4_K_q8_K_neon(int64_t n, const void *w, const void *
         sum += d * (float)vaddvq_s32(sumi) - dmin * (float)summ;
     }
     return sum;
-}
-
-/* Eight values d*q - m out, as f32 or f16 (vcvt rounds to nearest even). */
-static inline void store8(void *dst, int64_t at, float32x4_t v0, float32x4_t v1, int f16) {
-    if (f16) {
-        /* Stored as u16 lanes: no __fp16 pointer, which MSVC's arm_neon.h lacks. */
-        vst1_u16((uint16_t *)dst + at, vreinterpret_u16_f16(vcvt_f16_f32(v0)));
-        vst1_u16((uint16_t *)dst + at + 4, vreinterpret_u16_f16(vcvt_f16_f32(v1)));
-    } else {
-        vst1q_f32((float *)dst + at, v0);
-        vst1q_f32((float *)dst + at + 4, v1);
-    }
-}
-
-/* 16 unsigned bytes -> d*q - m */
-static inline void emit16_u8(void *dst, int64_t at, uint8x16_t q, float d, float m, int f16) {
-    const float32x4_t dv = vdupq_n_f32(d), mv = vdupq_n_f32(m);
-    const uint16x8_t w[2] = {vmovl_u8(vget_low_u8(q)), vmovl_high_u8(q)};
-    for (int k = 0; k < 2; k++) {
-        const float32x4_t a = vcvtq_f32_u32(vmovl_u16(vget_low_u16(w[k])));
-        const float32x4_t b = vcvtq_f32_u32(vmovl_high_u16(w[k]));
-        store8(dst, at + 8 * k, vsubq_f32(vmulq_f32(dv, a), mv), vsubq_f32(vmulq_f32(dv, b), mv), f16);
-    }
 }
 
 static inline void dequantize_q4_K(const block_q4_K *x, void *dst, int64_t n, int f16) {

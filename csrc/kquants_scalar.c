@@ -87,58 +87,64 @@ float infer_make_qkx2_quants(int n, int nmax, const float *x, const float *weigh
     return scale;
 }
 
+void infer_quantize_K_sub_blocks(const float *x, int nmax, float rmin, int nstep, uint8_t L[QK_K],
+                                 uint8_t scales[K_SCALE_SIZE], infer_half *d_out, infer_half *dmin_out) {
+    uint8_t Laux[32];
+    float weights[32], mins[QK_K / 32], sub_scales[QK_K / 32];
+    float max_scale = 0, max_min = 0;  /* both >= 0: the min is subtracted */
+    for (int j = 0; j < QK_K / 32; j++) {
+        const float *xs = x + 32 * j;
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
+        float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(xs[l]);
+        sub_scales[j] = infer_make_qkx2_quants(32, nmax, xs, weights, L + 32 * j, &mins[j], Laux,
+                                               rmin, 0.1f, nstep, 0);
+        if (sub_scales[j] > max_scale) max_scale = sub_scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    memset(scales, 0, K_SCALE_SIZE);
+    for (int j = 0; j < QK_K / 32; j++) {
+        /* ggml stores nearest_int's result in a uint8_t, then clamps to 63 */
+        uint8_t ls = (uint8_t)nearest_int(inv_scale * sub_scales[j]);
+        uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
+        if (ls > 63) ls = 63;
+        if (lm > 63) lm = 63;
+        if (j < 4) {
+            scales[j] = ls;
+            scales[j + 4] = lm;
+        } else {
+            scales[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
+            scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            scales[j] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    *d_out = infer_fp32_to_fp16(max_scale / 63.f);
+    *dmin_out = infer_fp32_to_fp16(max_min / 63.f);
+
+    /* Requantize against the rounded 6-bit scales and fp16 super-scales. */
+    uint8_t sm[16];
+    infer_q4_K_unpack_scales(scales, sm);
+    const float d_all = infer_fp16_to_fp32(*d_out);
+    const float m_all = infer_fp16_to_fp32(*dmin_out);
+    for (int j = 0; j < QK_K / 32; j++) {
+        const float d = d_all * sm[j];
+        if (!d) continue;
+        const float dm = m_all * sm[8 + j];
+        for (int l = 0; l < 32; l++) {
+            int q = nearest_int((x[32 * j + l] + dm) / d);
+            L[32 * j + l] = (uint8_t)(q < 0 ? 0 : q > nmax ? nmax : q);
+        }
+    }
+}
+
 static void infer_quantize_q4_K_scalar(const float *x, void *dst, int64_t n) {
     block_q4_K *y = dst;
-    uint8_t L[QK_K], Laux[32];
-    float weights[32], mins[QK_K / 32], scales[QK_K / 32];
+    uint8_t L[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        float max_scale = 0, max_min = 0;  /* both >= 0: the min is subtracted */
-        for (int j = 0; j < QK_K / 32; j++) {
-            const float *xs = x + 32 * j;
-            float sum_x2 = 0;
-            for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
-            float av_x = sqrtf(sum_x2 / 32);
-            for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(xs[l]);
-            scales[j] = infer_make_qkx2_quants(32, 15, xs, weights, L + 32 * j, &mins[j], Laux,
-                                               -1.f, 0.1f, 20, 0);
-            if (scales[j] > max_scale) max_scale = scales[j];
-            if (mins[j] > max_min) max_min = mins[j];
-        }
-        float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-        float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-        memset(y[i].scales, 0, K_SCALE_SIZE);
-        for (int j = 0; j < QK_K / 32; j++) {
-            /* ggml stores nearest_int's result in a uint8_t, then clamps to 63 */
-            uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
-            uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
-            if (ls > 63) ls = 63;
-            if (lm > 63) lm = 63;
-            if (j < 4) {
-                y[i].scales[j] = ls;
-                y[i].scales[j + 4] = lm;
-            } else {
-                y[i].scales[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
-                y[i].scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
-                y[i].scales[j] |= (uint8_t)((lm >> 4) << 6);
-            }
-        }
-        y[i].d = infer_fp32_to_fp16(max_scale / 63.f);
-        y[i].dmin = infer_fp32_to_fp16(max_min / 63.f);
-
-        /* Requantize against the rounded 6-bit scales and fp16 super-scales. */
-        uint8_t sm[16];
-        infer_q4_K_unpack_scales(y[i].scales, sm);
-        const float d_all = infer_fp16_to_fp32(y[i].d);
-        const float m_all = infer_fp16_to_fp32(y[i].dmin);
-        for (int j = 0; j < QK_K / 32; j++) {
-            const float d = d_all * sm[j];
-            if (!d) continue;
-            const float dm = m_all * sm[8 + j];
-            for (int l = 0; l < 32; l++) {
-                int q = nearest_int((x[32 * j + l] + dm) / d);
-                L[32 * j + l] = (uint8_t)(q < 0 ? 0 : q > 15 ? 15 : q);
-            }
-        }
+        infer_quantize_K_sub_blocks(x, 15, -1.f, 20, L, y[i].scales, &y[i].d, &y[i].dmin);
         for (int j = 0; j < QK_K / 64; j++)
             for (int l = 0; l < 32; l++)
                 y[i].qs[32 * j + l] = (uint8_t)(L[64 * j + l] | (L[64 * j + 32 + l] << 4));
@@ -215,25 +221,14 @@ static float infer_vec_dot_q4_K_q8_K_scalar(int64_t n, const void *w, const void
  * rmse_type 1 and no importance: weights x²), searching 19 scales around -nmax/max.
  * Stores q + nmax in L; returns the scale (negative when max > 0). */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) { amax = ax; max = x[i]; }
-    }
-    if (amax < GROUP_MAX_EPS) {
+    const float max = infer_signed_absmax(n, x);
+    if (max == 0.f) {
         memset(L, 0, (size_t)n);
         return 0.f;
     }
     float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = nearest_int(iscale * x[i]);
-        l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
-        L[i] = (int8_t)(l + nmax);
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    infer_symmetric_levels(n, nmax, x, iscale, nmax, L, &sumlx, &suml2);
     float scale = suml2 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     for (int is = -9; is <= 9; is++) {

@@ -448,37 +448,48 @@ def _chat_chunks(model: Any, context: Any, run: Any, head: dict[str, Any],
         prompt = completion = 0
         cached: Optional[int] = None
         started: set[int] = set()
+        # Each token's logprobs go with the chunk that carries its text (as OpenAI and
+        # llama-server send them); those of tokens whose text never showed (a stop
+        # string, a tool call) with the finishing chunk.
+        pending: list[dict[str, Any]] = []
+        sent = 0
         for index, item in steps:
             if index not in started:
                 started.add(index)
+                pending, sent = [], 0
                 yield chunk(index, {"role": "assistant", "content": ""})
             if isinstance(item, Reply):
                 if item.tool_calls:
                     calls = [dict(c.to_openai(), index=j) for j, c in enumerate(item.tool_calls)]
                     yield chunk(index, {"tool_calls": calls})
-                # a stream's logprobs come whole with the finishing chunk
-                yield chunk(index, {}, _finish(item), _reply_logprobs(item))
+                rest = None if item.logprobs is None else {"content": item.logprobs[sent:]}
+                yield chunk(index, {}, _finish(item), rest)
                 prompt = item.prompt_tokens
                 completion += item.completion_tokens
                 if cached is None:
                     cached = _cached_tokens(ctx, item.cached_tokens)
-            elif isinstance(item, ThinkingText):
-                yield chunk(index, {"reasoning_content": str(item)})
-            elif item:
-                yield chunk(index, {"content": item})
+                continue
+            pending += getattr(item, "logprobs", None) or []
+            if not item:
+                continue
+            delta = ({"reasoning_content": str(item)} if isinstance(item, ThinkingText)
+                     else {"content": str(item)})
+            yield chunk(index, delta, None, {"content": pending} if pending else None)
+            sent += len(pending)
+            pending = []
         if include_usage:
             yield dict(head, object="chat.completion.chunk", choices=[],
                        usage=_usage(prompt, completion, cached))
 
 
 # ---- completions ---------------------------------------------------------------------------
-def _completion_logprobs(gen: Any) -> Optional[dict[str, Any]]:
+def _completion_logprobs(entries: Optional[list[dict[str, Any]]], at: int = 0) -> Optional[dict[str, Any]]:
     """The legacy completions ``logprobs`` object (tokens, token_logprobs, top_logprobs,
-    text_offset) of a Generation made with ``logprobs=k``; None otherwise."""
-    entries = None if gen is None else gen.logprobs
+    text_offset) of a Generation's ``logprobs`` entries, the first token's text at
+    offset ``at``; None when they were not asked for."""
     if entries is None:
         return None
-    offsets, at = [], 0
+    offsets = []
     for e in entries:
         offsets.append(at)
         at += len(e["token"])
@@ -556,13 +567,17 @@ def create_completion(
             _use_sampler(ctx, _make_sampler(options, choice))
             gen = generate(model, ids, context=ctx, max_tokens=max_tokens, stop=stops, logprobs=logprobs)
             if echo:
-                yield choice, echoed
+                yield choice, echoed, None
+            sent = 0  # logprob entries already handed out with a piece
             for piece in gen:
-                yield choice, piece
-            yield choice, gen
+                yield choice, piece, None if gen.logprobs is None else gen.logprobs[sent:]
+                sent = len(gen.logprobs or ())
+            yield choice, gen, None if gen.logprobs is None else gen.logprobs[sent:]
 
-    def choice_of(index: int, text: str, finish: Optional[str], gen: Any = None) -> dict[str, Any]:
-        return {"text": text, "index": index, "logprobs": _completion_logprobs(gen), "finish_reason": finish}
+    def choice_of(index: int, text: str, finish: Optional[str], entries: Optional[list[dict[str, Any]]],
+                  at: int = 0) -> dict[str, Any]:
+        return {"text": text, "index": index, "logprobs": _completion_logprobs(entries, at),
+                "finish_reason": finish}
 
     if stream:
         def chunks() -> Iterator[Any]:
@@ -570,13 +585,18 @@ def create_completion(
                 steps = run(ctx)
                 yield next(steps)
                 completion = 0
-                for index, item in steps:
+                at: dict[int, int] = {}  # text of the tokens reported so far, per choice (text_offset)
+                for index, item, entries in steps:
+                    # each chunk carries the logprobs of the tokens whose text it holds
+                    offset = at.get(index, 0)
+                    at[index] = offset + sum(len(e["token"]) for e in entries or ())
                     if isinstance(item, str):
-                        yield dict(head, object="text_completion", choices=[choice_of(index, item, None)])
+                        yield dict(head, object="text_completion",
+                                   choices=[choice_of(index, item, None, entries, offset)])
                     else:
                         completion += len(item.tokens)
                         yield dict(head, object="text_completion",
-                                   choices=[choice_of(index, "", item.finish_reason, item)])
+                                   choices=[choice_of(index, "", item.finish_reason, entries, offset)])
                 if include_usage:
                     yield dict(head, object="text_completion", choices=[],
                                usage=_usage(len(ids), completion, None))
@@ -587,12 +607,13 @@ def create_completion(
         texts: dict[int, list[str]] = {}
         choices = []
         completion = 0
-        for index, item in steps:
+        for index, item, _ in steps:
             if isinstance(item, str):
                 texts.setdefault(index, []).append(item)
             else:
                 completion += len(item.tokens)
-                choices.append(choice_of(index, "".join(texts.get(index, [])), item.finish_reason, item))
+                choices.append(choice_of(index, "".join(texts.get(index, [])), item.finish_reason,
+                                         item.logprobs))
         return dict(head, object="text_completion", choices=choices, usage=_usage(len(ids), completion, None))
 
 

@@ -781,3 +781,23 @@ def gemma3_model_path(cache_dir: Optional[PathArg] = None) -> Path:
             raise ValueError(f"assembled {pkg.MODEL_NAME} has sha256 {digest.hexdigest()}, "
                              f"expected {pkg.EXPECTED_SHA256}")
     return target
+
+
+#: the installed model packages infer knows by name (``infer.load("gemma3")``,
+#: ``--model gemma3``): name -> a function giving the file's path
+MODEL_NAMES: dict[str, Callable[[], Path]] = {"smollm2": default_model_path, "gemma3": gemma3_model_path}
+
+
+def model_path(name_or_path: PathArg) -> str:
+    """The file a model argument names: an existing path as it is, else the name of
+    an installed model package (`MODEL_NAMES`; FileNotFoundError naming the pip
+    command when it is not installed), else FileNotFoundError listing the names."""
+    value = os.fspath(name_or_path)
+    if isinstance(value, bytes):
+        value = os.fsdecode(value)
+    if os.path.exists(value) or value not in MODEL_NAMES:
+        if not os.path.exists(value):
+            raise FileNotFoundError(f"{value}: no such file (nor one of the installed model names: "
+                                    f"{', '.join(MODEL_NAMES)})")
+        return value
+    return str(MODEL_NAMES[value]())

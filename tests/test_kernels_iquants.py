@@ -25,7 +25,9 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import quants as gq
 
+import _quant_blocks as quant_blocks
 import infer.kernels as K
+from _quant_blocks import gguf_dequantize
 from infer.tensor import DType, Tensor
 
 QK_K = 256
@@ -39,19 +41,11 @@ D_OFFSET = {"tq1_0": 52, "tq2_0": 64}
 SUPER_BLOCKS = [1, 2, 3, 7, 15, 16, 17]
 
 
-def gguf_dequantize(raw, fmt):
-    return gq.dequantize(np.asarray(raw, np.uint8).reshape(-1), GGUF_TYPE[fmt]).astype(np.float32)
-
-
 def random_blocks(fmt, n_blocks, seed, max_scale=1.0):
-    """Any bit pattern in the payload with a finite fp16 super-scale, ten orders of
+    """Any bit pattern in the payload with a finite fp16 super-scale, seven orders of
     magnitude apart from block to block (down to fp16 subnormals), either sign."""
-    rng = np.random.default_rng(seed + 1000)
-    raw = rng.integers(0, 256, (n_blocks, BLOCK_BYTES[fmt]), dtype=np.uint8)
-    d = rng.uniform(-1, 1, n_blocks) * max_scale * 10.0 ** rng.uniform(-7, 0, n_blocks)
-    at = D_OFFSET.get(fmt, 0)
-    raw[:, at:at + 2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
-    return raw.reshape(-1)
+    return quant_blocks.random_blocks(BLOCK_BYTES[fmt], (D_OFFSET.get(fmt, 0),), n_blocks, seed,
+                                      (-7, 0), max_scale)
 
 
 def test_grid_tables_are_those_of_the_gguf_package():

@@ -17,60 +17,28 @@ Tolerances:
 """
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as T
-from gguf import quants as gq
 
+import _quant_blocks as quant_blocks
 import infer.kernels as K
+from _quant_blocks import gguf_dequantize
 
 QK_K = 256
 FORMATS = ["q4_k", "q6_k"]
-GGUF_TYPE = {"q4_k": T.Q4_K, "q6_k": T.Q6_K}
 BLOCK_BYTES = {"q4_k": 144, "q6_k": 210, "q8_k": 292}
 SUPER_BLOCKS = [1, 2, 3, 7, 16, 17]
 # ggml's test-quantize-fns bound for 4-bit and wider formats, on sqrt(sum err^2)/n
 MAX_ROUND_TRIP_ERROR = 0.002
 
 
-def gguf_dequantize(raw, fmt):
-    return gq.dequantize(np.asarray(raw, np.uint8).reshape(-1), GGUF_TYPE[fmt]).astype(np.float32)
-
-
 def awkward_values(n_blocks, seed):
-    """n_blocks x 256 float32 values; each super-block a different hard case."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n_blocks, QK_K)).astype(np.float32)
-    for b in range(n_blocks):
-        kind = (b + seed) % 7
-        if kind == 0:
-            x[b] = 0.0                                       # all zero: d = 0
-        elif kind == 1:
-            x[b] = np.abs(x[b]) + 1.0                        # all positive: Q4_K min clamps to 0
-        elif kind == 2:
-            x[b] *= np.float32(10.0 ** rng.uniform(-0.5, 3))  # magnitudes where fp16 d stays normal
-        elif kind == 3:
-            x[b, :] = 0.0                                    # one outlier, mostly zero sub-blocks
-            x[b, 100] = -7.0
-        elif kind == 4:
-            x[b, :32] = 0.0                                  # one zero sub-block among others
-            x[b, 200:216] = 0.0
-        elif kind == 5:
-            x[b] = -np.abs(x[b]) - 0.5                       # all negative
-        elif kind == 6:
-            x[b] *= np.float32(1e-4)                         # fp16 super-scale d subnormal
-    return x.reshape(-1)
+    return quant_blocks.awkward_values(n_blocks, QK_K, seed)
 
 
 def random_blocks(fmt, n_blocks, seed):
     """Any bit pattern in the payload (scales, quants) with finite fp16 super-scales."""
-    rng = np.random.default_rng(seed + 1000)
-    raw = rng.integers(0, 256, (n_blocks, BLOCK_BYTES[fmt]), dtype=np.uint8)
     if fmt == "q4_k":
-        scales = rng.uniform(-1, 1, (n_blocks, 2)) * 10.0 ** rng.uniform(-4, 1, (n_blocks, 1))
-        raw[:, 0:4] = scales.astype(np.float16).view(np.uint8)      # d, dmin
-    else:
-        scales = rng.uniform(-1, 1, (n_blocks, 1)) * 10.0 ** rng.uniform(-4, 0, (n_blocks, 1))
-        raw[:, 208:210] = scales.astype(np.float16).view(np.uint8)  # d
-    return raw.reshape(-1)
+        return quant_blocks.random_blocks(BLOCK_BYTES[fmt], (0, 2), n_blocks, seed)       # d, dmin
+    return quant_blocks.random_blocks(BLOCK_BYTES[fmt], (208,), n_blocks, seed, (-4, 0))  # d
 
 
 def quantized(x, fmt):

@@ -20,7 +20,9 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import quants as gq
 
+import _quant_blocks as quant_blocks
 import infer.kernels as K
+from _quant_blocks import gguf_dequantize
 
 # name -> (elements per block, bytes per block, byte offsets of fp16 scale fields, activation)
 FORMATS = {
@@ -37,42 +39,14 @@ CASES = [(f, nb) for f in NAMES for nb in BLOCK_COUNTS[FORMATS[f][0]]]
 DATA = Path(__file__).resolve().parent / "data" / "ggml_quantized.npz"
 
 
-def gguf_dequantize(raw, fmt):
-    return gq.dequantize(np.asarray(raw, np.uint8).reshape(-1), T[fmt.upper()]).astype(np.float32).reshape(-1)
-
-
 def random_blocks(fmt, n_blocks, seed):
     """Any bit pattern in quants and sub-block scales, with finite fp16 super-scales."""
-    bs, bb, halves, _ = FORMATS[fmt]
-    rng = np.random.default_rng(seed + 1000)
-    raw = rng.integers(0, 256, (n_blocks, bb), dtype=np.uint8)
-    for off in halves:
-        d = rng.uniform(-1, 1, n_blocks) * 10.0 ** rng.uniform(-4, 1, n_blocks)
-        raw[:, off:off + 2] = d.astype(np.float16).reshape(-1, 1).view(np.uint8)
-    return raw.reshape(-1)
+    return quant_blocks.random_blocks(FORMATS[fmt][1], FORMATS[fmt][2], n_blocks, seed)
 
 
 def awkward_values(fmt, n_blocks, seed):
     """n_blocks blocks of float32 values; each block a different hard case."""
-    bs = FORMATS[fmt][0]
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n_blocks, bs)).astype(np.float32)
-    for b in range(n_blocks):
-        kind = (b + seed) % 6
-        if kind == 0:
-            x[b] = 0.0
-        elif kind == 1:
-            x[b] = np.abs(x[b]) + 1.0                          # all positive
-        elif kind == 2:
-            x[b] *= np.float32(10.0 ** rng.uniform(-0.5, 3))
-        elif kind == 3:
-            x[b, :] = 0.0                                       # one outlier
-            x[b, 7] = -7.0
-        elif kind == 4:
-            x[b, :16] = 0.0                                     # a zero sub-block
-        elif kind == 5:
-            x[b] = -np.abs(x[b]) - 0.5                          # all negative
-    return x.reshape(-1)
+    return quant_blocks.awkward_values(n_blocks, FORMATS[fmt][0], seed, kinds=6)
 
 
 def quantized(x, fmt):

@@ -88,3 +88,36 @@ def test_logprobs_argument_is_checked(model):
     for bad in (-1, 1.5, True, "3"):
         with pytest.raises(ValueError):
             infer.generate(model, "x", logprobs=bad)
+
+
+def test_a_stream_reports_each_tokens_logprobs_with_the_piece_that_shows_it(model):
+    """ChatSession.stream: each TextPiece carries the entries of the tokens since the
+    piece before; a stop string's tokens (never shown) come with the Reply alone, so the
+    streamed chat chunks hold them in the finishing chunk."""
+    from infer.chat import ChatSession, Reply, TextPiece
+
+    question = "Write one sentence about the sea."
+    whole = ChatSession(model, temperature=0).send(question, max_tokens=16, logprobs=1)
+    assert len(whole.logprobs) > 8
+    # a stop string made of tokens 6 and 7 of the greedy reply: both generated, never shown
+    stop = whole.logprobs[6]["token"] + whole.logprobs[7]["token"]
+    assert stop.strip() and stop not in "".join(e["token"] for e in whole.logprobs[:7])
+    pieces, reply = [], None
+    for item in ChatSession(model, temperature=0).stream(question, max_tokens=16, logprobs=1, stop=stop):
+        if isinstance(item, Reply):
+            reply = item
+        else:
+            assert isinstance(item, TextPiece)
+            pieces.append(item)
+    shown = [e for p in pieces for e in p.logprobs]
+    assert reply.text == "".join(pieces)
+    assert reply.logprobs == whole.logprobs[:8]
+    assert shown == reply.logprobs[:len(shown)] and len(shown) <= 6
+    assert sum(1 for p in pieces if p.logprobs) >= 4  # spread over the pieces
+
+    chunks = list(model.create_chat_completion(
+        [{"role": "user", "content": question}], max_tokens=16, temperature=0, stop=stop, logprobs=True,
+        top_logprobs=1, stream=True, context=model.create_context()))
+    per_chunk = [c["choices"][0]["logprobs"] for c in chunks if c["choices"]]
+    assert [e for lp in per_chunk if lp for e in lp["content"]] == reply.logprobs
+    assert per_chunk[-1]["content"][-2:] == reply.logprobs[6:8]  # the stop string's, at the end

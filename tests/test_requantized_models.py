@@ -1,14 +1,18 @@
 """SmolLM2 and Gemma 3 requantized by `infer quantize` to each new type still answer.
 
 Each model is requantized with infer's quantizer (the recipes of infer.quant_mixtures,
-as llama-quantize chooses per tensor), loaded, and asked "The capital of France is"
-greedily: the answer must name Paris.  The check is loose on purpose (the source files
-are already 4-bit, and Q2_K is coarse): it shows the files load through the same path
-as the shipped ones and compute sensible logits.  SmolLM2 runs q2_k, iq4_xs and
-q5_k_m by default (~40 s); INFER_SLOW_TESTS=1 runs every recipe on both models.
+as llama-quantize chooses per tensor), loaded, and given a prompt that ends where the
+answer "Paris" starts; " Paris" must be among the five most likely next tokens.  The
+source files themselves put it first (checked below).  The check is on the ranking,
+not on a greedy answer, on purpose: these are 135M/270M models already at 4 bits, and
+at 3 to 5 bits their greedy continuation drifts ("The capital of France is 400
+million dollars." from Gemma 3 at Q5_1) while the logits stay sensible.  Measured
+2026-12-01: llama-quantize --allow-requantize's own Q5_1 of the Gemma 3 file and
+Q3_K_L of the SmolLM2 file have the same per-tensor types as infer's and give the same
+greedy text in infer, so the drift is the models', not infer's quantizer's.
+SmolLM2 runs q2_k, iq4_xs and q5_k_m by default (~40 s); INFER_SLOW_TESTS=1 runs every
+recipe on both models.
 """
-import os
-
 import pytest
 
 import infer
@@ -18,19 +22,38 @@ from infer.quantize import quantize_file
 SLOW = pytest.mark.slow("slow on a 2-core machine")
 RECIPES = ["q5_1", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_m", "q5_k", "q5_k_m", "iq4_nl", "iq4_xs"]
 DEFAULT = {("smollm2", "q2_k"), ("smollm2", "iq4_xs"), ("smollm2", "q5_k_m")}
+# Gemma 3 270M continues a bare "The capital of France is" with "the capital of the
+# country of France"; after a question it names Paris.
+PROMPTS = {"smollm2": "The capital of France is",
+           "gemma3": "Q: What is the capital of France?\nA: The capital of France is"}
 CASES = [pytest.param(m, r, marks=() if (m, r) in DEFAULT else SLOW)
          for m in ("smollm2", "gemma3") for r in RECIPES]
 
 
-@pytest.mark.parametrize("model,recipe", CASES)
-def test_requantized_model_answers(tmp_path, model, recipe):
+def source_path(model):
     try:
-        src = default_model_path() if model == "smollm2" else gemma3_model_path()
+        return default_model_path() if model == "smollm2" else gemma3_model_path()
     except FileNotFoundError as e:
         pytest.skip(str(e))
+
+
+def next_tokens(path, model, k=5):
+    """The k most likely next tokens after the model's prompt, most likely first."""
+    with infer.load(path) as m:
+        g = infer.generate(m, PROMPTS[model], max_tokens=1, temperature=0, logprobs=k)
+        "".join(g)
+        return [t["token"] for t in g.logprobs[0]["top_logprobs"]]
+
+
+@pytest.mark.parametrize("model", ["smollm2", pytest.param("gemma3", marks=SLOW)])
+def test_source_model_answers_its_prompt(model):
+    """The prompt is fair: the file the requantized ones come from puts Paris first."""
+    assert next_tokens(source_path(model), model)[0] == " Paris"
+
+
+@pytest.mark.parametrize("model,recipe", CASES)
+def test_requantized_model_answers(tmp_path, model, recipe):
     dst = tmp_path / f"{model}-{recipe}.gguf"
-    report = quantize_file(src, dst, recipe)
-    written = report.type_counts()
-    with infer.load(dst) as m:
-        text = "".join(infer.generate(m, "The capital of France is", max_tokens=12, temperature=0))
-    assert "Paris" in text, (recipe, written, text)
+    report = quantize_file(source_path(model), dst, recipe)
+    top = next_tokens(dst, model)
+    assert " Paris" in top, (recipe, report.type_counts(), top)

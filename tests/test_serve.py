@@ -307,6 +307,45 @@ def test_structured_output_and_logprobs_through_the_official_client(smol):
     jsonschema.validate(json.loads(call.function.arguments), weather)
 
 
+def test_streamed_logprobs_come_with_the_chunk_that_carries_their_token(smol):
+    """OpenAI's (and llama-server's) stream shape: each chunk's logprobs are those of
+    the tokens whose text it carries, read here by the official client; together they
+    are the non-streamed request's logprobs."""
+    _, base = smol
+    messages = [{"role": "user", "content": "Write one sentence about the sea."}]
+    args = dict(model="any", messages=messages, max_tokens=20, temperature=0, logprobs=True, top_logprobs=2)
+    whole = client(base).chat.completions.create(**args).choices[0]
+    text, tokens, carrying = "", [], 0
+    for chunk in client(base).chat.completions.create(**args, stream=True):
+        for c in chunk.choices:
+            entries = c.logprobs.content if c.logprobs is not None and c.logprobs.content else []
+            tokens += entries
+            text += c.delta.content or ""
+            carrying += bool(c.delta.content and entries)
+            # a token's text never comes before its logprob does
+            assert "".join(e.token for e in tokens).startswith(text)
+    assert carrying >= 5  # per chunk, not all in the last one
+    assert text == whole.message.content
+    assert [e.token for e in tokens] == [e.token for e in whole.logprobs.content]
+    assert [e.logprob for e in tokens] == pytest.approx([e.logprob for e in whole.logprobs.content], abs=1e-4)
+    assert all(len(e.top_logprobs) == 2 for e in tokens)
+
+    # the legacy completions stream: tokens, token_logprobs and text_offset per chunk
+    args = dict(model="any", prompt="The capital of France is", max_tokens=12, temperature=0, logprobs=2)
+    whole = client(base).completions.create(**args).choices[0].logprobs
+    streamed = {"tokens": [], "token_logprobs": [], "text_offset": []}
+    carrying = 0
+    for chunk in client(base).completions.create(**args, stream=True):
+        for c in chunk.choices:
+            if c.logprobs is not None:
+                for key in streamed:
+                    streamed[key] += getattr(c.logprobs, key)
+                carrying += bool(c.text and c.logprobs.tokens)
+    assert carrying >= 5
+    assert streamed["tokens"] == whole.tokens and streamed["text_offset"] == whole.text_offset
+    assert streamed["token_logprobs"] == pytest.approx(whole.token_logprobs, abs=1e-4)
+
+
 def test_embeddings_through_the_official_client(smol):
     import numpy as np
 

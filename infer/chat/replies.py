@@ -1,5 +1,5 @@
 """What a turn produces: the `Reply`, its `ToolCall`s and `ToolCallError`s, the
-`ThinkingText` pieces a stream yields, and `parse_tool_call`, which reads a call
+`TextPiece` and `ThinkingText` pieces a stream yields, and `parse_tool_call`, which reads a call
 back from the JSON the model wrote."""
 from __future__ import annotations
 
@@ -35,7 +35,17 @@ class ToolCallError:
         return self.message
 
 
-class ThinkingText(str):
+class TextPiece(str):
+    """A piece of a streamed reply (`ChatSession.stream`).  With ``logprobs=k``,
+    ``logprobs`` holds the OpenAI ``logprobs.content`` entries of the tokens generated
+    since the previous piece (a token whose text is still held back, such as the start
+    of a possible stop string, is reported with the piece that shows it, or with the
+    `Reply`); otherwise None."""
+
+    logprobs: Optional[list[dict[str, Any]]] = None
+
+
+class ThinkingText(TextPiece):
     """A piece of a thinking block (`ChatSession.stream` with ``show_thinking=True``)."""
 
 

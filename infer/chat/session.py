@@ -16,7 +16,7 @@ from typing import Any, Iterator, Optional, Sequence, Union
 
 from ..generate import logprob_entry
 from ..runtime import ContextOverflowError
-from .replies import Message, Reply, ThinkingText, ToolCall, ToolCallError, parse_tool_call
+from .replies import Message, Reply, TextPiece, ThinkingText, ToolCall, ToolCallError, parse_tool_call
 from .reply_parser import CONTENT, ReplyParser
 from .sandbox import ChatTemplateError
 from .template import Chat, check_roles, function_of, token_id
@@ -184,7 +184,8 @@ class ChatSession:
         ``tool_choice="required"`` or ``{"type": "function", "function": {"name": N}}``
         forces a tool call whose arguments are valid against the tool's parameters
         (`infer.structured`).  ``logprobs=k`` puts each token's log-probability and
-        its k best alternatives in ``Reply.logprobs``.
+        its k best alternatives in ``Reply.logprobs``, and each piece is then a `TextPiece`
+        whose ``.logprobs`` holds those of the tokens generated since the piece before.
         """
         constraint = self._constraint(response_format, tool_choice)
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
@@ -299,6 +300,7 @@ class ChatSession:
         finish = "length"
         recorded = False
         records: Optional[list[dict[str, Any]]] = [] if logprobs is not None else None
+        reported = 0  # records already handed out with a piece
         try:
             while max_tokens is None or generated < max_tokens:
                 if ctx.n_past + self._reserve >= ctx.n_ctx and not self._shift_during_reply(messages):
@@ -315,14 +317,16 @@ class ChatSession:
                     records.append(logprob_entry(self.tokenizer, lp))
                 marker = self._marker_ids.get(token)
                 piece = decoder.flush() + marker if marker is not None else decoder.feed(token)
-                for item in self._shown(parser.feed(piece), show_thinking):
+                for item in self._shown(parser.feed(piece), show_thinking, records, reported):
+                    reported = len(records or ())
                     yield item
                 if parser.stopped:
                     finish = "stop"
                     break
             # An incomplete character cut off by max_tokens is dropped, never stored as U+FFFD.
             tail = decoder.flush().rstrip("\ufffd")
-            for item in self._shown(parser.feed(tail) + parser.finish(), show_thinking):
+            for item in self._shown(parser.feed(tail) + parser.finish(), show_thinking, records, reported):
+                reported = len(records or ())
                 yield item
             reply = self._record(parser, finish, len(prompt), cached, generated)
             reply.logprobs = records
@@ -348,12 +352,24 @@ class ChatSession:
             raise
 
     @staticmethod
-    def _shown(pieces: list[tuple[str, str]], show_thinking: bool) -> Iterator[str]:
+    def _shown(pieces: list[tuple[str, str]], show_thinking: bool,
+               records: Optional[list[dict[str, Any]]] = None, reported: int = 0) -> Iterator[str]:
+        """The pieces to show (plain str content unless logprobs are kept); the first
+        carries the logprob records after ``reported``."""
         for kind, text in pieces:
             if kind == CONTENT:
-                yield text
+                if records is None:
+                    yield text
+                    continue
+                item = TextPiece(text)
             elif show_thinking:
-                yield ThinkingText(text)
+                item = ThinkingText(text)
+            else:
+                continue
+            if records is not None:
+                item.logprobs = records[reported:]
+                reported = len(records)
+            yield item
 
     def _record(self, parser: ReplyParser, finish: str, n_prompt: int, cached: int,
                 generated: int) -> Reply:

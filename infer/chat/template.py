@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import jinja2
 
@@ -45,6 +45,17 @@ FALLBACK_TEMPLATES = {
 
 #: a vocabulary token that identifies each family's template.
 _FAMILY_TOKENS = (("chatml", "<|im_start|>"), ("llama3", "<|start_header_id|>"), ("gemma", "<start_of_turn>"))
+
+
+
+def fallback_family(metadata: Mapping[str, Any], has_token: Callable[[str], bool]) -> str:
+    """The built-in template (a `FALLBACK_TEMPLATES` key) a file without a chat
+    template of its own gets: Gemma's for Gemma architectures, else the first family
+    whose marker token the vocabulary holds, else ChatML."""
+    if str(metadata.get("general.architecture", "")).startswith("gemma"):
+        return "gemma"
+    return next((name for name, token in _FAMILY_TOKENS if has_token(token)), "chatml")
+
 
 THINK_MARKERS = ("<think>", "</think>")
 TOOL_MARKERS = ("<tool_call>", "</tool_call>")
@@ -116,11 +127,7 @@ class Chat:
         family = None
         if not template:
             template = None
-            arch = str(metadata.get("general.architecture", ""))
-            family = "gemma" if arch.startswith("gemma") else None
-            for name, token in _FAMILY_TOKENS:
-                if family is None and token_id(vocab, token) is not None:
-                    family = name
+            family = fallback_family(metadata, lambda token: token_id(vocab, token) is not None)
         markers = {}
         for key, pair in (("think_markers", THINK_MARKERS), ("tool_call_markers", TOOL_MARKERS)):
             if all(token_id(vocab, m) is not None for m in pair):

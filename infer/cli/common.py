@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 
 class CLIError(Exception):
@@ -36,38 +36,31 @@ class SubcommandParser(argparse.ArgumentParser):
                           help="show tracebacks and logs")
 
 
-def _smollm2() -> str:
-    from ..gguf import default_model_path
+def _model_names() -> list[str]:
+    from ..gguf import MODEL_NAMES
 
-    return str(default_model_path())
+    return list(MODEL_NAMES)
 
-
-def _gemma3() -> str:
-    from ..gguf import gemma3_model_path
-
-    return str(gemma3_model_path())
-
-
-#: ``--model NAME`` for the model packages infer knows: name -> its file's path
-MODEL_SHORTCUTS: dict[str, Callable[[], str]] = {"smollm2": _smollm2, "gemma3": _gemma3}
 
 _MODEL_HELP = ("GGUF file, or the name of an installed model package: "
-               + ", ".join(MODEL_SHORTCUTS) + " (default: smollm2, SmolLM2-135M-Instruct)")
+               + ", ".join(_model_names()) + " (default: smollm2, SmolLM2-135M-Instruct)")
 
 
 def resolve_model(value: Optional[str]) -> str:
-    """The path ``--model`` names: a file, a shortcut (`MODEL_SHORTCUTS`), or the
-    default model; CLIError for anything else."""
+    """The path ``--model`` names: a file, an installed model's name
+    (`infer.gguf.MODEL_NAMES`), or the default model; CLIError for anything else."""
+    from ..gguf import MODEL_NAMES, model_path
+
     if value is None:
         value = "smollm2"
-    if os.path.exists(value) or value not in MODEL_SHORTCUTS:
-        if not os.path.isfile(value):
-            raise CLIError(f"--model: {value} is not a file (nor one of: {', '.join(MODEL_SHORTCUTS)})")
-        return value
+    if os.path.exists(value) and not os.path.isfile(value):
+        raise CLIError(f"--model: {value} is not a file (nor one of: {', '.join(MODEL_NAMES)})")
     try:
-        return MODEL_SHORTCUTS[value]()
+        return model_path(value)
     except FileNotFoundError as exc:
-        raise CLIError(str(exc)) from None
+        if value in MODEL_NAMES:
+            raise CLIError(str(exc)) from None
+        raise CLIError(f"--model: {value} is not a file (nor one of: {', '.join(MODEL_NAMES)})") from None
 
 
 def add_model_arg(p: argparse.ArgumentParser, help: str = _MODEL_HELP) -> None:  # noqa: A002

@@ -80,6 +80,8 @@ def describe_model(f: Any) -> dict[str, Any]:
     """What `infer info` shows about a GGUFFile, as JSON-ready values."""
     import numpy as np
 
+    from ..chat.template import fallback_family
+
     md = f.metadata
     arch = md.get("general.architecture", "")
 
@@ -115,6 +117,9 @@ def describe_model(f: Any) -> dict[str, Any]:
                        "size": len(tokens)},
         "special_tokens": special,
         "chat_template": isinstance(md.get("tokenizer.chat_template"), str),
+        # what chat uses instead when the file has no template (a base model, most likely)
+        "fallback_chat_template": (None if isinstance(md.get("tokenizer.chat_template"), str)
+                                   else fallback_family(md, set(t for t in tokens if isinstance(t, str)).__contains__)),
         "tensor_types": dict(sorted(types.items(), key=lambda kv: -kv[1])),
         "tensors": [{"name": t.name, "type": t.dtype.name, "shape": list(t.shape), "bytes": t.nbytes}
                     for t in f.tensors.values()],
@@ -164,7 +169,9 @@ def format_model(s: dict[str, Any]) -> str:
         f"{role} {tok['id']}" + (f" {tok['text']!r}" if tok["text"] is not None else " (out of range)")
         for role, tok in s["special_tokens"].items()) or "none"))
     template = s["metadata"].get("tokenizer.chat_template")
-    rows.append(("chat template", f"yes ({len(template)} characters)" if s["chat_template"] else "no"))
+    rows.append(("chat template", f"yes ({len(template)} characters)" if s["chat_template"] else
+                 f"no: looks like a base model (made to continue text, not to chat); "
+                 f"chat uses the built-in {s['fallback_chat_template']!r} template"))
     rows.append(("tensor types", ", ".join(f"{k} x{v}" for k, v in s["tensor_types"].items()) or "none"))
     lines = [f"{Path(s['path']).name}  ({_human_bytes(s['file_bytes'])}, GGUF v{s['gguf_version']})"]
     lines += [f"  {k:<15} {v}" for k, v in rows]
