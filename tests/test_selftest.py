@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,13 +85,25 @@ def run(cmd: list[str]) -> Outcome:
     return Outcome(subprocess.run(cmd, capture_output=True, text=True, timeout=300))
 
 
-@pytest.fixture(scope="module")
-def native(tmp_path_factory: pytest.TempPathFactory) -> Path:
+_NATIVE: dict[str, Path] = {}
+
+
+def native_selftest(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The native self-test, built once per session and, on Linux, linked -static:
+    the tests here run it as it is and test_cpu_emulation under qemu-x86_64 (which
+    then needs no sysroot), so one build serves both."""
     if shutil.which("cc") is None:
         pytest.skip("no C compiler (cc) on PATH")
-    out = tmp_path_factory.mktemp("selftest") / "selftest"
-    build(out)
-    return out
+    if "out" not in _NATIVE:
+        out = tmp_path_factory.mktemp("selftest") / "selftest"
+        build(out, **({"LDFLAGS": "-static"} if sys.platform.startswith("linux") else {}))
+        _NATIVE["out"] = out
+    return _NATIVE["out"]
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return native_selftest(tmp_path_factory)
 
 
 def test_native_selftest(native: Path) -> None:
