@@ -9,7 +9,9 @@ at 3 to 5 bits their greedy continuation drifts ("The capital of France is 400
 million dollars." from Gemma 3 at Q5_1) while the logits stay sensible.  Measured
 2026-12-01: llama-quantize --allow-requantize's own Q5_1 of the Gemma 3 file and
 Q3_K_L of the SmolLM2 file have the same per-tensor types as infer's and give the same
-greedy text in infer, so the drift is the models', not infer's quantizer's.
+greedy text in infer, so the drift is the models', not infer's quantizer's.  Gemma 3
+at Q3_K_M and Q3_K_L loses Paris from its top 10 altogether, with llama-quantize's own
+files as with infer's: those two are expected failures (xfail, not strict).
 SmolLM2 runs q2_k, iq4_xs and q5_k_m by default (~40 s); INFER_SLOW_TESTS=1 runs every
 recipe on both models.
 """
@@ -26,7 +28,12 @@ DEFAULT = {("smollm2", "q2_k"), ("smollm2", "iq4_xs"), ("smollm2", "q5_k_m")}
 # country of France"; after a question it names Paris.
 PROMPTS = {"smollm2": "The capital of France is",
            "gemma3": "Q: What is the capital of France?\nA: The capital of France is"}
-CASES = [pytest.param(m, r, marks=() if (m, r) in DEFAULT else SLOW)
+# Measured 2026-12-01: llama-quantize --allow-requantize's own Q3_K_M and Q3_K_L of the
+# Gemma 3 file lose " Paris" from the top 10 in infer too (" ", " $", " the", ...).
+DRIFTS = {("gemma3", "q3_k_m"), ("gemma3", "q3_k_l")}
+CASES = [pytest.param(m, r, marks=(() if (m, r) in DEFAULT else (SLOW,))
+                      + ((pytest.mark.xfail(reason="llama-quantize's own file of this recipe loses Paris too",
+                                            strict=False),) if (m, r) in DRIFTS else ()))
          for m in ("smollm2", "gemma3") for r in RECIPES]
 
 
