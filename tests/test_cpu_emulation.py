@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_selftest import Outcome, build
+from test_selftest import Outcome, native_selftest
 
 import infer
 
@@ -129,11 +129,7 @@ def test_kernel_tests_pass_under_emulated_cpu(cpu: str, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def selftest(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler (cc) on PATH")
-    out = tmp_path_factory.mktemp("selftest_x86") / "selftest"
-    build(out, LDFLAGS="-static")
-    return out
+    return native_selftest(tmp_path_factory)  # static, shared with test_selftest
 
 
 @pytest.mark.parametrize("cpu", sorted(CPUS))

@@ -23,7 +23,6 @@ and zig's clang.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shutil
 import struct

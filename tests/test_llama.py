@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 import pytest
-from reference.numpy_llama import NumpyLlama
+from reference.numpy_llama import shared as shared_numpy_llama
 
 from infer import kernels as K
 from infer.gguf import GGUFFile, default_model_path
@@ -46,7 +46,7 @@ def prompt(gf):
 
 @pytest.fixture(scope="module")
 def numpy_llama():
-    return NumpyLlama(MODEL)
+    return shared_numpy_llama(MODEL)
 
 
 @pytest.fixture(scope="module")
@@ -278,7 +278,9 @@ print(after_load, os.path.getsize(path), grown, int(mapped))
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_memory_mapped_weights_no_leak_and_close_unmaps():
-    n = int(os.environ.get("INFER_LEAK_TOKENS", "1000"))
+    # 300 tokens in three contexts per run (INFER_LEAK_TOKENS for more): a leaked context
+    # (its 2.9 MB cache) or a leaked logits row per token (192 KiB) still passes 1 MiB.
+    n = int(os.environ.get("INFER_LEAK_TOKENS", "300"))
     out = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT, MODEL, str(n)], cwd=IMPORT_ROOT,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr

@@ -38,10 +38,10 @@ def cosine(a, b):
 
 
 def test_all_logits_match_the_numpy_reference_at_every_position(smollm2):
-    from reference.numpy_llama import NumpyLlama
+    from reference.numpy_llama import shared
 
     ids = smollm2.tokenizer.encode("The quick brown fox jumps over the lazy dog, and then it rests.")
-    ref = NumpyLlama(smollm2_path()).forward(ids)
+    ref = shared(smollm2_path()).forward(ids)
     got = smollm2.create_context(n_ctx=64).prefill(ids, all_logits=True)
     assert got.shape == (len(ids), smollm2.engine.vocab_size)
     # test_llama's bounds for Q8 activations against float64: mean cosine >= 0.998, each >= 0.99

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,13 +85,25 @@ def run(cmd: list[str]) -> Outcome:
     return Outcome(subprocess.run(cmd, capture_output=True, text=True, timeout=300))
 
 
-@pytest.fixture(scope="module")
-def native(tmp_path_factory: pytest.TempPathFactory) -> Path:
+_NATIVE: dict[str, Path] = {}
+
+
+def native_selftest(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The native self-test, built once per session and, on Linux, linked -static:
+    the tests here run it as it is and test_cpu_emulation under qemu-x86_64 (which
+    then needs no sysroot), so one build serves both."""
     if shutil.which("cc") is None:
         pytest.skip("no C compiler (cc) on PATH")
-    out = tmp_path_factory.mktemp("selftest") / "selftest"
-    build(out)
-    return out
+    if "out" not in _NATIVE:
+        out = tmp_path_factory.mktemp("selftest") / "selftest"
+        build(out, **({"LDFLAGS": "-static"} if sys.platform.startswith("linux") else {}))
+        _NATIVE["out"] = out
+    return _NATIVE["out"]
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return native_selftest(tmp_path_factory)
 
 
 def test_native_selftest(native: Path) -> None:
@@ -105,22 +118,27 @@ def test_native_selftest_second_seed(native: Path) -> None:
     run([str(native), "20261130"]).assert_clean()
 
 
-def test_selftest_reports_a_wrong_kernel(tmp_path: Path) -> None:
-    """The harness can fail: a SIMD set whose Q8_0 dot is off by one block's worth is
-    reported.  Built from a copy of csrc with the scalar Q8_0 vec_dot wrapped."""
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    """The self-test built from a copy of csrc broken twice, and run once (one build
+    instead of two; each breakage is reported under its own kernel name):
+
+    * every SIMD set's F32 vec_dot replaced by one that is 1% off (dispatch.c, the one
+      file that sees all sets, fills it after the normal fill);
+    * thread-pool workers that never take a share, so the caller runs every share in
+      turn and no run passes its barrier (a barrier of under a second keeps it short).
+    """
     if shutil.which("cc") is None:
         pytest.skip("no C compiler (cc) on PATH")
-    src = tmp_path / "csrc"
+    src = tmp_path_factory.mktemp("broken") / "csrc"
     shutil.copytree(ROOT / "csrc", src)
-    # Break every SIMD set the same way: after the normal fill, replace one entry
-    # with a kernel that is 1% off.  dispatch.c is the one file that sees all sets.
     dispatch = (src / "dispatch.c").read_text()
-    broken = dispatch.replace(
+    wrong = dispatch.replace(
         "    t->name = isa_names[isa];",
         "    if (isa != INFER_ISA_SCALAR) t->vec_dot[INFER_TYPE_F32] = off_by_one_percent;\n"
         "    t->name = isa_names[isa];")
-    assert broken != dispatch, "dispatch.c changed shape: update this test"
-    broken = broken.replace(
+    assert wrong != dispatch, "dispatch.c changed shape: update this test"
+    wrong = wrong.replace(
         "static void fill(int isa",
         "static float off_by_one_percent(int64_t n, const void *w, const void *a) {\n"
         "    const float *x = w, *y = a; float s = 0;\n"
@@ -128,37 +146,36 @@ def test_selftest_reports_a_wrong_kernel(tmp_path: Path) -> None:
         "    return s * 1.01f;\n"
         "}\n"
         "static void fill(int isa")
-    (src / "dispatch.c").write_text(broken)
-    out = tmp_path / "selftest"
-    build(out, script=src / "selftest" / "build.sh")
-    outcome = run([str(out)])
-    if not [isa for isa in outcome.available if isa != "scalar"]:
-        pytest.skip("no SIMD set on this CPU to break")
-    assert outcome.proc.returncode == 1
-    assert outcome.failed > 0
-    assert re.search(r"^FAIL \w+ +vec_dot +f32 ", outcome.text, re.M), outcome.text
-
-
-def test_selftest_reports_a_serial_thread_pool(tmp_path: Path) -> None:
-    """The pool check can fail: with workers that never take a share, the caller runs
-    every share in turn, so no run passes its barrier.  (A barrier of under a second
-    keeps it short.)"""
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler (cc) on PATH")
-    src = tmp_path / "csrc"
-    shutil.copytree(ROOT / "csrc", src)
+    (src / "dispatch.c").write_text(wrong)
     pool = (src / "threadpool.c").read_text()
-    broken = pool.replace("        take_shares(gen);\n    }", "        (void)take_shares;\n    }")
-    assert broken != pool, "threadpool.c's worker loop changed shape: update this test"
-    (src / "threadpool.c").write_text(broken)
-    out = tmp_path / "selftest"
+    serial = pool.replace("        take_shares(gen);\n    }", "        (void)take_shares;\n    }")
+    assert serial != pool, "threadpool.c's worker loop changed shape: update this test"
+    (src / "threadpool.c").write_text(serial)
+    out = src.parent / "selftest"
     build(out, script=src / "selftest" / "build.sh", CFLAGS="-O1 -DPOOL_BARRIER_SECONDS=0")
-    outcome = run([str(out)])
-    assert outcome.proc.returncode == 1
+    return run([str(out)])
+
+
+def test_selftest_reports_a_wrong_kernel(broken: Outcome) -> None:
+    """The harness can fail: a SIMD set whose F32 dot is 1% off is reported."""
+    if not [isa for isa in broken.available if isa != "scalar"]:
+        pytest.skip("no SIMD set on this CPU to break")
+    assert broken.proc.returncode == 1
+    assert re.search(r"^FAIL \w+ +vec_dot +f32 ", broken.text, re.M), broken.text
+    # nothing else fails but the pool (below)
+    others = [line for line in re.findall(r"^FAIL .*$", broken.text, re.M)
+              if not re.match(r"FAIL \w+ +vec_dot +f32 ", line) and not line.startswith("FAIL pool ")]
+    assert not others, others
+
+
+def test_selftest_reports_a_serial_thread_pool(broken: Outcome) -> None:
+    """The pool check can fail: serial workers are reported, at each thread count."""
+    assert broken.proc.returncode == 1
     failures = re.findall(r"^FAIL pool +thread_pool +n=(\d+) +shares did not run at the same time$",
-                          outcome.text, re.M)
-    assert [int(n) for n in failures] == [2, 3, 4, 2], outcome.text
-    assert outcome.failed == 4
+                          broken.text, re.M)
+    assert [int(n) for n in failures] == [2, 3, 4, 2], broken.text
+    dots = len(re.findall(r"^FAIL \w+ +vec_dot +f32 ", broken.text, re.M))
+    assert broken.failed == 4 + dots
 
 
 # ---- AArch64 under qemu-user ---------------------------------------------------------

@@ -140,3 +140,19 @@ class NumpyLlama:
             u = mm(h, i, "ffn_up")
             x = x + mm((g / (1.0 + np.exp(-g))) * u, i, "ffn_down")
         return mm(self._rmsnorm(x, self.out_norm), None, "output.weight")
+
+
+_SHARED: dict = {}
+
+
+def shared(path) -> NumpyLlama:
+    """One NumpyLlama of ``path`` for the whole test session (the last file asked for):
+    building one reads the file with gguf's reader and dequantizes every weight to
+    float64 (seconds, ~1 GB for SmolLM2), and several test modules (test_llama,
+    test_perplexity, test_embeddings) compare against the same model.  Forward passes
+    leave it unchanged."""
+    key = str(path)
+    if key not in _SHARED:
+        _SHARED.clear()
+        _SHARED[key] = NumpyLlama(key)
+    return _SHARED[key]
