@@ -42,6 +42,10 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 objs=
+pids=
+running=0
+failed=0
+JOBS=${JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
 # The kernel table and what it needs: dispatch, type traits, the thread pool and
 # every ISA file.  (Model code such as llama_block.c is not part of the table.)
 for src in "$csrc"/dispatch.c "$csrc"/types.c "$csrc"/threadpool.c "$csrc"/iquants_grids.c \
@@ -60,12 +64,24 @@ for src in "$csrc"/dispatch.c "$csrc"/types.c "$csrc"/threadpool.c "$csrc"/iquan
         var=${build#*:}
         flags=
         [ -z "$var" ] || eval "flags=\$$var"
+        # JOBS compiles at a time (default: the cores), waiting for the oldest.
+        if [ "$running" -ge "$JOBS" ]; then
+            set -- $pids
+            wait "$1" || failed=1
+            shift
+            pids=$*
+            running=$((running - 1))
+        fi
         # shellcheck disable=SC2086  # flag lists are meant to split
         $CC -std=c11 $CFLAGS -Wall -Wextra -Wvla -fno-strict-aliasing $flags \
-            -I"$csrc" -c "$src" -o "$tmp/$obj.o"
+            -I"$csrc" -c "$src" -o "$tmp/$obj.o" &
+        pids="$pids $!"
+        running=$((running + 1))
         objs="$objs $tmp/$obj.o"
     done
 done
+for pid in $pids; do wait "$pid" || failed=1; done
+[ "$failed" -eq 0 ] || { echo "build.sh: a compile failed" >&2; exit 1; }
 # shellcheck disable=SC2086
 $CC $CFLAGS $LDFLAGS -pthread -o "$out" $objs -lm
 echo "built $out ($arch)"
