@@ -127,7 +127,8 @@ def _file_type_name(ft: Any) -> str:
 def register(sub: Any) -> None:
     p = sub.add_parser("bench", help="prompt and generation tokens/s (llama-bench style)")
     p.add_argument("-p", "--n-prompt", type=int, default=512, help="prompt tokens of the prefill test")
-    p.add_argument("-n", "-g", "--n-gen", type=int, default=128, help="tokens of the generation test (-n as in llama-bench)")
+    p.add_argument("-n", "-g", "--n-gen", type=int, default=128,
+                   help="tokens of the generation test (-n as in llama-bench)")
     p.add_argument("-r", "--repetitions", type=int, default=3, help="runs of each test")
     p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama-cpp-python comparison")
     add_model_args(p)
