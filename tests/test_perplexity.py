@@ -175,4 +175,9 @@ def test_gpl3_perplexity_is_llama_perplexitys(name):
         pytest.skip(gemma3_missing())
     with infer.load(path) as model, open(GPL3) as f:
         *_, (_, _, est) = P.perplexity(model, f.read(), n_ctx=512)
-    assert est.ppl == pytest.approx(LLAMA_PERPLEXITY[name], rel=0.003)
+    # The figures are llama-perplexity's on a Zen 5 (AVX-512).  Which kernels run moves
+    # a perplexity this small by a few tenths of a percent, as the 8-bit activation
+    # rounding amplifies summation-order differences: infer on AVX2 gives Gemma 3
+    # 13.8599 (-0.33%), on AVX-512 13.9075; llama-perplexity itself moves 0.19% between
+    # its two attention paths (docs/structured.md).  So 0.4%, not the 0.3%.
+    assert est.ppl == pytest.approx(LLAMA_PERPLEXITY[name], rel=0.004)
