@@ -48,6 +48,9 @@ needs_qemu_arm = pytest.mark.skipif(shutil.which(QEMU_ARM) is None,
 # target, whose libc zig builds from source: the default suite keeps one macOS and one
 # manylinux target, INFER_SLOW_TESTS=1 runs the rest.
 slow = pytest.mark.slow("slow with a cold zig cache")
+# The whole file runs in .ci/run's slow pass: its zig builds take ~1.5 min even warm,
+# which the default suite's 10-minute budget cannot hold.
+pytestmark = pytest.mark.slow("zig cross builds, ~1.5 min warm")
 
 
 def zig_cc(target: str) -> str:

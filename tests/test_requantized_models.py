@@ -12,7 +12,7 @@ Q3_K_L of the SmolLM2 file have the same per-tensor types as infer's and give th
 greedy text in infer, so the drift is the models', not infer's quantizer's.  Gemma 3
 at Q3_K_M and Q3_K_L loses Paris from its top 10 altogether, with llama-quantize's own
 files as with infer's (they are the same bytes): for those two only the bytes are compared.
-SmolLM2 runs q2_k, iq4_xs and q5_k_m by default (~40 s); INFER_SLOW_TESTS=1 runs every
+SmolLM2 runs q2_k and q5_k_m by default (~15 s); INFER_SLOW_TESTS=1 runs every
 recipe on both models.
 
 The stronger check comes first: every tensor infer writes must be byte-identical to
@@ -34,7 +34,7 @@ from infer.quantize import quantize_file
 
 SLOW = pytest.mark.slow("slow on a 2-core machine")
 RECIPES = ["q5_1", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_m", "q5_k", "q5_k_m", "iq4_nl", "iq4_xs"]
-DEFAULT = {("smollm2", "q2_k"), ("smollm2", "iq4_xs"), ("smollm2", "q5_k_m")}
+DEFAULT = {("smollm2", "q2_k"), ("smollm2", "q5_k_m")}   # iq4_xs (23 s) runs with the slow checks
 # Gemma 3 270M continues a bare "The capital of France is" with "the capital of the
 # country of France"; after a question it names Paris.
 PROMPTS = {"smollm2": "The capital of France is",

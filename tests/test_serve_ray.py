@@ -12,6 +12,9 @@ openai = pytest.importorskip("openai")
 
 from infer.serve.ray_deployment import build  # noqa: E402
 
+# A Ray cluster takes ~1.5 min to start and serve on 2 cores: .ci/run's slow pass.
+pytestmark = pytest.mark.slow("starts a Ray cluster, ~1.5 min")
+
 
 def free_port():
     with socket.socket() as s:

