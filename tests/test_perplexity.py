@@ -18,7 +18,7 @@ import pytest
 import infer
 import infer.kernels
 from infer import perplexity as P
-from infer.runtime import Context, RowOutputs
+from infer.runtime import Context, Engine, RowOutputs, prefill_batch
 from _tok_models import gemma3_missing, gemma3_path, smollm2_path
 
 GPL3 = "/usr/share/common-licenses/GPL-3"
@@ -73,6 +73,73 @@ def test_all_logits_are_the_last_position_logits_of_each_prefix(smollm2):
     c = smollm2.create_context(n_ctx=32)
     c.prefill(ids[:3])
     np.testing.assert_allclose(c.prefill(ids[3:], all_logits=True), rows[3:], atol=1e-3)
+
+
+def test_prefill_batch_is_each_prefill_alone(smollm2):
+    """Several contexts prefilled in one pass (rows stacked, attention per context):
+    each context's rows are what its own prefill gives, whatever its held prefix, and
+    the float64 reference agrees."""
+    from reference.numpy_llama import shared
+
+    texts = ["The quick brown fox jumps over the lazy dog.", "One two three four five six seven",
+             "Paris is the capital of"]
+    ids = [smollm2.tokenizer.encode(t) for t in texts]
+    held = [0, 3, 1]     # tokens each context already holds before the batched prefill
+    ctxs = [smollm2.create_context(n_ctx=64, temperature=0) for _ in ids]
+    for c, toks, h in zip(ctxs, ids, held):
+        if h:
+            c.prefill(toks[:h])
+    got = prefill_batch(ctxs, [toks[h:] for toks, h in zip(ids, held)], all_logits=True)
+    for c, toks, h, rows in zip(ctxs, ids, held, got):
+        alone = smollm2.create_context(n_ctx=64, temperature=0)
+        if h:
+            alone.prefill(toks[:h])
+        want = alone.prefill(toks[h:], all_logits=True)
+        assert rows.shape == want.shape
+        np.testing.assert_allclose(rows, want, atol=1e-3)
+        np.testing.assert_array_equal(c.logits, rows[-1])
+        assert c.tokens == list(toks)
+        assert c.next() == alone.next()          # and both continue alike
+    ref = shared(smollm2_path()).forward(ids[0])
+    cos = [cosine(got[0][i], ref[i]) for i in range(len(ids[0]))]
+    assert np.mean(cos) >= 0.998 and min(cos) >= 0.99, np.round(cos, 5)
+
+
+def test_prefill_batch_rolls_every_context_back_on_error(smollm2):
+    a, b = smollm2.create_context(n_ctx=16), smollm2.create_context(n_ctx=8)
+    a.prefill([1, 2, 3])
+    before = a.logits.copy()
+    with pytest.raises(infer.ContextOverflowError, match="contexts\\[1\\]"):
+        prefill_batch([a, b], [[4, 5], list(range(1, 10))])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        prefill_batch([a, b], [[4, 5], [smollm2.engine.vocab_size]])
+    with pytest.raises(ValueError, match="twice"):
+        prefill_batch([a, a], [[4], [5]])
+    assert a.tokens == [1, 2, 3] and b.tokens == []
+    np.testing.assert_array_equal(a.logits, before)
+
+
+def test_prefill_batch_default_hook_for_python_only_variants(smollm2):
+    """runtime.Engine's default prefill_batch (one context at a time) gives what the
+    transformer's stacked pass gives."""
+    ids = [smollm2.tokenizer.encode("A small test"), smollm2.tokenizer.encode("of the default hook")]
+    fast = prefill_batch([smollm2.create_context(n_ctx=32) for _ in ids], ids, all_logits=True)
+    slow = [smollm2.create_context(n_ctx=32) for _ in ids]
+    rows = [RowOutputs(0, np.zeros_like(f), None) for f in fast]
+    Engine.prefill_batch(smollm2.engine, slow, [np.array(t, np.int32) for t in ids], [0, 0], rows)
+    for r, f in zip(rows, fast):
+        np.testing.assert_allclose(r.logits, f, atol=1e-3)
+
+
+def test_perplexity_is_the_same_with_several_chunks_per_pass(smollm2):
+    with open(GPL3) as f:
+        text = f.read()[:6000]
+    assert P.chunks_per_pass(64, smollm2.engine.vocab_size, 256) == 4
+    one = [e.ppl for *_, e in P.perplexity(smollm2, text, n_ctx=64, n_chunks=5, n_batch=64)]
+    four = [e.ppl for *_, e in P.perplexity(smollm2, text, n_ctx=64, n_chunks=5, n_batch=256)]
+    np.testing.assert_allclose(four, one, rtol=1e-5)
+    # a Gemma-sized vocabulary: the logits budget allows two chunks of 512 at a time
+    assert P.chunks_per_pass(512, 262144) == 2 and P.chunks_per_pass(512, 49152) == 4
 
 
 def test_hidden_states_shape_and_misuse(smollm2):
