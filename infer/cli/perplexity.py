@@ -119,6 +119,8 @@ def _kl_divergence(args: argparse.Namespace, model: Any, P: Any, tqdm: Any, t0: 
 def register(sub: Any) -> None:
     p = sub.add_parser("perplexity", help="perplexity of a text file, as llama-perplexity measures it")
     p.add_argument("file", nargs="?", default=None, help="text file (not needed with --kl-divergence)")
+    p.add_argument("--file", "-f", dest="file_option", metavar="FILE", default=None,
+                   help="the text file, as llama-perplexity's -f takes it")
     p.add_argument("--ctx-size", "-c", type=int, default=512, help="tokens per chunk (default 512)")
     p.add_argument("--chunks", type=int, default=None, help="score at most this many chunks")
     p.add_argument("--kl-divergence-base", metavar="OUT", default=None,
@@ -130,6 +132,10 @@ def register(sub: Any) -> None:
 
 
 def _checked(args: argparse.Namespace) -> int:
+    if args.file_option is not None:
+        if args.file is not None and args.file != args.file_option:
+            raise CLIError(f"perplexity: two text files given ({args.file}, -f {args.file_option})")
+        args.file = args.file_option
     if args.file is None and not args.kl_divergence:
         raise CLIError("perplexity: give a text FILE (or --kl-divergence BASE)")
     if args.ctx_size < 4:
