@@ -21,12 +21,9 @@ import platform
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
-from _concurrent import pool, selected
 from test_selftest import Outcome, native_selftest
 
 import infer
@@ -72,11 +69,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def selftest(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return native_selftest(tmp_path_factory)  # static, shared with test_selftest
-
-
 def interpreter() -> str:
     """The Python ELF binary.  A venv's python is a symlink qemu-user runs as is (and
     so keeps the venv); a shell wrapper such as a pyenv shim it cannot run."""
@@ -95,15 +87,15 @@ def emulated_env() -> dict[str, str]:
     return env
 
 
-Run = subprocess.CompletedProcess[str]
 # Where the kernel-test subset runs; elsewhere only the import and the dispatch
 # decision are checked (a pytest session costs ~10 s of emulated CPU).
 RUN_SUBSET = {"Westmere", "Haswell"}
 
 
-def emulated_script(cpu: str) -> str:
+@pytest.mark.parametrize("cpu", sorted(CPUS))
+def test_kernel_tests_pass_under_emulated_cpu(cpu: str, tmp_path: Path) -> None:
     subset = subset_for(CPUS[cpu][-1:]) if cpu in RUN_SUBSET else []
-    return (
+    script = (
         "import json, os, sys, pytest, infer.kernels as k\n"
         "print('CAPABILITIES', json.dumps(k.capabilities()), flush=True)\n"
         f"assert os.path.realpath(k.__file__).startswith({str(PACKAGE_PARENT)!r}), k.__file__\n"
@@ -112,34 +104,9 @@ def emulated_script(cpu: str) -> str:
         "plugins = ['-p', 'no:cacheprovider', '-p', 'no:hypothesispytest', '-p', 'no:anyio',\n"
         "           '-o', 'pythonpath=']\n"
         f"sys.exit(pytest.main(['-q', *plugins, *{subset!r}]) if {subset!r} else 0)\n")
-
-
-@pytest.fixture(scope="module")
-def emulated(request: pytest.FixtureRequest,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, str], Future[Run]]]:
-    """The emulated runs of this module's tests, ("python" or "selftest", cpu) -> run,
-    started together, a core each (tests/_concurrent.py): each keeps one core busy
-    in qemu for 5-25 s."""
     # cwd outside the source tree: `python -c` puts the cwd first on sys.path.
-    cwd = tmp_path_factory.mktemp("emulated")
-    python_cpus = selected(request, "test_kernel_tests_pass_under_emulated_cpu", "cpu")
-    selftest_cpus = selected(request, "test_selftest_under_emulated_cpu", "cpu")
-    selftest = request.getfixturevalue("selftest") if selftest_cpus else None
-    with pool() as workers:
-        runs = {("python", cpu): workers.submit(
-            subprocess.run, [QEMU, "-cpu", cpu, interpreter(), "-c", emulated_script(cpu)], cwd=cwd,
-            env=emulated_env(), capture_output=True, text=True, timeout=600) for cpu in python_cpus}
-        runs.update({("selftest", cpu): workers.submit(
-            subprocess.run, [QEMU, "-cpu", cpu, str(selftest), "3"], capture_output=True, text=True,
-            timeout=300) for cpu in selftest_cpus})
-        yield runs
-
-
-@pytest.mark.parametrize("cpu", sorted(CPUS))
-def test_kernel_tests_pass_under_emulated_cpu(
-        cpu: str, emulated: dict[tuple[str, str], Future[Run]]) -> None:
-    subset = subset_for(CPUS[cpu][-1:]) if cpu in RUN_SUBSET else []
-    proc = emulated["python", cpu].result()
+    proc = subprocess.run([QEMU, "-cpu", cpu, interpreter(), "-c", script], cwd=tmp_path,
+                          env=emulated_env(), capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     if proc.returncode in (-4, 132) or "Illegal instruction" in out:
         numpy_alone = subprocess.run([QEMU, "-cpu", cpu, interpreter(), "-c", "import numpy"],
@@ -160,10 +127,15 @@ def test_kernel_tests_pass_under_emulated_cpu(
         assert f"{len(subset)} passed" in proc.stdout, out[-2000:]
 
 
+@pytest.fixture(scope="module")
+def selftest(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return native_selftest(tmp_path_factory)  # static, shared with test_selftest
+
+
 @pytest.mark.parametrize("cpu", sorted(CPUS))
-def test_selftest_under_emulated_cpu(
-        emulated: dict[tuple[str, str], Future[Run]], cpu: str) -> None:
-    outcome = Outcome(emulated["selftest", cpu].result())
+def test_selftest_under_emulated_cpu(selftest: Path, cpu: str) -> None:
+    outcome = Outcome(subprocess.run([QEMU, "-cpu", cpu, str(selftest), "3"],
+                                     capture_output=True, text=True, timeout=300))
     outcome.assert_clean()
     assert outcome.available == CPUS[cpu]
     assert outcome.default == CPUS[cpu][-1]
