@@ -257,13 +257,14 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
                 s[u * ATTN_CHUNK + j + r] = sum;
             }
     }
-    for (; j < nb; j++) {
+    for (; j < nb; j++) {   /* the rows left over: the same FMA chain and hadd tree */
         const int64_t r0 = (p0 + j) * d;
         for (int u = 0; u < UB; u++) {
-            __m256 a0 = _mm256_setzero_ps();
+            __m256 a[8];
+            for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
             for (int64_t i = 0; i < d8; i += 8)
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qs + u * d + i), kv_load8(k, r0 + i, f16), a0);
-            float s0 = hsum8(a0);
+                a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(qs + u * d + i), kv_load8(k, r0 + i, f16), a[0]);
+            float s0 = _mm256_cvtss_f32(hsum8x8(a));
             for (int64_t i = d8; i < d; i++) s0 += qs[u * d + i] * kv_load1(k, r0 + i, f16);
             s[u * ATTN_CHUNK + j] = s0;
         }
@@ -309,21 +310,19 @@ static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, c
                 acc[u * d + i] += w[u * ATTN_CHUNK + j] * kv_load1(v, (p0 + j) * d + i, f16);
 }
 
+/* The chunk padded to whole vectors with -inf (exp 0; s has ATTN_CHUNK floats), so
+ * that position j always lands in lane j % 8 through exp8: the sum does not depend
+ * on how many rows the chunk has, i.e. on the other queries of the call. */
 static float attn_exp_sum(float *s, int64_t nb, float m) {
     const __m256 vm = _mm256_set1_ps(m);
     __m256 sum = _mm256_setzero_ps();
-    int64_t j = 0;
-    for (; j + 8 <= nb; j += 8) {
+    for (int64_t j = nb; j % 8; j++) s[j] = -INFINITY;
+    for (int64_t j = 0; j < nb; j += 8) {
         const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
         _mm256_storeu_ps(s + j, e);
         sum = _mm256_add_ps(sum, e);
     }
-    float total = hsum8(sum);
-    for (; j < nb; j++) {
-        s[j] = s[j] == -INFINITY ? 0.0f : expf(s[j] - m);
-        total += s[j];
-    }
-    return total;
+    return hsum8(sum);
 }
 
 #define attn_rescale scale_avx2

@@ -208,16 +208,17 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
         for (int u = 0; u < UB; u++)
             for (int r = 0; r < RB; r++) s[u * ATTN_CHUNK + j + r] = sums[u * RB + r];
     }
-    for (; j < nb; j++) {
+    for (; j < nb; j++) {   /* the rows left over: the same FMA chain and reduction tree */
         const int64_t r = (p0 + j) * d;
         for (int u = 0; u < UB; u++) {
-            __m512 a0 = _mm512_setzero_ps();
+            __m512 a[8];
+            for (int x = 0; x < 8; x++) a[x] = _mm512_setzero_ps();
             for (int64_t i = 0; i < d; i += 16) {
                 const __mmask16 mk = tail_mask(d - i);
-                a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, qs + u * d + i),
-                                     kv_load16(k, r + i, mk, f16), a0);
+                a[0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, qs + u * d + i),
+                                       kv_load16(k, r + i, mk, f16), a[0]);
             }
-            s[u * ATTN_CHUNK + j] = _mm512_reduce_add_ps(a0);
+            s[u * ATTN_CHUNK + j] = _mm256_cvtss_f32(hsum16x8(a));
         }
     }
 }
