@@ -290,9 +290,11 @@ typedef struct {
     infer_vec_dot_4x4_fn vec_dot_4x4[INFER_TYPE_COUNT];
     /* Optional, by weight type: four weight rows against n_tok (1..INFER_DOT_4XN_MAX)
      * activation rows, out[t * out_stride + k] = row k . token t.  Each result is
-     * bit-identical to the same table's vec_dot_4 for that token (so a batch of any
-     * size gives each sequence the numbers it gets alone); the mat-mul driver prefers
-     * it to vec_dot_4 and vec_dot_4x4 when set. */
+     * bit-identical to the kernel's own one-token result (so a batch of any size
+     * gives each sequence the numbers it gets alone), not necessarily to vec_dot_4's
+     * (the offset formats sum each block's integers exactly before scaling); the
+     * mat-mul driver prefers it to vec_dot_4 and vec_dot_4x4 when set, for every
+     * token count, a mat-vec included. */
     infer_vec_dot_4xn_fn vec_dot_4xn[INFER_TYPE_COUNT];
     /* Optional, by weight type, only where vec_dot_4xn is set: n_rows weight rows
      * against 8 activation rows, out[t * out_stride + r] = row r . token t, for

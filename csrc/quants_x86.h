@@ -579,8 +579,10 @@ static void KERNEL(vec_dot_4x4_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
  * Per-row scales are stored once per token and block and read back with
  * vbroadcastss (a load, not a shuffle as LANE is).  (Measured on Zen 3: passes of
  * two tokens, which keep every accumulator in the 16 AVX2 registers, were no
- * faster than four.)  Every (row, token) result takes exactly the operations of the
- * vec_dot_4 kernel above, in the same order, so it has the same bits. */
+ * faster than four.)  Every (row, token) result takes the same operations, in the
+ * same order, whatever n_tok and the pass, so it has the bits of the one-token call.
+ * (Not always vec_dot_4's: the offset formats and Q4_1 sum a block's integers
+ * exactly, then scale once; Q8_0 without VNNI is vec_dot_4's.) */
 #if defined(_MSC_VER)
 #define X86_ALWAYS_INLINE static __forceinline
 #else
