@@ -27,7 +27,7 @@ static inline int64_t infer_atomic_add(infer_atomic_i64 *p, int64_t v) { return 
 static inline int infer_atomic_cas(infer_atomic_i64 *p, int64_t expect, int64_t v) {
     return InterlockedCompareExchange64(p, v, expect) == expect;
 }
-/* Orders the plain loads before it ahead of the loads after it (a seqlock read). */
+/* A full barrier: orders every access before it ahead of every access after it. */
 static inline void infer_atomic_fence(void) { MemoryBarrier(); }
 static inline void infer_cpu_relax(void) { YieldProcessor(); }
 static inline void infer_yield_thread(void) { SwitchToThread(); }

@@ -251,7 +251,10 @@ static int64_t publish(void) {
     infer_atomic_store(&pool.state, STATE(gen, 0));
     /* A worker about to sleep counts itself, then re-checks the state under
      * sleep_lock; both sides are sequentially consistent, so either it sees the new
-     * generation or we see it sleeping. */
+     * generation or we see it sleeping.  The fence makes that store-then-load order
+     * explicit: qemu-user on an x86 host lets an AArch64 STLR pass a later LDAR, and
+     * the worker then slept through a generation (a selftest barrier timed out in CI). */
+    infer_atomic_fence();
     if (infer_atomic_load(&pool.n_sleeping) > 0) {
         mutex_lock(&pool.sleep_lock);
         cond_broadcast(&pool.wake);

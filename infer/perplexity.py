@@ -11,8 +11,10 @@ The method (llama.cpp's tools/perplexity, ``perplexity()``), followed exactly:
 * ``nll = logsumexp(logits) - logit[next]``, summed with its square in float64;
   ``PPL = exp(mean nll)``, its uncertainty ``PPL * sqrt(var(nll) / (count - 1))``.
 
-The logits come from one batched pass per chunk (``Context.prefill(...,
-all_logits=True, logits_from=first)``: the output head runs on the scored rows only).
+The logits come from batched passes (``prefill_batch(..., all_logits=True,
+logits_from=first)``: the output head runs on the scored rows only), several
+chunks to a pass as llama-perplexity's ``n_batch / n_ctx`` sequences, each chunk in
+its own context.
 
 KL divergence against a base model uses llama-perplexity's logits file, so files
 are interchangeable with ``llama-perplexity --kl-divergence-base``: the magic
@@ -54,17 +56,60 @@ def chunk_count(n_tokens: int, n_ctx: int, n_chunks: Optional[int] = None) -> in
     return most if n_chunks is None or n_chunks < 0 else min(n_chunks, most)
 
 
-def chunk_logits(ctx: Any, chunk: NDArray[Any], bos: Optional[int]) -> NDArray[Any]:
-    """Logits of positions n_ctx//2 ... n_ctx-2 of one chunk, evaluated from scratch
-    (BOS in place of the first token when ``bos`` is given)."""
-    n_ctx = len(chunk)
-    first = n_ctx // 2
+def _chunk_input(chunk: NDArray[Any], bos: Optional[int]) -> NDArray[Any]:
     tokens = np.array(chunk[:-1], dtype=np.int32)  # the last token is only a target
     if bos is not None:
         tokens[0] = bos
+    return tokens
+
+
+def chunk_logits(ctx: Any, chunk: NDArray[Any], bos: Optional[int]) -> NDArray[Any]:
+    """Logits of positions n_ctx//2 ... n_ctx-2 of one chunk, evaluated from scratch
+    (BOS in place of the first token when ``bos`` is given)."""
     ctx.restart()
-    logits: NDArray[Any] = ctx.prefill(tokens, all_logits=True, logits_from=first)
+    logits: NDArray[Any] = ctx.prefill(_chunk_input(chunk, bos), all_logits=True, logits_from=len(chunk) // 2)
     return logits
+
+
+#: llama-perplexity's default batch (-b): this many tokens of chunks run in one pass
+N_BATCH = 2048
+#: at most this many bytes of logits held for one pass (Gemma 3's 262,144-token
+#: vocabulary takes 256 MiB per chunk of 512)
+LOGITS_BUDGET = 512 << 20
+
+
+def chunks_per_pass(n_ctx: int, n_vocab: int, n_batch: int = N_BATCH) -> int:
+    """llama-perplexity's ``n_batch / n_ctx`` chunks in one pass, fewer where their
+    scored logits would pass LOGITS_BUDGET; at least one."""
+    scored = n_ctx - 1 - n_ctx // 2
+    by_memory = LOGITS_BUDGET // max(1, scored * n_vocab * 4)
+    return max(1, min(n_batch // n_ctx, by_memory))
+
+
+def scored_chunks(model: Any, chunks: Iterator[NDArray[Any]], n_ctx: int, bos: Optional[int],
+                  n_batch: int = N_BATCH) -> Iterator[NDArray[Any]]:
+    """`chunk_logits` of each chunk in order, several chunks evaluated in one batched
+    pass (`infer.runtime.prefill_batch`), each in its own fresh context."""
+    from .runtime import prefill_batch
+
+    per_pass = chunks_per_pass(n_ctx, model.engine.vocab_size, n_batch)
+    contexts = [model.create_context(n_ctx=n_ctx) for _ in range(per_pass)]
+    pending: list[NDArray[Any]] = []
+    for chunk in chunks:
+        pending.append(chunk)
+        if len(pending) == per_pass:
+            yield from _pass(contexts, pending, bos, prefill_batch)
+            pending = []
+    if pending:
+        yield from _pass(contexts, pending, bos, prefill_batch)
+
+
+def _pass(contexts: list[Any], chunks: list[NDArray[Any]], bos: Optional[int], prefill_batch: Any) -> Any:
+    used = contexts[:len(chunks)]
+    for ctx in used:
+        ctx.restart()
+    first = len(chunks[0]) // 2
+    yield from prefill_batch(used, [_chunk_input(c, bos) for c in chunks], all_logits=True, logits_from=first)
 
 
 def log_softmax_rows(logits: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any]]:
@@ -118,19 +163,22 @@ class Estimate:
 
 
 def perplexity(model: Any, text: str, n_ctx: int = 512, n_chunks: Optional[int] = None,
-               context: Any = None) -> Iterator[tuple[int, int, Estimate]]:
-    """Yields (chunk index, chunk count, running Estimate) after each chunk."""
+               context: Any = None, n_batch: int = N_BATCH) -> Iterator[tuple[int, int, Estimate]]:
+    """Yields (chunk index, chunk count, running Estimate) after each chunk.  The chunks
+    run ``n_batch // n_ctx`` to a pass (`scored_chunks`), or one at a time in ``context``."""
     tokens = tokenize_for_perplexity(model, text)
     n = chunk_count(len(tokens), n_ctx, n_chunks)
     vocab = model.tokenizer.vocab
     bos = vocab.bos_token_id if vocab.add_bos else None
-    ctx = context if context is not None else model.create_context(n_ctx=n_ctx)
     first = n_ctx // 2
     est = Estimate()
     arr = np.asarray(tokens, dtype=np.int64)
-    for i in range(n):
-        chunk = arr[i * n_ctx:(i + 1) * n_ctx]
-        logits = chunk_logits(ctx, chunk, bos)
+    chunks = [arr[i * n_ctx:(i + 1) * n_ctx] for i in range(n)]
+    if context is not None:
+        scored: Iterator[NDArray[Any]] = (chunk_logits(context, c, bos) for c in chunks)
+    else:
+        scored = scored_chunks(model, iter(chunks), n_ctx, bos, n_batch)
+    for i, (chunk, logits) in enumerate(zip(chunks, scored)):
         est.add(nll_of(logits, chunk[first + 1:]))
         yield i, n, est
 

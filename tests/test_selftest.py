@@ -18,9 +18,12 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+from _concurrent import pool, selected
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "csrc" / "selftest" / "build.sh"
@@ -194,9 +197,24 @@ def arm_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+ARM_SEEDS = {"max": "7", "cortex-a53": "11", "cortex-a72": "11"}   # qemu -cpu -> seed
+
+
+@pytest.fixture(scope="module")
+def arm_runs(request: pytest.FixtureRequest,
+             arm_release: Path) -> Iterator[dict[str, Future[Outcome]]]:
+    """The qemu-aarch64 runs of the tests below, started together, a core each
+    (tests/_concurrent.py): each keeps one core busy for 15-30 s."""
+    cpus = ["max"] if selected(request, "test_neon_dotprod_selftest_under_qemu") else []
+    cpus += selected(request, "test_armv8_0_cpu_gets_baseline_neon", "cpu")
+    with pool() as workers:
+        yield {cpu: workers.submit(run, [QEMU_ARM, "-cpu", cpu, str(arm_release), ARM_SEEDS[cpu]])
+               for cpu in cpus}
+
+
 @cross
-def test_neon_dotprod_selftest_under_qemu(arm_release: Path) -> None:
-    outcome = run([QEMU_ARM, "-cpu", "max", str(arm_release), "7"])
+def test_neon_dotprod_selftest_under_qemu(arm_runs: dict[str, Future[Outcome]]) -> None:
+    outcome = arm_runs["max"].result()
     outcome.assert_clean()
     assert outcome.available == ["scalar", "neon", "neon_dotprod"]
     assert outcome.default == "neon_dotprod"
@@ -208,9 +226,9 @@ def test_neon_dotprod_selftest_under_qemu(arm_release: Path) -> None:
 
 @cross
 @pytest.mark.parametrize("cpu", ["cortex-a53", "cortex-a72"])
-def test_armv8_0_cpu_gets_baseline_neon(arm_release: Path, cpu: str) -> None:
+def test_armv8_0_cpu_gets_baseline_neon(arm_runs: dict[str, Future[Outcome]], cpu: str) -> None:
     """ARMv8.0 cores lack SDOT: baseline NEON chosen, its kernels agree, no SIGILL."""
-    outcome = run([QEMU_ARM, "-cpu", cpu, str(arm_release), "11"])
+    outcome = arm_runs[cpu].result()
     outcome.assert_clean()
     assert outcome.available == ["scalar", "neon"]
     assert outcome.default == "neon"

@@ -12,7 +12,7 @@ import pytest
 import infer
 from infer.sampler import Sampler
 from infer.state import MAGIC, StateError
-from _tok_models import gemma3_missing, gemma3_path, load_installed
+from _tok_models import load_installed
 
 SAMPLING = dict(temperature=0.9, top_k=50, top_p=0.95, min_p=0.02, repeat_penalty=1.15,
                 frequency_penalty=0.1, logit_bias={13: -1.5}, seed=1234)
@@ -85,10 +85,7 @@ def test_writes_are_atomic(smollm2, tmp_path, monkeypatch):
 
 
 def test_another_model_is_refused(smollm2):
-    other = gemma3_path()
-    if other is None:
-        pytest.skip(gemma3_missing())
-    with infer.load(other) as gemma:
+    with load_installed("gemma3") as gemma:
         data = started(gemma, steps=1).save_state()
     with pytest.raises(StateError, match="another model"):
         infer.Context.load_state(smollm2, data)

