@@ -82,6 +82,8 @@ def aggregate(port, n_streams, banned, usage_chunk=True):
             b.update(stream_options={"include_usage": True}, cache_prompt=False)
     with concurrent.futures.ThreadPoolExecutor(n_streams) as pool:
         results = list(pool.map(lambda b: stream_once(port, b), bodies))
+    if any(r[0] is None for r in results):
+        raise RuntimeError(f"{sum(r[0] is None for r in results)} of {n_streams} streams sent no content")
     start = min(r[0] for r in results)
     end = max(r[1] for r in results)
     tokens = sum((r[2] or TOKENS) - 1 for r in results)
@@ -122,7 +124,9 @@ def start_infer(path):
 def start_llama_cpp(path):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", path, "--port", str(port),
-                             "--n_threads", THREADS, "--n_ctx", str(TOKENS + 128)],
+                             "--n_threads", THREADS, "--n_ctx", str(TOKENS + 128),
+                             # its default cuts a running stream short when the next request arrives
+                             "--interrupt_requests", "False"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(proc, port)
     return proc, port
@@ -175,12 +179,18 @@ def main():
             library = max(library_tok_s(model, banned) for _ in range(REPS))
         print(f"{name:10} {'library (1 seq)':18} {library:10.1f}")
         results = {"infer serve": run("infer", start_infer, path, banned)}
+        theirs_failed = None
         if have_llama_cpp:
-            results["llama_cpp.server"] = run("llama_cpp", start_llama_cpp, path, banned, usage_chunk=False)
+            try:
+                results["llama_cpp.server"] = run("llama_cpp", start_llama_cpp, path, banned, usage_chunk=False)
+            except RuntimeError as e:   # e.g. a model its chat handler cannot serve
+                theirs_failed = str(e)
         for server, rows in results.items():
             ratio = rows[max(STREAMS)] / rows[STREAMS[0]]
             print(f"{name:10} {server:18} " + " ".join(f"{rows[n]:10.1f}" for n in STREAMS) + f" {ratio:10.2f}x")
-        if have_llama_cpp:
+        if theirs_failed:
+            print(f"{name:10} {'llama_cpp.server':18} not measured: {theirs_failed}")
+        elif have_llama_cpp:
             ours, theirs = results["infer serve"][max(STREAMS)], results["llama_cpp.server"][max(STREAMS)]
             print(f"{name:10} at {max(STREAMS)} streams: infer serve / llama_cpp.server = {ours / theirs:.2f}x")
     if not have_llama_cpp:

@@ -212,6 +212,10 @@ typedef void (*infer_vec_dot_4_fn)(int64_t n, const void *w, size_t row_bytes, c
                                    float *out);
 typedef void (*infer_vec_dot_4x4_fn)(int64_t n, const void *w, size_t row_bytes, const void *a,
                                      size_t a_stride, float *out, size_t out_stride);
+typedef void (*infer_vec_dot_4xn_fn)(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                     size_t a_stride, int n_tok, float *out, size_t out_stride);
+typedef void (*infer_vec_dot_rx8_fn)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
+                                     const void *a, size_t a_stride, float *out, size_t out_stride);
 
 typedef void (*infer_rmsnorm_fn)(const float *x, const float *weight, float *out,
                                  int64_t n, float eps);
@@ -253,6 +257,9 @@ typedef void (*infer_attn_block_fn)(int64_t n_q, const float *const *q, float *c
                                     const void *v, int64_t head_dim, float scale, float softcap,
                                     float *ml);
 
+#define INFER_DOT_4XN_MAX 4
+#define INFER_DOT_RX8_MAX_N 4096   /* the transposed activations live on the stack */
+
 /* The dispatch table: scalar entries first, SIMD fill functions override. */
 typedef struct {
     const char *name;
@@ -281,6 +288,19 @@ typedef struct {
      * (a_stride bytes apart), out[t * out_stride + k] = row k . token t.  Mat-mul uses
      * it so each weight block is unpacked once for four tokens. */
     infer_vec_dot_4x4_fn vec_dot_4x4[INFER_TYPE_COUNT];
+    /* Optional, by weight type: four weight rows against n_tok (1..INFER_DOT_4XN_MAX)
+     * activation rows, out[t * out_stride + k] = row k . token t.  Each result is
+     * bit-identical to the kernel's own one-token result (so a batch of any size
+     * gives each sequence the numbers it gets alone), not necessarily to vec_dot_4's
+     * (the offset formats sum each block's integers exactly before scaling); the
+     * mat-mul driver prefers it to vec_dot_4 and vec_dot_4x4 when set, for every
+     * token count, a mat-vec included. */
+    infer_vec_dot_4xn_fn vec_dot_4xn[INFER_TYPE_COUNT];
+    /* Optional, by weight type, only where vec_dot_4xn is set: n_rows weight rows
+     * against 8 activation rows, out[t * out_stride + r] = row r . token t, for
+     * n <= INFER_DOT_RX8_MAX_N; each result bit-identical to vec_dot_4xn's.  The
+     * mat-mul driver uses it for every whole group of 8 tokens. */
+    infer_vec_dot_rx8_fn vec_dot_rx8[INFER_TYPE_COUNT];
 } infer_kernel_table;
 
 /* ISA ids, lowest to highest. */

@@ -48,6 +48,57 @@ static float infer_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *
     return hsum_ps(acc) - hsum_ps128(acc_m);
 }
 
+/* One Q4_K row against n_tok <= INFER_DOT_4XN_MAX tokens (a_stride bytes apart):
+ * the row's nibbles, scales and mins are unpacked once per super-block for all the
+ * tokens.  Per token the operations are infer_vec_dot_q4_K_q8_K_avx2's, in its
+ * order (the integer sums are exact in any order), so each result has its bits. */
+static void q4_K_row_tokens(int64_t n, const block_q4_K *x, const uint8_t *a, size_t a_stride,
+                            int n_tok, float *out, size_t out_stride) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[INFER_DOT_4XN_MAX];
+    __m128 acc_m[INFER_DOT_4XN_MAX];
+    for (int t = 0; t < n_tok; t++) acc[t] = _mm256_setzero_ps(), acc_m[t] = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float xd = _cvtsh_ss(x[i].d), xdmin = _cvtsh_ss(x[i].dmin);
+        const __m128i sm = infer_q4_K_unpack_scales_sse(x[i].scales);
+        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        __m256i q[QK_K / 32], sc[QK_K / 32];   /* 32-element runs: nibbles, scale lanes */
+        for (int j = 0; j < QK_K / 64; j++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            q[2 * j] = _mm256_and_si256(v, low4);
+            q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            sc[2 * j] = _mm256_shuffle_epi8(scales, lane_mask(2 * j));
+            sc[2 * j + 1] = _mm256_shuffle_epi8(scales, lane_mask(2 * j + 1));
+        }
+        for (int t = 0; t < n_tok; t++) {
+            const block_q8_K *y = (const block_q8_K *)(a + t * a_stride) + i;
+            const float d = xd * y->d, dmin = xdmin * y->d;
+            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
+                                              _mm_loadu_si128((const __m128i *)y->bsums + 1));
+            acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(bs, mins16)), acc_m[t]);
+            __m256i sumi = _mm256_setzero_si256();
+            for (int r = 0; r < QK_K / 32; r++) {
+                const __m256i p = _mm256_maddubs_epi16(q[r], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * r)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc[r]));
+            }
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    for (int t = 0; t < n_tok; t++) out[t * out_stride] = hsum_ps(acc[t]) - hsum_ps128(acc_m[t]);
+}
+
+static void infer_vec_dot_4xn_q4_K_q8_K_avx2(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                             size_t a_stride, int n_tok, float *out, size_t out_stride) {
+    for (int k = 0; k < 4; k++) {
+        const block_q4_K *row = (const block_q4_K *)((const uint8_t *)w + k * row_bytes);
+        if (n_tok == 1)   /* nothing to share: the one-row kernel, same bits */
+            out[k] = infer_vec_dot_q4_K_q8_K_avx2(n, row, a);
+        else
+            q4_K_row_tokens(n, row, a, a_stride, n_tok, out + k, out_stride);
+    }
+}
+
 /* 32 unsigned bytes -> d*q - m, as four runs of eight. */
 KQ_INLINE void emit32_u8(void *dst, int64_t at, __m256i q, __m256 d, __m256 m, int f16) {
     const __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1);
@@ -130,6 +181,49 @@ static float infer_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc);
+}
+
+/* One Q6_K row against n_tok tokens, unpacked once per super-block: per token the
+ * operations of infer_vec_dot_q6_K_q8_K_avx2 (see q4_K_row_tokens). */
+static void q6_K_row_tokens(int64_t n, const block_q6_K *x, const uint8_t *a, size_t a_stride,
+                            int n_tok, float *out, size_t out_stride) {
+    __m256 acc[INFER_DOT_4XN_MAX];
+    for (int t = 0; t < n_tok; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float xd = _cvtsh_ss(x[i].d);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        __m256i q[QK_K / 32], sc[QK_K / 32];
+        for (int h = 0; h < QK_K / 128; h++) {
+            const __m256i scales = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11)
+                                     : _mm256_permute2x128_si256(sc16, sc16, 0x00);
+            unpack_q6_K_half(x[i].ql + 64 * h, x[i].qh + 32 * h, q + 4 * h);
+            for (int k = 0; k < 4; k++) sc[4 * h + k] = _mm256_shuffle_epi8(scales, pair_mask(k));
+        }
+        for (int t = 0; t < n_tok; t++) {
+            const block_q8_K *y = (const block_q8_K *)(a + t * a_stride) + i;
+            const float d = xd * y->d;
+            const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
+            __m256i sumi = _mm256_setzero_si256();
+            for (int r = 0; r < QK_K / 32; r++) {
+                const __m256i p = _mm256_maddubs_epi16(q[r], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * r)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc[r]));
+            }
+            sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    for (int t = 0; t < n_tok; t++) out[t * out_stride] = hsum_ps(acc[t]);
+}
+
+static void infer_vec_dot_4xn_q6_K_q8_K_avx2(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                             size_t a_stride, int n_tok, float *out, size_t out_stride) {
+    for (int k = 0; k < 4; k++) {
+        const block_q6_K *row = (const block_q6_K *)((const uint8_t *)w + k * row_bytes);
+        if (n_tok == 1)   /* nothing to share: the one-row kernel, same bits */
+            out[k] = infer_vec_dot_q6_K_q8_K_avx2(n, row, a);
+        else
+            q6_K_row_tokens(n, row, a, a_stride, n_tok, out + k, out_stride);
+    }
 }
 
 /* 16 signed bytes (the low half of q) -> ds*q, as two runs of eight. */
@@ -227,9 +321,11 @@ void infer_fill_kquants_avx2(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_Q4_K] = infer_dequantize_q4_K_avx2;
     t->dequantize_f16[INFER_TYPE_Q4_K] = infer_dequantize_f16_q4_K_avx2;
     t->vec_dot[INFER_TYPE_Q4_K] = infer_vec_dot_q4_K_q8_K_avx2;
+    t->vec_dot_4xn[INFER_TYPE_Q4_K] = infer_vec_dot_4xn_q4_K_q8_K_avx2;
     t->dequantize[INFER_TYPE_Q6_K] = infer_dequantize_q6_K_avx2;
     t->dequantize_f16[INFER_TYPE_Q6_K] = infer_dequantize_f16_q6_K_avx2;
     t->vec_dot[INFER_TYPE_Q6_K] = infer_vec_dot_q6_K_q8_K_avx2;
+    t->vec_dot_4xn[INFER_TYPE_Q6_K] = infer_vec_dot_4xn_q6_K_q8_K_avx2;
     t->quantize[INFER_TYPE_Q8_K] = infer_quantize_q8_K_avx2;
 }
 #endif

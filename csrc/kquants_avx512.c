@@ -155,5 +155,9 @@ void infer_fill_kquants_avx512(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_Q6_K] = infer_vec_dot_q6_K_q8_K_avx512;
     t->vec_dot_4[INFER_TYPE_Q4_K] = infer_vec_dot_4_q4_K_q8_K_avx512;
     t->vec_dot_4[INFER_TYPE_Q6_K] = infer_vec_dot_4_q6_K_q8_K_avx512;
+    /* The AVX2 four-row, n-token kernels this table inherits would replace these
+     * (the mat-mul driver prefers them) with other numbers: keep the AVX-512 path. */
+    t->vec_dot_4xn[INFER_TYPE_Q4_K] = NULL;
+    t->vec_dot_4xn[INFER_TYPE_Q6_K] = NULL;
 }
 #endif

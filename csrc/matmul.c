@@ -6,7 +6,11 @@
  * weight row is read from memory once (prefetched a few rows ahead) and reused from
  * L1 for every token of the tile, while the tile's activations stay in L1/L2.  Rows
  * go four at a time when the table has a vec_dot_4 kernel, and four rows x four
- * tokens with vec_dot_4x4, which unpacks each weight block once for four tokens.
+ * tokens with vec_dot_4x4, which unpacks each weight block once for four tokens;
+ * a vec_dot_4xn kernel, when there is one, takes four rows against any 1..4
+ * tokens, so small batches (2, 3, or a remainder) share the weight blocks too,
+ * and a vec_dot_rx8 kernel takes every whole group of eight tokens with the tokens
+ * in the vector lanes (one multiply for eight tokens).
  */
 #include "infer_kernels.h"
 
@@ -89,6 +93,8 @@ typedef struct {
     infer_vec_dot_fn dot;
     infer_vec_dot_4_fn dot4;   /* may be NULL */
     infer_vec_dot_4x4_fn dot4x4;   /* may be NULL */
+    infer_vec_dot_4xn_fn dot4xn;   /* may be NULL; preferred to dot4 and dot4x4 */
+    infer_vec_dot_rx8_fn dotrx8;   /* may be NULL; with dot4xn only */
     const uint8_t *w;
     size_t row_bytes;
     int64_t rows, cols;
@@ -106,7 +112,26 @@ static void matmul_rows(const matmul_task *m, int64_t r0, int64_t r1) {
     for (int64_t t0 = 0; t0 < m->n_tokens; t0 += TOKEN_TILE) {
         const int64_t t1 = t0 + TOKEN_TILE < m->n_tokens ? t0 + TOKEN_TILE : m->n_tokens;
         int64_t r = r0;
-        if (m->dot4) {
+        if (m->dot4xn) {
+            /* whole groups of 8 tokens over the rows that go four at a time */
+            int64_t t_rest = t0;
+            if (m->dotrx8 && m->cols <= INFER_DOT_RX8_MAX_N)
+                for (; t_rest + 8 <= t1; t_rest += 8)
+                    m->dotrx8(m->cols, m->w + (size_t)r0 * m->row_bytes, m->row_bytes, (r1 - r0) / 4 * 4,
+                              m->xq + (size_t)t_rest * m->xq_row_bytes, m->xq_row_bytes,
+                              m->out + t_rest * m->out_stride + r0, (size_t)m->out_stride);
+            for (; r + 4 <= r1; r += 4) {
+                const uint8_t *w = m->w + (size_t)r * m->row_bytes;
+                if (t0 == 0 && t_rest == 0 && r + PREFETCH_ROWS + 4 <= m->rows)
+                    prefetch_rows(w + PREFETCH_ROWS * m->row_bytes, 4 * m->row_bytes);
+                for (int64_t t = t_rest; t < t1; t += INFER_DOT_4XN_MAX) {
+                    const int n_tok = t1 - t < INFER_DOT_4XN_MAX ? (int)(t1 - t) : INFER_DOT_4XN_MAX;
+                    m->dot4xn(m->cols, w, m->row_bytes, m->xq + (size_t)t * m->xq_row_bytes,
+                              m->xq_row_bytes, n_tok, m->out + t * m->out_stride + r,
+                              (size_t)m->out_stride);
+                }
+            }
+        } else if (m->dot4) {
             for (; r + 4 <= r1; r += 4) {
                 const uint8_t *w = m->w + (size_t)r * m->row_bytes;
                 if (t0 == 0 && r + PREFETCH_ROWS + 4 <= m->rows)
@@ -153,8 +178,8 @@ int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int6
     const size_t xq_row_bytes = infer_activation_row_bytes(type, cols);
     if (type < 0 || type >= INFER_TYPE_COUNT || !k->vec_dot[type] || xq_row_bytes == 0) return -1;
     if (rows < 0 || n_tokens < 0 || cols % infer_type_block_size(type)) return -1;
-    matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], (const uint8_t *)w, row_bytes, rows,
-                     cols, (const uint8_t *)xq, xq_row_bytes, n_tokens, out, rows, rows, 0};
+    matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], k->vec_dot_4xn[type], k->vec_dot_rx8[type],
+                     (const uint8_t *)w, row_bytes, rows, cols, (const uint8_t *)xq, xq_row_bytes, n_tokens, out, rows, rows, 0};
     const int nth = rows > ROW_ALIGN && rows * cols * n_tokens >= PARALLEL_MIN_WORK
                         ? infer_get_num_threads() : 1;
     if (nth == 1) {
@@ -177,8 +202,8 @@ int infer_matmul_rows(int type, const void *w, size_t row_bytes, int64_t cols, i
     const size_t xq_row_bytes = infer_activation_row_bytes(type, cols);
     if (type < 0 || type >= INFER_TYPE_COUNT || !k->vec_dot[type] || xq_row_bytes == 0) return -1;
     if (r0 < 0 || r1 < r0 || n_tokens < 0 || cols % infer_type_block_size(type)) return -1;
-    matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], (const uint8_t *)w, row_bytes, r1,
-                     cols, (const uint8_t *)xq, xq_row_bytes, n_tokens, out, out_stride, r1, 0};
+    matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], k->vec_dot_4xn[type], k->vec_dot_rx8[type],
+                     (const uint8_t *)w, row_bytes, r1, cols, (const uint8_t *)xq, xq_row_bytes, n_tokens, out, out_stride, r1, 0};
     matmul_rows(&m, r0, r1);
     return 0;
 }

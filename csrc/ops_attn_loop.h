@@ -72,15 +72,21 @@ static ALWAYS_INLINE void attn_block(int64_t n_q, const float *const *q, float *
         p_lo = lo[u] < p_lo ? lo[u] : p_lo;
         p_hi = hi[u] > p_hi ? hi[u] : p_hi;
     }
-    for (int64_t p0 = p_lo; p0 <= p_hi; p0 += ATTN_CHUNK) {
+    /* Chunks on a grid of absolute positions (multiples of ATTN_CHUNK), rows read
+     * from p_lo on: a query's chunks, its running max and sums then depend on its
+     * own [lo, hi] only, never on the other queries of the call, so one query gives
+     * the same bits in any batch (a prefill continuing a held prefix = one prefill). */
+    for (int64_t p0 = p_lo - p_lo % ATTN_CHUNK; p0 <= p_hi; p0 += ATTN_CHUNK) {
         const int64_t nb = p_hi + 1 - p0 < ATTN_CHUNK ? p_hi + 1 - p0 : ATTN_CHUNK;
-#define SCORES(UB) attn_scores(UB, qs + u * d, d, k, p0, nb, s + u * ATTN_CHUNK, f16)
+        const int64_t j0 = p_lo > p0 ? p_lo - p0 : 0;   /* rows before it: weight 0, not read */
+#define SCORES(UB) attn_scores(UB, qs + u * d, d, k, p0 + j0, nb - j0, s + u * ATTN_CHUNK + j0, f16)
         ATTN_BY_FOUR(SCORES)
 #undef SCORES
         for (int64_t u = 0; u < n_q; u++)
             attn_softmax_step(s + u * ATTN_CHUNK, p0, nb, lo[u], hi[u], &m[u], &l[u], acc + u * d, d,
                               softcap);
-#define ACCUMULATE(UB) attn_accumulate(UB, acc + u * d, d, v, p0, nb, s + u * ATTN_CHUNK, f16)
+#define ACCUMULATE(UB) \
+    attn_accumulate(UB, acc + u * d, d, v, p0 + j0, nb - j0, s + u * ATTN_CHUNK + j0, f16)
         ATTN_BY_FOUR(ACCUMULATE)
 #undef ACCUMULATE
     }

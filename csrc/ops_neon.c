@@ -228,9 +228,11 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
         const int64_t r0 = (p0 + j) * d;
         for (int u = 0; u < UB; u++) {
             float32x4_t a0 = vdupq_n_f32(0.0f);
+            const float32x4_t z = a0;
             for (int64_t i = 0; i < d4; i += 4)
                 a0 = vfmaq_f32(a0, vld1q_f32(qs + u * d + i), kv_load4(k, r0 + i, f16));
-            float s0 = vaddvq_f32(a0);
+            /* the rows left over: the pairwise adds of the rows in passes */
+            float s0 = vgetq_lane_f32(vpaddq_f32(vpaddq_f32(a0, z), z), 0);
             for (int64_t i = d4; i < d; i++) s0 += qs[u * d + i] * kv_load1(k, r0 + i, f16);
             s[u * ATTN_CHUNK + j] = s0;
         }
@@ -273,20 +275,16 @@ static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, c
                 acc[u * d + i] += w[u * ATTN_CHUNK + j] * kv_load1(v, (p0 + j) * d + i, f16);
 }
 
-/* Every row goes through exp4 in lane j % 4 (a short last group padded with -inf,
- * weight 0), so a query's weights and their sum are the same bits whatever nb the
- * other queries of its call gave the chunk (the batch size). */
+/* Padded to whole vectors with -inf, as in ops_avx2.c, so that the sum does not
+ * depend on the chunk's row count (the other queries of the call). */
 static float attn_exp_sum(float *s, int64_t nb, float m) {
     const float32x4_t vm = vdupq_n_f32(m);
     float32x4_t sum = vdupq_n_f32(0.0f);
+    for (int64_t j = nb; j % 4; j++) s[j] = -INFINITY;
     for (int64_t j = 0; j < nb; j += 4) {
-        float pad[4];
-        const int n = nb - j < 4 ? (int)(nb - j) : 4;
-        for (int x = 0; x < 4; x++) pad[x] = x < n ? s[j + x] : -INFINITY;
-        const float32x4_t e = exp4(vsubq_f32(vld1q_f32(pad), vm));
-        vst1q_f32(pad, e);
-        for (int x = 0; x < n; x++) s[j + x] = pad[x];
-        sum = vaddq_f32(sum, e);   /* padded lanes are exp(-inf) = 0 */
+        const float32x4_t e = exp4(vsubq_f32(vld1q_f32(s + j), vm));
+        vst1q_f32(s + j, e);
+        sum = vaddq_f32(sum, e);
     }
     return vaddvq_f32(sum);
 }

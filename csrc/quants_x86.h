@@ -572,6 +572,294 @@ static void KERNEL(vec_dot_4x4_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
     }
 }
 
+/* Four weight rows against n_tok <= INFER_DOT_4XN_MAX tokens, in passes of up to
+ * four tokens (then two, then one): each weight block is unpacked once per pass and
+ * each activation block loaded once for the four rows, so batches of 2 and 3 (and
+ * the tail of a larger one) share the weights too, which vec_dot_4x4 cannot do.
+ * Per-row scales are stored once per token and block and read back with
+ * vbroadcastss (a load, not a shuffle as LANE is).  (Measured on Zen 3: passes of
+ * two tokens, which keep every accumulator in the 16 AVX2 registers, were no
+ * faster than four.)  Every (row, token) result takes the same operations, in the
+ * same order, whatever n_tok and the pass, so it has the bits of the one-token call.
+ * (Not always vec_dot_4's: the offset formats and Q4_1 sum a block's integers
+ * exactly, then scale once; Q8_0 without VNNI is vec_dot_4's.) */
+#if defined(_MSC_VER)
+#define X86_ALWAYS_INLINE static __forceinline
+#else
+#define X86_ALWAYS_INLINE static inline __attribute__((always_inline))
+#endif
+
+/* Run `pass` (T tokens, a constant once inlined) over the tokens: 4, 2, then 1 at a time. */
+#define DOT4XN_DRIVER(name, pass)                                                         \
+    static void KERNEL(name)(int64_t n, const void *w, size_t row_bytes, const void *a,    \
+                             size_t a_stride, int n_tok, float *out, size_t out_stride) { \
+        const uint8_t *at = (const uint8_t *)a;                                           \
+        int t = 0;                                                                        \
+        for (; t + 4 <= n_tok; t += 4)                                                    \
+            pass(n, w, row_bytes, at + t * a_stride, a_stride, 4, out + t * out_stride, out_stride); \
+        if (t + 2 <= n_tok) {                                                             \
+            pass(n, w, row_bytes, at + t * a_stride, a_stride, 2, out + t * out_stride, out_stride); \
+            t += 2;                                                                       \
+        }                                                                                 \
+        if (t < n_tok)                                                                    \
+            pass(n, w, row_bytes, at + t * a_stride, a_stride, 1, out + t * out_stride, out_stride); \
+    }
+
+/* The int32 sums of four rows' 8-lane block dots, one lane per row. */
+static inline __m128i block_sums4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* Formats whose value is (unsigned byte - c) * d: each block's integer dot (the
+ * offset -c * sum(y) folded in) is kept exact and scaled once, per row and token
+ * acc = fma(float(sum_i (u_i - c) y_i), d_w d_y, acc) over the blocks in order (four
+ * rows in one vector, see block_sums4); vec_dot_rx8_offset below does the same with
+ * the tokens in the lanes. */
+#define DOT4XN_OFFSET_KERNEL(name, block_type, unpack, c)                                 \
+    X86_ALWAYS_INLINE void KERNEL(name##_pass)(int64_t n, const void *w, size_t row_bytes, \
+                                               const uint8_t *a, size_t a_stride, const int T, \
+                                               float *out, size_t out_stride) {           \
+        const uint8_t *x = (const uint8_t *)w;                                            \
+        __m128 acc[4];                                                                    \
+        for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps();                            \
+        for (int64_t b = 0; b < n / 32; b++, x += sizeof(block_type)) {                   \
+            __m256i u[4];                                                                 \
+            for (int k = 0; k < 4; k++) u[k] = unpack((const block_type *)(x + k * row_bytes)); \
+            const __m128 dx = load_half_x4(x, row_bytes);                                 \
+            for (int t = 0; t < T; t++) {                                                 \
+                const block_q8_0 *y = (const block_q8_0 *)(a + t * a_stride) + b;         \
+                const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);            \
+                const __m256i offset = minus_sum_times(c, yv);                            \
+                const __m128i sums = block_sums4(dot_u8s8(offset, u[0], yv), dot_u8s8(offset, u[1], yv), \
+                                                 dot_u8s8(offset, u[2], yv), dot_u8s8(offset, u[3], yv)); \
+                acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(dx, _mm_set1_ps(half_to_float(y->d))), \
+                                      acc[t]);                                            \
+            }                                                                             \
+        }                                                                                 \
+        for (int t = 0; t < T; t++) _mm_storeu_ps(out + t * out_stride, acc[t]);          \
+    }                                                                                     \
+    DOT4XN_DRIVER(name, KERNEL(name##_pass))
+
+DOT4XN_OFFSET_KERNEL(vec_dot_4xn_q4_0_q8_0, block_q4_0, UNPACK_Q4_0, 8)
+DOT4XN_OFFSET_KERNEL(vec_dot_4xn_q5_0_q8_0, block_q5_0, unpack_q5_0_unsigned, 16)
+#if X86_VNNI
+DOT4XN_OFFSET_KERNEL(vec_dot_4xn_q8_0_q8_0, block_q8_0, UNPACK_Q8_0_FLIPPED, 128)
+#else
+/* vec_dot_4's dot_s8s8(x, y) with |x| taken once per weight block for all the
+ * tokens (x may be -128 in a file: |x| is then 128 as an unsigned byte, as there). */
+X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q8_0_q8_0_pass)(int64_t n, const void *w, size_t row_bytes,
+                                                          const uint8_t *a, size_t a_stride, const int T,
+                                                          float *out, size_t out_stride) {
+    const uint8_t *x = (const uint8_t *)w;
+    __m256 acc[4][4];
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK8_0; b++, x += sizeof(block_q8_0)) {
+        __m256i xk[4], ax[4];
+        for (int k = 0; k < 4; k++) {
+            xk[k] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + k * row_bytes))->qs);
+            ax[k] = _mm256_sign_epi8(xk[k], xk[k]);
+        }
+        const __m128 dx = load_half_x4(x, row_bytes);
+        for (int t = 0; t < T; t++) {
+            const block_q8_0 *y = (const block_q8_0 *)(a + t * a_stride) + b;
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
+            float sc[4];
+            _mm_storeu_ps(sc, _mm_mul_ps(dx, _mm_set1_ps(half_to_float(y->d))));
+            for (int k = 0; k < 4; k++)
+                acc[t][k] = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(dot_u8s8(_mm256_setzero_si256(), ax[k], _mm256_sign_epi8(yv, xk[k]))),
+                    _mm256_broadcast_ss(&sc[k]), acc[t][k]);
+        }
+    }
+    for (int t = 0; t < T; t++) store_hsum4(out + t * out_stride, acc[t]);
+}
+DOT4XN_DRIVER(vec_dot_4xn_q8_0_q8_0, KERNEL(vec_dot_4xn_q8_0_q8_0_pass))
+#endif
+
+/* Q4_1 keeps each block's integer dot exact and scales it once: per row and token,
+ * acc = fma(float(sum_i u_i y_i), d_w d_y, acc) and mins = fma(m_w, s_y, mins) over
+ * the blocks in order, then acc + mins.  (Four rows share one vector: the block sums
+ * of four rows are reduced with three hadds, instead of one fma per row in 8 lanes.)
+ * vec_dot_rx8_q4_1_q8_1 below computes the same operations with the tokens in the
+ * lanes, so the two give the same bits for any batch. */
+
+X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q4_1_q8_1_pass)(int64_t n, const void *w, size_t row_bytes,
+                                                          const uint8_t *a, size_t a_stride, const int T,
+                                                          float *out, size_t out_stride) {
+    const uint8_t *x = (const uint8_t *)w;
+    __m128 acc[4], mins[4];
+    for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps(), mins[t] = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / QK4_1; b++, x += sizeof(block_q4_1)) {
+        __m256i u[4];
+        for (int k = 0; k < 4; k++) u[k] = unpack_nibbles(((const block_q4_1 *)(x + k * row_bytes))->qs);
+        const __m256 dm = _mm256_cvtph_ps(load_u32_x4(x, row_bytes));   /* d0 m0 d1 m1 ... */
+        const __m256 even_odd = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+        const __m128 d4 = _mm256_castps256_ps128(even_odd), m4 = _mm256_extractf128_ps(even_odd, 1);
+        for (int t = 0; t < T; t++) {
+            const block_q8_1 *y = (const block_q8_1 *)(a + t * a_stride) + b;
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
+            const __m128i sums = block_sums4(dot_u8s8(_mm256_setzero_si256(), u[0], yv),
+                                             dot_u8s8(_mm256_setzero_si256(), u[1], yv),
+                                             dot_u8s8(_mm256_setzero_si256(), u[2], yv),
+                                             dot_u8s8(_mm256_setzero_si256(), u[3], yv));
+            acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(d4, _mm_set1_ps(half_to_float(y->d))), acc[t]);
+            mins[t] = _mm_fmadd_ps(m4, _mm_set1_ps(half_to_float(y->s)), mins[t]);
+        }
+    }
+    for (int t = 0; t < T; t++) _mm_storeu_ps(out + t * out_stride, _mm_add_ps(acc[t], mins[t]));
+}
+DOT4XN_DRIVER(vec_dot_4xn_q4_1_q8_1, KERNEL(vec_dot_4xn_q4_1_q8_1_pass))
+
+/* Eight tokens in the eight 32-bit lanes, any number of rows: the activations of
+ * each block are transposed once per call (lane t of group g = bytes 4g..4g+3 of
+ * token t), then a weight row's four bytes of a group are broadcast to the lanes,
+ * so one vpmaddubsw serves eight tokens, the int16 products of a whole block are
+ * summed before one vpmaddwd (16 products of nibble <= 15 and |y| <= 128 stay below
+ * 2^15), and a block costs one cvt and two fmas for eight tokens.  Same operations
+ * per (row, token) as vec_dot_4xn_q4_1_q8_1, so the same bits. */
+static inline void transpose8_epi32(const __m256i r[8], __m256i out[8]) {
+    __m256i t[8], q[8];
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm256_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm256_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+    }
+    for (int k = 0; k < 2; k++) {   /* rows 4k..4k+3: groups 0 4, 1 5, 2 6, 3 7 */
+        q[4 * k + 0] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+        q[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+        q[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+        q[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+    }
+    for (int g = 0; g < 4; g++) {
+        out[g] = _mm256_permute2x128_si256(q[g], q[4 + g], 0x20);
+        out[4 + g] = _mm256_permute2x128_si256(q[g], q[4 + g], 0x31);
+    }
+}
+
+#define RX8_PREFETCH_ROWS 16
+
+/* The activations of eight Q8_0 tokens, transposed for the rx8 kernels: block b's
+ * group g (bytes 4g..4g+3) of token t in lane t of ys[b][g], the scales d_t in dy[b],
+ * and -c * sum(y_t) in neg_sum[b] (exact, as minus_sum_times gives it per lane). */
+static void transpose_q8_0_x8(const void *a, size_t a_stride, int64_t nb, int c, __m256i (*ys)[8],
+                              __m256 *dy, __m256i *neg_sum) {
+    const __m256i cs = _mm256_set1_epi8((char)c);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i r[8];
+        uint16_t hd[8];
+        for (int t = 0; t < 8; t++) {
+            const block_q8_0 *y = (const block_q8_0 *)((const uint8_t *)a + t * a_stride) + b;
+            r[t] = _mm256_loadu_si256((const __m256i *)y->qs);
+            hd[t] = y->d;
+        }
+        transpose8_epi32(r, ys[b]);
+        __m256i sum = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g++) sum = dot_u8s8(sum, cs, ys[b][g]);
+        neg_sum[b] = _mm256_sub_epi32(_mm256_setzero_si256(), sum);
+        dy[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)hd));
+    }
+}
+
+/* Eight tokens in the lanes (as vec_dot_rx8_q4_1_q8_1) for the offset formats: groups
+ * 0..3 and 4..7 are summed in int16 apart (u <= 31: four vpmaddubsw pairs stay below
+ * 2^15), then widened and added to -c * sum(y): the exact block dot of
+ * vec_dot_4xn's offset kernels, scaled the same way. */
+#define RX8_OFFSET_KERNEL(name, block_type, weight_groups, c)                               \
+    static void KERNEL(name)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,       \
+                             const void *a, size_t a_stride, float *out, size_t out_stride) { \
+        const int64_t nb = n / 32;                                                          \
+        __m256i ys[INFER_DOT_RX8_MAX_N / 32][8], neg_sum[INFER_DOT_RX8_MAX_N / 32];         \
+        __m256 dy[INFER_DOT_RX8_MAX_N / 32];                                                \
+        transpose_q8_0_x8(a, a_stride, nb, c, ys, dy, neg_sum);                             \
+        const __m256i ones = _mm256_set1_epi16(1);                                          \
+        for (int64_t row = 0; row < n_rows; row++) {                                        \
+            const block_type *x = (const block_type *)((const uint8_t *)w + row * row_bytes); \
+            if (row + RX8_PREFETCH_ROWS < n_rows)                                           \
+                for (size_t off = 0; off < row_bytes; off += 64)                            \
+                    _mm_prefetch((const char *)x + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA); \
+            __m256 acc = _mm256_setzero_ps();                                               \
+            for (int64_t b = 0; b < nb; b++) {                                              \
+                __m256i wg[8];                                                              \
+                weight_groups(&x[b], wg);                                                   \
+                __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();           \
+                for (int g = 0; g < 4; g++) {                                               \
+                    lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(wg[g], ys[b][g]));       \
+                    hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(wg[4 + g], ys[b][4 + g])); \
+                }                                                                           \
+                const __m256i sums = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(lo, ones), \
+                                                                       _mm256_madd_epi16(hi, ones)), \
+                                                      neg_sum[b]);                          \
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums),                             \
+                                      _mm256_mul_ps(_mm256_set1_ps(half_to_float(x[b].d)), dy[b]), acc); \
+            }                                                                               \
+            float res[8];                                                                   \
+            _mm256_storeu_ps(res, acc);                                                     \
+            for (int t = 0; t < 8; t++) out[t * out_stride + row] = res[t];                 \
+        }                                                                                   \
+    }
+
+/* Group g of a block's unsigned weight bytes broadcast to all eight lanes. */
+static inline void q4_0_groups(const block_q4_0 *blk, __m256i wg[8]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int g = 0; g < 4; g++) {
+        const __m256i v = _mm256_set1_epi32(load_u32(blk->qs + 4 * g));
+        wg[g] = _mm256_and_si256(v, low4);                            /* elements 4g.. */
+        wg[4 + g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);  /* elements 16+4g.. */
+    }
+}
+
+static inline void q5_0_groups(const block_q5_0 *blk, __m256i wg[8]) {
+    const __m256i u = unpack_q5_0_unsigned(blk);
+    for (int g = 0; g < 8; g++) wg[g] = _mm256_permutevar8x32_epi32(u, _mm256_set1_epi32(g));
+}
+
+RX8_OFFSET_KERNEL(vec_dot_rx8_q4_0_q8_0, block_q4_0, q4_0_groups, 8)
+RX8_OFFSET_KERNEL(vec_dot_rx8_q5_0_q8_0, block_q5_0, q5_0_groups, 16)
+
+static void KERNEL(vec_dot_rx8_q4_1_q8_1)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
+                                          const void *a, size_t a_stride, float *out, size_t out_stride) {
+    const int64_t nb = n / QK4_1;
+    __m256i ys[INFER_DOT_RX8_MAX_N / QK4_1][8];
+    __m256 dy[INFER_DOT_RX8_MAX_N / QK4_1], sy[INFER_DOT_RX8_MAX_N / QK4_1];
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i r[8];
+        uint16_t hd[8], hs[8];
+        for (int t = 0; t < 8; t++) {
+            const block_q8_1 *y = (const block_q8_1 *)((const uint8_t *)a + t * a_stride) + b;
+            r[t] = _mm256_loadu_si256((const __m256i *)y->qs);
+            hd[t] = y->d;
+            hs[t] = y->s;
+        }
+        transpose8_epi32(r, ys[b]);
+        dy[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)hd));
+        sy[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)hs));
+    }
+    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    for (int64_t row = 0; row < n_rows; row++) {
+        const block_q4_1 *x = (const block_q4_1 *)((const uint8_t *)w + row * row_bytes);
+        if (row + RX8_PREFETCH_ROWS < n_rows)   /* as the mat-mul driver does for its rows */
+            for (size_t off = 0; off < row_bytes; off += 64)
+                _mm_prefetch((const char *)x + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA);
+        __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            __m256i p = _mm256_setzero_si256();
+            for (int g = 0; g < 4; g++) {
+                const __m256i v = _mm256_set1_epi32(load_u32(x[b].qs + 4 * g));
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(v, low4), ys[b][g]));
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4),
+                                                             ys[b][4 + g]));
+            }
+            const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+            acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(_mm256_set1_ps(half_to_float(x[b].d)), dy[b]), acc);
+            mins = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(x[b].m)), sy[b], mins);
+        }
+        float res[8];
+        _mm256_storeu_ps(res, _mm256_add_ps(acc, mins));
+        for (int t = 0; t < 8; t++) out[t * out_stride + row] = res[t];
+    }
+}
+
 /* Float rows: 4 accumulators of 8 lanes, then a scalar tail. */
 #define FLOAT_DOT(name, load_w, scalar_w)                                              \
     static float KERNEL(name)(int64_t n, const void *w, const void *a) {              \
@@ -646,6 +934,15 @@ static void KERNEL(fill_quants_x86)(infer_kernel_table *t) {
 #if X86_VNNI
     t->vec_dot_4x4[INFER_TYPE_Q8_0] = KERNEL(vec_dot_4x4_q8_0_q8_0);
 #endif
+
+    t->vec_dot_4xn[INFER_TYPE_Q4_0] = KERNEL(vec_dot_4xn_q4_0_q8_0);
+    t->vec_dot_4xn[INFER_TYPE_Q4_1] = KERNEL(vec_dot_4xn_q4_1_q8_1);
+    t->vec_dot_4xn[INFER_TYPE_Q5_0] = KERNEL(vec_dot_4xn_q5_0_q8_0);
+    t->vec_dot_4xn[INFER_TYPE_Q8_0] = KERNEL(vec_dot_4xn_q8_0_q8_0);
+
+    t->vec_dot_rx8[INFER_TYPE_Q4_0] = KERNEL(vec_dot_rx8_q4_0_q8_0);
+    t->vec_dot_rx8[INFER_TYPE_Q4_1] = KERNEL(vec_dot_rx8_q4_1_q8_1);
+    t->vec_dot_rx8[INFER_TYPE_Q5_0] = KERNEL(vec_dot_rx8_q5_0_q8_0);
 }
 
 #endif

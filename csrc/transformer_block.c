@@ -18,6 +18,14 @@
 #include <string.h>
 
 #define ROPE_SLOTS 2   /* angle sets kept per step (Gemma: local and global layers) */
+/* Flash-decoding: a sequence's attention over at least ATTN_SPLIT_MIN positions is
+ * split in ATTN_SPLITS position ranges, each a chunk of its own, then merged by
+ * their softmax maxima and sums, so that the threads share the work even when
+ * there are fewer KV heads than threads (SmolLM2: 3 KV heads on 2 threads).  The
+ * split depends only on the sequence's own span, never on the batch or the thread
+ * count, so results do not either. */
+#define ATTN_SPLITS 2
+#define ATTN_SPLIT_MIN 512
 
 typedef struct {
     const infer_block_model *m;
@@ -30,6 +38,7 @@ typedef struct {
     int slot_layout[ROPE_SLOTS], slot_dims[ROPE_SLOTS];
     float slot_factor[ROPE_SLOTS];
     int next_slot;
+    int attn_splits;            /* ATTN_SPLITS if the partial results fit s->gate and s->up, else 1 */
     infer_decode_job staging;   /* the leader sets up the next job here */
 } decode_ctx;
 
@@ -79,20 +88,44 @@ static int rope_slot(decode_ctx *d, const infer_block_layer *L) {
 /* Sequence b's KV head h and its query heads: q norm and RoPE on copies of the
  * queries (a chunk may be computed twice, so it leaves s->q alone), then
  * attention over the layer's window, each cache row read once for all. */
+/* Positions [lo, hi] of sequence sq's span in layer L, for part `part` of its split. */
+static int attention_range(const decode_ctx *d, const infer_block_layer *L, const infer_block_seq *sq,
+                           int part, int64_t *lo, int64_t *hi) {
+    const int64_t first = L->window > 0 && sq->pos - L->window + 1 > 0 ? sq->pos - L->window + 1 : 0;
+    const int64_t span = sq->pos - first + 1;
+    if (span < ATTN_SPLIT_MIN || d->attn_splits == 1) {
+        *lo = first, *hi = sq->pos;
+        return part == 0;
+    }
+    const int64_t per = (span + d->attn_splits - 1) / d->attn_splits;
+    *lo = first + part * per;
+    *hi = *lo + per - 1 < sq->pos ? *lo + per - 1 : sq->pos;
+    return *lo <= *hi;
+}
+
 static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int64_t c, float *scratch) {
     const infer_block_model *m = d->m;
     const infer_block_layer *L = &m->layers[j->layer];
+    const int part = (int)(c % d->attn_splits);
+    c /= d->attn_splits;
     const int b = (int)(c / m->n_kv_heads), kvh = (int)(c % m->n_kv_heads);
     const infer_block_seq *sq = &d->seqs[b];
+    /* scratch: the group's outputs, then (max, sum) per query for the merge */
+    float *ml = scratch + (size_t)(m->n_heads / m->n_kv_heads) * m->head_dim;
     const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
     const size_t kv_elt = sq->kv_f16 ? sizeof(infer_half) : sizeof(float);
     const size_t layer_off = (size_t)j->layer * m->n_kv_heads * sq->n_ctx * hd;
     const size_t head_off = (layer_off + (size_t)kvh * sq->n_ctx * hd) * kv_elt;
-    const int64_t lo_pos = L->window > 0 && sq->pos - L->window + 1 > 0 ? sq->pos - L->window + 1 : 0;
+    int64_t lo_pos, hi_pos;
+    if (!attention_range(d, L, sq, part, &lo_pos, &hi_pos)) {   /* an empty part: weight 0 */
+        for (int u = 0; u < group; u++) ml[2 * u] = -INFINITY, ml[2 * u + 1] = 0.0f;
+        memset(scratch, 0, (size_t)group * hd * sizeof(float));
+        return;
+    }
     const float *qsrc = d->s->q + (size_t)b * m->n_heads * hd + (size_t)kvh * group * hd;
     const float *cs = j->rope_cs ? j->rope_cs + (size_t)b * 2 * hd : NULL;
     const infer_attn_block_fn attn = sq->kv_f16 ? d->kt->attn_block_f16 : d->kt->attn_block_f32;
-    float *qcopy = scratch + (size_t)group * hd;
+    float *qcopy = ml + 2 * group;
     const float *qs[INFER_ATTN_MAX_Q];
     float *outs[INFER_ATTN_MAX_Q];
     int64_t lo[INFER_ATTN_MAX_Q], hi[INFER_ATTN_MAX_Q];
@@ -109,10 +142,10 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
             qs[u] = q;
             outs[u] = scratch + g;
             lo[u] = lo_pos;
-            hi[u] = sq->pos;
+            hi[u] = hi_pos;
         }
         attn(n_q, qs, outs, lo, hi, (const char *)sq->k_cache + head_off,
-             (const char *)sq->v_cache + head_off, hd, m->attn_scale, m->attn_softcap, NULL);
+             (const char *)sq->v_cache + head_off, hd, m->attn_scale, m->attn_softcap, ml + 2 * g0);
     }
 }
 
@@ -146,7 +179,11 @@ static void copy_chunk(void *ctx, const void *job, int64_t c, const float *scrat
     const decode_ctx *d = (const decode_ctx *)ctx;
     const infer_decode_job *j = (const infer_decode_job *)job;
     int64_t lo, hi;
-    if (j->kind != INFER_JOB_HEAD) {
+    if (j->kind == INFER_JOB_ATTENTION) {
+        const int64_t n_out = j->chunk_rows, n_ml = 2 * (d->m->n_heads / d->m->n_kv_heads);
+        memcpy(j->outs[0] + (size_t)c * n_out, scratch, (size_t)n_out * sizeof(float));
+        memcpy(j->outs[1] + (size_t)c * n_ml, scratch + n_out, (size_t)n_ml * sizeof(float));
+    } else if (j->kind != INFER_JOB_HEAD) {
         infer_decode_copy_chunk(ctx, job, c, scratch);
     } else if (infer_decode_chunk_part(j, c, 0, &lo, &hi)) {
         /* each sequence's logits are its own buffer */
@@ -181,6 +218,39 @@ static void run_matrix_job(decode_ctx *d, infer_decode_team *team, int kind, con
     /* a gate/up chunk holds the gate and the up rows of every token */
     infer_decode_matrix_job(j, kind, gate_up ? 1 : n_mats, B, team->nth, (gate_up ? 2 : 1) * (int64_t)B);
     infer_decode_run_rows(team, j);
+}
+
+/* s->att from the attention parts in s->gate (outputs) and s->up (max, sum per
+ * query): out = sum_p w_p out_p / sum_p w_p with w_p = l_p exp(m_p - max_p m_p),
+ * parts in order.  With one part this is a copy. */
+static void merge_attention(const decode_ctx *d) {
+    const infer_block_model *m = d->m;
+    const int group = m->n_heads / m->n_kv_heads, hd = m->head_dim, S = d->attn_splits;
+    const int64_t n_out = (int64_t)group * hd;
+    for (int b = 0; b < d->n_seqs; b++)
+        for (int kvh = 0; kvh < m->n_kv_heads; kvh++) {
+            const int64_t c0 = ((int64_t)b * m->n_kv_heads + kvh) * S;
+            for (int u = 0; u < group; u++) {
+                float *dst = d->s->att + ((size_t)b * m->n_heads + (size_t)kvh * group + u) * hd;
+                const float *ml0 = d->s->up + c0 * 2 * group + 2 * u;
+                if (S == 1 || ml0[2 * group + 1] == 0.0f) {   /* one part (or the others empty) */
+                    memcpy(dst, d->s->gate + c0 * n_out + (int64_t)u * hd, (size_t)hd * sizeof(float));
+                    continue;
+                }
+                float mx = -INFINITY, w[ATTN_SPLITS], total = 0.0f;
+                for (int p = 0; p < S; p++) mx = ml0[p * 2 * group] > mx ? ml0[p * 2 * group] : mx;
+                for (int p = 0; p < S; p++) {
+                    const float l = ml0[p * 2 * group + 1];
+                    w[p] = l > 0.0f ? l * expf(ml0[p * 2 * group] - mx) : 0.0f;
+                    total += w[p];
+                }
+                for (int i = 0; i < hd; i++) {
+                    float acc = 0.0f;
+                    for (int p = 0; p < S; p++) acc += w[p] * d->s->gate[(c0 + p) * n_out + (int64_t)u * hd + i];
+                    dst[i] = acc / total;
+                }
+            }
+        }
 }
 
 /* The leader's walk through the model (thread 0). */
@@ -231,11 +301,13 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
             infer_kv_store(v, (char *)sq->v_cache + layer_off, kv_type, 1, m->n_kv_heads, hd, sq->n_ctx, sq->pos);
         }
         j->kind = INFER_JOB_ATTENTION;   /* q norm and RoPE happen in the attention chunks */
-        j->outs[0] = s->att;
+        j->outs[0] = s->gate;            /* the parts, merged into s->att below */
+        j->outs[1] = s->up;
         j->chunk_rows = (int64_t)(m->n_heads / m->n_kv_heads) * hd;   /* floats per KV head */
         j->layer = l;
         j->rope_cs = slot >= 0 ? angles_of(d, slot, 0) : NULL;
-        infer_team_job(team, j, (int64_t)B * m->n_kv_heads);
+        infer_team_job(team, j, (int64_t)B * m->n_kv_heads * d->attn_splits);
+        merge_attention(d);
 
         j->mats[0] = &L->wo; j->outs[0] = s->h; j->out_stride[0] = dim;
         run_matrix_job(d, team, INFER_JOB_MATMUL, s->att, q_dim, 1);
@@ -272,7 +344,7 @@ int infer_block_check_model(const infer_block_model *m) {
         return -2;
     const int hd = m->head_dim;
     if (hd < 2 || hd % 2 || hd > INFER_ATTN_MAX_HEAD_DIM || m->n_heads % m->n_kv_heads ||
-        2 * (int64_t)(m->n_heads / m->n_kv_heads) * hd > INFER_TEAM_SCRATCH_FLOATS ||
+        2 * (int64_t)(m->n_heads / m->n_kv_heads) * (hd + 1) > INFER_TEAM_SCRATCH_FLOATS ||
         !(m->attn_softcap >= 0.0f) || !(m->final_softcap >= 0.0f) || !(m->rms_eps >= 0.0f))
         return -2;
     const int64_t q_dim = (int64_t)m->n_heads * hd, kv_dim = (int64_t)m->n_kv_heads * hd;
@@ -328,6 +400,11 @@ int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
     d.seqs = seqs;
     d.n_seqs = n_seqs;
     d.kt = infer_kernels();
+    /* parts of a whole batch: outputs in gate, (max, sum) pairs in up, both max_batch x ffn_dim */
+    const int64_t q_dim = (int64_t)m->n_heads * m->head_dim;
+    d.attn_splits = ATTN_SPLITS * q_dim <= m->ffn_dim && ATTN_SPLITS * 2 * (int64_t)m->n_heads <= m->ffn_dim &&
+                            (int64_t)INFER_BLOCK_MAX_BATCH * m->n_kv_heads * ATTN_SPLITS <= INFER_TEAM_MAX_CHUNKS
+                        ? ATTN_SPLITS : 1;
     infer_decode_team team;
     infer_team_run(&team, &d, decode_leader, compute_chunk, copy_chunk, sizeof(infer_decode_job));
     return 0;

@@ -211,14 +211,25 @@ def test_greedy_is_deterministic_across_thread_counts(factual):
 
 def test_greedy_continuation_is_the_references(factual, reference, tokenizer):
     """The reference's own greedy decode gives the variant's tokens: at every generated
-    position the reference's argmax (given the same history) is the variant's token."""
+    position (given the same history) the reference's argmax is the variant's token
+    where the reference's best two are >= MARGIN apart, and at a near tie the variant's
+    token is one of the reference's near-best (within MARGIN of its best), the rule of
+    the module docstring.  (This prompt has two: the reference's margins at tokens 1
+    and 2 are 0.024 and 0.046, against ~0.1-0.3 of Q8 activation noise, so a kernel
+    that only reorders float sums flips them.)"""
     ids, one = factual[0], factual[1]
     ref = reference["factual"]
+    decided = 0
     for j, tok in enumerate(one):
         pos = len(ids) - 1 + j  # the logits that chose token j
-        assert int(np.argmax(ref[pos])) == tok, \
-            f"token {j}: variant {tok!r}, reference {int(np.argmax(ref[pos]))} " \
-            f"({tokenizer.decode(one)!r})"
+        best = int(np.argmax(ref[pos]))
+        where = f"token {j}: variant {tok!r}, reference {best} ({tokenizer.decode(one)!r})"
+        if margin(ref[pos]) >= MARGIN:
+            assert best == tok, where
+            decided += 1
+        else:
+            assert ref[pos][tok] >= ref[pos][best] - MARGIN, where
+    assert decided >= len(one) // 2  # most of the continuation is no tie
 
 
 # ---- the same model in F32: no activation quantization ------------------------------

@@ -188,6 +188,29 @@ def test_fused_step_matches_reference_and_python_block(tiny, isa, kv_type):
     np.testing.assert_allclose(fused, python, rtol=0, atol=1e-4 * np.abs(python).max())
 
 
+def test_fused_step_splits_long_attention(isa):
+    """From 512 positions on, the fused step splits a sequence's attention in two
+    position ranges and merges them by their softmax maxima and sums (csrc
+    transformer_block.c, flash-decoding); its logits still match the Python block's,
+    which attends in one pass, and a batch still gives each sequence its own logits.
+    (ffn_dim 192 leaves room for the parts; layer 0's window of 5 is never split.)"""
+    spec = replace(EVERYTHING, ffn_dim=192, max_seq_len=1024)
+    engine, _ = tiny_engine(spec, seed=5)
+    rng = np.random.default_rng(11)
+    prompt = [int(t) for t in rng.integers(0, VOCAB, 600)]
+    fused, python = (engine.create_context(n_ctx=700, kv_type="f32") for _ in range(2))
+    python.fused_decode = False
+    for c in (fused, python):
+        c.prefill(prompt)
+    for t in rng.integers(0, VOCAB, 4):
+        fused.prefill([int(t)])
+        python.prefill([int(t)])
+        np.testing.assert_allclose(fused.logits, python.logits, rtol=0,
+                                   atol=1e-4 * np.abs(python.logits).max())
+    # spans on both sides of 512 in one batch
+    check_batch_equals_singles(engine, [prompt[:505], prompt[:530], prompt[:9]], steps=12, n_ctx=700)
+
+
 # ---- batched decode ------------------------------------------------------------------
 
 def check_batch_equals_singles(engine, prompts, steps, n_ctx=32, rtol=1e-4):

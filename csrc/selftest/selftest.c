@@ -31,8 +31,8 @@
  * infer_kernel_table must get its check here too, or it would go untested. */
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(infer_kernel_table) ==
-                   offsetof(infer_kernel_table, vec_dot_4x4) +
-                       sizeof(infer_vec_dot_4x4_fn[INFER_TYPE_COUNT]),
+                   offsetof(infer_kernel_table, vec_dot_rx8) +
+                       sizeof(infer_vec_dot_rx8_fn[INFER_TYPE_COUNT]),
                "infer_kernel_table has a field the self-test does not check");
 #endif
 
@@ -495,6 +495,137 @@ static void check_vec_dot_4x4(const infer_kernel_table *ref, const infer_kernel_
     }
 }
 
+/* vec_dot_4xn (optional): four weight rows against n_tok = 1..INFER_DOT_4XN_MAX
+ * activation rows.  Two references: the scalar vec_dot (tolerance as vec_dot's), and
+ * the kernel itself with one token, which every result must equal bit for bit: that
+ * is what lets a batched decode step give each sequence the logits it gets alone.  Layout as vec_dot_4x4's check (spaced rows, out_stride 5),
+ * and outputs of tokens past n_tok must stay untouched. */
+static void check_vec_dot_4xn(const infer_kernel_table *ref, const infer_kernel_table *simd, int t) {
+    if (!OVERRIDES(vec_dot_4xn[t])) return;
+    int at = infer_type_vec_dot_type(t);
+    if (at < 0 || !has_reference(ref->vec_dot[t] != NULL, "vec_dot_4xn", t)) return;
+    const int max_tok = INFER_DOT_4XN_MAX;
+    int bs = infer_type_block_size(t);
+    for (int c = 0; c < N_BLOCK_COUNTS; c++) {
+        int64_t n = (int64_t)BLOCK_COUNTS[c] * (bs > 1 ? bs : 32);
+        size_t stride = row_bytes(t, n) + infer_type_block_bytes(t) * (bs > 1 ? 1 : 4);
+        size_t a_stride = row_bytes(at, n) + infer_type_block_bytes(at) * (infer_type_block_size(at) > 1 ? 1 : 4);
+        uint8_t *w0 = malloc(4 * stride + 1), *a0 = malloc((size_t)max_tok * a_stride + 1), *w_base, *a_base;
+        if (!w0 || !a0) abort();
+        for (int k = 0; k < 4; k++)
+            if (!make_input(ref, t, w0 + k * stride, n, 1)) {
+                report(0, "vec_dot_4xn", t, n, "cannot generate inputs (no scalar quantizer)", 0, 0, -1);
+                free(w0); free(a0);
+                return;
+            }
+        for (int k = 0; k < max_tok; k++)
+            if (!make_input(ref, at, a0 + k * a_stride, n, 0)) {
+                report(0, "vec_dot_4xn", t, n, "cannot generate inputs (no scalar quantizer)", 0, 0, -1);
+                free(w0); free(a0);
+                return;
+            }
+        const uint8_t *w = misaligned_copy(w0, 4 * stride, &w_base, row_align(t));
+        const uint8_t *a = misaligned_copy(a0, (size_t)max_tok * a_stride, &a_base, row_align(at));
+        int ok = 1;
+        for (int n_tok = 1; n_tok <= max_tok && ok; n_tok++) {
+            const float sentinel = -12345.0f;
+            float got[INFER_DOT_4XN_MAX * 5];
+            for (int i = 0; i < max_tok * 5; i++) got[i] = sentinel;
+            simd->vec_dot_4xn[t](n, w, stride, a, a_stride, n_tok, got, 5);
+            for (int tok = 0; tok < max_tok && ok; tok++) {
+                float alone[4];
+                const uint8_t *ar = a + tok * a_stride;
+                if (tok >= n_tok) {
+                    for (int k = 0; k < 5 && ok; k++) ok = got[tok * 5 + k] == sentinel;
+                    if (!ok) report(0, "vec_dot_4xn", t, n, "wrote outputs of a token past n_tok", 0, 0, -1);
+                    continue;
+                }
+                ok = got[tok * 5 + 4] == sentinel;
+                if (!ok) report(0, "vec_dot_4xn", t, n, "wrote past 4 outputs of a token", 0, 0, -1);
+                simd->vec_dot_4xn[t](n, w, stride, ar, a_stride, 1, alone, 1);
+                for (int k = 0; k < 4 && ok; k++) {
+                    const uint8_t *wr = w + k * stride;
+                    const float want = ref->vec_dot[t](n, wr, ar), v = got[tok * 5 + k];
+                    const double tol = 1e-5 * dot_magnitude(ref, t, at, wr, ar, n, fabs(want) * 8.0) + 1e-30;
+                    char where[64];
+                    if (!(fabs((double)v - want) <= tol)) {
+                        snprintf(where, sizeof where, "row %d token %d of %d", k, tok, n_tok);
+                        report(0, "vec_dot_4xn", t, n, where, v, want, tol);
+                        ok = 0;
+                    } else if (memcmp(&v, &alone[k], sizeof v) != 0) {
+                        snprintf(where, sizeof where, "row %d token %d of %d: not the one-token bits", k, tok, n_tok);
+                        report(0, "vec_dot_4xn", t, n, where, v, alone[k], 0);
+                        ok = 0;
+                    }
+                }
+            }
+        }
+        if (ok) report(1, "vec_dot_4xn", t, n, "", 0, 0, 0);
+        free(w0); free(a0); free(w_base); free(a_base);
+    }
+}
+
+/* vec_dot_rx8 (optional, with vec_dot_4xn): 8 weight rows against 8 activation rows.
+ * References as vec_dot_4xn's: the scalar vec_dot within tolerance, and the same
+ * table's vec_dot_4xn with one token (rows four at a time) bit for bit.  Output rows
+ * are 9 floats apart; the ninth must stay untouched. */
+static void check_vec_dot_rx8(const infer_kernel_table *ref, const infer_kernel_table *simd, int t) {
+    if (!OVERRIDES(vec_dot_rx8[t])) return;
+    int at = infer_type_vec_dot_type(t);
+    if (at < 0 || !has_reference(ref->vec_dot[t] != NULL, "vec_dot_rx8", t)) return;
+    if (!simd->vec_dot_4xn[t]) {
+        report(0, "vec_dot_rx8", t, 0, "set without vec_dot_4xn", 0, 0, -1);
+        return;
+    }
+    int bs = infer_type_block_size(t);
+    for (int c = 0; c < N_BLOCK_COUNTS; c++) {
+        int64_t n = (int64_t)BLOCK_COUNTS[c] * (bs > 1 ? bs : 32);
+        if (n > INFER_DOT_RX8_MAX_N) continue;
+        size_t stride = row_bytes(t, n) + infer_type_block_bytes(t) * (bs > 1 ? 1 : 4);
+        size_t a_stride = row_bytes(at, n) + infer_type_block_bytes(at) * (infer_type_block_size(at) > 1 ? 1 : 4);
+        uint8_t *w0 = malloc(8 * stride + 1), *a0 = malloc(8 * a_stride + 1), *w_base, *a_base;
+        if (!w0 || !a0) abort();
+        for (int k = 0; k < 8; k++)
+            if (!make_input(ref, t, w0 + k * stride, n, 1) || !make_input(ref, at, a0 + k * a_stride, n, 0)) {
+                report(0, "vec_dot_rx8", t, n, "cannot generate inputs (no scalar quantizer)", 0, 0, -1);
+                free(w0); free(a0);
+                return;
+            }
+        const uint8_t *w = misaligned_copy(w0, 8 * stride, &w_base, row_align(t));
+        const uint8_t *a = misaligned_copy(a0, 8 * a_stride, &a_base, row_align(at));
+        const float sentinel = -12345.0f;
+        float got[8 * 9];
+        for (int i = 0; i < 8 * 9; i++) got[i] = sentinel;
+        simd->vec_dot_rx8[t](n, w, stride, 8, a, a_stride, got, 9);
+        int ok = 1;
+        for (int tok = 0; tok < 8 && ok; tok++) {
+            const uint8_t *ar = a + tok * a_stride;
+            float alone[8];
+            simd->vec_dot_4xn[t](n, w, stride, ar, a_stride, 1, alone, 1);
+            simd->vec_dot_4xn[t](n, w + 4 * stride, stride, ar, a_stride, 1, alone + 4, 1);
+            ok = got[tok * 9 + 8] == sentinel;
+            if (!ok) report(0, "vec_dot_rx8", t, n, "wrote past 8 outputs of a token", 0, 0, -1);
+            for (int k = 0; k < 8 && ok; k++) {
+                const uint8_t *wr = w + k * stride;
+                const float want = ref->vec_dot[t](n, wr, ar), v = got[tok * 9 + k];
+                const double tol = 1e-5 * dot_magnitude(ref, t, at, wr, ar, n, fabs(want) * 8.0) + 1e-30;
+                char where[64];
+                if (!(fabs((double)v - want) <= tol)) {
+                    snprintf(where, sizeof where, "row %d token %d", k, tok);
+                    report(0, "vec_dot_rx8", t, n, where, v, want, tol);
+                    ok = 0;
+                } else if (memcmp(&v, &alone[k], sizeof v) != 0) {
+                    snprintf(where, sizeof where, "row %d token %d: not vec_dot_4xn's bits", k, tok);
+                    report(0, "vec_dot_rx8", t, n, where, v, alone[k], 0);
+                    ok = 0;
+                }
+            }
+        }
+        if (ok) report(1, "vec_dot_rx8", t, n, "", 0, 0, 0);
+        free(w0); free(a0); free(w_base); free(a_base);
+    }
+}
+
 /* ---- float ops ------------------------------------------------------------------ */
 static int compare_floats(const char *kernel, int64_t n, const float *got, const float *want,
                           double rtol, double atol) {
@@ -773,6 +904,15 @@ static void check_attention_block(const infer_kernel_table *ref, const infer_ker
                     ok = compare_floats(name, 1, &ml_got[2 * u], &ml_want[2 * u], 0.0, 1e-5 * smax + 1e-6) &&
                          compare_floats(name, 1, &ml_got[2 * u + 1], &ml_want[2 * u + 1], 1e-5, 0.0);
                 }
+                /* Each query alone gives its bits in the batch: its result may not
+                 * depend on the other queries' ranges (a prefill continuing a held
+                 * prefix must equal the same rows of one prefill). */
+                for (int64_t u = 0; ok && u < nq; u++) {
+                    float alone[INFER_ATTN_MAX_HEAD_DIM];
+                    float *ao = alone;
+                    a(1, &qp[u], &ao, &lo[u], &hi[u], k, v, d, sc, cap, NULL);
+                    ok = compare_floats(name, d, alone, gp[u], 0.0, 0.0);
+                }
                 if (ok) {
                     float *qq = (float *)misaligned_copy(q, qbytes, &qb, ALIGN_F32);
                     for (int64_t u = 0; u < nq; u++) {
@@ -993,6 +1133,8 @@ int main(int argc, char **argv) {
             check_vec_dot(ref, simd, t);
             check_vec_dot_4(ref, simd, t);
             check_vec_dot_4x4(ref, simd, t);
+            check_vec_dot_4xn(ref, simd, t);
+            check_vec_dot_rx8(ref, simd, t);
         }
         check_ops(ref, simd);
         check_rope(ref, simd);
