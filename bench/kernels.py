@@ -59,6 +59,7 @@ IQ_FORMATS = os.environ.get(
     "INFER_BENCH_IQ", "iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s,iq1_s,tq1_0,tq2_0").split(",")
 GGML_FORMATS = os.environ.get(
     "INFER_BENCH_GGML", ",".join(["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"] + IQ_FORMATS)).split(",")
+GGML_ROUNDS = 3
 MODEL_SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576)]
 
 
@@ -336,9 +337,14 @@ def bench_ggml(rng, isa):
             run_infer()
             # The same bytes in ggml's layout: the two must agree to float rounding.
             err = float(np.max(np.abs(out_infer - out_ggml)) / max(float(np.max(np.abs(out_ggml))), 1e-30))
-            q4_times[0].append(per_call(q4_infer))
-            q4_times[1].append(per_call(q4_ggml))
-            figures[fmt] = (w.nbytes, per_call(run_infer), per_call(run_ggml), err)
+            # Rounds that alternate the four: a noisy moment hits one round, the minimum skips it.
+            t_i = t_g = float("inf")
+            for _ in range(GGML_ROUNDS):
+                q4_times[0].append(per_call(q4_infer))
+                q4_times[1].append(per_call(q4_ggml))
+                t_i = min(t_i, per_call(run_infer))
+                t_g = min(t_g, per_call(run_ggml))
+            figures[fmt] = (w.nbytes, t_i, t_g, err)
     finally:
         ggml.close()
     q4_bytes = w_q4.nbytes
