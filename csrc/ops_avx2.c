@@ -228,6 +228,15 @@ static inline __m256 hsum8x8(const __m256 *s) {
     return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
+/* One horizontal sum added in hsum8x8's order, ((v0+v1)+(v2+v3)) + ((v4+v5)+(v6+v7)),
+ * so that a score is the same bits whichever pass computed it: a query's rows fall
+ * into blocks or the tail by the number of queries in its call (the batch size). */
+static inline float hsum8_as_8x8(__m256 v) {
+    __m256 h = _mm256_hadd_ps(v, v);
+    h = _mm256_hadd_ps(h, h);
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
 /* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant).
  * RB = 8 / UB rows per pass: eight accumulators (independent FMA chains) whatever
  * the number of queries, reduced together by one hadd tree. */
@@ -263,7 +272,7 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
             __m256 a0 = _mm256_setzero_ps();
             for (int64_t i = 0; i < d8; i += 8)
                 a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qs + u * d + i), kv_load8(k, r0 + i, f16), a0);
-            float s0 = hsum8(a0);
+            float s0 = hsum8_as_8x8(a0);
             for (int64_t i = d8; i < d; i++) s0 += qs[u * d + i] * kv_load1(k, r0 + i, f16);
             s[u * ATTN_CHUNK + j] = s0;
         }
@@ -309,21 +318,22 @@ static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, c
                 acc[u * d + i] += w[u * ATTN_CHUNK + j] * kv_load1(v, (p0 + j) * d + i, f16);
 }
 
+/* Every row goes through exp8 in lane j % 8 (a short last group padded with -inf,
+ * weight 0), so a query's weights and their sum are the same bits whatever nb the
+ * other queries of its call gave the chunk (the batch size). */
 static float attn_exp_sum(float *s, int64_t nb, float m) {
     const __m256 vm = _mm256_set1_ps(m);
     __m256 sum = _mm256_setzero_ps();
-    int64_t j = 0;
-    for (; j + 8 <= nb; j += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
-        _mm256_storeu_ps(s + j, e);
-        sum = _mm256_add_ps(sum, e);
+    for (int64_t j = 0; j < nb; j += 8) {
+        float pad[8];
+        const int n = nb - j < 8 ? (int)(nb - j) : 8;
+        for (int x = 0; x < 8; x++) pad[x] = x < n ? s[j + x] : -INFINITY;
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(pad), vm));
+        _mm256_storeu_ps(pad, e);
+        for (int x = 0; x < n; x++) s[j + x] = pad[x];
+        sum = _mm256_add_ps(sum, e);   /* padded lanes are exp(-inf) = 0 */
     }
-    float total = hsum8(sum);
-    for (; j < nb; j++) {
-        s[j] = s[j] == -INFINITY ? 0.0f : expf(s[j] - m);
-        total += s[j];
-    }
-    return total;
+    return hsum8(sum);
 }
 
 #define attn_rescale scale_avx2

@@ -183,6 +183,16 @@ static inline __m256 hsum16x8(const __m512 *s) {
     return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
+/* One horizontal sum added in hsum16x8's order (fold to 8 lanes, then
+ * ((f0+f1)+(f2+f3)) + ((f4+f5)+(f6+f7))): a score is the same bits in the tail as in
+ * a block of rows, whichever the batch size put it in. */
+static inline float hsum16_as_16x8(__m512 v) {
+    __m256 h = fold16(v);
+    h = _mm256_hadd_ps(h, h);
+    h = _mm256_hadd_ps(h, h);
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
 /* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant):
  * RB rows per pass so that at least eight accumulators are in flight. */
 static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, const void *k,
@@ -217,7 +227,7 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
                 a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, qs + u * d + i),
                                      kv_load16(k, r + i, mk, f16), a0);
             }
-            s[u * ATTN_CHUNK + j] = _mm512_reduce_add_ps(a0);
+            s[u * ATTN_CHUNK + j] = hsum16_as_16x8(a0);
         }
     }
 }

@@ -273,21 +273,22 @@ static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, c
                 acc[u * d + i] += w[u * ATTN_CHUNK + j] * kv_load1(v, (p0 + j) * d + i, f16);
 }
 
+/* Every row goes through exp4 in lane j % 4 (a short last group padded with -inf,
+ * weight 0), so a query's weights and their sum are the same bits whatever nb the
+ * other queries of its call gave the chunk (the batch size). */
 static float attn_exp_sum(float *s, int64_t nb, float m) {
     const float32x4_t vm = vdupq_n_f32(m);
     float32x4_t sum = vdupq_n_f32(0.0f);
-    int64_t j = 0;
-    for (; j + 4 <= nb; j += 4) {
-        const float32x4_t e = exp4(vsubq_f32(vld1q_f32(s + j), vm));
-        vst1q_f32(s + j, e);
-        sum = vaddq_f32(sum, e);
+    for (int64_t j = 0; j < nb; j += 4) {
+        float pad[4];
+        const int n = nb - j < 4 ? (int)(nb - j) : 4;
+        for (int x = 0; x < 4; x++) pad[x] = x < n ? s[j + x] : -INFINITY;
+        const float32x4_t e = exp4(vsubq_f32(vld1q_f32(pad), vm));
+        vst1q_f32(pad, e);
+        for (int x = 0; x < n; x++) s[j + x] = pad[x];
+        sum = vaddq_f32(sum, e);   /* padded lanes are exp(-inf) = 0 */
     }
-    float total = vaddvq_f32(sum);
-    for (; j < nb; j++) {
-        s[j] = s[j] == -INFINITY ? 0.0f : expf(s[j] - m);
-        total += s[j];
-    }
-    return total;
+    return vaddvq_f32(sum);
 }
 
 #define attn_rescale scale_neon

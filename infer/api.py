@@ -397,13 +397,19 @@ def _eager(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
     return chunks
 
 
+def _unparsed_calls(reply: Any) -> str:
+    """The text of the tool calls that did not parse (cut off by max_tokens, or
+    malformed): returned as content, as llama-server does, rather than dropped."""
+    return "".join(e.raw for e in reply.tool_call_errors)
+
+
 def _reply_message(reply: Any) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text + _unparsed_calls(reply)}
     if reply.thinking:
         message["reasoning_content"] = reply.thinking
     if reply.tool_calls:
         message["tool_calls"] = [c.to_openai() for c in reply.tool_calls]
-        message["content"] = reply.text or None
+        message["content"] = message["content"] or None
     return message
 
 
@@ -459,6 +465,8 @@ def _chat_chunks(model: Any, context: Any, run: Any, head: dict[str, Any],
                 pending, sent = [], 0
                 yield chunk(index, {"role": "assistant", "content": ""})
             if isinstance(item, Reply):
+                if item.tool_call_errors:
+                    yield chunk(index, {"content": _unparsed_calls(item)})
                 if item.tool_calls:
                     calls = [dict(c.to_openai(), index=j) for j, c in enumerate(item.tool_calls)]
                     yield chunk(index, {"tool_calls": calls})

@@ -106,6 +106,8 @@ class Context(ABC):
     """The state of one conversation: history, KV cache, logits, sampler."""
 
     def __init__(self, engine: Engine, n_ctx: int, sampler: Any = None) -> None:
+        if isinstance(n_ctx, (bool, np.bool_)) or not isinstance(n_ctx, (int, np.integer)):
+            raise TypeError(f"n_ctx: expected an int, got {type(n_ctx).__name__}")
         if n_ctx < 1:
             raise ValueError(f"n_ctx: must be >= 1, got {n_ctx}")
         if sampler is None:

@@ -90,7 +90,7 @@ class Grammar:
             raise GrammarError(f"invalid JSON schema: expected an object, got {type(schema).__name__}")
         llg = _llguidance()
         try:
-            text = llg.LLMatcher.grammar_from_json_schema(dict(schema), defaults=dict(JSON_DEFAULTS))
+            text = llg.LLMatcher.grammar_from_json_schema(closed_objects(schema), defaults=dict(JSON_DEFAULTS))
         except (ValueError, TypeError) as e:
             raise GrammarError(f"invalid JSON schema: {e}") from None
         return cls(text, "json_schema", schema)
@@ -122,6 +122,35 @@ class Grammar:
         except ValueError as e:
             raise GrammarError(f"invalid GBNF grammar: {e}") from None
         return cls(llg_text, "gbnf", text)
+
+
+_SUBSCHEMA = ("items", "additionalProperties", "additionalItems", "not", "contains", "propertyNames",
+              "if", "then", "else", "unevaluatedProperties", "unevaluatedItems")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def closed_objects(schema: Any, in_all_of: bool = False) -> Any:
+    """A copy of ``schema`` in which an object schema that lists ``properties`` (or
+    ``patternProperties``) and says nothing of ``additionalProperties`` admits no other
+    keys, as llama.cpp's JSON-schema grammars read it (JSON Schema itself would allow
+    any; a small model then pads tool arguments with made-up keys).  Branches of an
+    ``allOf`` stay open: closing each would reject the keys of the others.  Only
+    subschemas are visited, never values such as ``const`` or ``enum``."""
+    if not isinstance(schema, Mapping):
+        return schema
+    out = dict(schema)
+    for key, value in schema.items():
+        if key in _SUBSCHEMA_LISTS and isinstance(value, list):
+            out[key] = [closed_objects(v, key == "allOf") for v in value]
+        elif key in _SUBSCHEMA_MAPS and isinstance(value, Mapping):
+            out[key] = {name: closed_objects(v) for name, v in value.items()}
+        elif key in _SUBSCHEMA:
+            out[key] = closed_objects(value)
+    if (not in_all_of and "additionalProperties" not in out and "allOf" not in out
+            and ("properties" in out or "patternProperties" in out)):
+        out["additionalProperties"] = False
+    return out
 
 
 def _check_text(what: str, text: object) -> None:

@@ -229,3 +229,31 @@ def test_cli_generate_json_schema_and_grammar(tmp_path):
     assert out.returncode == 0 and out.stdout.strip() in ("color: red", "color: blue"), out.stdout
     out = subprocess.run(base + ["x", "--json-schema", str(tmp_path / "bad.json")], capture_output=True, text=True)
     assert out.returncode == 1 and "invalid json_schema" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_listed_properties_close_an_object_as_in_llama_cpp(smollm2):
+    """An object schema with ``properties`` and no ``additionalProperties`` admits no
+    other key (llama.cpp's reading; plain JSON Schema would allow any): after
+    ``{"a": 1`` no ``,`` may come; with ``additionalProperties: true`` it may."""
+    tok = smollm2.tokenizer
+    n = smollm2.engine.vocab_size
+    comma = {i for i in range(n) if not tok.vocab.is_special(i) and tok.token_to_piece(i).startswith(b",")}
+    assert comma
+
+    def after_a(schema):
+        c = Constraint(Grammar.json_schema(schema), tok, n_vocab=n, background=False)
+        for t in tok.encode('{"a": 1', add_special=False):
+            c.consume(t)
+        return set(np.flatnonzero(c.allowed()).tolist())
+
+    base = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    assert not after_a(base) & comma
+    assert after_a({**base, "additionalProperties": True}) & comma
+    # nested objects close too; const values and allOf branches are left as written
+    from infer.structured import closed_objects
+    nested = {"type": "object", "properties": {"o": {"properties": {"x": {}}}, "k": {"const": {"properties": 1}}},
+              "allOf": [{"properties": {"y": {}}}]}
+    got = closed_objects(nested)
+    assert got["properties"]["o"]["additionalProperties"] is False
+    assert got["properties"]["k"] == {"const": {"properties": 1}}
+    assert "additionalProperties" not in got and "additionalProperties" not in got["allOf"][0]

@@ -208,9 +208,11 @@ class ChatSession:
             if len(prompt) + room <= self.context.n_ctx:
                 break
             if not (self.trim_history and _drop_oldest_exchange(messages)):
+                # Say so when the prompt alone fits: the room kept for the reply is what is missing.
+                reply_room = f" with {room} tokens of room for the reply" if len(prompt) <= self.context.n_ctx else ""
                 raise ContextOverflowError(
                     f"the conversation ({len(prompt)} tokens) does not fit in the context of "
-                    f"{self.context.n_ctx} tokens; reset() or start a session with a larger n_ctx")
+                    f"{self.context.n_ctx} tokens{reply_room}; reset() or start a session with a larger n_ctx")
         think = self.chat.think_markers
         # A generation prompt may itself open the thinking block (R1-style templates).
         in_thinking = think is not None and prompt_text.rstrip().endswith(think[0])

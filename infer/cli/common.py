@@ -73,7 +73,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-tokens", "-n", type=int, default=256, help="tokens to generate at most")
+    p.add_argument("--max-tokens", "-n", "--n-predict", type=int, default=256, help="tokens to generate at most")
     p.add_argument("--temp", type=float, default=0.8, help="temperature; 0 = greedy")
     p.add_argument("--top-k", type=int, default=40, help="keep the k likeliest tokens; 0 = all")
     p.add_argument("--top-p", type=float, default=0.95, help="keep the likeliest tokens up to this mass; 1 = all")
@@ -81,7 +81,7 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
                    help="drop tokens less likely than this times the likeliest; 0 = none")
     p.add_argument("--repeat-penalty", type=float, default=1.0, help="penalty for repeated tokens; 1 = none")
     p.add_argument("--repeat-last-n", type=int, default=64, help="how many recent tokens the penalty looks at")
-    p.add_argument("--seed", type=int, default=-1, help="sampling seed; -1 = random")
+    p.add_argument("--seed", "-s", type=int, default=-1, help="sampling seed; -1 = random")
     p.add_argument("--ctx-size", "-c", type=int, default=None,
                    help="context window in tokens (default: what the prompt and --max-tokens "
                         "need for generate, the model's trained context for chat; 0 = the same)")

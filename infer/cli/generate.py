@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -13,6 +14,10 @@ def read_prompt(args: argparse.Namespace) -> str:
     """The prompt: the argument, stdin for "-", or the file of -f.  A file's (or
     stdin's) one final newline is dropped, as llama.cpp's -f does: it ends the
     file's last line, it is not part of the prompt."""
+    if args.prompt_option is not None:  # -p, as llama-cli takes it
+        if args.prompt is not None:
+            raise CLIError("give the prompt either as an argument or with -p, not both")
+        args.prompt = args.prompt_option
     if args.file is not None:
         if args.prompt is not None:
             raise CLIError("give the prompt either as an argument or with -f, not both")
@@ -28,6 +33,17 @@ def read_prompt(args: argparse.Namespace) -> str:
     if args.prompt == "-":
         return _without_final_newline(sys.stdin.read())
     return str(args.prompt)
+
+
+def add_prompt_args(p: argparse.ArgumentParser, what: str) -> None:
+    """The text a command reads (see read_prompt): an argument, -p as llama-cli and
+    llama-tokenize take it, or -f FILE."""
+    p.add_argument("prompt", nargs="?", default=None, metavar="TEXT" if what == "text" else None,
+                   help=f"the {what}; '-' reads it from stdin")
+    p.add_argument("--prompt", "-p", dest="prompt_option", metavar="TEXT", default=None,
+                   help=f"the {what}, as an option as llama.cpp's tools take it (default: the argument)")
+    p.add_argument("--file", "-f", metavar="FILE", default=None,
+                   help=f"read the {what} from FILE (default: the argument)")
 
 
 def _without_final_newline(text: str) -> str:
@@ -93,37 +109,51 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _grammar(args: argparse.Namespace) -> Any:
-    """--json-schema FILE / --grammar FILE (GBNF or Lark) as an infer.structured.Grammar."""
-    path = args.json_schema or args.grammar
-    if path is None:
+    """The output constraint as an infer.structured.Grammar: --json-schema (a file, or
+    the schema itself as llama-cli's -j takes it), --json-schema-file, --grammar (a
+    file, or GBNF text as llama-cli's --grammar takes it) or --grammar-file."""
+    given = [(flag, value) for flag, value in (
+        ("--json-schema", args.json_schema), ("--json-schema-file", args.json_schema_file),
+        ("--grammar", args.grammar), ("--grammar-file", args.grammar_file)) if value is not None]
+    if not given:
         return None
-    if args.json_schema and args.grammar:
-        raise CLIError("--json-schema and --grammar: one or the other")
+    if len(given) > 1:
+        raise CLIError(f"{given[0][0]} and {given[1][0]}: one or the other")
     from ..structured import Grammar
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise CLIError(f"{path}: {e.strerror}") from None
-    return Grammar.json_schema(text) if args.json_schema else Grammar.gbnf(text)
+    flag, value = given[0]
+    inline = ((flag == "--json-schema" and value.lstrip().startswith("{"))
+              or (flag == "--grammar" and "::=" in value and not os.path.isfile(value)))
+    if inline:
+        text = value
+    else:
+        try:
+            with open(value, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise CLIError(f"{flag}: cannot read {value}: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise CLIError(f"{flag}: {value} is not UTF-8 text") from None
+    return Grammar.json_schema(text) if "json-schema" in flag else Grammar.gbnf(text)
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("generate", help="continue a prompt, streaming to stdout")
-    p.add_argument("prompt", nargs="?", default=None, help="the prompt; '-' reads it from stdin")
-    p.add_argument("--file", "-f", metavar="FILE", default=None,
-                   help="read the prompt from FILE (default: the argument)")
+    add_prompt_args(p, "prompt")
     p.add_argument("--chat", action="store_true", help="wrap the prompt as one user turn")
     p.add_argument("--system", default=None, help="system prompt, with --chat (default: none)")
     p.add_argument("--stop", action="append", default=None, metavar="TEXT",
                    help="stop before this text; repeat for several (default: none)")
     p.add_argument("--special", action="store_true",
                    help="parse special-token texts in the prompt (<|im_start|>, <bos>) as those tokens")
-    p.add_argument("--json-schema", metavar="FILE", default=None,
-                   help="output JSON valid against this schema (default: none)")
-    p.add_argument("--grammar", metavar="FILE", default=None,
-                   help="output in this GBNF (or Lark) grammar (default: none)")
+    p.add_argument("--json-schema", "-j", metavar="FILE|JSON", default=None,
+                   help="output JSON valid against this schema: a file, or the schema itself (default: none)")
+    p.add_argument("--json-schema-file", "-jf", metavar="FILE", default=None,
+                   help="the same, always a file, as llama-cli names it (default: none)")
+    p.add_argument("--grammar", metavar="FILE|GBNF", default=None,
+                   help="output in this GBNF (or Lark) grammar: a file, or GBNF text (default: none)")
+    p.add_argument("--grammar-file", metavar="FILE", default=None,
+                   help="the same, always a file, as llama-cli names it (default: none)")
     add_model_args(p)
     add_sampling_args(p)
     p.set_defaults(func=cmd_generate)

@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from .common import add_model_arg, resolve_model
-from .generate import read_prompt
+from .generate import add_prompt_args, read_prompt
 
 
 def cmd_tokenize(args: argparse.Namespace) -> int:
@@ -42,8 +42,7 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("tokenize", help="print the token ids and pieces of a text (like llama-tokenize)")
-    p.add_argument("prompt", nargs="?", default=None, metavar="TEXT", help="the text; '-' reads it from stdin")
-    p.add_argument("--file", "-f", metavar="FILE", default=None, help="read the text from FILE (default: the argument)")
+    add_prompt_args(p, "text")
     p.add_argument("--ids", action="store_true", help="print only the ids, as a list")
     p.add_argument("--no-bos", action="store_true", help="do not add the BOS token the model would add")
     p.add_argument("--no-parse-special", action="store_true",

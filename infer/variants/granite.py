@@ -13,10 +13,11 @@ from typing import Any, Optional
 
 from ..runtime import register_variant
 from .llama import LlamaShaped, llama_shaped
+from .rope_scaling import FACTOR_TENSORS
 
 
 def granite_spec(gguf_file: Any) -> LlamaShaped:
-    base = llama_shaped(gguf_file, default_ctx=4096)
+    base = llama_shaped(gguf_file, default_ctx=4096, rope_factors=FACTOR_TENSORS)
     hp = base.hparams
     spec = base.replace(
         embd_scale=hp.number("embedding_scale", 1.0), residual_scale=hp.number("residual_scale", 1.0),

@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional, Tuple
 
 from ..runtime import UnsupportedModelError, register_variant
 from .hparams import HParams, vocab_size
-from .rope_scaling import RopeChoice, read_rope
+from .rope_scaling import FACTOR_TENSORS, RopeChoice, read_rope
 from .spec import LayerSpec, TransformerSpec
 from .transformer import TransformerEngine
 
@@ -68,10 +68,11 @@ class LlamaShaped:
 
 
 def llama_shaped(gguf_file: Any, layout: str = "norm", default_eps: float = 1e-5,
-                 default_ctx: int = 2048) -> LlamaShaped:
+                 default_ctx: int = 2048, rope_factors: Tuple[str, ...] = ()) -> LlamaShaped:
     """The Llama reading of a file: sizes, epsilon, RoPE and its scaling, every
     optional piece off.  Keys are checked where they are read (GGUFError names a
-    bad one; UnsupportedModelError one whose maths infer does not implement)."""
+    bad one; UnsupportedModelError one whose maths infer does not implement).
+    ``rope_factors``: the RoPE factor tensors the family reads (rope_scaling.py)."""
     tensors = gguf_file.tensors
     hp = HParams(gguf_file.metadata)
     n_layers = hp.block_count(tensors)
@@ -80,7 +81,7 @@ def llama_shaped(gguf_file: Any, layout: str = "norm", default_eps: float = 1e-5
         raise UnsupportedModelError(f"{hp.arch} file: a mixture of experts ({hp.key('expert_count')}) "
                                     f"is not implemented", [hp.key("expert_count")])
     max_seq_len = hp.integer("context_length", default_ctx)
-    rope, used = read_rope(hp, tensors, head_dim, layout, max_seq_len)
+    rope, used = read_rope(hp, tensors, head_dim, layout, max_seq_len, rope_factors)
     spec = TransformerSpec(
         dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
         ffn_dim=hp.integer("feed_forward_length"), vocab_size=vocab_size(tensors),
@@ -106,7 +107,7 @@ class LlamaEngine(LlamaShapedEngine):
     """A `llama` file's engine."""
 
     def __init__(self, gguf_file: Any, n_threads: Optional[int] = None) -> None:
-        super().__init__(llama_shaped(gguf_file), gguf_file, n_threads)
+        super().__init__(llama_shaped(gguf_file, rope_factors=FACTOR_TENSORS), gguf_file, n_threads)
 
 
 @register_variant("llama", "mistral")

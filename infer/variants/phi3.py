@@ -17,10 +17,11 @@ from typing import Any, Optional
 
 from ..runtime import register_variant
 from .llama import LlamaShaped, llama_shaped
+from .rope_scaling import LONGROPE_FACTORS
 
 
 def phi3_spec(gguf_file: Any) -> LlamaShaped:
-    base = llama_shaped(gguf_file, layout="neox", default_ctx=4096)
+    base = llama_shaped(gguf_file, layout="neox", default_ctx=4096, rope_factors=LONGROPE_FACTORS)
     base.hparams.integer("attention.sliding_window", 0, lo=0)  # read, not applied (see above)
     t = gguf_file.tensors
     return base.replace(fused_qkv="blk.0.attn_qkv.weight" in t, fused_gate_up="blk.0.ffn_gate.weight" not in t)

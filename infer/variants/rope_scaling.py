@@ -83,9 +83,20 @@ def yarn_divisors(rot_dim: int, base: float, freq_scale: float, original_context
     return tuple(out)
 
 
+#: the per-dimension factor tensors; a family reads those its llama.cpp graph passes
+#: to ggml_rope_ext (llama and granite all three, phi3 LongRoPE's two, the rest none)
+LLAMA3_FACTORS = ("rope_freqs.weight",)
+LONGROPE_FACTORS = ("rope_factors_long.weight", "rope_factors_short.weight")
+FACTOR_TENSORS = LLAMA3_FACTORS + LONGROPE_FACTORS
+
+
 def read_rope(hp: HParams, tensors: Dict[str, Any], head_dim: int, layout: str,
-              max_seq_len: int) -> Tuple[RopeChoice, Tuple[str, ...]]:
-    """The file's RoPE and the names of the tensors it read (for the weight loader)."""
+              max_seq_len: int, factors: Tuple[str, ...] = FACTOR_TENSORS
+              ) -> Tuple[RopeChoice, Tuple[str, ...]]:
+    """The file's RoPE and the names of the tensors it read (for the weight loader).
+    Factor tensors not in ``factors`` are left unread, so the loader refuses a file
+    that has them (llama.cpp's graph for the family would not apply them)."""
+    tensors = {k: v for k, v in tensors.items() if k not in FACTOR_TENSORS or k in factors}
     rot_dim = hp.integer("rope.dimension_count", head_dim)
     if rot_dim % 2 or rot_dim > head_dim:
         raise UnsupportedModelError(

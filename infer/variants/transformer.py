@@ -15,6 +15,8 @@ A variant module (llama.py, gemma3.py) reads its metadata into a spec and calls
 """
 from __future__ import annotations
 
+import math
+
 import threading
 import weakref
 from contextlib import contextmanager
@@ -205,8 +207,13 @@ class TransformerContext(Context):
         kv_dtype = np.uint16 if kv_type == "f16" else np.float32
         shape = (spec.n_layers, spec.n_kv_heads, self.n_ctx, spec.head_dim)
         # np.zeros maps untouched pages lazily: memory grows with the positions used.
-        self.k_cache = np.zeros(shape, dtype=kv_dtype)
-        self.v_cache = np.zeros(shape, dtype=kv_dtype)
+        try:
+            self.k_cache = np.zeros(shape, dtype=kv_dtype)
+            self.v_cache = np.zeros(shape, dtype=kv_dtype)
+        except MemoryError:
+            size = 2 * math.prod(shape) * np.dtype(kv_dtype).itemsize
+            raise ValueError(f"n_ctx: a KV cache of {self.n_ctx} positions needs {size / 2**30:,.1f} GiB "
+                             f"of address space, which cannot be reserved; use a smaller n_ctx") from None
         self._scratch: Dict[int, _Scratch] = {}
         #: False: decode through the Python blocks too (for tests comparing the two)
         self.fused_decode = True

@@ -1,0 +1,85 @@
+"""`infer generate` takes llama-cli's flag names: -p/--prompt, -s (seed),
+--n-predict, -j/--json-schema with the schema itself, -jf/--json-schema-file,
+--grammar with GBNF text and --grammar-file.  Before, `infer generate -p "..."`
+(the first thing a llama.cpp user types) failed with "unrecognized arguments: -p".
+
+The reference for each is the Python API on the same model with the same options
+(`infer.generate`, greedy), and jsonschema for the constrained output."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+import infer
+from under_test import IMPORT_ROOT
+
+jsonschema = pytest.importorskip("jsonschema")
+pytest.importorskip("llguidance")
+
+try:
+    from infer.gguf import default_model_path
+
+    MODEL = str(default_model_path())
+except FileNotFoundError:
+    MODEL = None
+pytestmark = pytest.mark.skipif(MODEL is None, reason="the default model is not installed")
+
+PROMPT = "The capital of France is"
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+          "additionalProperties": False}
+GBNF = 'root ::= "yes" | "no"'
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "infer", *args], cwd=IMPORT_ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def model():
+    with infer.load(MODEL) as m:
+        yield m
+
+
+def test_prompt_seed_and_n_predict_as_llama_cli_spells_them(model):
+    want = "".join(infer.generate(model, PROMPT, max_tokens=6, temperature=0)) + "\n"
+    out = run_cli("generate", "-p", PROMPT, "--temp", "0", "--n-predict", "6", "-s", "3")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == want
+    both = run_cli("generate", "x", "-p", PROMPT)
+    assert both.returncode == 1 and "not both" in both.stderr
+
+
+def test_json_schema_inline_or_from_a_file(model, tmp_path):
+    from infer.structured import Grammar
+
+    want = "".join(infer.generate(model, "Answer:", max_tokens=40, temperature=0,
+                                  grammar=Grammar.json_schema(json.dumps(SCHEMA)))) + "\n"
+    jsonschema.validate(json.loads(want), SCHEMA)
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(SCHEMA), encoding="utf-8")
+    for flags in (["-j", json.dumps(SCHEMA)], ["--json-schema", str(path)], ["-jf", str(path)]):
+        out = run_cli("generate", "-p", "Answer:", "--temp", "0", "-n", "40", *flags)
+        assert out.returncode == 0, (flags, out.stderr)
+        assert out.stdout == want, flags
+
+
+def test_grammar_inline_or_from_a_file(tmp_path):
+    path = tmp_path / "yes_no.gbnf"
+    path.write_text(GBNF + "\n", encoding="utf-8")
+    for flags in (["--grammar", GBNF], ["--grammar", str(path)], ["--grammar-file", str(path)]):
+        out = run_cli("generate", "-p", "Is the sky blue? ", "--temp", "0", "-n", "5", *flags)
+        assert out.returncode == 0, (flags, out.stderr)
+        assert out.stdout in ("yes\n", "no\n"), flags
+    missing = run_cli("generate", "-p", "x", "--grammar-file", str(tmp_path / "nope.gbnf"))
+    assert missing.returncode == 1 and "--grammar-file: cannot read" in missing.stderr
+    two = run_cli("generate", "-p", "x", "--grammar", GBNF, "-j", json.dumps(SCHEMA))
+    assert two.returncode == 1 and "one or the other" in two.stderr
+
+
+def test_tokenize_takes_p_as_llama_tokenize_does(model):
+    ids = model.tokenizer.encode("Hello world", add_special=True)
+    out = run_cli("tokenize", "-p", "Hello world", "--ids")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == ids
