@@ -13,6 +13,10 @@ Every figure is printed next to a baseline measured in the same run, with the ra
               Q4_0 (timed again before each format, the best as baseline: one Q4_0
               figure from a quiet moment would skew every ratio), and whether each is
               within 1.5x of Q4_0's time per weight byte
+  ggml        llama.cpp's ggml CPU vec_dot as a 4096x4096 mat-vec for the same bytes, one
+              thread, beside infer's: each as time per weight byte vs its own Q4_0 in
+              this run, and infer/ggml (needs LLAMA_CPP_LIB_PATH = the folder with
+              libggml-base.so and libggml-cpu.so, and a C compiler; see bench/ggml_matvec.py)
 
 Run:  python bench/kernels.py
 Knobs (environment):
@@ -24,7 +28,8 @@ Knobs (environment):
   INFER_BENCH_PREFILL   matmul rows x cols x tokens (default 1536x576x64)
   INFER_BENCH_TYPES     comma list for the types section (default q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs)
   INFER_BENCH_IQ        comma list for the iquants section (default: all eight)
-  INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model,prefill,types,iquants)
+  INFER_BENCH_GGML      comma list for the ggml section (default: the K, IQ and TQ types)
+  INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model,prefill,types,iquants,ggml)
 """
 import os
 import sys
@@ -52,6 +57,9 @@ PER_BYTE_BAR = 1.5
 PREFILL_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_PREFILL", "1536x576x64").split("x"))
 IQ_FORMATS = os.environ.get(
     "INFER_BENCH_IQ", "iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s,iq1_s,tq1_0,tq2_0").split(",")
+GGML_FORMATS = os.environ.get(
+    "INFER_BENCH_GGML", ",".join(["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"] + IQ_FORMATS)).split(",")
+GGML_ROUNDS = 3
 MODEL_SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576)]
 
 
@@ -298,6 +306,65 @@ def bench_iquants(rng, isa):
            "within 1.5x"], result)
 
 
+def bench_ggml(rng, isa):
+    """infer's and ggml's mat-vec of the same bytes, each against its own Q4_0, one thread."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from ggml_matvec import Ggml, GgmlUnavailable
+    try:
+        ggml = Ggml()
+    except (GgmlUnavailable, OSError) as e:
+        print(f"\n## ggml vs infer: skipped: {e}")
+        return
+    features = ggml.features()
+    K.set_isa(isa)
+    K.set_num_threads(1)
+    rows, cols = MV_SHAPE
+    w_f = rng.standard_normal((rows, cols)).astype(np.float32)
+    x = rng.standard_normal(cols).astype(np.float32)
+    out_infer = np.empty(rows, np.float32)
+    out_ggml = np.empty(rows, np.float32)
+    w_q4 = encode("q4_0", w_f)
+    q4_infer = lambda: K.matvec(w_q4, "q4_0", x, out_infer)  # noqa: E731
+    q4_ggml = ggml.matvec_fn(T.Q4_0.value, w_q4, x, out_ggml)
+    q4_times = ([], [])   # Q4_0 again before each format, both sides: the best is the baseline
+    figures = {}
+    try:
+        for fmt in ["q4_0"] + GGML_FORMATS:
+            w = encode(fmt, w_f)
+            run_ggml = ggml.matvec_fn(T[fmt.upper()].value, w, x, out_ggml)
+            run_infer = lambda: K.matvec(w, fmt, x, out_infer)  # noqa: E731
+            run_ggml()
+            run_infer()
+            # The same bytes in ggml's layout: the two must agree to float rounding.
+            err = float(np.max(np.abs(out_infer - out_ggml)) / max(float(np.max(np.abs(out_ggml))), 1e-30))
+            # Rounds that alternate the four: a noisy moment hits one round, the minimum skips it.
+            t_i = t_g = float("inf")
+            for _ in range(GGML_ROUNDS):
+                q4_times[0].append(per_call(q4_infer))
+                q4_times[1].append(per_call(q4_ggml))
+                t_i = min(t_i, per_call(run_infer))
+                t_g = min(t_g, per_call(run_ggml))
+            figures[fmt] = (w.nbytes, t_i, t_g, err)
+    finally:
+        ggml.close()
+    q4_bytes = w_q4.nbytes
+    q4_i, q4_g = min(q4_times[0]), min(q4_times[1])
+    result = []
+    for fmt, (nbytes, t_i, t_g, err) in figures.items():
+        pb_i = (t_i / nbytes) / (q4_i / q4_bytes)
+        pb_g = (t_g / nbytes) / (q4_g / q4_bytes)
+        result.append([fmt, f"{nbytes * 8 / (rows * cols):.4f}", f"{t_i * 1e6:.0f}", f"{t_g * 1e6:.0f}",
+                       f"{pb_i:.2f}", f"{pb_g:.2f}", "yes" if pb_g <= PER_BYTE_BAR else "NO",
+                       f"{t_i / t_g:.2f}", f"{err:.1e}"])
+    K.set_num_threads(THREADS[0])
+    table(f"infer vs ggml's CPU vec_dot, {isa}, one thread, matvec {rows}x{cols} of the same bytes "
+          f"(x quantized inside; ggml built with {'+'.join(features)}; "
+          f"Q4_0 baselines: infer {q4_i * 1e6:.0f} us, ggml {q4_g * 1e6:.0f} us)",
+          ["format", "bits/weight", "infer us (CPU)", "ggml us (CPU)", "infer per weight byte vs its q4_0",
+           "ggml per weight byte vs its q4_0", f"ggml within {PER_BYTE_BAR}x", "infer/ggml time",
+           "max |infer-ggml| / max |ggml|"], result)
+
+
 def main():
     caps = K.capabilities()
     isas = caps["available"]
@@ -320,6 +387,8 @@ def main():
             bench_types(rng, before)
         if "iquants" not in SKIP:
             bench_iquants(rng, before)
+        if "ggml" not in SKIP:
+            bench_ggml(rng, before)
     finally:
         K.set_isa(before)
 

@@ -82,6 +82,20 @@ static float KERNEL(vec_dot_q2_K_q8_K)(int64_t n, const void *w, const void *a) 
     return hsum_ps(acc) - acc_m;
 }
 
+/* infer_q3_K_unpack_scales in a register: the four words built in general registers and
+ * moved in with one set, not stored as bytes and read back with one wide load (a store
+ * forward that fails and stalls every super-block). */
+KQ_INLINE __m128i q3_K_scales_sse(const uint8_t *s) {
+    const uint32_t low4 = 0x0f0f0f0fu, low2 = 0x03030303u;
+    uint32_t w[3];
+    memcpy(w, s, 12);
+    const __m128i u = _mm_setr_epi32((int)((w[0] & low4) | ((w[2] & low2) << 4)),
+                                     (int)((w[1] & low4) | (((w[2] >> 2) & low2) << 4)),
+                                     (int)(((w[0] >> 4) & low4) | (((w[2] >> 4) & low2) << 4)),
+                                     (int)(((w[1] >> 4) & low4) | (((w[2] >> 6) & low2) << 4)));
+    return _mm_sub_epi8(u, _mm_set1_epi8(32));
+}
+
 /* Q3_K with unsigned quants u = q + 4 (0..7): Σ sc·q·a = Σ sc·u·a - 4 Σ_j sc_j·bsums_j. */
 static float KERNEL(vec_dot_q3_K_q8_K)(int64_t n, const void *w, const void *a) {
     const block_q3_K *x = w;
@@ -89,9 +103,7 @@ static float KERNEL(vec_dot_q3_K_q8_K)(int64_t n, const void *w, const void *a) 
     __m256 acc = _mm256_setzero_ps();
     float acc_c = 0.f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        int8_t s8[16];
-        infer_q3_K_unpack_scales(x[i].scales, s8);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s8));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(q3_K_scales_sse(x[i].scales));
         const int corr = hsum_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
         const __m256i hb = _mm256_loadu_si256((const __m256i *)x[i].hmask);
         const int8_t *q8 = y[i].qs;
