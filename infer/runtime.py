@@ -88,7 +88,6 @@ class Engine(ABC):
         for ctx, token, pos in zip(contexts, tokens, positions):
             ctx._forward(np.array([token], dtype=np.int32), int(pos))
 
-
     def prefill_batch(self, contexts: Sequence["Context"], batches: Sequence[NDArray[Any]],
                       starts: Sequence[int], rows: Sequence[Optional[RowOutputs]]) -> None:
         """Evaluate ``batches[i]`` (int32) in ``contexts[i]`` from position ``starts[i]``,

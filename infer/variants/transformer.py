@@ -16,7 +16,6 @@ A variant module (llama.py, gemma3.py) reads its metadata into a spec and calls
 from __future__ import annotations
 
 import math
-
 import threading
 import weakref
 from contextlib import contextmanager
