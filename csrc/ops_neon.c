@@ -220,7 +220,7 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
         for (int u = 0; u < UB; u++)
             for (int r = 0; r < RB; r++) {
                 float sum = sums[u * RB + r];
-                for (int64_t i = d4; i < d; i++) sum += qs[u * d + i] * kv_load1(k, r0 + r * d + i, f16);
+                for (int64_t i = d4; i < d; i++) sum = fmaf(qs[u * d + i], kv_load1(k, r0 + r * d + i, f16), sum);
                 s[u * ATTN_CHUNK + j + r] = sum;
             }
     }
@@ -233,7 +233,7 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
                 a0 = vfmaq_f32(a0, vld1q_f32(qs + u * d + i), kv_load4(k, r0 + i, f16));
             /* the rows left over: the pairwise adds of the rows in passes */
             float s0 = vgetq_lane_f32(vpaddq_f32(vpaddq_f32(a0, z), z), 0);
-            for (int64_t i = d4; i < d; i++) s0 += qs[u * d + i] * kv_load1(k, r0 + i, f16);
+            for (int64_t i = d4; i < d; i++) s0 = fmaf(qs[u * d + i], kv_load1(k, r0 + i, f16), s0);
             s[u * ATTN_CHUNK + j] = s0;
         }
     }
@@ -262,6 +262,9 @@ static ALWAYS_INLINE int64_t attn_accumulate_cols(const int UB, const int NV, fl
     return i;
 }
 
+/* The scalar tails use fmaf, one fused rounding whatever the compiler's -ffp-contract:
+ * clang (zig cc) contracted them in some inlined copies only, so a query's bits
+ * depended on how many queries shared the call. */
 static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
                                           int64_t p0, int64_t nb, const float *w, int f16) {
     int64_t i = 0;
@@ -272,7 +275,7 @@ static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, c
     for (; i < d; i++)
         for (int64_t j = 0; j < nb; j++)
             for (int u = 0; u < UB; u++)
-                acc[u * d + i] += w[u * ATTN_CHUNK + j] * kv_load1(v, (p0 + j) * d + i, f16);
+                acc[u * d + i] = fmaf(w[u * ATTN_CHUNK + j], kv_load1(v, (p0 + j) * d + i, f16), acc[u * d + i]);
 }
 
 /* Padded to whole vectors with -inf, as in ops_avx2.c, so that the sum does not
