@@ -15,6 +15,7 @@ figure to read: on a shared machine both sides slow down alike.
 import csv
 import io
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -26,8 +27,8 @@ import numpy as np  # noqa: E402
 import infer  # noqa: E402
 from infer.gguf import default_model_path, gemma3_model_path  # noqa: E402
 
-LLAMA_BENCH = os.environ.get(
-    "INFER_LLAMA_BENCH", "/work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-bench")
+# llama.cpp's llama-bench: INFER_LLAMA_BENCH, else the one on PATH
+LLAMA_BENCH = os.environ.get("INFER_LLAMA_BENCH") or shutil.which("llama-bench") or "llama-bench"
 
 
 def infer_tg(model, depth, n_gen, reps):

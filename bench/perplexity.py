@@ -2,14 +2,15 @@
 
     python bench/perplexity.py            # GPL-3 at ctx 512, SmolLM2 and Gemma 3
 
-Each model: llama-perplexity (llama.cpp's build, when /work/ref/BUILD_DONE exists or
-LLAMA_PERPLEXITY points at the binary) then `infer perplexity`, the same file, context
+Each model: llama-perplexity (LLAMA_PERPLEXITY names the binary, else the one on PATH;
+skipped when there is none) then `infer perplexity`, the same file, context
 and thread count; the table gives both wall times (process start to exit, model
 loading included), their ratio and both PPL figures.  INFER_BENCH_MODELS=smollm2
 runs one model; INFER_BENCH_CHUNKS limits the chunks (both tools).
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -23,7 +24,6 @@ from infer.gguf import default_model_path, gemma3_model_path  # noqa: E402
 TEXT = os.environ.get("INFER_BENCH_TEXT", "/usr/share/common-licenses/GPL-3")
 CTX = os.environ.get("INFER_BENCH_CTX", "512")
 CHUNKS = os.environ.get("INFER_BENCH_CHUNKS")
-REF = Path("/work/ref/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-perplexity")
 FINAL = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
 
 
@@ -38,7 +38,7 @@ def timed(cmd):
 
 
 def main():
-    ref = os.environ.get("LLAMA_PERPLEXITY") or (str(REF) if Path("/work/ref/BUILD_DONE").exists() else None)
+    ref = os.environ.get("LLAMA_PERPLEXITY") or shutil.which("llama-perplexity")
     models = {"smollm2": default_model_path, "gemma3": gemma3_model_path}
     wanted = os.environ.get("INFER_BENCH_MODELS", "smollm2,gemma3").split(",")
     threads = str(os.cpu_count() or 1)
