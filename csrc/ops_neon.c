@@ -193,6 +193,11 @@ static ALWAYS_INLINE float kv_load1(const void *p, int64_t i, int f16) {
     return f16 ? infer_fp16_to_fp32(((const infer_half *)p)[i]) : ((const float *)p)[i];
 }
 
+/* a * b + c with one rounding, as an intrinsic (MSVC's headers may lack fmaf). */
+static ALWAYS_INLINE float fused_madd(float a, float b, float c) {
+    return vget_lane_f32(vfma_n_f32(vdup_n_f32(c), vdup_n_f32(a), b), 0);
+}
+
 /* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant).
  * RB = 8 / UB rows per pass: eight accumulators (independent FMA chains) whatever
  * the number of queries. */
@@ -220,7 +225,7 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
         for (int u = 0; u < UB; u++)
             for (int r = 0; r < RB; r++) {
                 float sum = sums[u * RB + r];
-                for (int64_t i = d4; i < d; i++) sum = fmaf(qs[u * d + i], kv_load1(k, r0 + r * d + i, f16), sum);
+                for (int64_t i = d4; i < d; i++) sum = fused_madd(qs[u * d + i], kv_load1(k, r0 + r * d + i, f16), sum);
                 s[u * ATTN_CHUNK + j + r] = sum;
             }
     }
@@ -233,7 +238,7 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
                 a0 = vfmaq_f32(a0, vld1q_f32(qs + u * d + i), kv_load4(k, r0 + i, f16));
             /* the rows left over: the pairwise adds of the rows in passes */
             float s0 = vgetq_lane_f32(vpaddq_f32(vpaddq_f32(a0, z), z), 0);
-            for (int64_t i = d4; i < d; i++) s0 = fmaf(qs[u * d + i], kv_load1(k, r0 + i, f16), s0);
+            for (int64_t i = d4; i < d; i++) s0 = fused_madd(qs[u * d + i], kv_load1(k, r0 + i, f16), s0);
             s[u * ATTN_CHUNK + j] = s0;
         }
     }
@@ -262,9 +267,9 @@ static ALWAYS_INLINE int64_t attn_accumulate_cols(const int UB, const int NV, fl
     return i;
 }
 
-/* The scalar tails use fmaf, one fused rounding whatever the compiler's -ffp-contract:
- * clang (zig cc) contracted them in some inlined copies only, so a query's bits
- * depended on how many queries shared the call. */
+/* The scalar tails use fused_madd, one fused rounding whatever the compiler's
+ * -ffp-contract: clang (zig cc) contracted them in some inlined copies only, so a
+ * query's bits depended on how many queries shared the call. */
 static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
                                           int64_t p0, int64_t nb, const float *w, int f16) {
     int64_t i = 0;
@@ -275,7 +280,7 @@ static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, c
     for (; i < d; i++)
         for (int64_t j = 0; j < nb; j++)
             for (int u = 0; u < UB; u++)
-                acc[u * d + i] = fmaf(w[u * ATTN_CHUNK + j], kv_load1(v, (p0 + j) * d + i, f16), acc[u * d + i]);
+                acc[u * d + i] = fused_madd(w[u * ATTN_CHUNK + j], kv_load1(v, (p0 + j) * d + i, f16), acc[u * d + i]);
 }
 
 /* Padded to whole vectors with -inf, as in ops_avx2.c, so that the sum does not
