@@ -244,12 +244,7 @@ class Context(ABC):
             self._check_file()
             batch = self._check_tokens(tokens)
             n = len(batch)
-            if isinstance(logits_from, bool) or not isinstance(logits_from, int) or not 0 <= logits_from <= n:
-                raise ValueError(f"logits_from: must be an int in [0, {n}], got {logits_from!r}")
-            if len(self.tokens) + n > self.n_ctx:
-                raise ContextOverflowError(
-                    f"{n} tokens after {len(self.tokens)} already held exceed the "
-                    f"context of {self.n_ctx} tokens")
+            self._check_room(n, logits_from)
             rows = self._rows_for(n, all_logits, logits_from, hidden_states)
             if n:
                 self._eval(batch, rows)
@@ -258,6 +253,24 @@ class Context(ABC):
             if all_logits and hidden_states:
                 return rows.logits, rows.hidden
             return rows.logits if all_logits else rows.hidden
+
+    def _check_room(self, n: int, logits_from: int, which: str = "") -> None:
+        """``logits_from`` valid for n tokens, and n tokens fit after the history
+        (``which``: the "contexts[i]: " of a batched call, for the messages)."""
+        if isinstance(logits_from, bool) or not isinstance(logits_from, int) or not 0 <= logits_from <= n:
+            raise ValueError(f"{which}logits_from: must be an int in [0, {n}], got {logits_from!r}")
+        if len(self.tokens) + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"{which}{n} tokens after {len(self.tokens)} already held exceed the "
+                f"context of {self.n_ctx} tokens")
+
+    def _accept(self, batch: NDArray[Any]) -> None:
+        """Append an evaluated batch to the history (its K/V now cached, logits valid)."""
+        self.tokens.extend(int(t) for t in batch)
+        for t in batch:
+            self.sampler.accept(int(t))
+        self._n_cached = len(self.tokens)
+        self._logits_valid = True
 
     def _rows_for(self, n: int, all_logits: bool, logits_from: int, hidden_states: bool) -> Optional[RowOutputs]:
         """The RowOutputs a prefill of n tokens asks for (None: the last logits only)."""
@@ -322,11 +335,7 @@ class Context(ABC):
             raise
         # An interrupt between these lines leaves _n_cached short: safe, the
         # next call evaluates those tokens again.
-        self.tokens.extend(int(t) for t in batch)
-        for t in batch:
-            self.sampler.accept(int(t))
-        self._n_cached = len(self.tokens)
-        self._logits_valid = True
+        self._accept(batch)
 
     def _ensure_logits(self) -> None:
         """Recompute the logits of the last token if a truncation made them stale.
@@ -405,13 +414,7 @@ def prefill_batch(contexts: Sequence[Context], tokens: Sequence[Iterable[int]],
     with _holding(contexts):
         batches = [c._check_tokens(t) for c, t in zip(contexts, tokens)]
         for i, (c, batch) in enumerate(zip(contexts, batches)):
-            n = len(batch)
-            if isinstance(logits_from, bool) or not isinstance(logits_from, int) or not 0 <= logits_from <= n:
-                raise ValueError(f"logits_from: must be an int in [0, {n}] for tokens[{i}], got {logits_from!r}")
-            if len(c.tokens) + n > c.n_ctx:
-                raise ContextOverflowError(
-                    f"contexts[{i}]: {n} tokens after {len(c.tokens)} already held exceed the "
-                    f"context of {c.n_ctx} tokens")
+            c._check_room(len(batch), logits_from, f"contexts[{i}]: ")
         rows = [c._rows_for(len(b), all_logits, logits_from, False) for c, b in zip(contexts, batches)]
         for c in contexts:
             c._ensure_cached()
@@ -426,12 +429,7 @@ def prefill_batch(contexts: Sequence[Context], tokens: Sequence[Iterable[int]],
                 contexts[i]._logits_valid = False
             raise
         for i in todo:
-            c = contexts[i]
-            c.tokens.extend(int(t) for t in batches[i])
-            for t in batches[i]:
-                c.sampler.accept(int(t))
-            c._n_cached = len(c.tokens)
-            c._logits_valid = True
+            contexts[i]._accept(batches[i])
     if not all_logits:
         return None
     return [r.logits for r in rows if r is not None and r.logits is not None]
