@@ -249,7 +249,7 @@ class ChatSession:
     def _tool_call_grammar(self, tool_choice: Any) -> Any:
         """A grammar for one call of the session's tools (or of the one named),
         between the template's tool-call markers when it has them."""
-        from ..structured import Grammar
+        from ..structured import Grammar, lark_json
 
         if not self.tools:
             raise ValueError("tool_choice: the session has no tools")
@@ -277,7 +277,7 @@ class ChatSession:
             return f"<[{tid}]>" if tid is not None else json.dumps(marker)
 
         return Grammar.lark(f'start: {literal(markers[0])} "\\n" call "\\n" {literal(markers[1])}\n'
-                            f"call: %json {json.dumps(schema)}")
+                            f"call: {lark_json(schema)}")
 
     def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
               stops: list[str], show_thinking: bool, in_thinking: bool,
