@@ -500,10 +500,31 @@ def _completion_logprobs(entries: Optional[list[dict[str, Any]]], at: int = 0) -
     offsets = []
     for e in entries:
         offsets.append(at)
-        at += len(e["token"])
+        at += e.get("width", len(e["token"]))
     return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
-            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+            "top_logprobs": [None if e["top_logprobs"] is None
+                             else {t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
             "text_offset": offsets}
+
+
+def _prompt_logprobs(model: Any, ids: list[int], top: int) -> list[dict[str, Any]]:
+    """The echoed prompt's ``logprobs`` entries, as OpenAI sends them with ``echo``: each
+    token's log-probability after the tokens before it, from the model's own logits
+    (no sampling options), and none for the first token.  They come from one all-logits
+    prefill on a context of their own (a server's slots prefill without rows)."""
+    from .generate import logprob_entry
+    from .sampler import Sampler
+
+    tok = model.tokenizer
+    rows = model.create_context(n_ctx=len(ids)).prefill(ids, all_logits=True)
+    plain = Sampler(temperature=0.0)
+    first = logprob_entry(tok, plain.logprobs(rows[0], ids[0]))
+    entries = [dict(first, logprob=None, top_logprobs=None)]
+    entries += [logprob_entry(tok, plain.logprobs(rows[i - 1], ids[i], top)) for i in range(1, len(ids))]
+    for token, entry in zip(ids, entries):
+        if tok.vocab.is_special(token):  # BOS: in the prompt, not in the echoed text
+            entry["width"] = 0
+    return entries
 
 
 def _check_prompt(model: Any, prompt: Any) -> Union[str, list[int]]:
@@ -563,6 +584,7 @@ def create_completion(
     if not ids:
         raise InvalidRequestError("prompt: is empty and the model adds no BOS token", "prompt")
     echoed = text_prompt if isinstance(text_prompt, str) else tok.decode(ids)
+    prompt_entries = None
 
     def run(ctx: Any) -> Iterator[Any]:
         """(choice, piece or Generation) for every choice, the Generation after its text."""
@@ -570,12 +592,15 @@ def create_completion(
         if len(ids) > int(ctx.n_ctx):
             raise InvalidRequestError(f"prompt of {len(ids)} tokens exceeds the context of {ctx.n_ctx} tokens",
                                       "prompt", "context_length_exceeded")
+        nonlocal prompt_entries
+        if echo and logprobs is not None:
+            prompt_entries = _prompt_logprobs(model, ids, logprobs)
         yield None
         for choice in range(n):
             _use_sampler(ctx, _make_sampler(options, choice))
             gen = generate(model, ids, context=ctx, max_tokens=max_tokens, stop=stops, logprobs=logprobs)
             if echo:
-                yield choice, echoed, None
+                yield choice, echoed, prompt_entries
             sent = 0  # logprob entries already handed out with a piece
             for piece in gen:
                 yield choice, piece, None if gen.logprobs is None else gen.logprobs[sent:]
@@ -597,7 +622,8 @@ def create_completion(
                 for index, item, entries in steps:
                     # each chunk carries the logprobs of the tokens whose text it holds
                     offset = at.get(index, 0)
-                    at[index] = offset + sum(len(e["token"]) for e in entries or ())
+                    at[index] = (len(item) if item is echoed and echo
+                                 else offset + sum(len(e["token"]) for e in entries or ()))
                     if isinstance(item, str):
                         yield dict(head, object="text_completion",
                                    choices=[choice_of(index, item, None, entries, offset)])
@@ -620,8 +646,14 @@ def create_completion(
                 texts.setdefault(index, []).append(item)
             else:
                 completion += len(item.tokens)
-                choices.append(choice_of(index, "".join(texts.get(index, [])), item.finish_reason,
-                                         item.logprobs))
+                choice = choice_of(index, "".join(texts.get(index, [])), item.finish_reason,
+                                   item.logprobs, len(echoed) if echo else 0)
+                if choice["logprobs"] is not None and prompt_entries is not None:
+                    echoed_part = _completion_logprobs(prompt_entries)
+                    assert echoed_part is not None
+                    for key, values in echoed_part.items():
+                        choice["logprobs"][key] = values + choice["logprobs"][key]
+                choices.append(choice)
         return dict(head, object="text_completion", choices=choices, usage=_usage(len(ids), completion, None))
 
 
