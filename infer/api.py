@@ -273,6 +273,8 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
         if content is not None and not isinstance(content, (str, list)):
             raise InvalidRequestError(f"messages[{i}].content: expected a string, a list of parts or null",
                                       "messages")
+        if content is None and role != "assistant":
+            raise InvalidRequestError(f"messages[{i}].content: a {role} message needs content", "messages")
         if isinstance(content, list):
             for part in content:
                 if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
@@ -304,6 +306,14 @@ def _check_tools(tools: Any, tool_choice: Any) -> Optional[list[dict[str, Any]]]
     if tool_choice == "required" or isinstance(tool_choice, dict):
         if not tools:
             raise InvalidRequestError(f"tool_choice {json.dumps(tool_choice)}: no tools given", "tool_choice")
+        if isinstance(tool_choice, dict):
+            function = tool_choice.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
+            if tool_choice.get("type") != "function" or not isinstance(name, str):
+                raise InvalidRequestError("tool_choice: expected {'type': 'function', 'function': {'name': ...}}",
+                                          "tool_choice")
+            if name not in [t["function"]["name"] for t in tools]:
+                raise InvalidRequestError(f"tool_choice: no tool named {name!r}", "tool_choice")
         return list(tools)  # ChatSession forces the call with a grammar
     raise InvalidRequestError("tool_choice: expected 'auto', 'none', 'required' or a function object",
                               "tool_choice")

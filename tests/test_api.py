@@ -181,6 +181,8 @@ def test_sampler_gets_the_penalties():
     (dict(tools="get_weather"), "tools"),
     (dict(tool_choice=3), "tool_choice"),
     (dict(tool_choice="required"), "tool_choice"),  # no tools to call
+    (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}), "tool_choice"),
+    (dict(tools=TOOLS, tool_choice={"type": "function", "function": "get_weather"}), "tool_choice"),
     (dict(top_logprobs=2), "top_logprobs"),  # without logprobs=True
     (dict(logprobs="yes"), "logprobs"),
     (dict(response_format={"type": "xml"}), "response_format"),
@@ -206,7 +208,8 @@ def test_options_not_honoured_are_refused(options, param):
 def test_bad_messages_and_prompts():
     model = scripted_model(["Hi."], max_seq_len=64)
     for messages in ([], "Hi", [{"role": "wizard", "content": "x"}], [{"role": "user", "content": 3}],
-                     [{"role": "assistant", "content": "last"}]):
+                     [{"role": "assistant", "content": "last"}], [{"role": "user"}],
+                     [{"role": "system", "content": None}, {"role": "user", "content": "x"}]):
         with pytest.raises(InvalidRequestError, match="messages"):
             model.create_chat_completion(messages)
     with pytest.raises(InvalidRequestError, match="does not fit in the context of 64") as info:
