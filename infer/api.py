@@ -345,9 +345,7 @@ def create_chat_completion(
 
     msgs = _check_messages(messages)
     offered = _check_tools(tools, tool_choice)
-    if parallel_tool_calls is not None and parallel_tool_calls is not True:
-        raise UnsupportedOptionError("parallel_tool_calls=false is not supported (a reply may hold several calls)",
-                                     "parallel_tool_calls")
+    single_call = not _check_bool("parallel_tool_calls", True if parallel_tool_calls is None else parallel_tool_calls)
     if max_completion_tokens is not None:
         if max_tokens is not None:
             raise InvalidRequestError("give max_tokens or max_completion_tokens, not both", "max_completion_tokens")
@@ -381,7 +379,7 @@ def create_chat_completion(
             if isinstance(exc, (InvalidRequestError, ContextOverflowError)):
                 raise
             raise InvalidRequestError(str(exc), "messages") from None
-        return items
+        return _first_call_only(items) if single_call else items
 
     def run(ctx: Any) -> Iterator[Any]:
         """(choice, item) for every item of every choice; the first turn starts eagerly."""
@@ -398,6 +396,19 @@ def create_chat_completion(
         steps = run(ctx)
         next(steps)
         return _chat_response(steps, head, ctx)
+
+
+def _first_call_only(items: Iterator[Any]) -> Iterator[Any]:
+    """A turn's items with at most one tool call in its Reply (``parallel_tool_calls=false``,
+    as llama-server's parser reads it: the calls after the first are not the reply's)."""
+    import dataclasses
+
+    from .chat import Reply
+
+    for item in items:
+        if isinstance(item, Reply) and len(item.tool_calls) > 1:
+            item = dataclasses.replace(item, tool_calls=item.tool_calls[:1])
+        yield item
 
 
 def _eager(chunks: Iterator[Chunk]) -> Iterator[Chunk]:

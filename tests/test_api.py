@@ -195,14 +195,27 @@ def test_bad_options_name_their_field(options, param):
     assert info.value.param == param and not isinstance(info.value, UnsupportedOptionError)
 
 
-@pytest.mark.parametrize("options, param", [
-    (dict(parallel_tool_calls=False), "parallel_tool_calls"),
-])
-def test_options_not_honoured_are_refused(options, param):
-    model = scripted_model(["Hi."])
-    with pytest.raises(UnsupportedOptionError, match="not supported") as info:
-        model.create_chat_completion(USER, **options)
-    assert info.value.param == param
+def test_parallel_tool_calls_false_keeps_one_call():
+    """``parallel_tool_calls=false`` (llama-server's default, sent by agent frameworks):
+    a reply that writes two calls comes back with the first alone; true (OpenAI's
+    default) keeps both."""
+    two = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+           '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>')
+    weather = [{"role": "user", "content": "weather?"}]
+    for parallel, cities in ((True, ["Paris", "Rome"]), (False, ["Paris"])):
+        model = scripted_model([two, two])
+        out = model.create_chat_completion(weather, tools=TOOLS, temperature=0, parallel_tool_calls=parallel)
+        ChatCompletion.model_validate(out)
+        calls = out["choices"][0]["message"]["tool_calls"]
+        assert [json.loads(c["function"]["arguments"])["city"] for c in calls] == cities
+        assert out["choices"][0]["finish_reason"] == "tool_calls"
+        chunks = list(model.create_chat_completion(weather, tools=TOOLS, temperature=0, stream=True,
+                                                   parallel_tool_calls=parallel))
+        streamed = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls", [])]
+        assert [json.loads(c["function"]["arguments"])["city"] for c in streamed] == cities
+    with pytest.raises(InvalidRequestError) as info:
+        scripted_model(["Hi."]).create_chat_completion(USER, parallel_tool_calls="no")
+    assert info.value.param == "parallel_tool_calls"
 
 
 def test_bad_messages_and_prompts():
