@@ -148,7 +148,8 @@ def _sampler_options(model: Any, temperature: Any, top_p: Any, top_k: Any, min_p
     bias = _check_logit_bias(logit_bias, int(model.engine.vocab_size))
     if bias:
         options["logit_bias"] = bias
-    options["seed"] = _check_optional_int("seed", seed, 0)
+    # -1 is llama.cpp's "random" (llama-server's default, `--seed -1` in the CLI)
+    options["seed"] = None if seed == -1 and _is_int(seed) else _check_optional_int("seed", seed, 0)
     _make_sampler(options, 0)  # the Sampler's own range checks, now rather than mid-request
     return options
 

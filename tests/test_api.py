@@ -165,6 +165,18 @@ def test_sampler_gets_the_penalties():
             s.temperature, s.seed) == (0.5, 0.25, 1.1, 7, 0.9, 0.1, 0.7, 3)
 
 
+def test_llama_cpp_sampling_spellings():
+    """seed=-1 is llama.cpp's random seed (a fresh one per request, as seed=None) and
+    top_p=0, which OpenAI's API takes, keeps the most likely token."""
+    model = scripted_model(["Hi."] * 2)
+    ctx = model.create_context()
+    model.create_chat_completion(USER, context=ctx, seed=-1, top_p=0)
+    assert ctx.sampler._seed_arg is None and ctx.sampler.top_p == 0.0
+    with pytest.raises(InvalidRequestError) as info:
+        model.create_chat_completion(USER, seed=-2)
+    assert info.value.param == "seed"
+
+
 @pytest.mark.parametrize("options, param", [
     (dict(temperature="hot"), "temperature"),
     (dict(top_k=1.5), "top_k"),
@@ -172,7 +184,7 @@ def test_sampler_gets_the_penalties():
     (dict(max_tokens=0), "max_tokens"),
     (dict(max_tokens=10 ** 6), "max_tokens"),
     (dict(n=0), "n"),
-    (dict(seed=-1), "seed"),
+    (dict(seed=-2), "seed"),
     (dict(stop=[1]), "stop"),
     (dict(stream="yes"), "stream"),
     (dict(stream_options={"include_usage": True}), "stream_options"),
