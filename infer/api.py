@@ -575,7 +575,8 @@ def create_completion(
         logprobs: Optional[int] = None, user: Optional[str] = None,
         context: Any = None, model_name: Optional[str] = None) -> Any:
     """OpenAI's ``POST /v1/completions``: continue ``prompt`` (text, encoded with BOS
-    as the model says, or token ids used as they are).
+    as the model says and special-token texts such as ``<|im_start|>`` read as those
+    tokens, or token ids used as they are).
 
     Returns a ``text_completion`` dict, or with ``stream=True`` an iterator of
     chunks.  ``max_tokens`` defaults to 16 as in OpenAI's API; None runs to the end
@@ -602,7 +603,10 @@ def create_completion(
     name = _model_name(model, model_name)
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": name}
     tok = model.tokenizer
-    ids = tok.encode(text_prompt, add_special=True) if isinstance(text_prompt, str) else text_prompt
+    # Special-token texts in a text prompt are those tokens, as llama-server and
+    # llama-cpp-python read a completion prompt (a hand-formatted chat turn).
+    ids = (tok.encode(text_prompt, add_special=True, parse_special=True) if isinstance(text_prompt, str)
+           else text_prompt)
     if not ids:
         raise InvalidRequestError("prompt: is empty and the model adds no BOS token", "prompt")
     echoed = text_prompt if isinstance(text_prompt, str) else tok.decode(ids)

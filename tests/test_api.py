@@ -259,3 +259,31 @@ def test_unconsumed_stream_does_not_block_other_calls():
     out = model.create_chat_completion(USER, temperature=0)  # a fresh context meanwhile
     assert out["choices"][0]["message"]["content"] == "Hi."
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in stream) == "Hi."
+
+
+def test_completion_prompt_reads_special_token_texts():
+    """A hand-formatted chat turn sent to /v1/completions: ``<|im_start|>`` and
+    ``<|im_end|>`` are those tokens, as llama-server and llama-cpp-python tokenize a
+    completion prompt (they were spelt out as text, 33 tokens instead of 16, and the
+    model rambled past the turn).  The token count is the `tokenizers` library's with
+    the two specials added; the completion of the chat template's rendering is the
+    chat completion's reply."""
+    from _tok_models import load_installed, metadata, smollm2_path, tokenizers_reference
+
+    if smollm2_path() is None:
+        pytest.skip("the default model is not installed")
+    ref = tokenizers_reference(metadata(smollm2_path()))
+    ref.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    question = "What is the capital of France?"
+    prompt = f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    with load_installed("smollm2") as model:
+        out = model.create_completion(prompt, max_tokens=30, temperature=0)
+        Completion.model_validate(out)
+        assert out["usage"]["prompt_tokens"] == len(ref.encode(prompt).ids)
+        assert out["choices"][0]["finish_reason"] == "stop"  # at <|im_end|>
+        messages = [{"role": "user", "content": question}]
+        rendered = model.create_completion(model.chat.render(messages), max_tokens=30, temperature=0)
+        chat = model.create_chat_completion(messages, max_tokens=30, temperature=0)
+    assert rendered["choices"][0]["finish_reason"] == chat["choices"][0]["finish_reason"]
+    assert rendered["choices"][0]["text"] == chat["choices"][0]["message"]["content"]
+    assert rendered["usage"]["prompt_tokens"] == chat["usage"]["prompt_tokens"]
