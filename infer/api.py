@@ -558,10 +558,16 @@ def _check_prompt(model: Any, prompt: Any) -> Union[str, list[int]]:
         if bad:
             raise InvalidRequestError(f"prompt: token {bad[0]} is outside the vocabulary [0, {vocab})", "prompt")
         return [int(t) for t in prompt]
-    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-        raise UnsupportedOptionError("prompt: a list of prompts is not supported (send one request per prompt)",
-                                     "prompt")
-    raise InvalidRequestError("prompt: expected a string or a non-empty list of token ids", "prompt")
+    raise InvalidRequestError("prompt: expected a string, a non-empty list of token ids, or a list of those",
+                              "prompt")
+
+
+def _prompt_batch(model: Any, prompt: Any) -> Optional[list[Union[str, list[int]]]]:
+    """The prompts of a batched ``prompt`` (a list of strings or of token-id lists, as
+    OpenAI and lm-evaluation-harness send them), each checked; None for one prompt."""
+    if not isinstance(prompt, list) or not prompt or not all(isinstance(p, (str, list)) for p in prompt):
+        return None
+    return [_check_prompt(model, p) for p in prompt]
 
 
 def create_completion(
@@ -576,12 +582,61 @@ def create_completion(
         context: Any = None, model_name: Optional[str] = None) -> Any:
     """OpenAI's ``POST /v1/completions``: continue ``prompt`` (text, encoded with BOS
     as the model says and special-token texts such as ``<|im_start|>`` read as those
-    tokens, or token ids used as they are).
+    tokens, or token ids used as they are; or a list of such prompts, whose choices
+    come in prompt order, prompt ``i``'s choice ``j`` at index ``i * n + j``).
 
     Returns a ``text_completion`` dict, or with ``stream=True`` an iterator of
     chunks.  ``max_tokens`` defaults to 16 as in OpenAI's API; None runs to the end
     of the context.  ``echo=True`` puts the prompt text before the completion.
     """
+    options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                   repeat_penalty=repeat_penalty, stop=stop, seed=seed, stream=stream,
+                   stream_options=stream_options, presence_penalty=presence_penalty,
+                   frequency_penalty=frequency_penalty, logit_bias=logit_bias, n=n, echo=echo, best_of=best_of,
+                   suffix=suffix, logprobs=logprobs, user=user, context=context, model_name=model_name)
+    batch = _prompt_batch(model, prompt)
+    if batch is None:
+        return _create_completion(model, prompt, **options)
+    parts = [_create_completion(model, p, **options) for p in batch[:1]]  # the options fail here, early
+    n_choices = int(_check_optional_int("n", n, 1, 16) or 1)
+    if stream:
+        return _batched_chunks(model, batch, options, parts[0], n_choices)
+    parts += [_create_completion(model, p, **options) for p in batch[1:]]
+    choices = [dict(c, index=i * n_choices + c["index"]) for i, part in enumerate(parts) for c in part["choices"]]
+    usage = {key: sum(part["usage"][key] for part in parts) for key in parts[0]["usage"]}
+    return dict(parts[0], choices=choices, usage=usage)
+
+
+def _batched_chunks(model: Any, batch: list[Union[str, list[int]]], options: dict[str, Any],
+                    first: Iterator[Any], n_choices: int) -> Iterator[Any]:
+    """The chunks of a streamed list of prompts: each prompt's in turn, under the first
+    one's id, with the choices renumbered and one usage chunk (summed) at the end."""
+    head: Optional[dict[str, Any]] = None
+    usage: dict[str, int] = {}
+    for i, prompt in enumerate(batch):
+        chunks = first if i == 0 else _create_completion(model, prompt, **options)
+        for chunk in chunks:
+            head = head or {k: chunk[k] for k in ("id", "created", "model")}
+            if not chunk["choices"]:  # this prompt's usage
+                for key, value in chunk["usage"].items():
+                    usage[key] = usage.get(key, 0) + value
+                continue
+            yield dict(chunk, **head, choices=[dict(c, index=i * n_choices + c["index"]) for c in chunk["choices"]])
+    if usage and head is not None:
+        yield dict(head, object="text_completion", choices=[], usage=usage)
+
+
+def _create_completion(
+        model: Any, prompt: Union[str, list[int]], *, max_tokens: Optional[int],
+        temperature: Optional[float], top_p: Optional[float], top_k: Optional[int],
+        min_p: Optional[float], repeat_penalty: Optional[float],
+        stop: Union[str, list[str], None], seed: Optional[int], stream: bool,
+        stream_options: Optional[dict[str, Any]], presence_penalty: Optional[float],
+        frequency_penalty: Optional[float], logit_bias: Optional[dict[Any, float]], n: int,
+        echo: bool, best_of: Optional[int], suffix: Optional[str],
+        logprobs: Optional[int], user: Optional[str],
+        context: Any, model_name: Optional[str]) -> Any:
+    """`create_completion` of one prompt."""
     from .generate import generate
 
     text_prompt = _check_prompt(model, prompt)

@@ -243,10 +243,9 @@ def test_bad_messages_and_prompts():
     with pytest.raises(InvalidRequestError) as info:
         model.create_completion("x" * 100)
     assert info.value.code == "context_length_exceeded"
-    with pytest.raises(UnsupportedOptionError):
-        model.create_completion(["a", "b"])
-    with pytest.raises(InvalidRequestError, match="prompt"):
-        model.create_completion([10 ** 6])
+    for prompt in ([10 ** 6], ["a", []], [["a"]], [1, "a"], []):
+        with pytest.raises(InvalidRequestError, match="prompt"):
+            model.create_completion(prompt)
     # a streamed call checks before returning its iterator
     with pytest.raises(InvalidRequestError):
         model.create_chat_completion(USER, stream=True, temperature=-1)
@@ -287,3 +286,37 @@ def test_completion_prompt_reads_special_token_texts():
     assert rendered["choices"][0]["finish_reason"] == chat["choices"][0]["finish_reason"]
     assert rendered["choices"][0]["text"] == chat["choices"][0]["message"]["content"]
     assert rendered["usage"]["prompt_tokens"] == chat["usage"]["prompt_tokens"]
+
+
+def test_completion_of_a_list_of_prompts():
+    """A list of prompts (strings or token-id lists), as OpenAI takes it and
+    lm-evaluation-harness sends it (``[[ids]]``, ``echo``, ``logprobs=1``,
+    ``max_tokens=1`` to score a text): prompt i's choice j at index ``i * n + j``, each
+    the completion of that prompt alone, usage summed; streamed the same way, under one id."""
+    from _tok_models import load_installed, smollm2_path
+
+    if smollm2_path() is None:
+        pytest.skip("the default model is not installed")
+    prompts = ["The capital of France is", "One, two, three,"]
+    with load_installed("smollm2") as model:
+        alone = [model.create_completion(p, max_tokens=4, temperature=0.9, seed=4, n=2) for p in prompts]
+        out = model.create_completion(prompts, max_tokens=4, temperature=0.9, seed=4, n=2)
+        Completion.model_validate(out)
+        expected = [(i * 2 + c["index"], c["text"]) for i, a in enumerate(alone) for c in a["choices"]]
+        assert [(c["index"], c["text"]) for c in out["choices"]] == expected
+        assert out["usage"]["prompt_tokens"] == sum(a["usage"]["prompt_tokens"] for a in alone)
+        chunks = list(model.create_completion(prompts, max_tokens=4, temperature=0.9, seed=4, n=2, stream=True,
+                                              stream_options={"include_usage": True}))
+        for c in chunks:  # OpenAI streams null finish reasons, which its (non-stream) type does not allow
+            Completion.model_validate(dict(c, choices=[dict(x, finish_reason="stop") for x in c["choices"]]))
+        assert len({c["id"] for c in chunks}) == 1 and chunks[-1]["usage"] == out["usage"]
+        texts: dict = {}
+        for c in chunks[:-1]:
+            for choice in c["choices"]:
+                texts[choice["index"]] = texts.get(choice["index"], "") + choice["text"]
+        assert sorted(texts.items()) == expected
+        ids = model.tokenizer.encode(prompts[1], add_special=True)
+        scored = model.create_completion([ids], echo=True, logprobs=1, max_tokens=1, temperature=0)
+        lp = scored["choices"][0]["logprobs"]
+        assert len(lp["token_logprobs"]) == len(ids) + 1 and lp["token_logprobs"][0] is None
+        assert scored["choices"][0]["text"].startswith(prompts[1])
