@@ -283,9 +283,15 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
                                                  "messages")
         # OpenAI's "developer" is the system prompt of newer models
         out.append(dict(m, role="system") if role == "developer" else m)
-    if out[-1]["role"] not in ("user", "tool"):
-        raise InvalidRequestError("messages: the last message must be from the user or a tool "
-                                  f"(got {out[-1]['role']!r})", "messages")
+    last = out[-1]
+    if last["role"] == "assistant" and (last.get("tool_calls") or not isinstance(last.get("content"), str)
+                                        or not last["content"] or len(out) < 2):
+        raise InvalidRequestError("messages: a last assistant message is a reply to continue (llama-server's "
+                                  "prefill): it needs text, no tool calls, and a conversation before it",
+                                  "messages")
+    if last["role"] not in ("user", "tool", "assistant"):
+        raise InvalidRequestError("messages: the last message must be from the user, a tool, or an assistant "
+                                  f"reply to continue (got {last['role']!r})", "messages")
     return out
 
 

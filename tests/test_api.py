@@ -233,7 +233,7 @@ def test_parallel_tool_calls_false_keeps_one_call():
 def test_bad_messages_and_prompts():
     model = scripted_model(["Hi."], max_seq_len=64)
     for messages in ([], "Hi", [{"role": "wizard", "content": "x"}], [{"role": "user", "content": 3}],
-                     [{"role": "assistant", "content": "last"}], [{"role": "user"}],
+                     [{"role": "user"}],
                      [{"role": "system", "content": None}, {"role": "user", "content": "x"}]):
         with pytest.raises(InvalidRequestError, match="messages"):
             model.create_chat_completion(messages)
@@ -320,3 +320,20 @@ def test_completion_of_a_list_of_prompts():
         lp = scored["choices"][0]["logprobs"]
         assert len(lp["token_logprobs"]) == len(ids) + 1 and lp["token_logprobs"][0] is None
         assert scored["choices"][0]["text"].startswith(prompts[1])
+
+
+def test_last_assistant_message_is_continued():
+    """llama-server's prefill: a last assistant message is continued and the reply's
+    content is what was added; one that cannot be continued is a 400."""
+    model = scripted_model(["Paris is the capital of France."])
+    out = model.create_chat_completion([{"role": "user", "content": "Capital?"},
+                                        {"role": "assistant", "content": "Paris is"}], temperature=0)
+    ChatCompletion.model_validate(out)
+    assert out["choices"][0]["message"]["content"] == " the capital of France."
+    for messages in ([{"role": "assistant", "content": "Paris"}],
+                     [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}],
+                     [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [
+                         {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]):
+        with pytest.raises(InvalidRequestError) as info:
+            model.create_chat_completion(messages)
+        assert info.value.param == "messages"
