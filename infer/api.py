@@ -666,8 +666,11 @@ def _create_completion(
     tok = model.tokenizer
     # Special-token texts in a text prompt are those tokens, as llama-server and
     # llama-cpp-python read a completion prompt (a hand-formatted chat turn).
-    ids = (tok.encode(text_prompt, add_special=True, parse_special=True) if isinstance(text_prompt, str)
-           else text_prompt)
+    try:
+        ids = (tok.encode(text_prompt, add_special=True, parse_special=True) if isinstance(text_prompt, str)
+               else text_prompt)
+    except ValueError as exc:  # text UTF-8 cannot encode (a lone surrogate)
+        raise InvalidRequestError(f"prompt: {exc}", "prompt") from None
     if not ids:
         raise InvalidRequestError("prompt: is empty and the model adds no BOS token", "prompt")
     echoed = text_prompt if isinstance(text_prompt, str) else tok.decode(ids)
@@ -765,9 +768,13 @@ def create_embedding(model: Any, input: Union[str, list[str]], *, encoding_forma
         raise UnsupportedOptionError("dimensions is not supported (the model's width is fixed)", "dimensions")
     if ignored:
         raise InvalidRequestError(f"unrecognized request argument: {sorted(ignored)[0]}", sorted(ignored)[0])
-    n_tokens = sum(len(model.tokenizer.encode(t, add_special=True)) for t in texts)
+    try:
+        lengths = [len(model.tokenizer.encode(t, add_special=True)) for t in texts]
+    except ValueError as exc:  # text UTF-8 cannot encode (a lone surrogate)
+        raise InvalidRequestError(f"input: {exc}", "input") from None
+    n_tokens = sum(lengths)
     limit = int(model.engine.max_seq_len)
-    longest = max(len(model.tokenizer.encode(t, add_special=True)) for t in texts)
+    longest = max(lengths)
     if longest > limit:
         raise InvalidRequestError(f"input: a text of {longest} tokens exceeds the model's context of {limit}",
                                   "input", "context_length_exceeded")

@@ -243,9 +243,10 @@ def test_bad_messages_and_prompts():
     with pytest.raises(InvalidRequestError) as info:
         model.create_completion("x" * 100)
     assert info.value.code == "context_length_exceeded"
-    for prompt in ([10 ** 6], ["a", []], [["a"]], [1, "a"], []):
-        with pytest.raises(InvalidRequestError, match="prompt"):
+    for prompt in ([10 ** 6], ["a", []], [["a"]], [1, "a"], [], "\ud800 lone surrogate"):
+        with pytest.raises(InvalidRequestError, match="prompt") as info:
             model.create_completion(prompt)
+        assert info.value.param == "prompt"
     # a streamed call checks before returning its iterator
     with pytest.raises(InvalidRequestError):
         model.create_chat_completion(USER, stream=True, temperature=-1)
@@ -337,3 +338,10 @@ def test_last_assistant_message_is_continued():
         with pytest.raises(InvalidRequestError) as info:
             model.create_chat_completion(messages)
         assert info.value.param == "messages"
+
+
+def test_embedding_of_text_utf8_cannot_encode_names_input():
+    model = scripted_model(["Hi."])
+    with pytest.raises(InvalidRequestError) as info:
+        api.create_embedding(model, ["fine", "\ud800 lone surrogate"])
+    assert info.value.param == "input"
