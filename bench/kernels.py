@@ -13,8 +13,6 @@ Every figure is printed next to a baseline measured in the same run, with the ra
               Q4_0 (timed again before each format, the best as baseline: one Q4_0
               figure from a quiet moment would skew every ratio), and whether each is
               within 1.5x of Q4_0's time per weight byte
-  batch       matmul_q of B = 1, 2, 4, 8 tokens (batched decode) per format, one thread:
-              us, G MAC/s, and the speed-up over B one-token calls (B the ideal)
   limits      the machine's read bandwidth and int8 dot peak (bench/machine_probe.py),
               beside a mat-vec larger than the last-level cache at each thread count
               (GB/s of weights and its share of the probe's bandwidth, same run)
@@ -34,9 +32,8 @@ Knobs (environment):
   INFER_BENCH_TYPES     comma list for the types section (default q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs)
   INFER_BENCH_IQ        comma list for the iquants section (default: all eight)
   INFER_BENCH_GGML      comma list for the ggml section (default: the K, IQ and TQ types)
-  INFER_BENCH_BATCH     rows x cols of the batch section (default 4096x576)
   INFER_BENCH_LIMITS    rows x cols of the limits section's mat-vec (default 32768x4096, 75 MB of q4_0)
-  INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model,prefill,batch,limits,
+  INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model,prefill,limits,
                         types,iquants,ggml)
 """
 import os
@@ -69,7 +66,6 @@ IQ_FORMATS = os.environ.get(
 GGML_FORMATS = os.environ.get(
     "INFER_BENCH_GGML", ",".join(["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"] + IQ_FORMATS)).split(",")
 GGML_ROUNDS = 3
-BATCH_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_BATCH", "4096x576").split("x"))
 LIMITS_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_LIMITS", "32768x4096").split("x"))
 MODEL_SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576)]
 
@@ -240,31 +236,6 @@ def bench_prefill(rng, isa):
           f"{t_np * 1e6:.0f} us, {rows * cols * tokens / t_np / 1e9:.1f} GMAC/s)",
           ["format", "1 thr us (CPU)", "GMAC/s", "vs numpy f32"]
           + [f"{th} thr wall us (vs {THREADS[0]})" for th in THREADS], result)
-
-
-def bench_batch(rng, isa):
-    """Batched decode's mat-mul: B tokens against every weight row, one read of the weights."""
-    K.set_isa(isa)
-    K.set_num_threads(1)
-    rows, cols = BATCH_SHAPE
-    w_f = rng.standard_normal((rows, cols)).astype(np.float32)
-    result = []
-    for fmt in ("q4_0", "q4_1", "q5_0", "q8_0"):
-        w = encode(fmt, w_f)
-        row, t_one = [fmt], None
-        for b in (1, 2, 4, 8):
-            X = rng.standard_normal((b, cols)).astype(np.float32)
-            Xq = np.empty(K.activation_bytes(fmt, cols, b), np.uint8)
-            K.quantize_activations(X, fmt, Xq)
-            out = np.empty((b, rows), np.float32)
-            t = per_call(lambda: K.matmul_q(w, fmt, Xq, out))
-            t_one = t_one or t
-            row.append(f"{t * 1e6:.0f} us, {rows * cols * b / t / 1e9:.1f} GMAC/s, {b * t_one / t:.2f}x")
-        result.append(row)
-    K.set_num_threads(THREADS[0])
-    table(f"batched decode matmul_q {rows}x{cols}, {isa}, one thread (CPU time); "
-          "x = speed-up over B one-token calls, B the ideal",
-          ["format"] + [f"B={b}" for b in (1, 2, 4, 8)], result)
 
 
 def bench_limits(rng, isa):
@@ -453,8 +424,6 @@ def main():
             bench_model(rng, before)
         if "prefill" not in SKIP:
             bench_prefill(rng, before)
-        if "batch" not in SKIP:
-            bench_batch(rng, before)
         if "limits" not in SKIP:
             bench_limits(rng, before)
         if "types" not in SKIP:
