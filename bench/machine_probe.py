@@ -83,21 +83,21 @@ int has_vnni(void) { return __builtin_cpu_supports("avx512vnni") && __builtin_cp
 
 /* CHAINS independent chains of 32 u8 x s8 products per step, each on its own
  * operands (the compiler would otherwise compute one product for all): returns
- * multiply-adds per CPU second.  The empty asm marks the operands as changed every
- * step, so no product is hoisted out of the loop: the multiplies' throughput is
+ * multiply-adds per CPU second.  The empty asm marks u as changed every step, so no
+ * product is hoisted out of the loop: the multiplies' throughput is
  * measured, as in a mat-mul's inner loop.  AVX2 sums pairs in int16 (vpmaddubsw)
  * and accumulates in int16, as the kernels do within a block. */
 #define CHAINS 6
 #define INT8_PROBE(name, isa, step)                                                      \
     __attribute__((target(isa))) double name(long steps) {                               \
-        const __m256i u = _mm256_set1_epi8(3);                                            \
+        __m256i u = _mm256_set1_epi8(3);                                                  \
         __m256i a0 = _mm256_set1_epi32(0), a1 = _mm256_set1_epi32(1), a2 = _mm256_set1_epi32(2); \
         __m256i a3 = _mm256_set1_epi32(3), a4 = _mm256_set1_epi32(4), a5 = _mm256_set1_epi32(5); \
         __m256i s0 = _mm256_set1_epi8(-3), s1 = _mm256_set1_epi8(-2), s2 = _mm256_set1_epi8(-1); \
         __m256i s3 = _mm256_set1_epi8(1), s4 = _mm256_set1_epi8(2), s5 = _mm256_set1_epi8(3); \
         const double t0 = thread_now();                                                   \
         for (long i = 0; i < steps; i++) {                                                \
-            __asm__ volatile("" : "+x"(s0), "+x"(s1), "+x"(s2), "+x"(s3), "+x"(s4), "+x"(s5)); \
+            __asm__ volatile("" : "+x"(u));                                               \
             a0 = step(a0, u, s0); a1 = step(a1, u, s1); a2 = step(a2, u, s2);             \
             a3 = step(a3, u, s3); a4 = step(a4, u, s4); a5 = step(a5, u, s5);             \
         }                                                                                 \
