@@ -295,4 +295,5 @@ def main():
 
 
 if __name__ == "__main__":
+    sys.stdout.reconfigure(line_buffering=True)  # rows as they come, also into a file
     main()
