@@ -13,6 +13,9 @@ Every figure is printed next to a baseline measured in the same run, with the ra
               Q4_0 (timed again before each format, the best as baseline: one Q4_0
               figure from a quiet moment would skew every ratio), and whether each is
               within 1.5x of Q4_0's time per weight byte
+  limits      the machine's read bandwidth and int8 dot peak (bench/machine_probe.py),
+              beside a mat-vec larger than the last-level cache at each thread count
+              (GB/s of weights and its share of the probe's bandwidth, same run)
   ggml        llama.cpp's ggml CPU vec_dot as a 4096x4096 mat-vec for the same bytes, one
               thread, beside infer's: each as time per weight byte vs its own Q4_0 in
               this run, and infer/ggml (needs LLAMA_CPP_LIB_PATH = the folder with
@@ -29,9 +32,12 @@ Knobs (environment):
   INFER_BENCH_TYPES     comma list for the types section (default q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs)
   INFER_BENCH_IQ        comma list for the iquants section (default: all eight)
   INFER_BENCH_GGML      comma list for the ggml section (default: the K, IQ and TQ types)
-  INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model,prefill,types,iquants,ggml)
+  INFER_BENCH_LIMITS    rows x cols of the limits section's mat-vec (default 32768x4096, 75 MB of q4_0)
+  INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model,prefill,limits,
+                        types,iquants,ggml)
 """
 import os
+import subprocess
 import sys
 import time
 
@@ -60,6 +66,7 @@ IQ_FORMATS = os.environ.get(
 GGML_FORMATS = os.environ.get(
     "INFER_BENCH_GGML", ",".join(["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"] + IQ_FORMATS)).split(",")
 GGML_ROUNDS = 3
+LIMITS_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_LIMITS", "32768x4096").split("x"))
 MODEL_SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576)]
 
 
@@ -231,6 +238,40 @@ def bench_prefill(rng, isa):
           + [f"{th} thr wall us (vs {THREADS[0]})" for th in THREADS], result)
 
 
+def bench_limits(rng, isa):
+    """The machine's limits beside a mat-vec that streams its weights from DRAM."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from machine_probe import Probe, ProbeUnavailable
+
+    try:
+        probe = Probe()
+    except (ProbeUnavailable, OSError, subprocess.CalledProcessError) as exc:
+        print(f"\n## limits: probe unavailable ({exc})")
+        return
+    K.set_isa(isa)
+    rows, cols = LIMITS_SHAPE
+    w = encode("q4_0", rng.standard_normal((rows, cols)).astype(np.float32))
+    x = rng.standard_normal(cols).astype(np.float32)
+    xq = np.empty(K.activation_bytes("q4_0", cols), np.uint8)
+    K.quantize_activations(x, "q4_0", xq)
+    out = np.empty(rows, np.float32)
+    mib = max(1, w.nbytes // 2**20)
+    result = []
+    for th in THREADS:
+        bw = probe.read_gbs(mib, th)
+        K.set_num_threads(th)
+        t = wall(lambda: K.matvec_q(w, "q4_0", xq, out))
+        result.append([str(th), f"{bw:.1f}", f"{t * 1e6:.0f}", f"{w.nbytes / t / 1e9:.1f}",
+                       f"{w.nbytes / t / 1e9 / bw:.0%}"])
+    K.set_num_threads(THREADS[0])
+    table(f"limits: q4_0 matvec_q {rows}x{cols} ({w.nbytes / 1e6:.0f} MB) vs read bandwidth over "
+          f"{mib} MiB, {isa}, wall time",
+          ["threads", "probe read GB/s", "matvec us", "weight GB/s", "share of the probe"], result)
+    peaks = probe.int8_gmacs()
+    print("\nint8 dot peak, one thread (G MAC per CPU second): " + "; ".join(
+        f"{name} {'unavailable on this CPU' if g is None else f'{g:.1f}'}" for name, g in peaks.items()))
+
+
 def bench_types(rng, isa):
     """Each format beside Q4_0 (and numpy) measured in this same run, one thread."""
     K.set_isa(isa)
@@ -383,6 +424,8 @@ def main():
             bench_model(rng, before)
         if "prefill" not in SKIP:
             bench_prefill(rng, before)
+        if "limits" not in SKIP:
+            bench_limits(rng, before)
         if "types" not in SKIP:
             bench_types(rng, before)
         if "iquants" not in SKIP:

@@ -576,13 +576,10 @@ static void KERNEL(vec_dot_4x4_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
  * four tokens (then two, then one): each weight block is unpacked once per pass and
  * each activation block loaded once for the four rows, so batches of 2 and 3 (and
  * the tail of a larger one) share the weights too, which vec_dot_4x4 cannot do.
- * Per-row scales are stored once per token and block and read back with
- * vbroadcastss (a load, not a shuffle as LANE is).  (Measured on Zen 3: passes of
- * two tokens, which keep every accumulator in the 16 AVX2 registers, were no
- * faster than four.)  Every (row, token) result takes the same operations, in the
- * same order, whatever n_tok and the pass, so it has the bits of the one-token call.
- * (Not always vec_dot_4's: the offset formats and Q4_1 sum a block's integers
- * exactly, then scale once; Q8_0 without VNNI is vec_dot_4's.) */
+ * Each block's integer dot is summed exactly, the four rows' sums reduced into one
+ * vector and scaled once, so a (row, token) result takes the same operations, in
+ * the same order, whatever n_tok and the pass: it has the bits of the one-token
+ * call (not vec_dot_4's, which scales eight lanes per row and block). */
 #if defined(_MSC_VER)
 #define X86_ALWAYS_INLINE static __forceinline
 #else
@@ -646,15 +643,17 @@ DOT4XN_OFFSET_KERNEL(vec_dot_4xn_q5_0_q8_0, block_q5_0, unpack_q5_0_unsigned, 16
 #if X86_VNNI
 DOT4XN_OFFSET_KERNEL(vec_dot_4xn_q8_0_q8_0, block_q8_0, UNPACK_Q8_0_FLIPPED, 128)
 #else
-/* vec_dot_4's dot_s8s8(x, y) with |x| taken once per weight block for all the
- * tokens (x may be -128 in a file: |x| is then 128 as an unsigned byte, as there). */
+/* The offset kernels' operations with the exact block dot taken by dot_s8s8 (|x|
+ * once per weight block for all the tokens; x may be -128 in a file: |x| is then
+ * 128 as an unsigned byte, as there), so the same bits as with VNNI above, and
+ * four accumulators of four rows for T tokens instead of T x 4 of eight lanes
+ * (which spilled: 15 G MAC/s at 4 tokens against Q4_1's 25 on Zen 3). */
 X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q8_0_q8_0_pass)(int64_t n, const void *w, size_t row_bytes,
                                                           const uint8_t *a, size_t a_stride, const int T,
                                                           float *out, size_t out_stride) {
     const uint8_t *x = (const uint8_t *)w;
-    __m256 acc[4][4];
-    for (int t = 0; t < T; t++)
-        for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();
+    __m128 acc[4];
+    for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps();
     for (int64_t b = 0; b < n / QK8_0; b++, x += sizeof(block_q8_0)) {
         __m256i xk[4], ax[4];
         for (int k = 0; k < 4; k++) {
@@ -665,15 +664,15 @@ X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q8_0_q8_0_pass)(int64_t n, const void 
         for (int t = 0; t < T; t++) {
             const block_q8_0 *y = (const block_q8_0 *)(a + t * a_stride) + b;
             const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
-            float sc[4];
-            _mm_storeu_ps(sc, _mm_mul_ps(dx, _mm_set1_ps(half_to_float(y->d))));
-            for (int k = 0; k < 4; k++)
-                acc[t][k] = _mm256_fmadd_ps(
-                    _mm256_cvtepi32_ps(dot_u8s8(_mm256_setzero_si256(), ax[k], _mm256_sign_epi8(yv, xk[k]))),
-                    _mm256_broadcast_ss(&sc[k]), acc[t][k]);
+            const __m128i sums = block_sums4(
+                dot_u8s8(_mm256_setzero_si256(), ax[0], _mm256_sign_epi8(yv, xk[0])),
+                dot_u8s8(_mm256_setzero_si256(), ax[1], _mm256_sign_epi8(yv, xk[1])),
+                dot_u8s8(_mm256_setzero_si256(), ax[2], _mm256_sign_epi8(yv, xk[2])),
+                dot_u8s8(_mm256_setzero_si256(), ax[3], _mm256_sign_epi8(yv, xk[3])));
+            acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(dx, _mm_set1_ps(half_to_float(y->d))), acc[t]);
         }
     }
-    for (int t = 0; t < T; t++) store_hsum4(out + t * out_stride, acc[t]);
+    for (int t = 0; t < T; t++) _mm_storeu_ps(out + t * out_stride, acc[t]);
 }
 DOT4XN_DRIVER(vec_dot_4xn_q8_0_q8_0, KERNEL(vec_dot_4xn_q8_0_q8_0_pass))
 #endif
@@ -817,6 +816,49 @@ static inline void q5_0_groups(const block_q5_0 *blk, __m256i wg[8]) {
 RX8_OFFSET_KERNEL(vec_dot_rx8_q4_0_q8_0, block_q4_0, q4_0_groups, 8)
 RX8_OFFSET_KERNEL(vec_dot_rx8_q5_0_q8_0, block_q5_0, q5_0_groups, 16)
 
+/* Q8_0 with the tokens in the lanes: each block's exact dot, then the scaling of
+ * vec_dot_4xn_q8_0_q8_0 (same bits).  VNNI sums four products of the flipped
+ * (unsigned) weight bytes per lane, plus -128 * sum(y); AVX2 takes |x| and y with
+ * x's sign per group of four (pair sums <= 2 * 128 * 127 fit int16, two groups
+ * would not, so each group is widened on its own). */
+static void KERNEL(vec_dot_rx8_q8_0_q8_0)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
+                                          const void *a, size_t a_stride, float *out, size_t out_stride) {
+    const int64_t nb = n / QK8_0;
+    __m256i ys[INFER_DOT_RX8_MAX_N / QK8_0][8], neg_sum[INFER_DOT_RX8_MAX_N / QK8_0];
+    __m256 dy[INFER_DOT_RX8_MAX_N / QK8_0];
+    transpose_q8_0_x8(a, a_stride, nb, 128, ys, dy, neg_sum);
+#if !X86_VNNI
+    const __m256i ones = _mm256_set1_epi16(1);
+#endif
+    for (int64_t row = 0; row < n_rows; row++) {
+        const block_q8_0 *x = (const block_q8_0 *)((const uint8_t *)w + row * row_bytes);
+        if (row + RX8_PREFETCH_ROWS < n_rows)
+            for (size_t off = 0; off < row_bytes; off += 64)
+                _mm_prefetch((const char *)x + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA);
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+#if X86_VNNI
+            const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[b].qs), _mm256_set1_epi8((char)0x80));
+            __m256i sums = neg_sum[b];
+            for (int g = 0; g < 8; g++)
+                sums = _mm256_dpbusd_epi32(sums, _mm256_permutevar8x32_epi32(u, _mm256_set1_epi32(g)), ys[b][g]);
+#else
+            __m256i sums = _mm256_setzero_si256();
+            for (int g = 0; g < 8; g++) {
+                const __m256i v = _mm256_set1_epi32(load_u32((const uint8_t *)x[b].qs + 4 * g));
+                sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v, v),
+                                                                                     _mm256_sign_epi8(ys[b][g], v)),
+                                                                ones));
+            }
+#endif
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(_mm256_set1_ps(half_to_float(x[b].d)), dy[b]), acc);
+        }
+        float res[8];
+        _mm256_storeu_ps(res, acc);
+        for (int t = 0; t < 8; t++) out[t * out_stride + row] = res[t];
+    }
+}
+
 static void KERNEL(vec_dot_rx8_q4_1_q8_1)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
                                           const void *a, size_t a_stride, float *out, size_t out_stride) {
     const int64_t nb = n / QK4_1;
@@ -943,6 +985,7 @@ static void KERNEL(fill_quants_x86)(infer_kernel_table *t) {
     t->vec_dot_rx8[INFER_TYPE_Q4_0] = KERNEL(vec_dot_rx8_q4_0_q8_0);
     t->vec_dot_rx8[INFER_TYPE_Q4_1] = KERNEL(vec_dot_rx8_q4_1_q8_1);
     t->vec_dot_rx8[INFER_TYPE_Q5_0] = KERNEL(vec_dot_rx8_q5_0_q8_0);
+    t->vec_dot_rx8[INFER_TYPE_Q8_0] = KERNEL(vec_dot_rx8_q8_0_q8_0);
 }
 
 #endif

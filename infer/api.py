@@ -148,7 +148,8 @@ def _sampler_options(model: Any, temperature: Any, top_p: Any, top_k: Any, min_p
     bias = _check_logit_bias(logit_bias, int(model.engine.vocab_size))
     if bias:
         options["logit_bias"] = bias
-    options["seed"] = _check_optional_int("seed", seed, 0)
+    # -1 is llama.cpp's "random" (llama-server's default, `--seed -1` in the CLI)
+    options["seed"] = None if seed == -1 and _is_int(seed) else _check_optional_int("seed", seed, 0)
     _make_sampler(options, 0)  # the Sampler's own range checks, now rather than mid-request
     return options
 
@@ -273,6 +274,8 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
         if content is not None and not isinstance(content, (str, list)):
             raise InvalidRequestError(f"messages[{i}].content: expected a string, a list of parts or null",
                                       "messages")
+        if content is None and role != "assistant":
+            raise InvalidRequestError(f"messages[{i}].content: a {role} message needs content", "messages")
         if isinstance(content, list):
             for part in content:
                 if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
@@ -280,9 +283,15 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
                                                  "messages")
         # OpenAI's "developer" is the system prompt of newer models
         out.append(dict(m, role="system") if role == "developer" else m)
-    if out[-1]["role"] not in ("user", "tool"):
-        raise InvalidRequestError("messages: the last message must be from the user or a tool "
-                                  f"(got {out[-1]['role']!r})", "messages")
+    last = out[-1]
+    if last["role"] == "assistant" and (last.get("tool_calls") or not isinstance(last.get("content"), str)
+                                        or not last["content"] or len(out) < 2):
+        raise InvalidRequestError("messages: a last assistant message is a reply to continue (llama-server's "
+                                  "prefill): it needs text, no tool calls, and a conversation before it",
+                                  "messages")
+    if last["role"] not in ("user", "tool", "assistant"):
+        raise InvalidRequestError("messages: the last message must be from the user, a tool, or an assistant "
+                                  f"reply to continue (got {last['role']!r})", "messages")
     return out
 
 
@@ -304,6 +313,14 @@ def _check_tools(tools: Any, tool_choice: Any) -> Optional[list[dict[str, Any]]]
     if tool_choice == "required" or isinstance(tool_choice, dict):
         if not tools:
             raise InvalidRequestError(f"tool_choice {json.dumps(tool_choice)}: no tools given", "tool_choice")
+        if isinstance(tool_choice, dict):
+            function = tool_choice.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
+            if tool_choice.get("type") != "function" or not isinstance(name, str):
+                raise InvalidRequestError("tool_choice: expected {'type': 'function', 'function': {'name': ...}}",
+                                          "tool_choice")
+            if name not in [t["function"]["name"] for t in tools]:
+                raise InvalidRequestError(f"tool_choice: no tool named {name!r}", "tool_choice")
         return list(tools)  # ChatSession forces the call with a grammar
     raise InvalidRequestError("tool_choice: expected 'auto', 'none', 'required' or a function object",
                               "tool_choice")
@@ -335,9 +352,7 @@ def create_chat_completion(
 
     msgs = _check_messages(messages)
     offered = _check_tools(tools, tool_choice)
-    if parallel_tool_calls is not None and parallel_tool_calls is not True:
-        raise UnsupportedOptionError("parallel_tool_calls=false is not supported (a reply may hold several calls)",
-                                     "parallel_tool_calls")
+    single_call = not _check_bool("parallel_tool_calls", True if parallel_tool_calls is None else parallel_tool_calls)
     if max_completion_tokens is not None:
         if max_tokens is not None:
             raise InvalidRequestError("give max_tokens or max_completion_tokens, not both", "max_completion_tokens")
@@ -371,7 +386,7 @@ def create_chat_completion(
             if isinstance(exc, (InvalidRequestError, ContextOverflowError)):
                 raise
             raise InvalidRequestError(str(exc), "messages") from None
-        return items
+        return _first_call_only(items) if single_call else items
 
     def run(ctx: Any) -> Iterator[Any]:
         """(choice, item) for every item of every choice; the first turn starts eagerly."""
@@ -388,6 +403,19 @@ def create_chat_completion(
         steps = run(ctx)
         next(steps)
         return _chat_response(steps, head, ctx)
+
+
+def _first_call_only(items: Iterator[Any]) -> Iterator[Any]:
+    """A turn's items with at most one tool call in its Reply (``parallel_tool_calls=false``,
+    as llama-server's parser reads it: the calls after the first are not the reply's)."""
+    import dataclasses
+
+    from .chat import Reply
+
+    for item in items:
+        if isinstance(item, Reply) and len(item.tool_calls) > 1:
+            item = dataclasses.replace(item, tool_calls=item.tool_calls[:1])
+        yield item
 
 
 def _eager(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
@@ -500,10 +528,31 @@ def _completion_logprobs(entries: Optional[list[dict[str, Any]]], at: int = 0) -
     offsets = []
     for e in entries:
         offsets.append(at)
-        at += len(e["token"])
+        at += e.get("width", len(e["token"]))
     return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
-            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+            "top_logprobs": [None if e["top_logprobs"] is None
+                             else {t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
             "text_offset": offsets}
+
+
+def _prompt_logprobs(model: Any, ids: list[int], top: int) -> list[dict[str, Any]]:
+    """The echoed prompt's ``logprobs`` entries, as OpenAI sends them with ``echo``: each
+    token's log-probability after the tokens before it, from the model's own logits
+    (no sampling options), and none for the first token.  They come from one all-logits
+    prefill on a context of their own (a server's slots prefill without rows)."""
+    from .generate import logprob_entry
+    from .sampler import Sampler
+
+    tok = model.tokenizer
+    rows = model.create_context(n_ctx=len(ids)).prefill(ids, all_logits=True)
+    plain = Sampler(temperature=0.0)
+    first = logprob_entry(tok, plain.logprobs(rows[0], ids[0]))
+    entries = [dict(first, logprob=None, top_logprobs=None)]
+    entries += [logprob_entry(tok, plain.logprobs(rows[i - 1], ids[i], top)) for i in range(1, len(ids))]
+    for token, entry in zip(ids, entries):
+        if tok.vocab.is_special(token):  # BOS: in the prompt, not in the echoed text
+            entry["width"] = 0
+    return entries
 
 
 def _check_prompt(model: Any, prompt: Any) -> Union[str, list[int]]:
@@ -515,10 +564,16 @@ def _check_prompt(model: Any, prompt: Any) -> Union[str, list[int]]:
         if bad:
             raise InvalidRequestError(f"prompt: token {bad[0]} is outside the vocabulary [0, {vocab})", "prompt")
         return [int(t) for t in prompt]
-    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-        raise UnsupportedOptionError("prompt: a list of prompts is not supported (send one request per prompt)",
-                                     "prompt")
-    raise InvalidRequestError("prompt: expected a string or a non-empty list of token ids", "prompt")
+    raise InvalidRequestError("prompt: expected a string, a non-empty list of token ids, or a list of those",
+                              "prompt")
+
+
+def _prompt_batch(model: Any, prompt: Any) -> Optional[list[Union[str, list[int]]]]:
+    """The prompts of a batched ``prompt`` (a list of strings or of token-id lists, as
+    OpenAI and lm-evaluation-harness send them), each checked; None for one prompt."""
+    if not isinstance(prompt, list) or not prompt or not all(isinstance(p, (str, list)) for p in prompt):
+        return None
+    return [_check_prompt(model, p) for p in prompt]
 
 
 def create_completion(
@@ -532,12 +587,62 @@ def create_completion(
         logprobs: Optional[int] = None, user: Optional[str] = None,
         context: Any = None, model_name: Optional[str] = None) -> Any:
     """OpenAI's ``POST /v1/completions``: continue ``prompt`` (text, encoded with BOS
-    as the model says, or token ids used as they are).
+    as the model says and special-token texts such as ``<|im_start|>`` read as those
+    tokens, or token ids used as they are; or a list of such prompts, whose choices
+    come in prompt order, prompt ``i``'s choice ``j`` at index ``i * n + j``).
 
     Returns a ``text_completion`` dict, or with ``stream=True`` an iterator of
     chunks.  ``max_tokens`` defaults to 16 as in OpenAI's API; None runs to the end
     of the context.  ``echo=True`` puts the prompt text before the completion.
     """
+    options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                   repeat_penalty=repeat_penalty, stop=stop, seed=seed, stream=stream,
+                   stream_options=stream_options, presence_penalty=presence_penalty,
+                   frequency_penalty=frequency_penalty, logit_bias=logit_bias, n=n, echo=echo, best_of=best_of,
+                   suffix=suffix, logprobs=logprobs, user=user, context=context, model_name=model_name)
+    batch = _prompt_batch(model, prompt)
+    if batch is None:
+        return _create_completion(model, prompt, **options)
+    parts = [_create_completion(model, p, **options) for p in batch[:1]]  # the options fail here, early
+    n_choices = int(_check_optional_int("n", n, 1, 16) or 1)
+    if stream:
+        return _batched_chunks(model, batch, options, parts[0], n_choices)
+    parts += [_create_completion(model, p, **options) for p in batch[1:]]
+    choices = [dict(c, index=i * n_choices + c["index"]) for i, part in enumerate(parts) for c in part["choices"]]
+    usage = {key: sum(part["usage"][key] for part in parts) for key in parts[0]["usage"]}
+    return dict(parts[0], choices=choices, usage=usage)
+
+
+def _batched_chunks(model: Any, batch: list[Union[str, list[int]]], options: dict[str, Any],
+                    first: Iterator[Any], n_choices: int) -> Iterator[Any]:
+    """The chunks of a streamed list of prompts: each prompt's in turn, under the first
+    one's id, with the choices renumbered and one usage chunk (summed) at the end."""
+    head: Optional[dict[str, Any]] = None
+    usage: dict[str, int] = {}
+    for i, prompt in enumerate(batch):
+        chunks = first if i == 0 else _create_completion(model, prompt, **options)
+        for chunk in chunks:
+            head = head or {k: chunk[k] for k in ("id", "created", "model")}
+            if not chunk["choices"]:  # this prompt's usage
+                for key, value in chunk["usage"].items():
+                    usage[key] = usage.get(key, 0) + value
+                continue
+            yield dict(chunk, **head, choices=[dict(c, index=i * n_choices + c["index"]) for c in chunk["choices"]])
+    if usage and head is not None:
+        yield dict(head, object="text_completion", choices=[], usage=usage)
+
+
+def _create_completion(
+        model: Any, prompt: Union[str, list[int]], *, max_tokens: Optional[int],
+        temperature: Optional[float], top_p: Optional[float], top_k: Optional[int],
+        min_p: Optional[float], repeat_penalty: Optional[float],
+        stop: Union[str, list[str], None], seed: Optional[int], stream: bool,
+        stream_options: Optional[dict[str, Any]], presence_penalty: Optional[float],
+        frequency_penalty: Optional[float], logit_bias: Optional[dict[Any, float]], n: int,
+        echo: bool, best_of: Optional[int], suffix: Optional[str],
+        logprobs: Optional[int], user: Optional[str],
+        context: Any, model_name: Optional[str]) -> Any:
+    """`create_completion` of one prompt."""
     from .generate import generate
 
     text_prompt = _check_prompt(model, prompt)
@@ -559,10 +664,17 @@ def create_completion(
     name = _model_name(model, model_name)
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": name}
     tok = model.tokenizer
-    ids = tok.encode(text_prompt, add_special=True) if isinstance(text_prompt, str) else text_prompt
+    # Special-token texts in a text prompt are those tokens, as llama-server and
+    # llama-cpp-python read a completion prompt (a hand-formatted chat turn).
+    try:
+        ids = (tok.encode(text_prompt, add_special=True, parse_special=True) if isinstance(text_prompt, str)
+               else text_prompt)
+    except ValueError as exc:  # text UTF-8 cannot encode (a lone surrogate)
+        raise InvalidRequestError(f"prompt: {exc}", "prompt") from None
     if not ids:
         raise InvalidRequestError("prompt: is empty and the model adds no BOS token", "prompt")
     echoed = text_prompt if isinstance(text_prompt, str) else tok.decode(ids)
+    prompt_entries = None
 
     def run(ctx: Any) -> Iterator[Any]:
         """(choice, piece or Generation) for every choice, the Generation after its text."""
@@ -570,12 +682,15 @@ def create_completion(
         if len(ids) > int(ctx.n_ctx):
             raise InvalidRequestError(f"prompt of {len(ids)} tokens exceeds the context of {ctx.n_ctx} tokens",
                                       "prompt", "context_length_exceeded")
+        nonlocal prompt_entries
+        if echo and logprobs is not None:
+            prompt_entries = _prompt_logprobs(model, ids, logprobs)
         yield None
         for choice in range(n):
             _use_sampler(ctx, _make_sampler(options, choice))
             gen = generate(model, ids, context=ctx, max_tokens=max_tokens, stop=stops, logprobs=logprobs)
             if echo:
-                yield choice, echoed, None
+                yield choice, echoed, prompt_entries
             sent = 0  # logprob entries already handed out with a piece
             for piece in gen:
                 yield choice, piece, None if gen.logprobs is None else gen.logprobs[sent:]
@@ -597,7 +712,8 @@ def create_completion(
                 for index, item, entries in steps:
                     # each chunk carries the logprobs of the tokens whose text it holds
                     offset = at.get(index, 0)
-                    at[index] = offset + sum(len(e["token"]) for e in entries or ())
+                    at[index] = (len(item) if item is echoed and echo
+                                 else offset + sum(len(e["token"]) for e in entries or ()))
                     if isinstance(item, str):
                         yield dict(head, object="text_completion",
                                    choices=[choice_of(index, item, None, entries, offset)])
@@ -620,8 +736,14 @@ def create_completion(
                 texts.setdefault(index, []).append(item)
             else:
                 completion += len(item.tokens)
-                choices.append(choice_of(index, "".join(texts.get(index, [])), item.finish_reason,
-                                         item.logprobs))
+                choice = choice_of(index, "".join(texts.get(index, [])), item.finish_reason,
+                                   item.logprobs, len(echoed) if echo else 0)
+                if choice["logprobs"] is not None and prompt_entries is not None:
+                    echoed_part = _completion_logprobs(prompt_entries)
+                    assert echoed_part is not None
+                    for key, values in echoed_part.items():
+                        choice["logprobs"][key] = values + choice["logprobs"][key]
+                choices.append(choice)
         return dict(head, object="text_completion", choices=choices, usage=_usage(len(ids), completion, None))
 
 
@@ -646,9 +768,13 @@ def create_embedding(model: Any, input: Union[str, list[str]], *, encoding_forma
         raise UnsupportedOptionError("dimensions is not supported (the model's width is fixed)", "dimensions")
     if ignored:
         raise InvalidRequestError(f"unrecognized request argument: {sorted(ignored)[0]}", sorted(ignored)[0])
-    n_tokens = sum(len(model.tokenizer.encode(t, add_special=True)) for t in texts)
+    try:
+        lengths = [len(model.tokenizer.encode(t, add_special=True)) for t in texts]
+    except ValueError as exc:  # text UTF-8 cannot encode (a lone surrogate)
+        raise InvalidRequestError(f"input: {exc}", "input") from None
+    n_tokens = sum(lengths)
     limit = int(model.engine.max_seq_len)
-    longest = max(len(model.tokenizer.encode(t, add_special=True)) for t in texts)
+    longest = max(lengths)
     if longest > limit:
         raise InvalidRequestError(f"input: a text of {longest} tokens exceeds the model's context of {limit}",
                                   "input", "context_length_exceeded")

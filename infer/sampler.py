@@ -17,7 +17,8 @@ that are off by default left out):
    the boundary keep the lower ids.
 4. **top-p**: softmax over what is left, keep the shortest run of most probable
    tokens whose probabilities add up to ``>= top_p`` (the one that crosses
-   included; ``top_p == 1``: off).
+   included; ``top_p == 1``: off; ``0``: the most probable token alone, as llama.cpp
+   keeps at least one and OpenAI's API takes 0).
 5. **min-p**: keep tokens with ``p >= min_p * p_max``, i.e.
    ``logit >= max_logit + ln(min_p)`` (``min_p == 0``: off).
 6. **temperature**: ``logit /= temperature``.  ``temperature <= 0`` is greedy:
@@ -94,7 +95,7 @@ class Sampler:
                  seed: Optional[int] = None, grammar: Any = None) -> None:
         self.temperature = _check_number("temperature", temperature, lo=0.0)
         self.top_k = _check_int("top_k", top_k)
-        self.top_p = _check_number("top_p", top_p, lo=0.0, hi=1.0, lo_open=True)
+        self.top_p = _check_number("top_p", top_p, lo=0.0, hi=1.0)
         self.min_p = _check_number("min_p", min_p, lo=0.0, hi=1.0)
         self.repeat_penalty = _check_number("repeat_penalty", repeat_penalty, lo=0.0,
                                             lo_open=True, hi_open=True)

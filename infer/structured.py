@@ -124,6 +124,16 @@ class Grammar:
         return cls(llg_text, "gbnf", text)
 
 
+def lark_json(schema: Mapping[str, Any]) -> str:
+    """A Lark ``%json`` item for ``schema`` that reads it as `Grammar.json_schema` does:
+    objects closed (`closed_objects`) and `JSON_DEFAULTS`' fixed separators.  Without
+    them llguidance's ``%json`` takes any whitespace between tokens, so a model can pad
+    a call with blank lines until ``max_tokens`` runs out."""
+    closed = dict(closed_objects(schema))
+    closed["x-guidance"] = {**JSON_DEFAULTS, **(closed.get("x-guidance") or {})}
+    return f"%json {json.dumps(closed)}"
+
+
 _SUBSCHEMA = ("items", "additionalProperties", "additionalItems", "not", "contains", "propertyNames",
               "if", "then", "else", "unevaluatedProperties", "unevaluatedItems")
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")

@@ -165,6 +165,18 @@ def test_sampler_gets_the_penalties():
             s.temperature, s.seed) == (0.5, 0.25, 1.1, 7, 0.9, 0.1, 0.7, 3)
 
 
+def test_llama_cpp_sampling_spellings():
+    """seed=-1 is llama.cpp's random seed (a fresh one per request, as seed=None) and
+    top_p=0, which OpenAI's API takes, keeps the most likely token."""
+    model = scripted_model(["Hi."] * 2)
+    ctx = model.create_context()
+    model.create_chat_completion(USER, context=ctx, seed=-1, top_p=0)
+    assert ctx.sampler._seed_arg is None and ctx.sampler.top_p == 0.0
+    with pytest.raises(InvalidRequestError) as info:
+        model.create_chat_completion(USER, seed=-2)
+    assert info.value.param == "seed"
+
+
 @pytest.mark.parametrize("options, param", [
     (dict(temperature="hot"), "temperature"),
     (dict(top_k=1.5), "top_k"),
@@ -172,7 +184,7 @@ def test_sampler_gets_the_penalties():
     (dict(max_tokens=0), "max_tokens"),
     (dict(max_tokens=10 ** 6), "max_tokens"),
     (dict(n=0), "n"),
-    (dict(seed=-1), "seed"),
+    (dict(seed=-2), "seed"),
     (dict(stop=[1]), "stop"),
     (dict(stream="yes"), "stream"),
     (dict(stream_options={"include_usage": True}), "stream_options"),
@@ -181,6 +193,8 @@ def test_sampler_gets_the_penalties():
     (dict(tools="get_weather"), "tools"),
     (dict(tool_choice=3), "tool_choice"),
     (dict(tool_choice="required"), "tool_choice"),  # no tools to call
+    (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}), "tool_choice"),
+    (dict(tools=TOOLS, tool_choice={"type": "function", "function": "get_weather"}), "tool_choice"),
     (dict(top_logprobs=2), "top_logprobs"),  # without logprobs=True
     (dict(logprobs="yes"), "logprobs"),
     (dict(response_format={"type": "xml"}), "response_format"),
@@ -193,20 +207,34 @@ def test_bad_options_name_their_field(options, param):
     assert info.value.param == param and not isinstance(info.value, UnsupportedOptionError)
 
 
-@pytest.mark.parametrize("options, param", [
-    (dict(parallel_tool_calls=False), "parallel_tool_calls"),
-])
-def test_options_not_honoured_are_refused(options, param):
-    model = scripted_model(["Hi."])
-    with pytest.raises(UnsupportedOptionError, match="not supported") as info:
-        model.create_chat_completion(USER, **options)
-    assert info.value.param == param
+def test_parallel_tool_calls_false_keeps_one_call():
+    """``parallel_tool_calls=false`` (llama-server's default, sent by agent frameworks):
+    a reply that writes two calls comes back with the first alone; true (OpenAI's
+    default) keeps both."""
+    two = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+           '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>')
+    weather = [{"role": "user", "content": "weather?"}]
+    for parallel, cities in ((True, ["Paris", "Rome"]), (False, ["Paris"])):
+        model = scripted_model([two, two])
+        out = model.create_chat_completion(weather, tools=TOOLS, temperature=0, parallel_tool_calls=parallel)
+        ChatCompletion.model_validate(out)
+        calls = out["choices"][0]["message"]["tool_calls"]
+        assert [json.loads(c["function"]["arguments"])["city"] for c in calls] == cities
+        assert out["choices"][0]["finish_reason"] == "tool_calls"
+        chunks = list(model.create_chat_completion(weather, tools=TOOLS, temperature=0, stream=True,
+                                                   parallel_tool_calls=parallel))
+        streamed = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls", [])]
+        assert [json.loads(c["function"]["arguments"])["city"] for c in streamed] == cities
+    with pytest.raises(InvalidRequestError) as info:
+        scripted_model(["Hi."]).create_chat_completion(USER, parallel_tool_calls="no")
+    assert info.value.param == "parallel_tool_calls"
 
 
 def test_bad_messages_and_prompts():
     model = scripted_model(["Hi."], max_seq_len=64)
     for messages in ([], "Hi", [{"role": "wizard", "content": "x"}], [{"role": "user", "content": 3}],
-                     [{"role": "assistant", "content": "last"}]):
+                     [{"role": "user"}],
+                     [{"role": "system", "content": None}, {"role": "user", "content": "x"}]):
         with pytest.raises(InvalidRequestError, match="messages"):
             model.create_chat_completion(messages)
     with pytest.raises(InvalidRequestError, match="does not fit in the context of 64") as info:
@@ -215,10 +243,10 @@ def test_bad_messages_and_prompts():
     with pytest.raises(InvalidRequestError) as info:
         model.create_completion("x" * 100)
     assert info.value.code == "context_length_exceeded"
-    with pytest.raises(UnsupportedOptionError):
-        model.create_completion(["a", "b"])
-    with pytest.raises(InvalidRequestError, match="prompt"):
-        model.create_completion([10 ** 6])
+    for prompt in ([10 ** 6], ["a", []], [["a"]], [1, "a"], [], "\ud800 lone surrogate"):
+        with pytest.raises(InvalidRequestError, match="prompt") as info:
+            model.create_completion(prompt)
+        assert info.value.param == "prompt"
     # a streamed call checks before returning its iterator
     with pytest.raises(InvalidRequestError):
         model.create_chat_completion(USER, stream=True, temperature=-1)
@@ -231,3 +259,89 @@ def test_unconsumed_stream_does_not_block_other_calls():
     out = model.create_chat_completion(USER, temperature=0)  # a fresh context meanwhile
     assert out["choices"][0]["message"]["content"] == "Hi."
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in stream) == "Hi."
+
+
+def test_completion_prompt_reads_special_token_texts():
+    """A hand-formatted chat turn sent to /v1/completions: ``<|im_start|>`` and
+    ``<|im_end|>`` are those tokens, as llama-server and llama-cpp-python tokenize a
+    completion prompt (they were spelt out as text, 33 tokens instead of 16, and the
+    model rambled past the turn).  The token count is the `tokenizers` library's with
+    the two specials added; the completion of the chat template's rendering is the
+    chat completion's reply."""
+    from _tok_models import load_installed, metadata, smollm2_path, tokenizers_reference
+
+    if smollm2_path() is None:
+        pytest.skip("the default model is not installed")
+    ref = tokenizers_reference(metadata(smollm2_path()))
+    ref.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    question = "What is the capital of France?"
+    prompt = f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    with load_installed("smollm2") as model:
+        out = model.create_completion(prompt, max_tokens=30, temperature=0)
+        Completion.model_validate(out)
+        assert out["usage"]["prompt_tokens"] == len(ref.encode(prompt).ids)
+        assert out["choices"][0]["finish_reason"] == "stop"  # at <|im_end|>
+        messages = [{"role": "user", "content": question}]
+        rendered = model.create_completion(model.chat.render(messages), max_tokens=30, temperature=0)
+        chat = model.create_chat_completion(messages, max_tokens=30, temperature=0)
+    assert rendered["choices"][0]["finish_reason"] == chat["choices"][0]["finish_reason"]
+    assert rendered["choices"][0]["text"] == chat["choices"][0]["message"]["content"]
+    assert rendered["usage"]["prompt_tokens"] == chat["usage"]["prompt_tokens"]
+
+
+def test_completion_of_a_list_of_prompts():
+    """A list of prompts (strings or token-id lists), as OpenAI takes it and
+    lm-evaluation-harness sends it (``[[ids]]``, ``echo``, ``logprobs=1``,
+    ``max_tokens=1`` to score a text): prompt i's choice j at index ``i * n + j``, each
+    the completion of that prompt alone, usage summed; streamed the same way, under one id."""
+    from _tok_models import load_installed, smollm2_path
+
+    if smollm2_path() is None:
+        pytest.skip("the default model is not installed")
+    prompts = ["The capital of France is", "One, two, three,"]
+    with load_installed("smollm2") as model:
+        alone = [model.create_completion(p, max_tokens=4, temperature=0.9, seed=4, n=2) for p in prompts]
+        out = model.create_completion(prompts, max_tokens=4, temperature=0.9, seed=4, n=2)
+        Completion.model_validate(out)
+        expected = [(i * 2 + c["index"], c["text"]) for i, a in enumerate(alone) for c in a["choices"]]
+        assert [(c["index"], c["text"]) for c in out["choices"]] == expected
+        assert out["usage"]["prompt_tokens"] == sum(a["usage"]["prompt_tokens"] for a in alone)
+        chunks = list(model.create_completion(prompts, max_tokens=4, temperature=0.9, seed=4, n=2, stream=True,
+                                              stream_options={"include_usage": True}))
+        for c in chunks:  # OpenAI streams null finish reasons, which its (non-stream) type does not allow
+            Completion.model_validate(dict(c, choices=[dict(x, finish_reason="stop") for x in c["choices"]]))
+        assert len({c["id"] for c in chunks}) == 1 and chunks[-1]["usage"] == out["usage"]
+        texts: dict = {}
+        for c in chunks[:-1]:
+            for choice in c["choices"]:
+                texts[choice["index"]] = texts.get(choice["index"], "") + choice["text"]
+        assert sorted(texts.items()) == expected
+        ids = model.tokenizer.encode(prompts[1], add_special=True)
+        scored = model.create_completion([ids], echo=True, logprobs=1, max_tokens=1, temperature=0)
+        lp = scored["choices"][0]["logprobs"]
+        assert len(lp["token_logprobs"]) == len(ids) + 1 and lp["token_logprobs"][0] is None
+        assert scored["choices"][0]["text"].startswith(prompts[1])
+
+
+def test_last_assistant_message_is_continued():
+    """llama-server's prefill: a last assistant message is continued and the reply's
+    content is what was added; one that cannot be continued is a 400."""
+    model = scripted_model(["Paris is the capital of France."])
+    out = model.create_chat_completion([{"role": "user", "content": "Capital?"},
+                                        {"role": "assistant", "content": "Paris is"}], temperature=0)
+    ChatCompletion.model_validate(out)
+    assert out["choices"][0]["message"]["content"] == " the capital of France."
+    for messages in ([{"role": "assistant", "content": "Paris"}],
+                     [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}],
+                     [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [
+                         {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]):
+        with pytest.raises(InvalidRequestError) as info:
+            model.create_chat_completion(messages)
+        assert info.value.param == "messages"
+
+
+def test_embedding_of_text_utf8_cannot_encode_names_input():
+    model = scripted_model(["Hi."])
+    with pytest.raises(InvalidRequestError) as info:
+        api.create_embedding(model, ["fine", "\ud800 lone surrogate"])
+    assert info.value.param == "input"

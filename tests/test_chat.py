@@ -547,3 +547,23 @@ def test_template_that_refuses_to_end_on_an_assistant_message():
     assert reply.text == "ab"
     # the turn could not be closed by a render, so the next one matched what it could
     assert reply.cached_tokens == len(s.tokenizer.encode(chatml(s.history[:2]), parse_special=True)) - 1
+
+
+def test_a_last_assistant_message_is_continued():
+    """A history that ends with an assistant message continues it (llama-server's
+    prefill): the prompt is the generation prompt followed by its text, the Reply holds
+    what was added, history holds the whole message, and the cache is its rendering."""
+    s = ChatSession(scripted_model(["Paris is the capital of France."]))
+    s.history = [{"role": "user", "content": "Capital?"}, {"role": "assistant", "content": "Paris is"}]
+    prompt_text = chatml([{"role": "user", "content": "Capital?"}]) + "<|im_start|>assistant\nParis is"
+    r = s.send()
+    assert r.text == " the capital of France." and r.finish_reason == "stop"
+    assert r.prompt_tokens == len(s.tokenizer.encode(prompt_text, add_special=False, parse_special=True))
+    assert s.history[-1] == {"role": "assistant", "content": "Paris is the capital of France."}
+    assert s.context.tokens == history_ids(s)
+    for last in ({"role": "assistant", "content": ""},
+                 {"role": "assistant", "content": None, "tool_calls": [
+                     {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}):
+        s.history = [{"role": "user", "content": "Capital?"}, last]
+        with pytest.raises(ValueError, match="cannot be continued"):
+            s.stream()

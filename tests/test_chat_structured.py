@@ -95,3 +95,33 @@ def test_bad_constraints_fail_before_any_token(model):
     with pytest.raises(ValueError, match="no tools"):
         ChatSession(model).stream("x", tool_choice="required")
     assert s.context.n_past == 0 and s.history == []
+
+
+def test_tool_call_between_markers_is_json_schema_json():
+    """The forced call between <tool_call> markers is JSON as `Grammar.json_schema`
+    reads it: no whitespace after ``{`` (llguidance's bare ``%json`` takes any, and a
+    tiny Qwen-templated model padded its call with ``\\r`` until max_tokens) and no
+    key the tool does not list."""
+    import numpy as np
+
+    from infer.structured import Constraint
+
+    with load_installed("smollm2") as m:
+        s = ChatSession(m, tools=TOOLS, temperature=0)
+        s.chat = copy.copy(s.chat)
+        s.chat.tool_call_markers = ("<tool_call>", "</tool_call>")
+        tok = m.tokenizer
+        n = m.engine.vocab_size
+
+        def allowed_after(text):
+            c = Constraint(s._tool_call_grammar({"type": "function", "function": {"name": "get_weather"}}),
+                           tok, n_vocab=n, background=False)
+            for t in tok.encode(text, add_special=False):
+                c.consume(t)
+            return [tok.token_to_piece(int(i)) for i in np.flatnonzero(c.allowed())]
+
+        after_brace = allowed_after('<tool_call>\n{')
+        assert after_brace and all(p.startswith(b'"') for p in after_brace), after_brace[:10]
+        # after the last listed key's value only the closing brace may come, no other key
+        after_args = allowed_after('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome", "unit": "c"')
+        assert after_args and all(p.startswith(b"}") for p in after_args), after_args[:10]

@@ -305,6 +305,35 @@ def test_quantize_misuse(capsys, tmp_path):
         cli.main(["quantize", str(src), str(tmp_path / "o.gguf"), "--type", "q9_k"])
 
 
+def test_quantize_takes_llama_quantizes_spelling(capsys, tmp_path):
+    """`llama-quantize IN OUT Q4_0`: the type as the third positional, in capitals, as
+    llama.cpp's docs write it (also `--type Q4_0` and `--model IN OUT TYPE`): the same
+    file as `--type q4_0`, whose tensors gguf's reader sees as Q4_0."""
+    if not kernels_ready(DType.Q4_0, DType.Q6_K):
+        pytest.skip("quantization kernels not built yet")
+    src = tmp_path / "tiny.gguf"
+    tiny_model(src)
+    spellings = {"lower": ["--type", "q4_0"], "positional": ["Q4_0"], "upper": ["--type", "Q4_0"]}
+    files = {}
+    for name, args in spellings.items():
+        dst = tmp_path / f"{name}.gguf"
+        code, _, err = run(capsys, "quantize", str(src), str(dst), *args)
+        assert code == 0, err
+        files[name] = dst.read_bytes()
+    code, _, err = run(capsys, "quantize", "--model", str(src), str(tmp_path / "m.gguf"), "q4_0")
+    assert code == 0, err
+    files["model"] = (tmp_path / "m.gguf").read_bytes()
+    assert len(set(files.values())) == 1
+    assert {t.tensor_type.name for t in gguf.GGUFReader(tmp_path / "upper.gguf").tensors
+            if t.name == "blk.0.attn_q.weight"} == {"Q4_0"}
+    code, _, err = run(capsys, "quantize", str(src), str(tmp_path / "x.gguf"), "Q9_K")
+    assert code == 1 and "unknown type 'q9_k'" in err
+    code, _, err = run(capsys, "quantize", str(src), str(tmp_path / "x.gguf"), "q8_0", "--type", "q4_0")
+    assert code == 1 and "two types given" in err
+    code, _, err = run(capsys, "quantize", str(src), str(tmp_path / "x.gguf"))
+    assert code == 1 and "usage" in err
+
+
 # ---- quantize: the default model to every type --------------------------------------------------
 # Each case takes 5-12 s here (gguf.GGUFReader alone needs 2-5 s for SmolLM2's vocabulary).
 # By default one type per family runs (32-element, K-quant with fallbacks, plain float);

@@ -73,8 +73,10 @@ def test_top_p_keeps_the_crossing_token():
     p = sampler(top_p=0.85).probabilities(logits)
     np.testing.assert_allclose(p, dense(4, {0: 0.5 / 0.95, 1: 0.3 / 0.95, 2: 0.15 / 0.95}),
                                rtol=1e-5, atol=1e-12)
-    # tiny p: the most probable token alone
+    # tiny p, and 0 (OpenAI's API takes it; llama.cpp keeps one token): the most probable alone
     assert sampler(top_p=0.01).probabilities(logits).tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert sampler(top_p=0.0).probabilities(logits).tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert sampler(top_p=0.0, temperature=1.5, seed=1).sample(f32([0.1, 2.0, 1.9])) == 1
 
 
 def test_top_p_partial_selection_matches_full_sort():
@@ -320,7 +322,7 @@ def test_unseeded_samplers_differ():
     (dict(temperature=-0.1), ValueError, "temperature"),
     (dict(temperature=float("nan")), ValueError, "temperature"),
     (dict(temperature="hot"), TypeError, "temperature"),
-    (dict(top_p=0.0), ValueError, "top_p"),
+    (dict(top_p=-0.1), ValueError, "top_p"),
     (dict(top_p=1.5), ValueError, "top_p"),
     (dict(min_p=-0.1), ValueError, "min_p"),
     (dict(min_p=1.1), ValueError, "min_p"),

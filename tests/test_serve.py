@@ -295,7 +295,7 @@ def test_bad_requests_get_openai_errors(smol):
     with pytest.raises(openai.BadRequestError, match="unrecognized request argument"):
         client(base).chat.completions.create(model="any", messages=prompts(1)[0], extra_body={"bogus": 1})
     with pytest.raises(openai.BadRequestError, match="not supported"):
-        client(base).chat.completions.create(model="any", messages=prompts(1)[0], parallel_tool_calls=False)
+        client(base).completions.create(model="any", prompt="def f(", suffix=")")
     with pytest.raises(openai.BadRequestError) as info:
         client(base).chat.completions.create(model="any", messages=prompts(1)[0],
                                              response_format={"type": "json_schema",

@@ -192,15 +192,21 @@ class ChatSession:
             raise ValueError(f"logprobs: expected an int >= 0 or None, got {logprobs!r}")
         if text is not None and not isinstance(text, str):
             raise TypeError(f"text: expected a str or None, got {type(text).__name__}")
-        if text is None and (not self._messages or self._messages[-1]["role"] not in ("user", "tool")):
-            raise ValueError("text: required unless the last message is a tool result or a user turn")
+        continued = self._continued_text() if text is None else None
+        if text is None and continued is None and (not self._messages or
+                                                   self._messages[-1]["role"] not in ("user", "tool")):
+            raise ValueError("text: required unless the last message is a tool result, a user turn "
+                             "or an assistant message to continue")
         max_tokens = self.max_tokens if max_tokens is None else _check_max_tokens(max_tokens)
         stops = list(self.stop) + (_check_stop(stop) if stop is not None else [])
-        messages = self._messages + ([{"role": "user", "content": text}] if text is not None else [])
+        # An assistant message last is a reply to continue (llama-server's prefill): the
+        # prompt is the conversation before it, its generation prompt, then its text.
+        base = self._messages[:-1] if continued is not None else self._messages
+        messages = base + ([{"role": "user", "content": text}] if text is not None else [])
         room = self._reserve + (min(max_tokens or self.context.n_ctx, self.context.n_ctx // 4)
                                 if self.trim_history else 0)
         while True:
-            prompt_text = self.chat.render(messages, True, self.tools, **self.template_kwargs)
+            prompt_text = self.chat.render(messages, True, self.tools, **self.template_kwargs) + (continued or "")
             prompt = self._encode(prompt_text)
             if self.trim_history and self.n_keep is not None:
                 prompt = self._shifted(prompt, messages, room)
@@ -217,8 +223,19 @@ class ChatSession:
         # A generation prompt may itself open the thinking block (R1-style templates).
         in_thinking = think is not None and prompt_text.rstrip().endswith(think[0])
         turn = self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
-                          self._version, logprobs)
+                          self._version, logprobs, continued or "")
         return turn if constraint is None else self._constrained(turn, constraint)
+
+    def _continued_text(self) -> Optional[str]:
+        """The text of a last assistant message that a turn continues, or None."""
+        last = self._messages[-1] if self._messages else None
+        if last is None or last["role"] != "assistant":
+            return None
+        content = last.get("content")
+        if last.get("tool_calls") or not isinstance(content, str) or not content:
+            raise ValueError("the last message is an assistant message that cannot be continued: "
+                             "only a non-empty text reply without tool calls can be")
+        return content
 
     def _constrained(self, turn: Iterator[Union[str, Reply]], constraint: Any) -> Iterator[Union[str, Reply]]:
         """Run a turn with ``constraint`` on the context's sampler (for this turn only)."""
@@ -249,7 +266,7 @@ class ChatSession:
     def _tool_call_grammar(self, tool_choice: Any) -> Any:
         """A grammar for one call of the session's tools (or of the one named),
         between the template's tool-call markers when it has them."""
-        from ..structured import Grammar
+        from ..structured import Grammar, lark_json
 
         if not self.tools:
             raise ValueError("tool_choice: the session has no tools")
@@ -277,11 +294,11 @@ class ChatSession:
             return f"<[{tid}]>" if tid is not None else json.dumps(marker)
 
         return Grammar.lark(f'start: {literal(markers[0])} "\\n" call "\\n" {literal(markers[1])}\n'
-                            f"call: %json {json.dumps(schema)}")
+                            f"call: {lark_json(schema)}")
 
     def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
               stops: list[str], show_thinking: bool, in_thinking: bool,
-              version: int, logprobs: Optional[int] = None) -> Iterator[Union[str, Reply]]:
+              version: int, logprobs: Optional[int] = None, continued: str = "") -> Iterator[Union[str, Reply]]:
         if version != self._version:
             raise RuntimeError("the conversation changed after stream() was called; call it again")
         ctx = self.context
@@ -330,7 +347,7 @@ class ChatSession:
             for item in self._shown(parser.feed(tail) + parser.finish(), show_thinking, records, reported):
                 reported = len(records or ())
                 yield item
-            reply = self._record(parser, finish, len(prompt), cached, generated)
+            reply = self._record(parser, finish, len(prompt), cached, generated, continued)
             reply.logprobs = records
             recorded = True
             self._sync_history()
@@ -340,7 +357,7 @@ class ChatSession:
             if not recorded:
                 parser.feed(decoder.flush().rstrip("\ufffd"))
                 parser.finish()
-                self._record(parser, "interrupted", len(prompt), cached, generated)
+                self._record(parser, "interrupted", len(prompt), cached, generated, continued)
                 self._sync_history()
             if isinstance(exc, GeneratorExit):
                 return
@@ -374,8 +391,9 @@ class ChatSession:
             yield item
 
     def _record(self, parser: ReplyParser, finish: str, n_prompt: int, cached: int,
-                generated: int) -> Reply:
-        """Make the turn's Reply and add it to history."""
+                generated: int, continued: str = "") -> Reply:
+        """Make the turn's Reply and add it to history (after ``continued``, the text of
+        the assistant message it continues: the Reply holds only what it added)."""
         calls: list[ToolCall] = []
         errors: list[ToolCallError] = []
         names = [function_of(t)["name"] for t in self.tools] if self.tools else None
@@ -390,7 +408,9 @@ class ChatSession:
         # Templates write "<think>\n...\n</think>": the newlines are the block's, not the thought's.
         reply = Reply("".join(parser.content), "".join(parser.thinking).strip("\n"), calls, errors, finish,
                       n_prompt, cached, generated)
-        self._messages.append(reply.message)
+        message = reply.message
+        message["content"] = continued + message["content"]
+        self._messages.append(message)
         self._version += 1
         self.last_reply = reply
         return reply

@@ -12,12 +12,23 @@ from .common import CLIError, add_model_arg, resolve_model
 def cmd_quantize(args: argparse.Namespace) -> int:
     from ..quantize import ProgressBar, quantize_file
 
-    if args.model is not None:  # `quantize --model NAME OUTPUT`: the one positional is the output
+    from ..quant_mixtures import RECIPES
+
+    if args.model is not None:  # `quantize --model NAME OUTPUT [TYPE]`: the first positional is the output
+        if args.ftype is None and args.output is not None and args.output.lower() in RECIPES:
+            args.output, args.ftype = None, args.output
         if args.output is not None:
             raise CLIError("give the input either as INPUT or with --model, not both")
         args.input, args.output = resolve_model(args.model), args.input
-    if args.input is None or args.output is None:
-        raise CLIError("usage: infer quantize INPUT OUTPUT --type TYPE (or --model NAME OUTPUT --type TYPE)")
+    if args.ftype is not None:  # llama-quantize's `INPUT OUTPUT TYPE`
+        if args.type is not None and args.type != args.ftype.lower():
+            raise CLIError(f"two types given: --type {args.type} and {args.ftype}")
+        args.type = args.ftype.lower()
+    if args.input is None or args.output is None or args.type is None:
+        raise CLIError("usage: infer quantize INPUT OUTPUT --type TYPE (or INPUT OUTPUT TYPE, "
+                       "or --model NAME OUTPUT --type TYPE)")
+    if args.type not in RECIPES:
+        raise CLIError(f"unknown type {args.type!r}; one of {', '.join(RECIPES)}")
     if not os.path.isfile(args.input):
         args.input = resolve_model(args.input)  # a model name such as gemma3
     bar = ProgressBar(os.path.getsize(args.input), f"quantize to {args.type}")
@@ -44,12 +55,14 @@ def register(sub: Any) -> None:
     p = sub.add_parser("quantize", help="requantize a GGUF file")
     p.add_argument("input", nargs="?", default=None, help="GGUF file or model name to read, as --model")
     p.add_argument("output", nargs="?", default=None, help="GGUF file to write")
+    p.add_argument("ftype", nargs="?", default=None, metavar="TYPE",
+                   help="the type, as llama-quantize takes it (Q4_K_M); or --type")
     add_model_arg(p, help="the input: a GGUF file or an installed model's name (smollm2, gemma3); "
                           "then the one positional is the output (default: INPUT)")
     from ..quant_mixtures import RECIPES
 
-    p.add_argument("--type", required=True, choices=list(RECIPES),
-                   help="a llama.cpp file type (q4_k_m, q3_k_s, ...: its per-tensor mixture, "
-                        "docs/gguf.md), or q3_k/q4_k/q5_k for that type throughout (required)")
+    p.add_argument("--type", type=str.lower, choices=list(RECIPES),
+                   help="a llama.cpp file type, in either case (q4_k_m, Q3_K_S, ...: its per-tensor "
+                        "mixture, docs/gguf.md), or q3_k/q4_k/q5_k for that type throughout")
     p.add_argument("--threads", "-t", type=int, default=None, help="threads (default: physical cores)")
     p.set_defaults(func=cmd_quantize)
