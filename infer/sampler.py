@@ -143,6 +143,13 @@ class Sampler:
         if self.grammar is not None:
             self.grammar.reset()
 
+    def get_rng_state(self) -> dict[str, Any]:
+        """The RNG's position; `set_rng_state` goes back to it (a draw taken back)."""
+        return dict(self._rng.bit_generator.state)
+
+    def set_rng_state(self, state: Mapping[str, Any]) -> None:
+        self._rng.bit_generator.state = dict(state)
+
     def commit(self, token: int) -> None:
         """``token``, chosen by `sample`, is being appended to the output: the grammar
         (if any) moves past it and starts computing its next mask."""

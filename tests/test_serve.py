@@ -248,6 +248,36 @@ def test_sixteen_concurrent_streams_on_eight_slots(smol):
     assert after["infer_slots_busy"] == 0 and after["infer_queue_depth"] == 0
 
 
+def test_seeded_streams_ending_on_stop_strings_match_the_library(smol):
+    """Concurrent seeded (non-greedy) streams, each ended by a stop string: the
+    scheduler has decoded a token ahead of each end, and takes it back (cache and
+    RNG), so each gets exactly the text of the same request alone in this process."""
+    model, base = smol
+    requests = prompts(6)
+    options = dict(max_tokens=40, temperature=0.9, top_k=40, stop=[" the", "."])
+    expected = [model.create_chat_completion(m, seed=i, context=model.create_context(), **options)
+                ["choices"][0] for i, m in enumerate(requests)]
+    assert sum(e["finish_reason"] == "stop" for e in expected) >= 3  # the stop strings do end replies
+    before = metrics(base)
+    api_client = client(base)
+
+    def stream(i):
+        pieces, finish = [], None
+        for chunk in api_client.chat.completions.create(
+                model="any", messages=requests[i], stream=True, seed=i, max_tokens=40, temperature=0.9,
+                stop=[" the", "."], extra_body={"top_k": 40, "cache_prompt": False}):
+            for c in chunk.choices:
+                pieces.append(c.delta.content or "")
+                finish = c.finish_reason or finish
+        return "".join(pieces), finish
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(stream, range(6)))
+    assert results == [(e["message"]["content"], e["finish_reason"]) for e in expected]
+    after = metrics(base)
+    assert after["infer_tokens_discarded_total"] > before["infer_tokens_discarded_total"]
+
+
 def test_bad_requests_get_openai_errors(smol):
     _, base = smol
     status, _, body = request(base, "POST", "/v1/chat/completions", raw=b"{not json")

@@ -175,3 +175,58 @@ def test_n_choices_in_one_slot_recompute_the_stale_logits():
         assert [c["text"] for c in out["choices"]] == ["Hello world!"] * 2
     finally:
         sched.close()
+
+
+def test_tokens_decoded_ahead_are_taken_back_exactly():
+    """infer.Sampler decodes ahead (the scheduler samples a slot's next token before
+    its worker asks).  Seeded random draws over the scripted model's logits: any
+    extra draw left in the RNG, or an ahead token left in the cache, changes the
+    tokens.  Reference: the same calls on a plain context with the same sampler."""
+    from infer.sampler import Sampler
+
+    model = scripted_model(["Hello world!"] * 4)
+    prompt = ids(model, "user says hi" + OPENER)
+
+    def calls(ctx, seed):
+        """next() x5, a truncation mid-reply, next() x5, a prefill, next() x3."""
+        ctx.sampler = Sampler(temperature=1.5, top_k=0, top_p=1.0, seed=seed)
+        ctx.prefill(prompt)
+        seen = []
+        for n in (5, 5, 3):
+            seen += [ctx.next() for _ in range(n)]
+            seen.append(list(ctx.tokens))
+            ahead = getattr(ctx, "_ahead", None)
+            if ahead is not None:  # let it run, so that it is taken back rather than withdrawn
+                ahead.over.wait(timeout=10)
+            if n == 5 and len(seen) < 10:
+                ctx.truncate_to(len(ctx.tokens) - 2)
+            elif n == 5:
+                ctx.prefill(ids(model, "more"))
+        return seen
+
+    expected = [calls(model.create_context(n_ctx=256), seed) for seed in range(4)]
+    sched = Scheduler(model, n_slots=4, n_ctx=256)
+    try:
+        handles = [sched.open() for _ in range(4)]
+        out = [None] * 4
+
+        def work(i):
+            try:
+                out[i] = calls(handles[i], i)
+            finally:
+                handles[i].close()
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert out == expected
+        # the slots hold what each request saw, not the token decoded after it
+        held = sorted(s.context.tokens for s in sched.slots)
+        assert held == sorted(e[-1] for e in expected)
+        assert sched.stats.discarded_tokens == 12  # the path ran: after each next() x n
+        assert sched.stats.decoded_tokens == 4 * 13
+        assert sched.busy_slots == 0
+    finally:
+        sched.close()

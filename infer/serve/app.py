@@ -172,6 +172,9 @@ class _Server:
             self.metrics.count_request(endpoint, 503)
             return _error_response(503, str(exc), "server_busy", code="queue_full", headers={"Retry-After": "1"})
         handle.reuse_prefix = cache_prompt
+        limit = body.get("max_tokens", body.get("max_completion_tokens"))
+        if isinstance(limit, int) and not isinstance(limit, bool):
+            handle.reply_limit = limit  # nothing is decoded ahead past the last token asked for
         stream = body.get("stream") is True
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()

@@ -69,6 +69,8 @@ class Metrics:
                [("", completion)])
         metric("infer_tokens_decoded_total", "counter", "tokens sampled and decoded by the scheduler",
                [("", stats.decoded_tokens)])
+        metric("infer_tokens_discarded_total", "counter", "tokens decoded ahead and taken back (the reply had ended)",
+               [("", stats.discarded_tokens)])
         metric("infer_tokens_prefilled_total", "counter", "prompt tokens evaluated by the scheduler",
                [("", stats.prefilled_tokens)])
         metric("infer_tokens_cached_total", "counter", "prompt tokens found in a slot's KV cache",

@@ -13,6 +13,16 @@ The scheduler thread alone runs the model.  Each round it
    step, `runtime.decode_batch`: one pass over the weights for all of them when
    the engine overrides `Engine.forward_batch`.
 
+Decode ahead: when a slot's token is done and its worker is waiting for it, the
+scheduler queues that slot's next token at once, before the worker has turned
+the last one into text.  The step loop then never waits for the workers: their
+Python (detokenizing, the reply parser, JSON) runs while the next step does,
+with the GIL free.  A token decoded ahead that the worker does not take (its
+reply ended, or it prefills or truncates instead) is taken back: the context
+is truncated and the sampler's RNG put back where it was, so the results are
+those of one token at a time.  Only samplers without a grammar and with
+``get_rng_state``/``set_rng_state`` (infer.Sampler) decode ahead.
+
 A request takes a slot at its first prefill, when its prompt is known: the free
 slot whose cached tokens share the longest prefix with it, so a chat's next
 turn prefills only what is new.  A cancelled request (its client went away)
@@ -28,6 +38,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ..generate import end_of_turn_ids
 from ..runtime import ContextOverflowError, decode_batch
 
 __all__ = ["Cancelled", "QueueFull", "Scheduler", "SlotContext"]
@@ -44,6 +55,10 @@ class QueueFull(RuntimeError):
 _PREFILL, _DECODE = "prefill", "decode"
 
 
+class _NotRun(Exception):
+    """A token to decode ahead that was not (the sampler got a grammar meanwhile)."""
+
+
 @dataclass
 class _Job:
     kind: str
@@ -54,6 +69,16 @@ class _Job:
     error: Optional[BaseException] = None
     top: Optional[int] = None  # decode: alternatives wanted with the token's logprob (None: no logprob)
     record: Any = None  # decode: the token's infer.sampler.TokenLogprob when top is set
+    #: set when the job is over (its worker waits on it)
+    over: threading.Event = field(default_factory=threading.Event)
+    # the rest is read and written under the scheduler's lock
+    taken: bool = False   # a round holds it: it can no longer be withdrawn
+    finished: bool = False
+    ahead: bool = False   # decode: queued by the scheduler before the worker asked
+    follow: bool = False  # decode: the worker wants it, so its next token may be decoded ahead
+    rng: Any = None       # ahead: the sampler's RNG state before its draw
+    length: int = 0       # decode: the context's length with the token
+    nth: int = 0          # decode: the token's place in its reply (1: the first)
 
 
 @dataclass
@@ -74,6 +99,8 @@ class Stats:
     cached_tokens: int = 0
     cancelled: int = 0
     rejected: int = 0
+    #: tokens decoded ahead and taken back (not in decoded_tokens)
+    discarded_tokens: int = 0
     #: batch size -> decode steps run at that size
     batch_sizes: dict[int, int] = field(default_factory=dict)
 
@@ -111,6 +138,8 @@ class Scheduler:
         self.slots = [_Slot(i, model.create_context(n_ctx=n_ctx)) for i in range(n_slots)]
         self.n_ctx = int(self.slots[0].context.n_ctx)
         self.stats = Stats()
+        # no token is decoded ahead after these (the reply is over)
+        self._end_ids = end_of_turn_ids(model.tokenizer)
         self._cond = threading.Condition()
         self._jobs: dict[int, _Job] = {}  # slot index -> its pending job
         self._waiting: collections.deque[SlotContext] = collections.deque()  # FIFO for free slots
@@ -168,6 +197,7 @@ class Scheduler:
         return slot
 
     def _release(self, request: "SlotContext") -> None:
+        request._settle()
         with self._cond:
             slot = request._slot
             if slot is not None and slot.request is request:
@@ -181,19 +211,53 @@ class Scheduler:
             self._cond.notify_all()
 
     def _submit(self, job: _Job) -> _Job:
+        self._enqueue(job)
+        job.over.wait()
+        if job.error is not None:
+            raise job.error
+        return job
+
+    def _enqueue(self, job: _Job) -> None:
         request = job.request
         slot = request._slot
         assert slot is not None
-        request._event.clear()
         with self._cond:
             if request.cancelled or self._stopping:
                 raise Cancelled("the request was cancelled")
             self._jobs[slot.index] = job
             self._cond.notify_all()
-        request._event.wait()
-        if job.error is not None:
-            raise job.error
-        return job
+
+    # ---- decode ahead (under self._cond) --------------------------------------------------
+    def _queue_ahead(self, index: int, job: _Job) -> None:
+        """After ``job``, a decode its worker waits for, queue the slot's next token,
+        unless the reply is surely over (an end-of-turn token, its max_tokens)."""
+        request = job.request
+        ctx = self.slots[index].context
+        sampler = ctx.sampler
+        limit = request.reply_limit
+        if (request.cancelled or self._stopping or request._ahead is not None or index in self._jobs
+                or job.result in self._end_ids or (limit is not None and job.nth >= limit)
+                or getattr(sampler, "grammar", None) is not None or not hasattr(sampler, "set_rng_state")
+                or len(ctx.tokens) >= ctx.n_ctx):
+            return
+        request._ahead = self._jobs[index] = _Job(_DECODE, request, top=job.top, ahead=True, nth=job.nth + 1)
+        self._cond.notify_all()
+
+    def _withdraw(self, job: _Job) -> None:
+        """Undo a job decoded ahead that its worker does not take (it is over or not taken)."""
+        index = job.request._index
+        if not job.taken:
+            if self._jobs.get(index) is job:
+                del self._jobs[index]
+            return
+        ctx = self.slots[index].context
+        if job.rng is not None:
+            ctx.sampler.set_rng_state(job.rng)
+        if job.error is None:
+            ctx.truncate_to(job.length - 1)  # the sampler's penalty window follows
+            job.request._stale = True  # the logits are those of the token taken back
+            self.stats.decoded_tokens -= 1
+            self.stats.discarded_tokens += 1
 
     def _count_cached(self, n: int) -> None:
         with self._cond:
@@ -212,7 +276,8 @@ class Scheduler:
                 if self._stopping:
                     for job in self._jobs.values():
                         job.error = Cancelled("the server is stopping")
-                        job.request._event.set()
+                        job.finished = True
+                        job.over.set()
                     self._jobs.clear()
                     return
                 deadline = time.monotonic() + self.gather
@@ -222,13 +287,18 @@ class Scheduler:
                         break
                     self._cond.wait(left)
                 jobs = list(self._jobs.items())
+                for _, job in jobs:
+                    job.taken = True
             finished = self._round(jobs)
             with self._cond:
                 for index, job in finished:
                     if self._jobs.get(index) is job:
                         del self._jobs[index]
+                    job.finished = True
+                    if job.kind == _DECODE and job.error is None and job.follow:
+                        self._queue_ahead(index, job)
             for _, job in finished:
-                job.request._event.set()
+                job.over.set()
 
     def _round(self, jobs: list[tuple[int, _Job]]) -> list[tuple[int, _Job]]:
         """Run one round; returns the jobs it finished."""
@@ -275,6 +345,10 @@ class Scheduler:
         for index, job in decodes:
             ctx = self.slots[index].context
             try:
+                if job.ahead:
+                    if getattr(ctx.sampler, "grammar", None) is not None:
+                        raise _NotRun("the sampler has a grammar now")
+                    job.rng = ctx.sampler.get_rng_state()
                 token = int(ctx.sampler.sample(ctx.logits))
                 if job.top is not None:  # from the logits the sampler saw, before the grammar moves on
                     job.record = ctx.sampler.logprobs(ctx.logits, token, job.top)
@@ -297,11 +371,11 @@ class Scheduler:
                     job.error = exc
                     _sampler_hook(ctx.sampler, "uncommit", 1)
                 else:
-                    job.result = token
+                    job.result, job.length = token, len(ctx.tokens)
                     self._count_step(1)
             return
-        for (job, _), token in zip(ready, tokens):
-            job.result = token
+        for (job, ctx), token in zip(ready, tokens):
+            job.result, job.length = token, len(ctx.tokens)
         self._count_step(len(ready))
 
     def _count_step(self, size: int) -> None:
@@ -329,7 +403,10 @@ class SlotContext:
     def __init__(self, scheduler: Scheduler) -> None:
         self._scheduler = scheduler
         self._slot: Optional[_Slot] = None
-        self._event = threading.Event()
+        #: the next token, decoded ahead (see the module's doc); set under the scheduler's lock
+        self._ahead: Optional[_Job] = None
+        #: the tokens of the slot's history this request has seen (an ahead token is beyond)
+        self._length = 0
         self.n_ctx = scheduler.n_ctx
         self._sampler: Any = None
         self.cancelled = False
@@ -339,6 +416,9 @@ class SlotContext:
         #: time.monotonic() of the first sampled token, None before
         self.first_token_at: Optional[float] = None
         self.generated = 0
+        #: the longest reply (max_tokens): no token is decoded ahead beyond it
+        self.reply_limit: Optional[int] = None
+        self._replied = 0  # tokens taken since the last prefill: the reply so far
         #: keep the prefix the slot's cache shares with the prompt (llama-server's
         #: cache_prompt); False prefills the whole prompt, as a fresh context would
         self.reuse_prefix = True
@@ -361,31 +441,50 @@ class SlotContext:
 
     @sampler.setter
     def sampler(self, sampler: Any) -> None:
+        self._settle()
         self._sampler = sampler
         if self._slot is not None:
             self._slot.context.sampler = sampler
 
     @property
     def tokens(self) -> list[int]:
-        return [] if self._slot is None else self._slot.context.tokens
+        return [] if self._slot is None else self._slot.context.tokens[:self._length]
 
     @property
     def n_past(self) -> int:
-        return len(self.tokens)
+        return 0 if self._slot is None else self._length
+
+    def _settle(self) -> None:
+        """Take back the token decoded ahead, if any: the worker does something else."""
+        job = self._ahead
+        if job is None:
+            return
+        scheduler = self._scheduler
+        with scheduler._cond:
+            self._ahead = None
+            if not job.taken:
+                scheduler._withdraw(job)
+                return
+        job.over.wait()
+        with scheduler._cond:
+            scheduler._withdraw(job)
 
     def truncate_to(self, n: int) -> None:
         if self._slot is None:
             if n != 0:
                 raise ValueError(f"n: must be in [0, 0], got {n}")
             return
+        self._settle()
         if n < len(self.tokens):
             self._stale = True
         self._slot.context.truncate_to(n)  # no forward pass: done here, the slot is ours
+        self._length = len(self._slot.context.tokens)
 
     def restart(self) -> None:
         self.truncate_to(0)
 
     def prefill(self, tokens: Any) -> None:
+        self._settle()
         batch = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) else tokens, dtype=np.int64)
         if batch.ndim != 1:
             raise ValueError(f"tokens: expected a 1-D sequence, got shape {batch.shape}")
@@ -402,6 +501,9 @@ class SlotContext:
         if batch.min() < 0 or batch.max() >= vocab:
             raise ValueError(f"tokens: an id outside the vocabulary [0, {vocab})")
         self._scheduler._submit(_Job(_PREFILL, self, tokens=batch.astype(np.int32)))
+        assert self._slot is not None
+        self._length = len(self._slot.context.tokens)
+        self._replied = 0
         self._stale = False
 
     def _take_slot(self, prompt: Any) -> Any:
@@ -413,6 +515,7 @@ class SlotContext:
         # keep the shared prefix, but recompute at least the last token for its logits
         keep = min(_common_prefix(ctx.tokens, ids), len(ids) - 1) if self.reuse_prefix else 0
         ctx.truncate_to(keep)
+        self._length = keep
         if self._sampler is not None:
             ctx.sampler = self._sampler
             self._sampler.set_history(ctx.tokens)
@@ -430,13 +533,35 @@ class SlotContext:
     def _next(self, top: Optional[int]) -> tuple[int, Any]:
         if self._slot is None:
             raise RuntimeError("next(): the context is empty; prefill a prompt first")
-        if len(self.tokens) >= self.n_ctx:
+        if self._length >= self.n_ctx:
             raise ContextOverflowError(f"the context of {self.n_ctx} tokens is full")
+        scheduler = self._scheduler
+        job = self._ahead
+        if job is not None and job.top != top:
+            self._settle()
+            job = None
         if self._stale:  # recompute the last token's logits, as Context.next does
             last = self.tokens[-1]
             self.truncate_to(len(self.tokens) - 1)
             self.prefill([last])
-        job = self._scheduler._submit(_Job(_DECODE, self, top=top))
+        late = False
+        if job is not None:
+            with scheduler._cond:
+                self._ahead = None
+                late = job.finished  # too late to ask for the token after it: queued below
+                job.follow = True
+            job.over.wait()
+            if isinstance(job.error, _NotRun):
+                job = None
+        if job is None:
+            job = scheduler._submit(_Job(_DECODE, self, top=top, follow=True, nth=self._replied + 1))
+        elif job.error is not None:
+            raise job.error
+        self._length = job.length
+        self._replied = job.nth
+        if late:
+            with scheduler._cond:
+                scheduler._queue_ahead(self._index, job)
         if self.first_token_at is None:
             self.first_token_at = time.monotonic()
         self.generated += 1
