@@ -63,6 +63,7 @@ def register(sub: Any) -> None:
 
     p.add_argument("--type", type=str.lower, choices=list(RECIPES),
                    help="a llama.cpp file type, in either case (q4_k_m, Q3_K_S, ...: its per-tensor "
-                        "mixture, docs/gguf.md), or q3_k/q4_k/q5_k for that type throughout")
+                        "mixture, docs/gguf.md), or q3_k/q4_k/q5_k for that type throughout; "
+                        "required, here or as the third positional")
     p.add_argument("--threads", "-t", type=int, default=None, help="threads (default: physical cores)")
     p.set_defaults(func=cmd_quantize)
