@@ -603,11 +603,11 @@ def create_completion(
     batch = _prompt_batch(model, prompt)
     if batch is None:
         return _create_completion(model, prompt, **options)
-    parts = [_create_completion(model, p, **options) for p in batch[:1]]  # the options fail here, early
+    first = _create_completion(model, batch[0], **options)  # the options fail here, early
     n_choices = int(_check_optional_int("n", n, 1, 16) or 1)
     if stream:
-        return _batched_chunks(model, batch, options, parts[0], n_choices)
-    parts += [_create_completion(model, p, **options) for p in batch[1:]]
+        return _batched_chunks(model, batch, options, first, n_choices)
+    parts = [first] + [_create_completion(model, p, **options) for p in batch[1:]]
     choices = [dict(c, index=i * n_choices + c["index"]) for i, part in enumerate(parts) for c in part["choices"]]
     usage = {key: sum(part["usage"][key] for part in parts) for key in parts[0]["usage"]}
     return dict(parts[0], choices=choices, usage=usage)
