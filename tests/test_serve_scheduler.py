@@ -187,10 +187,15 @@ def test_tokens_decoded_ahead_are_taken_back_exactly():
     model = scripted_model(["Hello world!"] * 4)
     prompt = ids(model, "user says hi" + OPENER)
 
-    def calls(ctx, seed):
+    def calls(ctx, seed, bound=None):
         """next() x5, a truncation mid-reply, next() x5, a prefill, next() x3."""
         ctx.sampler = Sampler(temperature=1.5, top_k=0, top_p=1.0, seed=seed)
         ctx.prefill(prompt)
+        if bound is not None:
+            # all four hold a slot before any goes on: a request that finished and
+            # gave its slot back before another started would hand it that slot (the
+            # longest shared prefix), and a slot would stay unused
+            bound.wait(timeout=30)
         seen = []
         for n in (5, 5, 3):
             seen += [ctx.next() for _ in range(n)]
@@ -209,10 +214,11 @@ def test_tokens_decoded_ahead_are_taken_back_exactly():
     try:
         handles = [sched.open() for _ in range(4)]
         out = [None] * 4
+        bound = threading.Barrier(4)
 
         def work(i):
             try:
-                out[i] = calls(handles[i], i)
+                out[i] = calls(handles[i], i, bound)
             finally:
                 handles[i].close()
 
