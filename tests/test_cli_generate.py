@@ -140,3 +140,18 @@ def test_bench_compares_with_llama_cpp_when_importable(tmp_path):
     assert len(ratios) == 2
     pp_ratio = float(ratios[0].split("=")[1].rstrip("x"))
     assert abs(pp_ratio - float(rows[0][6].split("±")[0]) / stand_in) <= 0.006  # printed to 2 places
+
+
+def test_bench_runs_on_when_llama_cpp_is_installed_but_broken(tmp_path):
+    # llama-cpp-python without its shared library raises at import
+    # (FileNotFoundError: "Shared library with base name 'llama' not found"):
+    # infer's own rows still come, and stderr says why there is no comparison.
+    (tmp_path / "llama_cpp.py").write_text(
+        "raise FileNotFoundError(\"Shared library with base name 'llama' not found\")\n")
+    env = {"PYTHONPATH": pythonpath(str(tmp_path))}
+    out = run_cli("bench", "-p", "8", "-g", "2", "-r", "1", "-t", "1", env=env)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| llama")]
+    assert [(r[3].strip(), r[5].strip()) for r in rows] == [("infer", "pp8"), ("infer", "tg2")]
+    assert "llama_cpp is installed but does not import (FileNotFoundError" in out.stderr
+    assert "Traceback" not in out.stderr

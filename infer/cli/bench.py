@@ -89,9 +89,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         tokens = [rng.randrange(eng.vocab_size) for _ in range(max(args.n_prompt, args.n_gen))]
         ours = _bench_infer(model, args.n_prompt, args.n_gen, args.repetitions, tokens)
     theirs = None
+    missing = "llama_cpp is not importable"
     if not args.no_llama_cpp and importlib.util.find_spec("llama_cpp") is not None:
-        theirs = _bench_llama_cpp(resolve_model(args.model), threads,
-                                  args.n_prompt, args.n_gen, args.repetitions, tokens)
+        try:
+            import llama_cpp  # noqa: F401
+        except Exception as exc:  # installed but broken: its shared library not found, say
+            missing = f"llama_cpp is installed but does not import ({type(exc).__name__}: {exc})"
+        else:
+            theirs = _bench_llama_cpp(resolve_model(args.model), threads,
+                                      args.n_prompt, args.n_gen, args.repetitions, tokens)
     rows = [("| model | size | params | backend | threads | test | t/s |"),
             ("| --- | ---: | ---: | --- | ---: | --- | ---: |")]
     tests = [("pp", f"pp{args.n_prompt}", args.n_prompt), ("tg", f"tg{args.n_gen}", args.n_gen)]
@@ -110,7 +116,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 print(f"{label}: infer / llama-cpp-python = "
                       f"{_mean_sd(ours[key])[0] / _mean_sd(theirs[key])[0]:.2f}x")
     elif not args.no_llama_cpp:
-        print("(llama_cpp is not importable: no llama-cpp-python comparison)", file=sys.stderr)
+        print(f"({missing}: no llama-cpp-python comparison)", file=sys.stderr)
     return 0
 
 
