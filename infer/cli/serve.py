@@ -7,7 +7,7 @@ import socket
 import sys
 from typing import Any
 
-from .common import CLIError, add_model_args, load_model
+from .common import CLIError, add_model_args, add_template_args, load_model, read_chat_template
 
 _INSTALL_HINT = 'pip install "infer-llm[serve]"'
 
@@ -38,7 +38,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.ray:
         from ..serve.ray_deployment import run_cli
 
-        return run_cli(args, app_options(args))
+        return run_cli(args, app_options(args), chat_template=read_chat_template(args))
     try:
         import uvicorn
 
@@ -76,6 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching")
     add_model_args(p)
+    add_template_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default: 8080; 0 = any free port)")
     p.add_argument("--parallel", "-np", type=int, default=1,

@@ -25,24 +25,29 @@ def _replica_class() -> Any:
     class InferReplica:
         """One replica: loads the model when Ray builds its ASGI app."""
 
-        def __init__(self, model_path: Optional[str], n_threads: Optional[int], options: dict[str, Any]) -> None:
+        def __init__(self, model_path: Optional[str], n_threads: Optional[int], options: dict[str, Any],
+                     chat_template: Optional[str] = None) -> None:
             self._model_path = model_path
             self._n_threads = n_threads
             self._options = options
+            self._chat_template = chat_template
 
         def __serve_build_asgi_app__(self) -> Any:
             from .. import loader
             from .app import create_app
 
-            self.model = loader.load(self._model_path, n_threads=self._n_threads)
+            self.model = loader.load(self._model_path, n_threads=self._n_threads,
+                                     chat_template=self._chat_template)
             return create_app(self.model, **self._options)
 
     return serve.ingress()(InferReplica)
 
 
-def build(model: Optional[str] = None, *, replicas: int = 1, threads: int = 1, **options: Any) -> Any:
+def build(model: Optional[str] = None, *, replicas: int = 1, threads: int = 1,
+          chat_template: Optional[str] = None, **options: Any) -> Any:
     """A Ray Serve application of ``replicas`` replicas, each one model of
-    ``threads`` kernel threads (and as many Ray CPUs); ``options`` go to
+    ``threads`` kernel threads (and as many Ray CPUs), with ``chat_template`` in
+    place of the file's if given (`infer.load`'s); ``options`` go to
     `infer.serve.app.create_app` (``parallel``, ``ctx_size``, ``api_key``...)."""
     from ray import serve
 
@@ -50,7 +55,7 @@ def build(model: Optional[str] = None, *, replicas: int = 1, threads: int = 1, *
         raise ValueError(f"replicas and threads: must be >= 1, got {replicas} and {threads}")
     deployment = serve.deployment(_replica_class(), name="infer", num_replicas=replicas,
                                   ray_actor_options={"num_cpus": threads})
-    return deployment.bind(model, threads, options)
+    return deployment.bind(model, threads, options, chat_template)
 
 
 _INT_OPTIONS = ("replicas", "threads", "parallel", "ctx_size", "max_queue", "prefill_chunk")
@@ -65,7 +70,7 @@ def app_builder(args: dict[str, str]) -> Any:
     return build(**kwargs)
 
 
-def run_cli(args: Any, options: dict[str, Any]) -> int:
+def run_cli(args: Any, options: dict[str, Any], chat_template: Optional[str] = None) -> int:
     """``infer serve --ray``: deploy, print where, and wait for Ctrl-C."""
     try:
         import ray
@@ -78,7 +83,8 @@ def run_cli(args: Any, options: dict[str, Any]) -> int:
              logging_level="WARNING")
     serve.start(http_options={"host": args.host, "port": args.port})
     threads = args.threads or 1
-    serve.run(build(args.model, replicas=args.replicas, threads=threads, **options), name="infer",
+    serve.run(build(args.model, replicas=args.replicas, threads=threads, chat_template=chat_template, **options),
+              name="infer",
               route_prefix="/")
     print(f"infer serve: Ray Serve, {args.replicas} replicas x {threads} threads, "
           f"{options['parallel']} slots each, on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
