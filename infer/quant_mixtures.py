@@ -34,7 +34,7 @@ class Recipe:
 
 
 RECIPES = {r.name: r for r in [
-    Recipe("f16", D.F16, 1), Recipe("bf16", D.BF16, 32),
+    Recipe("f32", D.F32, 0), Recipe("f16", D.F16, 1), Recipe("bf16", D.BF16, 32),
     Recipe("q4_0", D.Q4_0, 2, "Q4_0"), Recipe("q4_1", D.Q4_1, 3, "Q4_1"),
     Recipe("q5_0", D.Q5_0, 8, "Q5_0"), Recipe("q5_1", D.Q5_1, 9, "Q5_1"),
     Recipe("q8_0", D.Q8_0, 7, "Q8_0"),

@@ -197,6 +197,7 @@ EXPECTED = {
     "iq4_xs": ("Q6_K", "IQ4_XS", "IQ4_NL", "F16", 2),
     "f16": ("F16", "F16", "F16", "F16", 0),
     "bf16": ("BF16", "BF16", "BF16", "BF16", 0),
+    "f32": ("F32", "F32", "F32", "F32", 0),
 }
 # relative RMS error allowed after the round trip, per written type
 TOLERANCE = {"Q4_0": 0.15, "Q4_1": 0.15, "Q5_0": 0.08, "Q8_0": 0.01, "Q4_K": 0.12, "Q6_K": 0.04,
@@ -237,7 +238,7 @@ def test_quantize_tiny_model(capsys, tmp_path, qtype):
             assert b.metadata_types[key] == a.metadata_types[key]
             assert np.array_equal(b.metadata[key], value) if isinstance(value, np.ndarray) else b.metadata[key] == value
         ftype = gguf.LlamaFileType[{"q4_k": "MOSTLY_Q4_K_S", "q3_k": "MOSTLY_Q3_K_S",
-                                      "q5_k": "MOSTLY_Q5_K_S"}.get(qtype, f"MOSTLY_{qtype.upper()}")]
+                                      "q5_k": "MOSTLY_Q5_K_S", "f32": "ALL_F32"}.get(qtype, f"MOSTLY_{qtype.upper()}")]
         assert b.metadata["general.file_type"] == int(ftype)
         assert b.metadata["general.quantization_version"] == gguf.GGML_QUANT_VERSION
         assert set(b.metadata) == set(a.metadata) | {"general.quantization_version"}
