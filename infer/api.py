@@ -748,18 +748,29 @@ def _create_completion(
 
 
 # ---- embeddings ------------------------------------------------------------------------------
-def create_embedding(model: Any, input: Union[str, list[str]], *, encoding_format: str = "float",
+def create_embedding(model: Any, input: Union[str, list[str], list[int], list[list[int]]], *,
+                     encoding_format: str = "float",
                      pooling: str = "mean", user: Optional[str] = None, dimensions: Optional[int] = None,
                      model_name: Optional[str] = None, **ignored: Any) -> dict[str, Any]:
     """OpenAI's ``POST /v1/embeddings``: unit-length mean-pooled embeddings of the final
-    hidden states (`Model.embed`), one per input text, as a ``list`` of ``embedding``s."""
+    hidden states (`Model.embed`), one per input, as a ``list`` of ``embedding``s.  An
+    input is a text, or token ids (a list of ints, or a list of such lists), as OpenAI
+    takes them and LangChain's OpenAIEmbeddings sends them."""
     import base64
 
     import numpy as np
 
-    texts = [input] if isinstance(input, str) else input
-    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
-        raise InvalidRequestError("input: expected a non-empty string or a list of non-empty strings", "input")
+    from .embeddings import tokenize_inputs
+
+    def is_ids(value: Any) -> bool:
+        return (isinstance(value, list) and bool(value)
+                and all(isinstance(t, int) and not isinstance(t, bool) for t in value))
+
+    texts: Any = [input] if isinstance(input, str) or is_ids(input) else input
+    if not isinstance(texts, list) or not texts or \
+            not all((isinstance(t, str) and t) or is_ids(t) for t in texts):
+        raise InvalidRequestError("input: expected a non-empty string, a list of non-empty strings, "
+                                  "a list of token ids or a list of such lists", "input")
     if encoding_format not in ("float", "base64"):
         raise InvalidRequestError("encoding_format: expected 'float' or 'base64'", "encoding_format")
     if pooling not in ("mean", "last", "cls"):
@@ -769,9 +780,9 @@ def create_embedding(model: Any, input: Union[str, list[str]], *, encoding_forma
     if ignored:
         raise InvalidRequestError(f"unrecognized request argument: {sorted(ignored)[0]}", sorted(ignored)[0])
     try:
-        lengths = [len(model.tokenizer.encode(t, add_special=True)) for t in texts]
-    except ValueError as exc:  # text UTF-8 cannot encode (a lone surrogate)
-        raise InvalidRequestError(f"input: {exc}", "input") from None
+        lengths = [len(ids) for ids in tokenize_inputs(model, texts)]
+    except ValueError as exc:  # text UTF-8 cannot encode (a lone surrogate), an id outside the vocabulary
+        raise InvalidRequestError(f"input: {exc}".replace("texts[", "input["), "input") from None
     n_tokens = sum(lengths)
     limit = int(model.engine.max_seq_len)
     longest = max(lengths)

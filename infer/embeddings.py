@@ -7,10 +7,13 @@ llama.cpp's ``llama-embedding`` reads them), pooled over each text's tokens.
 
 Each text is run on its own, in a fresh pass, so a text's embedding does not depend
 on which other texts share the call.  ``normalize=True`` scales each to unit L2 norm.
+A text is tokenized as llama.cpp's ``llama-embedding`` and llama-server do it: with
+the model's BOS, and special-token texts (``<|im_start|>``) read as those tokens.  An
+item may also be a list of token ids, used as it is.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 from numpy.typing import NDArray
@@ -18,22 +21,47 @@ from numpy.typing import NDArray
 POOLINGS = ("mean", "last", "cls")
 
 
-def embed(model: Any, texts: Union[str, Sequence[str]], pooling: str = "mean",
+def _token_ids(item: Any) -> Optional[list[int]]:
+    """``item`` as a list of token ids if it is a non-string sequence of ints, else None."""
+    if isinstance(item, (str, bytes)) or not hasattr(item, "__len__"):
+        return None
+    ids = list(item)
+    if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in ids):
+        return None
+    return [int(t) for t in ids]
+
+
+def tokenize_inputs(model: Any, texts: Sequence[Any]) -> list[list[int]]:
+    """The token ids `embed` runs for each item (a str, or a list of token ids)."""
+    vocab = int(model.engine.vocab_size)
+    encoded = []
+    for i, item in enumerate(texts):
+        ids = model.tokenizer.encode(item, add_special=True, parse_special=True) if isinstance(item, str) \
+            else _token_ids(item)
+        if ids is None:
+            raise TypeError(f"texts[{i}]: expected a str or a list of token ids, got {type(item).__name__}")
+        if not ids:
+            raise ValueError(f"texts[{i}]: is empty" + (" and the model adds no BOS token"
+                                                          if isinstance(item, str) else ""))
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"texts[{i}]: token id {bad[0]} is outside the vocabulary [0, {vocab})")
+        encoded.append(ids)
+    return encoded
+
+
+def embed(model: Any, texts: Union[str, Sequence[Any]], pooling: str = "mean",
           normalize: bool = True) -> NDArray[np.float32]:
-    """Embeddings of ``texts``, shape (len(texts), n_embd) (one text: (n_embd,))."""
+    """Embeddings of ``texts`` (a str, or a list of str or of token-id lists), shape
+    (len(texts), n_embd) (one str: (n_embd,))."""
     single = isinstance(texts, str)
     batch = [texts] if isinstance(texts, str) else list(texts)
-    if not all(isinstance(t, str) for t in batch):
-        raise TypeError("texts: expected a str or a list of str")
     if pooling not in POOLINGS:
         raise ValueError(f"pooling: expected one of {', '.join(POOLINGS)}, got {pooling!r}")
     width = int(getattr(model.engine, "n_embd", 0))
     if not width:
         raise NotImplementedError(f"{type(model.engine).__name__} does not expose hidden states")
-    encoded = [model.tokenizer.encode(t, add_special=True) for t in batch]
-    for i, ids in enumerate(encoded):
-        if not ids:
-            raise ValueError(f"texts[{i}]: is empty and the model adds no BOS token")
+    encoded = tokenize_inputs(model, batch)
     out = np.zeros((len(batch), width), dtype=np.float32)
     if not batch:
         return out

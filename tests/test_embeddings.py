@@ -64,11 +64,39 @@ def test_hidden_states_match_the_reference():
         assert c > 0.99, i
 
 
+def test_token_id_lists_are_pooled_as_given(model):
+    # Reference: the context's own hidden states over those ids, pooled with numpy.
+    ids = model.tokenizer.encode(TEXTS[2], add_special=False)[1:]  # no BOS, and not a text's tokens
+    hidden = model.create_context(n_ctx=len(ids)).prefill(ids, hidden_states=True).astype(np.float64)
+    got = model.embed([ids, np.array(ids, dtype=np.int32), TEXTS[0]])
+    want = hidden.mean(0) / np.linalg.norm(hidden.mean(0))
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got[1], got[0])
+    np.testing.assert_array_equal(got[2], model.embed(TEXTS[0]))
+
+
+def test_special_token_texts_are_those_tokens():
+    # as llama-embedding and llama-server tokenize (parse_special): "<|im_start|>" is one token
+    with load_installed("smollm2") as m:
+        vocab = m.tokenizer.vocab
+        start = vocab.token_to_id["<|im_start|>"] if hasattr(vocab, "token_to_id") else None
+        if start is None:
+            start = [i for i in range(m.engine.vocab_size)
+                     if m.tokenizer.decode([i], skip_special=False) == "<|im_start|>"][0]
+        body = m.tokenizer.encode("user\nhi", add_special=False)
+        bos = m.tokenizer.encode("", add_special=True)
+        np.testing.assert_array_equal(m.embed("<|im_start|>user\nhi"), m.embed([bos + [start] + body])[0])
+
+
 def test_misuse(model):
     with pytest.raises(ValueError):
         model.embed(TEXTS, pooling="max")
     with pytest.raises(TypeError):
         model.embed([1, 2])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.embed([[1, model.engine.vocab_size]])
+    with pytest.raises(ValueError, match="empty"):
+        model.embed([[]])
     assert model.embed([]).shape == (0, model.engine.n_embd)
 
 

@@ -391,6 +391,24 @@ def test_embeddings_through_the_official_client(smol):
         client(base).embeddings.create(model="any", input=[])
 
 
+def test_embeddings_of_token_ids_through_the_official_client(smol):
+    # OpenAI takes token ids too (one list, or a list of lists), and LangChain's
+    # OpenAIEmbeddings sends them by default
+    import numpy as np
+
+    model, base = smol
+    ids = [model.tokenizer.encode(t) for t in ("A cat sits on the mat.", "Stocks fell today.")]
+    many = client(base).embeddings.create(model="any", input=ids, encoding_format="float")
+    np.testing.assert_allclose(np.array([d.embedding for d in many.data]), model.embed(ids), atol=1e-6)
+    assert many.usage.prompt_tokens == sum(map(len, ids))
+    one = client(base).embeddings.create(model="any", input=ids[1], encoding_format="float")
+    assert len(one.data) == 1
+    np.testing.assert_allclose(one.data[0].embedding, many.data[1].embedding, atol=1e-6)
+    with pytest.raises(openai.BadRequestError) as info:
+        client(base).embeddings.create(model="any", input=[[1, 10 ** 9]])
+    assert info.value.body["param"] == "input" and "outside the vocabulary" in info.value.body["message"]
+
+
 # ---- the scripted model in this process ---------------------------------------------------------
 def test_tool_call_through_the_official_client():
     call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
