@@ -10,6 +10,8 @@
 #include "infer_kernels.h"
 #include "kquants_internal.h"
 
+#include <stddef.h>
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
@@ -213,15 +215,85 @@ KQ_INLINE __m512i unit_gather8(int o) {
  * sc[j] the int16 scales of sub-blocks 2j (lanes 0..15) and 2j+1 (16..31). */
 typedef struct { __m512i q[4], sc[4]; } q4_K_unpacked;
 
-KQ_INLINE void q4_K_unpack(const block_q4_K *x, __m128i sm, const __m512i sc_idx[4], q4_K_unpacked *u) {
+/* The int16 scale vectors of q4_K_unpacked from the block's 16 scale/min bytes (as
+ * infer_q4_K_unpack_scales_sse gives them) in every 128-bit lane of sm. */
+KQ_INLINE void q4_K_scale_vectors(__m512i sm, __m512i sc[4], const int split) {
+    for (int j = 0; j < 4; j++) {
+        /* sub-blocks of the low and high 256 bits of vector j */
+        const int lo = split ? 4 * (j / 2) + (j & 1) : 2 * j, hi = split ? lo + 2 : 2 * j + 1;
+        int8_t c[64];
+        for (int b = 0; b < 64; b++) c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)(b >= 32 ? hi : lo);
+        sc[j] = _mm512_shuffle_epi8(sm, _mm512_loadu_si512(c));
+    }
+}
+
+/* Row k's mins as int16 pairs: lane L, every unit <- mins 2L, 2L+1 (sm as above). */
+KQ_INLINE __m512i q4_K_min_pairs(__m512i sm) {
+    int8_t c[64];
+    for (int b = 0; b < 64; b++) c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)(8 + 2 * (b / 16) + ((b / 2) & 1));
+    return _mm512_shuffle_epi8(sm, _mm512_loadu_si512(c));
+}
+
+/* The "split" layout: vector 2s holds the low nibbles of qs[64s..64s+63] (sub-blocks
+ * 4s and 4s+2), vector 2s+1 the high ones (4s+1, 4s+3); fewer operations than the
+ * activation order, for a caller that permutes the activations once for four rows
+ * (q8_K_split). */
+KQ_INLINE void q4_K_unpack_q_split(const block_q4_K *x, q4_K_unpacked *u) {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
-    const __m512i scales = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(sm));
+    for (int s = 0; s < 2; s++) {
+        const __m512i v = _mm512_loadu_si512(x->qs + 64 * s);
+        u->q[2 * s] = _mm512_and_si512(v, low4);
+        u->q[2 * s + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    }
+}
+
+KQ_INLINE void q8_K_split(const int8_t *q8, __m512i y[4]) {
+    for (int s = 0; s < 2; s++, q8 += 128) {
+        y[2 * s] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q8)),
+                                      _mm256_loadu_si256((const __m256i *)(q8 + 64)), 1);
+        y[2 * s + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q8 + 32))),
+                                          _mm256_loadu_si256((const __m256i *)(q8 + 96)), 1);
+    }
+}
+
+KQ_INLINE __m512i kq_dot_partials_v(const __m512i q[4], const __m512i sc[4], const __m512i y[4]) {
+    __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(q[0], y[0]), sc[0]);
+    for (int j = 1; j < 4; j++) s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(q[j], y[j]), sc[j]);
+    return s;
+}
+
+KQ_INLINE void q4_K_unpack_q(const block_q4_K *x, q4_K_unpacked *u) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
     for (int j = 0; j < 4; j++) {
         __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * j)));
         v = _mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4);
         u->q[j] = _mm512_and_si512(v, low4);
-        u->sc[j] = _mm512_permutexvar_epi16(sc_idx[j], scales);
     }
+}
+
+/* 128-bit lane k of v in all four lanes. */
+KQ_INLINE __m512i lane_broadcast(__m512i v, int k) {
+    switch (k) {
+    case 0: return _mm512_shuffle_i32x4(v, v, 0x00);
+    case 1: return _mm512_shuffle_i32x4(v, v, 0x55);
+    case 2: return _mm512_shuffle_i32x4(v, v, 0xAA);
+    default: return _mm512_shuffle_i32x4(v, v, 0xFF);
+    }
+}
+
+/* infer_q4_K_unpack_scales_sse on four blocks at once, one per 128-bit lane. */
+KQ_INLINE __m512i q4_K_unpack_scales_x4(const uint8_t *p, size_t row_bytes) {
+    __m512i w = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+    w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + row_bytes)), 1);
+    w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + 2 * row_bytes)), 2);
+    w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + 3 * row_bytes)), 3);
+    const __m512i a = _mm512_shuffle_epi32(w, _MM_SHUFFLE(2, 1, 2, 0));
+    const __m512i b = _mm512_shuffle_epi32(w, _MM_SHUFFLE(1, 1, 0, 0));
+    const __m512i low = _mm512_and_si512(_mm512_srlv_epi32(a, _mm512_setr4_epi32(0, 0, 0, 4)),
+                                         _mm512_setr4_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    /* low | (b >> 2 & top) */
+    return _mm512_ternarylogic_epi32(low, _mm512_srli_epi32(b, 2),
+                                     _mm512_setr4_epi32(0, 0x30303030, 0, 0x30303030), 0xF8);
 }
 
 /* Q6_K: vector j holds elements 64j..64j+63 as 6-bit unsigned values (see
@@ -268,27 +340,33 @@ KQ_INLINE void load_d_dmin_x4(const uint8_t *p, size_t row_bytes, __m128 *d4, __
 
 KQ_INLINE void q4_K_4xn_pass(int64_t n, const uint8_t *w, size_t row_bytes, const uint8_t *a,
                              size_t a_stride, const int T, float *out, size_t out_stride) {
-    const __m512i sc_idx[4] = {run_pair_index(0, 1), run_pair_index(2, 3), run_pair_index(4, 5),
-                               run_pair_index(6, 7)};
     const __m512i transpose = unit_transpose(), spread = unit_spread(0, 1);
     __m128 acc[INFER_DOT_4XN_MAX];
     for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const uint8_t *xb = w + i * sizeof(block_q4_K);
-        __m128i sm[4];
-        for (int k = 0; k < 4; k++) sm[k] = infer_q4_K_unpack_scales_sse(((const block_q4_K *)(xb + k * row_bytes))->scales);
+        const __m512i sm = q4_K_unpack_scales_x4(xb + offsetof(block_q4_K, scales), row_bytes);
         /* mins of row k, pair L in lane L unit k */
-        const __m256i mins8 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpackhi_epi64(sm[0], sm[1])),
-                                                      _mm_unpackhi_epi64(sm[2], sm[3]), 1);
-        const __m512i mins = _mm512_permutexvar_epi32(transpose, _mm512_cvtepu8_epi16(mins8));
+        const __m512i mins = _mm512_permutexvar_epi32(transpose, _mm512_unpackhi_epi8(sm, _mm512_setzero_si512()));
         __m128 d4, dmin4;
         load_d_dmin_x4(xb, row_bytes, &d4, &dmin4);
         __m512i s[4][INFER_DOT_4XN_MAX];
+        /* one or two tokens: activations permuted once for the four rows, then the
+         * cheaper split unpack of the weights; more: the weights in activation order */
+        const int split = T <= 2;
+        __m512i ys[2][4];
+        if (split)
+            for (int t = 0; t < T; t++) q8_K_split(((const block_q8_K *)(a + t * a_stride) + i)->qs, ys[t]);
         for (int k = 0; k < 4; k++) {
             q4_K_unpacked u;
-            q4_K_unpack((const block_q4_K *)(xb + k * row_bytes), sm[k], sc_idx, &u);
+            if (split)
+                q4_K_unpack_q_split((const block_q4_K *)(xb + k * row_bytes), &u);
+            else
+                q4_K_unpack_q((const block_q4_K *)(xb + k * row_bytes), &u);
+            q4_K_scale_vectors(lane_broadcast(sm, k), u.sc, split);
             for (int t = 0; t < T; t++)
-                s[k][t] = kq_dot_partials(u.q, u.sc, ((const block_q8_K *)(a + t * a_stride) + i)->qs);
+                s[k][t] = split ? kq_dot_partials_v(u.q, u.sc, ys[t])
+                                : kq_dot_partials(u.q, u.sc, ((const block_q8_K *)(a + t * a_stride) + i)->qs);
         }
         for (int t = 0; t < T; t++) {
             const block_q8_K *y = (const block_q8_K *)(a + t * a_stride) + i;
@@ -332,7 +410,7 @@ static void infer_vec_dot_rx8_q4_K_q8_K_avx512(int64_t n, const void *w, size_t 
     const uint8_t *ab = (const uint8_t *)a;
     __m512i bsT[RX8_MAX_NB][2];
     __m256 dy[RX8_MAX_NB];
-    const __m512i transpose = unit_transpose(), spread = unit_spread(0, 1);
+    const __m512i transpose = unit_transpose();
     for (int64_t i = 0; i < nb; i++) {
         float d[8];
         __m128i bs[8];
@@ -349,19 +427,18 @@ static void infer_vec_dot_rx8_q4_K_q8_K_avx512(int64_t n, const void *w, size_t 
             bsT[i][g] = _mm512_permutexvar_epi32(transpose, r);
         }
     }
-    const __m512i sc_idx[4] = {run_pair_index(0, 1), run_pair_index(2, 3), run_pair_index(4, 5),
-                               run_pair_index(6, 7)};
     for (int64_t row = 0; row < n_rows; row++) {
         const block_q4_K *x = (const block_q4_K *)((const uint8_t *)w + row * row_bytes);
         if (row + RX8_PREFETCH_ROWS < n_rows) prefetch_row((const uint8_t *)x + RX8_PREFETCH_ROWS * row_bytes, row_bytes);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
-            const __m128i sm = infer_q4_K_unpack_scales_sse(x[i].scales);
+            const __m512i sm = _mm512_broadcast_i32x4(infer_q4_K_unpack_scales_sse(x[i].scales));
             q4_K_unpacked u;
-            q4_K_unpack(&x[i], sm, sc_idx, &u);
+            q4_K_unpack_q(&x[i], &u);
+            q4_K_scale_vectors(sm, u.sc, 0);
             __m512i s[8];
             for (int t = 0; t < 8; t++) s[t] = kq_dot_partials(u.q, u.sc, ((const block_q8_K *)(ab + t * a_stride) + i)->qs);
-            const __m512i mins = _mm512_permutexvar_epi32(spread, _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8))));
+            const __m512i mins = q4_K_min_pairs(sm);
             const __m512 f = _mm512_cvtepi32_ps(fold4_lanes(sum4_by_lane(s[0], s[1], s[2], s[3]),
                                                             sum4_by_lane(s[4], s[5], s[6], s[7]),
                                                             _mm512_madd_epi16(bsT[i][0], mins),
