@@ -210,20 +210,49 @@ KQ_INLINE __m512i unit_gather8(int o) {
     return _mm512_loadu_si512(idx);
 }
 
+#ifndef KQ_DOT_PACKED
+#define KQ_DOT_PACKED 1
+#endif
+#define KQ_NSC (KQ_DOT_PACKED ? 2 : 4)   /* scale vectors per super-block */
+
+/* Q6_K's scale vectors as permutexvar_epi16 indices into the 16 int16 scales: vector j
+ * holds sub-blocks 4j..4j+3, one per 128-bit lane; packed, vector p serves the pack
+ * of vectors 2p (int16 lanes 0..3 of each 128-bit lane) and 2p+1 (lanes 4..7). */
+KQ_INLINE void q6_K_scale_index(__m512i idx[KQ_NSC]) {
+    for (int p = 0; p < KQ_NSC; p++) {
+        int16_t v[32];
+        for (int i = 0; i < 32; i++) {
+            const int L = i / 8, w = i % 8;
+            v[i] = (int16_t)(KQ_DOT_PACKED ? 4 * (2 * p + (w >= 4)) + L : 4 * p + L);
+        }
+        idx[p] = _mm512_loadu_si512(v);
+    }
+}
+
 /* Q4_K: one row's super-block unpacked in the order of the Q8_K quants: vector j
  * holds elements 64j..64j+63 (the low then the high nibbles of qs[32j..32j+31]), and
  * sc[j] the int16 scales of sub-blocks 2j (lanes 0..15) and 2j+1 (16..31). */
-typedef struct { __m512i q[4], sc[4]; } q4_K_unpacked;
+typedef struct { __m512i q[4], sc[KQ_NSC]; } q4_K_unpacked;
 
 /* The int16 scale vectors of q4_K_unpacked from the block's 16 scale/min bytes (as
  * infer_q4_K_unpack_scales_sse gives them) in every 128-bit lane of sm. */
-KQ_INLINE void q4_K_scale_vectors(__m512i sm, __m512i sc[4], const int split) {
-    for (int j = 0; j < 4; j++) {
-        /* sub-blocks of the low and high 256 bits of vector j */
-        const int lo = split ? 4 * (j / 2) + (j & 1) : 2 * j, hi = split ? lo + 2 : 2 * j + 1;
+/* Sub-block of 128-bit lane L of Q4_K vector j, in the activation-order layout or the
+ * split one (q4_K_unpack_q_split). */
+KQ_INLINE int q4_K_sub_block(int j, int L, const int split) {
+    return split ? 4 * (j / 2) + (j & 1) + 2 * (L >= 2) : 2 * j + (L >= 2);
+}
+
+/* The int16 scale vectors kq_dot_partials takes, from the block's 16 scale/min bytes
+ * (as infer_q4_K_unpack_scales_sse gives them) in every 128-bit lane of sm. */
+KQ_INLINE void q4_K_scale_vectors(__m512i sm, __m512i sc[KQ_NSC], const int split) {
+    for (int p = 0; p < KQ_NSC; p++) {
         int8_t c[64];
-        for (int b = 0; b < 64; b++) c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)(b >= 32 ? hi : lo);
-        sc[j] = _mm512_shuffle_epi8(sm, _mm512_loadu_si512(c));
+        for (int b = 0; b < 64; b++) {
+            const int L = b / 16, w = (b % 16) / 2;   /* int16 lane w of 128-bit lane L */
+            const int j = KQ_DOT_PACKED ? 2 * p + (w >= 4) : p;
+            c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)q4_K_sub_block(j, L, split);
+        }
+        sc[p] = _mm512_shuffle_epi8(sm, _mm512_loadu_si512(c));
     }
 }
 
@@ -254,12 +283,6 @@ KQ_INLINE void q8_K_split(const int8_t *q8, __m512i y[4]) {
         y[2 * s + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q8 + 32))),
                                           _mm256_loadu_si256((const __m256i *)(q8 + 96)), 1);
     }
-}
-
-KQ_INLINE __m512i kq_dot_partials_v(const __m512i q[4], const __m512i sc[4], const __m512i y[4]) {
-    __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(q[0], y[0]), sc[0]);
-    for (int j = 1; j < 4; j++) s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(q[j], y[j]), sc[j]);
-    return s;
 }
 
 KQ_INLINE void q4_K_unpack_q(const block_q4_K *x, q4_K_unpacked *u) {
@@ -298,9 +321,9 @@ KQ_INLINE __m512i q4_K_unpack_scales_x4(const uint8_t *p, size_t row_bytes) {
 
 /* Q6_K: vector j holds elements 64j..64j+63 as 6-bit unsigned values (see
  * q6_K_dot_rows), sc[j] the int16 scales of sub-blocks 4j..4j+3, eight lanes each. */
-typedef struct { __m512i q[4], sc[4]; } q6_K_unpacked;
+typedef struct { __m512i q[4], sc[KQ_NSC]; } q6_K_unpacked;
 
-KQ_INLINE void q6_K_unpack(const block_q6_K *x, __m256i sc16, const __m512i sc_idx[4], q6_K_unpacked *u) {
+KQ_INLINE void q6_K_unpack(const block_q6_K *x, __m256i sc16, const __m512i sc_idx[KQ_NSC], q6_K_unpacked *u) {
     const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
     const __m512i scales = _mm512_zextsi256_si512(sc16);
     for (int h = 0; h < QK_K / 128; h++) {
@@ -310,16 +333,31 @@ KQ_INLINE void q6_K_unpack(const block_q6_K *x, __m256i sc16, const __m512i sc_i
         u->q[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, low4), _mm512_slli_epi16(hh, 4), bits45, 0xF8);
         u->q[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), hh, bits45, 0xF8);
     }
-    for (int j = 0; j < 4; j++) u->sc[j] = _mm512_permutexvar_epi16(sc_idx[j], scales);
+    for (int j = 0; j < KQ_NSC; j++) u->sc[j] = _mm512_permutexvar_epi16(sc_idx[j], scales);
 }
 
-/* Σ_j sc_j · Σ q·y over a super-block, as sixteen int32 partial sums (exact: pair sums
- * of q <= 63 and |y| <= 128 fit int16, and the whole dot fits int32). */
-KQ_INLINE __m512i kq_dot_partials(const __m512i q[4], const __m512i sc[4], const int8_t *y) {
-    __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(q[0], _mm512_loadu_si512(y)), sc[0]);
-    for (int j = 1; j < 4; j++)
-        s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(q[j], _mm512_loadu_si512(y + 64 * j)), sc[j]);
+/* Σ_j sc_j · Σ q·y over a super-block (weights q[4], activations y[4] in the same
+ * element order), as sixteen int32 partial sums.  Exact: with KQ_DOT_PACKED, vpdpbusd
+ * sums four products q·y (|sum| <= 4·63·128 < 2^15), two such vectors are packed to
+ * int16 without saturating and vpdpwssd applies the scales (six multiplies per 256
+ * elements instead of eight); otherwise vpmaddubsw pairs (2·63·128 < 2^15) times the
+ * scales.  The whole dot fits int32. */
+KQ_INLINE __m512i kq_dot_partials_v(const __m512i q[4], const __m512i sc[KQ_NSC], const __m512i y[4]) {
+#if KQ_DOT_PACKED
+    const __m512i z = _mm512_setzero_si512();
+    __m512i s = _mm512_madd_epi16(_mm512_packs_epi32(_mm512_dpbusd_epi32(z, q[0], y[0]), _mm512_dpbusd_epi32(z, q[1], y[1])), sc[0]);
+    return _mm512_dpwssd_epi32(s, _mm512_packs_epi32(_mm512_dpbusd_epi32(z, q[2], y[2]), _mm512_dpbusd_epi32(z, q[3], y[3])), sc[1]);
+#else
+    __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(q[0], y[0]), sc[0]);
+    for (int j = 1; j < 4; j++) s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(q[j], y[j]), sc[j]);
     return s;
+#endif
+}
+
+KQ_INLINE __m512i kq_dot_partials(const __m512i q[4], const __m512i sc[KQ_NSC], const int8_t *y) {
+    __m512i yv[4];
+    for (int j = 0; j < 4; j++) yv[j] = _mm512_loadu_si512(y + 64 * j);
+    return kq_dot_partials_v(q, sc, yv);
 }
 
 /* The 8 sub-block sums of 32 of a Q8_K block as int16 (bsums pairs). */
@@ -457,7 +495,8 @@ static void infer_vec_dot_rx8_q4_K_q8_K_avx512(int64_t n, const void *w, size_t 
  * "a" takes unit 2L, of "b" unit 2L+1, one row (4xn) or token (rx8) per int32. */
 KQ_INLINE void q6_K_4xn_pass(int64_t n, const uint8_t *w, size_t row_bytes, const uint8_t *a,
                              size_t a_stride, const int T, float *out, size_t out_stride) {
-    const __m512i sc_idx[4] = {run_index(0, 8), run_index(4, 8), run_index(8, 8), run_index(12, 8)};
+    __m512i sc_idx[KQ_NSC];
+    q6_K_scale_index(sc_idx);
     const __m512i gather_a = unit_gather8(0), gather_b = unit_gather8(1);
     const __m512i spread_a = unit_spread(0, 2), spread_b = unit_spread(1, 2);
     __m128 acc[INFER_DOT_4XN_MAX];
@@ -529,7 +568,8 @@ static void infer_vec_dot_rx8_q6_K_q8_K_avx512(int64_t n, const void *w, size_t 
             bsT[i][g][1] = _mm512_permutex2var_epi32(p01, gather_b, p23);
         }
     }
-    const __m512i sc_idx[4] = {run_index(0, 8), run_index(4, 8), run_index(8, 8), run_index(12, 8)};
+    __m512i sc_idx[KQ_NSC];
+    q6_K_scale_index(sc_idx);
     for (int64_t row = 0; row < n_rows; row++) {
         const block_q6_K *x = (const block_q6_K *)((const uint8_t *)w + row * row_bytes);
         if (row + RX8_PREFETCH_ROWS < n_rows) prefetch_row((const uint8_t *)x + RX8_PREFETCH_ROWS * row_bytes, row_bytes);
