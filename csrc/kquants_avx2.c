@@ -48,15 +48,19 @@ static float infer_vec_dot_q4_K_q8_K_avx2(int64_t n, const void *w, const void *
     return hsum_ps(acc) - hsum_ps128(acc_m);
 }
 
-/* One Q4_K row against n_tok <= INFER_DOT_4XN_MAX tokens (a_stride bytes apart):
+/* Tokens one row's unpacked super-block serves at once: vec_dot_4xn's up to
+ * INFER_DOT_4XN_MAX, vec_dot_rx8's 8. */
+#define ROW_TOKENS_MAX 8
+
+/* One Q4_K row against n_tok <= ROW_TOKENS_MAX tokens (a_stride bytes apart):
  * the row's nibbles, scales and mins are unpacked once per super-block for all the
  * tokens.  Per token the operations are infer_vec_dot_q4_K_q8_K_avx2's, in its
  * order (the integer sums are exact in any order), so each result has its bits. */
 static void q4_K_row_tokens(int64_t n, const block_q4_K *x, const uint8_t *a, size_t a_stride,
                             int n_tok, float *out, size_t out_stride) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[INFER_DOT_4XN_MAX];
-    __m128 acc_m[INFER_DOT_4XN_MAX];
+    __m256 acc[ROW_TOKENS_MAX];
+    __m128 acc_m[ROW_TOKENS_MAX];
     for (int t = 0; t < n_tok; t++) acc[t] = _mm256_setzero_ps(), acc_m[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float xd = _cvtsh_ss(x[i].d), xdmin = _cvtsh_ss(x[i].dmin);
@@ -187,7 +191,7 @@ static float infer_vec_dot_q6_K_q8_K_avx2(int64_t n, const void *w, const void *
  * operations of infer_vec_dot_q6_K_q8_K_avx2 (see q4_K_row_tokens). */
 static void q6_K_row_tokens(int64_t n, const block_q6_K *x, const uint8_t *a, size_t a_stride,
                             int n_tok, float *out, size_t out_stride) {
-    __m256 acc[INFER_DOT_4XN_MAX];
+    __m256 acc[ROW_TOKENS_MAX];
     for (int t = 0; t < n_tok; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float xd = _cvtsh_ss(x[i].d);
@@ -317,6 +321,25 @@ static void infer_quantize_q8_K_avx2(const float *x, void *dst, int64_t n) {
     }
 }
 
+/* n_rows rows against 8 tokens: each row's super-block unpacked once for the 8 (the
+ * per-token operations of the 4xn kernels above, so the same bits as their one-token
+ * results, which are the one-row kernel's). */
+#define RX8_PREFETCH_ROWS 16
+#define KQ_RX8_KERNEL(name, block_type, row_tokens)                                               \
+    static void name(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *a,    \
+                     size_t a_stride, float *out, size_t out_stride) {                             \
+        for (int64_t row = 0; row < n_rows; row++) {                                               \
+            const uint8_t *x = (const uint8_t *)w + row * row_bytes;                               \
+            if (row + RX8_PREFETCH_ROWS < n_rows)                                                  \
+                for (size_t off = 0; off < row_bytes; off += 64)                                   \
+                    _mm_prefetch((const char *)x + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA); \
+            row_tokens(n, (const block_type *)x, a, a_stride, 8, out + row, out_stride);          \
+        }                                                                                          \
+    }
+
+KQ_RX8_KERNEL(infer_vec_dot_rx8_q4_K_q8_K_avx2, block_q4_K, q4_K_row_tokens)
+KQ_RX8_KERNEL(infer_vec_dot_rx8_q6_K_q8_K_avx2, block_q6_K, q6_K_row_tokens)
+
 void infer_fill_kquants_avx2(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_Q4_K] = infer_dequantize_q4_K_avx2;
     t->dequantize_f16[INFER_TYPE_Q4_K] = infer_dequantize_f16_q4_K_avx2;
@@ -327,5 +350,7 @@ void infer_fill_kquants_avx2(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_Q6_K] = infer_vec_dot_q6_K_q8_K_avx2;
     t->vec_dot_4xn[INFER_TYPE_Q6_K] = infer_vec_dot_4xn_q6_K_q8_K_avx2;
     t->quantize[INFER_TYPE_Q8_K] = infer_quantize_q8_K_avx2;
+    t->vec_dot_rx8[INFER_TYPE_Q4_K] = infer_vec_dot_rx8_q4_K_q8_K_avx2;
+    t->vec_dot_rx8[INFER_TYPE_Q6_K] = infer_vec_dot_rx8_q6_K_q8_K_avx2;
 }
 #endif
