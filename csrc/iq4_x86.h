@@ -101,6 +101,67 @@ static float KERNEL(vec_dot_iq4_xs_q8_K)(int64_t n, const void *w, const void *a
     return hsum_ps(acc);
 }
 
+#if X86_VNNI
+/* ---- AVX-512 mat-vec of IQ4_NL: four rows against one Q8_0 row ----------------
+ * Two blocks per zmm: a nibble becomes its level + 128 (1..241, unsigned) by one
+ * vpshufb, vpdpbusd takes it against the activations, and -128 Σ a (computed once
+ * per pair of activation blocks for the four rows) starts the sum.  The int32 lanes
+ * are scaled in float by d_w d_a of their block (the eight fp16 d of four rows and
+ * two blocks converted together) and summed across lanes once per row. */
+static void KERNEL(vec_dot_4_iq4_nl_q8_0)(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                          float *out) {
+    const block_q8_0 *y = a;
+    const uint8_t *x = w;
+    const int64_t nb = n / QK4_NL;
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_add_epi8(_mm_loadu_si128((const __m128i *)infer_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
+    const __m512i m4 = _mm512_set1_epi8(0x0F), c128 = _mm512_set1_epi8((char)0x80);
+    /* qs of block b in 128-bit lanes 0 and 1, of block b+1 in 2 and 3; lanes 1 and 3
+     * shifted by 4 (high nibbles) */
+    const __m512i dup = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+    const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    __m512i expand[4];
+    for (int r = 0; r < 4; r++)
+        expand[r] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * r)),
+                                       _mm256_set1_epi32(2 * r + 1), 1);
+    __m512 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const __m512i yv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs)),
+                                              _mm256_loadu_si256((const __m256i *)y[b + 1].qs), 1);
+        const __m512i off = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, yv));
+        const block_iq4_nl *xr[4];
+        for (int r = 0; r < 4; r++) xr[r] = (const block_iq4_nl *)(x + r * row_bytes) + b;
+        /* d_w of (row r, block b + j) in lane 2r + j, times d_a of block b + j */
+        const __m128i dh = _mm_setr_epi16((short)xr[0][0].d, (short)xr[0][1].d, (short)xr[1][0].d, (short)xr[1][1].d,
+                                          (short)xr[2][0].d, (short)xr[2][1].d, (short)xr[3][0].d, (short)xr[3][1].d);
+        const __m128i ydh = _mm_setr_epi16((short)y[b].d, (short)y[b + 1].d, 0, 0, 0, 0, 0, 0);
+        const __m256 dy = _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(_mm_cvtph_ps(ydh))));
+        const __m512 d = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(dh), dy));
+        for (int r = 0; r < 4; r++) {
+            const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)xr[r][0].qs)),
+                                                      _mm_loadu_si128((const __m128i *)xr[r][1].qs), 1);
+            const __m512i idx = _mm512_and_si512(
+                _mm512_srlv_epi64(_mm512_permutexvar_epi64(dup, _mm512_castsi256_si512(q)), shift), m4);
+            const __m512i p = _mm512_dpbusd_epi32(off, _mm512_shuffle_epi8(table, idx), yv);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(expand[r], d), acc[r]);
+        }
+    }
+    float tail[4] = {0.f, 0.f, 0.f, 0.f};
+    if (b < nb) {   /* an odd last block: the one-row kernel's steps */
+        const __m256i t256 = levels_table();
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        for (int r = 0; r < 4; r++) {
+            const block_iq4_nl *xb = (const block_iq4_nl *)(x + r * row_bytes) + b;
+            tail[r] = _cvtsh_ss(xb->d) * _cvtsh_ss(y[b].d) * (float)hsum_epi32(dot_s8_i32(levels32(t256, xb->qs), yv));
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + tail[r];
+}
+#endif
+
 KQ_INLINE void dequantize_iq4_nl(const block_iq4_nl *x, void *dst, int64_t n, int f16) {
     const __m256i table = levels_table();
     for (int64_t b = 0; b < n / QK4_NL; b++)
@@ -123,6 +184,9 @@ KQ_DEQUANTIZERS(KERNEL(dequantize_iq4_xs), KERNEL(dequantize_f16_iq4_xs), dequan
 static void KERNEL(fill_iq4_x86)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_IQ4_NL] = KERNEL(vec_dot_iq4_nl_q8_0);
     t->vec_dot[INFER_TYPE_IQ4_XS] = KERNEL(vec_dot_iq4_xs_q8_K);
+#if X86_VNNI
+    t->vec_dot_4[INFER_TYPE_IQ4_NL] = KERNEL(vec_dot_4_iq4_nl_q8_0);
+#endif
     t->dequantize[INFER_TYPE_IQ4_NL] = KERNEL(dequantize_iq4_nl);
     t->dequantize[INFER_TYPE_IQ4_XS] = KERNEL(dequantize_iq4_xs);
     t->dequantize_f16[INFER_TYPE_IQ4_NL] = KERNEL(dequantize_f16_iq4_nl);
