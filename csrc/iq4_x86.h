@@ -160,6 +160,62 @@ static void KERNEL(vec_dot_4_iq4_nl_q8_0)(int64_t n, const void *w, size_t row_b
     }
     for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + tail[r];
 }
+
+/* The eight scales ls - 32 of an IQ4_XS block as int16, from its first 8 bytes (d,
+ * scales_h, scales_l): low nibbles by a byte spread and per-lane shifts, top bits
+ * by per-lane shifts of scales_h. */
+KQ_INLINE __m128i iq4_xs_scales_simd(const block_iq4_xs *b) {
+    const __m128i v = _mm_loadl_epi64((const __m128i *)b);
+    const __m128i lo = _mm_and_si128(
+        _mm_srlv_epi16(_mm_shuffle_epi8(v, _mm_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1)),
+                       _mm_setr_epi16(0, 4, 0, 4, 0, 4, 0, 4)),
+        _mm_set1_epi16(0x0F));
+    const __m128i hi = _mm_and_si128(
+        _mm_srlv_epi16(_mm_shuffle_epi8(v, _mm_setr_epi8(2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3)),
+                       _mm_setr_epi16(0, 2, 4, 6, 8, 10, 12, 14)),
+        _mm_set1_epi16(3));
+    return _mm_sub_epi16(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi16(32));
+}
+
+/* IQ4_XS: four rows against one Q8_K row, 64 elements (two sub-blocks) per zmm.
+ * |level| by one vpshufb, the activations negated (masked) where the nibble is < 8
+ * (the negative levels), vpmaddubsw (pair sums within 2*127*127) and the sub-block
+ * scales by vpdpwssd; one float step per row and super-block. */
+static void KERNEL(vec_dot_4_iq4_xs_q8_K)(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                          float *out) {
+    const block_q8_K *y = a;
+    const uint8_t *x = w;
+    const __m512i table = _mm512_broadcast_i32x4(_mm_abs_epi8(_mm_loadu_si128((const __m128i *)infer_kvalues_iq4nl)));
+    const __m512i m15 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+    const __m512i dup = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+    const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    __m512i mask[4];
+    for (int m = 0; m < 4; m++)
+        mask[m] = _mm512_inserti64x4(_mm512_castsi256_si512(lane_mask(2 * m)), lane_mask(2 * m + 1), 1);
+    __m512 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++, x += sizeof(block_iq4_xs)) {
+        __m512i q8[4];
+        for (int m = 0; m < 4; m++) q8[m] = _mm512_loadu_si512((const void *)(y[i].qs + 64 * m));
+        const float dy = y[i].d;
+        for (int r = 0; r < 4; r++) {
+            const block_iq4_xs *b = (const block_iq4_xs *)(x + r * row_bytes);
+            const __m512i sc = _mm512_broadcast_i32x4(iq4_xs_scales_simd(b));
+            __m512i sumi = _mm512_setzero_si512();
+            for (int m = 0; m < 4; m++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * m));
+                const __m512i idx = _mm512_and_si512(
+                    _mm512_srlv_epi64(_mm512_permutexvar_epi64(dup, _mm512_castsi256_si512(q)), shift), m15);
+                const __m512i as = _mm512_mask_sub_epi8(q8[m], _mm512_testn_epi8_mask(idx, eight),
+                                                        _mm512_setzero_si512(), q8[m]);
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(_mm512_shuffle_epi8(table, idx), as),
+                                           _mm512_shuffle_epi8(sc, mask[m]));
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(_cvtsh_ss(b->d) * dy), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
 #endif
 
 KQ_INLINE void dequantize_iq4_nl(const block_iq4_nl *x, void *dst, int64_t n, int f16) {
@@ -186,6 +242,7 @@ static void KERNEL(fill_iq4_x86)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_IQ4_XS] = KERNEL(vec_dot_iq4_xs_q8_K);
 #if X86_VNNI
     t->vec_dot_4[INFER_TYPE_IQ4_NL] = KERNEL(vec_dot_4_iq4_nl_q8_0);
+    t->vec_dot_4[INFER_TYPE_IQ4_XS] = KERNEL(vec_dot_4_iq4_xs_q8_K);
 #endif
     t->dequantize[INFER_TYPE_IQ4_NL] = KERNEL(dequantize_iq4_nl);
     t->dequantize[INFER_TYPE_IQ4_XS] = KERNEL(dequantize_iq4_xs);

@@ -269,6 +269,65 @@ static void KERNEL(vec_dot_4_q3_K_q8_K)(int64_t n, const void *w, size_t row_byt
     }
     for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
+
+/* Q5_K: 64 bytes of qs give two runs (low nibbles: elements 64j + l, high: 64j+32+l
+ * for j = 0, 1 in the two halves), the fifth bit is qh bit 2j (2j+1) tested into a
+ * mask register and added as 16; the mins go through Q8_K's bsums as in the one-row
+ * kernel. */
+static void KERNEL(vec_dot_4_q5_K_q8_K)(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                        float *out) {
+    const block_q8_K *y = a;
+    const uint8_t *x = w;
+    const __m512i m15 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    /* run k: sub-blocks (lo, hi) = (0,2) (1,3) (4,6) (5,7); the same qh bits */
+    static const int sub_lo[4] = {0, 1, 4, 5};
+    __m512i mask[4], hbit[4];
+    for (int k = 0; k < 4; k++) {
+        const int lo = sub_lo[k], hi = lo + 2;
+        mask[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lane_mask(lo)), lane_mask(hi), 1);
+        hbit[k] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << lo)), _mm256_set1_epi8((char)(1 << hi)), 1);
+    }
+    __m512 acc[4];
+    __m128 accm[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++, x += sizeof(block_q5_K)) {
+        const int8_t *q8p = y[i].qs;
+        const __m512i q8[4] = {_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q8p)),
+                                                  _mm256_loadu_si256((const __m256i *)(q8p + 64)), 1),
+                               _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q8p + 32))),
+                                                  _mm256_loadu_si256((const __m256i *)(q8p + 96)), 1),
+                               _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q8p + 128))),
+                                                  _mm256_loadu_si256((const __m256i *)(q8p + 192)), 1),
+                               _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q8p + 160))),
+                                                  _mm256_loadu_si256((const __m256i *)(q8p + 224)), 1)};
+        const __m128i bs8 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[i].bsums),
+                                           _mm_loadu_si128((const __m128i *)y[i].bsums + 1));
+        const __m128 dy = _mm_set1_ps(y[i].d);
+        for (int r = 0; r < 4; r++) {
+            const block_q5_K *b = (const block_q5_K *)(x + r * row_bytes);
+            /* reads 16 bytes: the 12 scale bytes are followed by qh */
+            const __m256i s16 = _mm256_cvtepu8_epi16(infer_q4_K_unpack_scales_sse(b->scales));
+            const __m512i sc = _mm512_broadcast_i32x4(_mm256_castsi256_si128(s16));
+            const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->qh));
+            const __m512i q0 = _mm512_loadu_si512((const void *)b->qs);
+            const __m512i q1 = _mm512_loadu_si512((const void *)(b->qs + 64));
+            const __m512i runs[4] = {_mm512_and_si512(q0, m15), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m15),
+                                     _mm512_and_si512(q1, m15), _mm512_and_si512(_mm512_srli_epi16(q1, 4), m15)};
+            __m512i sumi = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) {
+                const __m512i u = _mm512_mask_add_epi8(runs[k], _mm512_test_epi8_mask(hb, hbit[k]), runs[k], sixteen);
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u, q8[k]), _mm512_shuffle_epi8(sc, mask[k]));
+            }
+            uint32_t dbits;
+            memcpy(&dbits, &b->d, 4);   /* d, dmin */
+            const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits)), dy);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dd), acc[r]);
+            const __m128i summ = _mm_madd_epi16(_mm256_extracti128_si256(s16, 1), bs8);
+            accm[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(summ), _mm_shuffle_ps(dd, dd, 0x55), accm[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]) - hsum_ps128(accm[r]);
+}
 #endif
 
 /* ---- dequantizers ------------------------------------------------------------ */
@@ -348,6 +407,7 @@ static void KERNEL(fill_kquants235_x86)(infer_kernel_table *t) {
 #if X86_VNNI
     t->vec_dot_4[INFER_TYPE_Q2_K] = KERNEL(vec_dot_4_q2_K_q8_K);
     t->vec_dot_4[INFER_TYPE_Q3_K] = KERNEL(vec_dot_4_q3_K_q8_K);
+    t->vec_dot_4[INFER_TYPE_Q5_K] = KERNEL(vec_dot_4_q5_K_q8_K);
 #endif
     t->dequantize[INFER_TYPE_Q2_K] = KERNEL(dequantize_q2_K);
     t->dequantize[INFER_TYPE_Q3_K] = KERNEL(dequantize_q3_K);
