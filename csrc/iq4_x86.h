@@ -177,39 +177,48 @@ KQ_INLINE __m128i iq4_xs_scales_simd(const block_iq4_xs *b) {
     return _mm_sub_epi16(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi16(32));
 }
 
-/* IQ4_XS: four rows against one Q8_K row, 64 elements (two sub-blocks) per zmm.
- * |level| by one vpshufb, the activations negated (masked) where the nibble is < 8
- * (the negative levels), vpmaddubsw (pair sums within 2*127*127) and the sub-block
- * scales by vpdpwssd; one float step per row and super-block. */
+/* IQ4_XS: four rows against one Q8_K row.  64 bytes of qs are four sub-blocks, one per
+ * 128-bit lane: their low nibbles (elements 0..15 of each) are one run, their high
+ * nibbles (16..31) another, against activations rearranged alike once for the four
+ * rows.  A nibble becomes level + 128 (unsigned) by one vpshufb; two vpdpbusd give
+ * each 128-bit lane the dot of one sub-block, one vpmulld its scale; the -128 offset
+ * is -128 Σ_j ls_j (bsums[2j] + bsums[2j+1]), folded into the int32 sum.  One float
+ * step per row and super-block. */
 static void KERNEL(vec_dot_4_iq4_xs_q8_K)(int64_t n, const void *w, size_t row_bytes, const void *a,
                                           float *out) {
     const block_q8_K *y = a;
     const uint8_t *x = w;
-    const __m512i table = _mm512_broadcast_i32x4(_mm_abs_epi8(_mm_loadu_si128((const __m128i *)infer_kvalues_iq4nl)));
-    const __m512i m15 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
-    const __m512i dup = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
-    const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
-    __m512i mask[4];
-    for (int m = 0; m < 4; m++)
-        mask[m] = _mm512_inserti64x4(_mm512_castsi256_si512(lane_mask(2 * m)), lane_mask(2 * m + 1), 1);
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_add_epi8(_mm_loadu_si128((const __m128i *)infer_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
+    const __m512i m15 = _mm512_set1_epi8(0x0F);
+    /* int32 scale of sub-block 4m + j over the four lanes of 128-bit lane j */
+    const __m512i spread[2] = {_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                               _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)};
     __m512 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++, x += sizeof(block_iq4_xs)) {
-        __m512i q8[4];
-        for (int m = 0; m < 4; m++) q8[m] = _mm512_loadu_si512((const void *)(y[i].qs + 64 * m));
+        __m512i q8lo[2], q8hi[2];
+        for (int m = 0; m < 2; m++) {
+            const __m512i a0 = _mm512_loadu_si512((const void *)(y[i].qs + 128 * m));
+            const __m512i a1 = _mm512_loadu_si512((const void *)(y[i].qs + 128 * m + 64));
+            q8lo[m] = _mm512_shuffle_i64x2(a0, a1, 0x88);
+            q8hi[m] = _mm512_shuffle_i64x2(a0, a1, 0xDD);
+        }
+        const __m128i bs8 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[i].bsums),
+                                           _mm_loadu_si128((const __m128i *)y[i].bsums + 1));
         const float dy = y[i].d;
         for (int r = 0; r < 4; r++) {
             const block_iq4_xs *b = (const block_iq4_xs *)(x + r * row_bytes);
-            const __m512i sc = _mm512_broadcast_i32x4(iq4_xs_scales_simd(b));
-            __m512i sumi = _mm512_setzero_si512();
-            for (int m = 0; m < 4; m++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * m));
-                const __m512i idx = _mm512_and_si512(
-                    _mm512_srlv_epi64(_mm512_permutexvar_epi64(dup, _mm512_castsi256_si512(q)), shift), m15);
-                const __m512i as = _mm512_mask_sub_epi8(q8[m], _mm512_testn_epi8_mask(idx, eight),
-                                                        _mm512_setzero_si512(), q8[m]);
-                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(_mm512_shuffle_epi8(table, idx), as),
-                                           _mm512_shuffle_epi8(sc, mask[m]));
+            const __m128i ls = iq4_xs_scales_simd(b);
+            const __m512i ls32 = _mm512_castsi256_si512(_mm256_cvtepi16_epi32(ls));
+            const __m128i corr = _mm_slli_epi32(_mm_madd_epi16(ls, bs8), 7);   /* |.| < 2^31 */
+            __m512i sumi = _mm512_zextsi128_si512(_mm_sub_epi32(_mm_setzero_si128(), corr));
+            for (int m = 0; m < 2; m++) {
+                const __m512i q = _mm512_loadu_si512((const void *)(b->qs + 64 * m));
+                const __m512i lo = _mm512_and_si512(q, m15), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m15);
+                __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi8(table, lo), q8lo[m]);
+                p = _mm512_dpbusd_epi32(p, _mm512_shuffle_epi8(table, hi), q8hi[m]);
+                sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, _mm512_permutexvar_epi32(spread[m], ls32)));
             }
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(_cvtsh_ss(b->d) * dy), acc[r]);
         }
