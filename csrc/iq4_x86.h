@@ -126,7 +126,44 @@ static void KERNEL(vec_dot_4_iq4_nl_q8_0)(int64_t n, const void *w, size_t row_b
                                        _mm256_set1_epi32(2 * r + 1), 1);
     __m512 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    /* Four blocks (72 bytes) per row at a time: two 64-byte loads, at 0 and 8, and one
+     * vpermt2w put block j's qs in 128-bit lane j (block j's qs are words 9j+1..9j+8;
+     * word v of the second load is word v+4 of the blocks), one vpermw its d over the
+     * four int32 lanes of lane j.  The low nibbles are one run, the high another,
+     * against activations rearranged alike (elements 0..15, 16..31 of four blocks). */
+    int16_t qi[32], di[32];
+    for (int j = 0; j < 4; j++)
+        for (int t = 0; t < 8; t++) {
+            const int word = 9 * j + 1 + t;
+            qi[8 * j + t] = (int16_t)(word < 32 ? word : 32 + word - 4);
+        }
+    for (int t = 0; t < 32; t++) di[t] = (int16_t)(t < 16 ? 9 * (t / 4) : 0);
+    const __m512i qidx = _mm512_loadu_si512((const void *)qi), didx = _mm512_loadu_si512((const void *)di);
+    const __m512i spread4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const __m512i a0 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs)),
+                                              _mm256_loadu_si256((const __m256i *)y[b + 1].qs), 1);
+        const __m512i a1 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[b + 2].qs)),
+                                              _mm256_loadu_si256((const __m256i *)y[b + 3].qs), 1);
+        const __m512i ylo = _mm512_shuffle_i64x2(a0, a1, 0x88), yhi = _mm512_shuffle_i64x2(a0, a1, 0xDD);
+        const __m512i off = _mm512_sub_epi32(
+            _mm512_setzero_si512(),
+            _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, ylo), c128, yhi));
+        const __m128i ydh = _mm_setr_epi16((short)y[b].d, (short)y[b + 1].d, (short)y[b + 2].d, (short)y[b + 3].d,
+                                           0, 0, 0, 0);
+        const __m512 dy = _mm512_permutexvar_ps(spread4, _mm512_castps128_ps512(_mm_cvtph_ps(ydh)));
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *xb = x + r * row_bytes + b * sizeof(block_iq4_nl);
+            const __m512i l0 = _mm512_loadu_si512((const void *)xb), l1 = _mm512_loadu_si512((const void *)(xb + 8));
+            const __m512i q = _mm512_permutex2var_epi16(l0, qidx, l1);
+            const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            __m512i p = _mm512_dpbusd_epi32(off, _mm512_shuffle_epi8(table, lo), ylo);
+            p = _mm512_dpbusd_epi32(p, _mm512_shuffle_epi8(table, hi), yhi);
+            const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, l0))), dy);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[r]);
+        }
+    }
     for (; b + 2 <= nb; b += 2) {
         const __m512i yv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs)),
                                               _mm256_loadu_si256((const __m256i *)y[b + 1].qs), 1);
