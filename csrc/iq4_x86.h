@@ -1,6 +1,7 @@
 /* iq4_x86.h: x86 SIMD kernels of IQ4_NL (with Q8_0) and IQ4_XS (with Q8_K), written once
  * for two builds: iq4_avx2.c (ISA_SUFFIX avx2) and iq4_avx512.c (ISA_SUFFIX avx512,
- * X86_VNNI 1: the 8-bit dot steps become vpdpbusd, the scale steps vpdpwssd).
+ * X86_VNNI 1: the 8-bit dot steps become vpdpbusd, the scale steps vpdpwssd; that build
+ * also has four-row vec_dot_4 kernels on 512-bit vectors, which the mat-vec uses).
  *
  * A nibble becomes its level with one vpshufb into kvalues_iq4nl.  Levels are signed
  * (-127..113), so the dot uses the sign trick |w| * (a with w's sign): vpmaddubsw's

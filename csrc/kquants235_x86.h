@@ -2,7 +2,8 @@
  * written once for two builds: kquants235_avx2.c includes it with ISA_SUFFIX avx2,
  * kquants235_avx512.c with ISA_SUFFIX avx512 and X86_VNNI 1, which fuses each
  * "multiply int16 pairs by the sub-block scales and accumulate" into one VNNI
- * vpdpwssd on 256-bit vectors (AVX512VL).
+ * vpdpwssd on 256-bit vectors (AVX512VL) and adds four-row vec_dot_4 kernels on 512-bit
+ * vectors (see "AVX-512 mat-vec" below).
  *
  * Dot products: unsigned weight quants times signed Q8_K quants with vpmaddubsw (pairs
  * into int16: at most 2*31*127), then times the int16 sub-block scales into int32;
