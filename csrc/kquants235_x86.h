@@ -2,7 +2,8 @@
  * written once for two builds: kquants235_avx2.c includes it with ISA_SUFFIX avx2,
  * kquants235_avx512.c with ISA_SUFFIX avx512 and X86_VNNI 1, which fuses each
  * "multiply int16 pairs by the sub-block scales and accumulate" into one VNNI
- * vpdpwssd on 256-bit vectors (AVX512VL).
+ * vpdpwssd on 256-bit vectors (AVX512VL) and adds four-row vec_dot_4 kernels on 512-bit
+ * vectors (see "AVX-512 mat-vec" below).
  *
  * Dot products: unsigned weight quants times signed Q8_K quants with vpmaddubsw (pairs
  * into int16: at most 2*31*127), then times the int16 sub-block scales into int32;
@@ -157,6 +158,179 @@ static float KERNEL(vec_dot_q5_K_q8_K)(int64_t n, const void *w, const void *a) 
     return hsum_ps(acc) - hsum_ps128(acc_m);
 }
 
+#if X86_VNNI
+/* ---- AVX-512 mat-vec: four rows against one activation row --------------------
+ * A super-block's 256 quants are four zmm "runs": run k holds elements 32k..32k+31
+ * (low 256 bits) and 128+32k..128+32k+31 (high 256 bits), which is what one 64-byte
+ * load of Q2_K/Q3_K qs gives with the 2-bit field k of each byte.  The activation
+ * runs are loaded once per super-block for the four rows; each row then takes four
+ * vpmaddubsw + four vpdpwssd (the scales of its four sub-blocks of 16 in one
+ * vpshufb), one int32 vector per row and super-block, scaled once in float. */
+
+/* Bytes p[0..31] in the low half, p[128..159] in the high half. */
+KQ_INLINE __m512i load_run512(const int8_t *p) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p)),
+                              _mm256_loadu_si256((const __m256i *)(p + 128)), 1);
+}
+
+/* 16 int16 scales -> 128-bit lanes [s0..7, s0..7, s8..15, s8..15]. */
+KQ_INLINE __m512i scale_lanes512(__m256i s16) {
+    const __m512i z = _mm512_castsi256_si512(s16);
+    return _mm512_shuffle_i64x2(z, z, 0x50);
+}
+
+/* vpshufb mask on scale_lanes512: run k's sub-blocks (2k, 2k+1, 8+2k, 9+2k), each
+ * broadcast over its 8 int16 lanes. */
+KQ_INLINE __m512i run_mask512(int k) { return _mm512_broadcast_i64x4(pair_mask(k)); }
+
+static void KERNEL(vec_dot_4_q2_K_q8_K)(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                        float *out) {
+    const block_q8_K *y = a;
+    const uint8_t *x = w;
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m256i m15 = _mm256_set1_epi16(0x0F);
+    const __m512i mask[4] = {run_mask512(0), run_mask512(1), run_mask512(2), run_mask512(3)};
+    __m512 acc[4];
+    __m256 accm[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++, x += sizeof(block_q2_K)) {
+        const __m512i q8[4] = {load_run512(y[i].qs), load_run512(y[i].qs + 32), load_run512(y[i].qs + 64),
+                               load_run512(y[i].qs + 96)};
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)y[i].bsums);
+        const __m128 dy = _mm_set1_ps(y[i].d);
+        for (int r = 0; r < 4; r++) {
+            const block_q2_K *b = (const block_q2_K *)(x + r * row_bytes);
+            const __m256i s16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+            const __m512i sc = scale_lanes512(_mm256_and_si256(s16, m15));
+            const __m512i qv = _mm512_loadu_si512((const void *)b->qs);
+            __m512i sumi = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) {
+                const __m512i u = _mm512_and_si512(k ? _mm512_srli_epi16(qv, 2 * k) : qv, m3);
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u, q8[k]), _mm512_shuffle_epi8(sc, mask[k]));
+            }
+            uint32_t dbits;
+            memcpy(&dbits, &b->d, 4);   /* d, dmin */
+            const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits)), dy);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dd), acc[r]);
+            const __m256i summ = _mm256_madd_epi16(_mm256_srli_epi16(s16, 4), bs);
+            accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ),
+                                      _mm256_broadcastss_ps(_mm_movehdup_ps(dd)), accm[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]) - hsum_ps(accm[r]);
+}
+
+/* infer_q3_K_unpack_scales in SIMD: the 16 signed 6-bit scales as bytes.  Reads the 16
+ * bytes ending with the scales (the last 4 of qs first), so never past the block. */
+KQ_INLINE __m128i q3_K_scales_simd(const block_q3_K *b) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)(b->scales - 4));   /* [qs tail, w0, w1, w2] */
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, 0x99), _mm_setr_epi32(0, 0, 4, 4)),
+                                     _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, 0xFF), _mm_setr_epi32(0, 2, 4, 6)),
+                                     _mm_set1_epi8(0x03));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi32(hi, 4)), _mm_set1_epi8(32));
+}
+
+/* Q3_K with unsigned quants u = q + 4 (0..7) as the one-row kernel; the -4 offset
+ * (-4 Σ_j sc_j bsums_j) starts each row's int32 sum, so one float step per row and
+ * super-block.  Bit 2 of u: hmask bit k (low half) or 4+k (high half) of run k,
+ * tested into a mask register and added as 4. */
+static void KERNEL(vec_dot_4_q3_K_q8_K)(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                        float *out) {
+    const block_q8_K *y = a;
+    const uint8_t *x = w;
+    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    const __m512i mask[4] = {run_mask512(0), run_mask512(1), run_mask512(2), run_mask512(3)};
+    __m512i hbit[4];
+    for (int k = 0; k < 4; k++)
+        hbit[k] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << k)), _mm256_set1_epi8((char)(1 << (4 + k))), 1);
+    __m512 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++, x += sizeof(block_q3_K)) {
+        const __m512i q8[4] = {load_run512(y[i].qs), load_run512(y[i].qs + 32), load_run512(y[i].qs + 64),
+                               load_run512(y[i].qs + 96)};
+        /* -4 * bsums: |4 * 16 * 127| fits int16 */
+        const __m256i bs4 = _mm256_sub_epi16(_mm256_setzero_si256(),
+                                             _mm256_slli_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), 2));
+        const float dy = y[i].d;
+        for (int r = 0; r < 4; r++) {
+            const block_q3_K *b = (const block_q3_K *)(x + r * row_bytes);
+            const __m256i s16 = _mm256_cvtepi8_epi16(q3_K_scales_simd(b));
+            const __m512i sc = scale_lanes512(s16);
+            const __m512i qv = _mm512_loadu_si512((const void *)b->qs);
+            const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->hmask));
+            __m512i sumi = _mm512_zextsi256_si512(_mm256_madd_epi16(s16, bs4));
+            for (int k = 0; k < 4; k++) {
+                const __m512i c = _mm512_and_si512(k ? _mm512_srli_epi16(qv, 2 * k) : qv, m3);
+                const __m512i u = _mm512_mask_add_epi8(c, _mm512_test_epi8_mask(hb, hbit[k]), c, four);
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u, q8[k]), _mm512_shuffle_epi8(sc, mask[k]));
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(_cvtsh_ss(b->d) * dy), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+/* Q5_K: 64 bytes of qs give two runs (low nibbles: elements 64j + l, high: 64j+32+l
+ * for j = 0, 1 in the two halves), the fifth bit is qh bit 2j (2j+1) tested into a
+ * mask register and added as 16; the mins go through Q8_K's bsums as in the one-row
+ * kernel. */
+static void KERNEL(vec_dot_4_q5_K_q8_K)(int64_t n, const void *w, size_t row_bytes, const void *a,
+                                        float *out) {
+    const block_q8_K *y = a;
+    const uint8_t *x = w;
+    const __m512i m15 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    /* run k: sub-blocks (lo, hi) = (0,2) (1,3) (4,6) (5,7); the same qh bits */
+    static const int sub_lo[4] = {0, 1, 4, 5};
+    __m512i mask[4], hbit[4];
+    for (int k = 0; k < 4; k++) {
+        const int lo = sub_lo[k], hi = lo + 2;
+        mask[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lane_mask(lo)), lane_mask(hi), 1);
+        hbit[k] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << lo)), _mm256_set1_epi8((char)(1 << hi)), 1);
+    }
+    __m512 acc[4];
+    __m128 accm[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++, x += sizeof(block_q5_K)) {
+        const int8_t *q8p = y[i].qs;
+        const __m512i q8[4] = {_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q8p)),
+                                                  _mm256_loadu_si256((const __m256i *)(q8p + 64)), 1),
+                               _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q8p + 32))),
+                                                  _mm256_loadu_si256((const __m256i *)(q8p + 96)), 1),
+                               _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q8p + 128))),
+                                                  _mm256_loadu_si256((const __m256i *)(q8p + 192)), 1),
+                               _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q8p + 160))),
+                                                  _mm256_loadu_si256((const __m256i *)(q8p + 224)), 1)};
+        const __m128i bs8 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[i].bsums),
+                                           _mm_loadu_si128((const __m128i *)y[i].bsums + 1));
+        const __m128 dy = _mm_set1_ps(y[i].d);
+        for (int r = 0; r < 4; r++) {
+            const block_q5_K *b = (const block_q5_K *)(x + r * row_bytes);
+            /* reads 16 bytes: the 12 scale bytes are followed by qh */
+            const __m256i s16 = _mm256_cvtepu8_epi16(infer_q4_K_unpack_scales_sse(b->scales));
+            const __m512i sc = _mm512_broadcast_i32x4(_mm256_castsi256_si128(s16));
+            const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->qh));
+            const __m512i q0 = _mm512_loadu_si512((const void *)b->qs);
+            const __m512i q1 = _mm512_loadu_si512((const void *)(b->qs + 64));
+            const __m512i runs[4] = {_mm512_and_si512(q0, m15), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m15),
+                                     _mm512_and_si512(q1, m15), _mm512_and_si512(_mm512_srli_epi16(q1, 4), m15)};
+            __m512i sumi = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) {
+                const __m512i u = _mm512_mask_add_epi8(runs[k], _mm512_test_epi8_mask(hb, hbit[k]), runs[k], sixteen);
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u, q8[k]), _mm512_shuffle_epi8(sc, mask[k]));
+            }
+            uint32_t dbits;
+            memcpy(&dbits, &b->d, 4);   /* d, dmin */
+            const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits)), dy);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dd), acc[r]);
+            const __m128i summ = _mm_madd_epi16(_mm256_extracti128_si256(s16, 1), bs8);
+            accm[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(summ), _mm_shuffle_ps(dd, dd, 0x55), accm[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]) - hsum_ps128(accm[r]);
+}
+#endif
+
 /* ---- dequantizers ------------------------------------------------------------ */
 
 /* 16 signed bytes -> d*q - m (m = 0 for the symmetric formats). */
@@ -231,6 +405,11 @@ static void KERNEL(fill_kquants235_x86)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_Q2_K] = KERNEL(vec_dot_q2_K_q8_K);
     t->vec_dot[INFER_TYPE_Q3_K] = KERNEL(vec_dot_q3_K_q8_K);
     t->vec_dot[INFER_TYPE_Q5_K] = KERNEL(vec_dot_q5_K_q8_K);
+#if X86_VNNI
+    t->vec_dot_4[INFER_TYPE_Q2_K] = KERNEL(vec_dot_4_q2_K_q8_K);
+    t->vec_dot_4[INFER_TYPE_Q3_K] = KERNEL(vec_dot_4_q3_K_q8_K);
+    t->vec_dot_4[INFER_TYPE_Q5_K] = KERNEL(vec_dot_4_q5_K_q8_K);
+#endif
     t->dequantize[INFER_TYPE_Q2_K] = KERNEL(dequantize_q2_K);
     t->dequantize[INFER_TYPE_Q3_K] = KERNEL(dequantize_q3_K);
     t->dequantize[INFER_TYPE_Q5_K] = KERNEL(dequantize_q5_K);
