@@ -680,44 +680,79 @@ X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q8_0_q8_0_pass)(int64_t n, const void 
 DOT4XN_DRIVER(vec_dot_4xn_q8_0_q8_0, KERNEL(vec_dot_4xn_q8_0_q8_0_pass))
 #endif
 
-/* Q4_1 keeps each block's integer dot exact and scales it once: per row and token,
- * acc = fma(float(sum_i u_i y_i), d_w d_y, acc) and mins = fma(m_w, s_y, mins) over
- * the blocks in order, then acc + mins.  (Four rows share one vector: the block sums
- * of four rows are reduced with three hadds, instead of one fma per row in 8 lanes.)
- * vec_dot_rx8_q4_1_q8_1 below computes the same operations with the tokens in the
- * lanes, so the two give the same bits for any batch. */
+/* Q4_1 keeps each block's integer dot exact and scales it once.  Per row and token,
+ * four accumulator pairs, one per block index mod 4, over the whole groups of four
+ * blocks: acc_j = fma(float(sum_i u_i y_i), d_w d_y, acc_j), mins_j = fma(m_w, s_y,
+ * mins_j) for the blocks 4i + j in order; then r = ((acc_0 + mins_0) + (acc_2 +
+ * mins_2)) + ((acc_1 + mins_1) + (acc_3 + mins_3)), and the last nb % 4 blocks as one
+ * pair (acc from r, mins from 0), acc + mins.  Four independent chains: the one-token
+ * kernel below keeps them in one 512-bit vector instead of waiting on one fma chain.
+ * (Four rows share one vector here: the block sums of four rows are reduced with
+ * three hadds, instead of one fma per row in 8 lanes.)  vec_dot_rx8_q4_1_q8_1 below
+ * computes the same operations with the tokens in the lanes, so the three give the
+ * same bits for any batch. */
+
+/* The last nb % 4 blocks of the order above, four rows of one token, from r. */
+static inline __m128 KERNEL(q4_1_tail_4rows)(int64_t b, int64_t nb, const uint8_t *w, size_t row_bytes,
+                                             const block_q8_1 *y, __m128 acc) {
+    __m128 mins = _mm_setzero_ps();
+    for (; b < nb; b++) {
+        const uint8_t *xb = w + b * sizeof(block_q4_1);
+        __m256i u[4];
+        for (int k = 0; k < 4; k++) u[k] = unpack_nibbles(((const block_q4_1 *)(xb + k * row_bytes))->qs);
+        const __m256 dmv = _mm256_cvtph_ps(load_u32_x4(xb, row_bytes));   /* d0 m0 d1 m1 ... */
+        const __m256 even_odd = _mm256_permutevar8x32_ps(dmv, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const __m128i sums = block_sums4(dot_u8s8(_mm256_setzero_si256(), u[0], yv), dot_u8s8(_mm256_setzero_si256(), u[1], yv),
+                                         dot_u8s8(_mm256_setzero_si256(), u[2], yv), dot_u8s8(_mm256_setzero_si256(), u[3], yv));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(_mm256_castps256_ps128(even_odd), _mm_set1_ps(half_to_float(y[b].d))), acc);
+        mins = _mm_fmadd_ps(_mm256_extractf128_ps(even_odd, 1), _mm_set1_ps(half_to_float(y[b].s)), mins);
+    }
+    return _mm_add_ps(acc, mins);
+}
 
 X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q4_1_q8_1_pass)(int64_t n, const void *w, size_t row_bytes,
                                                           const uint8_t *a, size_t a_stride, const int T,
                                                           float *out, size_t out_stride) {
     const uint8_t *x = (const uint8_t *)w;
-    __m128 acc[4], mins[4];
-    for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps(), mins[t] = _mm_setzero_ps();
-    for (int64_t b = 0; b < n / QK4_1; b++, x += sizeof(block_q4_1)) {
-        __m256i u[4];
-        for (int k = 0; k < 4; k++) u[k] = unpack_nibbles(((const block_q4_1 *)(x + k * row_bytes))->qs);
-        const __m256 dm = _mm256_cvtph_ps(load_u32_x4(x, row_bytes));   /* d0 m0 d1 m1 ... */
-        const __m256 even_odd = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-        const __m128 d4 = _mm256_castps256_ps128(even_odd), m4 = _mm256_extractf128_ps(even_odd, 1);
-        for (int t = 0; t < T; t++) {
-            const block_q8_1 *y = (const block_q8_1 *)(a + t * a_stride) + b;
-            const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
-            const __m128i sums = block_sums4(dot_u8s8(_mm256_setzero_si256(), u[0], yv),
-                                             dot_u8s8(_mm256_setzero_si256(), u[1], yv),
-                                             dot_u8s8(_mm256_setzero_si256(), u[2], yv),
-                                             dot_u8s8(_mm256_setzero_si256(), u[3], yv));
-            acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(d4, _mm_set1_ps(half_to_float(y->d))), acc[t]);
-            mins[t] = _mm_fmadd_ps(m4, _mm_set1_ps(half_to_float(y->s)), mins[t]);
+    const int64_t nb = n / QK4_1;
+    __m128 acc[4][4], mins[4][4];
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < 4; j++) acc[t][j] = _mm_setzero_ps(), mins[t][j] = _mm_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4)
+        for (int j = 0; j < 4; j++) {
+            const uint8_t *xb = x + (b + j) * sizeof(block_q4_1);
+            __m256i u[4];
+            for (int k = 0; k < 4; k++) u[k] = unpack_nibbles(((const block_q4_1 *)(xb + k * row_bytes))->qs);
+            const __m256 dm = _mm256_cvtph_ps(load_u32_x4(xb, row_bytes));   /* d0 m0 d1 m1 ... */
+            const __m256 even_odd = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+            const __m128 d4 = _mm256_castps256_ps128(even_odd), m4 = _mm256_extractf128_ps(even_odd, 1);
+            for (int t = 0; t < T; t++) {
+                const block_q8_1 *y = (const block_q8_1 *)(a + t * a_stride) + b + j;
+                const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
+                const __m128i sums = block_sums4(dot_u8s8(_mm256_setzero_si256(), u[0], yv),
+                                                 dot_u8s8(_mm256_setzero_si256(), u[1], yv),
+                                                 dot_u8s8(_mm256_setzero_si256(), u[2], yv),
+                                                 dot_u8s8(_mm256_setzero_si256(), u[3], yv));
+                acc[t][j] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(d4, _mm_set1_ps(half_to_float(y->d))), acc[t][j]);
+                mins[t][j] = _mm_fmadd_ps(m4, _mm_set1_ps(half_to_float(y->s)), mins[t][j]);
+            }
         }
+    for (int t = 0; t < T; t++) {
+        __m128 tot[4];
+        for (int j = 0; j < 4; j++) tot[j] = _mm_add_ps(acc[t][j], mins[t][j]);
+        const __m128 r = _mm_add_ps(_mm_add_ps(tot[0], tot[2]), _mm_add_ps(tot[1], tot[3]));
+        _mm_storeu_ps(out + t * out_stride,
+                      KERNEL(q4_1_tail_4rows)(b, nb, x, row_bytes, (const block_q8_1 *)(a + t * a_stride), r));
     }
-    for (int t = 0; t < T; t++) _mm_storeu_ps(out + t * out_stride, _mm_add_ps(acc[t], mins[t]));
 }
 #if X86_VNNI
 /* ---- one token in 512-bit vectors (AVX-512 build) ----------------------------------
  * The decode mat-vec: four rows against one token, several blocks a step.  Per (row,
  * block) the same operations as the passes (an exact integer block dot, fma(float(dot),
- * d_w * d_y, acc) over the blocks in order), so the same bits as any batch; what
- * changes is the layout.  The block dots of four rows and four blocks are reduced
+ * d_w * d_y, acc) into the chain of the pass's order), so the same bits as any batch;
+ * what changes is the layout.  The block dots of four rows and four blocks are reduced
  * together (unpack-and-add, no hadd), and the scales of four rows come from the same
  * 512-bit loads as the quants, by a word permute, instead of sixteen small loads.
  * (Q8_0 laid out the same way, two blocks a step, measured no faster than its pass.)
@@ -735,8 +770,9 @@ static inline __m512i reduce4x4_epi32(const __m512i P[4]) {
  * blocks' quants at dwords 1..4, 6..9, 11..14, 16..19 (one dword permute packs them,
  * block j in 128-bit lane j) and their (d, m) at words 0, 1, 10, 11, 20, 21, 30, 31.
  * The activation's four blocks (36 bytes, nine dwords each) are packed the same way:
- * elements 0..15 against the low nibbles, 16..31 against the high ones.  Per (row,
- * block) the operations of the pass above, so its bits. */
+ * elements 0..15 against the low nibbles, 16..31 against the high ones.  Lane 4j + k
+ * of one 512-bit accumulator pair is row k's chain j of the pass above: the same
+ * operations, so its bits. */
 static void KERNEL(vec_dot_4x1_q4_1_q8_1)(int64_t n, const void *w, size_t row_bytes, const uint8_t *a,
                                           size_t a_stride, const int T, float *out, size_t out_stride) {
     (void)a_stride, (void)T, (void)out_stride;
@@ -758,7 +794,7 @@ static void KERNEL(vec_dot_4x1_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
                                              1, 1, 1, 1, 19, 19, 19, 19, 37, 37, 37, 37, 55, 55, 55, 55};
     const __m512i ds_idx = _mm512_loadu_si512((const void *)ds_idx_w);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
-    __m128 acc = _mm_setzero_ps(), mins = _mm_setzero_ps();
+    __m512 acc = _mm512_setzero_ps(), mins = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         const uint8_t *ya = a + b * sizeof(block_q8_1);
@@ -782,29 +818,13 @@ static void KERNEL(vec_dot_4x1_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
         const __m512 m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
         const __m512 sy = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(yds, 1));
         const __m512 sums = _mm512_cvtepi32_ps(reduce4x4_epi32(P));
-        acc = _mm_fmadd_ps(_mm512_castps512_ps128(sums), _mm512_castps512_ps128(scale), acc);
-        mins = _mm_fmadd_ps(_mm512_castps512_ps128(m), _mm512_castps512_ps128(sy), mins);
-        acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(sums, 1), _mm512_extractf32x4_ps(scale, 1), acc);
-        mins = _mm_fmadd_ps(_mm512_extractf32x4_ps(m, 1), _mm512_extractf32x4_ps(sy, 1), mins);
-        acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(sums, 2), _mm512_extractf32x4_ps(scale, 2), acc);
-        mins = _mm_fmadd_ps(_mm512_extractf32x4_ps(m, 2), _mm512_extractf32x4_ps(sy, 2), mins);
-        acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(sums, 3), _mm512_extractf32x4_ps(scale, 3), acc);
-        mins = _mm_fmadd_ps(_mm512_extractf32x4_ps(m, 3), _mm512_extractf32x4_ps(sy, 3), mins);
+        acc = _mm512_fmadd_ps(sums, scale, acc);   /* lanes 4j + k: block j mod 4, row k */
+        mins = _mm512_fmadd_ps(m, sy, mins);
     }
-    for (; b < nb; b++) {   /* the pass's operations for the last blocks */
-        const uint8_t *xb = x + b * sizeof(block_q4_1);
-        const block_q8_1 *y = (const block_q8_1 *)a + b;
-        __m256i u[4];
-        for (int k = 0; k < 4; k++) u[k] = unpack_nibbles(((const block_q4_1 *)(xb + k * row_bytes))->qs);
-        const __m256 dmv = _mm256_cvtph_ps(load_u32_x4(xb, row_bytes));
-        const __m256 even_odd = _mm256_permutevar8x32_ps(dmv, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-        const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
-        const __m128i sums = block_sums4(dot_u8s8(_mm256_setzero_si256(), u[0], yv), dot_u8s8(_mm256_setzero_si256(), u[1], yv),
-                                         dot_u8s8(_mm256_setzero_si256(), u[2], yv), dot_u8s8(_mm256_setzero_si256(), u[3], yv));
-        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(_mm256_castps256_ps128(even_odd), _mm_set1_ps(half_to_float(y->d))), acc);
-        mins = _mm_fmadd_ps(_mm256_extractf128_ps(even_odd, 1), _mm_set1_ps(half_to_float(y->s)), mins);
-    }
-    _mm_storeu_ps(out, _mm_add_ps(acc, mins));
+    const __m512 tot = _mm512_add_ps(acc, mins);
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(tot), _mm512_extractf32x8_ps(tot, 1));   /* j = 0+2, 1+3 */
+    const __m128 r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    _mm_storeu_ps(out, KERNEL(q4_1_tail_4rows)(b, nb, x, row_bytes, (const block_q8_1 *)a, r));
 }
 DOT4XN_DRIVER_ONE(vec_dot_4xn_q4_1_q8_1, KERNEL(vec_dot_4xn_q4_1_q8_1_pass), KERNEL(vec_dot_4x1_q4_1_q8_1))
 #else
@@ -983,7 +1003,11 @@ static void KERNEL(vec_dot_rx8_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
         if (row + RX8_PREFETCH_ROWS < n_rows)   /* as the mat-mul driver does for its rows */
             for (size_t off = 0; off < row_bytes; off += 64)
                 _mm_prefetch((const char *)x + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA);
-        __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
+        /* the order of vec_dot_4xn_q4_1_q8_1: chains j = b mod 4 over the whole groups of
+         * four blocks, combined, then the last nb % 4 blocks */
+        __m256 acc[4], mins[4];
+        for (int j = 0; j < 4; j++) acc[j] = _mm256_setzero_ps(), mins[j] = _mm256_setzero_ps();
+        const int64_t nb4 = nb / 4 * 4;
         for (int64_t b = 0; b < nb; b++) {
             __m256i p = _mm256_setzero_si256();
             for (int g = 0; g < 4; g++) {
@@ -993,11 +1017,26 @@ static void KERNEL(vec_dot_rx8_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
                                                              ys[b][4 + g]));
             }
             const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-            acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(_mm256_set1_ps(half_to_float(x[b].d)), dy[b]), acc);
-            mins = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(x[b].m)), sy[b], mins);
+            if (b == nb4) {   /* the tail continues from the combined chains */
+                const __m256 t02 = _mm256_add_ps(_mm256_add_ps(acc[0], mins[0]), _mm256_add_ps(acc[2], mins[2]));
+                const __m256 t13 = _mm256_add_ps(_mm256_add_ps(acc[1], mins[1]), _mm256_add_ps(acc[3], mins[3]));
+                acc[0] = _mm256_add_ps(t02, t13);
+                mins[0] = _mm256_setzero_ps();
+            }
+            const int j = b < nb4 ? (int)(b & 3) : 0;
+            acc[j] = _mm256_fmadd_ps(sums, _mm256_mul_ps(_mm256_set1_ps(half_to_float(x[b].d)), dy[b]), acc[j]);
+            mins[j] = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(x[b].m)), sy[b], mins[j]);
+        }
+        __m256 r;
+        if (nb4 < nb) {
+            r = _mm256_add_ps(acc[0], mins[0]);
+        } else {
+            const __m256 t02 = _mm256_add_ps(_mm256_add_ps(acc[0], mins[0]), _mm256_add_ps(acc[2], mins[2]));
+            const __m256 t13 = _mm256_add_ps(_mm256_add_ps(acc[1], mins[1]), _mm256_add_ps(acc[3], mins[3]));
+            r = _mm256_add_ps(_mm256_add_ps(t02, t13), _mm256_setzero_ps());   /* + the empty tail's mins */
         }
         float res[8];
-        _mm256_storeu_ps(res, _mm256_add_ps(acc, mins));
+        _mm256_storeu_ps(res, r);
         for (int t = 0; t < 8; t++) out[t * out_stride + row] = res[t];
     }
 }
