@@ -773,9 +773,9 @@ static inline __m512i reduce4x4_epi32(const __m512i P[4]) {
  * elements 0..15 against the low nibbles, 16..31 against the high ones.  Lane 4j + k
  * of one 512-bit accumulator pair is row k's chain j of the pass above: the same
  * operations, so its bits. */
-static void KERNEL(vec_dot_4x1_q4_1_q8_1)(int64_t n, const void *w, size_t row_bytes, const uint8_t *a,
-                                          size_t a_stride, const int T, float *out, size_t out_stride) {
-    (void)a_stride, (void)T, (void)out_stride;
+X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q4_1_q8_1_zmm)(int64_t n, const void *w, size_t row_bytes,
+                                                         const uint8_t *a, size_t a_stride, const int T,
+                                                         float *out, size_t out_stride) {
     const int64_t nb = n / QK4_1;
     const uint8_t *x = (const uint8_t *)w;
     const __m512i qs_idx = _mm512_setr_epi32(1, 2, 3, 4, 6, 7, 8, 9, 11, 12, 13, 14, 16, 17, 18, 19);
@@ -784,49 +784,57 @@ static void KERNEL(vec_dot_4x1_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
     /* words 0..15: d of (block j, row k) at 4j + k; 16..31: m.  Rows 0, 1 from the
      * first permute (second source + 32), rows 2, 3 from the second. */
     static const int16_t dm01_idx_w[32] = {0, 32, 0, 0, 10, 42, 0, 0, 20, 52, 0, 0, 30, 62, 0, 0,
-                                               1, 33, 0, 0, 11, 43, 0, 0, 21, 53, 0, 0, 31, 63, 0, 0};
-    const __m512i dm01_idx = _mm512_loadu_si512((const void *)dm01_idx_w);
+                                           1, 33, 0, 0, 11, 43, 0, 0, 21, 53, 0, 0, 31, 63, 0, 0};
     static const int16_t dm23_idx_w[32] = {0, 0, 0, 32, 0, 0, 10, 42, 0, 0, 20, 52, 0, 0, 30, 62,
-                                               0, 0, 1, 33, 0, 0, 11, 43, 0, 0, 21, 53, 0, 0, 31, 63};
-    const __m512i dm23_idx = _mm512_loadu_si512((const void *)dm23_idx_w);
+                                           0, 0, 1, 33, 0, 0, 11, 43, 0, 0, 21, 53, 0, 0, 31, 63};
     /* the activation's d (words 0..15) and s (16..31) of block j at 4j..4j+3 */
     static const int16_t ds_idx_w[32] = {0, 0, 0, 0, 18, 18, 18, 18, 36, 36, 36, 36, 54, 54, 54, 54,
-                                             1, 1, 1, 1, 19, 19, 19, 19, 37, 37, 37, 37, 55, 55, 55, 55};
+                                         1, 1, 1, 1, 19, 19, 19, 19, 37, 37, 37, 37, 55, 55, 55, 55};
+    const __m512i dm01_idx = _mm512_loadu_si512((const void *)dm01_idx_w);
+    const __m512i dm23_idx = _mm512_loadu_si512((const void *)dm23_idx_w);
     const __m512i ds_idx = _mm512_loadu_si512((const void *)ds_idx_w);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
-    __m512 acc = _mm512_setzero_ps(), mins = _mm512_setzero_ps();
+    __m512 acc[INFER_DOT_4XN_MAX], mins[INFER_DOT_4XN_MAX];
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps(), mins[t] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        const uint8_t *ya = a + b * sizeof(block_q8_1);
-        const __m512i Y0 = _mm512_loadu_si512((const void *)ya), Y1 = _mm512_loadu_si512((const void *)(ya + 64));
-        const __m512i ylo = _mm512_permutex2var_epi32(Y0, ylo_idx, Y1);
-        const __m512i yhi = _mm512_inserti32x4(_mm512_permutex2var_epi32(Y0, yhi_idx, Y1),
-                                               _mm_loadu_si128((const __m128i *)(ya + 128)), 3);
-        const __m512i yds = _mm512_permutex2var_epi16(Y0, ds_idx, Y1);
-        __m512i L[4], P[4];
+        __m512i L[4], lo[4], hi[4];
         for (int k = 0; k < 4; k++) {
             const uint8_t *p = x + k * row_bytes + b * sizeof(block_q4_1);
             L[k] = _mm512_loadu_si512((const void *)p);
             const __m512i q = _mm512_permutex2var_epi32(L[k], qs_idx, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 64))));
-            const __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
-            P[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, ylo), hi, yhi);
+            lo[k] = _mm512_and_si512(q, low4);
+            hi[k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
         }
         const __m512i dm = _mm512_mask_blend_epi16(0xCCCCCCCCu, _mm512_permutex2var_epi16(L[0], dm01_idx, L[1]),
                                                    _mm512_permutex2var_epi16(L[2], dm23_idx, L[3]));
-        const __m512 scale = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(dm)),
-                                           _mm512_cvtph_ps(_mm512_castsi512_si256(yds)));
+        const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
         const __m512 m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
-        const __m512 sy = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(yds, 1));
-        const __m512 sums = _mm512_cvtepi32_ps(reduce4x4_epi32(P));
-        acc = _mm512_fmadd_ps(sums, scale, acc);   /* lanes 4j + k: block j mod 4, row k */
-        mins = _mm512_fmadd_ps(m, sy, mins);
+        for (int t = 0; t < T; t++) {
+            const uint8_t *ya = a + t * a_stride + b * sizeof(block_q8_1);
+            const __m512i Y0 = _mm512_loadu_si512((const void *)ya), Y1 = _mm512_loadu_si512((const void *)(ya + 64));
+            const __m512i ylo = _mm512_permutex2var_epi32(Y0, ylo_idx, Y1);
+            const __m512i yhi = _mm512_inserti32x4(_mm512_permutex2var_epi32(Y0, yhi_idx, Y1),
+                                                   _mm_loadu_si128((const __m128i *)(ya + 128)), 3);
+            const __m512i yds = _mm512_permutex2var_epi16(Y0, ds_idx, Y1);
+            __m512i P[4];
+            for (int k = 0; k < 4; k++)
+                P[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], ylo), hi[k], yhi);
+            const __m512 scale = _mm512_mul_ps(dw, _mm512_cvtph_ps(_mm512_castsi512_si256(yds)));
+            const __m512 sy = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(yds, 1));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce4x4_epi32(P)), scale, acc[t]);   /* lanes 4j + k */
+            mins[t] = _mm512_fmadd_ps(m, sy, mins[t]);
+        }
     }
-    const __m512 tot = _mm512_add_ps(acc, mins);
-    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(tot), _mm512_extractf32x8_ps(tot, 1));   /* j = 0+2, 1+3 */
-    const __m128 r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    _mm_storeu_ps(out, KERNEL(q4_1_tail_4rows)(b, nb, x, row_bytes, (const block_q8_1 *)a, r));
+    for (int t = 0; t < T; t++) {
+        const __m512 tot = _mm512_add_ps(acc[t], mins[t]);
+        const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(tot), _mm512_extractf32x8_ps(tot, 1));   /* j = 0+2, 1+3 */
+        const __m128 r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        _mm_storeu_ps(out + t * out_stride,
+                      KERNEL(q4_1_tail_4rows)(b, nb, x, row_bytes, (const block_q8_1 *)(a + t * a_stride), r));
+    }
 }
-DOT4XN_DRIVER_ONE(vec_dot_4xn_q4_1_q8_1, KERNEL(vec_dot_4xn_q4_1_q8_1_pass), KERNEL(vec_dot_4x1_q4_1_q8_1))
+DOT4XN_DRIVER(vec_dot_4xn_q4_1_q8_1, KERNEL(vec_dot_4xn_q4_1_q8_1_zmm))
 #else
 DOT4XN_DRIVER(vec_dot_4xn_q4_1_q8_1, KERNEL(vec_dot_4xn_q4_1_q8_1_pass))
 #endif
