@@ -586,10 +586,8 @@ static void KERNEL(vec_dot_4x4_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
 #define X86_ALWAYS_INLINE static inline __attribute__((always_inline))
 #endif
 
-/* Run `pass` (T tokens, a constant once inlined) over the tokens: 4, 2, then 1 at a
- * time; DOT4XN_DRIVER_ONE takes the last single token with `one` instead (a kernel
- * of the same operations, so the same bits, laid out for one token). */
-#define DOT4XN_DRIVER_ONE(name, pass, one)                                                \
+/* Run `pass` (T tokens, a constant once inlined) over the tokens: 4, 2, then 1 at a time. */
+#define DOT4XN_DRIVER(name, pass)                                                         \
     static void KERNEL(name)(int64_t n, const void *w, size_t row_bytes, const void *a,    \
                              size_t a_stride, int n_tok, float *out, size_t out_stride) { \
         const uint8_t *at = (const uint8_t *)a;                                           \
@@ -601,9 +599,8 @@ static void KERNEL(vec_dot_4x4_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
             t += 2;                                                                       \
         }                                                                                 \
         if (t < n_tok)                                                                    \
-            one(n, w, row_bytes, at + t * a_stride, a_stride, 1, out + t * out_stride, out_stride); \
+            pass(n, w, row_bytes, at + t * a_stride, a_stride, 1, out + t * out_stride, out_stride); \
     }
-#define DOT4XN_DRIVER(name, pass) DOT4XN_DRIVER_ONE(name, pass, pass)
 
 /* The int32 sums of four rows' 8-lane block dots, one lane per row. */
 static inline __m128i block_sums4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
@@ -680,164 +677,39 @@ X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q8_0_q8_0_pass)(int64_t n, const void 
 DOT4XN_DRIVER(vec_dot_4xn_q8_0_q8_0, KERNEL(vec_dot_4xn_q8_0_q8_0_pass))
 #endif
 
-/* Q4_1 keeps each block's integer dot exact and scales it once.  Per row and token,
- * four accumulator pairs, one per block index mod 4, over the whole groups of four
- * blocks: acc_j = fma(float(sum_i u_i y_i), d_w d_y, acc_j), mins_j = fma(m_w, s_y,
- * mins_j) for the blocks 4i + j in order; then r = ((acc_0 + mins_0) + (acc_2 +
- * mins_2)) + ((acc_1 + mins_1) + (acc_3 + mins_3)), and the last nb % 4 blocks as one
- * pair (acc from r, mins from 0), acc + mins.  Four independent chains: the one-token
- * kernel below keeps them in one 512-bit vector instead of waiting on one fma chain.
- * (Four rows share one vector here: the block sums of four rows are reduced with
- * three hadds, instead of one fma per row in 8 lanes.)  vec_dot_rx8_q4_1_q8_1 below
- * computes the same operations with the tokens in the lanes, so the three give the
- * same bits for any batch. */
-
-/* The last nb % 4 blocks of the order above, four rows of one token, from r. */
-static inline __m128 KERNEL(q4_1_tail_4rows)(int64_t b, int64_t nb, const uint8_t *w, size_t row_bytes,
-                                             const block_q8_1 *y, __m128 acc) {
-    __m128 mins = _mm_setzero_ps();
-    for (; b < nb; b++) {
-        const uint8_t *xb = w + b * sizeof(block_q4_1);
-        __m256i u[4];
-        for (int k = 0; k < 4; k++) u[k] = unpack_nibbles(((const block_q4_1 *)(xb + k * row_bytes))->qs);
-        const __m256 dmv = _mm256_cvtph_ps(load_u32_x4(xb, row_bytes));   /* d0 m0 d1 m1 ... */
-        const __m256 even_odd = _mm256_permutevar8x32_ps(dmv, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
-        const __m128i sums = block_sums4(dot_u8s8(_mm256_setzero_si256(), u[0], yv), dot_u8s8(_mm256_setzero_si256(), u[1], yv),
-                                         dot_u8s8(_mm256_setzero_si256(), u[2], yv), dot_u8s8(_mm256_setzero_si256(), u[3], yv));
-        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(_mm256_castps256_ps128(even_odd), _mm_set1_ps(half_to_float(y[b].d))), acc);
-        mins = _mm_fmadd_ps(_mm256_extractf128_ps(even_odd, 1), _mm_set1_ps(half_to_float(y[b].s)), mins);
-    }
-    return _mm_add_ps(acc, mins);
-}
+/* Q4_1 keeps each block's integer dot exact and scales it once: per row and token,
+ * acc = fma(float(sum_i u_i y_i), d_w d_y, acc) and mins = fma(m_w, s_y, mins) over
+ * the blocks in order, then acc + mins.  (Four rows share one vector: the block sums
+ * of four rows are reduced with three hadds, instead of one fma per row in 8 lanes.)
+ * vec_dot_rx8_q4_1_q8_1 below computes the same operations with the tokens in the
+ * lanes, so the two give the same bits for any batch. */
 
 X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q4_1_q8_1_pass)(int64_t n, const void *w, size_t row_bytes,
                                                           const uint8_t *a, size_t a_stride, const int T,
                                                           float *out, size_t out_stride) {
     const uint8_t *x = (const uint8_t *)w;
-    const int64_t nb = n / QK4_1;
-    __m128 acc[4][4], mins[4][4];
-    for (int t = 0; t < T; t++)
-        for (int j = 0; j < 4; j++) acc[t][j] = _mm_setzero_ps(), mins[t][j] = _mm_setzero_ps();
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4)
-        for (int j = 0; j < 4; j++) {
-            const uint8_t *xb = x + (b + j) * sizeof(block_q4_1);
-            __m256i u[4];
-            for (int k = 0; k < 4; k++) u[k] = unpack_nibbles(((const block_q4_1 *)(xb + k * row_bytes))->qs);
-            const __m256 dm = _mm256_cvtph_ps(load_u32_x4(xb, row_bytes));   /* d0 m0 d1 m1 ... */
-            const __m256 even_odd = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-            const __m128 d4 = _mm256_castps256_ps128(even_odd), m4 = _mm256_extractf128_ps(even_odd, 1);
-            for (int t = 0; t < T; t++) {
-                const block_q8_1 *y = (const block_q8_1 *)(a + t * a_stride) + b + j;
-                const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
-                const __m128i sums = block_sums4(dot_u8s8(_mm256_setzero_si256(), u[0], yv),
-                                                 dot_u8s8(_mm256_setzero_si256(), u[1], yv),
-                                                 dot_u8s8(_mm256_setzero_si256(), u[2], yv),
-                                                 dot_u8s8(_mm256_setzero_si256(), u[3], yv));
-                acc[t][j] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(d4, _mm_set1_ps(half_to_float(y->d))), acc[t][j]);
-                mins[t][j] = _mm_fmadd_ps(m4, _mm_set1_ps(half_to_float(y->s)), mins[t][j]);
-            }
-        }
-    for (int t = 0; t < T; t++) {
-        __m128 tot[4];
-        for (int j = 0; j < 4; j++) tot[j] = _mm_add_ps(acc[t][j], mins[t][j]);
-        const __m128 r = _mm_add_ps(_mm_add_ps(tot[0], tot[2]), _mm_add_ps(tot[1], tot[3]));
-        _mm_storeu_ps(out + t * out_stride,
-                      KERNEL(q4_1_tail_4rows)(b, nb, x, row_bytes, (const block_q8_1 *)(a + t * a_stride), r));
-    }
-}
-#if X86_VNNI
-/* ---- one token in 512-bit vectors (AVX-512 build) ----------------------------------
- * The decode mat-vec: four rows against one token, several blocks a step.  Per (row,
- * block) the same operations as the passes (an exact integer block dot, fma(float(dot),
- * d_w * d_y, acc) into the chain of the pass's order), so the same bits as any batch;
- * what changes is the layout.  The block dots of four rows and four blocks are reduced
- * together (unpack-and-add, no hadd), and the scales of four rows come from the same
- * 512-bit loads as the quants, by a word permute, instead of sixteen small loads.
- * (Q8_0 laid out the same way, two blocks a step, measured no faster than its pass.)
- *
- * reduce4x4: P[k] holds row k's partial sums, four int32 per 128-bit lane; the result
- * has in lane 4j + k the sum of the four lanes of 128-bit lane j of P[k]. */
-static inline __m512i reduce4x4_epi32(const __m512i P[4]) {
-    const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(P[0], P[1]), _mm512_unpackhi_epi32(P[0], P[1]));
-    const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(P[2], P[3]), _mm512_unpackhi_epi32(P[2], P[3]));
-    return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
-}
-
-/* Q4_1, one token, four blocks (80 bytes) a step in 512-bit vectors.  Blocks are 20
- * bytes, five dwords, so a 64-byte load and the 16 bytes after it hold the four
- * blocks' quants at dwords 1..4, 6..9, 11..14, 16..19 (one dword permute packs them,
- * block j in 128-bit lane j) and their (d, m) at words 0, 1, 10, 11, 20, 21, 30, 31.
- * The activation's four blocks (36 bytes, nine dwords each) are packed the same way:
- * elements 0..15 against the low nibbles, 16..31 against the high ones.  Lane 4j + k
- * of one 512-bit accumulator pair is row k's chain j of the pass above: the same
- * operations, so its bits. */
-X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q4_1_q8_1_zmm)(int64_t n, const void *w, size_t row_bytes,
-                                                         const uint8_t *a, size_t a_stride, const int T,
-                                                         float *out, size_t out_stride) {
-    const int64_t nb = n / QK4_1;
-    const uint8_t *x = (const uint8_t *)w;
-    const __m512i qs_idx = _mm512_setr_epi32(1, 2, 3, 4, 6, 7, 8, 9, 11, 12, 13, 14, 16, 17, 18, 19);
-    const __m512i ylo_idx = _mm512_setr_epi32(1, 2, 3, 4, 10, 11, 12, 13, 19, 20, 21, 22, 28, 29, 30, 31);
-    const __m512i yhi_idx = _mm512_setr_epi32(5, 6, 7, 8, 14, 15, 16, 17, 23, 24, 25, 26, 0, 0, 0, 0);
-    /* words 0..15: d of (block j, row k) at 4j + k; 16..31: m.  Rows 0, 1 from the
-     * first permute (second source + 32), rows 2, 3 from the second. */
-    static const int16_t dm01_idx_w[32] = {0, 32, 0, 0, 10, 42, 0, 0, 20, 52, 0, 0, 30, 62, 0, 0,
-                                           1, 33, 0, 0, 11, 43, 0, 0, 21, 53, 0, 0, 31, 63, 0, 0};
-    static const int16_t dm23_idx_w[32] = {0, 0, 0, 32, 0, 0, 10, 42, 0, 0, 20, 52, 0, 0, 30, 62,
-                                           0, 0, 1, 33, 0, 0, 11, 43, 0, 0, 21, 53, 0, 0, 31, 63};
-    /* the activation's d (words 0..15) and s (16..31) of block j at 4j..4j+3 */
-    static const int16_t ds_idx_w[32] = {0, 0, 0, 0, 18, 18, 18, 18, 36, 36, 36, 36, 54, 54, 54, 54,
-                                         1, 1, 1, 1, 19, 19, 19, 19, 37, 37, 37, 37, 55, 55, 55, 55};
-    const __m512i dm01_idx = _mm512_loadu_si512((const void *)dm01_idx_w);
-    const __m512i dm23_idx = _mm512_loadu_si512((const void *)dm23_idx_w);
-    const __m512i ds_idx = _mm512_loadu_si512((const void *)ds_idx_w);
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
-    __m512 acc[INFER_DOT_4XN_MAX], mins[INFER_DOT_4XN_MAX];
-    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps(), mins[t] = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        __m512i L[4], lo[4], hi[4];
-        for (int k = 0; k < 4; k++) {
-            const uint8_t *p = x + k * row_bytes + b * sizeof(block_q4_1);
-            L[k] = _mm512_loadu_si512((const void *)p);
-            const __m512i q = _mm512_permutex2var_epi32(L[k], qs_idx, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 64))));
-            lo[k] = _mm512_and_si512(q, low4);
-            hi[k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
-        }
-        const __m512i dm = _mm512_mask_blend_epi16(0xCCCCCCCCu, _mm512_permutex2var_epi16(L[0], dm01_idx, L[1]),
-                                                   _mm512_permutex2var_epi16(L[2], dm23_idx, L[3]));
-        const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
-        const __m512 m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
+    __m128 acc[4], mins[4];
+    for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps(), mins[t] = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / QK4_1; b++, x += sizeof(block_q4_1)) {
+        __m256i u[4];
+        for (int k = 0; k < 4; k++) u[k] = unpack_nibbles(((const block_q4_1 *)(x + k * row_bytes))->qs);
+        const __m256 dm = _mm256_cvtph_ps(load_u32_x4(x, row_bytes));   /* d0 m0 d1 m1 ... */
+        const __m256 even_odd = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+        const __m128 d4 = _mm256_castps256_ps128(even_odd), m4 = _mm256_extractf128_ps(even_odd, 1);
         for (int t = 0; t < T; t++) {
-            const uint8_t *ya = a + t * a_stride + b * sizeof(block_q8_1);
-            const __m512i Y0 = _mm512_loadu_si512((const void *)ya), Y1 = _mm512_loadu_si512((const void *)(ya + 64));
-            const __m512i ylo = _mm512_permutex2var_epi32(Y0, ylo_idx, Y1);
-            const __m512i yhi = _mm512_inserti32x4(_mm512_permutex2var_epi32(Y0, yhi_idx, Y1),
-                                                   _mm_loadu_si128((const __m128i *)(ya + 128)), 3);
-            const __m512i yds = _mm512_permutex2var_epi16(Y0, ds_idx, Y1);
-            __m512i P[4];
-            for (int k = 0; k < 4; k++)
-                P[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], ylo), hi[k], yhi);
-            const __m512 scale = _mm512_mul_ps(dw, _mm512_cvtph_ps(_mm512_castsi512_si256(yds)));
-            const __m512 sy = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(yds, 1));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce4x4_epi32(P)), scale, acc[t]);   /* lanes 4j + k */
-            mins[t] = _mm512_fmadd_ps(m, sy, mins[t]);
+            const block_q8_1 *y = (const block_q8_1 *)(a + t * a_stride) + b;
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
+            const __m128i sums = block_sums4(dot_u8s8(_mm256_setzero_si256(), u[0], yv),
+                                             dot_u8s8(_mm256_setzero_si256(), u[1], yv),
+                                             dot_u8s8(_mm256_setzero_si256(), u[2], yv),
+                                             dot_u8s8(_mm256_setzero_si256(), u[3], yv));
+            acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(d4, _mm_set1_ps(half_to_float(y->d))), acc[t]);
+            mins[t] = _mm_fmadd_ps(m4, _mm_set1_ps(half_to_float(y->s)), mins[t]);
         }
     }
-    for (int t = 0; t < T; t++) {
-        const __m512 tot = _mm512_add_ps(acc[t], mins[t]);
-        const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(tot), _mm512_extractf32x8_ps(tot, 1));   /* j = 0+2, 1+3 */
-        const __m128 r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        _mm_storeu_ps(out + t * out_stride,
-                      KERNEL(q4_1_tail_4rows)(b, nb, x, row_bytes, (const block_q8_1 *)(a + t * a_stride), r));
-    }
+    for (int t = 0; t < T; t++) _mm_storeu_ps(out + t * out_stride, _mm_add_ps(acc[t], mins[t]));
 }
-DOT4XN_DRIVER(vec_dot_4xn_q4_1_q8_1, KERNEL(vec_dot_4xn_q4_1_q8_1_zmm))
-#else
 DOT4XN_DRIVER(vec_dot_4xn_q4_1_q8_1, KERNEL(vec_dot_4xn_q4_1_q8_1_pass))
-#endif
 
 /* Eight tokens in the eight 32-bit lanes, any number of rows: the activations of
  * each block are transposed once per call (lane t of group g = bytes 4g..4g+3 of
@@ -1011,11 +883,7 @@ static void KERNEL(vec_dot_rx8_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
         if (row + RX8_PREFETCH_ROWS < n_rows)   /* as the mat-mul driver does for its rows */
             for (size_t off = 0; off < row_bytes; off += 64)
                 _mm_prefetch((const char *)x + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA);
-        /* the order of vec_dot_4xn_q4_1_q8_1: chains j = b mod 4 over the whole groups of
-         * four blocks, combined, then the last nb % 4 blocks */
-        __m256 acc[4], mins[4];
-        for (int j = 0; j < 4; j++) acc[j] = _mm256_setzero_ps(), mins[j] = _mm256_setzero_ps();
-        const int64_t nb4 = nb / 4 * 4;
+        __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
             __m256i p = _mm256_setzero_si256();
             for (int g = 0; g < 4; g++) {
@@ -1025,26 +893,11 @@ static void KERNEL(vec_dot_rx8_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
                                                              ys[b][4 + g]));
             }
             const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-            if (b == nb4) {   /* the tail continues from the combined chains */
-                const __m256 t02 = _mm256_add_ps(_mm256_add_ps(acc[0], mins[0]), _mm256_add_ps(acc[2], mins[2]));
-                const __m256 t13 = _mm256_add_ps(_mm256_add_ps(acc[1], mins[1]), _mm256_add_ps(acc[3], mins[3]));
-                acc[0] = _mm256_add_ps(t02, t13);
-                mins[0] = _mm256_setzero_ps();
-            }
-            const int j = b < nb4 ? (int)(b & 3) : 0;
-            acc[j] = _mm256_fmadd_ps(sums, _mm256_mul_ps(_mm256_set1_ps(half_to_float(x[b].d)), dy[b]), acc[j]);
-            mins[j] = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(x[b].m)), sy[b], mins[j]);
-        }
-        __m256 r;
-        if (nb4 < nb) {
-            r = _mm256_add_ps(acc[0], mins[0]);
-        } else {
-            const __m256 t02 = _mm256_add_ps(_mm256_add_ps(acc[0], mins[0]), _mm256_add_ps(acc[2], mins[2]));
-            const __m256 t13 = _mm256_add_ps(_mm256_add_ps(acc[1], mins[1]), _mm256_add_ps(acc[3], mins[3]));
-            r = _mm256_add_ps(_mm256_add_ps(t02, t13), _mm256_setzero_ps());   /* + the empty tail's mins */
+            acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(_mm256_set1_ps(half_to_float(x[b].d)), dy[b]), acc);
+            mins = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(x[b].m)), sy[b], mins);
         }
         float res[8];
-        _mm256_storeu_ps(res, r);
+        _mm256_storeu_ps(res, _mm256_add_ps(acc, mins));
         for (int t = 0; t < 8; t++) out[t * out_stride + row] = res[t];
     }
 }
