@@ -92,10 +92,18 @@ static inline __m256i unpack_q5_0(const block_q5_0 *b) {
     return _mm256_or_si256(lo, hi);
 }
 
-/* Q5_0 element values as unsigned bytes 0..31 (the value is this minus 16). */
+/* Q5_0 element values as unsigned bytes 0..31 (the value is this minus 16).  With
+ * AVX-512 BW the fifth bits are a byte mask as they stand: 16 is added under it. */
 static inline __m256i unpack_q5_0_unsigned(const block_q5_0 *b) {
+#if X86_VNNI
+    uint32_t bits;
+    memcpy(&bits, b->qh, 4);
+    const __m256i nib = unpack_nibbles(b->qs);
+    return _mm256_mask_add_epi8(nib, (__mmask32)bits, nib, _mm256_set1_epi8(16));
+#else
     const __m256i hi = _mm256_and_si256(bits_to_bytes(b->qh), _mm256_set1_epi8(0x10));
     return _mm256_or_si256(unpack_nibbles(b->qs), hi);
+#endif
 }
 
 /* Q5_1 element values as unsigned bytes 0..31 (bits as Q5_0's, the value is d*q + m). */
@@ -946,8 +954,8 @@ RX8_OFFSET_KERNEL(vec_dot_rx8_q4_0_q8_0, block_q4_0, q4_0_groups, 8)
 /* Q5_0, eight tokens, two rows a step in 512-bit vectors (AVX-512 build).  The
  * activations are laid out once per call by 64-bit pieces: ys[b][j] holds bytes
  * 8j..8j+7 of block b of token t in qword t (dwords 2t, 2t+1).  A row's blocks are
- * first unpacked to unsigned bytes 0..31 in a buffer (the fifth bit added under a
- * kmask), so each piece j of a weight block is one vpbroadcastq from memory against
+ * first unpacked to unsigned bytes 0..31 in a buffer (unpack_q5_0_unsigned), so
+ * each piece j of a weight block is one vpbroadcastq from memory against
  * ys[b][j]: four vpdpbusd per block and row (instead of eight vpermd and eight
  * vpmaddubsw with their adds), started from -16 * sum(y) in the even dwords.  The
  * two dwords of a token are added within the qword, row r's total landing in the
@@ -955,13 +963,6 @@ RX8_OFFSET_KERNEL(vec_dot_rx8_q4_0_q8_0, block_q4_0, q4_0_groups, 8)
  * two rows.  Per (row, token) the block's integer dot is the same exact integer and
  * acc = fma(float(dot), d_w * d_y, acc) runs over the blocks in order: the bits of
  * vec_dot_4xn_q5_0_q8_0. */
-static inline __m256i q5_0_unsigned_k(const block_q5_0 *blk) {
-    uint32_t bits;
-    memcpy(&bits, blk->qh, 4);
-    const __m256i nib = unpack_nibbles(blk->qs);
-    return _mm256_mask_add_epi8(nib, (__mmask32)bits, nib, _mm256_set1_epi8(16));
-}
-
 static void KERNEL(vec_dot_rx8_q5_0_q8_0)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
                                           const void *a, size_t a_stride, float *out, size_t out_stride) {
     const int64_t nb = n / QK5_0;
@@ -993,8 +994,8 @@ static void KERNEL(vec_dot_rx8_q5_0_q8_0)(int64_t n, const void *w, size_t row_b
             for (size_t off = 0; off < 2 * row_bytes; off += 64)
                 _mm_prefetch((const char *)x0 + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA);
         for (int64_t b = 0; b < nb; b++) {
-            _mm256_store_si256((__m256i *)(wu[0] + 32 * b), q5_0_unsigned_k((const block_q5_0 *)x0 + b));
-            _mm256_store_si256((__m256i *)(wu[1] + 32 * b), q5_0_unsigned_k((const block_q5_0 *)x1 + b));
+            _mm256_store_si256((__m256i *)(wu[0] + 32 * b), unpack_q5_0_unsigned((const block_q5_0 *)x0 + b));
+            _mm256_store_si256((__m256i *)(wu[1] + 32 * b), unpack_q5_0_unsigned((const block_q5_0 *)x1 + b));
         }
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
