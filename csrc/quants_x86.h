@@ -951,7 +951,8 @@ static inline void q5_0_groups(const block_q5_0 *blk, __m256i wg[8]) {
 
 RX8_OFFSET_KERNEL(vec_dot_rx8_q4_0_q8_0, block_q4_0, q4_0_groups, 8)
 #if X86_VNNI
-/* Q5_0, eight tokens, two rows a step in 512-bit vectors (AVX-512 build).  The
+/* Q5_0, eight tokens, two rows per 512-bit vector (AVX-512 build), four rows a step
+ * (two independent pairs) and a pair for the last rows.  The
  * activations are laid out once per call by 64-bit pieces: ys[b][j] holds bytes
  * 8j..8j+7 of block b of token t in qword t (dwords 2t, 2t+1).  A row's blocks are
  * first unpacked to unsigned bytes 0..31 in a buffer (unpack_q5_0_unsigned), so
@@ -963,12 +964,54 @@ RX8_OFFSET_KERNEL(vec_dot_rx8_q4_0_q8_0, block_q4_0, q4_0_groups, 8)
  * two rows.  Per (row, token) the block's integer dot is the same exact integer and
  * acc = fma(float(dot), d_w * d_y, acc) runs over the blocks in order: the bits of
  * vec_dot_4xn_q5_0_q8_0. */
+/* Rows row..row+R-1 (R = 2 or 4, a constant once inlined; rows past n_rows repeat
+ * the last one and are not stored): R / 2 independent pairs per block step. */
+X86_ALWAYS_INLINE void KERNEL(rx8_q5_0_rows)(int64_t nb, const uint8_t *w, size_t row_bytes, int64_t row,
+                                             int64_t n_rows, const int R, __m512i (*ys)[4],
+                                             const __m512i *neg_sum, const __m512 *dy,
+                                             uint8_t (*wu)[INFER_DOT_RX8_MAX_N], float *out, size_t out_stride) {
+    const uint8_t *xr[4];
+    for (int i = 0; i < R; i++) xr[i] = w + (row + i < n_rows ? row + i : n_rows - 1) * row_bytes;
+    if (row + RX8_PREFETCH_ROWS + R <= n_rows)
+        for (size_t off = 0; off < R * row_bytes; off += 64)
+            _mm_prefetch((const char *)xr[0] + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA);
+    for (int64_t b = 0; b < nb; b++)
+        for (int i = 0; i < R; i++)
+            _mm256_store_si256((__m256i *)(wu[i] + 32 * b), unpack_q5_0_unsigned((const block_q5_0 *)xr[i] + b));
+    __m512 acc[2];
+    for (int q = 0; q < R / 2; q++) acc[q] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++)
+        for (int q = 0; q < R / 2; q++) {
+            __m512i p0 = neg_sum[b], p1 = neg_sum[b];
+            for (int j = 0; j < 4; j++) {
+                uint64_t w0, w1;
+                memcpy(&w0, wu[2 * q] + 32 * b + 8 * j, 8);
+                memcpy(&w1, wu[2 * q + 1] + 32 * b + 8 * j, 8);
+                p0 = _mm512_dpbusd_epi32(p0, _mm512_set1_epi64((long long)w0), ys[b][j]);
+                p1 = _mm512_dpbusd_epi32(p1, _mm512_set1_epi64((long long)w1), ys[b][j]);
+            }
+            const __m512i sums = _mm512_mask_blend_epi32(0xAAAA, _mm512_add_epi32(p0, _mm512_srli_epi64(p0, 32)),
+                                                         _mm512_add_epi32(p1, _mm512_slli_epi64(p1, 32)));
+            const uint32_t dpair = (uint32_t)((const block_q5_0 *)xr[2 * q] + b)->d |
+                                   (uint32_t)((const block_q5_0 *)xr[2 * q + 1] + b)->d << 16;
+            const __m512 dw = _mm512_cvtph_ps(_mm256_set1_epi32((int)dpair));
+            acc[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw, dy[b]), acc[q]);
+        }
+    for (int q = 0; q < R / 2; q++) {
+        float res[16];
+        _mm512_storeu_ps(res, acc[q]);
+        for (int h = 0; h < 2; h++)
+            if (row + 2 * q + h < n_rows)
+                for (int t = 0; t < 8; t++) out[t * out_stride + row + 2 * q + h] = res[2 * t + h];
+    }
+}
+
 static void KERNEL(vec_dot_rx8_q5_0_q8_0)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
                                           const void *a, size_t a_stride, float *out, size_t out_stride) {
     const int64_t nb = n / QK5_0;
     __m512i ys[INFER_DOT_RX8_MAX_N / QK5_0][4], neg_sum[INFER_DOT_RX8_MAX_N / QK5_0];
     __m512 dy[INFER_DOT_RX8_MAX_N / QK5_0];   /* d of token t in dwords 2t, 2t+1 */
-    _Alignas(64) uint8_t wu[2][INFER_DOT_RX8_MAX_N];
+    _Alignas(64) uint8_t wu[4][INFER_DOT_RX8_MAX_N];
     for (int64_t b = 0; b < nb; b++) {
         _Alignas(64) uint64_t q[4][8];
         uint16_t hd[16];
@@ -986,41 +1029,11 @@ static void KERNEL(vec_dot_rx8_q5_0_q8_0)(int64_t n, const void *w, size_t row_b
         neg_sum[b] = _mm512_maskz_sub_epi32(0x5555, _mm512_setzero_si512(), s);
         dy[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hd));
     }
-    for (int64_t row = 0; row < n_rows; row += 2) {
-        const int two = row + 1 < n_rows;
-        const uint8_t *x0 = (const uint8_t *)w + row * row_bytes;
-        const uint8_t *x1 = two ? x0 + row_bytes : x0;
-        if (row + RX8_PREFETCH_ROWS + 1 < n_rows)
-            for (size_t off = 0; off < 2 * row_bytes; off += 64)
-                _mm_prefetch((const char *)x0 + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA);
-        for (int64_t b = 0; b < nb; b++) {
-            _mm256_store_si256((__m256i *)(wu[0] + 32 * b), unpack_q5_0_unsigned((const block_q5_0 *)x0 + b));
-            _mm256_store_si256((__m256i *)(wu[1] + 32 * b), unpack_q5_0_unsigned((const block_q5_0 *)x1 + b));
-        }
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; b++) {
-            __m512i p0 = neg_sum[b], p1 = neg_sum[b];
-            for (int j = 0; j < 4; j++) {
-                uint64_t w0, w1;
-                memcpy(&w0, wu[0] + 32 * b + 8 * j, 8);
-                memcpy(&w1, wu[1] + 32 * b + 8 * j, 8);
-                p0 = _mm512_dpbusd_epi32(p0, _mm512_set1_epi64((long long)w0), ys[b][j]);
-                p1 = _mm512_dpbusd_epi32(p1, _mm512_set1_epi64((long long)w1), ys[b][j]);
-            }
-            const __m512i sums = _mm512_mask_blend_epi32(0xAAAA, _mm512_add_epi32(p0, _mm512_srli_epi64(p0, 32)),
-                                                         _mm512_add_epi32(p1, _mm512_slli_epi64(p1, 32)));
-            const uint32_t dpair = (uint32_t)((const block_q5_0 *)x0 + b)->d |
-                                   (uint32_t)((const block_q5_0 *)x1 + b)->d << 16;
-            const __m512 dw = _mm512_cvtph_ps(_mm256_set1_epi32((int)dpair));
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw, dy[b]), acc);
-        }
-        float res[16];
-        _mm512_storeu_ps(res, acc);
-        for (int t = 0; t < 8; t++) {
-            out[t * out_stride + row] = res[2 * t];
-            if (two) out[t * out_stride + row + 1] = res[2 * t + 1];
-        }
-    }
+    int64_t row = 0;
+    for (; row + 4 <= n_rows; row += 4)
+        KERNEL(rx8_q5_0_rows)(nb, (const uint8_t *)w, row_bytes, row, n_rows, 4, ys, neg_sum, dy, wu, out, out_stride);
+    for (; row < n_rows; row += 2)
+        KERNEL(rx8_q5_0_rows)(nb, (const uint8_t *)w, row_bytes, row, n_rows, 2, ys, neg_sum, dy, wu, out, out_stride);
 }
 #else
 RX8_OFFSET_KERNEL(vec_dot_rx8_q5_0_q8_0, block_q5_0, q5_0_groups, 16)
