@@ -92,10 +92,18 @@ static inline __m256i unpack_q5_0(const block_q5_0 *b) {
     return _mm256_or_si256(lo, hi);
 }
 
-/* Q5_0 element values as unsigned bytes 0..31 (the value is this minus 16). */
+/* Q5_0 element values as unsigned bytes 0..31 (the value is this minus 16).  With
+ * AVX-512 BW the fifth bits are a byte mask as they stand: 16 is added under it. */
 static inline __m256i unpack_q5_0_unsigned(const block_q5_0 *b) {
+#if X86_VNNI
+    uint32_t bits;
+    memcpy(&bits, b->qh, 4);
+    const __m256i nib = unpack_nibbles(b->qs);
+    return _mm256_mask_add_epi8(nib, (__mmask32)bits, nib, _mm256_set1_epi8(16));
+#else
     const __m256i hi = _mm256_and_si256(bits_to_bytes(b->qh), _mm256_set1_epi8(0x10));
     return _mm256_or_si256(unpack_nibbles(b->qs), hi);
+#endif
 }
 
 /* Q5_1 element values as unsigned bytes 0..31 (bits as Q5_0's, the value is d*q + m). */
@@ -814,7 +822,94 @@ static inline void q5_0_groups(const block_q5_0 *blk, __m256i wg[8]) {
 }
 
 RX8_OFFSET_KERNEL(vec_dot_rx8_q4_0_q8_0, block_q4_0, q4_0_groups, 8)
+#if X86_VNNI
+/* Q5_0, eight tokens, two rows per 512-bit vector (AVX-512 build), four rows a step
+ * (two independent pairs) and a pair for the last rows.  The
+ * activations are laid out once per call by 64-bit pieces: ys[b][j] holds bytes
+ * 8j..8j+7 of block b of token t in qword t (dwords 2t, 2t+1).  A row's blocks are
+ * first unpacked to unsigned bytes 0..31 in a buffer (unpack_q5_0_unsigned), so
+ * each piece j of a weight block is one vpbroadcastq from memory against
+ * ys[b][j]: four vpdpbusd per block and row (instead of eight vpermd and eight
+ * vpmaddubsw with their adds), started from -16 * sum(y) in the even dwords.  The
+ * two dwords of a token are added within the qword, row r's total landing in the
+ * even dword and row r+1's in the odd one, so one cvt, one mul and one fma serve
+ * two rows.  Per (row, token) the block's integer dot is the same exact integer and
+ * acc = fma(float(dot), d_w * d_y, acc) runs over the blocks in order: the bits of
+ * vec_dot_4xn_q5_0_q8_0. */
+/* Rows row..row+R-1 (R = 2 or 4, a constant once inlined; rows past n_rows repeat
+ * the last one and are not stored): R / 2 independent pairs per block step. */
+X86_ALWAYS_INLINE void KERNEL(rx8_q5_0_rows)(int64_t nb, const uint8_t *w, size_t row_bytes, int64_t row,
+                                             int64_t n_rows, const int R, __m512i (*ys)[4],
+                                             const __m512i *neg_sum, const __m512 *dy,
+                                             uint8_t (*wu)[INFER_DOT_RX8_MAX_N], float *out, size_t out_stride) {
+    const uint8_t *xr[4];
+    for (int i = 0; i < R; i++) xr[i] = w + (row + i < n_rows ? row + i : n_rows - 1) * row_bytes;
+    if (row + RX8_PREFETCH_ROWS + R <= n_rows)
+        for (size_t off = 0; off < R * row_bytes; off += 64)
+            _mm_prefetch((const char *)xr[0] + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA);
+    for (int64_t b = 0; b < nb; b++)
+        for (int i = 0; i < R; i++)
+            _mm256_store_si256((__m256i *)(wu[i] + 32 * b), unpack_q5_0_unsigned((const block_q5_0 *)xr[i] + b));
+    __m512 acc[2];
+    for (int q = 0; q < R / 2; q++) acc[q] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++)
+        for (int q = 0; q < R / 2; q++) {
+            __m512i p0 = neg_sum[b], p1 = neg_sum[b];
+            for (int j = 0; j < 4; j++) {
+                uint64_t w0, w1;
+                memcpy(&w0, wu[2 * q] + 32 * b + 8 * j, 8);
+                memcpy(&w1, wu[2 * q + 1] + 32 * b + 8 * j, 8);
+                p0 = _mm512_dpbusd_epi32(p0, _mm512_set1_epi64((long long)w0), ys[b][j]);
+                p1 = _mm512_dpbusd_epi32(p1, _mm512_set1_epi64((long long)w1), ys[b][j]);
+            }
+            const __m512i sums = _mm512_mask_blend_epi32(0xAAAA, _mm512_add_epi32(p0, _mm512_srli_epi64(p0, 32)),
+                                                         _mm512_add_epi32(p1, _mm512_slli_epi64(p1, 32)));
+            const uint32_t dpair = (uint32_t)((const block_q5_0 *)xr[2 * q] + b)->d |
+                                   (uint32_t)((const block_q5_0 *)xr[2 * q + 1] + b)->d << 16;
+            const __m512 dw = _mm512_cvtph_ps(_mm256_set1_epi32((int)dpair));
+            acc[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw, dy[b]), acc[q]);
+        }
+    for (int q = 0; q < R / 2; q++) {
+        float res[16];
+        _mm512_storeu_ps(res, acc[q]);
+        for (int h = 0; h < 2; h++)
+            if (row + 2 * q + h < n_rows)
+                for (int t = 0; t < 8; t++) out[t * out_stride + row + 2 * q + h] = res[2 * t + h];
+    }
+}
+
+static void KERNEL(vec_dot_rx8_q5_0_q8_0)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
+                                          const void *a, size_t a_stride, float *out, size_t out_stride) {
+    const int64_t nb = n / QK5_0;
+    __m512i ys[INFER_DOT_RX8_MAX_N / QK5_0][4], neg_sum[INFER_DOT_RX8_MAX_N / QK5_0];
+    __m512 dy[INFER_DOT_RX8_MAX_N / QK5_0];   /* d of token t in dwords 2t, 2t+1 */
+    _Alignas(64) uint8_t wu[4][INFER_DOT_RX8_MAX_N];
+    for (int64_t b = 0; b < nb; b++) {
+        _Alignas(64) uint64_t q[4][8];
+        uint16_t hd[16];
+        for (int t = 0; t < 8; t++) {
+            const block_q8_0 *y = (const block_q8_0 *)((const uint8_t *)a + t * a_stride) + b;
+            for (int j = 0; j < 4; j++) memcpy(&q[j][t], y->qs + 8 * j, 8);
+            hd[2 * t] = hd[2 * t + 1] = y->d;
+        }
+        __m512i s = _mm512_setzero_si512();
+        for (int j = 0; j < 4; j++) {
+            ys[b][j] = _mm512_load_si512((const void *)q[j]);
+            s = _mm512_dpbusd_epi32(s, _mm512_set1_epi8(16), ys[b][j]);
+        }
+        s = _mm512_add_epi32(s, _mm512_srli_epi64(s, 32));   /* even dwords: 16 * sum(y_t) */
+        neg_sum[b] = _mm512_maskz_sub_epi32(0x5555, _mm512_setzero_si512(), s);
+        dy[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hd));
+    }
+    int64_t row = 0;
+    for (; row + 4 <= n_rows; row += 4)
+        KERNEL(rx8_q5_0_rows)(nb, (const uint8_t *)w, row_bytes, row, n_rows, 4, ys, neg_sum, dy, wu, out, out_stride);
+    for (; row < n_rows; row += 2)
+        KERNEL(rx8_q5_0_rows)(nb, (const uint8_t *)w, row_bytes, row, n_rows, 2, ys, neg_sum, dy, wu, out, out_stride);
+}
+#else
 RX8_OFFSET_KERNEL(vec_dot_rx8_q5_0_q8_0, block_q5_0, q5_0_groups, 16)
+#endif
 
 /* Q8_0 with the tokens in the lanes: each block's exact dot, then the scaling of
  * vec_dot_4xn_q8_0_q8_0 (same bits).  VNNI sums four products of the flipped
