@@ -160,12 +160,17 @@ for cpu in $CPUS; do
     echo "tests: $(($(now) - ts)) s (log: $log)"
     if [ -n "$expected" ]; then
         ts=$(now)
+        near=
         got=$(target_python -m infer generate -m "$model" -n "$TOKENS" --temp 0 -t 2 "$PROMPT" \
             2>"$WORK/generate-$cpu.err" || tail -5 "$WORK/generate-$cpu.err" >&2)
         if [ "$got" = "$expected" ]; then
             echo "generate ($TOKENS tokens, $(($(now) - ts)) s): same text as the x86-64 build"
+        elif [ -n "$got" ] && near=$("$PYTHON" scripts/greedy_within_margin.py "$model" "$PROMPT" "$got"); then
+            # another kernel set rounds differently: the texts part at a near tie
+            printf 'generate (%s s): not the x86-64 text, but greedy on the host up to near ties (%s)\n  x86-64: %s\n  arm64:  %s\n' \
+                "$(($(now) - ts))" "$near" "$expected" "$got"
         else
-            printf 'generate differs from the x86-64 build:\n  x86-64: %s\n  arm64:  %s\n' "$expected" "$got"
+            printf 'generate differs from the x86-64 build: %s\n  x86-64: %s\n  arm64:  %s\n' "$near" "$expected" "$got"
             status=1
         fi
     fi
