@@ -849,7 +849,7 @@ X86_ALWAYS_INLINE void KERNEL(rx8_q5_0_rows)(int64_t nb, const uint8_t *w, size_
             _mm_prefetch((const char *)xr[0] + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA);
     for (int64_t b = 0; b < nb; b++)
         for (int i = 0; i < R; i++)
-            _mm256_store_si256((__m256i *)(wu[i] + 32 * b), unpack_q5_0_unsigned((const block_q5_0 *)xr[i] + b));
+            _mm256_storeu_si256((__m256i *)(wu[i] + 32 * b), unpack_q5_0_unsigned((const block_q5_0 *)xr[i] + b));
     __m512 acc[2];
     for (int q = 0; q < R / 2; q++) acc[q] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++)
@@ -883,9 +883,9 @@ static void KERNEL(vec_dot_rx8_q5_0_q8_0)(int64_t n, const void *w, size_t row_b
     const int64_t nb = n / QK5_0;
     __m512i ys[INFER_DOT_RX8_MAX_N / QK5_0][4], neg_sum[INFER_DOT_RX8_MAX_N / QK5_0];
     __m512 dy[INFER_DOT_RX8_MAX_N / QK5_0];   /* d of token t in dwords 2t, 2t+1 */
-    _Alignas(64) uint8_t wu[4][INFER_DOT_RX8_MAX_N];
+    uint8_t wu[4][INFER_DOT_RX8_MAX_N];   /* no _Alignas: C99 (MSVC); unaligned loads and stores */
     for (int64_t b = 0; b < nb; b++) {
-        _Alignas(64) uint64_t q[4][8];
+        uint64_t q[4][8];
         uint16_t hd[16];
         for (int t = 0; t < 8; t++) {
             const block_q8_0 *y = (const block_q8_0 *)((const uint8_t *)a + t * a_stride) + b;
@@ -894,7 +894,7 @@ static void KERNEL(vec_dot_rx8_q5_0_q8_0)(int64_t n, const void *w, size_t row_b
         }
         __m512i s = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {
-            ys[b][j] = _mm512_load_si512((const void *)q[j]);
+            ys[b][j] = _mm512_loadu_si512((const void *)q[j]);
             s = _mm512_dpbusd_epi32(s, _mm512_set1_epi8(16), ys[b][j]);
         }
         s = _mm512_add_epi32(s, _mm512_srli_epi64(s, 32));   /* even dwords: 16 * sum(y_t) */
