@@ -760,11 +760,10 @@ def create_embedding(model: Any, input: Union[str, list[str], list[int], list[li
 
     import numpy as np
 
-    from .embeddings import tokenize_inputs
+    from .embeddings import as_token_ids, tokenize_inputs
 
     def is_ids(value: Any) -> bool:
-        return (isinstance(value, list) and bool(value)
-                and all(isinstance(t, int) and not isinstance(t, bool) for t in value))
+        return isinstance(value, list) and bool(value) and as_token_ids(value) is not None
 
     texts: Any = [input] if isinstance(input, str) or is_ids(input) else input
     if not isinstance(texts, list) or not texts or \
@@ -780,16 +779,17 @@ def create_embedding(model: Any, input: Union[str, list[str], list[int], list[li
     if ignored:
         raise InvalidRequestError(f"unrecognized request argument: {sorted(ignored)[0]}", sorted(ignored)[0])
     try:
-        lengths = [len(ids) for ids in tokenize_inputs(model, texts)]
+        encoded = tokenize_inputs(model, texts, name="input")
     except ValueError as exc:  # text UTF-8 cannot encode (a lone surrogate), an id outside the vocabulary
-        raise InvalidRequestError(f"input: {exc}".replace("texts[", "input["), "input") from None
+        raise InvalidRequestError(f"input: {exc}", "input") from None
+    lengths = [len(ids) for ids in encoded]
     n_tokens = sum(lengths)
     limit = int(model.engine.max_seq_len)
     longest = max(lengths)
     if longest > limit:
         raise InvalidRequestError(f"input: a text of {longest} tokens exceeds the model's context of {limit}",
                                   "input", "context_length_exceeded")
-    vectors = model.embed(texts, pooling=pooling, normalize=True)
+    vectors = model.embed(encoded, pooling=pooling, normalize=True)  # the ids, not tokenized again
     data = []
     for i, vec in enumerate(vectors):
         value: Any = (base64.b64encode(np.asarray(vec, "<f4").tobytes()).decode("ascii")

@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 POOLINGS = ("mean", "last", "cls")
 
 
-def _token_ids(item: Any) -> Optional[list[int]]:
+def as_token_ids(item: Any) -> Optional[list[int]]:
     """``item`` as a list of token ids if it is a non-string sequence of ints, else None."""
     if isinstance(item, (str, bytes)) or not hasattr(item, "__len__"):
         return None
@@ -31,21 +31,22 @@ def _token_ids(item: Any) -> Optional[list[int]]:
     return [int(t) for t in ids]
 
 
-def tokenize_inputs(model: Any, texts: Sequence[Any]) -> list[list[int]]:
-    """The token ids `embed` runs for each item (a str, or a list of token ids)."""
+def tokenize_inputs(model: Any, texts: Sequence[Any], name: str = "texts") -> list[list[int]]:
+    """The token ids `embed` runs for each item (a str, or a list of token ids);
+    errors name the item as ``name[i]``."""
     vocab = int(model.engine.vocab_size)
     encoded = []
     for i, item in enumerate(texts):
         ids = model.tokenizer.encode(item, add_special=True, parse_special=True) if isinstance(item, str) \
-            else _token_ids(item)
+            else as_token_ids(item)
         if ids is None:
-            raise TypeError(f"texts[{i}]: expected a str or a list of token ids, got {type(item).__name__}")
+            raise TypeError(f"{name}[{i}]: expected a str or a list of token ids, got {type(item).__name__}")
         if not ids:
-            raise ValueError(f"texts[{i}]: is empty" + (" and the model adds no BOS token"
+            raise ValueError(f"{name}[{i}]: is empty" + (" and the model adds no BOS token"
                                                           if isinstance(item, str) else ""))
         bad = [t for t in ids if not 0 <= t < vocab]
         if bad:
-            raise ValueError(f"texts[{i}]: token id {bad[0]} is outside the vocabulary [0, {vocab})")
+            raise ValueError(f"{name}[{i}]: token id {bad[0]} is outside the vocabulary [0, {vocab})")
         encoded.append(ids)
     return encoded
 
