@@ -878,53 +878,193 @@ X86_ALWAYS_INLINE void KERNEL(rx8_q5_0_rows)(int64_t nb, const uint8_t *w, size_
     }
 }
 
+/* The activations of eight tokens for the 512-bit rx8 kernels, laid out once per
+ * call: ys[b][j] holds bytes 8j..8j+7 of block b of token t in qword t, dy[b] the
+ * scale d_t in dwords 2t and 2t+1, and sy[b] (when given: Q8_1) s_t likewise.  With
+ * c > 0, neg_sum[b] holds -c * sum(y_t) in dword 2t and 0 in the odd dwords: the
+ * offset of an unsigned weight byte u = x + c, added once per block and token. */
+static void KERNEL(rx8_activations)(const uint8_t *a, size_t a_stride, size_t block_bytes, size_t qs_off,
+                                    int64_t nb, int c, __m512i (*ys)[4], __m512 *dy, __m512i *neg_sum,
+                                    __m512 *sy) {
+    for (int64_t b = 0; b < nb; b++) {
+        uint64_t q[4][8];
+        uint16_t hd[16], hs[16];
+        for (int t = 0; t < 8; t++) {
+            const uint8_t *y = a + t * a_stride + b * block_bytes;
+            for (int j = 0; j < 4; j++) memcpy(&q[j][t], y + qs_off + 8 * j, 8);
+            memcpy(&hd[2 * t], y, 2);   /* d first in Q8_0 and Q8_1, then Q8_1's s */
+            memcpy(&hs[2 * t], y + 2, 2);
+            hd[2 * t + 1] = hd[2 * t], hs[2 * t + 1] = hs[2 * t];
+        }
+        __m512i s = _mm512_setzero_si512();
+        for (int j = 0; j < 4; j++) {
+            ys[b][j] = _mm512_loadu_si512((const void *)q[j]);
+            if (c) s = _mm512_dpbusd_epi32(s, _mm512_set1_epi8((char)c), ys[b][j]);
+        }
+        if (c) {
+            s = _mm512_add_epi32(s, _mm512_srli_epi64(s, 32));   /* even dwords: c * sum(y_t) */
+            neg_sum[b] = _mm512_maskz_sub_epi32(0x5555, _mm512_setzero_si512(), s);
+        }
+        dy[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hd));
+        if (sy) sy[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
+    }
+}
+
+/* Row r's block dots (p0) in the even dwords and row r+1's (p1) in the odd ones: the
+ * two dwords of a token's qword summed, one int32 per (row, token). */
+static inline __m512i rx8_pair_sums(__m512i p0, __m512i p1) {
+    return _mm512_mask_blend_epi32(0xAAAA, _mm512_add_epi32(p0, _mm512_srli_epi64(p0, 32)),
+                                   _mm512_add_epi32(p1, _mm512_slli_epi64(p1, 32)));
+}
+
+/* Lane i (0..3, a constant once inlined) of a vector set to v. */
+static inline __m128i insert_epi32_lane(__m128i f, int v, int i) {
+    return i == 0 ? _mm_insert_epi32(f, v, 0) : i == 1 ? _mm_insert_epi32(f, v, 1)
+         : i == 2 ? _mm_insert_epi32(f, v, 2) : _mm_insert_epi32(f, v, 3);
+}
+static inline __m128i insert_epi16_lane(__m128i f, int v, int i) {
+    return i == 0 ? _mm_insert_epi16(f, v, 0) : i == 1 ? _mm_insert_epi16(f, v, 1)
+         : i == 2 ? _mm_insert_epi16(f, v, 2) : _mm_insert_epi16(f, v, 3);
+}
+
+/* _mm512_set_epi32's arguments for odd lanes = o and even lanes = e. */
+#define PAIR16(o, e) o, e, o, e, o, e, o, e, o, e, o, e, o, e, o, e
+
+/* Stores R / 2 row pairs (row r in the even lanes, r+1 in the odd) of eight tokens,
+ * skipping rows at or past n_rows. */
+static inline void rx8_store_pairs(const __m512 *res, const int R, int64_t row, int64_t n_rows, float *out,
+                                   size_t out_stride) {
+    for (int q = 0; q < R / 2; q++) {
+        float v[16];
+        _mm512_storeu_ps(v, res[q]);
+        for (int h = 0; h < 2; h++)
+            if (row + 2 * q + h < n_rows)
+                for (int t = 0; t < 8; t++) out[t * out_stride + row + 2 * q + h] = v[2 * t + h];
+    }
+}
+
 static void KERNEL(vec_dot_rx8_q5_0_q8_0)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
                                           const void *a, size_t a_stride, float *out, size_t out_stride) {
     const int64_t nb = n / QK5_0;
     __m512i ys[INFER_DOT_RX8_MAX_N / QK5_0][4], neg_sum[INFER_DOT_RX8_MAX_N / QK5_0];
     __m512 dy[INFER_DOT_RX8_MAX_N / QK5_0];   /* d of token t in dwords 2t, 2t+1 */
     uint8_t wu[4][INFER_DOT_RX8_MAX_N];   /* no _Alignas: C99 (MSVC); unaligned loads and stores */
-    for (int64_t b = 0; b < nb; b++) {
-        uint64_t q[4][8];
-        uint16_t hd[16];
-        for (int t = 0; t < 8; t++) {
-            const block_q8_0 *y = (const block_q8_0 *)((const uint8_t *)a + t * a_stride) + b;
-            for (int j = 0; j < 4; j++) memcpy(&q[j][t], y->qs + 8 * j, 8);
-            hd[2 * t] = hd[2 * t + 1] = y->d;
-        }
-        __m512i s = _mm512_setzero_si512();
-        for (int j = 0; j < 4; j++) {
-            ys[b][j] = _mm512_loadu_si512((const void *)q[j]);
-            s = _mm512_dpbusd_epi32(s, _mm512_set1_epi8(16), ys[b][j]);
-        }
-        s = _mm512_add_epi32(s, _mm512_srli_epi64(s, 32));   /* even dwords: 16 * sum(y_t) */
-        neg_sum[b] = _mm512_maskz_sub_epi32(0x5555, _mm512_setzero_si512(), s);
-        dy[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hd));
-    }
+    KERNEL(rx8_activations)((const uint8_t *)a, a_stride, sizeof(block_q8_0), offsetof(block_q8_0, qs), nb, 16,
+                            ys, dy, neg_sum, NULL);
     int64_t row = 0;
     for (; row + 4 <= n_rows; row += 4)
         KERNEL(rx8_q5_0_rows)(nb, (const uint8_t *)w, row_bytes, row, n_rows, 4, ys, neg_sum, dy, wu, out, out_stride);
     for (; row < n_rows; row += 2)
         KERNEL(rx8_q5_0_rows)(nb, (const uint8_t *)w, row_bytes, row, n_rows, 2, ys, neg_sum, dy, wu, out, out_stride);
 }
+
+/* Q4_1 and Q8_0, eight tokens, as Q5_0 above: two rows per 512-bit vector, four rows
+ * a step.  Each 8-byte piece of a weight block is broadcast from the file's bytes to
+ * the eight tokens' qwords: Q4_1's qs[0..7] and qs[8..15] give pieces 0 and 1 (low
+ * nibbles) and 2 and 3 (high nibbles), Q8_0's signed bytes are flipped to unsigned
+ * (x ^ 0x80 = x + 128, offset by neg_sum).  Per (row, token) the same exact block
+ * integer and the same float operations as vec_dot_4xn (Q4_1: acc = fma(float(dot),
+ * d_w d_y, acc), mins = fma(m_w, s_y, mins), then acc + mins; Q8_0: acc only), so
+ * the same bits. */
+X86_ALWAYS_INLINE void KERNEL(rx8_q4_1_q8_0_rows)(const int is_q8_0, int64_t nb, const uint8_t *w, size_t row_bytes,
+                                                  int64_t row, int64_t n_rows, const int R, __m512i (*ys)[4],
+                                                  const __m512i *neg_sum, const __m512 *dy, const __m512 *sy,
+                                                  float *out, size_t out_stride) {
+    const uint8_t *xr[4];
+    for (int i = 0; i < R; i++) xr[i] = w + (row + i < n_rows ? row + i : n_rows - 1) * row_bytes;
+    /* The rows RX8_PREFETCH_ROWS ahead, a few lines per block rather than all at
+     * once: a burst of R rows' lines (39 for Q8_0's 576 columns) overflows the
+     * miss buffers and its prefetches are lost (2x the time once the weights stream
+     * from memory). */
+    const char *pf = row + RX8_PREFETCH_ROWS + R <= n_rows ? (const char *)xr[0] + RX8_PREFETCH_ROWS * row_bytes : NULL;
+    size_t pf_off = 0;
+    const __m512i low4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
+    const size_t block_bytes = is_q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_1);
+    __m512 acc[2], mins[2];
+    for (int q = 0; q < R / 2; q++) acc[q] = _mm512_setzero_ps(), mins[q] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        if (pf)
+            for (; pf_off < (size_t)(b + 1) * R * row_bytes / (size_t)nb; pf_off += 64)
+                _mm_prefetch(pf + pf_off, _MM_HINT_NTA);
+        /* the R rows' d (and Q4_1's m, which follows it) as floats, once: fields
+         * [d0 m0 d1 m1 ...] or [d0 d1 ...], then each pair's lanes picked out */
+        __m128i f = _mm_setzero_si128();
+        for (int i = 0; i < R; i++) {   /* inserts, not stores then a wide load: no store forwarding stall */
+            uint32_t v;
+            memcpy(&v, xr[i] + b * block_bytes, 4);
+            f = is_q8_0 ? insert_epi16_lane(f, (int)(v & 0xFFFF), i) : insert_epi32_lane(f, (int)v, i);
+        }
+        const __m512 fields = _mm512_castps256_ps512(_mm256_cvtph_ps(f));
+        for (int q = 0; q < R / 2; q++) {
+            __m512i p[2];
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *x = xr[2 * q + h] + b * block_bytes;
+                if (is_q8_0) {
+                    p[h] = neg_sum[b];
+                    for (int j = 0; j < 4; j++) {
+                        uint64_t v;
+                        memcpy(&v, x + offsetof(block_q8_0, qs) + 8 * j, 8);
+                        p[h] = _mm512_dpbusd_epi32(p[h], _mm512_xor_si512(_mm512_set1_epi64((long long)v), flip),
+                                                   ys[b][j]);
+                    }
+                } else {
+                    uint64_t v0, v1;
+                    memcpy(&v0, x + offsetof(block_q4_1, qs), 8);
+                    memcpy(&v1, x + offsetof(block_q4_1, qs) + 8, 8);
+                    const __m512i b0 = _mm512_set1_epi64((long long)v0), b1 = _mm512_set1_epi64((long long)v1);
+                    p[h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(b0, low4), ys[b][0]);
+                    p[h] = _mm512_dpbusd_epi32(p[h], _mm512_and_si512(b1, low4), ys[b][1]);
+                    p[h] = _mm512_dpbusd_epi32(p[h], _mm512_and_si512(_mm512_srli_epi16(b0, 4), low4), ys[b][2]);
+                    p[h] = _mm512_dpbusd_epi32(p[h], _mm512_and_si512(_mm512_srli_epi16(b1, 4), low4), ys[b][3]);
+                }
+            }
+            /* row 2q's field k in the even lanes, row 2q+1's in the odd ones */
+            const int step = is_q8_0 ? 1 : 2;
+            const __m512i d_idx = _mm512_set_epi32(PAIR16(step * (2 * q + 1), step * 2 * q));
+            acc[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(rx8_pair_sums(p[0], p[1])),
+                                     _mm512_mul_ps(_mm512_permutexvar_ps(d_idx, fields), dy[b]), acc[q]);
+            if (!is_q8_0)
+                mins[q] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_add_epi32(d_idx, _mm512_set1_epi32(1)), fields),
+                                          sy[b], mins[q]);
+        }
+    }
+    if (!is_q8_0)
+        for (int q = 0; q < R / 2; q++) acc[q] = _mm512_add_ps(acc[q], mins[q]);
+    rx8_store_pairs(acc, R, row, n_rows, out, out_stride);
+}
+
+#define RX8_512_KERNEL(name, is_q8_0, act_block, c, with_s)                                  \
+    static void KERNEL(name)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,       \
+                             const void *a, size_t a_stride, float *out, size_t out_stride) { \
+        const int64_t nb = n / 32;                                                          \
+        __m512i ys[INFER_DOT_RX8_MAX_N / 32][4], neg_sum[INFER_DOT_RX8_MAX_N / 32];         \
+        __m512 dy[INFER_DOT_RX8_MAX_N / 32], sy[INFER_DOT_RX8_MAX_N / 32];                  \
+        KERNEL(rx8_activations)((const uint8_t *)a, a_stride, sizeof(act_block), offsetof(act_block, qs), nb, c, \
+                                ys, dy, neg_sum, with_s ? sy : NULL);                       \
+        int64_t row = 0;                                                                    \
+        for (; row + 4 <= n_rows; row += 4)                                                 \
+            KERNEL(rx8_q4_1_q8_0_rows)(is_q8_0, nb, (const uint8_t *)w, row_bytes, row, n_rows, 4, ys, neg_sum, \
+                                       dy, sy, out, out_stride);                            \
+        for (; row < n_rows; row += 2)                                                      \
+            KERNEL(rx8_q4_1_q8_0_rows)(is_q8_0, nb, (const uint8_t *)w, row_bytes, row, n_rows, 2, ys, neg_sum, \
+                                       dy, sy, out, out_stride);                            \
+    }
+RX8_512_KERNEL(vec_dot_rx8_q4_1_q8_1, 0, block_q8_1, 0, 1)
+RX8_512_KERNEL(vec_dot_rx8_q8_0_q8_0, 1, block_q8_0, 128, 0)
 #else
 RX8_OFFSET_KERNEL(vec_dot_rx8_q5_0_q8_0, block_q5_0, q5_0_groups, 16)
-#endif
 
 /* Q8_0 with the tokens in the lanes: each block's exact dot, then the scaling of
- * vec_dot_4xn_q8_0_q8_0 (same bits).  VNNI sums four products of the flipped
- * (unsigned) weight bytes per lane, plus -128 * sum(y); AVX2 takes |x| and y with
- * x's sign per group of four (pair sums <= 2 * 128 * 127 fit int16, two groups
- * would not, so each group is widened on its own). */
+ * vec_dot_4xn_q8_0_q8_0 (same bits).  The block dot takes |x| and y with x's sign
+ * per group of four (pair sums <= 2 * 128 * 127 fit int16, two groups would not,
+ * so each group is widened on its own). */
 static void KERNEL(vec_dot_rx8_q8_0_q8_0)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
                                           const void *a, size_t a_stride, float *out, size_t out_stride) {
     const int64_t nb = n / QK8_0;
     __m256i ys[INFER_DOT_RX8_MAX_N / QK8_0][8], neg_sum[INFER_DOT_RX8_MAX_N / QK8_0];
     __m256 dy[INFER_DOT_RX8_MAX_N / QK8_0];
     transpose_q8_0_x8(a, a_stride, nb, 128, ys, dy, neg_sum);
-#if !X86_VNNI
     const __m256i ones = _mm256_set1_epi16(1);
-#endif
     for (int64_t row = 0; row < n_rows; row++) {
         const block_q8_0 *x = (const block_q8_0 *)((const uint8_t *)w + row * row_bytes);
         if (row + RX8_PREFETCH_ROWS < n_rows)
@@ -932,12 +1072,6 @@ static void KERNEL(vec_dot_rx8_q8_0_q8_0)(int64_t n, const void *w, size_t row_b
                 _mm_prefetch((const char *)x + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
-#if X86_VNNI
-            const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[b].qs), _mm256_set1_epi8((char)0x80));
-            __m256i sums = neg_sum[b];
-            for (int g = 0; g < 8; g++)
-                sums = _mm256_dpbusd_epi32(sums, _mm256_permutevar8x32_epi32(u, _mm256_set1_epi32(g)), ys[b][g]);
-#else
             __m256i sums = _mm256_setzero_si256();
             for (int g = 0; g < 8; g++) {
                 const __m256i v = _mm256_set1_epi32(load_u32((const uint8_t *)x[b].qs + 4 * g));
@@ -945,7 +1079,6 @@ static void KERNEL(vec_dot_rx8_q8_0_q8_0)(int64_t n, const void *w, size_t row_b
                                                                                      _mm256_sign_epi8(ys[b][g], v)),
                                                                 ones));
             }
-#endif
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(_mm256_set1_ps(half_to_float(x[b].d)), dy[b]), acc);
         }
         float res[8];
@@ -996,6 +1129,7 @@ static void KERNEL(vec_dot_rx8_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
         for (int t = 0; t < 8; t++) out[t * out_stride + row] = res[t];
     }
 }
+#endif   /* X86_VNNI: the 512-bit rx8 kernels above, else these */
 
 /* Float rows: 4 accumulators of 8 lanes, then a scalar tail. */
 #define FLOAT_DOT(name, load_w, scalar_w)                                              \
