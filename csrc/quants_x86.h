@@ -844,12 +844,16 @@ X86_ALWAYS_INLINE void KERNEL(rx8_q5_0_rows)(int64_t nb, const uint8_t *w, size_
                                              uint8_t (*wu)[INFER_DOT_RX8_MAX_N], float *out, size_t out_stride) {
     const uint8_t *xr[4];
     for (int i = 0; i < R; i++) xr[i] = w + (row + i < n_rows ? row + i : n_rows - 1) * row_bytes;
-    if (row + RX8_PREFETCH_ROWS + R <= n_rows)
-        for (size_t off = 0; off < R * row_bytes; off += 64)
-            _mm_prefetch((const char *)xr[0] + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA);
-    for (int64_t b = 0; b < nb; b++)
+    /* the rows ahead a few lines per block, as in rx8_q4_1_q8_0_rows */
+    const char *pf = row + RX8_PREFETCH_ROWS + R <= n_rows ? (const char *)xr[0] + RX8_PREFETCH_ROWS * row_bytes : NULL;
+    size_t pf_off = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        if (pf)
+            for (; pf_off < (size_t)(b + 1) * R * row_bytes / (size_t)nb; pf_off += 64)
+                _mm_prefetch(pf + pf_off, _MM_HINT_NTA);
         for (int i = 0; i < R; i++)
             _mm256_storeu_si256((__m256i *)(wu[i] + 32 * b), unpack_q5_0_unsigned((const block_q5_0 *)xr[i] + b));
+    }
     __m512 acc[2];
     for (int q = 0; q < R / 2; q++) acc[q] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++)
