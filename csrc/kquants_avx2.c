@@ -96,6 +96,8 @@ static void infer_vec_dot_4xn_q4_K_q8_K_avx2(int64_t n, const void *w, size_t ro
                                              size_t a_stride, int n_tok, float *out, size_t out_stride) {
     for (int k = 0; k < 4; k++) {
         const block_q4_K *row = (const block_q4_K *)((const uint8_t *)w + k * row_bytes);
+        size_t fetched = 0;   /* one row ahead per row, not four at once: see INFER_PREFETCH_ROWS */
+        infer_prefetch_part((const uint8_t *)row + INFER_PREFETCH_ROWS * row_bytes, &fetched, row_bytes, 0, 1);
         if (n_tok == 1)   /* nothing to share: the one-row kernel, same bits */
             out[k] = infer_vec_dot_q4_K_q8_K_avx2(n, row, a);
         else
@@ -223,6 +225,8 @@ static void infer_vec_dot_4xn_q6_K_q8_K_avx2(int64_t n, const void *w, size_t ro
                                              size_t a_stride, int n_tok, float *out, size_t out_stride) {
     for (int k = 0; k < 4; k++) {
         const block_q6_K *row = (const block_q6_K *)((const uint8_t *)w + k * row_bytes);
+        size_t fetched = 0;   /* one row ahead per row, not four at once: see INFER_PREFETCH_ROWS */
+        infer_prefetch_part((const uint8_t *)row + INFER_PREFETCH_ROWS * row_bytes, &fetched, row_bytes, 0, 1);
         if (n_tok == 1)   /* nothing to share: the one-row kernel, same bits */
             out[k] = infer_vec_dot_q6_K_q8_K_avx2(n, row, a);
         else

@@ -378,11 +378,14 @@ KQ_INLINE void load_d_dmin_x4(const uint8_t *p, size_t row_bytes, __m128 *d4, __
 
 KQ_INLINE void q4_K_4xn_pass(int64_t n, const uint8_t *w, size_t row_bytes, const uint8_t *a,
                              size_t a_stride, const int T, float *out, size_t out_stride) {
+    const uint8_t *ahead = w + INFER_PREFETCH_ROWS * row_bytes;   /* see INFER_PREFETCH_ROWS */
+    size_t fetched = 0;
     const __m512i transpose = unit_transpose(), spread = unit_spread(0, 1);
     __m128 acc[INFER_DOT_4XN_MAX];
     for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const uint8_t *xb = w + i * sizeof(block_q4_K);
+        infer_prefetch_part(ahead, &fetched, 4 * row_bytes, i, n / QK_K);
         const __m512i sm = q4_K_unpack_scales_x4(xb + offsetof(block_q4_K, scales), row_bytes);
         /* mins of row k, pair L in lane L unit k */
         const __m512i mins = _mm512_permutexvar_epi32(transpose, _mm512_unpackhi_epi8(sm, _mm512_setzero_si512()));
@@ -495,6 +498,8 @@ static void infer_vec_dot_rx8_q4_K_q8_K_avx512(int64_t n, const void *w, size_t 
  * "a" takes unit 2L, of "b" unit 2L+1, one row (4xn) or token (rx8) per int32. */
 KQ_INLINE void q6_K_4xn_pass(int64_t n, const uint8_t *w, size_t row_bytes, const uint8_t *a,
                              size_t a_stride, const int T, float *out, size_t out_stride) {
+    const uint8_t *ahead = w + INFER_PREFETCH_ROWS * row_bytes;   /* see INFER_PREFETCH_ROWS */
+    size_t fetched = 0;
     __m512i sc_idx[KQ_NSC];
     q6_K_scale_index(sc_idx);
     const __m512i gather_a = unit_gather8(0), gather_b = unit_gather8(1);
@@ -503,6 +508,7 @@ KQ_INLINE void q6_K_4xn_pass(int64_t n, const uint8_t *w, size_t row_bytes, cons
     for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const uint8_t *xb = w + i * sizeof(block_q6_K);
+        infer_prefetch_part(ahead, &fetched, 4 * row_bytes, i, n / QK_K);
         __m256i sc16[4];
         float d[4];
         for (int k = 0; k < 4; k++) {

@@ -65,16 +65,10 @@ int infer_quantize_activations(int type, const float *x, int64_t n_tokens, int64
 
 /* Weight rows are streamed once per call; the hardware prefetcher alone leaves
  * most of the DRAM bandwidth unused with four interleaved row streams, so rows
- * PREFETCH_ROWS ahead are requested explicitly. */
-#define PREFETCH_ROWS 16
-#if defined(__GNUC__) || defined(__clang__)
-#define PREFETCH(p) __builtin_prefetch((p), 0, 0)
-#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
-#include <xmmintrin.h>
-#define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_NTA)
-#else
-#define PREFETCH(p) ((void)(p))
-#endif
+ * PREFETCH_ROWS ahead are requested explicitly (by the 4xn and rx8 kernels
+ * themselves, spread over their blocks: see INFER_PREFETCH_ROWS). */
+#define PREFETCH_ROWS INFER_PREFETCH_ROWS
+#define PREFETCH(p) INFER_PREFETCH(p)
 
 static void prefetch_rows(const uint8_t *p, size_t bytes) {
     for (size_t off = 0; off < bytes; off += 64) PREFETCH(p + off);
@@ -122,8 +116,6 @@ static void matmul_rows(const matmul_task *m, int64_t r0, int64_t r1) {
                               m->out + t_rest * m->out_stride + r0, (size_t)m->out_stride);
             for (; r + 4 <= r1; r += 4) {
                 const uint8_t *w = m->w + (size_t)r * m->row_bytes;
-                if (t0 == 0 && t_rest == 0 && r + PREFETCH_ROWS + 4 <= m->rows)
-                    prefetch_rows(w + PREFETCH_ROWS * m->row_bytes, 4 * m->row_bytes);
                 for (int64_t t = t_rest; t < t1; t += INFER_DOT_4XN_MAX) {
                     const int n_tok = t1 - t < INFER_DOT_4XN_MAX ? (int)(t1 - t) : INFER_DOT_4XN_MAX;
                     m->dot4xn(m->cols, w, m->row_bytes, m->xq + (size_t)t * m->xq_row_bytes,

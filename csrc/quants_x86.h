@@ -594,20 +594,25 @@ static void KERNEL(vec_dot_4x4_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
 #define X86_ALWAYS_INLINE static inline __attribute__((always_inline))
 #endif
 
-/* Run `pass` (T tokens, a constant once inlined) over the tokens: 4, 2, then 1 at a time. */
+/* Run `pass` (T tokens, a constant once inlined) over the tokens: 4, 2, then 1 at a
+ * time, the first pass prefetching the four rows INFER_PREFETCH_ROWS ahead. */
 #define DOT4XN_DRIVER(name, pass)                                                         \
     static void KERNEL(name)(int64_t n, const void *w, size_t row_bytes, const void *a,    \
                              size_t a_stride, int n_tok, float *out, size_t out_stride) { \
         const uint8_t *at = (const uint8_t *)a;                                           \
         int t = 0;                                                                        \
+        const uint8_t *ahead = (const uint8_t *)w + INFER_PREFETCH_ROWS * row_bytes;     \
         for (; t + 4 <= n_tok; t += 4)                                                    \
-            pass(n, w, row_bytes, at + t * a_stride, a_stride, 4, out + t * out_stride, out_stride); \
+            pass(n, w, row_bytes, at + t * a_stride, a_stride, 4, out + t * out_stride, out_stride, \
+                 t ? NULL : ahead);                                                       \
         if (t + 2 <= n_tok) {                                                             \
-            pass(n, w, row_bytes, at + t * a_stride, a_stride, 2, out + t * out_stride, out_stride); \
+            pass(n, w, row_bytes, at + t * a_stride, a_stride, 2, out + t * out_stride, out_stride, \
+                 t ? NULL : ahead);                                                       \
             t += 2;                                                                       \
         }                                                                                 \
         if (t < n_tok)                                                                    \
-            pass(n, w, row_bytes, at + t * a_stride, a_stride, 1, out + t * out_stride, out_stride); \
+            pass(n, w, row_bytes, at + t * a_stride, a_stride, 1, out + t * out_stride, out_stride, \
+                 t ? NULL : ahead);                                                       \
     }
 
 /* The int32 sums of four rows' 8-lane block dots, one lane per row. */
@@ -624,11 +629,13 @@ static inline __m128i block_sums4(__m256i p0, __m256i p1, __m256i p2, __m256i p3
 #define DOT4XN_OFFSET_KERNEL(name, block_type, unpack, c)                                 \
     X86_ALWAYS_INLINE void KERNEL(name##_pass)(int64_t n, const void *w, size_t row_bytes, \
                                                const uint8_t *a, size_t a_stride, const int T, \
-                                               float *out, size_t out_stride) {           \
+                                               float *out, size_t out_stride, const uint8_t *ahead) { \
         const uint8_t *x = (const uint8_t *)w;                                            \
         __m128 acc[4];                                                                    \
+        size_t fetched = 0;                                                               \
         for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps();                            \
         for (int64_t b = 0; b < n / 32; b++, x += sizeof(block_type)) {                   \
+            infer_prefetch_part(ahead, &fetched, 4 * row_bytes, b, n / 32);               \
             __m256i u[4];                                                                 \
             for (int k = 0; k < 4; k++) u[k] = unpack((const block_type *)(x + k * row_bytes)); \
             const __m128 dx = load_half_x4(x, row_bytes);                                 \
@@ -658,11 +665,13 @@ DOT4XN_OFFSET_KERNEL(vec_dot_4xn_q8_0_q8_0, block_q8_0, UNPACK_Q8_0_FLIPPED, 128
  * (which spilled: 15 G MAC/s at 4 tokens against Q4_1's 25 on Zen 3). */
 X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q8_0_q8_0_pass)(int64_t n, const void *w, size_t row_bytes,
                                                           const uint8_t *a, size_t a_stride, const int T,
-                                                          float *out, size_t out_stride) {
+                                                          float *out, size_t out_stride, const uint8_t *ahead) {
     const uint8_t *x = (const uint8_t *)w;
     __m128 acc[4];
+    size_t fetched = 0;
     for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps();
     for (int64_t b = 0; b < n / QK8_0; b++, x += sizeof(block_q8_0)) {
+        infer_prefetch_part(ahead, &fetched, 4 * row_bytes, b, n / QK8_0);
         __m256i xk[4], ax[4];
         for (int k = 0; k < 4; k++) {
             xk[k] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + k * row_bytes))->qs);
@@ -694,11 +703,13 @@ DOT4XN_DRIVER(vec_dot_4xn_q8_0_q8_0, KERNEL(vec_dot_4xn_q8_0_q8_0_pass))
 
 X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q4_1_q8_1_pass)(int64_t n, const void *w, size_t row_bytes,
                                                           const uint8_t *a, size_t a_stride, const int T,
-                                                          float *out, size_t out_stride) {
+                                                          float *out, size_t out_stride, const uint8_t *ahead) {
     const uint8_t *x = (const uint8_t *)w;
     __m128 acc[4], mins[4];
+    size_t fetched = 0;
     for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps(), mins[t] = _mm_setzero_ps();
     for (int64_t b = 0; b < n / QK4_1; b++, x += sizeof(block_q4_1)) {
+        infer_prefetch_part(ahead, &fetched, 4 * row_bytes, b, n / QK4_1);
         __m256i u[4];
         for (int k = 0; k < 4; k++) u[k] = unpack_nibbles(((const block_q4_1 *)(x + k * row_bytes))->qs);
         const __m256 dm = _mm256_cvtph_ps(load_u32_x4(x, row_bytes));   /* d0 m0 d1 m1 ... */
@@ -744,7 +755,7 @@ static inline void transpose8_epi32(const __m256i r[8], __m256i out[8]) {
     }
 }
 
-#define RX8_PREFETCH_ROWS 16
+#define RX8_PREFETCH_ROWS INFER_PREFETCH_ROWS
 
 /* The activations of eight Q8_0 tokens, transposed for the rx8 kernels: block b's
  * group g (bytes 4g..4g+3) of token t in lane t of ys[b][g], the scales d_t in dy[b],
@@ -844,13 +855,11 @@ X86_ALWAYS_INLINE void KERNEL(rx8_q5_0_rows)(int64_t nb, const uint8_t *w, size_
                                              uint8_t (*wu)[INFER_DOT_RX8_MAX_N], float *out, size_t out_stride) {
     const uint8_t *xr[4];
     for (int i = 0; i < R; i++) xr[i] = w + (row + i < n_rows ? row + i : n_rows - 1) * row_bytes;
-    /* the rows ahead a few lines per block, as in rx8_q4_1_q8_0_rows */
-    const char *pf = row + RX8_PREFETCH_ROWS + R <= n_rows ? (const char *)xr[0] + RX8_PREFETCH_ROWS * row_bytes : NULL;
-    size_t pf_off = 0;
+    /* the rows ahead, a few lines per block (INFER_PREFETCH_ROWS) */
+    const uint8_t *ahead = row + INFER_PREFETCH_ROWS + R <= n_rows ? xr[0] + INFER_PREFETCH_ROWS * row_bytes : NULL;
+    size_t fetched = 0;
     for (int64_t b = 0; b < nb; b++) {
-        if (pf)
-            for (; pf_off < (size_t)(b + 1) * R * row_bytes / (size_t)nb; pf_off += 64)
-                _mm_prefetch(pf + pf_off, _MM_HINT_NTA);
+        infer_prefetch_part(ahead, &fetched, R * row_bytes, b, nb);
         for (int i = 0; i < R; i++)
             _mm256_storeu_si256((__m256i *)(wu[i] + 32 * b), unpack_q5_0_unsigned((const block_q5_0 *)xr[i] + b));
     }
@@ -976,20 +985,15 @@ X86_ALWAYS_INLINE void KERNEL(rx8_q4_1_q8_0_rows)(const int is_q8_0, int64_t nb,
                                                   float *out, size_t out_stride) {
     const uint8_t *xr[4];
     for (int i = 0; i < R; i++) xr[i] = w + (row + i < n_rows ? row + i : n_rows - 1) * row_bytes;
-    /* The rows RX8_PREFETCH_ROWS ahead, a few lines per block rather than all at
-     * once: a burst of R rows' lines (39 for Q8_0's 576 columns) overflows the
-     * miss buffers and its prefetches are lost (2x the time once the weights stream
-     * from memory). */
-    const char *pf = row + RX8_PREFETCH_ROWS + R <= n_rows ? (const char *)xr[0] + RX8_PREFETCH_ROWS * row_bytes : NULL;
-    size_t pf_off = 0;
+    /* the rows ahead, a few lines per block (INFER_PREFETCH_ROWS) */
+    const uint8_t *ahead = row + INFER_PREFETCH_ROWS + R <= n_rows ? xr[0] + INFER_PREFETCH_ROWS * row_bytes : NULL;
+    size_t fetched = 0;
     const __m512i low4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
     const size_t block_bytes = is_q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_1);
     __m512 acc[2], mins[2];
     for (int q = 0; q < R / 2; q++) acc[q] = _mm512_setzero_ps(), mins[q] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        if (pf)
-            for (; pf_off < (size_t)(b + 1) * R * row_bytes / (size_t)nb; pf_off += 64)
-                _mm_prefetch(pf + pf_off, _MM_HINT_NTA);
+        infer_prefetch_part(ahead, &fetched, R * row_bytes, b, nb);
         /* the R rows' d (and Q4_1's m, which follows it) as floats, once: fields
          * [d0 m0 d1 m1 ...] or [d0 d1 ...], then each pair's lanes picked out */
         __m128i f = _mm_setzero_si128();
