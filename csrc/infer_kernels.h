@@ -327,6 +327,9 @@ typedef struct {
      * n <= INFER_DOT_RX8_MAX_N; each result bit-identical to vec_dot_4xn's.  The
      * mat-mul driver uses it for every whole group of 8 tokens. */
     infer_vec_dot_rx8_fn vec_dot_rx8[INFER_TYPE_COUNT];
+    /* By weight type: 1 where vec_dot_4 prefetches the four rows INFER_PREFETCH_ROWS
+     * ahead itself (as every vec_dot_4xn does), so the driver does not. */
+    unsigned char vec_dot_4_prefetches[INFER_TYPE_COUNT];
 } infer_kernel_table;
 
 /* ISA ids, lowest to highest. */

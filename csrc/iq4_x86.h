@@ -142,7 +142,10 @@ static void KERNEL(vec_dot_4_iq4_nl_q8_0)(int64_t n, const void *w, size_t row_b
     const __m512i qidx = _mm512_loadu_si512((const void *)qi), didx = _mm512_loadu_si512((const void *)di);
     const __m512i spread4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     int64_t b = 0;
+    const uint8_t *ahead = x + INFER_PREFETCH_ROWS * row_bytes;   /* see INFER_PREFETCH_ROWS */
+    size_t fetched = 0;
     for (; b + 4 <= nb; b += 4) {
+        infer_prefetch_part(ahead, &fetched, 4 * row_bytes, b / 4, nb / 4);
         const __m512i a0 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs)),
                                               _mm256_loadu_si256((const __m256i *)y[b + 1].qs), 1);
         const __m512i a1 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[b + 2].qs)),
@@ -234,7 +237,10 @@ static void KERNEL(vec_dot_4_iq4_xs_q8_K)(int64_t n, const void *w, size_t row_b
                                _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)};
     __m512 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    const uint8_t *ahead = x + INFER_PREFETCH_ROWS * row_bytes;   /* see INFER_PREFETCH_ROWS */
+    size_t fetched = 0;
     for (int64_t i = 0; i < n / QK_K; i++, x += sizeof(block_iq4_xs)) {
+        infer_prefetch_part(ahead, &fetched, 4 * row_bytes, i, n / QK_K);
         __m512i q8lo[2], q8hi[2];
         for (int m = 0; m < 2; m++) {
             const __m512i a0 = _mm512_loadu_si512((const void *)(y[i].qs + 128 * m));
@@ -289,7 +295,9 @@ static void KERNEL(fill_iq4_x86)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_IQ4_XS] = KERNEL(vec_dot_iq4_xs_q8_K);
 #if X86_VNNI
     t->vec_dot_4[INFER_TYPE_IQ4_NL] = KERNEL(vec_dot_4_iq4_nl_q8_0);
+    t->vec_dot_4_prefetches[INFER_TYPE_IQ4_NL] = 1;
     t->vec_dot_4[INFER_TYPE_IQ4_XS] = KERNEL(vec_dot_4_iq4_xs_q8_K);
+    t->vec_dot_4_prefetches[INFER_TYPE_IQ4_XS] = 1;
 #endif
     t->dequantize[INFER_TYPE_IQ4_NL] = KERNEL(dequantize_iq4_nl);
     t->dequantize[INFER_TYPE_IQ4_XS] = KERNEL(dequantize_iq4_xs);

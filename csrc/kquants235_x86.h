@@ -193,7 +193,10 @@ static void KERNEL(vec_dot_4_q2_K_q8_K)(int64_t n, const void *w, size_t row_byt
     __m512 acc[4];
     __m256 accm[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
+    const uint8_t *ahead = x + INFER_PREFETCH_ROWS * row_bytes;   /* see INFER_PREFETCH_ROWS */
+    size_t fetched = 0;
     for (int64_t i = 0; i < n / QK_K; i++, x += sizeof(block_q2_K)) {
+        infer_prefetch_part(ahead, &fetched, 4 * row_bytes, i, n / QK_K);
         const __m512i q8[4] = {load_run512(y[i].qs), load_run512(y[i].qs + 32), load_run512(y[i].qs + 64),
                                load_run512(y[i].qs + 96)};
         const __m256i bs = _mm256_loadu_si256((const __m256i *)y[i].bsums);
@@ -246,7 +249,10 @@ static void KERNEL(vec_dot_4_q3_K_q8_K)(int64_t n, const void *w, size_t row_byt
         hbit[k] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << k)), _mm256_set1_epi8((char)(1 << (4 + k))), 1);
     __m512 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    const uint8_t *ahead = x + INFER_PREFETCH_ROWS * row_bytes;   /* see INFER_PREFETCH_ROWS */
+    size_t fetched = 0;
     for (int64_t i = 0; i < n / QK_K; i++, x += sizeof(block_q3_K)) {
+        infer_prefetch_part(ahead, &fetched, 4 * row_bytes, i, n / QK_K);
         const __m512i q8[4] = {load_run512(y[i].qs), load_run512(y[i].qs + 32), load_run512(y[i].qs + 64),
                                load_run512(y[i].qs + 96)};
         /* -4 * bsums: |4 * 16 * 127| fits int16 */
@@ -291,7 +297,10 @@ static void KERNEL(vec_dot_4_q5_K_q8_K)(int64_t n, const void *w, size_t row_byt
     __m512 acc[4];
     __m128 accm[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm_setzero_ps();
+    const uint8_t *ahead = x + INFER_PREFETCH_ROWS * row_bytes;   /* see INFER_PREFETCH_ROWS */
+    size_t fetched = 0;
     for (int64_t i = 0; i < n / QK_K; i++, x += sizeof(block_q5_K)) {
+        infer_prefetch_part(ahead, &fetched, 4 * row_bytes, i, n / QK_K);
         const int8_t *q8p = y[i].qs;
         const __m512i q8[4] = {_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q8p)),
                                                   _mm256_loadu_si256((const __m256i *)(q8p + 64)), 1),
@@ -407,8 +416,11 @@ static void KERNEL(fill_kquants235_x86)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_Q5_K] = KERNEL(vec_dot_q5_K_q8_K);
 #if X86_VNNI
     t->vec_dot_4[INFER_TYPE_Q2_K] = KERNEL(vec_dot_4_q2_K_q8_K);
+    t->vec_dot_4_prefetches[INFER_TYPE_Q2_K] = 1;
     t->vec_dot_4[INFER_TYPE_Q3_K] = KERNEL(vec_dot_4_q3_K_q8_K);
+    t->vec_dot_4_prefetches[INFER_TYPE_Q3_K] = 1;
     t->vec_dot_4[INFER_TYPE_Q5_K] = KERNEL(vec_dot_4_q5_K_q8_K);
+    t->vec_dot_4_prefetches[INFER_TYPE_Q5_K] = 1;
 #endif
     t->dequantize[INFER_TYPE_Q2_K] = KERNEL(dequantize_q2_K);
     t->dequantize[INFER_TYPE_Q3_K] = KERNEL(dequantize_q3_K);

@@ -89,6 +89,7 @@ typedef struct {
     infer_vec_dot_4x4_fn dot4x4;   /* may be NULL */
     infer_vec_dot_4xn_fn dot4xn;   /* may be NULL; preferred to dot4 and dot4x4 */
     infer_vec_dot_rx8_fn dotrx8;   /* may be NULL; with dot4xn only */
+    int dot4_prefetches;       /* dot4 requests the rows ahead itself */
     const uint8_t *w;
     size_t row_bytes;
     int64_t rows, cols;
@@ -126,7 +127,7 @@ static void matmul_rows(const matmul_task *m, int64_t r0, int64_t r1) {
         } else if (m->dot4) {
             for (; r + 4 <= r1; r += 4) {
                 const uint8_t *w = m->w + (size_t)r * m->row_bytes;
-                if (t0 == 0 && r + PREFETCH_ROWS + 4 <= m->rows)
+                if (t0 == 0 && !m->dot4_prefetches && r + PREFETCH_ROWS + 4 <= m->rows)
                     prefetch_rows(w + PREFETCH_ROWS * m->row_bytes, 4 * m->row_bytes);
                 int64_t t = t0;
                 if (m->dot4x4)
@@ -171,6 +172,7 @@ int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int6
     if (type < 0 || type >= INFER_TYPE_COUNT || !k->vec_dot[type] || xq_row_bytes == 0) return -1;
     if (rows < 0 || n_tokens < 0 || cols % infer_type_block_size(type)) return -1;
     matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], k->vec_dot_4xn[type], k->vec_dot_rx8[type],
+                     k->vec_dot_4_prefetches[type],
                      (const uint8_t *)w, row_bytes, rows, cols, (const uint8_t *)xq, xq_row_bytes, n_tokens, out, rows, rows, 0};
     const int nth = rows > ROW_ALIGN && rows * cols * n_tokens >= PARALLEL_MIN_WORK
                         ? infer_get_num_threads() : 1;
@@ -195,6 +197,7 @@ int infer_matmul_rows(int type, const void *w, size_t row_bytes, int64_t cols, i
     if (type < 0 || type >= INFER_TYPE_COUNT || !k->vec_dot[type] || xq_row_bytes == 0) return -1;
     if (r0 < 0 || r1 < r0 || n_tokens < 0 || cols % infer_type_block_size(type)) return -1;
     matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], k->vec_dot_4xn[type], k->vec_dot_rx8[type],
+                     k->vec_dot_4_prefetches[type],
                      (const uint8_t *)w, row_bytes, r1, cols, (const uint8_t *)xq, xq_row_bytes, n_tokens, out, out_stride, r1, 0};
     matmul_rows(&m, r0, r1);
     return 0;

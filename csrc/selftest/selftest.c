@@ -31,8 +31,8 @@
  * infer_kernel_table must get its check here too, or it would go untested. */
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(infer_kernel_table) ==
-                   offsetof(infer_kernel_table, vec_dot_rx8) +
-                       sizeof(infer_vec_dot_rx8_fn[INFER_TYPE_COUNT]),
+                   offsetof(infer_kernel_table, vec_dot_4_prefetches) +
+                       sizeof(unsigned char[INFER_TYPE_COUNT]),
                "infer_kernel_table has a field the self-test does not check");
 #endif
 
@@ -1148,6 +1148,8 @@ int main(int argc, char **argv) {
             check_vec_dot_4x4(ref, simd, t);
             check_vec_dot_4xn(ref, simd, t);
             check_vec_dot_rx8(ref, simd, t);
+            if (simd->vec_dot_4_prefetches[t] && !simd->vec_dot_4[t])   /* the driver would prefetch nothing */
+                report(0, "vec_dot_4_prefetches", t, 0, "set without vec_dot_4", 0, 0, -1);
         }
         check_ops(ref, simd);
         check_rope(ref, simd);
