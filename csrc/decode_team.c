@@ -64,7 +64,7 @@ void infer_team_job(infer_decode_team *t, const void *job, int64_t total) {
         /* Grace for a running helper to finish its chunk (tens of microseconds).
          * Pure spinning: yielding here would hand the core to another process
          * for a whole time slice. */
-        if (spins++ < 1024) {
+        if (spins++ < t->grace_spins) {
             infer_cpu_relax();
             continue;
         }
@@ -103,13 +103,15 @@ static void team_worker(void *arg, int ith, int nth) {
 }
 
 void infer_team_run(infer_decode_team *t, void *ctx, infer_team_leader_fn leader,
-                    infer_team_compute_fn compute, infer_team_copy_fn copy, size_t job_size) {
+                    infer_team_compute_fn compute, infer_team_copy_fn copy, size_t job_size,
+                    int64_t grace_spins) {
     memset(t, 0, sizeof *t);
     t->ctx = ctx;
     t->leader = leader;
     t->compute = compute;
     t->copy = copy;
     t->job_size = job_size < INFER_TEAM_JOB_BYTES ? job_size : INFER_TEAM_JOB_BYTES;
+    t->grace_spins = grace_spins > 0 ? grace_spins : 1024;
     infer_parallel_run(team_worker, t);
 }
 
@@ -120,6 +122,13 @@ int64_t infer_team_chunk_rows(int64_t rows, int nth, int64_t max_rows) {
     int64_t chunk = (rows + nth - 1) / nth;
     if (chunk < (rows + INFER_TEAM_MAX_CHUNKS - 1) / INFER_TEAM_MAX_CHUNKS)
         chunk = (rows + INFER_TEAM_MAX_CHUNKS - 1) / INFER_TEAM_MAX_CHUNKS;
-    if (chunk > max_rows) chunk = max_rows;
+    if (chunk > max_rows) {
+        /* more chunks than threads (the scratch is full): a multiple of nth of
+         * them, so that no thread is left with one chunk more than the others
+         * (three chunks of a batched gate/up on two threads took 1.33x two) */
+        int64_t n = (rows + max_rows - 1) / max_rows;
+        n = (n + nth - 1) / nth * nth;
+        chunk = (rows + n - 1) / n;
+    }
     return chunk < 16 ? 16 : (chunk + 15) & ~(int64_t)15;
 }

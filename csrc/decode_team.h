@@ -57,6 +57,7 @@ struct infer_decode_team {
     infer_team_leader_fn leader;
     size_t job_size;
     int nth;                      /* set by infer_team_run */
+    int64_t grace_spins;          /* the leader's wait for a helper's chunk before it computes it too */
     float *leader_scratch;
     infer_team_published job;     /* helpers copy it under job_seq */
     infer_atomic_i64 job_seq;     /* odd while the leader rewrites `job` */
@@ -69,9 +70,14 @@ struct infer_decode_team {
 };
 
 /* Run `leader` on thread 0 with every pool thread helping; returns when it has.
- * job_size (<= INFER_TEAM_JOB_BYTES) is the size of the job descriptions. */
+ * job_size (<= INFER_TEAM_JOB_BYTES) is the size of the job descriptions.
+ * grace_spins (<= 0: 1024, tens of microseconds) is how long the leader, done with
+ * its own chunks, waits for a helper's before computing them too: it should exceed
+ * a chunk's time, or the leader redoes chunks that a running helper is about to
+ * commit (a batch of 8 tokens makes each chunk 8x longer). */
 void infer_team_run(infer_decode_team *t, void *ctx, infer_team_leader_fn leader,
-                    infer_team_compute_fn compute, infer_team_copy_fn copy, size_t job_size);
+                    infer_team_compute_fn compute, infer_team_copy_fn copy, size_t job_size,
+                    int64_t grace_spins);
 
 /* Leader only: run chunks 0..total-1 (total <= INFER_TEAM_MAX_CHUNKS) of `job`
  * on the team; returns once every chunk is committed. */

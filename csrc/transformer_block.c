@@ -406,6 +406,7 @@ int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
                             (int64_t)INFER_BLOCK_MAX_BATCH * m->n_kv_heads * ATTN_SPLITS <= INFER_TEAM_MAX_CHUNKS
                         ? ATTN_SPLITS : 1;
     infer_decode_team team;
-    infer_team_run(&team, &d, decode_leader, compute_chunk, copy_chunk, sizeof(infer_decode_job));
+    infer_team_run(&team, &d, decode_leader, compute_chunk, copy_chunk, sizeof(infer_decode_job),
+                   1024 * (int64_t)d.n_seqs);   /* chunks grow with the batch */
     return 0;
 }
