@@ -48,4 +48,9 @@ def test_kernel_tests_and_generation_under_qemu_aarch64() -> None:
     assert int(re.search(r"^(\d+) passed", per_cpu["max"], re.M).group(1)) > \
         int(re.search(r"^(\d+) passed", per_cpu["cortex-a72"], re.M).group(1))
     if "x86-64 greedy:" in out:
-        assert out.count("same text as the x86-64 build") == 2, out
+        # each CPU's generation is the host's text, or greedy under the host's logits
+        # up to near ties (scripts/greedy_within_margin.py: an AVX-512 host prints
+        # '321 million' where NEON prints '311')
+        accepted = (out.count("same text as the x86-64 build")
+                    + out.count("but greedy on the host up to near ties"))
+        assert accepted == 2, out
