@@ -274,6 +274,12 @@ typedef void (*infer_attn_block_fn)(int64_t n_q, const float *const *q, float *c
 #define INFER_PREFETCH(p) ((void)(p))
 #endif
 
+/* The lines of bytes bytes from p, at once (a row ahead, where a kernel has no
+ * block loop to spread them over). */
+INFER_ALWAYS_INLINE void infer_prefetch_lines(const uint8_t *p, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64) INFER_PREFETCH(p + off);
+}
+
 /* At step b of nb, the lines of span bytes from p up to (b + 1) / nb of the span
  * (*done: the bytes requested so far); nothing when p is NULL. */
 INFER_ALWAYS_INLINE void infer_prefetch_part(const uint8_t *p, size_t *done, size_t span, int64_t b, int64_t nb) {

@@ -96,8 +96,8 @@ static void infer_vec_dot_4xn_q4_K_q8_K_avx2(int64_t n, const void *w, size_t ro
                                              size_t a_stride, int n_tok, float *out, size_t out_stride) {
     for (int k = 0; k < 4; k++) {
         const block_q4_K *row = (const block_q4_K *)((const uint8_t *)w + k * row_bytes);
-        size_t fetched = 0;   /* one row ahead per row, not four at once: see INFER_PREFETCH_ROWS */
-        infer_prefetch_part((const uint8_t *)row + INFER_PREFETCH_ROWS * row_bytes, &fetched, row_bytes, 0, 1);
+        /* one row ahead per row, not four at once: see INFER_PREFETCH_ROWS */
+        infer_prefetch_lines((const uint8_t *)row + INFER_PREFETCH_ROWS * row_bytes, row_bytes);
         if (n_tok == 1)   /* nothing to share: the one-row kernel, same bits */
             out[k] = infer_vec_dot_q4_K_q8_K_avx2(n, row, a);
         else
@@ -225,8 +225,8 @@ static void infer_vec_dot_4xn_q6_K_q8_K_avx2(int64_t n, const void *w, size_t ro
                                              size_t a_stride, int n_tok, float *out, size_t out_stride) {
     for (int k = 0; k < 4; k++) {
         const block_q6_K *row = (const block_q6_K *)((const uint8_t *)w + k * row_bytes);
-        size_t fetched = 0;   /* one row ahead per row, not four at once: see INFER_PREFETCH_ROWS */
-        infer_prefetch_part((const uint8_t *)row + INFER_PREFETCH_ROWS * row_bytes, &fetched, row_bytes, 0, 1);
+        /* one row ahead per row, not four at once: see INFER_PREFETCH_ROWS */
+        infer_prefetch_lines((const uint8_t *)row + INFER_PREFETCH_ROWS * row_bytes, row_bytes);
         if (n_tok == 1)   /* nothing to share: the one-row kernel, same bits */
             out[k] = infer_vec_dot_q6_K_q8_K_avx2(n, row, a);
         else
@@ -328,15 +328,13 @@ static void infer_quantize_q8_K_avx2(const float *x, void *dst, int64_t n) {
 /* n_rows rows against 8 tokens: each row's super-block unpacked once for the 8 (the
  * per-token operations of the 4xn kernels above, so the same bits as their one-token
  * results, which are the one-row kernel's). */
-#define RX8_PREFETCH_ROWS 16
 #define KQ_RX8_KERNEL(name, block_type, row_tokens)                                               \
     static void name(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *a,    \
                      size_t a_stride, float *out, size_t out_stride) {                             \
         for (int64_t row = 0; row < n_rows; row++) {                                               \
             const uint8_t *x = (const uint8_t *)w + row * row_bytes;                               \
-            if (row + RX8_PREFETCH_ROWS < n_rows)                                                  \
-                for (size_t off = 0; off < row_bytes; off += 64)                                   \
-                    _mm_prefetch((const char *)x + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA); \
+            if (row + INFER_PREFETCH_ROWS < n_rows)                                                \
+                infer_prefetch_lines(x + INFER_PREFETCH_ROWS * row_bytes, row_bytes);              \
             row_tokens(n, (const block_type *)x, a, a_stride, 8, out + row, out_stride);          \
         }                                                                                          \
     }

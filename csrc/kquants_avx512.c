@@ -436,12 +436,8 @@ KQ_INLINE void q4_K_4xn_pass(int64_t n, const uint8_t *w, size_t row_bytes, cons
 
 KQ_4XN_ENTRY(infer_vec_dot_4xn_q4_K_q8_K_avx512, q4_K_4xn_pass)
 
-#define RX8_PREFETCH_ROWS 16
 #define RX8_MAX_NB (INFER_DOT_RX8_MAX_N / QK_K)
 
-KQ_INLINE void prefetch_row(const uint8_t *p, size_t bytes) {
-    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch((const char *)p + off, _MM_HINT_NTA);
-}
 
 /* Eight tokens in the lanes: per super-block, the tokens' d (dy) and their bsums
  * sums of 32 with token k of group g (tokens 4g..4g+3) in unit k of lane L (pair L). */
@@ -470,7 +466,7 @@ static void infer_vec_dot_rx8_q4_K_q8_K_avx512(int64_t n, const void *w, size_t 
     }
     for (int64_t row = 0; row < n_rows; row++) {
         const block_q4_K *x = (const block_q4_K *)((const uint8_t *)w + row * row_bytes);
-        if (row + RX8_PREFETCH_ROWS < n_rows) prefetch_row((const uint8_t *)x + RX8_PREFETCH_ROWS * row_bytes, row_bytes);
+        if (row + INFER_PREFETCH_ROWS < n_rows) infer_prefetch_lines((const uint8_t *)x + INFER_PREFETCH_ROWS * row_bytes, row_bytes);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
             const __m512i sm = _mm512_broadcast_i32x4(infer_q4_K_unpack_scales_sse(x[i].scales));
@@ -578,7 +574,7 @@ static void infer_vec_dot_rx8_q6_K_q8_K_avx512(int64_t n, const void *w, size_t 
     q6_K_scale_index(sc_idx);
     for (int64_t row = 0; row < n_rows; row++) {
         const block_q6_K *x = (const block_q6_K *)((const uint8_t *)w + row * row_bytes);
-        if (row + RX8_PREFETCH_ROWS < n_rows) prefetch_row((const uint8_t *)x + RX8_PREFETCH_ROWS * row_bytes, row_bytes);
+        if (row + INFER_PREFETCH_ROWS < n_rows) infer_prefetch_lines((const uint8_t *)x + INFER_PREFETCH_ROWS * row_bytes, row_bytes);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));

@@ -65,14 +65,8 @@ int infer_quantize_activations(int type, const float *x, int64_t n_tokens, int64
 
 /* Weight rows are streamed once per call; the hardware prefetcher alone leaves
  * most of the DRAM bandwidth unused with four interleaved row streams, so rows
- * PREFETCH_ROWS ahead are requested explicitly (by the 4xn and rx8 kernels
+ * INFER_PREFETCH_ROWS ahead are requested explicitly (by the 4xn and rx8 kernels
  * themselves, spread over their blocks: see INFER_PREFETCH_ROWS). */
-#define PREFETCH_ROWS INFER_PREFETCH_ROWS
-#define PREFETCH(p) INFER_PREFETCH(p)
-
-static void prefetch_rows(const uint8_t *p, size_t bytes) {
-    for (size_t off = 0; off < bytes; off += 64) PREFETCH(p + off);
-}
 
 #if defined(_MSC_VER)
 #include <intrin.h>
@@ -127,8 +121,8 @@ static void matmul_rows(const matmul_task *m, int64_t r0, int64_t r1) {
         } else if (m->dot4) {
             for (; r + 4 <= r1; r += 4) {
                 const uint8_t *w = m->w + (size_t)r * m->row_bytes;
-                if (t0 == 0 && !m->dot4_prefetches && r + PREFETCH_ROWS + 4 <= m->rows)
-                    prefetch_rows(w + PREFETCH_ROWS * m->row_bytes, 4 * m->row_bytes);
+                if (t0 == 0 && !m->dot4_prefetches && r + INFER_PREFETCH_ROWS + 4 <= m->rows)
+                    infer_prefetch_lines(w + INFER_PREFETCH_ROWS * m->row_bytes, 4 * m->row_bytes);
                 int64_t t = t0;
                 if (m->dot4x4)
                     for (; t + 4 <= t1; t += 4)
@@ -145,8 +139,8 @@ static void matmul_rows(const matmul_task *m, int64_t r0, int64_t r1) {
         }
         for (; r < r1; r++) {
             const uint8_t *w = m->w + (size_t)r * m->row_bytes;
-            if (t0 == 0 && r + PREFETCH_ROWS < m->rows)
-                prefetch_rows(w + PREFETCH_ROWS * m->row_bytes, m->row_bytes);
+            if (t0 == 0 && r + INFER_PREFETCH_ROWS < m->rows)
+                infer_prefetch_lines(w + INFER_PREFETCH_ROWS * m->row_bytes, m->row_bytes);
             for (int64_t t = t0; t < t1; t++)
                 m->out[t * m->out_stride + r] = m->dot(m->cols, w, m->xq + (size_t)t * m->xq_row_bytes);
         }

@@ -755,7 +755,6 @@ static inline void transpose8_epi32(const __m256i r[8], __m256i out[8]) {
     }
 }
 
-#define RX8_PREFETCH_ROWS INFER_PREFETCH_ROWS
 
 /* The activations of eight Q8_0 tokens, transposed for the rx8 kernels: block b's
  * group g (bytes 4g..4g+3) of token t in lane t of ys[b][g], the scales d_t in dy[b],
@@ -793,9 +792,8 @@ static void transpose_q8_0_x8(const void *a, size_t a_stride, int64_t nb, int c,
         const __m256i ones = _mm256_set1_epi16(1);                                          \
         for (int64_t row = 0; row < n_rows; row++) {                                        \
             const block_type *x = (const block_type *)((const uint8_t *)w + row * row_bytes); \
-            if (row + RX8_PREFETCH_ROWS < n_rows)                                           \
-                for (size_t off = 0; off < row_bytes; off += 64)                            \
-                    _mm_prefetch((const char *)x + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA); \
+            if (row + INFER_PREFETCH_ROWS < n_rows)                                         \
+                infer_prefetch_lines((const uint8_t *)x + INFER_PREFETCH_ROWS * row_bytes, row_bytes); \
             __m256 acc = _mm256_setzero_ps();                                               \
             for (int64_t b = 0; b < nb; b++) {                                              \
                 __m256i wg[8];                                                              \
@@ -834,6 +832,26 @@ static inline void q5_0_groups(const block_q5_0 *blk, __m256i wg[8]) {
 
 RX8_OFFSET_KERNEL(vec_dot_rx8_q4_0_q8_0, block_q4_0, q4_0_groups, 8)
 #if X86_VNNI
+/* Row r's block dots (p0) in the even dwords and row r+1's (p1) in the odd ones: the
+ * two dwords of a token's qword summed, one int32 per (row, token). */
+static inline __m512i rx8_pair_sums(__m512i p0, __m512i p1) {
+    return _mm512_mask_blend_epi32(0xAAAA, _mm512_add_epi32(p0, _mm512_srli_epi64(p0, 32)),
+                                   _mm512_add_epi32(p1, _mm512_slli_epi64(p1, 32)));
+}
+
+/* Stores R / 2 row pairs (row r in the even lanes, r+1 in the odd) of eight tokens,
+ * skipping rows at or past n_rows. */
+static inline void rx8_store_pairs(const __m512 *res, const int R, int64_t row, int64_t n_rows, float *out,
+                                   size_t out_stride) {
+    for (int q = 0; q < R / 2; q++) {
+        float v[16];
+        _mm512_storeu_ps(v, res[q]);
+        for (int h = 0; h < 2; h++)
+            if (row + 2 * q + h < n_rows)
+                for (int t = 0; t < 8; t++) out[t * out_stride + row + 2 * q + h] = v[2 * t + h];
+    }
+}
+
 /* Q5_0, eight tokens, two rows per 512-bit vector (AVX-512 build), four rows a step
  * (two independent pairs) and a pair for the last rows.  The
  * activations are laid out once per call by 64-bit pieces: ys[b][j] holds bytes
@@ -875,20 +893,13 @@ X86_ALWAYS_INLINE void KERNEL(rx8_q5_0_rows)(int64_t nb, const uint8_t *w, size_
                 p0 = _mm512_dpbusd_epi32(p0, _mm512_set1_epi64((long long)w0), ys[b][j]);
                 p1 = _mm512_dpbusd_epi32(p1, _mm512_set1_epi64((long long)w1), ys[b][j]);
             }
-            const __m512i sums = _mm512_mask_blend_epi32(0xAAAA, _mm512_add_epi32(p0, _mm512_srli_epi64(p0, 32)),
-                                                         _mm512_add_epi32(p1, _mm512_slli_epi64(p1, 32)));
+            const __m512i sums = rx8_pair_sums(p0, p1);
             const uint32_t dpair = (uint32_t)((const block_q5_0 *)xr[2 * q] + b)->d |
                                    (uint32_t)((const block_q5_0 *)xr[2 * q + 1] + b)->d << 16;
             const __m512 dw = _mm512_cvtph_ps(_mm256_set1_epi32((int)dpair));
             acc[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw, dy[b]), acc[q]);
         }
-    for (int q = 0; q < R / 2; q++) {
-        float res[16];
-        _mm512_storeu_ps(res, acc[q]);
-        for (int h = 0; h < 2; h++)
-            if (row + 2 * q + h < n_rows)
-                for (int t = 0; t < 8; t++) out[t * out_stride + row + 2 * q + h] = res[2 * t + h];
-    }
+    rx8_store_pairs(acc, R, row, n_rows, out, out_stride);
 }
 
 /* The activations of eight tokens for the 512-bit rx8 kernels, laid out once per
@@ -906,8 +917,8 @@ static void KERNEL(rx8_activations)(const uint8_t *a, size_t a_stride, size_t bl
             const uint8_t *y = a + t * a_stride + b * block_bytes;
             for (int j = 0; j < 4; j++) memcpy(&q[j][t], y + qs_off + 8 * j, 8);
             memcpy(&hd[2 * t], y, 2);   /* d first in Q8_0 and Q8_1, then Q8_1's s */
-            memcpy(&hs[2 * t], y + 2, 2);
-            hd[2 * t + 1] = hd[2 * t], hs[2 * t + 1] = hs[2 * t];
+            hd[2 * t + 1] = hd[2 * t];
+            if (sy) memcpy(&hs[2 * t], y + 2, 2), hs[2 * t + 1] = hs[2 * t];
         }
         __m512i s = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {
@@ -923,13 +934,6 @@ static void KERNEL(rx8_activations)(const uint8_t *a, size_t a_stride, size_t bl
     }
 }
 
-/* Row r's block dots (p0) in the even dwords and row r+1's (p1) in the odd ones: the
- * two dwords of a token's qword summed, one int32 per (row, token). */
-static inline __m512i rx8_pair_sums(__m512i p0, __m512i p1) {
-    return _mm512_mask_blend_epi32(0xAAAA, _mm512_add_epi32(p0, _mm512_srli_epi64(p0, 32)),
-                                   _mm512_add_epi32(p1, _mm512_slli_epi64(p1, 32)));
-}
-
 /* Lane i (0..3, a constant once inlined) of a vector set to v. */
 static inline __m128i insert_epi32_lane(__m128i f, int v, int i) {
     return i == 0 ? _mm_insert_epi32(f, v, 0) : i == 1 ? _mm_insert_epi32(f, v, 1)
@@ -942,19 +946,6 @@ static inline __m128i insert_epi16_lane(__m128i f, int v, int i) {
 
 /* _mm512_set_epi32's arguments for odd lanes = o and even lanes = e. */
 #define PAIR16(o, e) o, e, o, e, o, e, o, e, o, e, o, e, o, e, o, e
-
-/* Stores R / 2 row pairs (row r in the even lanes, r+1 in the odd) of eight tokens,
- * skipping rows at or past n_rows. */
-static inline void rx8_store_pairs(const __m512 *res, const int R, int64_t row, int64_t n_rows, float *out,
-                                   size_t out_stride) {
-    for (int q = 0; q < R / 2; q++) {
-        float v[16];
-        _mm512_storeu_ps(v, res[q]);
-        for (int h = 0; h < 2; h++)
-            if (row + 2 * q + h < n_rows)
-                for (int t = 0; t < 8; t++) out[t * out_stride + row + 2 * q + h] = v[2 * t + h];
-    }
-}
 
 static void KERNEL(vec_dot_rx8_q5_0_q8_0)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
                                           const void *a, size_t a_stride, float *out, size_t out_stride) {
@@ -1075,9 +1066,8 @@ static void KERNEL(vec_dot_rx8_q8_0_q8_0)(int64_t n, const void *w, size_t row_b
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t row = 0; row < n_rows; row++) {
         const block_q8_0 *x = (const block_q8_0 *)((const uint8_t *)w + row * row_bytes);
-        if (row + RX8_PREFETCH_ROWS < n_rows)
-            for (size_t off = 0; off < row_bytes; off += 64)
-                _mm_prefetch((const char *)x + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA);
+        if (row + INFER_PREFETCH_ROWS < n_rows)
+            infer_prefetch_lines((const uint8_t *)x + INFER_PREFETCH_ROWS * row_bytes, row_bytes);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
             __m256i sums = _mm256_setzero_si256();
@@ -1116,9 +1106,8 @@ static void KERNEL(vec_dot_rx8_q4_1_q8_1)(int64_t n, const void *w, size_t row_b
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int64_t row = 0; row < n_rows; row++) {
         const block_q4_1 *x = (const block_q4_1 *)((const uint8_t *)w + row * row_bytes);
-        if (row + RX8_PREFETCH_ROWS < n_rows)   /* as the mat-mul driver does for its rows */
-            for (size_t off = 0; off < row_bytes; off += 64)
-                _mm_prefetch((const char *)x + RX8_PREFETCH_ROWS * row_bytes + off, _MM_HINT_NTA);
+        if (row + INFER_PREFETCH_ROWS < n_rows)   /* as the mat-mul driver does for its rows */
+            infer_prefetch_lines((const uint8_t *)x + INFER_PREFETCH_ROWS * row_bytes, row_bytes);
         __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
             __m256i p = _mm256_setzero_si256();
