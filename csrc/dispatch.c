@@ -125,6 +125,7 @@ static void fill(int isa, infer_kernel_table *t) {
     infer_fill_kquants235_scalar(t);
     infer_fill_iq4_scalar(t);
     infer_fill_iquants_scalar(t);
+    infer_fill_repack_scalar(t);
 #ifdef INFER_X86
     if (isa == INFER_ISA_AVX2 || isa == INFER_ISA_AVX512) {
         infer_fill_table_avx2(t);
@@ -140,6 +141,7 @@ static void fill(int isa, infer_kernel_table *t) {
         infer_fill_ops_avx512(t);
         infer_fill_kquants235_avx512(t);
         infer_fill_iq4_avx512(t);
+        infer_fill_repack_avx512(t);
     }
 #endif
 #ifdef INFER_ARM64

@@ -45,7 +45,14 @@ typedef enum {
     INFER_TYPE_BF16 = 30,
     INFER_TYPE_TQ1_0 = 34,
     INFER_TYPE_TQ2_0 = 35,
-    INFER_TYPE_COUNT = 40  /* size of per-type tables; ids above are < this */
+    /* infer's own formats, never in a file (ids past ggml's): weights repacked at
+     * load so 16 rows interleave (repack_scalar.c), and the activation format that pairs
+     * with two of them. */
+    INFER_TYPE_Q4_0_R16 = 56,
+    INFER_TYPE_Q4_1_R16 = 57,
+    INFER_TYPE_Q8_0_R16 = 58,
+    INFER_TYPE_Q8_0S = 59,
+    INFER_TYPE_COUNT = 64  /* size of per-type tables; ids above are < this */
 } infer_type;
 
 #define QK4_0 32
@@ -78,6 +85,9 @@ typedef struct { infer_half d; infer_half m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2
 typedef struct { infer_half d; uint8_t qs[QK4_NL / 2]; } block_iq4_nl;
 /* s = d * sum(qs): the min term of Q4_1 . Q8_1 needs it. */
 typedef struct { infer_half d; infer_half s; int8_t qs[QK8_1]; } block_q8_1;
+/* Q8_0 with the exact sum of its qs: the offset term of the *_R16 kernels, which
+ * multiply unsigned bytes by these (Q8_0_R16 stores w + 128, Q4_0_R16 q, not q - 8). */
+typedef struct { infer_half d; int16_t sum; int8_t qs[QK8_0]; } block_q8_0s;
 typedef struct {
     infer_half d;                    /* super-block scale for quantized scales */
     infer_half dmin;                 /* super-block scale for quantized mins */
@@ -166,6 +176,7 @@ INFER_STATIC_ASSERT(sizeof(block_q4_1) == 20, block_q4_1_size);
 INFER_STATIC_ASSERT(sizeof(block_q5_0) == 22, block_q5_0_size);
 INFER_STATIC_ASSERT(sizeof(block_q8_0) == 34, block_q8_0_size);
 INFER_STATIC_ASSERT(sizeof(block_q8_1) == 36, block_q8_1_size);
+INFER_STATIC_ASSERT(sizeof(block_q8_0s) == 36, block_q8_0s_size);
 INFER_STATIC_ASSERT(sizeof(block_q4_K) == 144, block_q4_K_size);
 INFER_STATIC_ASSERT(sizeof(block_q6_K) == 210, block_q6_K_size);
 INFER_STATIC_ASSERT(sizeof(block_q8_K) == 292, block_q8_K_size);
@@ -216,6 +227,11 @@ typedef void (*infer_vec_dot_4xn_fn)(int64_t n, const void *w, size_t row_bytes,
                                      size_t a_stride, int n_tok, float *out, size_t out_stride);
 typedef void (*infer_vec_dot_rx8_fn)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
                                      const void *a, size_t a_stride, float *out, size_t out_stride);
+/* n_groups groups of 16 rows of a *_R16 format (one after another from w) against
+ * n_tok >= 1 activation rows (a_stride bytes apart): out[t * out_stride + r] = row r .
+ * token t for r < 16 * n_groups.  Each token's results do not depend on n_tok. */
+typedef void (*infer_matmul_r16_fn)(int64_t n, const void *w, int64_t n_groups, const void *a,
+                                    size_t a_stride, int64_t n_tok, float *out, size_t out_stride);
 
 typedef void (*infer_rmsnorm_fn)(const float *x, const float *weight, float *out,
                                  int64_t n, float eps);
@@ -336,6 +352,12 @@ typedef struct {
     /* By weight type: 1 where vec_dot_4 prefetches the four rows INFER_PREFETCH_ROWS
      * ahead itself (as every vec_dot_4xn does), so the driver does not. */
     unsigned char vec_dot_4_prefetches[INFER_TYPE_COUNT];
+    /* By *_R16 type: its only product kernel (no vec_dot: a row is spread over
+     * its group); the mat-mul driver calls it for whole groups of 16 rows. */
+    infer_matmul_r16_fn matmul_r16[INFER_TYPE_COUNT];
+    /* By file type: the *_R16 type worth repacking it into for this table (its
+     * kernel is faster than the file format's), or 0 to keep the file's rows. */
+    unsigned char repack_to[INFER_TYPE_COUNT];
 } infer_kernel_table;
 
 /* ISA ids, lowest to highest. */
@@ -383,6 +405,15 @@ void infer_fill_ops_neon(infer_kernel_table *t);
 void infer_fill_table_neon_dotprod(infer_kernel_table *t);
 void infer_fill_kquants_neon_dotprod(infer_kernel_table *t);
 void infer_fill_ops_neon_dotprod(infer_kernel_table *t);
+
+/* repack_scalar.c: the *_R16 formats.  infer_repack_type(type) is the *_R16 type of a
+ * file type (0: none); infer_repack_r16 writes rows (a multiple of 16) rows of
+ * cols values, row_bytes apart, into dst in that format (rows x the same row
+ * size).  Returns 0, or -1 for a type without one or sizes that do not fit. */
+int infer_repack_type(int type);
+int infer_repack_r16(int type, const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
+void infer_fill_repack_scalar(infer_kernel_table *t);
+void infer_fill_repack_avx512(infer_kernel_table *t);
 
 /* ---- float-op drivers (attention.c): shape loops over the table's kernels ---- */
 /* Bad arguments (sizes, types, rot_dim) return -1 and touch nothing; 0 on success. */

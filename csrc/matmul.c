@@ -78,6 +78,7 @@ static int64_t claim_chunk(volatile int64_t *next) {
 #endif
 
 typedef struct {
+    infer_matmul_r16_fn r16;   /* a *_R16 format: its kernel is the only one */
     infer_vec_dot_fn dot;
     infer_vec_dot_4_fn dot4;   /* may be NULL */
     infer_vec_dot_4x4_fn dot4x4;   /* may be NULL */
@@ -98,6 +99,13 @@ typedef struct {
 
 /* Rows [r0, r1) for every token, a tile of tokens at a time. */
 static void matmul_rows(const matmul_task *m, int64_t r0, int64_t r1) {
+    if (m->r16) {   /* r0 and r1 are multiples of 16 (checked by the callers) */
+        for (int64_t t0 = 0; t0 < m->n_tokens; t0 += TOKEN_TILE)
+            m->r16(m->cols, m->w + (size_t)r0 * m->row_bytes, (r1 - r0) / 16, m->xq + (size_t)t0 * m->xq_row_bytes,
+                   m->xq_row_bytes, m->n_tokens - t0 < TOKEN_TILE ? m->n_tokens - t0 : TOKEN_TILE,
+                   m->out + t0 * m->out_stride + r0, (size_t)m->out_stride);
+        return;
+    }
     for (int64_t t0 = 0; t0 < m->n_tokens; t0 += TOKEN_TILE) {
         const int64_t t1 = t0 + TOKEN_TILE < m->n_tokens ? t0 + TOKEN_TILE : m->n_tokens;
         int64_t r = r0;
@@ -159,13 +167,19 @@ static void matmul_worker(void *arg, int ith, int nth) {
     }
 }
 
+/* A row kernel, or the group kernel of a *_R16 format. */
+static int has_kernel(const infer_kernel_table *k, int type) {
+    return k->vec_dot[type] != NULL || k->matmul_r16[type] != NULL;
+}
+
 int infer_matmul_q(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                    const void *xq, int64_t n_tokens, float *out) {
     const infer_kernel_table *k = infer_kernels();
     const size_t xq_row_bytes = infer_activation_row_bytes(type, cols);
-    if (type < 0 || type >= INFER_TYPE_COUNT || !k->vec_dot[type] || xq_row_bytes == 0) return -1;
+    if (type < 0 || type >= INFER_TYPE_COUNT || !has_kernel(k, type) || xq_row_bytes == 0) return -1;
     if (rows < 0 || n_tokens < 0 || cols % infer_type_block_size(type)) return -1;
-    matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], k->vec_dot_4xn[type], k->vec_dot_rx8[type],
+    if (k->matmul_r16[type] && rows % 16) return -1;
+    matmul_task m = {k->matmul_r16[type], k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], k->vec_dot_4xn[type], k->vec_dot_rx8[type],
                      k->vec_dot_4_prefetches[type],
                      (const uint8_t *)w, row_bytes, rows, cols, (const uint8_t *)xq, xq_row_bytes, n_tokens, out, rows, rows, 0};
     const int nth = rows > ROW_ALIGN && rows * cols * n_tokens >= PARALLEL_MIN_WORK
@@ -188,9 +202,10 @@ int infer_matmul_rows(int type, const void *w, size_t row_bytes, int64_t cols, i
                       int64_t out_stride) {
     const infer_kernel_table *k = infer_kernels();
     const size_t xq_row_bytes = infer_activation_row_bytes(type, cols);
-    if (type < 0 || type >= INFER_TYPE_COUNT || !k->vec_dot[type] || xq_row_bytes == 0) return -1;
+    if (type < 0 || type >= INFER_TYPE_COUNT || !has_kernel(k, type) || xq_row_bytes == 0) return -1;
     if (r0 < 0 || r1 < r0 || n_tokens < 0 || cols % infer_type_block_size(type)) return -1;
-    matmul_task m = {k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], k->vec_dot_4xn[type], k->vec_dot_rx8[type],
+    if (k->matmul_r16[type] && (r0 % 16 || r1 % 16)) return -1;
+    matmul_task m = {k->matmul_r16[type], k->vec_dot[type], k->vec_dot_4[type], k->vec_dot_4x4[type], k->vec_dot_4xn[type], k->vec_dot_rx8[type],
                      k->vec_dot_4_prefetches[type],
                      (const uint8_t *)w, row_bytes, r1, cols, (const uint8_t *)xq, xq_row_bytes, n_tokens, out, out_stride, r1, 0};
     matmul_rows(&m, r0, r1);

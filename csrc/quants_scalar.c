@@ -262,6 +262,26 @@ static void quantize_q8_0(const float *src, void *dst, int64_t n) {
         y[b].d = infer_fp32_to_fp16(quantize_block_q8(src, y[b].qs));
 }
 
+/* Q8_0's bytes and scale, and the exact sum of the bytes (the *_R16 kernels). */
+static void quantize_q8_0s(const float *src, void *dst, int64_t n) {
+    block_q8_0s *y = (block_q8_0s *)dst;
+    for (int64_t b = 0; b < n / QK8_0; b++, src += QK8_0) {
+        const float d = quantize_block_q8(src, y[b].qs);
+        int sum = 0;
+        for (int j = 0; j < QK8_0; j++) sum += y[b].qs[j];
+        y[b].d = infer_fp32_to_fp16(d);
+        y[b].sum = (int16_t)sum;
+    }
+}
+
+static void dequantize_q8_0s(const void *src, float *dst, int64_t n) {
+    const block_q8_0s *x = (const block_q8_0s *)src;
+    for (int64_t b = 0; b < n / QK8_0; b++, dst += QK8_0) {
+        const float d = FP16(x[b].d);
+        for (int j = 0; j < QK8_0; j++) dst[j] = (float)x[b].qs[j] * d;
+    }
+}
+
 static void quantize_q8_1(const float *src, void *dst, int64_t n) {
     block_q8_1 *y = (block_q8_1 *)dst;
     for (int64_t b = 0; b < n / QK8_1; b++, src += QK8_1) {
@@ -429,6 +449,8 @@ void infer_fill_table_scalar(infer_kernel_table *t) {
     t->quantize[INFER_TYPE_Q5_1] = quantize_q5_1;
     t->quantize[INFER_TYPE_Q8_0] = quantize_q8_0;
     t->quantize[INFER_TYPE_Q8_1] = quantize_q8_1;
+    t->quantize[INFER_TYPE_Q8_0S] = quantize_q8_0s;
+    t->dequantize[INFER_TYPE_Q8_0S] = dequantize_q8_0s;
 
     t->vec_dot[INFER_TYPE_F32] = vec_dot_f32_f32;
     t->vec_dot[INFER_TYPE_F16] = vec_dot_f16_f32;

@@ -289,6 +289,16 @@ static void KERNEL(quantize_q8_0)(const float *src, void *dst, int64_t n) {
         y[b].d = (infer_half)_cvtss_sh(quantize_block_q8(src, y[b].qs, NULL), _MM_FROUND_TO_NEAREST_INT);
 }
 
+static void KERNEL(quantize_q8_0s)(const float *src, void *dst, int64_t n) {
+    block_q8_0s *y = (block_q8_0s *)dst;
+    for (int64_t b = 0; b < n / QK8_0; b++, src += QK8_0) {
+        int sum;
+        const float d = quantize_block_q8(src, y[b].qs, &sum);
+        y[b].d = (infer_half)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        y[b].sum = (int16_t)sum;
+    }
+}
+
 static void KERNEL(quantize_q8_1)(const float *src, void *dst, int64_t n) {
     block_q8_1 *y = (block_q8_1 *)dst;
     for (int64_t b = 0; b < n / QK8_1; b++, src += QK8_1) {
@@ -1181,6 +1191,7 @@ static void KERNEL(fill_quants_x86)(infer_kernel_table *t) {
     t->quantize[INFER_TYPE_F16] = KERNEL(quantize_f16);
     t->quantize[INFER_TYPE_Q8_0] = KERNEL(quantize_q8_0);
     t->quantize[INFER_TYPE_Q8_1] = KERNEL(quantize_q8_1);
+    t->quantize[INFER_TYPE_Q8_0S] = KERNEL(quantize_q8_0s);
 
     t->vec_dot[INFER_TYPE_F32] = KERNEL(vec_dot_f32_f32);
     t->vec_dot[INFER_TYPE_F16] = KERNEL(vec_dot_f16_f32);

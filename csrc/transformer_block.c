@@ -329,7 +329,8 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
 
 /* ---- checks -------------------------------------------------------------------- */
 static int matrix_ok(const infer_kernel_table *kt, const infer_decode_matrix *w) {
-    if (w->type < 0 || w->type >= INFER_TYPE_COUNT || !kt->vec_dot[w->type]) return 0;
+    if (w->type < 0 || w->type >= INFER_TYPE_COUNT) return 0;
+    if (!kt->vec_dot[w->type] && !(kt->matmul_r16[w->type] && w->rows % 16 == 0)) return 0;
     if (w->act_type != infer_type_vec_dot_type(w->type)) return 0;
     return w->act_type == INFER_TYPE_F32 || kt->quantize[w->act_type] != NULL;
 }

@@ -31,6 +31,10 @@ static const traits type_traits[INFER_TYPE_COUNT] = {
     [INFER_TYPE_IQ1_S] = {"iq1_s", QK_K, sizeof(block_iq1_s), INFER_TYPE_Q8_K},
     [INFER_TYPE_TQ1_0] = {"tq1_0", QK_K, sizeof(block_tq1_0), INFER_TYPE_Q8_K},
     [INFER_TYPE_TQ2_0] = {"tq2_0", QK_K, sizeof(block_tq2_0), INFER_TYPE_Q8_K},
+    [INFER_TYPE_Q4_0_R16] = {"q4_0_r16", QK4_0, sizeof(block_q4_0), INFER_TYPE_Q8_0S},
+    [INFER_TYPE_Q4_1_R16] = {"q4_1_r16", QK4_1, sizeof(block_q4_1), INFER_TYPE_Q8_1},
+    [INFER_TYPE_Q8_0_R16] = {"q8_0_r16", QK8_0, sizeof(block_q8_0), INFER_TYPE_Q8_0S},
+    [INFER_TYPE_Q8_0S] = {"q8_0s", QK8_0, sizeof(block_q8_0s), -1},
 };
 
 static const traits *get(int type) {

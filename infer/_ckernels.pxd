@@ -31,10 +31,10 @@ cdef extern from "infer_kernels.h" nogil:
 
     ctypedef struct infer_kernel_table:
         const char *name
-        infer_dequantize_fn dequantize[40]
-        infer_dequantize_f16_fn dequantize_f16[40]
-        infer_quantize_fn quantize[40]
-        infer_vec_dot_fn vec_dot[40]
+        infer_dequantize_fn dequantize[64]
+        infer_dequantize_f16_fn dequantize_f16[64]
+        infer_quantize_fn quantize[64]
+        infer_vec_dot_fn vec_dot[64]
         infer_rmsnorm_fn rmsnorm
         infer_layernorm_fn layernorm
         infer_softmax_fn softmax
@@ -48,6 +48,11 @@ cdef extern from "infer_kernels.h" nogil:
         infer_attn_fn attn_f16
         infer_attn_block_fn attn_block_f32
         infer_attn_block_fn attn_block_f16
+        const void *matmul_r16[64]     # by *_R16 type (a function pointer; tested for NULL)
+        unsigned char repack_to[64]    # by file type: its *_R16 type, or 0
+
+    int infer_repack_type(int type) noexcept
+    int infer_repack_r16(int type, const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) noexcept
 
     int infer_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim, const int64_t *positions, int64_t pos0, float freq_base, float freq_scale, const float *freq_factors, float attn_factor, int neox) noexcept
     void infer_rope_inv_freq(double *inv_freq, int64_t rot_dim, float freq_base, float freq_scale, const float *freq_factors) noexcept

@@ -373,6 +373,7 @@ class GGUFFile:
                                 f"tensor {prev.name!r} ending at offset {prev.offset + prev.nbytes}")
 
         data = np.frombuffer(mm, dtype=np.uint8)  # read-only: the map is ACCESS_READ
+        self._map_address = int(data.ctypes.data) if len(data) else 0
         self.tensors: dict[str, Tensor] = {}
         self.offsets: dict[str, int] = {}
         for r in records:
@@ -420,6 +421,22 @@ class GGUFFile:
             raise FileChangedError(
                 f"{self.path}: the file changed under the loaded model ({self.size} bytes "
                 f"when loaded, {now} now: truncated or overwritten); load it again")
+
+    def release_pages(self, view: np.ndarray) -> None:
+        """Tell the OS this process will not read the pages under ``view`` (a view of
+        the map, such as a tensor's data) for now: a model that keeps its own copy of
+        a tensor (repacked) then does not also hold the file's pages in memory.  They
+        stay in the page cache and come back on the next read; a no-op where the
+        platform has no madvise."""
+        mm, advice = self._mm, getattr(mmap, "MADV_DONTNEED", None)
+        if mm is None or advice is None or not hasattr(mm, "madvise") or view.nbytes == 0:
+            return
+        start = int(view.ctypes.data) - self._map_address
+        if start < 0 or start + view.nbytes > self.size:
+            raise ValueError("view: not a part of this file's map")
+        lo = start // mmap.PAGESIZE * mmap.PAGESIZE
+        hi = min(-(-(start + view.nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE, len(mm))
+        mm.madvise(advice, lo, hi - lo)
 
     def close(self) -> None:
         """Drop the map.  Tensor views still held elsewhere keep it open until freed."""

@@ -232,7 +232,7 @@ cdef int _activation_type(int t) except -1:
     if vdt < 0:
         raise ValueError(f"qtype: {_name(t)} is not a weight format")
     cdef const infer_kernel_table *k = _table()
-    if k.vec_dot[t] == NULL:
+    if k.vec_dot[t] == NULL and k.matmul_r16[t] == NULL:
         raise ValueError(f"qtype: no vec_dot kernel for {_name(t)} in the "
                          f"{k.name.decode()} kernel set")
     if k.quantize[vdt] == NULL:
@@ -318,8 +318,13 @@ cdef object _weights_aligned(Py_buffer *w, int t):
 cdef int64_t _weight_rows(Py_buffer *w, int t, int64_t n, str x_name) except -1:
     """Row count of weights w (2-D rows x row bytes, or 1-D) whose rows hold n elements."""
     cdef int64_t rb = _packed_bytes(n, t, x_name)
+    cdef int64_t rows
     if rb == 0:
         raise ValueError(f"{x_name}: row length must be > 0")
+    if _table().matmul_r16[t] != NULL:
+        rows = w.shape[0] if w.ndim == 2 else w.len // rb
+        if w.len % rb == 0 and rows % 16:
+            raise ValueError(f"w: a {_name(t)} matrix is whole groups of 16 rows, got {rows} rows")
     if w.ndim == 2:
         if w.shape[1] != rb:
             raise ValueError(f"w: rows of {w.shape[1]} bytes do not hold {n} values of "
@@ -498,3 +503,42 @@ def matmul_q(w, qtype, Xq, out):
     finally:
         PyBuffer_Release(&wb)
     return out
+
+
+def repack_type(qtype):
+    """The format the active kernel set repacks weights of format qtype into at load
+    ("q4_1_r16" for "q4_1" where its kernel is faster), or None: keep the file's rows."""
+    cdef int t = type_id(qtype)
+    cdef int r = _table().repack_to[t]
+    return TYPE_NAMES[r] if r else None
+
+
+def repack(w, qtype):
+    """Weight rows w (uint8, rows x row bytes, format q4_0, q4_1 or q8_0, rows a
+    multiple of 16) repacked into that format's *_r16 layout (csrc/repack.h): a new
+    uint8 array of the same shape, which the kernels multiply as format
+    ``vec_dot_type``-paired ``"<qtype>_r16"``.  Returns (array, format name)."""
+    cdef int t = type_id(qtype)
+    cdef int rt = infer_repack_type(t)
+    if rt == 0:
+        raise ValueError(f"qtype: {_name(t)} has no repacked format (q4_0, q4_1 and q8_0 have)")
+    a = _np.asarray(w)
+    if a.dtype != _np.uint8 or a.ndim != 2 or not a.flags.c_contiguous:
+        raise ValueError(f"w: expected C-contiguous uint8 rows x row bytes, got {a.dtype} "
+                         f"of shape {a.shape}{'' if a.flags.c_contiguous else ', not contiguous'}")
+    cdef const uint8_t[:, ::1] src = a
+    cdef int64_t rows = src.shape[0], rb = src.shape[1]
+    cdef int64_t bb = infer_type_block_bytes(t)
+    if rb == 0 or rb % bb:
+        raise ValueError(f"w: rows of {rb} bytes are not whole {_name(t)} blocks of {bb} bytes")
+    if rows == 0 or rows % 16:
+        raise ValueError(f"w: {rows} rows; repacking takes whole groups of 16 rows")
+    cdef int64_t cols = rb // bb * infer_type_block_size(t)
+    out = _np.empty((rows, rb), _np.uint8)
+    cdef uint8_t[:, ::1] dst = out
+    cdef int rc
+    with nogil:
+        rc = infer_repack_r16(t, &src[0, 0], <size_t>rb, rows, cols, &dst[0, 0])
+    if rc != 0:
+        raise ValueError(f"w: cannot repack {rows} x {cols} {_name(t)}")
+    return out, TYPE_NAMES[rt]

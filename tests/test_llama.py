@@ -235,7 +235,10 @@ def test_missing_tensor_is_a_clear_error(gf):
 
 def test_tied_output_head_uses_token_embd(engine, gf):
     assert "output.weight" not in gf.tensors
-    assert engine.weights.output is engine.weights.token_embd
+    w = engine.weights
+    # the head multiplies token_embd's rows: as they are, or its repacked copy of them
+    assert w.output is w.token_embd or w.output.file_data is w.token_embd.data
+    assert w.output.rows == w.token_embd.rows and w.output.file_qtype == w.token_embd.qtype
 
 
 _MEMORY_SCRIPT = r"""

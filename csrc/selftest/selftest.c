@@ -31,7 +31,7 @@
  * infer_kernel_table must get its check here too, or it would go untested. */
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(infer_kernel_table) ==
-                   offsetof(infer_kernel_table, vec_dot_4_prefetches) +
+                   offsetof(infer_kernel_table, repack_to) +
                        sizeof(unsigned char[INFER_TYPE_COUNT]),
                "infer_kernel_table has a field the self-test does not check");
 #endif
@@ -1099,6 +1099,75 @@ static void check_thread_pool(void) {
     free(x);
 }
 
+/* matmul_r16 (the *_R16 formats, repack.h): 32 rows of the file format, repacked,
+ * against 1..9 tokens (a tile of 8 and one more).  References: the scalar kernel
+ * bit for bit (same operations in the same order), the file format's scalar
+ * vec_dot within tolerance, and each token's results alone bit for bit.  Output
+ * rows are 33 floats apart; the 33rd must stay untouched. */
+static void check_matmul_r16(const infer_kernel_table *ref, const infer_kernel_table *simd, int t) {
+    if (!OVERRIDES(matmul_r16[t])) return;
+    if (!has_reference(ref->matmul_r16[t] != NULL, "matmul_r16", t)) return;
+    int ft = -1;   /* the file type repacked into t */
+    for (int f = 0; f < INFER_TYPE_COUNT; f++)
+        if (infer_type_name(f) && infer_repack_type(f) == t) ft = f;
+    const int at = infer_type_vec_dot_type(t), fat = infer_type_vec_dot_type(ft);
+    enum { R16_ROWS_T = 32, R16_TOK = 9, R16_OUT = 33 };   /* (OUT is a macro in windows.h) */
+    for (int c = 0; c < N_BLOCK_COUNTS; c++) {
+        const int64_t n = (int64_t)BLOCK_COUNTS[c] * 32;
+        const size_t rb = row_bytes(ft, n), ab = row_bytes(at, n), fab = row_bytes(fat, n);
+        uint8_t *w = malloc(R16_ROWS_T * rb), *wr = malloc(R16_ROWS_T * rb), *a = malloc(R16_TOK * ab), *fa = malloc(R16_TOK * fab);
+        if (!w || !wr || !a || !fa) abort();
+        int ok = 1;
+        for (int r = 0; r < R16_ROWS_T && ok; r++) ok = make_input(ref, ft, w + r * rb, n, 1);
+        for (int k = 0; k < R16_TOK && ok; k++) ok = make_input(ref, at, a + k * ab, n, 0);
+        if (!ok || infer_repack_r16(ft, w, rb, R16_ROWS_T, n, wr) != 0) {
+            report(0, "matmul_r16", t, n, "cannot generate inputs", 0, 0, -1);
+            free(w); free(wr); free(a); free(fa);
+            return;
+        }
+        /* the same activations in the file format's pairing (Q8_0S -> Q8_0: d and qs) */
+        for (int k = 0; k < R16_TOK; k++)
+            for (int64_t b = 0; b < n / 32; b++) {
+                const uint8_t *src = a + k * ab + b * 36;
+                uint8_t *dst = fa + k * fab + b * infer_type_block_bytes(fat);
+                if (fat == at) memcpy(dst, src, 36);
+                else memcpy(dst, src, 2), memcpy(dst + 2, src + 4, 32);
+            }
+        const float sentinel = -12345.0f;
+        float got[R16_TOK * R16_OUT], want[R16_TOK * R16_OUT], alone[R16_OUT];
+        for (int i = 0; i < R16_TOK * R16_OUT; i++) got[i] = want[i] = sentinel;
+        simd->matmul_r16[t](n, wr, R16_ROWS_T / 16, a, ab, R16_TOK, got, R16_OUT);
+        ref->matmul_r16[t](n, wr, R16_ROWS_T / 16, a, ab, R16_TOK, want, R16_OUT);
+        for (int k = 0; k < R16_TOK && ok; k++) {
+            simd->matmul_r16[t](n, wr, R16_ROWS_T / 16, a + k * ab, ab, 1, alone, R16_OUT);
+            if (got[k * R16_OUT + R16_ROWS_T] != sentinel) {
+                report(0, "matmul_r16", t, n, "wrote past the rows", 0, 0, -1);
+                ok = 0;
+            }
+            for (int r = 0; r < R16_ROWS_T && ok; r++) {
+                const float v = got[k * R16_OUT + r];
+                const float dot = ref->vec_dot[ft](n, w + r * rb, fa + k * fab);
+                const double tol = 1e-5 * dot_magnitude(ref, ft, fat, w + r * rb, fa + k * fab, n, fabs(dot) * 8.0) + 1e-30;
+                char where[64];
+                snprintf(where, sizeof where, "row %d token %d", r, k);
+                if (memcmp(&v, &want[k * R16_OUT + r], sizeof v) != 0) {
+                    report(0, "matmul_r16", t, n, where, v, want[k * R16_OUT + r], 0);
+                    ok = 0;
+                } else if (!(fabs((double)v - dot) <= tol)) {
+                    report(0, "matmul_r16", t, n, where, v, dot, tol);
+                    ok = 0;
+                } else if (memcmp(&v, &alone[r], sizeof v) != 0) {
+                    strncat(where, ": not the one-token bits", sizeof where - strlen(where) - 1);
+                    report(0, "matmul_r16", t, n, where, v, alone[r], 0);
+                    ok = 0;
+                }
+            }
+        }
+        if (ok) report(1, "matmul_r16", t, n, "", 0, 0, 0);
+        free(w); free(wr); free(a); free(fa);
+    }
+}
+
 /* ---- driver ------------------------------------------------------------------- */
 static int count_overrides(const infer_kernel_table *ref, const infer_kernel_table *simd) {
     int c = 0;
@@ -1109,7 +1178,8 @@ static int count_overrides(const infer_kernel_table *ref, const infer_kernel_tab
          OVERRIDES(gelu_mul) + OVERRIDES(add) + OVERRIDES(scale) + OVERRIDES(rope_norm) +
          OVERRIDES(rope_neox) + OVERRIDES(attn_f32) + OVERRIDES(attn_f16) +
          OVERRIDES(attn_block_f32) + OVERRIDES(attn_block_f16);
-    for (int t = 0; t < INFER_TYPE_COUNT; t++) c += OVERRIDES(vec_dot_4[t]) + OVERRIDES(vec_dot_4x4[t]);
+    for (int t = 0; t < INFER_TYPE_COUNT; t++)
+        c += OVERRIDES(vec_dot_4[t]) + OVERRIDES(vec_dot_4x4[t]) + OVERRIDES(matmul_r16[t]);
     return c;
 }
 
@@ -1148,6 +1218,9 @@ int main(int argc, char **argv) {
             check_vec_dot_4x4(ref, simd, t);
             check_vec_dot_4xn(ref, simd, t);
             check_vec_dot_rx8(ref, simd, t);
+            check_matmul_r16(ref, simd, t);
+            if (simd->repack_to[t] && !simd->matmul_r16[simd->repack_to[t]])
+                report(0, "repack_to", t, 0, "names a format without a kernel", 0, 0, -1);
             if (simd->vec_dot_4_prefetches[t] && !simd->vec_dot_4[t])   /* the driver would prefetch nothing */
                 report(0, "vec_dot_4_prefetches", t, 0, "set without vec_dot_4", 0, 0, -1);
         }

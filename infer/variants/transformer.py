@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 from .. import kernels as K
 from ..runtime import Context, Engine, ModelClosedError, RowOutputs
 from .spec import TransformerSpec
-from .weights import LayerWeights, Matrix, ModelWeights, load_weights
+from .weights import LayerWeights, Matrix, ModelWeights, load_weights, repack_enabled, repack_weights
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
 N_BATCH = 512
@@ -46,6 +46,8 @@ class TransformerEngine(Engine):
         self.n_embd = spec.dim
         self.n_threads = n_threads
         self.weights: Optional[ModelWeights] = load_weights(spec, gguf_file.tensors, also_used)
+        if repack_enabled():
+            self.weights = repack_weights(self.weights, getattr(gguf_file, "release_pages", None))
         self._contexts: "weakref.WeakSet[TransformerContext]" = weakref.WeakSet()
         #: the fused step of each spec the contexts compute with (one, unless the
         #: maths depend on the context size: Phi-3's LongRoPE)
@@ -88,8 +90,8 @@ class TransformerEngine(Engine):
         for i, layer in enumerate(w.layers):
             named += [(f"blk.{i}.{k}", v) for k, v in vars(layer).items()]
         for name, m in named:
-            if m is not None:
-                yield name, int(getattr(m, "qtype", 0)), m.data
+            if m is not None:   # the file's rows, repacked or not
+                yield name, int(getattr(m, "file_qtype", 0)), getattr(m, "file_data", m.data)
 
     @contextmanager
     def running(self) -> Iterator[ModelWeights]:

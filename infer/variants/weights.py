@@ -12,8 +12,10 @@ Names follow llama.cpp's GGUF conventions (``src/llama-arch.cpp``).
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -27,7 +29,7 @@ from .spec import TransformerSpec
 class Matrix:
     """A weight matrix as the kernels take it: raw rows in the file, its format."""
 
-    __slots__ = ("data", "qtype", "rows", "cols", "act_type")
+    __slots__ = ("data", "qtype", "rows", "cols", "act_type", "file_data", "file_qtype")
 
     def __init__(self, tensor: Any, rows: int, cols: int, name: str) -> None:
         shape = tuple(int(s) for s in tensor.shape)
@@ -40,6 +42,8 @@ class Matrix:
         self.rows, self.cols = rows, cols
         #: format the input vector is quantized into for this matrix's dot products
         self.act_type = K.type_id(K.vec_dot_type(self.qtype))
+        #: the rows and format in the file (``data`` may be a repacked copy)
+        self.file_data, self.file_qtype = self.data, self.qtype
 
     def row_slice(self, lo: int, hi: int) -> "Matrix":
         """Rows [lo, hi) as a matrix of their own (a view: a fused tensor's parts)."""
@@ -47,10 +51,50 @@ class Matrix:
         part.data = self.data[lo:hi]
         part.qtype, part.act_type = self.qtype, self.act_type
         part.rows, part.cols = hi - lo, self.cols
+        part.file_data, part.file_qtype = part.data, part.qtype
+        return part
+
+    def repacked(self) -> "Matrix":
+        """This matrix in the layout the active kernel set multiplies fastest
+        (`kernels.repack_type`: 16 rows interleaved, csrc/repack.h), as a copy in
+        memory; itself when there is none or its rows do not come in 16s."""
+        fast = K.repack_type(self.qtype)
+        if fast is None or self.rows % 16 or self.rows == 0:
+            return self
+        part = object.__new__(Matrix)
+        data, fmt = K.repack(self.data, self.qtype)
+        part.data, part.qtype = data, K.type_id(fmt)
+        part.act_type = K.type_id(K.vec_dot_type(part.qtype))
+        part.rows, part.cols = self.rows, self.cols
+        part.file_data, part.file_qtype = self.file_data, self.file_qtype
         return part
 
     def as_tuple(self) -> Tuple[Any, ...]:
         return (self.data, self.qtype, self.act_type, self.rows, self.cols)
+
+
+def repack_enabled() -> bool:
+    """Whether engines repack their weights at load (INFER_REPACK=0 turns it off)."""
+    return os.environ.get("INFER_REPACK", "").strip() not in ("0", "off", "false", "no")
+
+
+def repack_weights(w: "ModelWeights", release: Optional[Callable[[Any], None]] = None) -> "ModelWeights":
+    """The model's matrices in the layout the active kernel set multiplies fastest
+    (`Matrix.repacked`), as copies in memory: at most the size of those matrices in
+    the file.  ``release(file_rows)`` is called for each matrix copied (the file's
+    pages can go: `GGUFFile.release_pages`).  token_embd stays the file's (its rows
+    are looked up one at a time); a tied head gets its own repacked copy."""
+    def fast(m: Matrix) -> Matrix:
+        r = m.repacked()
+        if r is not m and release is not None:
+            release(m.file_data)
+        return r
+
+    matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+    layers = [dataclasses.replace(layer, **{k: fast(getattr(layer, k)) for k in matrices})  # type: ignore[arg-type]
+              for layer in w.layers]
+    return ModelWeights(token_embd=w.token_embd, output_norm=w.output_norm,
+                        output=fast(w.output), layers=layers)
 
 
 class Vector:

@@ -1,0 +1,114 @@
+/* repack_avx512.c: the *_R16 kernels with AVX-512 VNNI (layout: repack.h).
+ *
+ * A 512-bit vector holds 4 bytes of each of a group's 16 rows, so vpdpbusd against
+ * 4 activation bytes broadcast from memory adds 4 products to each row's lane:
+ * a block is 8 multiply-adds per token, then one convert and two fused multiply-
+ * adds scale all 16 rows.  The weight vectors of a block are loaded (and, for the
+ * 4-bit formats, unpacked) once for up to 8 tokens, each with its own 16 sums.
+ * Same operations in the same order as repack_scalar.c's scalar kernel: same bits.
+ */
+#include "repack.h"
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#include <string.h>
+
+/* Groups ahead whose bytes a group's block loop requests, a few lines a block
+ * (infer_prefetch_part), as the other kernels do INFER_PREFETCH_ROWS rows ahead. */
+#define R16_PREFETCH_GROUPS (INFER_PREFETCH_ROWS / R16_ROWS)
+
+static inline float half_at(const infer_half *p) { return _cvtsh_ss(*p); }
+
+/* nt (1..8) tokens against one group of 16 rows, for a constant type and nt. */
+INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *wg, const uint8_t *pf,
+                                   const uint8_t *a, size_t a_stride, float *out, size_t out_stride) {
+    const size_t gbb = type == INFER_TYPE_Q4_0_R16 ? 16 * 18 : type == INFER_TYPE_Q4_1_R16 ? 16 * 20 : 16 * 34;
+    const int qs_at = R16_QS(type);
+    const __m512i low4 = _mm512_set1_epi8(15);
+    __m512 acc[8], mins[8];
+    for (int t = 0; t < nt; t++) acc[t] = mins[t] = _mm512_setzero_ps();
+    size_t pf_done = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *gb = wg + (size_t)b * gbb;
+        infer_prefetch_part(pf, &pf_done, (size_t)nb * gbb, b, nb);
+        __m512i w[8];
+        if (type == INFER_TYPE_Q8_0_R16) {
+            for (int c = 0; c < 8; c++) w[c] = _mm512_loadu_si512((const void *)(gb + qs_at + 64 * c));
+        } else {
+            for (int c = 0; c < 4; c++) {
+                const __m512i p = _mm512_loadu_si512((const void *)(gb + qs_at + 64 * c));
+                w[c] = _mm512_and_si512(p, low4);
+                w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low4);
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16_D)));
+        __m512 mw = _mm512_setzero_ps();
+        if (type == INFER_TYPE_Q4_1_R16) mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16_M)));
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *xb = a + (size_t)t * a_stride + (size_t)b * 36;   /* Q8_1 and Q8_0S: 36 bytes */
+            const int8_t *xs = (const int8_t *)(xb + 4);
+            __m512i isum;
+            if (type == INFER_TYPE_Q4_1_R16) {
+                isum = _mm512_setzero_si512();
+            } else {
+                const int16_t sum = ((const block_q8_0s *)xb)->sum;
+                isum = _mm512_set1_epi32((type == INFER_TYPE_Q4_0_R16 ? -8 : -128) * (int32_t)sum);
+            }
+            for (int c = 0; c < 8; c++) {
+                int32_t x4;
+                memcpy(&x4, xs + 4 * c, 4);
+                isum = _mm512_dpbusd_epi32(isum, w[c], _mm512_set1_epi32(x4));
+            }
+            const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(half_at((const infer_half *)xb)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
+            if (type == INFER_TYPE_Q4_1_R16)
+                mins[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(half_at((const infer_half *)(xb + 2))), mins[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        _mm512_storeu_ps(out + (size_t)t * out_stride,
+                         type == INFER_TYPE_Q4_1_R16 ? _mm512_add_ps(acc[t], mins[t]) : acc[t]);
+}
+
+INFER_ALWAYS_INLINE void r16_matmul(int type, int64_t n, const void *w, int64_t n_groups, const void *a,
+                                    size_t a_stride, int64_t n_tok, float *out, size_t out_stride) {
+    const int64_t nb = n / QK8_0;
+    const size_t group_bytes = (size_t)nb * R16_ROWS * infer_type_block_bytes(type);
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *wg = (const uint8_t *)w + (size_t)g * group_bytes;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
+            /* the weights come from memory for the first tile only */
+            const uint8_t *pf = t0 == 0 ? wg + R16_PREFETCH_GROUPS * group_bytes : NULL;
+            const uint8_t *x = (const uint8_t *)a + (size_t)t0 * a_stride;
+            float *o = out + (size_t)t0 * out_stride + (size_t)g * R16_ROWS;
+            switch (n_tok - t0 < 8 ? (int)(n_tok - t0) : 8) {
+            case 1: r16_group(type, 1, nb, wg, pf, x, a_stride, o, out_stride); break;
+            case 2: r16_group(type, 2, nb, wg, pf, x, a_stride, o, out_stride); break;
+            case 3: r16_group(type, 3, nb, wg, pf, x, a_stride, o, out_stride); break;
+            case 4: r16_group(type, 4, nb, wg, pf, x, a_stride, o, out_stride); break;
+            case 5: r16_group(type, 5, nb, wg, pf, x, a_stride, o, out_stride); break;
+            case 6: r16_group(type, 6, nb, wg, pf, x, a_stride, o, out_stride); break;
+            case 7: r16_group(type, 7, nb, wg, pf, x, a_stride, o, out_stride); break;
+            default: r16_group(type, 8, nb, wg, pf, x, a_stride, o, out_stride); break;
+            }
+        }
+    }
+}
+
+#define R16_AVX512(name, type)                                                                         \
+    static void name(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,      \
+                     int64_t n_tok, float *out, size_t out_stride) {                                   \
+        r16_matmul(type, n, w, n_groups, a, a_stride, n_tok, out, out_stride);                        \
+    }
+R16_AVX512(matmul_q4_0_r16_avx512, INFER_TYPE_Q4_0_R16)
+R16_AVX512(matmul_q4_1_r16_avx512, INFER_TYPE_Q4_1_R16)
+R16_AVX512(matmul_q8_0_r16_avx512, INFER_TYPE_Q8_0_R16)
+
+void infer_fill_repack_avx512(infer_kernel_table *t) {
+    t->matmul_r16[INFER_TYPE_Q4_0_R16] = matmul_q4_0_r16_avx512;
+    t->matmul_r16[INFER_TYPE_Q4_1_R16] = matmul_q4_1_r16_avx512;
+    t->matmul_r16[INFER_TYPE_Q8_0_R16] = matmul_q8_0_r16_avx512;
+    t->repack_to[INFER_TYPE_Q4_0] = INFER_TYPE_Q4_0_R16;
+    t->repack_to[INFER_TYPE_Q4_1] = INFER_TYPE_Q4_1_R16;
+    t->repack_to[INFER_TYPE_Q8_0] = INFER_TYPE_Q8_0_R16;
+}
+#endif

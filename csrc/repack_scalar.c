@@ -1,0 +1,124 @@
+/* repack_scalar.c: the *_R16 formats (see repack.h): repacking a file's rows, and the
+ * portable kernel, which is the oracle of the SIMD ones (repack_avx512.c). */
+#include "repack.h"
+
+#include <string.h>
+
+int infer_repack_type(int type) {
+    switch (type) {
+    case INFER_TYPE_Q4_0: return INFER_TYPE_Q4_0_R16;
+    case INFER_TYPE_Q4_1: return INFER_TYPE_Q4_1_R16;
+    case INFER_TYPE_Q8_0: return INFER_TYPE_Q8_0_R16;
+    default: return 0;
+    }
+}
+
+int infer_repack_r16(int type, const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
+    const int rt = infer_repack_type(type);
+    if (!rt || !src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK8_0) return -1;
+    const size_t bb = infer_type_block_bytes(type);
+    const int64_t nb = cols / QK8_0;
+    if (row_bytes < (size_t)nb * bb) return -1;
+    const int chunks = R16_CHUNKS(rt), qs_at = R16_QS(rt);
+    const uint8_t flip = rt == INFER_TYPE_Q8_0_R16 ? 0x80 : 0;
+    uint8_t *out = (uint8_t *)dst;
+    for (int64_t g = 0; g < rows / R16_ROWS; g++)
+        for (int64_t b = 0; b < nb; b++, out += R16_ROWS * bb)
+            for (int r = 0; r < R16_ROWS; r++) {
+                /* every file block starts with d; Q4_1 has m next; qs follow */
+                const uint8_t *blk = (const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes + (size_t)b * bb;
+                const uint8_t *qs = blk + (bb - (size_t)chunks * 4);
+                memcpy(out + R16_D + 2 * r, blk, 2);
+                if (rt == INFER_TYPE_Q4_1_R16) memcpy(out + R16_M + 2 * r, blk + 2, 2);
+                for (int c = 0; c < chunks; c++)
+                    for (int k = 0; k < 4; k++)
+                        out[qs_at + c * 64 + r * 4 + k] = (uint8_t)(qs[4 * c + k] ^ flip);
+            }
+    return 0;
+}
+
+/* The weight of row r, element k of a group-block: unsigned, as the kernels
+ * multiply it (q for the 4-bit formats, w + 128 for Q8_0_R16). */
+static int r16_weight(int type, const uint8_t *gb, int r, int k) {
+    const uint8_t *qs = gb + R16_QS(type);
+    if (type == INFER_TYPE_Q8_0_R16) return qs[(k / 4) * 64 + r * 4 + k % 4];
+    const uint8_t byte = qs[((k % 16) / 4) * 64 + r * 4 + k % 4];
+    return k < 16 ? byte & 15 : byte >> 4;
+}
+
+/* a * b + c with one rounding, in portable C (the SIMD kernels use fused multiply-
+ * adds; some C runtimes have no fmaf).  a * b is exact in double; p + c rounded to
+ * double "to odd" (nudged one ulp off an even result when inexact) then to float
+ * rounds correctly, since double has more than two bits beyond float's 24. */
+static float fma_f32(float a, float b, float c) {
+    const double p = (double)a * (double)b, s = p + (double)c;
+    const double bb = s - p, e = (p - (s - bb)) + ((double)c - bb);   /* s + e = p + c exactly */
+    uint64_t u;
+    memcpy(&u, &s, sizeof u);
+    if (e != 0.0 && (u & 1) == 0 && (u & 0x7ff0000000000000ull) != 0x7ff0000000000000ull) {
+        /* one ulp toward e: away from zero when e has s's sign, else toward it */
+        u += ((e > 0.0) == (s > 0.0)) ? 1 : (uint64_t)-1;
+        double odd;
+        memcpy(&odd, &u, sizeof odd);
+        return (float)odd;
+    }
+    return (float)s;
+}
+
+static float fp16_at(const uint8_t *p) {
+    infer_half h;
+    memcpy(&h, p, 2);
+    return infer_fp16_to_fp32(h);
+}
+
+static void matmul_r16_scalar(int type, int64_t n, const void *w, int64_t n_groups, const void *a,
+                              size_t a_stride, int64_t n_tok, float *out, size_t out_stride) {
+    const int64_t nb = n / QK8_0;
+    const size_t gbb = R16_ROWS * infer_type_block_bytes(type);   /* a group-block */
+    const int offset = type == INFER_TYPE_Q4_0_R16 ? 8 : type == INFER_TYPE_Q8_0_R16 ? 128 : 0;
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *wg = (const uint8_t *)w + (size_t)g * (size_t)nb * gbb;
+        for (int64_t t = 0; t < n_tok; t++) {
+            const uint8_t *x = (const uint8_t *)a + (size_t)t * a_stride;
+            float acc[R16_ROWS] = {0}, mins[R16_ROWS] = {0};
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *gb = wg + (size_t)b * gbb;
+                const int8_t *xs;
+                float dx, sx = 0.0f;
+                int32_t init = 0;
+                if (type == INFER_TYPE_Q4_1_R16) {
+                    const block_q8_1 *xb = (const block_q8_1 *)x + b;
+                    xs = xb->qs, dx = infer_fp16_to_fp32(xb->d), sx = infer_fp16_to_fp32(xb->s);
+                } else {
+                    const block_q8_0s *xb = (const block_q8_0s *)x + b;
+                    xs = xb->qs, dx = infer_fp16_to_fp32(xb->d), init = -offset * (int32_t)xb->sum;
+                }
+                for (int r = 0; r < R16_ROWS; r++) {
+                    int32_t isum = init;
+                    for (int k = 0; k < QK8_0; k++) isum += r16_weight(type, gb, r, k) * xs[k];
+                    acc[r] = fma_f32((float)isum, fp16_at(gb + R16_D + 2 * r) * dx, acc[r]);
+                    if (type == INFER_TYPE_Q4_1_R16) mins[r] = fma_f32(fp16_at(gb + R16_M + 2 * r), sx, mins[r]);
+                }
+            }
+            for (int r = 0; r < R16_ROWS; r++)
+                out[(size_t)t * out_stride + (size_t)g * R16_ROWS + r] = acc[r] + mins[r];
+        }
+    }
+}
+
+#define R16_SCALAR(name, type)                                                                         \
+    static void name(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,      \
+                     int64_t n_tok, float *out, size_t out_stride) {                                   \
+        matmul_r16_scalar(type, n, w, n_groups, a, a_stride, n_tok, out, out_stride);                 \
+    }
+R16_SCALAR(matmul_q4_0_r16, INFER_TYPE_Q4_0_R16)
+R16_SCALAR(matmul_q4_1_r16, INFER_TYPE_Q4_1_R16)
+R16_SCALAR(matmul_q8_0_r16, INFER_TYPE_Q8_0_R16)
+
+/* The portable kernels, so every table can run a repacked matrix (and tests can
+ * compare); repack_to stays 0: without SIMD the file's rows are faster. */
+void infer_fill_repack_scalar(infer_kernel_table *t) {
+    t->matmul_r16[INFER_TYPE_Q4_0_R16] = matmul_q4_0_r16;
+    t->matmul_r16[INFER_TYPE_Q4_1_R16] = matmul_q4_1_r16;
+    t->matmul_r16[INFER_TYPE_Q8_0_R16] = matmul_q8_0_r16;
+}
