@@ -4,8 +4,10 @@ Every figure is printed next to a baseline measured in the same run, with the ra
   dequantize  vs the gguf package's numpy dequantizer, and a numpy copy of the output size
   matvec      vs numpy float32 mat-vec (OpenBLAS, one thread), 2 threads vs 1,
               and each SIMD kernel set vs scalar
-  model       the mat-vec shapes of SmolLM2-135M decode, per thread count
-  prefill     mat-mul of many tokens vs numpy float32 (OpenBLAS sgemm, one thread)
+  model       the mat-vec shapes of SmolLM2-135M decode, per thread count, in the file's
+              formats and repacked (*_r16) as the loader does where the kernel set has them
+  prefill     mat-mul of many tokens vs numpy float32 (OpenBLAS sgemm, one thread), file
+              formats and repacked
   types       the K/IQ4/Q5_1 formats: dequantize G elem/s and 4096x4096 mat-vec us at one
               thread beside numpy and Q4_0, and mat-vec time per weight byte vs Q4_0's
   iquants     the IQ and TQ formats at one thread on the active kernel set: dequantize
@@ -15,7 +17,8 @@ Every figure is printed next to a baseline measured in the same run, with the ra
               within 1.5x of Q4_0's time per weight byte
   limits      the machine's read bandwidth and int8 dot peak (bench/machine_probe.py),
               beside a mat-vec larger than the last-level cache at each thread count
-              (GB/s of weights and its share of the probe's bandwidth, same run)
+              (GB/s of weights and its share of the probe's bandwidth, same run), in the
+              file's layout and repacked as the model loader does (csrc/repack.h)
   ggml        llama.cpp's ggml CPU vec_dot as a 4096x4096 mat-vec for the same bytes, one
               thread, beside infer's: each as time per weight byte vs its own Q4_0 in
               this run, and infer/ggml (needs LLAMA_CPP_LIB_PATH = the folder with
@@ -113,7 +116,10 @@ def thread_columns(fn, fmt_us):
 
 def encode(fmt, w):
     """w in format fmt: by the gguf package's quantizer, else by infer's; the grid formats
-    (they need an importance matrix) get random blocks of the same shape, with sane fp16 d."""
+    (they need an importance matrix) get random blocks of the same shape, with sane fp16 d;
+    a repacked format ("q4_1_r16") is its file format's rows repacked as the loader does."""
+    if fmt.endswith("_r16"):
+        return K.repack(encode(fmt[:-len("_r16")], w), fmt[:-len("_r16")])[0]
     if fmt.startswith("iq") and fmt not in ("iq4_nl", "iq4_xs"):
         rng = np.random.default_rng(w.shape[0])
         n_blocks = w.size // K.block_size(fmt)
@@ -189,7 +195,9 @@ def bench_matvec(rng, isas):
 def bench_model(rng, isa):
     K.set_isa(isa)
     result = []
-    for fmt in ("q4_1", "q8_0"):
+    formats = ["q4_1", "q8_0"]
+    formats += [K.repack_type(f) for f in formats if K.repack_type(f)]   # as the loader repacks them
+    for fmt in formats:
         for rows, cols in MODEL_SHAPES:
             w_f = rng.standard_normal((rows, cols)).astype(np.float32)
             w = encode(fmt, w_f)
@@ -222,7 +230,9 @@ def bench_prefill(rng, isa):
     ref = np.empty((tokens, rows), np.float32)
     t_np = per_call(lambda: np.matmul(X, w_f.T, out=ref))
     result = []
-    for fmt in ("q4_0", "q4_1", "q8_0"):
+    formats = ["q4_0", "q4_1", "q8_0"]
+    formats += [K.repack_type(f) for f in formats if K.repack_type(f)]
+    for fmt in formats:
         w = encode(fmt, w_f)
         Xq = np.empty(K.activation_bytes(fmt, cols, tokens), np.uint8)
         K.quantize_activations(X, fmt, Xq)
@@ -252,21 +262,26 @@ def bench_limits(rng, isa):
     rows, cols = LIMITS_SHAPE
     w = encode("q4_0", rng.standard_normal((rows, cols)).astype(np.float32))
     x = rng.standard_normal(cols).astype(np.float32)
-    xq = np.empty(K.activation_bytes("q4_0", cols), np.uint8)
-    K.quantize_activations(x, "q4_0", xq)
     out = np.empty(rows, np.float32)
     mib = max(1, w.nbytes // 2**20)
+    # the file's rows, and the layout the model loader repacks them into (if any)
+    variants = [("q4_0", w)]
+    if K.repack_type("q4_0"):
+        variants.append(K.repack(w, "q4_0")[::-1])
     result = []
     for th in THREADS:
         bw = probe.read_gbs(mib, th)
         K.set_num_threads(th)
-        t = wall(lambda: K.matvec_q(w, "q4_0", xq, out))
-        result.append([str(th), f"{bw:.1f}", f"{t * 1e6:.0f}", f"{w.nbytes / t / 1e9:.1f}",
-                       f"{w.nbytes / t / 1e9 / bw:.0%}"])
+        for fmt, wv in variants:
+            xq = np.empty(K.activation_bytes(fmt, cols), np.uint8)
+            K.quantize_activations(x, fmt, xq)
+            t = wall(lambda: K.matvec_q(wv, fmt, xq, out))
+            result.append([str(th), fmt, f"{bw:.1f}", f"{t * 1e6:.0f}", f"{w.nbytes / t / 1e9:.1f}",
+                           f"{w.nbytes / t / 1e9 / bw:.0%}"])
     K.set_num_threads(THREADS[0])
     table(f"limits: q4_0 matvec_q {rows}x{cols} ({w.nbytes / 1e6:.0f} MB) vs read bandwidth over "
           f"{mib} MiB, {isa}, wall time",
-          ["threads", "probe read GB/s", "matvec us", "weight GB/s", "share of the probe"], result)
+          ["threads", "format", "probe read GB/s", "matvec us", "weight GB/s", "share of the probe"], result)
     peaks = probe.int8_gmacs()
     print("\nint8 dot peak, one thread (G MAC per CPU second): " + "; ".join(
         f"{name} {'unavailable on this CPU' if g is None else f'{g:.1f}'}" for name, g in peaks.items()))
