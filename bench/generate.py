@@ -6,9 +6,14 @@
 machine shared with other jobs it says what the code would do alone (with 2
 threads it also counts a helper's spinning).
 
-Baseline measured in the same run: how many times per second numpy can read the
+Baselines measured in the same run: how many times per second numpy can read the
 model's weight bytes once (np.sum over them), the memory work of one decode step
-without any compute; each figure is shown as a ratio to it.  The
+without any compute; each figure is shown as a ratio to it.  And, where
+bench/machine_probe.py runs (x86-64 Linux with a C compiler), the machine's read
+bandwidth at the same thread count over a buffer the size of the weights one decode
+step reads (every matrix, the output head included), measured just before that
+thread count's runs: tg128 is then shown as GB/s of weights read and its share of
+the probe's bandwidth, the decode speed's physical limit.  The
 figures of baselines.md (llama-cpp-python 0.3.36 at 2 threads: pp512 275, tg128
 72 tok/s) were measured on another day, so they are printed for orientation only.
 """
@@ -25,7 +30,7 @@ import numpy as np  # noqa: E402
 
 import infer  # noqa: E402
 from infer import kernels  # noqa: E402
-from infer.cli import _bench_infer  # noqa: E402
+from infer.cli.bench import _bench_infer  # noqa: E402
 
 LLAMA_CPP_PYTHON = {"pp512": 275.0, "tg128": 72.0}  # baselines.md, 2 threads
 
@@ -39,6 +44,27 @@ def numpy_reads_per_s(model_bytes: int) -> float:
         buf.sum()
         times.append(time.perf_counter() - t0)
     return 1.0 / min(times)
+
+
+def decode_bytes(model) -> int:
+    """Weight bytes one decode step reads: every matrix once (the output head
+    included), the token's embedding row aside."""
+    w = model.engine.weights
+    mats = [w.output] + [getattr(layer, k) for layer in w.layers
+                         for k in ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")]
+    return sum(m.data.nbytes for m in mats)
+
+
+def probe_or_none():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        from machine_probe import Probe, ProbeUnavailable
+    except ImportError:
+        return None
+    try:
+        return Probe()
+    except (ProbeUnavailable, OSError, subprocess.CalledProcessError):
+        return None
 
 
 def first_token_seconds(model_path):
@@ -62,8 +88,12 @@ def main():
         rng = np.random.default_rng(0)
         tokens = [int(t) for t in rng.integers(0, model.engine.vocab_size, 512)]
         roof = numpy_reads_per_s(model.n_bytes)
-        rows = []
+        step_bytes = decode_bytes(model)
+        probe = probe_or_none()
+        rows, probe_gbs = [], {}
         for n in threads:
+            if probe is not None:
+                probe_gbs[n] = probe.read_gbs(max(1, step_bytes // 2**20), n)
             kernels.set_num_threads(n)
             res = _bench_infer(model, 512, 128, reps, tokens)
             for key, label in (("pp", "pp512"), ("tg", "tg128")):
@@ -78,6 +108,12 @@ def main():
     for n, label, mean, sd, cpu in rows:
         print(f"| {n} | {label} | {mean:.1f} ± {sd:.1f} | {cpu:.1f} | "
               f"{mean / roof:.2f} | {mean / LLAMA_CPP_PYTHON[label]:.2f}x |")
+    for n, label, mean, sd, cpu in rows:
+        if label == "tg128" and n in probe_gbs:
+            gbs = mean * step_bytes / 1e9
+            print(f"tg128 at {n} thread(s) reads {gbs:.1f} GB/s of weights ({step_bytes / 1e6:.1f} MB a "
+                  f"token): {gbs / probe_gbs[n]:.0%} of the probe's {probe_gbs[n]:.1f} GB/s read over "
+                  f"{step_bytes // 2**20} MiB with {n} thread(s), just before")
     print(f"time to first token of `infer generate` (process start to first byte): {ttft:.3f} s")
 
 
