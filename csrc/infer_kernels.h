@@ -47,11 +47,12 @@ typedef enum {
     INFER_TYPE_TQ2_0 = 35,
     /* infer's own formats, never in a file (ids past ggml's): weights repacked at
      * load so 16 rows interleave (repack_scalar.c), and the activation format that pairs
-     * with two of them. */
+     * with three of them. */
     INFER_TYPE_Q4_0_R16 = 56,
     INFER_TYPE_Q4_1_R16 = 57,
     INFER_TYPE_Q8_0_R16 = 58,
     INFER_TYPE_Q8_0S = 59,
+    INFER_TYPE_Q5_0_R16 = 60,
     INFER_TYPE_COUNT = 64  /* size of per-type tables; ids above are < this */
 } infer_type;
 
@@ -86,7 +87,8 @@ typedef struct { infer_half d; uint8_t qs[QK4_NL / 2]; } block_iq4_nl;
 /* s = d * sum(qs): the min term of Q4_1 . Q8_1 needs it. */
 typedef struct { infer_half d; infer_half s; int8_t qs[QK8_1]; } block_q8_1;
 /* Q8_0 with the exact sum of its qs: the offset term of the *_R16 kernels, which
- * multiply unsigned bytes by these (Q8_0_R16 stores w + 128, Q4_0_R16 q, not q - 8). */
+ * multiply unsigned bytes by these (Q8_0_R16 stores w + 128, Q4_0_R16 q, not q - 8,
+ * Q5_0_R16 q, not q - 16). */
 typedef struct { infer_half d; int16_t sum; int8_t qs[QK8_0]; } block_q8_0s;
 typedef struct {
     infer_half d;                    /* super-block scale for quantized scales */

@@ -4,7 +4,8 @@
  * 4 activation bytes broadcast from memory adds 4 products to each row's lane:
  * a block is 8 multiply-adds per token, then one convert and two fused multiply-
  * adds scale all 16 rows.  The weight vectors of a block are loaded (and, for the
- * 4-bit formats, unpacked) once for up to 8 tokens, each with its own 16 sums.
+ * 4- and 5-bit formats, unpacked: Q5_0's fifth bits added as 16 under a byte mask)
+ * once for up to 8 tokens, each with its own 16 sums.
  * Same operations in the same order as repack_scalar.c's scalar kernel: same bits.
  */
 #include "repack.h"
@@ -21,9 +22,12 @@ static inline float half_at(const infer_half *p) { return _cvtsh_ss(*p); }
 /* nt (1..8) tokens against one group of 16 rows, for a constant type and nt. */
 INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *wg, const uint8_t *pf,
                                    const uint8_t *a, size_t a_stride, float *out, size_t out_stride) {
-    const size_t gbb = type == INFER_TYPE_Q4_0_R16 ? 16 * 18 : type == INFER_TYPE_Q4_1_R16 ? 16 * 20 : 16 * 34;
+    const size_t gbb = type == INFER_TYPE_Q4_0_R16   ? 16 * 18
+                       : type == INFER_TYPE_Q4_1_R16 ? 16 * 20
+                       : type == INFER_TYPE_Q5_0_R16 ? 16 * 22
+                                                     : 16 * 34;
     const int qs_at = R16_QS(type);
-    const __m512i low4 = _mm512_set1_epi8(15);
+    const __m512i low4 = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
     __m512 acc[8], mins[8];
     for (int t = 0; t < nt; t++) acc[t] = mins[t] = _mm512_setzero_ps();
     size_t pf_done = 0;
@@ -39,6 +43,12 @@ INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *
                 w[c] = _mm512_and_si512(p, low4);
                 w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low4);
             }
+            if (type == INFER_TYPE_Q5_0_R16)
+                for (int c = 0; c < 8; c++) {
+                    uint64_t h;
+                    memcpy(&h, gb + R16_H + 8 * c, 8);
+                    w[c] = _mm512_mask_add_epi8(w[c], _cvtu64_mask64(h), w[c], sixteen);
+                }
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16_D)));
         __m512 mw = _mm512_setzero_ps();
@@ -51,7 +61,8 @@ INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *
                 isum = _mm512_setzero_si512();
             } else {
                 const int16_t sum = ((const block_q8_0s *)xb)->sum;
-                isum = _mm512_set1_epi32((type == INFER_TYPE_Q4_0_R16 ? -8 : -128) * (int32_t)sum);
+                const int32_t offset = type == INFER_TYPE_Q4_0_R16 ? 8 : type == INFER_TYPE_Q5_0_R16 ? 16 : 128;
+                isum = _mm512_set1_epi32(-offset * (int32_t)sum);
             }
             for (int c = 0; c < 8; c++) {
                 int32_t x4;
@@ -102,13 +113,16 @@ INFER_ALWAYS_INLINE void r16_matmul(int type, int64_t n, const void *w, int64_t 
 R16_AVX512(matmul_q4_0_r16_avx512, INFER_TYPE_Q4_0_R16)
 R16_AVX512(matmul_q4_1_r16_avx512, INFER_TYPE_Q4_1_R16)
 R16_AVX512(matmul_q8_0_r16_avx512, INFER_TYPE_Q8_0_R16)
+R16_AVX512(matmul_q5_0_r16_avx512, INFER_TYPE_Q5_0_R16)
 
 void infer_fill_repack_avx512(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_Q4_0_R16] = matmul_q4_0_r16_avx512;
     t->matmul_r16[INFER_TYPE_Q4_1_R16] = matmul_q4_1_r16_avx512;
     t->matmul_r16[INFER_TYPE_Q8_0_R16] = matmul_q8_0_r16_avx512;
+    t->matmul_r16[INFER_TYPE_Q5_0_R16] = matmul_q5_0_r16_avx512;
     t->repack_to[INFER_TYPE_Q4_0] = INFER_TYPE_Q4_0_R16;
     t->repack_to[INFER_TYPE_Q4_1] = INFER_TYPE_Q4_1_R16;
     t->repack_to[INFER_TYPE_Q8_0] = INFER_TYPE_Q8_0_R16;
+    t->repack_to[INFER_TYPE_Q5_0] = INFER_TYPE_Q5_0_R16;
 }
 #endif

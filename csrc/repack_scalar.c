@@ -8,6 +8,7 @@ int infer_repack_type(int type) {
     switch (type) {
     case INFER_TYPE_Q4_0: return INFER_TYPE_Q4_0_R16;
     case INFER_TYPE_Q4_1: return INFER_TYPE_Q4_1_R16;
+    case INFER_TYPE_Q5_0: return INFER_TYPE_Q5_0_R16;
     case INFER_TYPE_Q8_0: return INFER_TYPE_Q8_0_R16;
     default: return 0;
     }
@@ -23,27 +24,41 @@ int infer_repack_r16(int type, const void *src, size_t row_bytes, int64_t rows, 
     const uint8_t flip = rt == INFER_TYPE_Q8_0_R16 ? 0x80 : 0;
     uint8_t *out = (uint8_t *)dst;
     for (int64_t g = 0; g < rows / R16_ROWS; g++)
-        for (int64_t b = 0; b < nb; b++, out += R16_ROWS * bb)
+        for (int64_t b = 0; b < nb; b++, out += R16_ROWS * bb) {
+            uint64_t masks[8] = {0};   /* Q5_0: the fifth bits by nibble chunk */
             for (int r = 0; r < R16_ROWS; r++) {
-                /* every file block starts with d; Q4_1 has m next; qs follow */
+                /* every file block starts with d; Q4_1 has m next, Q5_0 qh; qs follow */
                 const uint8_t *blk = (const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes + (size_t)b * bb;
                 const uint8_t *qs = blk + (bb - (size_t)chunks * 4);
                 memcpy(out + R16_D + 2 * r, blk, 2);
                 if (rt == INFER_TYPE_Q4_1_R16) memcpy(out + R16_M + 2 * r, blk + 2, 2);
+                if (rt == INFER_TYPE_Q5_0_R16) {
+                    const uint32_t qh = (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 |
+                                        (uint32_t)blk[5] << 24;
+                    for (int c = 0; c < 8; c++) masks[c] |= (uint64_t)(qh >> (4 * c) & 15) << (4 * r);
+                }
                 for (int c = 0; c < chunks; c++)
                     for (int k = 0; k < 4; k++)
                         out[qs_at + c * 64 + r * 4 + k] = (uint8_t)(qs[4 * c + k] ^ flip);
             }
+            if (rt == INFER_TYPE_Q5_0_R16)   /* little-endian, as the kernels load them */
+                for (int c = 0; c < 8; c++)
+                    for (int k = 0; k < 8; k++) out[R16_H + 8 * c + k] = (uint8_t)(masks[c] >> (8 * k));
+        }
     return 0;
 }
 
 /* The weight of row r, element k of a group-block: unsigned, as the kernels
- * multiply it (q for the 4-bit formats, w + 128 for Q8_0_R16). */
+ * multiply it (q for the 4- and 5-bit formats, w + 128 for Q8_0_R16). */
 static int r16_weight(int type, const uint8_t *gb, int r, int k) {
     const uint8_t *qs = gb + R16_QS(type);
     if (type == INFER_TYPE_Q8_0_R16) return qs[(k / 4) * 64 + r * 4 + k % 4];
     const uint8_t byte = qs[((k % 16) / 4) * 64 + r * 4 + k % 4];
-    return k < 16 ? byte & 15 : byte >> 4;
+    const int q = k < 16 ? byte & 15 : byte >> 4;
+    if (type != INFER_TYPE_Q5_0_R16) return q;
+    /* mask k / 4 (nibble chunk), bit 4r + k % 4: byte (4r + k % 4) / 8 of the mask */
+    const int bit = 4 * r + k % 4;
+    return q + 16 * (gb[R16_H + 8 * (k / 4) + bit / 8] >> (bit % 8) & 1);
 }
 
 /* a * b + c with one rounding, in portable C (the SIMD kernels use fused multiply-
@@ -75,7 +90,8 @@ static void matmul_r16_scalar(int type, int64_t n, const void *w, int64_t n_grou
                               size_t a_stride, int64_t n_tok, float *out, size_t out_stride) {
     const int64_t nb = n / QK8_0;
     const size_t gbb = R16_ROWS * infer_type_block_bytes(type);   /* a group-block */
-    const int offset = type == INFER_TYPE_Q4_0_R16 ? 8 : type == INFER_TYPE_Q8_0_R16 ? 128 : 0;
+    const int offset = type == INFER_TYPE_Q4_0_R16 ? 8 : type == INFER_TYPE_Q5_0_R16 ? 16 :
+                       type == INFER_TYPE_Q8_0_R16 ? 128 : 0;
     for (int64_t g = 0; g < n_groups; g++) {
         const uint8_t *wg = (const uint8_t *)w + (size_t)g * (size_t)nb * gbb;
         for (int64_t t = 0; t < n_tok; t++) {
@@ -114,6 +130,7 @@ static void matmul_r16_scalar(int type, int64_t n, const void *w, int64_t n_grou
 R16_SCALAR(matmul_q4_0_r16, INFER_TYPE_Q4_0_R16)
 R16_SCALAR(matmul_q4_1_r16, INFER_TYPE_Q4_1_R16)
 R16_SCALAR(matmul_q8_0_r16, INFER_TYPE_Q8_0_R16)
+R16_SCALAR(matmul_q5_0_r16, INFER_TYPE_Q5_0_R16)
 
 /* The portable kernels, so every table can run a repacked matrix (and tests can
  * compare); repack_to stays 0: without SIMD the file's rows are faster. */
@@ -121,4 +138,5 @@ void infer_fill_repack_scalar(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_Q4_0_R16] = matmul_q4_0_r16;
     t->matmul_r16[INFER_TYPE_Q4_1_R16] = matmul_q4_1_r16;
     t->matmul_r16[INFER_TYPE_Q8_0_R16] = matmul_q8_0_r16;
+    t->matmul_r16[INFER_TYPE_Q5_0_R16] = matmul_q5_0_r16;
 }

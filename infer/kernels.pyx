@@ -20,8 +20,8 @@ TYPE_IDS = {
     "iq2_xxs": 16, "iq2_xs": 17, "iq3_xxs": 18, "iq1_s": 19, "iq3_s": 21, "iq2_s": 22,
     "tq1_0": 34, "tq2_0": 35,
     # infer's own: weights repacked at load in groups of 16 rows (csrc/repack.h),
-    # and the activation format two of them pair with
-    "q4_0_r16": 56, "q4_1_r16": 57, "q8_0_r16": 58, "q8_0s": 59,
+    # and the activation format three of them pair with
+    "q4_0_r16": 56, "q4_1_r16": 57, "q8_0_r16": 58, "q8_0s": 59, "q5_0_r16": 60,
 }
 TYPE_NAMES = {v: k for k, v in TYPE_IDS.items()}
 

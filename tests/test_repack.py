@@ -12,7 +12,7 @@ from gguf import quants as gq
 import infer.kernels as K
 from _tok_models import load_installed
 
-FILE_FORMATS = ["q4_0", "q4_1", "q8_0"]
+FILE_FORMATS = ["q4_0", "q4_1", "q5_0", "q8_0"]
 
 
 def make_weights(fmt, rows, n, seed):
@@ -103,7 +103,7 @@ def test_repack_type_follows_the_kernel_set():
         assert K.repack_type("q4_1") is None
         if "avx512" in K.capabilities()["available"]:
             K.set_isa("avx512")
-            assert [K.repack_type(f) for f in FILE_FORMATS] == ["q4_0_r16", "q4_1_r16", "q8_0_r16"]
+            assert [K.repack_type(f) for f in FILE_FORMATS] == [f + "_r16" for f in FILE_FORMATS]
             assert K.repack_type("q4_k") is None
     finally:
         K.set_isa(previous)
@@ -155,4 +155,36 @@ def test_smollm2_repacked_decodes_as_the_file_does(monkeypatch):
     assert tokens == tokens_file
     # the *_r16 kernels do the x86 row kernels' operations in their order: same bits
     np.testing.assert_array_equal(logits, logits_file)
+    assert fp == fp_file
+
+
+def test_gemma3_repacked_decodes_as_the_file_does(monkeypatch):
+    """Gemma 3 keeps attn_q/k and ffn_gate/up (and half its attn_v) in Q5_0: with
+    them repacked (Q5_0_R16) against INFER_REPACK=0, the same greedy tokens, the
+    same logits after a multi-token prefill and after each step, the same state
+    fingerprint."""
+    from infer.state import fingerprint
+
+    def run(repack):
+        monkeypatch.setenv("INFER_REPACK", repack)
+        with load_installed("gemma3") as model:
+            layer = model.engine.weights.layers[0]
+            kinds = {K.TYPE_NAMES[getattr(layer, m).qtype] for m in ("wq", "wk", "w_gate", "w_up")}
+            ctx = model.create_context(n_ctx=96, temperature=0)
+            ctx.prefill(model.tokenizer.encode("The three primary colors are", add_special=True))
+            logits = [np.array(ctx.logits)]
+            tokens = []
+            for _ in range(12):
+                tokens.append(ctx.next())
+                logits.append(np.array(ctx.logits))
+            return kinds, logits, tokens, fingerprint(model.engine)
+
+    kinds_file, logits_file, tokens_file, fp_file = run("0")
+    kinds, logits, tokens, fp = run("1")
+    assert kinds_file == {"q5_0"}
+    if K.repack_type("q5_0"):
+        assert kinds == {"q5_0_r16"}
+    assert tokens == tokens_file
+    for got, want in zip(logits, logits_file):   # the x86 row kernels' operations: same bits
+        np.testing.assert_array_equal(got, want)
     assert fp == fp_file
