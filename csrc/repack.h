@@ -39,6 +39,8 @@
 
 #include "infer_kernels.h"
 
+#include <string.h>
+
 #define R16_ROWS 16
 /* Offsets in a group-block: the scales, the mins (Q4_1), the fifth bits (Q5_0),
  * the quants. */
@@ -48,5 +50,24 @@
 #define R16_QS(type) ((type) == INFER_TYPE_Q4_1_R16 ? 64 : (type) == INFER_TYPE_Q5_0_R16 ? 96 : 32)
 /* 4-byte chunks per row and block */
 #define R16_CHUNKS(type) ((type) == INFER_TYPE_Q8_0_R16 ? 8 : 4)
+
+/* a * b + c with one rounding, in portable C (the SIMD kernels use fused multiply-
+ * adds; some C runtimes have no fmaf).  a * b is exact in double; p + c rounded to
+ * double "to odd" (nudged one ulp off an even result when inexact) then to float
+ * rounds correctly, since double has more than two bits beyond float's 24. */
+static inline float fma_f32(float a, float b, float c) {
+    const double p = (double)a * (double)b, s = p + (double)c;
+    const double bb = s - p, e = (p - (s - bb)) + ((double)c - bb);   /* s + e = p + c exactly */
+    uint64_t u;
+    memcpy(&u, &s, sizeof u);
+    if (e != 0.0 && (u & 1) == 0 && (u & 0x7ff0000000000000ull) != 0x7ff0000000000000ull) {
+        /* one ulp toward e: away from zero when e has s's sign, else toward it */
+        u += ((e > 0.0) == (s > 0.0)) ? 1 : (uint64_t)-1;
+        double odd;
+        memcpy(&odd, &u, sizeof odd);
+        return (float)odd;
+    }
+    return (float)s;
+}
 
 #endif

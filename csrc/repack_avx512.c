@@ -9,6 +9,7 @@
  * Same operations in the same order as repack_scalar.c's scalar kernel: same bits.
  */
 #include "repack.h"
+#include "repack_k.h"
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #include <string.h>
@@ -116,6 +117,7 @@ R16_AVX512(matmul_q8_0_r16_avx512, INFER_TYPE_Q8_0_R16)
 R16_AVX512(matmul_q5_0_r16_avx512, INFER_TYPE_Q5_0_R16)
 
 void infer_fill_repack_avx512(infer_kernel_table *t) {
+    infer_fill_repack_k_avx512(t);
     t->matmul_r16[INFER_TYPE_Q4_0_R16] = matmul_q4_0_r16_avx512;
     t->matmul_r16[INFER_TYPE_Q4_1_R16] = matmul_q4_1_r16_avx512;
     t->matmul_r16[INFER_TYPE_Q8_0_R16] = matmul_q8_0_r16_avx512;

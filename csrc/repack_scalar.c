@@ -1,6 +1,7 @@
 /* repack_scalar.c: the *_R16 formats (see repack.h): repacking a file's rows, and the
  * portable kernel, which is the oracle of the SIMD ones (repack_avx512.c). */
 #include "repack.h"
+#include "repack_k.h"
 
 #include <string.h>
 
@@ -10,11 +11,13 @@ int infer_repack_type(int type) {
     case INFER_TYPE_Q4_1: return INFER_TYPE_Q4_1_R16;
     case INFER_TYPE_Q5_0: return INFER_TYPE_Q5_0_R16;
     case INFER_TYPE_Q8_0: return INFER_TYPE_Q8_0_R16;
+    case INFER_TYPE_Q4_K: return INFER_TYPE_Q4_K_R16;
     default: return 0;
     }
 }
 
 int infer_repack_r16(int type, const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
+    if (type == INFER_TYPE_Q4_K) return infer_repack_q4_K_r16(src, row_bytes, rows, cols, dst);
     const int rt = infer_repack_type(type);
     if (!rt || !src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK8_0) return -1;
     const size_t bb = infer_type_block_bytes(type);
@@ -59,25 +62,6 @@ static int r16_weight(int type, const uint8_t *gb, int r, int k) {
     /* mask k / 4 (nibble chunk), bit 4r + k % 4: byte (4r + k % 4) / 8 of the mask */
     const int bit = 4 * r + k % 4;
     return q + 16 * (gb[R16_H + 8 * (k / 4) + bit / 8] >> (bit % 8) & 1);
-}
-
-/* a * b + c with one rounding, in portable C (the SIMD kernels use fused multiply-
- * adds; some C runtimes have no fmaf).  a * b is exact in double; p + c rounded to
- * double "to odd" (nudged one ulp off an even result when inexact) then to float
- * rounds correctly, since double has more than two bits beyond float's 24. */
-static float fma_f32(float a, float b, float c) {
-    const double p = (double)a * (double)b, s = p + (double)c;
-    const double bb = s - p, e = (p - (s - bb)) + ((double)c - bb);   /* s + e = p + c exactly */
-    uint64_t u;
-    memcpy(&u, &s, sizeof u);
-    if (e != 0.0 && (u & 1) == 0 && (u & 0x7ff0000000000000ull) != 0x7ff0000000000000ull) {
-        /* one ulp toward e: away from zero when e has s's sign, else toward it */
-        u += ((e > 0.0) == (s > 0.0)) ? 1 : (uint64_t)-1;
-        double odd;
-        memcpy(&odd, &u, sizeof odd);
-        return (float)odd;
-    }
-    return (float)s;
 }
 
 static float fp16_at(const uint8_t *p) {
@@ -135,6 +119,7 @@ R16_SCALAR(matmul_q5_0_r16, INFER_TYPE_Q5_0_R16)
 /* The portable kernels, so every table can run a repacked matrix (and tests can
  * compare); repack_to stays 0: without SIMD the file's rows are faster. */
 void infer_fill_repack_scalar(infer_kernel_table *t) {
+    infer_fill_repack_k_scalar(t);
     t->matmul_r16[INFER_TYPE_Q4_0_R16] = matmul_q4_0_r16;
     t->matmul_r16[INFER_TYPE_Q4_1_R16] = matmul_q4_1_r16;
     t->matmul_r16[INFER_TYPE_Q8_0_R16] = matmul_q8_0_r16;

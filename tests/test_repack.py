@@ -2,7 +2,8 @@
 
 References: the gguf package's quantizers and numpy dequantizers (weights and
 activations) with float64 products; the file format's own kernels; the same model
-run with INFER_REPACK=0.
+run with INFER_REPACK=0.  (gguf has no Q4_K quantizer: those weights come from
+infer's, and are read back by gguf's dequantizer.)
 """
 import numpy as np
 import pytest
@@ -12,13 +13,18 @@ from gguf import quants as gq
 import infer.kernels as K
 from _tok_models import load_installed
 
-FILE_FORMATS = ["q4_0", "q4_1", "q5_0", "q8_0"]
+BLOCK32_FORMATS = ["q4_0", "q4_1", "q5_0", "q8_0"]   # paired with Q8_0S or Q8_1
+FILE_FORMATS = BLOCK32_FORMATS + ["q4_k"]
+Q4_K_BYTES, Q8_K_BYTES = 144, 292
 
 
 def make_weights(fmt, rows, n, seed):
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((rows, n)).astype(np.float32)
     w[:, ::7] *= 3
+    if fmt == "q4_k":
+        w += rng.standard_normal((rows, 1)).astype(np.float32)   # rows off zero: mins of both signs
+        return K.quantize(w.reshape(-1), fmt, np.empty(rows * n // 256 * Q4_K_BYTES, np.uint8)).reshape(rows, -1)
     return gq.quantize(w, getattr(T, fmt.upper())).view(np.uint8).reshape(rows, -1)
 
 
@@ -46,7 +52,20 @@ def reference(fmt, w, x, xq):
     return xd @ (wd - np.repeat(m, 32, axis=1)).T + s @ m.T
 
 
-@pytest.mark.parametrize("fmt", FILE_FORMATS)
+def check_token_bits(wr, rfmt, x, out):
+    """Each token's results are the bits it gets alone, and the float entry points
+    (matvec) agree."""
+    rows = out.shape[1]
+    for t in (0, len(x) - 1):
+        one = np.empty((1, rows), np.float32)
+        K.matmul_q(wr, rfmt, activations(rfmt, x[t:t + 1]), one)
+        np.testing.assert_array_equal(one[0], out[t])
+    vec = np.empty(rows, np.float32)
+    K.matvec(wr, rfmt, x[0], vec)
+    np.testing.assert_array_equal(vec, out[0])
+
+
+@pytest.mark.parametrize("fmt", BLOCK32_FORMATS)
 @pytest.mark.parametrize("rows,n,n_tok", [(16, 32, 1), (48, 576, 3), (64, 1536, 9), (32, 64, 33)])
 def test_repacked_matmul_against_float64(isa, fmt, rows, n, n_tok):
     w = make_weights(fmt, rows, n, rows + n)
@@ -66,21 +85,90 @@ def test_repacked_matmul_against_float64(isa, fmt, rows, n, n_tok):
     ref = reference(fmt, w, x, xq)
     scale = np.abs(ref).max()
     np.testing.assert_allclose(out, ref, rtol=0, atol=2e-6 * scale * np.sqrt(n / 32))
-    # each token's results are the bits it gets alone
-    for t in (0, n_tok - 1):
-        one = np.empty((1, rows), np.float32)
-        K.matmul_q(wr, rfmt, activations(rfmt, x[t:t + 1]), one)
-        np.testing.assert_array_equal(one[0], out[t])
-    # and the float entry points (matvec, matmul) agree
-    vec = np.empty(rows, np.float32)
-    K.matvec(wr, rfmt, x[0], vec)
-    np.testing.assert_array_equal(vec, out[0])
+    check_token_bits(wr, rfmt, x, out)
+
+
+def parse_q8_k(xq, n_tok):
+    """Q8_K blocks: float32 d, int8 qs[256], int16 bsums[16] (sums of 16 qs)."""
+    blocks = xq.reshape(n_tok, -1, Q8_K_BYTES)
+    d = blocks[:, :, 0:4].copy().view(np.float32)[..., 0]
+    qs = blocks[:, :, 4:260].copy().view(np.int8)
+    bsums = blocks[:, :, 260:292].copy().view(np.int16)
+    return d, qs, bsums
+
+
+def q4_k_parts(w):
+    """gguf's dequantization of Q4_K rows as float64, and the magnitude of its two
+    terms d*sc*q and dmin*m (each dequantized alone, the other scale zeroed): the
+    kernel sums them separately, so its rounding follows them, not their difference."""
+    rows = w.shape[0]
+
+    def deq(blocks):
+        return np.asarray(gq.dequantize(blocks.reshape(-1), T.Q4_K), np.float64).reshape(rows, -1)
+
+    blocks = w.reshape(rows, -1, Q4_K_BYTES)
+    no_min, no_scale = blocks.copy(), blocks.copy()
+    no_min[:, :, 2:4] = 0
+    no_scale[:, :, 0:2] = 0
+    return deq(blocks), np.abs(deq(no_min)) + np.abs(deq(no_scale))
+
+
+@pytest.mark.parametrize("rows", [16, 48])
+@pytest.mark.parametrize("n", [256, 512, 2304])
+@pytest.mark.parametrize("n_tok", [1, 3, 9, 33])
+def test_repacked_q4_k_against_float64(isa, rows, n, n_tok):
+    w = make_weights("q4_k", rows, n, rows + n)
+    x = np.random.default_rng(n_tok).standard_normal((n_tok, n)).astype(np.float32) * 4
+    wr, rfmt = K.repack(w, "q4_k")
+    assert rfmt == "q4_k_r16" and wr.shape == w.shape
+    xq = activations(rfmt, x)
+    d, qs, bsums = parse_q8_k(xq, n_tok)
+    np.testing.assert_array_equal(bsums, qs.astype(np.int64).reshape(n_tok, -1, 16, 16).sum(-1))
+    xd = (d[..., None].astype(np.float64) * qs).reshape(n_tok, n)
+    out = np.full((n_tok, rows), np.nan, np.float32)
+    K.matmul_q(wr, rfmt, xq, out)
+    wd, magnitude = q4_k_parts(w)
+    tol = 1e-5 * (np.abs(xd) @ magnitude.T) + 1e-30
+    err = np.abs(out - xd @ wd.T)
+    assert np.all(err <= tol), np.max(err / tol)
+    check_token_bits(wr, rfmt, x, out)
+    if K.capabilities()["active"] == "avx512":
+        # the operations of the AVX-512 Q4_K row kernels in their order (csrc/repack_k.h)
+        file_out = np.empty_like(out)
+        K.matmul_q(w, "q4_k", xq, file_out)
+        np.testing.assert_array_equal(out, file_out)
+
+
+def test_repacked_q4_k_extremes(isa):
+    """Every nibble 15, every scale and min 63, activations at +-127: the largest
+    integer sums the kernel forms (repack_k.h: below 2^25), against float64."""
+    rows, n = 16, 512
+    blocks = np.zeros((rows, n // 256, Q4_K_BYTES), np.uint8)
+    blocks[:, :, 0:2] = np.frombuffer(np.float16(2.0 ** -10).tobytes(), np.uint8)
+    blocks[:, :, 2:4] = np.frombuffer(np.float16(2.0 ** -9).tobytes(), np.uint8)
+    blocks[:, :, 4:16] = 0xFF
+    blocks[:, :, 16:] = 0xFF
+    blocks[1::2, :, 16:] = 0xF0                  # odd rows: q = 0 in the even sub-blocks
+    w = blocks.reshape(rows, -1)
+    wd, magnitude = q4_k_parts(w)
+    wr, rfmt = K.repack(w, "q4_k")
+    x = np.full((3, n), 1000.0, np.float32)
+    x[1] = -1000.0
+    x[2, 1::2] = -1000.0
+    xq = activations(rfmt, x)
+    d, qs, _ = parse_q8_k(xq, 3)
+    assert np.abs(qs).min() == 127
+    xd = (d[..., None].astype(np.float64) * qs).reshape(3, n)
+    out = np.empty((3, rows), np.float32)
+    K.matmul_q(wr, rfmt, xq, out)
+    err = np.abs(out - xd @ wd.T)
+    assert np.all(err <= 1e-5 * (np.abs(xd) @ magnitude.T)), err
 
 
 @pytest.mark.parametrize("fmt", FILE_FORMATS)
 def test_every_kernel_set_gives_the_scalar_bits(fmt):
-    w = make_weights(fmt, 48, 640, 5)
-    x = np.random.default_rng(6).standard_normal((11, 640)).astype(np.float32)
+    w = make_weights(fmt, 48, 1280, 5)
+    x = np.random.default_rng(6).standard_normal((11, 1280)).astype(np.float32)
     wr, rfmt = K.repack(w, fmt)
     previous = K.capabilities()["active"]
     results = {}
@@ -104,7 +192,7 @@ def test_repack_type_follows_the_kernel_set():
         if "avx512" in K.capabilities()["available"]:
             K.set_isa("avx512")
             assert [K.repack_type(f) for f in FILE_FORMATS] == [f + "_r16" for f in FILE_FORMATS]
-            assert K.repack_type("q4_k") is None
+            assert K.repack_type("q6_k") is None
     finally:
         K.set_isa(previous)
 
@@ -114,7 +202,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="16 rows"):
         K.repack(w[:17], "q4_0")
     with pytest.raises(ValueError, match="no repacked format"):
-        K.repack(w, "q4_k")
+        K.repack(w, "q6_k")
     with pytest.raises(ValueError, match="blocks"):
         K.repack(np.ascontiguousarray(w[:, :17]), "q4_0")
     with pytest.raises(ValueError, match="not contiguous"):
@@ -129,29 +217,34 @@ def test_bad_arguments_are_refused():
         K.matmul_q(wr, rfmt, activations("q4_0", np.ones((1, 64), np.float32)), np.empty((1, 32), np.float32))
 
 
-def test_smollm2_repacked_decodes_as_the_file_does(monkeypatch):
+def decode_with_repack(monkeypatch, name, repack, matrix):
+    """The installed model `name` loaded with INFER_REPACK=repack: the file's and the
+    loaded format of layer 0's `matrix` and the output head, the logits after a prompt,
+    16 greedy tokens and the state fingerprint."""
+    from infer.state import fingerprint
+
+    monkeypatch.setenv("INFER_REPACK", repack)
+    with load_installed(name) as model:
+        w = model.engine.weights
+        kinds = {K.TYPE_NAMES[w.output.qtype], K.TYPE_NAMES[getattr(w.layers[0], matrix).qtype]}
+        assert K.TYPE_NAMES[w.token_embd.qtype] == "q8_0"   # rows looked up: the file's
+        ctx = model.create_context(n_ctx=96, temperature=0)
+        ctx.prefill(model.tokenizer.encode("The three primary colors are"))
+        first = np.array(ctx.logits)
+        tokens = [ctx.next() for _ in range(16)]
+        return kinds, first, tokens, fingerprint(model.engine)
+
+
+@pytest.mark.parametrize("name,matrix,file_kinds", [("smollm2", "wq", {"q8_0", "q4_1"}),
+                                                    ("gemma3", "wo", {"q8_0", "q4_k"})])
+def test_model_repacked_decodes_as_the_file_does(monkeypatch, name, matrix, file_kinds):
     """The model with its matrices repacked (the default where the kernel set has a
     faster kernel) against INFER_REPACK=0: the same greedy tokens and logits, the
     same state fingerprint."""
-    from infer.state import fingerprint
-
-    def run(repack):
-        monkeypatch.setenv("INFER_REPACK", repack)
-        with load_installed("smollm2") as model:
-            w = model.engine.weights
-            kinds = {K.TYPE_NAMES[w.output.qtype], K.TYPE_NAMES[w.layers[0].wq.qtype]}
-            assert K.TYPE_NAMES[w.token_embd.qtype] == "q8_0"   # rows looked up: the file's
-            ctx = model.create_context(n_ctx=96, temperature=0)
-            ctx.prefill(model.tokenizer.encode("The three primary colors are"))
-            first = np.array(ctx.logits)
-            tokens = [ctx.next() for _ in range(16)]
-            return kinds, first, tokens, fingerprint(model.engine)
-
-    kinds_file, logits_file, tokens_file, fp_file = run("0")
-    kinds, logits, tokens, fp = run("1")
-    assert kinds_file == {"q8_0", "q4_1"}
-    if K.repack_type("q4_1"):
-        assert kinds == {"q8_0_r16", "q4_1_r16"}
+    kinds_file, logits_file, tokens_file, fp_file = decode_with_repack(monkeypatch, name, "0", matrix)
+    kinds, logits, tokens, fp = decode_with_repack(monkeypatch, name, "1", matrix)
+    assert kinds_file == file_kinds
+    assert kinds == {K.repack_type(f) or f for f in file_kinds}
     assert tokens == tokens_file
     # the *_r16 kernels do the x86 row kernels' operations in their order: same bits
     np.testing.assert_array_equal(logits, logits_file)

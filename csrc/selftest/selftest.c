@@ -1113,9 +1113,10 @@ static void check_matmul_r16(const infer_kernel_table *ref, const infer_kernel_t
     const int at = infer_type_vec_dot_type(t), fat = infer_type_vec_dot_type(ft);
     enum { R16_ROWS_T = 32, R16_TOK = 9, R16_OUT = 33 };   /* (OUT is a macro in windows.h) */
     for (int c = 0; c < N_BLOCK_COUNTS; c++) {
-        const int64_t n = (int64_t)BLOCK_COUNTS[c] * 32;
+        const int64_t n = (int64_t)BLOCK_COUNTS[c] * infer_type_block_size(t);
         const size_t rb = row_bytes(ft, n), ab = row_bytes(at, n), fab = row_bytes(fat, n);
-        uint8_t *w = malloc(R16_ROWS_T * rb), *wr = malloc(R16_ROWS_T * rb), *a = malloc(R16_TOK * ab), *fa = malloc(R16_TOK * fab);
+        uint8_t *w = malloc(R16_ROWS_T * rb), *wr = malloc(R16_ROWS_T * row_bytes(t, n)), *a = malloc(R16_TOK * ab),
+                *fa = malloc(R16_TOK * fab);
         if (!w || !wr || !a || !fa) abort();
         int ok = 1;
         for (int r = 0; r < R16_ROWS_T && ok; r++) ok = make_input(ref, ft, w + r * rb, n, 1);
@@ -1126,13 +1127,14 @@ static void check_matmul_r16(const infer_kernel_table *ref, const infer_kernel_t
             return;
         }
         /* the same activations in the file format's pairing (Q8_0S -> Q8_0: d and qs) */
-        for (int k = 0; k < R16_TOK; k++)
-            for (int64_t b = 0; b < n / 32; b++) {
-                const uint8_t *src = a + k * ab + b * 36;
-                uint8_t *dst = fa + k * fab + b * infer_type_block_bytes(fat);
-                if (fat == at) memcpy(dst, src, 36);
-                else memcpy(dst, src, 2), memcpy(dst + 2, src + 4, 32);
-            }
+        if (fat == at) memcpy(fa, a, R16_TOK * ab);
+        else
+            for (int k = 0; k < R16_TOK; k++)
+                for (int64_t b = 0; b < n / 32; b++) {
+                    const uint8_t *src = a + k * ab + b * 36;
+                    uint8_t *dst = fa + k * fab + b * infer_type_block_bytes(fat);
+                    memcpy(dst, src, 2), memcpy(dst + 2, src + 4, 32);
+                }
         const float sentinel = -12345.0f;
         float got[R16_TOK * R16_OUT], want[R16_TOK * R16_OUT], alone[R16_OUT];
         for (int i = 0; i < R16_TOK * R16_OUT; i++) got[i] = want[i] = sentinel;

@@ -1,0 +1,39 @@
+/* repack_k.h: Q4_K_R16, a file's Q4_K rows repacked in groups of 16 (repack_k_scalar.c,
+ * repack_k_avx512.c), as repack.h's formats are: one 512-bit vector holds 4 bytes of
+ * each of 16 rows, and vpdpbusd against 4 activation bytes broadcast to every lane
+ * adds into each row's own lane.
+ *
+ * Group-block b of a group: super-block b (256 elements) of the 16 rows, in the same
+ * 16 x 144 bytes as the file's (a repacked matrix has the file's shape):
+ *   d[16] fp16 | dmin[16] fp16 | scales: 3 words x 16 rows x 4 bytes | qs: 32 chunks x 16 rows x 4 bytes
+ * Word k of row r is bytes 4k..4k+3 of the row's 12 scale bytes, so the word-wise bit
+ * moves of infer_q4_K_unpack_scales unpack the 6-bit scales and mins of 16 rows in a
+ * few vector ops (kept packed: the mat-vec reads no more bytes than the file's rows).
+ * Chunk c is bytes 4c..4c+3 of a row's qs; with p = c / 8 and e = 4 (c % 8), their low
+ * nibbles are elements e..e+3 of sub-block 2p, their high nibbles those of 2p+1.
+ *
+ * Row r . token t over super-block b, with the Q8_K activations x (bsums: sums of 16):
+ *   S = sum_j sc_j * sum_{k in sub-block j} q_k x_k     M = sum_j m_j * (bsums[2j] + bsums[2j+1])
+ * exact in int32 (|x| <= 127: |S| <= 8 * 63 * 32 * 15 * 127 < 2^25, |M| <= 8 * 63 * 32 * 127
+ * < 2^22), then over the super-blocks in order
+ *   acc = fma((float)S, d_w * d_x, acc);  acc = fma((float)M, -(dmin_w * d_x), acc)
+ * These are the operations of the AVX-512 Q4_K vec_dot_4xn and rx8 kernels
+ * (kquants_avx512.c) in their order: the bits of the file's rows on that kernel set.
+ */
+#ifndef INFER_REPACK_K_H
+#define INFER_REPACK_K_H
+
+#include "repack.h"
+
+#define R16K_D 0
+#define R16K_DMIN 32
+#define R16K_SCALES 64
+#define R16K_QS 256
+#define R16K_GROUP_BLOCK (R16_ROWS * 144)   /* 16 x sizeof(block_q4_K) */
+
+/* infer_repack_r16 for Q4_K (same arguments and result). */
+int infer_repack_q4_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
+void infer_fill_repack_k_scalar(infer_kernel_table *t);
+void infer_fill_repack_k_avx512(infer_kernel_table *t);
+
+#endif

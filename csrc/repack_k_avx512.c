@@ -1,0 +1,163 @@
+/* repack_k_avx512.c: the Q4_K_R16 kernel with AVX-512 VNNI (layout: repack_k.h).
+ *
+ * A vector holds 4 bytes of each of a group's 16 rows.  Per super-block, the 6-bit
+ * scales and mins of the 16 rows are unpacked with the word-wise bit moves of
+ * infer_q4_K_unpack_scales.  Per pair of sub-blocks (32 bytes of qs a row: low nibbles
+ * sub-block 2p, high 2p + 1), 16 vpdpbusd of the rows' nibbles against 4 activation
+ * bytes broadcast to every lane give each row's exact sums of q x in its lanes, which
+ * vpmulld scales by the rows' sc_j into the super-block's S.  The mins term M is 4
+ * vpdpwssd of the rows' (m_2i, m_2i+1) against the token's pair sums of bsums.  The
+ * nibbles are unpacked once for up to 8 tokens.  The integers are exact, so their
+ * order is free; the float operations are repack_k_scalar.c's in its order: same bits.
+ *
+ * Measured (one thread, Zen 5, 2048 x 2048): the nibble masks cost about a third of
+ * a one-token product, hence the high nibbles taken in place as 16 q; with one token
+ * the load ports are the busier, hence its activations loaded 16 bytes at a time.
+ */
+#include "repack_k.h"
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#include <string.h>
+
+#define R16K_PREFETCH_GROUPS (INFER_PREFETCH_ROWS / R16_ROWS)
+
+/* vpshufb index: in each 32-bit lane, byte k of the lane as an int32 (k < 4), or
+ * (k >= 4) bytes 2(k - 4) and 2(k - 4) + 1 as two int16. */
+INFER_ALWAYS_INLINE __m512i lane_bytes(int k) {
+    int8_t idx[64];
+    for (int i = 0; i < 64; i++) {
+        const int base = (i % 16) / 4 * 4, at = i % 4;   /* vpshufb indexes within 128 bits */
+        if (k < 4) idx[i] = (int8_t)(at == 0 ? base + k : -128);
+        else idx[i] = (int8_t)(at % 2 ? -128 : base + 2 * (k - 4) + at / 2);
+    }
+    return _mm512_loadu_si512(idx);
+}
+
+/* Dword k (0..3) of every 128-bit lane of v, in every lane of that lane (vpshufd takes
+ * an immediate). */
+INFER_ALWAYS_INLINE __m512i dword_of(__m512i v, int k) {
+    switch (k) {
+    case 0: return _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0x00);
+    case 1: return _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0x55);
+    case 2: return _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0xAA);
+    default: return _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0xFF);
+    }
+}
+
+/* nt (1..8) tokens against one group of 16 rows, for a constant nt.  pf: the group
+ * whose lines to request meanwhile, or NULL. */
+INFER_ALWAYS_INLINE void q4_k_r16_group(int nt, int64_t nb, const uint8_t *wg, const uint8_t *pf, const uint8_t *a,
+                                        size_t a_stride, float *out, size_t out_stride) {
+    const __m512i low4 = _mm512_set1_epi8(15), low6 = _mm512_set1_epi8(63), low2 = _mm512_set1_epi8(3);
+    const __m512i byte_of[4] = {lane_bytes(0), lane_bytes(1), lane_bytes(2), lane_bytes(3)};
+    const __m512i pair_lo = lane_bytes(4), pair_hi = lane_bytes(5);
+    __m512 acc[8];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *gb = wg + (size_t)b * R16K_GROUP_BLOCK;
+        /* lane r: row r's scale words; sc03 = scales 0..3 as bytes, sc47, m03, m47 likewise */
+        const __m512i w0 = _mm512_loadu_si512((const void *)(gb + R16K_SCALES));
+        const __m512i w1 = _mm512_loadu_si512((const void *)(gb + R16K_SCALES + 64));
+        const __m512i w2 = _mm512_loadu_si512((const void *)(gb + R16K_SCALES + 128));
+        const __m512i sc03 = _mm512_and_si512(w0, low6), m03 = _mm512_and_si512(w1, low6);
+        const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(w2, low4),
+                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), low2), 4));
+        const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
+                                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), low2), 4));
+        /* 16 S per token: the high nibbles are multiplied in place (v & 0xF0 = 16 q), so the
+         * low ones take 16 sc, and S comes out of 16 S by a shift (|16 S| < 2^29) */
+        __m512i sum16[8];
+        for (int t = 0; t < nt; t++) sum16[t] = _mm512_setzero_si512();
+        for (int p = 0; p < QK_K / 64; p++) {   /* sub-blocks 2p (low nibbles) and 2p + 1 (high) */
+            if (pf)   /* the group-block's 36 lines a group ahead, 9 a pair */
+                for (int i = 0; i < R16K_GROUP_BLOCK / 4 / 64; i++)
+                    INFER_PREFETCH(pf + (size_t)b * R16K_GROUP_BLOCK + (size_t)p * (R16K_GROUP_BLOCK / 4) + 64 * i);
+            __m512i lo[8], hi16[8];
+            for (int c = 0; c < 8; c++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(gb + R16K_QS + 64 * (8 * p + c)));
+                lo[c] = _mm512_and_si512(v, low4);
+                hi16[c] = _mm512_andnot_si512(low4, v);
+            }
+            const __m512i sc4 = p < 2 ? sc03 : sc47;
+            const __m512i sc16_lo = _mm512_slli_epi32(_mm512_shuffle_epi8(sc4, byte_of[2 * p % 4]), 4);
+            const __m512i sc_hi = _mm512_shuffle_epi8(sc4, byte_of[2 * p % 4 + 1]);
+            for (int t = 0; t < nt; t++) {
+                const int8_t *xs = ((const block_q8_K *)(a + (size_t)t * a_stride) + b)->qs + 64 * p;
+                __m512i s[4], x16[4];
+                for (int k = 0; k < 4; k++) s[k] = _mm512_setzero_si512();
+                if (nt == 1)   /* the load ports are the busier: 16 bytes at a time, then in-lane shuffles */
+                    for (int k = 0; k < 4; k++) x16[k] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xs + 16 * k)));
+                for (int c = 0; c < 8; c++) {
+                    /* one token: four short chains of vpdpbusd (more at once); more tokens: two */
+                    const int k = nt == 1 ? c / 4 : 0;
+                    __m512i x_lo, x_hi;
+                    if (nt == 1) {
+                        x_lo = dword_of(x16[c / 4], c % 4);
+                        x_hi = dword_of(x16[2 + c / 4], c % 4);
+                    } else {
+                        int32_t lo4, hi4;
+                        memcpy(&lo4, xs + 4 * c, 4);
+                        memcpy(&hi4, xs + 32 + 4 * c, 4);
+                        x_lo = _mm512_set1_epi32(lo4), x_hi = _mm512_set1_epi32(hi4);
+                    }
+                    s[k] = _mm512_dpbusd_epi32(s[k], lo[c], x_lo);
+                    s[2 + k] = _mm512_dpbusd_epi32(s[2 + k], hi16[c], x_hi);
+                }
+                if (nt == 1) s[0] = _mm512_add_epi32(s[0], s[1]), s[2] = _mm512_add_epi32(s[2], s[3]);
+                sum16[t] = _mm512_add_epi32(sum16[t], _mm512_add_epi32(_mm512_mullo_epi32(s[0], sc16_lo),
+                                                                       _mm512_mullo_epi32(s[2], sc_hi)));
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16K_D)));
+        const __m512 dminw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16K_DMIN)));
+        const __m512i mp[4] = {_mm512_shuffle_epi8(m03, pair_lo), _mm512_shuffle_epi8(m03, pair_hi),
+                               _mm512_shuffle_epi8(m47, pair_lo), _mm512_shuffle_epi8(m47, pair_hi)};
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(a + (size_t)t * a_stride) + b;
+            /* int16 pair sums bsums[2j] + bsums[2j+1], j = 0..7 (|.| <= 32 * 127: no saturation) */
+            const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), _mm256_set1_epi16(1));
+            const __m512i s16 = _mm512_castsi128_si512(
+                _mm_packs_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1)));
+            __m512i mins = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++)
+                mins = _mm512_dpwssd_epi32(mins, mp[k], _mm512_permutexvar_epi32(_mm512_set1_epi32(k), s16));
+            const __m512 dx = _mm512_set1_ps(y->d);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(sum16[t], 4)), _mm512_mul_ps(dw, dx), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dminw, dx), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
+}
+
+static void matmul_q4_k_r16_avx512(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
+                                   int64_t n_tok, float *out, size_t out_stride) {
+    const int64_t nb = n / QK_K;
+    const size_t group_bytes = (size_t)nb * R16K_GROUP_BLOCK;
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *wg = (const uint8_t *)w + (size_t)g * group_bytes;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
+            /* The weights come from memory for the first tile only.  One token streams them
+             * faster without requests of its own: the hardware prefetcher follows the one
+             * sequential stream (2048 x 2048 from memory: 23 GB/s without, 17 with). */
+            const uint8_t *pf = t0 == 0 && n_tok > 1 ? wg + R16K_PREFETCH_GROUPS * group_bytes : NULL;
+            const uint8_t *x = (const uint8_t *)a + (size_t)t0 * a_stride;
+            float *o = out + (size_t)t0 * out_stride + (size_t)g * R16_ROWS;
+            switch (n_tok - t0 < 8 ? (int)(n_tok - t0) : 8) {
+            case 1: q4_k_r16_group(1, nb, wg, pf, x, a_stride, o, out_stride); break;
+            case 2: q4_k_r16_group(2, nb, wg, pf, x, a_stride, o, out_stride); break;
+            case 3: q4_k_r16_group(3, nb, wg, pf, x, a_stride, o, out_stride); break;
+            case 4: q4_k_r16_group(4, nb, wg, pf, x, a_stride, o, out_stride); break;
+            case 5: q4_k_r16_group(5, nb, wg, pf, x, a_stride, o, out_stride); break;
+            case 6: q4_k_r16_group(6, nb, wg, pf, x, a_stride, o, out_stride); break;
+            case 7: q4_k_r16_group(7, nb, wg, pf, x, a_stride, o, out_stride); break;
+            default: q4_k_r16_group(8, nb, wg, pf, x, a_stride, o, out_stride); break;
+            }
+        }
+    }
+}
+
+void infer_fill_repack_k_avx512(infer_kernel_table *t) {
+    t->matmul_r16[INFER_TYPE_Q4_K_R16] = matmul_q4_k_r16_avx512;
+    t->repack_to[INFER_TYPE_Q4_K] = INFER_TYPE_Q4_K_R16;
+}
+#endif
