@@ -108,7 +108,7 @@ def main():
     for n, label, mean, sd, cpu in rows:
         print(f"| {n} | {label} | {mean:.1f} ± {sd:.1f} | {cpu:.1f} | "
               f"{mean / roof:.2f} | {mean / LLAMA_CPP_PYTHON[label]:.2f}x |")
-    for n, label, mean, sd, cpu in rows:
+    for n, label, mean, _sd, _cpu in rows:
         if label == "tg128" and n in probe_gbs:
             gbs = mean * step_bytes / 1e9
             print(f"tg128 at {n} thread(s) reads {gbs:.1f} GB/s of weights ({step_bytes / 1e6:.1f} MB a "
