@@ -88,8 +88,11 @@ INFER_ALWAYS_INLINE void r16_matmul(int type, int64_t n, const void *w, int64_t 
     for (int64_t g = 0; g < n_groups; g++) {
         const uint8_t *wg = (const uint8_t *)w + (size_t)g * group_bytes;
         for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
-            /* the weights come from memory for the first tile only */
-            const uint8_t *pf = t0 == 0 ? wg + R16_PREFETCH_GROUPS * group_bytes : NULL;
+            /* The weights come from memory for the first tile only.  One token reads
+             * them as one sequential stream, which the hardware prefetcher follows
+             * better alone (interleaved A/B, matrices past the LLC: Q8_0 17 -> 21 GB/s,
+             * Q4_1 20 -> 22, as repack_k_avx512.c found for Q4_K). */
+            const uint8_t *pf = t0 == 0 && n_tok > 1 ? wg + R16_PREFETCH_GROUPS * group_bytes : NULL;
             const uint8_t *x = (const uint8_t *)a + (size_t)t0 * a_stride;
             float *o = out + (size_t)t0 * out_stride + (size_t)g * R16_ROWS;
             switch (n_tok - t0 < 8 ? (int)(n_tok - t0) : 8) {
