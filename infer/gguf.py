@@ -427,13 +427,13 @@ class GGUFFile:
         the map, such as a tensor's data) for now: a model that keeps its own copy of
         a tensor (repacked) then does not also hold the file's pages in memory.  They
         stay in the page cache and come back on the next read; a no-op where the
-        platform has no madvise."""
+        platform has no madvise, or for memory outside the map."""
         mm, advice = self._mm, getattr(mmap, "MADV_DONTNEED", None)
         if mm is None or advice is None or not hasattr(mm, "madvise") or view.nbytes == 0:
             return
         start = int(view.ctypes.data) - self._map_address
         if start < 0 or start + view.nbytes > self.size:
-            raise ValueError("view: not a part of this file's map")
+            return   # not this map's memory (a copy): nothing of the file to release
         lo = start // mmap.PAGESIZE * mmap.PAGESIZE
         hi = min(-(-(start + view.nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE, len(mm))
         mm.madvise(advice, lo, hi - lo)

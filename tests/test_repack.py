@@ -281,3 +281,21 @@ def test_gemma3_repacked_decodes_as_the_file_does(monkeypatch):
     for got, want in zip(logits, logits_file):   # the x86 row kernels' operations: same bits
         np.testing.assert_array_equal(got, want)
     assert fp == fp_file
+
+
+def test_release_pages_leaves_the_bytes_readable():
+    """GGUFFile.release_pages drops the process's pages of a tensor: reading it again
+    gives the same bytes (from the page cache or the file); a copy is left alone."""
+    from _tok_models import installed_path
+    from infer.gguf import GGUFFile
+
+    g = GGUFFile(installed_path("smollm2"))
+    try:
+        view = g.tensors["blk.0.ffn_up.weight"].data
+        before = np.array(view, copy=True)
+        g.release_pages(view)
+        np.testing.assert_array_equal(view, before)
+        g.release_pages(before)   # not the map's memory: a no-op
+        np.testing.assert_array_equal(view, before)
+    finally:
+        g.close()
