@@ -244,7 +244,7 @@ static inline int8_t round_q8(float v) {
 }
 
 /* d = amax / 127, id = 1/d (0 when d is 0): the quantizer shared by Q8_0 and Q8_1. */
-static float quantize_block_q8(const float *x, int8_t *qs) {
+static float quantize_block_q8(const float *x, int8_t *qs, int *sum) {
     float amax = 0.0f;
     for (int j = 0; j < 32; j++) {
         const float a = fabsf(x[j]);
@@ -253,22 +253,25 @@ static float quantize_block_q8(const float *x, int8_t *qs) {
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int j = 0; j < 32; j++) qs[j] = round_q8(x[j] * id);
+    if (sum) {   /* the bytes' exact sum: Q8_1's s and Q8_0S's sum */
+        *sum = 0;
+        for (int j = 0; j < 32; j++) *sum += qs[j];
+    }
     return d;
 }
 
 static void quantize_q8_0(const float *src, void *dst, int64_t n) {
     block_q8_0 *y = (block_q8_0 *)dst;
     for (int64_t b = 0; b < n / QK8_0; b++, src += QK8_0)
-        y[b].d = infer_fp32_to_fp16(quantize_block_q8(src, y[b].qs));
+        y[b].d = infer_fp32_to_fp16(quantize_block_q8(src, y[b].qs, NULL));
 }
 
 /* Q8_0's bytes and scale, and the exact sum of the bytes (the *_R16 kernels). */
 static void quantize_q8_0s(const float *src, void *dst, int64_t n) {
     block_q8_0s *y = (block_q8_0s *)dst;
     for (int64_t b = 0; b < n / QK8_0; b++, src += QK8_0) {
-        const float d = quantize_block_q8(src, y[b].qs);
-        int sum = 0;
-        for (int j = 0; j < QK8_0; j++) sum += y[b].qs[j];
+        int sum;
+        const float d = quantize_block_q8(src, y[b].qs, &sum);
         y[b].d = infer_fp32_to_fp16(d);
         y[b].sum = (int16_t)sum;
     }
@@ -285,9 +288,8 @@ static void dequantize_q8_0s(const void *src, float *dst, int64_t n) {
 static void quantize_q8_1(const float *src, void *dst, int64_t n) {
     block_q8_1 *y = (block_q8_1 *)dst;
     for (int64_t b = 0; b < n / QK8_1; b++, src += QK8_1) {
-        const float d = quantize_block_q8(src, y[b].qs);
-        int sum = 0;
-        for (int j = 0; j < QK8_1; j++) sum += y[b].qs[j];
+        int sum;
+        const float d = quantize_block_q8(src, y[b].qs, &sum);
         y[b].d = infer_fp32_to_fp16(d);
         y[b].s = infer_fp32_to_fp16((float)sum * d);
     }

@@ -14,10 +14,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* Groups ahead whose bytes a group's block loop requests, a few lines a block
- * (infer_prefetch_part), as the other kernels do INFER_PREFETCH_ROWS rows ahead. */
-#define R16_PREFETCH_GROUPS (INFER_PREFETCH_ROWS / R16_ROWS)
-
 static inline float half_at(const infer_half *p) { return _cvtsh_ss(*p); }
 
 /* nt (1..8) tokens against one group of 16 rows, for a constant type and nt. */
@@ -85,28 +81,9 @@ INFER_ALWAYS_INLINE void r16_matmul(int type, int64_t n, const void *w, int64_t 
                                     size_t a_stride, int64_t n_tok, float *out, size_t out_stride) {
     const int64_t nb = n / QK8_0;
     const size_t group_bytes = (size_t)nb * R16_ROWS * infer_type_block_bytes(type);
-    for (int64_t g = 0; g < n_groups; g++) {
-        const uint8_t *wg = (const uint8_t *)w + (size_t)g * group_bytes;
-        for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
-            /* The weights come from memory for the first tile only.  One token reads
-             * them as one sequential stream, which the hardware prefetcher follows
-             * better alone (interleaved A/B, matrices past the LLC: Q8_0 17 -> 21 GB/s,
-             * Q4_1 20 -> 22, as repack_k_avx512.c found for Q4_K). */
-            const uint8_t *pf = t0 == 0 && n_tok > 1 ? wg + R16_PREFETCH_GROUPS * group_bytes : NULL;
-            const uint8_t *x = (const uint8_t *)a + (size_t)t0 * a_stride;
-            float *o = out + (size_t)t0 * out_stride + (size_t)g * R16_ROWS;
-            switch (n_tok - t0 < 8 ? (int)(n_tok - t0) : 8) {
-            case 1: r16_group(type, 1, nb, wg, pf, x, a_stride, o, out_stride); break;
-            case 2: r16_group(type, 2, nb, wg, pf, x, a_stride, o, out_stride); break;
-            case 3: r16_group(type, 3, nb, wg, pf, x, a_stride, o, out_stride); break;
-            case 4: r16_group(type, 4, nb, wg, pf, x, a_stride, o, out_stride); break;
-            case 5: r16_group(type, 5, nb, wg, pf, x, a_stride, o, out_stride); break;
-            case 6: r16_group(type, 6, nb, wg, pf, x, a_stride, o, out_stride); break;
-            case 7: r16_group(type, 7, nb, wg, pf, x, a_stride, o, out_stride); break;
-            default: r16_group(type, 8, nb, wg, pf, x, a_stride, o, out_stride); break;
-            }
-        }
-    }
+#define GROUP(nt, wg, pf, x, o) r16_group(type, nt, nb, wg, pf, x, a_stride, o, out_stride)
+    R16_FOR_GROUPS_AND_TILES(w, n_groups, group_bytes, a, a_stride, n_tok, out, out_stride, GROUP)
+#undef GROUP
 }
 
 #define R16_AVX512(name, type)                                                                         \
