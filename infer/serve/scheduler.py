@@ -144,6 +144,8 @@ class Scheduler:
         self._jobs: dict[int, _Job] = {}  # slot index -> its pending job
         self._waiting: collections.deque[SlotContext] = collections.deque()  # FIFO for free slots
         self._open = 0  # requests opened and not yet closed
+        # jobs over whose workers are not yet told: see _wake_workers
+        self._unwoken: list[_Job] = []
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="infer-scheduler", daemon=True)
         self._thread.start()
@@ -271,9 +273,12 @@ class Scheduler:
     def _run(self) -> None:
         while True:
             with self._cond:
+                if not self._jobs or len(self._jobs) < self.busy_slots:
+                    self._wake_workers()  # this round may wait for them
                 while not self._jobs and not self._stopping:
                     self._cond.wait()
                 if self._stopping:
+                    self._wake_workers()
                     for job in self._jobs.values():
                         job.error = Cancelled("the server is stopping")
                         job.finished = True
@@ -297,8 +302,16 @@ class Scheduler:
                     job.finished = True
                     if job.kind == _DECODE and job.error is None and job.follow:
                         self._queue_ahead(index, job)
-            for _, job in finished:
-                job.over.set()
+            self._unwoken.extend(job for _, job in finished)
+
+    def _wake_workers(self) -> None:
+        """Tell the workers whose jobs are over.  Deferred until the scheduler waits or
+        is about to release the GIL into a forward pass: woken at once, eight workers
+        would take turns at the GIL with the sampling of the next step and delay it,
+        while in the step their Python runs beside the kernels."""
+        for job in self._unwoken:
+            job.over.set()
+        self._unwoken.clear()
 
     def _round(self, jobs: list[tuple[int, _Job]]) -> list[tuple[int, _Job]]:
         """Run one round; returns the jobs it finished."""
@@ -325,6 +338,7 @@ class Scheduler:
     def _prefill_chunk(self, job: _Job) -> bool:
         ctx = self.slots[job.request._index].context
         chunk = job.tokens[job.done:job.done + self.prefill_chunk]
+        self._wake_workers()
         try:
             ctx.prefill(chunk)
         except Exception as exc:
@@ -358,6 +372,7 @@ class Scheduler:
                 continue
             ready.append((job, ctx))
             tokens.append(token)
+        self._wake_workers()
         if not ready:
             return
         try:
