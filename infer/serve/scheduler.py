@@ -21,7 +21,9 @@ with the GIL free.  A token decoded ahead that the worker does not take (its
 reply ended, or it prefills or truncates instead) is taken back: the context
 is truncated and the sampler's RNG put back where it was, so the results are
 those of one token at a time.  Only samplers without a grammar and with
-``get_rng_state``/``set_rng_state`` (infer.Sampler) decode ahead.
+``get_rng_state``/``set_rng_state`` (infer.Sampler) decode ahead.  The workers
+are woken only as the next step starts (`_wake_workers`), so that their Python
+does not hold up the sampling before it.
 
 A request takes a slot at its first prefill, when its prompt is known: the free
 slot whose cached tokens share the longest prefix with it, so a chat's next
