@@ -3,7 +3,8 @@ same thing in the same run (numpy / kernel: above 1 means the kernel is faster).
 
 Shapes are SmolLM2-135M's (d=576, ffn=1536, 9 heads / 3 KV heads of 64, vocab
 49152).  Attention is one decoded token over a cache of N positions, all heads,
-one layer.
+one layer; the last row is Gemma 3's shape over 24 layers' caches, which do not
+fit in the last-level cache, as in a decode step at depth.
 
 Environment: BENCH_SECONDS (per measurement, default 0.3), BENCH_THREADS (default
 1), BENCH_CTX (attention contexts, default "512,2048").
@@ -137,6 +138,22 @@ def cases():
 
     yield ("attention prefill 512 tok, f16 cache",
            lambda: K.attention(q512, kh, vh, 0, out512), np_prefill)
+
+    # A decode step's attention at depth reads each layer's cache from memory (the
+    # weights read since evicted it): Gemma 3's shape (4 heads / 1 KV head of 256),
+    # one token over 4096 positions in each of 24 layers' caches (100 MB of f16).
+    layers = [(f(1, 4096, 256).astype(np.float16), f(1, 4096, 256).astype(np.float16)) for _ in range(24)]
+    qg, outg = f(1, 4, 256), np.empty((1, 4, 256), np.float32)
+
+    def ours_layers():
+        for kl, vl in layers:
+            K.attention(qg, kl.view(np.uint16), vl.view(np.uint16), 4095, outg)
+
+    def np_layers():
+        for kl, vl in layers:
+            np_attention(qg, kl, vl, 4095, outg)
+
+    yield "attention 1 tok, ctx 4096, f16, 24 layers", ours_layers, np_layers
 
 
 def main():

@@ -3,8 +3,9 @@
  * online-softmax bookkeeping of each query, and the table entries.
  *
  * Included by ops_<isa>.c after it has defined, for its vector width:
- *   attn_scores(UB, qs, d, k, p0, nb, s, f16)      s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j)
- *   attn_accumulate(UB, acc, d, v, p0, nb, w, f16) acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i]
+ *   attn_scores(UB, qs, d, k, p0, nb, s, f16, pf)      s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j)
+ *   attn_accumulate(UB, acc, d, v, p0, nb, w, f16, pf) acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i]
+ *     (pf > 0: also prefetch the rows pf positions ahead of those read; see ops_internal.h)
  *   attn_exp_sum(s, nb, m)     s[j] = exp(s[j] - m), 0 for -inf; returns the sum
  *   attn_rescale(acc, c, d)    acc[i] *= c
  * (UB <= 4 queries, a constant at each call) and OPS_ISA, the suffix of the
@@ -72,6 +73,11 @@ static ALWAYS_INLINE void attn_block(int64_t n_q, const float *const *q, float *
         p_lo = lo[u] < p_lo ? lo[u] : p_lo;
         p_hi = hi[u] > p_hi ? hi[u] : p_hi;
     }
+    const size_t row_bytes = (size_t)d * (f16 ? 2 : 4);
+    const int64_t pf = n_q <= ATTN_PREFETCH_MAX_Q && p_hi >= p_lo &&
+                               (size_t)(p_hi - p_lo + 1) * row_bytes >= ATTN_PREFETCH_MIN_SPAN_BYTES
+                           ? (int64_t)((ATTN_PREFETCH_BYTES + row_bytes - 1) / row_bytes)
+                           : 0;
     /* Chunks on a grid of absolute positions (multiples of ATTN_CHUNK), rows read
      * from p_lo on: a query's chunks, its running max and sums then depend on its
      * own [lo, hi] only, never on the other queries of the call, so one query gives
@@ -79,14 +85,15 @@ static ALWAYS_INLINE void attn_block(int64_t n_q, const float *const *q, float *
     for (int64_t p0 = p_lo - p_lo % ATTN_CHUNK; p0 <= p_hi; p0 += ATTN_CHUNK) {
         const int64_t nb = p_hi + 1 - p0 < ATTN_CHUNK ? p_hi + 1 - p0 : ATTN_CHUNK;
         const int64_t j0 = p_lo > p0 ? p_lo - p0 : 0;   /* rows before it: weight 0, not read */
-#define SCORES(UB) attn_scores(UB, qs + u * d, d, k, p0 + j0, nb - j0, s + u * ATTN_CHUNK + j0, f16)
+#define SCORES(UB) attn_scores(UB, qs + u * d, d, k, p0 + j0, nb - j0, s + u * ATTN_CHUNK + j0, f16, \
+                           u == 0 ? pf : 0)
         ATTN_BY_FOUR(SCORES)
 #undef SCORES
         for (int64_t u = 0; u < n_q; u++)
             attn_softmax_step(s + u * ATTN_CHUNK, p0, nb, lo[u], hi[u], &m[u], &l[u], acc + u * d, d,
                               softcap);
 #define ACCUMULATE(UB) \
-    attn_accumulate(UB, acc + u * d, d, v, p0 + j0, nb - j0, s + u * ATTN_CHUNK + j0, f16)
+    attn_accumulate(UB, acc + u * d, d, v, p0 + j0, nb - j0, s + u * ATTN_CHUNK + j0, f16, u == 0 ? pf : 0)
         ATTN_BY_FOUR(ACCUMULATE)
 #undef ACCUMULATE
     }

@@ -232,7 +232,7 @@ static inline __m256 hsum8x8(const __m256 *s) {
  * RB = 8 / UB rows per pass: eight accumulators (independent FMA chains) whatever
  * the number of queries, reduced together by one hadd tree. */
 static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, const void *k,
-                                      int64_t p0, int64_t nb, float *s, int f16) {
+                                      int64_t p0, int64_t nb, float *s, int f16, int64_t pf) {
     const int RB = UB == 1 ? 8 : UB == 2 ? 4 : 2;
     const int64_t d8 = d & ~(int64_t)7;
     int64_t j = 0;
@@ -240,6 +240,7 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
         __m256 a[8];
         float sums[8];
         const int64_t r0 = (p0 + j) * d;
+        if (pf) attn_prefetch_rows(k, p0 + j + pf, RB, d, f16);
         for (int x = 0; x < 8; x++) a[x] = _mm256_setzero_ps();
         for (int64_t i = 0; i < d8; i += 8) {
             __m256 qv[4];
@@ -277,13 +278,14 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
  * UB * NV independent FMA chains in flight. */
 static ALWAYS_INLINE int64_t attn_accumulate_cols(const int UB, const int NV, float *acc, int64_t d,
                                                   int64_t i, const void *v, int64_t p0, int64_t nb,
-                                                  const float *w, int f16) {
+                                                  const float *w, int f16, int64_t pf) {
     for (; i + 8 * NV <= d; i += 8 * NV) {
         __m256 a[4][8];
         for (int u = 0; u < UB; u++)
             for (int x = 0; x < NV; x++) a[u][x] = _mm256_loadu_ps(acc + u * d + i + 8 * x);
         for (int64_t j = 0; j < nb; j++) {
             const int64_t r = (p0 + j) * d + i;
+            if (pf && i == 0) attn_prefetch_rows(v, p0 + j + pf, 1, d, f16);   /* the first columns' pass */
             __m256 wv[4];
             for (int u = 0; u < UB; u++) wv[u] = _mm256_broadcast_ss(w + u * ATTN_CHUNK + j);
             for (int x = 0; x < NV; x++) {
@@ -298,12 +300,12 @@ static ALWAYS_INLINE int64_t attn_accumulate_cols(const int UB, const int NV, fl
 }
 
 static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
-                                          int64_t p0, int64_t nb, const float *w, int f16) {
+                                          int64_t p0, int64_t nb, const float *w, int f16, int64_t pf) {
     int64_t i = 0;
-    if (UB == 1) i = attn_accumulate_cols(UB, 8, acc, d, i, v, p0, nb, w, f16);
-    if (UB <= 2) i = attn_accumulate_cols(UB, 4, acc, d, i, v, p0, nb, w, f16);
-    i = attn_accumulate_cols(UB, 2, acc, d, i, v, p0, nb, w, f16);
-    i = attn_accumulate_cols(UB, 1, acc, d, i, v, p0, nb, w, f16);
+    if (UB == 1) i = attn_accumulate_cols(UB, 8, acc, d, i, v, p0, nb, w, f16, pf);
+    if (UB <= 2) i = attn_accumulate_cols(UB, 4, acc, d, i, v, p0, nb, w, f16, pf);
+    i = attn_accumulate_cols(UB, 2, acc, d, i, v, p0, nb, w, f16, pf);
+    i = attn_accumulate_cols(UB, 1, acc, d, i, v, p0, nb, w, f16, pf);
     for (; i < d; i++)
         for (int64_t j = 0; j < nb; j++)
             for (int u = 0; u < UB; u++)

@@ -186,13 +186,14 @@ static inline __m256 hsum16x8(const __m512 *s) {
 /* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant):
  * RB rows per pass so that at least eight accumulators are in flight. */
 static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, const void *k,
-                                      int64_t p0, int64_t nb, float *s, int f16) {
+                                      int64_t p0, int64_t nb, float *s, int f16, int64_t pf) {
     const int RB = UB == 1 ? 8 : 4;
     int64_t j = 0;
     for (; j + RB <= nb; j += RB) {
         __m512 a[16];
         float sums[16];
         const int64_t r0 = (p0 + j) * d;
+        if (pf) attn_prefetch_rows(k, p0 + j + pf, RB, d, f16);
         for (int x = 0; x < 16; x++) a[x] = _mm512_setzero_ps();
         for (int64_t i = 0; i < d; i += 16) {
             const __mmask16 mk = tail_mask(d - i);
@@ -228,7 +229,8 @@ static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, 
  * returns where it stopped.  UB * NV accumulators stay in registers for the chunk. */
 static ALWAYS_INLINE int64_t attn_accumulate_cols(const int UB, const int NV, const int mask_tail,
                                                   float *acc, int64_t d, int64_t i, const void *v,
-                                                  int64_t p0, int64_t nb, const float *w, int f16) {
+                                                  int64_t p0, int64_t nb, const float *w, int f16,
+                                                  int64_t pf) {
     for (; mask_tail ? i < d : i + 16 * NV <= d; i += 16 * NV) {
         const __mmask16 mk = mask_tail ? tail_mask(d - i) : (__mmask16)0xffff;
         __m512 a[4][8];
@@ -236,6 +238,7 @@ static ALWAYS_INLINE int64_t attn_accumulate_cols(const int UB, const int NV, co
             for (int x = 0; x < NV; x++) a[u][x] = _mm512_maskz_loadu_ps(mk, acc + u * d + i + 16 * x);
         for (int64_t j = 0; j < nb; j++) {
             const int64_t r = (p0 + j) * d + i;
+            if (pf && i == 0) attn_prefetch_rows(v, p0 + j + pf, 1, d, f16);   /* the first columns' pass */
             __m512 wv[4];
             for (int u = 0; u < UB; u++) wv[u] = _mm512_set1_ps(w[u * ATTN_CHUNK + j]);
             for (int x = 0; x < NV; x++) {
@@ -250,11 +253,11 @@ static ALWAYS_INLINE int64_t attn_accumulate_cols(const int UB, const int NV, co
 }
 
 static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
-                                          int64_t p0, int64_t nb, const float *w, int f16) {
+                                          int64_t p0, int64_t nb, const float *w, int f16, int64_t pf) {
     int64_t i = 0;
-    if (UB <= 2) i = attn_accumulate_cols(UB, 4, 0, acc, d, i, v, p0, nb, w, f16);
-    i = attn_accumulate_cols(UB, 2, 0, acc, d, i, v, p0, nb, w, f16);
-    attn_accumulate_cols(UB, 1, 1, acc, d, i, v, p0, nb, w, f16);
+    if (UB <= 2) i = attn_accumulate_cols(UB, 4, 0, acc, d, i, v, p0, nb, w, f16, pf);
+    i = attn_accumulate_cols(UB, 2, 0, acc, d, i, v, p0, nb, w, f16, pf);
+    attn_accumulate_cols(UB, 1, 1, acc, d, i, v, p0, nb, w, f16, pf);
 }
 
 static float attn_exp_sum(float *s, int64_t nb, float m) {

@@ -201,8 +201,11 @@ static ALWAYS_INLINE float fused_madd(float a, float b, float c) {
 /* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant).
  * RB = 8 / UB rows per pass: eight accumulators (independent FMA chains) whatever
  * the number of queries. */
+/* pf (rows to prefetch ahead, ops_internal.h) is taken and not used here: the
+ * prefetch was measured on x86 only. */
 static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, const void *k,
-                                      int64_t p0, int64_t nb, float *s, int f16) {
+                                      int64_t p0, int64_t nb, float *s, int f16, int64_t pf) {
+    (void)pf;
     const int RB = UB == 1 ? 8 : UB == 2 ? 4 : 2;
     const int64_t d4 = d & ~(int64_t)3;
     int64_t j = 0;
@@ -271,7 +274,8 @@ static ALWAYS_INLINE int64_t attn_accumulate_cols(const int UB, const int NV, fl
  * -ffp-contract: clang (zig cc) contracted them in some inlined copies only, so a
  * query's bits depended on how many queries shared the call. */
 static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
-                                          int64_t p0, int64_t nb, const float *w, int f16) {
+                                          int64_t p0, int64_t nb, const float *w, int f16, int64_t pf) {
+    (void)pf;
     int64_t i = 0;
     if (UB == 1) i = attn_accumulate_cols(UB, 8, acc, d, i, v, p0, nb, w, f16);
     if (UB <= 2) i = attn_accumulate_cols(UB, 4, acc, d, i, v, p0, nb, w, f16);
