@@ -200,9 +200,8 @@ static ALWAYS_INLINE float fused_madd(float a, float b, float c) {
 
 /* s[u * ATTN_CHUNK + j] = qs[u] . k_row(p0 + j) for u < UB (UB <= 4, a constant).
  * RB = 8 / UB rows per pass: eight accumulators (independent FMA chains) whatever
- * the number of queries. */
-/* pf (rows to prefetch ahead, ops_internal.h) is taken and not used here: the
- * prefetch was measured on x86 only. */
+ * the number of queries.  pf (rows to prefetch ahead, ops_internal.h) is taken and
+ * not used: the prefetch was measured on x86 only. */
 static ALWAYS_INLINE void attn_scores(const int UB, const float *qs, int64_t d, const void *k,
                                       int64_t p0, int64_t nb, float *s, int f16, int64_t pf) {
     (void)pf;
