@@ -70,6 +70,13 @@ static inline float fma_f32(float a, float b, float c) {
     return (float)s;
 }
 
+/* The fp16 at p (any alignment) as a float: the scalar kernels' scales. */
+static inline float fp16_at(const uint8_t *p) {
+    infer_half h;
+    memcpy(&h, p, 2);
+    return infer_fp16_to_fp32(h);
+}
+
 /* Groups ahead whose bytes a group's block loop requests, a few lines a block
  * (infer_prefetch_part), as the other kernels do INFER_PREFETCH_ROWS rows ahead. */
 #define R16_PREFETCH_GROUPS (INFER_PREFETCH_ROWS / R16_ROWS)

@@ -22,12 +22,6 @@ int infer_repack_q4_K_r16(const void *src, size_t row_bytes, int64_t rows, int64
     return 0;
 }
 
-static float fp16_at(const uint8_t *p) {
-    infer_half h;
-    memcpy(&h, p, 2);
-    return infer_fp16_to_fp32(h);
-}
-
 /* Nibble k (0..31) of sub-block j of row r in a group-block. */
 static int q4_K_r16_nibble(const uint8_t *gb, int r, int j, int k) {
     const uint8_t byte = gb[R16K_QS + 64 * (8 * (j / 2) + k / 4) + 4 * r + k % 4];

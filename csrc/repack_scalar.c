@@ -64,12 +64,6 @@ static int r16_weight(int type, const uint8_t *gb, int r, int k) {
     return q + 16 * (gb[R16_H + 8 * (k / 4) + bit / 8] >> (bit % 8) & 1);
 }
 
-static float fp16_at(const uint8_t *p) {
-    infer_half h;
-    memcpy(&h, p, 2);
-    return infer_fp16_to_fp32(h);
-}
-
 static void matmul_r16_scalar(int type, int64_t n, const void *w, int64_t n_groups, const void *a,
                               size_t a_stride, int64_t n_tok, float *out, size_t out_stride) {
     const int64_t nb = n / QK8_0;
