@@ -66,7 +66,10 @@ def check_token_bits(wr, rfmt, x, out):
 
 
 @pytest.mark.parametrize("fmt", BLOCK32_FORMATS)
-@pytest.mark.parametrize("rows,n,n_tok", [(16, 32, 1), (48, 576, 3), (64, 1536, 9), (32, 64, 33)])
+# n_tok <= 8 with up to 256 blocks a row takes the kernels' converted-scales path;
+# more tokens, or longer rows (8224 = 257 blocks), the path that converts per group
+@pytest.mark.parametrize("rows,n,n_tok", [(16, 32, 1), (48, 576, 3), (48, 640, 8), (64, 1536, 9), (32, 64, 33),
+                                         (16, 8224, 5)])
 def test_repacked_matmul_against_float64(isa, fmt, rows, n, n_tok):
     w = make_weights(fmt, rows, n, rows + n)
     x = np.random.default_rng(n_tok).standard_normal((n_tok, n)).astype(np.float32) * 4
@@ -166,16 +169,17 @@ def test_repacked_q4_k_extremes(isa):
 
 
 @pytest.mark.parametrize("fmt", FILE_FORMATS)
-def test_every_kernel_set_gives_the_scalar_bits(fmt):
+@pytest.mark.parametrize("n_tok", [8, 11])
+def test_every_kernel_set_gives_the_scalar_bits(fmt, n_tok):
     w = make_weights(fmt, 48, 1280, 5)
-    x = np.random.default_rng(6).standard_normal((11, 1280)).astype(np.float32)
+    x = np.random.default_rng(6).standard_normal((n_tok, 1280)).astype(np.float32)
     wr, rfmt = K.repack(w, fmt)
     previous = K.capabilities()["active"]
     results = {}
     try:
         for isa in K.capabilities()["available"]:
             K.set_isa(isa)
-            out = np.empty((11, 48), np.float32)
+            out = np.empty((n_tok, 48), np.float32)
             K.matmul_q(wr, rfmt, activations(rfmt, x), out)
             results[isa] = out
     finally:
