@@ -225,10 +225,11 @@ def _string_error(key: str, i: int, at: int, n: int, size: int) -> GGUFError:
 
 
 _c_read_strings: Optional[Callable[[Any, int, int], Any]]
+_c_fd_size: Optional[Callable[[int], int]]
 try:
-    from ._gguf_strings import read_strings as _c_read_strings
-except ImportError:  # not built: the loop above does the same, ~4x slower
-    _c_read_strings = None
+    from ._gguf_native import fd_size as _c_fd_size, read_strings as _c_read_strings
+except ImportError:  # not built: the loop above does the same, ~4x slower; os.fstat
+    _c_read_strings = _c_fd_size = None
 
 
 class _TensorRecord(NamedTuple):
@@ -411,8 +412,10 @@ class GGUFFile:
         fd = self._fd
         if fd < 0:
             return
+        now = _c_fd_size(fd) if _c_fd_size is not None else -1   # the GIL held: _gguf_native.fd_size
         try:
-            now = os.fstat(fd).st_size
+            if now < 0:
+                now = os.fstat(fd).st_size
         except OSError:
             if self._fd < 0:   # closed by another thread meanwhile: the step reports that
                 return

@@ -524,3 +524,41 @@ def test_model_names_resolve_as_the_cli_does(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "gemma3").write_bytes(b"x")
     assert model_path("gemma3") == "gemma3"
+
+
+def test_fd_size_reads_what_os_fstat_does(tmp_path):
+    import infer.gguf as g
+
+    if g._c_fd_size is None:
+        pytest.skip("infer._gguf_native is not built")
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 1000)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert g._c_fd_size(fd) == os.fstat(fd).st_size == 1000
+        os.truncate(path, 17)
+        assert g._c_fd_size(fd) == 17
+    finally:
+        os.close(fd)
+    assert g._c_fd_size(fd) == -1   # closed: the caller asks os.fstat for the error
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_resized_file_is_reported_by_check_unchanged(tmp_path, monkeypatch, native):
+    import infer.gguf as g
+
+    if native and g._c_fd_size is None:
+        pytest.skip("infer._gguf_native is not built")
+    if not native:
+        monkeypatch.setattr(g, "_c_fd_size", None)
+    path = tmp_path / "m.gguf"
+    build_model(path)
+    f = GGUFFile(str(path))
+    try:
+        f.check_unchanged()
+        with open(path, "ab") as extra:
+            extra.write(b"\0" * 32)
+        with pytest.raises(g.FileChangedError, match="truncated or overwritten"):
+            f.check_unchanged()
+    finally:
+        f.close()
