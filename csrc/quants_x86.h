@@ -260,8 +260,8 @@ static inline __m256i round_half_away(__m256 v) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 /* The same operations on two 512-bit vectors, narrowed by vpmovsdb: the same bytes
  * for finite inputs, 12-15% faster (each block still waits on two divisions and a
- * reduction).  The fused decode step's leader pays it for every input row of
- * every matrix (infer_decode_quantize_inputs). */
+ * reduction).  Rows of 16 blocks and more go mostly through quantize_16_blocks_q8
+ * below; this one takes the blocks left over. */
 static inline __m512i round_half_away_512(__m512 v) {
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
     const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -288,12 +288,12 @@ static inline float quantize_block_q8(const float *x, int8_t *qs, int *sum) {
     return d;
 }
 
-/* Sixteen blocks at a time: one block's maximum, division and sum each wait on the
- * one before (a reduction tree, two divisions, another tree: ~50 cycles a block,
- * which the out-of-order window overlapped for about two blocks).  Here the sixteen
- * maxima and sums come out of one transposing reduction each, and d and 1/d of the
- * sixteen blocks out of two vector divisions.  The same operations on each value:
- * the same bytes as quantize_block_q8 for finite inputs. */
+/* Sixteen blocks at a time: in quantize_block_q8 each block's maximum, divisions and
+ * sum wait on one another (a reduction tree, two divisions, another tree), 45-52
+ * cycles a block on long rows.  Here the sixteen maxima and sums come out of one
+ * transposing reduction each, and d and 1/d of the sixteen blocks out of two vector
+ * divisions: 30-33 cycles a block (one thread, 8 x 16384 values).  The same
+ * operations on each value: the same bytes as quantize_block_q8 for finite inputs. */
 
 /* lane i = op over the lanes of v[i]: halves of pairs, then quarters, then in-lane
  * unpacks, leaving block 4j + q in lane 4q + j, which the last permute puts back. */
