@@ -25,8 +25,8 @@
 static inline float half_at(const infer_half *p) { return _cvtsh_ss(*p); }
 
 /* An activation block's scales as the kernel uses them: d and Q8_1's s as floats,
- * or Q8_0S's offset term -offset * sum(x) (repack.h). */
-typedef struct { float d; union { float s; int32_t offset; }; } r16_scales;
+ * and Q8_0S's offset term -offset * sum(x) (repack.h). */
+typedef struct { float d, s; int32_t offset; } r16_scales;
 
 INFER_ALWAYS_INLINE int32_t r16_offset(int type, const uint8_t *xb) {
     const int32_t offset = type == INFER_TYPE_Q4_0_R16 ? 8 : type == INFER_TYPE_Q5_0_R16 ? 16 : 128;
