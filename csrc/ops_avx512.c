@@ -255,9 +255,9 @@ static ALWAYS_INLINE int64_t attn_accumulate_cols(const int UB, const int NV, co
 static ALWAYS_INLINE void attn_accumulate(const int UB, float *acc, int64_t d, const void *v,
                                           int64_t p0, int64_t nb, const float *w, int f16, int64_t pf) {
     int64_t i = 0;
-    /* 4 x 4 accumulators for four queries when that is a whole row of 64 in one pass
+    /* 3-4 queries x 4 vectors of accumulators when that is a whole row of 64 in one pass
      * (SmolLM2's heads, from memory: 0.82-0.88x the time, alternated in one process);
-     * rows of 256 (Gemma 3's) gained nothing clear from it and keep 8 passes of 4 x 2 */
+     * rows of 256 (Gemma 3's) gained nothing clear from it and keep 8 passes of 2 vectors */
     if (UB <= 2 || d <= 64) i = attn_accumulate_cols(UB, 4, 0, acc, d, i, v, p0, nb, w, f16, pf);
     i = attn_accumulate_cols(UB, 2, 0, acc, d, i, v, p0, nb, w, f16, pf);
     attn_accumulate_cols(UB, 1, 1, acc, d, i, v, p0, nb, w, f16, pf);
