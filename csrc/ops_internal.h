@@ -2,8 +2,7 @@
 #ifndef INFER_OPS_INTERNAL_H
 #define INFER_OPS_INTERNAL_H
 
-#include <stddef.h>
-#include <stdint.h>
+#include "infer_kernels.h"
 
 /* Attention walks the cache in chunks of this many positions: the scores of a
  * chunk, one rescale of each query's accumulator if its running max grew (online
@@ -23,20 +22,11 @@
 #define ATTN_PREFETCH_MIN_SPAN_BYTES (128 * 1024)
 #define ATTN_PREFETCH_BYTES (16 * 1024)
 
-#if defined(__GNUC__) || defined(__clang__)
-#define ATTN_PREFETCH(p) __builtin_prefetch((p), 0, 3)
-#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
-#include <xmmintrin.h>
-#define ATTN_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
-#else
-#define ATTN_PREFETCH(p) ((void)(p))
-#endif
-
 /* Cache rows [row, row + n) of d values (f16 or f32) at base into the cache. */
 static inline void attn_prefetch_rows(const void *base, int64_t row, int64_t n, int64_t d, int f16) {
     const size_t row_bytes = (size_t)d * (f16 ? 2 : 4);
     const char *p = (const char *)base + (size_t)row * row_bytes;
-    for (size_t o = 0; o < (size_t)n * row_bytes; o += 64) ATTN_PREFETCH(p + o);
+    for (size_t o = 0; o < (size_t)n * row_bytes; o += 64) INFER_PREFETCH_KEEP(p + o);
 }
 
 /* Helpers taking a constant flag (F16 or F32 cache, queries per pass) must be

@@ -24,9 +24,12 @@
 
 static inline float half_at(const infer_half *p) { return _cvtsh_ss(*p); }
 
-/* An activation block's scales as the kernel uses them: d and Q8_1's s as floats,
- * and Q8_0S's offset term -offset * sum(x) (repack.h). */
-typedef struct { float d, s; int32_t offset; } r16_scales;
+/* An activation block's scales as the kernel uses them: d, and Q8_1's s as a float
+ * or Q8_0S's offset term -offset * sum(x) (repack.h). */
+typedef struct {
+    float d;
+    union { float s; int32_t offset; } u;
+} r16_scales;
 
 INFER_ALWAYS_INLINE int32_t r16_offset(int type, const uint8_t *xb) {
     const int32_t offset = type == INFER_TYPE_Q4_0_R16 ? 8 : type == INFER_TYPE_Q5_0_R16 ? 16 : 128;
@@ -77,7 +80,7 @@ INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *
             if (type == INFER_TYPE_Q4_1_R16) {
                 isum = _mm512_setzero_si512();
             } else if (sc) {
-                isum = _mm512_set1_epi32(sc[t * nb + b].offset);
+                isum = _mm512_set1_epi32(sc[t * nb + b].u.offset);
             } else {
                 isum = _mm512_set1_epi32(r16_offset(type, xb));
             }
@@ -95,7 +98,7 @@ INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *
             const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
             if (type == INFER_TYPE_Q4_1_R16) {
-                const float sx = sc ? sc[t * nb + b].s : half_at((const infer_half *)(xb + 2));
+                const float sx = sc ? sc[t * nb + b].u.s : half_at((const infer_half *)(xb + 2));
                 mins[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), mins[t]);
             }
         }
@@ -106,7 +109,9 @@ INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *
 }
 
 /* Scales converted once per call: for one tile of tokens (decode), where every group
- * would otherwise convert them again; up to R16_SCALES_MAX_NB blocks a row. */
+ * would otherwise convert them again; up to R16_SCALES_MAX_NB blocks a row.  The two
+ * expansions below pass sc or a literal NULL, so that each inlined kernel compiles
+ * without the sc branch. */
 #define R16_SCALES_MAX_NB 256
 
 INFER_ALWAYS_INLINE void r16_matmul(int type, int64_t n, const void *w, int64_t n_groups, const void *a,
@@ -119,8 +124,8 @@ INFER_ALWAYS_INLINE void r16_matmul(int type, int64_t n, const void *w, int64_t 
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *xb = (const uint8_t *)a + (size_t)t * a_stride + (size_t)b * 36;
                 sc[t * nb + b].d = half_at((const infer_half *)xb);
-                if (type == INFER_TYPE_Q4_1_R16) sc[t * nb + b].s = half_at((const infer_half *)xb + 1);
-                else sc[t * nb + b].offset = r16_offset(type, xb);
+                if (type == INFER_TYPE_Q4_1_R16) sc[t * nb + b].u.s = half_at((const infer_half *)xb + 1);
+                else sc[t * nb + b].u.offset = r16_offset(type, xb);
             }
 #define GROUP(nt, wg, pf, x, o) r16_group(type, nt, nb, wg, pf, x, a_stride, sc, o, out_stride)
         R16_FOR_GROUPS_AND_TILES(w, n_groups, group_bytes, a, a_stride, n_tok, out, out_stride, GROUP)
