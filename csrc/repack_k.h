@@ -1,5 +1,5 @@
-/* repack_k.h: Q4_K_R16, a file's Q4_K rows repacked in groups of 16 (repack_k_scalar.c,
- * repack_k_avx512.c), as repack.h's formats are: one 512-bit vector holds 4 bytes of
+/* repack_k.h: Q4_K_R16 (and Q6_K_R16, below), a file's Q4_K rows repacked in groups
+ * of 16 (repack_k_scalar.c, repack_k_avx512.c), as repack.h's formats are: one 512-bit vector holds 4 bytes of
  * each of 16 rows, and vpdpbusd against 4 activation bytes broadcast to every lane
  * adds into each row's own lane.
  *
@@ -31,8 +31,33 @@
 #define R16K_QS 256
 #define R16K_GROUP_BLOCK (R16_ROWS * 144)   /* 16 x sizeof(block_q4_K) */
 
-/* infer_repack_r16 for Q4_K (same arguments and result). */
+/* Q6_K_R16, a file's Q6_K rows repacked the same way (16 x 210 bytes a group-block),
+ * with the quants in the order the kernel reads them, so that one token streams each
+ * group-block from start to end (ql and qh apart, it read at half the speed from memory):
+ *   d[16] fp16 | scales: 4 words x 16 rows x 4 bytes | 16 units of 3 chunks x 16 rows x 4 bytes
+ * Word k of row r is its int8 scales 4k..4k+3 (sub-blocks of 16 elements).  Unit u
+ * (half h = u / 8, c = u % 8) holds bytes 4c..4c+3 of the row's qh[32h..], then of its
+ * ql[64h..] and of its ql[64h + 32..].  With m = 4c, the first ql chunk's low nibbles
+ * are elements 128h + m..m+3 (their top two bits: bits 0-1 of the qh chunk), the
+ * second's 128h + 32 + m.. (bits 2-3); their high nibbles are elements 128h + 64 + m..
+ * (bits 4-5) and 128h + 96 + m.. (bits 6-7).  So a unit is four 64-byte vectors of
+ * 6-bit q, 4 elements of 16 rows each, one in each of sub-blocks 8h + c / 4 + 2g.
+ *
+ * Row r . token t over super-block b, q unsigned (0..63), in int32:
+ *   S = sum_j sc_j * sum_{k in sub-block j} q_k x_k - 32 * sum_j sc_j * bsums[j]
+ * (|x| <= 128: |S| <= 16 * 128 * 16 * 63 * 128 + 32 * 16 * 128 * 16 * 128 < 2^29), then in order
+ *   acc = fma((float)S, d_w * d_x, acc)
+ * the operations of the AVX-512 Q6_K vec_dot_4xn and rx8 kernels (kquants_avx512.c).
+ */
+#define R16Q6_D 0
+#define R16Q6_SCALES 32
+#define R16Q6_UNITS 288
+#define R16Q6_UNIT 192
+#define R16Q6_GROUP_BLOCK (R16_ROWS * 210)   /* 16 x sizeof(block_q6_K) */
+
+/* infer_repack_r16 for Q4_K and for Q6_K (same arguments and result). */
 int infer_repack_q4_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
+int infer_repack_q6_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 void infer_fill_repack_k_scalar(infer_kernel_table *t);
 void infer_fill_repack_k_avx512(infer_kernel_table *t);
 

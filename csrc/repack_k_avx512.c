@@ -1,4 +1,5 @@
-/* repack_k_avx512.c: the Q4_K_R16 kernel with AVX-512 VNNI (layout: repack_k.h).
+/* repack_k_avx512.c: the Q4_K_R16 and Q6_K_R16 kernels with AVX-512 VNNI (layouts:
+ * repack_k.h).  Q4_K_R16 first.
  *
  * A vector holds 4 bytes of each of a group's 16 rows.  Per super-block, the 6-bit
  * scales and mins of the 16 rows are unpacked with the word-wise bit moves of
@@ -136,8 +137,105 @@ static void matmul_q4_k_r16_avx512(int64_t n, const void *w, int64_t n_groups, c
 #undef GROUP
 }
 
+/* ---- Q6_K_R16 ---------------------------------------------------------------
+ *
+ * Per super-block, the 16 int8 scales of the 16 rows sign-extended to int32 (lane r:
+ * row r), and for the offset term their pairs (sc_2u, sc_2u+1) as int16.  Per quarter
+ * (half h, q = 0, 1: sub-blocks 8h + q + 2g, g = 0..3), four units make 16 vectors
+ * of 6-bit q (ternary logic 0xF8: a | (b & c)), unpacked once
+ * for up to 8 tokens; each sub-block's 16 elements are one chain of four vpdpbusd,
+ * which vpmulld scales by the rows' sc_j into S.  The offset is 8 vpdpwssd of the
+ * scale pairs against the token's pair of bsums.  Integers exact, floats in the
+ * scalar kernel's order: the same bits. */
+
+/* vpshufb index: in each 32-bit lane, bytes 2p and 2p + 1 of the lane into the high
+ * bytes of its two int16 (an arithmetic shift by 8 then sign-extends them). */
+INFER_ALWAYS_INLINE __m512i pair_high_bytes(int p) {
+    int8_t idx[64];
+    for (int i = 0; i < 64; i++) {
+        const int base = (i % 16) / 4 * 4, at = i % 4;
+        idx[i] = (int8_t)(at == 1 ? base + 2 * p : at == 3 ? base + 2 * p + 1 : -128);
+    }
+    return _mm512_loadu_si512(idx);
+}
+
+INFER_ALWAYS_INLINE void q6_k_r16_group(int nt, int64_t nb, const uint8_t *wg, const uint8_t *pf, const uint8_t *a,
+                                        size_t a_stride, float *out, size_t out_stride) {
+    const __m512i low4 = _mm512_set1_epi8(15), bits45 = _mm512_set1_epi8(0x30);
+    const __m512i pair_idx[2] = {pair_high_bytes(0), pair_high_bytes(1)};
+    __m512 acc[8];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *gb = wg + (size_t)b * R16Q6_GROUP_BLOCK;
+        __m512i words[4], sc[16];
+        for (int k = 0; k < 4; k++) {
+            words[k] = _mm512_loadu_si512((const void *)(gb + R16Q6_SCALES + 64 * k));
+            for (int i = 0; i < 4; i++) sc[4 * k + i] = _mm512_srai_epi32(_mm512_slli_epi32(words[k], 24 - 8 * i), 24);
+        }
+        __m512i S[8];
+        for (int t = 0; t < nt; t++) S[t] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++)
+            for (int q = 0; q < 2; q++) {
+                if (pf)   /* a group-block's 53 lines a group ahead, 14 a quarter */
+                    for (int i = 0; i < 14; i++)
+                        INFER_PREFETCH(pf + (size_t)b * R16Q6_GROUP_BLOCK + (size_t)(2 * h + q) * (R16Q6_GROUP_BLOCK / 4) + 64 * i);
+                __m512i W[4][4];   /* [g][c]: elements 128h + 32g + 16q + 4c..+3 */
+                for (int c = 0; c < 4; c++) {
+                    const int c8 = 4 * q + c;
+                    const uint8_t *unit = gb + R16Q6_UNITS + R16Q6_UNIT * (8 * h + c8);
+                    const __m512i H = _mm512_loadu_si512((const void *)unit);
+                    const __m512i L0 = _mm512_loadu_si512((const void *)(unit + 64));
+                    const __m512i L1 = _mm512_loadu_si512((const void *)(unit + 128));
+                    W[0][c] = _mm512_ternarylogic_epi32(_mm512_and_si512(L0, low4), _mm512_slli_epi32(H, 4), bits45, 0xF8);
+                    W[1][c] = _mm512_ternarylogic_epi32(_mm512_and_si512(L1, low4), _mm512_slli_epi32(H, 2), bits45, 0xF8);
+                    W[2][c] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(L0, 4), low4), H, bits45, 0xF8);
+                    W[3][c] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(L1, 4), low4),
+                                                        _mm512_srli_epi32(H, 2), bits45, 0xF8);
+                }
+                for (int t = 0; t < nt; t++) {
+                    const int8_t *xs = ((const block_q8_K *)(a + (size_t)t * a_stride) + b)->qs + 128 * h + 16 * q;
+                    for (int g = 0; g < 4; g++) {
+                        __m512i s = _mm512_setzero_si512();
+                        for (int c = 0; c < 4; c++) {
+                            int32_t x4;
+                            memcpy(&x4, xs + 32 * g + 4 * c, 4);
+                            s = _mm512_dpbusd_epi32(s, W[g][c], _mm512_set1_epi32(x4));
+                        }
+                        S[t] = _mm512_add_epi32(S[t], _mm512_mullo_epi32(s, sc[8 * h + 2 * g + q]));
+                    }
+                }
+            }
+        __m512i pairs[8];
+        for (int u = 0; u < 8; u++) pairs[u] = _mm512_srai_epi16(_mm512_shuffle_epi8(words[u / 2], pair_idx[u % 2]), 8);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16Q6_D)));
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(a + (size_t)t * a_stride) + b;
+            __m512i off = _mm512_setzero_si512();
+            for (int u = 0; u < 8; u++) {
+                int32_t bs2;
+                memcpy(&bs2, y->bsums + 2 * u, 4);
+                off = _mm512_dpwssd_epi32(off, pairs[u], _mm512_set1_epi32(bs2));
+            }
+            const __m512i st = _mm512_sub_epi32(S[t], _mm512_slli_epi32(off, 5));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(st), _mm512_mul_ps(dw, _mm512_set1_ps(y->d)), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
+}
+
+static void matmul_q6_k_r16_avx512(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
+                                   int64_t n_tok, float *out, size_t out_stride) {
+    const int64_t nb = n / QK_K;
+    const size_t group_bytes = (size_t)nb * R16Q6_GROUP_BLOCK;
+#define GROUP(nt, wg, pf, x, o) q6_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
+    R16_FOR_GROUPS_AND_TILES(w, n_groups, group_bytes, a, a_stride, n_tok, out, out_stride, GROUP)
+#undef GROUP
+}
+
 void infer_fill_repack_k_avx512(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_Q4_K_R16] = matmul_q4_k_r16_avx512;
     t->repack_to[INFER_TYPE_Q4_K] = INFER_TYPE_Q4_K_R16;
+    t->matmul_r16[INFER_TYPE_Q6_K_R16] = matmul_q6_k_r16_avx512;
+    t->repack_to[INFER_TYPE_Q6_K] = INFER_TYPE_Q6_K_R16;
 }
 #endif

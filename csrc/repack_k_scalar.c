@@ -1,5 +1,5 @@
-/* repack_k_scalar.c: Q4_K_R16 (layout: repack_k.h): repacking a file's Q4_K rows, and
- * the portable kernel, which is the oracle of repack_k_avx512.c. */
+/* repack_k_scalar.c: Q4_K_R16 and Q6_K_R16 (layouts: repack_k.h): repacking a file's
+ * rows, and the portable kernels, which are the oracles of repack_k_avx512.c. */
 #include "repack_k.h"
 #include "kquants_internal.h"
 
@@ -58,7 +58,67 @@ static void matmul_q4_k_r16(int64_t n, const void *w, int64_t n_groups, const vo
     }
 }
 
+int infer_repack_q6_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
+    if (!src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK_K) return -1;
+    const int64_t nb = cols / QK_K;
+    if (row_bytes < (size_t)nb * sizeof(block_q6_K)) return -1;
+    uint8_t *out = (uint8_t *)dst;
+    for (int64_t g = 0; g < rows / R16_ROWS; g++)
+        for (int64_t b = 0; b < nb; b++, out += R16Q6_GROUP_BLOCK)
+            for (int r = 0; r < R16_ROWS; r++) {
+                const block_q6_K *x = (const block_q6_K *)((const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes) + b;
+                memcpy(out + R16Q6_D + 2 * r, &x->d, 2);
+                for (int k = 0; k < 4; k++) memcpy(out + R16Q6_SCALES + 64 * k + 4 * r, x->scales + 4 * k, 4);
+                for (int u = 0; u < 16; u++) {
+                    uint8_t *unit = out + R16Q6_UNITS + R16Q6_UNIT * u + 4 * r;
+                    const int h = u / 8, m = 4 * (u % 8);
+                    memcpy(unit, x->qh + 32 * h + m, 4);
+                    memcpy(unit + 64, x->ql + 64 * h + m, 4);
+                    memcpy(unit + 128, x->ql + 64 * h + 32 + m, 4);
+                }
+            }
+    return 0;
+}
+
+/* The 6-bit q (0..63) of row r, element e of a Q6_K_R16 group-block, as the file
+ * defines it: element 128h + i (i < 128) is nibble i / 64 of ql[64h + i % 64] with
+ * bits 2f..2f+1 of qh[32h + i % 32] on top, f = i / 32. */
+static int q6_K_r16_value(const uint8_t *gb, int r, int e) {
+    const int h = e / 128, i = e % 128, m = i % 32, f = i / 32;
+    const uint8_t *unit = gb + R16Q6_UNITS + R16Q6_UNIT * (8 * h + m / 4) + 4 * r + m % 4;
+    const uint8_t lbyte = unit[64 * (1 + f % 2)], hbyte = unit[0];
+    return (f < 2 ? lbyte & 15 : lbyte >> 4) | ((hbyte >> (2 * f)) & 3) << 4;
+}
+
+static void matmul_q6_k_r16(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
+                            int64_t n_tok, float *out, size_t out_stride) {
+    const int64_t nb = n / QK_K;
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *wg = (const uint8_t *)w + (size_t)g * (size_t)nb * R16Q6_GROUP_BLOCK;
+        for (int64_t t = 0; t < n_tok; t++) {
+            const block_q8_K *x = (const block_q8_K *)((const uint8_t *)a + (size_t)t * a_stride);
+            float acc[R16_ROWS] = {0};
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *gb = wg + (size_t)b * R16Q6_GROUP_BLOCK;
+                for (int r = 0; r < R16_ROWS; r++) {
+                    int32_t sum = 0, offset = 0;
+                    for (int j = 0; j < QK_K / 16; j++) {
+                        const int sc = (int8_t)gb[R16Q6_SCALES + 64 * (j / 4) + 4 * r + j % 4];
+                        int32_t isum = 0;
+                        for (int k = 0; k < 16; k++) isum += q6_K_r16_value(gb, r, 16 * j + k) * x[b].qs[16 * j + k];
+                        sum += sc * isum;
+                        offset += sc * x[b].bsums[j];
+                    }
+                    acc[r] = fma_f32((float)(sum - 32 * offset), fp16_at(gb + R16Q6_D + 2 * r) * x[b].d, acc[r]);
+                }
+            }
+            for (int r = 0; r < R16_ROWS; r++) out[(size_t)t * out_stride + (size_t)g * R16_ROWS + r] = acc[r];
+        }
+    }
+}
+
 /* As infer_fill_repack_scalar: the kernel for every table, repack_to left 0. */
 void infer_fill_repack_k_scalar(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_Q4_K_R16] = matmul_q4_k_r16;
+    t->matmul_r16[INFER_TYPE_Q6_K_R16] = matmul_q6_k_r16;
 }

@@ -2,8 +2,8 @@
 
 References: the gguf package's quantizers and numpy dequantizers (weights and
 activations) with float64 products; the file format's own kernels; the same model
-run with INFER_REPACK=0.  (gguf has no Q4_K quantizer: those weights come from
-infer's, and are read back by gguf's dequantizer.)
+run with INFER_REPACK=0.  (Q4_K and Q6_K weights come from infer's quantizer, and
+are read back by gguf's dequantizer.)
 """
 import numpy as np
 import pytest
@@ -14,7 +14,8 @@ import infer.kernels as K
 from _tok_models import load_installed
 
 BLOCK32_FORMATS = ["q4_0", "q4_1", "q5_0", "q8_0"]   # paired with Q8_0S or Q8_1
-FILE_FORMATS = BLOCK32_FORMATS + ["q4_k"]
+K_FORMATS = {"q4_k": 144, "q6_k": 210}   # super-block bytes; infer quantizes them
+FILE_FORMATS = BLOCK32_FORMATS + list(K_FORMATS)
 Q4_K_BYTES, Q8_K_BYTES = 144, 292
 
 
@@ -22,9 +23,9 @@ def make_weights(fmt, rows, n, seed):
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((rows, n)).astype(np.float32)
     w[:, ::7] *= 3
-    if fmt == "q4_k":
-        w += rng.standard_normal((rows, 1)).astype(np.float32)   # rows off zero: mins of both signs
-        return K.quantize(w.reshape(-1), fmt, np.empty(rows * n // 256 * Q4_K_BYTES, np.uint8)).reshape(rows, -1)
+    if fmt in K_FORMATS:
+        w += rng.standard_normal((rows, 1)).astype(np.float32)   # rows off zero: Q4_K's mins of both signs
+        return K.quantize(w.reshape(-1), fmt, np.empty(rows * n // 256 * K_FORMATS[fmt], np.uint8)).reshape(rows, -1)
     return gq.quantize(w, getattr(T, fmt.upper())).view(np.uint8).reshape(rows, -1)
 
 
@@ -168,6 +169,63 @@ def test_repacked_q4_k_extremes(isa):
     assert np.all(err <= 1e-5 * (np.abs(xd) @ magnitude.T)), err
 
 
+@pytest.mark.parametrize("rows", [16, 48])
+@pytest.mark.parametrize("n", [256, 512, 2304])
+@pytest.mark.parametrize("n_tok", [1, 3, 8, 9, 33])
+def test_repacked_q6_k_against_float64(isa, rows, n, n_tok):
+    w = make_weights("q6_k", rows, n, rows + n)
+    x = np.random.default_rng(n_tok).standard_normal((n_tok, n)).astype(np.float32) * 4
+    wr, rfmt = K.repack(w, "q6_k")
+    assert rfmt == "q6_k_r16" and wr.shape == w.shape
+    xq = activations(rfmt, x)
+    d, qs, bsums = parse_q8_k(xq, n_tok)
+    np.testing.assert_array_equal(bsums, qs.astype(np.int64).reshape(n_tok, -1, 16, 16).sum(-1))
+    xd = (d[..., None].astype(np.float64) * qs).reshape(n_tok, n)
+    out = np.full((n_tok, rows), np.nan, np.float32)
+    K.matmul_q(wr, rfmt, xq, out)
+    wd = np.asarray(gq.dequantize(w.reshape(-1), T.Q6_K), np.float64).reshape(rows, n)
+    # exact integers, one rounding of d_w * d_x and one fma a super-block
+    tol = 1e-6 * (n // 256) * (np.abs(xd) @ np.abs(wd).T) + 1e-30
+    err = np.abs(out - xd @ wd.T)
+    assert np.all(err <= tol), np.max(err / tol)
+    check_token_bits(wr, rfmt, x, out)
+    if K.capabilities()["active"] == "avx512":
+        # the operations of the AVX-512 Q6_K row kernels in their order (csrc/repack_k.h)
+        file_out = np.empty_like(out)
+        K.matmul_q(w, "q6_k", xq, file_out)
+        np.testing.assert_array_equal(out, file_out)
+
+
+def test_repacked_q6_k_extremes(isa):
+    """Every q 63 or 0, scales at -128 and 127, activations at +-127 (and -128 where
+    Q8_K rounds there): the largest integer sums the kernel forms (repack_k.h: below
+    2^29), against float64 of gguf's dequantization."""
+    rows, n = 32, 512
+    blocks = np.zeros((rows, n // 256, 210), np.uint8)
+    blocks[:, :, 0:192] = 0xFF                    # ql, qh: q = 63 everywhere
+    blocks[1::2, :, 0:128] = 0xF0                 # odd rows: the low nibbles 0 (q = 48)
+    blocks[2::4, :, 128:192] = 0x00               # rows 2, 6, ...: top bits 0 (q = 15)
+    blocks[3::4, :, 128:192] = 0x00               # rows 3, 7, ...: q = 0 for the low nibbles
+    blocks[:, :, 192:208] = np.frombuffer(np.int8([127, -128] * 8).tobytes(), np.uint8)
+    blocks[3::4, :, 192:208] = np.frombuffer(np.int8([-128] * 16).tobytes(), np.uint8)
+    blocks[:, :, 208:210] = np.frombuffer(np.float16(2.0 ** -12).tobytes(), np.uint8)
+    w = blocks.reshape(rows, -1)
+    wd = np.asarray(gq.dequantize(w.reshape(-1), T.Q6_K), np.float64).reshape(rows, n)
+    assert np.abs(wd).max() == 128 * 32 * 2.0 ** -12   # scale -128 and q - 32 = -32
+    wr, rfmt = K.repack(w, "q6_k")
+    x = np.full((3, n), 1000.0, np.float32)
+    x[1] = -1000.0
+    x[2, 1::2] = -1000.0
+    xq = activations(rfmt, x)
+    d, qs, _ = parse_q8_k(xq, 3)
+    assert np.abs(qs).min() >= 127
+    xd = (d[..., None].astype(np.float64) * qs).reshape(3, n)
+    out = np.empty((3, rows), np.float32)
+    K.matmul_q(wr, rfmt, xq, out)
+    err = np.abs(out - xd @ wd.T)
+    assert np.all(err <= 1e-6 * (np.abs(xd) @ np.abs(wd).T)), err
+
+
 @pytest.mark.parametrize("fmt", FILE_FORMATS)
 @pytest.mark.parametrize("n_tok", [8, 11])
 def test_every_kernel_set_gives_the_scalar_bits(fmt, n_tok):
@@ -196,7 +254,7 @@ def test_repack_type_follows_the_kernel_set():
         if "avx512" in K.capabilities()["available"]:
             K.set_isa("avx512")
             assert [K.repack_type(f) for f in FILE_FORMATS] == [f + "_r16" for f in FILE_FORMATS]
-            assert K.repack_type("q6_k") is None
+            assert K.repack_type("q5_k") is None
     finally:
         K.set_isa(previous)
 
@@ -206,7 +264,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="16 rows"):
         K.repack(w[:17], "q4_0")
     with pytest.raises(ValueError, match="no repacked format"):
-        K.repack(w, "q6_k")
+        K.repack(w, "q5_k")
     with pytest.raises(ValueError, match="blocks"):
         K.repack(np.ascontiguousarray(w[:, :17]), "q4_0")
     with pytest.raises(ValueError, match="not contiguous"):
@@ -256,7 +314,8 @@ def test_smollm2_repacked_decodes_as_the_file_does(monkeypatch):
 
 def test_gemma3_repacked_decodes_as_the_file_does(monkeypatch):
     """Gemma 3 keeps attn_q/k and ffn_gate/up (and half its attn_v) in Q5_0, attn_output
-    in Q4_K and its head in Q8_0: with them repacked against INFER_REPACK=0, the same
+    in Q4_K, half its ffn_down in Q6_K and its head in Q8_0: with them repacked against
+    INFER_REPACK=0, the same
     greedy tokens, the same logits after a multi-token prefill and after each step,
     the same state fingerprint."""
     from infer.state import fingerprint
@@ -267,7 +326,8 @@ def test_gemma3_repacked_decodes_as_the_file_does(monkeypatch):
             w = model.engine.weights
             layer = w.layers[0]
             kinds = ({K.TYPE_NAMES[getattr(layer, m).qtype] for m in ("wq", "wk", "w_gate", "w_up")},
-                     {K.TYPE_NAMES[w.output.qtype], K.TYPE_NAMES[layer.wo.qtype]})
+                     {K.TYPE_NAMES[w.output.qtype], K.TYPE_NAMES[layer.wo.qtype]},
+                     {K.TYPE_NAMES[lw.w_down.qtype] for lw in w.layers})
             assert K.TYPE_NAMES[w.token_embd.qtype] == "q8_0"   # rows looked up: the file's
             ctx = model.create_context(n_ctx=96, temperature=0)
             ctx.prefill(model.tokenizer.encode("The three primary colors are", add_special=True))
@@ -280,7 +340,7 @@ def test_gemma3_repacked_decodes_as_the_file_does(monkeypatch):
 
     kinds_file, logits_file, tokens_file, fp_file = run("0")
     kinds, logits, tokens, fp = run("1")
-    assert kinds_file == ({"q5_0"}, {"q8_0", "q4_k"})
+    assert kinds_file == ({"q5_0"}, {"q8_0", "q4_k"}, {"q4_k", "q6_k"})
     assert kinds == tuple({K.repack_type(f) or f for f in group} for group in kinds_file)
     assert tokens == tokens_file
     for got, want in zip(logits, logits_file):   # the x86 row kernels' operations: same bits
