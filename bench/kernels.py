@@ -16,7 +16,7 @@ Every figure is printed next to a baseline measured in the same run, with the ra
               figure from a quiet moment would skew every ratio), and whether each is
               within 1.5x of Q4_0's time per weight byte
   limits      the machine's read bandwidth and int8 dot peak (bench/machine_probe.py),
-              beside a mat-vec larger than the last-level cache at each thread count
+              beside mat-vecs larger than the last-level cache at each thread count
               (GB/s of weights and its share of the probe's bandwidth, same run), in the
               file's layout and repacked as the model loader does (csrc/repack.h)
   ggml        llama.cpp's ggml CPU vec_dot as a 4096x4096 mat-vec for the same bytes, one
@@ -36,6 +36,7 @@ Knobs (environment):
   INFER_BENCH_IQ        comma list for the iquants section (default: all eight)
   INFER_BENCH_GGML      comma list for the ggml section (default: the K, IQ and TQ types)
   INFER_BENCH_LIMITS    rows x cols of the limits section's mat-vec (default 32768x4096, 75 MB of q4_0)
+  INFER_BENCH_LIMITS_FORMATS  comma list for the limits section (default q4_0,q6_k)
   INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model,prefill,limits,
                         types,iquants,ggml)
 """
@@ -70,6 +71,7 @@ GGML_FORMATS = os.environ.get(
     "INFER_BENCH_GGML", ",".join(["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"] + IQ_FORMATS)).split(",")
 GGML_ROUNDS = 3
 LIMITS_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_LIMITS", "32768x4096").split("x"))
+LIMITS_FORMATS = os.environ.get("INFER_BENCH_LIMITS_FORMATS", "q4_0,q6_k").split(",")
 MODEL_SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576)]
 
 
@@ -260,28 +262,30 @@ def bench_limits(rng, isa):
         return
     K.set_isa(isa)
     rows, cols = LIMITS_SHAPE
-    w = encode("q4_0", rng.standard_normal((rows, cols)).astype(np.float32))
+    w_f = rng.standard_normal((rows, cols)).astype(np.float32)
     x = rng.standard_normal(cols).astype(np.float32)
     out = np.empty(rows, np.float32)
-    mib = max(1, w.nbytes // 2**20)
-    # the file's rows, and the layout the model loader repacks them into (if any)
-    variants = [("q4_0", w)]
-    if K.repack_type("q4_0"):
-        variants.append(K.repack(w, "q4_0")[::-1])
-    result = []
-    for th in THREADS:
-        bw = probe.read_gbs(mib, th)
-        K.set_num_threads(th)
-        for fmt, wv in variants:
-            xq = np.empty(K.activation_bytes(fmt, cols), np.uint8)
-            K.quantize_activations(x, fmt, xq)
-            t = wall(lambda: K.matvec_q(wv, fmt, xq, out))
-            result.append([str(th), fmt, f"{bw:.1f}", f"{t * 1e6:.0f}", f"{w.nbytes / t / 1e9:.1f}",
-                           f"{w.nbytes / t / 1e9 / bw:.0%}"])
-    K.set_num_threads(THREADS[0])
-    table(f"limits: q4_0 matvec_q {rows}x{cols} ({w.nbytes / 1e6:.0f} MB) vs read bandwidth over "
-          f"{mib} MiB, {isa}, wall time",
-          ["threads", "format", "probe read GB/s", "matvec us", "weight GB/s", "share of the probe"], result)
+    for name in LIMITS_FORMATS:
+        w = encode(name, w_f)
+        mib = max(1, w.nbytes // 2**20)
+        # the file's rows, and the layout the model loader repacks them into (if any)
+        variants = [(name, w)]
+        if K.repack_type(name):
+            variants.append(K.repack(w, name)[::-1])
+        result = []
+        for th in THREADS:
+            bw = probe.read_gbs(mib, th)
+            K.set_num_threads(th)
+            for fmt, wv in variants:
+                xq = np.empty(K.activation_bytes(fmt, cols), np.uint8)
+                K.quantize_activations(x, fmt, xq)
+                t = wall(lambda: K.matvec_q(wv, fmt, xq, out))
+                result.append([str(th), fmt, f"{bw:.1f}", f"{t * 1e6:.0f}", f"{w.nbytes / t / 1e9:.1f}",
+                               f"{w.nbytes / t / 1e9 / bw:.0%}"])
+        K.set_num_threads(THREADS[0])
+        table(f"limits: {name} matvec_q {rows}x{cols} ({w.nbytes / 1e6:.0f} MB) vs read bandwidth over "
+              f"{mib} MiB, {isa}, wall time",
+              ["threads", "format", "probe read GB/s", "matvec us", "weight GB/s", "share of the probe"], result)
     peaks = probe.int8_gmacs()
     print("\nint8 dot peak, one thread (G MAC per CPU second): " + "; ".join(
         f"{name} {'unavailable on this CPU' if g is None else f'{g:.1f}'}" for name, g in peaks.items()))
