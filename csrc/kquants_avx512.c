@@ -1,4 +1,5 @@
-/* kquants_avx512.c: Q4_K and Q6_K dot products with Q8_K, AVX-512 F/BW/VL + VNNI.
+/* kquants_avx512.c: Q4_K and Q6_K dot products with Q8_K, AVX-512 F/BW/VL + VNNI (and
+ * Q5_K's four-row and eight-token kernels, Q4_K's with the fifth bits).
  *
  * As the AVX2 file, on 64 elements per instruction: maddubs (unsigned weight quant x signed
  * activation, pairs into int16), then VNNI's dpwssd multiplies those by the int16
@@ -294,6 +295,37 @@ KQ_INLINE void q4_K_unpack_q(const block_q4_K *x, q4_K_unpacked *u) {
     }
 }
 
+/* Q5_K: Q4_K's unpacks with each element's fifth bit added as 16.  The fifth bit of
+ * element 64j + l (the low nibble of qs[32j + l]) is bit 2j of qh[l], of 64j + 32 + l
+ * (its high nibble) bit 2j + 1. */
+KQ_INLINE __m512i q5_K_add_bits(__m512i q, __m512i hb, int bit_lo, int bit_hi) {
+    const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << bit_lo)), _mm256_set1_epi8((char)(1 << bit_hi)), 1);
+    return _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, bits), q, _mm512_set1_epi8(16));
+}
+
+KQ_INLINE void q5_K_unpack_q(const block_q5_K *x, q4_K_unpacked *u) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->qh));
+    for (int j = 0; j < 4; j++) {
+        __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * j)));
+        v = _mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4);
+        u->q[j] = q5_K_add_bits(_mm512_and_si512(v, low4), hb, 2 * j, 2 * j + 1);
+    }
+}
+
+/* The split layout (q4_K_unpack_q_split): vector 2s holds elements 128s + l and
+ * 128s + 64 + l (bits 4s and 4s + 2), vector 2s + 1 elements 128s + 32 + l and
+ * 128s + 96 + l (bits 4s + 1 and 4s + 3). */
+KQ_INLINE void q5_K_unpack_q_split(const block_q5_K *x, q4_K_unpacked *u) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->qh));
+    for (int s = 0; s < 2; s++) {
+        const __m512i v = _mm512_loadu_si512(x->qs + 64 * s);
+        u->q[2 * s] = q5_K_add_bits(_mm512_and_si512(v, low4), hb, 4 * s, 4 * s + 2);
+        u->q[2 * s + 1] = q5_K_add_bits(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), hb, 4 * s + 1, 4 * s + 3);
+    }
+}
+
 /* 128-bit lane k of v in all four lanes. */
 KQ_INLINE __m512i lane_broadcast(__m512i v, int k) {
     switch (k) {
@@ -376,15 +408,16 @@ KQ_INLINE void load_d_dmin_x4(const uint8_t *p, size_t row_bytes, __m128 *d4, __
     *dmin4 = _mm256_extractf128_ps(even_odd, 1);
 }
 
-KQ_INLINE void q4_K_4xn_pass(int64_t n, const uint8_t *w, size_t row_bytes, const uint8_t *a,
-                             size_t a_stride, const int T, float *out, size_t out_stride) {
+/* Q4_K, or with five set Q5_K (the same d, dmin and scales; qh before qs). */
+KQ_INLINE void qk45_4xn_pass(int64_t n, const uint8_t *w, size_t row_bytes, const uint8_t *a,
+                             size_t a_stride, const int T, float *out, size_t out_stride, const int five) {
     const uint8_t *ahead = w + INFER_PREFETCH_ROWS * row_bytes;   /* see INFER_PREFETCH_ROWS */
     size_t fetched = 0;
     const __m512i transpose = unit_transpose(), spread = unit_spread(0, 1);
     __m128 acc[INFER_DOT_4XN_MAX];
     for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const uint8_t *xb = w + i * sizeof(block_q4_K);
+        const uint8_t *xb = w + i * (five ? sizeof(block_q5_K) : sizeof(block_q4_K));
         infer_prefetch_part(ahead, &fetched, 4 * row_bytes, i, n / QK_K);
         const __m512i sm = q4_K_unpack_scales_x4(xb + offsetof(block_q4_K, scales), row_bytes);
         /* mins of row k, pair L in lane L unit k */
@@ -400,7 +433,11 @@ KQ_INLINE void q4_K_4xn_pass(int64_t n, const uint8_t *w, size_t row_bytes, cons
             for (int t = 0; t < T; t++) q8_K_split(((const block_q8_K *)(a + t * a_stride) + i)->qs, ys[t]);
         for (int k = 0; k < 4; k++) {
             q4_K_unpacked u;
-            if (split)
+            if (five && split)
+                q5_K_unpack_q_split((const block_q5_K *)(xb + k * row_bytes), &u);
+            else if (five)
+                q5_K_unpack_q((const block_q5_K *)(xb + k * row_bytes), &u);
+            else if (split)
                 q4_K_unpack_q_split((const block_q4_K *)(xb + k * row_bytes), &u);
             else
                 q4_K_unpack_q((const block_q4_K *)(xb + k * row_bytes), &u);
@@ -434,15 +471,26 @@ KQ_INLINE void q4_K_4xn_pass(int64_t n, const uint8_t *w, size_t row_bytes, cons
         }                                                                                         \
     }
 
+KQ_INLINE void q4_K_4xn_pass(int64_t n, const uint8_t *w, size_t row_bytes, const uint8_t *a,
+                             size_t a_stride, const int T, float *out, size_t out_stride) {
+    qk45_4xn_pass(n, w, row_bytes, a, a_stride, T, out, out_stride, 0);
+}
+
+KQ_INLINE void q5_K_4xn_pass(int64_t n, const uint8_t *w, size_t row_bytes, const uint8_t *a,
+                             size_t a_stride, const int T, float *out, size_t out_stride) {
+    qk45_4xn_pass(n, w, row_bytes, a, a_stride, T, out, out_stride, 1);
+}
+
 KQ_4XN_ENTRY(infer_vec_dot_4xn_q4_K_q8_K_avx512, q4_K_4xn_pass)
+KQ_4XN_ENTRY(infer_vec_dot_4xn_q5_K_q8_K_avx512, q5_K_4xn_pass)
 
 #define RX8_MAX_NB (INFER_DOT_RX8_MAX_N / QK_K)
 
 
 /* Eight tokens in the lanes: per super-block, the tokens' d (dy) and their bsums
  * sums of 32 with token k of group g (tokens 4g..4g+3) in unit k of lane L (pair L). */
-static void infer_vec_dot_rx8_q4_K_q8_K_avx512(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
-                                               const void *a, size_t a_stride, float *out, size_t out_stride) {
+KQ_INLINE void qk45_rx8(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *a,
+                        size_t a_stride, float *out, size_t out_stride, const int five) {
     const int64_t nb = n / QK_K;
     const uint8_t *ab = (const uint8_t *)a;
     __m512i bsT[RX8_MAX_NB][2];
@@ -465,13 +513,18 @@ static void infer_vec_dot_rx8_q4_K_q8_K_avx512(int64_t n, const void *w, size_t 
         }
     }
     for (int64_t row = 0; row < n_rows; row++) {
-        const block_q4_K *x = (const block_q4_K *)((const uint8_t *)w + row * row_bytes);
-        if (row + INFER_PREFETCH_ROWS < n_rows) infer_prefetch_lines((const uint8_t *)x + INFER_PREFETCH_ROWS * row_bytes, row_bytes);
+        const uint8_t *xr = (const uint8_t *)w + row * row_bytes;
+        if (row + INFER_PREFETCH_ROWS < n_rows) infer_prefetch_lines(xr + INFER_PREFETCH_ROWS * row_bytes, row_bytes);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; i++) {
-            const __m512i sm = _mm512_broadcast_i32x4(infer_q4_K_unpack_scales_sse(x[i].scales));
+            /* d, dmin and scales sit alike in both formats */
+            const block_q4_K *xi = (const block_q4_K *)(xr + i * (five ? sizeof(block_q5_K) : sizeof(block_q4_K)));
+            const __m512i sm = _mm512_broadcast_i32x4(infer_q4_K_unpack_scales_sse(xi->scales));
             q4_K_unpacked u;
-            q4_K_unpack_q(&x[i], &u);
+            if (five)
+                q5_K_unpack_q((const block_q5_K *)xi, &u);
+            else
+                q4_K_unpack_q(xi, &u);
             q4_K_scale_vectors(sm, u.sc, 0);
             __m512i s[8];
             for (int t = 0; t < 8; t++) s[t] = kq_dot_partials(u.q, u.sc, ((const block_q8_K *)(ab + t * a_stride) + i)->qs);
@@ -480,13 +533,23 @@ static void infer_vec_dot_rx8_q4_K_q8_K_avx512(int64_t n, const void *w, size_t 
                                                             sum4_by_lane(s[4], s[5], s[6], s[7]),
                                                             _mm512_madd_epi16(bsT[i][0], mins),
                                                             _mm512_madd_epi16(bsT[i][1], mins)));
-            acc = _mm256_fmadd_ps(_mm512_castps512_ps256(f), _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d)), dy[i]), acc);
-            acc = _mm256_fnmadd_ps(_mm512_extractf32x8_ps(f, 1), _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x[i].dmin)), dy[i]), acc);
+            acc = _mm256_fmadd_ps(_mm512_castps512_ps256(f), _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(xi->d)), dy[i]), acc);
+            acc = _mm256_fnmadd_ps(_mm512_extractf32x8_ps(f, 1), _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(xi->dmin)), dy[i]), acc);
         }
         float res[8];
         _mm256_storeu_ps(res, acc);
         for (int t = 0; t < 8; t++) out[t * out_stride + row] = res[t];
     }
+}
+
+static void infer_vec_dot_rx8_q4_K_q8_K_avx512(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
+                                               const void *a, size_t a_stride, float *out, size_t out_stride) {
+    qk45_rx8(n, w, row_bytes, n_rows, a, a_stride, out, out_stride, 0);
+}
+
+static void infer_vec_dot_rx8_q5_K_q8_K_avx512(int64_t n, const void *w, size_t row_bytes, int64_t n_rows,
+                                               const void *a, size_t a_stride, float *out, size_t out_stride) {
+    qk45_rx8(n, w, row_bytes, n_rows, a, a_stride, out, out_stride, 1);
 }
 
 /* Q6_K: S_i = Σ_j sc_j·Σ q·y - 32·Σ_j sc_j·bsums_j, all in int32.  The offset term
@@ -608,5 +671,8 @@ void infer_fill_kquants_avx512(infer_kernel_table *t) {
     t->vec_dot_4xn[INFER_TYPE_Q6_K] = infer_vec_dot_4xn_q6_K_q8_K_avx512;
     t->vec_dot_rx8[INFER_TYPE_Q4_K] = infer_vec_dot_rx8_q4_K_q8_K_avx512;
     t->vec_dot_rx8[INFER_TYPE_Q6_K] = infer_vec_dot_rx8_q6_K_q8_K_avx512;
+    /* Q5_K's one- and four-row kernels are in kquants235_avx512.c */
+    t->vec_dot_4xn[INFER_TYPE_Q5_K] = infer_vec_dot_4xn_q5_K_q8_K_avx512;
+    t->vec_dot_rx8[INFER_TYPE_Q5_K] = infer_vec_dot_rx8_q5_K_q8_K_avx512;
 }
 #endif
