@@ -1,4 +1,4 @@
-/* repack_k.h: Q4_K_R16 (and Q6_K_R16, below), a file's Q4_K rows repacked in groups
+/* repack_k.h: Q4_K_R16 (and Q5_K_R16, Q6_K_R16, below), a file's Q4_K rows repacked in groups
  * of 16 (repack_k_scalar.c, repack_k_avx512.c), as repack.h's formats are: one 512-bit vector holds 4 bytes of
  * each of 16 rows, and vpdpbusd against 4 activation bytes broadcast to every lane
  * adds into each row's own lane.
@@ -31,6 +31,18 @@
 #define R16K_QS 256
 #define R16K_GROUP_BLOCK (R16_ROWS * 144)   /* 16 x sizeof(block_q4_K) */
 
+/* Q5_K_R16: Q4_K_R16 with the rows' qh between the scales and the quants (16 x 176
+ * bytes a group-block):
+ *   d[16] | dmin[16] | scales: 3 words x 16 rows x 4 bytes | qh: 8 chunks x 16 rows x 4 bytes |
+ *   qs: 32 chunks x 16 rows x 4 bytes
+ * qh chunk c is bytes 4c..4c+3 of a row's qh: for qs chunk 8p + c, bit 2p of each byte
+ * is the fifth bit of the low nibble's element, bit 2p + 1 of the high nibble's (q =
+ * nibble + 16 bit, 0..31).  S and M as Q4_K's (|S| <= 8 * 63 * 32 * 31 * 128 < 2^26),
+ * the same two fmas: the operations of the AVX-512 Q5_K vec_dot_4xn and rx8 kernels. */
+#define R16K5_QH 256
+#define R16K5_QS 768
+#define R16K5_GROUP_BLOCK (R16_ROWS * 176)   /* 16 x sizeof(block_q5_K) */
+
 /* Q6_K_R16, a file's Q6_K rows repacked the same way (16 x 210 bytes a group-block),
  * with the quants in the order the kernel reads them, so that one token streams each
  * group-block from start to end (ql and qh apart, it read at half the speed from memory):
@@ -55,8 +67,9 @@
 #define R16Q6_UNIT 192
 #define R16Q6_GROUP_BLOCK (R16_ROWS * 210)   /* 16 x sizeof(block_q6_K) */
 
-/* infer_repack_r16 for Q4_K and for Q6_K (same arguments and result). */
+/* infer_repack_r16 for Q4_K, Q5_K and Q6_K (same arguments and result). */
 int infer_repack_q4_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
+int infer_repack_q5_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 int infer_repack_q6_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 void infer_fill_repack_k_scalar(infer_kernel_table *t);
 void infer_fill_repack_k_avx512(infer_kernel_table *t);

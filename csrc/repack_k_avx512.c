@@ -1,5 +1,5 @@
-/* repack_k_avx512.c: the Q4_K_R16 and Q6_K_R16 kernels with AVX-512 VNNI (layouts:
- * repack_k.h).  Q4_K_R16 first.
+/* repack_k_avx512.c: the Q4_K_R16, Q5_K_R16 and Q6_K_R16 kernels with AVX-512 VNNI
+ * (layouts: repack_k.h).  Q4_K_R16 first; Q5_K_R16 is its kernel with the fifth bits.
  *
  * A vector holds 4 bytes of each of a group's 16 rows.  Per super-block, the 6-bit
  * scales and mins of the 16 rows are unpacked with the word-wise bit moves of
@@ -45,15 +45,17 @@ INFER_ALWAYS_INLINE __m512i dword_of(__m512i v, int k) {
 
 /* nt (1..8) tokens against one group of 16 rows, for a constant nt.  pf: the group
  * whose lines to request meanwhile, or NULL. */
-INFER_ALWAYS_INLINE void q4_k_r16_group(int nt, int64_t nb, const uint8_t *wg, const uint8_t *pf, const uint8_t *a,
-                                        size_t a_stride, float *out, size_t out_stride) {
+INFER_ALWAYS_INLINE void q45_k_r16_group(int nt, int64_t nb, const uint8_t *wg, const uint8_t *pf, const uint8_t *a,
+                                         size_t a_stride, float *out, size_t out_stride, const int five) {
+    const size_t gbb = five ? R16K5_GROUP_BLOCK : R16K_GROUP_BLOCK, qs_at = five ? R16K5_QS : R16K_QS;
     const __m512i low4 = _mm512_set1_epi8(15), low6 = _mm512_set1_epi8(63), low2 = _mm512_set1_epi8(3);
+    const __m512i bit4 = _mm512_set1_epi8(16);
     const __m512i byte_of[4] = {lane_bytes(0), lane_bytes(1), lane_bytes(2), lane_bytes(3)};
     const __m512i pair_lo = lane_bytes(4), pair_hi = lane_bytes(5);
     __m512 acc[8];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *gb = wg + (size_t)b * R16K_GROUP_BLOCK;
+        const uint8_t *gb = wg + (size_t)b * gbb;
         /* lane r: row r's scale words; sc03 = scales 0..3 as bytes, sc47, m03, m47 likewise */
         const __m512i w0 = _mm512_loadu_si512((const void *)(gb + R16K_SCALES));
         const __m512i w1 = _mm512_loadu_si512((const void *)(gb + R16K_SCALES + 64));
@@ -68,18 +70,27 @@ INFER_ALWAYS_INLINE void q4_k_r16_group(int nt, int64_t nb, const uint8_t *wg, c
         __m512i sum16[8];
         for (int t = 0; t < nt; t++) sum16[t] = _mm512_setzero_si512();
         for (int p = 0; p < QK_K / 64; p++) {   /* sub-blocks 2p (low nibbles) and 2p + 1 (high) */
-            if (pf)   /* the group-block's 36 lines a group ahead, 9 a pair */
-                for (int i = 0; i < R16K_GROUP_BLOCK / 4 / 64; i++)
-                    INFER_PREFETCH(pf + (size_t)b * R16K_GROUP_BLOCK + (size_t)p * (R16K_GROUP_BLOCK / 4) + 64 * i);
+            if (pf)   /* the group-block's lines a group ahead, a quarter a pair (Q4_K: 36, 9) */
+                for (int i = 0; i < (int)(gbb / 4 / 64) + five; i++)
+                    INFER_PREFETCH(pf + (size_t)b * gbb + (size_t)p * (gbb / 4) + 64 * i);
             __m512i lo[8], hi16[8];
             for (int c = 0; c < 8; c++) {
-                const __m512i v = _mm512_loadu_si512((const void *)(gb + R16K_QS + 64 * (8 * p + c)));
-                lo[c] = _mm512_and_si512(v, low4);
-                hi16[c] = _mm512_andnot_si512(low4, v);
+                const __m512i v = _mm512_loadu_si512((const void *)(gb + qs_at + 64 * (8 * p + c)));
+                if (five) {   /* q = nibble | fifth bit << 4, both 0..31; hi16 holds q (not 16 q) */
+                    const __m512i h = _mm512_loadu_si512((const void *)(gb + R16K5_QH + 64 * c));
+                    const __m512i h_lo = 2 * p <= 4 ? _mm512_slli_epi32(h, 4 - 2 * p) : _mm512_srli_epi32(h, 2 * p - 4);
+                    const __m512i h_hi = 2 * p + 1 <= 4 ? _mm512_slli_epi32(h, 3 - 2 * p) : _mm512_srli_epi32(h, 2 * p - 3);
+                    lo[c] = _mm512_ternarylogic_epi32(_mm512_and_si512(v, low4), h_lo, bit4, 0xF8);
+                    hi16[c] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(v, 4), low4), h_hi, bit4, 0xF8);
+                } else {
+                    lo[c] = _mm512_and_si512(v, low4);
+                    hi16[c] = _mm512_andnot_si512(low4, v);
+                }
             }
             const __m512i sc4 = p < 2 ? sc03 : sc47;
             const __m512i sc16_lo = _mm512_slli_epi32(_mm512_shuffle_epi8(sc4, byte_of[2 * p % 4]), 4);
-            const __m512i sc_hi = _mm512_shuffle_epi8(sc4, byte_of[2 * p % 4 + 1]);
+            const __m512i sc_hi = five ? _mm512_slli_epi32(_mm512_shuffle_epi8(sc4, byte_of[2 * p % 4 + 1]), 4)
+                                       : _mm512_shuffle_epi8(sc4, byte_of[2 * p % 4 + 1]);
             for (int t = 0; t < nt; t++) {
                 const int8_t *xs = ((const block_q8_K *)(a + (size_t)t * a_stride) + b)->qs + 64 * p;
                 __m512i s[4], x16[4];
@@ -132,7 +143,16 @@ static void matmul_q4_k_r16_avx512(int64_t n, const void *w, int64_t n_groups, c
                                    int64_t n_tok, float *out, size_t out_stride) {
     const int64_t nb = n / QK_K;
     const size_t group_bytes = (size_t)nb * R16K_GROUP_BLOCK;
-#define GROUP(nt, wg, pf, x, o) q4_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
+#define GROUP(nt, wg, pf, x, o) q45_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride, 0)
+    R16_FOR_GROUPS_AND_TILES(w, n_groups, group_bytes, a, a_stride, n_tok, out, out_stride, GROUP)
+#undef GROUP
+}
+
+static void matmul_q5_k_r16_avx512(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
+                                   int64_t n_tok, float *out, size_t out_stride) {
+    const int64_t nb = n / QK_K;
+    const size_t group_bytes = (size_t)nb * R16K5_GROUP_BLOCK;
+#define GROUP(nt, wg, pf, x, o) q45_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride, 1)
     R16_FOR_GROUPS_AND_TILES(w, n_groups, group_bytes, a, a_stride, n_tok, out, out_stride, GROUP)
 #undef GROUP
 }
@@ -235,6 +255,8 @@ static void matmul_q6_k_r16_avx512(int64_t n, const void *w, int64_t n_groups, c
 void infer_fill_repack_k_avx512(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_Q4_K_R16] = matmul_q4_k_r16_avx512;
     t->repack_to[INFER_TYPE_Q4_K] = INFER_TYPE_Q4_K_R16;
+    t->matmul_r16[INFER_TYPE_Q5_K_R16] = matmul_q5_k_r16_avx512;
+    t->repack_to[INFER_TYPE_Q5_K] = INFER_TYPE_Q5_K_R16;
     t->matmul_r16[INFER_TYPE_Q6_K_R16] = matmul_q6_k_r16_avx512;
     t->repack_to[INFER_TYPE_Q6_K] = INFER_TYPE_Q6_K_R16;
 }

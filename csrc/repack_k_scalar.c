@@ -1,43 +1,64 @@
-/* repack_k_scalar.c: Q4_K_R16 and Q6_K_R16 (layouts: repack_k.h): repacking a file's
+/* repack_k_scalar.c: Q4_K_R16, Q5_K_R16 and Q6_K_R16 (layouts: repack_k.h): repacking a file's
  * rows, and the portable kernels, which are the oracles of repack_k_avx512.c. */
 #include "repack_k.h"
 #include "kquants_internal.h"
 
 #include <string.h>
 
-int infer_repack_q4_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
+/* Q4_K_R16, or with five set Q5_K_R16 (the same d, dmin and scales; qh before qs). */
+static int repack_q45_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst, int five) {
     if (!src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK_K) return -1;
     const int64_t nb = cols / QK_K;
-    if (row_bytes < (size_t)nb * sizeof(block_q4_K)) return -1;
+    const size_t bb = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    if (row_bytes < (size_t)nb * bb) return -1;
+    const size_t qs_at = five ? R16K5_QS : R16K_QS;
     uint8_t *out = (uint8_t *)dst;
     for (int64_t g = 0; g < rows / R16_ROWS; g++)
-        for (int64_t b = 0; b < nb; b++, out += R16K_GROUP_BLOCK)
+        for (int64_t b = 0; b < nb; b++, out += R16_ROWS * bb)
             for (int r = 0; r < R16_ROWS; r++) {
-                const block_q4_K *x = (const block_q4_K *)((const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes) + b;
+                const uint8_t *blk = (const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes + (size_t)b * bb;
+                const block_q4_K *x = (const block_q4_K *)blk;   /* d, dmin, scales: alike in both */
+                const uint8_t *qs = five ? ((const block_q5_K *)blk)->qs : x->qs;
                 memcpy(out + R16K_D + 2 * r, &x->d, 2);
                 memcpy(out + R16K_DMIN + 2 * r, &x->dmin, 2);
                 for (int k = 0; k < 3; k++) memcpy(out + R16K_SCALES + 64 * k + 4 * r, x->scales + 4 * k, 4);
-                for (int c = 0; c < QK_K / 8; c++) memcpy(out + R16K_QS + 64 * c + 4 * r, x->qs + 4 * c, 4);
+                if (five)
+                    for (int c = 0; c < 8; c++) memcpy(out + R16K5_QH + 64 * c + 4 * r, ((const block_q5_K *)blk)->qh + 4 * c, 4);
+                for (int c = 0; c < QK_K / 8; c++) memcpy(out + qs_at + 64 * c + 4 * r, qs + 4 * c, 4);
             }
     return 0;
 }
 
-/* Nibble k (0..31) of sub-block j of row r in a group-block. */
-static int q4_K_r16_nibble(const uint8_t *gb, int r, int j, int k) {
-    const uint8_t byte = gb[R16K_QS + 64 * (8 * (j / 2) + k / 4) + 4 * r + k % 4];
-    return j % 2 ? byte >> 4 : byte & 15;
+int infer_repack_q4_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
+    return repack_q45_K_r16(src, row_bytes, rows, cols, dst, 0);
 }
 
-static void matmul_q4_k_r16(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
-                            int64_t n_tok, float *out, size_t out_stride) {
+int infer_repack_q5_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
+    return repack_q45_K_r16(src, row_bytes, rows, cols, dst, 1);
+}
+
+/* q of row r, element k (0..31) of sub-block j in a Q4_K_R16 group-block, or with
+ * five a Q5_K_R16 one (the nibble plus 16 times its fifth bit). */
+static int q45_K_r16_q(const uint8_t *gb, int r, int j, int k, int five) {
+    const int c = 8 * (j / 2) + k / 4;
+    const uint8_t byte = gb[(five ? R16K5_QS : R16K_QS) + 64 * c + 4 * r + k % 4];
+    const int q = j % 2 ? byte >> 4 : byte & 15;
+    if (!five) return q;
+    const uint8_t h = gb[R16K5_QH + 64 * (k / 4) + 4 * r + k % 4];
+    return q + 16 * ((h >> j) & 1);
+}
+
+static void matmul_q45_k_r16(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
+                             int64_t n_tok, float *out, size_t out_stride, int five) {
     const int64_t nb = n / QK_K;
+    const size_t gbb = five ? R16K5_GROUP_BLOCK : R16K_GROUP_BLOCK;
     for (int64_t g = 0; g < n_groups; g++) {
-        const uint8_t *wg = (const uint8_t *)w + (size_t)g * (size_t)nb * R16K_GROUP_BLOCK;
+        const uint8_t *wg = (const uint8_t *)w + (size_t)g * (size_t)nb * gbb;
         for (int64_t t = 0; t < n_tok; t++) {
             const block_q8_K *x = (const block_q8_K *)((const uint8_t *)a + (size_t)t * a_stride);
             float acc[R16_ROWS] = {0};
             for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *gb = wg + (size_t)b * R16K_GROUP_BLOCK;
+                const uint8_t *gb = wg + (size_t)b * gbb;
                 for (int r = 0; r < R16_ROWS; r++) {
                     uint8_t packed[12], sm[16];   /* sm: the 8 scales, then the 8 mins */
                     for (int k = 0; k < 3; k++) memcpy(packed + 4 * k, gb + R16K_SCALES + 64 * k + 4 * r, 4);
@@ -45,7 +66,7 @@ static void matmul_q4_k_r16(int64_t n, const void *w, int64_t n_groups, const vo
                     int32_t sum = 0, mins = 0;
                     for (int j = 0; j < QK_K / 32; j++) {
                         int32_t isum = 0;
-                        for (int k = 0; k < 32; k++) isum += q4_K_r16_nibble(gb, r, j, k) * x[b].qs[32 * j + k];
+                        for (int k = 0; k < 32; k++) isum += q45_K_r16_q(gb, r, j, k, five) * x[b].qs[32 * j + k];
                         sum += sm[j] * isum;
                         mins += sm[8 + j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
                     }
@@ -56,6 +77,16 @@ static void matmul_q4_k_r16(int64_t n, const void *w, int64_t n_groups, const vo
             for (int r = 0; r < R16_ROWS; r++) out[(size_t)t * out_stride + (size_t)g * R16_ROWS + r] = acc[r];
         }
     }
+}
+
+static void matmul_q4_k_r16(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
+                            int64_t n_tok, float *out, size_t out_stride) {
+    matmul_q45_k_r16(n, w, n_groups, a, a_stride, n_tok, out, out_stride, 0);
+}
+
+static void matmul_q5_k_r16(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
+                            int64_t n_tok, float *out, size_t out_stride) {
+    matmul_q45_k_r16(n, w, n_groups, a, a_stride, n_tok, out, out_stride, 1);
 }
 
 int infer_repack_q6_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
@@ -120,5 +151,6 @@ static void matmul_q6_k_r16(int64_t n, const void *w, int64_t n_groups, const vo
 /* As infer_fill_repack_scalar: the kernel for every table, repack_to left 0. */
 void infer_fill_repack_k_scalar(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_Q4_K_R16] = matmul_q4_k_r16;
+    t->matmul_r16[INFER_TYPE_Q5_K_R16] = matmul_q5_k_r16;
     t->matmul_r16[INFER_TYPE_Q6_K_R16] = matmul_q6_k_r16;
 }

@@ -12,6 +12,7 @@ int infer_repack_type(int type) {
     case INFER_TYPE_Q5_0: return INFER_TYPE_Q5_0_R16;
     case INFER_TYPE_Q8_0: return INFER_TYPE_Q8_0_R16;
     case INFER_TYPE_Q4_K: return INFER_TYPE_Q4_K_R16;
+    case INFER_TYPE_Q5_K: return INFER_TYPE_Q5_K_R16;
     case INFER_TYPE_Q6_K: return INFER_TYPE_Q6_K_R16;
     default: return 0;
     }
@@ -19,6 +20,7 @@ int infer_repack_type(int type) {
 
 int infer_repack_r16(int type, const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
     if (type == INFER_TYPE_Q4_K) return infer_repack_q4_K_r16(src, row_bytes, rows, cols, dst);
+    if (type == INFER_TYPE_Q5_K) return infer_repack_q5_K_r16(src, row_bytes, rows, cols, dst);
     if (type == INFER_TYPE_Q6_K) return infer_repack_q6_K_r16(src, row_bytes, rows, cols, dst);
     const int rt = infer_repack_type(type);
     if (!rt || !src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK8_0) return -1;

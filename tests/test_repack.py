@@ -14,7 +14,7 @@ import infer.kernels as K
 from _tok_models import load_installed
 
 BLOCK32_FORMATS = ["q4_0", "q4_1", "q5_0", "q8_0"]   # paired with Q8_0S or Q8_1
-K_FORMATS = {"q4_k": 144, "q6_k": 210}   # super-block bytes; infer quantizes them
+K_FORMATS = {"q4_k": 144, "q5_k": 176, "q6_k": 210}   # super-block bytes; infer quantizes them
 FILE_FORMATS = BLOCK32_FORMATS + list(K_FORMATS)
 Q4_K_BYTES, Q8_K_BYTES = 144, 292
 
@@ -101,61 +101,69 @@ def parse_q8_k(xq, n_tok):
     return d, qs, bsums
 
 
-def q4_k_parts(w):
-    """gguf's dequantization of Q4_K rows as float64, and the magnitude of its two
-    terms d*sc*q and dmin*m (each dequantized alone, the other scale zeroed): the
+def q4_k_parts(w, fmt="q4_k"):
+    """gguf's dequantization of Q4_K (or Q5_K) rows as float64, and the magnitude of its
+    two terms d*sc*q and dmin*m (each dequantized alone, the other scale zeroed): the
     kernel sums them separately, so its rounding follows them, not their difference."""
     rows = w.shape[0]
 
     def deq(blocks):
-        return np.asarray(gq.dequantize(blocks.reshape(-1), T.Q4_K), np.float64).reshape(rows, -1)
+        return np.asarray(gq.dequantize(blocks.reshape(-1), getattr(T, fmt.upper())), np.float64).reshape(rows, -1)
 
-    blocks = w.reshape(rows, -1, Q4_K_BYTES)
+    blocks = w.reshape(rows, -1, K_FORMATS[fmt])
     no_min, no_scale = blocks.copy(), blocks.copy()
     no_min[:, :, 2:4] = 0
     no_scale[:, :, 0:2] = 0
     return deq(blocks), np.abs(deq(no_min)) + np.abs(deq(no_scale))
 
 
+@pytest.mark.parametrize("fmt", ["q4_k", "q5_k"])
 @pytest.mark.parametrize("rows", [16, 48])
 @pytest.mark.parametrize("n", [256, 512, 2304])
-@pytest.mark.parametrize("n_tok", [1, 3, 9, 33])
-def test_repacked_q4_k_against_float64(isa, rows, n, n_tok):
-    w = make_weights("q4_k", rows, n, rows + n)
+@pytest.mark.parametrize("n_tok", [1, 3, 8, 9, 33])
+def test_repacked_q4_k_against_float64(isa, fmt, rows, n, n_tok):
+    w = make_weights(fmt, rows, n, rows + n)
     x = np.random.default_rng(n_tok).standard_normal((n_tok, n)).astype(np.float32) * 4
-    wr, rfmt = K.repack(w, "q4_k")
-    assert rfmt == "q4_k_r16" and wr.shape == w.shape
+    wr, rfmt = K.repack(w, fmt)
+    assert rfmt == fmt + "_r16" and wr.shape == w.shape
     xq = activations(rfmt, x)
     d, qs, bsums = parse_q8_k(xq, n_tok)
     np.testing.assert_array_equal(bsums, qs.astype(np.int64).reshape(n_tok, -1, 16, 16).sum(-1))
     xd = (d[..., None].astype(np.float64) * qs).reshape(n_tok, n)
     out = np.full((n_tok, rows), np.nan, np.float32)
     K.matmul_q(wr, rfmt, xq, out)
-    wd, magnitude = q4_k_parts(w)
+    wd, magnitude = q4_k_parts(w, fmt)
     tol = 1e-5 * (np.abs(xd) @ magnitude.T) + 1e-30
     err = np.abs(out - xd @ wd.T)
     assert np.all(err <= tol), np.max(err / tol)
     check_token_bits(wr, rfmt, x, out)
     if K.capabilities()["active"] == "avx512":
-        # the operations of the AVX-512 Q4_K row kernels in their order (csrc/repack_k.h)
+        # the operations of the AVX-512 row kernels in their order (csrc/repack_k.h)
         file_out = np.empty_like(out)
-        K.matmul_q(w, "q4_k", xq, file_out)
+        K.matmul_q(w, fmt, xq, file_out)
         np.testing.assert_array_equal(out, file_out)
 
 
-def test_repacked_q4_k_extremes(isa):
-    """Every nibble 15, every scale and min 63, activations at +-127: the largest
-    integer sums the kernel forms (repack_k.h: below 2^25), against float64."""
+@pytest.mark.parametrize("fmt", ["q4_k", "q5_k"])
+def test_repacked_q4_k_extremes(isa, fmt):
+    """Every nibble 15 (Q5_K: every fifth bit set, so q = 31), every scale and min 63,
+    activations at +-127: the largest integer sums the kernel forms (repack_k.h: below
+    2^25, Q5_K 2^26), against float64."""
     rows, n = 16, 512
-    blocks = np.zeros((rows, n // 256, Q4_K_BYTES), np.uint8)
+    qs = 48 if fmt == "q5_k" else 16             # Q5_K: qh[32] before qs
+    blocks = np.zeros((rows, n // 256, K_FORMATS[fmt]), np.uint8)
     blocks[:, :, 0:2] = np.frombuffer(np.float16(2.0 ** -10).tobytes(), np.uint8)
     blocks[:, :, 2:4] = np.frombuffer(np.float16(2.0 ** -9).tobytes(), np.uint8)
     blocks[:, :, 4:16] = 0xFF
     blocks[:, :, 16:] = 0xFF
-    blocks[1::2, :, 16:] = 0xF0                  # odd rows: q = 0 in the even sub-blocks
+    blocks[1::2, :, qs:] = 0xF0                  # odd rows: nibble 0 in the even sub-blocks
+    if fmt == "q5_k":
+        blocks[2::4, :, 16:48] = 0               # rows 2, 6, ...: no fifth bits
     w = blocks.reshape(rows, -1)
-    wd, magnitude = q4_k_parts(w)
-    wr, rfmt = K.repack(w, "q4_k")
+    wd, magnitude = q4_k_parts(w, fmt)
+    top = 31 if fmt == "q5_k" else 15         # the largest q present: d*sc*q - dmin*m
+    assert np.isclose(wd.max(), 63 * (top * 2.0 ** -10 - 2.0 ** -9))
+    wr, rfmt = K.repack(w, fmt)
     x = np.full((3, n), 1000.0, np.float32)
     x[1] = -1000.0
     x[2, 1::2] = -1000.0
@@ -254,7 +262,7 @@ def test_repack_type_follows_the_kernel_set():
         if "avx512" in K.capabilities()["available"]:
             K.set_isa("avx512")
             assert [K.repack_type(f) for f in FILE_FORMATS] == [f + "_r16" for f in FILE_FORMATS]
-            assert K.repack_type("q5_k") is None
+            assert K.repack_type("iq4_xs") is None
     finally:
         K.set_isa(previous)
 
@@ -264,7 +272,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="16 rows"):
         K.repack(w[:17], "q4_0")
     with pytest.raises(ValueError, match="no repacked format"):
-        K.repack(w, "q5_k")
+        K.repack(w, "iq4_xs")
     with pytest.raises(ValueError, match="blocks"):
         K.repack(np.ascontiguousarray(w[:, :17]), "q4_0")
     with pytest.raises(ValueError, match="not contiguous"):
