@@ -320,6 +320,40 @@ def test_smollm2_repacked_decodes_as_the_file_does(monkeypatch):
     assert fp == fp_file
 
 
+def test_q5_k_m_requantized_decodes_as_the_file_does(tmp_path, monkeypatch):
+    """SmolLM2 requantized to Q5_K_M (its 1536-wide ffn_down rows in Q5_K and Q6_K,
+    the rest in the fallbacks Q5_1 and Q8_0) with its matrices repacked against
+    INFER_REPACK=0: the same greedy tokens and logits."""
+    from _tok_models import installed_path
+    from infer.quantize import quantize_file
+
+    import infer
+
+    path = tmp_path / "smollm2-q5_k_m.gguf"
+    quantize_file(installed_path("smollm2"), path, "q5_k_m")
+
+    def run(repack):
+        monkeypatch.setenv("INFER_REPACK", repack)
+        with infer.load(str(path)) as model:
+            kinds = {K.TYPE_NAMES[lw.w_down.qtype] for lw in model.engine.weights.layers}
+            ctx = model.create_context(n_ctx=96, temperature=0)
+            ctx.prefill(model.tokenizer.encode("The three primary colors are"))
+            logits = [np.array(ctx.logits)]
+            tokens = []
+            for _ in range(8):
+                tokens.append(ctx.next())
+                logits.append(np.array(ctx.logits))
+            return kinds, logits, tokens
+
+    kinds_file, logits_file, tokens_file = run("0")
+    kinds, logits, tokens = run("1")
+    assert {"q5_k", "q6_k"} <= kinds_file
+    assert kinds == {K.repack_type(f) or f for f in kinds_file}
+    assert tokens == tokens_file
+    for got, want in zip(logits, logits_file):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_gemma3_repacked_decodes_as_the_file_does(monkeypatch):
     """Gemma 3 keeps attn_q/k and ffn_gate/up (and half its attn_v) in Q5_0, attn_output
     in Q4_K, half its ffn_down in Q6_K and its head in Q8_0: with them repacked against
