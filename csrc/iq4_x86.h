@@ -223,8 +223,10 @@ KQ_INLINE __m128i iq4_xs_scales_simd(const block_iq4_xs *b) {
  * nibbles (16..31) another, against activations rearranged alike once for the four
  * rows.  A nibble becomes level + 128 (unsigned) by one vpshufb; two vpdpbusd give
  * each 128-bit lane the dot of one sub-block, one vpmulld its scale; the -128 offset
- * is -128 Σ_j ls_j (bsums[2j] + bsums[2j+1]), folded into the int32 sum.  One float
- * step per row and super-block. */
+ * is -128 Σ_j ls_j (bsums[2j] + bsums[2j+1]), folded into the int32 sum.  Each row's
+ * super-block sum S is then exact (|S| < 2^28) and scaled by one fma,
+ * acc = fma((float)S, d_w * d_y, acc): the operation of the repacked IQ4_XS_R16
+ * kernel (csrc/repack_k.h), in the same order, so both give the same bits. */
 static void KERNEL(vec_dot_4_iq4_xs_q8_K)(int64_t n, const void *w, size_t row_bytes, const void *a,
                                           float *out) {
     const block_q8_K *y = a;
@@ -235,8 +237,7 @@ static void KERNEL(vec_dot_4_iq4_xs_q8_K)(int64_t n, const void *w, size_t row_b
     /* int32 scale of sub-block 4m + j over the four lanes of 128-bit lane j */
     const __m512i spread[2] = {_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
                                _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)};
-    __m512 acc[4];
-    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    __m128 acc = _mm_setzero_ps();   /* lane r: row r */
     const uint8_t *ahead = x + INFER_PREFETCH_ROWS * row_bytes;   /* see INFER_PREFETCH_ROWS */
     size_t fetched = 0;
     for (int64_t i = 0; i < n / QK_K; i++, x += sizeof(block_iq4_xs)) {
@@ -251,6 +252,8 @@ static void KERNEL(vec_dot_4_iq4_xs_q8_K)(int64_t n, const void *w, size_t row_b
         const __m128i bs8 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[i].bsums),
                                            _mm_loadu_si128((const __m128i *)y[i].bsums + 1));
         const float dy = y[i].d;
+        __m512i sums[4];
+        float dd[4];
         for (int r = 0; r < 4; r++) {
             const block_iq4_xs *b = (const block_iq4_xs *)(x + r * row_bytes);
             const __m128i ls = iq4_xs_scales_simd(b);
@@ -264,10 +267,18 @@ static void KERNEL(vec_dot_4_iq4_xs_q8_K)(int64_t n, const void *w, size_t row_b
                 p = _mm512_dpbusd_epi32(p, _mm512_shuffle_epi8(table, hi), q8hi[m]);
                 sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, _mm512_permutexvar_epi32(spread[m], ls32)));
             }
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(_cvtsh_ss(b->d) * dy), acc[r]);
+            sums[r] = sumi;
+            dd[r] = _cvtsh_ss(b->d) * dy;
         }
+        /* the four rows' totals in lanes 0..3: exact integer add trees */
+        const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(sums[0], sums[1]), _mm512_unpackhi_epi32(sums[0], sums[1]));
+        const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(sums[2], sums[3]), _mm512_unpackhi_epi32(sums[2], sums[3]));
+        const __m512i abcd = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+        const __m256i half = _mm256_add_epi32(_mm512_castsi512_si256(abcd), _mm512_extracti64x4_epi64(abcd, 1));
+        const __m128i S = _mm_add_epi32(_mm256_castsi256_si128(half), _mm256_extracti128_si256(half, 1));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_loadu_ps(dd), acc);
     }
-    for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+    _mm_storeu_ps(out, acc);
 }
 #endif
 
