@@ -36,7 +36,7 @@ Knobs (environment):
   INFER_BENCH_IQ        comma list for the iquants section (default: all eight)
   INFER_BENCH_GGML      comma list for the ggml section (default: the K, IQ and TQ types)
   INFER_BENCH_LIMITS    rows x cols of the limits section's mat-vec (default 32768x4096, 75 MB of q4_0)
-  INFER_BENCH_LIMITS_FORMATS  comma list for the limits section (default q4_0,q5_k,q6_k)
+  INFER_BENCH_LIMITS_FORMATS  comma list for the limits section (default q4_0,q5_k,q6_k,iq4_xs)
   INFER_BENCH_SKIP      comma list of sections to skip (dequantize,matvec,model,prefill,limits,
                         types,iquants,ggml)
 """
@@ -71,7 +71,7 @@ GGML_FORMATS = os.environ.get(
     "INFER_BENCH_GGML", ",".join(["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"] + IQ_FORMATS)).split(",")
 GGML_ROUNDS = 3
 LIMITS_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_LIMITS", "32768x4096").split("x"))
-LIMITS_FORMATS = os.environ.get("INFER_BENCH_LIMITS_FORMATS", "q4_0,q5_k,q6_k").split(",")
+LIMITS_FORMATS = os.environ.get("INFER_BENCH_LIMITS_FORMATS", "q4_0,q5_k,q6_k,iq4_xs").split(",")
 MODEL_SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576)]
 
 

@@ -1,4 +1,4 @@
-/* repack_k.h: Q4_K_R16 (and Q5_K_R16, Q6_K_R16, below), a file's Q4_K rows repacked in groups
+/* repack_k.h: Q4_K_R16 (and Q5_K_R16, Q6_K_R16, IQ4_XS_R16, below), a file's Q4_K rows repacked in groups
  * of 16 (repack_k_scalar.c, repack_k_avx512.c), as repack.h's formats are: one 512-bit vector holds 4 bytes of
  * each of 16 rows, and vpdpbusd against 4 activation bytes broadcast to every lane
  * adds into each row's own lane.
@@ -67,10 +67,30 @@
 #define R16Q6_UNIT 192
 #define R16Q6_GROUP_BLOCK (R16_ROWS * 210)   /* 16 x sizeof(block_q6_K) */
 
-/* infer_repack_r16 for Q4_K, Q5_K and Q6_K (same arguments and result). */
+/* IQ4_XS_R16, a file's IQ4_XS rows repacked the same way (16 x 136 bytes a group-block):
+ *   d[16] fp16 | scales_h: 16 rows x 2 bytes | scales_l: 16 rows x 4 bytes |
+ *   qs: 32 chunks x 16 rows x 4 bytes
+ * Sub-block j's scale is ls_j - 32 (ls_j: nibble j of the row's scales_l word, bits
+ * 2j..2j+1 of its scales_h on top).  qs chunk c is bytes 4c..4c+3 of the row's qs: in
+ * sub-block j = c / 4, its low nibbles index the levels of elements 32j + 4(c % 4)..+3,
+ * its high nibbles those of 32j + 16 + 4(c % 4)..+3 (kvalues_iq4nl, -127..113).
+ *
+ * Row r . token t over super-block b, in int32 (|S| <= 8 * 32 * 32 * 127 * 128 < 2^28):
+ *   S = sum_j (ls_j - 32) * sum_{k in sub-block j} level_k x_k
+ * (the SIMD kernel multiplies level + 128, unsigned, and takes 128 (bsums[2j] +
+ * bsums[2j+1]) back), then in order acc = fma((float)S, d_w * d_x, acc): the
+ * operations of the AVX-512 IQ4_XS four-row kernel (iq4_x86.h). */
+#define R16I4_D 0
+#define R16I4_SH 32
+#define R16I4_SL 64
+#define R16I4_QS 128
+#define R16I4_GROUP_BLOCK (R16_ROWS * 136)   /* 16 x sizeof(block_iq4_xs) */
+
+/* infer_repack_r16 for Q4_K, Q5_K, Q6_K and IQ4_XS (same arguments and result). */
 int infer_repack_q4_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 int infer_repack_q5_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 int infer_repack_q6_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
+int infer_repack_iq4_xs_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 void infer_fill_repack_k_scalar(infer_kernel_table *t);
 void infer_fill_repack_k_avx512(infer_kernel_table *t);
 

@@ -1,4 +1,4 @@
-/* repack_k_avx512.c: the Q4_K_R16, Q5_K_R16 and Q6_K_R16 kernels with AVX-512 VNNI
+/* repack_k_avx512.c: the Q4_K_R16, Q5_K_R16, Q6_K_R16 and IQ4_XS_R16 kernels with AVX-512 VNNI
  * (layouts: repack_k.h).  Q4_K_R16 first; Q5_K_R16 is its kernel with the fifth bits.
  *
  * A vector holds 4 bytes of each of a group's 16 rows.  Per super-block, the 6-bit
@@ -16,6 +16,7 @@
  * the load ports are the busier, hence its activations loaded 16 bytes at a time.
  */
 #include "repack_k.h"
+#include "kquants_internal.h"
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #include <string.h>
@@ -252,7 +253,87 @@ static void matmul_q6_k_r16_avx512(int64_t n, const void *w, int64_t n_groups, c
 #undef GROUP
 }
 
+/* ---- IQ4_XS_R16 -------------------------------------------------------------
+ *
+ * Per super-block, the 8 scales ls - 32 of the 16 rows as int32 (lane r: row r) and
+ * as int16 pairs for the offset.  Per sub-block, 4 chunks give 8 vectors of level +
+ * 128 (one vpshufb each), unpacked once for up to 8 tokens; a token's sub-block is two
+ * chains of four vpdpbusd, scaled by one vpmulld into S; the offset 128 * sum_j sc_j
+ * (bsums[2j] + bsums[2j+1]) is 4 vpdpwssd.  Same integers, same float step: the bits
+ * of the scalar kernel and of the file's AVX-512 rows. */
+INFER_ALWAYS_INLINE void iq4_xs_r16_group(int nt, int64_t nb, const uint8_t *wg, const uint8_t *pf, const uint8_t *a,
+                                          size_t a_stride, float *out, size_t out_stride) {
+    const __m512i low4 = _mm512_set1_epi8(15);
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_add_epi8(_mm_loadu_si128((const __m128i *)infer_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
+    __m512 acc[8];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *gb = wg + (size_t)b * R16I4_GROUP_BLOCK;
+        const __m512i sl = _mm512_loadu_si512((const void *)(gb + R16I4_SL));
+        const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(gb + R16I4_SH)));
+        __m512i sc[8], pairs[4];
+        for (int j = 0; j < 8; j++)
+            sc[j] = _mm512_sub_epi32(
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(sl, 4 * j), _mm512_set1_epi32(15)),
+                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * j), _mm512_set1_epi32(3)), 4)),
+                _mm512_set1_epi32(32));
+        for (int u = 0; u < 4; u++)   /* int16 (sc_2u, sc_2u+1) in each lane */
+            pairs[u] = _mm512_or_si512(_mm512_and_si512(sc[2 * u], _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc[2 * u + 1], 16));
+        __m512i S[8];
+        for (int t = 0; t < nt; t++) S[t] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            if (pf)   /* a group-block's 34 lines a group ahead, 5 a sub-block */
+                for (int i = 0; i < 5; i++)
+                    INFER_PREFETCH(pf + (size_t)b * R16I4_GROUP_BLOCK + (size_t)j * (R16I4_GROUP_BLOCK / 8) + 64 * i);
+            __m512i lo[4], hi[4];
+            for (int c = 0; c < 4; c++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(gb + R16I4_QS + 64 * (4 * j + c)));
+                lo[c] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low4));
+                hi[c] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi32(v, 4), low4));
+            }
+            for (int t = 0; t < nt; t++) {
+                const int8_t *xs = ((const block_q8_K *)(a + (size_t)t * a_stride) + b)->qs + 32 * j;
+                __m512i s_lo = _mm512_setzero_si512(), s_hi = _mm512_setzero_si512();
+                for (int c = 0; c < 4; c++) {
+                    int32_t x_lo, x_hi;
+                    memcpy(&x_lo, xs + 4 * c, 4);
+                    memcpy(&x_hi, xs + 16 + 4 * c, 4);
+                    s_lo = _mm512_dpbusd_epi32(s_lo, lo[c], _mm512_set1_epi32(x_lo));
+                    s_hi = _mm512_dpbusd_epi32(s_hi, hi[c], _mm512_set1_epi32(x_hi));
+                }
+                S[t] = _mm512_add_epi32(S[t], _mm512_mullo_epi32(_mm512_add_epi32(s_lo, s_hi), sc[j]));
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16I4_D)));
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(a + (size_t)t * a_stride) + b;
+            /* int16 sums of 32, bsums[2j] + bsums[2j+1] (|.| <= 32 * 128: no saturation) */
+            const __m256i s32 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), _mm256_set1_epi16(1));
+            const __m512i s16 = _mm512_castsi128_si512(
+                _mm_packs_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1)));
+            __m512i off = _mm512_setzero_si512();
+            for (int u = 0; u < 4; u++)
+                off = _mm512_dpwssd_epi32(off, pairs[u], _mm512_permutexvar_epi32(_mm512_set1_epi32(u), s16));
+            const __m512i st = _mm512_sub_epi32(S[t], _mm512_slli_epi32(off, 7));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(st), _mm512_mul_ps(dw, _mm512_set1_ps(y->d)), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
+}
+
+static void matmul_iq4_xs_r16_avx512(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
+                                     int64_t n_tok, float *out, size_t out_stride) {
+    const int64_t nb = n / QK_K;
+    const size_t group_bytes = (size_t)nb * R16I4_GROUP_BLOCK;
+#define GROUP(nt, wg, pf, x, o) iq4_xs_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
+    R16_FOR_GROUPS_AND_TILES(w, n_groups, group_bytes, a, a_stride, n_tok, out, out_stride, GROUP)
+#undef GROUP
+}
+
 void infer_fill_repack_k_avx512(infer_kernel_table *t) {
+    t->matmul_r16[INFER_TYPE_IQ4_XS_R16] = matmul_iq4_xs_r16_avx512;
+    t->repack_to[INFER_TYPE_IQ4_XS] = INFER_TYPE_IQ4_XS_R16;
     t->matmul_r16[INFER_TYPE_Q4_K_R16] = matmul_q4_k_r16_avx512;
     t->repack_to[INFER_TYPE_Q4_K] = INFER_TYPE_Q4_K_R16;
     t->matmul_r16[INFER_TYPE_Q5_K_R16] = matmul_q5_k_r16_avx512;

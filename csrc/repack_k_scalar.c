@@ -1,4 +1,4 @@
-/* repack_k_scalar.c: Q4_K_R16, Q5_K_R16 and Q6_K_R16 (layouts: repack_k.h): repacking a file's
+/* repack_k_scalar.c: Q4_K_R16, Q5_K_R16, Q6_K_R16 and IQ4_XS_R16 (layouts: repack_k.h): repacking a file's
  * rows, and the portable kernels, which are the oracles of repack_k_avx512.c. */
 #include "repack_k.h"
 #include "kquants_internal.h"
@@ -148,9 +148,58 @@ static void matmul_q6_k_r16(int64_t n, const void *w, int64_t n_groups, const vo
     }
 }
 
+int infer_repack_iq4_xs_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
+    if (!src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK_K) return -1;
+    const int64_t nb = cols / QK_K;
+    if (row_bytes < (size_t)nb * sizeof(block_iq4_xs)) return -1;
+    uint8_t *out = (uint8_t *)dst;
+    for (int64_t g = 0; g < rows / R16_ROWS; g++)
+        for (int64_t b = 0; b < nb; b++, out += R16I4_GROUP_BLOCK)
+            for (int r = 0; r < R16_ROWS; r++) {
+                const block_iq4_xs *x = (const block_iq4_xs *)((const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes) + b;
+                memcpy(out + R16I4_D + 2 * r, &x->d, 2);
+                memcpy(out + R16I4_SH + 2 * r, &x->scales_h, 2);
+                memcpy(out + R16I4_SL + 4 * r, x->scales_l, 4);
+                for (int c = 0; c < QK_K / 8; c++) memcpy(out + R16I4_QS + 64 * c + 4 * r, x->qs + 4 * c, 4);
+            }
+    return 0;
+}
+
+static void matmul_iq4_xs_r16(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
+                              int64_t n_tok, float *out, size_t out_stride) {
+    const int64_t nb = n / QK_K;
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *wg = (const uint8_t *)w + (size_t)g * (size_t)nb * R16I4_GROUP_BLOCK;
+        for (int64_t t = 0; t < n_tok; t++) {
+            const block_q8_K *x = (const block_q8_K *)((const uint8_t *)a + (size_t)t * a_stride);
+            float acc[R16_ROWS] = {0};
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *gb = wg + (size_t)b * R16I4_GROUP_BLOCK;
+                for (int r = 0; r < R16_ROWS; r++) {
+                    const int sh = gb[R16I4_SH + 2 * r] | gb[R16I4_SH + 2 * r + 1] << 8;
+                    int32_t sum = 0;
+                    for (int j = 0; j < QK_K / 32; j++) {
+                        const int ls = (gb[R16I4_SL + 4 * r + j / 2] >> (4 * (j % 2)) & 15) | (sh >> (2 * j) & 3) << 4;
+                        int32_t isum = 0;
+                        for (int k = 0; k < 32; k++) {
+                            const int c = 4 * j + (k % 16) / 4;
+                            const uint8_t byte = gb[R16I4_QS + 64 * c + 4 * r + k % 4];
+                            isum += infer_kvalues_iq4nl[k < 16 ? byte & 15 : byte >> 4] * x[b].qs[32 * j + k];
+                        }
+                        sum += (ls - 32) * isum;
+                    }
+                    acc[r] = fma_f32((float)sum, fp16_at(gb + R16I4_D + 2 * r) * x[b].d, acc[r]);
+                }
+            }
+            for (int r = 0; r < R16_ROWS; r++) out[(size_t)t * out_stride + (size_t)g * R16_ROWS + r] = acc[r];
+        }
+    }
+}
+
 /* As infer_fill_repack_scalar: the kernel for every table, repack_to left 0. */
 void infer_fill_repack_k_scalar(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_Q4_K_R16] = matmul_q4_k_r16;
     t->matmul_r16[INFER_TYPE_Q5_K_R16] = matmul_q5_k_r16;
     t->matmul_r16[INFER_TYPE_Q6_K_R16] = matmul_q6_k_r16;
+    t->matmul_r16[INFER_TYPE_IQ4_XS_R16] = matmul_iq4_xs_r16;
 }

@@ -14,7 +14,7 @@ import infer.kernels as K
 from _tok_models import load_installed
 
 BLOCK32_FORMATS = ["q4_0", "q4_1", "q5_0", "q8_0"]   # paired with Q8_0S or Q8_1
-K_FORMATS = {"q4_k": 144, "q5_k": 176, "q6_k": 210}   # super-block bytes; infer quantizes them
+K_FORMATS = {"q4_k": 144, "q5_k": 176, "q6_k": 210, "iq4_xs": 136}   # super-block bytes; infer quantizes them
 FILE_FORMATS = BLOCK32_FORMATS + list(K_FORMATS)
 Q4_K_BYTES, Q8_K_BYTES = 144, 292
 
@@ -177,30 +177,31 @@ def test_repacked_q4_k_extremes(isa, fmt):
     assert np.all(err <= 1e-5 * (np.abs(xd) @ magnitude.T)), err
 
 
+@pytest.mark.parametrize("fmt", ["q6_k", "iq4_xs"])
 @pytest.mark.parametrize("rows", [16, 48])
 @pytest.mark.parametrize("n", [256, 512, 2304])
 @pytest.mark.parametrize("n_tok", [1, 3, 8, 9, 33])
-def test_repacked_q6_k_against_float64(isa, rows, n, n_tok):
-    w = make_weights("q6_k", rows, n, rows + n)
+def test_repacked_q6_k_against_float64(isa, fmt, rows, n, n_tok):
+    w = make_weights(fmt, rows, n, rows + n)
     x = np.random.default_rng(n_tok).standard_normal((n_tok, n)).astype(np.float32) * 4
-    wr, rfmt = K.repack(w, "q6_k")
-    assert rfmt == "q6_k_r16" and wr.shape == w.shape
+    wr, rfmt = K.repack(w, fmt)
+    assert rfmt == fmt + "_r16" and wr.shape == w.shape
     xq = activations(rfmt, x)
     d, qs, bsums = parse_q8_k(xq, n_tok)
     np.testing.assert_array_equal(bsums, qs.astype(np.int64).reshape(n_tok, -1, 16, 16).sum(-1))
     xd = (d[..., None].astype(np.float64) * qs).reshape(n_tok, n)
     out = np.full((n_tok, rows), np.nan, np.float32)
     K.matmul_q(wr, rfmt, xq, out)
-    wd = np.asarray(gq.dequantize(w.reshape(-1), T.Q6_K), np.float64).reshape(rows, n)
+    wd = np.asarray(gq.dequantize(w.reshape(-1), getattr(T, fmt.upper())), np.float64).reshape(rows, n)
     # exact integers, one rounding of d_w * d_x and one fma a super-block
     tol = 1e-6 * (n // 256) * (np.abs(xd) @ np.abs(wd).T) + 1e-30
     err = np.abs(out - xd @ wd.T)
     assert np.all(err <= tol), np.max(err / tol)
     check_token_bits(wr, rfmt, x, out)
     if K.capabilities()["active"] == "avx512":
-        # the operations of the AVX-512 Q6_K row kernels in their order (csrc/repack_k.h)
+        # the operations of the AVX-512 row kernels in their order (csrc/repack_k.h)
         file_out = np.empty_like(out)
-        K.matmul_q(w, "q6_k", xq, file_out)
+        K.matmul_q(w, fmt, xq, file_out)
         np.testing.assert_array_equal(out, file_out)
 
 
@@ -221,6 +222,35 @@ def test_repacked_q6_k_extremes(isa):
     wd = np.asarray(gq.dequantize(w.reshape(-1), T.Q6_K), np.float64).reshape(rows, n)
     assert np.abs(wd).max() == 128 * 32 * 2.0 ** -12   # scale -128 and q - 32 = -32
     wr, rfmt = K.repack(w, "q6_k")
+    x = np.full((3, n), 1000.0, np.float32)
+    x[1] = -1000.0
+    x[2, 1::2] = -1000.0
+    xq = activations(rfmt, x)
+    d, qs, _ = parse_q8_k(xq, 3)
+    assert np.abs(qs).min() >= 127
+    xd = (d[..., None].astype(np.float64) * qs).reshape(3, n)
+    out = np.empty((3, rows), np.float32)
+    K.matmul_q(wr, rfmt, xq, out)
+    err = np.abs(out - xd @ wd.T)
+    assert np.all(err <= 1e-6 * (np.abs(xd) @ np.abs(wd).T)), err
+
+
+def test_repacked_iq4_xs_extremes(isa):
+    """Levels at -127 (nibble 0) and 113 (nibble 15), scales at -32 and 31, activations
+    at +-127: the largest integer sums the kernel forms (its level + 128 products, and
+    the offset it takes back), against float64 of gguf's dequantization."""
+    rows, n = 16, 512
+    blocks = np.zeros((rows, n // 256, 136), np.uint8)
+    blocks[:, :, 0:2] = np.frombuffer(np.float16(2.0 ** -12).tobytes(), np.uint8)
+    blocks[:, :, 2:4] = 0xFF                     # scales_h: ls = 63 - (0 or 48) ...
+    blocks[:, :, 4:8] = 0xFF                     # ... scales_l: every ls 63, scale 31
+    blocks[1::2, :, 2:8] = 0x00                  # odd rows: every ls 0, scale -32
+    blocks[:, :, 8:] = 0x00                      # nibble 0: level -127
+    blocks[2::4, :, 8:] = 0xFF                   # rows 2, 6, ...: nibble 15, level 113
+    w = blocks.reshape(rows, -1)
+    wd = np.asarray(gq.dequantize(w.reshape(-1), T.IQ4_XS), np.float64).reshape(rows, n)
+    assert np.abs(wd).max() == 32 * 127 * 2.0 ** -12
+    wr, rfmt = K.repack(w, "iq4_xs")
     x = np.full((3, n), 1000.0, np.float32)
     x[1] = -1000.0
     x[2, 1::2] = -1000.0
@@ -262,7 +292,7 @@ def test_repack_type_follows_the_kernel_set():
         if "avx512" in K.capabilities()["available"]:
             K.set_isa("avx512")
             assert [K.repack_type(f) for f in FILE_FORMATS] == [f + "_r16" for f in FILE_FORMATS]
-            assert K.repack_type("iq4_xs") is None
+            assert K.repack_type("iq4_nl") is None
     finally:
         K.set_isa(previous)
 
@@ -272,7 +302,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="16 rows"):
         K.repack(w[:17], "q4_0")
     with pytest.raises(ValueError, match="no repacked format"):
-        K.repack(w, "iq4_xs")
+        K.repack(w, "iq4_nl")
     with pytest.raises(ValueError, match="blocks"):
         K.repack(np.ascontiguousarray(w[:, :17]), "q4_0")
     with pytest.raises(ValueError, match="not contiguous"):
@@ -320,17 +350,21 @@ def test_smollm2_repacked_decodes_as_the_file_does(monkeypatch):
     assert fp == fp_file
 
 
-def test_q5_k_m_requantized_decodes_as_the_file_does(tmp_path, monkeypatch):
+@pytest.mark.parametrize("ftype,k_kinds", [
+    ("q5_k_m", {"q5_k", "q6_k"}),
+    pytest.param("iq4_xs", {"iq4_xs", "q5_k"}, marks=pytest.mark.slow("IQ4_XS quantizing takes 11 s")),
+])
+def test_k_requantized_decodes_as_the_file_does(tmp_path, monkeypatch, ftype, k_kinds):
     """SmolLM2 requantized to Q5_K_M (its 1536-wide ffn_down rows in Q5_K and Q6_K,
-    the rest in the fallbacks Q5_1 and Q8_0) with its matrices repacked against
-    INFER_REPACK=0: the same greedy tokens and logits."""
+    the rest in the fallbacks Q5_1 and Q8_0) or IQ4_XS (ffn_down in IQ4_XS and Q5_K),
+    with its matrices repacked against INFER_REPACK=0: the same greedy tokens and logits."""
     from _tok_models import installed_path
     from infer.quantize import quantize_file
 
     import infer
 
-    path = tmp_path / "smollm2-q5_k_m.gguf"
-    quantize_file(installed_path("smollm2"), path, "q5_k_m")
+    path = tmp_path / f"smollm2-{ftype}.gguf"
+    quantize_file(installed_path("smollm2"), path, ftype)
 
     def run(repack):
         monkeypatch.setenv("INFER_REPACK", repack)
@@ -347,7 +381,7 @@ def test_q5_k_m_requantized_decodes_as_the_file_does(tmp_path, monkeypatch):
 
     kinds_file, logits_file, tokens_file = run("0")
     kinds, logits, tokens = run("1")
-    assert {"q5_k", "q6_k"} <= kinds_file
+    assert k_kinds <= kinds_file
     assert kinds == {K.repack_type(f) or f for f in kinds_file}
     assert tokens == tokens_file
     for got, want in zip(logits, logits_file):
