@@ -834,34 +834,42 @@ DOT4XN_DRIVER(vec_dot_4xn_q8_0_q8_0, KERNEL(vec_dot_4xn_q8_0_q8_0_pass))
  * vec_dot_rx8_q4_1_q8_1 below computes the same operations with the tokens in the
  * lanes, so the two give the same bits for any batch. */
 
-X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q4_1_q8_1_pass)(int64_t n, const void *w, size_t row_bytes,
-                                                          const uint8_t *a, size_t a_stride, const int T,
-                                                          float *out, size_t out_stride, const uint8_t *ahead) {
-    const uint8_t *x = (const uint8_t *)w;
-    __m128 acc[4], mins[4];
-    size_t fetched = 0;
-    for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps(), mins[t] = _mm_setzero_ps();
-    for (int64_t b = 0; b < n / QK4_1; b++, x += sizeof(block_q4_1)) {
-        infer_prefetch_part(ahead, &fetched, 4 * row_bytes, b, n / QK4_1);
-        __m256i u[4];
-        for (int k = 0; k < 4; k++) u[k] = unpack_nibbles(((const block_q4_1 *)(x + k * row_bytes))->qs);
-        const __m256 dm = _mm256_cvtph_ps(load_u32_x4(x, row_bytes));   /* d0 m0 d1 m1 ... */
-        const __m256 even_odd = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-        const __m128 d4 = _mm256_castps256_ps128(even_odd), m4 = _mm256_extractf128_ps(even_odd, 1);
-        for (int t = 0; t < T; t++) {
-            const block_q8_1 *y = (const block_q8_1 *)(a + t * a_stride) + b;
-            const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
-            const __m128i sums = block_sums4(dot_u8s8(_mm256_setzero_si256(), u[0], yv),
-                                             dot_u8s8(_mm256_setzero_si256(), u[1], yv),
-                                             dot_u8s8(_mm256_setzero_si256(), u[2], yv),
-                                             dot_u8s8(_mm256_setzero_si256(), u[3], yv));
-            acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(d4, _mm_set1_ps(half_to_float(y->d))), acc[t]);
-            mins[t] = _mm_fmadd_ps(m4, _mm_set1_ps(half_to_float(y->s)), mins[t]);
-        }
-    }
-    for (int t = 0; t < T; t++) _mm_storeu_ps(out + t * out_stride, _mm_add_ps(acc[t], mins[t]));
-}
-DOT4XN_DRIVER(vec_dot_4xn_q4_1_q8_1, KERNEL(vec_dot_4xn_q4_1_q8_1_pass))
+/* Q5_1 (d, m, qh, qs) takes the same operations with its fifth bits added to the
+ * nibbles (unpack_q5_1), so a repacked Q5_1 repeats them too. */
+static inline __m256i unpack_q4_1(const block_q4_1 *b) { return unpack_nibbles(b->qs); }
+
+#define DOT4XN_MIN_KERNEL(name, block_type, unpack)                                       \
+    X86_ALWAYS_INLINE void KERNEL(name##_pass)(int64_t n, const void *w, size_t row_bytes, \
+                                               const uint8_t *a, size_t a_stride, const int T, \
+                                               float *out, size_t out_stride, const uint8_t *ahead) { \
+        const uint8_t *x = (const uint8_t *)w;                                            \
+        __m128 acc[4], mins[4];                                                           \
+        size_t fetched = 0;                                                               \
+        for (int t = 0; t < T; t++) acc[t] = _mm_setzero_ps(), mins[t] = _mm_setzero_ps(); \
+        for (int64_t b = 0; b < n / 32; b++, x += sizeof(block_type)) {                   \
+            infer_prefetch_part(ahead, &fetched, 4 * row_bytes, b, n / 32);               \
+            __m256i u[4];                                                                 \
+            for (int k = 0; k < 4; k++) u[k] = unpack((const block_type *)(x + k * row_bytes)); \
+            const __m256 dm = _mm256_cvtph_ps(load_u32_x4(x, row_bytes));   /* d0 m0 d1 m1 ... */ \
+            const __m256 even_odd = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)); \
+            const __m128 d4 = _mm256_castps256_ps128(even_odd), m4 = _mm256_extractf128_ps(even_odd, 1); \
+            for (int t = 0; t < T; t++) {                                                 \
+                const block_q8_1 *y = (const block_q8_1 *)(a + t * a_stride) + b;         \
+                const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);            \
+                const __m128i sums = block_sums4(dot_u8s8(_mm256_setzero_si256(), u[0], yv), \
+                                                 dot_u8s8(_mm256_setzero_si256(), u[1], yv), \
+                                                 dot_u8s8(_mm256_setzero_si256(), u[2], yv), \
+                                                 dot_u8s8(_mm256_setzero_si256(), u[3], yv)); \
+                acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(d4, _mm_set1_ps(half_to_float(y->d))), acc[t]); \
+                mins[t] = _mm_fmadd_ps(m4, _mm_set1_ps(half_to_float(y->s)), mins[t]);    \
+            }                                                                             \
+        }                                                                                 \
+        for (int t = 0; t < T; t++) _mm_storeu_ps(out + t * out_stride, _mm_add_ps(acc[t], mins[t])); \
+    }                                                                                     \
+    DOT4XN_DRIVER(name, KERNEL(name##_pass))
+
+DOT4XN_MIN_KERNEL(vec_dot_4xn_q4_1_q8_1, block_q4_1, unpack_q4_1)
+DOT4XN_MIN_KERNEL(vec_dot_4xn_q5_1_q8_1, block_q5_1, unpack_q5_1)
 
 /* Eight tokens in the eight 32-bit lanes, any number of rows: the activations of
  * each block are transposed once per call (lane t of group g = bytes 4g..4g+3 of
@@ -1339,6 +1347,7 @@ static void KERNEL(fill_quants_x86)(infer_kernel_table *t) {
 
     t->vec_dot_4xn[INFER_TYPE_Q4_0] = KERNEL(vec_dot_4xn_q4_0_q8_0);
     t->vec_dot_4xn[INFER_TYPE_Q4_1] = KERNEL(vec_dot_4xn_q4_1_q8_1);
+    t->vec_dot_4xn[INFER_TYPE_Q5_1] = KERNEL(vec_dot_4xn_q5_1_q8_1);
     t->vec_dot_4xn[INFER_TYPE_Q5_0] = KERNEL(vec_dot_4xn_q5_0_q8_0);
     t->vec_dot_4xn[INFER_TYPE_Q8_0] = KERNEL(vec_dot_4xn_q8_0_q8_0);
 
