@@ -4,7 +4,8 @@
  * 4 activation bytes broadcast from memory adds 4 products to each row's lane:
  * a block is 8 multiply-adds per token, then one convert and two fused multiply-
  * adds scale all 16 rows.  The weight vectors of a block are loaded (and, for the
- * 4- and 5-bit formats, unpacked: Q5_0's fifth bits added as 16 under a byte mask)
+ * 4- and 5-bit formats, unpacked: Q5_0's and Q5_1's fifth bits added as 16 under a
+ * byte mask)
  * once for up to 8 tokens, each with its own 16 sums.
  * Same operations in the same order as repack_scalar.c's scalar kernel: same bits
  * (the integer sums of a block may add in any order).
@@ -45,6 +46,7 @@ INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *
     const size_t gbb = type == INFER_TYPE_Q4_0_R16   ? 16 * 18
                        : type == INFER_TYPE_Q4_1_R16 ? 16 * 20
                        : type == INFER_TYPE_Q5_0_R16 ? 16 * 22
+                       : type == INFER_TYPE_Q5_1_R16 ? 16 * 24
                                                      : 16 * 34;
     const int qs_at = R16_QS(type);
     const __m512i low4 = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
@@ -63,21 +65,21 @@ INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *
                 w[c] = _mm512_and_si512(p, low4);
                 w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low4);
             }
-            if (type == INFER_TYPE_Q5_0_R16)
+            if (R16_HAS_H(type))
                 for (int c = 0; c < 8; c++) {
                     uint64_t h;
-                    memcpy(&h, gb + R16_H + 8 * c, 8);
+                    memcpy(&h, gb + R16_H(type) + 8 * c, 8);
                     w[c] = _mm512_mask_add_epi8(w[c], _cvtu64_mask64(h), w[c], sixteen);
                 }
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16_D)));
         __m512 mw = _mm512_setzero_ps();
-        if (type == INFER_TYPE_Q4_1_R16) mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16_M)));
+        if (R16_HAS_MIN(type)) mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16_M)));
         for (int t = 0; t < nt; t++) {
             const uint8_t *xb = a + (size_t)t * a_stride + (size_t)b * 36;   /* Q8_1 and Q8_0S: 36 bytes */
             const int8_t *xs = (const int8_t *)(xb + 4);
             __m512i isum;
-            if (type == INFER_TYPE_Q4_1_R16) {
+            if (R16_HAS_MIN(type)) {
                 isum = _mm512_setzero_si512();
             } else if (sc) {
                 isum = _mm512_set1_epi32(sc[t * nb + b].u.offset);
@@ -97,7 +99,7 @@ INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *
             const float dx = sc ? sc[t * nb + b].d : half_at((const infer_half *)xb);
             const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[t]);
-            if (type == INFER_TYPE_Q4_1_R16) {
+            if (R16_HAS_MIN(type)) {
                 const float sx = sc ? sc[t * nb + b].u.s : half_at((const infer_half *)(xb + 2));
                 mins[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), mins[t]);
             }
@@ -105,7 +107,7 @@ INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *
     }
     for (int t = 0; t < nt; t++)
         _mm512_storeu_ps(out + (size_t)t * out_stride,
-                         type == INFER_TYPE_Q4_1_R16 ? _mm512_add_ps(acc[t], mins[t]) : acc[t]);
+                         R16_HAS_MIN(type) ? _mm512_add_ps(acc[t], mins[t]) : acc[t]);
 }
 
 /* Scales converted once per call: for one tile of tokens (decode), where every group
@@ -124,7 +126,7 @@ INFER_ALWAYS_INLINE void r16_matmul(int type, int64_t n, const void *w, int64_t 
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *xb = (const uint8_t *)a + (size_t)t * a_stride + (size_t)b * 36;
                 sc[t * nb + b].d = half_at((const infer_half *)xb);
-                if (type == INFER_TYPE_Q4_1_R16) sc[t * nb + b].u.s = half_at((const infer_half *)xb + 1);
+                if (R16_HAS_MIN(type)) sc[t * nb + b].u.s = half_at((const infer_half *)xb + 1);
                 else sc[t * nb + b].u.offset = r16_offset(type, xb);
             }
 #define GROUP(nt, wg, pf, x, o) r16_group(type, nt, nb, wg, pf, x, a_stride, sc, o, out_stride)
@@ -146,6 +148,7 @@ R16_AVX512(matmul_q4_0_r16_avx512, INFER_TYPE_Q4_0_R16)
 R16_AVX512(matmul_q4_1_r16_avx512, INFER_TYPE_Q4_1_R16)
 R16_AVX512(matmul_q8_0_r16_avx512, INFER_TYPE_Q8_0_R16)
 R16_AVX512(matmul_q5_0_r16_avx512, INFER_TYPE_Q5_0_R16)
+R16_AVX512(matmul_q5_1_r16_avx512, INFER_TYPE_Q5_1_R16)
 
 void infer_fill_repack_avx512(infer_kernel_table *t) {
     infer_fill_repack_k_avx512(t);
@@ -153,7 +156,9 @@ void infer_fill_repack_avx512(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_Q4_1_R16] = matmul_q4_1_r16_avx512;
     t->matmul_r16[INFER_TYPE_Q8_0_R16] = matmul_q8_0_r16_avx512;
     t->matmul_r16[INFER_TYPE_Q5_0_R16] = matmul_q5_0_r16_avx512;
+    t->matmul_r16[INFER_TYPE_Q5_1_R16] = matmul_q5_1_r16_avx512;
     t->repack_to[INFER_TYPE_Q4_0] = INFER_TYPE_Q4_0_R16;
+    t->repack_to[INFER_TYPE_Q5_1] = INFER_TYPE_Q5_1_R16;
     t->repack_to[INFER_TYPE_Q4_1] = INFER_TYPE_Q4_1_R16;
     t->repack_to[INFER_TYPE_Q8_0] = INFER_TYPE_Q8_0_R16;
     t->repack_to[INFER_TYPE_Q5_0] = INFER_TYPE_Q5_0_R16;

@@ -10,6 +10,7 @@ int infer_repack_type(int type) {
     case INFER_TYPE_Q4_0: return INFER_TYPE_Q4_0_R16;
     case INFER_TYPE_Q4_1: return INFER_TYPE_Q4_1_R16;
     case INFER_TYPE_Q5_0: return INFER_TYPE_Q5_0_R16;
+    case INFER_TYPE_Q5_1: return INFER_TYPE_Q5_1_R16;
     case INFER_TYPE_Q8_0: return INFER_TYPE_Q8_0_R16;
     case INFER_TYPE_Q4_K: return INFER_TYPE_Q4_K_R16;
     case INFER_TYPE_Q5_K: return INFER_TYPE_Q5_K_R16;
@@ -36,23 +37,24 @@ int infer_repack_r16(int type, const void *src, size_t row_bytes, int64_t rows, 
         for (int64_t b = 0; b < nb; b++, out += R16_ROWS * bb) {
             uint64_t masks[8] = {0};   /* Q5_0: the fifth bits by nibble chunk */
             for (int r = 0; r < R16_ROWS; r++) {
-                /* every file block starts with d; Q4_1 has m next, Q5_0 qh; qs follow */
+                /* every file block starts with d; Q4_1 has m next, Q5_0 qh, Q5_1 m and qh;
+                 * qs follow */
                 const uint8_t *blk = (const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes + (size_t)b * bb;
                 const uint8_t *qs = blk + (bb - (size_t)chunks * 4);
                 memcpy(out + R16_D + 2 * r, blk, 2);
-                if (rt == INFER_TYPE_Q4_1_R16) memcpy(out + R16_M + 2 * r, blk + 2, 2);
-                if (rt == INFER_TYPE_Q5_0_R16) {
-                    const uint32_t qh = (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 |
-                                        (uint32_t)blk[5] << 24;
+                if (R16_HAS_MIN(rt)) memcpy(out + R16_M + 2 * r, blk + 2, 2);
+                if (R16_HAS_H(rt)) {
+                    const uint8_t *h = blk + (rt == INFER_TYPE_Q5_1_R16 ? 4 : 2);
+                    const uint32_t qh = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
                     for (int c = 0; c < 8; c++) masks[c] |= (uint64_t)(qh >> (4 * c) & 15) << (4 * r);
                 }
                 for (int c = 0; c < chunks; c++)
                     for (int k = 0; k < 4; k++)
                         out[qs_at + c * 64 + r * 4 + k] = (uint8_t)(qs[4 * c + k] ^ flip);
             }
-            if (rt == INFER_TYPE_Q5_0_R16)   /* little-endian, as the kernels load them */
+            if (R16_HAS_H(rt))   /* little-endian, as the kernels load them */
                 for (int c = 0; c < 8; c++)
-                    for (int k = 0; k < 8; k++) out[R16_H + 8 * c + k] = (uint8_t)(masks[c] >> (8 * k));
+                    for (int k = 0; k < 8; k++) out[R16_H(rt) + 8 * c + k] = (uint8_t)(masks[c] >> (8 * k));
         }
     return 0;
 }
@@ -64,10 +66,10 @@ static int r16_weight(int type, const uint8_t *gb, int r, int k) {
     if (type == INFER_TYPE_Q8_0_R16) return qs[(k / 4) * 64 + r * 4 + k % 4];
     const uint8_t byte = qs[((k % 16) / 4) * 64 + r * 4 + k % 4];
     const int q = k < 16 ? byte & 15 : byte >> 4;
-    if (type != INFER_TYPE_Q5_0_R16) return q;
+    if (!R16_HAS_H(type)) return q;
     /* mask k / 4 (nibble chunk), bit 4r + k % 4: byte (4r + k % 4) / 8 of the mask */
     const int bit = 4 * r + k % 4;
-    return q + 16 * (gb[R16_H + 8 * (k / 4) + bit / 8] >> (bit % 8) & 1);
+    return q + 16 * (gb[R16_H(type) + 8 * (k / 4) + bit / 8] >> (bit % 8) & 1);
 }
 
 static void matmul_r16_scalar(int type, int64_t n, const void *w, int64_t n_groups, const void *a,
@@ -86,7 +88,7 @@ static void matmul_r16_scalar(int type, int64_t n, const void *w, int64_t n_grou
                 const int8_t *xs;
                 float dx, sx = 0.0f;
                 int32_t init = 0;
-                if (type == INFER_TYPE_Q4_1_R16) {
+                if (R16_HAS_MIN(type)) {
                     const block_q8_1 *xb = (const block_q8_1 *)x + b;
                     xs = xb->qs, dx = infer_fp16_to_fp32(xb->d), sx = infer_fp16_to_fp32(xb->s);
                 } else {
@@ -97,7 +99,7 @@ static void matmul_r16_scalar(int type, int64_t n, const void *w, int64_t n_grou
                     int32_t isum = init;
                     for (int k = 0; k < QK8_0; k++) isum += r16_weight(type, gb, r, k) * xs[k];
                     acc[r] = fma_f32((float)isum, fp16_at(gb + R16_D + 2 * r) * dx, acc[r]);
-                    if (type == INFER_TYPE_Q4_1_R16) mins[r] = fma_f32(fp16_at(gb + R16_M + 2 * r), sx, mins[r]);
+                    if (R16_HAS_MIN(type)) mins[r] = fma_f32(fp16_at(gb + R16_M + 2 * r), sx, mins[r]);
                 }
             }
             for (int r = 0; r < R16_ROWS; r++)
@@ -115,6 +117,7 @@ R16_SCALAR(matmul_q4_0_r16, INFER_TYPE_Q4_0_R16)
 R16_SCALAR(matmul_q4_1_r16, INFER_TYPE_Q4_1_R16)
 R16_SCALAR(matmul_q8_0_r16, INFER_TYPE_Q8_0_R16)
 R16_SCALAR(matmul_q5_0_r16, INFER_TYPE_Q5_0_R16)
+R16_SCALAR(matmul_q5_1_r16, INFER_TYPE_Q5_1_R16)
 
 /* The portable kernels, so every table can run a repacked matrix (and tests can
  * compare); repack_to stays 0: without SIMD the file's rows are faster. */
@@ -123,5 +126,6 @@ void infer_fill_repack_scalar(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_Q4_0_R16] = matmul_q4_0_r16;
     t->matmul_r16[INFER_TYPE_Q4_1_R16] = matmul_q4_1_r16;
     t->matmul_r16[INFER_TYPE_Q8_0_R16] = matmul_q8_0_r16;
+    t->matmul_r16[INFER_TYPE_Q5_1_R16] = matmul_q5_1_r16;
     t->matmul_r16[INFER_TYPE_Q5_0_R16] = matmul_q5_0_r16;
 }

@@ -13,7 +13,7 @@ from gguf import quants as gq
 import infer.kernels as K
 from _tok_models import load_installed
 
-BLOCK32_FORMATS = ["q4_0", "q4_1", "q5_0", "q8_0"]   # paired with Q8_0S or Q8_1
+BLOCK32_FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]   # paired with Q8_0S or Q8_1
 K_FORMATS = {"q4_k": 144, "q5_k": 176, "q6_k": 210, "iq4_xs": 136}   # super-block bytes; infer quantizes them
 FILE_FORMATS = BLOCK32_FORMATS + list(K_FORMATS)
 Q4_K_BYTES, Q8_K_BYTES = 144, 292
@@ -43,10 +43,10 @@ def reference(fmt, w, x, xq):
     xq8 = gq.quantize(x, T.Q8_0).view(np.uint8).reshape(x.shape[0], -1, 34)
     d = xq8[:, :, :2].copy().view(np.float16).astype(np.float64)
     xd = (xq8[:, :, 2:].copy().view(np.int8).astype(np.float64) * d).reshape(x.shape[0], -1)
-    if fmt != "q4_1":
+    if fmt not in ("q4_1", "q5_1"):
         return xd @ wd.T
-    # Q4_1: sum d*q*x + m * s, s = fp16(d_x * sum(q_x)) as Q8_1 stores it
-    m = w.reshape(rows, -1, 20)[:, :, 2:4].copy().view(np.float16).astype(np.float64)[..., 0]
+    # Q4_1, Q5_1: sum d*q*x + m * s, s = fp16(d_x * sum(q_x)) as Q8_1 stores it
+    m = w.reshape(rows, -1, 20 if fmt == "q4_1" else 24)[:, :, 2:4].copy().view(np.float16).astype(np.float64)[..., 0]
     q81 = xq.reshape(x.shape[0], -1, 36)
     np.testing.assert_array_equal(q81[:, :, 4:], xq8[:, :, 2:])
     s = q81[:, :, 2:4].copy().view(np.float16).astype(np.float64)[..., 0]
@@ -77,7 +77,7 @@ def test_repacked_matmul_against_float64(isa, fmt, rows, n, n_tok):
     wr, rfmt = K.repack(w, fmt)
     assert rfmt == fmt + "_r16" and wr.shape == w.shape
     xq = activations(rfmt, x)
-    if rfmt != "q4_1_r16":   # Q8_0S: Q8_0's bytes (as gguf makes them) and their exact sum
+    if rfmt not in ("q4_1_r16", "q5_1_r16"):   # Q8_0S: Q8_0's bytes (as gguf makes them) and their exact sum
         blocks = xq.reshape(n_tok, -1, 36)
         want = gq.quantize(x, T.Q8_0).view(np.uint8).reshape(n_tok, -1, 34)
         np.testing.assert_array_equal(blocks[:, :, :2], want[:, :, :2])
@@ -90,6 +90,11 @@ def test_repacked_matmul_against_float64(isa, fmt, rows, n, n_tok):
     scale = np.abs(ref).max()
     np.testing.assert_allclose(out, ref, rtol=0, atol=2e-6 * scale * np.sqrt(n / 32))
     check_token_bits(wr, rfmt, x, out)
+    if K.capabilities()["active"] in ("avx2", "avx512"):
+        # the x86 vec_dot_4xn kernels' operations in their order (csrc/repack.h)
+        file_out = np.empty_like(out)
+        K.matmul_q(w, fmt, activations(fmt, x), file_out)
+        np.testing.assert_array_equal(out, file_out)
 
 
 def parse_q8_k(xq, n_tok):
