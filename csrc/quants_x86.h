@@ -790,6 +790,16 @@ DOT4XN_OFFSET_KERNEL(vec_dot_4xn_q4_0_q8_0, block_q4_0, UNPACK_Q4_0, 8)
 DOT4XN_OFFSET_KERNEL(vec_dot_4xn_q5_0_q8_0, block_q5_0, unpack_q5_0_unsigned, 16)
 #if X86_VNNI
 DOT4XN_OFFSET_KERNEL(vec_dot_4xn_q8_0_q8_0, block_q8_0, UNPACK_Q8_0_FLIPPED, 128)
+/* IQ4_NL (Q4_0's nibbles, each the index of a level -127..113) as level + 128, so an
+ * offset format with c = 128 (vpdpbusd sums four products into int32: no int16 pairs
+ * to saturate, hence VNNI only): exact block sums, one fma, the operations a repacked
+ * IQ4_NL repeats. */
+extern const int8_t infer_kvalues_iq4nl[16];
+static inline __m256i unpack_iq4_nl_flipped(const block_iq4_nl *b) {
+    const __m128i table = _mm_add_epi8(_mm_loadu_si128((const __m128i *)infer_kvalues_iq4nl), _mm_set1_epi8((char)0x80));
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), unpack_nibbles(b->qs));
+}
+DOT4XN_OFFSET_KERNEL(vec_dot_4xn_iq4_nl_q8_0, block_iq4_nl, unpack_iq4_nl_flipped, 128)
 #else
 /* The offset kernels' operations with the exact block dot taken by dot_s8s8 (|x|
  * once per weight block for all the tokens; x may be -128 in a file: |x| is then
@@ -1350,6 +1360,9 @@ static void KERNEL(fill_quants_x86)(infer_kernel_table *t) {
     t->vec_dot_4xn[INFER_TYPE_Q5_1] = KERNEL(vec_dot_4xn_q5_1_q8_1);
     t->vec_dot_4xn[INFER_TYPE_Q5_0] = KERNEL(vec_dot_4xn_q5_0_q8_0);
     t->vec_dot_4xn[INFER_TYPE_Q8_0] = KERNEL(vec_dot_4xn_q8_0_q8_0);
+#if X86_VNNI
+    t->vec_dot_4xn[INFER_TYPE_IQ4_NL] = KERNEL(vec_dot_4xn_iq4_nl_q8_0);
+#endif
 
     t->vec_dot_rx8[INFER_TYPE_Q4_0] = KERNEL(vec_dot_rx8_q4_0_q8_0);
     t->vec_dot_rx8[INFER_TYPE_Q4_1] = KERNEL(vec_dot_rx8_q4_1_q8_1);

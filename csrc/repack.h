@@ -1,6 +1,6 @@
 /* repack.h: the layout of the *_R16 weight formats (repack_scalar.c, repack_avx512.c).
  *
- * A file's Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 rows are repacked at load in groups of 16 rows:
+ * A file's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or IQ4_NL rows are repacked at load in groups of 16 rows:
  * for each block b, the 16 rows' block b sit together, as ggml's REPACK
  * layouts do, so that one 512-bit vector holds 4 bytes of each of the 16 rows
  * and a VNNI multiply-add (vpdpbusd) against 4 activation bytes broadcast to every
@@ -15,6 +15,7 @@
  *   Q8_0_R16: d[16] fp16 | qs: 8 chunks x 16 rows x 4 bytes, ^ 0x80  (16 x 34)
  *   Q5_0_R16: d[16] fp16 | h: 8 x 64-bit masks | qs as Q4_0_R16      (16 x 22)
  *   Q5_1_R16: d[16] fp16 | m[16] fp16 | h as Q5_0_R16 | qs as Q4_0_R16 (16 x 24)
+ *   IQ4_NL_R16: as Q4_0_R16; a nibble indexes a level (kvalues_iq4nl)  (16 x 18)
  * Chunk c of a 4-bit group-block holds bytes 4c..4c+3 of each row's qs: their low
  * nibbles are elements 4c..4c+3, their high nibbles elements 16+4c..16+4c+3, so
  * nibble chunk c' (c' < 4 low, c' >= 4 high) pairs with activation bytes 4c'..4c'+3.
@@ -28,7 +29,7 @@
  *
  * Row r . token t over block b is then an exact integer
  *   Q4_0: sum q x - 8 sum(x)      Q5_0: sum q x - 16 sum(x)      Q4_1, Q5_1: sum q x
- *   Q8_0: sum (w + 128) x - 128 sum(x)
+ *   Q8_0: sum (w + 128) x - 128 sum(x)      IQ4_NL: sum (level + 128) x - 128 sum(x)
  * (sum(x) from the Q8_0S activations), and acc = fma(isum, d_w * d_x, acc) over the
  * blocks in order; for Q4_1 and Q5_1 also mins = fma(m_w, s_x, mins), and acc + mins at the
  * end.  These are the operations of the x86 vec_dot_4xn kernels (quants_x86.h), in

@@ -19,6 +19,7 @@
  */
 #include "repack.h"
 #include "repack_k.h"
+#include "kquants_internal.h"
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #include <string.h>
@@ -33,7 +34,7 @@ typedef struct {
 } r16_scales;
 
 INFER_ALWAYS_INLINE int32_t r16_offset(int type, const uint8_t *xb) {
-    const int32_t offset = type == INFER_TYPE_Q4_0_R16 ? 8 : type == INFER_TYPE_Q5_0_R16 ? 16 : 128;
+    const int32_t offset = type == INFER_TYPE_Q4_0_R16 ? 8 : type == INFER_TYPE_Q5_0_R16 ? 16 : 128;   /* Q8_0, IQ4_NL */
     return -offset * (int32_t)((const block_q8_0s *)xb)->sum;
 }
 
@@ -43,13 +44,15 @@ INFER_ALWAYS_INLINE int32_t r16_offset(int type, const uint8_t *xb) {
 INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *wg, const uint8_t *pf,
                                    const uint8_t *a, size_t a_stride, const r16_scales *sc, float *out,
                                    size_t out_stride) {
-    const size_t gbb = type == INFER_TYPE_Q4_0_R16   ? 16 * 18
+    const size_t gbb = type == INFER_TYPE_Q4_0_R16 || type == INFER_TYPE_IQ4_NL_R16 ? 16 * 18
                        : type == INFER_TYPE_Q4_1_R16 ? 16 * 20
                        : type == INFER_TYPE_Q5_0_R16 ? 16 * 22
                        : type == INFER_TYPE_Q5_1_R16 ? 16 * 24
                                                      : 16 * 34;
     const int qs_at = R16_QS(type);
     const __m512i low4 = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
+    const __m512i levels = _mm512_broadcast_i32x4(
+        _mm_add_epi8(_mm_loadu_si128((const __m128i *)infer_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
     __m512 acc[8], mins[8];
     for (int t = 0; t < nt; t++) acc[t] = mins[t] = _mm512_setzero_ps();
     size_t pf_done = 0;
@@ -64,6 +67,10 @@ INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *
                 const __m512i p = _mm512_loadu_si512((const void *)(gb + qs_at + 64 * c));
                 w[c] = _mm512_and_si512(p, low4);
                 w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low4);
+                if (type == INFER_TYPE_IQ4_NL_R16) {   /* level + 128 */
+                    w[c] = _mm512_shuffle_epi8(levels, w[c]);
+                    w[c + 4] = _mm512_shuffle_epi8(levels, w[c + 4]);
+                }
             }
             if (R16_HAS_H(type))
                 for (int c = 0; c < 8; c++) {
@@ -149,6 +156,7 @@ R16_AVX512(matmul_q4_1_r16_avx512, INFER_TYPE_Q4_1_R16)
 R16_AVX512(matmul_q8_0_r16_avx512, INFER_TYPE_Q8_0_R16)
 R16_AVX512(matmul_q5_0_r16_avx512, INFER_TYPE_Q5_0_R16)
 R16_AVX512(matmul_q5_1_r16_avx512, INFER_TYPE_Q5_1_R16)
+R16_AVX512(matmul_iq4_nl_r16_avx512, INFER_TYPE_IQ4_NL_R16)
 
 void infer_fill_repack_avx512(infer_kernel_table *t) {
     infer_fill_repack_k_avx512(t);
@@ -157,6 +165,8 @@ void infer_fill_repack_avx512(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_Q8_0_R16] = matmul_q8_0_r16_avx512;
     t->matmul_r16[INFER_TYPE_Q5_0_R16] = matmul_q5_0_r16_avx512;
     t->matmul_r16[INFER_TYPE_Q5_1_R16] = matmul_q5_1_r16_avx512;
+    t->matmul_r16[INFER_TYPE_IQ4_NL_R16] = matmul_iq4_nl_r16_avx512;
+    t->repack_to[INFER_TYPE_IQ4_NL] = INFER_TYPE_IQ4_NL_R16;
     t->repack_to[INFER_TYPE_Q4_0] = INFER_TYPE_Q4_0_R16;
     t->repack_to[INFER_TYPE_Q5_1] = INFER_TYPE_Q5_1_R16;
     t->repack_to[INFER_TYPE_Q4_1] = INFER_TYPE_Q4_1_R16;

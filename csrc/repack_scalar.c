@@ -2,6 +2,7 @@
  * portable kernel, which is the oracle of the SIMD ones (repack_avx512.c). */
 #include "repack.h"
 #include "repack_k.h"
+#include "kquants_internal.h"
 
 #include <string.h>
 
@@ -11,6 +12,7 @@ int infer_repack_type(int type) {
     case INFER_TYPE_Q4_1: return INFER_TYPE_Q4_1_R16;
     case INFER_TYPE_Q5_0: return INFER_TYPE_Q5_0_R16;
     case INFER_TYPE_Q5_1: return INFER_TYPE_Q5_1_R16;
+    case INFER_TYPE_IQ4_NL: return INFER_TYPE_IQ4_NL_R16;
     case INFER_TYPE_Q8_0: return INFER_TYPE_Q8_0_R16;
     case INFER_TYPE_Q4_K: return INFER_TYPE_Q4_K_R16;
     case INFER_TYPE_Q5_K: return INFER_TYPE_Q5_K_R16;
@@ -60,12 +62,14 @@ int infer_repack_r16(int type, const void *src, size_t row_bytes, int64_t rows, 
 }
 
 /* The weight of row r, element k of a group-block: unsigned, as the kernels
- * multiply it (q for the 4- and 5-bit formats, w + 128 for Q8_0_R16). */
+ * multiply it (q for the 4- and 5-bit formats, w + 128 for Q8_0_R16, level + 128 for
+ * IQ4_NL_R16). */
 static int r16_weight(int type, const uint8_t *gb, int r, int k) {
     const uint8_t *qs = gb + R16_QS(type);
     if (type == INFER_TYPE_Q8_0_R16) return qs[(k / 4) * 64 + r * 4 + k % 4];
     const uint8_t byte = qs[((k % 16) / 4) * 64 + r * 4 + k % 4];
     const int q = k < 16 ? byte & 15 : byte >> 4;
+    if (type == INFER_TYPE_IQ4_NL_R16) return infer_kvalues_iq4nl[q] + 128;
     if (!R16_HAS_H(type)) return q;
     /* mask k / 4 (nibble chunk), bit 4r + k % 4: byte (4r + k % 4) / 8 of the mask */
     const int bit = 4 * r + k % 4;
@@ -77,7 +81,7 @@ static void matmul_r16_scalar(int type, int64_t n, const void *w, int64_t n_grou
     const int64_t nb = n / QK8_0;
     const size_t gbb = R16_ROWS * infer_type_block_bytes(type);   /* a group-block */
     const int offset = type == INFER_TYPE_Q4_0_R16 ? 8 : type == INFER_TYPE_Q5_0_R16 ? 16 :
-                       type == INFER_TYPE_Q8_0_R16 ? 128 : 0;
+                       type == INFER_TYPE_Q8_0_R16 || type == INFER_TYPE_IQ4_NL_R16 ? 128 : 0;
     for (int64_t g = 0; g < n_groups; g++) {
         const uint8_t *wg = (const uint8_t *)w + (size_t)g * (size_t)nb * gbb;
         for (int64_t t = 0; t < n_tok; t++) {
@@ -118,6 +122,7 @@ R16_SCALAR(matmul_q4_1_r16, INFER_TYPE_Q4_1_R16)
 R16_SCALAR(matmul_q8_0_r16, INFER_TYPE_Q8_0_R16)
 R16_SCALAR(matmul_q5_0_r16, INFER_TYPE_Q5_0_R16)
 R16_SCALAR(matmul_q5_1_r16, INFER_TYPE_Q5_1_R16)
+R16_SCALAR(matmul_iq4_nl_r16, INFER_TYPE_IQ4_NL_R16)
 
 /* The portable kernels, so every table can run a repacked matrix (and tests can
  * compare); repack_to stays 0: without SIMD the file's rows are faster. */
@@ -127,5 +132,6 @@ void infer_fill_repack_scalar(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_Q4_1_R16] = matmul_q4_1_r16;
     t->matmul_r16[INFER_TYPE_Q8_0_R16] = matmul_q8_0_r16;
     t->matmul_r16[INFER_TYPE_Q5_1_R16] = matmul_q5_1_r16;
+    t->matmul_r16[INFER_TYPE_IQ4_NL_R16] = matmul_iq4_nl_r16;
     t->matmul_r16[INFER_TYPE_Q5_0_R16] = matmul_q5_0_r16;
 }

@@ -22,6 +22,7 @@ TYPE_IDS = {
     # infer's own: weights repacked at load in groups of 16 rows (csrc/repack.h),
     # and the activation format three of them pair with
     "q4_0_r16": 56, "q4_1_r16": 57, "q8_0_r16": 58, "q8_0s": 59, "q5_0_r16": 60, "q5_1_r16": 65,
+    "iq4_nl_r16": 66,
     "q4_k_r16": 61, "q6_k_r16": 62, "q5_k_r16": 63, "iq4_xs_r16": 64,   # csrc/repack_k.h
 }
 TYPE_NAMES = {v: k for k, v in TYPE_IDS.items()}
