@@ -140,23 +140,7 @@ INFER_ALWAYS_INLINE void q45_k_r16_group(int nt, int64_t nb, const uint8_t *wg, 
     for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
-static void matmul_q4_k_r16_avx512(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
-                                   int64_t n_tok, float *out, size_t out_stride) {
-    const int64_t nb = n / QK_K;
-    const size_t group_bytes = (size_t)nb * R16K_GROUP_BLOCK;
-#define GROUP(nt, wg, pf, x, o) q45_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride, 0)
-    R16_FOR_GROUPS_AND_TILES(w, n_groups, group_bytes, a, a_stride, n_tok, out, out_stride, GROUP)
-#undef GROUP
-}
 
-static void matmul_q5_k_r16_avx512(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
-                                   int64_t n_tok, float *out, size_t out_stride) {
-    const int64_t nb = n / QK_K;
-    const size_t group_bytes = (size_t)nb * R16K5_GROUP_BLOCK;
-#define GROUP(nt, wg, pf, x, o) q45_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride, 1)
-    R16_FOR_GROUPS_AND_TILES(w, n_groups, group_bytes, a, a_stride, n_tok, out, out_stride, GROUP)
-#undef GROUP
-}
 
 /* ---- Q6_K_R16 ---------------------------------------------------------------
  *
@@ -244,14 +228,6 @@ INFER_ALWAYS_INLINE void q6_k_r16_group(int nt, int64_t nb, const uint8_t *wg, c
     for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
-static void matmul_q6_k_r16_avx512(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
-                                   int64_t n_tok, float *out, size_t out_stride) {
-    const int64_t nb = n / QK_K;
-    const size_t group_bytes = (size_t)nb * R16Q6_GROUP_BLOCK;
-#define GROUP(nt, wg, pf, x, o) q6_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
-    R16_FOR_GROUPS_AND_TILES(w, n_groups, group_bytes, a, a_stride, n_tok, out, out_stride, GROUP)
-#undef GROUP
-}
 
 /* ---- IQ4_XS_R16 -------------------------------------------------------------
  *
@@ -322,14 +298,23 @@ INFER_ALWAYS_INLINE void iq4_xs_r16_group(int nt, int64_t nb, const uint8_t *wg,
     for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
-static void matmul_iq4_xs_r16_avx512(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
-                                     int64_t n_tok, float *out, size_t out_stride) {
-    const int64_t nb = n / QK_K;
-    const size_t group_bytes = (size_t)nb * R16I4_GROUP_BLOCK;
-#define GROUP(nt, wg, pf, x, o) iq4_xs_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
-    R16_FOR_GROUPS_AND_TILES(w, n_groups, group_bytes, a, a_stride, n_tok, out, out_stride, GROUP)
-#undef GROUP
-}
+
+/* The entries: each group kernel over the groups and tiles of tokens. */
+#define K_R16_AVX512(name, group_block, GROUP)                                                         \
+    static void name(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,      \
+                     int64_t n_tok, float *out, size_t out_stride) {                                   \
+        const int64_t nb = n / QK_K;                                                                   \
+        const size_t group_bytes = (size_t)nb * (group_block);                                        \
+        R16_FOR_GROUPS_AND_TILES(w, n_groups, group_bytes, a, a_stride, n_tok, out, out_stride, GROUP) \
+    }
+#define Q4K_GROUP(nt, wg, pf, x, o) q45_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride, 0)
+#define Q5K_GROUP(nt, wg, pf, x, o) q45_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride, 1)
+#define Q6K_GROUP(nt, wg, pf, x, o) q6_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
+#define IQ4XS_GROUP(nt, wg, pf, x, o) iq4_xs_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
+K_R16_AVX512(matmul_q4_k_r16_avx512, R16K_GROUP_BLOCK, Q4K_GROUP)
+K_R16_AVX512(matmul_q5_k_r16_avx512, R16K5_GROUP_BLOCK, Q5K_GROUP)
+K_R16_AVX512(matmul_q6_k_r16_avx512, R16Q6_GROUP_BLOCK, Q6K_GROUP)
+K_R16_AVX512(matmul_iq4_xs_r16_avx512, R16I4_GROUP_BLOCK, IQ4XS_GROUP)
 
 void infer_fill_repack_k_avx512(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_IQ4_XS_R16] = matmul_iq4_xs_r16_avx512;

@@ -48,47 +48,6 @@ static int q45_K_r16_q(const uint8_t *gb, int r, int j, int k, int five) {
     return q + 16 * ((h >> j) & 1);
 }
 
-static void matmul_q45_k_r16(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
-                             int64_t n_tok, float *out, size_t out_stride, int five) {
-    const int64_t nb = n / QK_K;
-    const size_t gbb = five ? R16K5_GROUP_BLOCK : R16K_GROUP_BLOCK;
-    for (int64_t g = 0; g < n_groups; g++) {
-        const uint8_t *wg = (const uint8_t *)w + (size_t)g * (size_t)nb * gbb;
-        for (int64_t t = 0; t < n_tok; t++) {
-            const block_q8_K *x = (const block_q8_K *)((const uint8_t *)a + (size_t)t * a_stride);
-            float acc[R16_ROWS] = {0};
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *gb = wg + (size_t)b * gbb;
-                for (int r = 0; r < R16_ROWS; r++) {
-                    uint8_t packed[12], sm[16];   /* sm: the 8 scales, then the 8 mins */
-                    for (int k = 0; k < 3; k++) memcpy(packed + 4 * k, gb + R16K_SCALES + 64 * k + 4 * r, 4);
-                    infer_q4_K_unpack_scales(packed, sm);
-                    int32_t sum = 0, mins = 0;
-                    for (int j = 0; j < QK_K / 32; j++) {
-                        int32_t isum = 0;
-                        for (int k = 0; k < 32; k++) isum += q45_K_r16_q(gb, r, j, k, five) * x[b].qs[32 * j + k];
-                        sum += sm[j] * isum;
-                        mins += sm[8 + j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-                    }
-                    acc[r] = fma_f32((float)sum, fp16_at(gb + R16K_D + 2 * r) * x[b].d, acc[r]);
-                    acc[r] = fma_f32((float)mins, -(fp16_at(gb + R16K_DMIN + 2 * r) * x[b].d), acc[r]);
-                }
-            }
-            for (int r = 0; r < R16_ROWS; r++) out[(size_t)t * out_stride + (size_t)g * R16_ROWS + r] = acc[r];
-        }
-    }
-}
-
-static void matmul_q4_k_r16(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
-                            int64_t n_tok, float *out, size_t out_stride) {
-    matmul_q45_k_r16(n, w, n_groups, a, a_stride, n_tok, out, out_stride, 0);
-}
-
-static void matmul_q5_k_r16(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
-                            int64_t n_tok, float *out, size_t out_stride) {
-    matmul_q45_k_r16(n, w, n_groups, a, a_stride, n_tok, out, out_stride, 1);
-}
-
 int infer_repack_q6_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
     if (!src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK_K) return -1;
     const int64_t nb = cols / QK_K;
@@ -121,33 +80,6 @@ static int q6_K_r16_value(const uint8_t *gb, int r, int e) {
     return (f < 2 ? lbyte & 15 : lbyte >> 4) | ((hbyte >> (2 * f)) & 3) << 4;
 }
 
-static void matmul_q6_k_r16(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
-                            int64_t n_tok, float *out, size_t out_stride) {
-    const int64_t nb = n / QK_K;
-    for (int64_t g = 0; g < n_groups; g++) {
-        const uint8_t *wg = (const uint8_t *)w + (size_t)g * (size_t)nb * R16Q6_GROUP_BLOCK;
-        for (int64_t t = 0; t < n_tok; t++) {
-            const block_q8_K *x = (const block_q8_K *)((const uint8_t *)a + (size_t)t * a_stride);
-            float acc[R16_ROWS] = {0};
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *gb = wg + (size_t)b * R16Q6_GROUP_BLOCK;
-                for (int r = 0; r < R16_ROWS; r++) {
-                    int32_t sum = 0, offset = 0;
-                    for (int j = 0; j < QK_K / 16; j++) {
-                        const int sc = (int8_t)gb[R16Q6_SCALES + 64 * (j / 4) + 4 * r + j % 4];
-                        int32_t isum = 0;
-                        for (int k = 0; k < 16; k++) isum += q6_K_r16_value(gb, r, 16 * j + k) * x[b].qs[16 * j + k];
-                        sum += sc * isum;
-                        offset += sc * x[b].bsums[j];
-                    }
-                    acc[r] = fma_f32((float)(sum - 32 * offset), fp16_at(gb + R16Q6_D + 2 * r) * x[b].d, acc[r]);
-                }
-            }
-            for (int r = 0; r < R16_ROWS; r++) out[(size_t)t * out_stride + (size_t)g * R16_ROWS + r] = acc[r];
-        }
-    }
-}
-
 int infer_repack_iq4_xs_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
     if (!src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK_K) return -1;
     const int64_t nb = cols / QK_K;
@@ -165,36 +97,75 @@ int infer_repack_iq4_xs_r16(const void *src, size_t row_bytes, int64_t rows, int
     return 0;
 }
 
-static void matmul_iq4_xs_r16(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,
-                              int64_t n_tok, float *out, size_t out_stride) {
+/* Row r of group-block gb (a repacked format of repack_k.h) against the token's
+ * super-block y: the exact integer sums, then the kernels' float steps on acc. */
+static float k_r16_row_block(int type, const uint8_t *gb, int r, const block_q8_K *y, float acc) {
+    if (type == INFER_TYPE_Q4_K_R16 || type == INFER_TYPE_Q5_K_R16) {
+        const int five = type == INFER_TYPE_Q5_K_R16;
+        uint8_t packed[12], sm[16];   /* sm: the 8 scales, then the 8 mins */
+        for (int k = 0; k < 3; k++) memcpy(packed + 4 * k, gb + R16K_SCALES + 64 * k + 4 * r, 4);
+        infer_q4_K_unpack_scales(packed, sm);
+        int32_t sum = 0, mins = 0;
+        for (int j = 0; j < QK_K / 32; j++) {
+            int32_t isum = 0;
+            for (int k = 0; k < 32; k++) isum += q45_K_r16_q(gb, r, j, k, five) * y->qs[32 * j + k];
+            sum += sm[j] * isum;
+            mins += sm[8 + j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+        }
+        acc = fma_f32((float)sum, fp16_at(gb + R16K_D + 2 * r) * y->d, acc);
+        return fma_f32((float)mins, -(fp16_at(gb + R16K_DMIN + 2 * r) * y->d), acc);
+    }
+    if (type == INFER_TYPE_Q6_K_R16) {
+        int32_t sum = 0, offset = 0;
+        for (int j = 0; j < QK_K / 16; j++) {
+            const int sc = (int8_t)gb[R16Q6_SCALES + 64 * (j / 4) + 4 * r + j % 4];
+            int32_t isum = 0;
+            for (int k = 0; k < 16; k++) isum += q6_K_r16_value(gb, r, 16 * j + k) * y->qs[16 * j + k];
+            sum += sc * isum;
+            offset += sc * y->bsums[j];
+        }
+        return fma_f32((float)(sum - 32 * offset), fp16_at(gb + R16Q6_D + 2 * r) * y->d, acc);
+    }
+    /* IQ4_XS_R16 */
+    const int sh = gb[R16I4_SH + 2 * r] | gb[R16I4_SH + 2 * r + 1] << 8;
+    int32_t sum = 0;
+    for (int j = 0; j < QK_K / 32; j++) {
+        const int ls = (gb[R16I4_SL + 4 * r + j / 2] >> (4 * (j % 2)) & 15) | (sh >> (2 * j) & 3) << 4;
+        int32_t isum = 0;
+        for (int k = 0; k < 32; k++) {
+            const uint8_t byte = gb[R16I4_QS + 64 * (4 * j + (k % 16) / 4) + 4 * r + k % 4];
+            isum += infer_kvalues_iq4nl[k < 16 ? byte & 15 : byte >> 4] * y->qs[32 * j + k];
+        }
+        sum += (ls - 32) * isum;
+    }
+    return fma_f32((float)sum, fp16_at(gb + R16I4_D + 2 * r) * y->d, acc);
+}
+
+static void matmul_k_r16_scalar(int type, int64_t n, const void *w, int64_t n_groups, const void *a,
+                                size_t a_stride, int64_t n_tok, float *out, size_t out_stride) {
     const int64_t nb = n / QK_K;
+    const size_t gbb = R16_ROWS * infer_type_block_bytes(type);   /* a group-block */
     for (int64_t g = 0; g < n_groups; g++) {
-        const uint8_t *wg = (const uint8_t *)w + (size_t)g * (size_t)nb * R16I4_GROUP_BLOCK;
+        const uint8_t *wg = (const uint8_t *)w + (size_t)g * (size_t)nb * gbb;
         for (int64_t t = 0; t < n_tok; t++) {
             const block_q8_K *x = (const block_q8_K *)((const uint8_t *)a + (size_t)t * a_stride);
             float acc[R16_ROWS] = {0};
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *gb = wg + (size_t)b * R16I4_GROUP_BLOCK;
-                for (int r = 0; r < R16_ROWS; r++) {
-                    const int sh = gb[R16I4_SH + 2 * r] | gb[R16I4_SH + 2 * r + 1] << 8;
-                    int32_t sum = 0;
-                    for (int j = 0; j < QK_K / 32; j++) {
-                        const int ls = (gb[R16I4_SL + 4 * r + j / 2] >> (4 * (j % 2)) & 15) | (sh >> (2 * j) & 3) << 4;
-                        int32_t isum = 0;
-                        for (int k = 0; k < 32; k++) {
-                            const int c = 4 * j + (k % 16) / 4;
-                            const uint8_t byte = gb[R16I4_QS + 64 * c + 4 * r + k % 4];
-                            isum += infer_kvalues_iq4nl[k < 16 ? byte & 15 : byte >> 4] * x[b].qs[32 * j + k];
-                        }
-                        sum += (ls - 32) * isum;
-                    }
-                    acc[r] = fma_f32((float)sum, fp16_at(gb + R16I4_D + 2 * r) * x[b].d, acc[r]);
-                }
-            }
+            for (int64_t b = 0; b < nb; b++)
+                for (int r = 0; r < R16_ROWS; r++) acc[r] = k_r16_row_block(type, wg + (size_t)b * gbb, r, &x[b], acc[r]);
             for (int r = 0; r < R16_ROWS; r++) out[(size_t)t * out_stride + (size_t)g * R16_ROWS + r] = acc[r];
         }
     }
 }
+
+#define K_R16_SCALAR(name, type)                                                                       \
+    static void name(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,      \
+                     int64_t n_tok, float *out, size_t out_stride) {                                   \
+        matmul_k_r16_scalar(type, n, w, n_groups, a, a_stride, n_tok, out, out_stride);               \
+    }
+K_R16_SCALAR(matmul_q4_k_r16, INFER_TYPE_Q4_K_R16)
+K_R16_SCALAR(matmul_q5_k_r16, INFER_TYPE_Q5_K_R16)
+K_R16_SCALAR(matmul_q6_k_r16, INFER_TYPE_Q6_K_R16)
+K_R16_SCALAR(matmul_iq4_xs_r16, INFER_TYPE_IQ4_XS_R16)
 
 /* As infer_fill_repack_scalar: the kernel for every table, repack_to left 0. */
 void infer_fill_repack_k_scalar(infer_kernel_table *t) {
