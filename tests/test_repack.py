@@ -156,6 +156,24 @@ def test_repacked_k_formats_against_float64(isa, fmt, rows, n, n_tok):
         np.testing.assert_array_equal(out, file_out)
 
 
+def check_extremes(w, fmt, wd, rtol, magnitude=None):
+    """Repacked w (format fmt, float64 values wd) against activations at +-127 (all
+    +1000, all -1000, alternating): within rtol of |x| . magnitude (|wd| by default)."""
+    rows, n = wd.shape
+    wr, rfmt = K.repack(w, fmt)
+    x = np.full((3, n), 1000.0, np.float32)
+    x[1] = -1000.0
+    x[2, 1::2] = -1000.0
+    xq = activations(rfmt, x)
+    d, qs, _ = parse_q8_k(xq, 3)
+    assert np.abs(qs).min() >= 127
+    xd = (d[..., None].astype(np.float64) * qs).reshape(3, n)
+    out = np.empty((3, rows), np.float32)
+    K.matmul_q(wr, rfmt, xq, out)
+    err = np.abs(out - xd @ wd.T)
+    assert np.all(err <= rtol * (np.abs(xd) @ np.abs(wd if magnitude is None else magnitude).T)), err
+
+
 @pytest.mark.parametrize("fmt", ["q4_k", "q5_k"])
 def test_repacked_q4_k_extremes(isa, fmt):
     """Every nibble 15 (Q5_K: every fifth bit set, so q = 31), every scale and min 63,
@@ -175,18 +193,7 @@ def test_repacked_q4_k_extremes(isa, fmt):
     wd, magnitude = q4_k_parts(w, fmt)
     top = 31 if fmt == "q5_k" else 15         # the largest q present: d*sc*q - dmin*m
     assert np.isclose(wd.max(), 63 * (top * 2.0 ** -10 - 2.0 ** -9))
-    wr, rfmt = K.repack(w, fmt)
-    x = np.full((3, n), 1000.0, np.float32)
-    x[1] = -1000.0
-    x[2, 1::2] = -1000.0
-    xq = activations(rfmt, x)
-    d, qs, _ = parse_q8_k(xq, 3)
-    assert np.abs(qs).min() == 127
-    xd = (d[..., None].astype(np.float64) * qs).reshape(3, n)
-    out = np.empty((3, rows), np.float32)
-    K.matmul_q(wr, rfmt, xq, out)
-    err = np.abs(out - xd @ wd.T)
-    assert np.all(err <= 1e-5 * (np.abs(xd) @ magnitude.T)), err
+    check_extremes(w, fmt, wd, 1e-5, magnitude)
 
 
 def test_repacked_q6_k_extremes(isa):
@@ -205,18 +212,7 @@ def test_repacked_q6_k_extremes(isa):
     w = blocks.reshape(rows, -1)
     wd = np.asarray(gq.dequantize(w.reshape(-1), T.Q6_K), np.float64).reshape(rows, n)
     assert np.abs(wd).max() == 128 * 32 * 2.0 ** -12   # scale -128 and q - 32 = -32
-    wr, rfmt = K.repack(w, "q6_k")
-    x = np.full((3, n), 1000.0, np.float32)
-    x[1] = -1000.0
-    x[2, 1::2] = -1000.0
-    xq = activations(rfmt, x)
-    d, qs, _ = parse_q8_k(xq, 3)
-    assert np.abs(qs).min() >= 127
-    xd = (d[..., None].astype(np.float64) * qs).reshape(3, n)
-    out = np.empty((3, rows), np.float32)
-    K.matmul_q(wr, rfmt, xq, out)
-    err = np.abs(out - xd @ wd.T)
-    assert np.all(err <= 1e-6 * (np.abs(xd) @ np.abs(wd).T)), err
+    check_extremes(w, "q6_k", wd, 1e-6)
 
 
 def test_repacked_iq4_xs_extremes(isa):
@@ -234,18 +230,7 @@ def test_repacked_iq4_xs_extremes(isa):
     w = blocks.reshape(rows, -1)
     wd = np.asarray(gq.dequantize(w.reshape(-1), T.IQ4_XS), np.float64).reshape(rows, n)
     assert np.abs(wd).max() == 32 * 127 * 2.0 ** -12
-    wr, rfmt = K.repack(w, "iq4_xs")
-    x = np.full((3, n), 1000.0, np.float32)
-    x[1] = -1000.0
-    x[2, 1::2] = -1000.0
-    xq = activations(rfmt, x)
-    d, qs, _ = parse_q8_k(xq, 3)
-    assert np.abs(qs).min() >= 127
-    xd = (d[..., None].astype(np.float64) * qs).reshape(3, n)
-    out = np.empty((3, rows), np.float32)
-    K.matmul_q(wr, rfmt, xq, out)
-    err = np.abs(out - xd @ wd.T)
-    assert np.all(err <= 1e-6 * (np.abs(xd) @ np.abs(wd).T)), err
+    check_extremes(w, "iq4_xs", wd, 1e-6)
 
 
 @pytest.mark.parametrize("fmt", FILE_FORMATS)
