@@ -140,15 +140,12 @@ INFER_ALWAYS_INLINE void q45_k_r16_group(int nt, int64_t nb, const uint8_t *wg, 
     for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
-
-
 /* ---- Q6_K_R16 ---------------------------------------------------------------
  *
  * Per super-block, the 16 int8 scales of the 16 rows sign-extended to int32 (lane r:
  * row r), and for the offset term their pairs (sc_2u, sc_2u+1) as int16.  Per quarter
  * (half h, q = 0, 1: sub-blocks 8h + q + 2g, g = 0..3), four units make 16 vectors
- * of 6-bit q (ternary logic 0xF8: a | (b & c)), unpacked once
- * for up to 8 tokens; each sub-block's 16 elements are one chain of four vpdpbusd,
+ * of 6-bit q (ternary logic 0xF8: a | (b & c)), unpacked once for up to 8 tokens; each sub-block's 16 elements are one chain of four vpdpbusd,
  * which vpmulld scales by the rows' sc_j into S.  The offset is 8 vpdpwssd of the
  * scale pairs against the token's pair of bsums.  Integers exact, floats in the
  * scalar kernel's order: the same bits. */
