@@ -270,12 +270,7 @@ static void KERNEL(vec_dot_4_iq4_xs_q8_K)(int64_t n, const void *w, size_t row_b
             sums[r] = sumi;
             dd[r] = _cvtsh_ss(b->d) * dy;
         }
-        /* the four rows' totals in lanes 0..3: exact integer add trees */
-        const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(sums[0], sums[1]), _mm512_unpackhi_epi32(sums[0], sums[1]));
-        const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(sums[2], sums[3]), _mm512_unpackhi_epi32(sums[2], sums[3]));
-        const __m512i abcd = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
-        const __m256i half = _mm256_add_epi32(_mm512_castsi512_si256(abcd), _mm512_extracti64x4_epi64(abcd, 1));
-        const __m128i S = _mm_add_epi32(_mm256_castsi256_si128(half), _mm256_extracti128_si256(half, 1));
+        const __m128i S = hsum4_epi32_512(sums[0], sums[1], sums[2], sums[3]);
         acc = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_loadu_ps(dd), acc);
     }
     _mm_storeu_ps(out, acc);

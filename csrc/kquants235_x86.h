@@ -236,8 +236,9 @@ KQ_INLINE __m128i q3_K_scales_simd(const block_q3_K *b) {
 
 /* Q3_K with unsigned quants u = q + 4 (0..7) as the one-row kernel; the -4 offset
  * (-4 Σ_j sc_j bsums_j) starts each row's int32 sum, so one float step per row and
- * super-block.  Bit 2 of u: hmask bit k (low half) or 4+k (high half) of run k,
- * tested into a mask register and added as 4. */
+ * super-block: the row's exact sum S, then acc = fma((float)S, d_w * d_y, acc), the
+ * operation of the repacked Q3_K_R16 kernel (repack_k.h).  Bit 2 of u: hmask bit k
+ * (low half) or 4+k (high half) of run k, tested into a mask register and added as 4. */
 static void KERNEL(vec_dot_4_q3_K_q8_K)(int64_t n, const void *w, size_t row_bytes, const void *a,
                                         float *out) {
     const block_q8_K *y = a;
@@ -247,8 +248,7 @@ static void KERNEL(vec_dot_4_q3_K_q8_K)(int64_t n, const void *w, size_t row_byt
     __m512i hbit[4];
     for (int k = 0; k < 4; k++)
         hbit[k] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << k)), _mm256_set1_epi8((char)(1 << (4 + k))), 1);
-    __m512 acc[4];
-    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    __m128 acc = _mm_setzero_ps();   /* lane r: row r */
     const uint8_t *ahead = x + INFER_PREFETCH_ROWS * row_bytes;   /* see INFER_PREFETCH_ROWS */
     size_t fetched = 0;
     for (int64_t i = 0; i < n / QK_K; i++, x += sizeof(block_q3_K)) {
@@ -259,6 +259,8 @@ static void KERNEL(vec_dot_4_q3_K_q8_K)(int64_t n, const void *w, size_t row_byt
         const __m256i bs4 = _mm256_sub_epi16(_mm256_setzero_si256(),
                                              _mm256_slli_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), 2));
         const float dy = y[i].d;
+        __m512i sums[4];
+        float dd[4];
         for (int r = 0; r < 4; r++) {
             const block_q3_K *b = (const block_q3_K *)(x + r * row_bytes);
             const __m256i s16 = _mm256_cvtepi8_epi16(q3_K_scales_simd(b));
@@ -271,10 +273,12 @@ static void KERNEL(vec_dot_4_q3_K_q8_K)(int64_t n, const void *w, size_t row_byt
                 const __m512i u = _mm512_mask_add_epi8(c, _mm512_test_epi8_mask(hb, hbit[k]), c, four);
                 sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u, q8[k]), _mm512_shuffle_epi8(sc, mask[k]));
             }
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(_cvtsh_ss(b->d) * dy), acc[r]);
+            sums[r] = sumi;
+            dd[r] = _cvtsh_ss(b->d) * dy;
         }
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_epi32_512(sums[0], sums[1], sums[2], sums[3])), _mm_loadu_ps(dd), acc);
     }
-    for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+    _mm_storeu_ps(out, acc);
 }
 
 /* Q5_K: 64 bytes of qs give two runs (low nibbles: elements 64j + l, high: 64j+32+l

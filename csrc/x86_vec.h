@@ -45,6 +45,18 @@ INFER_ALWAYS_INLINE __m256i lane_mask(int k) {
                             a, a + 1, a, a + 1, a, a + 1, a, a + 1);
 }
 
+#if defined(__AVX512F__)
+/* The totals of four rows' 16 int32 lanes (a, b, c, d) as lanes 0..3: exact integer add
+ * trees, for the four-row kernels that scale each row's super-block sum once. */
+INFER_ALWAYS_INLINE __m128i hsum4_epi32_512(__m512i a, __m512i b, __m512i c, __m512i d) {
+    const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    const __m512i abcd = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    const __m256i half = _mm256_add_epi32(_mm512_castsi512_si256(abcd), _mm512_extracti64x4_epi64(abcd, 1));
+    return _mm_add_epi32(_mm256_castsi256_si128(half), _mm256_extracti128_si256(half, 1));
+}
+#endif
+
 /* Eight floats out at element `at`, as f32 or f16 (round to nearest even, as
  * infer_fp32_to_fp16). */
 INFER_ALWAYS_INLINE void store8(void *dst, int64_t at, __m256 v, int f16) {
