@@ -1,4 +1,4 @@
-/* repack_k.h: Q4_K_R16 (and Q5_K_R16, Q6_K_R16, IQ4_XS_R16, below), a file's Q4_K rows repacked in groups
+/* repack_k.h: Q4_K_R16 (and Q5_K_R16, Q6_K_R16, IQ4_XS_R16, Q3_K_R16, below), a file's Q4_K rows repacked in groups
  * of 16 (repack_k_scalar.c, repack_k_avx512.c), as repack.h's formats are: one 512-bit vector holds 4 bytes of
  * each of 16 rows, and vpdpbusd against 4 activation bytes broadcast to every lane
  * adds into each row's own lane.
@@ -86,11 +86,31 @@
 #define R16I4_QS 128
 #define R16I4_GROUP_BLOCK (R16_ROWS * 136)   /* 16 x sizeof(block_iq4_xs) */
 
-/* infer_repack_r16 for Q4_K, Q5_K, Q6_K and IQ4_XS (same arguments and result). */
+/* Q3_K_R16, a file's Q3_K rows repacked the same way (16 x 110 bytes a group-block),
+ * the quants in the order the kernel reads them (see Q6_K_R16):
+ *   d[16] fp16 | scales: 3 words x 16 rows x 4 bytes | 8 units of 3 chunks x 16 rows x 4 bytes
+ * Word k of row r is bytes 4k..4k+3 of its 12 scale bytes (infer_q3_K_unpack_scales:
+ * scale j - 32).  Unit k holds bytes 4k..4k+3 of the row's hmask, of its qs and of its
+ * qs[32..]: with l = 4k + i, field j (bits 2j..2j+1) of the second chunk's byte i is
+ * element 32j + l, of the third's element 128 + 32j + l, and bit 4h + j of the hmask
+ * byte is that element's bit 2 (u = field + 4 bit, the value u - 4).
+ *
+ * Row r . token t over super-block b, in int32 (|S| <= 16 * 32 * 16 * 7 * 128 * 2 < 2^24):
+ *   S = sum_j (sc_j - 32) * (sum_{k in sub-block j} u_k x_k - 4 bsums[j])
+ * then in order acc = fma((float)S, d_w * d_x, acc): the operations of the AVX-512 Q3_K
+ * four-row kernel (kquants235_x86.h). */
+#define R16Q3_D 0
+#define R16Q3_SCALES 32
+#define R16Q3_UNITS 224
+#define R16Q3_UNIT 192
+#define R16Q3_GROUP_BLOCK (R16_ROWS * 110)   /* 16 x sizeof(block_q3_K) */
+
+/* infer_repack_r16 for Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (same arguments and result). */
 int infer_repack_q4_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 int infer_repack_q5_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 int infer_repack_q6_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 int infer_repack_iq4_xs_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
+int infer_repack_q3_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 void infer_fill_repack_k_scalar(infer_kernel_table *t);
 void infer_fill_repack_k_avx512(infer_kernel_table *t);
 

@@ -1,4 +1,4 @@
-/* repack_k_avx512.c: the Q4_K_R16, Q5_K_R16, Q6_K_R16 and IQ4_XS_R16 kernels with AVX-512 VNNI
+/* repack_k_avx512.c: the Q3_K_R16, Q4_K_R16, Q5_K_R16, Q6_K_R16 and IQ4_XS_R16 kernels with AVX-512 VNNI
  * (layouts: repack_k.h).  Q4_K_R16 first; Q5_K_R16 is its kernel with the fifth bits.
  *
  * A vector holds 4 bytes of each of a group's 16 rows.  Per super-block, the 6-bit
@@ -296,6 +296,88 @@ INFER_ALWAYS_INLINE void iq4_xs_r16_group(int nt, int64_t nb, const uint8_t *wg,
 }
 
 
+/* ---- Q3_K_R16 --------------------------------------------------------------
+ *
+ * Per super-block, the 16 scales sc - 32 of the 16 rows as int32 (the word-wise
+ * unpack of infer_q3_K_unpack_scales on vectors) and as int16 pairs for the offset.
+ * Per quarter (h, lh: sub-blocks 8h + 2j + lh, j = 0..3), four units give 16 vectors
+ * of u = field + 4 * hmask bit (ternary logic 0xF8: a | (b & c)), unpacked once for up
+ * to 8 tokens; each sub-block is one chain of four vpdpbusd scaled by one vpmulld;
+ * the offset -4 sum_j sc_j bsums[j] is 8 vpdpwssd.  Same integers and float step as
+ * the scalar kernel and the file's AVX-512 rows. */
+INFER_ALWAYS_INLINE void q3_k_r16_group(int nt, int64_t nb, const uint8_t *wg, const uint8_t *pf, const uint8_t *a,
+                                        size_t a_stride, float *out, size_t out_stride) {
+    const __m512i low2 = _mm512_set1_epi8(3), bit2 = _mm512_set1_epi8(4);
+    const __m512i low4w = _mm512_set1_epi32(0x0f0f0f0f), low2w = _mm512_set1_epi32(0x03030303);
+    __m512 acc[8];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *gb = wg + (size_t)b * R16Q3_GROUP_BLOCK;
+        const __m512i w0 = _mm512_loadu_si512((const void *)(gb + R16Q3_SCALES));
+        const __m512i w1 = _mm512_loadu_si512((const void *)(gb + R16Q3_SCALES + 64));
+        const __m512i w2 = _mm512_loadu_si512((const void *)(gb + R16Q3_SCALES + 128));
+        /* lane r: row r's scales 4k..4k+3 as bytes (infer_q3_K_unpack_scales) */
+        const __m512i sb[4] = {
+            _mm512_or_si512(_mm512_and_si512(w0, low4w), _mm512_slli_epi32(_mm512_and_si512(w2, low2w), 4)),
+            _mm512_or_si512(_mm512_and_si512(w1, low4w), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w2, 2), low2w), 4)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w0, 4), low4w),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low2w), 4)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w1, 4), low4w),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w2, 6), low2w), 4))};
+        __m512i sc[16], pairs[8];
+        for (int j = 0; j < 16; j++)
+            sc[j] = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_slli_epi32(sb[j / 4], 24 - 8 * (j % 4)), 24),
+                                     _mm512_set1_epi32(32));
+        for (int u = 0; u < 8; u++)   /* int16 (sc_2u, sc_2u+1) in each lane */
+            pairs[u] = _mm512_or_si512(_mm512_and_si512(sc[2 * u], _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc[2 * u + 1], 16));
+        __m512i S[8];
+        for (int t = 0; t < nt; t++) S[t] = _mm512_setzero_si512();
+        for (int lh = 0; lh < 2; lh++)
+            for (int h = 0; h < 2; h++) {
+                if (pf)   /* a group-block's 28 lines a group ahead, 7 a quarter */
+                    for (int i = 0; i < 7; i++)
+                        INFER_PREFETCH(pf + (size_t)b * R16Q3_GROUP_BLOCK + (size_t)(2 * lh + h) * (R16Q3_GROUP_BLOCK / 4) + 64 * i);
+                __m512i W[4][4];   /* [j][c]: elements 128h + 32j + 16lh + 4c..+3 */
+                for (int c = 0; c < 4; c++) {
+                    const uint8_t *unit = gb + R16Q3_UNITS + R16Q3_UNIT * (4 * lh + c);
+                    const __m512i H = _mm512_loadu_si512((const void *)unit);
+                    const __m512i V = _mm512_loadu_si512((const void *)(unit + 64 + 64 * h));
+                    for (int j = 0; j < 4; j++) {
+                        const int hb = 4 * h + j;   /* the hmask bit, to bit 2 */
+                        const __m512i hv = hb >= 2 ? _mm512_srli_epi32(H, hb - 2) : _mm512_slli_epi32(H, 2 - hb);
+                        const __m512i field = _mm512_and_si512(j ? _mm512_srli_epi32(V, 2 * j) : V, low2);
+                        W[j][c] = _mm512_ternarylogic_epi32(field, hv, bit2, 0xF8);
+                    }
+                }
+                for (int t = 0; t < nt; t++) {
+                    const int8_t *xs = ((const block_q8_K *)(a + (size_t)t * a_stride) + b)->qs + 128 * h + 16 * lh;
+                    for (int j = 0; j < 4; j++) {
+                        __m512i s = _mm512_setzero_si512();
+                        for (int c = 0; c < 4; c++) {
+                            int32_t x4;
+                            memcpy(&x4, xs + 32 * j + 4 * c, 4);
+                            s = _mm512_dpbusd_epi32(s, W[j][c], _mm512_set1_epi32(x4));
+                        }
+                        S[t] = _mm512_add_epi32(S[t], _mm512_mullo_epi32(s, sc[8 * h + 2 * j + lh]));
+                    }
+                }
+            }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16Q3_D)));
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(a + (size_t)t * a_stride) + b;
+            __m512i off = _mm512_setzero_si512();
+            for (int u = 0; u < 8; u++) {
+                int32_t bs2;
+                memcpy(&bs2, y->bsums + 2 * u, 4);
+                off = _mm512_dpwssd_epi32(off, pairs[u], _mm512_set1_epi32(bs2));
+            }
+            const __m512i st = _mm512_sub_epi32(S[t], _mm512_slli_epi32(off, 2));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(st), _mm512_mul_ps(dw, _mm512_set1_ps(y->d)), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
+}
+
 /* The entries: each group kernel over the groups and tiles of tokens. */
 #define K_R16_AVX512(name, group_block, GROUP)                                                         \
     static void name(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,      \
@@ -308,14 +390,18 @@ INFER_ALWAYS_INLINE void iq4_xs_r16_group(int nt, int64_t nb, const uint8_t *wg,
 #define Q5K_GROUP(nt, wg, pf, x, o) q45_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride, 1)
 #define Q6K_GROUP(nt, wg, pf, x, o) q6_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
 #define IQ4XS_GROUP(nt, wg, pf, x, o) iq4_xs_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
+#define Q3K_GROUP(nt, wg, pf, x, o) q3_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
 K_R16_AVX512(matmul_q4_k_r16_avx512, R16K_GROUP_BLOCK, Q4K_GROUP)
 K_R16_AVX512(matmul_q5_k_r16_avx512, R16K5_GROUP_BLOCK, Q5K_GROUP)
 K_R16_AVX512(matmul_q6_k_r16_avx512, R16Q6_GROUP_BLOCK, Q6K_GROUP)
 K_R16_AVX512(matmul_iq4_xs_r16_avx512, R16I4_GROUP_BLOCK, IQ4XS_GROUP)
+K_R16_AVX512(matmul_q3_k_r16_avx512, R16Q3_GROUP_BLOCK, Q3K_GROUP)
 
 void infer_fill_repack_k_avx512(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_IQ4_XS_R16] = matmul_iq4_xs_r16_avx512;
     t->repack_to[INFER_TYPE_IQ4_XS] = INFER_TYPE_IQ4_XS_R16;
+    t->matmul_r16[INFER_TYPE_Q3_K_R16] = matmul_q3_k_r16_avx512;
+    t->repack_to[INFER_TYPE_Q3_K] = INFER_TYPE_Q3_K_R16;
     t->matmul_r16[INFER_TYPE_Q4_K_R16] = matmul_q4_k_r16_avx512;
     t->repack_to[INFER_TYPE_Q4_K] = INFER_TYPE_Q4_K_R16;
     t->matmul_r16[INFER_TYPE_Q5_K_R16] = matmul_q5_k_r16_avx512;

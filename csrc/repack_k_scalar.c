@@ -1,4 +1,4 @@
-/* repack_k_scalar.c: Q4_K_R16, Q5_K_R16, Q6_K_R16 and IQ4_XS_R16 (layouts: repack_k.h): repacking a file's
+/* repack_k_scalar.c: Q3_K_R16, Q4_K_R16, Q5_K_R16, Q6_K_R16 and IQ4_XS_R16 (layouts: repack_k.h): repacking a file's
  * rows, and the portable kernels, which are the oracles of repack_k_avx512.c. */
 #include "repack_k.h"
 #include "kquants_internal.h"
@@ -97,6 +97,34 @@ int infer_repack_iq4_xs_r16(const void *src, size_t row_bytes, int64_t rows, int
     return 0;
 }
 
+int infer_repack_q3_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
+    if (!src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK_K) return -1;
+    const int64_t nb = cols / QK_K;
+    if (row_bytes < (size_t)nb * sizeof(block_q3_K)) return -1;
+    uint8_t *out = (uint8_t *)dst;
+    for (int64_t g = 0; g < rows / R16_ROWS; g++)
+        for (int64_t b = 0; b < nb; b++, out += R16Q3_GROUP_BLOCK)
+            for (int r = 0; r < R16_ROWS; r++) {
+                const block_q3_K *x = (const block_q3_K *)((const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes) + b;
+                memcpy(out + R16Q3_D + 2 * r, &x->d, 2);
+                for (int k = 0; k < 3; k++) memcpy(out + R16Q3_SCALES + 64 * k + 4 * r, x->scales + 4 * k, 4);
+                for (int k = 0; k < 8; k++) {
+                    uint8_t *unit = out + R16Q3_UNITS + R16Q3_UNIT * k + 4 * r;
+                    memcpy(unit, x->hmask + 4 * k, 4);
+                    memcpy(unit + 64, x->qs + 4 * k, 4);
+                    memcpy(unit + 128, x->qs + 32 + 4 * k, 4);
+                }
+            }
+    return 0;
+}
+
+/* u = q + 4 (0..7) of row r, element e of a Q3_K_R16 group-block (repack_k.h). */
+static int q3_K_r16_u(const uint8_t *gb, int r, int e) {
+    const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+    const uint8_t *unit = gb + R16Q3_UNITS + R16Q3_UNIT * (l / 4) + 4 * r + l % 4;
+    return ((unit[64 + 64 * h] >> (2 * j)) & 3) + 4 * ((unit[0] >> (4 * h + j)) & 1);
+}
+
 /* Row r of group-block gb (a repacked format of repack_k.h) against the token's
  * super-block y: the exact integer sums, then the kernels' float steps on acc. */
 static float k_r16_row_block(int type, const uint8_t *gb, int r, const block_q8_K *y, float acc) {
@@ -114,6 +142,19 @@ static float k_r16_row_block(int type, const uint8_t *gb, int r, const block_q8_
         }
         acc = fma_f32((float)sum, fp16_at(gb + R16K_D + 2 * r) * y->d, acc);
         return fma_f32((float)mins, -(fp16_at(gb + R16K_DMIN + 2 * r) * y->d), acc);
+    }
+    if (type == INFER_TYPE_Q3_K_R16) {
+        uint8_t packed[12];
+        int8_t sc[16];
+        for (int k = 0; k < 3; k++) memcpy(packed + 4 * k, gb + R16Q3_SCALES + 64 * k + 4 * r, 4);
+        infer_q3_K_unpack_scales(packed, sc);
+        int32_t sum = 0;
+        for (int j = 0; j < QK_K / 16; j++) {
+            int32_t isum = -4 * y->bsums[j];
+            for (int k = 0; k < 16; k++) isum += q3_K_r16_u(gb, r, 16 * j + k) * y->qs[16 * j + k];
+            sum += sc[j] * isum;
+        }
+        return fma_f32((float)sum, fp16_at(gb + R16Q3_D + 2 * r) * y->d, acc);
     }
     if (type == INFER_TYPE_Q6_K_R16) {
         int32_t sum = 0, offset = 0;
@@ -166,6 +207,7 @@ K_R16_SCALAR(matmul_q4_k_r16, INFER_TYPE_Q4_K_R16)
 K_R16_SCALAR(matmul_q5_k_r16, INFER_TYPE_Q5_K_R16)
 K_R16_SCALAR(matmul_q6_k_r16, INFER_TYPE_Q6_K_R16)
 K_R16_SCALAR(matmul_iq4_xs_r16, INFER_TYPE_IQ4_XS_R16)
+K_R16_SCALAR(matmul_q3_k_r16, INFER_TYPE_Q3_K_R16)
 
 /* As infer_fill_repack_scalar: the kernel for every table, repack_to left 0. */
 void infer_fill_repack_k_scalar(infer_kernel_table *t) {
@@ -173,4 +215,5 @@ void infer_fill_repack_k_scalar(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_Q5_K_R16] = matmul_q5_k_r16;
     t->matmul_r16[INFER_TYPE_Q6_K_R16] = matmul_q6_k_r16;
     t->matmul_r16[INFER_TYPE_IQ4_XS_R16] = matmul_iq4_xs_r16;
+    t->matmul_r16[INFER_TYPE_Q3_K_R16] = matmul_q3_k_r16;
 }

@@ -14,7 +14,7 @@ import infer.kernels as K
 from _tok_models import load_installed
 
 BLOCK32_FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"]   # paired with Q8_0S or Q8_1
-K_FORMATS = {"q4_k": 144, "q5_k": 176, "q6_k": 210, "iq4_xs": 136}   # super-block bytes; infer quantizes them
+K_FORMATS = {"q3_k": 110, "q4_k": 144, "q5_k": 176, "q6_k": 210, "iq4_xs": 136}   # super-block bytes; infer quantizes them
 FILE_FORMATS = BLOCK32_FORMATS + list(K_FORMATS)
 Q4_K_BYTES, Q8_K_BYTES = 144, 292
 
@@ -215,6 +215,24 @@ def test_repacked_q6_k_extremes(isa):
     check_extremes(w, "q6_k", wd, 1e-6)
 
 
+def test_repacked_q3_k_extremes(isa):
+    """u at 7 (q = 3, hmask set) and 0 (q = -4), scales at -32 and 31, activations at
+    +-127: the largest integer sums the kernel forms, against float64 of gguf's
+    dequantization."""
+    rows, n = 16, 512
+    blocks = np.zeros((rows, n // 256, 110), np.uint8)
+    blocks[:, :, 0:96] = 0xFF                    # hmask and qs: u = 7 everywhere
+    blocks[1::2, :, 0:96] = 0x00                 # odd rows: u = 0 (q - 4 = -4)
+    blocks[:, :, 96:108] = 0xFF                  # scales: 63 - 32 = 31
+    blocks[2::4, :, 96:108] = 0x00               # rows 2, 6, ...: 0 - 32 = -32
+    blocks[3::4, :, 96:108] = 0x00               # rows 3, 7, ...: -32 with u = 0
+    blocks[:, :, 108:110] = np.frombuffer(np.float16(2.0 ** -10).tobytes(), np.uint8)
+    w = blocks.reshape(rows, -1)
+    wd = np.asarray(gq.dequantize(w.reshape(-1), T.Q3_K), np.float64).reshape(rows, n)
+    assert np.abs(wd).max() == 32 * 4 * 2.0 ** -10
+    check_extremes(w, "q3_k", wd, 1e-6)
+
+
 def test_repacked_iq4_xs_extremes(isa):
     """Levels at -127 (nibble 0) and 113 (nibble 15), scales at -32 and 31, activations
     at +-127: the largest integer sums the kernel forms (its level + 128 products, and
@@ -261,7 +279,7 @@ def test_repack_type_follows_the_kernel_set():
         if "avx512" in K.capabilities()["available"]:
             K.set_isa("avx512")
             assert [K.repack_type(f) for f in FILE_FORMATS] == [f + "_r16" for f in FILE_FORMATS]
-            assert K.repack_type("q3_k") is None
+            assert K.repack_type("q2_k") is None
     finally:
         K.set_isa(previous)
 
@@ -271,7 +289,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="16 rows"):
         K.repack(w[:17], "q4_0")
     with pytest.raises(ValueError, match="no repacked format"):
-        K.repack(w, "q3_k")
+        K.repack(w, "q2_k")
     with pytest.raises(ValueError, match="blocks"):
         K.repack(np.ascontiguousarray(w[:, :17]), "q4_0")
     with pytest.raises(ValueError, match="not contiguous"):
