@@ -60,6 +60,7 @@ typedef enum {
     INFER_TYPE_Q5_1_R16 = 65,   /* repack.h */
     INFER_TYPE_IQ4_NL_R16 = 66,
     INFER_TYPE_Q3_K_R16 = 67,   /* repack_k.h */
+    INFER_TYPE_Q2_K_R16 = 68,
     INFER_TYPE_COUNT = 72  /* size of per-type tables; ids above are < this */
 } infer_type;
 

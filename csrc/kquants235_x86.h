@@ -183,6 +183,9 @@ KQ_INLINE __m512i scale_lanes512(__m256i s16) {
  * broadcast over its 8 int16 lanes. */
 KQ_INLINE __m512i run_mask512(int k) { return _mm512_broadcast_i64x4(pair_mask(k)); }
 
+/* Q2_K: per row and super-block the exact sums S = Σ sc·Σ q·y and M = Σ m·bsums, then
+ * acc = fma((float)S, d_w * d_y, acc); acc = fnmadd((float)M, dmin_w * d_y, acc), the
+ * operations of the repacked Q2_K_R16 kernel (repack_k.h). */
 static void KERNEL(vec_dot_4_q2_K_q8_K)(int64_t n, const void *w, size_t row_bytes, const void *a,
                                         float *out) {
     const block_q8_K *y = a;
@@ -190,9 +193,7 @@ static void KERNEL(vec_dot_4_q2_K_q8_K)(int64_t n, const void *w, size_t row_byt
     const __m512i m3 = _mm512_set1_epi8(3);
     const __m256i m15 = _mm256_set1_epi16(0x0F);
     const __m512i mask[4] = {run_mask512(0), run_mask512(1), run_mask512(2), run_mask512(3)};
-    __m512 acc[4];
-    __m256 accm[4];
-    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
+    __m128 acc = _mm_setzero_ps();   /* lane r: row r */
     const uint8_t *ahead = x + INFER_PREFETCH_ROWS * row_bytes;   /* see INFER_PREFETCH_ROWS */
     size_t fetched = 0;
     for (int64_t i = 0; i < n / QK_K; i++, x += sizeof(block_q2_K)) {
@@ -200,7 +201,9 @@ static void KERNEL(vec_dot_4_q2_K_q8_K)(int64_t n, const void *w, size_t row_byt
         const __m512i q8[4] = {load_run512(y[i].qs), load_run512(y[i].qs + 32), load_run512(y[i].qs + 64),
                                load_run512(y[i].qs + 96)};
         const __m256i bs = _mm256_loadu_si256((const __m256i *)y[i].bsums);
-        const __m128 dy = _mm_set1_ps(y[i].d);
+        const float dy = y[i].d;
+        __m512i sums[4], mins[4];
+        float dd[4], dm[4];
         for (int r = 0; r < 4; r++) {
             const block_q2_K *b = (const block_q2_K *)(x + r * row_bytes);
             const __m256i s16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
@@ -211,16 +214,17 @@ static void KERNEL(vec_dot_4_q2_K_q8_K)(int64_t n, const void *w, size_t row_byt
                 const __m512i u = _mm512_and_si512(k ? _mm512_srli_epi16(qv, 2 * k) : qv, m3);
                 sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u, q8[k]), _mm512_shuffle_epi8(sc, mask[k]));
             }
-            uint32_t dbits;
-            memcpy(&dbits, &b->d, 4);   /* d, dmin */
-            const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits)), dy);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dd), acc[r]);
-            const __m256i summ = _mm256_madd_epi16(_mm256_srli_epi16(s16, 4), bs);
-            accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ),
-                                      _mm256_broadcastss_ps(_mm_movehdup_ps(dd)), accm[r]);
+            sums[r] = sumi;
+            mins[r] = _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_srli_epi16(s16, 4), bs));
+            dd[r] = _cvtsh_ss(b->d) * dy;
+            dm[r] = _cvtsh_ss(b->dmin) * dy;
         }
+        const __m128i S = hsum4_epi32_512(sums[0], sums[1], sums[2], sums[3]);
+        const __m128i M = hsum4_epi32_512(mins[0], mins[1], mins[2], mins[3]);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_loadu_ps(dd), acc);
+        acc = _mm_fnmadd_ps(_mm_cvtepi32_ps(M), _mm_loadu_ps(dm), acc);
     }
-    for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]) - hsum_ps(accm[r]);
+    _mm_storeu_ps(out, acc);
 }
 
 /* infer_q3_K_unpack_scales in SIMD: the 16 signed 6-bit scales as bytes.  Reads the 16

@@ -1,4 +1,4 @@
-/* repack_k.h: Q4_K_R16 (and Q5_K_R16, Q6_K_R16, IQ4_XS_R16, Q3_K_R16, below), a file's Q4_K rows repacked in groups
+/* repack_k.h: Q4_K_R16 (and Q5_K_R16, Q6_K_R16, IQ4_XS_R16, Q3_K_R16, Q2_K_R16, below), a file's Q4_K rows repacked in groups
  * of 16 (repack_k_scalar.c, repack_k_avx512.c), as repack.h's formats are: one 512-bit vector holds 4 bytes of
  * each of 16 rows, and vpdpbusd against 4 activation bytes broadcast to every lane
  * adds into each row's own lane.
@@ -105,12 +105,28 @@
 #define R16Q3_UNIT 192
 #define R16Q3_GROUP_BLOCK (R16_ROWS * 110)   /* 16 x sizeof(block_q3_K) */
 
-/* infer_repack_r16 for Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (same arguments and result). */
+/* Q2_K_R16, a file's Q2_K rows repacked the same way (16 x 84 bytes a group-block):
+ *   d[16] fp16 | dmin[16] fp16 | scales: 4 words x 16 rows x 4 bytes | qs: 16 chunks x 16 rows x 4 bytes
+ * Word k of row r is its scale bytes 4k..4k+3 (sub-block j: scale in the low nibble,
+ * min in the high one).  qs chunk c is bytes 4c..4c+3 of the row's qs; with h = c / 8
+ * and l = 4 (c % 8), field j of byte i is element 128h + 32j + l + i.
+ * Row r . token t over super-block b, in int32:
+ *   S = sum_j sc_j * sum_{k in sub-block j} q_k x_k     M = sum_j m_j * bsums[j]
+ * then in order acc = fma((float)S, d_w * d_x, acc); acc = fma((float)M, -(dmin_w * d_x), acc):
+ * the operations of the AVX-512 Q2_K four-row kernel (kquants235_x86.h). */
+#define R16Q2_D 0
+#define R16Q2_DMIN 32
+#define R16Q2_SCALES 64
+#define R16Q2_QS 320
+#define R16Q2_GROUP_BLOCK (R16_ROWS * 84)   /* 16 x sizeof(block_q2_K) */
+
+/* infer_repack_r16 for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (same arguments and result). */
 int infer_repack_q4_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 int infer_repack_q5_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 int infer_repack_q6_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 int infer_repack_iq4_xs_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 int infer_repack_q3_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
+int infer_repack_q2_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 void infer_fill_repack_k_scalar(infer_kernel_table *t);
 void infer_fill_repack_k_avx512(infer_kernel_table *t);
 

@@ -1,4 +1,4 @@
-/* repack_k_avx512.c: the Q3_K_R16, Q4_K_R16, Q5_K_R16, Q6_K_R16 and IQ4_XS_R16 kernels with AVX-512 VNNI
+/* repack_k_avx512.c: the Q2_K_R16, Q3_K_R16, Q4_K_R16, Q5_K_R16, Q6_K_R16 and IQ4_XS_R16 kernels with AVX-512 VNNI
  * (layouts: repack_k.h).  Q4_K_R16 first; Q5_K_R16 is its kernel with the fifth bits.
  *
  * A vector holds 4 bytes of each of a group's 16 rows.  Per super-block, the 6-bit
@@ -378,6 +378,71 @@ INFER_ALWAYS_INLINE void q3_k_r16_group(int nt, int64_t nb, const uint8_t *wg, c
     for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
+/* ---- Q2_K_R16 --------------------------------------------------------------
+ *
+ * Q3_K_R16's walk without the hmask, with Q4_K's mins: per super-block the scales
+ * (int32) and the mins (int16 pairs) of the 16 rows; per quarter, 16 vectors of 2-bit
+ * q for up to 8 tokens, one chain of four vpdpbusd a sub-block scaled by one vpmulld;
+ * M is 8 vpdpwssd; then Q4_K's two fmas. */
+INFER_ALWAYS_INLINE void q2_k_r16_group(int nt, int64_t nb, const uint8_t *wg, const uint8_t *pf, const uint8_t *a,
+                                        size_t a_stride, float *out, size_t out_stride) {
+    const __m512i low2 = _mm512_set1_epi8(3), low4w = _mm512_set1_epi32(15);
+    __m512 acc[8];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *gb = wg + (size_t)b * R16Q2_GROUP_BLOCK;
+        __m512i sc[16], mpairs[8];
+        for (int k = 0; k < 4; k++) {
+            const __m512i w = _mm512_loadu_si512((const void *)(gb + R16Q2_SCALES + 64 * k));
+            for (int i = 0; i < 4; i++) sc[4 * k + i] = _mm512_and_si512(_mm512_srli_epi32(w, 8 * i), low4w);
+            /* mins of sub-blocks 4k + 2p, 4k + 2p + 1 as int16 pairs: the high nibbles of bytes 2p, 2p + 1 */
+            for (int p = 0; p < 2; p++)
+                mpairs[2 * k + p] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w, 16 * p + 4), low4w),
+                                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w, 16 * p + 12), low4w), 16));
+        }
+        __m512i S[8];
+        for (int t = 0; t < nt; t++) S[t] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++)
+            for (int lh = 0; lh < 2; lh++) {
+                if (pf)   /* a group-block's 21 lines a group ahead, 6 a quarter */
+                    for (int i = 0; i < 6; i++)
+                        INFER_PREFETCH(pf + (size_t)b * R16Q2_GROUP_BLOCK + (size_t)(2 * h + lh) * (R16Q2_GROUP_BLOCK / 4) + 64 * i);
+                __m512i W[4][4];   /* [j][c]: elements 128h + 32j + 16lh + 4c..+3 */
+                for (int c = 0; c < 4; c++) {
+                    const __m512i V = _mm512_loadu_si512((const void *)(gb + R16Q2_QS + 64 * (8 * h + 4 * lh + c)));
+                    for (int j = 0; j < 4; j++) W[j][c] = _mm512_and_si512(j ? _mm512_srli_epi32(V, 2 * j) : V, low2);
+                }
+                for (int t = 0; t < nt; t++) {
+                    const int8_t *xs = ((const block_q8_K *)(a + (size_t)t * a_stride) + b)->qs + 128 * h + 16 * lh;
+                    for (int j = 0; j < 4; j++) {
+                        __m512i s = _mm512_setzero_si512();
+                        for (int c = 0; c < 4; c++) {
+                            int32_t x4;
+                            memcpy(&x4, xs + 32 * j + 4 * c, 4);
+                            s = _mm512_dpbusd_epi32(s, W[j][c], _mm512_set1_epi32(x4));
+                        }
+                        S[t] = _mm512_add_epi32(S[t], _mm512_mullo_epi32(s, sc[8 * h + 2 * j + lh]));
+                    }
+                }
+            }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16Q2_D)));
+        const __m512 dminw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16Q2_DMIN)));
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(a + (size_t)t * a_stride) + b;
+            __m512i mins = _mm512_setzero_si512();
+            for (int u = 0; u < 8; u++) {
+                int32_t bs2;
+                memcpy(&bs2, y->bsums + 2 * u, 4);
+                mins = _mm512_dpwssd_epi32(mins, mpairs[u], _mm512_set1_epi32(bs2));
+            }
+            const __m512 dx = _mm512_set1_ps(y->d);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[t]), _mm512_mul_ps(dw, dx), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dminw, dx), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
+}
+
 /* The entries: each group kernel over the groups and tiles of tokens. */
 #define K_R16_AVX512(name, group_block, GROUP)                                                         \
     static void name(int64_t n, const void *w, int64_t n_groups, const void *a, size_t a_stride,      \
@@ -391,17 +456,21 @@ INFER_ALWAYS_INLINE void q3_k_r16_group(int nt, int64_t nb, const uint8_t *wg, c
 #define Q6K_GROUP(nt, wg, pf, x, o) q6_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
 #define IQ4XS_GROUP(nt, wg, pf, x, o) iq4_xs_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
 #define Q3K_GROUP(nt, wg, pf, x, o) q3_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
+#define Q2K_GROUP(nt, wg, pf, x, o) q2_k_r16_group(nt, nb, wg, pf, x, a_stride, o, out_stride)
 K_R16_AVX512(matmul_q4_k_r16_avx512, R16K_GROUP_BLOCK, Q4K_GROUP)
 K_R16_AVX512(matmul_q5_k_r16_avx512, R16K5_GROUP_BLOCK, Q5K_GROUP)
 K_R16_AVX512(matmul_q6_k_r16_avx512, R16Q6_GROUP_BLOCK, Q6K_GROUP)
 K_R16_AVX512(matmul_iq4_xs_r16_avx512, R16I4_GROUP_BLOCK, IQ4XS_GROUP)
 K_R16_AVX512(matmul_q3_k_r16_avx512, R16Q3_GROUP_BLOCK, Q3K_GROUP)
+K_R16_AVX512(matmul_q2_k_r16_avx512, R16Q2_GROUP_BLOCK, Q2K_GROUP)
 
 void infer_fill_repack_k_avx512(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_IQ4_XS_R16] = matmul_iq4_xs_r16_avx512;
     t->repack_to[INFER_TYPE_IQ4_XS] = INFER_TYPE_IQ4_XS_R16;
     t->matmul_r16[INFER_TYPE_Q3_K_R16] = matmul_q3_k_r16_avx512;
     t->repack_to[INFER_TYPE_Q3_K] = INFER_TYPE_Q3_K_R16;
+    t->matmul_r16[INFER_TYPE_Q2_K_R16] = matmul_q2_k_r16_avx512;
+    t->repack_to[INFER_TYPE_Q2_K] = INFER_TYPE_Q2_K_R16;
     t->matmul_r16[INFER_TYPE_Q4_K_R16] = matmul_q4_k_r16_avx512;
     t->repack_to[INFER_TYPE_Q4_K] = INFER_TYPE_Q4_K_R16;
     t->matmul_r16[INFER_TYPE_Q5_K_R16] = matmul_q5_k_r16_avx512;

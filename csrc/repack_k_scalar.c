@@ -1,4 +1,4 @@
-/* repack_k_scalar.c: Q3_K_R16, Q4_K_R16, Q5_K_R16, Q6_K_R16 and IQ4_XS_R16 (layouts: repack_k.h): repacking a file's
+/* repack_k_scalar.c: Q2_K_R16, Q3_K_R16, Q4_K_R16, Q5_K_R16, Q6_K_R16 and IQ4_XS_R16 (layouts: repack_k.h): repacking a file's
  * rows, and the portable kernels, which are the oracles of repack_k_avx512.c. */
 #include "repack_k.h"
 #include "kquants_internal.h"
@@ -118,6 +118,23 @@ int infer_repack_q3_K_r16(const void *src, size_t row_bytes, int64_t rows, int64
     return 0;
 }
 
+int infer_repack_q2_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
+    if (!src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK_K) return -1;
+    const int64_t nb = cols / QK_K;
+    if (row_bytes < (size_t)nb * sizeof(block_q2_K)) return -1;
+    uint8_t *out = (uint8_t *)dst;
+    for (int64_t g = 0; g < rows / R16_ROWS; g++)
+        for (int64_t b = 0; b < nb; b++, out += R16Q2_GROUP_BLOCK)
+            for (int r = 0; r < R16_ROWS; r++) {
+                const block_q2_K *x = (const block_q2_K *)((const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes) + b;
+                memcpy(out + R16Q2_D + 2 * r, &x->d, 2);
+                memcpy(out + R16Q2_DMIN + 2 * r, &x->dmin, 2);
+                for (int k = 0; k < 4; k++) memcpy(out + R16Q2_SCALES + 64 * k + 4 * r, x->scales + 4 * k, 4);
+                for (int c = 0; c < 16; c++) memcpy(out + R16Q2_QS + 64 * c + 4 * r, x->qs + 4 * c, 4);
+            }
+    return 0;
+}
+
 /* u = q + 4 (0..7) of row r, element e of a Q3_K_R16 group-block (repack_k.h). */
 static int q3_K_r16_u(const uint8_t *gb, int r, int e) {
     const int h = e / 128, j = (e % 128) / 32, l = e % 32;
@@ -142,6 +159,22 @@ static float k_r16_row_block(int type, const uint8_t *gb, int r, const block_q8_
         }
         acc = fma_f32((float)sum, fp16_at(gb + R16K_D + 2 * r) * y->d, acc);
         return fma_f32((float)mins, -(fp16_at(gb + R16K_DMIN + 2 * r) * y->d), acc);
+    }
+    if (type == INFER_TYPE_Q2_K_R16) {
+        int32_t sum = 0, mins = 0;
+        for (int j = 0; j < QK_K / 16; j++) {
+            const uint8_t sm = gb[R16Q2_SCALES + 64 * (j / 4) + 4 * r + j % 4];
+            int32_t isum = 0;
+            for (int k = 0; k < 16; k++) {
+                const int e = 16 * j + k, l = e % 32;
+                const uint8_t byte = gb[R16Q2_QS + 64 * (8 * (e / 128) + l / 4) + 4 * r + l % 4];
+                isum += ((byte >> (2 * ((e % 128) / 32))) & 3) * y->qs[e];
+            }
+            sum += (sm & 15) * isum;
+            mins += (sm >> 4) * y->bsums[j];
+        }
+        acc = fma_f32((float)sum, fp16_at(gb + R16Q2_D + 2 * r) * y->d, acc);
+        return fma_f32((float)mins, -(fp16_at(gb + R16Q2_DMIN + 2 * r) * y->d), acc);
     }
     if (type == INFER_TYPE_Q3_K_R16) {
         uint8_t packed[12];
@@ -208,6 +241,7 @@ K_R16_SCALAR(matmul_q5_k_r16, INFER_TYPE_Q5_K_R16)
 K_R16_SCALAR(matmul_q6_k_r16, INFER_TYPE_Q6_K_R16)
 K_R16_SCALAR(matmul_iq4_xs_r16, INFER_TYPE_IQ4_XS_R16)
 K_R16_SCALAR(matmul_q3_k_r16, INFER_TYPE_Q3_K_R16)
+K_R16_SCALAR(matmul_q2_k_r16, INFER_TYPE_Q2_K_R16)
 
 /* As infer_fill_repack_scalar: the kernel for every table, repack_to left 0. */
 void infer_fill_repack_k_scalar(infer_kernel_table *t) {
@@ -216,4 +250,5 @@ void infer_fill_repack_k_scalar(infer_kernel_table *t) {
     t->matmul_r16[INFER_TYPE_Q6_K_R16] = matmul_q6_k_r16;
     t->matmul_r16[INFER_TYPE_IQ4_XS_R16] = matmul_iq4_xs_r16;
     t->matmul_r16[INFER_TYPE_Q3_K_R16] = matmul_q3_k_r16;
+    t->matmul_r16[INFER_TYPE_Q2_K_R16] = matmul_q2_k_r16;
 }

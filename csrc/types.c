@@ -43,6 +43,7 @@ static const traits type_traits[INFER_TYPE_COUNT] = {
     [INFER_TYPE_Q5_1_R16] = {"q5_1_r16", QK5_1, sizeof(block_q5_1), INFER_TYPE_Q8_1},
     [INFER_TYPE_IQ4_NL_R16] = {"iq4_nl_r16", QK4_NL, sizeof(block_iq4_nl), INFER_TYPE_Q8_0S},
     [INFER_TYPE_Q3_K_R16] = {"q3_k_r16", QK_K, sizeof(block_q3_K), INFER_TYPE_Q8_K},
+    [INFER_TYPE_Q2_K_R16] = {"q2_k_r16", QK_K, sizeof(block_q2_K), INFER_TYPE_Q8_K},
 };
 
 static const traits *get(int type) {

@@ -23,7 +23,8 @@ TYPE_IDS = {
     # and the activation format three of them pair with
     "q4_0_r16": 56, "q4_1_r16": 57, "q8_0_r16": 58, "q8_0s": 59, "q5_0_r16": 60, "q5_1_r16": 65,
     "iq4_nl_r16": 66,
-    "q4_k_r16": 61, "q6_k_r16": 62, "q5_k_r16": 63, "iq4_xs_r16": 64, "q3_k_r16": 67,   # csrc/repack_k.h
+    "q4_k_r16": 61, "q6_k_r16": 62, "q5_k_r16": 63, "iq4_xs_r16": 64, "q3_k_r16": 67,
+    "q2_k_r16": 68,   # csrc/repack_k.h
 }
 TYPE_NAMES = {v: k for k, v in TYPE_IDS.items()}
 

@@ -514,14 +514,14 @@ def repack_type(qtype):
 
 
 def repack(w, qtype):
-    """Weight rows w (uint8, rows x row bytes, format q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q3_k, q4_k, q5_k, q6_k or iq4_xs, rows a
+    """Weight rows w (uint8, rows x row bytes, format q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs, rows a
     multiple of 16) repacked into that format's *_r16 layout (csrc/repack.h, repack_k.h): a new
     uint8 array of the same shape, which the kernels multiply as format
     ``vec_dot_type``-paired ``"<qtype>_r16"``.  Returns (array, format name)."""
     cdef int t = type_id(qtype)
     cdef int rt = infer_repack_type(t)
     if rt == 0:
-        raise ValueError(f"qtype: {_name(t)} has no repacked format (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q3_k, q4_k, q5_k, q6_k and iq4_xs have)")
+        raise ValueError(f"qtype: {_name(t)} has no repacked format (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k and iq4_xs have)")
     a = _np.asarray(w)
     if a.dtype != _np.uint8 or a.ndim != 2 or not a.flags.c_contiguous:
         raise ValueError(f"w: expected C-contiguous uint8 rows x row bytes, got {a.dtype} "

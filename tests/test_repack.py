@@ -14,7 +14,7 @@ import infer.kernels as K
 from _tok_models import load_installed
 
 BLOCK32_FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"]   # paired with Q8_0S or Q8_1
-K_FORMATS = {"q3_k": 110, "q4_k": 144, "q5_k": 176, "q6_k": 210, "iq4_xs": 136}   # super-block bytes; infer quantizes them
+K_FORMATS = {"q2_k": 84, "q3_k": 110, "q4_k": 144, "q5_k": 176, "q6_k": 210, "iq4_xs": 136}   # super-block bytes; infer quantizes them
 FILE_FORMATS = BLOCK32_FORMATS + list(K_FORMATS)
 Q4_K_BYTES, Q8_K_BYTES = 144, 292
 
@@ -110,7 +110,7 @@ def parse_q8_k(xq, n_tok):
 
 
 def q4_k_parts(w, fmt="q4_k"):
-    """gguf's dequantization of Q4_K (or Q5_K) rows as float64, and the magnitude of its
+    """gguf's dequantization of Q4_K (or Q5_K, Q2_K) rows as float64, and the magnitude of its
     two terms d*sc*q and dmin*m (each dequantized alone, the other scale zeroed): the
     kernel sums them separately, so its rounding follows them, not their difference."""
     rows = w.shape[0]
@@ -119,9 +119,10 @@ def q4_k_parts(w, fmt="q4_k"):
         return np.asarray(gq.dequantize(blocks.reshape(-1), getattr(T, fmt.upper())), np.float64).reshape(rows, -1)
 
     blocks = w.reshape(rows, -1, K_FORMATS[fmt])
+    d_at = 80 if fmt == "q2_k" else 0            # d, then dmin (Q2_K keeps them last)
     no_min, no_scale = blocks.copy(), blocks.copy()
-    no_min[:, :, 2:4] = 0
-    no_scale[:, :, 0:2] = 0
+    no_min[:, :, d_at + 2:d_at + 4] = 0
+    no_scale[:, :, d_at:d_at + 2] = 0
     return deq(blocks), np.abs(deq(no_min)) + np.abs(deq(no_scale))
 
 
@@ -140,7 +141,7 @@ def test_repacked_k_formats_against_float64(isa, fmt, rows, n, n_tok):
     xd = (d[..., None].astype(np.float64) * qs).reshape(n_tok, n)
     out = np.full((n_tok, rows), np.nan, np.float32)
     K.matmul_q(wr, rfmt, xq, out)
-    if fmt in ("q4_k", "q5_k"):   # two terms, each exact in int32 and scaled by its own fma
+    if fmt in ("q2_k", "q4_k", "q5_k"):   # two terms, each exact in int32 and scaled by its own fma
         wd, magnitude = q4_k_parts(w, fmt)
         tol = 1e-5 * (np.abs(xd) @ magnitude.T) + 1e-30
     else:   # exact integers, one rounding of d_w * d_x and one fma a super-block
@@ -215,6 +216,21 @@ def test_repacked_q6_k_extremes(isa):
     check_extremes(w, "q6_k", wd, 1e-6)
 
 
+def test_repacked_q2_k_extremes(isa):
+    """q at 3 and 0, every scale and min 15, activations at +-127, against float64."""
+    rows, n = 16, 512
+    blocks = np.zeros((rows, n // 256, 84), np.uint8)
+    blocks[:, :, 0:16] = 0xFF                    # scale and min 15
+    blocks[:, :, 16:80] = 0xFF                   # q = 3
+    blocks[1::2, :, 16:80] = 0x00                # odd rows: q = 0
+    blocks[:, :, 80:82] = np.frombuffer(np.float16(2.0 ** -10).tobytes(), np.uint8)
+    blocks[:, :, 82:84] = np.frombuffer(np.float16(2.0 ** -9).tobytes(), np.uint8)
+    w = blocks.reshape(rows, -1)
+    wd, magnitude = q4_k_parts(w, "q2_k")
+    assert np.isclose(wd.max(), 15 * 3 * 2.0 ** -10 - 15 * 2.0 ** -9)
+    check_extremes(w, "q2_k", wd, 1e-5, magnitude)
+
+
 def test_repacked_q3_k_extremes(isa):
     """u at 7 (q = 3, hmask set) and 0 (q = -4), scales at -32 and 31, activations at
     +-127: the largest integer sums the kernel forms, against float64 of gguf's
@@ -279,7 +295,7 @@ def test_repack_type_follows_the_kernel_set():
         if "avx512" in K.capabilities()["available"]:
             K.set_isa("avx512")
             assert [K.repack_type(f) for f in FILE_FORMATS] == [f + "_r16" for f in FILE_FORMATS]
-            assert K.repack_type("q2_k") is None
+            assert K.repack_type("iq2_xxs") is None
     finally:
         K.set_isa(previous)
 
@@ -289,7 +305,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="16 rows"):
         K.repack(w[:17], "q4_0")
     with pytest.raises(ValueError, match="no repacked format"):
-        K.repack(w, "q2_k")
+        K.repack(w, "iq2_xxs")
     with pytest.raises(ValueError, match="blocks"):
         K.repack(np.ascontiguousarray(w[:, :17]), "q4_0")
     with pytest.raises(ValueError, match="not contiguous"):
