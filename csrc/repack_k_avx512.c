@@ -161,6 +161,38 @@ INFER_ALWAYS_INLINE __m512i pair_high_bytes(int p) {
     return _mm512_loadu_si512(idx);
 }
 
+/* Shared by the Q6_K, Q3_K and Q2_K kernels, whose sub-blocks are 16 elements.
+ * One quarter of a super-block for nt tokens: W[j][c] holds elements x_at + 32j + 4c..+3
+ * of 16 rows, sub-block j's four chunks; each token's S gains sc[sc_at + 2j] times the
+ * chain of four vpdpbusd of sub-block j. */
+INFER_ALWAYS_INLINE void quarter_dots(int nt, __m512i W[4][4], const uint8_t *a, size_t a_stride, int64_t b,
+                                      int x_at, const __m512i *sc, int sc_at, __m512i S[8]) {
+    for (int t = 0; t < nt; t++) {
+        const int8_t *xs = ((const block_q8_K *)(a + (size_t)t * a_stride) + b)->qs + x_at;
+        for (int j = 0; j < 4; j++) {
+            __m512i s = _mm512_setzero_si512();
+            for (int c = 0; c < 4; c++) {
+                int32_t x4;
+                memcpy(&x4, xs + 32 * j + 4 * c, 4);
+                s = _mm512_dpbusd_epi32(s, W[j][c], _mm512_set1_epi32(x4));
+            }
+            S[t] = _mm512_add_epi32(S[t], _mm512_mullo_epi32(s, sc[sc_at + 2 * j]));
+        }
+    }
+}
+
+/* sum_j p_j * bsums[j] over the 16 sub-blocks of y, pairs[u] holding (p_2u, p_2u+1) as
+ * int16 in each row's lane. */
+INFER_ALWAYS_INLINE __m512i pairs_dot_bsums(const __m512i pairs[8], const block_q8_K *y) {
+    __m512i sum = _mm512_setzero_si512();
+    for (int u = 0; u < 8; u++) {
+        int32_t bs2;
+        memcpy(&bs2, y->bsums + 2 * u, 4);
+        sum = _mm512_dpwssd_epi32(sum, pairs[u], _mm512_set1_epi32(bs2));
+    }
+    return sum;
+}
+
 INFER_ALWAYS_INLINE void q6_k_r16_group(int nt, int64_t nb, const uint8_t *wg, const uint8_t *pf, const uint8_t *a,
                                         size_t a_stride, float *out, size_t out_stride) {
     const __m512i low4 = _mm512_set1_epi8(15), bits45 = _mm512_set1_epi8(0x30);
@@ -194,31 +226,14 @@ INFER_ALWAYS_INLINE void q6_k_r16_group(int nt, int64_t nb, const uint8_t *wg, c
                     W[3][c] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(L1, 4), low4),
                                                         _mm512_srli_epi32(H, 2), bits45, 0xF8);
                 }
-                for (int t = 0; t < nt; t++) {
-                    const int8_t *xs = ((const block_q8_K *)(a + (size_t)t * a_stride) + b)->qs + 128 * h + 16 * q;
-                    for (int g = 0; g < 4; g++) {
-                        __m512i s = _mm512_setzero_si512();
-                        for (int c = 0; c < 4; c++) {
-                            int32_t x4;
-                            memcpy(&x4, xs + 32 * g + 4 * c, 4);
-                            s = _mm512_dpbusd_epi32(s, W[g][c], _mm512_set1_epi32(x4));
-                        }
-                        S[t] = _mm512_add_epi32(S[t], _mm512_mullo_epi32(s, sc[8 * h + 2 * g + q]));
-                    }
-                }
+                quarter_dots(nt, W, a, a_stride, b, 128 * h + 16 * q, sc, 8 * h + q, S);
             }
         __m512i pairs[8];
         for (int u = 0; u < 8; u++) pairs[u] = _mm512_srai_epi16(_mm512_shuffle_epi8(words[u / 2], pair_idx[u % 2]), 8);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16Q6_D)));
         for (int t = 0; t < nt; t++) {
             const block_q8_K *y = (const block_q8_K *)(a + (size_t)t * a_stride) + b;
-            __m512i off = _mm512_setzero_si512();
-            for (int u = 0; u < 8; u++) {
-                int32_t bs2;
-                memcpy(&bs2, y->bsums + 2 * u, 4);
-                off = _mm512_dpwssd_epi32(off, pairs[u], _mm512_set1_epi32(bs2));
-            }
-            const __m512i st = _mm512_sub_epi32(S[t], _mm512_slli_epi32(off, 5));
+            const __m512i st = _mm512_sub_epi32(S[t], _mm512_slli_epi32(pairs_dot_bsums(pairs, y), 5));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(st), _mm512_mul_ps(dw, _mm512_set1_ps(y->d)), acc[t]);
         }
     }
@@ -349,29 +364,12 @@ INFER_ALWAYS_INLINE void q3_k_r16_group(int nt, int64_t nb, const uint8_t *wg, c
                         W[j][c] = _mm512_ternarylogic_epi32(field, hv, bit2, 0xF8);
                     }
                 }
-                for (int t = 0; t < nt; t++) {
-                    const int8_t *xs = ((const block_q8_K *)(a + (size_t)t * a_stride) + b)->qs + 128 * h + 16 * lh;
-                    for (int j = 0; j < 4; j++) {
-                        __m512i s = _mm512_setzero_si512();
-                        for (int c = 0; c < 4; c++) {
-                            int32_t x4;
-                            memcpy(&x4, xs + 32 * j + 4 * c, 4);
-                            s = _mm512_dpbusd_epi32(s, W[j][c], _mm512_set1_epi32(x4));
-                        }
-                        S[t] = _mm512_add_epi32(S[t], _mm512_mullo_epi32(s, sc[8 * h + 2 * j + lh]));
-                    }
-                }
+                quarter_dots(nt, W, a, a_stride, b, 128 * h + 16 * lh, sc, 8 * h + lh, S);
             }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16Q3_D)));
         for (int t = 0; t < nt; t++) {
             const block_q8_K *y = (const block_q8_K *)(a + (size_t)t * a_stride) + b;
-            __m512i off = _mm512_setzero_si512();
-            for (int u = 0; u < 8; u++) {
-                int32_t bs2;
-                memcpy(&bs2, y->bsums + 2 * u, 4);
-                off = _mm512_dpwssd_epi32(off, pairs[u], _mm512_set1_epi32(bs2));
-            }
-            const __m512i st = _mm512_sub_epi32(S[t], _mm512_slli_epi32(off, 2));
+            const __m512i st = _mm512_sub_epi32(S[t], _mm512_slli_epi32(pairs_dot_bsums(pairs, y), 2));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(st), _mm512_mul_ps(dw, _mm512_set1_ps(y->d)), acc[t]);
         }
     }
@@ -412,29 +410,13 @@ INFER_ALWAYS_INLINE void q2_k_r16_group(int nt, int64_t nb, const uint8_t *wg, c
                     const __m512i V = _mm512_loadu_si512((const void *)(gb + R16Q2_QS + 64 * (8 * h + 4 * lh + c)));
                     for (int j = 0; j < 4; j++) W[j][c] = _mm512_and_si512(j ? _mm512_srli_epi32(V, 2 * j) : V, low2);
                 }
-                for (int t = 0; t < nt; t++) {
-                    const int8_t *xs = ((const block_q8_K *)(a + (size_t)t * a_stride) + b)->qs + 128 * h + 16 * lh;
-                    for (int j = 0; j < 4; j++) {
-                        __m512i s = _mm512_setzero_si512();
-                        for (int c = 0; c < 4; c++) {
-                            int32_t x4;
-                            memcpy(&x4, xs + 32 * j + 4 * c, 4);
-                            s = _mm512_dpbusd_epi32(s, W[j][c], _mm512_set1_epi32(x4));
-                        }
-                        S[t] = _mm512_add_epi32(S[t], _mm512_mullo_epi32(s, sc[8 * h + 2 * j + lh]));
-                    }
-                }
+                quarter_dots(nt, W, a, a_stride, b, 128 * h + 16 * lh, sc, 8 * h + lh, S);
             }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16Q2_D)));
         const __m512 dminw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gb + R16Q2_DMIN)));
         for (int t = 0; t < nt; t++) {
             const block_q8_K *y = (const block_q8_K *)(a + (size_t)t * a_stride) + b;
-            __m512i mins = _mm512_setzero_si512();
-            for (int u = 0; u < 8; u++) {
-                int32_t bs2;
-                memcpy(&bs2, y->bsums + 2 * u, 4);
-                mins = _mm512_dpwssd_epi32(mins, mpairs[u], _mm512_set1_epi32(bs2));
-            }
+            const __m512i mins = pairs_dot_bsums(mpairs, y);
             const __m512 dx = _mm512_set1_ps(y->d);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[t]), _mm512_mul_ps(dw, dx), acc[t]);
             acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dminw, dx), acc[t]);
