@@ -355,11 +355,13 @@ def test_smollm2_repacked_decodes_as_the_file_does(monkeypatch):
 
 @pytest.mark.parametrize("ftype,k_kinds", [
     ("q5_k_m", {"q5_k", "q6_k"}),
+    ("q2_k", {"q3_k"}),
     pytest.param("iq4_xs", {"iq4_xs", "q5_k"}, marks=pytest.mark.slow("IQ4_XS quantizing takes 11 s")),
 ])
 def test_k_requantized_decodes_as_the_file_does(tmp_path, monkeypatch, ftype, k_kinds):
     """SmolLM2 requantized to Q5_K_M (its 1536-wide ffn_down rows in Q5_K and Q6_K,
-    the rest in the fallbacks Q5_1 and Q8_0) or IQ4_XS (ffn_down in IQ4_XS and Q5_K),
+    the rest in the fallbacks Q5_1 and Q8_0), Q2_K (ffn_down in Q3_K, the rest Q4_0) or
+    IQ4_XS (ffn_down in IQ4_XS and Q5_K, the rest IQ4_NL),
     with its matrices repacked against INFER_REPACK=0: the same greedy tokens and logits."""
     from _tok_models import installed_path
     from infer.quantize import quantize_file
