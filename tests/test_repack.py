@@ -14,7 +14,8 @@ import infer.kernels as K
 from _tok_models import load_installed
 
 BLOCK32_FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"]   # paired with Q8_0S or Q8_1
-K_FORMATS = {"q2_k": 84, "q3_k": 110, "q4_k": 144, "q5_k": 176, "q6_k": 210, "iq4_xs": 136}   # super-block bytes; infer quantizes them
+# super-block bytes of the K and IQ4_XS formats (infer quantizes them)
+K_FORMATS = {"q2_k": 84, "q3_k": 110, "q4_k": 144, "q5_k": 176, "q6_k": 210, "iq4_xs": 136}
 FILE_FORMATS = BLOCK32_FORMATS + list(K_FORMATS)
 Q4_K_BYTES, Q8_K_BYTES = 144, 292
 
