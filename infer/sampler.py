@@ -265,6 +265,11 @@ class Sampler:
         and their unnormalised weights (possibly a view of a scratch buffer)."""
         x, imax = self._check_logits(logits)
         n = x.shape[0]
+        if ((self.temperature <= 0.0 or self.top_k == 1) and self.logit_bias and self.grammar is None
+                and not self._penalizes()):
+            best = self._greedy_with_bias(x, imax)
+            if best is not None:
+                return np.array([best]), np.ones(1, dtype=np.float32)
         y = self._apply_bias_and_penalties(x, n)
         if y is not x:
             x = y
@@ -328,10 +333,31 @@ class Sampler:
             y = self.grammar.apply(y)
         return y
 
+    def _penalizes(self) -> bool:
+        return bool(self._counts) and (self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0
+                                       or self.presence_penalty != 0.0)
+
+    def _greedy_with_bias(self, x: NDArray[Any], imax: int) -> Optional[int]:
+        """np.argmax of x with the logit bias added, without copying x (a server samples
+        a vocabulary of logits per slot and step): the unbiased maximum x[imax] against
+        the biased tokens, the lowest id on ties.  None when the general path must
+        decide (imax is biased, a bias id is out of range, or the result would be NaN
+        or -inf: that path raises)."""
+        ids = self._bias_ids
+        if int(ids.max()) >= x.shape[0] or bool((ids == imax).any()):
+            return None
+        vals = x[ids] + self._bias_values
+        top = x[imax]
+        m = vals.max()
+        if np.isnan(vals).any() or max(m, top) == -np.inf:
+            return None
+        if m < top:
+            return imax
+        tied = int(ids[vals == m].min())
+        return tied if m > top else min(tied, imax)
+
     def _bias_and_penalties(self, x: NDArray[Any], n: int) -> NDArray[Any]:
-        penalize = bool(self._counts) and (self.repeat_penalty != 1.0
-                                           or self.frequency_penalty != 0.0
-                                           or self.presence_penalty != 0.0)
+        penalize = self._penalizes()
         if not self.logit_bias and not penalize:
             return x
         x = x.copy()  # never touch the caller's array

@@ -401,3 +401,26 @@ def test_top_k_on_large_vocabularies_matches_a_full_sort(k):
         kept[order] = True
         kept &= np.isfinite(logits)
         assert np.array_equal(p > 0, kept)
+
+
+def test_greedy_with_logit_bias_is_the_argmax_of_the_biased_logits():
+    """Greedy sampling with a logit bias (and nothing else) takes a path that does not
+    copy the logits; it must pick np.argmax of the biased copy, the lowest id on ties,
+    whether the maximum is biased or not, and raise when every token ends at -inf."""
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        n = int(rng.integers(1, 40))
+        x = rng.integers(-3, 4, n).astype(np.float32)   # small integers: many ties
+        if rng.random() < 0.2:
+            x[rng.integers(0, n)] = -np.inf
+        ids = rng.choice(n, int(rng.integers(1, min(n, 5) + 1)), replace=False)
+        vals = rng.choice([-100.0, -1.0, 0.0, 1.0, 2.0, 5.0, -np.inf], ids.size)
+        bias = {int(i): float(v) for i, v in zip(ids, vals)}
+        y = x.copy()
+        y[ids] += vals.astype(np.float32)
+        sampler = Sampler(temperature=0, logit_bias=bias)
+        if y.max() == -np.inf:
+            with pytest.raises(ValueError, match="-inf"):
+                sampler.sample(x)
+        else:
+            assert sampler.sample(x) == int(np.argmax(y)), (x, bias)
