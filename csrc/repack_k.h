@@ -120,13 +120,8 @@
 #define R16Q2_QS 320
 #define R16Q2_GROUP_BLOCK (R16_ROWS * 84)   /* 16 x sizeof(block_q2_K) */
 
-/* infer_repack_r16 for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (same arguments and result). */
-int infer_repack_q4_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
-int infer_repack_q5_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
-int infer_repack_q6_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
-int infer_repack_iq4_xs_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
-int infer_repack_q3_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
-int infer_repack_q2_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
+/* infer_repack_r16 for the super-block formats above (same arguments and result). */
+int infer_repack_k_r16(int type, const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst);
 void infer_fill_repack_k_scalar(infer_kernel_table *t);
 void infer_fill_repack_k_avx512(infer_kernel_table *t);
 

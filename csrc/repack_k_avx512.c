@@ -181,6 +181,12 @@ INFER_ALWAYS_INLINE void quarter_dots(int nt, __m512i W[4][4], const uint8_t *a,
     }
 }
 
+/* The int32 lanes of lo and hi as the int16 pairs (lo, hi) that vpdpwssd multiplies
+ * (both fit int16). */
+INFER_ALWAYS_INLINE __m512i int16_pairs(__m512i lo, __m512i hi) {
+    return _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(hi, 16));
+}
+
 /* sum_j p_j * bsums[j] over the 16 sub-blocks of y, pairs[u] holding (p_2u, p_2u+1) as
  * int16 in each row's lane. */
 INFER_ALWAYS_INLINE __m512i pairs_dot_bsums(const __m512i pairs[8], const block_q8_K *y) {
@@ -240,7 +246,6 @@ INFER_ALWAYS_INLINE void q6_k_r16_group(int nt, int64_t nb, const uint8_t *wg, c
     for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
-
 /* ---- IQ4_XS_R16 -------------------------------------------------------------
  *
  * Per super-block, the 8 scales ls - 32 of the 16 rows as int32 (lane r: row r) and
@@ -267,7 +272,7 @@ INFER_ALWAYS_INLINE void iq4_xs_r16_group(int nt, int64_t nb, const uint8_t *wg,
                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * j), _mm512_set1_epi32(3)), 4)),
                 _mm512_set1_epi32(32));
         for (int u = 0; u < 4; u++)   /* int16 (sc_2u, sc_2u+1) in each lane */
-            pairs[u] = _mm512_or_si512(_mm512_and_si512(sc[2 * u], _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc[2 * u + 1], 16));
+            pairs[u] = int16_pairs(sc[2 * u], sc[2 * u + 1]);
         __m512i S[8];
         for (int t = 0; t < nt; t++) S[t] = _mm512_setzero_si512();
         for (int j = 0; j < 8; j++) {
@@ -310,7 +315,6 @@ INFER_ALWAYS_INLINE void iq4_xs_r16_group(int nt, int64_t nb, const uint8_t *wg,
     for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
-
 /* ---- Q3_K_R16 --------------------------------------------------------------
  *
  * Per super-block, the 16 scales sc - 32 of the 16 rows as int32 (the word-wise
@@ -344,7 +348,7 @@ INFER_ALWAYS_INLINE void q3_k_r16_group(int nt, int64_t nb, const uint8_t *wg, c
             sc[j] = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_slli_epi32(sb[j / 4], 24 - 8 * (j % 4)), 24),
                                      _mm512_set1_epi32(32));
         for (int u = 0; u < 8; u++)   /* int16 (sc_2u, sc_2u+1) in each lane */
-            pairs[u] = _mm512_or_si512(_mm512_and_si512(sc[2 * u], _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc[2 * u + 1], 16));
+            pairs[u] = int16_pairs(sc[2 * u], sc[2 * u + 1]);
         __m512i S[8];
         for (int t = 0; t < nt; t++) S[t] = _mm512_setzero_si512();
         for (int lh = 0; lh < 2; lh++)
@@ -395,8 +399,8 @@ INFER_ALWAYS_INLINE void q2_k_r16_group(int nt, int64_t nb, const uint8_t *wg, c
             for (int i = 0; i < 4; i++) sc[4 * k + i] = _mm512_and_si512(_mm512_srli_epi32(w, 8 * i), low4w);
             /* mins of sub-blocks 4k + 2p, 4k + 2p + 1 as int16 pairs: the high nibbles of bytes 2p, 2p + 1 */
             for (int p = 0; p < 2; p++)
-                mpairs[2 * k + p] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w, 16 * p + 4), low4w),
-                                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w, 16 * p + 12), low4w), 16));
+                mpairs[2 * k + p] = int16_pairs(_mm512_and_si512(_mm512_srli_epi32(w, 16 * p + 4), low4w),
+                                                _mm512_and_si512(_mm512_srli_epi32(w, 16 * p + 12), low4w));
         }
         __m512i S[8];
         for (int t = 0; t < nt; t++) S[t] = _mm512_setzero_si512();

@@ -1,40 +1,83 @@
-/* repack_k_scalar.c: Q2_K_R16, Q3_K_R16, Q4_K_R16, Q5_K_R16, Q6_K_R16 and IQ4_XS_R16 (layouts: repack_k.h): repacking a file's
- * rows, and the portable kernels, which are the oracles of repack_k_avx512.c. */
+/* repack_k_scalar.c: the super-block *_R16 formats (Q2_K to Q6_K, IQ4_XS; layouts:
+ * repack_k.h): repacking a file's rows, and the portable kernels, which are the
+ * oracles of repack_k_avx512.c. */
 #include "repack_k.h"
 #include "kquants_internal.h"
 
 #include <string.h>
 
-/* Q4_K_R16, or with five set Q5_K_R16 (the same d, dmin and scales; qh before qs). */
-static int repack_q45_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst, int five) {
+/* File block x of row r (format `type`) into its place in group-block out. */
+static void place_row_block(int type, const uint8_t *x, uint8_t *out, int r) {
+    switch (type) {
+    case INFER_TYPE_Q4_K:
+    case INFER_TYPE_Q5_K: {   /* the same d, dmin and scales; Q5_K has qh before qs */
+        const block_q4_K *b = (const block_q4_K *)x;
+        const int five = type == INFER_TYPE_Q5_K;
+        memcpy(out + R16K_D + 2 * r, &b->d, 2);
+        memcpy(out + R16K_DMIN + 2 * r, &b->dmin, 2);
+        for (int k = 0; k < 3; k++) memcpy(out + R16K_SCALES + 64 * k + 4 * r, b->scales + 4 * k, 4);
+        if (five)
+            for (int c = 0; c < 8; c++) memcpy(out + R16K5_QH + 64 * c + 4 * r, ((const block_q5_K *)x)->qh + 4 * c, 4);
+        const uint8_t *qs = five ? ((const block_q5_K *)x)->qs : b->qs;
+        for (int c = 0; c < QK_K / 8; c++) memcpy(out + (five ? R16K5_QS : R16K_QS) + 64 * c + 4 * r, qs + 4 * c, 4);
+        break;
+    }
+    case INFER_TYPE_Q6_K: {
+        const block_q6_K *b = (const block_q6_K *)x;
+        memcpy(out + R16Q6_D + 2 * r, &b->d, 2);
+        for (int k = 0; k < 4; k++) memcpy(out + R16Q6_SCALES + 64 * k + 4 * r, b->scales + 4 * k, 4);
+        for (int u = 0; u < 16; u++) {
+            uint8_t *unit = out + R16Q6_UNITS + R16Q6_UNIT * u + 4 * r;
+            const int h = u / 8, m = 4 * (u % 8);
+            memcpy(unit, b->qh + 32 * h + m, 4);
+            memcpy(unit + 64, b->ql + 64 * h + m, 4);
+            memcpy(unit + 128, b->ql + 64 * h + 32 + m, 4);
+        }
+        break;
+    }
+    case INFER_TYPE_IQ4_XS: {
+        const block_iq4_xs *b = (const block_iq4_xs *)x;
+        memcpy(out + R16I4_D + 2 * r, &b->d, 2);
+        memcpy(out + R16I4_SH + 2 * r, &b->scales_h, 2);
+        memcpy(out + R16I4_SL + 4 * r, b->scales_l, 4);
+        for (int c = 0; c < QK_K / 8; c++) memcpy(out + R16I4_QS + 64 * c + 4 * r, b->qs + 4 * c, 4);
+        break;
+    }
+    case INFER_TYPE_Q3_K: {
+        const block_q3_K *b = (const block_q3_K *)x;
+        memcpy(out + R16Q3_D + 2 * r, &b->d, 2);
+        for (int k = 0; k < 3; k++) memcpy(out + R16Q3_SCALES + 64 * k + 4 * r, b->scales + 4 * k, 4);
+        for (int k = 0; k < 8; k++) {
+            uint8_t *unit = out + R16Q3_UNITS + R16Q3_UNIT * k + 4 * r;
+            memcpy(unit, b->hmask + 4 * k, 4);
+            memcpy(unit + 64, b->qs + 4 * k, 4);
+            memcpy(unit + 128, b->qs + 32 + 4 * k, 4);
+        }
+        break;
+    }
+    default: {   /* Q2_K */
+        const block_q2_K *b = (const block_q2_K *)x;
+        memcpy(out + R16Q2_D + 2 * r, &b->d, 2);
+        memcpy(out + R16Q2_DMIN + 2 * r, &b->dmin, 2);
+        for (int k = 0; k < 4; k++) memcpy(out + R16Q2_SCALES + 64 * k + 4 * r, b->scales + 4 * k, 4);
+        for (int c = 0; c < 16; c++) memcpy(out + R16Q2_QS + 64 * c + 4 * r, b->qs + 4 * c, 4);
+        break;
+    }
+    }
+}
+
+int infer_repack_k_r16(int type, const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
     if (!src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK_K) return -1;
+    if (infer_type_block_size(type) != QK_K || !infer_repack_type(type)) return -1;
+    const size_t bb = infer_type_block_bytes(type);   /* a group-block is 16 of them */
     const int64_t nb = cols / QK_K;
-    const size_t bb = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
     if (row_bytes < (size_t)nb * bb) return -1;
-    const size_t qs_at = five ? R16K5_QS : R16K_QS;
     uint8_t *out = (uint8_t *)dst;
     for (int64_t g = 0; g < rows / R16_ROWS; g++)
         for (int64_t b = 0; b < nb; b++, out += R16_ROWS * bb)
-            for (int r = 0; r < R16_ROWS; r++) {
-                const uint8_t *blk = (const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes + (size_t)b * bb;
-                const block_q4_K *x = (const block_q4_K *)blk;   /* d, dmin, scales: alike in both */
-                const uint8_t *qs = five ? ((const block_q5_K *)blk)->qs : x->qs;
-                memcpy(out + R16K_D + 2 * r, &x->d, 2);
-                memcpy(out + R16K_DMIN + 2 * r, &x->dmin, 2);
-                for (int k = 0; k < 3; k++) memcpy(out + R16K_SCALES + 64 * k + 4 * r, x->scales + 4 * k, 4);
-                if (five)
-                    for (int c = 0; c < 8; c++) memcpy(out + R16K5_QH + 64 * c + 4 * r, ((const block_q5_K *)blk)->qh + 4 * c, 4);
-                for (int c = 0; c < QK_K / 8; c++) memcpy(out + qs_at + 64 * c + 4 * r, qs + 4 * c, 4);
-            }
+            for (int r = 0; r < R16_ROWS; r++)
+                place_row_block(type, (const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes + (size_t)b * bb, out, r);
     return 0;
-}
-
-int infer_repack_q4_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
-    return repack_q45_K_r16(src, row_bytes, rows, cols, dst, 0);
-}
-
-int infer_repack_q5_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
-    return repack_q45_K_r16(src, row_bytes, rows, cols, dst, 1);
 }
 
 /* q of row r, element k (0..31) of sub-block j in a Q4_K_R16 group-block, or with
@@ -48,28 +91,6 @@ static int q45_K_r16_q(const uint8_t *gb, int r, int j, int k, int five) {
     return q + 16 * ((h >> j) & 1);
 }
 
-int infer_repack_q6_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
-    if (!src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK_K) return -1;
-    const int64_t nb = cols / QK_K;
-    if (row_bytes < (size_t)nb * sizeof(block_q6_K)) return -1;
-    uint8_t *out = (uint8_t *)dst;
-    for (int64_t g = 0; g < rows / R16_ROWS; g++)
-        for (int64_t b = 0; b < nb; b++, out += R16Q6_GROUP_BLOCK)
-            for (int r = 0; r < R16_ROWS; r++) {
-                const block_q6_K *x = (const block_q6_K *)((const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes) + b;
-                memcpy(out + R16Q6_D + 2 * r, &x->d, 2);
-                for (int k = 0; k < 4; k++) memcpy(out + R16Q6_SCALES + 64 * k + 4 * r, x->scales + 4 * k, 4);
-                for (int u = 0; u < 16; u++) {
-                    uint8_t *unit = out + R16Q6_UNITS + R16Q6_UNIT * u + 4 * r;
-                    const int h = u / 8, m = 4 * (u % 8);
-                    memcpy(unit, x->qh + 32 * h + m, 4);
-                    memcpy(unit + 64, x->ql + 64 * h + m, 4);
-                    memcpy(unit + 128, x->ql + 64 * h + 32 + m, 4);
-                }
-            }
-    return 0;
-}
-
 /* The 6-bit q (0..63) of row r, element e of a Q6_K_R16 group-block, as the file
  * defines it: element 128h + i (i < 128) is nibble i / 64 of ql[64h + i % 64] with
  * bits 2f..2f+1 of qh[32h + i % 32] on top, f = i / 32. */
@@ -78,61 +99,6 @@ static int q6_K_r16_value(const uint8_t *gb, int r, int e) {
     const uint8_t *unit = gb + R16Q6_UNITS + R16Q6_UNIT * (8 * h + m / 4) + 4 * r + m % 4;
     const uint8_t lbyte = unit[64 * (1 + f % 2)], hbyte = unit[0];
     return (f < 2 ? lbyte & 15 : lbyte >> 4) | ((hbyte >> (2 * f)) & 3) << 4;
-}
-
-int infer_repack_iq4_xs_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
-    if (!src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK_K) return -1;
-    const int64_t nb = cols / QK_K;
-    if (row_bytes < (size_t)nb * sizeof(block_iq4_xs)) return -1;
-    uint8_t *out = (uint8_t *)dst;
-    for (int64_t g = 0; g < rows / R16_ROWS; g++)
-        for (int64_t b = 0; b < nb; b++, out += R16I4_GROUP_BLOCK)
-            for (int r = 0; r < R16_ROWS; r++) {
-                const block_iq4_xs *x = (const block_iq4_xs *)((const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes) + b;
-                memcpy(out + R16I4_D + 2 * r, &x->d, 2);
-                memcpy(out + R16I4_SH + 2 * r, &x->scales_h, 2);
-                memcpy(out + R16I4_SL + 4 * r, x->scales_l, 4);
-                for (int c = 0; c < QK_K / 8; c++) memcpy(out + R16I4_QS + 64 * c + 4 * r, x->qs + 4 * c, 4);
-            }
-    return 0;
-}
-
-int infer_repack_q3_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
-    if (!src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK_K) return -1;
-    const int64_t nb = cols / QK_K;
-    if (row_bytes < (size_t)nb * sizeof(block_q3_K)) return -1;
-    uint8_t *out = (uint8_t *)dst;
-    for (int64_t g = 0; g < rows / R16_ROWS; g++)
-        for (int64_t b = 0; b < nb; b++, out += R16Q3_GROUP_BLOCK)
-            for (int r = 0; r < R16_ROWS; r++) {
-                const block_q3_K *x = (const block_q3_K *)((const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes) + b;
-                memcpy(out + R16Q3_D + 2 * r, &x->d, 2);
-                for (int k = 0; k < 3; k++) memcpy(out + R16Q3_SCALES + 64 * k + 4 * r, x->scales + 4 * k, 4);
-                for (int k = 0; k < 8; k++) {
-                    uint8_t *unit = out + R16Q3_UNITS + R16Q3_UNIT * k + 4 * r;
-                    memcpy(unit, x->hmask + 4 * k, 4);
-                    memcpy(unit + 64, x->qs + 4 * k, 4);
-                    memcpy(unit + 128, x->qs + 32 + 4 * k, 4);
-                }
-            }
-    return 0;
-}
-
-int infer_repack_q2_K_r16(const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
-    if (!src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK_K) return -1;
-    const int64_t nb = cols / QK_K;
-    if (row_bytes < (size_t)nb * sizeof(block_q2_K)) return -1;
-    uint8_t *out = (uint8_t *)dst;
-    for (int64_t g = 0; g < rows / R16_ROWS; g++)
-        for (int64_t b = 0; b < nb; b++, out += R16Q2_GROUP_BLOCK)
-            for (int r = 0; r < R16_ROWS; r++) {
-                const block_q2_K *x = (const block_q2_K *)((const uint8_t *)src + (size_t)(g * R16_ROWS + r) * row_bytes) + b;
-                memcpy(out + R16Q2_D + 2 * r, &x->d, 2);
-                memcpy(out + R16Q2_DMIN + 2 * r, &x->dmin, 2);
-                for (int k = 0; k < 4; k++) memcpy(out + R16Q2_SCALES + 64 * k + 4 * r, x->scales + 4 * k, 4);
-                for (int c = 0; c < 16; c++) memcpy(out + R16Q2_QS + 64 * c + 4 * r, x->qs + 4 * c, 4);
-            }
-    return 0;
 }
 
 /* u = q + 4 (0..7) of row r, element e of a Q3_K_R16 group-block (repack_k.h). */

@@ -25,12 +25,7 @@ int infer_repack_type(int type) {
 }
 
 int infer_repack_r16(int type, const void *src, size_t row_bytes, int64_t rows, int64_t cols, void *dst) {
-    if (type == INFER_TYPE_Q4_K) return infer_repack_q4_K_r16(src, row_bytes, rows, cols, dst);
-    if (type == INFER_TYPE_Q5_K) return infer_repack_q5_K_r16(src, row_bytes, rows, cols, dst);
-    if (type == INFER_TYPE_Q6_K) return infer_repack_q6_K_r16(src, row_bytes, rows, cols, dst);
-    if (type == INFER_TYPE_IQ4_XS) return infer_repack_iq4_xs_r16(src, row_bytes, rows, cols, dst);
-    if (type == INFER_TYPE_Q3_K) return infer_repack_q3_K_r16(src, row_bytes, rows, cols, dst);
-    if (type == INFER_TYPE_Q2_K) return infer_repack_q2_K_r16(src, row_bytes, rows, cols, dst);
+    if (infer_type_block_size(type) == QK_K) return infer_repack_k_r16(type, src, row_bytes, rows, cols, dst);
     const int rt = infer_repack_type(type);
     if (!rt || !src || !dst || rows < 0 || rows % R16_ROWS || cols <= 0 || cols % QK8_0) return -1;
     const size_t bb = infer_type_block_bytes(type);
