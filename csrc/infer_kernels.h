@@ -292,17 +292,22 @@ typedef void (*infer_attn_block_fn)(int64_t n_q, const float *const *q, float *c
  * the matrix are harmless: a prefetch never faults. */
 #define INFER_PREFETCH_ROWS 16
 /* INFER_PREFETCH: weights, read once (non-temporal).  INFER_PREFETCH_KEEP: lines
- * read again soon into all cache levels (attention's cache rows, ops_internal.h). */
+ * read again soon into all cache levels (attention's cache rows, ops_internal.h).
+ * INFER_PREFETCH_SOON: into the core's second-level cache (the repacked kernels'
+ * weights for a batch of tokens, repack.h). */
 #if defined(__GNUC__) || defined(__clang__)
 #define INFER_PREFETCH(p) __builtin_prefetch((p), 0, 0)
 #define INFER_PREFETCH_KEEP(p) __builtin_prefetch((p), 0, 3)
+#define INFER_PREFETCH_SOON(p) __builtin_prefetch((p), 0, 2)
 #elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
 #include <xmmintrin.h>
 #define INFER_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_NTA)
 #define INFER_PREFETCH_KEEP(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#define INFER_PREFETCH_SOON(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 #else
 #define INFER_PREFETCH(p) ((void)(p))
 #define INFER_PREFETCH_KEEP(p) ((void)(p))
+#define INFER_PREFETCH_SOON(p) ((void)(p))
 #endif
 
 /* The lines of bytes bytes from p, at once (a row ahead, where a kernel has no
@@ -317,6 +322,14 @@ INFER_ALWAYS_INLINE void infer_prefetch_part(const uint8_t *p, size_t *done, siz
     if (!p) return;
     const size_t upto = (size_t)(b + 1) * span / (size_t)nb;
     for (; *done < upto; *done += 64) INFER_PREFETCH(p + *done);
+}
+
+/* The same into the second-level cache (INFER_PREFETCH_SOON). */
+INFER_ALWAYS_INLINE void infer_prefetch_part_soon(const uint8_t *p, size_t *done, size_t span, int64_t b,
+                                                  int64_t nb) {
+    if (!p) return;
+    const size_t upto = (size_t)(b + 1) * span / (size_t)nb;
+    for (; *done < upto; *done += 64) INFER_PREFETCH_SOON(p + *done);
 }
 
 #define INFER_DOT_4XN_MAX 4

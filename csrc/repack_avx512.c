@@ -58,7 +58,7 @@ INFER_ALWAYS_INLINE void r16_group(int type, int nt, int64_t nb, const uint8_t *
     size_t pf_done = 0;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *gb = wg + (size_t)b * gbb;
-        infer_prefetch_part(pf, &pf_done, (size_t)nb * gbb, b, nb);
+        infer_prefetch_part_soon(pf, &pf_done, (size_t)nb * gbb, b, nb);
         __m512i w[8];
         if (type == INFER_TYPE_Q8_0_R16) {
             for (int c = 0; c < 8; c++) w[c] = _mm512_loadu_si512((const void *)(gb + qs_at + 64 * c));

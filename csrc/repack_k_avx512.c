@@ -73,7 +73,7 @@ INFER_ALWAYS_INLINE void q45_k_r16_group(int nt, int64_t nb, const uint8_t *wg, 
         for (int p = 0; p < QK_K / 64; p++) {   /* sub-blocks 2p (low nibbles) and 2p + 1 (high) */
             if (pf)   /* the group-block's lines a group ahead, a quarter a pair (Q4_K: 36, 9) */
                 for (int i = 0; i < (int)(gbb / 4 / 64) + five; i++)
-                    INFER_PREFETCH(pf + (size_t)b * gbb + (size_t)p * (gbb / 4) + 64 * i);
+                    R16_PREFETCH(pf + (size_t)b * gbb + (size_t)p * (gbb / 4) + 64 * i);
             __m512i lo[8], hi16[8];
             for (int c = 0; c < 8; c++) {
                 const __m512i v = _mm512_loadu_si512((const void *)(gb + qs_at + 64 * (8 * p + c)));
@@ -218,7 +218,7 @@ INFER_ALWAYS_INLINE void q6_k_r16_group(int nt, int64_t nb, const uint8_t *wg, c
             for (int q = 0; q < 2; q++) {
                 if (pf)   /* a group-block's 53 lines a group ahead, 14 a quarter */
                     for (int i = 0; i < 14; i++)
-                        INFER_PREFETCH(pf + (size_t)b * R16Q6_GROUP_BLOCK + (size_t)(2 * h + q) * (R16Q6_GROUP_BLOCK / 4) + 64 * i);
+                        R16_PREFETCH(pf + (size_t)b * R16Q6_GROUP_BLOCK + (size_t)(2 * h + q) * (R16Q6_GROUP_BLOCK / 4) + 64 * i);
                 __m512i W[4][4];   /* [g][c]: elements 128h + 32g + 16q + 4c..+3 */
                 for (int c = 0; c < 4; c++) {
                     const int c8 = 4 * q + c;
@@ -278,7 +278,7 @@ INFER_ALWAYS_INLINE void iq4_xs_r16_group(int nt, int64_t nb, const uint8_t *wg,
         for (int j = 0; j < 8; j++) {
             if (pf)   /* a group-block's 34 lines a group ahead, 5 a sub-block */
                 for (int i = 0; i < 5; i++)
-                    INFER_PREFETCH(pf + (size_t)b * R16I4_GROUP_BLOCK + (size_t)j * (R16I4_GROUP_BLOCK / 8) + 64 * i);
+                    R16_PREFETCH(pf + (size_t)b * R16I4_GROUP_BLOCK + (size_t)j * (R16I4_GROUP_BLOCK / 8) + 64 * i);
             __m512i lo[4], hi[4];
             for (int c = 0; c < 4; c++) {
                 const __m512i v = _mm512_loadu_si512((const void *)(gb + R16I4_QS + 64 * (4 * j + c)));
@@ -355,7 +355,7 @@ INFER_ALWAYS_INLINE void q3_k_r16_group(int nt, int64_t nb, const uint8_t *wg, c
             for (int h = 0; h < 2; h++) {
                 if (pf)   /* a group-block's 28 lines a group ahead, 7 a quarter */
                     for (int i = 0; i < 7; i++)
-                        INFER_PREFETCH(pf + (size_t)b * R16Q3_GROUP_BLOCK + (size_t)(2 * lh + h) * (R16Q3_GROUP_BLOCK / 4) + 64 * i);
+                        R16_PREFETCH(pf + (size_t)b * R16Q3_GROUP_BLOCK + (size_t)(2 * lh + h) * (R16Q3_GROUP_BLOCK / 4) + 64 * i);
                 __m512i W[4][4];   /* [j][c]: elements 128h + 32j + 16lh + 4c..+3 */
                 for (int c = 0; c < 4; c++) {
                     const uint8_t *unit = gb + R16Q3_UNITS + R16Q3_UNIT * (4 * lh + c);
@@ -408,7 +408,7 @@ INFER_ALWAYS_INLINE void q2_k_r16_group(int nt, int64_t nb, const uint8_t *wg, c
             for (int lh = 0; lh < 2; lh++) {
                 if (pf)   /* a group-block's 21 lines a group ahead, 6 a quarter */
                     for (int i = 0; i < 6; i++)
-                        INFER_PREFETCH(pf + (size_t)b * R16Q2_GROUP_BLOCK + (size_t)(2 * h + lh) * (R16Q2_GROUP_BLOCK / 4) + 64 * i);
+                        R16_PREFETCH(pf + (size_t)b * R16Q2_GROUP_BLOCK + (size_t)(2 * h + lh) * (R16Q2_GROUP_BLOCK / 4) + 64 * i);
                 __m512i W[4][4];   /* [j][c]: elements 128h + 32j + 16lh + 4c..+3 */
                 for (int c = 0; c < 4; c++) {
                     const __m512i V = _mm512_loadu_si512((const void *)(gb + R16Q2_QS + 64 * (8 * h + 4 * lh + c)));
