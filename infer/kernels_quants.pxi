@@ -513,11 +513,12 @@ def repack_type(qtype):
     return TYPE_NAMES[r] if r else None
 
 
-def repack(w, qtype):
+def repack(w, qtype, out=None):
     """Weight rows w (uint8, rows x row bytes, format q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs, rows a
     multiple of 16) repacked into that format's *_r16 layout (csrc/repack.h, repack_k.h): a new
-    uint8 array of the same shape, which the kernels multiply as format
-    ``vec_dot_type``-paired ``"<qtype>_r16"``.  Returns (array, format name)."""
+    uint8 array of the same shape, or ``out`` (C-contiguous uint8 of w's shape, not
+    overlapping w), which the kernels multiply as format ``vec_dot_type``-paired
+    ``"<qtype>_r16"``.  Returns (array, format name)."""
     cdef int t = type_id(qtype)
     cdef int rt = infer_repack_type(t)
     if rt == 0:
@@ -534,7 +535,14 @@ def repack(w, qtype):
     if rows == 0 or rows % 16:
         raise ValueError(f"w: {rows} rows; repacking takes whole groups of 16 rows")
     cdef int64_t cols = rb // bb * infer_type_block_size(t)
-    out = _np.empty((rows, rb), _np.uint8)
+    if out is None:
+        out = _np.empty((rows, rb), _np.uint8)
+    elif (not isinstance(out, _np.ndarray) or out.dtype != _np.uint8 or out.shape != (rows, rb)
+          or not out.flags.c_contiguous or not out.flags.writeable):
+        raise ValueError(f"out: expected writable C-contiguous uint8 of shape {(rows, rb)}, got "
+                         f"{getattr(out, 'dtype', type(out).__name__)} of shape {getattr(out, 'shape', None)}")
+    elif _np.shares_memory(out, a):
+        raise ValueError("out: overlaps w")
     cdef uint8_t[:, ::1] dst = out
     cdef int rc
     with nogil:

@@ -446,3 +446,47 @@ def test_release_pages_leaves_the_bytes_readable():
         np.testing.assert_array_equal(view, before)
     finally:
         g.close()
+
+
+@pytest.mark.parametrize("fmt", FILE_FORMATS)
+def test_repack_into_a_given_array_gives_the_same_bytes(fmt):
+    w = make_weights(fmt, 32, 256, 7)
+    fresh, name = K.repack(w, fmt)
+    out = np.full(w.shape, 0xA5, np.uint8)
+    into, name2 = K.repack(w, fmt, out)
+    assert into is out and name2 == name
+    assert np.array_equal(into, fresh)
+
+
+def test_repack_refuses_a_bad_out():
+    w = make_weights("q4_0", 32, 64, 1)
+    with pytest.raises(ValueError, match="out: expected"):
+        K.repack(w, "q4_0", np.empty((16, w.shape[1]), np.uint8))
+    with pytest.raises(ValueError, match="out: expected"):
+        K.repack(w, "q4_0", np.empty(w.shape, np.int8))
+    with pytest.raises(ValueError, match="out: expected"):
+        K.repack(w, "q4_0", np.empty((w.shape[0], 2 * w.shape[1]), np.uint8)[:, ::2])
+    frozen = np.empty(w.shape, np.uint8)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="out: expected"):
+        K.repack(w, "q4_0", frozen)
+    with pytest.raises(ValueError, match="overlaps"):
+        K.repack(w, "q4_0", w)
+
+
+def test_arena_parts_are_aligned_and_apart():
+    from infer.arena import HUGE_PAGE, Arena
+    shapes = [(16, 18), (48, 100), (32, 3)]
+    arena = Arena(Arena.size_of(shapes))
+    assert Arena.size_of(shapes) == 320 + 4800 + 128   # each part rounded up to 64 bytes
+    parts = [arena.take(s) for s in shapes]
+    starts = [p.ctypes.data for p in parts]
+    assert starts[0] % HUGE_PAGE == 0
+    assert [s - starts[0] for s in starts] == [0, 320, 320 + 4800]
+    for p, s in zip(parts, shapes):
+        assert p.shape == s and p.dtype == np.uint8 and p.flags.c_contiguous and p.flags.writeable
+        assert not p.any()   # fresh memory reads as zeros
+        p[...] = 1
+    assert sum(int(p.sum()) for p in parts) == 16 * 18 + 48 * 100 + 32 * 3
+    with pytest.raises(MemoryError, match="arena"):
+        arena.take((1, 1))

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 import numpy as np
 
 from .. import kernels as K
+from ..arena import Arena
 from ..gguf import GGUFError
 from ..runtime import UnsupportedModelError
 from ..tensor import unsupported_format_message
@@ -54,15 +55,20 @@ class Matrix:
         part.file_data, part.file_qtype = part.data, part.qtype
         return part
 
-    def repacked(self) -> "Matrix":
+    def repackable(self) -> bool:
+        """Whether `repacked` makes a copy: the active kernel set has a repacked
+        format for this one and the rows come in 16s."""
+        return K.repack_type(self.qtype) is not None and self.rows > 0 and self.rows % 16 == 0
+
+    def repacked(self, arena: Optional[Arena] = None) -> "Matrix":
         """This matrix in the layout the active kernel set multiplies fastest
         (`kernels.repack_type`: 16 rows interleaved, csrc/repack.h), as a copy in
-        memory; itself when there is none or its rows do not come in 16s."""
-        fast = K.repack_type(self.qtype)
-        if fast is None or self.rows % 16 or self.rows == 0:
+        memory (taken from ``arena`` if given); itself when not `repackable`."""
+        if not self.repackable():
             return self
         part = object.__new__(Matrix)
-        data, fmt = K.repack(self.data, self.qtype)
+        out = arena.take(self.data.shape) if arena is not None else None
+        data, fmt = K.repack(self.data, self.qtype, out)
         part.data, part.qtype = data, K.type_id(fmt)
         part.act_type = K.type_id(K.vec_dot_type(part.qtype))
         part.rows, part.cols = self.rows, self.cols
@@ -83,14 +89,19 @@ def repack_weights(w: "ModelWeights", release: Optional[Callable[[Any], None]] =
     (`Matrix.repacked`), as copies in memory: at most the size of those matrices in
     the file.  ``release(file_rows)`` is called for each matrix copied (the file's
     pages can go: `GGUFFile.release_pages`).  token_embd stays the file's (its rows
-    are looked up one at a time); a tied head gets its own repacked copy."""
+    are looked up one at a time); a tied head gets its own repacked copy.  The
+    copies share one block of memory on huge pages where the OS offers them
+    (`infer.arena`)."""
+    matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+    todo = [w.output] + [getattr(layer, k) for layer in w.layers for k in matrices]
+    arena = Arena(Arena.size_of([m.data.shape for m in todo if m.repackable()]))
+
     def fast(m: Matrix) -> Matrix:
-        r = m.repacked()
+        r = m.repacked(arena)
         if r is not m and release is not None:
             release(m.file_data)
         return r
 
-    matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
     layers = [dataclasses.replace(layer, **{k: fast(getattr(layer, k)) for k in matrices})  # type: ignore[arg-type]
               for layer in w.layers]
     return ModelWeights(token_embd=w.token_embd, output_norm=w.output_norm,
