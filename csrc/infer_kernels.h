@@ -291,22 +291,19 @@ typedef void (*infer_attn_block_fn)(int64_t n_q, const float *const *q, float *c
  * left a mat-vec streaming from memory at a third of its in-cache speed.  Rows past
  * the matrix are harmless: a prefetch never faults. */
 #define INFER_PREFETCH_ROWS 16
-/* INFER_PREFETCH: weights, read once (non-temporal).  INFER_PREFETCH_KEEP: lines
- * read again soon into all cache levels (attention's cache rows, ops_internal.h).
- * INFER_PREFETCH_SOON: into the core's second-level cache (the repacked kernels'
- * weights for a batch of tokens, repack.h). */
+/* INFER_PREFETCH: weights, read once (non-temporal).  INFER_PREFETCH_SOON: into the
+ * core's second-level cache, not the first, where lines fetched ahead of a pass evict
+ * the pass's own (the repacked kernels' weights for a batch of tokens, repack.h;
+ * attention's cache rows, ops_internal.h). */
 #if defined(__GNUC__) || defined(__clang__)
 #define INFER_PREFETCH(p) __builtin_prefetch((p), 0, 0)
-#define INFER_PREFETCH_KEEP(p) __builtin_prefetch((p), 0, 3)
 #define INFER_PREFETCH_SOON(p) __builtin_prefetch((p), 0, 2)
 #elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
 #include <xmmintrin.h>
 #define INFER_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_NTA)
-#define INFER_PREFETCH_KEEP(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 #define INFER_PREFETCH_SOON(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 #else
 #define INFER_PREFETCH(p) ((void)(p))
-#define INFER_PREFETCH_KEEP(p) ((void)(p))
 #define INFER_PREFETCH_SOON(p) ((void)(p))
 #endif
 
