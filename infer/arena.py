@@ -27,10 +27,13 @@ class Arena:
             raise ValueError(f"nbytes: expected >= 0, got {nbytes}")
         # anonymous and private (shared memory has its own huge-page policy, off by
         # default): zero pages on first touch
-        if hasattr(mmap, "MAP_PRIVATE"):
-            self._buf = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE)
-        else:   # Windows
-            self._buf = mmap.mmap(-1, nbytes + HUGE_PAGE)
+        try:
+            if hasattr(mmap, "MAP_PRIVATE"):
+                self._buf = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE)
+            else:   # Windows
+                self._buf = mmap.mmap(-1, nbytes + HUGE_PAGE)
+        except (OSError, OverflowError) as e:
+            raise MemoryError(f"arena: cannot map {nbytes / 2**20:,.1f} MiB for the weights' copies ({e})") from None
         if hasattr(mmap, "MADV_HUGEPAGE"):
             try:
                 self._buf.madvise(mmap.MADV_HUGEPAGE)

@@ -490,3 +490,7 @@ def test_arena_parts_are_aligned_and_apart():
     assert sum(int(p.sum()) for p in parts) == 16 * 18 + 48 * 100 + 32 * 3
     with pytest.raises(MemoryError, match="arena"):
         arena.take((1, 1))
+    with pytest.raises(MemoryError, match="cannot map"):
+        Arena(1 << 62)   # more address space than any machine maps
+    with pytest.raises(ValueError, match="nbytes"):
+        Arena(-1)
