@@ -315,18 +315,24 @@ INFER_ALWAYS_INLINE void infer_prefetch_lines(const uint8_t *p, size_t bytes) {
 
 /* At step b of nb, the lines of span bytes from p up to (b + 1) / nb of the span
  * (*done: the bytes requested so far); nothing when p is NULL. */
-INFER_ALWAYS_INLINE void infer_prefetch_part(const uint8_t *p, size_t *done, size_t span, int64_t b, int64_t nb) {
+INFER_ALWAYS_INLINE void infer_prefetch_part_to(const uint8_t *p, size_t *done, size_t span, int64_t b,
+                                                int64_t nb, int soon) {
     if (!p) return;
     const size_t upto = (size_t)(b + 1) * span / (size_t)nb;
-    for (; *done < upto; *done += 64) INFER_PREFETCH(p + *done);
+    for (; *done < upto; *done += 64) {
+        if (soon) INFER_PREFETCH_SOON(p + *done);   /* a constant in each caller */
+        else INFER_PREFETCH(p + *done);
+    }
+}
+
+INFER_ALWAYS_INLINE void infer_prefetch_part(const uint8_t *p, size_t *done, size_t span, int64_t b, int64_t nb) {
+    infer_prefetch_part_to(p, done, span, b, nb, 0);
 }
 
 /* The same into the second-level cache (INFER_PREFETCH_SOON). */
 INFER_ALWAYS_INLINE void infer_prefetch_part_soon(const uint8_t *p, size_t *done, size_t span, int64_t b,
                                                   int64_t nb) {
-    if (!p) return;
-    const size_t upto = (size_t)(b + 1) * span / (size_t)nb;
-    for (; *done < upto; *done += 64) INFER_PREFETCH_SOON(p + *done);
+    infer_prefetch_part_to(p, done, span, b, nb, 1);
 }
 
 #define INFER_DOT_4XN_MAX 4

@@ -6,6 +6,14 @@
 
 #include <string.h>
 
+/* A unit of Q6_K's and Q3_K's reading order, for one row: its three 4-byte chunks,
+ * each 64 bytes (a chunk of all 16 rows) after the last. */
+static void place_unit(uint8_t *unit, const uint8_t *a, const uint8_t *b, const uint8_t *c) {
+    memcpy(unit, a, 4);
+    memcpy(unit + 64, b, 4);
+    memcpy(unit + 128, c, 4);
+}
+
 /* File block x of row r (format `type`) into its place in group-block out. */
 static void place_row_block(int type, const uint8_t *x, uint8_t *out, int r) {
     switch (type) {
@@ -27,11 +35,9 @@ static void place_row_block(int type, const uint8_t *x, uint8_t *out, int r) {
         memcpy(out + R16Q6_D + 2 * r, &b->d, 2);
         for (int k = 0; k < 4; k++) memcpy(out + R16Q6_SCALES + 64 * k + 4 * r, b->scales + 4 * k, 4);
         for (int u = 0; u < 16; u++) {
-            uint8_t *unit = out + R16Q6_UNITS + R16Q6_UNIT * u + 4 * r;
             const int h = u / 8, m = 4 * (u % 8);
-            memcpy(unit, b->qh + 32 * h + m, 4);
-            memcpy(unit + 64, b->ql + 64 * h + m, 4);
-            memcpy(unit + 128, b->ql + 64 * h + 32 + m, 4);
+            place_unit(out + R16Q6_UNITS + R16Q6_UNIT * u + 4 * r, b->qh + 32 * h + m, b->ql + 64 * h + m,
+                       b->ql + 64 * h + 32 + m);
         }
         break;
     }
@@ -47,12 +53,9 @@ static void place_row_block(int type, const uint8_t *x, uint8_t *out, int r) {
         const block_q3_K *b = (const block_q3_K *)x;
         memcpy(out + R16Q3_D + 2 * r, &b->d, 2);
         for (int k = 0; k < 3; k++) memcpy(out + R16Q3_SCALES + 64 * k + 4 * r, b->scales + 4 * k, 4);
-        for (int k = 0; k < 8; k++) {
-            uint8_t *unit = out + R16Q3_UNITS + R16Q3_UNIT * k + 4 * r;
-            memcpy(unit, b->hmask + 4 * k, 4);
-            memcpy(unit + 64, b->qs + 4 * k, 4);
-            memcpy(unit + 128, b->qs + 32 + 4 * k, 4);
-        }
+        for (int k = 0; k < 8; k++)
+            place_unit(out + R16Q3_UNITS + R16Q3_UNIT * k + 4 * r, b->hmask + 4 * k, b->qs + 4 * k,
+                       b->qs + 32 + 4 * k);
         break;
     }
     default: {   /* Q2_K */
