@@ -406,15 +406,16 @@ def test_top_k_on_large_vocabularies_matches_a_full_sort(k):
 def test_greedy_with_logit_bias_is_the_argmax_of_the_biased_logits():
     """Greedy sampling with a logit bias (and nothing else) takes a path that does not
     copy the logits; it must pick np.argmax of the biased copy, the lowest id on ties,
-    whether the maximum is biased or not, and raise when every token ends at -inf."""
+    whether the maximum is biased or not, and raise when every token ends at -inf.
+    Up to 8 biased ids take a scalar path, more a vectorised one: both are drawn."""
     rng = np.random.default_rng(0)
-    for _ in range(3000):
+    for _ in range(4000):
         n = int(rng.integers(1, 40))
         x = rng.integers(-3, 4, n).astype(np.float32)   # small integers: many ties
         if rng.random() < 0.2:
             x[rng.integers(0, n)] = -np.inf
-        ids = rng.choice(n, int(rng.integers(1, min(n, 5) + 1)), replace=False)
-        vals = rng.choice([-100.0, -1.0, 0.0, 1.0, 2.0, 5.0, -np.inf], ids.size)
+        ids = rng.choice(n, int(rng.integers(1, min(n, 14) + 1)), replace=False)
+        vals = rng.choice([-100.0, -1.0, 0.0, 1.0, 2.0, 5.0, 0.1, -np.inf], ids.size)
         bias = {int(i): float(v) for i, v in zip(ids, vals)}
         y = x.copy()
         y[ids] += vals.astype(np.float32)
