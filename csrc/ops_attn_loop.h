@@ -7,6 +7,8 @@
  *   attn_accumulate(UB, acc, d, v, p0, nb, w, f16, pf) acc[u * d + i] += sum_j w[u * ATTN_CHUNK + j] v_row(p0 + j)[i]
  *     (pf > 0: also prefetch the rows pf positions ahead of those read; see ops_internal.h)
  *   attn_exp_sum(s, nb, m)     s[j] = exp(s[j] - m), 0 for -inf; returns the sum
+ *   attn_max(s, n)             the largest of s[0..n) (n >= 1) that is not NaN, -inf if none:
+ *                              the scalar loop `m = s[j] > m ? s[j] : m` from m = -inf
  *   attn_rescale(acc, c, d)    acc[i] *= c
  * (UB <= 4 queries, a constant at each call) and OPS_ISA, the suffix of the
  * entries defined here: attn_block_f32_<isa>, attn_block_f16_<isa>, attn_f32_<isa>,
@@ -26,14 +28,14 @@
 static void attn_softmax_step(float *s, int64_t p0, int64_t nb, int64_t lo, int64_t hi,
                               float *m, float *l, float *acc, int64_t d, float softcap) {
     const int64_t jlo = lo - p0 > 0 ? lo - p0 : 0, jhi = hi - p0 < nb - 1 ? hi - p0 : nb - 1;
+    /* [0, jlo) and (jhi, nb) cover the chunk when the range is empty (jhi < jlo) */
+    for (int64_t j = 0; j < jlo && j < nb; j++) s[j] = -INFINITY;
+    for (int64_t j = jhi + 1 > 0 ? jhi + 1 : 0; j < nb; j++) s[j] = -INFINITY;
     float cmax = -INFINITY;
-    for (int64_t j = 0; j < nb; j++) {
-        if (j < jlo || j > jhi) {
-            s[j] = -INFINITY;
-            continue;
-        }
-        if (softcap > 0.0f) s[j] = softcap * tanhf(s[j] / softcap);
-        cmax = s[j] > cmax ? s[j] : cmax;
+    if (jlo <= jhi) {
+        if (softcap > 0.0f)
+            for (int64_t j = jlo; j <= jhi; j++) s[j] = softcap * tanhf(s[j] / softcap);
+        cmax = attn_max(s + jlo, jhi - jlo + 1);
     }
     if (cmax == -INFINITY) {
         for (int64_t j = 0; j < nb; j++) s[j] = 0.0f;

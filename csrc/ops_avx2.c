@@ -327,6 +327,18 @@ static float attn_exp_sum(float *s, int64_t nb, float m) {
     return hsum8(sum);
 }
 
+/* vmaxps returns its second operand when either is NaN: a NaN score never wins */
+static float attn_max(const float *s, int64_t n) {
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) mx = _mm256_max_ps(_mm256_loadu_ps(s + j), mx);
+    float lanes[8], m = -INFINITY;
+    _mm256_storeu_ps(lanes, mx);
+    for (int i = 0; i < 8; i++) m = lanes[i] > m ? lanes[i] : m;
+    for (; j < n; j++) m = s[j] > m ? s[j] : m;
+    return m;
+}
+
 #define attn_rescale scale_avx2
 #define OPS_ISA avx2
 #include "ops_attn_loop.h"

@@ -300,6 +300,16 @@ static float attn_exp_sum(float *s, int64_t nb, float m) {
     return vaddvq_f32(sum);
 }
 
+/* vmaxnm (IEEE maxNum) returns the other operand when one is NaN: a NaN score never wins */
+static float attn_max(const float *s, int64_t n) {
+    float32x4_t mx = vdupq_n_f32(-INFINITY);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) mx = vmaxnmq_f32(vld1q_f32(s + j), mx);
+    float m = vmaxnmvq_f32(mx);
+    for (; j < n; j++) m = s[j] > m ? s[j] : m;
+    return m;
+}
+
 #define attn_rescale scale_neon
 #define OPS_ISA neon
 #include "ops_attn_loop.h"
