@@ -294,17 +294,21 @@ typedef void (*infer_attn_block_fn)(int64_t n_q, const float *const *q, float *c
 /* INFER_PREFETCH: weights, read once (non-temporal).  INFER_PREFETCH_SOON: into the
  * core's second-level cache, not the first, where lines fetched ahead of a pass evict
  * the pass's own (the repacked kernels' weights for a batch of tokens, repack.h;
- * attention's cache rows, ops_internal.h). */
+ * attention's cache rows, ops_internal.h).  INFER_PREFETCH_WRITE: a line about to be
+ * written (the KV cache slot of a decoded token). */
 #if defined(__GNUC__) || defined(__clang__)
 #define INFER_PREFETCH(p) __builtin_prefetch((p), 0, 0)
 #define INFER_PREFETCH_SOON(p) __builtin_prefetch((p), 0, 2)
+#define INFER_PREFETCH_WRITE(p) __builtin_prefetch((p), 1, 2)
 #elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
 #include <xmmintrin.h>
 #define INFER_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_NTA)
 #define INFER_PREFETCH_SOON(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
+#define INFER_PREFETCH_WRITE(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 #else
 #define INFER_PREFETCH(p) ((void)(p))
 #define INFER_PREFETCH_SOON(p) ((void)(p))
+#define INFER_PREFETCH_WRITE(p) ((void)(p))
 #endif
 
 /* The lines of bytes bytes from p, at once (a row ahead, where a kernel has no
