@@ -46,6 +46,12 @@ typedef struct {
      * chunks of chunk_rows (attention: floats of one chunk's output) */
     int64_t row0, row_end, chunk_rows;
     const float *rope_cs;         /* attention: the layer's angles (see transformer_block.c) */
+    /* gate/up jobs: when quant_type >= 0, each chunk quantizes its GLU rows straight
+     * into the next product's input (format quant_type, quant_row_bytes per token)
+     * instead of copying them out as floats */
+    int quant_type;
+    uint8_t *quant_out;
+    size_t quant_row_bytes;
 } infer_decode_job;
 typedef char infer_decode_job_fits_the_team[sizeof(infer_decode_job) <= INFER_TEAM_JOB_BYTES ? 1 : -1];
 

@@ -72,6 +72,32 @@ def test_quantize_matches_gguf(isa, fmt, count, seed):
     np.testing.assert_array_equal(out, want)
 
 
+ACTIVATION_BLOCKS = {"q8_0": (32, 34), "q8_1": (32, 36), "q8_0s": (32, 36), "q8_k": (256, 292)}
+
+
+@pytest.mark.parametrize("fmt", sorted(ACTIVATION_BLOCKS))
+def test_activation_blocks_quantize_alone(isa, fmt):
+    """The fused decode step quantizes the down product's input piece by piece, as the
+    gate/up chunks finish (csrc/transformer_block.c): every activation format must give
+    a run of blocks the same bytes alone as within the whole row (pieces cut at every
+    block boundary, so a SIMD quantizer's group of blocks starts anywhere)."""
+    qb, nbytes = ACTIVATION_BLOCKS[fmt]
+    n_blocks = 37
+    x = awkward_values(n_blocks * qb // 32, 7)[: n_blocks * qb] if qb == 32 else \
+        np.random.default_rng(7).standard_normal(n_blocks * qb).astype(np.float32) * 3
+    whole = np.empty(n_blocks * nbytes, np.uint8)
+    K.quantize(x, fmt, whole)
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        cuts = np.sort(rng.choice(np.arange(1, n_blocks), size=int(rng.integers(1, 6)), replace=False))
+        pieces = []
+        for lo, hi in zip([0, *cuts], [*cuts, n_blocks]):
+            part = np.empty((hi - lo) * nbytes, np.uint8)
+            K.quantize(np.ascontiguousarray(x[lo * qb:hi * qb]), fmt, part)
+            pieces.append(part)
+        np.testing.assert_array_equal(np.concatenate(pieces), whole, err_msg=f"cuts {cuts}")
+
+
 def ref_quantize_q8_1(x):
     """ggml quantize_row_q8_1_ref in numpy: float32 d = amax/127, q = roundf(x*id),
     s = fp16(float32(sum q) * d)."""
