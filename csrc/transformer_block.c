@@ -6,8 +6,8 @@
  * per step: thread 0 (the leader) walks the layers and does the small serial
  * steps (embed, norms, biases, k norm and RoPE, the cache stores, quantizing an
  * input once for all the matrices that read it, residual adds); matrix products
- * (by rows, every row against the B inputs) and attention (by sequence and KV
- * head) are jobs whose chunks every thread claims (the team of decode_team.h: a
+ * (by rows, every row against the B inputs; the gate/up chunks also quantize the
+ * down product's input) and attention (by sequence and KV head) are jobs whose chunks every thread claims (the team of decode_team.h: a
  * helper that is not running on a busy machine is never waited for).
  */
 #include "transformer_block.h"
@@ -188,10 +188,10 @@ static void copy_chunk(void *ctx, const void *job, int64_t c, const float *scrat
         /* whole blocks of the down product's input, token by token (the blocks are
          * quantized independently: the same bytes as the whole rows at once) */
         if (!infer_decode_chunk_part(j, c, 0, &lo, &hi)) return;
-        const size_t at = (size_t)(lo / infer_type_block_size(j->quant_type)) * infer_type_block_bytes(j->quant_type);
+        const int qt = j->quant_type;
+        const size_t at = (size_t)(lo / infer_type_block_size(qt)) * infer_type_block_bytes(qt);
         for (int t = 0; t < j->n_tokens; t++)
-            d->kt->quantize[j->quant_type](scratch + t * (hi - lo), j->quant_out + t * j->quant_row_bytes + at,
-                                           hi - lo);
+            d->kt->quantize[qt](scratch + t * (hi - lo), j->quant_out + t * j->quant_row_bytes + at, hi - lo);
     } else if (j->kind != INFER_JOB_HEAD) {
         infer_decode_copy_chunk(ctx, job, c, scratch);
     } else if (infer_decode_chunk_part(j, c, 0, &lo, &hi)) {
@@ -219,8 +219,9 @@ static void residual(const decode_ctx *d, const float *post_norm) {
 /* Set j to multiply the B rows at x (n values each) by its first n_mats
  * matrices (already in j->mats) and run it on the team.  A gate/up job's chunks
  * quantize their output for `feeds` (the down matrix) as they finish, in parallel,
- * when they hold whole blocks of its input format; the leader then skips that
- * serial quantization (B = 8 on SmolLM2: 47% of it). */
+ * when they hold whole blocks of its input format, and the down job that follows
+ * reads that input instead of having the leader quantize s->gate alone (B = 8 on
+ * SmolLM2: about half the leader's quantizing). */
 static void run_matrix_job(decode_ctx *d, infer_decode_team *team, int kind, const float *x, int64_t n,
                            int n_mats, const infer_decode_matrix *feeds) {
     infer_decode_job *j = &d->staging;

@@ -352,8 +352,9 @@ class Sampler:
         decide (imax is biased, a bias id is out of range, or the result would be NaN
         or -inf: that path raises)."""
         top = x[imax]
-        if self._bias_pairs is not None:
-            return self._greedy_with_few_biases(x, imax, top)
+        pairs = self._bias_pairs
+        if pairs is not None:
+            return self._greedy_with_few_biases(x, imax, top, pairs)
         ids = self._bias_ids
         if int(ids.max()) >= x.shape[0] or bool((ids == imax).any()):
             return None
@@ -366,18 +367,20 @@ class Sampler:
         tied = int(ids[vals == m].min())
         return tied if m > top else min(tied, imax)
 
-    def _greedy_with_few_biases(self, x: NDArray[Any], imax: int, top: Any) -> Optional[int]:
+    @staticmethod
+    def _greedy_with_few_biases(x: NDArray[Any], imax: int, top: Any,
+                                pairs: list[tuple[int, float]]) -> Optional[int]:
         """`_greedy_with_bias` for a handful of biased ids, on float32 scalars: the same
         sums (float32 logit + float32 bias) and the same answer."""
         n = x.shape[0]
-        m = best = None
-        for tok, b in self._bias_pairs:
+        best, m = -1, top   # best < 0: no biased id seen yet (pairs is never empty)
+        for tok, b in pairs:
             if tok >= n or tok == imax:
                 return None
             v = x[tok] + np.float32(b)
             if v != v:   # NaN
                 return None
-            if m is None or v > m or (v == m and tok < best):
+            if best < 0 or v > m or (v == m and tok < best):
                 m, best = v, tok
         if max(m, top) == -np.inf:
             return None
