@@ -280,23 +280,35 @@ class _Server:
                     raise Cancelled("the client disconnected") from None
 
 
+def _sse(payload: str) -> bytes:
+    """One server-sent event carrying ``payload`` (JSON has no raw newlines: one data line)."""
+    return b"data: " + payload.encode() + b"\r\n\r\n"
+
+
 def _event_stream(items: "asyncio.Queue[tuple[str, Any]]", handle: Any, wants_usage: bool) -> Response:
     from sse_starlette import EventSourceResponse
 
     async def events() -> Any:
+        # Each body message carries every chunk already queued, not one each: when
+        # the event loop falls behind the decode (many streams on few cores) it
+        # catches up in fewer sends; a stream that keeps up still sends token by token.
         try:
             while True:
-                kind, value = await items.get()
-                if kind == "chunk":
-                    if "usage" in value and not value["choices"] and not wants_usage:
-                        continue
-                    yield {"data": json.dumps(value, ensure_ascii=False)}
-                elif kind == "error":
-                    yield {"data": json.dumps(value[1], ensure_ascii=False)}
-                    return
-                else:
-                    yield {"data": "[DONE]"}
-                    return
+                batch = [await items.get()]
+                while not items.empty():
+                    batch.append(items.get_nowait())
+                out = []
+                for kind, value in batch:
+                    if kind == "chunk":
+                        if "usage" in value and not value["choices"] and not wants_usage:
+                            continue
+                        out.append(_sse(json.dumps(value, ensure_ascii=False)))
+                    else:
+                        out.append(_sse(json.dumps(value[1], ensure_ascii=False) if kind == "error" else "[DONE]"))
+                        yield b"".join(out)
+                        return
+                if out:
+                    yield b"".join(out)
         finally:
             handle.cancel()  # the client went away (a no-op once the request is over)
 
