@@ -39,7 +39,7 @@ typedef struct {
     float slot_factor[ROPE_SLOTS];
     int next_slot;
     int attn_splits;            /* ATTN_SPLITS if the partial results fit s->gate and s->up, else 1 */
-    int input_ready;            /* the last job quantized the next one's input into s->xq[2] */
+    const infer_decode_matrix *input_ready;   /* s->xq[2] holds this matrix's input (the last job quantized it) */
     infer_decode_job staging;   /* the leader sets up the next job here */
 } decode_ctx;
 
@@ -226,9 +226,9 @@ static void run_matrix_job(decode_ctx *d, infer_decode_team *team, int kind, con
                            int n_mats, const infer_decode_matrix *feeds) {
     infer_decode_job *j = &d->staging;
     const int B = d->n_seqs;
-    if (d->input_ready && n_mats == 1) j->inputs[0] = d->s->xq[2];
+    if (n_mats == 1 && d->input_ready == j->mats[0]) j->inputs[0] = d->s->xq[2];
     else infer_decode_quantize_inputs(d->kt, j, x, n, B, n_mats, d->s->xq);   /* slots 0 and 1 */
-    d->input_ready = 0;
+    d->input_ready = NULL;
     const int gate_up = kind == INFER_JOB_GATE_UP;
     /* a gate/up chunk holds the gate and the up rows of every token */
     infer_decode_matrix_job(j, kind, gate_up ? 1 : n_mats, B, team->nth, (gate_up ? 2 : 1) * (int64_t)B);
@@ -242,7 +242,7 @@ static void run_matrix_job(decode_ctx *d, infer_decode_team *team, int kind, con
         }
     }
     infer_decode_run_rows(team, j);
-    d->input_ready = j->quant_type >= 0;
+    if (j->quant_type >= 0) d->input_ready = feeds;
 }
 
 /* s->att from the attention parts in s->gate (outputs) and s->up (max, sum per

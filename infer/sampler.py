@@ -127,7 +127,7 @@ class Sampler:
             self._bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
             # A few biased ids (a server's banned end-of-turn tokens) are cheaper as scalars
             # than as numpy calls on tiny arrays, once per token and slot.
-            self._bias_pairs = (list(zip(bias.keys(), self._bias_values.tolist()))
+            self._bias_pairs = (list(zip(bias.keys(), self._bias_values))
                                 if len(bias) <= _SCALAR_BIAS_MAX else None)
         if seed is not None:
             seed = _check_int("seed", seed, lo=0)
@@ -369,7 +369,7 @@ class Sampler:
 
     @staticmethod
     def _greedy_with_few_biases(x: NDArray[Any], imax: int, top: Any,
-                                pairs: list[tuple[int, float]]) -> Optional[int]:
+                                pairs: list[tuple[int, np.float32]]) -> Optional[int]:
         """`_greedy_with_bias` for a handful of biased ids, on float32 scalars: the same
         sums (float32 logit + float32 bias) and the same answer."""
         n = x.shape[0]
@@ -377,7 +377,7 @@ class Sampler:
         for tok, b in pairs:
             if tok >= n or tok == imax:
                 return None
-            v = x[tok] + np.float32(b)
+            v = x[tok] + b
             if v != v:   # NaN
                 return None
             if best < 0 or v > m or (v == m and tok < best):
