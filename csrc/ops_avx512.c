@@ -279,7 +279,8 @@ static float attn_exp_sum(float *s, int64_t nb, float m) {
 static float attn_max(const float *s, int64_t n) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 mx = ninf;
-    for (int64_t j = 0; j < n; j += 16) mx = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail_mask(n - j), s + j), mx);
+    for (int64_t j = 0; j < n; j += 16)
+        mx = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail_mask(n - j), s + j), mx);
     return _mm512_reduce_max_ps(mx);
 }
 

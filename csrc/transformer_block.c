@@ -7,8 +7,9 @@
  * steps (embed, norms, biases, k norm and RoPE, the cache stores, quantizing an
  * input once for all the matrices that read it, residual adds); matrix products
  * (by rows, every row against the B inputs; the gate/up chunks also quantize the
- * down product's input) and attention (by sequence and KV head) are jobs whose chunks every thread claims (the team of decode_team.h: a
- * helper that is not running on a busy machine is never waited for).
+ * down product's input) and attention (by sequence and KV head) are jobs whose
+ * chunks every thread claims (the team of decode_team.h: a helper that is not
+ * running on a busy machine is never waited for).
  */
 #include "transformer_block.h"
 #include "decode_team.h"
@@ -39,7 +40,7 @@ typedef struct {
     float slot_factor[ROPE_SLOTS];
     int next_slot;
     int attn_splits;            /* ATTN_SPLITS if the partial results fit s->gate and s->up, else 1 */
-    const infer_decode_matrix *input_ready;   /* s->xq[2] holds this matrix's input (the last job quantized it) */
+    const infer_decode_matrix *input_ready;   /* s->xq[2] holds its input (the last job's chunks wrote it) */
     infer_decode_job staging;   /* the leader sets up the next job here */
 } decode_ctx;
 
