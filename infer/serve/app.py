@@ -1,9 +1,10 @@
 """The ASGI app of ``infer serve``: OpenAI's endpoints over a `Scheduler`.
 
-Each completion request runs `infer.api` in a worker thread of its own, over a
-`SlotContext`; the event loop only parses, waits and streams.  Items cross from
-the worker to the loop through an asyncio queue, so a slow client never holds
-up the decode steps of the others.
+Each completion request runs `infer.api` in a greenlet of its own on the event
+loop's thread (`greenlets`), over a `SlotContext` that pauses the greenlet
+where it would wait for the scheduler.  What it produces goes to the response
+through an asyncio queue, so a slow client never holds up the decode steps of
+the others.
 
 Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``:
 400 for a bad request (bad JSON, an unknown field, a wrong type, a prompt or
@@ -18,10 +19,10 @@ import hmac
 import inspect
 import json
 import logging
-import threading
 import time
 from typing import Any, Callable, Optional, Sequence
 
+import greenlet
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -30,6 +31,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from .. import api
+from .greenlets import GreenletWaits, Hub
 from .metrics import Metrics
 from .scheduler import Cancelled, QueueFull, Scheduler
 
@@ -105,6 +107,7 @@ class _Server:
         self.model_name = model_name
         self.metrics = Metrics()
         self.started = int(time.time())
+        self._loop_hub: Optional[Hub] = None
 
     # ---- routes ------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -159,6 +162,13 @@ class _Server:
         self.metrics.count_request("/v1/embeddings", 200)
         return JSONResponse(result)
 
+    def _hub(self) -> Hub:
+        """The hub of the running event loop (the app may outlive a loop: tests)."""
+        loop = asyncio.get_running_loop()
+        if self._loop_hub is None or self._loop_hub.loop is not loop:
+            self._loop_hub = Hub(loop)
+        return self._loop_hub
+
     # ---- one completion request ----------------------------------------------------------
     async def _complete(self, request: Request, endpoint: str, call: Callable[..., Any], required: str) -> Response:
         parsed = await self._parse(request, call, required)
@@ -176,16 +186,11 @@ class _Server:
         if isinstance(limit, int) and not isinstance(limit, bool):
             handle.reply_limit = limit  # nothing is decoded ahead past the last token asked for
         stream = body.get("stream") is True
-        loop = asyncio.get_running_loop()
         items: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        put = items.put_nowait  # the request's greenlet runs on the loop's thread
 
-        def put(kind: str, value: Any) -> None:
-            try:
-                loop.call_soon_threadsafe(items.put_nowait, (kind, value))
-            except RuntimeError:  # the loop is closed: the server is stopping
-                handle.cancel()
-
-        def work() -> None:
+        def work(waits: GreenletWaits) -> None:
+            handle.waits = waits
             status = 200
             final: tuple[str, Any] = ("end", None)
             try:
@@ -194,26 +199,27 @@ class _Server:
                     self.metrics.count_usage(result["usage"])
                     final = ("result", result)
                 else:
-                    put("ok", None)
+                    put(("ok", None))
                     try:
                         for chunk in result:
                             if "usage" in chunk:
                                 self.metrics.count_usage(chunk["usage"])
-                            put("chunk", chunk)
+                            put(("chunk", chunk))
                     finally:
                         result.close()
+            except greenlet.GreenletExit:  # collected while paused: the loop is gone, no one to tell
+                return
             except BaseException as exc:
                 status, error = _classify(exc)
                 final = ("error", (status, error))
-            finally:
-                handle.close()
-                if handle.first_token_at is not None:
-                    self.metrics.observe_ttft(handle.first_token_at - handle.opened)
-                # counted before the client can see the end, so /metrics agrees with it
-                self.metrics.count_request(endpoint, status)
-                put(*final)
+            handle.close()
+            if handle.first_token_at is not None:
+                self.metrics.observe_ttft(handle.first_token_at - handle.opened)
+            # counted before the client can see the end, so /metrics agrees with it
+            self.metrics.count_request(endpoint, status)
+            put(final)
 
-        threading.Thread(target=work, name="infer-request", daemon=True).start()
+        self._hub().start(work)
         try:
             kind, value = await self._next_item(items, request)
         except Cancelled:

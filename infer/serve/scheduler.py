@@ -1,7 +1,7 @@
 """Continuous batching: N slots decoded together by one scheduler thread.
 
-Each request runs the ordinary `infer.api` code (ChatSession, generate) in its own
-worker thread, over a `SlotContext`: an object shaped like a Context whose
+Each request runs the ordinary `infer.api` code (ChatSession, generate) in a
+thread or greenlet of its own, over a `SlotContext`: an object shaped like a Context whose
 ``prefill`` and ``next`` are jobs for the scheduler instead of forward passes.
 The scheduler thread alone runs the model.  Each round it
 
@@ -25,6 +25,12 @@ those of one token at a time.  Only samplers without a grammar and with
 are woken only as the next step starts (`_wake_workers`), so that their Python
 does not hold up the sampling before it.
 
+A request waits in one of two ways.  By default its thread blocks (the job's
+event, the scheduler's condition).  With ``SlotContext.waits`` set (`Waits`: the
+server runs each request in a greenlet on its event loop) it calls
+``waits.pause()`` instead until told, and the scheduler calls ``waits.resume()``
+where it would set the event or notify the condition.
+
 A request takes a slot at its first prefill, when its prompt is known: the free
 slot whose cached tokens share the longest prefix with it, so a chat's next
 turn prefills only what is new.  A cancelled request (its client went away)
@@ -36,14 +42,14 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 
 from ..generate import end_of_turn_ids
 from ..runtime import ContextOverflowError, decode_batch
 
-__all__ = ["Cancelled", "QueueFull", "Scheduler", "SlotContext"]
+__all__ = ["Cancelled", "QueueFull", "Scheduler", "SlotContext", "Waits"]
 
 
 class Cancelled(Exception):
@@ -55,6 +61,16 @@ class QueueFull(RuntimeError):
 
 
 _PREFILL, _DECODE = "prefill", "decode"
+
+
+class Waits(Protocol):
+    """How a request waits for the scheduler when its thread must not block."""
+
+    def pause(self) -> None:
+        """Return when resumed (or earlier: the caller checks again)."""
+
+    def resume(self) -> None:
+        """Make the paused request go on (from any thread)."""
 
 
 class _NotRun(Exception):
@@ -177,7 +193,7 @@ class Scheduler:
         """Stop the thread; pending and later jobs fail with Cancelled."""
         with self._cond:
             self._stopping = True
-            self._cond.notify_all()
+            self._notify_all()
         self._thread.join(timeout=30)
 
     # ---- what SlotContext asks (from worker threads) -----------------------------------
@@ -191,10 +207,17 @@ class Scheduler:
                     free = [s for s in self.slots if s.request is None]
                     if free and self._waiting[0] is request:
                         break
-                    self._cond.wait()
+                    if request.waits is None:
+                        self._cond.wait()
+                    else:
+                        self._cond.release()
+                        try:
+                            request.waits.pause()
+                        finally:
+                            self._cond.acquire()
             finally:
                 self._waiting.remove(request)
-                self._cond.notify_all()  # the next in line may now be first
+                self._notify_all()  # the next in line may now be first
             # longest common prefix; ties go to the slot idle longest
             slot = max(free, key=lambda s: (_common_prefix(s.context.tokens, prompt), -s.last_used))
             slot.request = request
@@ -212,11 +235,11 @@ class Scheduler:
             self._open -= 1
             if request.cancelled:
                 self.stats.cancelled += 1
-            self._cond.notify_all()
+            self._notify_all()
 
     def _submit(self, job: _Job) -> _Job:
         self._enqueue(job)
-        job.over.wait()
+        job.request._wait(job)
         if job.error is not None:
             raise job.error
         return job
@@ -269,7 +292,15 @@ class Scheduler:
 
     def _wake(self) -> None:
         with self._cond:
-            self._cond.notify_all()
+            self._notify_all()
+
+    def _notify_all(self) -> None:
+        """Wake whoever waits on the condition: threads, and the requests that wait
+        for a slot by pausing (under self._cond)."""
+        self._cond.notify_all()
+        for request in self._waiting:
+            if request.waits is not None:
+                request.waits.resume()
 
     # ---- the thread ----------------------------------------------------------------------
     def _run(self) -> None:
@@ -284,7 +315,7 @@ class Scheduler:
                     for job in self._jobs.values():
                         job.error = Cancelled("the server is stopping")
                         job.finished = True
-                        job.over.set()
+                        _tell(job)
                     self._jobs.clear()
                     return
                 deadline = time.monotonic() + self.gather
@@ -312,7 +343,7 @@ class Scheduler:
         would take turns at the GIL with the sampling of the next step and delay it,
         while in the step their Python runs beside the kernels."""
         for job in self._unwoken:
-            job.over.set()
+            _tell(job)
         self._unwoken.clear()
 
     def _round(self, jobs: list[tuple[int, _Job]]) -> list[tuple[int, _Job]]:
@@ -402,6 +433,13 @@ class Scheduler:
         stats.batch_sizes[size] = stats.batch_sizes.get(size, 0) + 1
 
 
+def _tell(job: _Job) -> None:
+    """Tell a job's request that the job is over."""
+    job.over.set()
+    if job.request.waits is not None:
+        job.request.waits.resume()
+
+
 def _sampler_hook(sampler: Any, hook: str, arg: int) -> None:
     """A grammar's commit/uncommit (infer.Sampler has them; other samplers may not)."""
     method = getattr(sampler, hook, None)
@@ -414,7 +452,7 @@ class SlotContext:
     (``tokens``, ``n_past``, ``n_ctx``, ``sampler``, ``prefill``, ``next``,
     ``truncate_to``) over a scheduler slot taken at the first prefill.
 
-    Only its worker thread uses it; `cancel` may come from any thread.
+    Only its request's thread (or greenlet) uses it; `cancel` may come from any thread.
     """
 
     def __init__(self, scheduler: Scheduler) -> None:
@@ -441,6 +479,16 @@ class SlotContext:
         self.reuse_prefix = True
         # the slot's logits are not those of its last token (after a truncation)
         self._stale = False
+        #: how to wait for the scheduler without blocking the thread (None: block it)
+        self.waits: Optional[Waits] = None
+
+    def _wait(self, job: _Job) -> None:
+        """Until ``job`` is over and its request told."""
+        if self.waits is None:
+            job.over.wait()
+            return
+        while not job.over.is_set():
+            self.waits.pause()
 
     @property
     def _index(self) -> int:
@@ -482,7 +530,7 @@ class SlotContext:
             if not job.taken:
                 scheduler._withdraw(job)
                 return
-        job.over.wait()
+        self._wait(job)
         with scheduler._cond:
             scheduler._withdraw(job)
 
@@ -567,7 +615,7 @@ class SlotContext:
                 self._ahead = None
                 late = job.finished  # too late to ask for the token after it: queued below
                 job.follow = True
-            job.over.wait()
+            self._wait(job)
             if isinstance(job.error, _NotRun):
                 job = None
         if job is None:
