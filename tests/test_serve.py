@@ -19,12 +19,13 @@ import time
 
 import pytest
 
-for _name in ("uvicorn", "starlette", "sse_starlette", "openai"):
+for _name in ("uvicorn", "starlette", "sse_starlette", "greenlet", "openai"):
     pytest.importorskip(_name, reason=f"{_name} is not installed (the serve extra and the test extra)")
 
 import openai  # noqa: E402
 import uvicorn  # noqa: E402
 
+from infer import api  # noqa: E402
 from infer.serve.app import create_app  # noqa: E402
 from scripted import GreedySampler, ScriptedContext, scripted_model  # noqa: E402
 from under_test import IMPORT_ROOT  # noqa: E402
@@ -463,6 +464,32 @@ def test_dropped_client_frees_its_slot():
         out = client(base).chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}],
                                                    max_tokens=5, temperature=0)
         assert out.choices[0].finish_reason in ("stop", "length")
+
+
+def test_client_dropped_while_queued_leaves_the_queue():
+    """A request waiting for the only slot (its greenlet paused in the queue) whose
+    client goes away leaves the queue at once, without taking the slot; the next
+    request gets the slot once it is free, with the library's reply."""
+    script = ["ab" * 2000, "Hi."]
+    messages = [{"role": "user", "content": "go"}]
+    expected = api.create_chat_completion(slow_model(script), messages, max_tokens=5, temperature=0)
+    with app_server(create_app(slow_model(script), parallel=1, max_queue=2)) as base:
+        conn, _ = open_stream(base)
+        host, port = base.removeprefix("http://").split(":")
+        queued = http.client.HTTPConnection(host, int(port), timeout=60)
+        queued.request("POST", "/v1/chat/completions", body=json.dumps({"messages": messages, "max_tokens": 5}),
+                       headers={"Content-Type": "application/json"})
+        assert wait_for(lambda: metrics(base)["infer_queue_depth"] == 1)
+        queued.sock.shutdown(socket.SHUT_RDWR)
+        queued.close()
+        assert wait_for(lambda: metrics(base)["infer_queue_depth"] == 0)
+        assert metrics(base)["infer_requests_cancelled_total"] == 1
+        assert request(base, "GET", "/health")[2]["slots_processing"] == 1  # the stream goes on
+        conn.close()
+        assert wait_for(lambda: request(base, "GET", "/health")[2]["slots_idle"] == 1)
+        out = client(base).chat.completions.create(model="m", messages=messages, max_tokens=5, temperature=0)
+        assert out.choices[0].message.content == expected["choices"][0]["message"]["content"]
+        assert out.usage.completion_tokens == expected["usage"]["completion_tokens"] == 5
 
 
 def test_full_queue_is_503_with_retry_after():

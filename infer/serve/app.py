@@ -278,7 +278,7 @@ class _Server:
 
     @staticmethod
     async def _next_item(items: "asyncio.Queue[tuple[str, Any]]", request: Request) -> tuple[str, Any]:
-        """The worker's next item; Cancelled if the client disconnects meanwhile."""
+        """The request's next item; Cancelled if the client disconnects meanwhile."""
         while True:
             try:
                 return await asyncio.wait_for(items.get(), timeout=_POLL)

@@ -6,23 +6,23 @@ thread or greenlet of its own, over a `SlotContext`: an object shaped like a Con
 The scheduler thread alone runs the model.  Each round it
 
 1. waits until every bound slot has a job (or ``gather`` seconds have passed: a
-   worker is between tokens, turning the last one into text);
+   request is between tokens, turning the last one into text);
 2. runs one chunk of the oldest pending prefill, so that a long prompt joining
    does not stall the streams already decoding;
 3. samples a token for every slot waiting for one and evaluates them all in one
    step, `runtime.decode_batch`: one pass over the weights for all of them when
    the engine overrides `Engine.forward_batch`.
 
-Decode ahead: when a slot's token is done and its worker is waiting for it, the
-scheduler queues that slot's next token at once, before the worker has turned
-the last one into text.  The step loop then never waits for the workers: their
+Decode ahead: when a slot's token is done and its request is waiting for it, the
+scheduler queues that slot's next token at once, before the request has turned
+the last one into text.  The step loop then never waits for the requests: their
 Python (detokenizing, the reply parser, JSON) runs while the next step does,
-with the GIL free.  A token decoded ahead that the worker does not take (its
+with the GIL free.  A token decoded ahead that the request does not take (its
 reply ended, or it prefills or truncates instead) is taken back: the context
 is truncated and the sampler's RNG put back where it was, so the results are
 those of one token at a time.  Only samplers without a grammar and with
-``get_rng_state``/``set_rng_state`` (infer.Sampler) decode ahead.  The workers
-are woken only as the next step starts (`_wake_workers`), so that their Python
+``get_rng_state``/``set_rng_state`` (infer.Sampler) decode ahead.  The requests
+are woken only as the next step starts (`_wake_requests`), so that their Python
 does not hold up the sampling before it.
 
 A request waits in one of two ways.  By default its thread blocks (the job's
@@ -87,13 +87,13 @@ class _Job:
     error: Optional[BaseException] = None
     top: Optional[int] = None  # decode: alternatives wanted with the token's logprob (None: no logprob)
     record: Any = None  # decode: the token's infer.sampler.TokenLogprob when top is set
-    #: set when the job is over (its worker waits on it)
+    #: set when the job is over and its request told (it waits on it)
     over: threading.Event = field(default_factory=threading.Event)
     # the rest is read and written under the scheduler's lock
     taken: bool = False   # a round holds it: it can no longer be withdrawn
     finished: bool = False
-    ahead: bool = False   # decode: queued by the scheduler before the worker asked
-    follow: bool = False  # decode: the worker wants it, so its next token may be decoded ahead
+    ahead: bool = False   # decode: queued by the scheduler before the request asked
+    follow: bool = False  # decode: the request wants it, so its next token may be decoded ahead
     rng: Any = None       # ahead: the sampler's RNG state before its draw
     length: int = 0       # decode: the context's length with the token
     nth: int = 0          # decode: the token's place in its reply (1: the first)
@@ -137,7 +137,7 @@ class Scheduler:
     ``max_queue`` requests may wait for a slot beyond the ``n_slots`` running;
     `open` refuses more with `QueueFull`.  ``prefill_chunk`` tokens of prompt run
     between two decode steps.  ``gather`` seconds is the longest a round waits for
-    the workers between tokens: they take well under a millisecond each, so it
+    the requests between tokens: they take well under a millisecond each, so it
     only bounds the wait for one that is stuck (on a loaded machine a short bound
     would split the batch and read the weights twice).
     """
@@ -162,7 +162,7 @@ class Scheduler:
         self._jobs: dict[int, _Job] = {}  # slot index -> its pending job
         self._waiting: collections.deque[SlotContext] = collections.deque()  # FIFO for free slots
         self._open = 0  # requests opened and not yet closed
-        # jobs over whose workers are not yet told: see _wake_workers
+        # jobs over whose requests are not yet told: see _wake_requests
         self._unwoken: list[_Job] = []
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="infer-scheduler", daemon=True)
@@ -196,7 +196,7 @@ class Scheduler:
             self._notify_all()
         self._thread.join(timeout=30)
 
-    # ---- what SlotContext asks (from worker threads) -----------------------------------
+    # ---- what SlotContext asks (from its request) --------------------------------------
     def _bind(self, request: "SlotContext", prompt: Sequence[int]) -> _Slot:
         with self._cond:
             self._waiting.append(request)
@@ -256,7 +256,7 @@ class Scheduler:
 
     # ---- decode ahead (under self._cond) --------------------------------------------------
     def _queue_ahead(self, index: int, job: _Job) -> None:
-        """After ``job``, a decode its worker waits for, queue the slot's next token,
+        """After ``job``, a decode its request waits for, queue the slot's next token,
         unless the reply is surely over (an end-of-turn token, its max_tokens)."""
         request = job.request
         ctx = self.slots[index].context
@@ -271,7 +271,7 @@ class Scheduler:
         self._cond.notify_all()
 
     def _withdraw(self, job: _Job) -> None:
-        """Undo a job decoded ahead that its worker does not take (it is over or not taken)."""
+        """Undo a job decoded ahead that its request does not take (it is over or not taken)."""
         index = job.request._index
         if not job.taken:
             if self._jobs.get(index) is job:
@@ -307,11 +307,11 @@ class Scheduler:
         while True:
             with self._cond:
                 if not self._jobs or len(self._jobs) < self.busy_slots:
-                    self._wake_workers()  # this round may wait for them
+                    self._wake_requests()  # this round may wait for them
                 while not self._jobs and not self._stopping:
                     self._cond.wait()
                 if self._stopping:
-                    self._wake_workers()
+                    self._wake_requests()
                     for job in self._jobs.values():
                         job.error = Cancelled("the server is stopping")
                         job.finished = True
@@ -337,9 +337,9 @@ class Scheduler:
                         self._queue_ahead(index, job)
             self._unwoken.extend(job for _, job in finished)
 
-    def _wake_workers(self) -> None:
-        """Tell the workers whose jobs are over.  Deferred until the scheduler waits or
-        is about to release the GIL into a forward pass: woken at once, eight workers
+    def _wake_requests(self) -> None:
+        """Tell the requests whose jobs are over.  Deferred until the scheduler waits or
+        is about to release the GIL into a forward pass: woken at once, eight requests
         would take turns at the GIL with the sampling of the next step and delay it,
         while in the step their Python runs beside the kernels."""
         for job in self._unwoken:
@@ -371,7 +371,7 @@ class Scheduler:
     def _prefill_chunk(self, job: _Job) -> bool:
         ctx = self.slots[job.request._index].context
         chunk = job.tokens[job.done:job.done + self.prefill_chunk]
-        self._wake_workers()
+        self._wake_requests()
         try:
             ctx.prefill(chunk)
         except Exception as exc:
@@ -405,7 +405,7 @@ class Scheduler:
                 continue
             ready.append((job, ctx))
             tokens.append(token)
-        self._wake_workers()
+        self._wake_requests()
         if not ready:
             return
         try:
@@ -520,7 +520,7 @@ class SlotContext:
         return 0 if self._slot is None else self._length
 
     def _settle(self) -> None:
-        """Take back the token decoded ahead, if any: the worker does something else."""
+        """Take back the token decoded ahead, if any: the request does something else."""
         job = self._ahead
         if job is None:
             return
@@ -638,5 +638,5 @@ class SlotContext:
         self._scheduler._wake()
 
     def close(self) -> None:
-        """Give the slot back (the worker calls this once, when its request is over)."""
+        """Give the slot back (its request calls this once, when it is over)."""
         self._scheduler._release(self)
