@@ -16,12 +16,15 @@ what it produces to the loop's side through plain calls such as
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any, Callable
 
 import greenlet
 
 __all__ = ["GreenletWaits", "Hub"]
+
+log = logging.getLogger("infer.serve")
 
 
 class Hub:
@@ -38,12 +41,15 @@ class Hub:
 
     def start(self, run: Callable[["GreenletWaits"], None]) -> None:
         """Run ``run(waits)`` in a new greenlet until it first pauses (on the loop's
-        thread).  ``run`` must not raise: nothing would catch it."""
+        thread).  ``run`` should handle its own errors; one that escapes is logged
+        (raised out of the greenlet, it would stop the resuming of the others)."""
         waits = GreenletWaits(self)
 
         def body() -> None:
             try:
                 run(waits)
+            except Exception:
+                log.exception("a request's greenlet failed")
             finally:
                 self.running.discard(glet)
 
