@@ -1,8 +1,9 @@
 """Continuous batching: N slots decoded together by one scheduler thread.
 
 Each request runs the ordinary `infer.api` code (ChatSession, generate) in a
-thread or greenlet of its own, over a `SlotContext`: an object shaped like a Context whose
-``prefill`` and ``next`` are jobs for the scheduler instead of forward passes.
+thread or greenlet of its own, over a `SlotContext`: an object shaped like a
+Context whose ``prefill`` and ``next`` are jobs for the scheduler instead of
+forward passes.
 The scheduler thread alone runs the model.  Each round it
 
 1. waits until every bound slot has a job (or ``gather`` seconds have passed: a
