@@ -11,6 +11,7 @@ import contextlib
 import http.client
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -54,7 +55,8 @@ def cli_server(*args, timeout=120):
                 break
         match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
         assert match, f"no startup line; last: {line!r}; exit {proc.poll()}"
-        threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+        proc.stderr_lines = []  # what it writes later (the pipe kept drained)
+        threading.Thread(target=lambda: proc.stderr_lines.extend(proc.stderr), daemon=True).start()
         yield match.group(1), proc
     finally:
         proc.terminate()
@@ -509,6 +511,75 @@ def test_full_queue_is_503_with_retry_after():
         conn.close()
         assert waiting.result(timeout=60)[0] == 200  # the queued one ran once the slot was free
         assert metrics(base)["infer_requests_rejected_total"] == 2
+
+
+# Long replies: the end-of-turn and end-of-text tokens barred (SmolLM2's ids 2 and 0).
+ENDLESS = {"messages": [{"role": "user", "content": "Tell a long story."}], "max_tokens": 4000,
+           "temperature": 0, "logit_bias": {"0": -100, "2": -100}}
+
+
+def stream_in_thread(base, received, ended):
+    """Stream ENDLESS through the official client on a thread: the time of each chunk
+    into ``received``, how it ended (None, or the exception) into ``ended``."""
+    def run():
+        try:
+            for _ in client(base).chat.completions.create(model="m", stream=True, **ENDLESS):
+                received.append(time.monotonic())
+            ended.append(None)
+        except openai.APIError as exc:
+            ended.append(exc)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_ctrl_c_refuses_the_queue_and_lets_running_streams_go_on_for_the_grace():
+    """Ctrl-C on `infer serve`: the requests waiting for a slot get 503 with
+    Retry-After at once (the official client may retry elsewhere), the running
+    stream goes on and, still running after the grace, ends with an error event;
+    the process then exits as interrupted (130)."""
+    from infer.serve.app import SHUTDOWN_GRACE
+
+    with cli_server("--parallel", "1", "--ctx-size", "4096") as (base, proc):
+        received, ended = [], []
+        runner = stream_in_thread(base, received, ended)
+        assert wait_for(lambda: len(received) > 1)
+        pool = concurrent.futures.ThreadPoolExecutor(2)
+        queued = [pool.submit(request, base, "POST", "/v1/chat/completions", dict(ENDLESS, max_tokens=5)),
+                  pool.submit(lambda: client(base).completions.create(model="m", prompt="Once", max_tokens=5,
+                                                                     stream=True).response.status_code)]
+        assert wait_for(lambda: metrics(base)["infer_queue_depth"] == 2)
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        status, headers, body = queued[0].result(timeout=30)
+        assert status == 503 and headers["retry-after"] == "1"
+        assert_openai_error(body, 503)
+        assert body["error"]["code"] == "server_stopping"
+        with pytest.raises(openai.APIStatusError) as info:
+            queued[1].result(timeout=30)
+        assert info.value.status_code == 503 and info.value.body["code"] == "server_stopping"
+        assert proc.wait(timeout=SHUTDOWN_GRACE + 30) == 130
+        runner.join(timeout=30)
+        assert received[-1] > signalled  # it went on after Ctrl-C
+        (end,) = ended
+        assert isinstance(end, openai.APIError) and end.body["code"] == "server_stopping"
+        assert any(line.startswith("infer serve: stopping") for line in proc.stderr_lines)
+
+
+def test_a_second_ctrl_c_stops_at_once_without_tracebacks():
+    with cli_server("--parallel", "1", "--ctx-size", "4096") as (base, proc):
+        received, ended = [], []
+        runner = stream_in_thread(base, received, ended)
+        assert wait_for(lambda: len(received) > 1)
+        proc.send_signal(signal.SIGINT)
+        assert wait_for(lambda: any(line.startswith("infer serve: stopping") for line in proc.stderr_lines))
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+        runner.join(timeout=30)
+        assert len(ended) == 1 and ended[0] is not None  # cut short
+        time.sleep(0.2)  # the drain thread reads the last lines
+        assert proc.stderr_lines[-1] == "infer serve: stopped\n"
+        assert not any("Traceback" in line for line in proc.stderr_lines), "".join(proc.stderr_lines)
 
 
 def test_api_key_is_required_but_not_for_health():

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from infer.generate import generate
-from infer.serve.scheduler import Cancelled, QueueFull, Scheduler
+from infer.serve.scheduler import Cancelled, QueueFull, Scheduler, Stopping
 from scripted import GreedySampler, RaisingSampler, ScriptedContext, scripted_model
 
 
@@ -147,6 +147,57 @@ def test_cancel_and_queue_limits():
         # the slot serves the next request
         text, gen = run(model, sched.open(), prompt, max_tokens=4)
         assert gen.finish_reason == "length" and len(gen.tokens) == 4
+    finally:
+        sched.close()
+
+
+def test_drain_refuses_the_waiting_and_lets_the_running_finish():
+    """drain(): open() and the request waiting for a slot fail with Stopping; the
+    running one ends with its whole script; close() then stops one mid-reply."""
+    reply = "ab" * 40
+    model = scripted_model([reply] * 4)
+    engine = model.engine
+    engine.create_context = lambda n_ctx=None, sampler=None: SlowContext(engine, n_ctx or 2048, GreedySampler())
+    sched = Scheduler(model, n_slots=1, n_ctx=2048, max_queue=1)
+    try:
+        prompt = ids(model, OPENER)
+        running, waiting = sched.open(), sched.open()
+        out = {}
+
+        def work(name, handle):
+            try:
+                out[name] = run(model, handle, prompt)[0]
+            except Cancelled as exc:
+                out[name] = exc
+
+        threads = {n: threading.Thread(target=work, args=(n, h)) for n, h in (("running", running),
+                                                                               ("waiting", waiting))}
+        threads["running"].start()
+        deadline = time.monotonic() + 10
+        while running.generated < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        threads["waiting"].start()
+        deadline = time.monotonic() + 10
+        while sched.queue_depth < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sched.drain()
+        threads["waiting"].join(timeout=10)
+        assert isinstance(out["waiting"], Stopping)
+        with pytest.raises(Stopping):
+            sched.open()
+        threads["running"].join(timeout=30)
+        assert out["running"] == reply
+        # close() ends a request holding a slot at its next token
+        late = Scheduler(model, n_slots=1, n_ctx=2048)
+        handle = late.open()
+        thread = threading.Thread(target=work, args=("late", handle))
+        thread.start()
+        deadline = time.monotonic() + 10
+        while handle.generated < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        late.close()
+        thread.join(timeout=10)
+        assert isinstance(out["late"], Stopping)
     finally:
         sched.close()
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import sys
 from typing import Any
@@ -42,17 +43,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ..serve.app import create_app
+        from ..serve.app import SHUTDOWN_GRACE, create_app
     except ImportError as exc:
         raise CLIError(f"infer serve needs the serve extra ({exc.name} is missing): {_INSTALL_HINT}") from None
     model = load_model(args)
     app = create_app(model, **app_options(args))
     scheduler = app.state.scheduler
     name = app.state.server.model_name
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # Ctrl-C or SIGTERM: queued requests get 503 at once and the running ones
+            # SHUTDOWN_GRACE seconds to finish.  A second Ctrl-C quits at once, without
+            # the tracebacks of every request uvicorn would cancel.  os.write: safe in a
+            # signal handler, which may interrupt a print.
+            if self.should_exit and sig == signal.SIGINT:
+                os.write(2, b"infer serve: stopped\n")
+                os._exit(128 + sig)
+            if not self.should_exit:
+                os.write(2, f"infer serve: stopping; running requests get {SHUTDOWN_GRACE:g} s to finish "
+                            f"(Ctrl-C again to stop at once)\n".encode())
+            app.state.server.stop_soon()
+            super().handle_exit(sig, frame)
+
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning" if not args.verbose else "info",
                             access_log=bool(args.verbose), lifespan="on",
-                            timeout_graceful_shutdown=5)  # Ctrl-C: streams get 5 s to finish
-    server = uvicorn.Server(config)
+                            timeout_graceful_shutdown=int(SHUTDOWN_GRACE) + 5)  # the app ends its requests first
+    server = Server(config)
     # Bound here, so that the startup line can name the port (--port 0 picks one).
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -9,14 +9,19 @@ the others.
 Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``:
 400 for a bad request (bad JSON, an unknown field, a wrong type, a prompt or
 ``max_tokens`` beyond the context, an option not supported), 401 for a missing
-or wrong API key, 503 with ``Retry-After`` when the queue is full, 500 for a
-fault of the server (logged; the other requests go on).
+or wrong API key, 503 with ``Retry-After`` when the queue is full or the server
+is stopping, 500 for a fault of the server (logged; the other requests go on).
+
+Stopping (`_Server.stop_soon`, which ``infer serve`` calls on Ctrl-C or
+SIGTERM): the requests waiting for a slot and any new ones get 503 at once, the
+running ones get ``shutdown_grace`` seconds to finish, then end with an error.
 """
 from __future__ import annotations
 
 import asyncio
 import hmac
 import inspect
+import itertools
 import json
 import logging
 import threading
@@ -34,7 +39,7 @@ from starlette.routing import Route
 from .. import api
 from .greenlets import GreenletWaits, Hub
 from .metrics import Metrics
-from .scheduler import Cancelled, QueueFull, Scheduler
+from .scheduler import Cancelled, QueueFull, Scheduler, Stopping
 
 __all__ = ["create_app"]
 
@@ -42,6 +47,8 @@ log = logging.getLogger("infer.serve")
 
 #: the context of a slot when none is given, tokens (llama-server's default too)
 DEFAULT_CTX = 4096
+#: seconds the running requests get to finish when the server stops
+SHUTDOWN_GRACE = 5.0
 #: the largest request body read, bytes
 MAX_BODY = 16 << 20
 #: seconds between two checks that a waiting client is still there
@@ -57,6 +64,10 @@ def error_body(message: str, kind: str = "invalid_request_error", param: Optiona
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+def _retry_headers(status: int) -> Optional[dict[str, str]]:
+    return {"Retry-After": "1"} if status == 503 else None
+
+
 def _error_response(status: int, message: str, kind: str = "invalid_request_error",
                     param: Optional[str] = None, code: Optional[str] = None,
                     headers: Optional[dict[str, str]] = None) -> JSONResponse:
@@ -67,6 +78,8 @@ def _classify(exc: BaseException) -> tuple[int, dict[str, Any]]:
     """The HTTP status and error body of an exception raised by a request."""
     if isinstance(exc, api.InvalidRequestError):
         return 400, error_body(str(exc), param=exc.param, code=exc.code)
+    if isinstance(exc, Stopping):  # another replica can take it: 503 asks the client to retry
+        return 503, error_body(f"{exc}; retry the request", "server_busy", code="server_stopping")
     if isinstance(exc, Cancelled):
         return _CLIENT_GONE, error_body(str(exc), "cancelled")
     if isinstance(exc, (TypeError, ValueError)):  # ChatTemplateError, a message the template refuses
@@ -102,13 +115,33 @@ def _accepted_fields(call: Callable[..., Any]) -> frozenset[str]:
 class _Server:
     """The state the routes share: model, scheduler, metrics, names."""
 
-    def __init__(self, model: Any, scheduler: Scheduler, model_name: str) -> None:
+    def __init__(self, model: Any, scheduler: Scheduler, model_name: str, shutdown_grace: float) -> None:
         self.model = model
         self.scheduler = scheduler
         self.model_name = model_name
+        self.shutdown_grace = shutdown_grace
         self.metrics = Metrics()
         self.started = int(time.time())
         self._loop_hub: Optional[Hub] = None
+        #: the event loop serving the app (set at startup), and whether it is stopping
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.stopping = False
+
+    # ---- stopping ------------------------------------------------------------------------
+    def stop_soon(self) -> None:
+        """Begin stopping (from any thread, or a signal handler): no more requests, and
+        the running ones end after ``shutdown_grace`` seconds if they have not."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._begin_stop)
+
+    def _begin_stop(self) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        self.scheduler.drain()
+        # close() fails the running requests' next jobs with Stopping: a step at most
+        asyncio.get_running_loop().call_later(self.shutdown_grace, self.scheduler.close)
 
     # ---- routes ------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -179,9 +212,13 @@ class _Server:
         body, wants_usage, cache_prompt = parsed
         try:
             handle = self.scheduler.open()
-        except (QueueFull, Cancelled) as exc:
+        except QueueFull as exc:
             self.metrics.count_request(endpoint, 503)
-            return _error_response(503, str(exc), "server_busy", code="queue_full", headers={"Retry-After": "1"})
+            return _error_response(503, str(exc), "server_busy", code="queue_full", headers=_retry_headers(503))
+        except Cancelled as exc:
+            status, error = _classify(exc)
+            self.metrics.count_request(endpoint, status)
+            return JSONResponse(error, status_code=status, headers=_retry_headers(status))
         handle.reuse_prefix = cache_prompt
         limit = body.get("max_tokens", body.get("max_completion_tokens"))
         if isinstance(limit, int) and not isinstance(limit, bool):
@@ -200,9 +237,14 @@ class _Server:
                     self.metrics.count_usage(result["usage"])
                     final = ("result", result)
                 else:
-                    put(("ok", None))
                     try:
-                        for chunk in result:
+                        # The response starts with the first chunk (the prompt is in and the
+                        # first token out): errors until then get a status of their own,
+                        # such as 503 for a queued request when the server stops.
+                        chunks = iter(result)
+                        first = next(chunks, None)
+                        put(("ok", None))
+                        for chunk in itertools.chain(() if first is None else (first,), chunks):
                             if "usage" in chunk:
                                 self.metrics.count_usage(chunk["usage"])
                             put(("chunk", chunk))
@@ -228,10 +270,10 @@ class _Server:
             return Response(status_code=_CLIENT_GONE)
         if kind == "error":
             status, error = value
-            return JSONResponse(error, status_code=status)
+            return JSONResponse(error, status_code=status, headers=_retry_headers(status))
         if kind == "result":
             return JSONResponse(value)
-        return _event_stream(items, handle, wants_usage)
+        return _event_stream(items, handle, wants_usage, self.shutdown_grace)
 
     async def _parse(self, request: Request, call: Callable[..., Any],
                      required: str) -> Any:
@@ -292,7 +334,8 @@ def _sse(payload: str) -> bytes:
     return b"data: " + payload.encode() + b"\r\n\r\n"
 
 
-def _event_stream(items: "asyncio.Queue[tuple[str, Any]]", handle: Any, wants_usage: bool) -> Response:
+def _event_stream(items: "asyncio.Queue[tuple[str, Any]]", handle: Any, wants_usage: bool,
+                  shutdown_grace: float) -> Response:
     from sse_starlette import EventSourceResponse
 
     async def events() -> Any:
@@ -319,7 +362,10 @@ def _event_stream(items: "asyncio.Queue[tuple[str, Any]]", handle: Any, wants_us
         finally:
             handle.cancel()  # the client went away (a no-op once the request is over)
 
-    return EventSourceResponse(events(), ping=15)
+    # sse-starlette would end the stream as soon as uvicorn begins to stop; the
+    # scheduler ends it instead (an error event after shutdown_grace), and this
+    # longer grace only backs that up.
+    return EventSourceResponse(events(), ping=15, shutdown_grace_period=shutdown_grace + 2)
 
 
 def _warm_grammars(model: Any) -> None:
@@ -336,19 +382,24 @@ def _warm_grammars(model: Any) -> None:
 
 def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None, api_key: Optional[str] = None,
                cors_origins: Sequence[str] = (), max_queue: int = 64, prefill_chunk: int = 64,
-               model_name: Optional[str] = None) -> Starlette:
+               model_name: Optional[str] = None, shutdown_grace: float = SHUTDOWN_GRACE) -> Starlette:
     """The ASGI app serving ``model`` with ``parallel`` slots of ``ctx_size`` tokens
     (None: 4096 or the model's trained context if shorter; 0: the trained context).
 
     ``api_key``: require ``Authorization: Bearer <api_key>`` (not on /health).
     ``cors_origins``: origins allowed by CORS (none: CORS off).  The app's
-    ``state.scheduler`` is closed at shutdown.
+    ``state.scheduler`` is closed at shutdown.  ``shutdown_grace``: seconds the
+    running requests get after ``app.state.server.stop_soon()``, which a server
+    running the app should call when it begins to stop (``infer serve`` does, on
+    Ctrl-C and SIGTERM); give the ASGI server a longer graceful-shutdown timeout.
     """
+    if not shutdown_grace >= 0:
+        raise ValueError(f"shutdown_grace: must be >= 0, got {shutdown_grace!r}")
     trained = int(model.engine.max_seq_len)
     n_ctx = min(DEFAULT_CTX, trained) if ctx_size is None else (ctx_size or trained)
     scheduler = Scheduler(model, n_slots=parallel, n_ctx=n_ctx, max_queue=max_queue,
                           prefill_chunk=prefill_chunk)
-    server = _Server(model, scheduler, api._model_name(model, model_name))
+    server = _Server(model, scheduler, api._model_name(model, model_name), float(shutdown_grace))
     threading.Thread(target=_warm_grammars, args=(model,), name="infer-warm-grammars", daemon=True).start()
     routes = [
         Route("/health", server.health, methods=["GET"]),
@@ -381,6 +432,7 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
 
         @asynccontextmanager
         async def span() -> Any:
+            server.loop = asyncio.get_running_loop()
             yield
             scheduler.close()
         return span()

@@ -50,11 +50,15 @@ import numpy as np
 from ..generate import end_of_turn_ids
 from ..runtime import ContextOverflowError, decode_batch
 
-__all__ = ["Cancelled", "QueueFull", "Scheduler", "SlotContext", "Waits"]
+__all__ = ["Cancelled", "QueueFull", "Scheduler", "SlotContext", "Stopping", "Waits"]
 
 
 class Cancelled(Exception):
     """The request was cancelled (its client disconnected, or the server is stopping)."""
+
+
+class Stopping(Cancelled):
+    """The server is stopping: it takes no more requests, or ended this one."""
 
 
 class QueueFull(RuntimeError):
@@ -166,6 +170,7 @@ class Scheduler:
         # jobs over whose requests are not yet told: see _wake_requests
         self._unwoken: list[_Job] = []
         self._stopping = False
+        self._draining = False  # see drain
         self._thread = threading.Thread(target=self._run, name="infer-scheduler", daemon=True)
         self._thread.start()
 
@@ -173,8 +178,8 @@ class Scheduler:
     def open(self) -> "SlotContext":
         """A handle for one request, or QueueFull."""
         with self._cond:
-            if self._stopping:
-                raise Cancelled("the server is stopping")
+            if self._stopping or self._draining:
+                raise Stopping("the server is stopping")
             if self._open >= self.n_slots + self.max_queue:
                 self.stats.rejected += 1
                 raise QueueFull(f"all {self.n_slots} slots are busy and {self.max_queue} requests are waiting")
@@ -190,8 +195,15 @@ class Scheduler:
         """Requests opened that hold no slot (waiting for one, or not yet prefilling)."""
         return max(0, self._open - self.busy_slots)
 
+    def drain(self) -> None:
+        """Take no more requests: `open` and the requests waiting for a slot fail with
+        `Stopping`, while those holding a slot go on (until `close`)."""
+        with self._cond:
+            self._draining = True
+            self._notify_all()
+
     def close(self) -> None:
-        """Stop the thread; pending and later jobs fail with Cancelled."""
+        """Stop the thread; pending and later jobs fail with `Stopping`."""
         with self._cond:
             self._stopping = True
             self._notify_all()
@@ -203,8 +215,10 @@ class Scheduler:
             self._waiting.append(request)
             try:
                 while True:
-                    if request.cancelled or self._stopping:
+                    if request.cancelled:
                         raise Cancelled("the request was cancelled while waiting for a slot")
+                    if self._stopping or self._draining:
+                        raise Stopping("the server is stopping")
                     free = [s for s in self.slots if s.request is None]
                     if free and self._waiting[0] is request:
                         break
@@ -250,8 +264,10 @@ class Scheduler:
         slot = request._slot
         assert slot is not None
         with self._cond:
-            if request.cancelled or self._stopping:
+            if request.cancelled:
                 raise Cancelled("the request was cancelled")
+            if self._stopping:
+                raise Stopping("the server is stopping")
             self._jobs[slot.index] = job
             self._cond.notify_all()
 
@@ -314,7 +330,7 @@ class Scheduler:
                 if self._stopping:
                     self._wake_requests()
                     for job in self._jobs.values():
-                        job.error = Cancelled("the server is stopping")
+                        job.error = Stopping("the server is stopping")
                         job.finished = True
                         _tell(job)
                     self._jobs.clear()
