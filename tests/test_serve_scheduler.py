@@ -110,42 +110,54 @@ class SlowContext(ScriptedContext):
         super()._forward(tokens, start)
 
 
-def test_cancel_and_queue_limits():
-    model = scripted_model(["ab" * 500] * 4)
+def slow_model(script):
+    model = scripted_model(script)
     engine = model.engine
     engine.create_context = lambda n_ctx=None, sampler=None: SlowContext(engine, n_ctx or 2048, GreedySampler())
+    return model
+
+
+def wait_until(predicate, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def start_requests(model, sched, handles):
+    """Run each handle's request (the prompt OPENER) on a thread, one after the other:
+    each once the one before holds a slot and is decoding, or waits for one.  The
+    threads and {name: reply text, or the Cancelled it raised}."""
+    prompt, out, threads = ids(model, OPENER), {}, {}
+
+    def work(name, handle):
+        try:
+            out[name] = run(model, handle, prompt)[0]
+        except Cancelled as exc:
+            out[name] = exc
+
+    for name, handle in handles.items():
+        threads[name] = threading.Thread(target=work, args=(name, handle))
+        threads[name].start()
+        wait_until(lambda: handle.generated >= 3 or handle in sched._waiting)
+    return threads, out
+
+
+def test_cancel_and_queue_limits():
+    model = slow_model(["ab" * 500] * 4)
     sched = Scheduler(model, n_slots=1, n_ctx=2048, max_queue=1)
     try:
-        prompt = ids(model, OPENER)
         running, waiting = sched.open(), sched.open()
         with pytest.raises(QueueFull):
             sched.open()
-        errors = {}
-
-        def work(name, handle):
-            try:
-                run(model, handle, prompt)
-            except Cancelled as exc:
-                errors[name] = exc
-
-        threads = {n: threading.Thread(target=work, args=(n, h)) for n, h in (("running", running),
-                                                                               ("waiting", waiting))}
-        threads["running"].start()
-        deadline = time.monotonic() + 10
-        while running.generated < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        threads["waiting"].start()
-        deadline = time.monotonic() + 10
-        while sched.queue_depth < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        threads, out = start_requests(model, sched, {"running": running, "waiting": waiting})
         waiting.cancel()  # while waiting for the slot
         threads["waiting"].join(timeout=10)
         running.cancel()  # mid-generation
         threads["running"].join(timeout=10)
-        assert set(errors) == {"running", "waiting"}
+        assert all(isinstance(out[name], Cancelled) for name in ("running", "waiting")), out
         assert running.generated < 1000 and sched.busy_slots == 0 and sched.stats.cancelled == 2
         # the slot serves the next request
-        text, gen = run(model, sched.open(), prompt, max_tokens=4)
+        text, gen = run(model, sched.open(), ids(model, OPENER), max_tokens=4)
         assert gen.finish_reason == "length" and len(gen.tokens) == 4
     finally:
         sched.close()
@@ -155,31 +167,12 @@ def test_drain_refuses_the_waiting_and_lets_the_running_finish():
     """drain(): open() and the request waiting for a slot fail with Stopping; the
     running one ends with its whole script; close() then stops one mid-reply."""
     reply = "ab" * 40
-    model = scripted_model([reply] * 4)
-    engine = model.engine
-    engine.create_context = lambda n_ctx=None, sampler=None: SlowContext(engine, n_ctx or 2048, GreedySampler())
+    model = slow_model([reply] * 4)
     sched = Scheduler(model, n_slots=1, n_ctx=2048, max_queue=1)
+    late = Scheduler(model, n_slots=1, n_ctx=2048)
     try:
-        prompt = ids(model, OPENER)
         running, waiting = sched.open(), sched.open()
-        out = {}
-
-        def work(name, handle):
-            try:
-                out[name] = run(model, handle, prompt)[0]
-            except Cancelled as exc:
-                out[name] = exc
-
-        threads = {n: threading.Thread(target=work, args=(n, h)) for n, h in (("running", running),
-                                                                               ("waiting", waiting))}
-        threads["running"].start()
-        deadline = time.monotonic() + 10
-        while running.generated < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        threads["waiting"].start()
-        deadline = time.monotonic() + 10
-        while sched.queue_depth < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        threads, out = start_requests(model, sched, {"running": running, "waiting": waiting})
         sched.drain()
         threads["waiting"].join(timeout=10)
         assert isinstance(out["waiting"], Stopping)
@@ -188,18 +181,13 @@ def test_drain_refuses_the_waiting_and_lets_the_running_finish():
         threads["running"].join(timeout=30)
         assert out["running"] == reply
         # close() ends a request holding a slot at its next token
-        late = Scheduler(model, n_slots=1, n_ctx=2048)
-        handle = late.open()
-        thread = threading.Thread(target=work, args=("late", handle))
-        thread.start()
-        deadline = time.monotonic() + 10
-        while handle.generated < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        threads, out = start_requests(model, late, {"late": late.open()})
         late.close()
-        thread.join(timeout=10)
+        threads["late"].join(timeout=10)
         assert isinstance(out["late"], Stopping)
     finally:
         sched.close()
+        late.close()
 
 
 def test_bad_arguments():
