@@ -558,3 +558,23 @@ def test_malformed_bodies():
         status, _, body = request(base, "POST", "/v1/chat/completions",
                                   {"messages": [{"role": "user", "content": "x"}], "temperature": 0})
         assert status == 200 and body["choices"][0]["message"]["content"] == "Hi."
+
+
+def test_malformed_tool_calls_in_history_are_400_not_500():
+    """An assistant message's tool call without a function name (a client's mistake)
+    is the client's error, in OpenAI's shape naming `messages`; the server goes on."""
+    with app_server(create_app(scripted_model(["Hi."] * 8))) as base:
+        for calls in ([{"id": "call_1"}], [{"id": "call_1", "type": "function", "function": "get_weather"}],
+                      [{"id": "call_1", "type": "function", "function": {"arguments": "{}"}}]):
+            messages = [{"role": "user", "content": "weather?"},
+                        {"role": "assistant", "content": None, "tool_calls": calls},
+                        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+            for stream in (False, True):
+                status, _, body = request(base, "POST", "/v1/chat/completions",
+                                          {"messages": messages, "tools": TOOLS, "stream": stream})
+                assert status == 400, body
+                assert_openai_error(body, 400, param="messages")
+                assert "tool_calls" in body["error"]["message"]
+        out = client(base).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                                   temperature=0)
+        assert out.choices[0].message.content == "Hi."

@@ -371,7 +371,10 @@ def _template_tool_call(call: Any) -> Message:
         call = call.to_openai()
     if not isinstance(call, dict):
         raise TypeError(f"tool_calls: expected dicts, got {type(call).__name__}")
-    function = dict(call.get("function") or {k: call[k] for k in ("name", "arguments") if k in call})
+    function = call.get("function") or {k: call[k] for k in ("name", "arguments") if k in call}
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise TypeError(f"tool_calls: expected {{'function': {{'name': ..., 'arguments': ...}}}}, got {call!r}")
+    function = dict(function)
     args = function.get("arguments", {})
     if isinstance(args, str):
         try:
