@@ -77,6 +77,13 @@ def _check_bool(name: str, value: Any) -> bool:
     return value
 
 
+def _check_labels(**labels: Any) -> None:
+    """The string fields that only name a request (``user``, ``prompt_cache_key``, ...)."""
+    for name, value in labels.items():
+        if value is not None and not isinstance(value, str):
+            raise InvalidRequestError(f"{name}: expected a string, got {type(value).__name__}", name)
+
+
 def _check_stop(stop: Any) -> list[str]:
     if stop is None:
         return []
@@ -249,9 +256,12 @@ def _check_include_usage(stream: bool, stream_options: Any) -> bool:
         raise InvalidRequestError("stream_options: only with stream=true", "stream_options")
     if not isinstance(stream_options, Mapping):
         raise InvalidRequestError("stream_options: expected an object", "stream_options")
-    unknown = set(stream_options) - {"include_usage"}
+    unknown = set(stream_options) - {"include_usage", "include_obfuscation"}
     if unknown:
         raise InvalidRequestError(f"stream_options: unknown field {sorted(unknown)[0]!r}", "stream_options")
+    # OpenAI's random padding of each chunk against length side channels: a loopback
+    # server has none to pad, so the flag is checked and changes nothing
+    _check_bool("stream_options.include_obfuscation", stream_options.get("include_obfuscation"))
     return _check_bool("stream_options.include_usage", stream_options.get("include_usage"))
 
 
@@ -337,6 +347,9 @@ def create_chat_completion(
         response_format: Optional[dict[str, Any]] = None, logprobs: Optional[bool] = None,
         top_logprobs: Optional[int] = None, parallel_tool_calls: Optional[bool] = None,
         chat_template_kwargs: Optional[dict[str, Any]] = None, user: Optional[str] = None,
+        metadata: Optional[dict[str, str]] = None, store: Optional[bool] = None,
+        service_tier: Optional[str] = None, prompt_cache_key: Optional[str] = None,
+        safety_identifier: Optional[str] = None,
         context: Any = None, model_name: Optional[str] = None) -> Any:
     """OpenAI's ``POST /v1/chat/completions`` on a loaded model.
 
@@ -346,7 +359,10 @@ def create_chat_completion(
     Sampler's defaults (llama.cpp's); ``temperature=0`` is greedy.  ``n`` choices
     are generated one after the other, choice ``i`` seeded ``seed + i``.
     ``chat_template_kwargs`` are extra template variables (``{"enable_thinking":
-    False}``), as llama-server takes them.  ``user`` is accepted and not used.
+    False}``), as llama-server takes them.  ``user``, ``metadata``, ``store``,
+    ``service_tier``, ``prompt_cache_key`` and ``safety_identifier`` label, log or
+    route a request at OpenAI and change nothing in the reply: they are checked and
+    not used (nothing is stored), as llama-server ignores them.
     """
     from .chat import ChatSession
 
@@ -365,8 +381,12 @@ def create_chat_completion(
     include_usage = _check_include_usage(stream, stream_options)
     if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
         raise InvalidRequestError("chat_template_kwargs: expected an object", "chat_template_kwargs")
-    if user is not None and not isinstance(user, str):
-        raise InvalidRequestError("user: expected a string", "user")
+    _check_labels(user=user, service_tier=service_tier, prompt_cache_key=prompt_cache_key,
+                  safety_identifier=safety_identifier)
+    _check_bool("store", store)
+    if metadata is not None and (not isinstance(metadata, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
+        raise InvalidRequestError("metadata: expected an object of string values", "metadata")
     options = _sampler_options(model, temperature, top_p, top_k, min_p, repeat_penalty, presence_penalty,
                                frequency_penalty, logit_bias, seed)
     name = _model_name(model, model_name)
@@ -657,8 +677,7 @@ def _create_completion(
     stream = _check_bool("stream", stream)
     echo = _check_bool("echo", echo)
     include_usage = _check_include_usage(stream, stream_options)
-    if user is not None and not isinstance(user, str):
-        raise InvalidRequestError("user: expected a string", "user")
+    _check_labels(user=user)
     options = _sampler_options(model, temperature, top_p, top_k, min_p, repeat_penalty, presence_penalty,
                                frequency_penalty, logit_bias, seed)
     name = _model_name(model, model_name)

@@ -578,3 +578,30 @@ def test_malformed_tool_calls_in_history_are_400_not_500():
         out = client(base).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
                                                    temperature=0)
         assert out.choices[0].message.content == "Hi."
+
+
+def test_openai_fields_that_do_not_change_the_reply_are_accepted():
+    """Fields of OpenAI's chat request that only label, log or route it (metadata, store,
+    service_tier, prompt_cache_key, safety_identifier, stream_options.include_obfuscation)
+    are accepted, as llama-server accepts them, and the reply is the same; a wrong type
+    is still a 400 naming the field."""
+    with app_server(create_app(scripted_model(["Hi."] * 8))) as base:
+        messages = [{"role": "user", "content": "x"}]
+        out = client(base).chat.completions.create(
+            model="m", messages=messages, temperature=0, metadata={"session": "42"}, store=False,
+            service_tier="auto", prompt_cache_key="conversation-42", safety_identifier="user-hash", user="u")
+        assert out.choices[0].message.content == "Hi."
+        chunks = list(client(base).chat.completions.create(
+            model="m", messages=messages, temperature=0, stream=True, store=True,
+            stream_options={"include_usage": True, "include_obfuscation": False}))
+        assert "".join(c.delta.content or "" for ch in chunks for c in ch.choices) == "Hi."
+        assert chunks[-1].usage.completion_tokens > 0
+        for field, value in (("metadata", "x"), ("metadata", {"k": 1}), ("store", "yes"), ("service_tier", 1),
+                             ("prompt_cache_key", 1), ("safety_identifier", ["a"])):
+            status, _, body = request(base, "POST", "/v1/chat/completions", {"messages": messages, field: value})
+            assert status == 400, (field, body)
+            assert_openai_error(body, 400, param=field)
+        status, _, body = request(base, "POST", "/v1/chat/completions",
+                                  {"messages": messages, "stream": True,
+                                   "stream_options": {"include_obfuscation": "no"}})
+        assert status == 400 and "include_obfuscation" in body["error"]["message"], body
