@@ -207,6 +207,27 @@ def test_bad_options_name_their_field(options, param):
     assert info.value.param == param and not isinstance(info.value, UnsupportedOptionError)
 
 
+def test_tool_call_ids_are_unique_across_requests():
+    """Each tool call gets an id of its own, as OpenAI's and llama-server's do: an agent
+    matches a tool result to its call by id over many turns, and every request here is
+    a fresh session, whose first call was always 'call_0'."""
+    two = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+           '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>')
+    model = scripted_model([two] * 4)
+    weather = [{"role": "user", "content": "weather?"}]
+    ids = []
+    for stream in (False, False, True):
+        out = model.create_chat_completion(weather, tools=TOOLS, temperature=0, stream=stream)
+        if stream:
+            calls = [tc for c in out for tc in c["choices"][0]["delta"].get("tool_calls", [])]
+        else:
+            calls = out["choices"][0]["message"]["tool_calls"]
+        assert [json.loads(tc["function"]["arguments"])["city"] for tc in calls] == ["Paris", "Rome"]
+        ids += [tc["id"] for tc in calls]
+    assert len(set(ids)) == len(ids) == 6, ids
+    assert all(isinstance(i, str) and i.startswith("call_") for i in ids)
+
+
 def test_parallel_tool_calls_false_keeps_one_call():
     """``parallel_tool_calls=false`` (llama-server's default, sent by agent frameworks):
     a reply that writes two calls comes back with the first alone; true (OpenAI's

@@ -8,8 +8,8 @@ KV cache only during its turn, and history keeps the answer alone.
 from __future__ import annotations
 
 import copy
-import itertools
 import json
+import uuid
 import warnings
 import weakref
 from typing import Any, Iterator, Optional, Sequence, Union
@@ -79,7 +79,6 @@ class ChatSession:
         self.last_reply: Optional[Reply] = None
         self._messages: list[Message] = []
         self._version = 0
-        self._call_ids = itertools.count()
         self.reset()
         vocab = self.tokenizer.vocab
         # The BOS the tokenizer adds to a text, if the template does not write it.
@@ -398,7 +397,8 @@ class ChatSession:
         errors: list[ToolCallError] = []
         names = [function_of(t)["name"] for t in self.tools] if self.tools else None
         for raw in parser.tool_texts:
-            parsed = parse_tool_call(raw, f"call_{next(self._call_ids)}", names)
+            # unique beyond this session: a client sends each request's history as a new one
+            parsed = parse_tool_call(raw, f"call_{uuid.uuid4().hex[:24]}", names)
             if isinstance(parsed, ToolCall):
                 calls.append(parsed)
             else:
