@@ -117,6 +117,35 @@ def test_thinking_is_reasoning_content():
     assert "".join(d.get("content", "") for d in deltas) == "Paris."
 
 
+@pytest.mark.parametrize("thought, reasoning", [
+    ("\nLet me see.\n", "Let me see."),  # Qwen3's and DeepSeek-R1's layout: <think>\n...\n</think>
+    ("\n\nA\n\nB\n\n", "A\n\nB"),  # the thought's own blank line stays
+    ("\n\n", ""),
+])
+def test_streamed_reasoning_content_adds_up_to_the_reply_s(thought, reasoning):
+    """The newlines that lay out a thinking block are not the thought's: the streamed
+    reasoning_content deltas add up to the message's reasoning_content, as content's do
+    (llama-server strips the reasoning in both)."""
+    reply = f"<think>{thought}</think>\n\nParis."
+    model = scripted_model([reply] * 2)
+    out = model.create_chat_completion(USER, temperature=0)
+    assert out["choices"][0]["message"].get("reasoning_content", "") == reasoning
+    deltas = [c["choices"][0]["delta"] for c in model.create_chat_completion(USER, temperature=0, stream=True)]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == reasoning
+    assert "".join(d.get("content", "") for d in deltas) == "Paris."
+
+
+def test_reasoning_cut_off_by_max_tokens_streams_as_it_returns():
+    model = scripted_model(["<think>\nLet me see, this is long.\n</think>Paris."] * 2)
+    for max_tokens in range(2, 14):
+        out = model.create_chat_completion(USER, temperature=0, max_tokens=max_tokens)
+        deltas = [c["choices"][0]["delta"] for c in
+                  model.create_chat_completion(USER, temperature=0, max_tokens=max_tokens, stream=True)]
+        streamed = "".join(d.get("reasoning_content", "") for d in deltas)
+        assert streamed == out["choices"][0]["message"].get("reasoning_content", ""), max_tokens
+        assert not streamed.startswith("\n") and not streamed.endswith("\n")
+
+
 def test_completion_shape_echo_and_stop():
     model = scripted_model([])
     tok = model.tokenizer

@@ -405,8 +405,7 @@ class ChatSession:
                 errors.append(parsed)
         if calls and finish == "stop":
             finish = "tool_calls"
-        # Templates write "<think>\n...\n</think>": the newlines are the block's, not the thought's.
-        reply = Reply("".join(parser.content), "".join(parser.thinking).strip("\n"), calls, errors, finish,
+        reply = Reply("".join(parser.content), "".join(parser.thinking), calls, errors, finish,
                       n_prompt, cached, generated)
         message = reply.message
         message["content"] = continued + message["content"]
