@@ -405,7 +405,11 @@ def create_chat_completion(
         except (TypeError, ValueError) as exc:
             if isinstance(exc, (InvalidRequestError, ContextOverflowError)):
                 raise
-            raise InvalidRequestError(str(exc), "messages") from None
+            # response_format was compiled in the checks: a grammar failing here is a forced call's
+            from .structured import GrammarError
+
+            param = "tools" if forced is not None and isinstance(exc, GrammarError) else "messages"
+            raise InvalidRequestError(str(exc), param) from None
         return _first_call_only(items) if single_call else items
 
     def run(ctx: Any) -> Iterator[Any]:

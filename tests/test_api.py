@@ -257,6 +257,18 @@ def test_tool_call_ids_are_unique_across_requests():
     assert all(isinstance(i, str) and i.startswith("call_") for i in ids)
 
 
+def test_a_forced_tool_with_an_invalid_schema_names_tools():
+    """A forced call's grammar comes from the tool's ``parameters``: when that schema does
+    not compile, the client's mistake is in ``tools`` (OpenAI's param), not ``messages``."""
+    pytest.importorskip("llguidance")
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {"type": 7}}}]
+    for choice in ("required", {"type": "function", "function": {"name": "f"}}):
+        for stream in (False, True):
+            with pytest.raises(api.InvalidRequestError) as info:
+                scripted_model(["Hi."]).create_chat_completion(USER, tools=bad, tool_choice=choice, stream=stream)
+            assert info.value.param == "tools" and "schema" in str(info.value)
+
+
 def test_parallel_tool_calls_false_keeps_one_call():
     """``parallel_tool_calls=false`` (llama-server's default, sent by agent frameworks):
     a reply that writes two calls comes back with the first alone; true (OpenAI's
