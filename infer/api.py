@@ -291,6 +291,7 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
                 if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                     raise UnsupportedOptionError(f"messages[{i}].content: only text parts are supported",
                                                  "messages")
+            m = dict(m, content="".join(part["text"] for part in content))  # as the template joins them
         # OpenAI's "developer" is the system prompt of newer models
         out.append(dict(m, role="system") if role == "developer" else m)
     last = out[-1]

@@ -402,6 +402,19 @@ def test_last_assistant_message_is_continued():
         assert info.value.param == "messages"
 
 
+def test_last_assistant_message_of_text_parts_is_continued():
+    """OpenAI takes an assistant message's content as a list of text parts too: continued
+    like the same text given as a string."""
+    model = scripted_model(["Paris is the capital of France."] * 2)
+    parts = [{"type": "text", "text": "Paris"}, {"type": "text", "text": " is"}]
+    for stream in (False, True):
+        out = model.create_chat_completion([{"role": "user", "content": "Capital?"},
+                                            {"role": "assistant", "content": parts}], temperature=0, stream=stream)
+        text = ("".join(c["choices"][0]["delta"].get("content") or "" for c in out) if stream
+                else out["choices"][0]["message"]["content"])
+        assert text == " the capital of France."
+
+
 def test_embedding_of_text_utf8_cannot_encode_names_input():
     model = scripted_model(["Hi."])
     with pytest.raises(InvalidRequestError) as info:
