@@ -605,3 +605,17 @@ def test_openai_fields_that_do_not_change_the_reply_are_accepted():
                                   {"messages": messages, "stream": True,
                                    "stream_options": {"include_obfuscation": "no"}})
         assert status == 400 and "include_obfuscation" in body["error"]["message"], body
+
+
+def test_api_key_scheme_is_case_insensitive():
+    """RFC 7235 (2.1): the auth-scheme is case-insensitive, so 'bearer KEY' is the key too;
+    the key itself is compared exactly."""
+    with app_server(create_app(scripted_model(["Hi."] * 3), api_key="s3cret")) as base:
+        for header, expected in (("bearer s3cret", 200), ("BEARER s3cret", 200), ("Bearer s3cret", 200),
+                                 ("Bearer S3CRET", 401), ("Basic s3cret", 401), ("s3cret", 401),
+                                 ("bearer", 401), ("Bearer  s3cret", 401)):
+            status, _, body = request(base, "GET", "/v1/models", headers={"Authorization": header})
+            assert status == expected, header
+            if status == 401:
+                assert_openai_error(body, 401)
+                assert body["error"]["code"] == "invalid_api_key"

@@ -80,12 +80,13 @@ class _BearerAuth:
 
     def __init__(self, app: Any, key: str) -> None:
         self.app = app
-        self.expected = b"Bearer " + key.encode()
+        self.expected = key.encode()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] not in _PUBLIC and scope["method"] != "OPTIONS":
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
+            # the scheme is case-insensitive (RFC 7235, 2.1); the key is not
+            if not (hmac.compare_digest(given, self.expected) and scheme.lower() == b"bearer"):
                 response = _error_response(401, "invalid or missing API key (Authorization: Bearer ...)",
                                            code="invalid_api_key")
                 await response(scope, receive, send)
