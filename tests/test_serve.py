@@ -619,3 +619,23 @@ def test_api_key_scheme_is_case_insensitive():
             if status == 401:
                 assert_openai_error(body, 401)
                 assert body["error"]["code"] == "invalid_api_key"
+
+
+def test_malformed_embedding_bodies_are_checked_as_the_completions_are():
+    """/v1/embeddings reads its body through the same checks as the completions: a body
+    past the limit is a 413 without being read whole, one nested too deeply a 400 (not a
+    500), and a field that is not the endpoint's a 400 naming it."""
+    with app_server(create_app(scripted_model(["Hi."]))) as base:
+        status, _, body = request(base, "POST", "/v1/embeddings", raw=b"[" * 100000 + b"]" * 100000)
+        assert status == 400
+        assert_openai_error(body, 400)
+        status, _, body = request(base, "POST", "/v1/embeddings", raw=b" " * (17 << 20))
+        assert status == 413
+        assert_openai_error(body, 413)
+        for fields, param in (({"model": 3}, "model"), ({"model_name": "x"}, "model_name"),
+                              ({"context": 1}, "context"), ({"ignored": 1}, "ignored"), ({}, "input")):
+            status, _, body = request(base, "POST", "/v1/embeddings", dict({"input": "hi"}, **fields)
+                                      if param != "input" else {"model": "m"})
+            assert status == 400, (fields, body)
+            assert_openai_error(body, 400, param=param)
+        assert request(base, "GET", "/health")[0] == 200
