@@ -18,6 +18,7 @@ prefills only its new tokens), or a fresh one while another thread holds it.
 """
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -708,7 +709,10 @@ def _create_completion(
                                       "prompt", "context_length_exceeded")
         nonlocal prompt_entries
         if echo and logprobs is not None:
-            prompt_entries = _prompt_logprobs(model, ids, logprobs)
+            # a serving slot runs this pass beside the others, off the thread its request waits on
+            work = functools.partial(_prompt_logprobs, model, ids, logprobs)
+            run_apart = getattr(ctx, "run_apart", None)
+            prompt_entries = work() if run_apart is None else run_apart(work)
         yield None
         for choice in range(n):
             _use_sampler(ctx, _make_sampler(options, choice))

@@ -639,3 +639,34 @@ def test_malformed_embedding_bodies_are_checked_as_the_completions_are():
             assert status == 400, (fields, body)
             assert_openai_error(body, 400, param=param)
         assert request(base, "GET", "/health")[0] == 200
+
+
+class SlowPromptPassContext(ScriptedContext):
+    """A scripted context whose all-logits prefill (the echoed prompt's logprobs) takes 1.5 s."""
+
+    def prefill(self, tokens, all_logits=False, **kwargs):
+        if all_logits:
+            time.sleep(1.5)
+        return super().prefill(tokens, all_logits=all_logits, **kwargs)
+
+
+def test_echoed_prompt_logprobs_do_not_hold_up_the_event_loop():
+    """`echo` with `logprobs` runs one all-logits pass over the prompt outside the scheduler;
+    run on the event loop's thread, it stalled every other stream and /health for as long
+    (4.6 s for 900 tokens of SmolLM2 beside a stream whose tokens came every 9 ms)."""
+    model = scripted_model(["Hello world"] * 4)
+    engine = model.engine
+    engine.create_context = lambda n_ctx=None, sampler=None: SlowPromptPassContext(
+        engine, n_ctx or engine.max_seq_len, sampler or GreedySampler())
+    with app_server(create_app(model, parallel=2)) as base:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
+            echoed = pool.submit(client(base).completions.create, model="m", prompt="Hello world", max_tokens=2,
+                                 temperature=0, echo=True, logprobs=1)
+            time.sleep(0.3)
+            status, _, _ = request(base, "GET", "/health")
+            health_seconds = time.monotonic() - started - 0.3
+            out = echoed.result(timeout=60)
+        assert status == 200 and health_seconds < 0.8, health_seconds
+        choice = out.choices[0]
+        assert choice.text.startswith("Hello world") and choice.logprobs.token_logprobs[0] is None
