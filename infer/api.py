@@ -367,6 +367,7 @@ def create_chat_completion(
     not used (nothing is stored), as llama-server ignores them.
     """
     from .chat import ChatSession
+    from .chat.template import TEMPLATE_VARIABLES
 
     msgs = _check_messages(messages)
     offered = _check_tools(tools, tool_choice)
@@ -383,6 +384,10 @@ def create_chat_completion(
     include_usage = _check_include_usage(stream, stream_options)
     if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
         raise InvalidRequestError("chat_template_kwargs: expected an object", "chat_template_kwargs")
+    reserved = sorted(set(chat_template_kwargs or ()) & set(TEMPLATE_VARIABLES))
+    if reserved:
+        raise InvalidRequestError(f"chat_template_kwargs: {reserved[0]!r} is set from the request and the model "
+                                  f"(as are {', '.join(TEMPLATE_VARIABLES)})", "chat_template_kwargs")
     _check_labels(user=user, service_tier=service_tier, prompt_cache_key=prompt_cache_key,
                   safety_identifier=safety_identifier)
     _check_bool("store", store)

@@ -420,3 +420,17 @@ def test_embedding_of_text_utf8_cannot_encode_names_input():
     with pytest.raises(InvalidRequestError) as info:
         api.create_embedding(model, ["fine", "\ud800 lone surrogate"])
     assert info.value.param == "input"
+
+
+@pytest.mark.parametrize("name", ["messages", "add_generation_prompt", "tools", "bos_token", "eos_token"])
+def test_chat_template_kwargs_cannot_set_what_the_request_sets(name):
+    """The template's messages, tools, generation prompt and special tokens come from the
+    request and the model: a chat_template_kwargs key naming one is the client's error,
+    named as chat_template_kwargs (it was a 400 about Chat.render's arguments, param
+    messages, or for the tokens silently overridden)."""
+    with pytest.raises(InvalidRequestError) as info:
+        scripted_model(["Hi."]).create_chat_completion(USER, chat_template_kwargs={name: False})
+    assert info.value.param == "chat_template_kwargs" and repr(name) in str(info.value)
+    out = scripted_model(["Hi."]).create_chat_completion(USER, temperature=0,
+                                                         chat_template_kwargs={"enable_thinking": False})
+    assert out["choices"][0]["message"]["content"] == "Hi."

@@ -165,6 +165,7 @@ class Chat:
         source = self.tool_use_source if tools and self.tool_use_source else self.source
         template = self._template(source)
         variables = dict(kwargs)
+        # TEMPLATE_VARIABLES: the ones set here
         variables.update(messages=list(messages), add_generation_prompt=bool(add_generation_prompt),
                          tools=list(tools) if tools else None,
                          bos_token=self.bos_token, eos_token=self.eos_token)
@@ -344,6 +345,9 @@ class Chat:
             tail = tail[:-len(eos)]
         return tail
 
+
+#: the variables every render sets: extra template variables cannot replace them
+TEMPLATE_VARIABLES = ("messages", "add_generation_prompt", "tools", "bos_token", "eos_token")
 
 #: the roles of OpenAI-shaped chat messages
 ROLES = ("system", "user", "assistant", "tool")
