@@ -165,7 +165,7 @@ class Chat:
         source = self.tool_use_source if tools and self.tool_use_source else self.source
         template = self._template(source)
         variables = dict(kwargs)
-        # TEMPLATE_VARIABLES: the ones set here
+        # these are TEMPLATE_VARIABLES: they replace any of kwargs
         variables.update(messages=list(messages), add_generation_prompt=bool(add_generation_prompt),
                          tools=list(tools) if tools else None,
                          bos_token=self.bos_token, eos_token=self.eos_token)
