@@ -565,7 +565,8 @@ def test_malformed_tool_calls_in_history_are_400_not_500():
     is the client's error, in OpenAI's shape naming `messages`; the server goes on."""
     with app_server(create_app(scripted_model(["Hi."] * 8))) as base:
         for calls in ([{"id": "call_1"}], [{"id": "call_1", "type": "function", "function": "get_weather"}],
-                      [{"id": "call_1", "type": "function", "function": {"arguments": "{}"}}]):
+                      [{"id": "call_1", "type": "function", "function": {"arguments": "{}"}}],
+                      {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}):
             messages = [{"role": "user", "content": "weather?"},
                         {"role": "assistant", "content": None, "tool_calls": calls},
                         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
@@ -574,7 +575,9 @@ def test_malformed_tool_calls_in_history_are_400_not_500():
                                           {"messages": messages, "tools": TOOLS, "stream": stream})
                 assert status == 400, body
                 assert_openai_error(body, 400, param="messages")
-                assert "tool_calls" in body["error"]["message"]
+                assert "tool_calls: expected" in body["error"]["message"]
+                if isinstance(calls, dict):  # one call, not in a list: not read as its keys
+                    assert "a list" in body["error"]["message"], body
         out = client(base).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
                                                    temperature=0)
         assert out.choices[0].message.content == "Hi."

@@ -223,6 +223,8 @@ class Chat:
         m["content"] = content
         calls = m.get("tool_calls")
         if calls:
+            if not isinstance(calls, (list, tuple)):
+                raise TypeError(f"tool_calls: expected a list of calls, got {type(calls).__name__}")
             calls = [_template_tool_call(c) for c in calls]
             if self.renders_tool_calls:
                 m["tool_calls"] = calls
