@@ -27,7 +27,7 @@ import weakref
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
-from .runtime import ContextOverflowError
+from .runtime import LONG_TEXT, ContextOverflowError, run_apart
 
 __all__ = ["InvalidRequestError", "UnsupportedOptionError", "create_chat_completion", "create_completion"]
 
@@ -697,8 +697,11 @@ def _create_completion(
     # Special-token texts in a text prompt are those tokens, as llama-server and
     # llama-cpp-python read a completion prompt (a hand-formatted chat turn).
     try:
-        ids = (tok.encode(text_prompt, add_special=True, parse_special=True) if isinstance(text_prompt, str)
-               else text_prompt)
+        if isinstance(text_prompt, str):
+            encode = functools.partial(tok.encode, text_prompt, add_special=True, parse_special=True)
+            ids = encode() if len(text_prompt) < LONG_TEXT else run_apart(context, encode)
+        else:
+            ids = text_prompt
     except ValueError as exc:  # text UTF-8 cannot encode (a lone surrogate)
         raise InvalidRequestError(f"prompt: {exc}", "prompt") from None
     if not ids:
@@ -715,9 +718,7 @@ def _create_completion(
         nonlocal prompt_entries
         if echo and logprobs is not None:
             # a serving slot runs this pass beside the others, off the thread its request waits on
-            work = functools.partial(_prompt_logprobs, model, ids, logprobs)
-            run_apart = getattr(ctx, "run_apart", None)
-            prompt_entries = work() if run_apart is None else run_apart(work)
+            prompt_entries = run_apart(ctx, functools.partial(_prompt_logprobs, model, ids, logprobs))
         yield None
         for choice in range(n):
             _use_sampler(ctx, _make_sampler(options, choice))

@@ -27,7 +27,7 @@ import uvicorn  # noqa: E402
 
 from infer import api  # noqa: E402
 from infer.serve.app import create_app  # noqa: E402
-from scripted import GreedySampler, ScriptedContext, scripted_model  # noqa: E402
+from scripted import GreedySampler, ScriptedContext, ScriptedTokenizer, scripted_model  # noqa: E402
 from under_test import IMPORT_ROOT  # noqa: E402
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -673,3 +673,34 @@ def test_echoed_prompt_logprobs_do_not_hold_up_the_event_loop():
         assert status == 200 and health_seconds < 0.8, health_seconds
         choice = out.choices[0]
         assert choice.text.startswith("Hello world") and choice.logprobs.token_logprobs[0] is None
+
+
+class SlowLongTextTokenizer(ScriptedTokenizer):
+    """Takes 1.5 s to encode a text of 100 000 characters or more (infer's BPE takes about
+    1 s per million characters, and a body may carry 16 MB)."""
+
+    def encode(self, text, add_special=True, parse_special=False):
+        if len(text) >= 100_000:
+            time.sleep(1.5)
+        return super().encode(text, add_special, parse_special)
+
+
+@pytest.mark.parametrize("endpoint", ["/v1/chat/completions", "/v1/completions"])
+def test_tokenizing_a_long_prompt_does_not_hold_up_the_event_loop(endpoint):
+    """A prompt's text is tokenized before the server knows it does not fit; on the event
+    loop's thread a 2 MB prompt stopped every other stream for 1.8 s (on SmolLM2), and
+    one of 16 MB, the largest body, would for about 15 s."""
+    model = scripted_model(["Hello world"] * 4, tokenizer=SlowLongTextTokenizer())
+    text = "ab " * 40_000
+    body = ({"messages": [{"role": "user", "content": text}]} if endpoint == "/v1/chat/completions"
+            else {"prompt": text})
+    with app_server(create_app(model, parallel=2, ctx_size=512)) as base:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
+            long_one = pool.submit(request, base, "POST", endpoint, body)
+            time.sleep(0.3)
+            status, _, _ = request(base, "GET", "/health")
+            health_seconds = time.monotonic() - started - 0.3
+            long_status, _, long_body = long_one.result(timeout=60)
+        assert status == 200 and health_seconds < 0.8, health_seconds
+        assert long_status == 400 and long_body["error"]["code"] == "context_length_exceeded", long_body

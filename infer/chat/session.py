@@ -15,7 +15,7 @@ import weakref
 from typing import Any, Iterator, Optional, Sequence, Union
 
 from ..generate import logprob_entry
-from ..runtime import ContextOverflowError
+from ..runtime import LONG_TEXT, ContextOverflowError, run_apart
 from .replies import Message, Reply, TextPiece, ThinkingText, ToolCall, ToolCallError, parse_tool_call
 from .reply_parser import CONTENT, ReplyParser
 from .sandbox import ChatTemplateError
@@ -483,7 +483,11 @@ class ChatSession:
         return keep
 
     def _encode(self, text: str) -> list[int]:
-        ids = list(self.tokenizer.encode(text, add_special=False, parse_special=True))
+        def encode() -> list[int]:
+            return list(self.tokenizer.encode(text, add_special=False, parse_special=True))
+
+        # a long text takes long (infer's BPE: about 1 s a million characters): run apart
+        ids = encode() if len(text) < LONG_TEXT else run_apart(self.context, encode)
         if self._bos and ids[:1] != self._bos:
             ids = self._bos + ids
         return ids

@@ -634,9 +634,10 @@ class SlotContext:
         return job.result, job.record
 
     def run_apart(self, work: Callable[[], Any]) -> Any:
-        """``work()``, a forward pass of the request's own outside the slots (the echoed
-        prompt's logprobs), on a thread of its own: a request that waits by pausing runs
-        on the event loop's thread, which must go on serving the others meanwhile."""
+        """``work()``, long work of the request that is not a job of the scheduler's
+        (`infer.runtime.run_apart`: tokenizing a long text, the echoed prompt's logprobs),
+        on a thread of its own: a request that waits by pausing runs on the event loop's
+        thread, which must go on serving the others meanwhile."""
         waits = self.waits
         if waits is None:
             return work()
