@@ -615,7 +615,8 @@ def create_completion(
         stream_options: Optional[dict[str, Any]] = None, presence_penalty: Optional[float] = None,
         frequency_penalty: Optional[float] = None, logit_bias: Optional[dict[Any, float]] = None, n: int = 1,
         echo: bool = False, best_of: Optional[int] = None, suffix: Optional[str] = None,
-        logprobs: Optional[int] = None, user: Optional[str] = None,
+        logprobs: Optional[int] = None, user: Optional[str] = None, grammar: Optional[str] = None,
+        json_schema: Optional[dict[str, Any]] = None,
         context: Any = None, model_name: Optional[str] = None) -> Any:
     """OpenAI's ``POST /v1/completions``: continue ``prompt`` (text, encoded with BOS
     as the model says and special-token texts such as ``<|im_start|>`` read as those
@@ -625,12 +626,14 @@ def create_completion(
     Returns a ``text_completion`` dict, or with ``stream=True`` an iterator of
     chunks.  ``max_tokens`` defaults to 16 as in OpenAI's API; None runs to the end
     of the context.  ``echo=True`` puts the prompt text before the completion.
+    llama-server's ``grammar`` (GBNF) or ``json_schema`` constrains the completion.
     """
     options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                    repeat_penalty=repeat_penalty, stop=stop, seed=seed, stream=stream,
                    stream_options=stream_options, presence_penalty=presence_penalty,
                    frequency_penalty=frequency_penalty, logit_bias=logit_bias, n=n, echo=echo, best_of=best_of,
-                   suffix=suffix, logprobs=logprobs, user=user, context=context, model_name=model_name)
+                   suffix=suffix, logprobs=logprobs, user=user, grammar=grammar, json_schema=json_schema,
+                   context=context, model_name=model_name)
     batch = _prompt_batch(model, prompt)
     if batch is None:
         return _create_completion(model, prompt, **options)
@@ -663,6 +666,32 @@ def _batched_chunks(model: Any, batch: list[Union[str, list[int]]], options: dic
         yield dict(head, object="text_completion", choices=[], usage=usage)
 
 
+def _completion_grammar(grammar: Any, json_schema: Any) -> Any:
+    """The `infer.structured.Grammar` of llama-server's ``grammar`` (GBNF text) or
+    ``json_schema`` (an object), compiled now so a bad one is a 400 naming it; None
+    for neither."""
+    if grammar is None and json_schema is None:
+        return None
+    if grammar is not None and json_schema is not None:
+        raise InvalidRequestError("json_schema: give grammar or json_schema, not both", "json_schema")
+    param = "grammar" if grammar is not None else "json_schema"
+    if grammar is not None and not isinstance(grammar, str):
+        raise InvalidRequestError(f"grammar: expected GBNF text, got {type(grammar).__name__}", "grammar")
+    if json_schema is not None and not isinstance(json_schema, Mapping):
+        raise InvalidRequestError(f"json_schema: expected an object, got {type(json_schema).__name__}",
+                                  "json_schema")
+    try:
+        from .structured import Grammar
+
+        if isinstance(grammar, str):
+            return Grammar.gbnf(grammar)
+        return Grammar.json_schema(dict(json_schema or {}))
+    except ImportError as exc:
+        raise UnsupportedOptionError(str(exc), param) from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(str(exc), param) from None
+
+
 def _create_completion(
         model: Any, prompt: Union[str, list[int]], *, max_tokens: Optional[int],
         temperature: Optional[float], top_p: Optional[float], top_k: Optional[int],
@@ -671,8 +700,8 @@ def _create_completion(
         stream_options: Optional[dict[str, Any]], presence_penalty: Optional[float],
         frequency_penalty: Optional[float], logit_bias: Optional[dict[Any, float]], n: int,
         echo: bool, best_of: Optional[int], suffix: Optional[str],
-        logprobs: Optional[int], user: Optional[str],
-        context: Any, model_name: Optional[str]) -> Any:
+        logprobs: Optional[int], user: Optional[str], grammar: Optional[str],
+        json_schema: Optional[dict[str, Any]], context: Any, model_name: Optional[str]) -> Any:
     """`create_completion` of one prompt."""
     from .generate import generate
 
@@ -689,6 +718,7 @@ def _create_completion(
     echo = _check_bool("echo", echo)
     include_usage = _check_include_usage(stream, stream_options)
     _check_labels(user=user)
+    constraint = _completion_grammar(grammar, json_schema)
     options = _sampler_options(model, temperature, top_p, top_k, min_p, repeat_penalty, presence_penalty,
                                frequency_penalty, logit_bias, seed)
     name = _model_name(model, model_name)
@@ -722,7 +752,8 @@ def _create_completion(
         yield None
         for choice in range(n):
             _use_sampler(ctx, _make_sampler(options, choice))
-            gen = generate(model, ids, context=ctx, max_tokens=max_tokens, stop=stops, logprobs=logprobs)
+            gen = generate(model, ids, context=ctx, max_tokens=max_tokens, stop=stops, logprobs=logprobs,
+                           grammar=constraint)
             if echo:
                 yield choice, echoed, prompt_entries
             sent = 0  # logprob entries already handed out with a piece

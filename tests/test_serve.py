@@ -704,3 +704,27 @@ def test_tokenizing_a_long_prompt_does_not_hold_up_the_event_loop(endpoint):
             long_status, _, long_body = long_one.result(timeout=60)
         assert status == 200 and health_seconds < 0.8, health_seconds
         assert long_status == 400 and long_body["error"]["code"] == "context_length_exceeded", long_body
+
+
+def test_completions_take_llama_server_grammar_and_json_schema(smol):
+    """llama-server's /v1/completions fields `grammar` (GBNF) and `json_schema` constrain
+    the completion (they were a 400 'unrecognized request argument'); outputs checked by
+    hand and with `jsonschema`; a bad grammar is a 400 naming its field."""
+    jsonschema = pytest.importorskip("jsonschema")
+    pytest.importorskip("llguidance")
+    _, base = smol
+    out = client(base).completions.create(model="m", prompt="Is the sky blue? Answer:", max_tokens=8, temperature=0,
+                                          n=2, seed=1, extra_body={"grammar": 'root ::= " " ("yes" | "no")'})
+    assert [c.text for c in out.choices] in ([" yes"] * 2, [" no"] * 2) and out.choices[0].finish_reason == "stop"
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+              "required": ["city"], "additionalProperties": False}
+    for stream in (False, True):
+        out = client(base).completions.create(model="m", prompt="The capital of France as JSON:", max_tokens=30,
+                                              temperature=0, stream=stream, extra_body={"json_schema": schema})
+        text = "".join(c.choices[0].text for c in out if c.choices) if stream else out.choices[0].text
+        jsonschema.validate(json.loads(text), schema)
+    for fields, param in (({"grammar": "root ::= ("}, "grammar"), ({"json_schema": {"type": 7}}, "json_schema"),
+                          ({"grammar": 'root ::= "a"', "json_schema": {}}, "json_schema"), ({"grammar": 5}, "grammar")):
+        status, _, body = request(base, "POST", "/v1/completions", dict({"prompt": "x"}, **fields))
+        assert status == 400, (fields, body)
+        assert_openai_error(body, 400, param=param)
