@@ -18,6 +18,7 @@ prefills only its new tokens), or a fresh one while another thread holds it.
 """
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -26,7 +27,7 @@ import weakref
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
-from .runtime import ContextOverflowError
+from .runtime import LONG_TEXT, ContextOverflowError, run_apart
 
 __all__ = ["InvalidRequestError", "UnsupportedOptionError", "create_chat_completion", "create_completion"]
 
@@ -75,6 +76,13 @@ def _check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise InvalidRequestError(f"{name}: expected a boolean, got {type(value).__name__}", name)
     return value
+
+
+def _check_labels(**labels: Any) -> None:
+    """The string fields that only name a request (``user``, ``prompt_cache_key``, ...)."""
+    for name, value in labels.items():
+        if value is not None and not isinstance(value, str):
+            raise InvalidRequestError(f"{name}: expected a string, got {type(value).__name__}", name)
 
 
 def _check_stop(stop: Any) -> list[str]:
@@ -249,9 +257,12 @@ def _check_include_usage(stream: bool, stream_options: Any) -> bool:
         raise InvalidRequestError("stream_options: only with stream=true", "stream_options")
     if not isinstance(stream_options, Mapping):
         raise InvalidRequestError("stream_options: expected an object", "stream_options")
-    unknown = set(stream_options) - {"include_usage"}
+    unknown = set(stream_options) - {"include_usage", "include_obfuscation"}
     if unknown:
         raise InvalidRequestError(f"stream_options: unknown field {sorted(unknown)[0]!r}", "stream_options")
+    # OpenAI's random padding of each chunk against length side channels: a loopback
+    # server has none to pad, so the flag is checked and changes nothing
+    _check_bool("stream_options.include_obfuscation", stream_options.get("include_obfuscation"))
     return _check_bool("stream_options.include_usage", stream_options.get("include_usage"))
 
 
@@ -281,6 +292,7 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
                 if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                     raise UnsupportedOptionError(f"messages[{i}].content: only text parts are supported",
                                                  "messages")
+            m = dict(m, content="".join(part["text"] for part in content))  # as the template joins them
         # OpenAI's "developer" is the system prompt of newer models
         out.append(dict(m, role="system") if role == "developer" else m)
     last = out[-1]
@@ -337,6 +349,9 @@ def create_chat_completion(
         response_format: Optional[dict[str, Any]] = None, logprobs: Optional[bool] = None,
         top_logprobs: Optional[int] = None, parallel_tool_calls: Optional[bool] = None,
         chat_template_kwargs: Optional[dict[str, Any]] = None, user: Optional[str] = None,
+        metadata: Optional[dict[str, str]] = None, store: Optional[bool] = None,
+        service_tier: Optional[str] = None, prompt_cache_key: Optional[str] = None,
+        safety_identifier: Optional[str] = None,
         context: Any = None, model_name: Optional[str] = None) -> Any:
     """OpenAI's ``POST /v1/chat/completions`` on a loaded model.
 
@@ -346,9 +361,13 @@ def create_chat_completion(
     Sampler's defaults (llama.cpp's); ``temperature=0`` is greedy.  ``n`` choices
     are generated one after the other, choice ``i`` seeded ``seed + i``.
     ``chat_template_kwargs`` are extra template variables (``{"enable_thinking":
-    False}``), as llama-server takes them.  ``user`` is accepted and not used.
+    False}``), as llama-server takes them.  ``user``, ``metadata``, ``store``,
+    ``service_tier``, ``prompt_cache_key`` and ``safety_identifier`` label, log or
+    route a request at OpenAI and change nothing in the reply: they are checked and
+    not used (nothing is stored), as llama-server ignores them.
     """
     from .chat import ChatSession
+    from .chat.template import TEMPLATE_VARIABLES
 
     msgs = _check_messages(messages)
     offered = _check_tools(tools, tool_choice)
@@ -365,8 +384,16 @@ def create_chat_completion(
     include_usage = _check_include_usage(stream, stream_options)
     if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
         raise InvalidRequestError("chat_template_kwargs: expected an object", "chat_template_kwargs")
-    if user is not None and not isinstance(user, str):
-        raise InvalidRequestError("user: expected a string", "user")
+    reserved = sorted(set(chat_template_kwargs or ()) & set(TEMPLATE_VARIABLES))
+    if reserved:
+        raise InvalidRequestError(f"chat_template_kwargs: {reserved[0]!r} is set from the request and the model "
+                                  f"(as are {', '.join(TEMPLATE_VARIABLES)})", "chat_template_kwargs")
+    _check_labels(user=user, service_tier=service_tier, prompt_cache_key=prompt_cache_key,
+                  safety_identifier=safety_identifier)
+    _check_bool("store", store)
+    if metadata is not None and (not isinstance(metadata, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
+        raise InvalidRequestError("metadata: expected an object of string values", "metadata")
     options = _sampler_options(model, temperature, top_p, top_k, min_p, repeat_penalty, presence_penalty,
                                frequency_penalty, logit_bias, seed)
     name = _model_name(model, model_name)
@@ -385,7 +412,11 @@ def create_chat_completion(
         except (TypeError, ValueError) as exc:
             if isinstance(exc, (InvalidRequestError, ContextOverflowError)):
                 raise
-            raise InvalidRequestError(str(exc), "messages") from None
+            # response_format was compiled in the checks: a grammar failing here is a forced call's
+            from .structured import GrammarError
+
+            param = "tools" if forced is not None and isinstance(exc, GrammarError) else "messages"
+            raise InvalidRequestError(str(exc), param) from None
         return _first_call_only(items) if single_call else items
 
     def run(ctx: Any) -> Iterator[Any]:
@@ -584,7 +615,8 @@ def create_completion(
         stream_options: Optional[dict[str, Any]] = None, presence_penalty: Optional[float] = None,
         frequency_penalty: Optional[float] = None, logit_bias: Optional[dict[Any, float]] = None, n: int = 1,
         echo: bool = False, best_of: Optional[int] = None, suffix: Optional[str] = None,
-        logprobs: Optional[int] = None, user: Optional[str] = None,
+        logprobs: Optional[int] = None, user: Optional[str] = None, grammar: Optional[str] = None,
+        json_schema: Optional[dict[str, Any]] = None,
         context: Any = None, model_name: Optional[str] = None) -> Any:
     """OpenAI's ``POST /v1/completions``: continue ``prompt`` (text, encoded with BOS
     as the model says and special-token texts such as ``<|im_start|>`` read as those
@@ -594,12 +626,14 @@ def create_completion(
     Returns a ``text_completion`` dict, or with ``stream=True`` an iterator of
     chunks.  ``max_tokens`` defaults to 16 as in OpenAI's API; None runs to the end
     of the context.  ``echo=True`` puts the prompt text before the completion.
+    llama-server's ``grammar`` (GBNF) or ``json_schema`` constrains the completion.
     """
     options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                    repeat_penalty=repeat_penalty, stop=stop, seed=seed, stream=stream,
                    stream_options=stream_options, presence_penalty=presence_penalty,
                    frequency_penalty=frequency_penalty, logit_bias=logit_bias, n=n, echo=echo, best_of=best_of,
-                   suffix=suffix, logprobs=logprobs, user=user, context=context, model_name=model_name)
+                   suffix=suffix, logprobs=logprobs, user=user, grammar=grammar, json_schema=json_schema,
+                   context=context, model_name=model_name)
     batch = _prompt_batch(model, prompt)
     if batch is None:
         return _create_completion(model, prompt, **options)
@@ -632,6 +666,32 @@ def _batched_chunks(model: Any, batch: list[Union[str, list[int]]], options: dic
         yield dict(head, object="text_completion", choices=[], usage=usage)
 
 
+def _completion_grammar(grammar: Any, json_schema: Any) -> Any:
+    """The `infer.structured.Grammar` of llama-server's ``grammar`` (GBNF text) or
+    ``json_schema`` (an object), compiled now so a bad one is a 400 naming it; None
+    for neither."""
+    if grammar is None and json_schema is None:
+        return None
+    if grammar is not None and json_schema is not None:
+        raise InvalidRequestError("json_schema: give grammar or json_schema, not both", "json_schema")
+    param = "grammar" if grammar is not None else "json_schema"
+    if grammar is not None and not isinstance(grammar, str):
+        raise InvalidRequestError(f"grammar: expected GBNF text, got {type(grammar).__name__}", "grammar")
+    if json_schema is not None and not isinstance(json_schema, Mapping):
+        raise InvalidRequestError(f"json_schema: expected an object, got {type(json_schema).__name__}",
+                                  "json_schema")
+    try:
+        from .structured import Grammar
+
+        if isinstance(grammar, str):
+            return Grammar.gbnf(grammar)
+        return Grammar.json_schema(dict(json_schema or {}))
+    except ImportError as exc:
+        raise UnsupportedOptionError(str(exc), param) from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(str(exc), param) from None
+
+
 def _create_completion(
         model: Any, prompt: Union[str, list[int]], *, max_tokens: Optional[int],
         temperature: Optional[float], top_p: Optional[float], top_k: Optional[int],
@@ -640,8 +700,8 @@ def _create_completion(
         stream_options: Optional[dict[str, Any]], presence_penalty: Optional[float],
         frequency_penalty: Optional[float], logit_bias: Optional[dict[Any, float]], n: int,
         echo: bool, best_of: Optional[int], suffix: Optional[str],
-        logprobs: Optional[int], user: Optional[str],
-        context: Any, model_name: Optional[str]) -> Any:
+        logprobs: Optional[int], user: Optional[str], grammar: Optional[str],
+        json_schema: Optional[dict[str, Any]], context: Any, model_name: Optional[str]) -> Any:
     """`create_completion` of one prompt."""
     from .generate import generate
 
@@ -657,8 +717,8 @@ def _create_completion(
     stream = _check_bool("stream", stream)
     echo = _check_bool("echo", echo)
     include_usage = _check_include_usage(stream, stream_options)
-    if user is not None and not isinstance(user, str):
-        raise InvalidRequestError("user: expected a string", "user")
+    _check_labels(user=user)
+    constraint = _completion_grammar(grammar, json_schema)
     options = _sampler_options(model, temperature, top_p, top_k, min_p, repeat_penalty, presence_penalty,
                                frequency_penalty, logit_bias, seed)
     name = _model_name(model, model_name)
@@ -667,8 +727,11 @@ def _create_completion(
     # Special-token texts in a text prompt are those tokens, as llama-server and
     # llama-cpp-python read a completion prompt (a hand-formatted chat turn).
     try:
-        ids = (tok.encode(text_prompt, add_special=True, parse_special=True) if isinstance(text_prompt, str)
-               else text_prompt)
+        if isinstance(text_prompt, str):
+            encode = functools.partial(tok.encode, text_prompt, add_special=True, parse_special=True)
+            ids = encode() if len(text_prompt) < LONG_TEXT else run_apart(context, encode)
+        else:
+            ids = text_prompt
     except ValueError as exc:  # text UTF-8 cannot encode (a lone surrogate)
         raise InvalidRequestError(f"prompt: {exc}", "prompt") from None
     if not ids:
@@ -684,11 +747,13 @@ def _create_completion(
                                       "prompt", "context_length_exceeded")
         nonlocal prompt_entries
         if echo and logprobs is not None:
-            prompt_entries = _prompt_logprobs(model, ids, logprobs)
+            # a serving slot runs this pass beside the others, off the thread its request waits on
+            prompt_entries = run_apart(ctx, functools.partial(_prompt_logprobs, model, ids, logprobs))
         yield None
         for choice in range(n):
             _use_sampler(ctx, _make_sampler(options, choice))
-            gen = generate(model, ids, context=ctx, max_tokens=max_tokens, stop=stops, logprobs=logprobs)
+            gen = generate(model, ids, context=ctx, max_tokens=max_tokens, stop=stops, logprobs=logprobs,
+                           grammar=constraint)
             if echo:
                 yield choice, echoed, prompt_entries
             sent = 0  # logprob entries already handed out with a piece

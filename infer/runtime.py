@@ -39,6 +39,19 @@ class ContextBusyError(RuntimeError):
     """A Context was used from two threads at once."""
 
 
+#: characters from which tokenizing a text is long work for `run_apart` (tens of ms)
+LONG_TEXT = 1 << 15
+
+
+def run_apart(context: Any, work: Callable[[], Any]) -> Any:
+    """``work()`` (long work of a request that is not the context's own forward pass:
+    tokenizing a long text, an extra pass over the prompt) where ``context`` wants it
+    run.  A serving slot (`infer.serve.scheduler.SlotContext`) runs it on a thread of
+    its own, since its request runs on the event loop's thread; a Context in place."""
+    apart = getattr(context, "run_apart", None)
+    return work() if apart is None else apart(work)
+
+
 class RowOutputs:
     """What ``prefill(all_logits=True)`` / ``prefill(hidden_states=True)`` asks of a pass:
     ``logits`` (rows ``first...n-1``, shape (n - first, vocab)) and/or ``hidden``

@@ -46,6 +46,9 @@ class ScriptedVocab:
     def __len__(self) -> int:
         return self.n_vocab
 
+    def is_special(self, token: int) -> bool:
+        return token in self.special_ids.values()
+
     def token_id(self, text: str) -> Optional[int]:
         if text in self.special_ids:
             return self.special_ids[text]

@@ -117,6 +117,35 @@ def test_thinking_is_reasoning_content():
     assert "".join(d.get("content", "") for d in deltas) == "Paris."
 
 
+@pytest.mark.parametrize("thought, reasoning", [
+    ("\nLet me see.\n", "Let me see."),  # Qwen3's and DeepSeek-R1's layout: <think>\n...\n</think>
+    ("\n\nA\n\nB\n\n", "A\n\nB"),  # the thought's own blank line stays
+    ("\n\n", ""),
+])
+def test_streamed_reasoning_content_adds_up_to_the_reply_s(thought, reasoning):
+    """The newlines that lay out a thinking block are not the thought's: the streamed
+    reasoning_content deltas add up to the message's reasoning_content, as content's do
+    (llama-server strips the reasoning in both)."""
+    reply = f"<think>{thought}</think>\n\nParis."
+    model = scripted_model([reply] * 2)
+    out = model.create_chat_completion(USER, temperature=0)
+    assert out["choices"][0]["message"].get("reasoning_content", "") == reasoning
+    deltas = [c["choices"][0]["delta"] for c in model.create_chat_completion(USER, temperature=0, stream=True)]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == reasoning
+    assert "".join(d.get("content", "") for d in deltas) == "Paris."
+
+
+def test_reasoning_cut_off_by_max_tokens_streams_as_it_returns():
+    model = scripted_model(["<think>\nLet me see, this is long.\n</think>Paris."] * 2)
+    for max_tokens in range(2, 14):
+        out = model.create_chat_completion(USER, temperature=0, max_tokens=max_tokens)
+        deltas = [c["choices"][0]["delta"] for c in
+                  model.create_chat_completion(USER, temperature=0, max_tokens=max_tokens, stream=True)]
+        streamed = "".join(d.get("reasoning_content", "") for d in deltas)
+        assert streamed == out["choices"][0]["message"].get("reasoning_content", ""), max_tokens
+        assert not streamed.startswith("\n") and not streamed.endswith("\n")
+
+
 def test_completion_shape_echo_and_stop():
     model = scripted_model([])
     tok = model.tokenizer
@@ -205,6 +234,39 @@ def test_bad_options_name_their_field(options, param):
     with pytest.raises(InvalidRequestError) as info:
         model.create_chat_completion(USER, **options)
     assert info.value.param == param and not isinstance(info.value, UnsupportedOptionError)
+
+
+def test_tool_call_ids_are_unique_across_requests():
+    """Each tool call gets an id of its own, as OpenAI's and llama-server's do: an agent
+    matches a tool result to its call by id over many turns, and every request here is
+    a fresh session, whose first call was always 'call_0'."""
+    two = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+           '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>')
+    model = scripted_model([two] * 4)
+    weather = [{"role": "user", "content": "weather?"}]
+    ids = []
+    for stream in (False, False, True):
+        out = model.create_chat_completion(weather, tools=TOOLS, temperature=0, stream=stream)
+        if stream:
+            calls = [tc for c in out for tc in c["choices"][0]["delta"].get("tool_calls", [])]
+        else:
+            calls = out["choices"][0]["message"]["tool_calls"]
+        assert [json.loads(tc["function"]["arguments"])["city"] for tc in calls] == ["Paris", "Rome"]
+        ids += [tc["id"] for tc in calls]
+    assert len(set(ids)) == len(ids) == 6, ids
+    assert all(isinstance(i, str) and i.startswith("call_") for i in ids)
+
+
+def test_a_forced_tool_with_an_invalid_schema_names_tools():
+    """A forced call's grammar comes from the tool's ``parameters``: when that schema does
+    not compile, the client's mistake is in ``tools`` (OpenAI's param), not ``messages``."""
+    pytest.importorskip("llguidance")
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {"type": 7}}}]
+    for choice in ("required", {"type": "function", "function": {"name": "f"}}):
+        for stream in (False, True):
+            with pytest.raises(api.InvalidRequestError) as info:
+                scripted_model(["Hi."]).create_chat_completion(USER, tools=bad, tool_choice=choice, stream=stream)
+            assert info.value.param == "tools" and "schema" in str(info.value)
 
 
 def test_parallel_tool_calls_false_keeps_one_call():
@@ -340,8 +402,35 @@ def test_last_assistant_message_is_continued():
         assert info.value.param == "messages"
 
 
+def test_last_assistant_message_of_text_parts_is_continued():
+    """OpenAI takes an assistant message's content as a list of text parts too: continued
+    like the same text given as a string."""
+    model = scripted_model(["Paris is the capital of France."] * 2)
+    parts = [{"type": "text", "text": "Paris"}, {"type": "text", "text": " is"}]
+    for stream in (False, True):
+        out = model.create_chat_completion([{"role": "user", "content": "Capital?"},
+                                            {"role": "assistant", "content": parts}], temperature=0, stream=stream)
+        text = ("".join(c["choices"][0]["delta"].get("content") or "" for c in out) if stream
+                else out["choices"][0]["message"]["content"])
+        assert text == " the capital of France."
+
+
 def test_embedding_of_text_utf8_cannot_encode_names_input():
     model = scripted_model(["Hi."])
     with pytest.raises(InvalidRequestError) as info:
         api.create_embedding(model, ["fine", "\ud800 lone surrogate"])
     assert info.value.param == "input"
+
+
+@pytest.mark.parametrize("name", ["messages", "add_generation_prompt", "tools", "bos_token", "eos_token"])
+def test_chat_template_kwargs_cannot_set_what_the_request_sets(name):
+    """The template's messages, tools, generation prompt and special tokens come from the
+    request and the model: a chat_template_kwargs key naming one is the client's error,
+    named as chat_template_kwargs (it was a 400 about Chat.render's arguments, param
+    messages, or for the tokens silently overridden)."""
+    with pytest.raises(InvalidRequestError) as info:
+        scripted_model(["Hi."]).create_chat_completion(USER, chat_template_kwargs={name: False})
+    assert info.value.param == "chat_template_kwargs" and repr(name) in str(info.value)
+    out = scripted_model(["Hi."]).create_chat_completion(USER, temperature=0,
+                                                         chat_template_kwargs={"enable_thinking": False})
+    assert out["choices"][0]["message"]["content"] == "Hi."

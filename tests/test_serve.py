@@ -28,7 +28,7 @@ import uvicorn  # noqa: E402
 
 from infer import api  # noqa: E402
 from infer.serve.app import create_app  # noqa: E402
-from scripted import GreedySampler, ScriptedContext, scripted_model  # noqa: E402
+from scripted import GreedySampler, ScriptedContext, ScriptedTokenizer, scripted_model  # noqa: E402
 from under_test import IMPORT_ROOT  # noqa: E402
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -629,3 +629,173 @@ def test_malformed_bodies():
         status, _, body = request(base, "POST", "/v1/chat/completions",
                                   {"messages": [{"role": "user", "content": "x"}], "temperature": 0})
         assert status == 200 and body["choices"][0]["message"]["content"] == "Hi."
+
+
+def test_malformed_tool_calls_in_history_are_400_not_500():
+    """An assistant message's tool call without a function name (a client's mistake)
+    is the client's error, in OpenAI's shape naming `messages`; the server goes on."""
+    with app_server(create_app(scripted_model(["Hi."] * 8))) as base:
+        for calls in ([{"id": "call_1"}], [{"id": "call_1", "type": "function", "function": "get_weather"}],
+                      [{"id": "call_1", "type": "function", "function": {"arguments": "{}"}}],
+                      {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}):
+            messages = [{"role": "user", "content": "weather?"},
+                        {"role": "assistant", "content": None, "tool_calls": calls},
+                        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+            for stream in (False, True):
+                status, _, body = request(base, "POST", "/v1/chat/completions",
+                                          {"messages": messages, "tools": TOOLS, "stream": stream})
+                assert status == 400, body
+                assert_openai_error(body, 400, param="messages")
+                assert "tool_calls: expected" in body["error"]["message"]
+                if isinstance(calls, dict):  # one call, not in a list: not read as its keys
+                    assert "a list" in body["error"]["message"], body
+        out = client(base).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                                   temperature=0)
+        assert out.choices[0].message.content == "Hi."
+
+
+def test_openai_fields_that_do_not_change_the_reply_are_accepted():
+    """Fields of OpenAI's chat request that only label, log or route it (metadata, store,
+    service_tier, prompt_cache_key, safety_identifier, stream_options.include_obfuscation)
+    are accepted, as llama-server accepts them, and the reply is the same; a wrong type
+    is still a 400 naming the field."""
+    with app_server(create_app(scripted_model(["Hi."] * 8))) as base:
+        messages = [{"role": "user", "content": "x"}]
+        out = client(base).chat.completions.create(
+            model="m", messages=messages, temperature=0, metadata={"session": "42"}, store=False,
+            service_tier="auto", prompt_cache_key="conversation-42", safety_identifier="user-hash", user="u")
+        assert out.choices[0].message.content == "Hi."
+        chunks = list(client(base).chat.completions.create(
+            model="m", messages=messages, temperature=0, stream=True, store=True,
+            stream_options={"include_usage": True, "include_obfuscation": False}))
+        assert "".join(c.delta.content or "" for ch in chunks for c in ch.choices) == "Hi."
+        assert chunks[-1].usage.completion_tokens > 0
+        for field, value in (("metadata", "x"), ("metadata", {"k": 1}), ("store", "yes"), ("service_tier", 1),
+                             ("prompt_cache_key", 1), ("safety_identifier", ["a"])):
+            status, _, body = request(base, "POST", "/v1/chat/completions", {"messages": messages, field: value})
+            assert status == 400, (field, body)
+            assert_openai_error(body, 400, param=field)
+        status, _, body = request(base, "POST", "/v1/chat/completions",
+                                  {"messages": messages, "stream": True,
+                                   "stream_options": {"include_obfuscation": "no"}})
+        assert status == 400 and "include_obfuscation" in body["error"]["message"], body
+
+
+def test_api_key_scheme_is_case_insensitive():
+    """RFC 7235 (2.1): the auth-scheme is case-insensitive, so 'bearer KEY' is the key too;
+    the key itself is compared exactly."""
+    with app_server(create_app(scripted_model(["Hi."] * 3), api_key="s3cret")) as base:
+        for header, expected in (("bearer s3cret", 200), ("BEARER s3cret", 200), ("Bearer s3cret", 200),
+                                 ("Bearer S3CRET", 401), ("Basic s3cret", 401), ("s3cret", 401),
+                                 ("bearer", 401), ("Bearer  s3cret", 401)):
+            status, _, body = request(base, "GET", "/v1/models", headers={"Authorization": header})
+            assert status == expected, header
+            if status == 401:
+                assert_openai_error(body, 401)
+                assert body["error"]["code"] == "invalid_api_key"
+
+
+def test_malformed_embedding_bodies_are_checked_as_the_completions_are():
+    """/v1/embeddings reads its body through the same checks as the completions: a body
+    past the limit is a 413 without being read whole, one nested too deeply a 400 (not a
+    500), and a field that is not the endpoint's a 400 naming it."""
+    with app_server(create_app(scripted_model(["Hi."]))) as base:
+        status, _, body = request(base, "POST", "/v1/embeddings", raw=b"[" * 100000 + b"]" * 100000)
+        assert status == 400
+        assert_openai_error(body, 400)
+        status, _, body = request(base, "POST", "/v1/embeddings", raw=b" " * (17 << 20))
+        assert status == 413
+        assert_openai_error(body, 413)
+        for fields, param in (({"model": 3}, "model"), ({"model_name": "x"}, "model_name"),
+                              ({"context": 1}, "context"), ({"ignored": 1}, "ignored"), ({}, "input")):
+            status, _, body = request(base, "POST", "/v1/embeddings", dict({"input": "hi"}, **fields)
+                                      if param != "input" else {"model": "m"})
+            assert status == 400, (fields, body)
+            assert_openai_error(body, 400, param=param)
+        assert request(base, "GET", "/health")[0] == 200
+
+
+class SlowPromptPassContext(ScriptedContext):
+    """A scripted context whose all-logits prefill (the echoed prompt's logprobs) takes 1.5 s."""
+
+    def prefill(self, tokens, all_logits=False, **kwargs):
+        if all_logits:
+            time.sleep(1.5)
+        return super().prefill(tokens, all_logits=all_logits, **kwargs)
+
+
+def test_echoed_prompt_logprobs_do_not_hold_up_the_event_loop():
+    """`echo` with `logprobs` runs one all-logits pass over the prompt outside the scheduler;
+    run on the event loop's thread, it stalled every other stream and /health for as long
+    (4.6 s for 900 tokens of SmolLM2 beside a stream whose tokens came every 9 ms)."""
+    model = scripted_model(["Hello world"] * 4)
+    engine = model.engine
+    engine.create_context = lambda n_ctx=None, sampler=None: SlowPromptPassContext(
+        engine, n_ctx or engine.max_seq_len, sampler or GreedySampler())
+    with app_server(create_app(model, parallel=2)) as base:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
+            echoed = pool.submit(client(base).completions.create, model="m", prompt="Hello world", max_tokens=2,
+                                 temperature=0, echo=True, logprobs=1)
+            time.sleep(0.3)
+            status, _, _ = request(base, "GET", "/health")
+            health_seconds = time.monotonic() - started - 0.3
+            out = echoed.result(timeout=60)
+        assert status == 200 and health_seconds < 0.8, health_seconds
+        choice = out.choices[0]
+        assert choice.text.startswith("Hello world") and choice.logprobs.token_logprobs[0] is None
+
+
+class SlowLongTextTokenizer(ScriptedTokenizer):
+    """Takes 1.5 s to encode a text of 100 000 characters or more (infer's BPE takes about
+    1 s per million characters, and a body may carry 16 MB)."""
+
+    def encode(self, text, add_special=True, parse_special=False):
+        if len(text) >= 100_000:
+            time.sleep(1.5)
+        return super().encode(text, add_special, parse_special)
+
+
+@pytest.mark.parametrize("endpoint", ["/v1/chat/completions", "/v1/completions"])
+def test_tokenizing_a_long_prompt_does_not_hold_up_the_event_loop(endpoint):
+    """A prompt's text is tokenized before the server knows it does not fit; on the event
+    loop's thread a 2 MB prompt stopped every other stream for 1.8 s (on SmolLM2), and
+    one of 16 MB, the largest body, would for about 15 s."""
+    model = scripted_model(["Hello world"] * 4, tokenizer=SlowLongTextTokenizer())
+    text = "ab " * 40_000
+    body = ({"messages": [{"role": "user", "content": text}]} if endpoint == "/v1/chat/completions"
+            else {"prompt": text})
+    with app_server(create_app(model, parallel=2, ctx_size=512)) as base:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
+            long_one = pool.submit(request, base, "POST", endpoint, body)
+            time.sleep(0.3)
+            status, _, _ = request(base, "GET", "/health")
+            health_seconds = time.monotonic() - started - 0.3
+            long_status, _, long_body = long_one.result(timeout=60)
+        assert status == 200 and health_seconds < 0.8, health_seconds
+        assert long_status == 400 and long_body["error"]["code"] == "context_length_exceeded", long_body
+
+
+def test_completions_take_llama_server_grammar_and_json_schema(smol):
+    """llama-server's /v1/completions fields `grammar` (GBNF) and `json_schema` constrain
+    the completion (they were a 400 'unrecognized request argument'); outputs checked by
+    hand and with `jsonschema`; a bad grammar is a 400 naming its field."""
+    jsonschema = pytest.importorskip("jsonschema")
+    pytest.importorskip("llguidance")
+    _, base = smol
+    out = client(base).completions.create(model="m", prompt="Is the sky blue? Answer:", max_tokens=8, temperature=0,
+                                          n=2, seed=1, extra_body={"grammar": 'root ::= " " ("yes" | "no")'})
+    assert [c.text for c in out.choices] in ([" yes"] * 2, [" no"] * 2) and out.choices[0].finish_reason == "stop"
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+              "required": ["city"], "additionalProperties": False}
+    for stream in (False, True):
+        out = client(base).completions.create(model="m", prompt="The capital of France as JSON:", max_tokens=30,
+                                              temperature=0, stream=stream, extra_body={"json_schema": schema})
+        text = "".join(c.choices[0].text for c in out if c.choices) if stream else out.choices[0].text
+        jsonschema.validate(json.loads(text), schema)
+    for fields, param in (({"grammar": "root ::= ("}, "grammar"), ({"json_schema": {"type": 7}}, "json_schema"),
+                          ({"grammar": 'root ::= "a"', "json_schema": {}}, "json_schema"), ({"grammar": 5}, "grammar")):
+        status, _, body = request(base, "POST", "/v1/completions", dict({"prompt": "x"}, **fields))
+        assert status == 400, (fields, body)
+        assert_openai_error(body, 400, param=param)

@@ -115,11 +115,13 @@ class ReplyParser:
                 close = self._think_close
                 at = self.buf.find(close)
                 if at < 0:
-                    keep = _held_back(self.buf, [close])
-                    self._emit(out, THINK, self.buf[:len(self.buf) - keep])
-                    self.buf = self.buf[len(self.buf) - keep:]
+                    sure = len(self.buf) - _held_back(self.buf, [close])
+                    # newlines may be the block's last ("...\n</think>"): held until more thought follows
+                    sure = len(self.buf[:sure].rstrip("\n"))
+                    self._emit_thought(out, self.buf[:sure])
+                    self.buf = self.buf[sure:]
                     break
-                self._emit(out, THINK, self.buf[:at])
+                self._emit_thought(out, self.buf[:at].rstrip("\n"))
                 self.buf = self.buf[at + len(close):]
                 self.state, self._drop_space = CONTENT, True
             elif self.state == TOOL:
@@ -142,7 +144,7 @@ class ReplyParser:
         if self.state == CONTENT:
             self._emit(out, CONTENT, buf.lstrip() if self._drop_space else buf)
         elif self.state == THINK:
-            self._emit(out, THINK, buf)
+            self._emit_thought(out, buf.rstrip("\n"))
         elif self.state == TOOL:
             self.tool_texts.append(buf.strip())
         else:
@@ -152,6 +154,11 @@ class ReplyParser:
             else:
                 self.tool_texts.extend(calls)
         return out
+
+    def _emit_thought(self, out: list[tuple[str, str]], text: str) -> None:
+        # Templates lay a thinking block out as "<think>\n...\n</think>": the newlines at
+        # its ends are the block's, not the thought's (the caller strips the last ones).
+        self._emit(out, THINK, text if self.thinking else text.lstrip("\n"))
 
     def _emit(self, out: list[tuple[str, str]], kind: str, text: str) -> None:
         if not text:

@@ -8,14 +8,14 @@ KV cache only during its turn, and history keeps the answer alone.
 from __future__ import annotations
 
 import copy
-import itertools
 import json
+import uuid
 import warnings
 import weakref
 from typing import Any, Iterator, Optional, Sequence, Union
 
 from ..generate import logprob_entry
-from ..runtime import ContextOverflowError
+from ..runtime import LONG_TEXT, ContextOverflowError, run_apart
 from .replies import Message, Reply, TextPiece, ThinkingText, ToolCall, ToolCallError, parse_tool_call
 from .reply_parser import CONTENT, ReplyParser
 from .sandbox import ChatTemplateError
@@ -79,7 +79,6 @@ class ChatSession:
         self.last_reply: Optional[Reply] = None
         self._messages: list[Message] = []
         self._version = 0
-        self._call_ids = itertools.count()
         self.reset()
         vocab = self.tokenizer.vocab
         # The BOS the tokenizer adds to a text, if the template does not write it.
@@ -398,15 +397,15 @@ class ChatSession:
         errors: list[ToolCallError] = []
         names = [function_of(t)["name"] for t in self.tools] if self.tools else None
         for raw in parser.tool_texts:
-            parsed = parse_tool_call(raw, f"call_{next(self._call_ids)}", names)
+            # unique beyond this session: a client sends each request's history as a new one
+            parsed = parse_tool_call(raw, f"call_{uuid.uuid4().hex[:24]}", names)
             if isinstance(parsed, ToolCall):
                 calls.append(parsed)
             else:
                 errors.append(parsed)
         if calls and finish == "stop":
             finish = "tool_calls"
-        # Templates write "<think>\n...\n</think>": the newlines are the block's, not the thought's.
-        reply = Reply("".join(parser.content), "".join(parser.thinking).strip("\n"), calls, errors, finish,
+        reply = Reply("".join(parser.content), "".join(parser.thinking), calls, errors, finish,
                       n_prompt, cached, generated)
         message = reply.message
         message["content"] = continued + message["content"]
@@ -484,7 +483,11 @@ class ChatSession:
         return keep
 
     def _encode(self, text: str) -> list[int]:
-        ids = list(self.tokenizer.encode(text, add_special=False, parse_special=True))
+        def encode() -> list[int]:
+            return list(self.tokenizer.encode(text, add_special=False, parse_special=True))
+
+        # a long text takes long (infer's BPE: about 1 s a million characters): run apart
+        ids = encode() if len(text) < LONG_TEXT else run_apart(self.context, encode)
         if self._bos and ids[:1] != self._bos:
             ids = self._bos + ids
         return ids

@@ -165,6 +165,7 @@ class Chat:
         source = self.tool_use_source if tools and self.tool_use_source else self.source
         template = self._template(source)
         variables = dict(kwargs)
+        # these are TEMPLATE_VARIABLES: they replace any of kwargs
         variables.update(messages=list(messages), add_generation_prompt=bool(add_generation_prompt),
                          tools=list(tools) if tools else None,
                          bos_token=self.bos_token, eos_token=self.eos_token)
@@ -222,6 +223,8 @@ class Chat:
         m["content"] = content
         calls = m.get("tool_calls")
         if calls:
+            if not isinstance(calls, (list, tuple)):
+                raise TypeError(f"tool_calls: expected a list of calls, got {type(calls).__name__}")
             calls = [_template_tool_call(c) for c in calls]
             if self.renders_tool_calls:
                 m["tool_calls"] = calls
@@ -345,6 +348,9 @@ class Chat:
         return tail
 
 
+#: the variables every render sets: extra template variables cannot replace them
+TEMPLATE_VARIABLES = ("messages", "add_generation_prompt", "tools", "bos_token", "eos_token")
+
 #: the roles of OpenAI-shaped chat messages
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -371,7 +377,10 @@ def _template_tool_call(call: Any) -> Message:
         call = call.to_openai()
     if not isinstance(call, dict):
         raise TypeError(f"tool_calls: expected dicts, got {type(call).__name__}")
-    function = dict(call.get("function") or {k: call[k] for k in ("name", "arguments") if k in call})
+    function = call.get("function") or {k: call[k] for k in ("name", "arguments") if k in call}
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise TypeError(f"tool_calls: expected {{'function': {{'name': ..., 'arguments': ...}}}}, got {call!r}")
+    function = dict(function)
     args = function.get("arguments", {})
     if isinstance(args, str):
         try:

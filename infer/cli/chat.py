@@ -68,7 +68,8 @@ def _chat_reply(session: Any, line: str, show_thinking: bool, out: TextIO) -> No
                 continue
             if isinstance(piece, ThinkingText) != thinking:
                 thinking = not thinking
-                out.write(("\x1b[2m" if thinking else "\x1b[0m") if dim else
+                # the answer starts on a line of its own (the thought's last newline is not shown)
+                out.write(("\x1b[2m" if thinking else "\x1b[0m\n") if dim else
                           ("<think>" if thinking else "</think>\n"))
             out.write(piece)
             out.flush()

@@ -93,12 +93,13 @@ class _BearerAuth:
 
     def __init__(self, app: Any, key: str) -> None:
         self.app = app
-        self.expected = b"Bearer " + key.encode()
+        self.expected = key.encode()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] not in _PUBLIC and scope["method"] != "OPTIONS":
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
+            # the scheme is case-insensitive (RFC 7235, 2.1); the key is not
+            if not (hmac.compare_digest(given, self.expected) and scheme.lower() == b"bearer"):
                 response = _error_response(401, "invalid or missing API key (Authorization: Bearer ...)",
                                            code="invalid_api_key")
                 await response(scope, receive, send)
@@ -109,7 +110,8 @@ class _BearerAuth:
 def _accepted_fields(call: Callable[..., Any]) -> frozenset[str]:
     """The body fields an endpoint takes: its api function's keywords."""
     internal = {"model", "context", "model_name"}
-    return frozenset(p for p in inspect.signature(call).parameters if p not in internal)
+    return frozenset(name for name, p in inspect.signature(call).parameters.items()
+                     if name not in internal and p.kind is not inspect.Parameter.VAR_KEYWORD)
 
 
 class _Server:
@@ -178,15 +180,11 @@ class _Server:
     async def embeddings(self, request: Request) -> Response:
         """Embeddings run beside the decoding slots (their own context; the kernels'
         thread pool takes one parallel run at a time)."""
-        try:
-            body = await request.json()
-        except ValueError:
-            self.metrics.count_request("/v1/embeddings", 400)
-            return _error_response(400, "the body is not JSON")
-        if not isinstance(body, dict) or "input" not in body:
-            self.metrics.count_request("/v1/embeddings", 400)
-            return _error_response(400, "expected a JSON object with 'input'", param="input")
-        body.pop("model", None)
+        parsed = await self._parse(request, api.create_embedding, "input")
+        if isinstance(parsed, Response):
+            self.metrics.count_request("/v1/embeddings", parsed.status_code)
+            return parsed
+        body = parsed[0]
         try:
             result = await asyncio.to_thread(api.create_embedding, self.model, model_name=self.model_name, **body)
         except BaseException as exc:

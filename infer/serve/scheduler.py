@@ -43,7 +43,7 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -648,6 +648,33 @@ class SlotContext:
             self.first_token_at = time.monotonic()
         self.generated += 1
         return job.result, job.record
+
+    def run_apart(self, work: Callable[[], Any]) -> Any:
+        """``work()``, long work of the request that is not a job of the scheduler's
+        (`infer.runtime.run_apart`: tokenizing a long text, the echoed prompt's logprobs),
+        on a thread of its own: a request that waits by pausing runs on the event loop's
+        thread, which must go on serving the others meanwhile."""
+        waits = self.waits
+        if waits is None:
+            return work()
+        done = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["value"] = work()
+            except BaseException as exc:
+                outcome["error"] = exc
+            finally:
+                done.set()
+                waits.resume()
+
+        threading.Thread(target=run, name="infer-request-apart", daemon=True).start()
+        while not done.is_set():
+            waits.pause()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
 
     def cancel(self) -> None:
         """Make the next job fail with Cancelled (from any thread)."""
