@@ -281,6 +281,17 @@ def test_seeded_streams_ending_on_stop_strings_match_the_library(smol):
     assert after["infer_tokens_discarded_total"] > before["infer_tokens_discarded_total"]
 
 
+def test_a_completion_without_max_tokens_stops_at_16_and_decodes_no_token_beyond(smol):
+    """OpenAI's default max_tokens for completions is 16: the scheduler must not
+    decode a 17th token ahead and throw it away."""
+    _, base = smol
+    before = metrics(base)["infer_tokens_discarded_total"]
+    out = client(base).completions.create(model="m", prompt="Once upon a time", temperature=0,
+                                          logit_bias={"0": -100, "2": -100})
+    assert out.usage.completion_tokens == 16 and out.choices[0].finish_reason == "length"
+    assert metrics(base)["infer_tokens_discarded_total"] == before
+
+
 def test_bad_requests_get_openai_errors(smol):
     _, base = smol
     status, _, body = request(base, "POST", "/v1/chat/completions", raw=b"{not json")

@@ -114,6 +114,13 @@ def _accepted_fields(call: Callable[..., Any]) -> frozenset[str]:
                      if name not in internal and p.kind is not inspect.Parameter.VAR_KEYWORD)
 
 
+def _default_max_tokens(call: Callable[..., Any]) -> Optional[int]:
+    """An endpoint's ``max_tokens`` when a request gives none (completions: 16, as OpenAI's)."""
+    param = inspect.signature(call).parameters.get("max_tokens")
+    default = None if param is None else param.default
+    return default if isinstance(default, int) and not isinstance(default, bool) else None
+
+
 class _Server:
     """The state the routes share: model, scheduler, metrics, names."""
 
@@ -218,7 +225,7 @@ class _Server:
             self.metrics.count_request(endpoint, status)
             return JSONResponse(error, status_code=status, headers=_retry_headers(status))
         handle.reuse_prefix = cache_prompt
-        limit = body.get("max_tokens", body.get("max_completion_tokens"))
+        limit = body.get("max_tokens", body.get("max_completion_tokens", _default_max_tokens(call)))
         if isinstance(limit, int) and not isinstance(limit, bool):
             handle.reply_limit = limit  # nothing is decoded ahead past the last token asked for
         stream = body.get("stream") is True
