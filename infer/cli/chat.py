@@ -5,7 +5,8 @@ import argparse
 import sys
 from typing import Any, Iterator, TextIO
 
-from .common import CLIError, add_model_args, add_template_args, add_sampling_args, ctx_size, load_model, sampling
+from .common import (CLIError, add_model_args, add_sampling_args, add_template_args, ctx_size, load_model, max_tokens,
+                     sampling)
 
 
 _CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new system prompt, and reset),
@@ -98,8 +99,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from ..chat import ChatSession, ChatTemplateError
     from ..runtime import ContextOverflowError
 
-    if args.max_tokens < 1:
-        raise CLIError(f"--max-tokens: must be >= 1, got {args.max_tokens}")
+    limit = max_tokens(args, least=1)
     if args.keep is not None and args.keep < -1:
         raise CLIError(f"--keep: must be >= 0, or -1 for the system prompt, got {args.keep}")
     params = sampling(args)
@@ -107,7 +107,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     model = load_model(args)
     try:
-        session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, trim_history=True,
+        session = ChatSession(model, system=args.system, max_tokens=limit, trim_history=True,
                               n_keep=args.keep, n_ctx=ctx_size(args), **params)
         if interactive:
             print(_CHAT_HELP, file=sys.stderr)

@@ -82,7 +82,9 @@ def add_template_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-tokens", "-n", "--n-predict", type=int, default=256, help="tokens to generate at most")
+    p.add_argument("--max-tokens", "-n", "--n-predict", type=int, default=256,
+                   help="tokens to generate at most; -1 = no limit but the end of the text or a full context, "
+                        "as llama.cpp's -n -1")
     p.add_argument("--temp", type=float, default=0.8, help="temperature; 0 = greedy")
     p.add_argument("--top-k", type=int, default=40, help="keep the k likeliest tokens; 0 = all")
     p.add_argument("--top-p", type=float, default=0.95, help="keep the likeliest tokens up to this mass; 1 = all")
@@ -93,7 +95,7 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", "-s", type=int, default=-1, help="sampling seed; -1 = random")
     p.add_argument("--ctx-size", "-c", type=int, default=None,
                    help="context window in tokens (default: what the prompt and --max-tokens "
-                        "need for generate, the model's trained context for chat; 0 = the same)")
+                        "need for generate, the model's trained context for chat and for -n -1; 0 = the same)")
 
 
 def load_model(args: argparse.Namespace) -> Any:
@@ -137,11 +139,21 @@ def ctx_size(args: argparse.Namespace) -> Optional[int]:
     return args.ctx_size or None
 
 
+def max_tokens(args: argparse.Namespace, least: int = 0) -> Optional[int]:
+    """--max-tokens as the API takes it: -1 (llama.cpp's "infinity") is None, no limit
+    but the end of the text or a full context; CLIError below ``least`` otherwise."""
+    if args.max_tokens == -1:
+        return None
+    if args.max_tokens < least:
+        raise CLIError(f"--max-tokens: must be >= {least}, or -1 for no limit, got {args.max_tokens}")
+    return int(args.max_tokens)
+
+
 def warn(message: str) -> None:
     print(f"infer: warning: {message}", file=sys.stderr)
 
 
-def check_ctx_size(model: Any, n_ctx: Optional[int], n_prompt: int, max_tokens: int) -> None:
+def check_ctx_size(model: Any, n_ctx: Optional[int], n_prompt: int, max_tokens: Optional[int]) -> None:
     """Warn (as llama.cpp does) when -c passes the trained context or leaves too little
     room after the prompt.  (A prompt longer than -c is an error, raised later.)"""
     trained = int(getattr(model.engine, "max_seq_len", 0) or 0)
@@ -152,7 +164,7 @@ def check_ctx_size(model: Any, n_ctx: Optional[int], n_prompt: int, max_tokens: 
              "output past that many tokens may degrade")
     if n_prompt == n_ctx:
         warn(f"-c {n_ctx} leaves no room to generate after the {n_prompt}-token prompt")
-    elif n_prompt < n_ctx < n_prompt + max_tokens:
+    elif max_tokens is not None and n_prompt < n_ctx < n_prompt + max_tokens:
         warn(f"-c {n_ctx} leaves room for {n_ctx - n_prompt} of the {max_tokens} tokens asked for (-n) "
              f"after the {n_prompt}-token prompt")
 

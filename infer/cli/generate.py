@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from .common import (CLIError, add_model_args, add_sampling_args, add_template_args, check_ctx_size, ctx_size,
-                     load_model, sampling)
+                     load_model, max_tokens, sampling)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -56,8 +56,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from ..generate import generate
 
     t_start = time.perf_counter()
-    if args.max_tokens < 0:
-        raise CLIError(f"--max-tokens: must be >= 0, got {args.max_tokens}")
+    limit = max_tokens(args)
     if args.system is not None and not args.chat:
         raise CLIError("--system: only with --chat")
     if args.chat_template_file is not None and not args.chat:
@@ -82,11 +81,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
             ids = tok.encode(prompt, add_special=True, parse_special=args.special)
         if not ids:
             raise CLIError("the prompt is empty and the model adds no BOS token")
-        check_ctx_size(model, ctx_size(args), len(ids), args.max_tokens)
-        # A prompt longer than the context fails with ContextOverflowError.
-        n_ctx = ctx_size(args) or min(model.engine.max_seq_len, len(ids) + args.max_tokens)
+        check_ctx_size(model, ctx_size(args), len(ids), limit)
+        # A prompt longer than the context fails with ContextOverflowError; without a
+        # limit (-n -1) generation runs until the end of the text or a full context.
+        n_ctx = ctx_size(args) or (model.engine.max_seq_len if limit is None else
+                                   min(model.engine.max_seq_len, len(ids) + limit))
         ctx = model.create_context(n_ctx=n_ctx, **params)
-        gen = generate(model, ids, context=ctx, max_tokens=args.max_tokens, stop=args.stop or None,
+        gen = generate(model, ids, context=ctx, max_tokens=limit, stop=args.stop or None,
                        grammar=grammar)
         t_first = None
         out = sys.stdout
