@@ -3,6 +3,12 @@ there (llama.cpp's common/arg.cpp):
 
 * ``-n -1`` is "infinity": generate until the end of the text or a full context
   (llama-cli's default).  infer refused it ("must be >= 0").
+* ``--chat-template NAME|JINJA`` takes a built-in template's name or the template
+  text.  infer had no such option, and argparse's prefix matching read it as
+  ``--chat-template-file``: "cannot read chatml".
+* ``-ngl 99`` (GPU layers; a CPU-only llama.cpp warns and ignores it), ``-sys``
+  (system prompt), and options infer lacks such as ``-cnv``: argparse read
+  ``-ngl 99`` as ``-n gl`` and ``-cnv`` as ``-c nv`` and blamed -n and -c.
 
 The references are llama.cpp's documented meanings and counts derived by hand
 from the context size; the generated text itself is compared with the same CLI
@@ -73,3 +79,71 @@ def test_other_negative_or_zero_limits_are_refused(tiny, command, value):
     assert out.returncode == 1
     assert out.stderr.strip() == f"infer: error: --max-tokens: must be >= {1 if command == 'chat' else 0}, " \
                                  f"or -1 for no limit, got {value}"
+
+
+CHATML_BY_HAND = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_chat_template_takes_a_builtin_name_or_the_template_text(tmp_path):
+    """SmolLM2's own template adds a default system prompt; ChatML by name, inline, or
+    from a file renders the bare turn, so all three give the same prompt and reply."""
+    path = tmp_path / "chatml.jinja"
+    path.write_text(CHATML_BY_HAND, encoding="utf-8")
+    common = ("generate", "--chat", "-p", "Hi", "--temp", "0", "-n", "8")
+    runs = [run_cli(*common, *flags) for flags in (["--chat-template", "chatml"],
+                                                   ["--chat-template", CHATML_BY_HAND],
+                                                   ["--chat-template-file", str(path)], [])]
+    for out in runs:
+        assert out.returncode == 0, out.stderr
+    by_name, inline, by_file, own = runs
+    assert by_name.stdout == inline.stdout == by_file.stdout
+    assert _report(by_name.stderr)[0] == _report(by_file.stderr)[0] < _report(own.stderr)[0]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--chat", "--chat-template", "chatm"], "--chat-template: 'chatm' is neither a built-in template"),
+    (["--chat-template", "chatml"], "--chat-template: only with --chat"),
+    (["--chat", "--chat-template", "chatml", "--chat-template-file", "x.jinja"], "one or the other"),
+])
+def test_chat_template_misuse(args, message):
+    out = run_cli("generate", "-p", "Hi", "-n", "1", *args)
+    assert out.returncode == 1 and message in out.stderr, out.stderr
+
+
+def test_long_options_are_not_taken_by_a_prefix():
+    out = run_cli("generate", "--chat", "-p", "Hi", "-n", "1", "--chat-temp", "x.jinja")
+    assert out.returncode == 2 and "unrecognized arguments: --chat-temp" in out.stderr
+
+
+def test_gpu_layers_are_accepted_and_ignored_with_a_warning(tiny):
+    common = ("generate", "-m", tiny, "-p", "The quick brown fox", "--temp", "0", "-n", "6", "-t", "1")
+    plain = run_cli(*common)
+    for flags in (["-ngl", "99"], ["--n-gpu-layers", "99"], ["--gpu-layers", "all"]):
+        out = run_cli(*common, *flags)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == plain.stdout
+        assert "infer: warning: infer runs on the CPU: --n-gpu-layers is ignored" in out.stderr
+    assert "warning" not in run_cli(*common, "-ngl", "0").stderr
+
+
+def test_system_prompt_as_llama_cli_spells_it(tiny):
+    outs = [run_cli("chat", "-m", tiny, "--temp", "0", "-n", "5", "-t", "1", flag, "Be brief.", stdin="hello\n")
+            for flag in ("--system", "-sys", "--system-prompt")]
+    assert all(o.returncode == 0 for o in outs), [o.stderr for o in outs]
+    none = run_cli("chat", "-m", tiny, "--temp", "0", "-n", "5", "-t", "1", stdin="hello\n")
+    assert outs[0].stdout == outs[1].stdout == outs[2].stdout != none.stdout
+
+
+@pytest.mark.parametrize("option", ["-cnv", "-np", "-ctk", "-tb"])
+def test_unknown_single_dash_options_are_named(option):
+    """-cnv is not -c nv, -np not -n p, -ctk not -c tk, -tb not -t b."""
+    out = run_cli("generate", "-p", "Hi", option, "4")
+    assert out.returncode == 2
+    assert f"error: unrecognized option {option} (it is not {option[:2]} {option[2:]})" in out.stderr
+
+
+def test_glued_short_numbers_still_read(tiny):
+    out = run_cli("generate", "-m", tiny, "-p", "The quick brown fox", "--temp", "0", "-n3", "-t1", "-c0")
+    assert out.returncode == 0, out.stderr
+    assert _report(out.stderr)[1] == 3

@@ -30,10 +30,35 @@ class SubcommandParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
+        # No prefixes of long options: `--chat-template chatml` must not be taken
+        # for `--chat-template-file chatml` (llama.cpp's tools accept no prefixes).
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         # SUPPRESS: without -v here, `infer -v generate` keeps the -v given before it
         self.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
                           help="show tracebacks and logs")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        for arg in args if args is not None else sys.argv[1:]:
+            if arg == "--":
+                break
+            self._refuse_glued_misreading(arg)
+        return super().parse_known_args(args, namespace)
+
+    def _refuse_glued_misreading(self, arg: str) -> None:
+        """argparse reads an unknown ``-ngl`` as ``-n gl`` and ``-cnv`` as ``-c nv``
+        (llama.cpp's tools have many such options), then blames -n or -c for a bad
+        number.  Name the option itself instead, where the value could not be read."""
+        if len(arg) < 3 or arg[0] != "-" or not arg[1].isalpha() or "=" in arg or \
+                arg in self._option_string_actions:
+            return
+        short = self._option_string_actions.get(arg[:2])
+        if short is None or short.type not in (int, float):
+            return
+        try:
+            short.type(arg[2:])
+        except ValueError:
+            self.error(f"unrecognized option {arg} (it is not {arg[:2]} {arg[2:]}); see {self.prog} --help")
 
 
 def _model_names() -> list[str]:
@@ -70,11 +95,19 @@ def add_model_arg(p: argparse.ArgumentParser, help: str = _MODEL_HELP) -> None: 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     add_model_arg(p)
     p.add_argument("--threads", "-t", type=int, default=None, help="kernel threads (default: physical cores)")
+    p.add_argument("--n-gpu-layers", "--gpu-layers", "-ngl", metavar="N", default=None,
+                   help="accepted for llama.cpp compatibility and ignored: infer runs on the CPU (default: none)")
 
 
 def add_template_args(p: argparse.ArgumentParser) -> None:
-    """llama-server's template options: a template file replacing the GGUF's, and
-    --jinja, accepted as a no-op (infer always renders templates with jinja2)."""
+    """llama-server's template options: a built-in template's name or a template's
+    text, a template file, either replacing the GGUF's; and --jinja, accepted as a
+    no-op (infer always renders templates with jinja2)."""
+    from ..chat import FALLBACK_TEMPLATES
+
+    p.add_argument("--chat-template", metavar="NAME|JINJA", default=None,
+                   help="chat template to use instead of the model's, as llama.cpp takes it: a built-in's name ("
+                        + ", ".join(FALLBACK_TEMPLATES) + ") or the jinja2 template itself (default: the GGUF's own)")
     p.add_argument("--chat-template-file", metavar="FILE", default=None,
                    help="jinja2 chat template to use instead of the model's (default: the GGUF's own)")
     p.add_argument("--jinja", action="store_true",
@@ -106,6 +139,8 @@ def load_model(args: argparse.Namespace) -> Any:
 
     if args.threads is not None and args.threads < 1:
         raise CLIError(f"--threads: must be >= 1, got {args.threads}")
+    if getattr(args, "n_gpu_layers", None) not in (None, "0"):
+        warn("infer runs on the CPU: --n-gpu-layers is ignored")  # as a CPU-only llama.cpp build says
     path = resolve_model(args.model)
     template = read_chat_template(args)
     show = sys.stderr.isatty()
@@ -119,8 +154,23 @@ def load_model(args: argparse.Namespace) -> Any:
 
 
 def read_chat_template(args: argparse.Namespace) -> Optional[str]:
-    """The text of --chat-template-file (None without it); CLIError if unreadable."""
+    """The template of --chat-template (a built-in's name, or the text itself) or the
+    text of --chat-template-file; None without either; CLIError if unusable."""
+    from ..chat import FALLBACK_TEMPLATES
+
+    given = getattr(args, "chat_template", None)
     name = getattr(args, "chat_template_file", None)
+    if given is not None and name is not None:
+        raise CLIError("--chat-template and --chat-template-file: one or the other")
+    if given is not None:
+        if given in FALLBACK_TEMPLATES:
+            return FALLBACK_TEMPLATES[given]
+        # llama.cpp takes any other value as the template itself; a bare word is a
+        # misspelt name far more often than a template that prints one constant.
+        if "{{" not in given and "{%" not in given:
+            raise CLIError(f"--chat-template: {given!r} is neither a built-in template ("
+                           + ", ".join(FALLBACK_TEMPLATES) + ") nor a jinja2 template")
+        return str(given)
     if name is None:
         return None
     try:

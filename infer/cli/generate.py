@@ -59,8 +59,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     limit = max_tokens(args)
     if args.system is not None and not args.chat:
         raise CLIError("--system: only with --chat")
-    if args.chat_template_file is not None and not args.chat:
-        raise CLIError("--chat-template-file: only with --chat")
+    for flag, value in (("--chat-template", args.chat_template), ("--chat-template-file", args.chat_template_file)):
+        if value is not None and not args.chat:
+            raise CLIError(f"{flag}: only with --chat")
     grammar = _grammar(args)  # a bad schema or grammar fails before the model loads
     if args.special and args.chat:
         raise CLIError("--special: only without --chat (the chat template's markers are always special)")
@@ -144,7 +145,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("generate", help="continue a prompt, streaming to stdout")
     add_prompt_args(p, "prompt")
     p.add_argument("--chat", action="store_true", help="wrap the prompt as one user turn")
-    p.add_argument("--system", default=None, help="system prompt, with --chat (default: none)")
+    p.add_argument("--system", "--system-prompt", "-sys", default=None,
+                   help="system prompt, with --chat (default: none)")
     p.add_argument("--stop", action="append", default=None, metavar="TEXT",
                    help="stop before this text; repeat for several (default: none)")
     p.add_argument("--special", action="store_true",
