@@ -120,14 +120,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-# general.file_type (llama_ftype) -> llama-bench's spelling
-_FILE_TYPES = {0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
-               10: "Q2_K", 12: "Q3_K - Medium", 14: "Q4_K - Small", 15: "Q4_K - Medium",
-               17: "Q5_K - Medium", 18: "Q6_K", 32: "BF16"}
-
-
 def _file_type_name(ft: Any) -> str:
-    return _FILE_TYPES.get(ft, f"ftype {ft}") if ft is not None else ""
+    from ..quant_mixtures import file_type_name
+
+    return file_type_name(ft) or ""
 
 
 def register(sub: Any) -> None:
