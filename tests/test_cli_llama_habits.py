@@ -9,6 +9,9 @@ there (llama.cpp's common/arg.cpp):
 * ``-ngl 99`` (GPU layers; a CPU-only llama.cpp warns and ignores it), ``-sys``
   (system prompt), and options infer lacks such as ``-cnv``: argparse read
   ``-ngl 99`` as ``-n gl`` and ``-cnv`` as ``-c nv`` and blamed -n and -c.
+* Input that is not UTF-8 on stdin failed far from its cause ("U+DCC3 at index 3
+  is a lone surrogate"), or with a traceback under a strict locale; one such line
+  ended `infer chat`.
 
 The references are llama.cpp's documented meanings and counts derived by hand
 from the context size; the generated text itself is compared with the same CLI
@@ -147,3 +150,42 @@ def test_glued_short_numbers_still_read(tiny):
     out = run_cli("generate", "-m", tiny, "-p", "The quick brown fox", "--temp", "0", "-n3", "-t1", "-c0")
     assert out.returncode == 0, out.stderr
     assert _report(out.stderr)[1] == 3
+
+
+def run_cli_bytes(*args, stdin: bytes, env=None):
+    return subprocess.run([sys.executable, "-m", "infer", *args], cwd=IMPORT_ROOT, capture_output=True,
+                          timeout=300, input=stdin, env=dict(os.environ, **(env or {})))
+
+
+# Python reads stdin with surrogateescape under a C/C.UTF-8 locale (the bad byte then
+# failed in the tokenizer: "U+DCC3 at index 3 is a lone surrogate") and strictly under
+# others; either way the user is told which byte is not UTF-8.
+STDIN_LOCALES = [{"PYTHONIOENCODING": "utf-8:surrogateescape"}, {"PYTHONIOENCODING": "utf-8:strict"}]
+
+
+@pytest.mark.parametrize("env", STDIN_LOCALES, ids=["surrogateescape", "strict"])
+@pytest.mark.parametrize("command", [["tokenize", "-"], ["generate", "-", "-n", "1"], ["embed", "-f", "-"]])
+def test_stdin_that_is_not_utf8_is_named(tiny, command, env):
+    out = run_cli_bytes(*command, "-m", tiny, stdin=b"caf\xc3", env=env)
+    assert out.returncode == 1
+    err = out.stderr.decode()
+    assert err.startswith("infer: error: stdin is not UTF-8 text (") and err.count("\n") == 1, err
+    if env["PYTHONIOENCODING"].endswith("surrogateescape"):
+        assert err == "infer: error: stdin is not UTF-8 text (byte 0xC3 at character 3)\n"
+
+
+@pytest.mark.parametrize("env", STDIN_LOCALES, ids=["surrogateescape", "strict"])
+def test_chat_skips_a_line_that_is_not_utf8_and_goes_on(tiny, env):
+    args = ("chat", "-m", tiny, "--temp", "0", "-n", "5", "-t", "1")
+    clean = run_cli_bytes(*args, stdin=b"hello\n", env=env)
+    with_bad = run_cli_bytes(*args, stdin=b"caf\xc3 au lait\nhello\n", env=env)
+    assert clean.returncode == with_bad.returncode == 0, with_bad.stderr
+    assert with_bad.stdout == clean.stdout
+    assert b"infer: that line is not UTF-8 text (byte 0xC3 at character 3); skipped\n" in with_bad.stderr
+
+
+def test_embed_lines_of_stdin_are_the_texts_without_line_ends(tiny):
+    piped = run_cli_bytes("embed", "-m", tiny, "-f", "-", stdin=b"a cat\r\n\r\nthe dog\n")
+    given = run_cli_bytes("embed", "-m", tiny, "a cat", "the dog", stdin=b"")
+    assert piped.returncode == given.returncode == 0, piped.stderr
+    assert piped.stdout == given.stdout and len(piped.stdout.splitlines()) == 2

@@ -6,7 +6,7 @@ import sys
 from typing import Any, Iterator, TextIO
 
 from .common import (CLIError, add_model_args, add_sampling_args, add_template_args, ctx_size, load_model, max_tokens,
-                     sampling)
+                     sampling, utf8_text)
 
 
 _CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new system prompt, and reset),
@@ -14,19 +14,28 @@ _CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new sy
 
 
 def _chat_lines(interactive: bool) -> Iterator[str]:
-    """User lines: from the terminal with a prompt, or one per line of piped stdin."""
+    """User lines: from the terminal with a prompt, or one per line of piped stdin.
+    A line that is not UTF-8 text is reported and skipped: the chat goes on."""
+    buffer = getattr(sys.stdin, "buffer", None)
     while True:
-        if interactive:
-            try:
-                yield input("> ")
-            except EOFError:
-                print()
-                return
-        else:
-            line = sys.stdin.readline()
-            if not line:
-                return
-            yield line.rstrip("\r\n")
+        try:
+            if interactive:
+                try:
+                    line = input("> ")
+                except EOFError:
+                    print()
+                    return
+            else:
+                # bytes, decoded here: a strict text reader would lose its place at a bad byte
+                line = sys.stdin.readline() if buffer is None else \
+                    buffer.readline().decode("utf-8", "surrogateescape")
+                if not line:
+                    return
+                line = line.rstrip("\r\n")
+            yield utf8_text(line, "that line")
+        except (CLIError, UnicodeDecodeError) as exc:
+            reason = str(exc) if isinstance(exc, CLIError) else f"that line is not UTF-8 text ({exc.reason})"
+            print(f"infer: {reason}; skipped", file=sys.stderr)
 
 
 def _chat_command(session: Any, line: str, out: TextIO) -> bool:

@@ -183,6 +183,29 @@ def read_chat_template(args: argparse.Namespace) -> Optional[str]:
     return text
 
 
+def utf8_text(text: str, what: str) -> str:
+    """``text`` if it is all valid UTF-8; else CLIError naming its first bad byte.
+
+    Under a C or C.UTF-8 locale Python reads stdin with surrogateescape: each byte
+    that is not UTF-8 arrives as a lone surrogate (U+DC80..U+DCFF), which fails much
+    later, in the tokenizer, with a message about surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        bad = f"byte 0x{code - 0xDC00:02X}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise CLIError(f"{what} is not UTF-8 text ({bad} at character {exc.start})") from None
+    return text
+
+
+def read_stdin() -> str:
+    """All of stdin, which must be UTF-8 text (CLIError otherwise)."""
+    try:
+        return utf8_text(sys.stdin.read(), "stdin")
+    except UnicodeDecodeError as exc:  # a locale whose stdin decodes strictly
+        raise CLIError(f"stdin is not UTF-8 text ({exc.reason})") from None
+
+
 def ctx_size(args: argparse.Namespace) -> Optional[int]:
     if args.ctx_size is not None and args.ctx_size < 0:
         raise CLIError(f"--ctx-size: must be >= 0, got {args.ctx_size}")

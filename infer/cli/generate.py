@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from .common import (CLIError, add_model_args, add_sampling_args, add_template_args, check_ctx_size, ctx_size,
-                     load_model, max_tokens, sampling)
+                     load_model, max_tokens, read_stdin, sampling)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -31,7 +31,7 @@ def read_prompt(args: argparse.Namespace) -> str:
     if args.prompt is None:
         raise CLIError("no prompt: give it as an argument, '-' to read stdin, or -f FILE")
     if args.prompt == "-":
-        return _without_final_newline(sys.stdin.read())
+        return _without_final_newline(read_stdin())
     return str(args.prompt)
 
 
