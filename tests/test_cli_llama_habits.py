@@ -9,6 +9,7 @@ there (llama.cpp's common/arg.cpp):
 * ``-ngl 99`` (GPU layers; a CPU-only llama.cpp warns and ignores it), ``-sys``
   (system prompt), and options infer lacks such as ``-cnv``: argparse read
   ``-ngl 99`` as ``-n gl`` and ``-cnv`` as ``-c nv`` and blamed -n and -c.
+* llama-bench takes lists: ``-p 8,16 -n 2,0 -t 1,2``; infer bench refused them.
 * Input that is not UTF-8 on stdin failed far from its cause ("U+DCC3 at index 3
   is a lone surrogate"), or with a traceback under a strict locale; one such line
   ended `infer chat`.
@@ -189,3 +190,18 @@ def test_embed_lines_of_stdin_are_the_texts_without_line_ends(tiny):
     given = run_cli_bytes("embed", "-m", tiny, "a cat", "the dog", stdin=b"")
     assert piped.returncode == given.returncode == 0, piped.stderr
     assert piped.stdout == given.stdout and len(piped.stdout.splitlines()) == 2
+
+
+# llama-bench -m tiny-llama.Q8_0.gguf -p 8,16 -n 2,0 -t 1,2 -r 1 (llama.cpp 0c1e5709):
+# its (threads, test) column, in its order.
+LLAMA_BENCH_ROWS = [("1", "pp8"), ("1", "pp16"), ("1", "tg2"), ("2", "pp8"), ("2", "pp16"), ("2", "tg2")]
+
+
+def test_bench_takes_llama_benchs_lists(tiny):
+    out = run_cli("bench", "-m", tiny, "-p", "8,16", "-n", "2,0", "-t", "1,2", "-r", "1", "--no-llama-cpp")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines()[2:]]
+    assert [(r[4].strip(), r[5].strip()) for r in rows] == LLAMA_BENCH_ROWS
+    assert all(float(r[6].split("±")[0]) > 0 for r in rows)
+    bad = run_cli("bench", "-m", tiny, "-p", "8,x")
+    assert bad.returncode == 2 and "expected an integer or a comma-separated list, got '8,x'" in bad.stderr

@@ -53,11 +53,11 @@ class SubcommandParser(argparse.ArgumentParser):
                 arg in self._option_string_actions:
             return
         short = self._option_string_actions.get(arg[:2])
-        if short is None or short.type not in (int, float):
+        if short is None or not callable(short.type) or short.type is str:
             return
         try:
             short.type(arg[2:])
-        except ValueError:
+        except (ValueError, argparse.ArgumentTypeError):
             self.error(f"unrecognized option {arg} (it is not {arg[:2]} {arg[2:]}); see {self.prog} --help")
 
 
@@ -95,6 +95,10 @@ def add_model_arg(p: argparse.ArgumentParser, help: str = _MODEL_HELP) -> None: 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     add_model_arg(p)
     p.add_argument("--threads", "-t", type=int, default=None, help="kernel threads (default: physical cores)")
+    add_gpu_layers_arg(p)
+
+
+def add_gpu_layers_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-gpu-layers", "--gpu-layers", "-ngl", metavar="N", default=None,
                    help="accepted for llama.cpp compatibility and ignored: infer runs on the CPU (default: none)")
 
