@@ -10,6 +10,8 @@ there (llama.cpp's common/arg.cpp):
   (system prompt), and options infer lacks such as ``-cnv``: argparse read
   ``-ngl 99`` as ``-n gl`` and ``-cnv`` as ``-c nv`` and blamed -n and -c.
 * llama-bench takes lists: ``-p 8,16 -n 2,0 -t 1,2``; infer bench refused them.
+* llama-tokenize reads -f FILE and --stdin verbatim: a final newline is a token.
+  infer tokenize dropped it (llama-cli's rule for prompts) and had no --stdin.
 * Input that is not UTF-8 on stdin failed far from its cause ("U+DCC3 at index 3
   is a lone surrogate"), or with a traceback under a strict locale; one such line
   ended `infer chat`.
@@ -205,3 +207,21 @@ def test_bench_takes_llama_benchs_lists(tiny):
     assert all(float(r[6].split("±")[0]) > 0 for r in rows)
     bad = run_cli("bench", "-m", tiny, "-p", "8,x")
     assert bad.returncode == 2 and "expected an integer or a comma-separated list, got '8,x'" in bad.stderr
+
+
+# llama.cpp 0c1e5709's tokenization of these bytes with SmolLM2's vocabulary (recorded
+# through llama-cpp-python: Llama(vocab_only=True).tokenize(data, add_bos=True, special=True)).
+LLAMA_TOKENIZE_SMOLLM2 = {b"Hello world\n": [19556, 905, 198], b"a\r\nb\r\n": [81, 201, 198, 82, 2738]}
+
+
+@pytest.mark.parametrize("data", list(LLAMA_TOKENIZE_SMOLLM2))
+def test_tokenize_reads_a_file_and_stdin_verbatim_as_llama_tokenize(tmp_path, data):
+    path = tmp_path / "text.txt"
+    path.write_bytes(data)
+    want = ("[" + ", ".join(map(str, LLAMA_TOKENIZE_SMOLLM2[data])) + "]\n").encode()
+    for args, stdin in ((["-f", str(path)], b""), (["--stdin"], data), (["-"], data)):
+        out = run_cli_bytes("tokenize", "--ids", *args, stdin=stdin)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == want, args
+    both = run_cli_bytes("tokenize", "--stdin", "-p", "x", stdin=b"y")
+    assert both.returncode == 1 and b"--stdin: the text comes from stdin alone" in both.stderr

@@ -10,10 +10,12 @@ from .common import (CLIError, add_model_args, add_sampling_args, add_template_a
                      load_model, max_tokens, read_stdin, sampling)
 
 
-def read_prompt(args: argparse.Namespace) -> str:
+def read_prompt(args: argparse.Namespace, verbatim: bool = False) -> str:
     """The prompt: the argument, stdin for "-", or the file of -f.  A file's (or
     stdin's) one final newline is dropped, as llama.cpp's -f does: it ends the
-    file's last line, it is not part of the prompt."""
+    file's last line, it is not part of the prompt.  ``verbatim`` keeps it, as
+    llama-tokenize does (there the newline is a token like any other)."""
+    strip = (lambda text: text) if verbatim else _without_final_newline
     if args.prompt_option is not None:  # -p, as llama-cli takes it
         if args.prompt is not None:
             raise CLIError("give the prompt either as an argument or with -p, not both")
@@ -22,8 +24,8 @@ def read_prompt(args: argparse.Namespace) -> str:
         if args.prompt is not None:
             raise CLIError("give the prompt either as an argument or with -f, not both")
         try:
-            with open(args.file, encoding="utf-8") as f:
-                return _without_final_newline(f.read())
+            with open(args.file, encoding="utf-8", newline="" if verbatim else None) as f:
+                return strip(f.read())
         except OSError as exc:
             raise CLIError(f"-f: cannot read {args.file}: {exc.strerror}") from None
         except UnicodeDecodeError:
@@ -31,7 +33,7 @@ def read_prompt(args: argparse.Namespace) -> str:
     if args.prompt is None:
         raise CLIError("no prompt: give it as an argument, '-' to read stdin, or -f FILE")
     if args.prompt == "-":
-        return _without_final_newline(read_stdin())
+        return strip(read_stdin())
     return str(args.prompt)
 
 
