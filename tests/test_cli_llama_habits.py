@@ -9,6 +9,7 @@ there (llama.cpp's common/arg.cpp):
 * ``-ngl 99`` (GPU layers; a CPU-only llama.cpp warns and ignores it), ``-sys``
   (system prompt), and options infer lacks such as ``-cnv``: argparse read
   ``-ngl 99`` as ``-n gl`` and ``-cnv`` as ``-c nv`` and blamed -n and -c.
+* ``--repeat-last-n -1`` is "the context size" (0 disables); infer refused it.
 * llama-bench takes lists: ``-p 8,16 -n 2,0 -t 1,2``; infer bench refused them.
 * llama-tokenize reads -f FILE and --stdin verbatim: a final newline is a token.
   infer tokenize dropped it (llama-cli's rule for prompts) and had no --stdin.
@@ -225,3 +226,22 @@ def test_tokenize_reads_a_file_and_stdin_verbatim_as_llama_tokenize(tmp_path, da
         assert out.stdout == want, args
     both = run_cli_bytes("tokenize", "--stdin", "-p", "x", stdin=b"y")
     assert both.returncode == 1 and b"--stdin: the text comes from stdin alone" in both.stderr
+
+
+def test_repeat_last_n_minus_one_is_the_context_size(tiny):
+    """With a strong penalty the window's size shows in the text: -1 gives what the
+    explicit context size (300) gives, and not what a window of 64 gives."""
+    def run(window):
+        out = run_cli("generate", "-m", tiny, "-p", "The quick brown fox", "--temp", "0", "-n", "250", "-c", "300",
+                      "--repeat-penalty", "20", "--repeat-last-n", window, "-t", "1")
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+    whole = run("-1")
+    assert whole == run("300") != run("64")
+    chat = [run_cli("chat", "-m", tiny, "--temp", "0", "-n", "40", "-c", "128", "--repeat-penalty", "20",
+                    "--repeat-last-n", window, "-t", "1", stdin="hello\n") for window in ("-1", "128")]
+    assert chat[0].returncode == 0, chat[0].stderr
+    assert chat[0].stdout == chat[1].stdout
+    bad = run_cli("generate", "-m", tiny, "-p", "x", "--repeat-last-n", "-2")
+    assert bad.returncode == 1
+    assert "--repeat-last-n: must be >= 0, or -1 for the whole context, got -2" in bad.stderr

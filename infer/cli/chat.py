@@ -6,7 +6,7 @@ import sys
 from typing import Any, Iterator, TextIO
 
 from .common import (CLIError, add_model_args, add_sampling_args, add_template_args, ctx_size, load_model, max_tokens,
-                     sampling, utf8_text)
+                     sampling, utf8_text, with_context_size)
 
 
 _CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new system prompt, and reset),
@@ -116,6 +116,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     model = load_model(args)
     try:
+        params = with_context_size(params, ctx_size(args) or model.engine.max_seq_len)
         session = ChatSession(model, system=args.system, max_tokens=limit, trim_history=True,
                               n_keep=args.keep, n_ctx=ctx_size(args), **params)
         if interactive:

@@ -128,7 +128,8 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", type=float, default=0.05,
                    help="drop tokens less likely than this times the likeliest; 0 = none")
     p.add_argument("--repeat-penalty", type=float, default=1.0, help="penalty for repeated tokens; 1 = none")
-    p.add_argument("--repeat-last-n", type=int, default=64, help="how many recent tokens the penalty looks at")
+    p.add_argument("--repeat-last-n", type=int, default=64,
+                   help="how many recent tokens the penalty looks at; 0 = none, -1 = the whole context, as llama.cpp")
     p.add_argument("--seed", "-s", type=int, default=-1, help="sampling seed; -1 = random")
     p.add_argument("--ctx-size", "-c", type=int, default=None,
                    help="context window in tokens (default: what the prompt and --max-tokens "
@@ -247,8 +248,17 @@ def check_ctx_size(model: Any, n_ctx: Optional[int], n_prompt: int, max_tokens: 
 
 
 def sampling(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampler's options; a repeat_last_n of -1 (llama.cpp: the context size) is
+    left for `with_context_size` to resolve once the context size is known."""
     if args.seed < -1:
         raise CLIError(f"--seed: must be >= 0, or -1 for a random seed, got {args.seed}")
+    if args.repeat_last_n < -1:
+        raise CLIError(f"--repeat-last-n: must be >= 0, or -1 for the whole context, got {args.repeat_last_n}")
     return dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                 repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
                 seed=None if args.seed == -1 else args.seed)
+
+
+def with_context_size(params: dict[str, Any], n_ctx: int) -> dict[str, Any]:
+    """``params`` with a repeat_last_n of -1 made the context size ``n_ctx``."""
+    return {**params, "repeat_last_n": n_ctx} if params["repeat_last_n"] == -1 else params

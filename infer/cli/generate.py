@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from .common import (CLIError, add_model_args, add_sampling_args, add_template_args, check_ctx_size, ctx_size,
-                     load_model, max_tokens, read_stdin, sampling)
+                     load_model, max_tokens, read_stdin, sampling, with_context_size)
 
 
 def read_prompt(args: argparse.Namespace, verbatim: bool = False) -> str:
@@ -89,7 +89,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         # limit (-n -1) generation runs until the end of the text or a full context.
         n_ctx = ctx_size(args) or (model.engine.max_seq_len if limit is None else
                                    min(model.engine.max_seq_len, len(ids) + limit))
-        ctx = model.create_context(n_ctx=n_ctx, **params)
+        ctx = model.create_context(n_ctx=n_ctx, **with_context_size(params, n_ctx))
         gen = generate(model, ids, context=ctx, max_tokens=limit, stop=args.stop or None,
                        grammar=grammar)
         t_first = None
