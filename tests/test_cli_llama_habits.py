@@ -13,6 +13,8 @@ there (llama.cpp's common/arg.cpp):
 * llama-bench takes lists: ``-p 8,16 -n 2,0 -t 1,2``; infer bench refused them.
 * llama-tokenize reads -f FILE and --stdin verbatim: a final newline is a token.
   infer tokenize dropped it (llama-cli's rule for prompts) and had no --stdin.
+* A chat template that cannot render a turn made `infer chat` print an error for
+  every line and exit 0 at the end; it now stops at once with status 1.
 * Input that is not UTF-8 on stdin failed far from its cause ("U+DCC3 at index 3
   is a lone surrogate"), or with a traceback under a strict locale; one such line
   ended `infer chat`.
@@ -245,3 +247,16 @@ def test_repeat_last_n_minus_one_is_the_context_size(tiny):
     bad = run_cli("generate", "-m", tiny, "-p", "x", "--repeat-last-n", "-2")
     assert bad.returncode == 1
     assert "--repeat-last-n: must be >= 0, or -1 for the whole context, got -2" in bad.stderr
+
+
+@pytest.mark.parametrize("template,message", [
+    ("{% for m in messages %}{{ m['content'] }{% endfor %}", "the chat template does not compile: unexpected '}'"),
+    ("{{ raise_exception('no turns here') }}", "the chat template failed: no turns here"),
+])
+def test_chat_with_a_template_that_cannot_render_stops_at_once(tiny, tmp_path, template, message):
+    path = tmp_path / "broken.jinja"
+    path.write_text(template, encoding="utf-8")
+    out = run_cli("chat", "-m", tiny, "-n", "3", "--chat-template-file", str(path), stdin="hi\nhello\n")
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith(f"infer: error: {message}") and out.stderr.count("\n") == 1, out.stderr
+    assert "--chat-template chatml" in out.stderr

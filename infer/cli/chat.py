@@ -119,6 +119,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
         params = with_context_size(params, ctx_size(args) or model.engine.max_seq_len)
         session = ChatSession(model, system=args.system, max_tokens=limit, trim_history=True,
                               n_keep=args.keep, n_ctx=ctx_size(args), **params)
+        try:  # a template that cannot render a plain turn would fail every line: stop now
+            session.chat.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+        except ChatTemplateError as exc:
+            raise CLIError(f"{exc} (--chat-template chatml, or another, uses a built-in template instead)") from None
         if interactive:
             print(_CHAT_HELP, file=sys.stderr)
         lines = _chat_lines(interactive)
