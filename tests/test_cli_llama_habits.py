@@ -260,3 +260,14 @@ def test_chat_with_a_template_that_cannot_render_stops_at_once(tiny, tmp_path, t
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.startswith(f"infer: error: {message}") and out.stderr.count("\n") == 1, out.stderr
     assert "--chat-template chatml" in out.stderr
+
+
+def test_perplexity_with_no_chunks_is_refused_not_nan(tiny, tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
+    out = run_cli("perplexity", "-m", tiny, "-f", str(text), "-c", "32", "--chunks", "0")
+    assert out.returncode == 1 and "nan" not in out.stdout
+    assert out.stderr == "infer: error: --chunks: must be >= 1, or -1 for all of them, got 0\n"
+    every = run_cli("perplexity", "-m", tiny, "-f", str(text), "-c", "32", "--chunks", "-1", "-t", "1")
+    assert every.returncode == 0, every.stderr
+    assert "Final estimate: PPL = " in every.stdout and "nan" not in every.stdout
