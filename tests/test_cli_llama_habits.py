@@ -271,3 +271,18 @@ def test_perplexity_with_no_chunks_is_refused_not_nan(tiny, tmp_path):
     every = run_cli("perplexity", "-m", tiny, "-f", str(text), "-c", "32", "--chunks", "-1", "-t", "1")
     assert every.returncode == 0, every.stderr
     assert "Final estimate: PPL = " in every.stdout and "nan" not in every.stdout
+
+
+def test_quantize_plain_k_types_say_how_they_differ_from_llama_quantizes(tiny, tmp_path):
+    """llama-quantize's Q4_K is an alias of Q4_K_M (its QUANT_OPTIONS table); infer's
+    q4_k is Q4_K throughout.  The file is as documented, and the user is told."""
+    gguf = pytest.importorskip("gguf")
+    out_path = tmp_path / "q4k.gguf"
+    out = run_cli("quantize", tiny, str(out_path), "Q4_K", "-t", "1")
+    assert out.returncode == 0, out.stderr
+    assert ("infer: note: q4_k gives Q4_K to every weight it can; llama-quantize's Q4_K is an alias of "
+            "Q4_K_M, which infer names q4_k_m") in out.stderr
+    types = {t.tensor_type.name for t in gguf.GGUFReader(str(out_path)).tensors if t.name.startswith("blk.")}
+    assert types == {"Q4_K", "F32"}  # no Q6_K ffn_down/attn_v as Q4_K_M would give
+    plain = run_cli("quantize", tiny, str(tmp_path / "q4km.gguf"), "Q4_K_M", "-t", "1")
+    assert plain.returncode == 0 and "note" not in plain.stderr
