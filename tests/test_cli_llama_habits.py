@@ -144,9 +144,10 @@ def test_system_prompt_as_llama_cli_spells_it(tiny):
     assert outs[0].stdout == outs[1].stdout == outs[2].stdout != none.stdout
 
 
-@pytest.mark.parametrize("option", ["-cnv", "-np", "-ctk", "-tb"])
+@pytest.mark.parametrize("option", ["-cnv", "-np", "-ctk", "-tb", "-fa", "-mli", "-sysf", "-jinja"])
 def test_unknown_single_dash_options_are_named(option):
-    """-cnv is not -c nv, -np not -n p, -ctk not -c tk, -tb not -t b."""
+    """-cnv is not -c nv, -np not -n p, -ctk not -c tk, -tb not -t b, -fa not -f a,
+    -mli not -m li, -sysf not -s ysf, -jinja not -j inja."""
     out = run_cli("generate", "-p", "Hi", option, "4")
     assert out.returncode == 2
     assert f"error: unrecognized option {option} (it is not {option[:2]} {option[2:]})" in out.stderr

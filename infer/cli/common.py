@@ -46,19 +46,24 @@ class SubcommandParser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def _refuse_glued_misreading(self, arg: str) -> None:
-        """argparse reads an unknown ``-ngl`` as ``-n gl`` and ``-cnv`` as ``-c nv``
-        (llama.cpp's tools have many such options), then blames -n or -c for a bad
-        number.  Name the option itself instead, where the value could not be read."""
+        """argparse reads an unknown ``-ngl`` as ``-n gl``, ``-cnv`` as ``-c nv`` and
+        ``-fa`` (flash attention) as ``-f a`` (llama.cpp's tools have many such
+        options), then blames -n or -c for a bad number, or reads a file named "a".
+        Name the option itself instead.  A number glued to its option (-n5, -t1)
+        still reads; llama.cpp's tools take no glued text values, nor does infer."""
         if len(arg) < 3 or arg[0] != "-" or not arg[1].isalpha() or "=" in arg or \
                 arg in self._option_string_actions:
             return
         short = self._option_string_actions.get(arg[:2])
-        if short is None or not callable(short.type) or short.type is str:
+        if short is None or short.nargs == 0:
             return
-        try:
-            short.type(arg[2:])
-        except (ValueError, argparse.ArgumentTypeError):
-            self.error(f"unrecognized option {arg} (it is not {arg[:2]} {arg[2:]}); see {self.prog} --help")
+        if callable(short.type) and short.type is not str:
+            try:
+                short.type(arg[2:])
+                return
+            except (ValueError, argparse.ArgumentTypeError):
+                pass
+        self.error(f"unrecognized option {arg} (it is not {arg[:2]} {arg[2:]}); see {self.prog} --help")
 
 
 def _model_names() -> list[str]:
