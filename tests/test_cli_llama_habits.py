@@ -287,3 +287,55 @@ def test_quantize_plain_k_types_say_how_they_differ_from_llama_quantizes(tiny, t
     assert types == {"Q4_K", "F32"}  # no Q6_K ffn_down/attn_v as Q4_K_M would give
     plain = run_cli("quantize", tiny, str(tmp_path / "q4km.gguf"), "Q4_K_M", "-t", "1")
     assert plain.returncode == 0 and "note" not in plain.stderr
+
+
+def write_split(tiny, directory):
+    """The tiny model cut in two as llama-gguf-split cuts it: metadata in the first
+    part, the tensors shared out, each part with the gguf package's split keys."""
+    gguf = pytest.importorskip("gguf")
+    reader = gguf.GGUFReader(tiny)
+    half = len(reader.tensors) // 2
+    paths = []
+    for number, tensors in enumerate((reader.tensors[:half], reader.tensors[half:])):
+        path = str(directory / f"tiny-0000{number + 1}-of-00002.gguf")
+        w = gguf.GGUFWriter(path, "llama")
+        if number == 0:
+            for key, field in reader.fields.items():
+                if key.startswith("GGUF.") or key == "general.architecture":
+                    continue
+                kind = field.types[0]
+                if kind == gguf.GGUFValueType.ARRAY:
+                    w.add_key_value(key, field.contents(), kind, sub_type=field.types[-1])
+                else:
+                    w.add_key_value(key, field.contents(), kind)
+        w.add_uint16(gguf.Keys.Split.LLM_KV_SPLIT_NO, number)
+        w.add_uint16(gguf.Keys.Split.LLM_KV_SPLIT_COUNT, 2)
+        w.add_int32(gguf.Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT, len(reader.tensors))
+        for t in tensors:
+            w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        paths.append(path)
+    return paths
+
+
+def test_a_part_of_a_split_model_is_refused_by_name(tiny, tmp_path):
+    """The first part of a split model failed with 'llama.block_count is 4 but the
+    file has tensors for 2 blocks', and quantize wrote half a model with status 0."""
+    first, second = write_split(tiny, tmp_path)
+    for path, part, merge_from in ((first, 1, first), (second, 2, "FIRST-PART.gguf")):
+        want = (f"infer: error: {path}: part {part} of a model split into 2 files (llama-gguf-split), which infer "
+                f"does not read as one model; merge them first: llama-gguf-split --merge {merge_from} MERGED.gguf\n")
+        out = run_cli("generate", "-m", path, "-p", "hi", "-n", "1")
+        assert out.returncode == 1 and out.stderr == want
+        quantized = tmp_path / f"q{part}.gguf"
+        out = run_cli("quantize", path, str(quantized), "q8_0")
+        assert out.returncode == 1 and out.stderr.endswith(want) and not quantized.exists()
+        info = run_cli("info", path)
+        assert info.returncode == 0 and f"  split           part {part} of 2 (llama-gguf-split)" in info.stdout
+    import infer
+
+    with pytest.raises(infer.UnsupportedModelError, match="part 1 of a model split into 2 files"):
+        infer.load(first)

@@ -176,6 +176,11 @@ def format_model(s: dict[str, Any]) -> str:
     rows.append(("chat template", f"yes ({len(template)} characters)" if s["chat_template"] else
                  f"no: looks like a base model (made to continue text, not to chat); "
                  f"chat uses the built-in {s['fallback_chat_template']!r} template"))
+    split = s["metadata"].get("split.count")
+    if isinstance(split, int) and split > 1:
+        number = s["metadata"].get("split.no")
+        rows.append(("split", f"part {number + 1 if isinstance(number, int) else '?'} of {split} "
+                              "(llama-gguf-split): not a whole model on its own"))
     rows.append(("tensor types", ", ".join(f"{k} x{v}" for k, v in s["tensor_types"].items()) or "none"))
     lines = [f"{Path(s['path']).name}  ({_human_bytes(s['file_bytes'])}, GGUF v{s['gguf_version']})"]
     lines += [f"  {k:<15} {v}" for k, v in rows]
