@@ -153,6 +153,19 @@ def test_unknown_single_dash_options_are_named(option):
     assert f"error: unrecognized option {option} (it is not {option[:2]} {option[2:]})" in out.stderr
 
 
+def test_text_that_starts_like_an_option_goes_after_double_dash():
+    """argparse read the prompt '-p is a flag' as -p ' is a flag' (the text lost its
+    start); it is now refused with the way to give it, and after -- it is the text:
+    the ids llama.cpp gives '-p is a flag' with SmolLM2 (recorded)."""
+    refused = run_cli("tokenize", "--ids", "-p is a flag")
+    assert refused.returncode == 2
+    assert "'-p is a flag' starts like the option -p; to give text that starts with '-', put it after --" \
+        in refused.stderr
+    out = run_cli("tokenize", "--ids", "--", "-p is a flag")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "[29, 96, 314, 253, 7048]\n"
+
+
 def test_glued_short_numbers_still_read(tiny):
     out = run_cli("generate", "-m", tiny, "-p", "The quick brown fox", "--temp", "0", "-n3", "-t1", "-c0")
     assert out.returncode == 0, out.stderr

@@ -63,6 +63,9 @@ class SubcommandParser(argparse.ArgumentParser):
                 return
             except (ValueError, argparse.ArgumentTypeError):
                 pass
+        if " " in arg:  # text, not an option: argparse would read it as {arg[:2]} with a glued value
+            self.error(f"{arg!r} starts like the option {arg[:2]}; to give text that starts with '-', "
+                       f"put it after --: {self.prog} [options] -- {arg!r}")
         self.error(f"unrecognized option {arg} (it is not {arg[:2]} {arg[2:]}); see {self.prog} --help")
 
 
