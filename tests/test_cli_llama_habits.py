@@ -13,6 +13,8 @@ there (llama.cpp's common/arg.cpp):
 * llama-bench takes lists: ``-p 8,16 -n 2,0 -t 1,2``; infer bench refused them.
 * llama-tokenize reads -f FILE and --stdin verbatim: a final newline is a token.
   infer tokenize dropped it (llama-cli's rule for prompts) and had no --stdin.
+* llama.cpp's tools process escapes in -p by default (``-p 'Q:\\nA:'`` holds a
+  newline; --no-escape keeps the backslash); infer took -p literally.
 * A chat template that cannot render a turn made `infer chat` print an error for
   every line and exit 0 at the end; it now stops at once with status 1.
 * Input that is not UTF-8 on stdin failed far from its cause ("U+DCC3 at index 3
@@ -352,3 +354,44 @@ def test_a_part_of_a_split_model_is_refused_by_name(tiny, tmp_path):
 
     with pytest.raises(infer.UnsupportedModelError, match="part 1 of a model split into 2 files"):
         infer.load(first)
+
+
+@pytest.mark.parametrize("given,want", [
+    (r"a\nb\tc\rd", "a\nb\tc\rd"),
+    (r"\'\"\\", "'\"\\"),
+    (r"\x41\x4a\x7e", "AJ~"),
+    (r"caf\xc3\xa9", "café"),          # bytes: two escapes make one character
+    (r"\q \x4 \xZZ", r"\q \x4 \xZZ"),  # unknown or short escapes stay as they are
+    ("end\\", "end\\"),                # a final backslash stays
+    ("no escapes ü", "no escapes ü"),
+])
+def test_process_escapes_as_llama_cpps_string_process_escapes(given, want):
+    from infer.cli.generate import process_escapes
+
+    assert process_escapes(given) == want
+
+
+# llama.cpp's ids for these bytes with SmolLM2 (recorded as above).
+LLAMA_TOKENIZE_ESCAPED = {b"Q:\tA\nB": [65, 42, 197, 49, 198, 50], b"Q:\\tA\\nB": [65, 19199, 100, 49, 76, 94, 50]}
+
+
+def test_p_processes_escapes_as_llama_cpps_tools_do():
+    def ids(*args):
+        out = run_cli("tokenize", "--ids", *args)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    escaped, literal = (str(LLAMA_TOKENIZE_ESCAPED[k]) + "\n" for k in (b"Q:\tA\nB", b"Q:\\tA\\nB"))
+    assert ids("-p", r"Q:\tA\nB") == ids("-e", "-p", r"Q:\tA\nB") == escaped
+    assert ids("--no-escape", "-p", r"Q:\tA\nB") == literal
+    assert ids(r"Q:\tA\nB") == literal  # the argument is taken as it is
+    bad = run_cli("tokenize", "-p", r"\xff")
+    assert bad.returncode == 1 and "-p: its \\x escapes do not make UTF-8 text" in bad.stderr
+
+
+def test_generate_p_with_escapes_is_the_prompt_with_those_characters(tiny):
+    common = ("generate", "-m", tiny, "--temp", "0", "-n", "4", "-t", "1")
+    escaped = run_cli(*common, "-p", r"The quick\nbrown fox")
+    real = run_cli(*common, "The quick\nbrown fox")
+    assert escaped.returncode == real.returncode == 0, escaped.stderr
+    assert escaped.stdout == real.stdout and _report(escaped.stderr)[0] == _report(real.stderr)[0]

@@ -19,7 +19,7 @@ def read_prompt(args: argparse.Namespace, verbatim: bool = False) -> str:
     if args.prompt_option is not None:  # -p, as llama-cli takes it
         if args.prompt is not None:
             raise CLIError("give the prompt either as an argument or with -p, not both")
-        args.prompt = args.prompt_option
+        return process_escapes(args.prompt_option) if args.escape else str(args.prompt_option)
     if args.file is not None:
         if args.prompt is not None:
             raise CLIError("give the prompt either as an argument or with -f, not both")
@@ -43,9 +43,44 @@ def add_prompt_args(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("prompt", nargs="?", default=None, metavar="TEXT" if what == "text" else None,
                    help=f"the {what}; '-' reads it from stdin")
     p.add_argument("--prompt", "-p", dest="prompt_option", metavar="TEXT", default=None,
-                   help=f"the {what}, as an option as llama.cpp's tools take it (default: the argument)")
+                   help=f"the {what}, as an option as llama.cpp's tools take it, escapes such as \\n "
+                        "processed (default: the argument, taken as it is)")
+    p.add_argument("--escape", "-e", dest="escape", action="store_true", default=True,
+                   help="process the escapes of -p (\\n \\r \\t \\' \\\" \\\\ \\xNN), "
+                        "as llama.cpp does by default")
+    p.add_argument("--no-escape", dest="escape", action="store_false",
+                   help="take -p's text as it is (default: escapes processed)")
     p.add_argument("--file", "-f", metavar="FILE", default=None,
                    help=f"read the {what} from FILE (default: the argument)")
+
+
+def process_escapes(text: str) -> str:
+    """llama.cpp's string_process_escapes (common/common.cpp), which its tools apply
+    to -p: \\n \\r \\t \\' \\" \\\\ and \\xNN (a byte) are replaced; any other
+    backslash stays as it is.  It works on bytes, so \\xNN may build a UTF-8 character."""
+    data = text.encode("utf-8", "surrogateescape")
+    simple = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("'"): b"'", ord('"'): b'"', ord("\\"): b"\\"}
+    out = bytearray()
+    i = 0
+    while i < len(data):
+        if data[i] == ord("\\") and i + 1 < len(data):
+            i += 1
+            code = data[i]
+            if code in simple:
+                out += simple[code]
+            elif code == ord("x") and i + 2 < len(data) and all(chr(c) in "0123456789abcdefABCDEF"
+                                                                 for c in data[i + 1:i + 3]):
+                out.append(int(data[i + 1:i + 3], 16))
+                i += 2
+            else:
+                out += b"\\" + bytes([code])
+        else:
+            out.append(data[i])
+        i += 1
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CLIError("-p: its \\x escapes do not make UTF-8 text (--no-escape takes the text as it is)") from None
 
 
 def _without_final_newline(text: str) -> str:
