@@ -15,6 +15,9 @@ there (llama.cpp's common/arg.cpp):
   infer tokenize dropped it (llama-cli's rule for prompts) and had no --stdin.
 * llama.cpp's tools process escapes in -p by default (``-p 'Q:\\nA:'`` holds a
   newline; --no-escape keeps the backslash); infer took -p literally.
+* llama.cpp's --temperature, --predict, --presence-penalty, --frequency-penalty;
+  its --temp below 0 is clamped to 0 (greedy).  infer knew none of the four
+  names and refused a negative --temp.
 * A chat template that cannot render a turn made `infer chat` print an error for
   every line and exit 0 at the end; it now stops at once with status 1.
 * Input that is not UTF-8 on stdin failed far from its cause ("U+DCC3 at index 3
@@ -395,3 +398,23 @@ def test_generate_p_with_escapes_is_the_prompt_with_those_characters(tiny):
     real = run_cli(*common, "The quick\nbrown fox")
     assert escaped.returncode == real.returncode == 0, escaped.stderr
     assert escaped.stdout == real.stdout and _report(escaped.stderr)[0] == _report(real.stderr)[0]
+
+
+def test_sampling_options_as_llama_cpp_names_them(tiny):
+    import infer
+
+    common = ("generate", "-m", tiny, "-p", "The quick brown fox", "-t", "1")
+
+    def text(*args):
+        out = run_cli(*common, *args)
+        assert out.returncode == 0, out.stderr
+        return out.stdout, _report(out.stderr)[1]
+
+    greedy = text("--temp", "0", "-n", "12")
+    assert text("--temperature", "0", "--predict", "12") == greedy
+    assert text("--temp", "-1", "-n", "12") == greedy  # llama.cpp: max(temp, 0)
+    penalized = text("--temp", "0", "-n", "12", "--presence-penalty", "3", "--frequency-penalty", "2")
+    with infer.load(tiny, n_threads=1) as model:
+        want = "".join(infer.generate(model, "The quick brown fox", max_tokens=12, temperature=0,
+                                      presence_penalty=3.0, frequency_penalty=2.0))
+    assert penalized == (want + "\n", 12) and penalized != greedy

@@ -127,10 +127,11 @@ def add_template_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-tokens", "-n", "--n-predict", type=int, default=256,
+    p.add_argument("--max-tokens", "-n", "--n-predict", "--predict", type=int, default=256,
                    help="tokens to generate at most; -1 = no limit but the end of the text or a full context, "
                         "as llama.cpp's -n -1")
-    p.add_argument("--temp", type=float, default=0.8, help="temperature; 0 = greedy")
+    p.add_argument("--temp", "--temperature", type=float, default=0.8,
+                   help="temperature; 0 = greedy (below 0 is taken as 0, as llama.cpp does)")
     p.add_argument("--top-k", type=int, default=40, help="keep the k likeliest tokens; 0 = all")
     p.add_argument("--top-p", type=float, default=0.95, help="keep the likeliest tokens up to this mass; 1 = all")
     p.add_argument("--min-p", type=float, default=0.05,
@@ -138,6 +139,10 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat-penalty", type=float, default=1.0, help="penalty for repeated tokens; 1 = none")
     p.add_argument("--repeat-last-n", type=int, default=64,
                    help="how many recent tokens the penalty looks at; 0 = none, -1 = the whole context, as llama.cpp")
+    p.add_argument("--presence-penalty", type=float, default=0.0,
+                   help="subtracted once from each token in the penalty window; 0 = none (default: 0)")
+    p.add_argument("--frequency-penalty", type=float, default=0.0,
+                   help="subtracted per occurrence of each token in the penalty window; 0 = none (default: 0)")
     p.add_argument("--seed", "-s", type=int, default=-1, help="sampling seed; -1 = random")
     p.add_argument("--ctx-size", "-c", type=int, default=None,
                    help="context window in tokens (default: what the prompt and --max-tokens "
@@ -262,9 +267,13 @@ def sampling(args: argparse.Namespace) -> dict[str, Any]:
         raise CLIError(f"--seed: must be >= 0, or -1 for a random seed, got {args.seed}")
     if args.repeat_last_n < -1:
         raise CLIError(f"--repeat-last-n: must be >= 0, or -1 for the whole context, got {args.repeat_last_n}")
-    return dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
-                seed=None if args.seed == -1 else args.seed)
+    params = dict(temperature=max(args.temp, 0.0), top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                  repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
+                  seed=None if args.seed == -1 else args.seed)
+    for name in ("presence_penalty", "frequency_penalty"):  # given only when used: 0 is the sampler's default
+        if getattr(args, name, 0.0):
+            params[name] = getattr(args, name)
+    return params
 
 
 def with_context_size(params: dict[str, Any], n_ctx: int) -> dict[str, Any]:
