@@ -18,6 +18,8 @@ there (llama.cpp's common/arg.cpp):
 * llama.cpp's --temperature, --predict, --presence-penalty, --frequency-penalty;
   its --temp below 0 is clamped to 0 (greedy).  infer knew none of the four
   names and refused a negative --temp.
+* llama-cli's -cnv (conversation mode) and -t -1 (the default thread count):
+  `infer chat -cnv` is a conversation anyway; `generate -cnv` points to chat.
 * A chat template that cannot render a turn made `infer chat` print an error for
   every line and exit 0 at the end; it now stops at once with status 1.
 * Input that is not UTF-8 on stdin failed far from its cause ("U+DCC3 at index 3
@@ -149,9 +151,9 @@ def test_system_prompt_as_llama_cli_spells_it(tiny):
     assert outs[0].stdout == outs[1].stdout == outs[2].stdout != none.stdout
 
 
-@pytest.mark.parametrize("option", ["-cnv", "-np", "-ctk", "-tb", "-fa", "-mli", "-sysf", "-jinja"])
+@pytest.mark.parametrize("option", ["-ctv", "-np", "-ctk", "-tb", "-fa", "-mli", "-sysf", "-jinja"])
 def test_unknown_single_dash_options_are_named(option):
-    """-cnv is not -c nv, -np not -n p, -ctk not -c tk, -tb not -t b, -fa not -f a,
+    """-ctv is not -c tv, -np not -n p, -ctk not -c tk, -tb not -t b, -fa not -f a,
     -mli not -m li, -sysf not -s ysf, -jinja not -j inja."""
     out = run_cli("generate", "-p", "Hi", option, "4")
     assert out.returncode == 2
@@ -418,3 +420,17 @@ def test_sampling_options_as_llama_cpp_names_them(tiny):
         want = "".join(infer.generate(model, "The quick brown fox", max_tokens=12, temperature=0,
                                       presence_penalty=3.0, frequency_penalty=2.0))
     assert penalized == (want + "\n", 12) and penalized != greedy
+
+
+def test_conversation_flag_and_default_threads_as_llama_cli(tiny):
+    chat = [run_cli("chat", "-m", tiny, "--temp", "0", "-n", "5", *flags, stdin="hello\n")
+            for flags in ([], ["-cnv"], ["--conversation"])]
+    assert all(c.returncode == 0 for c in chat) and chat[0].stdout == chat[1].stdout == chat[2].stdout
+    refused = run_cli("generate", "-m", tiny, "-p", "hi", "-cnv")
+    assert refused.returncode == 1 and "-cnv: a conversation is `infer chat`" in refused.stderr
+    common = ("generate", "-m", tiny, "-p", "The quick brown fox", "--temp", "0", "-n", "5")
+    default, minus_one = run_cli(*common), run_cli(*common, "-t", "-1")
+    assert minus_one.returncode == 0, minus_one.stderr
+    assert minus_one.stdout == default.stdout
+    bad = run_cli(*common, "-t", "-2")
+    assert bad.returncode == 1 and "--threads: must be >= 1, or -1 for the default, got -2" in bad.stderr

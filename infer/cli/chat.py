@@ -160,6 +160,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("chat", help="interactive multi-turn chat")
     p.add_argument("--system", "--system-prompt", "-sys", default=None, help="system prompt (default: none)")
     p.add_argument("--show-thinking", action="store_true", help="show thinking blocks (dimmed on a terminal)")
+    p.add_argument("--conversation", "-cnv", action="store_true",
+                   help="accepted for llama-cli compatibility: infer chat is always a conversation")
     p.add_argument("--keep", type=int, default=None, metavar="N",
                    help="when the context fills, keep the first N tokens (-1: the system prompt) and drop "
                         "half of the rest, as llama.cpp's --keep does (default: drop the oldest turns)")

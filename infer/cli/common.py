@@ -102,7 +102,8 @@ def add_model_arg(p: argparse.ArgumentParser, help: str = _MODEL_HELP) -> None: 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     add_model_arg(p)
-    p.add_argument("--threads", "-t", type=int, default=None, help="kernel threads (default: physical cores)")
+    p.add_argument("--threads", "-t", type=int, default=None,
+                   help="kernel threads (default: physical cores; -1 = the same, as in llama.cpp)")
     add_gpu_layers_arg(p)
 
 
@@ -155,8 +156,10 @@ def load_model(args: argparse.Namespace) -> Any:
 
     from .. import loader
 
+    if args.threads == -1:  # llama.cpp's default: as many as the machine has
+        args.threads = None
     if args.threads is not None and args.threads < 1:
-        raise CLIError(f"--threads: must be >= 1, got {args.threads}")
+        raise CLIError(f"--threads: must be >= 1, or -1 for the default, got {args.threads}")
     if getattr(args, "n_gpu_layers", None) not in (None, "0"):
         warn("infer runs on the CPU: --n-gpu-layers is ignored")  # as a CPU-only llama.cpp build says
     path = resolve_model(args.model)

@@ -93,6 +93,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from ..generate import generate
 
     t_start = time.perf_counter()
+    if args.conversation:
+        raise CLIError("-cnv: a conversation is `infer chat` (same options); --chat here wraps one prompt as a turn")
     limit = max_tokens(args)
     if args.system is not None and not args.chat:
         raise CLIError("--system: only with --chat")
@@ -182,6 +184,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("generate", help="continue a prompt, streaming to stdout")
     add_prompt_args(p, "prompt")
     p.add_argument("--chat", action="store_true", help="wrap the prompt as one user turn")
+    p.add_argument("--conversation", "-cnv", action="store_true",
+                   help="llama-cli's conversation mode is `infer chat`: refused here with that hint")
     p.add_argument("--system", "--system-prompt", "-sys", default=None,
                    help="system prompt, with --chat (default: none)")
     p.add_argument("--stop", action="append", default=None, metavar="TEXT",
