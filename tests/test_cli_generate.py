@@ -73,7 +73,7 @@ def test_generate_seeded_sampling_is_reproducible():
 @pytest.mark.parametrize("args, message", [
     (("generate", "x", "--model", "/nonexistent/model.gguf"), "nonexistent"),
     (("generate", "x", "--threads", "0"), "--threads"),
-    (("generate", "x", "-n", "-1"), "--max-tokens"),
+    (("generate", "x", "-n", "-2"), "--max-tokens"),
     (("generate", "x", "--system", "be brief"), "--system"),
     (("generate", "hello " * 9000), "exceeds the context of 8192 tokens"),
     (("generate", "hello " * 40, "--ctx-size", "16"), "exceeds the context of 16 tokens"),

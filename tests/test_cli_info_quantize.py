@@ -245,6 +245,37 @@ def test_quantize_tiny_model(capsys, tmp_path, qtype):
     assert sorted(os.listdir(tmp_path)) == sorted([src.name, dst.name])
 
 
+# llama.cpp's description of files infer quantize wrote (llama_model_desc through
+# llama-cpp-python 0.3.36's vendored llama.cpp 0c1e5709, tests/tiny_models.py's "llama"
+# quantized to each type): the file-type part after "llama ?B ".
+LLAMA_CPP_FILE_TYPE = {"q4_0": "Q4_0", "q2_k": "Q2_K - Medium", "q3_k_s": "Q3_K - Small",
+                       "q3_k_l": "Q3_K - Large", "q5_k_s": "Q5_K - Small", "q5_k_m": "Q5_K - Medium",
+                       "iq4_nl": "IQ4_NL - 4.5 bpw", "iq4_xs": "IQ4_XS - 4.25 bpw", "bf16": "BF16",
+                       "f32": "all F32"}
+
+
+def test_info_and_bench_name_the_file_type_as_llama_cpp(capsys, tmp_path):
+    """`info` showed no file type, and bench's own table named Q2_K files "Q2_K" and
+    Q3_K_S, Q3_K_L, Q5_K_S, IQ4_NL, IQ4_XS files "ftype N"."""
+    from infer.cli.bench import _file_type_name
+
+    src = tmp_path / "tiny.gguf"
+    tiny_model(src)
+    for qtype, want in LLAMA_CPP_FILE_TYPE.items():
+        dst = tmp_path / f"tiny-{qtype}.gguf"
+        code, _, err = run(capsys, "quantize", str(src), str(dst), qtype)
+        assert code == 0, err
+        code, out, err = run(capsys, "info", str(dst), "--json")
+        assert code == 0, err
+        summary = json.loads(out)
+        assert summary["file_type"] == want, qtype
+        assert _file_type_name(summary["metadata"]["general.file_type"]) == want
+        code, out, err = run(capsys, "info", str(dst))
+        assert f"\n  file type       {want}\n" in out
+    for unnamed in (None, 99):
+        assert _file_type_name(unnamed) == ("" if unnamed is None else "ftype 99")
+
+
 def test_quantize_untied_output_and_embedding(capsys, tmp_path):
     if not kernels_ready(DType.Q4_0, DType.Q6_K):
         pytest.skip("quantization kernels not built yet")

@@ -23,7 +23,8 @@ COMMANDS = (info, quantize, generate, chat, tokenize, bench, serve, perplexity, 
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
-    parser = argparse.ArgumentParser(prog="infer", description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(prog="infer", description=(__doc__ or "").splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--verbose", "-v", action="store_true", help="show tracebacks and logs")
     parser.add_argument("--version", action="version", version=f"infer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=SubcommandParser)

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import CLIError, add_model_args, load_model, resolve_model
+from .common import CLIError, add_gpu_layers_arg, add_model_arg, load_model, resolve_model
 
 
 def _mean_sd(xs: list[float]) -> tuple[float, float]:
@@ -75,10 +75,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from .. import kernels
 
-    if args.n_prompt < 0 or args.n_gen < 0 or args.repetitions < 1:
+    if min(args.n_prompt) < 0 or min(args.n_gen) < 0 or args.repetitions < 1:
         raise CLIError("-p/-g must be >= 0 and -r >= 1")
-    with load_model(args) as model:
-        threads = kernels.get_num_threads()
+    if args.threads is not None and min(args.threads) < 1:
+        raise CLIError(f"--threads: must be >= 1, got {min(args.threads)}")
+    thread_counts = args.threads
+    # one model for every thread count, loaded with the first
+    with load_model(argparse.Namespace(**{**vars(args), "threads": thread_counts and thread_counts[0]})) as model:
+        thread_counts = thread_counts or [kernels.get_num_threads()]
         md = model.metadata
         eng = model.engine
         size, params = getattr(model, "n_bytes", 0), getattr(model, "n_params", 0)
@@ -86,8 +90,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                          md.get("general.size_label", ""),
                                          _file_type_name(md.get("general.file_type"))) if x)
         rng = random.Random(0)
-        tokens = [rng.randrange(eng.vocab_size) for _ in range(max(args.n_prompt, args.n_gen))]
-        ours = _bench_infer(model, args.n_prompt, args.n_gen, args.repetitions, tokens)
+        tokens = [rng.randrange(eng.vocab_size) for _ in range(max(args.n_prompt + args.n_gen))]
+        # llama-bench's order: per thread count, the prompt tests, then the generation tests
+        tests = [(threads, key, n) for threads in thread_counts
+                 for key, sizes in (("pp", args.n_prompt), ("tg", args.n_gen)) for n in sizes if n]
+        ours = {}
+        for threads, key, n in tests:
+            kernels.set_num_threads(threads)
+            ours[threads, key, n] = _bench_infer(model, n if key == "pp" else 0, n if key == "tg" else 0,
+                                                 args.repetitions, tokens)[key]
     theirs = None
     missing = "llama_cpp is not importable"
     if not args.no_llama_cpp and importlib.util.find_spec("llama_cpp") is not None:
@@ -96,51 +107,54 @@ def cmd_bench(args: argparse.Namespace) -> int:
         except Exception as exc:  # installed but broken: its shared library not found, say
             missing = f"llama_cpp is installed but does not import ({type(exc).__name__}: {exc})"
         else:
-            theirs = _bench_llama_cpp(resolve_model(args.model), threads,
-                                      args.n_prompt, args.n_gen, args.repetitions, tokens)
+            path = resolve_model(args.model)
+            theirs = {(threads, key, n): _bench_llama_cpp(path, threads, n if key == "pp" else 0,
+                                                          n if key == "tg" else 0, args.repetitions, tokens)[key]
+                      for threads, key, n in tests}
     rows = [("| model | size | params | backend | threads | test | t/s |"),
             ("| --- | ---: | ---: | --- | ---: | --- | ---: |")]
-    tests = [("pp", f"pp{args.n_prompt}", args.n_prompt), ("tg", f"tg{args.n_gen}", args.n_gen)]
     for engine_name, res in (("infer", ours), ("llama-cpp-python", theirs)):
         if res is None:
             continue
-        for key, label, n in tests:
-            if n:
-                m, sd = _mean_sd(res[key])
-                rows.append(f"| {name} | {size / 2**20:.2f} MiB | {params / 1e6:.2f} M | {engine_name} "
-                            f"| {threads} | {label} | {m:.2f} ± {sd:.2f} |")
+        for threads, key, n in tests:
+            m, sd = _mean_sd(res[threads, key, n])
+            rows.append(f"| {name} | {size / 2**20:.2f} MiB | {params / 1e6:.2f} M | {engine_name} "
+                        f"| {threads} | {key}{n} | {m:.2f} ± {sd:.2f} |")
     print("\n".join(rows))
     if theirs is not None:
-        for key, label, n in tests:
-            if n:
-                print(f"{label}: infer / llama-cpp-python = "
-                      f"{_mean_sd(ours[key])[0] / _mean_sd(theirs[key])[0]:.2f}x")
+        for test in tests:
+            label = f"{test[1]}{test[2]}" + (f" ({test[0]} threads)" if len(thread_counts) > 1 else "")
+            print(f"{label}: infer / llama-cpp-python = "
+                  f"{_mean_sd(ours[test])[0] / _mean_sd(theirs[test])[0]:.2f}x")
     elif not args.no_llama_cpp:
         print(f"({missing}: no llama-cpp-python comparison)", file=sys.stderr)
     return 0
 
 
-# general.file_type (llama_ftype) -> llama-bench's spelling (llama_model_ftype_name)
-_FILE_TYPES = {0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
-               10: "Q2_K - Medium", 11: "Q3_K - Small", 12: "Q3_K - Medium", 13: "Q3_K - Large",
-               14: "Q4_K - Small", 15: "Q4_K - Medium", 16: "Q5_K - Small", 17: "Q5_K - Medium", 18: "Q6_K",
-               19: "IQ2_XXS - 2.0625 bpw", 20: "IQ2_XS - 2.3125 bpw", 21: "Q2_K - Small", 22: "IQ3_XS - 3.3 bpw",
-               23: "IQ3_XXS - 3.0625 bpw", 24: "IQ1_S - 1.5625 bpw", 25: "IQ4_NL - 4.5 bpw",
-               26: "IQ3_S - 3.4375 bpw", 27: "IQ3_S mix - 3.66 bpw", 28: "IQ2_S - 2.5 bpw", 29: "IQ2_M - 2.7 bpw",
-               30: "IQ4_XS - 4.25 bpw", 31: "IQ1_M - 1.75 bpw", 32: "BF16", 36: "TQ1_0 - 1.69 bpw ternary",
-               37: "TQ2_0 - 2.06 bpw ternary"}
+def _int_list(text: str) -> list[int]:
+    """llama-bench's list of values: "512" or "128,512"."""
+    try:
+        return [int(item) for item in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or a comma-separated list, got {text!r}") from None
 
 
 def _file_type_name(ft: Any) -> str:
-    return _FILE_TYPES.get(ft, f"ftype {ft}") if ft is not None else ""
+    from ..quant_mixtures import file_type_name
+
+    return file_type_name(ft) or ""
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("bench", help="prompt and generation tokens/s (llama-bench style)")
-    p.add_argument("-p", "--n-prompt", type=int, default=512, help="prompt tokens of the prefill test")
-    p.add_argument("-n", "-g", "--n-gen", type=int, default=128,
-                   help="tokens of the generation test (-n as in llama-bench)")
+    p.add_argument("-p", "--n-prompt", type=_int_list, default="512", metavar="N[,N...]",
+                   help="prompt tokens of the prefill test; a list runs one test per value, as in llama-bench")
+    p.add_argument("-n", "-g", "--n-gen", type=_int_list, default="128", metavar="N[,N...]",
+                   help="tokens of the generation test (-n as in llama-bench); a list as for -p")
     p.add_argument("-r", "--repetitions", type=int, default=3, help="runs of each test")
     p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama-cpp-python comparison")
-    add_model_args(p)
+    add_model_arg(p)
+    p.add_argument("--threads", "-t", type=_int_list, default=None, metavar="N[,N...]",
+                   help="kernel threads; a list runs every test with each (default: physical cores)")
+    add_gpu_layers_arg(p)
     p.set_defaults(func=cmd_bench)

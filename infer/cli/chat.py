@@ -5,7 +5,8 @@ import argparse
 import sys
 from typing import Any, Iterator, TextIO
 
-from .common import CLIError, add_model_args, add_template_args, add_sampling_args, ctx_size, load_model, sampling
+from .common import (CLIError, add_model_args, add_sampling_args, add_template_args, ctx_size, load_model, max_tokens,
+                     sampling, utf8_text, with_context_size)
 
 
 _CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new system prompt, and reset),
@@ -13,19 +14,28 @@ _CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new sy
 
 
 def _chat_lines(interactive: bool) -> Iterator[str]:
-    """User lines: from the terminal with a prompt, or one per line of piped stdin."""
+    """User lines: from the terminal with a prompt, or one per line of piped stdin.
+    A line that is not UTF-8 text is reported and skipped: the chat goes on."""
+    buffer = getattr(sys.stdin, "buffer", None)
     while True:
-        if interactive:
-            try:
-                yield input("> ")
-            except EOFError:
-                print()
-                return
-        else:
-            line = sys.stdin.readline()
-            if not line:
-                return
-            yield line.rstrip("\r\n")
+        try:
+            if interactive:
+                try:
+                    line = input("> ")
+                except EOFError:
+                    print()
+                    return
+            else:
+                # bytes, decoded here: a strict text reader would lose its place at a bad byte
+                line = sys.stdin.readline() if buffer is None else \
+                    buffer.readline().decode("utf-8", "surrogateescape")
+                if not line:
+                    return
+                line = line.rstrip("\r\n")
+            yield utf8_text(line, "that line")
+        except (CLIError, UnicodeDecodeError) as exc:
+            reason = str(exc) if isinstance(exc, CLIError) else f"that line is not UTF-8 text ({exc.reason})"
+            print(f"infer: {reason}; skipped", file=sys.stderr)
 
 
 def _chat_command(session: Any, line: str, out: TextIO) -> bool:
@@ -99,8 +109,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from ..chat import ChatSession, ChatTemplateError
     from ..runtime import ContextOverflowError
 
-    if args.max_tokens < 1:
-        raise CLIError(f"--max-tokens: must be >= 1, got {args.max_tokens}")
+    limit = max_tokens(args, least=1)
     if args.keep is not None and args.keep < -1:
         raise CLIError(f"--keep: must be >= 0, or -1 for the system prompt, got {args.keep}")
     params = sampling(args)
@@ -108,8 +117,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     model = load_model(args)
     try:
-        session = ChatSession(model, system=args.system, max_tokens=args.max_tokens, trim_history=True,
+        params = with_context_size(params, ctx_size(args) or model.engine.max_seq_len)
+        session = ChatSession(model, system=args.system, max_tokens=limit, trim_history=True,
                               n_keep=args.keep, n_ctx=ctx_size(args), **params)
+        try:  # a template that cannot render a plain turn would fail every line: stop now
+            session.chat.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+        except ChatTemplateError as exc:
+            raise CLIError(f"{exc} (--chat-template chatml, or another, uses a built-in template instead)") from None
         if interactive:
             print(_CHAT_HELP, file=sys.stderr)
         lines = _chat_lines(interactive)
@@ -145,8 +159,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("chat", help="interactive multi-turn chat")
-    p.add_argument("--system", default=None, help="system prompt (default: none)")
+    p.add_argument("--system", "--system-prompt", "-sys", default=None, help="system prompt (default: none)")
     p.add_argument("--show-thinking", action="store_true", help="show thinking blocks (dimmed on a terminal)")
+    p.add_argument("--conversation", "-cnv", action="store_true",
+                   help="accepted for llama-cli compatibility: infer chat is always a conversation")
     p.add_argument("--keep", type=int, default=None, metavar="N",
                    help="when the context fills, keep the first N tokens (-1: the system prompt) and drop "
                         "half of the rest, as llama.cpp's --keep does (default: drop the oldest turns)")

@@ -30,10 +30,43 @@ class SubcommandParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
+        # No prefixes of long options: `--chat-template chatml` must not be taken
+        # for `--chat-template-file chatml` (llama.cpp's tools accept no prefixes).
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         # SUPPRESS: without -v here, `infer -v generate` keeps the -v given before it
         self.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
                           help="show tracebacks and logs")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        for arg in args if args is not None else sys.argv[1:]:
+            if arg == "--":
+                break
+            self._refuse_glued_misreading(arg)
+        return super().parse_known_args(args, namespace)
+
+    def _refuse_glued_misreading(self, arg: str) -> None:
+        """argparse reads an unknown ``-ngl`` as ``-n gl``, ``-cnv`` as ``-c nv`` and
+        ``-fa`` (flash attention) as ``-f a`` (llama.cpp's tools have many such
+        options), then blames -n or -c for a bad number, or reads a file named "a".
+        Name the option itself instead.  A number glued to its option (-n5, -t1)
+        still reads; llama.cpp's tools take no glued text values, nor does infer."""
+        if len(arg) < 3 or arg[0] != "-" or not arg[1].isalpha() or "=" in arg or \
+                arg in self._option_string_actions:
+            return
+        short = self._option_string_actions.get(arg[:2])
+        if short is None or short.nargs == 0:
+            return
+        if callable(short.type) and short.type is not str:
+            try:
+                short.type(arg[2:])
+                return
+            except (ValueError, argparse.ArgumentTypeError):
+                pass
+        if " " in arg:  # text, not an option: argparse would read it as {arg[:2]} with a glued value
+            self.error(f"{arg!r} starts like the option {arg[:2]}; to give text that starts with '-', "
+                       f"put it after --: {self.prog} [options] -- {arg!r}")
+        self.error(f"unrecognized option {arg} (it is not {arg[:2]} {arg[2:]}); see {self.prog} --help")
 
 
 def _model_names() -> list[str]:
@@ -69,12 +102,25 @@ def add_model_arg(p: argparse.ArgumentParser, help: str = _MODEL_HELP) -> None: 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     add_model_arg(p)
-    p.add_argument("--threads", "-t", type=int, default=None, help="kernel threads (default: physical cores)")
+    p.add_argument("--threads", "-t", type=int, default=None,
+                   help="kernel threads (default: physical cores; -1 = the same, as in llama.cpp)")
+    add_gpu_layers_arg(p)
+
+
+def add_gpu_layers_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n-gpu-layers", "--gpu-layers", "-ngl", metavar="N", default=None,
+                   help="accepted for llama.cpp compatibility and ignored: infer runs on the CPU (default: none)")
 
 
 def add_template_args(p: argparse.ArgumentParser) -> None:
-    """llama-server's template options: a template file replacing the GGUF's, and
-    --jinja, accepted as a no-op (infer always renders templates with jinja2)."""
+    """llama-server's template options: a built-in template's name or a template's
+    text, a template file, either replacing the GGUF's; and --jinja, accepted as a
+    no-op (infer always renders templates with jinja2)."""
+    from ..chat import FALLBACK_TEMPLATES
+
+    p.add_argument("--chat-template", metavar="NAME|JINJA", default=None,
+                   help="chat template to use instead of the model's, as llama.cpp takes it: a built-in's name ("
+                        + ", ".join(FALLBACK_TEMPLATES) + ") or the jinja2 template itself (default: the GGUF's own)")
     p.add_argument("--chat-template-file", metavar="FILE", default=None,
                    help="jinja2 chat template to use instead of the model's (default: the GGUF's own)")
     p.add_argument("--jinja", action="store_true",
@@ -82,18 +128,26 @@ def add_template_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-tokens", "-n", "--n-predict", type=int, default=256, help="tokens to generate at most")
-    p.add_argument("--temp", type=float, default=0.8, help="temperature; 0 = greedy")
+    p.add_argument("--max-tokens", "-n", "--n-predict", "--predict", type=int, default=256,
+                   help="tokens to generate at most; -1 = no limit but the end of the text or a full context, "
+                        "as llama.cpp's -n -1")
+    p.add_argument("--temp", "--temperature", type=float, default=0.8,
+                   help="temperature; 0 = greedy (below 0 is taken as 0, as llama.cpp does)")
     p.add_argument("--top-k", type=int, default=40, help="keep the k likeliest tokens; 0 = all")
     p.add_argument("--top-p", type=float, default=0.95, help="keep the likeliest tokens up to this mass; 1 = all")
     p.add_argument("--min-p", type=float, default=0.05,
                    help="drop tokens less likely than this times the likeliest; 0 = none")
     p.add_argument("--repeat-penalty", type=float, default=1.0, help="penalty for repeated tokens; 1 = none")
-    p.add_argument("--repeat-last-n", type=int, default=64, help="how many recent tokens the penalty looks at")
+    p.add_argument("--repeat-last-n", type=int, default=64,
+                   help="how many recent tokens the penalty looks at; 0 = none, -1 = the whole context, as llama.cpp")
+    p.add_argument("--presence-penalty", type=float, default=0.0,
+                   help="subtracted once from each token in the penalty window; 0 = none (default: 0)")
+    p.add_argument("--frequency-penalty", type=float, default=0.0,
+                   help="subtracted per occurrence of each token in the penalty window; 0 = none (default: 0)")
     p.add_argument("--seed", "-s", type=int, default=-1, help="sampling seed; -1 = random")
     p.add_argument("--ctx-size", "-c", type=int, default=None,
                    help="context window in tokens (default: what the prompt and --max-tokens "
-                        "need for generate, the model's trained context for chat; 0 = the same)")
+                        "need for generate, the model's trained context for chat and for -n -1; 0 = the same)")
 
 
 def load_model(args: argparse.Namespace) -> Any:
@@ -102,8 +156,12 @@ def load_model(args: argparse.Namespace) -> Any:
 
     from .. import loader
 
+    if args.threads == -1:  # llama.cpp's default: as many as the machine has
+        args.threads = None
     if args.threads is not None and args.threads < 1:
-        raise CLIError(f"--threads: must be >= 1, got {args.threads}")
+        raise CLIError(f"--threads: must be >= 1, or -1 for the default, got {args.threads}")
+    if getattr(args, "n_gpu_layers", None) not in (None, "0"):
+        warn("infer runs on the CPU: --n-gpu-layers is ignored")  # as a CPU-only llama.cpp build says
     path = resolve_model(args.model)
     template = read_chat_template(args)
     show = sys.stderr.isatty()
@@ -117,8 +175,23 @@ def load_model(args: argparse.Namespace) -> Any:
 
 
 def read_chat_template(args: argparse.Namespace) -> Optional[str]:
-    """The text of --chat-template-file (None without it); CLIError if unreadable."""
+    """The template of --chat-template (a built-in's name, or the text itself) or the
+    text of --chat-template-file; None without either; CLIError if unusable."""
+    from ..chat import FALLBACK_TEMPLATES
+
+    given = getattr(args, "chat_template", None)
     name = getattr(args, "chat_template_file", None)
+    if given is not None and name is not None:
+        raise CLIError("--chat-template and --chat-template-file: one or the other")
+    if given is not None:
+        if given in FALLBACK_TEMPLATES:
+            return FALLBACK_TEMPLATES[given]
+        # llama.cpp takes any other value as the template itself; a bare word is a
+        # misspelt name far more often than a template that prints one constant.
+        if "{{" not in given and "{%" not in given:
+            raise CLIError(f"--chat-template: {given!r} is neither a built-in template ("
+                           + ", ".join(FALLBACK_TEMPLATES) + ") nor a jinja2 template")
+        return str(given)
     if name is None:
         return None
     try:
@@ -131,17 +204,50 @@ def read_chat_template(args: argparse.Namespace) -> Optional[str]:
     return text
 
 
+def utf8_text(text: str, what: str) -> str:
+    """``text`` if it is all valid UTF-8; else CLIError naming its first bad byte.
+
+    Under a C or C.UTF-8 locale Python reads stdin with surrogateescape: each byte
+    that is not UTF-8 arrives as a lone surrogate (U+DC80..U+DCFF), which fails much
+    later, in the tokenizer, with a message about surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        bad = f"byte 0x{code - 0xDC00:02X}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise CLIError(f"{what} is not UTF-8 text ({bad} at character {exc.start})") from None
+    return text
+
+
+def read_stdin() -> str:
+    """All of stdin, which must be UTF-8 text (CLIError otherwise)."""
+    try:
+        return utf8_text(sys.stdin.read(), "stdin")
+    except UnicodeDecodeError as exc:  # a locale whose stdin decodes strictly
+        raise CLIError(f"stdin is not UTF-8 text ({exc.reason})") from None
+
+
 def ctx_size(args: argparse.Namespace) -> Optional[int]:
     if args.ctx_size is not None and args.ctx_size < 0:
         raise CLIError(f"--ctx-size: must be >= 0, got {args.ctx_size}")
     return args.ctx_size or None
 
 
+def max_tokens(args: argparse.Namespace, least: int = 0) -> Optional[int]:
+    """--max-tokens as the API takes it: -1 (llama.cpp's "infinity") is None, no limit
+    but the end of the text or a full context; CLIError below ``least`` otherwise."""
+    if args.max_tokens == -1:
+        return None
+    if args.max_tokens < least:
+        raise CLIError(f"--max-tokens: must be >= {least}, or -1 for no limit, got {args.max_tokens}")
+    return int(args.max_tokens)
+
+
 def warn(message: str) -> None:
     print(f"infer: warning: {message}", file=sys.stderr)
 
 
-def check_ctx_size(model: Any, n_ctx: Optional[int], n_prompt: int, max_tokens: int) -> None:
+def check_ctx_size(model: Any, n_ctx: Optional[int], n_prompt: int, max_tokens: Optional[int]) -> None:
     """Warn (as llama.cpp does) when -c passes the trained context or leaves too little
     room after the prompt.  (A prompt longer than -c is an error, raised later.)"""
     trained = int(getattr(model.engine, "max_seq_len", 0) or 0)
@@ -152,14 +258,27 @@ def check_ctx_size(model: Any, n_ctx: Optional[int], n_prompt: int, max_tokens: 
              "output past that many tokens may degrade")
     if n_prompt == n_ctx:
         warn(f"-c {n_ctx} leaves no room to generate after the {n_prompt}-token prompt")
-    elif n_prompt < n_ctx < n_prompt + max_tokens:
+    elif max_tokens is not None and n_prompt < n_ctx < n_prompt + max_tokens:
         warn(f"-c {n_ctx} leaves room for {n_ctx - n_prompt} of the {max_tokens} tokens asked for (-n) "
              f"after the {n_prompt}-token prompt")
 
 
 def sampling(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampler's options; a repeat_last_n of -1 (llama.cpp: the context size) is
+    left for `with_context_size` to resolve once the context size is known."""
     if args.seed < -1:
         raise CLIError(f"--seed: must be >= 0, or -1 for a random seed, got {args.seed}")
-    return dict(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
-                seed=None if args.seed == -1 else args.seed)
+    if args.repeat_last_n < -1:
+        raise CLIError(f"--repeat-last-n: must be >= 0, or -1 for the whole context, got {args.repeat_last_n}")
+    params = dict(temperature=max(args.temp, 0.0), top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                  repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
+                  seed=None if args.seed == -1 else args.seed)
+    for name in ("presence_penalty", "frequency_penalty"):  # given only when used: 0 is the sampler's default
+        if getattr(args, name, 0.0):
+            params[name] = getattr(args, name)
+    return params
+
+
+def with_context_size(params: dict[str, Any], n_ctx: int) -> dict[str, Any]:
+    """``params`` with a repeat_last_n of -1 made the context size ``n_ctx``."""
+    return {**params, "repeat_last_n": n_ctx} if params["repeat_last_n"] == -1 else params

@@ -3,20 +3,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from .common import CLIError, add_model_args, load_model
+from .common import CLIError, add_model_args, load_model, read_stdin
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
     texts = list(args.text)
     if args.file is not None:
-        try:
-            with (sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")) as f:
-                texts += [line.rstrip("\n") for line in f if line.strip()]
-        except OSError as e:
-            raise CLIError(f"{args.file}: {e.strerror}") from None
+        if args.file == "-":
+            content = read_stdin()
+        else:
+            try:
+                with open(args.file, encoding="utf-8") as f:
+                    content = f.read()
+            except OSError as e:
+                raise CLIError(f"{args.file}: {e.strerror}") from None
+            except UnicodeDecodeError:
+                raise CLIError(f"{args.file} is not UTF-8 text") from None
+        texts += [line for line in content.splitlines() if line.strip()]
     if not texts:
         raise CLIError("embed: give TEXT arguments or --file")
     with load_model(args) as model:

@@ -7,23 +7,25 @@ import sys
 from typing import Any
 
 from .common import (CLIError, add_model_args, add_sampling_args, add_template_args, check_ctx_size, ctx_size,
-                     load_model, sampling)
+                     load_model, max_tokens, read_stdin, sampling, with_context_size)
 
 
-def read_prompt(args: argparse.Namespace) -> str:
+def read_prompt(args: argparse.Namespace, verbatim: bool = False) -> str:
     """The prompt: the argument, stdin for "-", or the file of -f.  A file's (or
     stdin's) one final newline is dropped, as llama.cpp's -f does: it ends the
-    file's last line, it is not part of the prompt."""
+    file's last line, it is not part of the prompt.  ``verbatim`` keeps it, as
+    llama-tokenize does (there the newline is a token like any other)."""
+    strip = (lambda text: text) if verbatim else _without_final_newline
     if args.prompt_option is not None:  # -p, as llama-cli takes it
         if args.prompt is not None:
             raise CLIError("give the prompt either as an argument or with -p, not both")
-        args.prompt = args.prompt_option
+        return process_escapes(args.prompt_option) if args.escape else str(args.prompt_option)
     if args.file is not None:
         if args.prompt is not None:
             raise CLIError("give the prompt either as an argument or with -f, not both")
         try:
-            with open(args.file, encoding="utf-8") as f:
-                return _without_final_newline(f.read())
+            with open(args.file, encoding="utf-8", newline="" if verbatim else None) as f:
+                return strip(f.read())
         except OSError as exc:
             raise CLIError(f"-f: cannot read {args.file}: {exc.strerror}") from None
         except UnicodeDecodeError:
@@ -31,7 +33,7 @@ def read_prompt(args: argparse.Namespace) -> str:
     if args.prompt is None:
         raise CLIError("no prompt: give it as an argument, '-' to read stdin, or -f FILE")
     if args.prompt == "-":
-        return _without_final_newline(sys.stdin.read())
+        return strip(read_stdin())
     return str(args.prompt)
 
 
@@ -41,9 +43,44 @@ def add_prompt_args(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("prompt", nargs="?", default=None, metavar="TEXT" if what == "text" else None,
                    help=f"the {what}; '-' reads it from stdin")
     p.add_argument("--prompt", "-p", dest="prompt_option", metavar="TEXT", default=None,
-                   help=f"the {what}, as an option as llama.cpp's tools take it (default: the argument)")
+                   help=f"the {what}, as an option as llama.cpp's tools take it, escapes such as \\n "
+                        "processed (default: the argument, taken as it is)")
+    p.add_argument("--escape", "-e", dest="escape", action="store_true", default=True,
+                   help="process the escapes of -p (\\n \\r \\t \\' \\\" \\\\ \\xNN), "
+                        "as llama.cpp does by default")
+    p.add_argument("--no-escape", dest="escape", action="store_false",
+                   help="take -p's text as it is (default: escapes processed)")
     p.add_argument("--file", "-f", metavar="FILE", default=None,
                    help=f"read the {what} from FILE (default: the argument)")
+
+
+def process_escapes(text: str) -> str:
+    """llama.cpp's string_process_escapes (common/common.cpp), which its tools apply
+    to -p: \\n \\r \\t \\' \\" \\\\ and \\xNN (a byte) are replaced; any other
+    backslash stays as it is.  It works on bytes, so \\xNN may build a UTF-8 character."""
+    data = text.encode("utf-8", "surrogateescape")
+    simple = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("'"): b"'", ord('"'): b'"', ord("\\"): b"\\"}
+    out = bytearray()
+    i = 0
+    while i < len(data):
+        if data[i] == ord("\\") and i + 1 < len(data):
+            i += 1
+            code = data[i]
+            if code in simple:
+                out += simple[code]
+            elif code == ord("x") and i + 2 < len(data) and all(chr(c) in "0123456789abcdefABCDEF"
+                                                                 for c in data[i + 1:i + 3]):
+                out.append(int(data[i + 1:i + 3], 16))
+                i += 2
+            else:
+                out += b"\\" + bytes([code])
+        else:
+            out.append(data[i])
+        i += 1
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CLIError("-p: its \\x escapes do not make UTF-8 text (--no-escape takes the text as it is)") from None
 
 
 def _without_final_newline(text: str) -> str:
@@ -56,12 +93,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from ..generate import generate
 
     t_start = time.perf_counter()
-    if args.max_tokens < 0:
-        raise CLIError(f"--max-tokens: must be >= 0, got {args.max_tokens}")
+    if args.conversation:
+        raise CLIError("-cnv: a conversation is `infer chat` (same options); --chat here wraps one prompt as a turn")
+    limit = max_tokens(args)
     if args.system is not None and not args.chat:
         raise CLIError("--system: only with --chat")
-    if args.chat_template_file is not None and not args.chat:
-        raise CLIError("--chat-template-file: only with --chat")
+    for flag, value in (("--chat-template", args.chat_template), ("--chat-template-file", args.chat_template_file)):
+        if value is not None and not args.chat:
+            raise CLIError(f"{flag}: only with --chat")
     grammar = _grammar(args)  # a bad schema or grammar fails before the model loads
     if args.special and args.chat:
         raise CLIError("--special: only without --chat (the chat template's markers are always special)")
@@ -82,11 +121,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
             ids = tok.encode(prompt, add_special=True, parse_special=args.special)
         if not ids:
             raise CLIError("the prompt is empty and the model adds no BOS token")
-        check_ctx_size(model, ctx_size(args), len(ids), args.max_tokens)
-        # A prompt longer than the context fails with ContextOverflowError.
-        n_ctx = ctx_size(args) or min(model.engine.max_seq_len, len(ids) + args.max_tokens)
-        ctx = model.create_context(n_ctx=n_ctx, **params)
-        gen = generate(model, ids, context=ctx, max_tokens=args.max_tokens, stop=args.stop or None,
+        check_ctx_size(model, ctx_size(args), len(ids), limit)
+        # A prompt longer than the context fails with ContextOverflowError; without a
+        # limit (-n -1) generation runs until the end of the text or a full context.
+        n_ctx = ctx_size(args) or (model.engine.max_seq_len if limit is None else
+                                   min(model.engine.max_seq_len, len(ids) + limit))
+        ctx = model.create_context(n_ctx=n_ctx, **with_context_size(params, n_ctx))
+        gen = generate(model, ids, context=ctx, max_tokens=limit, stop=args.stop or None,
                        grammar=grammar)
         t_first = None
         out = sys.stdout
@@ -143,7 +184,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("generate", help="continue a prompt, streaming to stdout")
     add_prompt_args(p, "prompt")
     p.add_argument("--chat", action="store_true", help="wrap the prompt as one user turn")
-    p.add_argument("--system", default=None, help="system prompt, with --chat (default: none)")
+    p.add_argument("--conversation", "-cnv", action="store_true",
+                   help="llama-cli's conversation mode is `infer chat`: refused here with that hint")
+    p.add_argument("--system", "--system-prompt", "-sys", default=None,
+                   help="system prompt, with --chat (default: none)")
     p.add_argument("--stop", action="append", default=None, metavar="TEXT",
                    help="stop before this text; repeat for several (default: none)")
     p.add_argument("--special", action="store_true",

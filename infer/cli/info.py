@@ -81,6 +81,7 @@ def describe_model(f: Any) -> dict[str, Any]:
     import numpy as np
 
     from ..chat.template import fallback_family
+    from ..quant_mixtures import file_type_name
 
     md = f.metadata
     arch = md.get("general.architecture", "")
@@ -109,6 +110,7 @@ def describe_model(f: Any) -> dict[str, Any]:
     return {
         "path": str(f.path), "file_bytes": f.size, "gguf_version": f.version, "alignment": f.alignment,
         "architecture": arch, "name": md.get("general.name"),
+        "file_type": file_type_name(md.get("general.file_type")),
         "parameters": sum(t.n_elements for t in f.tensors.values()),
         "context_length": arch_key("context_length"), "layers": arch_key("block_count"),
         "embedding_length": arch_key("embedding_length"), "feed_forward_length": arch_key("feed_forward_length"),
@@ -152,6 +154,8 @@ def format_model(s: dict[str, Any]) -> str:
     rows = [("architecture", s["architecture"] or "?")]
     if s["name"]:
         rows.insert(0, ("name", s["name"]))
+    if s["file_type"]:
+        rows.append(("file type", s["file_type"]))
     rows.append(("parameters", f"{_human_count(s['parameters'])} ({s['parameters']:,})"))
     if s["context_length"] is not None:
         rows.append(("context length", str(s["context_length"])))
@@ -172,6 +176,11 @@ def format_model(s: dict[str, Any]) -> str:
     rows.append(("chat template", f"yes ({len(template)} characters)" if s["chat_template"] else
                  f"no: looks like a base model (made to continue text, not to chat); "
                  f"chat uses the built-in {s['fallback_chat_template']!r} template"))
+    split = s["metadata"].get("split.count")
+    if isinstance(split, int) and split > 1:
+        number = s["metadata"].get("split.no")
+        rows.append(("split", f"part {number + 1 if isinstance(number, int) else '?'} of {split} "
+                              "(llama-gguf-split): not a whole model on its own"))
     rows.append(("tensor types", ", ".join(f"{k} x{v}" for k, v in s["tensor_types"].items()) or "none"))
     lines = [f"{Path(s['path']).name}  ({_human_bytes(s['file_bytes'])}, GGUF v{s['gguf_version']})"]
     lines += [f"  {k:<15} {v}" for k, v in rows]

@@ -32,6 +32,8 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
 
     if args.kl_divergence and args.kl_divergence_base:
         raise CLIError("--kl-divergence and --kl-divergence-base: one or the other")
+    if args.chunks == 0:  # no tokens scored: the estimate would be nan +/- nan
+        raise CLIError("--chunks: must be >= 1, or -1 for all of them, got 0")
     text = "" if args.kl_divergence else _read_text(args.file)
     n_ctx = args.ctx_size
     t0 = time.perf_counter()
@@ -122,7 +124,7 @@ def register(sub: Any) -> None:
     p.add_argument("--file", "-f", dest="file_option", metavar="FILE", default=None,
                    help="the text file, as llama-perplexity's -f takes it")
     p.add_argument("--ctx-size", "-c", type=int, default=512, help="tokens per chunk (default 512)")
-    p.add_argument("--chunks", type=int, default=None, help="score at most this many chunks")
+    p.add_argument("--chunks", type=int, default=None, help="score at most this many chunks; -1 = all (default: all)")
     p.add_argument("--batch-size", "-b", type=int, default=2048,
                    help="tokens per pass: batch-size / ctx-size chunks are evaluated together, fewer "
                         "where their logits would pass 512 MiB (default 2048, as llama-perplexity)")

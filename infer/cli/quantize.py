@@ -29,6 +29,11 @@ def cmd_quantize(args: argparse.Namespace) -> int:
                        "or --model NAME OUTPUT --type TYPE)")
     if args.type not in RECIPES:
         raise CLIError(f"unknown type {args.type!r}; one of {', '.join(RECIPES)}")
+    if args.type in ("q3_k", "q4_k", "q5_k"):
+        # llama-quantize's Q3_K, Q4_K, Q5_K are aliases of Q3_K_M, Q4_K_M, Q5_K_M
+        print(f"infer: note: {args.type} gives {args.type.upper()} to every weight it can; llama-quantize's "
+              f"{args.type.upper()} is an alias of {args.type.upper()}_M, which infer names {args.type}_m",
+              file=sys.stderr)
     if not os.path.isfile(args.input):
         args.input = resolve_model(args.input)  # a model name such as gemma3
     bar = ProgressBar(os.path.getsize(args.input), f"quantize to {args.type}")

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import add_model_arg, resolve_model
+from .common import CLIError, add_model_arg, resolve_model
 from .generate import add_prompt_args, read_prompt
 
 
@@ -13,7 +13,12 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
     from ..gguf import GGUFFile
     from ..tokenizer import Tokenizer
 
-    text = read_prompt(args)
+    if args.stdin:  # llama-tokenize's spelling of the "-" argument
+        if args.prompt is not None or args.prompt_option is not None or args.file is not None:
+            raise CLIError("--stdin: the text comes from stdin alone, not also from an argument, -p or -f")
+        args.prompt = "-"
+    # The file's or stdin's text exactly, final newline included, as llama-tokenize reads it.
+    text = read_prompt(args, verbatim=True)
     # Only the vocabulary is needed: no weights are mapped into a model.
     with GGUFFile(resolve_model(args.model)) as f:
         tok = Tokenizer.from_metadata(f.metadata)
@@ -43,6 +48,7 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("tokenize", help="print the token ids and pieces of a text (like llama-tokenize)")
     add_prompt_args(p, "text")
+    p.add_argument("--stdin", action="store_true", help="read the text from stdin, as llama-tokenize's --stdin")
     p.add_argument("--ids", action="store_true", help="print only the ids, as a list")
     p.add_argument("--no-bos", action="store_true", help="do not add the BOS token the model would add")
     p.add_argument("--no-parse-special", action="store_true",
