@@ -219,6 +219,11 @@ class Context(ABC):
 
     def truncate_to(self, n: int) -> None:
         """Drop tokens >= n from history and cache; earlier ones are kept as computed."""
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+            # Checked before anything is dropped: a float or True would otherwise reach
+            # the cache, the grammar's rollback and the history as a length.
+            raise TypeError(f"n: expected an int, got {type(n).__name__}")
+        n = int(n)
         with self._exclusive():
             if not 0 <= n <= len(self.tokens):
                 raise ValueError(f"n: must be in [0, {len(self.tokens)}], got {n}")

@@ -147,6 +147,20 @@ def test_truncate_to_bounds():
     assert ctx.next() == reference_continuation([1, 2], 1)[0]
 
 
+@pytest.mark.parametrize("bad", [True, 1.0, 1.5, "1", None])
+def test_truncate_to_a_non_int_raises_type_error_and_changes_nothing(bad):
+    ctx = ChainEngine().create_context()
+    ctx.prefill([4, 8, 1])
+    uncommits = []
+    ctx.sampler.uncommit = uncommits.append   # a grammar's rollback would see this
+    with pytest.raises(TypeError, match="n: expected an int"):
+        ctx.truncate_to(bad)
+    assert ctx.tokens == [4, 8, 1] and uncommits == []
+    assert [ctx.next() for _ in range(3)] == reference_continuation([4, 8, 1], 3)
+    ctx.truncate_to(np.int64(2))          # numpy integers are ints
+    assert ctx.tokens == [4, 8] and uncommits == [4]   # 6 held, 4 dropped
+
+
 def test_failed_forward_leaves_context_unchanged():
     eng = ChainEngine()
     ctx = eng.create_context()
