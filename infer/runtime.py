@@ -638,9 +638,18 @@ def _entry_points() -> list[Any]:
     return list(eps.get(ENTRY_POINT_GROUP, ()))  # Python 3.9: a dict of groups
 
 
+def _register_builtin_variants() -> None:
+    """Import `infer.variants`, whose modules register the built-in architectures, so
+    that lookups before any `infer.load` see them (and see them before entry points)."""
+    import importlib
+
+    importlib.import_module(f"{__package__}.variants")
+
+
 def variant_for(architecture: str) -> Callable[..., Engine]:
     """The Engine factory of a GGUF architecture: a registered one (the built-in
     variants), else an installed package's ``infer.variants`` entry point of that name."""
+    _register_builtin_variants()
     if architecture not in _VARIANTS:
         for ep in _entry_points():
             if ep.name == architecture:
@@ -665,5 +674,7 @@ def variant_for(architecture: str) -> Callable[..., Engine]:
 
 
 def known_architectures() -> Sequence[str]:
-    """Registered architectures and those installed packages offer as entry points."""
+    """Registered architectures (the built-in ones included) and those installed
+    packages offer as entry points."""
+    _register_builtin_variants()
     return sorted(set(_VARIANTS) | {ep.name for ep in _entry_points()})
