@@ -136,18 +136,8 @@ class Generation:
         return piece
 
     def _run(self) -> Generator[str, None, None]:
-        ctx = self.context
-        _prefill_reusing_prefix(ctx, self.prompt_ids)
-        if self._constraint is None:
-            yield from self._loop()
-            return
-        sampler = ctx.sampler
-        previous = sampler.grammar
-        sampler.grammar = self._constraint  # for this generation only
-        try:
-            yield from self._loop()
-        finally:
-            sampler.grammar = previous
+        _prefill_reusing_prefix(self.context, self.prompt_ids)
+        yield from self._loop()
 
     def _loop(self) -> Iterator[str]:
         ctx = self.context
@@ -157,10 +147,7 @@ class Generation:
         while self.max_tokens is None or len(self.tokens) < self.max_tokens:
             if ctx.n_past >= ctx.n_ctx:
                 break
-            if self._top is None:
-                token = ctx.next()
-            else:
-                token, lp = ctx.next_with_logprobs(self._top)
+            token, lp = sample_next(ctx, self._top, self._constraint)
             self.tokens.append(token)
             if token in self.stop_ids:
                 reason = "stop"
@@ -190,6 +177,24 @@ class Generation:
         self.finish_reason = reason
         if pending:
             yield self._emit(pending)
+
+
+def sample_next(ctx: Context, top: Optional[int], constraint: Any = None) -> tuple[int, Any]:
+    """`ctx.next()`, with its `TokenLogprob` when ``top`` is not None (else None),
+    following ``constraint`` (an `infer.structured.Constraint`) for this token.
+
+    The constraint sits on the sampler for the call only: a generation left suspended
+    (a ``break`` out of its loop) never constrains what the context samples next, and
+    truncating the context between tokens (a context shift) does not roll it back."""
+    if constraint is None:
+        return ctx.next_with_logprobs(top) if top is not None else (ctx.next(), None)
+    sampler = ctx.sampler
+    previous = sampler.grammar
+    sampler.grammar = constraint
+    try:
+        return ctx.next_with_logprobs(top) if top is not None else (ctx.next(), None)
+    finally:
+        sampler.grammar = previous
 
 
 def logprob_entry(tokenizer: Any, record: Any) -> dict[str, Any]:

@@ -41,6 +41,29 @@ def test_response_format_json_schema(model):
     assert r2.completion_tokens >= 1
 
 
+def test_a_context_shift_inside_a_constrained_reply_keeps_the_grammar(model):
+    """n_keep shifts the context in the middle of a reply; the grammar has consumed the
+    reply's tokens only, and the truncation must not roll it back (it did: the reply
+    started its JSON array again after each shift)."""
+    digits = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
+              "minItems": 30, "maxItems": 30}
+    s = ChatSession(model, system="You count.", n_ctx=64, n_keep=-1, temperature=0, max_tokens=200)
+    fmt = {"type": "json_schema", "json_schema": {"name": "digits", "schema": digits}}
+    r = s.send("List thirty digits.", response_format=fmt)
+    assert s._n_discarded > 0, "the reply did not shift the context"
+    jsonschema.validate(json.loads(r.text), digits)
+    assert r.finish_reason == "stop"
+
+
+def test_a_stream_left_suspended_does_not_constrain_the_context(model):
+    s = ChatSession(model, temperature=0)
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    stream = s.stream("Describe a person.", response_format=fmt, max_tokens=40)
+    next(stream)
+    assert s.context.sampler.grammar is None
+    stream.close()
+
+
 def test_response_format_json_object(model):
     s = ChatSession(model, temperature=0.7, seed=2)
     r = s.send("Give me a JSON object with one key.", response_format={"type": "json_object"},

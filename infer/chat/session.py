@@ -14,7 +14,7 @@ import warnings
 import weakref
 from typing import Any, Iterator, Optional, Sequence, Union
 
-from ..generate import logprob_entry
+from ..generate import logprob_entry, sample_next
 from ..runtime import ContextOverflowError
 from .replies import Message, Reply, TextPiece, ThinkingText, ToolCall, ToolCallError, parse_tool_call
 from .reply_parser import CONTENT, ReplyParser
@@ -222,9 +222,8 @@ class ChatSession:
         think = self.chat.think_markers
         # A generation prompt may itself open the thinking block (R1-style templates).
         in_thinking = think is not None and prompt_text.rstrip().endswith(think[0])
-        turn = self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
-                          self._version, logprobs, continued or "")
-        return turn if constraint is None else self._constrained(turn, constraint)
+        return self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
+                          self._version, logprobs, continued or "", constraint)
 
     def _continued_text(self) -> Optional[str]:
         """The text of a last assistant message that a turn continues, or None."""
@@ -236,16 +235,6 @@ class ChatSession:
             raise ValueError("the last message is an assistant message that cannot be continued: "
                              "only a non-empty text reply without tool calls can be")
         return content
-
-    def _constrained(self, turn: Iterator[Union[str, Reply]], constraint: Any) -> Iterator[Union[str, Reply]]:
-        """Run a turn with ``constraint`` on the context's sampler (for this turn only)."""
-        sampler = self.context.sampler
-        previous = getattr(sampler, "grammar", None)
-        sampler.grammar = constraint
-        try:
-            yield from turn
-        finally:
-            sampler.grammar = previous
 
     def _constraint(self, response_format: Optional[Message], tool_choice: Any) -> Any:
         """The grammar of a turn's response_format / tool_choice (GrammarError here,
@@ -298,7 +287,8 @@ class ChatSession:
 
     def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
               stops: list[str], show_thinking: bool, in_thinking: bool,
-              version: int, logprobs: Optional[int] = None, continued: str = "") -> Iterator[Union[str, Reply]]:
+              version: int, logprobs: Optional[int] = None, continued: str = "",
+              constraint: Any = None) -> Iterator[Union[str, Reply]]:
         if version != self._version:
             raise RuntimeError("the conversation changed after stream() was called; call it again")
         ctx = self.context
@@ -324,10 +314,7 @@ class ChatSession:
             while max_tokens is None or generated < max_tokens:
                 if ctx.n_past + self._reserve >= ctx.n_ctx and not self._shift_during_reply(messages):
                     break
-                if records is None:
-                    token = ctx.next()
-                else:
-                    token, lp = ctx.next_with_logprobs(logprobs or 0)
+                token, lp = sample_next(ctx, None if records is None else logprobs or 0, constraint)
                 generated += 1
                 if token in self._stop_ids:
                     finish = "stop"
