@@ -308,6 +308,39 @@ def test_closing_the_stream_keeps_the_partial_reply():
     assert s.send("go on").text == "next"
 
 
+@pytest.mark.parametrize("then", ["send", "reset", "history"])
+def test_a_stream_left_suspended_ends_before_the_session_changes(then):
+    """A ``break`` out of a stream that stays referenced: the next turn (or reset, or a
+    new history) first ends it as closing would.  Before, it ended whenever it was
+    garbage-collected, appending its partial reply to the history of later turns and
+    rolling the cache back to that."""
+    import gc
+
+    s = ChatSession(scripted_model(["Hello world and more", "next"]))
+    stream = s.stream("hi")
+    first = []
+    for piece in stream:
+        first.append(piece)
+        break
+    assert first == ["Hello"]
+    if then == "send":
+        assert s.send("go on").text == "next"
+        expected = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"},
+                    {"role": "user", "content": "go on"}, {"role": "assistant", "content": "next"}]
+    elif then == "reset":
+        s.reset()
+        expected = []
+    else:
+        expected = [{"role": "user", "content": "other"}]
+        s.history = expected
+    del stream
+    gc.collect()
+    assert s.history == expected
+    if then == "send":
+        assert s.last_reply.text == "next" and s.last_reply.finish_reason == "stop"
+        assert s.context.tokens == history_ids(s)
+
+
 def test_ctrl_c_during_generation_leaves_a_usable_session():
     s = ChatSession(scripted_model(["Hello world and more", "next"]),
                     sampler=RaisingSampler(3, KeyboardInterrupt()))

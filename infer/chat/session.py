@@ -8,11 +8,12 @@ KV cache only during its turn, and history keeps the answer alone.
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
 import json
 import warnings
 import weakref
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Generator, Iterator, Optional, Sequence, Union
 
 from ..generate import logprob_entry, sample_next
 from ..runtime import ContextOverflowError
@@ -77,6 +78,9 @@ class ChatSession:
         # shift dropped; kept from turn to turn so that the cache prefix still matches.
         self._n_discarded = 0
         self.last_reply: Optional[Reply] = None
+        # The generator of the last stream(): a new turn or a change of history first
+        # ends it if it was left suspended (see _end_suspended_turn).
+        self._streaming: Optional[Generator[Union[str, Reply], None, None]] = None
         self._messages: list[Message] = []
         self._version = 0
         self._call_ids = itertools.count()
@@ -122,6 +126,7 @@ class ChatSession:
         """Replace the conversation (as a chat-completions client sends it each time);
         the KV cache keeps whatever prefix the new one shares with it."""
         check_roles(messages, "history")
+        self._end_suspended_turn()
         self._messages = copy.deepcopy(list(messages))
         self.last_reply = None
         self._n_discarded = 0
@@ -130,6 +135,7 @@ class ChatSession:
     def reset(self) -> None:
         """Start over (keeping ``system`` and ``tools``).  The KV cache is kept: the
         next turn reuses whatever prefix it still shares, such as the system prompt."""
+        self._end_suspended_turn()
         self._messages = [{"role": "system", "content": self.system}] if self.system else []
         self.last_reply = None
         self._n_discarded = 0
@@ -139,6 +145,7 @@ class ChatSession:
         """Answer a tool call of the last reply (by its id, or by the tool's name).
         ``content`` that is not a str is sent as JSON.  Then ``send()`` with no text
         lets the model continue."""
+        self._end_suspended_turn()
         calls: list[Message] = []
         for m in reversed(self._messages):
             if m["role"] == "assistant":
@@ -192,6 +199,7 @@ class ChatSession:
             raise ValueError(f"logprobs: expected an int >= 0 or None, got {logprobs!r}")
         if text is not None and not isinstance(text, str):
             raise TypeError(f"text: expected a str or None, got {type(text).__name__}")
+        self._end_suspended_turn()
         continued = self._continued_text() if text is None else None
         if text is None and continued is None and (not self._messages or
                                                    self._messages[-1]["role"] not in ("user", "tool")):
@@ -222,8 +230,18 @@ class ChatSession:
         think = self.chat.think_markers
         # A generation prompt may itself open the thinking block (R1-style templates).
         in_thinking = think is not None and prompt_text.rstrip().endswith(think[0])
-        return self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
-                          self._version, logprobs, continued or "", constraint)
+        self._streaming = self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
+                                     self._version, logprobs, continued or "", constraint)
+        return self._streaming
+
+    def _end_suspended_turn(self) -> None:
+        """End a turn whose stream was left suspended (a ``break`` with the iterator still
+        referenced) as closing it would: its partial reply is kept as "interrupted".
+        Otherwise it would end whenever it is garbage-collected, appending that reply to
+        whatever the history has become by then and rolling the cache back to it."""
+        turn, self._streaming = self._streaming, None
+        if turn is not None and inspect.getgeneratorstate(turn) == inspect.GEN_SUSPENDED:
+            turn.close()
 
     def _continued_text(self) -> Optional[str]:
         """The text of a last assistant message that a turn continues, or None."""
@@ -288,7 +306,7 @@ class ChatSession:
     def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
               stops: list[str], show_thinking: bool, in_thinking: bool,
               version: int, logprobs: Optional[int] = None, continued: str = "",
-              constraint: Any = None) -> Iterator[Union[str, Reply]]:
+              constraint: Any = None) -> Generator[Union[str, Reply], None, None]:
         if version != self._version:
             raise RuntimeError("the conversation changed after stream() was called; call it again")
         ctx = self.context
