@@ -306,14 +306,20 @@ class Context(ABC):
                 raise ContextOverflowError(f"the context of {self.n_ctx} tokens is full")
             self._check_file()
             self._ensure_logits()
-            token = int(self.sampler.sample(self.logits))
-            record = None if top is None else self.sampler.logprobs(self.logits, token, top)
-            # The grammar (if any) computes its next mask while the forward pass runs.
-            _sampler_call(self.sampler, "commit", token)
+            draw = _rng_state(self.sampler)
+            try:
+                token = int(self.sampler.sample(self.logits))
+                record = None if top is None else self.sampler.logprobs(self.logits, token, top)
+                # The grammar (if any) computes its next mask while the forward pass runs.
+                _sampler_call(self.sampler, "commit", token)
+            except BaseException:
+                _restore_rng(self.sampler, draw)  # a bad ``top``, say: the draw is taken back
+                raise
             try:
                 self._eval(np.array([token], dtype=np.int32))
             except BaseException:
                 _sampler_call(self.sampler, "uncommit", 1)
+                _restore_rng(self.sampler, draw)
                 raise
             return token, record
 
@@ -485,7 +491,13 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
         if forced is None:
             for c in contexts:
                 c._ensure_logits()
-            chosen = [int(c.sampler.sample(c.logits)) for c in contexts]
+            draws = [_rng_state(c.sampler) for c in contexts]
+            try:
+                chosen = [int(c.sampler.sample(c.logits)) for c in contexts]
+            except BaseException:
+                for c, draw in zip(contexts, draws):
+                    _restore_rng(c.sampler, draw)
+                raise
             for c, token in zip(contexts, chosen):
                 _sampler_call(c.sampler, "commit", token)
         else:
@@ -496,11 +508,12 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
         try:
             contexts[0].engine.forward_batch(contexts, np.array(chosen, dtype=np.int32), starts)
         except BaseException:
-            for c, start in zip(contexts, starts):
+            for i, (c, start) in enumerate(zip(contexts, starts)):
                 c._truncate_cache(start)
                 c._logits_valid = False
                 if forced is None:
                     _sampler_call(c.sampler, "uncommit", 1)
+                    _restore_rng(c.sampler, draws[i])
             raise
         for c, token in zip(contexts, chosen):
             c.tokens.append(token)
@@ -516,6 +529,18 @@ def _sampler_call(sampler: Any, hook: str, arg: int) -> None:
     method = getattr(sampler, hook, None)
     if method is not None:
         method(arg)
+
+
+def _rng_state(sampler: Any) -> Any:
+    """The sampler's RNG position before a draw (None: a sampler without
+    ``get_rng_state``), so that a decode failing after the draw can take it back."""
+    get = getattr(sampler, "get_rng_state", None)
+    return None if get is None else get()
+
+
+def _restore_rng(sampler: Any, state: Any) -> None:
+    if state is not None:
+        sampler.set_rng_state(state)
 
 
 class _Exclusive:

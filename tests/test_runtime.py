@@ -265,6 +265,35 @@ def test_failed_batch_leaves_every_context_unchanged():
     assert next_batch([a, b]) == [reference_continuation([1, 2], 1)[0], reference_continuation([3, 4, 5], 1)[0]]
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_failed_decode_takes_back_its_random_draw(batched):
+    """A decode that fails after the sampler drew (Ctrl-C inside the forward pass)
+    leaves the sampler's RNG where it was: a seeded context that is interrupted and
+    retried samples what one that was never interrupted samples."""
+    from infer.sampler import Sampler
+
+    def make(eng):
+        ctx = eng.create_context(sampler=Sampler(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=11))
+        ctx.prefill([3, 1, 4])
+        return ctx
+
+    eng = ChainEngine()
+    reference = make(eng)
+    expected = [reference.next() for _ in range(12)]
+    assert len(set(expected)) > 1        # the draws matter: not one token over and over
+    ctx = make(eng)
+    got = [ctx.next() for _ in range(2)]
+    eng.fail_at = 5                       # the third token's slot
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="injected"):
+            next_batch([ctx]) if batched else ctx.next()
+    eng.fail_at = None
+    with pytest.raises(ValueError, match="top"):
+        ctx.next_with_logprobs(-1)        # refused after the draw: taken back too
+    got += [ctx.next() for _ in range(10)]
+    assert got == expected
+
+
 def test_batch_misuse_raises_typed_errors():
     eng = ChainEngine()
     a = eng.create_context(n_ctx=1)
