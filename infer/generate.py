@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, FrozenSet, Generator, Iterable, Iterator, List, Optional, Sequence, Union
 
+import numpy as np
+
 from .runtime import Context
 
 # A token whose bytes end inside a UTF-8 character decodes to U+FFFD; wait at most
@@ -273,10 +275,15 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
                          parse_special=parse_special)
     else:
         ids = [int(t) for t in prompt]
-    if max_tokens is not None and max_tokens < 0:
-        raise ValueError(f"max_tokens: must be >= 0 or None, got {max_tokens}")
-    if isinstance(stop, str):
-        stop = [stop]
+    if max_tokens is not None:
+        if isinstance(max_tokens, (bool, np.bool_)) or not isinstance(max_tokens, (int, np.integer)):
+            raise TypeError(f"max_tokens: expected an int or None, got {type(max_tokens).__name__}")
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens: must be >= 0 or None, got {max_tokens}")
+        max_tokens = int(max_tokens)
+    stops = [stop] if isinstance(stop, str) else list(stop or ())
+    if isinstance(stop, (bytes, bytearray)) or not all(isinstance(s, str) for s in stops):
+        raise TypeError(f"stop: expected a str or a list of str, got {stop!r}")
     if context is None:
         # A context sized to this call, not to the trained length (32K positions
         # for Gemma 3): memory follows what the generation can use.
@@ -300,5 +307,5 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
                             f"grammar hook (use infer.Sampler)")
         constraint = Constraint(grammar, tok, n_vocab=model.engine.vocab_size)
     stop_ids = end_of_turn_ids(tok) if stop_at_end_of_turn else frozenset()
-    return Generation(context, tok, ids, max_tokens, list(stop or ()), stop_ids,
+    return Generation(context, tok, ids, max_tokens, stops, stop_ids,
                       constraint=constraint, logprobs=logprobs)

@@ -149,6 +149,24 @@ def test_misuse():
         generate(m, "x", context=m.create_context(), temperature=0.5)
 
 
+@pytest.mark.parametrize("kw, exc", [
+    (dict(max_tokens=2.5), TypeError), (dict(max_tokens=True), TypeError), (dict(max_tokens="3"), TypeError),
+    (dict(stop=[5]), TypeError), (dict(stop=b"x"), TypeError), (dict(stop=["ok", None]), TypeError),
+])
+def test_bad_max_tokens_and_stop_are_refused_before_anything_runs(kw, exc):
+    """Refused by generate() itself, naming the argument; before, 2.5 was an n_ctx
+    error (or 3 tokens with context=), True was 1 token, and a stop that is not a str
+    failed in the middle of the iteration, after the prompt was prefilled."""
+    m = model_for([b"Hel", b"lo", b" wor"])
+    ctx = m.create_context()
+    name = next(iter(kw))
+    for context in (None, ctx):
+        with pytest.raises(exc, match=name):
+            generate(m, "xx", context=context, **kw)
+    assert ctx.n_past == 0
+    assert "".join(generate(m, "xx", stop=("lo", ""), max_tokens=np.int64(3))) == "Hel"
+
+
 def test_text_stream_flush_releases_incomplete_tail():
     s = TextStream(FakeTokenizer().decode)
     assert s.push(PIECES.index(b"Hel")) == "Hel"
