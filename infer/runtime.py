@@ -573,6 +573,9 @@ class Model:
 
     def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None, **sampling: Any) -> Context:
         """A new Context; sampling keywords (temperature=..., top_k=...) build its Sampler."""
+        if sampler is not None and sampling:
+            raise TypeError(f"sampling keywords ({', '.join(sorted(sampling))}) build a Sampler; "
+                            f"with sampler= give them to that sampler instead")
         if sampler is None and sampling:
             from .sampler import Sampler
 

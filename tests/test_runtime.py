@@ -4,7 +4,7 @@ import threading
 import numpy as np
 import pytest
 
-from infer.runtime import Context, ContextBusyError, ContextOverflowError, Engine, decode_batch, next_batch
+from infer.runtime import Context, ContextBusyError, ContextOverflowError, Engine, Model, decode_batch, next_batch
 
 VOCAB = 11
 
@@ -373,3 +373,16 @@ def test_prefill_and_decode_batch_after_a_failed_recompute():
             ctx.prefill([8])
         assert ctx.tokens == [2, 7, 8]
         assert [ctx.next() for _ in range(3)] == reference_continuation([2, 7, 8], 3)
+
+
+def test_model_create_context_refuses_sampling_keywords_beside_a_sampler():
+    """They were dropped without a word: temperature=0 beside sampler= sampled with
+    the sampler's own settings."""
+    from infer.sampler import Sampler
+
+    model = Model(tokenizer=None, engine=ChainEngine())
+    sampler = Sampler(temperature=0.9, seed=1)
+    with pytest.raises(TypeError, match="temperature"):
+        model.create_context(sampler=sampler, temperature=0)
+    assert model.create_context(sampler=sampler).sampler is sampler
+    assert model.create_context(temperature=0).sampler.temperature == 0
