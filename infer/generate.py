@@ -274,7 +274,14 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
         ids = tok.encode(prompt, add_special=True if add_special is None else add_special,
                          parse_special=parse_special)
     else:
-        ids = [int(t) for t in prompt]
+        # Checked here, not cast: int() would turn 1.7 into token 1 and bytes into their values.
+        if isinstance(prompt, (bytes, bytearray)):
+            raise TypeError("prompt: expected a str or a list of token ids, got bytes (decode it first)")
+        ids = list(prompt)
+        for t in ids:
+            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+                raise TypeError(f"prompt: expected a str or a list of token ids, got a {type(t).__name__} in it")
+        ids = [int(t) for t in ids]
     if max_tokens is not None:
         if isinstance(max_tokens, (bool, np.bool_)) or not isinstance(max_tokens, (int, np.integer)):
             raise TypeError(f"max_tokens: expected an int or None, got {type(max_tokens).__name__}")

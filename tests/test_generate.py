@@ -167,6 +167,15 @@ def test_bad_max_tokens_and_stop_are_refused_before_anything_runs(kw, exc):
     assert "".join(generate(m, "xx", stop=("lo", ""), max_tokens=np.int64(3))) == "Hel"
 
 
+@pytest.mark.parametrize("prompt", [b"xx", [1.7, 2.2], [True, 3], ["x"]])
+def test_a_prompt_that_is_not_text_or_token_ids_is_refused(prompt):
+    """int() on each item made bytes b"xx" the ids [120, 120] and 1.7 token 1."""
+    m = model_for([b"Hel"])
+    with pytest.raises(TypeError, match="prompt"):
+        generate(m, prompt, max_tokens=1)
+    assert "".join(generate(m, np.array([13, 13]), max_tokens=1)) == "Hel"
+
+
 def test_text_stream_flush_releases_incomplete_tail():
     s = TextStream(FakeTokenizer().decode)
     assert s.push(PIECES.index(b"Hel")) == "Hel"
