@@ -64,6 +64,31 @@ def test_a_stream_left_suspended_does_not_constrain_the_context(model):
     stream.close()
 
 
+def test_a_sampler_without_a_grammar_hook_is_refused_for_a_constrained_turn(model):
+    """The constraint used to be set as an attribute the sampler never read: the reply
+    came back unconstrained, as if it followed the schema."""
+
+    class ArgmaxSampler:
+        def sample(self, logits):
+            return int(logits.argmax())
+
+        def accept(self, token):
+            pass
+
+        def reset(self):
+            pass
+
+        def set_history(self, tokens):
+            pass
+
+    s = ChatSession(model, context=model.create_context(n_ctx=256, sampler=ArgmaxSampler()))
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    with pytest.raises(TypeError, match="grammar hook"):
+        s.send("Describe a person.", response_format=fmt)
+    assert s.history == [] and not hasattr(s.context.sampler, "grammar")
+    assert s.send("Hi", max_tokens=4, response_format={"type": "text"}).completion_tokens >= 1
+
+
 def test_response_format_json_object(model):
     s = ChatSession(model, temperature=0.7, seed=2)
     r = s.send("Give me a JSON object with one key.", response_format={"type": "json_object"},

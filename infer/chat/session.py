@@ -268,6 +268,10 @@ class ChatSession:
             grammar = grammar_from_response_format(response_format)
         if grammar is None:
             return None
+        if not hasattr(self.context.sampler, "grammar"):
+            # Setting the attribute on it would be ignored: a reply that only looks constrained.
+            raise TypeError(f"response_format / tool_choice: the context's sampler "
+                            f"{type(self.context.sampler).__name__} has no grammar hook (use infer.Sampler)")
         return Constraint(grammar, self.tokenizer, n_vocab=self.model.engine.vocab_size)
 
     def _tool_call_grammar(self, tool_choice: Any) -> Any:
