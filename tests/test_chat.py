@@ -354,6 +354,17 @@ def test_ctrl_c_during_generation_leaves_a_usable_session():
     assert s.send("go on").text == "next"
 
 
+def test_options_for_a_new_context_are_refused_beside_context():
+    """n_ctx beside context= was ignored without a word (the sampling keywords were
+    already refused): the session ran in the given context's size."""
+    model = scripted_model(["ok"])
+    ctx = model.create_context(n_ctx=64)
+    for options in (dict(n_ctx=4096), dict(temperature=0), dict(sampler=ctx.sampler)):
+        with pytest.raises(ValueError, match="give them to the context"):
+            ChatSession(model, context=ctx, **options)
+    assert ChatSession(model, context=ctx).context.n_ctx == 64
+
+
 def test_overflowing_prompt_raises_before_touching_history():
     s = ChatSession(scripted_model(["ok"]), n_ctx=40)
     with pytest.raises(ContextOverflowError, match="does not fit"):

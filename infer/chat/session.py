@@ -58,8 +58,8 @@ class ChatSession:
         self.chat: Chat = chat_of(model)
         if context is None:
             context = model.create_context(n_ctx=n_ctx, sampler=sampler, **sampling)
-        elif sampler is not None or sampling:
-            raise ValueError("sampling keywords: give them to the context you pass, not here")
+        elif sampler is not None or sampling or n_ctx is not None:
+            raise ValueError("n_ctx and sampling keywords: give them to the context you pass, not here")
         self.context = context
         self.tools = _check_tools(tools)
         self.max_tokens = _check_max_tokens(max_tokens)
