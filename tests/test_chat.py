@@ -341,6 +341,24 @@ def test_a_stream_left_suspended_ends_before_the_session_changes(then):
         assert s.context.tokens == history_ids(s)
 
 
+def test_a_dropped_stream_ends_its_turn_at_once():
+    """The session keeps no strong reference to its stream: dropping the stream closes
+    it on the spot (no cycle left for the garbage collector), so its turn ends before
+    anything else uses the context."""
+    import gc
+
+    s = ChatSession(scripted_model(["Hello world and more", "next"]))
+    gc.disable()
+    try:
+        stream = s.stream("hi")
+        assert next(stream) == "Hello"
+        del stream
+        assert s.last_reply is not None and s.last_reply.finish_reason == "interrupted"
+        assert s.context.tokens == history_ids(s)
+    finally:
+        gc.enable()
+
+
 def test_ctrl_c_during_generation_leaves_a_usable_session():
     s = ChatSession(scripted_model(["Hello world and more", "next"]),
                     sampler=RaisingSampler(3, KeyboardInterrupt()))

@@ -78,9 +78,10 @@ class ChatSession:
         # shift dropped; kept from turn to turn so that the cache prefix still matches.
         self._n_discarded = 0
         self.last_reply: Optional[Reply] = None
-        # The generator of the last stream(): a new turn or a change of history first
-        # ends it if it was left suspended (see _end_suspended_turn).
-        self._streaming: Optional[Generator[Union[str, Reply], None, None]] = None
+        # The generator of the last stream(), weakly (a strong reference would make a
+        # cycle that delays closing a dropped stream to the garbage collector): a new turn
+        # or a change of history first ends it if it was left suspended.
+        self._streaming: "Optional[weakref.ref[Generator[Union[str, Reply], None, None]]]" = None
         self._messages: list[Message] = []
         self._version = 0
         self._call_ids = itertools.count()
@@ -230,16 +231,18 @@ class ChatSession:
         think = self.chat.think_markers
         # A generation prompt may itself open the thinking block (R1-style templates).
         in_thinking = think is not None and prompt_text.rstrip().endswith(think[0])
-        self._streaming = self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
-                                     self._version, logprobs, continued or "", constraint)
-        return self._streaming
+        turn = self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
+                          self._version, logprobs, continued or "", constraint)
+        self._streaming = weakref.ref(turn)
+        return turn
 
     def _end_suspended_turn(self) -> None:
         """End a turn whose stream was left suspended (a ``break`` with the iterator still
         referenced) as closing it would: its partial reply is kept as "interrupted".
         Otherwise it would end whenever it is garbage-collected, appending that reply to
         whatever the history has become by then and rolling the cache back to it."""
-        turn, self._streaming = self._streaming, None
+        turn = self._streaming() if self._streaming is not None else None
+        self._streaming = None
         if turn is not None and inspect.getgeneratorstate(turn) == inspect.GEN_SUSPENDED:
             turn.close()
 
