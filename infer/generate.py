@@ -266,7 +266,9 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
 
     ``grammar`` constrains the output: an `infer.structured.Grammar`, a dict (a JSON
     Schema) or a str (a GBNF or Lark grammar); a bad one raises GrammarError here,
-    before any token.  ``logprobs=k`` (k >= 0) keeps, per token, its log-probability
+    before any token.  It is on the context's sampler only while each token is drawn
+    (a generation left suspended does not constrain the context).  ``logprobs=k``
+    (k >= 0) keeps, per token, its log-probability
     and the k most likely alternatives in ``gen.logprobs``.
     """
     tok = model.tokenizer

@@ -55,13 +55,20 @@ def test_a_context_shift_inside_a_constrained_reply_keeps_the_grammar(model):
     assert r.finish_reason == "stop"
 
 
-def test_a_stream_left_suspended_does_not_constrain_the_context(model):
+def test_a_constrained_stream_left_suspended_does_not_constrain_the_next_turn(model):
+    """The turn's grammar is on the sampler for the whole turn (a server's scheduler
+    reads it there); a stream left suspended is ended by the next turn, grammar and all."""
     s = ChatSession(model, temperature=0)
     fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
     stream = s.stream("Describe a person.", response_format=fmt, max_tokens=40)
     next(stream)
-    assert s.context.sampler.grammar is None
-    stream.close()
+    assert s.context.sampler.grammar is not None
+    reply = s.send("Thanks! Say hi.", max_tokens=8)
+    assert s.context.sampler.grammar is None and s.last_reply is reply
+    fresh = ChatSession(model, temperature=0)
+    fresh.history = s.history[:-2]        # the first question and its interrupted reply
+    assert fresh.send("Thanks! Say hi.", max_tokens=8).text == reply.text
+    assert stream is not None             # still referenced all along
 
 
 def test_a_sampler_without_a_grammar_hook_is_refused_for_a_constrained_turn(model):

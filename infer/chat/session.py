@@ -15,7 +15,7 @@ import warnings
 import weakref
 from typing import Any, Generator, Iterator, Optional, Sequence, Union
 
-from ..generate import logprob_entry, sample_next
+from ..generate import logprob_entry
 from ..runtime import ContextOverflowError
 from .replies import Message, Reply, TextPiece, ThinkingText, ToolCall, ToolCallError, parse_tool_call
 from .reply_parser import CONTENT, ReplyParser
@@ -232,9 +232,24 @@ class ChatSession:
         # A generation prompt may itself open the thinking block (R1-style templates).
         in_thinking = think is not None and prompt_text.rstrip().endswith(think[0])
         turn = self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
-                          self._version, logprobs, continued or "", constraint)
+                          self._version, logprobs, continued or "")
+        if constraint is not None:
+            turn = self._constrained(turn, constraint)
         self._streaming = weakref.ref(turn)
         return turn
+
+    def _constrained(self, turn: Generator[Union[str, Reply], None, None],
+                     constraint: Any) -> Generator[Union[str, Reply], None, None]:
+        """Run a turn with ``constraint`` on the context's sampler, for the whole turn: a
+        server's scheduler reads it there between tokens (it decodes ahead only for a
+        sampler without a grammar)."""
+        sampler = self.context.sampler
+        previous = getattr(sampler, "grammar", None)
+        sampler.grammar = constraint
+        try:
+            yield from turn
+        finally:
+            sampler.grammar = previous
 
     def _end_suspended_turn(self) -> None:
         """End a turn whose stream was left suspended (a ``break`` with the iterator still
@@ -312,8 +327,8 @@ class ChatSession:
 
     def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
               stops: list[str], show_thinking: bool, in_thinking: bool,
-              version: int, logprobs: Optional[int] = None, continued: str = "",
-              constraint: Any = None) -> Generator[Union[str, Reply], None, None]:
+              version: int, logprobs: Optional[int] = None,
+              continued: str = "") -> Generator[Union[str, Reply], None, None]:
         if version != self._version:
             raise RuntimeError("the conversation changed after stream() was called; call it again")
         ctx = self.context
@@ -339,7 +354,10 @@ class ChatSession:
             while max_tokens is None or generated < max_tokens:
                 if ctx.n_past + self._reserve >= ctx.n_ctx and not self._shift_during_reply(messages):
                     break
-                token, lp = sample_next(ctx, None if records is None else logprobs or 0, constraint)
+                if records is None:
+                    token = ctx.next()
+                else:
+                    token, lp = ctx.next_with_logprobs(logprobs or 0)
                 generated += 1
                 if token in self._stop_ids:
                     finish = "stop"
@@ -480,8 +498,18 @@ class ChatSession:
         discard = (len(tokens) - keep) // 2
         if discard < 1:
             return False
-        ctx.truncate_to(keep)
-        ctx.prefill(tokens[keep + discard:])
+        # The tokens stay the same text, only fewer of them are in the cache: a grammar
+        # following the reply must not roll back (truncate_to would uncommit them all).
+        sampler = ctx.sampler
+        grammar = getattr(sampler, "grammar", None)
+        if grammar is not None:
+            sampler.grammar = None
+        try:
+            ctx.truncate_to(keep)
+            ctx.prefill(tokens[keep + discard:])
+        finally:
+            if grammar is not None:
+                sampler.grammar = grammar
         self._n_discarded += discard
         return True
 
