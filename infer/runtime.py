@@ -308,7 +308,7 @@ class Context(ABC):
             self._ensure_logits()
             draw = _rng_state(self.sampler)
             try:
-                token = int(self.sampler.sample(self.logits))
+                token = _sampled(self.sampler.sample(self.logits), self.engine.vocab_size)
                 record = None if top is None else self.sampler.logprobs(self.logits, token, top)
                 # The grammar (if any) computes its next mask while the forward pass runs.
                 _sampler_call(self.sampler, "commit", token)
@@ -493,7 +493,7 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
                 c._ensure_logits()
             draws = [_rng_state(c.sampler) for c in contexts]
             try:
-                chosen = [int(c.sampler.sample(c.logits)) for c in contexts]
+                chosen = [_sampled(c.sampler.sample(c.logits), c.engine.vocab_size) for c in contexts]
             except BaseException:
                 for c, draw in zip(contexts, draws):
                     _restore_rng(c.sampler, draw)
@@ -529,6 +529,15 @@ def _sampler_call(sampler: Any, hook: str, arg: int) -> None:
     method = getattr(sampler, hook, None)
     if method is not None:
         method(arg)
+
+
+def _sampled(token: Any, vocab_size: int) -> int:
+    """A sampler's pick, checked: a custom sampler's -1 would index the last row of a
+    Python variant's table without a word (the C decode step refuses it itself)."""
+    picked = int(token)
+    if not 0 <= picked < vocab_size:
+        raise ValueError(f"the sampler returned token {picked}, outside the vocabulary [0, {vocab_size})")
+    return picked
 
 
 def _rng_state(sampler: Any) -> Any:

@@ -386,3 +386,21 @@ def test_model_create_context_refuses_sampling_keywords_beside_a_sampler():
         model.create_context(sampler=sampler, temperature=0)
     assert model.create_context(sampler=sampler).sampler is sampler
     assert model.create_context(temperature=0).sampler.temperature == 0
+
+
+@pytest.mark.parametrize("picked", [-1, VOCAB, 2**40])
+def test_a_sampler_pick_outside_the_vocabulary_is_refused(picked):
+    """A custom sampler's bad id reached the variant (a Python table indexes -1 as its
+    last row) and the history; now a ValueError, the context unchanged."""
+
+    class BadSampler(GreedySampler):
+        def sample(self, logits):
+            return picked
+
+    for batched in (False, True):
+        ctx = ChainEngine().create_context(sampler=BadSampler())
+        ctx.prefill([2, 5])
+        calls = ctx.forward_calls
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            next_batch([ctx]) if batched else ctx.next()
+        assert ctx.tokens == [2, 5] and ctx.forward_calls == calls
