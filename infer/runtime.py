@@ -582,6 +582,8 @@ class Model:
 
     def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None, **sampling: Any) -> Context:
         """A new Context; sampling keywords (temperature=..., top_k=...) build its Sampler."""
+        if self.engine.file_check is _model_closed:
+            _model_closed()
         if sampler is not None and sampling:
             raise TypeError(f"sampling keywords ({', '.join(sorted(sampling))}) build a Sampler; "
                             f"with sampler= give them to that sampler instead")
@@ -628,12 +630,20 @@ class Model:
         if self._closer is not None:
             self._closer()
             self._closer = None
+        # Every Context call that runs the model checks engine.file_check first: so a
+        # variant whose close() just drops its weights (docs/variants.md's) still gives
+        # ModelClosedError, not whatever indexing its dropped weights raises.
+        self.engine.file_check = _model_closed
 
     def __enter__(self) -> "Model":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _model_closed() -> None:
+    raise ModelClosedError("the model is closed")
 
 
 # ---- variant registry -----------------------------------------------------------

@@ -208,6 +208,26 @@ def test_docs_embed_the_example_file_verbatim():
     assert "```toml\n" + toml + "```" in md
 
 
+def test_a_closed_python_variant_raises_model_closed_error(tmp_path):
+    """The bigram's close() drops its table; using its contexts afterwards raised
+    "'NoneType' object is not subscriptable" and create_context still worked."""
+    import infer
+    from infer.runtime import ModelClosedError
+
+    bigram = _bigram_module()
+    path = str(tmp_path / "bigram.gguf")
+    bigram.write_bigram_gguf(path, "the cat sat on the mat. " * 5)
+    model = infer.load(path)
+    ctx = model.create_context(n_ctx=32, temperature=0)
+    ctx.prefill(model.tokenizer.encode("the c"))
+    model.close()
+    for call in (ctx.next, lambda: ctx.prefill([1]), lambda: model.create_context(n_ctx=8),
+                 lambda: "".join(infer.generate(model, "the ", max_tokens=3))):
+        with pytest.raises(ModelClosedError):
+            call()
+    model.close()  # twice is fine
+
+
 def test_bigram_example_through_load_and_generate(tmp_path):
     import infer
 
