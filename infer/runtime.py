@@ -249,7 +249,7 @@ class Context(ABC):
             self._check_file()
             batch = self._check_tokens(tokens)
             n = len(batch)
-            self._check_room(n, logits_from)
+            logits_from = self._check_room(n, logits_from)
             rows = self._rows_for(n, all_logits, logits_from, hidden_states)
             if n:
                 self._eval(batch, rows)
@@ -259,15 +259,17 @@ class Context(ABC):
                 return rows.logits, rows.hidden
             return rows.logits if all_logits else rows.hidden
 
-    def _check_room(self, n: int, logits_from: int, which: str = "") -> None:
-        """``logits_from`` valid for n tokens, and n tokens fit after the history
-        (``which``: the "contexts[i]: " of a batched call, for the messages)."""
-        if isinstance(logits_from, bool) or not isinstance(logits_from, int) or not 0 <= logits_from <= n:
+    def _check_room(self, n: int, logits_from: Any, which: str = "") -> int:
+        """``logits_from`` valid for n tokens (returned as an int), and n tokens fit after
+        the history (``which``: the "contexts[i]: " of a batched call, for the messages)."""
+        if (isinstance(logits_from, (bool, np.bool_)) or not isinstance(logits_from, (int, np.integer))
+                or not 0 <= logits_from <= n):
             raise ValueError(f"{which}logits_from: must be an int in [0, {n}], got {logits_from!r}")
         if len(self.tokens) + n > self.n_ctx:
             raise ContextOverflowError(
                 f"{which}{n} tokens after {len(self.tokens)} already held exceed the "
                 f"context of {self.n_ctx} tokens")
+        return int(logits_from)
 
     def _accept(self, batch: NDArray[Any]) -> None:
         """Append an evaluated batch to the history (its K/V now cached, logits valid)."""
@@ -424,9 +426,9 @@ def prefill_batch(contexts: Sequence[Context], tokens: Sequence[Iterable[int]],
         return [] if all_logits else None
     with _holding(contexts):
         batches = [c._check_tokens(t) for c, t in zip(contexts, tokens)]
-        for i, (c, batch) in enumerate(zip(contexts, batches)):
-            c._check_room(len(batch), logits_from, f"contexts[{i}]: ")
-        rows = [c._rows_for(len(b), all_logits, logits_from, False) for c, b in zip(contexts, batches)]
+        firsts = [c._check_room(len(batch), logits_from, f"contexts[{i}]: ")
+                  for i, (c, batch) in enumerate(zip(contexts, batches))]
+        rows = [c._rows_for(len(b), all_logits, first, False) for c, b, first in zip(contexts, batches, firsts)]
         for c in contexts:
             c._ensure_cached()
         todo = [i for i, b in enumerate(batches) if len(b)]

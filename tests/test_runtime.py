@@ -404,3 +404,18 @@ def test_a_sampler_pick_outside_the_vocabulary_is_refused(picked):
         with pytest.raises(ValueError, match="outside the vocabulary"):
             next_batch([ctx]) if batched else ctx.next()
         assert ctx.tokens == [2, 5] and ctx.forward_calls == calls
+
+
+def test_logits_from_takes_numpy_integers():
+    """np.int64(1) was "logits_from: must be an int" (token ids and truncate_to take them)."""
+    from infer.runtime import prefill_batch
+
+    ctx = ChainEngine().create_context()
+    rows = ctx.prefill([3, 1, 4], all_logits=True, logits_from=np.int64(1))
+    assert rows.shape == (2, VOCAB)
+    assert [int(r.argmax()) for r in rows] == [reference_continuation([3, 1], 1)[0],
+                                              reference_continuation([3, 1, 4], 1)[0]]
+    got = prefill_batch([ChainEngine().create_context()], [[3, 1, 4]], all_logits=True, logits_from=np.int32(2))
+    assert got[0].shape == (1, VOCAB)
+    with pytest.raises(ValueError, match="logits_from"):
+        ctx.prefill([1], all_logits=True, logits_from=np.bool_(True))
