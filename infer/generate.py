@@ -149,7 +149,7 @@ class Generation:
         while self.max_tokens is None or len(self.tokens) < self.max_tokens:
             if ctx.n_past >= ctx.n_ctx:
                 break
-            token, lp = sample_next(ctx, self._top, self._constraint)
+            token, lp = _sample_next(ctx, self._top, self._constraint)
             self.tokens.append(token)
             if token in self.stop_ids:
                 reason = "stop"
@@ -181,7 +181,7 @@ class Generation:
             yield self._emit(pending)
 
 
-def sample_next(ctx: Context, top: Optional[int], constraint: Any = None) -> tuple[int, Any]:
+def _sample_next(ctx: Context, top: Optional[int], constraint: Any = None) -> tuple[int, Any]:
     """`ctx.next()`, with its `TokenLogprob` when ``top`` is not None (else None),
     following ``constraint`` (an `infer.structured.Constraint`) for this token.
 
