@@ -3,6 +3,7 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from infer.runtime import Context, ContextBusyError, ContextOverflowError, Engine, Model, decode_batch, next_batch
 
@@ -419,3 +420,62 @@ def test_logits_from_takes_numpy_integers():
     assert got[0].shape == (1, VOCAB)
     with pytest.raises(ValueError, match="logits_from"):
         ctx.prefill([1], all_logits=True, logits_from=np.bool_(True))
+
+
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("prefill"), st.lists(st.integers(0, VOCAB - 1), max_size=5), st.booleans()),
+    st.tuples(st.just("next"), st.booleans()),
+    st.tuples(st.just("next_batch"), st.booleans()),
+    st.tuples(st.just("decode_batch"), st.integers(0, VOCAB - 1), st.booleans()),
+    st.tuples(st.just("truncate_to"), st.integers(-2, 12)),
+    st.tuples(st.just("restart")),
+), max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_OPS)
+def test_failed_calls_leave_no_trace(ops):
+    """Random calls, some failing (bad arguments, a full context, a forward pass that
+    raises at its last position): the context then continues exactly as a fresh one
+    given only the calls that succeeded, random draws included."""
+    from infer.sampler import Sampler
+
+    def make(eng):
+        return eng.create_context(n_ctx=10, sampler=Sampler(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
+                                                            repeat_penalty=1.3, seed=5))
+
+    def run(ctx, op):
+        kind = op[0]
+        if kind == "prefill":
+            ctx.prefill(op[1])
+        elif kind == "next":
+            ctx.next()
+        elif kind == "next_batch":
+            next_batch([ctx])
+        elif kind == "decode_batch":
+            decode_batch([ctx], [op[1]])
+        elif kind == "truncate_to":
+            ctx.truncate_to(op[1])
+        else:
+            ctx.restart()
+
+    eng = ChainEngine()
+    ctx, done = make(eng), []
+    for op in ops:
+        fail = op[0] in ("prefill", "next", "next_batch", "decode_batch") and op[-1]
+        width = len(op[1]) if op[0] == "prefill" else 1
+        eng.fail_at = ctx.n_past + width - 1 if fail and width else None
+        try:
+            run(ctx, op)
+        except (RuntimeError, ValueError):
+            continue
+        finally:
+            eng.fail_at = None
+        done.append(op)
+    replay = make(ChainEngine())
+    for op in done:
+        run(replay, op)
+    assert ctx.tokens == replay.tokens and ctx.sampler.history == replay.sampler.history
+    if ctx.tokens:
+        more = [ctx.next() for _ in range(ctx.n_ctx - ctx.n_past)]
+        assert more == [replay.next() for _ in range(len(more))]
