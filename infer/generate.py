@@ -17,6 +17,7 @@ It owns the rules users rely on when they stream text:
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, FrozenSet, Generator, Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
@@ -92,6 +93,11 @@ def end_of_turn_ids(tokenizer: Any) -> FrozenSet[int]:
     return frozenset(int(i) for i in ids)
 
 
+#: the Generation (its id) each context last started: one left suspended while another
+#: ran on its context must not go on from the other's tokens
+_running: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+
+
 class Generation:
     """An iterator of text pieces; afterwards ``finish_reason``, ``tokens``, ``text``.
 
@@ -139,6 +145,7 @@ class Generation:
 
     def _run(self) -> Generator[str, None, None]:
         _prefill_reusing_prefix(self.context, self.prompt_ids)
+        _running[self.context] = id(self)  # an id, not self: the context must not keep it alive
         yield from self._loop()
 
     def _loop(self) -> Iterator[str]:
@@ -146,10 +153,15 @@ class Generation:
         stream = TextStream(self.tokenizer.decode)
         pending = ""  # decoded, not yet emitted (could start a stop string)
         reason = "length"
+        held = ctx.n_past  # what this generation left in the context
         while self.max_tokens is None or len(self.tokens) < self.max_tokens:
-            if ctx.n_past >= ctx.n_ctx:
+            if ctx.n_past != held or _running.get(ctx) != id(self):
+                raise RuntimeError("the context changed under this generation (another generate() or a "
+                                   "truncate_to/prefill on it while it was suspended); start a new one")
+            if held >= ctx.n_ctx:
                 break
             token, lp = _sample_next(ctx, self._top, self._constraint)
+            held = ctx.n_past
             self.tokens.append(token)
             if token in self.stop_ids:
                 reason = "stop"

@@ -176,6 +176,21 @@ def test_a_prompt_that_is_not_text_or_token_ids_is_refused(prompt):
     assert "".join(generate(m, np.array([13, 13]), max_tokens=1)) == "Hel"
 
 
+def test_a_generation_whose_context_changed_meanwhile_says_so():
+    """Two generations interleaved on one context: the first resumed from the second's
+    tokens and went on as if they were its own."""
+    m = model_for([b"Hel", b"lo", b" wor", b"ld", b"!"])
+    ctx = m.create_context()
+    first = generate(m, "xx", context=ctx, max_tokens=5)
+    assert next(first) == "Hel"
+    second = generate(m, "x", context=ctx, max_tokens=2)
+    assert "".join(second) == "Hello"
+    with pytest.raises(RuntimeError, match="context changed"):
+        next(first)
+    again = generate(m, "x", context=ctx, max_tokens=1)    # a new one on the same context is fine
+    assert "".join(again) == "Hel"
+
+
 def test_text_stream_flush_releases_incomplete_tail():
     s = TextStream(FakeTokenizer().decode)
     assert s.push(PIECES.index(b"Hel")) == "Hel"
