@@ -98,6 +98,13 @@ def end_of_turn_ids(tokenizer: Any) -> FrozenSet[int]:
 _running: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
 
 
+def _runner(ctx: Any) -> Optional[int]:
+    try:
+        return _running.get(ctx)
+    except TypeError:
+        return None
+
+
 class Generation:
     """An iterator of text pieces; afterwards ``finish_reason``, ``tokens``, ``text``.
 
@@ -145,7 +152,10 @@ class Generation:
 
     def _run(self) -> Generator[str, None, None]:
         _prefill_reusing_prefix(self.context, self.prompt_ids)
-        _running[self.context] = id(self)  # an id, not self: the context must not keep it alive
+        try:
+            _running[self.context] = id(self)  # an id, not self: the context must not keep it alive
+        except TypeError:
+            pass  # a context that cannot be a weak key: only n_past is checked
         yield from self._loop()
 
     def _loop(self) -> Iterator[str]:
@@ -155,7 +165,7 @@ class Generation:
         reason = "length"
         held = ctx.n_past  # what this generation left in the context
         while self.max_tokens is None or len(self.tokens) < self.max_tokens:
-            if ctx.n_past != held or _running.get(ctx) != id(self):
+            if ctx.n_past != held or _runner(ctx) not in (id(self), None):
                 raise RuntimeError("the context changed under this generation (another generate() or a "
                                    "truncate_to/prefill on it while it was suspended); start a new one")
             if held >= ctx.n_ctx:

@@ -191,6 +191,18 @@ def test_a_generation_whose_context_changed_meanwhile_says_so():
     assert "".join(again) == "Hel"
 
 
+def test_a_context_that_cannot_be_a_weak_key_still_generates():
+    class UnhashableContext(ScriptContext):
+        __hash__ = None
+
+    class Engine2(ScriptEngine):
+        def create_context(self, n_ctx=None, sampler=None):
+            return UnhashableContext(self, n_ctx or self.max_seq_len, GreedySampler())
+
+    m = Model(FakeTokenizer(), Engine2([PIECES.index(b) for b in [b"Hel", b"lo"]]))
+    assert "".join(generate(m, "xx", max_tokens=2)) == "Hello"
+
+
 def test_text_stream_flush_releases_incomplete_tail():
     s = TextStream(FakeTokenizer().decode)
     assert s.push(PIECES.index(b"Hel")) == "Hel"
