@@ -24,8 +24,8 @@ import threading
 import time
 import uuid
 import weakref
-from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+from contextlib import closing, contextmanager
+from typing import Any, Generator, Iterator, Mapping, Optional, Sequence, Union
 
 from .runtime import LONG_TEXT, ContextOverflowError, run_apart
 
@@ -419,7 +419,7 @@ def create_chat_completion(
             raise InvalidRequestError(str(exc), param) from None
         return _first_call_only(items) if single_call else items
 
-    def run(ctx: Any) -> Iterator[Any]:
+    def run(ctx: Any) -> Generator[Any, None, None]:
         """(choice, item) for every item of every choice; the first turn starts eagerly."""
         _check_max_tokens(max_tokens, int(ctx.n_ctx))
         first = _request_errors(lambda: turn(ctx, 0))
@@ -430,8 +430,8 @@ def create_chat_completion(
 
     if stream:
         return _eager(_chat_chunks(model, context, run, head, include_usage))
-    with _context_for(model, context) as ctx:
-        steps = run(ctx)
+    # closing(): a turn cut short ends (rolling the context back) before the context is released
+    with _context_for(model, context) as ctx, closing(run(ctx)) as steps:
         next(steps)
         return _chat_response(steps, head, ctx)
 
@@ -507,8 +507,9 @@ def _chat_chunks(model: Any, context: Any, run: Any, head: dict[str, Any],
         return dict(head, object="chat.completion.chunk",
                     choices=[{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}])
 
-    with _context_for(model, context) as ctx:
-        steps = run(ctx)
+    # closing(): a stream dropped in the middle ends its turn, which rolls the context back
+    # to the rendered history, while the context is still this call's
+    with _context_for(model, context) as ctx, closing(run(ctx)) as steps:
         yield next(steps)
         prompt = completion = 0
         cached: Optional[int] = None

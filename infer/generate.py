@@ -17,7 +17,10 @@ It owns the rules users rely on when they stream text:
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, FrozenSet, Generator, Iterable, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
 
 from .runtime import Context
 
@@ -90,6 +93,18 @@ def end_of_turn_ids(tokenizer: Any) -> FrozenSet[int]:
     return frozenset(int(i) for i in ids)
 
 
+#: the Generation (its id) each context last started: one left suspended while another
+#: ran on its context must not go on from the other's tokens
+_running: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+
+
+def _runner(ctx: Any) -> Optional[int]:
+    try:
+        return _running.get(ctx)
+    except TypeError:
+        return None
+
+
 class Generation:
     """An iterator of text pieces; afterwards ``finish_reason``, ``tokens``, ``text``.
 
@@ -136,31 +151,27 @@ class Generation:
         return piece
 
     def _run(self) -> Generator[str, None, None]:
-        ctx = self.context
-        _prefill_reusing_prefix(ctx, self.prompt_ids)
-        if self._constraint is None:
-            yield from self._loop()
-            return
-        sampler = ctx.sampler
-        previous = sampler.grammar
-        sampler.grammar = self._constraint  # for this generation only
+        _prefill_reusing_prefix(self.context, self.prompt_ids)
         try:
-            yield from self._loop()
-        finally:
-            sampler.grammar = previous
+            _running[self.context] = id(self)  # an id, not self: the context must not keep it alive
+        except TypeError:
+            pass  # a context that cannot be a weak key: only n_past is checked
+        yield from self._loop()
 
     def _loop(self) -> Iterator[str]:
         ctx = self.context
         stream = TextStream(self.tokenizer.decode)
         pending = ""  # decoded, not yet emitted (could start a stop string)
         reason = "length"
+        held = ctx.n_past  # what this generation left in the context
         while self.max_tokens is None or len(self.tokens) < self.max_tokens:
-            if ctx.n_past >= ctx.n_ctx:
+            if ctx.n_past != held or _runner(ctx) not in (id(self), None):
+                raise RuntimeError("the context changed under this generation (another generate() or a "
+                                   "truncate_to/prefill on it while it was suspended); start a new one")
+            if held >= ctx.n_ctx:
                 break
-            if self._top is None:
-                token = ctx.next()
-            else:
-                token, lp = ctx.next_with_logprobs(self._top)
+            token, lp = _sample_next(ctx, self._top, self._constraint)
+            held = ctx.n_past
             self.tokens.append(token)
             if token in self.stop_ids:
                 reason = "stop"
@@ -190,6 +201,24 @@ class Generation:
         self.finish_reason = reason
         if pending:
             yield self._emit(pending)
+
+
+def _sample_next(ctx: Context, top: Optional[int], constraint: Any = None) -> tuple[int, Any]:
+    """`ctx.next()`, with its `TokenLogprob` when ``top`` is not None (else None),
+    following ``constraint`` (an `infer.structured.Constraint`) for this token.
+
+    The constraint sits on the sampler for the call only: a generation left suspended
+    (a ``break`` out of its loop) never constrains what the context samples next, and
+    truncating the context between tokens (a context shift) does not roll it back."""
+    if constraint is None:
+        return ctx.next_with_logprobs(top) if top is not None else (ctx.next(), None)
+    sampler = ctx.sampler
+    previous = sampler.grammar
+    sampler.grammar = constraint
+    try:
+        return ctx.next_with_logprobs(top) if top is not None else (ctx.next(), None)
+    finally:
+        sampler.grammar = previous
 
 
 def logprob_entry(tokenizer: Any, record: Any) -> dict[str, Any]:
@@ -259,7 +288,9 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
 
     ``grammar`` constrains the output: an `infer.structured.Grammar`, a dict (a JSON
     Schema) or a str (a GBNF or Lark grammar); a bad one raises GrammarError here,
-    before any token.  ``logprobs=k`` (k >= 0) keeps, per token, its log-probability
+    before any token.  It is on the context's sampler only while each token is drawn
+    (a generation left suspended does not constrain the context).  ``logprobs=k``
+    (k >= 0) keeps, per token, its log-probability
     and the k most likely alternatives in ``gen.logprobs``.
     """
     tok = model.tokenizer
@@ -267,11 +298,23 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
         ids = tok.encode(prompt, add_special=True if add_special is None else add_special,
                          parse_special=parse_special)
     else:
-        ids = [int(t) for t in prompt]
-    if max_tokens is not None and max_tokens < 0:
-        raise ValueError(f"max_tokens: must be >= 0 or None, got {max_tokens}")
-    if isinstance(stop, str):
-        stop = [stop]
+        # Checked here, not cast: int() would turn 1.7 into token 1 and bytes into their values.
+        if isinstance(prompt, (bytes, bytearray)):
+            raise TypeError("prompt: expected a str or a list of token ids, got bytes (decode it first)")
+        ids = list(prompt)
+        for t in ids:
+            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+                raise TypeError(f"prompt: expected a str or a list of token ids, got a {type(t).__name__} in it")
+        ids = [int(t) for t in ids]
+    if max_tokens is not None:
+        if isinstance(max_tokens, (bool, np.bool_)) or not isinstance(max_tokens, (int, np.integer)):
+            raise TypeError(f"max_tokens: expected an int or None, got {type(max_tokens).__name__}")
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens: must be >= 0 or None, got {max_tokens}")
+        max_tokens = int(max_tokens)
+    stops = [stop] if isinstance(stop, str) else list(stop or ())
+    if isinstance(stop, (bytes, bytearray)) or not all(isinstance(s, str) for s in stops):
+        raise TypeError(f"stop: expected a str or a list of str, got {stop!r}")
     if context is None:
         # A context sized to this call, not to the trained length (32K positions
         # for Gemma 3): memory follows what the generation can use.
@@ -295,5 +338,5 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
                             f"grammar hook (use infer.Sampler)")
         constraint = Constraint(grammar, tok, n_vocab=model.engine.vocab_size)
     stop_ids = end_of_turn_ids(tok) if stop_at_end_of_turn else frozenset()
-    return Generation(context, tok, ids, max_tokens, list(stop or ()), stop_ids,
+    return Generation(context, tok, ids, max_tokens, stops, stop_ids,
                       constraint=constraint, logprobs=logprobs)

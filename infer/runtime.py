@@ -232,6 +232,11 @@ class Context(ABC):
 
     def truncate_to(self, n: int) -> None:
         """Drop tokens >= n from history and cache; earlier ones are kept as computed."""
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+            # Checked before anything is dropped: a float or True would otherwise reach
+            # the cache, the grammar's rollback and the history as a length.
+            raise TypeError(f"n: expected an int, got {type(n).__name__}")
+        n = int(n)
         with self._exclusive():
             if not 0 <= n <= len(self.tokens):
                 raise ValueError(f"n: must be in [0, {len(self.tokens)}], got {n}")
@@ -257,7 +262,7 @@ class Context(ABC):
             self._check_file()
             batch = self._check_tokens(tokens)
             n = len(batch)
-            self._check_room(n, logits_from)
+            logits_from = self._check_room(n, logits_from)
             rows = self._rows_for(n, all_logits, logits_from, hidden_states)
             if n:
                 self._eval(batch, rows)
@@ -267,15 +272,17 @@ class Context(ABC):
                 return rows.logits, rows.hidden
             return rows.logits if all_logits else rows.hidden
 
-    def _check_room(self, n: int, logits_from: int, which: str = "") -> None:
-        """``logits_from`` valid for n tokens, and n tokens fit after the history
-        (``which``: the "contexts[i]: " of a batched call, for the messages)."""
-        if isinstance(logits_from, bool) or not isinstance(logits_from, int) or not 0 <= logits_from <= n:
+    def _check_room(self, n: int, logits_from: Any, which: str = "") -> int:
+        """``logits_from`` valid for n tokens (returned as an int), and n tokens fit after
+        the history (``which``: the "contexts[i]: " of a batched call, for the messages)."""
+        if (isinstance(logits_from, (bool, np.bool_)) or not isinstance(logits_from, (int, np.integer))
+                or not 0 <= logits_from <= n):
             raise ValueError(f"{which}logits_from: must be an int in [0, {n}], got {logits_from!r}")
         if len(self.tokens) + n > self.n_ctx:
             raise ContextOverflowError(
                 f"{which}{n} tokens after {len(self.tokens)} already held exceed the "
                 f"context of {self.n_ctx} tokens")
+        return int(logits_from)
 
     def _accept(self, batch: NDArray[Any]) -> None:
         """Append an evaluated batch to the history (its K/V now cached, logits valid)."""
@@ -314,14 +321,20 @@ class Context(ABC):
                 raise ContextOverflowError(f"the context of {self.n_ctx} tokens is full")
             self._check_file()
             self._ensure_logits()
-            token = int(self.sampler.sample(self.logits))
-            record = None if top is None else self.sampler.logprobs(self.logits, token, top)
-            # The grammar (if any) computes its next mask while the forward pass runs.
-            _sampler_call(self.sampler, "commit", token)
+            draw = _rng_state(self.sampler)
+            try:
+                token = _sampled(self.sampler.sample(self.logits), self.engine.vocab_size)
+                record = None if top is None else self.sampler.logprobs(self.logits, token, top)
+                # The grammar (if any) computes its next mask while the forward pass runs.
+                _sampler_call(self.sampler, "commit", token)
+            except BaseException:
+                _restore_rng(self.sampler, draw)  # a bad ``top``, say: the draw is taken back
+                raise
             try:
                 self._eval(np.array([token], dtype=np.int32))
             except BaseException:
                 _sampler_call(self.sampler, "uncommit", 1)
+                _restore_rng(self.sampler, draw)
                 raise
             return token, record
 
@@ -426,9 +439,9 @@ def prefill_batch(contexts: Sequence[Context], tokens: Sequence[Iterable[int]],
         return [] if all_logits else None
     with _holding(contexts):
         batches = [c._check_tokens(t) for c, t in zip(contexts, tokens)]
-        for i, (c, batch) in enumerate(zip(contexts, batches)):
-            c._check_room(len(batch), logits_from, f"contexts[{i}]: ")
-        rows = [c._rows_for(len(b), all_logits, logits_from, False) for c, b in zip(contexts, batches)]
+        firsts = [c._check_room(len(batch), logits_from, f"contexts[{i}]: ")
+                  for i, (c, batch) in enumerate(zip(contexts, batches))]
+        rows = [c._rows_for(len(b), all_logits, first, False) for c, b, first in zip(contexts, batches, firsts)]
         for c in contexts:
             c._ensure_cached()
         todo = [i for i, b in enumerate(batches) if len(b)]
@@ -493,7 +506,13 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
         if forced is None:
             for c in contexts:
                 c._ensure_logits()
-            chosen = [int(c.sampler.sample(c.logits)) for c in contexts]
+            draws = [_rng_state(c.sampler) for c in contexts]
+            try:
+                chosen = [_sampled(c.sampler.sample(c.logits), c.engine.vocab_size) for c in contexts]
+            except BaseException:
+                for c, draw in zip(contexts, draws):
+                    _restore_rng(c.sampler, draw)
+                raise
             for c, token in zip(contexts, chosen):
                 _sampler_call(c.sampler, "commit", token)
         else:
@@ -504,11 +523,12 @@ def _step_batch(contexts: Sequence[Context], forced: Optional[Sequence[int]]) ->
         try:
             contexts[0].engine.forward_batch(contexts, np.array(chosen, dtype=np.int32), starts)
         except BaseException:
-            for c, start in zip(contexts, starts):
+            for i, (c, start) in enumerate(zip(contexts, starts)):
                 c._truncate_cache(start)
                 c._logits_valid = False
                 if forced is None:
                     _sampler_call(c.sampler, "uncommit", 1)
+                    _restore_rng(c.sampler, draws[i])
             raise
         for c, token in zip(contexts, chosen):
             c.tokens.append(token)
@@ -524,6 +544,27 @@ def _sampler_call(sampler: Any, hook: str, arg: int) -> None:
     method = getattr(sampler, hook, None)
     if method is not None:
         method(arg)
+
+
+def _sampled(token: Any, vocab_size: int) -> int:
+    """A sampler's pick, checked: a custom sampler's -1 would index the last row of a
+    Python variant's table without a word (the C decode step refuses it itself)."""
+    picked = int(token)
+    if not 0 <= picked < vocab_size:
+        raise ValueError(f"the sampler returned token {picked}, outside the vocabulary [0, {vocab_size})")
+    return picked
+
+
+def _rng_state(sampler: Any) -> Any:
+    """The sampler's RNG position before a draw (None: a sampler without
+    ``get_rng_state``), so that a decode failing after the draw can take it back."""
+    get = getattr(sampler, "get_rng_state", None)
+    return None if get is None else get()
+
+
+def _restore_rng(sampler: Any, state: Any) -> None:
+    if state is not None:
+        sampler.set_rng_state(state)
 
 
 class _Exclusive:
@@ -556,6 +597,11 @@ class Model:
 
     def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None, **sampling: Any) -> Context:
         """A new Context; sampling keywords (temperature=..., top_k=...) build its Sampler."""
+        if self.engine.file_check is _model_closed:
+            _model_closed()
+        if sampler is not None and sampling:
+            raise TypeError(f"sampling keywords ({', '.join(sorted(sampling))}) build a Sampler; "
+                            f"with sampler= give them to that sampler instead")
         if sampler is None and sampling:
             from .sampler import Sampler
 
@@ -599,12 +645,20 @@ class Model:
         if self._closer is not None:
             self._closer()
             self._closer = None
+        # Every Context call that runs the model checks engine.file_check first: so a
+        # variant whose close() just drops its weights (docs/variants.md's) still gives
+        # ModelClosedError, not whatever indexing its dropped weights raises.
+        self.engine.file_check = _model_closed
 
     def __enter__(self) -> "Model":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _model_closed() -> None:
+    raise ModelClosedError("the model is closed")
 
 
 # ---- variant registry -----------------------------------------------------------
@@ -646,9 +700,18 @@ def _entry_points() -> list[Any]:
     return list(eps.get(ENTRY_POINT_GROUP, ()))  # Python 3.9: a dict of groups
 
 
+def _register_builtin_variants() -> None:
+    """Import `infer.variants`, whose modules register the built-in architectures, so
+    that lookups before any `infer.load` see them (and see them before entry points)."""
+    import importlib
+
+    importlib.import_module(f"{__package__}.variants")
+
+
 def variant_for(architecture: str) -> Callable[..., Engine]:
     """The Engine factory of a GGUF architecture: a registered one (the built-in
     variants), else an installed package's ``infer.variants`` entry point of that name."""
+    _register_builtin_variants()
     if architecture not in _VARIANTS:
         for ep in _entry_points():
             if ep.name == architecture:
@@ -673,5 +736,7 @@ def variant_for(architecture: str) -> Callable[..., Engine]:
 
 
 def known_architectures() -> Sequence[str]:
-    """Registered architectures and those installed packages offer as entry points."""
+    """Registered architectures (the built-in ones included) and those installed
+    packages offer as entry points."""
+    _register_builtin_variants()
     return sorted(set(_VARIANTS) | {ep.name for ep in _entry_points()})

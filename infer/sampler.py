@@ -21,7 +21,8 @@ that are off by default left out):
    keeps at least one and OpenAI's API takes 0).
 5. **min-p**: keep tokens with ``p >= min_p * p_max``, i.e.
    ``logit >= max_logit + ln(min_p)`` (``min_p == 0``: off).
-6. **temperature**: ``logit /= temperature``.  ``temperature <= 0`` is greedy:
+6. **temperature**: ``logit /= temperature``.  ``temperature <= 0`` (or 0 in
+   float32: below 1.4e-45) is greedy:
    the largest logit after steps 1-2 (lowest id on ties), no random draw.
    ``top_k == 1`` is greedy too.
 7. **draw**: softmax over the survivors, then one uniform draw ``u`` in [0, 1)
@@ -62,6 +63,10 @@ def _check_number(name: str, value: object, lo: float = -math.inf, hi: float = m
         raise ValueError(f"{name}: must be in {left}{lo}, {hi}{right}, got {number}")
     return number
 
+
+#: temperatures below this are 0 in float32 (dividing by them gave NaN weights): greedy,
+#: as in llama.cpp, whose float parameter holds them as 0
+_GREEDY_BELOW = float(np.finfo(np.float32).smallest_subnormal)
 
 #: at most this many logit_bias entries take the scalar greedy path
 _SCALAR_BIAS_MAX = 8
@@ -273,7 +278,7 @@ class Sampler:
         and their unnormalised weights (possibly a view of a scratch buffer)."""
         x, imax = self._check_logits(logits)
         n = x.shape[0]
-        if ((self.temperature <= 0.0 or self.top_k == 1) and self.logit_bias and self.grammar is None
+        if ((self.temperature < _GREEDY_BELOW or self.top_k == 1) and self.logit_bias and self.grammar is None
                 and not self._penalizes()):
             best = self._greedy_with_bias(x, imax)
             if best is not None:
@@ -289,7 +294,7 @@ class Sampler:
 
                 raise GrammarError("the grammar allows no token here that the logit bias leaves")
             raise ValueError("logits: every token has logit -inf (nothing to sample)")
-        if self.temperature <= 0.0 or self.top_k == 1:
+        if self.temperature < _GREEDY_BELOW or self.top_k == 1:
             return np.array([imax]), np.ones(1, dtype=np.float32)
 
         ids, vals, is_sorted = self._top_k(x, n)
@@ -313,7 +318,9 @@ class Sampler:
         w = self._buf[:n]
         np.subtract(vals, np.float32(top), out=w)
         if temperature != 1.0:
-            np.divide(w, np.float32(temperature), out=w)
+            # A tiny temperature sends the gaps to -inf (weight 0, as meant), not a warning.
+            with np.errstate(over="ignore"):
+                np.divide(w, np.float32(temperature), out=w)
         np.exp(w, out=w)
         return w
 

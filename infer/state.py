@@ -3,8 +3,8 @@
 What is saved: the token history, the used part of the KV cache (positions
 ``0 .. n_past-1`` only), the logits and whether they are current, and the
 sampler's whole state (its settings, seed, the RNG's exact position, the penalty
-window).  A grammar being followed is not saved (save before or after a
-constrained generation, not during it).
+window).  A grammar set on the sampler is not saved (`save_state` refuses); the
+grammar of ``generate(grammar=...)`` is on the sampler only while a token is drawn.
 
 The format is self-describing and versioned::
 

@@ -65,7 +65,10 @@ _PRE_ADDING_BOS = ("llama3", "llama-v3", "llama-bpe", "falcon3", "tekken", "cham
 
 def _token_id(value: object, name: str) -> int:
     """``value`` as a token id (Python or numpy integer); TypeError naming ``name`` else.
-    (``int()`` would turn 1.5 into 1 and "7" into 7.)"""
+    (``int()`` would turn 1.5 into 1 and "7" into 7; a bool is not an id, as in
+    ``Context.prefill``.)"""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected an integer token id, got {type(value).__name__}")
     try:
         return operator.index(value)  # type: ignore[arg-type]
     except TypeError:

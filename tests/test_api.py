@@ -323,6 +323,36 @@ def test_unconsumed_stream_does_not_block_other_calls():
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in stream) == "Hi."
 
 
+def test_a_dropped_stream_is_cleaned_up_before_the_shared_context_is_released():
+    """A chat stream closed in the middle (a client gone) ends its turn, which rolls
+    the context back to the rendered history; that must happen while the call still
+    holds the model's shared context, not after another call may have taken it."""
+    import threading
+
+    model = scripted_model(["Hello world and more"])
+    ctx = model.create_context()
+    seen_at_release = []
+
+    class RecordingLock:
+        def __init__(self):
+            self.lock = threading.Lock()
+
+        def acquire(self, blocking=True):
+            return self.lock.acquire(blocking)
+
+        def release(self):
+            seen_at_release.append(list(ctx.tokens))
+            self.lock.release()
+
+    api._shared[model] = (ctx, RecordingLock())
+    stream = model.create_chat_completion(USER, temperature=0, stream=True)
+    assert next(stream)["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert next(stream)["choices"][0]["delta"] == {"content": "Hello"}
+    stream.close()
+    assert seen_at_release == [ctx.tokens]
+    assert ctx.tokens == chatml_ids(USER + [{"role": "assistant", "content": "Hello"}], False)
+
+
 def test_completion_prompt_reads_special_token_texts():
     """A hand-formatted chat turn sent to /v1/completions: ``<|im_start|>`` and
     ``<|im_end|>`` are those tokens, as llama-server and llama-cpp-python tokenize a

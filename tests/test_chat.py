@@ -308,6 +308,57 @@ def test_closing_the_stream_keeps_the_partial_reply():
     assert s.send("go on").text == "next"
 
 
+@pytest.mark.parametrize("then", ["send", "reset", "history"])
+def test_a_stream_left_suspended_ends_before_the_session_changes(then):
+    """A ``break`` out of a stream that stays referenced: the next turn (or reset, or a
+    new history) first ends it as closing would.  Before, it ended whenever it was
+    garbage-collected, appending its partial reply to the history of later turns and
+    rolling the cache back to that."""
+    import gc
+
+    s = ChatSession(scripted_model(["Hello world and more", "next"]))
+    stream = s.stream("hi")
+    first = []
+    for piece in stream:
+        first.append(piece)
+        break
+    assert first == ["Hello"]
+    if then == "send":
+        assert s.send("go on").text == "next"
+        expected = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"},
+                    {"role": "user", "content": "go on"}, {"role": "assistant", "content": "next"}]
+    elif then == "reset":
+        s.reset()
+        expected = []
+    else:
+        expected = [{"role": "user", "content": "other"}]
+        s.history = expected
+    del stream
+    gc.collect()
+    assert s.history == expected
+    if then == "send":
+        assert s.last_reply.text == "next" and s.last_reply.finish_reason == "stop"
+        assert s.context.tokens == history_ids(s)
+
+
+def test_a_dropped_stream_ends_its_turn_at_once():
+    """The session keeps no strong reference to its stream: dropping the stream closes
+    it on the spot (no cycle left for the garbage collector), so its turn ends before
+    anything else uses the context."""
+    import gc
+
+    s = ChatSession(scripted_model(["Hello world and more", "next"]))
+    gc.disable()
+    try:
+        stream = s.stream("hi")
+        assert next(stream) == "Hello"
+        del stream
+        assert s.last_reply is not None and s.last_reply.finish_reason == "interrupted"
+        assert s.context.tokens == history_ids(s)
+    finally:
+        gc.enable()
+
+
 def test_ctrl_c_during_generation_leaves_a_usable_session():
     s = ChatSession(scripted_model(["Hello world and more", "next"]),
                     sampler=RaisingSampler(3, KeyboardInterrupt()))
@@ -319,6 +370,17 @@ def test_ctrl_c_during_generation_leaves_a_usable_session():
     assert s.last_reply.finish_reason == "interrupted" and s.history[-1]["content"] == "Hello world"
     assert s.context.tokens == history_ids(s)
     assert s.send("go on").text == "next"
+
+
+def test_options_for_a_new_context_are_refused_beside_context():
+    """n_ctx beside context= was ignored without a word (the sampling keywords were
+    already refused): the session ran in the given context's size."""
+    model = scripted_model(["ok"])
+    ctx = model.create_context(n_ctx=64)
+    for options in (dict(n_ctx=4096), dict(temperature=0), dict(sampler=ctx.sampler)):
+        with pytest.raises(ValueError, match="give them to the context"):
+            ChatSession(model, context=ctx, **options)
+    assert ChatSession(model, context=ctx).context.n_ctx == 64
 
 
 def test_overflowing_prompt_raises_before_touching_history():

@@ -41,6 +41,61 @@ def test_response_format_json_schema(model):
     assert r2.completion_tokens >= 1
 
 
+def test_a_context_shift_inside_a_constrained_reply_keeps_the_grammar(model):
+    """n_keep shifts the context in the middle of a reply; the grammar has consumed the
+    reply's tokens only, and the truncation must not roll it back (it did: the reply
+    started its JSON array again after each shift)."""
+    digits = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
+              "minItems": 30, "maxItems": 30}
+    s = ChatSession(model, system="You count.", n_ctx=64, n_keep=-1, temperature=0, max_tokens=200)
+    fmt = {"type": "json_schema", "json_schema": {"name": "digits", "schema": digits}}
+    r = s.send("List thirty digits.", response_format=fmt)
+    assert s._n_discarded > 0, "the reply did not shift the context"
+    jsonschema.validate(json.loads(r.text), digits)
+    assert r.finish_reason == "stop"
+
+
+def test_a_constrained_stream_left_suspended_does_not_constrain_the_next_turn(model):
+    """The turn's grammar is on the sampler for the whole turn (a server's scheduler
+    reads it there); a stream left suspended is ended by the next turn, grammar and all."""
+    s = ChatSession(model, temperature=0)
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    stream = s.stream("Describe a person.", response_format=fmt, max_tokens=40)
+    next(stream)
+    assert s.context.sampler.grammar is not None
+    reply = s.send("Thanks! Say hi.", max_tokens=8)
+    assert s.context.sampler.grammar is None and s.last_reply is reply
+    fresh = ChatSession(model, temperature=0)
+    fresh.history = s.history[:-2]        # the first question and its interrupted reply
+    assert fresh.send("Thanks! Say hi.", max_tokens=8).text == reply.text
+    assert stream is not None             # still referenced all along
+
+
+def test_a_sampler_without_a_grammar_hook_is_refused_for_a_constrained_turn(model):
+    """The constraint used to be set as an attribute the sampler never read: the reply
+    came back unconstrained, as if it followed the schema."""
+
+    class ArgmaxSampler:
+        def sample(self, logits):
+            return int(logits.argmax())
+
+        def accept(self, token):
+            pass
+
+        def reset(self):
+            pass
+
+        def set_history(self, tokens):
+            pass
+
+    s = ChatSession(model, context=model.create_context(n_ctx=256, sampler=ArgmaxSampler()))
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    with pytest.raises(TypeError, match="grammar hook"):
+        s.send("Describe a person.", response_format=fmt)
+    assert s.history == [] and not hasattr(s.context.sampler, "grammar")
+    assert s.send("Hi", max_tokens=4, response_format={"type": "text"}).completion_tokens >= 1
+
+
 def test_response_format_json_object(model):
     s = ChatSession(model, temperature=0.7, seed=2)
     r = s.send("Give me a JSON object with one key.", response_format={"type": "json_object"},

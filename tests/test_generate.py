@@ -149,6 +149,60 @@ def test_misuse():
         generate(m, "x", context=m.create_context(), temperature=0.5)
 
 
+@pytest.mark.parametrize("kw, exc", [
+    (dict(max_tokens=2.5), TypeError), (dict(max_tokens=True), TypeError), (dict(max_tokens="3"), TypeError),
+    (dict(stop=[5]), TypeError), (dict(stop=b"x"), TypeError), (dict(stop=["ok", None]), TypeError),
+])
+def test_bad_max_tokens_and_stop_are_refused_before_anything_runs(kw, exc):
+    """Refused by generate() itself, naming the argument; before, 2.5 was an n_ctx
+    error (or 3 tokens with context=), True was 1 token, and a stop that is not a str
+    failed in the middle of the iteration, after the prompt was prefilled."""
+    m = model_for([b"Hel", b"lo", b" wor"])
+    ctx = m.create_context()
+    name = next(iter(kw))
+    for context in (None, ctx):
+        with pytest.raises(exc, match=name):
+            generate(m, "xx", context=context, **kw)
+    assert ctx.n_past == 0
+    assert "".join(generate(m, "xx", stop=("lo", ""), max_tokens=np.int64(3))) == "Hel"
+
+
+@pytest.mark.parametrize("prompt", [b"xx", [1.7, 2.2], [True, 3], ["x"]])
+def test_a_prompt_that_is_not_text_or_token_ids_is_refused(prompt):
+    """int() on each item made bytes b"xx" the ids [120, 120] and 1.7 token 1."""
+    m = model_for([b"Hel"])
+    with pytest.raises(TypeError, match="prompt"):
+        generate(m, prompt, max_tokens=1)
+    assert "".join(generate(m, np.array([13, 13]), max_tokens=1)) == "Hel"
+
+
+def test_a_generation_whose_context_changed_meanwhile_says_so():
+    """Two generations interleaved on one context: the first resumed from the second's
+    tokens and went on as if they were its own."""
+    m = model_for([b"Hel", b"lo", b" wor", b"ld", b"!"])
+    ctx = m.create_context()
+    first = generate(m, "xx", context=ctx, max_tokens=5)
+    assert next(first) == "Hel"
+    second = generate(m, "x", context=ctx, max_tokens=2)
+    assert "".join(second) == "Hello"
+    with pytest.raises(RuntimeError, match="context changed"):
+        next(first)
+    again = generate(m, "x", context=ctx, max_tokens=1)    # a new one on the same context is fine
+    assert "".join(again) == "Hel"
+
+
+def test_a_context_that_cannot_be_a_weak_key_still_generates():
+    class UnhashableContext(ScriptContext):
+        __hash__ = None
+
+    class Engine2(ScriptEngine):
+        def create_context(self, n_ctx=None, sampler=None):
+            return UnhashableContext(self, n_ctx or self.max_seq_len, GreedySampler())
+
+    m = Model(FakeTokenizer(), Engine2([PIECES.index(b) for b in [b"Hel", b"lo"]]))
+    assert "".join(generate(m, "xx", max_tokens=2)) == "Hello"
+
+
 def test_text_stream_flush_releases_incomplete_tail():
     s = TextStream(FakeTokenizer().decode)
     assert s.push(PIECES.index(b"Hel")) == "Hel"
@@ -179,6 +233,26 @@ def test_docs_embed_the_example_file_verbatim():
     assert "```python\n" + code + "```" in md
     toml = open(os.path.join(os.path.dirname(BIGRAM), "pyproject.toml"), encoding="utf-8").read()
     assert "```toml\n" + toml + "```" in md
+
+
+def test_a_closed_python_variant_raises_model_closed_error(tmp_path):
+    """The bigram's close() drops its table; using its contexts afterwards raised
+    "'NoneType' object is not subscriptable" and create_context still worked."""
+    import infer
+    from infer.runtime import ModelClosedError
+
+    bigram = _bigram_module()
+    path = str(tmp_path / "bigram.gguf")
+    bigram.write_bigram_gguf(path, "the cat sat on the mat. " * 5)
+    model = infer.load(path)
+    ctx = model.create_context(n_ctx=32, temperature=0)
+    ctx.prefill(model.tokenizer.encode("the c"))
+    model.close()
+    for call in (ctx.next, lambda: ctx.prefill([1]), lambda: model.create_context(n_ctx=8),
+                 lambda: "".join(infer.generate(model, "the ", max_tokens=3))):
+        with pytest.raises(ModelClosedError):
+            call()
+    model.close()  # twice is fine
 
 
 def test_bigram_example_through_load_and_generate(tmp_path):

@@ -3,8 +3,9 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from infer.runtime import Context, ContextBusyError, ContextOverflowError, Engine, decode_batch, next_batch
+from infer.runtime import Context, ContextBusyError, ContextOverflowError, Engine, Model, decode_batch, next_batch
 
 VOCAB = 11
 
@@ -147,6 +148,20 @@ def test_truncate_to_bounds():
     assert ctx.next() == reference_continuation([1, 2], 1)[0]
 
 
+@pytest.mark.parametrize("bad", [True, 1.0, 1.5, "1", None])
+def test_truncate_to_a_non_int_raises_type_error_and_changes_nothing(bad):
+    ctx = ChainEngine().create_context()
+    ctx.prefill([4, 8, 1])
+    uncommits = []
+    ctx.sampler.uncommit = uncommits.append   # a grammar's rollback would see this
+    with pytest.raises(TypeError, match="n: expected an int"):
+        ctx.truncate_to(bad)
+    assert ctx.tokens == [4, 8, 1] and uncommits == []
+    assert [ctx.next() for _ in range(3)] == reference_continuation([4, 8, 1], 3)
+    ctx.truncate_to(np.int64(2))          # numpy integers are ints
+    assert ctx.tokens == [4, 8] and uncommits == [4]   # 6 held, 4 dropped
+
+
 def test_failed_forward_leaves_context_unchanged():
     eng = ChainEngine()
     ctx = eng.create_context()
@@ -251,6 +266,35 @@ def test_failed_batch_leaves_every_context_unchanged():
     assert next_batch([a, b]) == [reference_continuation([1, 2], 1)[0], reference_continuation([3, 4, 5], 1)[0]]
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_failed_decode_takes_back_its_random_draw(batched):
+    """A decode that fails after the sampler drew (Ctrl-C inside the forward pass)
+    leaves the sampler's RNG where it was: a seeded context that is interrupted and
+    retried samples what one that was never interrupted samples."""
+    from infer.sampler import Sampler
+
+    def make(eng):
+        ctx = eng.create_context(sampler=Sampler(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=11))
+        ctx.prefill([3, 1, 4])
+        return ctx
+
+    eng = ChainEngine()
+    reference = make(eng)
+    expected = [reference.next() for _ in range(12)]
+    assert len(set(expected)) > 1        # the draws matter: not one token over and over
+    ctx = make(eng)
+    got = [ctx.next() for _ in range(2)]
+    eng.fail_at = 5                       # the third token's slot
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="injected"):
+            next_batch([ctx]) if batched else ctx.next()
+    eng.fail_at = None
+    with pytest.raises(ValueError, match="top"):
+        ctx.next_with_logprobs(-1)        # refused after the draw: taken back too
+    got += [ctx.next() for _ in range(10)]
+    assert got == expected
+
+
 def test_batch_misuse_raises_typed_errors():
     eng = ChainEngine()
     a = eng.create_context(n_ctx=1)
@@ -330,3 +374,108 @@ def test_prefill_and_decode_batch_after_a_failed_recompute():
             ctx.prefill([8])
         assert ctx.tokens == [2, 7, 8]
         assert [ctx.next() for _ in range(3)] == reference_continuation([2, 7, 8], 3)
+
+
+def test_model_create_context_refuses_sampling_keywords_beside_a_sampler():
+    """They were dropped without a word: temperature=0 beside sampler= sampled with
+    the sampler's own settings."""
+    from infer.sampler import Sampler
+
+    model = Model(tokenizer=None, engine=ChainEngine())
+    sampler = Sampler(temperature=0.9, seed=1)
+    with pytest.raises(TypeError, match="temperature"):
+        model.create_context(sampler=sampler, temperature=0)
+    assert model.create_context(sampler=sampler).sampler is sampler
+    assert model.create_context(temperature=0).sampler.temperature == 0
+
+
+@pytest.mark.parametrize("picked", [-1, VOCAB, 2**40])
+def test_a_sampler_pick_outside_the_vocabulary_is_refused(picked):
+    """A custom sampler's bad id reached the variant (a Python table indexes -1 as its
+    last row) and the history; now a ValueError, the context unchanged."""
+
+    class BadSampler(GreedySampler):
+        def sample(self, logits):
+            return picked
+
+    for batched in (False, True):
+        ctx = ChainEngine().create_context(sampler=BadSampler())
+        ctx.prefill([2, 5])
+        calls = ctx.forward_calls
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            next_batch([ctx]) if batched else ctx.next()
+        assert ctx.tokens == [2, 5] and ctx.forward_calls == calls
+
+
+def test_logits_from_takes_numpy_integers():
+    """np.int64(1) was "logits_from: must be an int" (token ids and truncate_to take them)."""
+    from infer.runtime import prefill_batch
+
+    ctx = ChainEngine().create_context()
+    rows = ctx.prefill([3, 1, 4], all_logits=True, logits_from=np.int64(1))
+    assert rows.shape == (2, VOCAB)
+    assert [int(r.argmax()) for r in rows] == [reference_continuation([3, 1], 1)[0],
+                                              reference_continuation([3, 1, 4], 1)[0]]
+    got = prefill_batch([ChainEngine().create_context()], [[3, 1, 4]], all_logits=True, logits_from=np.int32(2))
+    assert got[0].shape == (1, VOCAB)
+    with pytest.raises(ValueError, match="logits_from"):
+        ctx.prefill([1], all_logits=True, logits_from=np.bool_(True))
+
+
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("prefill"), st.lists(st.integers(0, VOCAB - 1), max_size=5), st.booleans()),
+    st.tuples(st.just("next"), st.booleans()),
+    st.tuples(st.just("next_batch"), st.booleans()),
+    st.tuples(st.just("decode_batch"), st.integers(0, VOCAB - 1), st.booleans()),
+    st.tuples(st.just("truncate_to"), st.integers(-2, 12)),
+    st.tuples(st.just("restart")),
+), max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_OPS)
+def test_failed_calls_leave_no_trace(ops):
+    """Random calls, some failing (bad arguments, a full context, a forward pass that
+    raises at its last position): the context then continues exactly as a fresh one
+    given only the calls that succeeded, random draws included."""
+    from infer.sampler import Sampler
+
+    def make(eng):
+        return eng.create_context(n_ctx=10, sampler=Sampler(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
+                                                            repeat_penalty=1.3, seed=5))
+
+    def run(ctx, op):
+        kind = op[0]
+        if kind == "prefill":
+            ctx.prefill(op[1])
+        elif kind == "next":
+            ctx.next()
+        elif kind == "next_batch":
+            next_batch([ctx])
+        elif kind == "decode_batch":
+            decode_batch([ctx], [op[1]])
+        elif kind == "truncate_to":
+            ctx.truncate_to(op[1])
+        else:
+            ctx.restart()
+
+    eng = ChainEngine()
+    ctx, done = make(eng), []
+    for op in ops:
+        fail = op[0] in ("prefill", "next", "next_batch", "decode_batch") and op[-1]
+        width = len(op[1]) if op[0] == "prefill" else 1
+        eng.fail_at = ctx.n_past + width - 1 if fail and width else None
+        try:
+            run(ctx, op)
+        except (RuntimeError, ValueError):
+            continue
+        finally:
+            eng.fail_at = None
+        done.append(op)
+    replay = make(ChainEngine())
+    for op in done:
+        run(replay, op)
+    assert ctx.tokens == replay.tokens and ctx.sampler.history == replay.sampler.history
+    if ctx.tokens:
+        more = [ctx.next() for _ in range(ctx.n_ctx - ctx.n_past)]
+        assert more == [replay.next() for _ in range(len(more))]

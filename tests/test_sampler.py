@@ -119,6 +119,22 @@ def test_temperature():
                                rtol=1e-6)
 
 
+@pytest.mark.parametrize("temperature", [1e-50, 1e-45, 1e-40, 1e-38])
+def test_a_tiny_temperature_is_greedy_without_nan_or_warnings(temperature):
+    """1e-50 is 0 in float32: the weights were 0/0 = NaN (probabilities all NaN);
+    1e-40 divided the gaps to -inf with overflow warnings."""
+    import warnings
+
+    logits = np.array([1.0, 3.0, 2.0, 3.0 - 1e-6, 0.5], np.float32)
+    s = Sampler(temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = s.probabilities(logits)
+        draws = {s.sample(logits) for _ in range(20)}
+    np.testing.assert_array_equal(p, [0, 1, 0, 0, 0])
+    assert draws == {1}
+
+
 def test_chain_order_top_p_before_temperature():
     """llama.cpp filters on the untempered distribution, then applies temperature."""
     logits = f32(np.log([0.6, 0.3, 0.1]))

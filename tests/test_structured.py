@@ -111,6 +111,21 @@ def test_regex_constrains_as_written(model):
         assert gen.finish_reason == "stop"
 
 
+def test_a_generation_left_suspended_does_not_constrain_the_context(model):
+    """Breaking out of a constrained generation (the Generation still referenced, so
+    never closed) leaves the context's sampler free: the next generation in the same
+    context is the one a context that never saw the grammar gives."""
+    ctx = model.create_context(n_ctx=128, temperature=0)
+    gen = infer.generate(model, "Year:", context=ctx, grammar=Grammar.regex(r"[0-9]{4}"), max_tokens=8)
+    for _ in gen:
+        break
+    assert ctx.sampler.grammar is None
+    after = infer.generate(model, "The capital of France is", context=ctx, max_tokens=8)
+    fresh = infer.generate(model, "The capital of France is", max_tokens=8, temperature=0)
+    assert "".join(after) == "".join(fresh) and after.tokens == fresh.tokens
+    assert gen.tokens  # the suspended one had sampled under its grammar
+
+
 def test_lark_grammar_constrains_as_written(model):
     lark = 'start: answer " because " reason\nanswer: "yes" | "no"\nreason: /[a-z]{1,8}/'
     gen = infer.generate(model, "Is the sky blue?", grammar=Grammar.lark(lark), max_tokens=20,

@@ -245,6 +245,16 @@ def test_decode(tok):
     assert tok.decode([]) == ""
 
 
+def test_bools_are_not_token_ids_to_decode(tok):
+    """decode([True]) gave "<|im_start|>" (token 1); Context.prefill refuses bools."""
+    for bad in ([True], [np.bool_(False)]):
+        with pytest.raises(TypeError, match="ids: expected an integer token id, got bool"):
+            tok.decode(bad)
+    with pytest.raises(TypeError, match="token"):
+        tok.token_to_piece(True)
+    assert tok.decode([np.int64(1)]) == "<|im_start|>"
+
+
 def test_round_trip_corpus(tok):
     for text in CORPUS + long_texts():
         assert tok.decode(tok.encode(text)) == text

@@ -472,3 +472,13 @@ def test_close_while_another_thread_decodes_is_a_typed_error():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[:2] == ["True", "ModelClosedError"], proc.stdout
     assert issubclass(ModelClosedError, RuntimeError)
+
+
+@pytest.mark.parametrize("bad, exc", [(0, ValueError), (False, TypeError), (-1, ValueError)])
+def test_n_ctx_zero_or_false_is_refused_not_the_trained_length(bad, exc):
+    """``n_ctx or max_seq_len`` made 0 and False mean "the trained length" (8192 positions
+    for SmolLM2, 32768 for Gemma 3) where the Context refuses them; None is the default."""
+    engine, _ = tiny_engine(SPECS[sorted(SPECS)[0]])
+    with pytest.raises(exc, match="n_ctx"):
+        engine.create_context(n_ctx=bad)
+    assert engine.create_context(n_ctx=None).n_ctx == engine.max_seq_len

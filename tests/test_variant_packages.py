@@ -118,3 +118,24 @@ def test_a_broken_entry_point_is_reported_with_its_name(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "['brokenarch']" in r.stdout and "no_such_module:factory" in r.stdout
     assert "ModuleNotFoundError" in r.stdout
+
+
+def test_built_in_variants_are_known_before_any_load_and_come_first(tmp_path):
+    """In a fresh process, before infer.load has imported infer.variants: the built-in
+    architectures are listed, and an installed entry point of the same name (here a
+    broken one) does not take the place of a built-in variant."""
+    dist = tmp_path / "shadow_variant-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: shadow-variant\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nllama = no_such_module:factory\n")
+    r = run(str(tmp_path), code=textwrap.dedent("""
+        import infer
+        from infer.runtime import variant_for
+        print(sorted(infer.known_architectures()))
+        print(variant_for("llama").__module__)
+    """))
+    assert r.returncode == 0, r.stderr
+    listed, module = r.stdout.splitlines()
+    for arch in ("gemma2", "gemma3", "granite", "llama", "mistral", "phi3", "qwen2", "qwen3", "smollm3"):
+        assert repr(arch) in listed
+    assert module == "infer.variants.llama"

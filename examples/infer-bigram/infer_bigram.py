@@ -28,7 +28,7 @@ class BigramEngine(Engine):
         self.max_seq_len = int(gguf_file.metadata.get("bigram.context_length", 256))
 
     def create_context(self, n_ctx: Optional[int] = None, sampler: Any = None) -> "BigramContext":
-        return BigramContext(self, n_ctx or self.max_seq_len, sampler)
+        return BigramContext(self, self.max_seq_len if n_ctx is None else n_ctx, sampler)
 
     def close(self) -> None:
         self.table = None  # drop the view so the file map can close

@@ -8,11 +8,12 @@ KV cache only during its turn, and history keeps the answer alone.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import uuid
 import warnings
 import weakref
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Generator, Iterator, Optional, Sequence, Union
 
 from ..generate import logprob_entry
 from ..runtime import LONG_TEXT, ContextOverflowError, run_apart
@@ -57,8 +58,8 @@ class ChatSession:
         self.chat: Chat = chat_of(model)
         if context is None:
             context = model.create_context(n_ctx=n_ctx, sampler=sampler, **sampling)
-        elif sampler is not None or sampling:
-            raise ValueError("sampling keywords: give them to the context you pass, not here")
+        elif sampler is not None or sampling or n_ctx is not None:
+            raise ValueError("n_ctx and sampling keywords: give them to the context you pass, not here")
         self.context = context
         self.tools = _check_tools(tools)
         self.max_tokens = _check_max_tokens(max_tokens)
@@ -77,6 +78,10 @@ class ChatSession:
         # shift dropped; kept from turn to turn so that the cache prefix still matches.
         self._n_discarded = 0
         self.last_reply: Optional[Reply] = None
+        # The generator of the last stream(), weakly (a strong reference would make a
+        # cycle that delays closing a dropped stream to the garbage collector): a new turn
+        # or a change of history first ends it if it was left suspended.
+        self._streaming: "Optional[weakref.ref[Generator[Union[str, Reply], None, None]]]" = None
         self._messages: list[Message] = []
         self._version = 0
         self.reset()
@@ -121,6 +126,7 @@ class ChatSession:
         """Replace the conversation (as a chat-completions client sends it each time);
         the KV cache keeps whatever prefix the new one shares with it."""
         check_roles(messages, "history")
+        self._end_suspended_turn()
         self._messages = copy.deepcopy(list(messages))
         self.last_reply = None
         self._n_discarded = 0
@@ -129,6 +135,7 @@ class ChatSession:
     def reset(self) -> None:
         """Start over (keeping ``system`` and ``tools``).  The KV cache is kept: the
         next turn reuses whatever prefix it still shares, such as the system prompt."""
+        self._end_suspended_turn()
         self._messages = [{"role": "system", "content": self.system}] if self.system else []
         self.last_reply = None
         self._n_discarded = 0
@@ -138,6 +145,7 @@ class ChatSession:
         """Answer a tool call of the last reply (by its id, or by the tool's name).
         ``content`` that is not a str is sent as JSON.  Then ``send()`` with no text
         lets the model continue."""
+        self._end_suspended_turn()
         calls: list[Message] = []
         for m in reversed(self._messages):
             if m["role"] == "assistant":
@@ -191,6 +199,7 @@ class ChatSession:
             raise ValueError(f"logprobs: expected an int >= 0 or None, got {logprobs!r}")
         if text is not None and not isinstance(text, str):
             raise TypeError(f"text: expected a str or None, got {type(text).__name__}")
+        self._end_suspended_turn()
         continued = self._continued_text() if text is None else None
         if text is None and continued is None and (not self._messages or
                                                    self._messages[-1]["role"] not in ("user", "tool")):
@@ -223,7 +232,33 @@ class ChatSession:
         in_thinking = think is not None and prompt_text.rstrip().endswith(think[0])
         turn = self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
                           self._version, logprobs, continued or "")
-        return turn if constraint is None else self._constrained(turn, constraint)
+        if constraint is not None:
+            turn = self._constrained(turn, constraint)
+        self._streaming = weakref.ref(turn)
+        return turn
+
+    def _constrained(self, turn: Generator[Union[str, Reply], None, None],
+                     constraint: Any) -> Generator[Union[str, Reply], None, None]:
+        """Run a turn with ``constraint`` on the context's sampler, for the whole turn: a
+        server's scheduler reads it there between tokens (it decodes ahead only for a
+        sampler without a grammar)."""
+        sampler = self.context.sampler
+        previous = getattr(sampler, "grammar", None)
+        sampler.grammar = constraint
+        try:
+            yield from turn
+        finally:
+            sampler.grammar = previous
+
+    def _end_suspended_turn(self) -> None:
+        """End a turn whose stream was left suspended (a ``break`` with the iterator still
+        referenced) as closing it would: its partial reply is kept as "interrupted".
+        Otherwise it would end whenever it is garbage-collected, appending that reply to
+        whatever the history has become by then and rolling the cache back to it."""
+        turn = self._streaming() if self._streaming is not None else None
+        self._streaming = None
+        if turn is not None and inspect.getgeneratorstate(turn) == inspect.GEN_SUSPENDED:
+            turn.close()
 
     def _continued_text(self) -> Optional[str]:
         """The text of a last assistant message that a turn continues, or None."""
@@ -235,16 +270,6 @@ class ChatSession:
             raise ValueError("the last message is an assistant message that cannot be continued: "
                              "only a non-empty text reply without tool calls can be")
         return content
-
-    def _constrained(self, turn: Iterator[Union[str, Reply]], constraint: Any) -> Iterator[Union[str, Reply]]:
-        """Run a turn with ``constraint`` on the context's sampler (for this turn only)."""
-        sampler = self.context.sampler
-        previous = getattr(sampler, "grammar", None)
-        sampler.grammar = constraint
-        try:
-            yield from turn
-        finally:
-            sampler.grammar = previous
 
     def _constraint(self, response_format: Optional[Message], tool_choice: Any) -> Any:
         """The grammar of a turn's response_format / tool_choice (GrammarError here,
@@ -260,6 +285,10 @@ class ChatSession:
             grammar = grammar_from_response_format(response_format)
         if grammar is None:
             return None
+        if not hasattr(self.context.sampler, "grammar"):
+            # Setting the attribute on it would be ignored: a reply that only looks constrained.
+            raise TypeError(f"response_format / tool_choice: the context's sampler "
+                            f"{type(self.context.sampler).__name__} has no grammar hook (use infer.Sampler)")
         return Constraint(grammar, self.tokenizer, n_vocab=self.model.engine.vocab_size)
 
     def _tool_call_grammar(self, tool_choice: Any) -> Any:
@@ -297,7 +326,8 @@ class ChatSession:
 
     def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
               stops: list[str], show_thinking: bool, in_thinking: bool,
-              version: int, logprobs: Optional[int] = None, continued: str = "") -> Iterator[Union[str, Reply]]:
+              version: int, logprobs: Optional[int] = None,
+              continued: str = "") -> Generator[Union[str, Reply], None, None]:
         if version != self._version:
             raise RuntimeError("the conversation changed after stream() was called; call it again")
         ctx = self.context
@@ -467,8 +497,18 @@ class ChatSession:
         discard = (len(tokens) - keep) // 2
         if discard < 1:
             return False
-        ctx.truncate_to(keep)
-        ctx.prefill(tokens[keep + discard:])
+        # The tokens stay the same text, only fewer of them are in the cache: a grammar
+        # following the reply must not roll back (truncate_to would uncommit them all).
+        sampler = ctx.sampler
+        grammar = getattr(sampler, "grammar", None)
+        if grammar is not None:
+            sampler.grammar = None
+        try:
+            ctx.truncate_to(keep)
+            ctx.prefill(tokens[keep + discard:])
+        finally:
+            if grammar is not None:
+                sampler.grammar = grammar
         self._n_discarded += discard
         return True
 

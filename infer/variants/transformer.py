@@ -68,7 +68,7 @@ class TransformerEngine(Engine):
         in ``kv_type`` "f16" (default) or "f32".  Cache pages are touched as used."""
         if self._closed:
             raise ModelClosedError("the model is closed")
-        ctx = TransformerContext(self, n_ctx or self.max_seq_len, sampler, kv_type)
+        ctx = TransformerContext(self, self.max_seq_len if n_ctx is None else n_ctx, sampler, kv_type)
         self._contexts.add(ctx)
         return ctx
 
