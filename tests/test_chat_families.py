@@ -5,6 +5,7 @@ models emit (thinking blocks, <tool_call> JSON, Llama 3 JSON calls, <|end|>...).
 import copy
 import datetime
 import json
+import re
 from pathlib import Path
 
 import jinja2
@@ -51,6 +52,7 @@ FAMILIES = {
     "gemma-2": ("<bos>", "<eos>"),
     "gemma-3": ("<bos>", "<eos>"),
     "smollm3": ("", "<|im_end|>"),
+    "mistral-nemo": ("<s>", "</s>"),
 }
 
 WEATHER = {"type": "function", "function": {
@@ -123,6 +125,8 @@ PROBES = {
     "gemma-2": ("<start_of_turn>model\n", "<end_of_turn>\n", False, False, "instructions", False, False),
     "gemma-3": ("<start_of_turn>model\n", "<end_of_turn>\n", False, False, "instructions", True, False),
     "smollm3": ("<|im_start|>assistant\n", "<|im_end|>\n", True, False, "instructions", True, True),
+    # no generation prompt: the model answers right after [/INST] or [/TOOL_RESULTS]
+    "mistral-nemo": ("", "</s>", False, False, "template", True, True),
 }
 
 
@@ -341,3 +345,42 @@ def test_phi4_mini_functools_calls():
     s.add_tool_result(reply.tool_calls[0].id, "sunny")
     s.add_tool_result(reply.tool_calls[1].id, "sunny")
     assert s.send().text == "Both sunny."
+
+
+MISTRAL = ("</s>", "<s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+           "[TOOL_RESULTS]", "[/TOOL_RESULTS]")
+
+
+def test_mistral_nemo_tool_calls_and_results():
+    """Mistral Nemo writes its calls as [TOOL_CALLS][{...}, ...] (llama.cpp's MISTRAL_NEMO
+    format), and its template raises unless every tool call id is 9 letters or digits."""
+    calls = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "a1b2c3d4e"}, ' \
+            '{"name": "get_weather", "arguments": {"city": "Rome"}, "id": "f5g6h7i8j"}]'
+    s, tok = _session("mistral-nemo", [calls], MISTRAL, bos="<s>", eos="</s>", opener="[/INST]", tools=[WEATHER])
+    reply = s.send("Weather in Paris and Rome?")
+    assert (reply.text, reply.finish_reason, reply.tool_call_errors) == ("", "tool_calls", [])
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("get_weather", {"city": "Paris"}),
+                                                                  ("get_weather", {"city": "Rome"})]
+    s.add_tool_result(reply.tool_calls[0].id, "sunny")
+    s.add_tool_result(reply.tool_calls[1].id, "rainy")
+    prompt = s.chat.render(s.history, True, s.tools)
+    ids = re.findall(r'"id": "([^"]*)"', prompt)
+    assert len(set(ids)) == 2 and all(re.fullmatch("[A-Za-z0-9]{9}", i) for i in ids), ids
+    assert re.findall(r'"call_id": "([^"]*)"', prompt) == ids  # each result names its call
+    history = _as_hf(s.history)
+    history[1]["tool_calls"][0]["id"], history[1]["tool_calls"][1]["id"] = ids
+    history[2]["tool_call_id"], history[3]["tool_call_id"] = ids
+    assert prompt == hf_render(template("mistral-nemo"), history, True, tools=[WEATHER],
+                               bos_token="<s>", eos_token="</s>")
+    assert prompt.endswith('[TOOL_RESULTS]{"content": rainy, "call_id": "' + ids[1] + '"}[/TOOL_RESULTS]')
+    s.send()  # the next turn renders (the scripted model has nothing more to say)
+
+
+@pytest.mark.parametrize("reply", [
+    '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Par',  # cut off by max_tokens
+    '[TOOL_CALLS]{"name": "get_weather", "arguments": []}',
+], ids=["truncated", "bad-arguments"])
+def test_mistral_nemo_malformed_call_is_a_tool_call_error(reply):
+    s, tok = _session("mistral-nemo", [reply], MISTRAL, bos="<s>", eos="</s>", opener="[/INST]", tools=[WEATHER])
+    out = s.send("Weather in Paris?")
+    assert (out.text, out.tool_calls, len(out.tool_call_errors)) == ("", [], 1)

@@ -15,23 +15,28 @@ CONTENT, THINK, TOOL, JSON = "content", "think", "tool", "json"
 PYTHON_TAG = "<|python_tag|>"
 # Phi-4-mini writes its calls as functools[{"name": ..., "arguments": ...}, ...].
 FUNCTOOLS = "functools["
+# Mistral Nemo (and Ministral) write [TOOL_CALLS][{"name": ..., "arguments": ..., "id": ...}, ...].
+MISTRAL_TOOL_CALLS = "[TOOL_CALLS]"
 
 
 def json_tool_calls(reply: str) -> Optional[list[str]]:
     """The tool calls of a reply that is only JSON, as Llama 3.x writes them
     (``{"name": ..., "parameters": ...}``, possibly after ``<|python_tag|>``, or
-    a list of such objects) or Phi-4-mini does (``functools[...]``); None when the
-    reply is not a call."""
+    a list of such objects), Phi-4-mini does (``functools[...]``) or Mistral does
+    (``[TOOL_CALLS][...]``); None when the reply is not a call."""
     text = reply.strip()
+    marked = text.startswith((PYTHON_TAG, MISTRAL_TOOL_CALLS, FUNCTOOLS))
     if text.startswith(PYTHON_TAG):
         text = text[len(PYTHON_TAG):].strip()
+    elif text.startswith(MISTRAL_TOOL_CALLS):
+        text = text[len(MISTRAL_TOOL_CALLS):].strip()
     elif text.startswith(FUNCTOOLS):
         text = text[len(FUNCTOOLS) - 1:]
     try:
         obj = json.loads(text)
     except json.JSONDecodeError:
         # a malformed call is still a call, to be reported as a ToolCallError
-        return [text] if text.startswith("{") and '"name"' in text else None
+        return [text] if marked or (text.startswith("{") and '"name"' in text) else None
     if isinstance(obj, dict) and "name" in obj:
         return [text]
     if isinstance(obj, list) and obj and all(isinstance(o, dict) and "name" in o for o in obj):
@@ -89,7 +94,7 @@ class ReplyParser:
                     head = self.buf.lstrip()
                     if not head:
                         break
-                    if head.startswith(("{", "[", PYTHON_TAG, FUNCTOOLS)):
+                    if head.startswith(("{", "[", PYTHON_TAG, FUNCTOOLS)):  # "[" covers MISTRAL_TOOL_CALLS
                         self.state = JSON
                         continue
                     if PYTHON_TAG.startswith(head) or FUNCTOOLS.startswith(head):

@@ -10,7 +10,9 @@ of thinking blocks and tool calls.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import re
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import jinja2
@@ -65,6 +67,8 @@ _PROBE_SYSTEM = "probe-system-3e1f"
 _PROBE_USER = "probe-user-3e1f"
 _PROBE_ASSISTANT = "probe-assistant-3e1f"
 _PROBE_TOOL = "probe-tool-3e1f"
+# A tool call id every template takes: Mistral's want exactly 9 letters or digits.
+_PROBE_CALL_ID = "call03e1f"
 
 
 def token_id(vocab: Any, text: str) -> Optional[int]:
@@ -188,6 +192,8 @@ class Chat:
         """``messages`` reshaped into what this template accepts (see `render`)."""
         check_roles(messages, "messages")
         out = [self._normalize(message) for message in messages]
+        if self.needs_short_tool_call_ids:
+            out = [_with_short_ids(m) for m in out]
         if tools and self.tools_placement == "system_message":
             out = self._with_system_tools(out, tools)
         elif tools and self.tools_placement == "instructions":
@@ -281,12 +287,22 @@ class Chat:
 
     @functools.cached_property
     def supports_tool_role(self) -> bool:
-        call = {"id": "call_0", "type": "function", "function": {"name": "probe", "arguments": {}}}
+        call = {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": "probe", "arguments": {}}}
         text = self._renders([
             {"role": "user", "content": _PROBE_USER},
             {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "call_0", "name": "probe", "content": _PROBE_TOOL}])
+            {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": "probe", "content": _PROBE_TOOL}])
         return text is not None and _PROBE_TOOL in text
+
+    @functools.cached_property
+    def needs_short_tool_call_ids(self) -> bool:
+        """Whether the template takes only 9-character alphanumeric tool call ids (Mistral's
+        rule: its templates raise on any other), so that OpenAI-style ids are rewritten."""
+        def renders(call_id: str) -> bool:
+            call = {"id": call_id, "type": "function", "function": {"name": "probe", "arguments": {}}}
+            return self._renders([{"role": "user", "content": _PROBE_USER},
+                                  {"role": "assistant", "content": "", "tool_calls": [call]}]) is not None
+        return not renders("call_" + "0" * 24) and renders(_PROBE_CALL_ID)
 
     @functools.cached_property
     def renders_tool_calls(self) -> bool:
@@ -369,6 +385,28 @@ def check_roles(messages: Any, name: str) -> None:
 
 def function_of(tool: Message) -> Message:
     return tool["function"] if tool.get("type") == "function" and "function" in tool else tool
+
+
+_SHORT_ID = re.compile(r"[A-Za-z0-9]{9}")
+_ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def short_tool_call_id(call_id: str) -> str:
+    """``call_id`` as 9 letters and digits: itself if it is already, else a digest of it,
+    so that a call and the tool result that names it still match, turn after turn."""
+    if _SHORT_ID.fullmatch(call_id):
+        return call_id
+    n = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
+    return "".join(_ALNUM[(n // 62 ** i) % 62] for i in range(9))
+
+
+def _with_short_ids(message: Message) -> Message:
+    if isinstance(message.get("tool_call_id"), str):
+        message = dict(message, tool_call_id=short_tool_call_id(message["tool_call_id"]))
+    if message.get("tool_calls"):
+        message = dict(message, tool_calls=[dict(c, id=short_tool_call_id(c["id"])) if isinstance(c.get("id"), str)
+                                            else c for c in message["tool_calls"]])
+    return message
 
 
 def _template_tool_call(call: Any) -> Message:
