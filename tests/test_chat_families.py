@@ -297,6 +297,34 @@ def test_llama3_json_tool_call(family, call):
     assert "<|start_header_id|>ipython<|end_header_id|>" in tok.decode(s.context.tokens)
 
 
+@pytest.mark.parametrize("family", ["llama-3.1", "llama-3.2"])
+def test_llama3_parallel_calls_are_rendered_one_call_per_turn(family):
+    """Llama 3.x templates raise on an assistant message with more than one tool call
+    ("This model only supports single tool-calls at once!"): two calls in one reply, or
+    in a history a client sends, become call, result, call, result."""
+    two = '[{"name": "get_weather", "parameters": {"city": "Paris"}}, ' \
+          '{"name": "get_weather", "parameters": {"city": "Rome"}}]'
+    s, tok = _session(family, [two, "", "Sunny, then rainy."], LLAMA, bos="<|begin_of_text|>", eos="<|eot_id|>",
+                      tools=[WEATHER])
+    reply = s.send("Weather in Paris and Rome?")
+    assert [c.arguments["city"] for c in reply.tool_calls] == ["Paris", "Rome"]
+    paris, rome = reply.tool_calls
+    s.add_tool_result(rome.id, "rainy")  # results in any order: matched by id
+    s.add_tool_result(paris.id, "sunny")
+    assert s.send().text == "Sunny, then rainy."
+    user = {"role": "user", "content": "Weather in Paris and Rome?"}
+
+    def call(city, call_id):
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]}
+    one_at_a_time = [user, call("Paris", paris.id), {"role": "tool", "tool_call_id": paris.id, "content": "sunny"},
+                     call("Rome", rome.id), {"role": "tool", "tool_call_id": rome.id, "content": "rainy"},
+                     {"role": "assistant", "content": "Sunny, then rainy."}]
+    bos, eos = FAMILIES[family]
+    want = hf_render(template(family), one_at_a_time, False, tools=[WEATHER], bos_token=bos, eos_token=eos)
+    assert s.context.tokens == tok.encode(want, add_special=False, parse_special=True)
+
+
 def test_llama3_plain_answer_with_tools_offered_is_text():
     s, tok = _session("llama-3.2", ["Hello world"], LLAMA, bos="<|begin_of_text|>", eos="<|eot_id|>",
                       tools=[WEATHER])

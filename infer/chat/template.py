@@ -194,6 +194,8 @@ class Chat:
         out = [self._normalize(message) for message in messages]
         if self.needs_short_tool_call_ids:
             out = [_with_short_ids(m) for m in out]
+        if not self.renders_parallel_tool_calls:
+            out = _one_call_per_message(out)
         if tools and self.tools_placement == "system_message":
             out = self._with_system_tools(out, tools)
         elif tools and self.tools_placement == "instructions":
@@ -293,6 +295,17 @@ class Chat:
             {"role": "assistant", "content": "", "tool_calls": [call]},
             {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": "probe", "content": _PROBE_TOOL}])
         return text is not None and _PROBE_TOOL in text
+
+    @functools.cached_property
+    def renders_parallel_tool_calls(self) -> bool:
+        """False when the template renders a message with one tool call but refuses one
+        with two (Llama 3.1's and 3.2's raise "only supports single tool-calls at once")."""
+        def renders(n: int) -> bool:
+            calls = [{"id": f"call{i}3e1f", "type": "function", "function": {"name": "probe", "arguments": {}}}
+                     for i in range(n)]
+            return self._renders([{"role": "user", "content": _PROBE_USER},
+                                  {"role": "assistant", "content": "", "tool_calls": calls}]) is not None
+        return not self.renders_tool_calls or renders(2) or not renders(1)
 
     @functools.cached_property
     def needs_short_tool_call_ids(self) -> bool:
@@ -407,6 +420,37 @@ def _with_short_ids(message: Message) -> Message:
         message = dict(message, tool_calls=[dict(c, id=short_tool_call_id(c["id"])) if isinstance(c.get("id"), str)
                                             else c for c in message["tool_calls"]])
     return message
+
+
+def _one_call_per_message(messages: list[Message]) -> list[Message]:
+    """Each assistant message with several tool calls split into one message per call,
+    each followed by its results (matched by ``tool_call_id``, else in order): the
+    conversation a one-call-at-a-time model such as Llama 3.1 would have had."""
+    out: list[Message] = []
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        i += 1
+        calls = message.get("tool_calls") or []
+        if message["role"] != "assistant" or len(calls) < 2:
+            out.append(message)
+            continue
+        results = []
+        while i < len(messages) and messages[i]["role"] == "tool":
+            results.append(messages[i])
+            i += 1
+        ids = [call.get("id") for call in calls]
+        by_call: list[list[Message]] = [[r for r in results if call_id is not None and r.get("tool_call_id") == call_id]
+                                        for call_id in ids]
+        unmatched = [r for r in results if not any(r is m for mine in by_call for m in mine)]
+        for mine in by_call:
+            if not mine and unmatched:
+                mine.append(unmatched.pop(0))
+        for n, (call, mine) in enumerate(zip(calls, by_call)):
+            out.append(dict(message, content=message["content"] if n == 0 else "", tool_calls=[call]))
+            out.extend(mine)
+        out.extend(unmatched)
+    return out
 
 
 def _template_tool_call(call: Any) -> Message:
