@@ -17,21 +17,24 @@ PYTHON_TAG = "<|python_tag|>"
 FUNCTOOLS = "functools["
 # Mistral Nemo (and Ministral) write [TOOL_CALLS][{"name": ..., "arguments": ..., "id": ...}, ...].
 MISTRAL_TOOL_CALLS = "[TOOL_CALLS]"
+# Granite 3.x writes <|tool_call|>[{"name": ..., "arguments": ...}, ...] (its system prompt says so).
+GRANITE_TOOL_CALL = "<|tool_call|>"
+#: the texts that open a reply made of tool calls, and what each leaves of itself before the JSON
+CALL_PREFIXES = ((PYTHON_TAG, ""), (MISTRAL_TOOL_CALLS, ""), (GRANITE_TOOL_CALL, ""), (FUNCTOOLS, "["))
 
 
 def json_tool_calls(reply: str) -> Optional[list[str]]:
     """The tool calls of a reply that is only JSON, as Llama 3.x writes them
     (``{"name": ..., "parameters": ...}``, possibly after ``<|python_tag|>``, or
-    a list of such objects), Phi-4-mini does (``functools[...]``) or Mistral does
-    (``[TOOL_CALLS][...]``); None when the reply is not a call."""
+    a list of such objects), Phi-4-mini does (``functools[...]``), Mistral does
+    (``[TOOL_CALLS][...]``) or Granite does (``<|tool_call|>[...]``); None when the
+    reply is not a call."""
     text = reply.strip()
-    marked = text.startswith((PYTHON_TAG, MISTRAL_TOOL_CALLS, FUNCTOOLS))
-    if text.startswith(PYTHON_TAG):
-        text = text[len(PYTHON_TAG):].strip()
-    elif text.startswith(MISTRAL_TOOL_CALLS):
-        text = text[len(MISTRAL_TOOL_CALLS):].strip()
-    elif text.startswith(FUNCTOOLS):
-        text = text[len(FUNCTOOLS) - 1:]
+    marked = False
+    for prefix, kept in CALL_PREFIXES:
+        if text.startswith(prefix):
+            text, marked = (kept + text[len(prefix):]).strip(), True
+            break
     try:
         obj = json.loads(text)
     except json.JSONDecodeError:
@@ -94,10 +97,11 @@ class ReplyParser:
                     head = self.buf.lstrip()
                     if not head:
                         break
-                    if head.startswith(("{", "[", PYTHON_TAG, FUNCTOOLS)):  # "[" covers MISTRAL_TOOL_CALLS
+                    prefixes = tuple(prefix for prefix, _ in CALL_PREFIXES)
+                    if head.startswith(("{", "[") + prefixes):
                         self.state = JSON
                         continue
-                    if PYTHON_TAG.startswith(head) or FUNCTOOLS.startswith(head):
+                    if any(prefix.startswith(head) for prefix in prefixes):
                         break  # could still become one of them
                 hit = _earliest(self.buf, self._content_markers())
                 if hit is None:

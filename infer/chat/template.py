@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import jinja2
 
 from .replies import Message, ToolCall
+from .reply_parser import GRANITE_TOOL_CALL
 from .sandbox import ChatTemplateError, environment, render
 
 # ---- fallback templates (files without tokenizer.chat_template) ----------------------
@@ -238,8 +239,24 @@ class Chat:
                 m["tool_calls"] = calls
             else:
                 del m["tool_calls"]
-                m["content"] = content + "".join(self.tool_call_text(c["function"]) for c in calls)
+                m["content"] = content + self.tool_calls_text([c["function"] for c in calls])
         return m
+
+    @functools.cached_property
+    def call_prefix(self) -> Optional[str]:
+        """The text that opens a JSON list of calls in the template's own format, when the
+        template names it (Granite's system prompt: "respond only with <|tool_call|> followed
+        by a JSON list of tools used")."""
+        sources = self.source + (self.tool_use_source or "")
+        return GRANITE_TOOL_CALL if not self.tool_call_markers and GRANITE_TOOL_CALL in sources else None
+
+    def tool_calls_text(self, functions: Sequence[Message]) -> str:
+        """How the model writes the calls of one reply, for a template that does not render
+        ``tool_calls`` itself."""
+        if self.call_prefix:
+            calls = [{"name": f["name"], "arguments": f["arguments"]} for f in functions]
+            return self.call_prefix + json.dumps(calls, ensure_ascii=False)
+        return "".join(self.tool_call_text(f) for f in functions)
 
     def tool_call_text(self, function: Message) -> str:
         """How the model writes one call (the format `ChatSession` parses back)."""
