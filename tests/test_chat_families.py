@@ -412,3 +412,22 @@ def test_mistral_nemo_malformed_call_is_a_tool_call_error(reply):
     s, tok = _session("mistral-nemo", [reply], MISTRAL, bos="<s>", eos="</s>", opener="[/INST]", tools=[WEATHER])
     out = s.send("Weather in Paris?")
     assert (out.text, out.tool_calls, len(out.tool_call_errors)) == ("", [], 1)
+
+
+def test_deepseek_r1_gets_tool_calls_as_llama_cpp_gives_them():
+    """DeepSeek-R1's template renders an assistant's calls only when its content is None
+    and joins ``arguments`` to strings with ``+``: given "" and a dict, as other templates
+    want them, the call vanished from the history (an empty assistant turn)."""
+    bos, eos = FAMILIES["deepseek-r1-distill-qwen"]
+    source = template("deepseek-r1-distill-qwen")
+    messages, _ = CONVERSATIONS["tool call and result"]
+    got = Chat(source, bos_token=bos, eos_token=eos).render(messages, True)
+    openai = copy.deepcopy(messages)  # as an OpenAI client sends them back
+    openai[2]["content"] = None
+    openai[2]["tool_calls"][0]["function"]["arguments"] = '{"city":"Paris"}'
+    assert Chat(source, bos_token=bos, eos_token=eos).render(openai, True) == \
+        got.replace('{"city": "Paris"}', '{"city":"Paris"}')
+    assert got == hf_render(source, openai, True, bos_token=bos, eos_token=eos).replace(
+        '{"city":"Paris"}', '{"city": "Paris"}')
+    assert ("<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+            '```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜>') in got

@@ -234,10 +234,13 @@ class Chat:
         if calls:
             if not isinstance(calls, (list, tuple)):
                 raise TypeError(f"tool_calls: expected a list of calls, got {type(calls).__name__}")
-            calls = [_template_tool_call(c) for c in calls]
             if self.renders_tool_calls:
-                m["tool_calls"] = calls
+                content_none, string_arguments = self.tool_call_shape
+                m["tool_calls"] = [_template_tool_call(c, string_arguments) for c in calls]
+                if content_none and not content:
+                    m["content"] = None
             else:
+                calls = [_template_tool_call(c) for c in calls]
                 del m["tool_calls"]
                 m["content"] = content + self.tool_calls_text([c["function"] for c in calls])
         return m
@@ -312,6 +315,24 @@ class Chat:
             {"role": "assistant", "content": "", "tool_calls": [call]},
             {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": "probe", "content": _PROBE_TOOL}])
         return text is not None and _PROBE_TOOL in text
+
+    @functools.cached_property
+    def tool_call_shape(self) -> tuple[bool, bool]:
+        """How the template wants an assistant message with tool calls, as llama.cpp's
+        minja finds out: ``(content_none, string_arguments)``.  Most take ``arguments`` as
+        an object (they ``tojson`` it) and any content; DeepSeek-R1's renders the calls only
+        when ``content`` is None and joins ``arguments`` to strings with ``+``."""
+        arguments = {"probe_arg": _PROBE_ASSISTANT}
+        for shape in ((False, False), (True, False), (False, True), (True, True)):
+            content_none, string_arguments = shape
+            call = {"id": _PROBE_CALL_ID, "type": "function", "function": {
+                "name": "probe_fn", "arguments": _json_text(arguments) if string_arguments else arguments}}
+            text = self._renders([{"role": "user", "content": _PROBE_USER},
+                                  {"role": "assistant", "content": None if content_none else "",
+                                   "tool_calls": [call]}])
+            if text is not None and "probe_fn" in text and json.dumps(arguments) in text:
+                return shape
+        return False, False
 
     @functools.cached_property
     def renders_parallel_tool_calls(self) -> bool:
@@ -439,6 +460,10 @@ def _with_short_ids(message: Message) -> Message:
     return message
 
 
+def _json_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
 def _one_call_per_message(messages: list[Message]) -> list[Message]:
     """Each assistant message with several tool calls split into one message per call,
     each followed by its results (matched by ``tool_call_id``, else in order): the
@@ -464,14 +489,16 @@ def _one_call_per_message(messages: list[Message]) -> list[Message]:
             if not mine and unmatched:
                 mine.append(unmatched.pop(0))
         for n, (call, mine) in enumerate(zip(calls, by_call)):
-            out.append(dict(message, content=message["content"] if n == 0 else "", tool_calls=[call]))
+            later = None if message["content"] is None else ""
+            out.append(dict(message, content=message["content"] if n == 0 else later, tool_calls=[call]))
             out.extend(mine)
         out.extend(unmatched)
     return out
 
 
-def _template_tool_call(call: Any) -> Message:
-    """An OpenAI tool call with its ``arguments`` as a dict (HF templates ``tojson`` them)."""
+def _template_tool_call(call: Any, string_arguments: bool = False) -> Message:
+    """An OpenAI tool call with its ``arguments`` as a dict (HF templates ``tojson`` them),
+    or as JSON text for a template that takes them so (given text is kept as it is)."""
     if isinstance(call, ToolCall):
         call = call.to_openai()
     if not isinstance(call, dict):
@@ -481,7 +508,9 @@ def _template_tool_call(call: Any) -> Message:
         raise TypeError(f"tool_calls: expected {{'function': {{'name': ..., 'arguments': ...}}}}, got {call!r}")
     function = dict(function)
     args = function.get("arguments", {})
-    if isinstance(args, str):
+    if string_arguments:
+        args = _json_text(args)
+    elif isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError:
