@@ -431,3 +431,21 @@ def test_deepseek_r1_gets_tool_calls_as_llama_cpp_gives_them():
         '{"city":"Paris"}', '{"city": "Paris"}')
     assert ("<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
             '```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜>') in got
+
+
+@pytest.mark.parametrize("family, text", [
+    ("mistral-nemo", 'Let me check.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]'),
+    ("llama-3.1", 'Let me check.<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}'),
+], ids=["mistral", "llama-3.1"])
+def test_calls_after_some_text(family, text):
+    """A call marker that is a special token may follow some text: llama.cpp returns the
+    text as content and the calls as tool_calls (it came back as all text)."""
+    if family == "mistral-nemo":
+        s, tok = _session(family, [text], MISTRAL, bos="<s>", eos="</s>", opener="[/INST]", tools=[WEATHER])
+    else:
+        s, tok = _session(family, [text], LLAMA, bos="<|begin_of_text|>", eos="<|eot_id|>", tools=[WEATHER])
+    pieces = list(s.stream("Weather in Paris?"))
+    reply = pieces.pop()
+    assert "".join(pieces) == reply.text == "Let me check."
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert reply.finish_reason == "tool_calls"

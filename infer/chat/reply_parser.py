@@ -21,6 +21,9 @@ MISTRAL_TOOL_CALLS = "[TOOL_CALLS]"
 GRANITE_TOOL_CALL = "<|tool_call|>"
 #: the texts that open a reply made of tool calls, and what each leaves of itself before the JSON
 CALL_PREFIXES = ((PYTHON_TAG, ""), (MISTRAL_TOOL_CALLS, ""), (GRANITE_TOOL_CALL, ""), (FUNCTOOLS, "["))
+# The prefixes that are special tokens may also follow some text ("Let me check.[TOOL_CALLS][...]",
+# which llama.cpp's Mistral and Llama 3 parsers read as content, then calls).
+MIDWAY_PREFIXES = (PYTHON_TAG, MISTRAL_TOOL_CALLS, GRANITE_TOOL_CALL)
 
 
 def json_tool_calls(reply: str) -> Optional[list[str]]:
@@ -79,6 +82,8 @@ class ReplyParser:
             markers.append(self.think[0])
         if self.tool:
             markers.append(self.tool[0])
+        elif self.json_tools:
+            markers.extend(MIDWAY_PREFIXES)
         return markers
 
     def feed(self, text: str) -> list[tuple[str, str]]:
@@ -116,6 +121,9 @@ class ReplyParser:
                     self.state = THINK
                 elif self.tool and marker == self.tool[0]:
                     self.state = TOOL
+                elif self.json_tools and not self.tool and marker in MIDWAY_PREFIXES:
+                    self.buf = marker + self.buf  # the calls, read whole at the end
+                    self.state = JSON
                 else:
                     self.stopped = True
                     self.buf = ""
