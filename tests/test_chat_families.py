@@ -370,6 +370,8 @@ def test_phi4_mini_functools_calls():
     assert [c.arguments["city"] for c in reply.tool_calls] == ["Paris", "Rome"]
     # the tools reached the model the way Phi-4-mini's template takes them
     assert '<|system|><|tool|>[{"name": "get_weather"' in tok.decode(s.context.tokens)
+    # and its calls stay in the history as it wrote them (its template renders content only)
+    assert "<|assistant|>" + calls + "<|end|>" in tok.decode(s.context.tokens)
     s.add_tool_result(reply.tool_calls[0].id, "sunny")
     s.add_tool_result(reply.tool_calls[1].id, "sunny")
     assert s.send().text == "Both sunny."
@@ -449,3 +451,14 @@ def test_calls_after_some_text(family, text):
     assert "".join(pieces) == reply.text == "Let me check."
     assert [(c.name, c.arguments) for c in reply.tool_calls] == [("get_weather", {"city": "Paris"})]
     assert reply.finish_reason == "tool_calls"
+
+
+def test_gemma3_parallel_calls_go_back_into_history_as_a_json_list():
+    """Gemma's template renders content only: two calls went back as two JSON objects run
+    together, which is neither what the model wrote nor readable as calls."""
+    two = '[{"name": "get_weather", "arguments": {"city": "Paris"}}, ' \
+          '{"name": "get_weather", "arguments": {"city": "Rome"}}]'
+    s, tok = _session("gemma-3", [two], GEMMA, bos="<bos>", eos="<eos>", end_token="<end_of_turn>", tools=[WEATHER])
+    reply = s.send("Weather in Paris and Rome?")
+    assert [c.arguments["city"] for c in reply.tool_calls] == ["Paris", "Rome"]
+    assert "<start_of_turn>model\n" + two + "<end_of_turn>" in tok.decode(s.context.tokens)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import jinja2
 
 from .replies import Message, ToolCall
-from .reply_parser import GRANITE_TOOL_CALL
+from .reply_parser import FUNCTOOLS, GRANITE_TOOL_CALL
 from .sandbox import ChatTemplateError, environment, render
 
 # ---- fallback templates (files without tokenizer.chat_template) ----------------------
@@ -247,19 +247,26 @@ class Chat:
 
     @functools.cached_property
     def call_prefix(self) -> Optional[str]:
-        """The text that opens a JSON list of calls in the template's own format, when the
-        template names it (Granite's system prompt: "respond only with <|tool_call|> followed
-        by a JSON list of tools used")."""
-        sources = self.source + (self.tool_use_source or "")
-        return GRANITE_TOOL_CALL if not self.tool_call_markers and GRANITE_TOOL_CALL in sources else None
+        """The text that opens a JSON list of calls in the template's family's format:
+        Granite's, whose system prompt says "respond only with <|tool_call|> followed by a
+        JSON list of tools used", and Phi-4-mini's (known by its tools on the system
+        message), which writes ``functools[...]``."""
+        if self.tool_call_markers:
+            return None
+        if GRANITE_TOOL_CALL in self.source + (self.tool_use_source or ""):
+            return GRANITE_TOOL_CALL
+        return FUNCTOOLS[:-1] if self.tools_placement == "system_message" else None
 
     def tool_calls_text(self, functions: Sequence[Message]) -> str:
         """How the model writes the calls of one reply, for a template that does not render
-        ``tool_calls`` itself."""
+        ``tool_calls`` itself: as the family writes them, else each between the tool-call
+        markers, else one JSON object or a list of them (Llama 3's way, read back alike)."""
+        calls = [{"name": f["name"], "arguments": f["arguments"]} for f in functions]
         if self.call_prefix:
-            calls = [{"name": f["name"], "arguments": f["arguments"]} for f in functions]
             return self.call_prefix + json.dumps(calls, ensure_ascii=False)
-        return "".join(self.tool_call_text(f) for f in functions)
+        if self.tool_call_markers or len(calls) == 1:
+            return "".join(self.tool_call_text(f) for f in functions)
+        return json.dumps(calls, ensure_ascii=False)
 
     def tool_call_text(self, function: Message) -> str:
         """How the model writes one call (the format `ChatSession` parses back)."""
