@@ -193,10 +193,12 @@ class Chat:
         """``messages`` reshaped into what this template accepts (see `render`)."""
         check_roles(messages, "messages")
         out = [self._normalize(message) for message in messages]
-        if self.needs_short_tool_call_ids:
-            out = [_with_short_ids(m) for m in out]
-        if not self.renders_parallel_tool_calls:
-            out = _one_call_per_message(out)
+        # (probed only for conversations with calls: a slow template costs nothing more otherwise)
+        if any(m.get("tool_calls") for m in out):
+            if self.needs_short_tool_call_ids:
+                out = [_with_short_ids(m) for m in out]
+            if not self.renders_parallel_tool_calls:
+                out = _one_call_per_message(out)
         if tools and self.tools_placement == "system_message":
             out = self._with_system_tools(out, tools)
         elif tools and self.tools_placement == "instructions":
