@@ -462,3 +462,24 @@ def test_gemma3_parallel_calls_go_back_into_history_as_a_json_list():
     reply = s.send("Weather in Paris and Rome?")
     assert [c.arguments["city"] for c in reply.tool_calls] == ["Paris", "Rome"]
     assert "<start_of_turn>model\n" + two + "<end_of_turn>" in tok.decode(s.context.tokens)
+
+
+R1_CALLS = R1 + ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+                 "<｜tool▁sep｜>", "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>",
+                 "<｜tool▁output▁end｜>")
+
+
+def test_deepseek_r1_native_tool_calls():
+    """DeepSeek-R1's own call layout (llama.cpp's DEEPSEEK_R1 format), which its template
+    shows it in history, is read as calls, after the thinking."""
+    native = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+              '```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
+    s, tok = _session("deepseek-r1-distill-qwen", ["<think>\nplan\n</think>\n\n" + native], R1_CALLS,
+                      bos="<｜begin▁of▁sentence｜>", eos="<｜end▁of▁sentence｜>", opener="<｜Assistant｜>",
+                      tools=[WEATHER])
+    reply = s.send("Weather in Paris?")
+    assert (reply.thinking, reply.text, reply.finish_reason) == ("plan", "", "tool_calls")
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert tok.decode(s.context.tokens).endswith(
+        "<｜User｜>Weather in Paris?<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+        'get_weather\n```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜>')

@@ -4,6 +4,7 @@ or a marker."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Optional, Sequence
 
 from ..generate import _held_back
@@ -19,20 +20,36 @@ FUNCTOOLS = "functools["
 MISTRAL_TOOL_CALLS = "[TOOL_CALLS]"
 # Granite 3.x writes <|tool_call|>[{"name": ..., "arguments": ...}, ...] (its system prompt says so).
 GRANITE_TOOL_CALL = "<|tool_call|>"
+# DeepSeek-R1 writes <｜tool▁calls▁begin｜>, then per call <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+# "\n```json\n" ARGUMENTS "\n```" <｜tool▁call▁end｜>, then <｜tool▁calls▁end｜> (its template's own layout).
+DEEPSEEK_TOOL_CALLS = "<｜tool▁calls▁begin｜>"
+_DEEPSEEK_CALL = re.compile(r"<｜tool▁call▁begin｜>\s*(?:function)?\s*<｜tool▁sep｜>\s*([^\n]*?)\s*\n"
+                            r"```(?:json)?\s*\n?(.*?)\s*```\s*(?:<｜tool▁call▁end｜>|$)", re.S)
 #: the texts that open a reply made of tool calls, and what each leaves of itself before the JSON
-CALL_PREFIXES = ((PYTHON_TAG, ""), (MISTRAL_TOOL_CALLS, ""), (GRANITE_TOOL_CALL, ""), (FUNCTOOLS, "["))
+CALL_PREFIXES = ((PYTHON_TAG, ""), (MISTRAL_TOOL_CALLS, ""), (GRANITE_TOOL_CALL, ""), (FUNCTOOLS, "["),
+                 (DEEPSEEK_TOOL_CALLS, DEEPSEEK_TOOL_CALLS))
 # The prefixes that are special tokens may also follow some text ("Let me check.[TOOL_CALLS][...]",
 # which llama.cpp's Mistral and Llama 3 parsers read as content, then calls).
-MIDWAY_PREFIXES = (PYTHON_TAG, MISTRAL_TOOL_CALLS, GRANITE_TOOL_CALL)
+MIDWAY_PREFIXES = (PYTHON_TAG, MISTRAL_TOOL_CALLS, GRANITE_TOOL_CALL, DEEPSEEK_TOOL_CALLS)
+
+
+def _deepseek_calls(text: str) -> list[str]:
+    """DeepSeek-R1's calls as ``{"name": ..., "arguments": "<its text>"}`` JSON (the arguments
+    left as written, for `parse_tool_call` to decode or report); the whole text when none parses."""
+    calls = [json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+             for name, args in _DEEPSEEK_CALL.findall(text)]
+    return calls or [text]
 
 
 def json_tool_calls(reply: str) -> Optional[list[str]]:
     """The tool calls of a reply that is only JSON, as Llama 3.x writes them
     (``{"name": ..., "parameters": ...}``, possibly after ``<|python_tag|>``, or
     a list of such objects), Phi-4-mini does (``functools[...]``), Mistral does
-    (``[TOOL_CALLS][...]``) or Granite does (``<|tool_call|>[...]``); None when the
-    reply is not a call."""
+    (``[TOOL_CALLS][...]``), Granite does (``<|tool_call|>[...]``) or DeepSeek-R1 does
+    (``<｜tool▁calls▁begin｜>...``); None when the reply is not a call."""
     text = reply.strip()
+    if text.startswith(DEEPSEEK_TOOL_CALLS):
+        return _deepseek_calls(text)
     marked = False
     for prefix, kept in CALL_PREFIXES:
         if text.startswith(prefix):
