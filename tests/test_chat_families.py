@@ -325,6 +325,17 @@ def test_llama3_parallel_calls_are_rendered_one_call_per_turn(family):
     assert s.context.tokens == tok.encode(want, add_special=False, parse_special=True)
 
 
+@pytest.mark.parametrize("answer", ["[1, 2] are the ids", "{x} is a placeholder"])
+def test_llama3_answer_that_opens_like_json_streams_once_it_cannot_be_a_call(answer):
+    """With tools offered, a reply opening with [ or { was held back whole, in case it was
+    a call, until the model ended: a list must open with an object, an object with a key."""
+    s, tok = _session("llama-3.2", [answer], LLAMA, bos="<|begin_of_text|>", eos="<|eot_id|>", tools=[WEATHER])
+    pieces = list(s.stream("ids?"))
+    reply = pieces.pop()
+    assert "".join(pieces) == reply.text == answer and reply.tool_calls == []
+    assert len(pieces) > 1 and len(pieces[0]) <= 3  # streamed from the third character on
+
+
 def test_llama3_plain_answer_with_tools_offered_is_text():
     s, tok = _session("llama-3.2", ["Hello world"], LLAMA, bos="<|begin_of_text|>", eos="<|eot_id|>",
                       tools=[WEATHER])

@@ -166,6 +166,9 @@ class ReplyParser:
                 self.buf = self.buf[at + len(self._tool_close):]
                 self.state, self._drop_space = CONTENT, True
             else:  # JSON: a whole reply that may be a tool call; decided at the end
+                if not _could_be_calls(self.buf):
+                    self.state, self._started = CONTENT, True  # streamed as the text it is
+                    continue
                 break
         return out
 
@@ -203,6 +206,17 @@ class ReplyParser:
         else:
             self.thinking.append(text)
         out.append((kind, text))
+
+
+def _could_be_calls(text: str) -> bool:
+    """False once ``text`` is JSON that cannot be calls (an object's first key, a list's
+    first item, must open as a call's does): "[1, 2] are..." streams without waiting."""
+    text = text.lstrip()
+    prefixes = tuple(prefix for prefix, _ in CALL_PREFIXES)
+    if text.startswith(prefixes) or any(prefix.startswith(text) for prefix in prefixes):
+        return True
+    rest = text[1:].lstrip()
+    return not rest or rest[0] == ('"' if text.startswith("{") else "{")
 
 
 def _earliest(text: str, markers: Sequence[str]) -> Optional[tuple[int, str]]:
