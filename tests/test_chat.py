@@ -241,6 +241,43 @@ def test_plain_json_tool_call_when_template_has_no_markers():
     assert s.context.tokens == history_ids(s)
 
 
+# Granite 3.3's layout, abridged: roles between <|start_of_role|> and <|end_of_role|>, the tools
+# as their own turn, the call format stated in the system prompt, and no tool_calls rendering.
+GRANITE = (
+    "{%- if tools %}{% set sys = 'When a tool is required to answer the query, respond only with "
+    "<|tool_call|> followed by a JSON list of tools used.' %}{% else %}{% set sys = 'Hi.' %}{% endif %}"
+    "{{- '<|start_of_role|>system<|end_of_role|>' + sys + '<|end_of_text|>\n' }}"
+    "{%- if tools %}{{- '<|start_of_role|>available_tools<|end_of_role|>' + tools | tojson(indent=4) "
+    "+ '<|end_of_text|>\n' }}{% endif %}"
+    "{%- for message in messages %}"
+    "{{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' + message['content'] + '<|end_of_text|>\n' }}"
+    "{%- if loop.last and add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>' }}{% endif %}"
+    "{%- endfor %}")
+
+
+@pytest.mark.parametrize("n_calls", [1, 2])
+def test_granite_tool_call_list_is_parsed_and_kept_as_written(n_calls):
+    """Granite 3.x calls tools as <|tool_call|>[{"name": ..., "arguments": ...}, ...]; its
+    template renders an assistant message's content only, so the calls go back into the
+    history as the model wrote them."""
+    specials = ("<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>", "<|tool_call|>")
+    tok = ScriptedTokenizer(specials=specials, eos="<|end_of_text|>", end_of_turn=())
+    written = '<|tool_call|>[' + ', '.join(
+        f'{{"name": "get_weather", "arguments": {{"city": "{c}"}}}}' for c in ["Paris", "Rome"][:n_calls]) + ']'
+    model = scripted_model([written, "Warm."], template=GRANITE, tokenizer=tok,
+                           opener="<|start_of_role|>assistant<|end_of_role|>", end_token="<|end_of_text|>")
+    s = ChatSession(model, tools=TOOLS)
+    pieces, reply = collect(s.stream("weather?"))
+    assert pieces == [] and reply.text == "" and reply.finish_reason == "tool_calls"
+    assert [c.arguments["city"] for c in reply.tool_calls] == ["Paris", "Rome"][:n_calls]
+    for call in reply.tool_calls:
+        s.add_tool_result(call.id, "20C")
+    assert s.send().text == "Warm."
+    text = tok.decode(s.context.tokens)
+    assert "<|start_of_role|>user<|end_of_role|>weather?<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>" \
+           + written + "<|end_of_text|>\n<|start_of_role|>tool<|end_of_role|>20C<|end_of_text|>\n" in text
+
+
 def test_template_that_renders_tools_and_tool_calls_itself():
     template = (
         "{% if tools %}<|im_start|>system\nTOOLS {{ tools | tojson }}<|im_end|>\n{% endif %}"

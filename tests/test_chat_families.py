@@ -5,6 +5,7 @@ models emit (thinking blocks, <tool_call> JSON, Llama 3 JSON calls, <|end|>...).
 import copy
 import datetime
 import json
+import re
 from pathlib import Path
 
 import jinja2
@@ -51,6 +52,7 @@ FAMILIES = {
     "gemma-2": ("<bos>", "<eos>"),
     "gemma-3": ("<bos>", "<eos>"),
     "smollm3": ("", "<|im_end|>"),
+    "mistral-nemo": ("<s>", "</s>"),
 }
 
 WEATHER = {"type": "function", "function": {
@@ -123,6 +125,8 @@ PROBES = {
     "gemma-2": ("<start_of_turn>model\n", "<end_of_turn>\n", False, False, "instructions", False, False),
     "gemma-3": ("<start_of_turn>model\n", "<end_of_turn>\n", False, False, "instructions", True, False),
     "smollm3": ("<|im_start|>assistant\n", "<|im_end|>\n", True, False, "instructions", True, True),
+    # no generation prompt: the model answers right after [/INST] or [/TOOL_RESULTS]
+    "mistral-nemo": ("", "</s>", False, False, "template", True, True),
 }
 
 
@@ -293,6 +297,45 @@ def test_llama3_json_tool_call(family, call):
     assert "<|start_header_id|>ipython<|end_header_id|>" in tok.decode(s.context.tokens)
 
 
+@pytest.mark.parametrize("family", ["llama-3.1", "llama-3.2"])
+def test_llama3_parallel_calls_are_rendered_one_call_per_turn(family):
+    """Llama 3.x templates raise on an assistant message with more than one tool call
+    ("This model only supports single tool-calls at once!"): two calls in one reply, or
+    in a history a client sends, become call, result, call, result."""
+    two = '[{"name": "get_weather", "parameters": {"city": "Paris"}}, ' \
+          '{"name": "get_weather", "parameters": {"city": "Rome"}}]'
+    s, tok = _session(family, [two, "", "Sunny, then rainy."], LLAMA, bos="<|begin_of_text|>", eos="<|eot_id|>",
+                      tools=[WEATHER])
+    reply = s.send("Weather in Paris and Rome?")
+    assert [c.arguments["city"] for c in reply.tool_calls] == ["Paris", "Rome"]
+    paris, rome = reply.tool_calls
+    s.add_tool_result(rome.id, "rainy")  # results in any order: matched by id
+    s.add_tool_result(paris.id, "sunny")
+    assert s.send().text == "Sunny, then rainy."
+    user = {"role": "user", "content": "Weather in Paris and Rome?"}
+
+    def call(city, call_id):
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]}
+    one_at_a_time = [user, call("Paris", paris.id), {"role": "tool", "tool_call_id": paris.id, "content": "sunny"},
+                     call("Rome", rome.id), {"role": "tool", "tool_call_id": rome.id, "content": "rainy"},
+                     {"role": "assistant", "content": "Sunny, then rainy."}]
+    bos, eos = FAMILIES[family]
+    want = hf_render(template(family), one_at_a_time, False, tools=[WEATHER], bos_token=bos, eos_token=eos)
+    assert s.context.tokens == tok.encode(want, add_special=False, parse_special=True)
+
+
+@pytest.mark.parametrize("answer", ["[1, 2] are the ids", "{x} is a placeholder"])
+def test_llama3_answer_that_opens_like_json_streams_once_it_cannot_be_a_call(answer):
+    """With tools offered, a reply opening with [ or { was held back whole, in case it was
+    a call, until the model ended: a list must open with an object, an object with a key."""
+    s, tok = _session("llama-3.2", [answer], LLAMA, bos="<|begin_of_text|>", eos="<|eot_id|>", tools=[WEATHER])
+    pieces = list(s.stream("ids?"))
+    reply = pieces.pop()
+    assert "".join(pieces) == reply.text == answer and reply.tool_calls == []
+    assert len(pieces) > 1 and len(pieces[0]) <= 3  # streamed from the third character on
+
+
 def test_llama3_plain_answer_with_tools_offered_is_text():
     s, tok = _session("llama-3.2", ["Hello world"], LLAMA, bos="<|begin_of_text|>", eos="<|eot_id|>",
                       tools=[WEATHER])
@@ -338,6 +381,116 @@ def test_phi4_mini_functools_calls():
     assert [c.arguments["city"] for c in reply.tool_calls] == ["Paris", "Rome"]
     # the tools reached the model the way Phi-4-mini's template takes them
     assert '<|system|><|tool|>[{"name": "get_weather"' in tok.decode(s.context.tokens)
+    # and its calls stay in the history as it wrote them (its template renders content only)
+    assert "<|assistant|>" + calls + "<|end|>" in tok.decode(s.context.tokens)
     s.add_tool_result(reply.tool_calls[0].id, "sunny")
     s.add_tool_result(reply.tool_calls[1].id, "sunny")
     assert s.send().text == "Both sunny."
+
+
+MISTRAL = ("</s>", "<s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+           "[TOOL_RESULTS]", "[/TOOL_RESULTS]")
+
+
+def test_mistral_nemo_tool_calls_and_results():
+    """Mistral Nemo writes its calls as [TOOL_CALLS][{...}, ...] (llama.cpp's MISTRAL_NEMO
+    format), and its template raises unless every tool call id is 9 letters or digits."""
+    calls = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "a1b2c3d4e"}, ' \
+            '{"name": "get_weather", "arguments": {"city": "Rome"}, "id": "f5g6h7i8j"}]'
+    s, tok = _session("mistral-nemo", [calls], MISTRAL, bos="<s>", eos="</s>", opener="[/INST]", tools=[WEATHER])
+    reply = s.send("Weather in Paris and Rome?")
+    assert (reply.text, reply.finish_reason, reply.tool_call_errors) == ("", "tool_calls", [])
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("get_weather", {"city": "Paris"}),
+                                                                  ("get_weather", {"city": "Rome"})]
+    s.add_tool_result(reply.tool_calls[0].id, "sunny")
+    s.add_tool_result(reply.tool_calls[1].id, "rainy")
+    prompt = s.chat.render(s.history, True, s.tools)
+    ids = re.findall(r'"id": "([^"]*)"', prompt)
+    assert len(set(ids)) == 2 and all(re.fullmatch("[A-Za-z0-9]{9}", i) for i in ids), ids
+    assert re.findall(r'"call_id": "([^"]*)"', prompt) == ids  # each result names its call
+    history = _as_hf(s.history)
+    history[1]["tool_calls"][0]["id"], history[1]["tool_calls"][1]["id"] = ids
+    history[2]["tool_call_id"], history[3]["tool_call_id"] = ids
+    assert prompt == hf_render(template("mistral-nemo"), history, True, tools=[WEATHER],
+                               bos_token="<s>", eos_token="</s>")
+    assert prompt.endswith('[TOOL_RESULTS]{"content": rainy, "call_id": "' + ids[1] + '"}[/TOOL_RESULTS]')
+    s.send()  # the next turn renders (the scripted model has nothing more to say)
+
+
+@pytest.mark.parametrize("reply", [
+    '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Par',  # cut off by max_tokens
+    '[TOOL_CALLS]{"name": "get_weather", "arguments": []}',
+], ids=["truncated", "bad-arguments"])
+def test_mistral_nemo_malformed_call_is_a_tool_call_error(reply):
+    s, tok = _session("mistral-nemo", [reply], MISTRAL, bos="<s>", eos="</s>", opener="[/INST]", tools=[WEATHER])
+    out = s.send("Weather in Paris?")
+    assert (out.text, out.tool_calls, len(out.tool_call_errors)) == ("", [], 1)
+
+
+def test_deepseek_r1_gets_tool_calls_as_llama_cpp_gives_them():
+    """DeepSeek-R1's template renders an assistant's calls only when its content is None
+    and joins ``arguments`` to strings with ``+``: given "" and a dict, as other templates
+    want them, the call vanished from the history (an empty assistant turn)."""
+    bos, eos = FAMILIES["deepseek-r1-distill-qwen"]
+    source = template("deepseek-r1-distill-qwen")
+    messages, _ = CONVERSATIONS["tool call and result"]
+    got = Chat(source, bos_token=bos, eos_token=eos).render(messages, True)
+    openai = copy.deepcopy(messages)  # as an OpenAI client sends them back
+    openai[2]["content"] = None
+    openai[2]["tool_calls"][0]["function"]["arguments"] = '{"city":"Paris"}'
+    assert Chat(source, bos_token=bos, eos_token=eos).render(openai, True) == \
+        got.replace('{"city": "Paris"}', '{"city":"Paris"}')
+    assert got == hf_render(source, openai, True, bos_token=bos, eos_token=eos).replace(
+        '{"city":"Paris"}', '{"city": "Paris"}')
+    assert ("<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+            '```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜>') in got
+
+
+@pytest.mark.parametrize("family, text", [
+    ("mistral-nemo", 'Let me check.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]'),
+    ("llama-3.1", 'Let me check.<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}'),
+], ids=["mistral", "llama-3.1"])
+def test_calls_after_some_text(family, text):
+    """A call marker that is a special token may follow some text: llama.cpp returns the
+    text as content and the calls as tool_calls (it came back as all text)."""
+    if family == "mistral-nemo":
+        s, tok = _session(family, [text], MISTRAL, bos="<s>", eos="</s>", opener="[/INST]", tools=[WEATHER])
+    else:
+        s, tok = _session(family, [text], LLAMA, bos="<|begin_of_text|>", eos="<|eot_id|>", tools=[WEATHER])
+    pieces = list(s.stream("Weather in Paris?"))
+    reply = pieces.pop()
+    assert "".join(pieces) == reply.text == "Let me check."
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert reply.finish_reason == "tool_calls"
+
+
+def test_gemma3_parallel_calls_go_back_into_history_as_a_json_list():
+    """Gemma's template renders content only: two calls went back as two JSON objects run
+    together, which is neither what the model wrote nor readable as calls."""
+    two = '[{"name": "get_weather", "arguments": {"city": "Paris"}}, ' \
+          '{"name": "get_weather", "arguments": {"city": "Rome"}}]'
+    s, tok = _session("gemma-3", [two], GEMMA, bos="<bos>", eos="<eos>", end_token="<end_of_turn>", tools=[WEATHER])
+    reply = s.send("Weather in Paris and Rome?")
+    assert [c.arguments["city"] for c in reply.tool_calls] == ["Paris", "Rome"]
+    assert "<start_of_turn>model\n" + two + "<end_of_turn>" in tok.decode(s.context.tokens)
+
+
+R1_CALLS = R1 + ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+                 "<｜tool▁sep｜>", "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>",
+                 "<｜tool▁output▁end｜>")
+
+
+def test_deepseek_r1_native_tool_calls():
+    """DeepSeek-R1's own call layout (llama.cpp's DEEPSEEK_R1 format), which its template
+    shows it in history, is read as calls, after the thinking."""
+    native = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+              '```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
+    s, tok = _session("deepseek-r1-distill-qwen", ["<think>\nplan\n</think>\n\n" + native], R1_CALLS,
+                      bos="<｜begin▁of▁sentence｜>", eos="<｜end▁of▁sentence｜>", opener="<｜Assistant｜>",
+                      tools=[WEATHER])
+    reply = s.send("Weather in Paris?")
+    assert (reply.thinking, reply.text, reply.finish_reason) == ("plan", "", "tool_calls")
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert tok.decode(s.context.tokens).endswith(
+        "<｜User｜>Weather in Paris?<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+        'get_weather\n```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜>')

@@ -180,3 +180,33 @@ def test_tool_call_between_markers_is_json_schema_json():
         # after the last listed key's value only the closing brace may come, no other key
         after_args = allowed_after('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome", "unit": "c"')
         assert after_args and all(p.startswith(b"}") for p in after_args), after_args[:10]
+
+
+def _r1_session(m, **options):
+    """SmolLM2 driven through DeepSeek-R1-Distill's template, whose generation prompt
+    opens the thinking block (``<｜Assistant｜><think>\\n``)."""
+    from pathlib import Path
+
+    from infer.chat import Chat
+    source = (Path(__file__).parent / "chat_templates" / "deepseek-r1-distill-qwen.jinja").read_text(encoding="utf-8")
+    s = ChatSession(m, temperature=0, **options)
+    s.chat = Chat(source, bos_token="<｜begin▁of▁sentence｜>", eos_token=m.chat.eos_token)
+    return s
+
+
+def test_forced_tool_call_after_a_thinking_block_the_prompt_opened():
+    """With the thinking block open, a grammar that starts with the call had the model
+    write the call inside the block: it came back as reasoning, with no tool call (llama.cpp
+    closes the block first in its DeepSeek-R1 grammar)."""
+    with load_installed("smollm2") as m:
+        s = _r1_session(m, tools=TOOLS)
+        r = s.send("What is the weather in Paris?", tool_choice={"type": "function", "function": {"name": "add"}},
+                   max_tokens=80)
+        assert r.finish_reason == "tool_calls" and [c.name for c in r.tool_calls] == ["add"]
+        jsonschema.validate(r.tool_calls[0].arguments, ADD)
+        assert (r.thinking, r.text) == ("", "")
+        s = _r1_session(m)
+        fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+        r = s.send("Describe a person.", response_format=fmt, max_tokens=80)
+        jsonschema.validate(json.loads(r.text), PERSON)
+        assert r.thinking == ""

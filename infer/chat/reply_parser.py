@@ -4,6 +4,7 @@ or a marker."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Optional, Sequence
 
 from ..generate import _held_back
@@ -15,23 +16,50 @@ CONTENT, THINK, TOOL, JSON = "content", "think", "tool", "json"
 PYTHON_TAG = "<|python_tag|>"
 # Phi-4-mini writes its calls as functools[{"name": ..., "arguments": ...}, ...].
 FUNCTOOLS = "functools["
+# Mistral Nemo (and Ministral) write [TOOL_CALLS][{"name": ..., "arguments": ..., "id": ...}, ...].
+MISTRAL_TOOL_CALLS = "[TOOL_CALLS]"
+# Granite 3.x writes <|tool_call|>[{"name": ..., "arguments": ...}, ...] (its system prompt says so).
+GRANITE_TOOL_CALL = "<|tool_call|>"
+# DeepSeek-R1 writes <｜tool▁calls▁begin｜>, then per call <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+# "\n```json\n" ARGUMENTS "\n```" <｜tool▁call▁end｜>, then <｜tool▁calls▁end｜> (its template's own layout).
+DEEPSEEK_TOOL_CALLS = "<｜tool▁calls▁begin｜>"
+_DEEPSEEK_CALL = re.compile(r"<｜tool▁call▁begin｜>\s*(?:function)?\s*<｜tool▁sep｜>\s*([^\n]*?)\s*\n"
+                            r"```(?:json)?\s*\n?(.*?)\s*```\s*(?:<｜tool▁call▁end｜>|$)", re.S)
+#: the texts that open a reply made of tool calls, and what each leaves of itself before the JSON
+CALL_PREFIXES = ((PYTHON_TAG, ""), (MISTRAL_TOOL_CALLS, ""), (GRANITE_TOOL_CALL, ""), (FUNCTOOLS, "["),
+                 (DEEPSEEK_TOOL_CALLS, DEEPSEEK_TOOL_CALLS))
+# The prefixes that are special tokens may also follow some text ("Let me check.[TOOL_CALLS][...]",
+# which llama.cpp's Mistral and Llama 3 parsers read as content, then calls).
+MIDWAY_PREFIXES = (PYTHON_TAG, MISTRAL_TOOL_CALLS, GRANITE_TOOL_CALL, DEEPSEEK_TOOL_CALLS)
+
+
+def _deepseek_calls(text: str) -> list[str]:
+    """DeepSeek-R1's calls as ``{"name": ..., "arguments": "<its text>"}`` JSON (the arguments
+    left as written, for `parse_tool_call` to decode or report); the whole text when none parses."""
+    calls = [json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+             for name, args in _DEEPSEEK_CALL.findall(text)]
+    return calls or [text]
 
 
 def json_tool_calls(reply: str) -> Optional[list[str]]:
     """The tool calls of a reply that is only JSON, as Llama 3.x writes them
     (``{"name": ..., "parameters": ...}``, possibly after ``<|python_tag|>``, or
-    a list of such objects) or Phi-4-mini does (``functools[...]``); None when the
-    reply is not a call."""
+    a list of such objects), Phi-4-mini does (``functools[...]``), Mistral does
+    (``[TOOL_CALLS][...]``), Granite does (``<|tool_call|>[...]``) or DeepSeek-R1 does
+    (``<｜tool▁calls▁begin｜>...``); None when the reply is not a call."""
     text = reply.strip()
-    if text.startswith(PYTHON_TAG):
-        text = text[len(PYTHON_TAG):].strip()
-    elif text.startswith(FUNCTOOLS):
-        text = text[len(FUNCTOOLS) - 1:]
+    if text.startswith(DEEPSEEK_TOOL_CALLS):
+        return _deepseek_calls(text)
+    marked = False
+    for prefix, kept in CALL_PREFIXES:
+        if text.startswith(prefix):
+            text, marked = (kept + text[len(prefix):]).strip(), True
+            break
     try:
         obj = json.loads(text)
     except json.JSONDecodeError:
         # a malformed call is still a call, to be reported as a ToolCallError
-        return [text] if text.startswith("{") and '"name"' in text else None
+        return [text] if marked or (text.startswith("{") and '"name"' in text) else None
     if isinstance(obj, dict) and "name" in obj:
         return [text]
     if isinstance(obj, list) and obj and all(isinstance(o, dict) and "name" in o for o in obj):
@@ -71,6 +99,8 @@ class ReplyParser:
             markers.append(self.think[0])
         if self.tool:
             markers.append(self.tool[0])
+        elif self.json_tools:
+            markers.extend(MIDWAY_PREFIXES)
         return markers
 
     def feed(self, text: str) -> list[tuple[str, str]]:
@@ -89,10 +119,11 @@ class ReplyParser:
                     head = self.buf.lstrip()
                     if not head:
                         break
-                    if head.startswith(("{", "[", PYTHON_TAG, FUNCTOOLS)):
+                    prefixes = tuple(prefix for prefix, _ in CALL_PREFIXES)
+                    if head.startswith(("{", "[") + prefixes):
                         self.state = JSON
                         continue
-                    if PYTHON_TAG.startswith(head) or FUNCTOOLS.startswith(head):
+                    if any(prefix.startswith(head) for prefix in prefixes):
                         break  # could still become one of them
                 hit = _earliest(self.buf, self._content_markers())
                 if hit is None:
@@ -107,6 +138,9 @@ class ReplyParser:
                     self.state = THINK
                 elif self.tool and marker == self.tool[0]:
                     self.state = TOOL
+                elif self.json_tools and not self.tool and marker in MIDWAY_PREFIXES:
+                    self.buf = marker + self.buf  # the calls, read whole at the end
+                    self.state = JSON
                 else:
                     self.stopped = True
                     self.buf = ""
@@ -132,6 +166,9 @@ class ReplyParser:
                 self.buf = self.buf[at + len(self._tool_close):]
                 self.state, self._drop_space = CONTENT, True
             else:  # JSON: a whole reply that may be a tool call; decided at the end
+                if not _could_be_calls(self.buf):
+                    self.state, self._started = CONTENT, True  # streamed as the text it is
+                    continue
                 break
         return out
 
@@ -169,6 +206,17 @@ class ReplyParser:
         else:
             self.thinking.append(text)
         out.append((kind, text))
+
+
+def _could_be_calls(text: str) -> bool:
+    """False once ``text`` is JSON that cannot be calls (an object's first key, a list's
+    first item, must open as a call's does): "[1, 2] are..." streams without waiting."""
+    text = text.lstrip()
+    prefixes = tuple(prefix for prefix, _ in CALL_PREFIXES)
+    if text.startswith(prefixes) or any(prefix.startswith(text) for prefix in prefixes):
+        return True
+    rest = text[1:].lstrip()
+    return not rest or rest[0] == ('"' if text.startswith("{") else "{")
 
 
 def _earliest(text: str, markers: Sequence[str]) -> Optional[tuple[int, str]]:

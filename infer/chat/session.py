@@ -13,7 +13,7 @@ import json
 import uuid
 import warnings
 import weakref
-from typing import Any, Generator, Iterator, Optional, Sequence, Union
+from typing import Any, Generator, Iterator, Mapping, Optional, Sequence, Union
 
 from ..generate import logprob_entry
 from ..runtime import LONG_TEXT, ContextOverflowError, run_apart
@@ -194,7 +194,6 @@ class ChatSession:
         its k best alternatives in ``Reply.logprobs``, and each piece is then a `TextPiece`
         whose ``.logprobs`` holds those of the tokens generated since the piece before.
         """
-        constraint = self._constraint(response_format, tool_choice)
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
             raise ValueError(f"logprobs: expected an int >= 0 or None, got {logprobs!r}")
         if text is not None and not isinstance(text, str):
@@ -230,6 +229,7 @@ class ChatSession:
         think = self.chat.think_markers
         # A generation prompt may itself open the thinking block (R1-style templates).
         in_thinking = think is not None and prompt_text.rstrip().endswith(think[0])
+        constraint = self._constraint(response_format, tool_choice, think[1] if think and in_thinking else None)
         turn = self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
                           self._version, logprobs, continued or "")
         if constraint is not None:
@@ -271,18 +271,25 @@ class ChatSession:
                              "only a non-empty text reply without tool calls can be")
         return content
 
-    def _constraint(self, response_format: Optional[Message], tool_choice: Any) -> Any:
+    def _constraint(self, response_format: Optional[Message], tool_choice: Any,
+                    close_thinking: Optional[str] = None) -> Any:
         """The grammar of a turn's response_format / tool_choice (GrammarError here,
-        before any token, when it is invalid)."""
+        before any token, when it is invalid).  When the generation prompt has opened a
+        thinking block, the grammar first closes it with ``close_thinking``, as llama.cpp's
+        does for DeepSeek-R1 when a call is required: else the constrained output would be
+        read as thinking."""
         if tool_choice in (None, "auto", "none") and response_format is None:
             return None
-        from ..structured import Constraint, grammar_from_response_format
+        from ..structured import Constraint, Grammar, grammar_from_response_format, lark_json
 
         grammar = None
         if tool_choice not in (None, "auto", "none"):
-            grammar = self._tool_call_grammar(tool_choice)
+            grammar = self._tool_call_grammar(tool_choice, close_thinking)
         elif response_format is not None:
             grammar = grammar_from_response_format(response_format)
+            if grammar is not None and close_thinking and isinstance(grammar.source, Mapping):
+                grammar = Grammar.lark(f'start: {self._literal(close_thinking)} "\\n\\n" answer\n'
+                                       f"answer: {lark_json(grammar.source)}")
         if grammar is None:
             return None
         if not hasattr(self.context.sampler, "grammar"):
@@ -291,9 +298,15 @@ class ChatSession:
                             f"{type(self.context.sampler).__name__} has no grammar hook (use infer.Sampler)")
         return Constraint(grammar, self.tokenizer, n_vocab=self.model.engine.vocab_size)
 
-    def _tool_call_grammar(self, tool_choice: Any) -> Any:
+    def _literal(self, marker: str) -> str:
+        """``marker`` in a Lark grammar: its special token when it is one."""
+        tid = token_id(self.tokenizer.vocab, marker)
+        return f"<[{tid}]>" if tid is not None else json.dumps(marker)
+
+    def _tool_call_grammar(self, tool_choice: Any, close_thinking: Optional[str] = None) -> Any:
         """A grammar for one call of the session's tools (or of the one named),
-        between the template's tool-call markers when it has them."""
+        between the template's tool-call markers when it has them, after
+        ``close_thinking`` when a thinking block is open."""
         from ..structured import Grammar, lark_json
 
         if not self.tools:
@@ -313,16 +326,13 @@ class ChatSession:
             "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
         schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
         markers = self.chat.tool_call_markers
+        think = f'{self._literal(close_thinking)} "\\n\\n" ' if close_thinking else ""
         if markers is None:
-            return Grammar.json_schema(schema)
-        vocab = self.tokenizer.vocab
-
-        def literal(marker: str) -> str:
-            tid = token_id(vocab, marker)
-            return f"<[{tid}]>" if tid is not None else json.dumps(marker)
-
-        return Grammar.lark(f'start: {literal(markers[0])} "\\n" call "\\n" {literal(markers[1])}\n'
-                            f"call: {lark_json(schema)}")
+            if not think:
+                return Grammar.json_schema(schema)
+            return Grammar.lark(f"start: {think}call\ncall: {lark_json(schema)}")
+        return Grammar.lark(f'start: {think}{self._literal(markers[0])} "\\n" call "\\n" '
+                            f"{self._literal(markers[1])}\ncall: {lark_json(schema)}")
 
     def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
               stops: list[str], show_thinking: bool, in_thinking: bool,

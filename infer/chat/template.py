@@ -10,12 +10,15 @@ of thinking blocks and tool calls.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import re
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import jinja2
 
 from .replies import Message, ToolCall
+from .reply_parser import FUNCTOOLS, GRANITE_TOOL_CALL
 from .sandbox import ChatTemplateError, environment, render
 
 # ---- fallback templates (files without tokenizer.chat_template) ----------------------
@@ -65,6 +68,8 @@ _PROBE_SYSTEM = "probe-system-3e1f"
 _PROBE_USER = "probe-user-3e1f"
 _PROBE_ASSISTANT = "probe-assistant-3e1f"
 _PROBE_TOOL = "probe-tool-3e1f"
+# A tool call id every template takes: Mistral's want exactly 9 letters or digits.
+_PROBE_CALL_ID = "call03e1f"
 
 
 def token_id(vocab: Any, text: str) -> Optional[int]:
@@ -188,6 +193,12 @@ class Chat:
         """``messages`` reshaped into what this template accepts (see `render`)."""
         check_roles(messages, "messages")
         out = [self._normalize(message) for message in messages]
+        # (probed only for conversations with calls: a slow template costs nothing more otherwise)
+        if any(m.get("tool_calls") for m in out):
+            if self.needs_short_tool_call_ids:
+                out = [_with_short_ids(m) for m in out]
+            if not self.renders_parallel_tool_calls:
+                out = _one_call_per_message(out)
         if tools and self.tools_placement == "system_message":
             out = self._with_system_tools(out, tools)
         elif tools and self.tools_placement == "instructions":
@@ -225,13 +236,39 @@ class Chat:
         if calls:
             if not isinstance(calls, (list, tuple)):
                 raise TypeError(f"tool_calls: expected a list of calls, got {type(calls).__name__}")
-            calls = [_template_tool_call(c) for c in calls]
             if self.renders_tool_calls:
-                m["tool_calls"] = calls
+                content_none, string_arguments = self.tool_call_shape
+                m["tool_calls"] = [_template_tool_call(c, string_arguments) for c in calls]
+                if content_none and not content:
+                    m["content"] = None
             else:
+                calls = [_template_tool_call(c) for c in calls]
                 del m["tool_calls"]
-                m["content"] = content + "".join(self.tool_call_text(c["function"]) for c in calls)
+                m["content"] = content + self.tool_calls_text([c["function"] for c in calls])
         return m
+
+    @functools.cached_property
+    def call_prefix(self) -> Optional[str]:
+        """The text that opens a JSON list of calls in the template's family's format:
+        Granite's, whose system prompt says "respond only with <|tool_call|> followed by a
+        JSON list of tools used", and Phi-4-mini's (known by its tools on the system
+        message), which writes ``functools[...]``."""
+        if self.tool_call_markers:
+            return None
+        if GRANITE_TOOL_CALL in self.source + (self.tool_use_source or ""):
+            return GRANITE_TOOL_CALL
+        return FUNCTOOLS[:-1] if self.tools_placement == "system_message" else None
+
+    def tool_calls_text(self, functions: Sequence[Message]) -> str:
+        """How the model writes the calls of one reply, for a template that does not render
+        ``tool_calls`` itself: as the family writes them, else each between the tool-call
+        markers, else one JSON object or a list of them (Llama 3's way, read back alike)."""
+        calls = [{"name": f["name"], "arguments": f["arguments"]} for f in functions]
+        if self.call_prefix:
+            return self.call_prefix + json.dumps(calls, ensure_ascii=False)
+        if self.tool_call_markers or len(calls) == 1:
+            return "".join(self.tool_call_text(f) for f in functions)
+        return json.dumps(calls, ensure_ascii=False)
 
     def tool_call_text(self, function: Message) -> str:
         """How the model writes one call (the format `ChatSession` parses back)."""
@@ -281,12 +318,51 @@ class Chat:
 
     @functools.cached_property
     def supports_tool_role(self) -> bool:
-        call = {"id": "call_0", "type": "function", "function": {"name": "probe", "arguments": {}}}
+        call = {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": "probe", "arguments": {}}}
         text = self._renders([
             {"role": "user", "content": _PROBE_USER},
             {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "call_0", "name": "probe", "content": _PROBE_TOOL}])
+            {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": "probe", "content": _PROBE_TOOL}])
         return text is not None and _PROBE_TOOL in text
+
+    @functools.cached_property
+    def tool_call_shape(self) -> tuple[bool, bool]:
+        """How the template wants an assistant message with tool calls, as llama.cpp's
+        minja finds out: ``(content_none, string_arguments)``.  Most take ``arguments`` as
+        an object (they ``tojson`` it) and any content; DeepSeek-R1's renders the calls only
+        when ``content`` is None and joins ``arguments`` to strings with ``+``."""
+        arguments = {"probe_arg": _PROBE_ASSISTANT}
+        for shape in ((False, False), (True, False), (False, True), (True, True)):
+            content_none, string_arguments = shape
+            call = {"id": _PROBE_CALL_ID, "type": "function", "function": {
+                "name": "probe_fn", "arguments": _json_text(arguments) if string_arguments else arguments}}
+            text = self._renders([{"role": "user", "content": _PROBE_USER},
+                                  {"role": "assistant", "content": None if content_none else "",
+                                   "tool_calls": [call]}])
+            if text is not None and "probe_fn" in text and json.dumps(arguments) in text:
+                return shape
+        return False, False
+
+    @functools.cached_property
+    def renders_parallel_tool_calls(self) -> bool:
+        """False when the template renders a message with one tool call but refuses one
+        with two (Llama 3.1's and 3.2's raise "only supports single tool-calls at once")."""
+        def renders(n: int) -> bool:
+            calls = [{"id": f"call{i}3e1f", "type": "function", "function": {"name": "probe", "arguments": {}}}
+                     for i in range(n)]
+            return self._renders([{"role": "user", "content": _PROBE_USER},
+                                  {"role": "assistant", "content": "", "tool_calls": calls}]) is not None
+        return not self.renders_tool_calls or renders(2) or not renders(1)
+
+    @functools.cached_property
+    def needs_short_tool_call_ids(self) -> bool:
+        """Whether the template takes only 9-character alphanumeric tool call ids (Mistral's
+        rule: its templates raise on any other), so that OpenAI-style ids are rewritten."""
+        def renders(call_id: str) -> bool:
+            call = {"id": call_id, "type": "function", "function": {"name": "probe", "arguments": {}}}
+            return self._renders([{"role": "user", "content": _PROBE_USER},
+                                  {"role": "assistant", "content": "", "tool_calls": [call]}]) is not None
+        return not renders("call_" + "0" * 24) and renders(_PROBE_CALL_ID)
 
     @functools.cached_property
     def renders_tool_calls(self) -> bool:
@@ -371,8 +447,67 @@ def function_of(tool: Message) -> Message:
     return tool["function"] if tool.get("type") == "function" and "function" in tool else tool
 
 
-def _template_tool_call(call: Any) -> Message:
-    """An OpenAI tool call with its ``arguments`` as a dict (HF templates ``tojson`` them)."""
+_SHORT_ID = re.compile(r"[A-Za-z0-9]{9}")
+_ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def short_tool_call_id(call_id: str) -> str:
+    """``call_id`` as 9 letters and digits: itself if it is already, else a digest of it,
+    so that a call and the tool result that names it still match, turn after turn."""
+    if _SHORT_ID.fullmatch(call_id):
+        return call_id
+    n = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
+    return "".join(_ALNUM[(n // 62 ** i) % 62] for i in range(9))
+
+
+def _with_short_ids(message: Message) -> Message:
+    if isinstance(message.get("tool_call_id"), str):
+        message = dict(message, tool_call_id=short_tool_call_id(message["tool_call_id"]))
+    if message.get("tool_calls"):
+        message = dict(message, tool_calls=[dict(c, id=short_tool_call_id(c["id"])) if isinstance(c.get("id"), str)
+                                            else c for c in message["tool_calls"]])
+    return message
+
+
+def _json_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def _one_call_per_message(messages: list[Message]) -> list[Message]:
+    """Each assistant message with several tool calls split into one message per call,
+    each followed by its results (matched by ``tool_call_id``, else in order): the
+    conversation a one-call-at-a-time model such as Llama 3.1 would have had."""
+    out: list[Message] = []
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        i += 1
+        calls = message.get("tool_calls") or []
+        if message["role"] != "assistant" or len(calls) < 2:
+            out.append(message)
+            continue
+        results = []
+        while i < len(messages) and messages[i]["role"] == "tool":
+            results.append(messages[i])
+            i += 1
+        ids = [call.get("id") for call in calls]
+        by_call: list[list[Message]] = [[r for r in results if call_id is not None and r.get("tool_call_id") == call_id]
+                                        for call_id in ids]
+        unmatched = [r for r in results if not any(r is m for mine in by_call for m in mine)]
+        for mine in by_call:
+            if not mine and unmatched:
+                mine.append(unmatched.pop(0))
+        for n, (call, mine) in enumerate(zip(calls, by_call)):
+            later = None if message["content"] is None else ""
+            out.append(dict(message, content=message["content"] if n == 0 else later, tool_calls=[call]))
+            out.extend(mine)
+        out.extend(unmatched)
+    return out
+
+
+def _template_tool_call(call: Any, string_arguments: bool = False) -> Message:
+    """An OpenAI tool call with its ``arguments`` as a dict (HF templates ``tojson`` them),
+    or as JSON text for a template that takes them so (given text is kept as it is)."""
     if isinstance(call, ToolCall):
         call = call.to_openai()
     if not isinstance(call, dict):
@@ -382,7 +517,9 @@ def _template_tool_call(call: Any) -> Message:
         raise TypeError(f"tool_calls: expected {{'function': {{'name': ..., 'arguments': ...}}}}, got {call!r}")
     function = dict(function)
     args = function.get("arguments", {})
-    if isinstance(args, str):
+    if string_arguments:
+        args = _json_text(args)
+    elif isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError:
