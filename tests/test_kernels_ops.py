@@ -590,8 +590,34 @@ def test_misuse_positions_that_overflow():
         K.attention(x, cache, cache, big, np.empty_like(x))
     with pytest.raises(ValueError, match="pos0"):
         K.rope(x.copy(), big)
-    with pytest.raises(OverflowError):
-        K.kv_store(x, cache, 2**63)
+    for call in (lambda: K.kv_store(x, cache, 2**63), lambda: K.rope(x.copy(), 2**63),
+                 lambda: K.attention(x, cache, cache, 2**64, np.empty_like(x))):
+        with pytest.raises(ValueError, match="^pos0: .* does not fit a 64-bit integer"):
+            call()
+
+
+@pytest.mark.parametrize("bad", [1.5, 2.0, True, np.float32(1.0), "1"])
+def test_misuse_positions_that_are_not_integers(bad):
+    """A position, window or rot_dim of 1.5 was truncated to 1 (and True taken as 1):
+    a caller's bug run silently at another position."""
+    x = np.ones((2, 2, 8), np.float32)
+    cache = np.zeros((2, 16, 8), np.float32)
+    with pytest.raises(TypeError, match="^pos0: expected an integer"):
+        K.kv_store(x, cache, bad)
+    assert not cache.any()
+    with pytest.raises(TypeError, match="^pos0: expected an integer"):
+        K.attention(x, cache, cache, bad, np.empty_like(x))
+    with pytest.raises(TypeError, match="^window: expected an integer"):
+        K.attention(x, cache, cache, 0, np.empty_like(x), window=bad)
+    with pytest.raises(TypeError, match="^pos0: expected an integer"):
+        K.rope(x, bad)
+    with pytest.raises(TypeError, match="^rot_dim: expected an integer"):
+        K.rope(x, rot_dim=bad)
+    assert (x == 1).all()
+    # numpy integers are integers
+    K.kv_store(x, cache, np.int64(3))
+    K.attention(x, cache, cache, np.uint8(3), np.empty_like(x), window=np.int32(2))
+    K.rope(x, pos0=np.int16(-2), rot_dim=np.int64(4))
 
 
 def test_misuse_overlapping_buffers():
