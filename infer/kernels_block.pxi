@@ -122,6 +122,7 @@ cdef class TransformerDecoder:
     cdef list keep
     cdef object lock
     cdef int q_dim, kv_dim
+    cdef bint initialised
 
     def __cinit__(self):
         self.layers = NULL
@@ -130,6 +131,12 @@ cdef class TransformerDecoder:
         import numpy as np
         import threading
         cdef int i, rc
+        # A second __init__ would replace self.keep, freeing the scratch and weights
+        # that self.s and self.m still point to: a step after it (or after it failed
+        # half-way) would read freed memory.
+        if self.initialised:
+            raise RuntimeError("TransformerDecoder: already initialised; build a new one")
+        self.initialised = True
         self.keep = []
         self.lock = threading.Lock()
         c = config

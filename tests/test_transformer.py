@@ -13,6 +13,7 @@
   model while another thread decodes gives that thread ModelClosedError.
 """
 import math
+import os
 import subprocess
 import sys
 import time
@@ -346,6 +347,41 @@ def test_decoder_checks_tokens_positions_and_caches(tiny):
     dec.release()
     with pytest.raises(RuntimeError, match="closed"):
         dec.decode(3, 0, kc, vc, logits)
+
+
+REINIT_SCRIPT = """
+import sys
+sys.path[:0] = [sys.argv[1]]
+import test_transformer as T
+from infer import kernels as K
+from infer.variants.transformer import decoder_arguments
+spec = T.SPECS[sorted(T.SPECS)[0]]
+engine, _ = T.tiny_engine(spec)
+embd, output, output_norm, layers = decoder_arguments(spec, engine.live_weights())
+dec = K.TransformerDecoder(spec, embd, output, output_norm, layers)
+ctx = engine.create_context(n_ctx=16)
+dec.decode(3, 0, ctx.k_cache, ctx.v_cache, ctx.logits)
+bad = [dict(layer) for layer in layers]
+bad[-1]["window"] = -1   # refused after the first binding was dropped
+try:
+    dec.__init__(spec, embd, output, output_norm, bad)
+except RuntimeError as e:
+    print(e)
+dec.decode(3, 1, ctx.k_cache, ctx.v_cache, ctx.logits)
+del dec, layers, embd, output, output_norm, engine
+import gc; gc.collect()
+print("ok")
+"""
+
+
+def test_decoder_cannot_be_initialised_twice():
+    """A second __init__ replaced the list holding the scratch buffers and weights the
+    C step points to: when it then failed (or succeeded), the next step or the garbage
+    collector read freed memory (a segfault).  It is refused; the first binding stays."""
+    r = subprocess.run([sys.executable, "-c", REINIT_SCRIPT, os.path.dirname(os.path.abspath(__file__))],
+                       capture_output=True, text=True, timeout=300, cwd=IMPORT_ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[:2] == ["TransformerDecoder: already initialised; build a new one", "ok"], r.stdout
 
 
 # ---- metadata checked at load (issue 15 items 8 and 12) --------------------------------
