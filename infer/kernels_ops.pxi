@@ -136,7 +136,7 @@ def softmax(x):
     """In place: each row of the last axis becomes its softmax.
 
     x: float32 (..., n).  -inf entries get probability 0; a row that is all -inf
-    becomes all zeros.
+    becomes all zeros; a row holding a NaN becomes all NaN (as numpy).
     """
     _check_f32(x, "x", True)
     cdef int64_t n = _row_len(x, "x")

@@ -161,6 +161,22 @@ def test_softmax_neg_inf(isa):
     np.testing.assert_array_equal(x[2], 0)   # all -inf: zeros, documented
 
 
+@pytest.mark.parametrize("n", [1, 3, 8, 17, 64, 100])
+def test_softmax_nan_row_is_nan(isa, n):
+    """As numpy: a row holding a NaN is all NaN, on every ISA (AVX-512 dropped the NaN
+    and gave the other entries finite probabilities; scalar gave NaN, or zeros for an
+    all-NaN row); rows without NaN are untouched by it."""
+    x = rng(250 + n).standard_normal((4, n)).astype(np.float32)
+    x[0, 0] = np.nan
+    x[1, -1] = np.nan
+    x[2] = np.nan
+    with np.errstate(invalid="ignore"):
+        ref = softmax_ref(x)
+    K.softmax(x)
+    assert np.isnan(x[:3]).all()
+    np.testing.assert_allclose(x[3], ref[3], rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("which", ["silu", "gelu"])
 def test_glu(isa, n, which):
