@@ -705,7 +705,8 @@ def test_thread_counts_are_integers_and_the_cap_warns():
             K.set_num_threads(1.5)
         with pytest.raises(TypeError):
             K.set_num_threads(True)
-        with pytest.raises(ValueError):
-            K.set_num_threads(0)
+        for bad in (0, -1, -2**70):   # -1 said "must be >= 0"
+            with pytest.raises(ValueError, match=f"^n: thread count must be >= 1, got {bad}$"):
+                K.set_num_threads(bad)
     finally:
         K.set_num_threads(before)
