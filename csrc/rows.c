@@ -1,5 +1,7 @@
 /* rows.c: the row-wise float ops over many rows (a prompt's tokens), split between
  * the pool's threads when the work is large enough to pay for waking them. */
+#include <math.h>
+
 #include "infer_kernels.h"
 
 /* Below this many elements one thread does it all (a decode step's rows). */
@@ -17,6 +19,19 @@ typedef struct {
     int64_t rows, n;
     float eps;
 } rows_task;
+
+/* As numpy: a row holding a NaN becomes all NaN.  Checked here, once for every ISA:
+ * the kernels' max ignores NaN (x > max is false) and their vector exp maps it to a
+ * finite value, so without it scalar gave NaN and AVX-512 dropped the NaN entry. */
+static void softmax_row(const infer_kernel_table *t, float *x, int64_t n) {
+    int nan = 0;
+    for (int64_t i = 0; i < n; i++) nan |= x[i] != x[i];
+    if (nan) {
+        for (int64_t i = 0; i < n; i++) x[i] = NAN;
+        return;
+    }
+    t->softmax(x, n);
+}
 
 static void rows_worker(void *arg, int ith, int nth) {
     const rows_task *a = (const rows_task *)arg;
@@ -39,7 +54,7 @@ static void rows_worker(void *arg, int ith, int nth) {
         case OP_LAYERNORM:
             a->t->layernorm(a->x + off, a->weight, a->bias, a->out + off, a->n, a->eps);
             break;
-        case OP_SOFTMAX: a->t->softmax(a->out + off, a->n); break;
+        case OP_SOFTMAX: softmax_row(a->t, a->out + off, a->n); break;
         default: break;
         }
     }

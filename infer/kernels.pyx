@@ -146,8 +146,13 @@ def set_isa(name):
 def set_num_threads(n):
     """Number of threads the kernels use (>= 1; above the pool's limit, the limit
     with a warning)."""
-    n = _count(n, "n")
-    if n < 1:
+    if isinstance(n, (bool, _np.bool_)):
+        raise TypeError("n: expected an integer, got bool")
+    try:
+        n = _operator.index(n)
+    except TypeError:
+        raise TypeError(f"n: expected an integer, got {type(n).__name__}") from None
+    if n < 1:   # not _count: -1 is refused for being below 1, not below 0
         raise ValueError(f"n: thread count must be >= 1, got {n}")
     infer_set_num_threads(<int>min(n, 1 << 30))
     cdef int got = infer_get_num_threads()

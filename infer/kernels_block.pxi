@@ -122,6 +122,7 @@ cdef class TransformerDecoder:
     cdef list keep
     cdef object lock
     cdef int q_dim, kv_dim
+    cdef bint initialised
 
     def __cinit__(self):
         self.layers = NULL
@@ -130,6 +131,12 @@ cdef class TransformerDecoder:
         import numpy as np
         import threading
         cdef int i, rc
+        # A second __init__ would replace self.keep, freeing the scratch and weights
+        # that self.s and self.m still point to: a step after it (or after it failed
+        # half-way) would read freed memory.
+        if self.initialised:
+            raise RuntimeError("TransformerDecoder: already initialised; build a new one")
+        self.initialised = True
         self.keep = []
         self.lock = threading.Lock()
         c = config
@@ -280,10 +287,14 @@ cdef class TransformerDecoder:
             raise ValueError("k_caches, v_caches, tokens, positions, logits: one of each per sequence")
         cdef list held = []
         cdef infer_block_seq seqs[INFER_BLOCK_MAX_BATCH]
+        # every buffer the step writes: K, V and logits of each sequence
+        cdef const void *span_at[3 * INFER_BLOCK_MAX_BATCH]
+        cdef Py_ssize_t span_len[3 * INFER_BLOCK_MAX_BATCH]
+        cdef int a_i, b_i
         cdef uint8_t[::1] kb
         cdef uint8_t[::1] vb
         cdef float[::1] lv
-        seen = set()
+        names = []
         for i in range(n):
             k, v = k_caches[i], v_caches[i]
             if not isinstance(k, np.ndarray) or not isinstance(v, np.ndarray):
@@ -296,14 +307,14 @@ cdef class TransformerDecoder:
                                  f"n_ctx, {self.m.head_dim}) for both caches, got {k.shape} and {v.shape}")
             if not (k.flags.c_contiguous and v.flags.c_contiguous and k.flags.writeable and v.flags.writeable):
                 raise ValueError(f"k_caches[{i}], v_caches[{i}]: must be C-contiguous and writable")
+            if not (k.flags.aligned and v.flags.aligned):
+                raise ValueError(f"k_caches[{i}], v_caches[{i}]: must be aligned to their elements "
+                                 f"(an odd-offset view?)")
             if not 1 <= k.shape[2] <= _INT_LIMIT:
                 raise ValueError(f"k_caches[{i}]: n_ctx {k.shape[2]} out of range")
-            for a in (k, v):   # two sequences writing one cache would mix their K/V
-                where = a.__array_interface__["data"][0]
-                if where in seen:
-                    raise ValueError(f"k_caches[{i}]/v_caches[{i}]: a cache appears twice in one step")
-                seen.add(where)
-            token, pos = tokens[i], positions[i]
+            # integers only: a token or position of 1.5 would be truncated to 1
+            token = _int64(tokens[i], f"tokens[{i}]")
+            pos = _int64(positions[i], f"positions[{i}]")
             if not 0 <= token < self.m.vocab_size:
                 raise ValueError(f"tokens[{i}]: id {token} outside the vocabulary [0, {self.m.vocab_size})")
             if not 0 <= pos < k.shape[2]:
@@ -311,9 +322,17 @@ cdef class TransformerDecoder:
             lv = _f32_out(logits[i], f"logits[{i}]")
             if lv.shape[0] != self.m.vocab_size:
                 raise ValueError(f"logits[{i}]: expected {self.m.vocab_size} values, got {lv.shape[0]}")
+            _check_aligned_out(&lv[0], 4, f"logits[{i}]")
             kb = k.reshape(-1).view(np.uint8)
             vb = v.reshape(-1).view(np.uint8)
             held += [k, v, logits[i]]
+            span_at[3 * i] = &kb[0]
+            span_len[3 * i] = kb.shape[0]
+            span_at[3 * i + 1] = &vb[0]
+            span_len[3 * i + 1] = vb.shape[0]
+            span_at[3 * i + 2] = &lv[0]
+            span_len[3 * i + 2] = lv.shape[0] * 4
+            names += [f"k_caches[{i}]", f"v_caches[{i}]", f"logits[{i}]"]
             seqs[i].n_ctx = k.shape[2]
             seqs[i].kv_f16 = 1 if k.dtype == np.uint16 else 0
             seqs[i].k_cache = &kb[0]
@@ -321,6 +340,14 @@ cdef class TransformerDecoder:
             seqs[i].token = token
             seqs[i].pos = pos
             seqs[i].logits = &lv[0]
+        # The step writes all of them: two that share a byte (a cache given twice, a
+        # V cache overlapping its K cache, logits inside a cache) would mix their data.
+        for a_i in range(3 * n):
+            for b_i in range(a_i):
+                if (<size_t>span_at[a_i] < <size_t>span_at[b_i] + <size_t>span_len[b_i]
+                        and <size_t>span_at[b_i] < <size_t>span_at[a_i] + <size_t>span_len[a_i]):
+                    _check_disjoint(span_at[a_i], span_len[a_i], names[a_i],
+                                    span_at[b_i], span_len[b_i], names[b_i])
         with self.lock:   # a step of another thread first (the scratch is shared)
             if self.keep is None:
                 raise RuntimeError("the model is closed")
@@ -331,7 +358,7 @@ cdef class TransformerDecoder:
         if rc != 0:
             raise ValueError("infer_block_decode: bad arguments")
 
-    def decode(self, int token, int pos, k_cache, v_cache, logits):
+    def decode(self, token, pos, k_cache, v_cache, logits):
         """One sequence's step: `step` with a batch of one."""
         self.step((k_cache,), (v_cache,), (token,), (pos,), (logits,))
 

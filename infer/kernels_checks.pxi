@@ -5,6 +5,7 @@
 # written element by element in place; each entry point says which (the docstrings'
 # "may be x"), and _check_disjoint rejects every other overlap.
 
+from libc.stdint cimport INT64_MAX, INT64_MIN
 from libc.string cimport memcpy
 
 import operator as _operator
@@ -39,6 +40,24 @@ cdef object _count(object value, str name):
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__}") from None
     if n < 0:
         raise ValueError(f"{name}: must be >= 0, got {n}")
+    return n
+
+
+cdef int64_t _int64(object value, str name, int64_t lo=INT64_MIN) except? -1:
+    """value as a C int64 in [lo, 2**63 - 1]: an integer (no bool, no float: a position
+    of 1.5 is a caller's bug, not position 1); TypeError/ValueError naming it."""
+    if type(value) is int and lo <= value <= INT64_MAX:   # the common case, fast
+        return value
+    if isinstance(value, (bool, _np.bool_)):
+        raise TypeError(f"{name}: expected an integer, got bool")
+    try:
+        n = _operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}") from None
+    if n < lo:
+        raise ValueError(f"{name}: must be >= {lo}, got {n}")
+    if n > INT64_MAX:
+        raise ValueError(f"{name}: {n} does not fit a 64-bit integer")
     return n
 
 

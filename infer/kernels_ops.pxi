@@ -136,7 +136,7 @@ def softmax(x):
     """In place: each row of the last axis becomes its softmax.
 
     x: float32 (..., n).  -inf entries get probability 0; a row that is all -inf
-    becomes all zeros.
+    becomes all zeros; a row holding a NaN becomes all NaN (as numpy).
     """
     _check_f32(x, "x", True)
     cdef int64_t n = _row_len(x, "x")
@@ -216,7 +216,7 @@ def scale(x, float s):
     return x
 
 
-def rope(x, int64_t pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim=None,
+def rope(x, pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim=None,
          float freq_scale=1.0, positions=None, freq_factors=None, float attn_factor=1.0):
     """Rotary position embedding, in place on x: float32 (n_tokens, n_heads, head_dim).
 
@@ -229,13 +229,14 @@ def rope(x, int64_t pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim
     (i, i + rot_dim/2) (gemma3, qwen2).  rot_dim (even, <= head_dim; default
     head_dim) leaves elements from rot_dim on untouched.
     """
+    cdef int64_t p0 = _int64(pos0, "pos0")
     _check_f32(x, "x", True)
     if x.ndim != 3:
         raise ValueError(f"x: expected shape (n_tokens, n_heads, head_dim), got {x.shape}")
     cdef int64_t n_tokens = x.shape[0], n_heads = x.shape[1], head_dim = x.shape[2]
     if head_dim < 2 or head_dim > INFER_ATTN_MAX_HEAD_DIM:
         raise ValueError(f"x: head_dim must be in [2, {INFER_ATTN_MAX_HEAD_DIM}], got {head_dim}")
-    cdef int64_t rd = head_dim if rot_dim is None else rot_dim
+    cdef int64_t rd = head_dim if rot_dim is None else _int64(rot_dim, "rot_dim")
     if rd < 2 or rd > head_dim or rd % 2:
         got = rot_dim if rot_dim is not None else f"{rd} (the default, head_dim)"
         raise ValueError(f"rot_dim: must be even and in [2, head_dim={head_dim}], got {got}")
@@ -253,7 +254,7 @@ def rope(x, int64_t pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim
     cdef const int64_t[::1] pv
     cdef const int64_t *pp = NULL
     if positions is not None:
-        if pos0 != 0:
+        if p0 != 0:
             raise ValueError("pos0: must be 0 when positions is given")
         pa = _np.asarray(positions)
         if pa.dtype.kind not in "iu":
@@ -264,22 +265,21 @@ def rope(x, int64_t pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim
         if n_tokens:
             pv = pa
             pp = &pv[0]
-    if n_tokens and pos0 > INT64_MAX - (n_tokens - 1):
+    if n_tokens and p0 > INT64_MAX - (n_tokens - 1):
         raise ValueError(f"pos0: {pos0} + {n_tokens} tokens overflows a 64-bit position")
     if n_tokens == 0 or n_heads == 0:
         return x
     cdef float[::1] xv = x.reshape(-1)
     cdef int rc
     with nogil:
-        rc = infer_rope(&xv[0], n_tokens, n_heads, head_dim, rd, pp, pos0, freq_base,
+        rc = infer_rope(&xv[0], n_tokens, n_heads, head_dim, rd, pp, p0, freq_base,
                         freq_scale, fp, attn_factor, neox)
     if rc != 0:
         raise ValueError("rope: arguments rejected by the kernel")
     return x
 
 
-def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window=0,
-              float softcap=0.0):
+def attention(q, k_cache, v_cache, pos0, out, scale=None, window=0, float softcap=0.0):
     """Causal attention of query tokens over one layer's KV cache; returns out.
 
     q: float32 (n_tokens, n_heads, head_dim), token t at position pos0 + t.
@@ -291,6 +291,7 @@ def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window
     softcap > 0 caps each scaled score s to softcap * tanh(s / softcap) (Gemma 2).
     out: float32 of q's shape (may be q).  Runs on the thread pool.
     """
+    cdef int64_t p0 = _int64(pos0, "pos0"), win = _int64(window, "window")
     _check_f32(q, "q")
     _check_f32(out, "out", True)
     kv_type = _check_cache(k_cache, "k_cache")
@@ -309,13 +310,13 @@ def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window
         raise ValueError(f"q: head_dim must be in [1, {INFER_ATTN_MAX_HEAD_DIM}], got {head_dim}")
     if n_heads < 1 or n_kv_heads < 1 or n_heads % n_kv_heads:
         raise ValueError(f"k_cache: {n_kv_heads} KV heads do not divide q's {n_heads} heads")
-    if pos0 < 0:
+    if p0 < 0:
         raise ValueError(f"pos0: must be >= 0, got {pos0}")
     # n_ctx - pos0 cannot overflow (both >= 0); pos0 + n_tokens can.
-    if n_tokens > n_ctx - pos0:
+    if n_tokens > n_ctx - p0:
         raise ValueError(f"pos0: {n_tokens} positions from {pos0} exceed the cache's "
                          f"n_ctx={n_ctx}")
-    if window < 0:
+    if win < 0:
         raise ValueError(f"window: must be >= 0 (0 = no window), got {window}")
     if not softcap >= 0:
         raise ValueError(f"softcap: must be >= 0 (0 = off), got {softcap}")
@@ -347,17 +348,18 @@ def attention(q, k_cache, v_cache, int64_t pos0, out, scale=None, int64_t window
     cdef int t = kv_type, rc
     with nogil:
         rc = infer_attention(&qv[0], kp, vp, t, n_tokens, n_heads, n_kv_heads, head_dim,
-                             n_ctx, pos0, window, sc, softcap, &ov[0])
+                             n_ctx, p0, win, sc, softcap, &ov[0])
     if rc != 0:
         raise ValueError("attention: arguments rejected by the kernel")
     return out
 
 
-def kv_store(x, cache, int64_t pos0):
+def kv_store(x, cache, pos0):
     """Write x: float32 (n_tokens, n_kv_heads, head_dim) into cache: (n_kv_heads,
     n_ctx, head_dim) float32, or uint16 (F16 bits, rounded to nearest even), at
     positions pos0 .. pos0 + n_tokens - 1.
     """
+    cdef int64_t p0 = _int64(pos0, "pos0")
     _check_f32(x, "x")
     kv_type = _check_cache(cache, "cache", True)
     if x.ndim != 3:
@@ -367,10 +369,10 @@ def kv_store(x, cache, int64_t pos0):
     if cache.shape[0] != n_kv_heads or cache.shape[2] != head_dim:
         raise ValueError(f"cache: shape {cache.shape} does not hold x's {n_kv_heads} heads "
                          f"of {head_dim}")
-    if pos0 < 0:
+    if p0 < 0:
         raise ValueError(f"pos0: must be >= 0, got {pos0}")
     # n_ctx - pos0 cannot overflow (both >= 0); pos0 + n_tokens can.
-    if n_tokens > n_ctx - pos0:
+    if n_tokens > n_ctx - p0:
         raise ValueError(f"pos0: {n_tokens} positions from {pos0} exceed the cache's "
                          f"n_ctx={n_ctx}")
     if x.size == 0:
@@ -388,7 +390,7 @@ def kv_store(x, cache, int64_t pos0):
     _check_disjoint(cp, cache.nbytes, "cache", &xv[0], x.nbytes, "x")
     cdef int t = kv_type, rc
     with nogil:
-        rc = infer_kv_store(&xv[0], cp, t, n_tokens, n_kv_heads, head_dim, n_ctx, pos0)
+        rc = infer_kv_store(&xv[0], cp, t, n_tokens, n_kv_heads, head_dim, n_ctx, p0)
     if rc != 0:
         raise ValueError("kv_store: arguments rejected by the kernel")
     return cache

@@ -152,7 +152,10 @@ cdef int64_t _packed_bytes(int64_t n, int t, str name) except -1:
     if n % bs:
         raise ValueError(f"{name}: {n} elements is not a whole number of "
                          f"{_name(t)} blocks of {bs}")
-    return (n // bs) * <int64_t>infer_type_block_bytes(t)
+    cdef int64_t bb = <int64_t>infer_type_block_bytes(t)
+    if n // bs > INT64_MAX // bb:   # the product would wrap (to a negative or zero size)
+        raise ValueError(f"{name}: {n} elements of {_name(t)} exceed the largest buffer size")
+    return (n // bs) * bb
 
 
 def dequantize(src, qtype, out):
@@ -240,17 +243,20 @@ cdef int _activation_type(int t) except -1:
     return vdt
 
 
-def activation_bytes(qtype, int64_t n, int64_t n_tokens=1):
+def activation_bytes(qtype, n, n_tokens=1):
     """Bytes that n_tokens activation rows of n values take in the format weight type
     qtype pairs with (its vec_dot_type); size the buffer of quantize_activations with it."""
     cdef int t = type_id(qtype)
     cdef int vdt = infer_type_vec_dot_type(t)
     if vdt < 0:
         raise ValueError(f"qtype: {_name(t)} is not a weight format")
-    if n < 0 or n_tokens < 0:
-        raise ValueError(f"n: sizes must be >= 0, got n={n}, n_tokens={n_tokens}")
-    # In Python ints: the product of two int64s can wrap.
-    return _buffer_size(<object>_packed_bytes(n, vdt, "n") * <object>n_tokens, "n_tokens")
+    count, tokens = _count(n, "n"), _count(n_tokens, "n_tokens")
+    # In Python ints: n x bytes per value, and rows x tokens, can wrap an int64.
+    if count % infer_type_block_size(vdt):
+        raise ValueError(f"n: {count} elements is not a whole number of {_name(vdt)} blocks "
+                         f"of {infer_type_block_size(vdt)}")
+    row = _buffer_size(count // infer_type_block_size(vdt) * infer_type_block_bytes(vdt), "n")
+    return _buffer_size(row * tokens, "n_tokens")
 
 
 def quantize_activations(x, qtype, buf):
@@ -422,7 +428,10 @@ cdef const uint8_t[::1] _activations_in(obj, int vdt, str name):
     if vdt == 0 and dtype is not None and dtype.char == "f":
         if not dtype.isnative:
             raise TypeError(f"{name}: expected native byte order float32, got dtype {dtype.str}")
-        return memoryview(obj).cast("B")
+        mv = memoryview(obj)
+        if not mv.c_contiguous:
+            raise ValueError(f"{name}: must be C-contiguous")
+        return mv.cast("B")
     return _bytes_in(obj, name)
 
 

@@ -46,6 +46,18 @@ def _check_templates(path: str, md: Dict[str, Any]) -> None:
                                 f"template), got {type(value).__name__}")
 
 
+def _check_vocabulary(path: str, n_tokens: int, vocab_size: int) -> None:
+    """The tokenizer must name every row of the embedding and nothing past it, as
+    llama.cpp requires (token_embd is {n_embd, n_vocab}): with fewer tokens the model
+    samples ids no text stands for, with more a prompt reads rows that do not exist;
+    either fails only at first use, with a message that does not say the file is bad."""
+    from .gguf import GGUFError
+
+    if n_tokens != vocab_size:
+        raise GGUFError(f"{path}: tokenizer.ggml.tokens holds {n_tokens} tokens but token_embd.weight "
+                        f"has {vocab_size} rows (one per token); the file is inconsistent")
+
+
 def _thread_count(value: object) -> int:
     """``value`` as a thread count: an integer >= 1 (no bool, no 1.5)."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
@@ -122,6 +134,7 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None,
         engine = variant_for(arch)(gf, n_threads)
         engine.file_check = gf.check_unchanged
         tokenizer = Tokenizer.from_metadata(md)
+        _check_vocabulary(path, len(tokenizer.vocab), engine.vocab_size)
     except BaseException:
         gf.close()
         raise

@@ -48,6 +48,11 @@ def fingerprint(engine: Any) -> dict[str, Any]:
     weights = getattr(engine, "weight_arrays", None)
     if weights is None:
         raise NotImplementedError(f"{type(engine).__name__} cannot fingerprint its weights (weight_arrays)")
+    # It reads the weights, views of the map: a file truncated since loading would
+    # kill the process with SIGBUS (FileChangedError instead, as before each step).
+    check = getattr(engine, "file_check", None)
+    if check is not None:
+        check()
     h = hashlib.blake2b(digest_size=16)
     for name, fmt, data in weights():
         flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
@@ -71,6 +76,7 @@ def save_state(ctx: Any) -> bytes:
     if sampler.grammar is not None:
         raise ValueError("save_state: a grammar is being followed; save before or after the constrained "
                          "generation")
+    ctx._check_file()  # both lines below may read the weights: the file must be whole
     ctx._ensure_cached()  # history a failed call left uncached is evaluated first
     n = len(ctx.tokens)
     arrays: dict[str, NDArray[Any]] = {"tokens": np.asarray(ctx.tokens, dtype="<i4"),

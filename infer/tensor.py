@@ -14,6 +14,7 @@ number of blocks; ``row_bytes`` is then ``ne0 / block_size * block_bytes``.
 from __future__ import annotations
 
 import math
+import operator
 from enum import IntEnum
 from typing import Any, Optional, Sequence, Union
 
@@ -162,7 +163,10 @@ Shape = tuple[int, ...]
 def check_shape(shape: Sequence[int], dtype: DType, what: str = "shape") -> Shape:
     """Validate a numpy-order shape for ``dtype``; returns it as a tuple of ints."""
     try:
-        dims = tuple(int(d) for d in shape)
+        # operator.index, not int(): a dimension of 2.7 (or True) is a caller's bug, not 2
+        if any(isinstance(d, (bool, np.bool_)) for d in shape):
+            raise TypeError
+        dims = tuple(operator.index(d) for d in shape)
     except TypeError:
         raise TypeError(f"{what}: expected a sequence of ints, got {shape!r}") from None
     if not 1 <= len(dims) <= MAX_DIMS:
@@ -190,9 +194,10 @@ class Tensor:
         self.dtype = DType.parse(dtype)
         self.shape: Shape = check_shape(shape, self.dtype, f"tensor {self.name!r}: shape")
         arr = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
+        # a strided 1-D uint8 array too: rows(), view() and the kernels take the bytes as packed
+        if not arr.flags.c_contiguous:
+            raise ValueError(f"tensor {self.name!r}: data must be C-contiguous")
         if arr.dtype != np.uint8 or arr.ndim != 1:
-            if not arr.flags.c_contiguous:
-                raise ValueError(f"tensor {self.name!r}: data must be C-contiguous")
             arr = arr.reshape(-1).view(np.uint8)
         if arr.size != self.nbytes:
             raise ValueError(

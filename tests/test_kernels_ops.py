@@ -161,6 +161,22 @@ def test_softmax_neg_inf(isa):
     np.testing.assert_array_equal(x[2], 0)   # all -inf: zeros, documented
 
 
+@pytest.mark.parametrize("n", [1, 3, 8, 17, 64, 100])
+def test_softmax_nan_row_is_nan(isa, n):
+    """As numpy: a row holding a NaN is all NaN, on every ISA (AVX-512 dropped the NaN
+    and gave the other entries finite probabilities; scalar gave NaN, or zeros for an
+    all-NaN row); rows without NaN are untouched by it."""
+    x = rng(250 + n).standard_normal((4, n)).astype(np.float32)
+    x[0, 0] = np.nan
+    x[1, -1] = np.nan
+    x[2] = np.nan
+    with np.errstate(invalid="ignore"):
+        ref = softmax_ref(x)
+    K.softmax(x)
+    assert np.isnan(x[:3]).all()
+    np.testing.assert_allclose(x[3], ref[3], rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("which", ["silu", "gelu"])
 def test_glu(isa, n, which):
@@ -590,8 +606,34 @@ def test_misuse_positions_that_overflow():
         K.attention(x, cache, cache, big, np.empty_like(x))
     with pytest.raises(ValueError, match="pos0"):
         K.rope(x.copy(), big)
-    with pytest.raises(OverflowError):
-        K.kv_store(x, cache, 2**63)
+    for call in (lambda: K.kv_store(x, cache, 2**63), lambda: K.rope(x.copy(), 2**63),
+                 lambda: K.attention(x, cache, cache, 2**64, np.empty_like(x))):
+        with pytest.raises(ValueError, match="^pos0: .* does not fit a 64-bit integer"):
+            call()
+
+
+@pytest.mark.parametrize("bad", [1.5, 2.0, True, np.float32(1.0), "1"])
+def test_misuse_positions_that_are_not_integers(bad):
+    """A position, window or rot_dim of 1.5 was truncated to 1 (and True taken as 1):
+    a caller's bug run silently at another position."""
+    x = np.ones((2, 2, 8), np.float32)
+    cache = np.zeros((2, 16, 8), np.float32)
+    with pytest.raises(TypeError, match="^pos0: expected an integer"):
+        K.kv_store(x, cache, bad)
+    assert not cache.any()
+    with pytest.raises(TypeError, match="^pos0: expected an integer"):
+        K.attention(x, cache, cache, bad, np.empty_like(x))
+    with pytest.raises(TypeError, match="^window: expected an integer"):
+        K.attention(x, cache, cache, 0, np.empty_like(x), window=bad)
+    with pytest.raises(TypeError, match="^pos0: expected an integer"):
+        K.rope(x, bad)
+    with pytest.raises(TypeError, match="^rot_dim: expected an integer"):
+        K.rope(x, rot_dim=bad)
+    assert (x == 1).all()
+    # numpy integers are integers
+    K.kv_store(x, cache, np.int64(3))
+    K.attention(x, cache, cache, np.uint8(3), np.empty_like(x), window=np.int32(2))
+    K.rope(x, pos0=np.int16(-2), rot_dim=np.int64(4))
 
 
 def test_misuse_overlapping_buffers():
@@ -663,7 +705,8 @@ def test_thread_counts_are_integers_and_the_cap_warns():
             K.set_num_threads(1.5)
         with pytest.raises(TypeError):
             K.set_num_threads(True)
-        with pytest.raises(ValueError):
-            K.set_num_threads(0)
+        for bad in (0, -1, -2**70):   # -1 said "must be >= 0"
+            with pytest.raises(ValueError, match=f"^n: thread count must be >= 1, got {bad}$"):
+                K.set_num_threads(bad)
     finally:
         K.set_num_threads(before)

@@ -644,6 +644,17 @@ def test_sizes_do_not_wrap():
         K.row_bytes("f32", 1.5)
     with pytest.raises(ValueError, match="^n:"):
         K.row_bytes("f32", -4)
+    # n alone can wrap too: 2**62 f32 activations are 2**64 bytes (was 0), and
+    # 2**63 - 32 q8_0 values 34/32 of that (was negative)
+    for fmt, n in (("f32", 2**62), ("q4_0", 2**63 - 32), ("q4_0", 2**63), ("q4_k", 2**64)):
+        with pytest.raises(ValueError, match="^n: .* exceed the largest buffer size"):
+            K.activation_bytes(fmt, n)
+    for bad in (32.0, True):   # as row_bytes: no floats, no bools
+        with pytest.raises(TypeError, match="^n:"):
+            K.activation_bytes("q4_0", bad)
+        with pytest.raises(TypeError, match="^n_tokens:"):
+            K.activation_bytes("q4_0", 32, bad)
+    assert K.activation_bytes("q4_0", np.int64(64), np.uint8(3)) == 3 * 2 * 34
 
 
 @pytest.mark.parametrize("bad", [True, False, np.bool_(True), 3.0, "3"])
@@ -698,6 +709,17 @@ def test_big_endian_floats_rejected():
         K.quantize(x.astype(">f4"), "q4_1", np.zeros(20, np.uint8))
     with pytest.raises(TypeError, match="^out:"):
         K.dequantize(np.zeros(20, np.uint8), "q4_1", np.zeros(32, ">f4"))
+
+
+def test_strided_float_activations_rejected_by_name():
+    # f32 activations taken as floats: a strided view failed in memoryview.cast with
+    # a message that named no argument
+    w = np.zeros((2, 32 * 4), np.uint8)
+    x = np.ones((2, 64), np.float32)
+    with pytest.raises(ValueError, match="^xq: must be C-contiguous"):
+        K.matvec_q(w, "f32", x[0, ::2], np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match="^Xq: must be C-contiguous"):
+        K.matmul_q(w, "f32", x[:, ::2], np.zeros((2, 2), np.float32))
 
 
 @pytest.mark.parametrize("fmt", WEIGHT_FORMATS)

@@ -141,3 +141,46 @@ def test_deepcopy_with_a_grammar(smollm2):
     a = [ctx.next() for _ in range(3)]
     b = [twin.next() for _ in range(3)]
     assert a == b
+
+
+TRUNCATED_SCRIPT = """
+import os, shutil, sys
+import infer
+from infer.gguf import FileChangedError
+from infer.runtime import Context
+src, a, b = sys.argv[1:4]
+shutil.copyfile(src, a)
+shutil.copyfile(src, b)
+ma, mb = infer.load(a), infer.load(b)
+ctx = ma.create_context(n_ctx=32)
+ctx.prefill([1, 2, 3])
+data = ctx.save_state()            # ma's fingerprint is now cached; mb's is not
+for path, call in ((a, lambda: ctx.save_state()), (b, lambda: Context.load_state(mb, data))):
+    fresh = infer.load(path) if path == a else None
+    if fresh is not None:           # a fresh model of a: its fingerprint not yet computed
+        ctx = fresh.create_context(n_ctx=32)
+        ctx.prefill([1, 2, 3])
+    os.truncate(path, 4096)
+    try:
+        call()
+    except FileChangedError as e:
+        print("raised:", e)
+print("done")
+"""
+
+
+def test_state_of_a_truncated_model_file_is_refused(tmp_path):
+    """save_state and load_state fingerprint the weights (views of the map) without
+    checking the file first: after the file was truncated under the loaded model,
+    both killed the process with SIGBUS instead of FileChangedError."""
+    import subprocess
+    import sys
+
+    import tiny_models as tm
+    from under_test import IMPORT_ROOT
+
+    src = tm.write("llama", str(tmp_path / "src.gguf"))
+    r = subprocess.run([sys.executable, "-c", TRUNCATED_SCRIPT, src, str(tmp_path / "a.gguf"),
+                        str(tmp_path / "b.gguf")], capture_output=True, text=True, timeout=300, cwd=IMPORT_ROOT)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.count("raised:") == 2 and "truncated or overwritten" in r.stdout and "done" in r.stdout, r.stdout

@@ -122,6 +122,18 @@ def test_bad_shapes_and_sizes():
         Tensor.quantize(np.zeros((2, 48), np.float32), "q4_0")
 
 
+def test_strided_bytes_and_non_integer_dimensions_refused():
+    # A strided uint8 array passed the contiguity check (only other dtypes were
+    # checked) and failed later in the kernels or numpy, naming no tensor; a shape of
+    # (2.7, 2) was taken as (2, 2) and True as 1.
+    with pytest.raises(ValueError, match="tensor 'w': data must be C-contiguous"):
+        Tensor("w", DType.Q4_0, (2, 32), np.zeros(72, np.uint8)[::2])
+    for shape in ((2.7, 2), (True, 4), (np.float64(2.0), 2)):
+        with pytest.raises(TypeError, match="tensor 'w': shape: expected a sequence of ints"):
+            Tensor("w", DType.F32, shape, np.zeros(16, np.uint8))
+    assert Tensor("w", DType.F32, (np.int64(2), np.uint8(2)), np.zeros(16, np.uint8)).shape == (2, 2)
+
+
 def test_views_of_plain_types():
     values = np.array([[1.5, -2.0, 3.25], [0.0, 7.0, -0.5]], np.float32)
     t = Tensor("w", DType.F32, (2, 3), values.tobytes())

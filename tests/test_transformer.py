@@ -13,6 +13,7 @@
   model while another thread decodes gives that thread ModelClosedError.
 """
 import math
+import os
 import subprocess
 import sys
 import time
@@ -339,13 +340,84 @@ def test_decoder_checks_tokens_positions_and_caches(tiny):
         dec.decode(3, 0, kc[:, :1], vc[:, :1], logits)
     with pytest.raises(ValueError, match="logits"):
         dec.decode(3, 0, kc, vc, logits[:-1])
-    with pytest.raises(ValueError, match="twice"):
+    with pytest.raises(ValueError, match=r"k_caches\[1\]: shares memory with k_caches\[0\]"):
         dec.step([kc, kc], [vc, vc], [1, 2], [0, 0], [logits, logits.copy()])
     with pytest.raises(ValueError, match="1 to"):
         dec.step([], [], [], [], [])
     dec.release()
     with pytest.raises(RuntimeError, match="closed"):
         dec.decode(3, 0, kc, vc, logits)
+
+
+def test_decoder_step_refuses_overlaps_misalignment_and_non_integers(tiny):
+    """step checked only that no cache's start address appeared twice: a V cache
+    overlapping its K cache, logits inside a cache or given to two sequences were
+    written over each other; caches and logits at odd addresses reached the C step;
+    a token or position of 1.5 (or True) was truncated to 1."""
+    eng = tiny.engine
+    dec = _build_decoder(tiny.spec, eng.live_weights())
+    ctx = eng.create_context(n_ctx=16)
+    kc, vc, logits = ctx.k_cache, ctx.v_cache, ctx.logits
+    flat = np.zeros(2 * kc.size, kc.dtype)
+    k_over, v_over = flat[:kc.size].reshape(kc.shape), flat[8:kc.size + 8].reshape(kc.shape)
+    with pytest.raises(ValueError, match=r"v_caches\[0\]: shares memory with k_caches\[0\]"):
+        dec.step([k_over], [v_over], [1], [0], [logits])
+    inside = kc.reshape(-1).view(np.uint8)[:logits.nbytes].view(np.float32)
+    with pytest.raises(ValueError, match=r"logits\[0\]: shares memory with k_caches\[0\]"):
+        dec.step([kc], [vc], [1], [0], [inside])
+    with pytest.raises(ValueError, match=r"logits\[1\]: shares memory with logits\[0\]"):
+        dec.step([kc, kc.copy()], [vc, vc.copy()], [1, 2], [0, 0], [logits, logits])
+    odd = np.frombuffer(bytearray(kc.nbytes + 1), np.uint8)[1:].view(kc.dtype).reshape(kc.shape)
+    with pytest.raises(ValueError, match="aligned"):
+        dec.step([odd], [vc], [1], [0], [logits])
+    with pytest.raises(ValueError, match=r"logits\[0\]: starts at an address"):
+        dec.step([kc], [vc], [1], [0], [np.frombuffer(bytearray(logits.nbytes + 1), np.uint8)[1:].view(np.float32)])
+    for bad in (1.5, np.float64(2.0), True, "1"):
+        with pytest.raises(TypeError, match=r"tokens\[0\]: expected an integer"):
+            dec.step([kc], [vc], [bad], [0], [logits])
+        with pytest.raises(TypeError, match=r"positions\[0\]: expected an integer"):
+            dec.step([kc], [vc], [1], [bad], [logits])
+        with pytest.raises(TypeError, match=r"tokens\[0\]: expected an integer"):
+            dec.decode(bad, 0, kc, vc, logits)
+    assert not logits.any() and not kc.any()   # nothing ran
+    halves = np.zeros((2,) + kc.shape, kc.dtype)   # one buffer, disjoint halves: fine
+    dec.step([halves[0]], [halves[1]], [np.int64(1)], [np.uint8(0)], [logits])
+    assert logits.any()
+
+
+REINIT_SCRIPT = """
+import sys
+sys.path[:0] = [sys.argv[1]]
+import test_transformer as T
+from infer import kernels as K
+from infer.variants.transformer import decoder_arguments
+spec = T.SPECS[sorted(T.SPECS)[0]]
+engine, _ = T.tiny_engine(spec)
+embd, output, output_norm, layers = decoder_arguments(spec, engine.live_weights())
+dec = K.TransformerDecoder(spec, embd, output, output_norm, layers)
+ctx = engine.create_context(n_ctx=16)
+dec.decode(3, 0, ctx.k_cache, ctx.v_cache, ctx.logits)
+bad = [dict(layer) for layer in layers]
+bad[-1]["window"] = -1   # refused after the first binding was dropped
+try:
+    dec.__init__(spec, embd, output, output_norm, bad)
+except RuntimeError as e:
+    print(e)
+dec.decode(3, 1, ctx.k_cache, ctx.v_cache, ctx.logits)
+del dec, layers, embd, output, output_norm, engine
+import gc; gc.collect()
+print("ok")
+"""
+
+
+def test_decoder_cannot_be_initialised_twice():
+    """A second __init__ replaced the list holding the scratch buffers and weights the
+    C step points to: when it then failed (or succeeded), the next step or the garbage
+    collector read freed memory (a segfault).  It is refused; the first binding stays."""
+    r = subprocess.run([sys.executable, "-c", REINIT_SCRIPT, os.path.dirname(os.path.abspath(__file__))],
+                       capture_output=True, text=True, timeout=300, cwd=IMPORT_ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[:2] == ["TransformerDecoder: already initialised; build a new one", "ok"], r.stdout
 
 
 # ---- metadata checked at load (issue 15 items 8 and 12) --------------------------------

@@ -8,6 +8,7 @@ import tiny_models as tm
 
 import infer
 from infer import UnsupportedModelError
+from infer.gguf import GGUFError
 
 
 def tiny(tmp_path, name="llama", more_tensors=None, **extra):
@@ -79,3 +80,36 @@ def test_gemma2_output_weight_is_refused(tmp_path):
     e = refused(tm.write("gemma2", str(tmp_path / "g.gguf"), more_tensors={
         "output.weight": np.zeros((tm.VOCAB, 256), np.float16)}))
     assert e.names == ["output.weight"]
+
+
+def rewritten(path, out, tensors):
+    """The file at path with the tensors of ``tensors`` replaced (metadata kept)."""
+    from infer.gguf import GGUFFile, GGUFWriter
+
+    w = GGUFWriter()
+    with GGUFFile(path) as src:
+        w.copy_metadata(src)
+        for name, t in src.tensors.items():
+            w.add_tensor(name, tensors.get(name, t))
+        w.write(out)
+    return out
+
+
+@pytest.mark.parametrize("rows", [tm.VOCAB - 412, tm.VOCAB + 88])
+def test_vocabulary_and_embedding_rows_must_agree(tmp_path, rows):
+    """token_embd with fewer rows than tokens loaded and failed at the first prompt
+    holding a high id ("tokens: id 306 outside the vocabulary [0, 100)"); with more,
+    it loaded and could sample ids no token stands for.  llama.cpp refuses both."""
+    path = rewritten(tiny(tmp_path), str(tmp_path / "v.gguf"),
+                     {"token_embd.weight": np.ones((rows, 256), np.float16)})
+    with pytest.raises(GGUFError, match=f"holds {tm.VOCAB} tokens but token_embd.weight has {rows} rows"):
+        infer.load(path)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float64, np.float16])
+def test_norm_of_another_type_is_named(tmp_path, dtype):
+    """An I32 or F64 norm weight raised "qtype: unsupported type id 26", naming neither
+    the tensor nor its type."""
+    path = rewritten(tiny(tmp_path), str(tmp_path / "n.gguf"), {"output_norm.weight": np.ones(256, dtype)})
+    with pytest.raises(GGUFError, match=r"^output_norm.weight: expected F32 of 256 values, got (I32|F64|F16)"):
+        infer.load(path)

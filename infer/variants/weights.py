@@ -114,8 +114,12 @@ class Vector:
     __slots__ = ("data",)
 
     def __init__(self, tensor: Any, n: int, name: str) -> None:
-        if K.type_id(tensor.dtype) != 0 or tuple(int(s) for s in tensor.shape) not in ((n,), (1, n)):
-            raise GGUFError(f"{name}: expected f32 of {n} values, got {tensor.dtype} {tensor.shape}")
+        # int(), not K.type_id: a file's I32/F64 norm is not a kernel format, and
+        # type_id's "qtype: unsupported type id 26" would not name the tensor
+        shape = tuple(int(s) for s in tensor.shape)
+        if int(tensor.dtype) != 0 or shape not in ((n,), (1, n)):
+            kind = getattr(tensor.dtype, "name", tensor.dtype)
+            raise GGUFError(f"{name}: expected F32 of {n} values, got {kind} of shape {shape}")
         self.data = tensor.data.view(np.float32).reshape(n)
 
 
