@@ -271,3 +271,22 @@ def test_tokenize_prints_what_llama_tokenize_prints(name, text, options, recorde
     assert out.returncode == 0, out.stderr
     with open(os.path.join(RECORDED, recorded), "rb") as f:
         assert out.stdout == f.read()
+
+
+def test_the_command_line_parses_without_loading_jinja2():
+    """Only rendering a chat template needs jinja2: `infer generate`'s start does not
+    pay for importing it (and runs where it is missing, as the AArch64 check's stage)."""
+    code = ("import sys; from infer.cli import build_parser; "
+            "build_parser().parse_args(['generate', '-n', '1', 'Hi']); print('jinja2' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=IMPORT_ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_chat_template_help_names_every_built_in_template():
+    from infer.chat import FALLBACK_TEMPLATES
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    help_text = " ".join(sub.choices["chat"].format_help().split())
+    listed = help_text[help_text.index("a built-in's name"):].split("(", 1)[1].split(")", 1)[0]
+    assert [name.strip() for name in listed.split(",")] == list(FALLBACK_TEMPLATES)

@@ -116,11 +116,11 @@ def add_template_args(p: argparse.ArgumentParser) -> None:
     """llama-server's template options: a built-in template's name or a template's
     text, a template file, either replacing the GGUF's; and --jinja, accepted as a
     no-op (infer always renders templates with jinja2)."""
-    from ..chat import FALLBACK_TEMPLATES
-
+    # The built-ins' names written out: infer.chat imports jinja2, which a command
+    # line that renders no template (generate without --chat) need not load.
     p.add_argument("--chat-template", metavar="NAME|JINJA", default=None,
-                   help="chat template to use instead of the model's, as llama.cpp takes it: a built-in's name ("
-                        + ", ".join(FALLBACK_TEMPLATES) + ") or the jinja2 template itself (default: the GGUF's own)")
+                   help="chat template to use instead of the model's, as llama.cpp takes it: a built-in's name "
+                        "(chatml, llama3, gemma) or the jinja2 template itself (default: the GGUF's own)")
     p.add_argument("--chat-template-file", metavar="FILE", default=None,
                    help="jinja2 chat template to use instead of the model's (default: the GGUF's own)")
     p.add_argument("--jinja", action="store_true",
