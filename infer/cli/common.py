@@ -177,13 +177,13 @@ def load_model(args: argparse.Namespace) -> Any:
 def read_chat_template(args: argparse.Namespace) -> Optional[str]:
     """The template of --chat-template (a built-in's name, or the text itself) or the
     text of --chat-template-file; None without either; CLIError if unusable."""
-    from ..chat import FALLBACK_TEMPLATES
-
     given = getattr(args, "chat_template", None)
     name = getattr(args, "chat_template_file", None)
     if given is not None and name is not None:
         raise CLIError("--chat-template and --chat-template-file: one or the other")
     if given is not None:
+        from ..chat import FALLBACK_TEMPLATES  # imports jinja2: only when a template is given
+
         if given in FALLBACK_TEMPLATES:
             return FALLBACK_TEMPLATES[given]
         # llama.cpp takes any other value as the template itself; a bare word is a
