@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
 import threading
 import weakref
 from typing import Any, Mapping, Optional, Union
@@ -114,14 +115,24 @@ class Grammar:
 
     @classmethod
     def gbnf(cls, text: str) -> "Grammar":
-        """A llama.cpp GBNF grammar (rule ``root``), converted by llguidance's own
-        converter (a Lark grammar passes through unchanged)."""
+        """A llama.cpp GBNF grammar (rule ``root``), read as llama.cpp reads it
+        (`infer.gbnf`); a Lark grammar (one with a ``start:`` rule or ``%llguidance``)
+        passes through unchanged."""
         _check_text("GBNF grammar", text)
+        if _LARK_SYNTAX.search(text):
+            return cls(_llguidance().LLMatcher.grammar_from_lark(text), "gbnf", text)
+        from .gbnf import GbnfError, to_lark
+
         try:
-            llg_text = _llguidance().grammar_from("gbnf", text)
-        except ValueError as e:
+            lark = to_lark(text)
+        except GbnfError as e:
             raise GrammarError(f"invalid GBNF grammar: {e}") from None
-        return cls(llg_text, "gbnf", text)
+        return cls(_llguidance().LLMatcher.grammar_from_lark(lark), "gbnf", text)
+
+
+#: Lark, not GBNF: a ``%llguidance`` line or a ``start:`` rule (GBNF's ``start ::=`` is
+#: a rule of that name)
+_LARK_SYNTAX = re.compile(r"(?m)^\s*(%llguidance\b|start\s*:(?!:=))")
 
 
 def lark_json(schema: Mapping[str, Any]) -> str:
