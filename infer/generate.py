@@ -20,9 +20,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, FrozenSet, Generator, Iterable, Iterator, List, Optional, Sequence, Union
 
-import numpy as np
-
-from .runtime import Context
+from .runtime import Context, is_int
 
 # A token whose bytes end inside a UTF-8 character decodes to U+FFFD; wait at most
 # this many further tokens for the rest of the character (UTF-8 is <= 4 bytes).
@@ -303,11 +301,11 @@ def generate(model: Any, prompt: Union[str, Sequence[int]], *, context: Optional
             raise TypeError("prompt: expected a str or a list of token ids, got bytes (decode it first)")
         ids = list(prompt)
         for t in ids:
-            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+            if not is_int(t):
                 raise TypeError(f"prompt: expected a str or a list of token ids, got a {type(t).__name__} in it")
         ids = [int(t) for t in ids]
     if max_tokens is not None:
-        if isinstance(max_tokens, (bool, np.bool_)) or not isinstance(max_tokens, (int, np.integer)):
+        if not is_int(max_tokens):
             raise TypeError(f"max_tokens: expected an int or None, got {type(max_tokens).__name__}")
         if max_tokens < 0:
             raise ValueError(f"max_tokens: must be >= 0 or None, got {max_tokens}")

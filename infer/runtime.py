@@ -52,6 +52,12 @@ def run_apart(context: Any, work: Callable[[], Any]) -> Any:
     return work() if apart is None else apart(work)
 
 
+def is_int(value: Any) -> bool:
+    """An integer count or token id: an int or a numpy integer, not a bool (True would
+    read as 1) nor a float (1.5 would be cut to 1)."""
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
+
+
 class RowOutputs:
     """What ``prefill(all_logits=True)`` / ``prefill(hidden_states=True)`` asks of a pass:
     ``logits`` (rows ``first...n-1``, shape (n - first, vocab)) and/or ``hidden``
@@ -118,7 +124,7 @@ class Context(ABC):
     """The state of one conversation: history, KV cache, logits, sampler."""
 
     def __init__(self, engine: Engine, n_ctx: int, sampler: Any = None) -> None:
-        if isinstance(n_ctx, (bool, np.bool_)) or not isinstance(n_ctx, (int, np.integer)):
+        if not is_int(n_ctx):
             raise TypeError(f"n_ctx: expected an int, got {type(n_ctx).__name__}")
         if n_ctx < 1:
             raise ValueError(f"n_ctx: must be >= 1, got {n_ctx}")
@@ -232,7 +238,7 @@ class Context(ABC):
 
     def truncate_to(self, n: int) -> None:
         """Drop tokens >= n from history and cache; earlier ones are kept as computed."""
-        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        if not is_int(n):
             # Checked before anything is dropped: a float or True would otherwise reach
             # the cache, the grammar's rollback and the history as a length.
             raise TypeError(f"n: expected an int, got {type(n).__name__}")
@@ -275,8 +281,7 @@ class Context(ABC):
     def _check_room(self, n: int, logits_from: Any, which: str = "") -> int:
         """``logits_from`` valid for n tokens (returned as an int), and n tokens fit after
         the history (``which``: the "contexts[i]: " of a batched call, for the messages)."""
-        if (isinstance(logits_from, (bool, np.bool_)) or not isinstance(logits_from, (int, np.integer))
-                or not 0 <= logits_from <= n):
+        if not is_int(logits_from) or not 0 <= logits_from <= n:
             raise ValueError(f"{which}logits_from: must be an int in [0, {n}], got {logits_from!r}")
         if len(self.tokens) + n > self.n_ctx:
             raise ContextOverflowError(
@@ -398,7 +403,7 @@ class Context(ABC):
         else:
             values = list(tokens)
             for t in values:
-                if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+                if not is_int(t):
                     if isinstance(t, (list, tuple, np.ndarray)):
                         raise ValueError("tokens: expected a 1-D sequence of token ids")
                     raise TypeError(f"tokens: expected integers, got {type(t).__name__}")
