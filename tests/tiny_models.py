@@ -38,6 +38,29 @@ PROMPT_LEN = 640
 
 
 @dataclass(frozen=True)
+class Gemma4Shape:
+    """What a tiny gemma4 file has beyond `Tiny` (llama.cpp src/models/gemma4.cpp and
+    conversion/gemma.py's Gemma4Model): per layer whether it slides a window, its KV
+    heads and FFN width; the full layers' head size and proportional RoPE (the
+    converter's rope_freqs: 1 on the turning pairs, 1e30 on the others)."""
+
+    sliding: tuple
+    kv_heads: tuple
+    ffn: tuple
+    head_dim_full: int = 128
+    #: pairs of a full layer's head that turn (partial_rotary_factor * head_dim / 2)
+    turning_pairs: int = 16
+    shared_kv_layers: int = 0
+    #: per-layer embedding width (0: no PLE, the 31B's shape)
+    per_layer: int = 0
+    #: full-attention layers without attn_v (V = K: the 31B's attention_k_eq_v)
+    v_from_k: bool = False
+    window: int = 128
+    softcap: float = 8.0
+    swa_base: float = 10000.0
+
+
+@dataclass(frozen=True)
 class Tiny:
     arch: str
     seed: int
@@ -67,6 +90,7 @@ class Tiny:
     #: n_ctx for the llama.cpp recording (phi3's LongRoPE picks factors by it)
     n_ctx: int = 1024
     prompt_len: int = PROMPT_LEN
+    gemma4: Optional[Gemma4Shape] = None
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
@@ -106,6 +130,21 @@ TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
                      extra={"embedding_scale": 12.0, "residual_scale": 0.22,
                             "attention.scale": 0.03125, "logit_scale": 8.0})),
 ]}
+
+#: Gemma 4 (tests/test_gemma4.py; recorded into llama_cpp_gemma4.npz): E2B's shape
+#: (PLE, sliding layers of head size 64 and full ones of 128 with one KV head,
+#: the last two layers reading layers 1 and 2's caches with double-wide FFNs) and
+#: the 31B's (no PLE, no shared KV, V = K on the full layers).
+GEMMA4: Dict[str, Tiny] = {
+    "gemma4-e2b": Tiny("gemma4", 110, n_layer=5, head_dim=64, eps=1e-6, rope_base=1000000.0,
+                       gemma4=Gemma4Shape(sliding=(True, True, False, True, False), kv_heads=(2, 2, 1, 2, 1),
+                                          ffn=(512, 512, 512, 1024, 1024), shared_kv_layers=2,
+                                          per_layer=32)),
+    "gemma4-31b": Tiny("gemma4", 111, n_layer=4, head_dim=64, eps=1e-6, rope_base=1000000.0,
+                       gemma4=Gemma4Shape(sliding=(True, False, True, False), kv_heads=(2, 1, 2, 1),
+                                          ffn=(512,) * 4, v_from_k=True)),
+}
+TINY.update(GEMMA4)
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -188,6 +227,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     import gguf
 
     t = tiny or TINY[name]
+    if t.gemma4 is not None:
+        return write_gemma4(t, path, more_tensors)
     rng = np.random.default_rng(t.seed)
     d, hd, L = t.dim, t.head_dim, t.n_layer
     q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
@@ -277,6 +318,104 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         w.add_tensor(p + "ffn_down.weight", mat(d, t.ffn))
         if t.post_norms:
             w.add_tensor(p + "post_ffw_norm.weight", norm(d))
+    for k, v in (more_tensors or {}).items():
+        w.add_tensor(k, v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _write_vocabulary(w) -> None:
+    tokens, merges = bpe_vocabulary()
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "default")
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", [1] * (VOCAB - len(SPECIALS)) + [3] * len(SPECIALS))
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.eos_token_id", tokens.index("<|endoftext|>"))
+    w.add_uint32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+
+
+def write_gemma4(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray]] = None) -> str:
+    """A gemma4 file in the converter's layout: the keys Gemma4Model.set_gguf_parameters
+    writes, norm weights as they are (no +1), one rope_freqs for the full layers, the
+    shared-KV layers without attn_k / attn_v / attn_k_norm."""
+    import gguf
+
+    g = t.gemma4
+    assert g is not None and len(g.sliding) == len(g.kv_heads) == len(g.ffn) == t.n_layer
+    rng = np.random.default_rng(t.seed)
+    d, L, P = t.dim, t.n_layer, g.per_layer
+    n_own = L - g.shared_kv_layers
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def norm(n, centre=1.0):
+        return (centre * (1.0 + 0.1 * rng.standard_normal(n))).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, "gemma4")
+    a = "gemma4."
+    w.add_uint32(a + "context_length", t.n_ctx_train)
+    w.add_uint32(a + "embedding_length", d)
+    w.add_uint32(a + "block_count", L)
+    w.add_array(a + "feed_forward_length", list(g.ffn))
+    w.add_uint32(a + "attention.head_count", t.n_head)
+    w.add_array(a + "attention.head_count_kv", list(g.kv_heads))
+    w.add_float32(a + "attention.layer_norm_rms_epsilon", t.eps)
+    w.add_uint32(a + "attention.key_length", g.head_dim_full)
+    w.add_uint32(a + "attention.value_length", g.head_dim_full)
+    w.add_uint32(a + "attention.key_length_swa", t.head_dim)
+    w.add_uint32(a + "attention.value_length_swa", t.head_dim)
+    w.add_float32(a + "rope.freq_base", t.rope_base)
+    w.add_float32(a + "rope.freq_base_swa", g.swa_base)
+    w.add_uint32(a + "rope.dimension_count", g.head_dim_full)
+    w.add_uint32(a + "rope.dimension_count_swa", t.head_dim)
+    w.add_float32(a + "final_logit_softcapping", g.softcap)
+    w.add_uint32(a + "attention.sliding_window", g.window)
+    w.add_array(a + "attention.sliding_window_pattern", [bool(x) for x in g.sliding])
+    w.add_uint32(a + "attention.shared_kv_layers", g.shared_kv_layers)
+    w.add_uint32(a + "embedding_length_per_layer_input", P)
+    _write_vocabulary(w)
+
+    w.add_tensor("token_embd.weight", mat(VOCAB, d, t.head_gain))
+    w.add_tensor("output_norm.weight", norm(d))
+    half = g.head_dim_full // 2
+    w.add_tensor("rope_freqs.weight", np.array([1.0] * g.turning_pairs + [1e30] * (half - g.turning_pairs),
+                                               np.float32))
+    if P:
+        w.add_tensor("per_layer_token_embd.weight", mat(VOCAB, L * P))
+        w.add_tensor("per_layer_model_proj.weight", mat(L * P, d))
+        w.add_tensor("per_layer_proj_norm.weight", norm(P))
+    for i in range(L):
+        p = f"blk.{i}."
+        hd = t.head_dim if g.sliding[i] else g.head_dim_full
+        q_dim, kv_dim = t.n_head * hd, g.kv_heads[i] * hd
+        # q and k norms of about hd**-0.25 keep the scores (scale 1.0) of order one
+        qk_centre = hd ** -0.25
+        w.add_tensor(p + "attn_norm.weight", norm(d))
+        w.add_tensor(p + "attn_q.weight", mat(q_dim, d))
+        w.add_tensor(p + "attn_q_norm.weight", norm(hd, 2 * qk_centre))
+        if i < n_own:
+            w.add_tensor(p + "attn_k.weight", mat(kv_dim, d))
+            if not (g.v_from_k and not g.sliding[i]):
+                w.add_tensor(p + "attn_v.weight", mat(kv_dim, d))
+            w.add_tensor(p + "attn_k_norm.weight", norm(hd, 2 * qk_centre))
+        w.add_tensor(p + "attn_output.weight", mat(d, q_dim))
+        w.add_tensor(p + "post_attention_norm.weight", norm(d))
+        w.add_tensor(p + "ffn_norm.weight", norm(d))
+        w.add_tensor(p + "ffn_gate.weight", mat(g.ffn[i], d))
+        w.add_tensor(p + "ffn_up.weight", mat(g.ffn[i], d))
+        w.add_tensor(p + "ffn_down.weight", mat(d, g.ffn[i]))
+        w.add_tensor(p + "post_ffw_norm.weight", norm(d))
+        if P:
+            w.add_tensor(p + "inp_gate.weight", mat(P, d))
+            w.add_tensor(p + "proj.weight", mat(d, P))
+            w.add_tensor(p + "post_norm.weight", norm(d))
+        w.add_tensor(p + "layer_output_scale.weight", np.array([0.6 + 0.4 * rng.random()], np.float32))
     for k, v in (more_tensors or {}).items():
         w.add_tensor(k, v)
     w.write_header_to_file()

@@ -1,6 +1,7 @@
 """Built-in model variants; importing this package registers their architectures."""
 from . import gemma2  # noqa: F401
 from . import gemma3  # noqa: F401
+from . import gemma4  # noqa: F401
 from . import granite  # noqa: F401
 from . import llama  # noqa: F401
 from . import phi3  # noqa: F401

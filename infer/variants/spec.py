@@ -27,7 +27,23 @@ One block, with every optional piece (each is off by default):
                                                        gate|up: fused_gate_up)
         f = rmsnorm(f, post_ffn_norm)                 (post_ffn_norm)
         x += f * residual_scale
+        x += rmsnorm(ple_proj(gelu(x Wple_gate) * ple[l]), ple_post_norm)   (per_layer_dim)
+        x *= layer_output_scale                       (layers[l].out_scale)
     logits = rmsnorm(x, output_norm) Wout * logit_scale, soft-capped by final_softcap
+
+Gemma 4 adds per-layer sizes (a layer's head_dim, n_kv_heads, ffn_dim may
+differ from the model's), layers that read an earlier layer's KV cache instead
+of their own (`LayerSpec.kv_source`), V taken from K's projection
+(`LayerSpec.v_from_k`), V RMS-normalised without a weight (`v_norm`) and
+per-layer embeddings (`per_layer_dim`, "PLE"):
+
+    ple[l] = (rmsnorm(reshape(x0 Wple_model / sqrt(dim)), ple_proj_norm)
+              + ple_embed(token)[l] * sqrt(per_layer_dim)) / sqrt(2)
+
+with x0 the scaled embedding.  The fused C decode step computes only the specs
+whose layers all have the model's sizes and none of these pieces
+(`TransformerSpec.fused_decode_supported`); the others decode through the
+Python blocks.
 
 Tensor names follow llama.cpp's GGUF conventions (`blk.N.attn_q.weight`, ...;
 see `weights.py`).
@@ -116,10 +132,38 @@ class LayerSpec:
     rope: Optional[Rope] = field(default_factory=Rope)
     #: attend to the last `window` positions (the current one included); 0: all
     window: int = 0
+    #: this layer's sizes where they differ from the model's (None: the model's)
+    head_dim: Optional[int] = None
+    n_kv_heads: Optional[int] = None
+    ffn_dim: Optional[int] = None
+    #: the earlier layer whose KV cache this one attends to; it has no K/V of its
+    #: own (Gemma 4's shared-KV layers).  None: its own cache.
+    kv_source: Optional[int] = None
+    #: no attn_v: V is K's projection (before K's norm and RoPE; Gemma 4 31B's
+    #: full-attention layers)
+    v_from_k: bool = False
+    #: a one-value blk.N.layer_output_scale multiplies the block's output
+    out_scale: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.window <= 2**31 - 1:
             raise ValueError(f"window: must be in [0, 2**31 - 1], got {self.window}")
+        for name in ("head_dim", "n_kv_heads", "ffn_dim"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 1 <= value <= 2**31 - 1):
+                raise ValueError(f"{name}: must be None or an integer in [1, 2**31 - 1], got {value!r}")
+        if self.head_dim is not None and self.head_dim % 2:
+            raise ValueError(f"head_dim: {self.head_dim} is odd (RoPE rotates pairs)")
+        if self.kv_source is not None and (isinstance(self.kv_source, bool) or not isinstance(self.kv_source, int)
+                                           or self.kv_source < 0):
+            raise ValueError(f"kv_source: must be None or a layer index >= 0, got {self.kv_source!r}")
+
+    @property
+    def default_pieces(self) -> bool:
+        """Whether the layer has the model's sizes, its own K/V and no output scale."""
+        return (self.head_dim is None and self.n_kv_heads is None and self.ffn_dim is None
+                and self.kv_source is None and not self.v_from_k and not self.out_scale)
 
 
 @dataclass(frozen=True)
@@ -171,6 +215,10 @@ class TransformerSpec:
     residual_scale: float = 1.0
     #: multiplies the logits (Granite: 1 / logits_scaling)
     logit_scale: float = 1.0
+    #: V is RMS-normalised per head without a weight before it is stored (Gemma 4)
+    v_norm: bool = False
+    #: per-layer embeddings of this many values per layer (Gemma 4's PLE); 0: none
+    per_layer_dim: int = 0
 
     def __post_init__(self) -> None:
         for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
@@ -197,6 +245,56 @@ class TransformerSpec:
         for name in ("embd_scale", "residual_scale", "logit_scale"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name}: must be finite, got {getattr(self, name)}")
+        if isinstance(self.per_layer_dim, bool) or not isinstance(self.per_layer_dim, int) or \
+                not 0 <= self.per_layer_dim <= 2**31 - 1:
+            raise ValueError(f"per_layer_dim: must be an integer in [0, 2**31 - 1], got {self.per_layer_dim!r}")
+        for li in range(self.n_layers):
+            n_kv = self.layer_kv_heads(li)
+            if self.n_heads % n_kv:
+                raise ValueError(f"layers[{li}]: n_heads={self.n_heads} is not a multiple of n_kv_heads={n_kv}")
+            src = self.layers[li].kv_source
+            if src is None:
+                continue
+            if src >= li:
+                raise ValueError(f"layers[{li}].kv_source: {src} is not an earlier layer")
+            if self.layers[src].kv_source is not None:
+                raise ValueError(f"layers[{li}].kv_source: layer {src} has no KV cache of its own")
+            if (self.layer_head_dim(src), self.layer_kv_heads(src)) != (self.layer_head_dim(li), n_kv):
+                raise ValueError(f"layers[{li}].kv_source: layer {src}'s KV heads "
+                                 f"({self.layer_kv_heads(src)} x {self.layer_head_dim(src)}) differ from "
+                                 f"this layer's ({n_kv} x {self.layer_head_dim(li)})")
+
+    # ---- per-layer sizes ------------------------------------------------------------
+    def layer_head_dim(self, li: int) -> int:
+        hd = self.layers[li].head_dim
+        return self.head_dim if hd is None else hd
+
+    def layer_kv_heads(self, li: int) -> int:
+        n = self.layers[li].n_kv_heads
+        return self.n_kv_heads if n is None else n
+
+    def layer_ffn_dim(self, li: int) -> int:
+        f = self.layers[li].ffn_dim
+        return self.ffn_dim if f is None else f
+
+    def layer_kv_owner(self, li: int) -> int:
+        """The layer whose KV cache layer li reads (itself unless shared)."""
+        src = self.layers[li].kv_source
+        return li if src is None else src
+
+    @property
+    def uniform_kv(self) -> bool:
+        """Every layer has its own KV cache of the model's shape (the (layers,
+        kv_heads, n_ctx, head_dim) cache the fused step takes)."""
+        return all(layer.head_dim is None and layer.n_kv_heads is None and layer.kv_source is None
+                   for layer in self.layers)
+
+    @property
+    def fused_decode_supported(self) -> bool:
+        """Whether csrc/transformer_block.c computes this spec (else decoding runs
+        through the Python blocks)."""
+        return all(layer.default_pieces for layer in self.layers) and not self.v_norm \
+            and not self.per_layer_dim
 
     @property
     def q_dim(self) -> int:

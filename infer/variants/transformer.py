@@ -3,7 +3,8 @@
 * `TransformerEngine`: a spec, its weights (views of the file map), the contexts
   it made (so close() can drop every view), and the batched decode step.
 * `TransformerContext`: a KV cache of shape (layers, kv_heads, n_ctx, head_dim),
-  written in place at each position; `_block` below is the readable forward pass
+  written in place at each position (with per-layer sizes or shared-KV layers,
+  one flat row per layer that owns a cache, viewed per layer: `_kv_layout`); `_block` below is the readable forward pass
   that prefill runs through the matrix-matrix kernels.  Decoding one token is a
   single C call for the whole pass (csrc/transformer_block.c, reading the same
   spec), and `forward_batch` decodes one token of each of several contexts in
@@ -25,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import kernels as K
-from ..runtime import Context, Engine, ModelClosedError, RowOutputs
+from ..runtime import Context, Engine, ModelClosedError, RowOutputs, UnsupportedModelError
 from .spec import TransformerSpec
 from .weights import LayerWeights, Matrix, ModelWeights, load_weights, repack_enabled, repack_weights
 
@@ -86,7 +87,9 @@ class TransformerEngine(Engine):
         """(name, format, raw data) of every weight, for `infer.state.fingerprint`."""
         w = self.live_weights()
         named: list[Tuple[str, Any]] = [("token_embd", w.token_embd), ("output", w.output),
-                                        ("output_norm", w.output_norm)]
+                                        ("output_norm", w.output_norm), ("per_layer_token_embd", w.ple_embd),
+                                        ("per_layer_model_proj", w.ple_model_proj),
+                                        ("per_layer_proj_norm", w.ple_proj_norm)]
         for i, layer in enumerate(w.layers):
             named += [(f"blk.{i}.{k}", v) for k, v in vars(layer).items()]
         for name, m in named:
@@ -169,6 +172,11 @@ class TransformerEngine(Engine):
 
 def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
     """kernels.TransformerDecoder bound to the weights, with the spec's pieces."""
+    if not spec.fused_decode_supported:
+        raise UnsupportedModelError(
+            "the fused C decode step does not compute per-layer sizes, shared KV layers, V from K, "
+            "V norms, layer output scales or per-layer embeddings; decode through the Python blocks "
+            "(fused_decode = False)")
     return K.TransformerDecoder(spec, *decoder_arguments(spec, w))
 
 
@@ -176,6 +184,7 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
     """(embd, output, output_norm, layers) as kernels.TransformerDecoder takes them."""
     layers = []
     for L, ls in zip(w.layers, spec.layers):
+        assert L.wk is not None and L.wv is not None   # fused_decode_supported: every layer has both
         layer: Dict[str, Any] = dict(
             attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, wq=L.wq.as_tuple(),
             wk=L.wk.as_tuple(), wv=L.wv.as_tuple(), wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(),
@@ -206,7 +215,7 @@ class TransformerContext(Context):
         # F16 is stored as its bits (uint16), the layout kv_store/attention read.
         self.kv_type = kv_type
         kv_dtype = np.uint16 if kv_type == "f16" else np.float32
-        shape = (spec.n_layers, spec.n_kv_heads, self.n_ctx, spec.head_dim)
+        shape = _kv_shape(spec, self.n_ctx)
         # np.zeros maps untouched pages lazily: memory grows with the positions used.
         try:
             self.k_cache = np.zeros(shape, dtype=kv_dtype)
@@ -215,9 +224,14 @@ class TransformerContext(Context):
             size = 2 * math.prod(shape) * np.dtype(kv_dtype).itemsize
             raise ValueError(f"n_ctx: a KV cache of {self.n_ctx} positions needs {size / 2**30:,.1f} GiB "
                              f"of address space, which cannot be reserved; use a smaller n_ctx") from None
+        #: each layer's (kv_heads, n_ctx, head_dim) cache: views of k_cache / v_cache
+        #: (a shared-KV layer's are its source layer's)
+        self.k_layers = _kv_layout(spec, self.k_cache, self.n_ctx)
+        self.v_layers = _kv_layout(spec, self.v_cache, self.n_ctx)
         self._scratch: Dict[int, _Scratch] = {}
-        #: False: decode through the Python blocks too (for tests comparing the two)
-        self.fused_decode = True
+        #: False: decode through the Python blocks (for tests comparing the two, and
+        #: for the specs the fused C step does not compute)
+        self.fused_decode = spec.fused_decode_supported
         self._step: Any = None
 
     def _fused_step(self) -> Any:
@@ -273,41 +287,72 @@ class TransformerContext(Context):
         context's positions pos0, pos0+1, ...; attention runs per segment."""
         spec = self.spec
         layer = spec.layers[li]
-        n, hd, eps = s.n, spec.head_dim, spec.rms_eps
+        n, hd, eps = s.n, spec.layer_head_dim(li), spec.rms_eps
+        n_kv, ffn = spec.layer_kv_heads(li), spec.layer_ffn_dim(li)
+        # this layer's sizes: contiguous views of the scratch rows
+        q = s.rows(s.q, spec.n_heads * hd).reshape(n, spec.n_heads, hd)
+        k = s.rows(s.k, n_kv * hd).reshape(n, n_kv, hd)
+        v = s.rows(s.v, n_kv * hd).reshape(n, n_kv, hd)
+        att = s.rows(s.att, spec.n_heads * hd).reshape(q.shape)
         K.rmsnorm(s.x, w.attn_norm.data, s.h1, eps)
-        s.mul(s.h1, (w.wq, s.q), (w.wk, s.k), (w.wv, s.v))  # one quantized input for q, k, v
+        own_kv = w.wk is not None
+        if w.wk is None:     # a shared-KV layer: queries only
+            s.mul(s.h1, (w.wq, q.reshape(n, -1)))
+        elif w.wv is None:   # V is K's projection, taken before K's norm and RoPE
+            s.mul(s.h1, (w.wq, q.reshape(n, -1)), (w.wk, k.reshape(n, -1)))
+            np.copyto(v, k)
+        else:                # one quantized input for q, k, v
+            s.mul(s.h1, (w.wq, q.reshape(n, -1)), (w.wk, k.reshape(n, -1)), (w.wv, v.reshape(n, -1)))
         if w.q_bias is not None and w.k_bias is not None and w.v_bias is not None:
             s.q += w.q_bias.data
             s.k += w.k_bias.data
             s.v += w.v_bias.data
-        q = s.q.reshape(n, spec.n_heads, hd)
-        k = s.k.reshape(n, spec.n_kv_heads, hd)
-        v = s.v.reshape(n, spec.n_kv_heads, hd)
-        att = s.att.reshape(q.shape)
-        if w.q_norm is not None and w.k_norm is not None:  # per head
+        if w.q_norm is not None:  # per head
             K.rmsnorm(q, w.q_norm.data, q, eps)
+        if w.k_norm is not None:
             K.rmsnorm(k, w.k_norm.data, k, eps)
+        if own_kv and spec.v_norm:
+            K.rmsnorm(v, s.ones(hd), v, eps)
         rope = layer.rope
         factors = rope.factors_array(hd) if rope is not None else None
         for ctx, lo, hi, pos0 in segments:
+            parts = (q[lo:hi], k[lo:hi]) if own_kv else (q[lo:hi],)
             if rope is not None:
-                for x in (q[lo:hi], k[lo:hi]):
+                for x in parts:
                     K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(hd),
                            freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
-            K.kv_store(k[lo:hi], ctx.k_cache[li], pos0)
-            K.kv_store(v[lo:hi], ctx.v_cache[li], pos0)
-            K.attention(q[lo:hi], ctx.k_cache[li], ctx.v_cache[li], pos0, att[lo:hi],
+            k_cache, v_cache = ctx.k_layers[li], ctx.v_layers[li]
+            if own_kv:   # a shared-KV layer reads what its source layer stored for these positions
+                K.kv_store(k[lo:hi], k_cache, pos0)
+                K.kv_store(v[lo:hi], v_cache, pos0)
+            K.attention(q[lo:hi], k_cache, v_cache, pos0, att[lo:hi],
                         scale=spec.attn_scale, window=layer.window, softcap=spec.attn_softcap)
-        s.mul(s.att, (w.wo, s.h2))
+        s.mul(att.reshape(n, -1), (w.wo, s.h2))
         self._residual(s, w.post_attn_norm)
+        gate, up = s.rows(s.gate, ffn), s.rows(s.up, ffn)
         K.rmsnorm(s.x, w.ffn_norm.data, s.h1, eps)
-        s.mul(s.h1, (w.w_gate, s.gate), (w.w_up, s.up))  # one quantized input for gate, up
+        s.mul(s.h1, (w.w_gate, gate), (w.w_up, up))  # one quantized input for gate, up
         if spec.activation == "gelu_tanh":
-            K.gelu_mul(s.gate, s.up, s.gate)
+            K.gelu_mul(gate, up, gate)
         else:
-            K.silu_mul(s.gate, s.up, s.gate)
-        s.mul(s.gate, (w.w_down, s.h2))
+            K.silu_mul(gate, up, gate)
+        s.mul(gate, (w.w_down, s.h2))
         self._residual(s, w.post_ffn_norm)
+        if w.ple_gate is not None and w.ple_proj is not None and w.ple_post_norm is not None:
+            self._per_layer_embedding(w, li, s)
+        if w.out_scale is not None:
+            K.scale(s.x, float(w.out_scale.data[0]))
+
+    def _per_layer_embedding(self, w: LayerWeights, li: int, s: "_Scratch") -> None:
+        """x += rmsnorm(Wproj (gelu(Wgate x) * ple[li]), post_norm): Gemma 4's PLE."""
+        assert w.ple_gate is not None and w.ple_proj is not None and w.ple_post_norm is not None
+        assert s.ple is not None and s.ple_gate is not None and s.ple_slice is not None
+        s.mul(s.x, (w.ple_gate, s.ple_gate))
+        np.copyto(s.ple_slice, s.ple[:, li, :])
+        K.gelu_mul(s.ple_gate, s.ple_slice, s.ple_gate)
+        s.mul(s.ple_gate, (w.ple_proj, s.h2))
+        K.rmsnorm(s.h2, w.ple_post_norm.data, s.h2, self.spec.rms_eps)
+        K.add(s.x, s.h2)
 
     def _residual(self, s: "_Scratch", post_norm: Any) -> None:
         """x += (post_norm(h2)) * residual_scale: the end of a block half."""
@@ -319,25 +364,37 @@ class TransformerContext(Context):
         K.add(s.x, s.h2)
 
     # ---- saved state and copies (infer.state) -------------------------------------------
-    _shared_on_copy = frozenset({"engine", "spec", "_scratch", "k_cache", "v_cache", "_step"})
+    _shared_on_copy = frozenset({"engine", "spec", "_scratch", "k_cache", "v_cache", "k_layers", "v_layers",
+                                 "_step"})
 
     def _state_options(self) -> Dict[str, Any]:
         return {"kv_type": self.kv_type}
 
+    def _cached_parts(self) -> list[Tuple[str, NDArray[Any]]]:
+        """(name, (kv_heads, n_ctx, head_dim) or (layers, kv_heads, n_ctx, head_dim)
+        array) of every cache that holds positions: the whole k and v caches, or
+        with `_kv_layout`'s flat rows, each owning layer's view."""
+        if self.spec.uniform_kv:
+            return [("k", self.k_cache), ("v", self.v_cache)]
+        owners = [li for li in range(self.spec.n_layers) if self.spec.layers[li].kv_source is None]
+        return [(f"{kv}.{li}", caches[li]) for li in owners
+                for kv, caches in (("k", self.k_layers), ("v", self.v_layers))]
+
     def _cache_state(self, n: int) -> Dict[str, NDArray[Any]]:
-        return {"k": self.k_cache[:, :, :n], "v": self.v_cache[:, :, :n]}
+        return {name: cache[..., :n, :] for name, cache in self._cached_parts()}
 
     def _load_cache_state(self, arrays: Dict[str, NDArray[Any]], n: int) -> None:
-        for name, cache in (("k", self.k_cache), ("v", self.v_cache)):
+        parts = self._cached_parts()
+        for name, cache in parts:
             saved = arrays.get(name)
-            want = cache.shape[:2] + (n,) + cache.shape[3:]
+            want = cache.shape[:-2] + (n,) + cache.shape[-1:]
             if saved is None or saved.shape != want or saved.dtype != cache.dtype:
                 from ..state import StateError
 
                 got = None if saved is None else (saved.shape, str(saved.dtype))
                 raise StateError(f"saved context: {name} cache is {got}, expected {want} {cache.dtype}")
-        for name, cache in (("k", self.k_cache), ("v", self.v_cache)):
-            cache[:, :, :n] = arrays[name]
+        for name, cache in parts:
+            cache[..., :n, :] = arrays[name]
 
     def _after_copy(self, twin: Context) -> None:
         # The copy gets its own cache (only the used positions are copied; the rest
@@ -346,8 +403,10 @@ class TransformerContext(Context):
         n = len(self.tokens)
         twin.k_cache = np.zeros_like(self.k_cache)
         twin.v_cache = np.zeros_like(self.v_cache)
-        twin.k_cache[:, :, :n] = self.k_cache[:, :, :n]
-        twin.v_cache[:, :, :n] = self.v_cache[:, :, :n]
+        twin.k_layers = _kv_layout(self.spec, twin.k_cache, self.n_ctx)
+        twin.v_layers = _kv_layout(self.spec, twin.v_cache, self.n_ctx)
+        for (_, mine), (_, theirs) in zip(self._cached_parts(), twin._cached_parts()):
+            theirs[..., :n, :] = mine[..., :n, :]
         twin._scratch = {}
         self.engine._contexts.add(twin)
 
@@ -393,6 +452,8 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
         K.dequantize(embd_rows.reshape(-1), w.token_embd.qtype, s.x.reshape(-1))
         if spec.embd_scale != 1.0:
             K.scale(s.x, spec.embd_scale)
+        if spec.per_layer_dim:
+            _per_layer_inputs(spec, w, batch, s)
         for li, layer in enumerate(w.layers):
             owner._block(layer, li, s, segments)
         live = [job for job in jobs if len(job[1]) > c0]
@@ -404,6 +465,51 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
                     ctx.logits[:] = rows.logits[-1]
                 else:
                     ctx._head(s.x[hi - 1:hi], ctx.logits.reshape(1, -1))
+
+
+def _per_layer_inputs(spec: TransformerSpec, w: ModelWeights, batch: NDArray[Any], s: "_Scratch") -> None:
+    """s.ple (n, n_layers, per_layer_dim): Gemma 4's per-layer inputs of the batch's
+    tokens, from the scaled embeddings s.x (llama.cpp's project_per_layer_inputs)."""
+    assert w.ple_embd is not None and w.ple_model_proj is not None and w.ple_proj_norm is not None
+    assert s.ple is not None and s.ple_in is not None
+    width = spec.per_layer_dim
+    K.dequantize(w.ple_embd.data[batch].reshape(-1), w.ple_embd.qtype, s.ple.reshape(-1))
+    K.scale(s.ple, math.sqrt(width))
+    s.mul(s.x, (w.ple_model_proj, s.ple_in))
+    K.scale(s.ple_in, 1.0 / math.sqrt(spec.dim))
+    K.rmsnorm(s.ple_in.reshape(s.n, spec.n_layers, width), w.ple_proj_norm.data,
+              s.ple_in.reshape(s.n, spec.n_layers, width), spec.rms_eps)
+    K.add(s.ple, s.ple_in.reshape(s.ple.shape))
+    K.scale(s.ple, 1.0 / math.sqrt(2.0))
+
+
+def _kv_shape(spec: TransformerSpec, n_ctx: int) -> Tuple[int, ...]:
+    """The KV cache's shape: (layers, kv_heads, n_ctx, head_dim) when every layer
+    has its own cache of the model's shape, else one flat row per layer that owns a
+    cache, as long as the largest of them (`_kv_layout` views them)."""
+    if spec.uniform_kv:
+        return (spec.n_layers, spec.n_kv_heads, n_ctx, spec.head_dim)
+    owners = [li for li in range(spec.n_layers) if spec.layers[li].kv_source is None]
+    return (len(owners), n_ctx * max(spec.layer_kv_heads(li) * spec.layer_head_dim(li) for li in owners))
+
+
+def _kv_layout(spec: TransformerSpec, cache: NDArray[Any], n_ctx: int) -> list[NDArray[Any]]:
+    """Each layer's (kv_heads, n_ctx, head_dim) view of a cache of `_kv_shape`; a
+    shared-KV layer gets its source layer's view.  A row's unused tail is never
+    touched, so it costs no memory."""
+    if spec.uniform_kv:
+        return [cache[li] for li in range(spec.n_layers)]
+    views: list[NDArray[Any]] = []
+    row = 0
+    for li in range(spec.n_layers):
+        src = spec.layers[li].kv_source
+        if src is not None:
+            views.append(views[src])
+            continue
+        n_kv, hd = spec.layer_kv_heads(li), spec.layer_head_dim(li)
+        views.append(cache[row, :n_kv * n_ctx * hd].reshape(n_kv, n_ctx, hd))
+        row += 1
+    return views
 
 
 def _mul(x: NDArray[Any], w: Matrix, out: NDArray[Any], xq: Optional[NDArray[Any]] = None) -> NDArray[Any]:
@@ -429,13 +535,41 @@ class _Scratch:
         self.x = np.zeros((n, spec.dim), f)          # residual stream
         self.h1 = np.zeros((n, spec.dim), f)         # normed input of a block half
         self.h2 = np.zeros((n, spec.dim), f)         # output of a block half
-        self.q = np.zeros((n, spec.q_dim), f)
-        self.k = np.zeros((n, spec.kv_dim), f)
-        self.v = np.zeros((n, spec.kv_dim), f)
-        self.att = np.zeros((n, spec.q_dim), f)
-        self.gate = np.zeros((n, spec.ffn_dim), f)
-        self.up = np.zeros((n, spec.ffn_dim), f)
+        # q .. up: room for the largest layer; `rows` views a layer's size
+        layers = range(spec.n_layers)
+        q_dim = max(spec.n_heads * spec.layer_head_dim(li) for li in layers)
+        kv_dim = max(spec.layer_kv_heads(li) * spec.layer_head_dim(li) for li in layers)
+        ffn = max(spec.layer_ffn_dim(li) for li in layers)
+        self.q = np.zeros((n, q_dim), f)
+        self.k = np.zeros((n, kv_dim), f)
+        self.v = np.zeros((n, kv_dim), f)
+        self.att = np.zeros((n, q_dim), f)
+        self.gate = np.zeros((n, ffn), f)
+        self.up = np.zeros((n, ffn), f)
+        #: per-layer embeddings: every layer's inputs, their projection, one layer's
+        #: slice and its gate (None without PLE)
+        self.ple: Optional[NDArray[Any]] = None
+        self.ple_in: Optional[NDArray[Any]] = None
+        self.ple_slice: Optional[NDArray[Any]] = None
+        self.ple_gate: Optional[NDArray[Any]] = None
+        if spec.per_layer_dim:
+            width = spec.per_layer_dim
+            self.ple = np.zeros((n, spec.n_layers, width), f)
+            self.ple_in = np.zeros((n, spec.n_layers * width), f)
+            self.ple_slice = np.zeros((n, width), f)
+            self.ple_gate = np.zeros((n, width), f)
+        self._ones: Dict[int, NDArray[Any]] = {}
         self._act: Dict[Tuple[int, int], NDArray[Any]] = {}
+
+    def rows(self, buf: NDArray[Any], cols: int) -> NDArray[Any]:
+        """The first n * cols values of buf as a contiguous (n, cols) array."""
+        return buf.reshape(-1)[:self.n * cols].reshape(self.n, cols)
+
+    def ones(self, n: int) -> NDArray[Any]:
+        """A weight of n ones (an RMSNorm without a weight)."""
+        if n not in self._ones:
+            self._ones[n] = np.ones(n, np.float32)
+        return self._ones[n]
 
     def mul(self, x: NDArray[Any], *pairs: Tuple[Matrix, NDArray[Any]]) -> None:
         """out = x W^T for each (W, out); x is quantized once per activation format."""

@@ -92,11 +92,13 @@ def repack_weights(w: "ModelWeights", release: Optional[Callable[[Any], None]] =
     are looked up one at a time); a tied head gets its own repacked copy.  The
     copies share one block of memory on huge pages where the OS offers them
     (`infer.arena`)."""
-    matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
-    todo = [w.output] + [getattr(layer, k) for layer in w.layers for k in matrices]
-    arena = Arena(Arena.size_of([m.data.shape for m in todo if m.repackable()]))
+    matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "ple_gate", "ple_proj")
+    todo = [w.output, w.ple_model_proj] + [getattr(layer, k) for layer in w.layers for k in matrices]
+    arena = Arena(Arena.size_of([m.data.shape for m in todo if m is not None and m.repackable()]))
 
-    def fast(m: Matrix) -> Matrix:
+    def fast(m: Optional[Matrix]) -> Optional[Matrix]:
+        if m is None:   # a piece this layer does not have
+            return None
         r = m.repacked(arena)
         if r is not m and release is not None:
             release(m.file_data)
@@ -104,8 +106,9 @@ def repack_weights(w: "ModelWeights", release: Optional[Callable[[Any], None]] =
 
     layers = [dataclasses.replace(layer, **{k: fast(getattr(layer, k)) for k in matrices})  # type: ignore[arg-type]
               for layer in w.layers]
-    return ModelWeights(token_embd=w.token_embd, output_norm=w.output_norm,
-                        output=fast(w.output), layers=layers)
+    output = fast(w.output)
+    assert output is not None
+    return dataclasses.replace(w, output=output, ple_model_proj=fast(w.ple_model_proj), layers=layers)
 
 
 class Vector:
@@ -129,8 +132,10 @@ class LayerWeights:
 
     attn_norm: Vector
     wq: Matrix
-    wk: Matrix
-    wv: Matrix
+    #: None in a layer that reads another's KV cache (spec kv_source)
+    wk: Optional[Matrix]
+    #: None there too, and where V is K's projection (spec v_from_k)
+    wv: Optional[Matrix]
     wo: Matrix
     ffn_norm: Vector
     w_gate: Matrix
@@ -143,6 +148,13 @@ class LayerWeights:
     k_norm: Optional[Vector] = None
     post_attn_norm: Optional[Vector] = None
     post_ffn_norm: Optional[Vector] = None
+    #: blk.N.layer_output_scale (one value)
+    out_scale: Optional[Vector] = None
+    #: per-layer embeddings: blk.N.inp_gate (per_layer_dim x dim), blk.N.proj
+    #: (dim x per_layer_dim), blk.N.post_norm
+    ple_gate: Optional[Matrix] = None
+    ple_proj: Optional[Matrix] = None
+    ple_post_norm: Optional[Vector] = None
 
 
 @dataclass
@@ -152,6 +164,12 @@ class ModelWeights:
     #: token_embd itself when the head is tied
     output: Matrix
     layers: List[LayerWeights]
+    #: per-layer embeddings (spec per_layer_dim): per_layer_token_embd (vocab x
+    #: n_layers * per_layer_dim), per_layer_model_proj (n_layers * per_layer_dim x
+    #: dim), per_layer_proj_norm (per_layer_dim)
+    ple_embd: Optional[Matrix] = None
+    ple_model_proj: Optional[Matrix] = None
+    ple_proj_norm: Optional[Vector] = None
 
 
 class _Tensors:
@@ -180,8 +198,7 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
     variant read itself (``rope_freqs.weight`` into the spec); any other tensor
     in the file raises GGUFError naming it."""
     t = _Tensors(tensors)
-    d, hd, ffn = spec.dim, spec.head_dim, spec.ffn_dim
-    q_dim, kv_dim = spec.q_dim, spec.kv_dim
+    d = spec.dim
     vocab = spec.vocab_size
     token_embd = t.matrix("token_embd.weight", vocab, d)
     tied = "output.weight" not in tensors if spec.tied_head is None else spec.tied_head
@@ -196,12 +213,22 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         def v(part: str, n: int, suffix: str = "weight", i: int = i) -> Vector:
             return t.vector(f"blk.{i}.{part}.{suffix}", n)
 
+        ls = spec.layers[i]
+        hd, ffn = spec.layer_head_dim(i), spec.layer_ffn_dim(i)
+        q_dim, kv_dim = spec.n_heads * hd, spec.layer_kv_heads(i) * hd
+        wk: Optional[Matrix]
+        wv: Optional[Matrix]
         if spec.fused_qkv:
+            if not ls.default_pieces:
+                raise GGUFError("a fused attn_qkv with per-layer sizes or shared KV is not supported")
             qkv = m("attn_qkv", q_dim + 2 * kv_dim, d)
             wq, wk, wv = (qkv.row_slice(0, q_dim), qkv.row_slice(q_dim, q_dim + kv_dim),
                           qkv.row_slice(q_dim + kv_dim, q_dim + 2 * kv_dim))
+        elif ls.kv_source is not None:
+            wq, wk, wv = m("attn_q", q_dim, d), None, None
         else:
-            wq, wk, wv = m("attn_q", q_dim, d), m("attn_k", kv_dim, d), m("attn_v", kv_dim, d)
+            wq, wk = m("attn_q", q_dim, d), m("attn_k", kv_dim, d)
+            wv = None if ls.v_from_k else m("attn_v", kv_dim, d)
         if spec.fused_gate_up:  # the gate is the first half of ffn_up's output
             gate_up = m("ffn_up", 2 * ffn, d)
             w_gate, w_up = gate_up.row_slice(0, ffn), gate_up.row_slice(ffn, 2 * ffn)
@@ -216,12 +243,25 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             L.q_bias, L.k_bias, L.v_bias = (v("attn_q", q_dim, "bias"), v("attn_k", kv_dim, "bias"),
                                             v("attn_v", kv_dim, "bias"))
         if spec.qk_norm:
-            L.q_norm, L.k_norm = v("attn_q_norm", hd), v("attn_k_norm", hd)
+            L.q_norm = v("attn_q_norm", hd)
+            L.k_norm = v("attn_k_norm", hd) if ls.kv_source is None else None
         if spec.post_attn_norm:
             L.post_attn_norm = v("post_attention_norm", d)
         if spec.post_ffn_norm:
             L.post_ffn_norm = v("post_ffw_norm", d)
+        if ls.out_scale:
+            L.out_scale = v("layer_output_scale", 1)
+        if spec.per_layer_dim:
+            L.ple_gate = m("inp_gate", spec.per_layer_dim, d)
+            L.ple_proj = m("proj", d, spec.per_layer_dim)
+            L.ple_post_norm = v("post_norm", d)
         layers.append(L)
+    weights = ModelWeights(token_embd=token_embd, output_norm=output_norm, output=output, layers=layers)
+    if spec.per_layer_dim:
+        n_ple = spec.n_layers * spec.per_layer_dim
+        weights.ple_embd = t.matrix("per_layer_token_embd.weight", vocab, n_ple)
+        weights.ple_model_proj = t.matrix("per_layer_model_proj.weight", n_ple, d)
+        weights.ple_proj_norm = t.vector("per_layer_proj_norm.weight", spec.per_layer_dim)
 
     unknown = sorted(set(tensors) - t.used - set(also_used))
     if unknown:
@@ -230,4 +270,4 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             f"GGUF file: tensor(s) {shown} are not part of the model this variant describes; "
             f"they would change the maths, so the file is refused rather than run without them",
             unknown)
-    return ModelWeights(token_embd=token_embd, output_norm=output_norm, output=output, layers=layers)
+    return weights
