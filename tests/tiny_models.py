@@ -357,28 +357,33 @@ def write_gemma4(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
     def norm(n, centre=1.0):
         return (centre * (1.0 + 0.1 * rng.standard_normal(n))).astype(np.float32)
 
+    keys: Dict[str, Any] = {
+        "context_length": t.n_ctx_train, "embedding_length": d, "block_count": L,
+        "feed_forward_length": list(g.ffn), "attention.head_count": t.n_head,
+        "attention.head_count_kv": list(g.kv_heads), "attention.layer_norm_rms_epsilon": t.eps,
+        "attention.key_length": g.head_dim_full, "attention.value_length": g.head_dim_full,
+        "attention.key_length_swa": t.head_dim, "attention.value_length_swa": t.head_dim,
+        "rope.freq_base": t.rope_base, "rope.freq_base_swa": g.swa_base,
+        "rope.dimension_count": g.head_dim_full, "rope.dimension_count_swa": t.head_dim,
+        "final_logit_softcapping": g.softcap, "attention.sliding_window": g.window,
+        "attention.sliding_window_pattern": [bool(x) for x in g.sliding],
+        "attention.shared_kv_layers": g.shared_kv_layers, "embedding_length_per_layer_input": P,
+    }
+    keys.update(t.extra)   # a test's changes (None: leave the key out)
     w = gguf.GGUFWriter(path, "gemma4")
-    a = "gemma4."
-    w.add_uint32(a + "context_length", t.n_ctx_train)
-    w.add_uint32(a + "embedding_length", d)
-    w.add_uint32(a + "block_count", L)
-    w.add_array(a + "feed_forward_length", list(g.ffn))
-    w.add_uint32(a + "attention.head_count", t.n_head)
-    w.add_array(a + "attention.head_count_kv", list(g.kv_heads))
-    w.add_float32(a + "attention.layer_norm_rms_epsilon", t.eps)
-    w.add_uint32(a + "attention.key_length", g.head_dim_full)
-    w.add_uint32(a + "attention.value_length", g.head_dim_full)
-    w.add_uint32(a + "attention.key_length_swa", t.head_dim)
-    w.add_uint32(a + "attention.value_length_swa", t.head_dim)
-    w.add_float32(a + "rope.freq_base", t.rope_base)
-    w.add_float32(a + "rope.freq_base_swa", g.swa_base)
-    w.add_uint32(a + "rope.dimension_count", g.head_dim_full)
-    w.add_uint32(a + "rope.dimension_count_swa", t.head_dim)
-    w.add_float32(a + "final_logit_softcapping", g.softcap)
-    w.add_uint32(a + "attention.sliding_window", g.window)
-    w.add_array(a + "attention.sliding_window_pattern", [bool(x) for x in g.sliding])
-    w.add_uint32(a + "attention.shared_kv_layers", g.shared_kv_layers)
-    w.add_uint32(a + "embedding_length_per_layer_input", P)
+    for k, v in keys.items():
+        if v is None:
+            continue
+        if isinstance(v, (list, tuple)):
+            w.add_array(f"gemma4.{k}", list(v))
+        elif isinstance(v, bool):
+            w.add_bool(f"gemma4.{k}", v)
+        elif isinstance(v, float):
+            w.add_float32(f"gemma4.{k}", v)
+        elif isinstance(v, str):
+            w.add_string(f"gemma4.{k}", v)
+        else:
+            w.add_uint32(f"gemma4.{k}", v)
     _write_vocabulary(w)
 
     w.add_tensor("token_embd.weight", mat(VOCAB, d, t.head_gain))
