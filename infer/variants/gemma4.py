@@ -138,6 +138,9 @@ def gemma4_spec(metadata: Dict[str, Any], tensors: Dict[str, Any]) -> Tuple[Tran
                                     [hp.key("attention.head_count")])
     n_heads = heads[0]
     kv_heads = _per_layer_counts(hp, "attention.head_count_kv", n_layers, n_heads)
+    if any(n_heads % n for n in kv_heads):
+        raise GGUFError(f"GGUF metadata: {hp.key('attention.head_count_kv')}={kv_heads} does not divide "
+                        f"{hp.key('attention.head_count')}={n_heads} in every layer")
     ffn_dims = _per_layer_counts(hp, "feed_forward_length", n_layers)
     sliding = _sliding_pattern(hp, n_layers)
     window = hp.integer("attention.sliding_window")

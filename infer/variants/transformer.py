@@ -127,8 +127,16 @@ class TransformerEngine(Engine):
         """One decode step for several contexts: every weight row is read once for
         the whole batch (csrc/transformer_block.c), attention runs per sequence."""
         ctxs = [c for c in contexts if isinstance(c, TransformerContext)]
-        if (len(ctxs) != len(contexts) or not all(c.fused_decode for c in ctxs)
-                or any(c.spec is not ctxs[0].spec for c in ctxs)):
+        if len(ctxs) != len(contexts) or any(c.spec is not ctxs[0].spec for c in ctxs):
+            super().forward_batch(contexts, tokens, positions)
+            return
+        if not any(c.fused_decode for c in ctxs):
+            # the Python blocks, one row per context: still one pass over the weights
+            with self.running():
+                _prefill_together([(c, np.asarray(tokens[i:i + 1], np.int32), int(positions[i]), None)
+                                   for i, c in enumerate(ctxs)])
+            return
+        if not all(c.fused_decode for c in ctxs):
             super().forward_batch(contexts, tokens, positions)
             return
         with self.running():

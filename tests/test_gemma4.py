@@ -1,0 +1,278 @@
+"""Gemma 4 (dense) on tiny random-weight files (tests/tiny_models.py GEMMA4: an
+E2B-shaped file with per-layer embeddings, sliding layers of another head size
+than the full ones, proportional RoPE factors, two shared-KV layers and
+double-wide FFNs there; a 31B-shaped one without PLE, with V = K on the full
+layers), against two independent references:
+
+* tests/reference/numpy_gemma4.py, a float64 numpy forward pass;
+* llama.cpp's own teacher-forced logits on the same files
+  (tests/data/llama_cpp_gemma4.npz, see tests/data/README.md).
+
+Tolerances as tests/test_families.py's: cosine >= 0.99999 and the reference's
+clear top-1 against the numpy reference, LLAMA_CPP_MIN_COS against llama.cpp.
+Gemma 4 decodes through the Python blocks (the fused C step refuses its specs).
+"""
+import copy
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import tiny_models as tm
+from reference.numpy_gemma4 import Gemma4Reference
+from test_families import LLAMA_CPP_MIN_COS, check, clear_top1, cosine
+
+import infer
+from infer.gguf import GGUFError
+from infer.runtime import decode_batch
+from scripted import GreedySampler
+
+NAMES = list(tm.GEMMA4)
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_gemma4.npz")
+_files, _refs = {}, {}
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("gemma4")
+
+
+def tiny_file(name, tiny_dir):
+    if name not in _files:
+        _files[name] = tm.write(name, str(tiny_dir / f"{name}.gguf"))
+    return _files[name]
+
+
+def reference_logits(name, tiny_dir):
+    if name not in _refs:
+        _refs[name] = Gemma4Reference(tiny_file(name, tiny_dir)).forward(tm.prompt(name))
+    return _refs[name]
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    if not os.path.exists(DATA):
+        pytest.skip("no recorded llama.cpp logits (tests/data/README.md says how to make them)")
+    return dict(np.load(DATA))
+
+
+def _recorded(recorded, name, tiny_dir):
+    assert str(recorded[f"{name}/sha256"]) == tm.sha256(tiny_file(name, tiny_dir)), (
+        f"{name}: the tiny file differs from the one llama.cpp was run on; re-record (tests/data/README.md)")
+    return recorded[f"{name}/positions"], recorded[f"{name}/logits"].astype(np.float64)
+
+
+def test_files_have_the_pieces_under_test(tiny_dir):
+    """The spec infer reads has what the tests claim to cover (a file that lost one
+    would still pass the agreement tests without exercising it)."""
+    with infer.load(tiny_file("gemma4-e2b", tiny_dir)) as model:
+        spec = model.engine.spec
+        assert spec.per_layer_dim == 32 and spec.final_softcap == 8.0 and spec.v_norm
+        assert [layer.kv_source for layer in spec.layers] == [None, None, None, 1, 2]
+        assert [spec.layer_head_dim(i) for i in range(5)] == [64, 64, 128, 64, 128]
+        assert [spec.layer_ffn_dim(i) for i in range(5)] == [512, 512, 512, 1024, 1024]
+        assert [layer.window for layer in spec.layers] == [128, 128, 0, 128, 0]
+        assert spec.layers[2].rope.freq_factors[:16] == (1.0,) * 16 and spec.layers[2].rope.freq_factors[16] > 1e29
+        assert all(layer.out_scale for layer in spec.layers)
+    with infer.load(tiny_file("gemma4-31b", tiny_dir)) as model:
+        spec = model.engine.spec
+        assert spec.per_layer_dim == 0
+        assert [layer.v_from_k for layer in spec.layers] == [False, True, False, True]
+        assert [spec.layer_kv_heads(i) for i in range(4)] == [2, 1, 2, 1]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_agrees_with_llama_cpp(name, recorded, tiny_dir):
+    positions, theirs = _recorded(recorded, name, tiny_dir)
+    ref = reference_logits(name, tiny_dir)[positions]
+    cos = [cosine(a, b) for a, b in zip(ref, theirs)]
+    assert min(cos) >= LLAMA_CPP_MIN_COS, (name, min(cos), int(positions[int(np.argmin(cos))]))
+    clear = clear_top1(ref)
+    agree = np.argmax(ref, -1)[clear] == np.argmax(theirs, -1)[clear]
+    assert agree.all(), (name, positions[clear][~agree])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_decode_matches_reference_at_every_position(name, tiny_dir):
+    ref = reference_logits(name, tiny_dir)
+    with infer.load(tiny_file(name, tiny_dir)) as model:
+        ctx = model.engine.create_context(n_ctx=1024, sampler=GreedySampler())
+        assert not ctx.fused_decode   # the fused C step does not compute Gemma 4
+        for i, tok in enumerate(tm.prompt(name)):
+            ctx.prefill([int(tok)])
+            check(ctx.logits, ref[i], f"position {i}", 0.99999)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_batched_prefill_matches_reference(name, tiny_dir):
+    prompt = tm.prompt(name)
+    ref = reference_logits(name, tiny_dir)
+    with infer.load(tiny_file(name, tiny_dir)) as model:
+        ctx = model.engine.create_context(n_ctx=1024, sampler=GreedySampler())
+        rows = ctx.prefill(prompt, all_logits=True)
+        for i in range(len(prompt)):
+            check(rows[i], ref[i], f"position {i}", 0.99999)
+        for n in (1, 37, 513):
+            ctx.truncate_to(0)
+            ctx.prefill(prompt[:n])
+            check(ctx.logits, ref[n - 1], f"position {n - 1}", 0.99999)
+        ctx.truncate_to(0)
+        ctx.prefill(prompt[:320])
+        ctx.prefill(prompt[320:])
+        check(ctx.logits, ref[-1], "last position, second batch", 0.99999)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_variant_agrees_with_llama_cpp(name, recorded, tiny_dir):
+    positions, theirs = _recorded(recorded, name, tiny_dir)
+    with infer.load(tiny_file(name, tiny_dir)) as model:
+        ctx = model.engine.create_context(n_ctx=1024, sampler=GreedySampler())
+        ours = ctx.prefill(tm.prompt(name), all_logits=True)[positions].astype(np.float64)
+    cos = [cosine(a, b) for a, b in zip(ours, theirs)]
+    assert min(cos) >= LLAMA_CPP_MIN_COS, (name, min(cos), int(positions[int(np.argmin(cos))]))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_batched_decode_equals_one_at_a_time(name, tiny_dir):
+    """runtime.decode_batch (one pass over the weights for three contexts at different
+    positions, across the 128-token window) against each context decoded alone and
+    against the reference."""
+    prompt = tm.prompt(name)
+    ref = reference_logits(name, tiny_dir)
+    starts = (3, 60, 120)
+    with infer.load(tiny_file(name, tiny_dir)) as model:
+        together = [model.engine.create_context(n_ctx=1024, sampler=GreedySampler()) for _ in starts]
+        alone = [model.engine.create_context(n_ctx=1024, sampler=GreedySampler()) for _ in starts]
+        for ctx_t, ctx_a, s in zip(together, alone, starts):
+            ctx_t.prefill(prompt[:s])
+            ctx_a.prefill(prompt[:s])
+        for step in range(16):
+            decode_batch(together, [int(prompt[s + step]) for s in starts])
+            for ctx_t, ctx_a, s in zip(together, alone, starts):
+                ctx_a.prefill([int(prompt[s + step])])
+                assert cosine(ctx_t.logits, ctx_a.logits) > 0.9999999
+                np.testing.assert_allclose(ctx_t.logits, ctx_a.logits, atol=2e-3)
+                check(ctx_t.logits, ref[s + step], f"position {s + step}", 0.99999)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_truncate_then_redecode(name, tiny_dir):
+    """Drop positions (past the window; the shared layers' source caches hold them),
+    decode other tokens there, drop them again and decode the prompt's: the logits
+    are the reference's, and the first run's."""
+    prompt = tm.prompt(name)
+    ref = reference_logits(name, tiny_dir)
+    other = np.random.default_rng(7).integers(0, 500, 60)
+    with infer.load(tiny_file(name, tiny_dir)) as model:
+        ctx = model.engine.create_context(n_ctx=1024, sampler=GreedySampler())
+        ctx.prefill(prompt[:220])
+        first = ctx.logits.copy()
+        ctx.truncate_to(150)
+        ctx.prefill(other)
+        assert cosine(ctx.logits, first) < 0.999
+        ctx.truncate_to(150)
+        for tok in prompt[150:220]:
+            ctx.prefill([int(tok)])
+        np.testing.assert_allclose(ctx.logits, first, atol=2e-3)
+        check(ctx.logits, ref[219], "position 219 after truncation", 0.99999)
+        ctx.restart()
+        ctx.prefill(prompt[:40])
+        check(ctx.logits, ref[39], "position 39 after restart", 0.99999)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_saved_and_copied_contexts_continue_exactly(name, tiny_dir):
+    prompt = tm.prompt(name)
+    ref = reference_logits(name, tiny_dir)
+    with infer.load(tiny_file(name, tiny_dir)) as model:
+        ctx = model.create_context(n_ctx=512, temperature=0)
+        ctx.prefill(prompt[:140])
+        data = ctx.save_state()
+        twin = copy.deepcopy(ctx)
+        again = infer.Context.load_state(model, data)
+        for c in (ctx, twin, again):
+            c.prefill(prompt[140:150])
+        np.testing.assert_array_equal(twin.logits, ctx.logits)
+        np.testing.assert_array_equal(again.logits, ctx.logits)
+        check(ctx.logits, ref[149], "position 149", 0.99999)
+
+
+def test_generate_follows_the_reference(tiny_dir):
+    """Greedy generation: each token is the reference's argmax of the text so far."""
+    path = tiny_file("gemma4-e2b", tiny_dir)
+    prompt = [int(t) for t in tm.prompt("gemma4-e2b")[:30]]
+    with infer.load(path) as model:
+        ctx = model.create_context(n_ctx=256, temperature=0)
+        ctx.prefill(prompt)
+        out = [ctx.next() for _ in range(8)]
+    ref = Gemma4Reference(path).forward(prompt + out)
+    for i, tok in enumerate(out):
+        row = ref[len(prompt) + i - 1]
+        if clear_top1(row):
+            assert tok == int(np.argmax(row)), i
+
+
+def test_fused_step_is_refused_not_run(tiny_dir):
+    with infer.load(tiny_file("gemma4-e2b", tiny_dir)) as model:
+        ctx = model.engine.create_context(n_ctx=64)
+        ctx.prefill([1, 2, 3])
+        ctx.fused_decode = True
+        with pytest.raises(infer.UnsupportedModelError, match="fused C decode step"):
+            ctx.prefill([4])
+        assert ctx.n_past == 3
+
+
+def test_cli_info_and_generate(tiny_dir):
+    path = tiny_file("gemma4-e2b", tiny_dir)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = [sys.executable, "-m", "infer"]
+    info = subprocess.run(run + ["info", path], capture_output=True, text=True, cwd=root, timeout=120)
+    assert info.returncode == 0, info.stderr
+    assert "gemma4" in info.stdout
+    gen = subprocess.run(run + ["generate", "The quick brown fox", "-m", path, "-n", "8", "--temp", "0"],
+                         capture_output=True, text=True, cwd=root, timeout=120)
+    assert gen.returncode == 0, gen.stderr
+
+
+# ---- hostile files ---------------------------------------------------------------------
+E2B = tm.GEMMA4["gemma4-e2b"]
+
+
+def _with(tiny, **keys):
+    return replace(tiny, extra={**tiny.extra, **keys})
+
+
+@pytest.mark.parametrize("tiny, more, error, message", [
+    (_with(E2B, **{"attention.sliding_window_pattern": [True, False]}), None, GGUFError,
+     "sliding_window_pattern has 2 entries for 5 layers"),
+    (_with(E2B, **{"attention.sliding_window_pattern": None}), None, GGUFError,
+     "sliding_window_pattern is missing"),
+    (_with(E2B, **{"attention.sliding_window_pattern": [3, 1, 0, 1, 0]}), None, GGUFError, "not a bool"),
+    (_with(E2B, **{"attention.shared_kv_layers": 5}), None, GGUFError, "leaves 0 of 5 layers"),
+    (_with(E2B, **{"attention.shared_kv_layers": 9}), None, GGUFError, "leaves -4 of 5 layers"),
+    (_with(E2B, **{"attention.shared_kv_layers": 1}), None, GGUFError, "must slide"),
+    (_with(E2B, **{"attention.head_count_kv": [2, 2, 1]}), None, GGUFError, "head_count_kv has 3 entries"),
+    (_with(E2B, **{"attention.head_count_kv": [2, 2, 3, 2, 3]}), None, GGUFError, "does not divide"),
+    (_with(E2B, **{"feed_forward_length": [512] * 4}), None, GGUFError, "feed_forward_length has 4 entries"),
+    (_with(E2B, **{"attention.head_count": [4, 4, 2, 4, 4]}), None, infer.UnsupportedModelError,
+     "differs between layers"),
+    (_with(E2B, **{"attention.value_length_swa": 32}), None, GGUFError, "value_length_swa differs"),
+    (_with(E2B, **{"rope.dimension_count_swa": 96}), None, GGUFError, "at most the head size 64"),
+    (_with(E2B, **{"attention.sliding_window": None}), None, GGUFError, "sliding_window is missing"),
+    (_with(E2B, **{"expert_count": 8}), None, infer.UnsupportedModelError, "mixture-of-experts"),
+    (E2B, {"blk.0.ffn_gate_inp.weight": np.zeros((8, 256), np.float32)}, infer.UnsupportedModelError,
+     "mixture-of-experts"),
+    (_with(E2B, **{"rope.scaling.type": "yarn"}), None, infer.UnsupportedModelError, "not implemented"),
+    (_with(E2B, **{"attention.bidirectional": True}), None, infer.UnsupportedModelError, "not understood"),
+    (E2B, {"blk.1.extra.weight": np.zeros(4, np.float32)}, infer.UnsupportedModelError,
+     "not part of the model"),
+], ids=["pattern-length", "pattern-missing", "pattern-not-bool", "shared-all", "shared-too-many",
+        "shared-wrong-kind", "kv-heads-length", "kv-heads-not-dividing", "ffn-length", "heads-varying",
+        "v-size", "rope-dims", "window-missing", "moe-key", "moe-tensor", "rope-scaling", "unknown-key",
+        "unknown-tensor"])
+def test_hostile_metadata_is_refused(tiny, more, error, message, tmp_path):
+    path = tm.write("gemma4-e2b", str(tmp_path / "bad.gguf"), tiny=tiny, more_tensors=more)
+    with pytest.raises(error, match=message):
+        infer.load(path)
