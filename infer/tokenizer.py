@@ -1,6 +1,6 @@
 """Vocabulary and tokenizers built from GGUF metadata.
 
-Two tokenizer families, chosen by ``tokenizer.ggml.model``:
+Three tokenizer families, chosen by ``tokenizer.ggml.model``:
 
 * ``"gpt2"``: byte-level BPE (GPT-2, Llama 3, SmolLM, Qwen2...).  The text is cut
   into pieces by the pre-tokenizer regexes named by ``tokenizer.ggml.pre`` (the
@@ -12,7 +12,12 @@ Two tokenizer families, chosen by ``tokenizer.ggml.model``:
   first (ties: leftmost), and characters that are not tokens fall back to the
   byte tokens ``<0xNN>``.
 
-Both first split out special tokens written in the text: user-defined tokens
+* ``"gemma4"``: Gemma 4's BPE over raw UTF-8 (no byte-level table).  Spaces become
+  ``▁``, the text is cut only at runs of newlines, merges apply by rank, and a
+  symbol without a token falls back to ``<0xNN>`` byte tokens (llama.cpp's
+  LLAMA_VOCAB_PRE_TYPE_GEMMA4).
+
+All first split out special tokens written in the text: user-defined tokens
 always, control tokens only with ``parse_special=True`` (as llama.cpp's
 ``tokenizer_st_partition``: longest token text first).
 
@@ -36,7 +41,7 @@ import regex
 
 __all__ = [
     "TokenType", "Vocabulary", "Tokenizer", "BPETokenizer", "SPMTokenizer",
-    "StreamDecoder", "PRE_TOKENIZERS",
+    "StreamDecoder", "PRE_TOKENIZERS", "Gemma4Tokenizer",
 ]
 
 
@@ -228,9 +233,11 @@ class Vocabulary:
             unk_token_id=_md_int(md, "tokenizer.ggml.unknown_token_id"),
             # llama.cpp's defaults when the key is absent: SentencePiece and the
             # llama3-style split rules add BOS, others do not.
-            add_bos=_md_bool(md, "tokenizer.ggml.add_bos_token",
-                             md.get("tokenizer.ggml.model") == "llama"
-                             or md.get("tokenizer.ggml.pre") in _PRE_ADDING_BOS),
+            # Gemma 4: llama.cpp adds BOS whatever the key says
+            add_bos=md.get("tokenizer.ggml.model") == "gemma4"
+            or _md_bool(md, "tokenizer.ggml.add_bos_token",
+                        md.get("tokenizer.ggml.model") == "llama"
+                        or md.get("tokenizer.ggml.pre") in _PRE_ADDING_BOS),
             add_eos=_md_bool(md, "tokenizer.ggml.add_eos_token", False),
             add_space_prefix=_md_bool(md, "tokenizer.ggml.add_space_prefix",
                                       md.get("tokenizer.ggml.model") == "llama"),
@@ -491,7 +498,9 @@ class Tokenizer:
             return BPETokenizer.from_metadata(md)
         if model == "llama":
             return SPMTokenizer.from_metadata(md)
-        raise ValueError(f"tokenizer.ggml.model: {model!r} is not supported (known: 'gpt2', 'llama')")
+        if model == "gemma4":
+            return Gemma4Tokenizer.from_metadata(md)
+        raise ValueError(f"tokenizer.ggml.model: {model!r} is not supported (known: 'gpt2', 'llama', 'gemma4')")
 
     # ---- encoding ----------------------------------------------------------
     def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
@@ -758,6 +767,50 @@ class BPETokenizer(Tokenizer):
             # a character outside the byte-level table: keep it as UTF-8
             return b"".join(bytes([UNICODE_TO_BYTE[c]]) if c in UNICODE_TO_BYTE
                             else c.encode("utf-8", "surrogateescape") for c in text)
+
+
+class Gemma4Tokenizer(BPETokenizer):
+    """Gemma 4's BPE (``tokenizer.ggml.model == "gemma4"``): merges by rank over the
+    UTF-8 characters of the text with spaces as ``▁``, cut only between runs of
+    newlines and the rest; byte fallback to ``<0xNN>``."""
+
+    _pieces_re = regex.compile(r"[^\n]+|[\n]+")
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        super().__init__(vocab, "default")
+        ids = vocab._ids
+        self._byte_ids: list[tuple[int, ...]] = [
+            (ids[f"<0x{b:02X}>"],) if f"<0x{b:02X}>" in ids else () for b in range(256)]
+
+    @classmethod
+    def from_metadata(cls, md: Mapping[str, Any]) -> "Gemma4Tokenizer":
+        return cls(Vocabulary.from_metadata(md))
+
+    def pre_tokenize(self, text: str) -> list[str]:
+        return self._pieces_re.findall(text)
+
+    def _encode_text(self, text: str, out: list[int], after_special: bool) -> None:
+        self._encode_words(self.pre_tokenize(text.replace(" ", "\u2581")), out)
+
+    def _encode_word(self, piece: str) -> tuple[int, ...]:
+        ids = self.vocab._ids
+        if piece[0] == "\n" and piece in ids:   # a run of newlines that is a token is one
+            return (ids[piece],)
+        result: list[int] = []
+        for s in self._merge(piece):
+            tid = ids.get(s)
+            if tid is not None:
+                result.append(tid)
+            else:   # byte fallback; a byte without a token is dropped, as llama.cpp does
+                for b in s.encode("utf-8", "surrogateescape"):
+                    result.extend(self._byte_ids[b])
+        return tuple(result)
+
+    def _normal_piece(self, text: str) -> bytes:
+        return text.replace("\u2581", " ").encode("utf-8", "surrogateescape")
+
+    def _byte_piece(self, text: str) -> bytes:
+        return bytes([int(text[3:5], 16)])  # "<0xNN>"
 
 
 class SPMTokenizer(Tokenizer):

@@ -13,6 +13,7 @@ clear top-1 against the numpy reference, LLAMA_CPP_MIN_COS against llama.cpp.
 Gemma 4 decodes through the Python blocks (the fused C step refuses its specs).
 """
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -276,3 +277,27 @@ def test_hostile_metadata_is_refused(tiny, more, error, message, tmp_path):
     path = tm.write("gemma4-e2b", str(tmp_path / "bad.gguf"), tiny=tiny, more_tensors=more)
     with pytest.raises(error, match=message):
         infer.load(path)
+
+
+# ---- the tokenizer ---------------------------------------------------------------------
+TOKENS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_gemma4_tokens.json")
+
+
+def test_tokenizer_matches_llama_cpp(tmp_path):
+    """tokenizer.ggml.model "gemma4" (BPE by rank over raw UTF-8, spaces as ▁, cut at
+    newline runs, <0xNN> byte fallback, BOS always) against llama.cpp's ids on the
+    same vocabulary (scripts/record_gemma4_tokens.py)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+    from record_gemma4_tokens import tiny_vocab_file
+
+    with open(TOKENS, encoding="utf-8") as f:
+        recorded = json.load(f)
+    path = tiny_vocab_file(str(tmp_path / "vocab.gguf"))
+    assert tm.sha256(path) == recorded["sha256"], "the vocabulary file changed; re-record"
+    with infer.load(path) as model:
+        tok = model.tokenizer
+        assert type(tok).__name__ == "Gemma4Tokenizer"
+        for text, ids in recorded["cases"]:
+            assert tok.encode(text) == ids, text
+            # BOS first; a literal ▁ decodes as a space, as llama.cpp unescapes it
+            assert tok.decode(ids[1:]) == text.replace("\u2581", " "), text

@@ -203,6 +203,54 @@ def bpe_vocabulary():
     return tokens + SPECIALS, merges
 
 
+#: Gemma 4's vocabulary layout (conversion/gemma.py Gemma4Model.set_vocab): control
+#: tokens first, byte tokens <0xNN>, then SentencePiece-style pieces with ``▁`` for a
+#: space, merged by rank over raw UTF-8 (tokenizer.ggml.model "gemma4")
+GEMMA4_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]
+
+
+def gemma4_vocabulary():
+    """(tokens, token types, merges) of VOCAB entries: specials, 256 byte tokens, two
+    newline runs, the corpus's characters, then merges learnt greedily on its words
+    (cut before each ``▁``)."""
+    text = _CORPUS.replace(" ", "\u2581")
+    tokens = GEMMA4_SPECIALS + [f"<0x{b:02X}>" for b in range(256)] + ["\n", "\n\n"]
+    types = [3, 3, 3, 2] + [6] * 256 + [1, 1]
+    chars = sorted(set(text))
+    tokens += chars
+    types += [1] * len(chars)
+    words = Counter(tuple(w) for w in re.findall("\u2581?[^\u2581]+", text))
+    merges: List[str] = []
+    while len(tokens) < VOCAB:
+        pairs: Counter = Counter()
+        for w, c in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] += c
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(f"{best[0]} {best[1]}")
+        if best[0] + best[1] not in tokens:
+            tokens.append(best[0] + best[1])
+            types.append(1)
+        merged: Counter = Counter()
+        for w, c in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] += c
+        words = merged
+    while len(tokens) < VOCAB:
+        tokens.append(f"<unused{len(tokens)}>")
+        types.append(5)
+    return tokens, types, merges
+
+
 def prompt(name: str) -> np.ndarray:
     """The teacher-forced token ids of a tiny model's recording (no specials)."""
     t = TINY[name]
@@ -369,7 +417,7 @@ def write_gemma4(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
         "attention.sliding_window_pattern": [bool(x) for x in g.sliding],
         "attention.shared_kv_layers": g.shared_kv_layers, "embedding_length_per_layer_input": P,
     }
-    keys.update(t.extra)   # a test's changes (None: leave the key out)
+    keys.update({k: v for k, v in t.extra.items() if k != "vocabulary"})   # a test's changes (None: leave out)
     w = gguf.GGUFWriter(path, "gemma4")
     for k, v in keys.items():
         if v is None:
@@ -384,7 +432,21 @@ def write_gemma4(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
             w.add_string(f"gemma4.{k}", v)
         else:
             w.add_uint32(f"gemma4.{k}", v)
-    _write_vocabulary(w)
+    if t.extra.get("vocabulary") == "gemma4":
+        tokens, types, merges = gemma4_vocabulary()
+        w.add_string("tokenizer.ggml.model", "gemma4")
+        w.add_array("tokenizer.ggml.tokens", tokens)
+        w.add_array("tokenizer.ggml.scores", [0.0] * len(tokens))
+        w.add_array("tokenizer.ggml.token_type", types)
+        w.add_array("tokenizer.ggml.merges", merges)
+        w.add_uint32("tokenizer.ggml.bos_token_id", 2)
+        w.add_uint32("tokenizer.ggml.eos_token_id", 1)
+        w.add_uint32("tokenizer.ggml.unknown_token_id", 3)
+        w.add_uint32("tokenizer.ggml.padding_token_id", 0)
+        w.add_bool("tokenizer.ggml.add_space_prefix", False)
+        w.add_bool("tokenizer.ggml.add_bos_token", True)
+    else:
+        _write_vocabulary(w)
 
     w.add_tensor("token_embd.weight", mat(VOCAB, d, t.head_gain))
     w.add_tensor("output_norm.weight", norm(d))
