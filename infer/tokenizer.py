@@ -59,9 +59,10 @@ class TokenType:
 
 # Token texts that end a turn in the chat templates we know (llama.cpp's EOG list).
 _END_OF_TURN_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                      "<|endoftext|>", "<|eom_id|>", "<EOT>")
+                      "<|endoftext|>", "<|eom_id|>", "<EOT>",
+                      "<eos>", "<turn|>", "<|tool_response>")  # Gemma 4: a turn's end, a tool call's
 # In this order, the first one present is ``eot_token_id`` when the GGUF names none.
-_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<turn|>", "<|endoftext|>",
               "<EOT>")
 
 
@@ -787,7 +788,8 @@ class Gemma4Tokenizer(BPETokenizer):
         return cls(Vocabulary.from_metadata(md))
 
     def pre_tokenize(self, text: str) -> list[str]:
-        return self._pieces_re.findall(text)
+        pieces: list[str] = self._pieces_re.findall(text)
+        return pieces
 
     def _encode_text(self, text: str, out: list[int], after_special: bool) -> None:
         self._encode_words(self.pre_tokenize(text.replace(" ", "\u2581")), out)

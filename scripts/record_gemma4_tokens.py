@@ -55,7 +55,7 @@ def main() -> None:
         L.llama_model_free(model)
         record = {"sha256": tm.sha256(path), "cases": cases}
     with open(out, "w", encoding="utf-8") as f:   # one text per line
-        f.write('{"sha256": %s, "cases": [\n' % json.dumps(record["sha256"]))
+        f.write(f'{{"sha256": {json.dumps(record["sha256"])}, "cases": [\n')
         f.write(",\n".join(json.dumps(case, ensure_ascii=False) for case in cases))
         f.write("\n]}\n")
     print(f"{len(cases)} texts -> {out}")
