@@ -2,6 +2,7 @@
 string, HF conventions (tojson, raise_exception, generation tag), the sandbox,
 lazy compilation, and the probes a session relies on."""
 import json
+from pathlib import Path
 
 import jinja2
 import pytest
@@ -217,3 +218,23 @@ def test_template_errors_on_bad_messages_are_clear():
         Chat(None, family="vicuna")
     with pytest.raises(TypeError, match="template"):
         Chat(b"bytes")
+
+
+def test_gemma4_fallback_renders_like_the_official_template():
+    """The built-in "gemma4" against google/gemma-4-31B-it's own template (tests/chat_templates),
+    rendered by plain jinja2: system role, turns, the empty thought channel it opens
+    the model's turn with when thinking is off."""
+    official = (Path(__file__).parent / "chat_templates" / "gemma-4.jinja").read_text(encoding="utf-8")
+    messages = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hi there"},
+                {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye ☕"}]
+    fallback = Chat(None, family="gemma4", bos_token="<bos>")
+    for add in (True, False):
+        assert fallback.render(messages, add_generation_prompt=add) == reference(official, messages, add,
+                                                                                   bos_token="<bos>")
+
+
+def test_gemma4_files_without_a_template_get_the_gemma4_fallback():
+    tok = ScriptedTokenizer(specials=("<bos>", "<eos>", "<|turn>", "<turn|>"), bos="<bos>", eos="<eos>",
+                            end_of_turn=("<turn|>",))
+    assert Chat.from_metadata({"general.architecture": "gemma4"}, tok).family == "gemma4"
+    assert Chat.from_metadata({}, tok).family == "gemma4"   # by its <|turn> token

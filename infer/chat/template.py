@@ -44,18 +44,32 @@ FALLBACK_TEMPLATES = {
         "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
         "{% endfor %}"
         "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"),
+    # Gemma 4: its own turn markers and a system role; the official template opens the
+    # model's turn with an empty thought channel when thinking is off (its default).
+    "gemma4": (
+        "{{ bos_token }}"
+        "{% for message in messages %}"
+        "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+        "{{ '<|turn>' + role + '\n' + message['content'] | trim + '<turn|>\n' }}"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|turn>model\n<|channel>thought\n<channel|>' }}{% endif %}"),
 }
 
 #: a vocabulary token that identifies each family's template.
-_FAMILY_TOKENS = (("chatml", "<|im_start|>"), ("llama3", "<|start_header_id|>"), ("gemma", "<start_of_turn>"))
+_FAMILY_TOKENS = (("chatml", "<|im_start|>"), ("llama3", "<|start_header_id|>"), ("gemma", "<start_of_turn>"),
+                  ("gemma4", "<|turn>"))
 
 
 
 def fallback_family(metadata: Mapping[str, Any], has_token: Callable[[str], bool]) -> str:
     """The built-in template (a `FALLBACK_TEMPLATES` key) a file without a chat
-    template of its own gets: Gemma's for Gemma architectures, else the first family
+    template of its own gets: Gemma 4's for ``gemma4``, Gemma's for the other Gemma
+    architectures, else the first family
     whose marker token the vocabulary holds, else ChatML."""
-    if str(metadata.get("general.architecture", "")).startswith("gemma"):
+    arch = str(metadata.get("general.architecture", ""))
+    if arch == "gemma4":
+        return "gemma4"
+    if arch.startswith("gemma"):
         return "gemma"
     return next((name for name, token in _FAMILY_TOKENS if has_token(token)), "chatml")
 

@@ -120,7 +120,7 @@ def add_template_args(p: argparse.ArgumentParser) -> None:
     # line that renders no template (generate without --chat) need not load.
     p.add_argument("--chat-template", metavar="NAME|JINJA", default=None,
                    help="chat template to use instead of the model's, as llama.cpp takes it: a built-in's name "
-                        "(chatml, llama3, gemma) or the jinja2 template itself (default: the GGUF's own)")
+                        "(chatml, llama3, gemma, gemma4) or the jinja2 template itself (default: the GGUF's own)")
     p.add_argument("--chat-template-file", metavar="FILE", default=None,
                    help="jinja2 chat template to use instead of the model's (default: the GGUF's own)")
     p.add_argument("--jinja", action="store_true",
