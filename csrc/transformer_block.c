@@ -110,13 +110,13 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
     const infer_block_layer *L = &m->layers[j->layer];
     const int part = (int)(c % d->attn_splits);
     c /= d->attn_splits;
-    const int b = (int)(c / m->n_kv_heads), kvh = (int)(c % m->n_kv_heads);
+    const int n_kv = L->n_kv_heads, hd = L->head_dim, group = m->n_heads / L->n_kv_heads;
+    const int b = (int)(c / n_kv), kvh = (int)(c % n_kv);
     const infer_block_seq *sq = &d->seqs[b];
     /* scratch: the group's outputs, then (max, sum) per query for the merge */
-    float *ml = scratch + (size_t)(m->n_heads / m->n_kv_heads) * m->head_dim;
-    const int hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
+    float *ml = scratch + (size_t)group * hd;
     const size_t kv_elt = sq->kv_f16 ? sizeof(infer_half) : sizeof(float);
-    const size_t layer_off = (size_t)j->layer * m->n_kv_heads * sq->n_ctx * hd;
+    const size_t layer_off = (size_t)L->kv_row * sq->n_ctx * m->kv_row_width;
     const size_t head_off = (layer_off + (size_t)kvh * sq->n_ctx * hd) * kv_elt;
     int64_t lo_pos, hi_pos;
     if (!attention_range(d, L, sq, part, &lo_pos, &hi_pos)) {   /* an empty part: weight 0 */
@@ -125,7 +125,8 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
         return;
     }
     const float *qsrc = d->s->q + (size_t)b * m->n_heads * hd + (size_t)kvh * group * hd;
-    const float *cs = j->rope_cs ? j->rope_cs + (size_t)b * 2 * hd : NULL;
+    const int angles = m->head_dim;   /* the angle slots' stride: the largest head */
+    const float *cs = j->rope_cs ? j->rope_cs + (size_t)b * 2 * angles : NULL;
     const infer_attn_block_fn attn = sq->kv_f16 ? d->kt->attn_block_f16 : d->kt->attn_block_f32;
     float *qcopy = ml + 2 * group;
     const float *qs[INFER_ATTN_MAX_Q];
@@ -140,7 +141,7 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
             float *q = qcopy + g;
             if (L->q_norm) d->kt->rmsnorm(qsrc + g, L->q_norm, q, hd, m->rms_eps);
             else memcpy(q, qsrc + g, (size_t)hd * sizeof(float));
-            if (cs) rope_kernel(d->kt, L->rope)(q, cs, cs + hd, L->rope_dims);
+            if (cs) rope_kernel(d->kt, L->rope)(q, cs, cs + angles, L->rope_dims);
             qs[u] = q;
             outs[u] = scratch + g;
             lo[u] = lo_pos;
@@ -182,7 +183,7 @@ static void copy_chunk(void *ctx, const void *job, int64_t c, const float *scrat
     const infer_decode_job *j = (const infer_decode_job *)job;
     int64_t lo, hi;
     if (j->kind == INFER_JOB_ATTENTION) {
-        const int64_t n_out = j->chunk_rows, n_ml = 2 * (d->m->n_heads / d->m->n_kv_heads);
+        const int64_t n_out = j->chunk_rows, n_ml = 2 * (d->m->n_heads / d->m->layers[j->layer].n_kv_heads);
         memcpy(j->outs[0] + (size_t)c * n_out, scratch, (size_t)n_out * sizeof(float));
         memcpy(j->outs[1] + (size_t)c * n_ml, scratch + n_out, (size_t)n_ml * sizeof(float));
     } else if (j->kind == INFER_JOB_GATE_UP && j->quant_type >= 0) {
@@ -249,13 +250,13 @@ static void run_matrix_job(decode_ctx *d, infer_decode_team *team, int kind, con
 /* s->att from the attention parts in s->gate (outputs) and s->up (max, sum per
  * query): out = sum_p w_p out_p / sum_p w_p with w_p = l_p exp(m_p - max_p m_p),
  * parts in order.  With one part this is a copy. */
-static void merge_attention(const decode_ctx *d) {
+static void merge_attention(const decode_ctx *d, const infer_block_layer *L) {
     const infer_block_model *m = d->m;
-    const int group = m->n_heads / m->n_kv_heads, hd = m->head_dim, S = d->attn_splits;
+    const int n_kv = L->n_kv_heads, group = m->n_heads / n_kv, hd = L->head_dim, S = d->attn_splits;
     const int64_t n_out = (int64_t)group * hd;
     for (int b = 0; b < d->n_seqs; b++)
-        for (int kvh = 0; kvh < m->n_kv_heads; kvh++) {
-            const int64_t c0 = ((int64_t)b * m->n_kv_heads + kvh) * S;
+        for (int kvh = 0; kvh < n_kv; kvh++) {
+            const int64_t c0 = ((int64_t)b * n_kv + kvh) * S;
             for (int u = 0; u < group; u++) {
                 float *dst = d->s->att + ((size_t)b * m->n_heads + (size_t)kvh * group + u) * hd;
                 const float *ml0 = d->s->up + c0 * 2 * group + 2 * u;
@@ -283,18 +284,72 @@ static void merge_attention(const decode_ctx *d) {
  * sequence and KV head: the weights streamed through the cache since the last step
  * evicted them, and the stores come right after the QKV product, which hides the
  * misses (B = 8 on SmolLM2: the leader's K/V stores in 0.5-0.6x the time). */
-static void prefetch_kv_slots(const decode_ctx *d, int l) {
+static void prefetch_kv_slots(const decode_ctx *d, const infer_block_layer *L) {
     const infer_block_model *m = d->m;
     for (int b = 0; b < d->n_seqs; b++) {
         const infer_block_seq *sq = &d->seqs[b];
-        const size_t row = (size_t)m->head_dim * (sq->kv_f16 ? sizeof(infer_half) : sizeof(float));
-        for (int h = 0; h < m->n_kv_heads; h++) {
-            const size_t at = (((size_t)l * m->n_kv_heads + h) * sq->n_ctx + (size_t)sq->pos) * row;
+        const size_t elt = sq->kv_f16 ? sizeof(infer_half) : sizeof(float);
+        const size_t row = (size_t)L->head_dim * elt;
+        const size_t layer_at = (size_t)L->kv_row * sq->n_ctx * m->kv_row_width * elt;
+        for (int h = 0; h < L->n_kv_heads; h++) {
+            const size_t at = layer_at + ((size_t)h * sq->n_ctx + (size_t)sq->pos) * row;
             for (size_t off = 0; off < row; off += 64) {
                 INFER_PREFETCH_WRITE((const char *)sq->k_cache + at + off);
                 INFER_PREFETCH_WRITE((const char *)sq->v_cache + at + off);
             }
         }
+    }
+}
+
+/* Gemma 4's per-layer inputs of every token (PLE): s->ple row b holds
+ * (rmsnorm(x0 Wple_model / sqrt(dim)) per layer + ple_embd(token) sqrt(P)) / sqrt(2),
+ * x0 the scaled embedding in s->x. */
+static void per_layer_inputs(decode_ctx *d, infer_decode_team *team) {
+    const infer_block_model *m = d->m;
+    const infer_block_scratch *s = d->s;
+    const infer_kernel_table *kt = d->kt;
+    infer_decode_job *j = &d->staging;
+    const int P = m->per_layer_dim;
+    const int64_t n_ple = (int64_t)m->n_layers * P;
+    for (int b = 0; b < d->n_seqs; b++) {
+        float *ple = ROW(s->ple, b, n_ple);
+        kt->dequantize[m->ple_embd.type](m->ple_embd.data + (size_t)d->seqs[b].token * m->ple_embd.row_bytes,
+                                         ple, n_ple);
+        kt->scale(ple, (float)sqrt((double)P), n_ple);
+    }
+    j->mats[0] = &m->ple_model_proj; j->outs[0] = s->ple_proj; j->out_stride[0] = n_ple;
+    run_matrix_job(d, team, INFER_JOB_MATMUL, s->x, m->dim, 1, NULL);
+    for (int b = 0; b < d->n_seqs; b++) {
+        float *proj = ROW(s->ple_proj, b, n_ple), *ple = ROW(s->ple, b, n_ple);
+        kt->scale(proj, (float)(1.0 / sqrt((double)m->dim)), n_ple);
+        for (int l = 0; l < m->n_layers; l++)
+            kt->rmsnorm(proj + (size_t)l * P, m->ple_proj_norm, proj + (size_t)l * P, P, m->rms_eps);
+        kt->add(ple, proj, n_ple);
+        kt->scale(ple, (float)(1.0 / sqrt(2.0)), n_ple);
+    }
+}
+
+/* x += rmsnorm(Wproj (gelu(Wgate x) * ple[l]), post_norm): layer l's PLE. */
+static void add_per_layer_embedding(decode_ctx *d, infer_decode_team *team, int l) {
+    const infer_block_model *m = d->m;
+    const infer_block_layer *L = &m->layers[l];
+    const infer_block_scratch *s = d->s;
+    const infer_kernel_table *kt = d->kt;
+    infer_decode_job *j = &d->staging;
+    const int P = m->per_layer_dim, dim = m->dim;
+    const int64_t n_ple = (int64_t)m->n_layers * P;
+    j->mats[0] = &L->ple_gate; j->outs[0] = s->gate; j->out_stride[0] = P;
+    run_matrix_job(d, team, INFER_JOB_MATMUL, s->x, dim, 1, NULL);
+    for (int b = 0; b < d->n_seqs; b++) {
+        float *g = ROW(s->gate, b, P);
+        kt->gelu_mul(g, ROW(s->ple, b, n_ple) + (size_t)l * P, g, P);
+    }
+    j->mats[0] = &L->ple_proj; j->outs[0] = s->h; j->out_stride[0] = dim;
+    run_matrix_job(d, team, INFER_JOB_MATMUL, s->gate, P, 1, NULL);
+    for (int b = 0; b < d->n_seqs; b++) {
+        float *h = ROW(s->h, b, dim);
+        kt->rmsnorm(h, L->ple_post_norm, h, dim, m->rms_eps);
+        kt->add(ROW(s->x, b, dim), h, dim);
     }
 }
 
@@ -305,55 +360,66 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
     const infer_block_scratch *s = d->s;
     const infer_kernel_table *kt = d->kt;
     infer_decode_job *j = &d->staging;
-    const int B = d->n_seqs, hd = m->head_dim, dim = m->dim;
-    const int q_dim = m->n_heads * hd, kv_dim = m->n_kv_heads * hd;
+    const int B = d->n_seqs, dim = m->dim;
 
     for (int b = 0; b < B; b++) {
         float *x = ROW(s->x, b, dim);
         kt->dequantize[m->embd.type](m->embd.data + (size_t)d->seqs[b].token * m->embd.row_bytes, x, dim);
         if (m->embd_scale != 1.0f) kt->scale(x, m->embd_scale, dim);
     }
+    if (m->per_layer_dim) per_layer_inputs(d, team);
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
         const int slot = L->rope != INFER_ROPE_NONE ? rope_slot(d, L) : -1;
+        const int hd = L->head_dim, n_kv = L->n_kv_heads;
+        const int q_dim = m->n_heads * hd, kv_dim = n_kv * hd;
 
-        prefetch_kv_slots(d, l);
+        if (L->own_kv) prefetch_kv_slots(d, L);
         for (int b = 0; b < B; b++) kt->rmsnorm(ROW(s->x, b, dim), L->attn_norm, ROW(s->h, b, dim), dim, m->rms_eps);
-        j->mats[0] = &L->wq; j->mats[1] = &L->wk; j->mats[2] = &L->wv;
-        j->outs[0] = s->q; j->outs[1] = s->k; j->outs[2] = s->v;
-        j->out_stride[0] = q_dim; j->out_stride[1] = kv_dim; j->out_stride[2] = kv_dim;
-        run_matrix_job(d, team, INFER_JOB_MATMUL, s->h, dim, 3, NULL);
+        int n_mats = 1;   /* q; k and v unless the layer reads another's cache; no v if V is K */
+        j->mats[0] = &L->wq; j->outs[0] = s->q; j->out_stride[0] = q_dim;
+        if (L->own_kv) {
+            j->mats[1] = &L->wk; j->outs[1] = s->k; j->out_stride[1] = kv_dim;
+            n_mats = 2;
+            if (!L->v_from_k) {
+                j->mats[2] = &L->wv; j->outs[2] = s->v; j->out_stride[2] = kv_dim;
+                n_mats = 3;
+            }
+        }
+        run_matrix_job(d, team, INFER_JOB_MATMUL, s->h, dim, n_mats, NULL);
 
-        for (int b = 0; b < B; b++) {
+        for (int b = 0; L->own_kv && b < B; b++) {
             const infer_block_seq *sq = &d->seqs[b];
             float *k = ROW(s->k, b, kv_dim), *v = ROW(s->v, b, kv_dim);
+            if (L->v_from_k) memcpy(v, k, (size_t)kv_dim * sizeof(float));
             if (L->q_bias) {
                 kt->add(ROW(s->q, b, q_dim), L->q_bias, q_dim);
                 kt->add(k, L->k_bias, kv_dim);
                 kt->add(v, L->v_bias, kv_dim);
             }
-            for (int h = 0; h < m->n_kv_heads; h++) {
-                float *kh = k + (size_t)h * hd;
+            for (int h = 0; h < n_kv; h++) {
+                float *kh = k + (size_t)h * hd, *vh = v + (size_t)h * hd;
                 if (L->k_norm) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
+                if (m->v_norm) kt->rmsnorm(vh, m->ones, vh, hd, m->rms_eps);
                 if (slot >= 0) {
                     const float *cs = angles_of(d, slot, b);
-                    rope_kernel(kt, L->rope)(kh, cs, cs + hd, L->rope_dims);
+                    rope_kernel(kt, L->rope)(kh, cs, cs + m->head_dim, L->rope_dims);
                 }
             }
             /* kv_store converts to F16 with the table's (vectorised, bit-exact) quantize */
             const int kv_type = sq->kv_f16 ? INFER_TYPE_F16 : INFER_TYPE_F32;
-            const size_t layer_off = (size_t)l * m->n_kv_heads * sq->n_ctx * hd * (sq->kv_f16 ? 2 : 4);
-            infer_kv_store(k, (char *)sq->k_cache + layer_off, kv_type, 1, m->n_kv_heads, hd, sq->n_ctx, sq->pos);
-            infer_kv_store(v, (char *)sq->v_cache + layer_off, kv_type, 1, m->n_kv_heads, hd, sq->n_ctx, sq->pos);
+            const size_t layer_off = (size_t)L->kv_row * sq->n_ctx * m->kv_row_width * (sq->kv_f16 ? 2 : 4);
+            infer_kv_store(k, (char *)sq->k_cache + layer_off, kv_type, 1, n_kv, hd, sq->n_ctx, sq->pos);
+            infer_kv_store(v, (char *)sq->v_cache + layer_off, kv_type, 1, n_kv, hd, sq->n_ctx, sq->pos);
         }
         j->kind = INFER_JOB_ATTENTION;   /* q norm and RoPE happen in the attention chunks */
         j->outs[0] = s->gate;            /* the parts, merged into s->att below */
         j->outs[1] = s->up;
-        j->chunk_rows = (int64_t)(m->n_heads / m->n_kv_heads) * hd;   /* floats per KV head */
+        j->chunk_rows = (int64_t)(m->n_heads / n_kv) * hd;   /* floats per KV head */
         j->layer = l;
         j->rope_cs = slot >= 0 ? angles_of(d, slot, 0) : NULL;
-        infer_team_job(team, j, (int64_t)B * m->n_kv_heads * d->attn_splits);
-        merge_attention(d);
+        infer_team_job(team, j, (int64_t)B * n_kv * d->attn_splits);
+        merge_attention(d, L);
 
         j->mats[0] = &L->wo; j->outs[0] = s->h; j->out_stride[0] = dim;
         run_matrix_job(d, team, INFER_JOB_MATMUL, s->att, q_dim, 1, NULL);
@@ -361,12 +427,16 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
 
         for (int b = 0; b < B; b++) kt->rmsnorm(ROW(s->x, b, dim), L->ffn_norm, ROW(s->h, b, dim), dim, m->rms_eps);
         j->mats[0] = &L->gate; j->mats[1] = &L->up;
-        j->outs[0] = s->gate; j->out_stride[0] = m->ffn_dim;
+        j->outs[0] = s->gate; j->out_stride[0] = L->ffn_dim;
         run_matrix_job(d, team, INFER_JOB_GATE_UP, s->h, dim, 2, &L->down);
 
         j->mats[0] = &L->down; j->outs[0] = s->h; j->out_stride[0] = dim;
-        run_matrix_job(d, team, INFER_JOB_MATMUL, s->gate, m->ffn_dim, 1, NULL);
+        run_matrix_job(d, team, INFER_JOB_MATMUL, s->gate, L->ffn_dim, 1, NULL);
         residual(d, L->post_ffn_norm);
+
+        if (L->ple_post_norm) add_per_layer_embedding(d, team, l);
+        if (L->out_scale != 1.0f)
+            for (int b = 0; b < B; b++) kt->scale(ROW(s->x, b, dim), L->out_scale, dim);
     }
     for (int b = 0; b < B; b++) kt->rmsnorm(ROW(s->x, b, dim), m->output_norm, ROW(s->h, b, dim), dim, m->rms_eps);
     j->mats[0] = &m->output;
@@ -387,28 +457,40 @@ static int shape_ok(const infer_decode_matrix *w, int64_t rows, int64_t cols) {
 
 int infer_block_check_model(const infer_block_model *m) {
     if (!m || !m->layers || !m->output_norm || m->dim < 1 || m->n_layers < 1 || m->n_heads < 1 ||
-        m->n_kv_heads < 1 || m->ffn_dim < 1 || m->vocab_size < 1)
+        m->n_kv_heads < 1 || m->ffn_dim < 1 || m->vocab_size < 1 || m->kv_rows < 1 || m->kv_row_width < 1 ||
+        m->per_layer_dim < 0 || (m->v_norm && !m->ones))
         return -2;
-    const int hd = m->head_dim;
-    if (hd < 2 || hd % 2 || hd > INFER_ATTN_MAX_HEAD_DIM || m->n_heads % m->n_kv_heads ||
-        2 * (int64_t)(m->n_heads / m->n_kv_heads) * (hd + 1) > INFER_TEAM_SCRATCH_FLOATS ||
+    const int P = m->per_layer_dim;
+    if (m->head_dim < 2 || m->head_dim % 2 || m->head_dim > INFER_ATTN_MAX_HEAD_DIM ||
         !(m->attn_softcap >= 0.0f) || !(m->final_softcap >= 0.0f) || !(m->rms_eps >= 0.0f))
         return -2;
-    const int64_t q_dim = (int64_t)m->n_heads * hd, kv_dim = (int64_t)m->n_kv_heads * hd;
     if (!shape_ok(&m->embd, m->vocab_size, m->dim) || !shape_ok(&m->output, m->vocab_size, m->dim))
+        return -2;
+    if (P > 0 && (!m->ple_proj_norm || !shape_ok(&m->ple_embd, m->vocab_size, (int64_t)m->n_layers * P) ||
+                  !shape_ok(&m->ple_model_proj, (int64_t)m->n_layers * P, m->dim)))
         return -2;
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
-        if (!L->attn_norm || !L->ffn_norm || !!L->q_norm != !!L->k_norm ||
-            !!L->q_bias != !!L->k_bias || !!L->q_bias != !!L->v_bias || L->window < 0 ||
+        const int hd = L->head_dim, n_kv = L->n_kv_heads;
+        if (hd < 2 || hd % 2 || hd > m->head_dim || n_kv < 1 || n_kv > m->n_kv_heads || m->n_heads % n_kv ||
+            L->ffn_dim < 1 || L->ffn_dim > m->ffn_dim || L->kv_row < 0 || L->kv_row >= m->kv_rows ||
+            (int64_t)n_kv * hd > m->kv_row_width ||
+            2 * (int64_t)(m->n_heads / n_kv) * (hd + 1) > INFER_TEAM_SCRATCH_FLOATS || !isfinite(L->out_scale))
+            return -2;
+        if (!L->attn_norm || !L->ffn_norm || (L->own_kv && !!L->q_norm != !!L->k_norm) ||
+            !!L->q_bias != !!L->k_bias || !!L->q_bias != !!L->v_bias || (L->q_bias && !L->own_kv) ||
+            (L->v_from_k && !L->own_kv) || L->window < 0 || !!L->ple_post_norm != (P > 0) ||
             (L->rope != INFER_ROPE_NONE && L->rope != INFER_ROPE_NORM && L->rope != INFER_ROPE_NEOX) ||
             (L->rope != INFER_ROPE_NONE && (!L->rope_inv_freq || L->rope_dims < 2 || L->rope_dims % 2 ||
                                             L->rope_dims > hd)))
             return -2;
-        if (!shape_ok(&L->wq, q_dim, m->dim) || !shape_ok(&L->wk, kv_dim, m->dim) ||
-            !shape_ok(&L->wv, kv_dim, m->dim) || !shape_ok(&L->wo, m->dim, q_dim) ||
-            !shape_ok(&L->gate, m->ffn_dim, m->dim) || !shape_ok(&L->up, m->ffn_dim, m->dim) ||
-            !shape_ok(&L->down, m->dim, m->ffn_dim))
+        const int64_t q_dim = (int64_t)m->n_heads * hd, kv_dim = (int64_t)n_kv * hd;
+        if (!shape_ok(&L->wq, q_dim, m->dim) || !shape_ok(&L->wo, m->dim, q_dim) ||
+            !shape_ok(&L->gate, L->ffn_dim, m->dim) || !shape_ok(&L->up, L->ffn_dim, m->dim) ||
+            !shape_ok(&L->down, m->dim, L->ffn_dim) ||
+            (L->own_kv && !shape_ok(&L->wk, kv_dim, m->dim)) ||
+            (L->own_kv && !L->v_from_k && !shape_ok(&L->wv, kv_dim, m->dim)) ||
+            (P > 0 && (!shape_ok(&L->ple_gate, P, m->dim) || !shape_ok(&L->ple_proj, m->dim, P))))
             return -2;
     }
     const infer_kernel_table *kt = infer_kernels();
@@ -416,11 +498,16 @@ int infer_block_check_model(const infer_block_model *m) {
         !kt->rope_neox || !kt->attn_block_f16 || !kt->attn_block_f32 || m->embd.type < 0 ||
         m->embd.type >= INFER_TYPE_COUNT || !kt->dequantize[m->embd.type] || !matrix_ok(kt, &m->output))
         return -1;
+    if (P > 0 && (m->ple_embd.type < 0 || m->ple_embd.type >= INFER_TYPE_COUNT ||
+                  !kt->dequantize[m->ple_embd.type] || !matrix_ok(kt, &m->ple_model_proj)))
+        return -1;
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
-        const infer_decode_matrix *all[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
-        for (int i = 0; i < 7; i++)
-            if (!matrix_ok(kt, all[i])) return -1;
+        const infer_decode_matrix *all[9] = {&L->wq, &L->wo, &L->gate, &L->up, &L->down,
+                                             L->own_kv ? &L->wk : NULL, L->own_kv && !L->v_from_k ? &L->wv : NULL,
+                                             P > 0 ? &L->ple_gate : NULL, P > 0 ? &L->ple_proj : NULL};
+        for (int i = 0; i < 9; i++)
+            if (all[i] && !matrix_ok(kt, all[i])) return -1;
     }
     return 0;
 }

@@ -10,7 +10,15 @@
  *
  * Every optional piece of the spec is a NULL pointer or a 0 here: biases,
  * per-head q/k norms, post norms, RoPE (per layer: none, adjacent pairs or
- * halves, with its own frequencies), sliding windows, soft-capping, scales.
+ * halves, with its own frequencies), sliding windows, soft-capping, scales;
+ * and Gemma 4's: per-layer head sizes, KV heads and FFN widths, layers that read
+ * an earlier layer's cache (own_kv 0), V from K's projection, V norms, layer
+ * output scales and per-layer embeddings (PLE).
+ *
+ * A sequence's cache is kv_rows rows of n_ctx * kv_row_width elements; layer l's
+ * K (or V) is [n_kv_heads(l)][n_ctx][head_dim(l)] at the start of row kv_row(l).
+ * With every layer of the model's sizes and its own row, that is the
+ * [n_layers][n_kv_heads][n_ctx][head_dim] cache kv_store writes.
  */
 #ifndef INFER_TRANSFORMER_BLOCK_H
 #define INFER_TRANSFORMER_BLOCK_H
@@ -33,7 +41,15 @@ typedef struct {
     const float *q_norm, *k_norm;               /* head_dim, per head; or NULL */
     const float *post_attn_norm, *post_ffn_norm;   /* dim, or NULL */
     const float *q_bias, *k_bias, *v_bias;      /* q_dim, kv_dim, kv_dim; or all NULL */
-    infer_decode_matrix wq, wk, wv, wo, gate, up, down;
+    infer_decode_matrix wq, wk, wv, wo, gate, up, down;   /* wk, wv: no data without own_kv;
+                                                             wv: none with v_from_k */
+    int head_dim, n_kv_heads, ffn_dim;   /* this layer's sizes (<= the model's) */
+    int kv_row;                    /* the cache row holding this layer's K/V */
+    int own_kv;                    /* 0: attends to kv_row as an earlier layer stored it */
+    int v_from_k;                  /* V is K's projection, before K's norm and RoPE */
+    float out_scale;               /* multiplies the layer's output (1: none) */
+    infer_decode_matrix ple_gate, ple_proj;   /* per_layer_dim x dim, dim x per_layer_dim (PLE) */
+    const float *ple_post_norm;    /* dim; NULL without PLE */
     int rope;                      /* INFER_ROPE_* */
     int rope_dims;                 /* rotated elements of a head (even, <= head_dim) */
     const double *rope_inv_freq;   /* rope_dims / 2 frequencies (infer_rope_inv_freq) */
@@ -42,7 +58,13 @@ typedef struct {
 } infer_block_layer;
 
 typedef struct {
-    int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size;
+    int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size;   /* sizes: the largest layer's */
+    int kv_rows, kv_row_width;     /* the cache's rows, elements per position in a row */
+    int v_norm;                    /* V RMS-normalised per head without a weight */
+    const float *ones;             /* head_dim ones (the V norm's weight) */
+    int per_layer_dim;             /* PLE width; 0: none */
+    infer_decode_matrix ple_embd, ple_model_proj;   /* vocab x (n_layers * per_layer_dim), its x dim */
+    const float *ple_proj_norm;    /* per_layer_dim */
     int gelu;                      /* FFN activation: 0 SiLU, 1 GELU (tanh) */
     float rms_eps;
     float attn_scale;              /* multiplies q.k */
@@ -58,7 +80,7 @@ typedef struct {
 typedef struct {
     int n_ctx;
     int kv_f16;                 /* 1: caches hold fp16, 0: f32 */
-    void *k_cache, *v_cache;    /* [n_layers][n_kv_heads][n_ctx][head_dim], as kv_store writes */
+    void *k_cache, *v_cache;    /* [kv_rows][n_ctx * kv_row_width] (see above) */
     int token, pos;             /* K/V of `token` go to slot pos */
     float *logits;              /* vocab_size */
 } infer_block_seq;
@@ -72,6 +94,8 @@ typedef struct {
     float *k, *v;               /* max_batch x kv_dim */
     float *gate, *up;           /* max_batch x ffn_dim */
     float *rope_cs;             /* 2 angle slots x max_batch x 2 x head_dim (cos, sin) */
+    float *ple;                 /* max_batch x n_layers x per_layer_dim (PLE; else NULL) */
+    float *ple_proj;            /* max_batch x n_layers x per_layer_dim (PLE; else NULL) */
     uint8_t *xq[3];             /* each infer_decode_act_bytes(max(dim, ffn_dim, q_dim), max_batch) */
 } infer_block_scratch;
 

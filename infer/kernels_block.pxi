@@ -25,8 +25,18 @@ cdef extern from "transformer_block.h" nogil:
         const double *rope_inv_freq
         float rope_attn_factor
         int window
+        int head_dim, n_kv_heads, ffn_dim
+        int kv_row, own_kv, v_from_k
+        float out_scale
+        infer_decode_matrix ple_gate, ple_proj
+        const float *ple_post_norm
     ctypedef struct infer_block_model:
         int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size
+        int kv_rows, kv_row_width, v_norm
+        const float *ones
+        int per_layer_dim
+        infer_decode_matrix ple_embd, ple_model_proj
+        const float *ple_proj_norm
         int gelu
         float rms_eps, attn_scale, attn_softcap, embd_scale, residual_scale, logit_scale
         float final_softcap
@@ -51,6 +61,8 @@ cdef extern from "transformer_block.h" nogil:
         float *gate
         float *up
         float *rope_cs
+        float *ple
+        float *ple_proj
         uint8_t *xq[3]
     int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
                            const infer_block_seq *seqs, int n_seqs) noexcept
@@ -112,8 +124,19 @@ cdef class TransformerDecoder:
     wk, wv, wo, gate, up, down (matrix tuples); optionally q_norm and k_norm,
     post_attn_norm, post_ffn_norm, q_bias, k_bias and v_bias (vectors), rope
     (None or (layout "norm"/"neox", base, scale, freq_factors or None,
-    attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all).  Every size is checked against the
-    config before anything runs.
+    attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all);
+    Gemma 4's optional per-layer head_dim, n_kv_heads and ffn_dim (ints; default
+    the config's), kv_source (an earlier layer whose cache this one reads; then no
+    wk, wv, k_norm), v_from_k (no wv: V is K's projection), out_scale (a float) and
+    ple_gate, ple_proj (matrix tuples), ple_post_norm (vector) when ple is given.
+    ple: None, or (ple_embd, ple_model_proj, ple_proj_norm) with config.per_layer_dim
+    set; config.v_norm: V is RMS-normalised per head without a weight.  Every size
+    is checked against the config before anything runs.
+
+    The caches `step` takes: (n_layers, n_kv_heads, n_ctx, head_dim) when every
+    layer has the config's sizes and its own cache, else (rows, n_ctx * width):
+    one row per layer with its own cache, in layer order, width the largest
+    n_kv_heads * head_dim of them (transformer._kv_layout's layout).
     """
     cdef infer_block_model m
     cdef infer_block_layer *layers
@@ -122,12 +145,13 @@ cdef class TransformerDecoder:
     cdef list keep
     cdef object lock
     cdef int q_dim, kv_dim
-    cdef bint initialised
+    cdef bint initialised, uniform_kv
 
     def __cinit__(self):
         self.layers = NULL
 
-    def __init__(self, config, embd, output, output_norm, layers, int max_batch=INFER_BLOCK_MAX_BATCH):
+    def __init__(self, config, embd, output, output_norm, layers, int max_batch=INFER_BLOCK_MAX_BATCH,
+                 ple=None):
         import numpy as np
         import threading
         cdef int i, rc
@@ -145,14 +169,51 @@ cdef class TransformerDecoder:
         m.n_heads, m.n_kv_heads = _positive_int(c, "n_heads"), _positive_int(c, "n_kv_heads")
         m.head_dim, m.ffn_dim = _positive_int(c, "head_dim"), _positive_int(c, "ffn_dim")
         m.vocab_size = _positive_int(c, "vocab_size")
-        if m.n_heads % m.n_kv_heads:
-            raise ValueError(f"config.n_heads: {m.n_heads} is not a multiple of n_kv_heads={m.n_kv_heads}")
-        if m.head_dim % 2 or m.head_dim > INFER_ATTN_MAX_HEAD_DIM:
-            raise ValueError(f"config.head_dim: must be even and <= {INFER_ATTN_MAX_HEAD_DIM}, got {m.head_dim}")
-        if 2 * (m.n_heads // m.n_kv_heads) * m.head_dim > 8192:
-            raise ValueError("config: n_heads / n_kv_heads * head_dim exceeds the step's scratch (4096)")
-        if <int64_t>m.n_heads * m.head_dim > _INT_LIMIT:
-            raise ValueError("config: n_heads * head_dim overflows")
+        if len(layers) != m.n_layers:
+            raise ValueError(f"layers: expected {m.n_layers}, got {len(layers)}")
+        # each layer's sizes (the config's unless it says), and where its cache is
+        sizes = []
+        rows = []   # per layer: its cache row, or the source layer's
+        n_rows = 0
+        for i, layer in enumerate(layers):
+            phd, pkv, pffn = (layer.get(k) for k in ("head_dim", "n_kv_heads", "ffn_dim"))
+            phd = m.head_dim if phd is None else phd
+            pkv = m.n_kv_heads if pkv is None else pkv
+            pffn = m.ffn_dim if pffn is None else pffn
+            for key, value in (("head_dim", phd), ("n_kv_heads", pkv), ("ffn_dim", pffn)):
+                if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _INT_LIMIT:
+                    raise ValueError(f"layers[{i}].{key}: expected an integer in [1, 2**31 - 1], got {value!r}")
+            if m.n_heads % pkv:
+                raise ValueError(f"layers[{i}]: n_heads={m.n_heads} is not a multiple of n_kv_heads={pkv}")
+            if phd % 2 or phd > INFER_ATTN_MAX_HEAD_DIM:
+                raise ValueError(f"layers[{i}].head_dim: must be even and <= {INFER_ATTN_MAX_HEAD_DIM}, got {phd}")
+            if 2 * (m.n_heads // pkv) * phd > 8192:
+                raise ValueError(f"layers[{i}]: n_heads / n_kv_heads * head_dim exceeds the step's scratch (4096)")
+            if <int64_t>m.n_heads * phd > _INT_LIMIT:
+                raise ValueError(f"layers[{i}]: n_heads * head_dim overflows")
+            src = layer.get("kv_source")
+            if src is None:
+                rows.append(n_rows)
+                n_rows += 1
+            else:
+                if isinstance(src, bool) or not isinstance(src, int) or not 0 <= src < i \
+                        or layers[src].get("kv_source") is not None:
+                    raise ValueError(f"layers[{i}].kv_source: {src!r} is not an earlier layer with its own cache")
+                if (sizes[src][0], sizes[src][1]) != (phd, pkv):
+                    raise ValueError(f"layers[{i}].kv_source: layer {src}'s KV heads differ from this layer's")
+                rows.append(rows[src])
+            sizes.append((phd, pkv, pffn))
+        self.uniform_kv = n_rows == m.n_layers and all(sz[:2] == (m.head_dim, m.n_kv_heads) for sz in sizes)
+        m.head_dim = max([m.head_dim] + [sz[0] for sz in sizes])
+        m.n_kv_heads = max([m.n_kv_heads] + [sz[1] for sz in sizes])
+        m.ffn_dim = max([m.ffn_dim] + [sz[2] for sz in sizes])
+        m.kv_rows = n_rows
+        m.kv_row_width = max(sz[0] * sz[1] for sz, layer in zip(sizes, layers) if layer.get("kv_source") is None)
+        m.per_layer_dim = getattr(c, "per_layer_dim", 0) or 0
+        if isinstance(m.per_layer_dim, bool) or not 0 <= m.per_layer_dim <= _INT_LIMIT:
+            raise ValueError(f"config.per_layer_dim: expected an integer >= 0, got {m.per_layer_dim!r}")
+        if (ple is None) != (m.per_layer_dim == 0):
+            raise ValueError("ple: the per-layer embedding tensors come with config.per_layer_dim > 0")
         activation = getattr(c, "activation")
         if activation not in ("silu", "gelu_tanh"):
             raise ValueError(f"config.activation: expected 'silu' or 'gelu_tanh', got {activation!r}")
@@ -166,14 +227,20 @@ cdef class TransformerDecoder:
         m.logit_scale = _finite(c, "logit_scale")
         if not 1 <= max_batch <= INFER_BLOCK_MAX_BATCH:
             raise ValueError(f"max_batch: must be in [1, {INFER_BLOCK_MAX_BATCH}], got {max_batch}")
-        if len(layers) != m.n_layers:
-            raise ValueError(f"layers: expected {m.n_layers}, got {len(layers)}")
-        cdef int64_t d = m.dim, hd = m.head_dim, ffn = m.ffn_dim
+        cdef int64_t d = m.dim, hd = m.head_dim, ffn = m.ffn_dim, P = m.per_layer_dim
         cdef int64_t q_dim = <int64_t>m.n_heads * hd, kv_dim = <int64_t>m.n_kv_heads * hd
-        self.q_dim, self.kv_dim = q_dim, kv_dim
+        self.q_dim, self.kv_dim = q_dim, max(sz[0] * sz[1] for sz in sizes)
         m.embd = _shaped_matrix(embd, m.vocab_size, d, "embd", self.keep)
         m.output = _shaped_matrix(output, m.vocab_size, d, "output", self.keep)
         m.output_norm = _decode_vector(output_norm, d, self.keep)
+        m.v_norm = bool(getattr(c, "v_norm", False))
+        m.ones = _decode_vector(np.ones(hd, np.float32), hd, self.keep)
+        if P:
+            if not isinstance(ple, tuple) or len(ple) != 3:
+                raise TypeError("ple: expected (ple_embd, ple_model_proj, ple_proj_norm)")
+            m.ple_embd = _shaped_matrix(ple[0], m.vocab_size, m.n_layers * P, "ple_embd", self.keep)
+            m.ple_model_proj = _shaped_matrix(ple[1], m.n_layers * P, d, "ple_model_proj", self.keep)
+            m.ple_proj_norm = _decode_vector(ple[2], P, self.keep)
         self.layers = <infer_block_layer *>calloc(m.n_layers, sizeof(infer_block_layer))
         if self.layers == NULL:
             raise MemoryError()
@@ -181,29 +248,51 @@ cdef class TransformerDecoder:
         cdef double[::1] fv
         cdef const float[::1] ff
         cdef infer_block_layer *L
+        cdef int64_t lhd, lq, lkv, lffn
         for i, layer in enumerate(layers):
             L = &self.layers[i]
             name = f"layers[{i}]"
+            lhd, lffn = sizes[i][0], sizes[i][2]
+            lq, lkv = <int64_t>m.n_heads * lhd, <int64_t>sizes[i][1] * lhd
+            L.head_dim, L.n_kv_heads, L.ffn_dim = sizes[i]
+            L.kv_row = rows[i]
+            L.own_kv = layer.get("kv_source") is None
+            L.v_from_k = bool(layer.get("v_from_k", False))
+            L.out_scale = float(layer.get("out_scale", 1.0))
+            if not abs(L.out_scale) < float("inf"):
+                raise ValueError(f"{name}.out_scale: must be finite, got {L.out_scale}")
             L.attn_norm = _decode_vector(layer["attn_norm"], d, self.keep)
             L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
-            L.q_norm = _optional_vector(layer, "q_norm", hd, name, self.keep)
-            L.k_norm = _optional_vector(layer, "k_norm", hd, name, self.keep)
+            L.q_norm = _optional_vector(layer, "q_norm", lhd, name, self.keep)
+            L.k_norm = _optional_vector(layer, "k_norm", lhd, name, self.keep)
             L.post_attn_norm = _optional_vector(layer, "post_attn_norm", d, name, self.keep)
             L.post_ffn_norm = _optional_vector(layer, "post_ffn_norm", d, name, self.keep)
-            L.q_bias = _optional_vector(layer, "q_bias", q_dim, name, self.keep)
-            L.k_bias = _optional_vector(layer, "k_bias", kv_dim, name, self.keep)
-            L.v_bias = _optional_vector(layer, "v_bias", kv_dim, name, self.keep)
-            if (L.q_norm == NULL) != (L.k_norm == NULL):
+            L.q_bias = _optional_vector(layer, "q_bias", lq, name, self.keep)
+            L.k_bias = _optional_vector(layer, "k_bias", lkv, name, self.keep)
+            L.v_bias = _optional_vector(layer, "v_bias", lkv, name, self.keep)
+            if L.own_kv and (L.q_norm == NULL) != (L.k_norm == NULL):
                 raise ValueError(f"{name}: q_norm and k_norm come together")
             if (L.q_bias == NULL) != (L.k_bias == NULL) or (L.q_bias == NULL) != (L.v_bias == NULL):
                 raise ValueError(f"{name}: q_bias, k_bias and v_bias come together")
-            L.wq = _shaped_matrix(layer["wq"], q_dim, d, f"{name}.wq", self.keep)
-            L.wk = _shaped_matrix(layer["wk"], kv_dim, d, f"{name}.wk", self.keep)
-            L.wv = _shaped_matrix(layer["wv"], kv_dim, d, f"{name}.wv", self.keep)
-            L.wo = _shaped_matrix(layer["wo"], d, q_dim, f"{name}.wo", self.keep)
-            L.gate = _shaped_matrix(layer["gate"], ffn, d, f"{name}.gate", self.keep)
-            L.up = _shaped_matrix(layer["up"], ffn, d, f"{name}.up", self.keep)
-            L.down = _shaped_matrix(layer["down"], d, ffn, f"{name}.down", self.keep)
+            if not L.own_kv and (L.q_bias != NULL or L.k_norm != NULL or L.v_from_k
+                                 or layer.get("wk") is not None or layer.get("wv") is not None):
+                raise ValueError(f"{name}: a layer reading another's cache has no wk, wv, k_norm, biases")
+            L.wq = _shaped_matrix(layer["wq"], lq, d, f"{name}.wq", self.keep)
+            if L.own_kv:
+                L.wk = _shaped_matrix(layer["wk"], lkv, d, f"{name}.wk", self.keep)
+                if L.v_from_k:
+                    if layer.get("wv") is not None:
+                        raise ValueError(f"{name}: v_from_k and a wv")
+                else:
+                    L.wv = _shaped_matrix(layer["wv"], lkv, d, f"{name}.wv", self.keep)
+            L.wo = _shaped_matrix(layer["wo"], d, lq, f"{name}.wo", self.keep)
+            L.gate = _shaped_matrix(layer["gate"], lffn, d, f"{name}.gate", self.keep)
+            L.up = _shaped_matrix(layer["up"], lffn, d, f"{name}.up", self.keep)
+            L.down = _shaped_matrix(layer["down"], d, lffn, f"{name}.down", self.keep)
+            if P:
+                L.ple_gate = _shaped_matrix(layer["ple_gate"], P, d, f"{name}.ple_gate", self.keep)
+                L.ple_proj = _shaped_matrix(layer["ple_proj"], d, P, f"{name}.ple_proj", self.keep)
+                L.ple_post_norm = _decode_vector(layer["ple_post_norm"], d, self.keep)
             window = layer.get("window", 0)
             if not 0 <= window <= _INT_LIMIT:
                 raise ValueError(f"{name}.window: must be in [0, 2**31 - 1], got {window}")
@@ -218,8 +307,8 @@ cdef class TransformerDecoder:
                     raise ValueError(f"{name}.rope: base and scale must be finite and > 0")
                 if not (abs(attn_factor) < float("inf")):
                     raise ValueError(f"{name}.rope: attn_factor must be finite, got {attn_factor}")
-                if isinstance(rot, bool) or not isinstance(rot, int) or rot < 2 or rot % 2 or rot > hd:
-                    raise ValueError(f"{name}.rope: rot_dim must be even and in [2, head_dim={hd}], got {rot!r}")
+                if isinstance(rot, bool) or not isinstance(rot, int) or rot < 2 or rot % 2 or rot > lhd:
+                    raise ValueError(f"{name}.rope: rot_dim must be even and in [2, head_dim={lhd}], got {rot!r}")
                 key = (float(base), float(scale), rot,
                        None if factors is None else bytes(np.asarray(factors, np.float32)))
                 if key not in freqs:
@@ -253,13 +342,18 @@ cdef class TransformerDecoder:
         self.s.h = _decode_buffer(np.zeros(B * d, f32), self.keep)
         self.s.q = _decode_buffer(np.zeros(B * q_dim, f32), self.keep)
         self.s.att = _decode_buffer(np.zeros(B * q_dim, f32), self.keep)
-        self.s.k = _decode_buffer(np.zeros(B * kv_dim, f32), self.keep)
-        self.s.v = _decode_buffer(np.zeros(B * kv_dim, f32), self.keep)
-        self.s.gate = _decode_buffer(np.zeros(B * ffn, f32), self.keep)
+        self.s.k = _decode_buffer(np.zeros(B * self.kv_dim, f32), self.keep)
+        self.s.v = _decode_buffer(np.zeros(B * self.kv_dim, f32), self.keep)
+        # gate also holds a PLE gate of P values per token
+        self.s.gate = _decode_buffer(np.zeros(B * max(ffn, P), f32), self.keep)
         self.s.up = _decode_buffer(np.zeros(B * ffn, f32), self.keep)
         self.s.rope_cs = _decode_buffer(np.zeros(2 * B * 2 * hd, f32), self.keep)
+        self.s.ple = self.s.ple_proj = NULL
+        if P:
+            self.s.ple = _decode_buffer(np.zeros(B * m.n_layers * P, f32), self.keep)
+            self.s.ple_proj = _decode_buffer(np.zeros(B * m.n_layers * P, f32), self.keep)
         cdef uint8_t[::1] xq
-        widest = max(d, ffn, q_dim)
+        widest = max(d, ffn, q_dim, P)
         for i in range(3):
             buf = np.zeros(infer_decode_act_bytes(widest, B), np.uint8)
             xq = buf
@@ -301,24 +395,32 @@ cdef class TransformerDecoder:
                 raise TypeError(f"k_caches[{i}], v_caches[{i}]: expected numpy arrays")
             if k.dtype != v.dtype or k.dtype not in (np.uint16, np.float32):
                 raise TypeError(f"k_caches[{i}], v_caches[{i}]: expected both uint16 (F16 bits) or both float32")
-            if k.ndim != 4 or k.shape != v.shape or k.shape[0] != self.m.n_layers or \
-                    k.shape[1] != self.m.n_kv_heads or k.shape[3] != self.m.head_dim:
-                raise ValueError(f"k_caches[{i}]: expected shape ({self.m.n_layers}, {self.m.n_kv_heads}, "
-                                 f"n_ctx, {self.m.head_dim}) for both caches, got {k.shape} and {v.shape}")
+            if self.uniform_kv:
+                if k.ndim != 4 or k.shape != v.shape or k.shape[0] != self.m.n_layers or \
+                        k.shape[1] != self.m.n_kv_heads or k.shape[3] != self.m.head_dim:
+                    raise ValueError(f"k_caches[{i}]: expected shape ({self.m.n_layers}, {self.m.n_kv_heads}, "
+                                     f"n_ctx, {self.m.head_dim}) for both caches, got {k.shape} and {v.shape}")
+                n_ctx = k.shape[2]
+            else:
+                if k.ndim != 2 or k.shape != v.shape or k.shape[0] != self.m.kv_rows or \
+                        k.shape[1] % self.m.kv_row_width:
+                    raise ValueError(f"k_caches[{i}]: expected shape ({self.m.kv_rows}, n_ctx * "
+                                     f"{self.m.kv_row_width}) for both caches, got {k.shape} and {v.shape}")
+                n_ctx = k.shape[1] // self.m.kv_row_width
             if not (k.flags.c_contiguous and v.flags.c_contiguous and k.flags.writeable and v.flags.writeable):
                 raise ValueError(f"k_caches[{i}], v_caches[{i}]: must be C-contiguous and writable")
             if not (k.flags.aligned and v.flags.aligned):
                 raise ValueError(f"k_caches[{i}], v_caches[{i}]: must be aligned to their elements "
                                  f"(an odd-offset view?)")
-            if not 1 <= k.shape[2] <= _INT_LIMIT:
-                raise ValueError(f"k_caches[{i}]: n_ctx {k.shape[2]} out of range")
+            if not 1 <= n_ctx <= _INT_LIMIT:
+                raise ValueError(f"k_caches[{i}]: n_ctx {n_ctx} out of range")
             # integers only: a token or position of 1.5 would be truncated to 1
             token = _int64(tokens[i], f"tokens[{i}]")
             pos = _int64(positions[i], f"positions[{i}]")
             if not 0 <= token < self.m.vocab_size:
                 raise ValueError(f"tokens[{i}]: id {token} outside the vocabulary [0, {self.m.vocab_size})")
-            if not 0 <= pos < k.shape[2]:
-                raise ValueError(f"positions[{i}]: {pos} outside the context [0, {k.shape[2]})")
+            if not 0 <= pos < n_ctx:
+                raise ValueError(f"positions[{i}]: {pos} outside the context [0, {n_ctx})")
             lv = _f32_out(logits[i], f"logits[{i}]")
             if lv.shape[0] != self.m.vocab_size:
                 raise ValueError(f"logits[{i}]: expected {self.m.vocab_size} values, got {lv.shape[0]}")
@@ -333,7 +435,7 @@ cdef class TransformerDecoder:
             span_at[3 * i + 2] = &lv[0]
             span_len[3 * i + 2] = lv.shape[0] * 4
             names += [f"k_caches[{i}]", f"v_caches[{i}]", f"logits[{i}]"]
-            seqs[i].n_ctx = k.shape[2]
+            seqs[i].n_ctx = n_ctx
             seqs[i].kv_f16 = 1 if k.dtype == np.uint16 else 0
             seqs[i].k_cache = &kb[0]
             seqs[i].v_cache = &vb[0]

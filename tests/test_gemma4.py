@@ -10,7 +10,8 @@ layers), against two independent references:
 
 Tolerances as tests/test_families.py's: cosine >= 0.99999 and the reference's
 clear top-1 against the numpy reference, LLAMA_CPP_MIN_COS against llama.cpp.
-Gemma 4 decodes through the Python blocks (the fused C step refuses its specs).
+Decoding runs through the fused C step (csrc/transformer_block.c) by default;
+the Python blocks are checked too.
 """
 import copy
 import json
@@ -95,12 +96,15 @@ def test_reference_agrees_with_llama_cpp(name, recorded, tiny_dir):
     assert agree.all(), (name, positions[clear][~agree])
 
 
+@pytest.mark.parametrize("python", [False, True], ids=["fused", "python"])
 @pytest.mark.parametrize("name", NAMES)
-def test_decode_matches_reference_at_every_position(name, tiny_dir):
+def test_decode_matches_reference_at_every_position(name, python, tiny_dir):
+    """One token at a time: the fused C step (the default) and the Python blocks."""
     ref = reference_logits(name, tiny_dir)
     with infer.load(tiny_file(name, tiny_dir)) as model:
         ctx = model.engine.create_context(n_ctx=1024, sampler=GreedySampler())
-        assert not ctx.fused_decode   # the fused C step does not compute Gemma 4
+        assert ctx.fused_decode
+        ctx.fused_decode = not python
         for i, tok in enumerate(tm.prompt(name)):
             ctx.prefill([int(tok)])
             check(ctx.logits, ref[i], f"position {i}", 0.99999)
@@ -135,17 +139,20 @@ def test_variant_agrees_with_llama_cpp(name, recorded, tiny_dir):
     assert min(cos) >= LLAMA_CPP_MIN_COS, (name, min(cos), int(positions[int(np.argmin(cos))]))
 
 
+@pytest.mark.parametrize("python", [False, True], ids=["fused", "python"])
 @pytest.mark.parametrize("name", NAMES)
-def test_batched_decode_equals_one_at_a_time(name, tiny_dir):
+def test_batched_decode_equals_one_at_a_time(name, python, tiny_dir):
     """runtime.decode_batch (one pass over the weights for three contexts at different
-    positions, across the 128-token window) against each context decoded alone and
-    against the reference."""
+    positions, across the 128-token window: the fused C step's batch, or the Python
+    blocks' rows) against each context decoded alone and against the reference."""
     prompt = tm.prompt(name)
     ref = reference_logits(name, tiny_dir)
     starts = (3, 60, 120)
     with infer.load(tiny_file(name, tiny_dir)) as model:
         together = [model.engine.create_context(n_ctx=1024, sampler=GreedySampler()) for _ in starts]
         alone = [model.engine.create_context(n_ctx=1024, sampler=GreedySampler()) for _ in starts]
+        for ctx in together + alone:
+            ctx.fused_decode = not python
         for ctx_t, ctx_a, s in zip(together, alone, starts):
             ctx_t.prefill(prompt[:s])
             ctx_a.prefill(prompt[:s])
@@ -215,14 +222,35 @@ def test_generate_follows_the_reference(tiny_dir):
             assert tok == int(np.argmax(row)), i
 
 
-def test_fused_step_is_refused_not_run(tiny_dir):
+def test_fused_step_refuses_bad_layouts(tiny_dir):
+    """kernels.TransformerDecoder checks Gemma 4's layer layout and its caches before
+    any C runs: a shared-KV source that is not earlier or not of the same shape, PLE
+    tensors without their width, caches of another layout, a position past n_ctx."""
+    from infer import kernels as K
+    from infer.variants.transformer import decoder_arguments
+
     with infer.load(tiny_file("gemma4-e2b", tiny_dir)) as model:
+        spec, w = model.engine.spec, model.engine.live_weights()
+        embd, output, norm, layers = decoder_arguments(spec, w)
+        ple = (w.ple_embd.as_tuple(), w.ple_model_proj.as_tuple(), w.ple_proj_norm.data)
+        later = [dict(layer) for layer in layers]
+        later[3]["kv_source"] = 4
+        with pytest.raises(ValueError, match="not an earlier layer"):
+            K.TransformerDecoder(spec, embd, output, norm, later, ple=ple)
+        other_kind = [dict(layer) for layer in layers]
+        other_kind[4]["kv_source"] = 1   # a full layer (head size 128) reading a sliding one's (64)
+        with pytest.raises(ValueError, match="differ"):
+            K.TransformerDecoder(spec, embd, output, norm, other_kind, ple=ple)
+        with pytest.raises(ValueError, match="per_layer_dim"):
+            K.TransformerDecoder(spec, embd, output, norm, layers)
+        step = K.TransformerDecoder(spec, embd, output, norm, layers, ple=ple)
         ctx = model.engine.create_context(n_ctx=64)
-        ctx.prefill([1, 2, 3])
-        ctx.fused_decode = True
-        with pytest.raises(infer.UnsupportedModelError, match="fused C decode step"):
-            ctx.prefill([4])
-        assert ctx.n_past == 3
+        assert ctx.k_cache.shape == (3, 64 * 128)   # three layers own a cache; the widest is 2 x 64
+        logits = np.zeros(spec.vocab_size, np.float32)
+        with pytest.raises(ValueError, match="expected shape"):
+            step.decode(1, 0, ctx.k_cache[:2], ctx.v_cache[:2], logits)
+        with pytest.raises(ValueError, match="outside the context"):
+            step.decode(1, 64, ctx.k_cache, ctx.v_cache, logits)
 
 
 def test_cli_info_and_generate(tiny_dir):

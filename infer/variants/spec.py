@@ -292,9 +292,8 @@ class TransformerSpec:
     @property
     def fused_decode_supported(self) -> bool:
         """Whether csrc/transformer_block.c computes this spec (else decoding runs
-        through the Python blocks)."""
-        return all(layer.default_pieces for layer in self.layers) and not self.v_norm \
-            and not self.per_layer_dim
+        through the Python blocks): all of them, Gemma 4's pieces included."""
+        return True
 
     @property
     def q_dim(self) -> int:

@@ -181,30 +181,39 @@ class TransformerEngine(Engine):
 def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
     """kernels.TransformerDecoder bound to the weights, with the spec's pieces."""
     if not spec.fused_decode_supported:
-        raise UnsupportedModelError(
-            "the fused C decode step does not compute per-layer sizes, shared KV layers, V from K, "
-            "V norms, layer output scales or per-layer embeddings; decode through the Python blocks "
-            "(fused_decode = False)")
-    return K.TransformerDecoder(spec, *decoder_arguments(spec, w))
+        raise UnsupportedModelError("the fused C decode step does not compute this spec; decode through "
+                                    "the Python blocks (fused_decode = False)")
+    ple = None
+    if spec.per_layer_dim:
+        assert w.ple_embd is not None and w.ple_model_proj is not None and w.ple_proj_norm is not None
+        ple = (w.ple_embd.as_tuple(), w.ple_model_proj.as_tuple(), w.ple_proj_norm.data)
+    return K.TransformerDecoder(spec, *decoder_arguments(spec, w), ple=ple)
 
 
 def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any, Any, Any]:
     """(embd, output, output_norm, layers) as kernels.TransformerDecoder takes them."""
     layers = []
-    for L, ls in zip(w.layers, spec.layers):
-        assert L.wk is not None and L.wv is not None   # fused_decode_supported: every layer has both
+    for li, (L, ls) in enumerate(zip(w.layers, spec.layers)):
+        hd = spec.layer_head_dim(li)
         layer: Dict[str, Any] = dict(
             attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, wq=L.wq.as_tuple(),
-            wk=L.wk.as_tuple(), wv=L.wv.as_tuple(), wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(),
-            up=L.w_up.as_tuple(), down=L.w_down.as_tuple(), window=ls.window, rope=None)
-        for name in ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "q_bias", "k_bias", "v_bias"):
+            wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(), up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
+            window=ls.window, rope=None, head_dim=hd, n_kv_heads=spec.layer_kv_heads(li),
+            ffn_dim=spec.layer_ffn_dim(li), kv_source=ls.kv_source, v_from_k=ls.v_from_k)
+        for name in ("wk", "wv", "ple_gate", "ple_proj"):
+            m = getattr(L, name)
+            if m is not None:
+                layer[name] = m.as_tuple()
+        for name in ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "q_bias", "k_bias", "v_bias",
+                     "ple_post_norm"):
             vec = getattr(L, name)
             if vec is not None:
                 layer[name] = vec.data
+        if L.out_scale is not None:
+            layer["out_scale"] = float(L.out_scale.data[0])
         if ls.rope is not None:
             r = ls.rope
-            layer["rope"] = (r.layout, r.base, r.scale, r.factors_array(spec.head_dim), r.attn_factor,
-                             r.rotated(spec.head_dim))
+            layer["rope"] = (r.layout, r.base, r.scale, r.factors_array(hd), r.attn_factor, r.rotated(hd))
         layers.append(layer)
     return w.token_embd.as_tuple(), w.output.as_tuple(), w.output_norm.data, layers
 
