@@ -129,12 +129,23 @@ def test_batched_prefill_matches_reference(name, tiny_dir):
         check(ctx.logits, ref[-1], "last position, second batch", 0.99999)
 
 
+@pytest.mark.parametrize("prefill", [False, True], ids=["decode", "prefill"])
 @pytest.mark.parametrize("name", NAMES)
-def test_variant_agrees_with_llama_cpp(name, recorded, tiny_dir):
+def test_variant_agrees_with_llama_cpp(name, prefill, recorded, tiny_dir):
+    """infer's fused decode (one token at a time) and its all-position prefill against
+    llama.cpp at the recorded positions."""
     positions, theirs = _recorded(recorded, name, tiny_dir)
+    prompt = tm.prompt(name)
     with infer.load(tiny_file(name, tiny_dir)) as model:
         ctx = model.engine.create_context(n_ctx=1024, sampler=GreedySampler())
-        ours = ctx.prefill(tm.prompt(name), all_logits=True)[positions].astype(np.float64)
+        if prefill:
+            ours = ctx.prefill(prompt, all_logits=True)[positions].astype(np.float64)
+        else:
+            rows = np.zeros((len(prompt), theirs.shape[1]))
+            for i, tok in enumerate(prompt):
+                ctx.prefill([int(tok)])
+                rows[i] = ctx.logits
+            ours = rows[positions]
     cos = [cosine(a, b) for a, b in zip(ours, theirs)]
     assert min(cos) >= LLAMA_CPP_MIN_COS, (name, min(cos), int(positions[int(np.argmin(cos))]))
 

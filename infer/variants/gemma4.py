@@ -28,8 +28,8 @@ factors of 1e30 on the pairs that do not turn.
 
 The mixture-of-experts layers of 26B-A4B are not implemented: such a file is
 refused with `UnsupportedModelError`.  Everything else is data in a
-`TransformerSpec`; the fused C decode step does not compute these specs, so
-Gemma 4 decodes through the Python blocks (`TransformerContext._block`).
+`TransformerSpec`, which both forward passes compute: prefill in Python,
+decoding in the fused C step (csrc/transformer_block.c).
 """
 from __future__ import annotations
 

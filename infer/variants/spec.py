@@ -40,10 +40,7 @@ per-layer embeddings (`per_layer_dim`, "PLE"):
     ple[l] = (rmsnorm(reshape(x0 Wple_model / sqrt(dim)), ple_proj_norm)
               + ple_embed(token)[l] * sqrt(per_layer_dim)) / sqrt(2)
 
-with x0 the scaled embedding.  The fused C decode step computes only the specs
-whose layers all have the model's sizes and none of these pieces
-(`TransformerSpec.fused_decode_supported`); the others decode through the
-Python blocks.
+with x0 the scaled embedding.  Both forward passes compute all of it.
 
 Tensor names follow llama.cpp's GGUF conventions (`blk.N.attn_q.weight`, ...;
 see `weights.py`).
@@ -288,12 +285,6 @@ class TransformerSpec:
         kv_heads, n_ctx, head_dim) cache the fused step takes)."""
         return all(layer.head_dim is None and layer.n_kv_heads is None and layer.kv_source is None
                    for layer in self.layers)
-
-    @property
-    def fused_decode_supported(self) -> bool:
-        """Whether csrc/transformer_block.c computes this spec (else decoding runs
-        through the Python blocks): all of them, Gemma 4's pieces included."""
-        return True
 
     @property
     def q_dim(self) -> int:

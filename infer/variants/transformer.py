@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import kernels as K
-from ..runtime import Context, Engine, ModelClosedError, RowOutputs, UnsupportedModelError
+from ..runtime import Context, Engine, ModelClosedError, RowOutputs
 from .spec import TransformerSpec
 from .weights import LayerWeights, Matrix, ModelWeights, load_weights, repack_enabled, repack_weights
 
@@ -180,9 +180,6 @@ class TransformerEngine(Engine):
 
 def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
     """kernels.TransformerDecoder bound to the weights, with the spec's pieces."""
-    if not spec.fused_decode_supported:
-        raise UnsupportedModelError("the fused C decode step does not compute this spec; decode through "
-                                    "the Python blocks (fused_decode = False)")
     ple = None
     if spec.per_layer_dim:
         assert w.ple_embd is not None and w.ple_model_proj is not None and w.ple_proj_norm is not None
@@ -246,9 +243,8 @@ class TransformerContext(Context):
         self.k_layers = _kv_layout(spec, self.k_cache, self.n_ctx)
         self.v_layers = _kv_layout(spec, self.v_cache, self.n_ctx)
         self._scratch: Dict[int, _Scratch] = {}
-        #: False: decode through the Python blocks (for tests comparing the two, and
-        #: for the specs the fused C step does not compute)
-        self.fused_decode = spec.fused_decode_supported
+        #: False: decode through the Python blocks too (for tests comparing the two)
+        self.fused_decode = True
         self._step: Any = None
 
     def _fused_step(self) -> Any:
