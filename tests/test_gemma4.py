@@ -284,6 +284,12 @@ def _with(tiny, **keys):
     return replace(tiny, extra={**tiny.extra, **keys})
 
 
+def test_dense_file_saying_zero_experts_loads(tmp_path):
+    path = tm.write("gemma4-e2b", str(tmp_path / "zero.gguf"), tiny=_with(E2B, expert_count=0, expert_used_count=0))
+    with infer.load(path) as model:
+        assert model.engine.spec.per_layer_dim == 32
+
+
 @pytest.mark.parametrize("tiny, more, error, message", [
     (_with(E2B, **{"attention.sliding_window_pattern": [True, False]}), None, GGUFError,
      "sliding_window_pattern has 2 entries for 5 layers"),

@@ -56,8 +56,9 @@ _MOE_PARTS = (".ffn_gate_inp.", "_exps.", ".ffn_pre_norm_2.", ".ffn_post_norm_1.
 def refuse_moe(hp: HParams, tensors: Dict[str, Any]) -> None:
     """UnsupportedModelError for a Gemma 4 file with mixture-of-experts layers."""
     moe_tensors = sorted(n for n in tensors if any(part in n for part in _MOE_PARTS))
+    # a dense file may still say expert_count = 0
     moe_keys = [hp.key(k) for k in ("expert_count", "expert_used_count", "expert_feed_forward_length")
-                if hp.key(k) in hp.metadata]
+                if hp.has(k) and hp.integer(k, lo=0)]
     if moe_tensors or moe_keys:
         shown = ", ".join((moe_keys + moe_tensors)[:4])
         raise UnsupportedModelError(

@@ -195,8 +195,10 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
         layer: Dict[str, Any] = dict(
             attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, wq=L.wq.as_tuple(),
             wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(), up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
-            window=ls.window, rope=None, head_dim=hd, n_kv_heads=spec.layer_kv_heads(li),
-            ffn_dim=spec.layer_ffn_dim(li), kv_source=ls.kv_source, v_from_k=ls.v_from_k)
+            window=ls.window, rope=None, kv_source=ls.kv_source, v_from_k=ls.v_from_k)
+        for name in ("head_dim", "n_kv_heads", "ffn_dim"):   # a layer's own sizes; else the spec's
+            if getattr(ls, name) is not None:
+                layer[name] = getattr(ls, name)
         for name in ("wk", "wv", "ple_gate", "ple_proj"):
             m = getattr(L, name)
             if m is not None:
