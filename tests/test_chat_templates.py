@@ -238,3 +238,39 @@ def test_gemma4_files_without_a_template_get_the_gemma4_fallback():
                             end_of_turn=("<turn|>",))
     assert Chat.from_metadata({"general.architecture": "gemma4"}, tok).family == "gemma4"
     assert Chat.from_metadata({}, tok).family == "gemma4"   # by its <|turn> token
+
+
+def test_gemma4_thinking_and_tool_calls_read_back():
+    """Gemma 4's template renders a call as call:NAME{key:value} (strings between <|"|>);
+    what it renders (plain jinja2) parses back to the same arguments, and a streamed
+    reply splits into its thought channel, text and call."""
+    from infer.chat.reply_parser import ReplyParser
+    from infer.chat.replies import ToolCall, ToolCallError, parse_tool_call
+    from infer.chat.template import GEMMA4_THINK_MARKERS, GEMMA4_TOOL_MARKERS
+
+    official = (Path(__file__).parent / "chat_templates" / "gemma-4.jinja").read_text(encoding="utf-8")
+    chat = Chat(official, bos_token="<bos>")
+    assert chat.think_markers == GEMMA4_THINK_MARKERS and chat.tool_call_markers == GEMMA4_TOOL_MARKERS
+    args = {"city": "Paris, {France}", "days": 3, "metric": True, "ratio": 0.5, "tags": ["a", "b"],
+            "where": {"lat": 48.85, "lon": -2}}
+    messages = [{"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": "get_weather", "arguments": args}}]}]
+    text = reference(official, messages, False, bos_token="<bos>")
+    open_, close = GEMMA4_TOOL_MARKERS
+    raw = text[text.index(open_) + len(open_):text.index(close)]
+    assert raw.startswith('call:get_weather{city:<|"|>Paris')
+    call = parse_tool_call(raw, "c1", ["get_weather"])
+    assert isinstance(call, ToolCall) and call.name == "get_weather" and call.arguments == args
+
+    parser = ReplyParser(think=chat.think_markers, tool=chat.tool_call_markers)
+    reply = ('<|channel>thought\nThe user wants weather.<channel|>Checking.'
+             '<|tool_call>call:get_weather{city:<|"|>Oslo<|"|>}<tool_call|>')
+    for ch in reply:
+        parser.feed(ch)
+    parser.finish()
+    assert "".join(parser.thinking) == "The user wants weather."
+    assert "".join(parser.content) == "Checking."
+    assert [parse_tool_call(t).arguments for t in parser.tool_texts] == [{"city": "Oslo"}]
+    for bad in ('call:f{a:<|"|>x}', "call:f{a:1", "call:f{a:1} trailing", "call:f{a:,}"):
+        assert isinstance(parse_tool_call(bad), ToolCallError), bad

@@ -84,13 +84,97 @@ class Reply:
         return self.text
 
 
+#: Gemma 4's string quote in its call syntax (a token of its vocabulary)
+GEMMA4_QUOTE = '<|"|>'
+
+
+def _gemma4_value(text: str, i: int) -> tuple[Any, int]:
+    """The value at text[i:] in Gemma 4's call syntax (its template's format_argument:
+    strings between <|"|>, bare keys, true / false, numbers as they are) and where
+    it ends; ValueError where it is malformed."""
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if text.startswith(GEMMA4_QUOTE, i):
+        end = text.find(GEMMA4_QUOTE, i + len(GEMMA4_QUOTE))
+        if end < 0:
+            raise ValueError("an unclosed string")
+        return text[i + len(GEMMA4_QUOTE):end], end + len(GEMMA4_QUOTE)
+    if i < len(text) and text[i] in "{[":
+        close = "}" if text[i] == "{" else "]"
+        items: list[Any] = []
+        pairs: dict[str, Any] = {}
+        i += 1
+        while True:
+            while i < len(text) and text[i].isspace():
+                i += 1
+            if i >= len(text):
+                raise ValueError(f"a missing {close!r}")
+            if text[i] == close:
+                return (pairs if close == "}" else items), i + 1
+            if close == "}":
+                if text.startswith(GEMMA4_QUOTE, i):
+                    key, i = _gemma4_value(text, i)
+                else:
+                    colon = text.find(":", i)
+                    if colon < 0:
+                        raise ValueError("a key without ':'")
+                    key, i = text[i:colon].strip(), colon
+                while i < len(text) and text[i].isspace():
+                    i += 1
+                if not text.startswith(":", i):
+                    raise ValueError(f"no ':' after the key {key!r}")
+                pairs[str(key)], i = _gemma4_value(text, i + 1)
+            else:
+                value, i = _gemma4_value(text, i)
+                items.append(value)
+            while i < len(text) and text[i].isspace():
+                i += 1
+            if text.startswith(",", i):
+                i += 1
+            elif not text.startswith(close, i):
+                raise ValueError(f"a missing ',' or {close!r} at character {i}")
+    end = i
+    while end < len(text) and text[end] not in ",}]":
+        end += 1
+    word = text[i:end].strip()
+    if word in ("true", "false"):
+        return word == "true", end
+    if word in ("null", "none", "None"):
+        return None, end
+    for kind in (int, float):
+        try:
+            return kind(word), end
+        except ValueError:
+            pass
+    raise ValueError(f"a value that is not a string, number or bool: {word!r}")
+
+
+def gemma4_call_as_json(raw: str) -> str:
+    """Gemma 4's ``call:NAME{key:value,...}`` as ``{"name": ..., "arguments": {...}}``
+    (ValueError where it is not one)."""
+    brace = raw.find("{")
+    if not raw.startswith("call:") or brace < 0:
+        raise ValueError("not call:NAME{...}")
+    args, end = _gemma4_value(raw, brace)
+    if raw[end:].strip():
+        raise ValueError(f"text after the arguments: {raw[end:].strip()[:40]!r}")
+    return json.dumps({"name": raw[len("call:"):brace].strip(), "arguments": args}, ensure_ascii=False)
+
+
 def parse_tool_call(raw: str, call_id: str = "", tool_names: Optional[Iterable[str]] = None
                     ) -> Union[ToolCall, ToolCallError]:
     """Parse ``{"name": ..., "arguments": {...}}`` (``parameters`` is accepted for
-    ``arguments``; arguments given as a JSON string are decoded).  Never raises:
-    a malformed call comes back as a `ToolCallError` saying what is wrong."""
+    ``arguments``; arguments given as a JSON string are decoded), or Gemma 4's
+    ``call:NAME{key:value,...}``.  Never raises: a malformed call comes back as a
+    `ToolCallError` saying what is wrong."""
+    text = raw
+    if raw.lstrip().startswith("call:"):
+        try:
+            text = gemma4_call_as_json(raw.strip())
+        except ValueError as exc:
+            return ToolCallError(raw, f"Gemma 4 tool call is malformed: {exc}")
     try:
-        obj = json.loads(raw)
+        obj = json.loads(text)
     except json.JSONDecodeError as exc:
         return ToolCallError(raw, f"tool call is not valid JSON: {exc.msg} at character {exc.pos}")
     if isinstance(obj, dict) and "name" not in obj and isinstance(obj.get("function"), dict):

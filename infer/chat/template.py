@@ -76,6 +76,9 @@ def fallback_family(metadata: Mapping[str, Any], has_token: Callable[[str], bool
 
 THINK_MARKERS = ("<think>", "</think>")
 TOOL_MARKERS = ("<tool_call>", "</tool_call>")
+#: Gemma 4's: a thought channel, and calls written call:NAME{...} (replies.parse_tool_call)
+GEMMA4_THINK_MARKERS = ("<|channel>thought", "<channel|>")
+GEMMA4_TOOL_MARKERS = ("<|tool_call>", "<tool_call|>")
 
 # Probe contents: strings no template rewrites (no surrounding whitespace to trim).
 _PROBE_SYSTEM = "probe-system-3e1f"
@@ -123,8 +126,12 @@ class Chat:
         sources = template + (tool_use_template or "")
         if think_markers is None and all(m in sources for m in THINK_MARKERS):
             think_markers = THINK_MARKERS
+        if think_markers is None and all(m in sources for m in GEMMA4_THINK_MARKERS):
+            think_markers = GEMMA4_THINK_MARKERS
         if tool_call_markers is None and all(m in sources for m in TOOL_MARKERS):
             tool_call_markers = TOOL_MARKERS
+        if tool_call_markers is None and all(m in sources for m in GEMMA4_TOOL_MARKERS):
+            tool_call_markers = GEMMA4_TOOL_MARKERS
         self.think_markers = think_markers
         self.tool_call_markers = tool_call_markers
         self._compiled: dict[str, jinja2.Template] = {}

@@ -3,9 +3,10 @@
 * `TransformerEngine`: a spec, its weights (views of the file map), the contexts
   it made (so close() can drop every view), and the batched decode step.
 * `TransformerContext`: a KV cache of shape (layers, kv_heads, n_ctx, head_dim),
-  written in place at each position (with per-layer sizes or shared-KV layers,
-  one flat row per layer that owns a cache, viewed per layer: `_kv_layout`); `_block` below is the readable forward pass
-  that prefill runs through the matrix-matrix kernels.  Decoding one token is a
+  written in place at each position (with per-layer sizes or shared-KV layers:
+  one flat row per layer that owns a cache, viewed per layer by `_kv_layout`);
+  `_block` below is the readable forward pass that prefill runs through the
+  matrix-matrix kernels.  Decoding one token is a
   single C call for the whole pass (csrc/transformer_block.c, reading the same
   spec), and `forward_batch` decodes one token of each of several contexts in
   one such call; ``fused_decode = False`` decodes through `_block` instead,
