@@ -346,3 +346,25 @@ def test_tokenizer_matches_llama_cpp(tmp_path):
             assert tok.encode(text) == ids, text
             # BOS first; a literal ▁ decodes as a space, as llama.cpp unescapes it
             assert tok.decode(ids[1:]) == text.replace("\u2581", " "), text
+
+
+def test_spec_refuses_inconsistent_shared_kv():
+    """TransformerSpec checks the KV sharing it is given (any variant's, not only gemma4's)."""
+    from infer.variants.spec import LayerSpec, TransformerSpec
+
+    def spec(*layers):
+        return TransformerSpec(dim=64, n_layers=len(layers), n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=32,
+                               vocab_size=8, max_seq_len=16, rms_eps=1e-6, layers=tuple(layers))
+
+    assert not spec(LayerSpec(), LayerSpec(kv_source=0)).uniform_kv
+    with pytest.raises(ValueError, match="not an earlier layer"):
+        spec(LayerSpec(kv_source=1), LayerSpec())
+    with pytest.raises(ValueError, match="no KV cache of its own"):
+        spec(LayerSpec(), LayerSpec(kv_source=0), LayerSpec(kv_source=1))
+    with pytest.raises(ValueError, match="differ"):
+        spec(LayerSpec(), LayerSpec(kv_source=0, head_dim=32))
+    with pytest.raises(ValueError, match="not a multiple"):
+        spec(LayerSpec(n_kv_heads=3))
+    with pytest.raises(ValueError, match="odd"):
+        LayerSpec(head_dim=15)
+    assert spec(LayerSpec(head_dim=16), LayerSpec()).uniform_kv   # the model's own size, said again

@@ -283,8 +283,8 @@ class TransformerSpec:
     def uniform_kv(self) -> bool:
         """Every layer has its own KV cache of the model's shape (the (layers,
         kv_heads, n_ctx, head_dim) cache the fused step takes)."""
-        return all(layer.head_dim is None and layer.n_kv_heads is None and layer.kv_source is None
-                   for layer in self.layers)
+        return all(self.layer_head_dim(li) == self.head_dim and self.layer_kv_heads(li) == self.n_kv_heads
+                   and self.layers[li].kv_source is None for li in range(self.n_layers))
 
     @property
     def q_dim(self) -> int:
