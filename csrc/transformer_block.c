@@ -134,11 +134,15 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
     int64_t lo[INFER_ATTN_MAX_Q], hi[INFER_ATTN_MAX_Q];
     int per_call = INFER_ATTN_MAX_Q;
     if (per_call * hd > INFER_ATTN_MAX_QD) per_call = INFER_ATTN_MAX_QD / hd;
+    /* the query copies share the scratch with the group's outputs and (max, sum) pairs:
+     * Gemma 4's full layers (8 queries of 512 per KV head) leave room for 7 at a time */
+    const int64_t room = (INFER_TEAM_SCRATCH_FLOATS - (int64_t)group * (hd + 2)) / hd;
+    if (per_call > room) per_call = (int)room;
     for (int g0 = 0; g0 < group; g0 += per_call) {
         const int n_q = group - g0 < per_call ? group - g0 : per_call;
         for (int u = 0; u < n_q; u++) {
             const size_t g = (size_t)(g0 + u) * hd;
-            float *q = qcopy + g;
+            float *q = qcopy + (size_t)u * hd;   /* this call's queries only: see room above */
             if (L->q_norm) d->kt->rmsnorm(qsrc + g, L->q_norm, q, hd, m->rms_eps);
             else memcpy(q, qsrc + g, (size_t)hd * sizeof(float));
             if (cs) rope_kernel(d->kt, L->rope)(q, cs, cs + angles, L->rope_dims);
@@ -475,7 +479,7 @@ int infer_block_check_model(const infer_block_model *m) {
         if (hd < 2 || hd % 2 || hd > m->head_dim || n_kv < 1 || n_kv > m->n_kv_heads || m->n_heads % n_kv ||
             L->ffn_dim < 1 || L->ffn_dim > m->ffn_dim || L->kv_row < 0 || L->kv_row >= m->kv_rows ||
             (int64_t)n_kv * hd > m->kv_row_width ||
-            2 * (int64_t)(m->n_heads / n_kv) * (hd + 1) > INFER_TEAM_SCRATCH_FLOATS || !isfinite(L->out_scale))
+            (int64_t)(m->n_heads / n_kv) * (hd + 2) + hd > INFER_TEAM_SCRATCH_FLOATS || !isfinite(L->out_scale))
             return -2;
         if (!L->attn_norm || !L->ffn_norm || (L->own_kv && !!L->q_norm != !!L->k_norm) ||
             !!L->q_bias != !!L->k_bias || !!L->q_bias != !!L->v_bias || (L->q_bias && !L->own_kv) ||

@@ -187,8 +187,11 @@ cdef class TransformerDecoder:
                 raise ValueError(f"layers[{i}]: n_heads={m.n_heads} is not a multiple of n_kv_heads={pkv}")
             if phd % 2 or phd > INFER_ATTN_MAX_HEAD_DIM:
                 raise ValueError(f"layers[{i}].head_dim: must be even and <= {INFER_ATTN_MAX_HEAD_DIM}, got {phd}")
-            if 2 * (m.n_heads // pkv) * phd > 8192:
-                raise ValueError(f"layers[{i}]: n_heads / n_kv_heads * head_dim exceeds the step's scratch (4096)")
+            # the step's attention scratch (INFER_TEAM_SCRATCH_FLOATS): a KV head's outputs,
+            # their (max, sum) pairs and at least one query
+            if (m.n_heads // pkv) * (phd + 2) + phd > 8192:
+                raise ValueError(f"layers[{i}]: (n_heads / n_kv_heads) * (head_dim + 2) + head_dim exceeds "
+                                 f"the step's attention scratch (8192)")
             if <int64_t>m.n_heads * phd > _INT_LIMIT:
                 raise ValueError(f"layers[{i}]: n_heads * head_dim overflows")
             src = layer.get("kv_source")
@@ -344,9 +347,11 @@ cdef class TransformerDecoder:
         self.s.att = _decode_buffer(np.zeros(B * q_dim, f32), self.keep)
         self.s.k = _decode_buffer(np.zeros(B * self.kv_dim, f32), self.keep)
         self.s.v = _decode_buffer(np.zeros(B * self.kv_dim, f32), self.keep)
-        # gate also holds a PLE gate of P values per token
-        self.s.gate = _decode_buffer(np.zeros(B * max(ffn, P), f32), self.keep)
-        self.s.up = _decode_buffer(np.zeros(B * ffn, f32), self.keep)
+        # gate and up also hold the attention's outputs and (max, sum) pairs (q_dim and
+        # 2 n_heads per token, unsplit: csrc/transformer_block.c splits only when
+        # twice that fits ffn_dim) and a PLE gate (P per token)
+        self.s.gate = _decode_buffer(np.zeros(B * max(ffn, q_dim, P), f32), self.keep)
+        self.s.up = _decode_buffer(np.zeros(B * max(ffn, 2 * m.n_heads), f32), self.keep)
         self.s.rope_cs = _decode_buffer(np.zeros(2 * B * 2 * hd, f32), self.keep)
         self.s.ple = self.s.ple_proj = NULL
         if P:

@@ -368,3 +368,28 @@ def test_spec_refuses_inconsistent_shared_kv():
     with pytest.raises(ValueError, match="odd"):
         LayerSpec(head_dim=15)
     assert spec(LayerSpec(head_dim=16), LayerSpec()).uniform_kv   # the model's own size, said again
+
+
+def test_real_attention_shapes(tmp_path):
+    """E2B's and 31B's attention shapes: 8 query heads of 512 on one KV head in the
+    full layers (the fused step's attention scratch holds 7 query copies at a time
+    there), 256 in the sliding ones; fused decode, batched and alone, against the
+    reference."""
+    shape = replace(E2B.gemma4, head_dim_full=512, kv_heads=(1,) * 5, turning_pairs=64)
+    tiny = replace(E2B, n_head=8, head_dim=256, gemma4=shape)
+    path = tm.write("gemma4-e2b", str(tmp_path / "wide.gguf"), tiny=tiny)
+    prompt = [int(t) for t in tm.prompt("gemma4-e2b")[:24]]
+    ref = Gemma4Reference(path).forward(prompt)
+    with infer.load(path) as model:
+        assert model.engine.spec.layer_head_dim(2) == 512 and model.engine.spec.n_heads == 8
+        ctxs = [model.engine.create_context(n_ctx=64, sampler=GreedySampler()) for _ in range(3)]
+        for i, ctx in enumerate(ctxs):
+            ctx.prefill(prompt[:4 + i])
+        for step in range(8):
+            decode_batch(ctxs, [prompt[4 + i + step] for i in range(3)])
+            for i, ctx in enumerate(ctxs):
+                check(ctx.logits, ref[4 + i + step], f"sequence {i}, position {4 + i + step}", 0.99999)
+        alone = model.engine.create_context(n_ctx=64, sampler=GreedySampler())
+        for i, tok in enumerate(prompt):
+            alone.prefill([tok])
+            check(alone.logits, ref[i], f"position {i}", 0.99999)
