@@ -436,7 +436,7 @@ _QWEN2 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]
 PRE_TOKENIZERS: dict[str, tuple[tuple[str, ...], bool]] = {}
 for _names, _exprs, _ignore in (
     (("default",), (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"), False),
-    (("gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "roberta-bpe"), (_GPT2,), False),
+    (("gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "roberta-bpe", "exaone4"), (_GPT2,), False),
     (("llama3", "llama-v3", "llama-bpe", "falcon3"), (_LLAMA3,), True),
     (("dbrx", "smaug-bpe", "chatglm-bpe"), (_LLAMA3,), False),
     (("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"),

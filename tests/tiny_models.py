@@ -67,6 +67,10 @@ class Tiny:
     #: n_ctx for the llama.cpp recording (phi3's LongRoPE picks factors by it)
     n_ctx: int = 1024
     prompt_len: int = PROMPT_LEN
+    #: attn_norm / ffn_norm before each block half (OLMo 2, EXAONE 4: none)
+    pre_norms: bool = True
+    #: q/k norms over the whole projection (q_dim / kv_dim weights; OLMo 2), not per head
+    qk_norm_all: bool = False
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
@@ -106,6 +110,38 @@ TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
                      extra={"embedding_scale": 12.0, "residual_scale": 0.22,
                             "attention.scale": 0.03125, "logit_scale": 8.0})),
 ]}
+
+#: The dense families of tests/test_dense_families.py, recorded into
+#: tests/data/llama_cpp_dense.npz (kept apart from TINY's llama_cpp_families.npz).
+DENSE: Dict[str, Tiny] = {n: t for n, t in [
+    # OLMo 2: no pre-norms, post norms, q/k RMSNorm over all heads at once.
+    ("olmo2", Tiny("olmo2", 110, tied=False, pre_norms=False, qk_norm=True, qk_norm_all=True,
+                   post_norms=True, eps=1e-6, pre="dbrx")),
+    # OLMo 3 (same GGUF architecture): layers 0-2 slide a 128 window with unscaled
+    # RoPE, layer 3 attends globally with YaRN.
+    ("olmo3", Tiny("olmo2", 111, tied=False, pre_norms=False, qk_norm=True, qk_norm_all=True,
+                   post_norms=True, eps=1e-6, pre="dbrx",
+                   extra={"attention.sliding_window": 128, "rope.scaling.type": "yarn",
+                          "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 256})),
+    # EXAONE 4.0 1.2B's shape: no pre-norms, post norms, per-head q/k norms, tied.
+    ("exaone4", Tiny("exaone4", 112, pre_norms=False, qk_norm=True, post_norms=True, pre="exaone4")),
+    # EXAONE 4.0 32B's 64 layers (llama.cpp turns windows on for that count only), tiny:
+    # windows of 128 on 3 layers of 4, NoPE on the 4th; llama3 rope_freqs.
+    ("exaone4-swa", Tiny("exaone4", 113, n_layer=64, dim=64, n_head=2, n_kv_head=1, head_dim=32, ffn=128,
+                         pre_norms=False, qk_norm=True, post_norms=True, llama3_rope=True, pre="exaone4",
+                         extra={"attention.sliding_window": 128})),
+    # EXAONE 3.5: Llama with NEOX RoPE and llama3 rope_freqs, untied.
+    ("exaone", Tiny("exaone", 114, tied=False, llama3_rope=True, pre="exaone",
+                    extra={"rope.freq_base": 1000000.0})),
+    # ERNIE 4.5 0.3B: Llama (NORM RoPE), tied.
+    ("ernie4_5", Tiny("ernie4_5", 115, eps=1e-6, extra={"rope.freq_base": 500000.0})),
+    # Gemma 1: sqrt(d) embedding scale, GeGLU, one KV head, 8 heads of 64 = 512 != d.
+    ("gemma", Tiny("gemma", 116, n_head=8, n_kv_head=1, eps=1e-6,
+                   extra={"attention.key_length": 64, "attention.value_length": 64})),
+]}
+#: every tiny file: TINY's and DENSE's (names are unique across both)
+ALL: Dict[str, Tiny] = {**TINY, **DENSE}
+
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -166,7 +202,7 @@ def bpe_vocabulary():
 
 def prompt(name: str) -> np.ndarray:
     """The teacher-forced token ids of a tiny model's recording (no specials)."""
-    t = TINY[name]
+    t = ALL[name]
     return np.random.default_rng(1000 + t.seed).integers(0, VOCAB - len(SPECIALS), t.prompt_len)
 
 
@@ -187,7 +223,7 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     """Write TINY[name] (or ``tiny``) to path, with ``more_tensors`` added."""
     import gguf
 
-    t = tiny or TINY[name]
+    t = tiny or ALL[name]
     rng = np.random.default_rng(t.seed)
     d, hd, L = t.dim, t.head_dim, t.n_layer
     q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
@@ -250,7 +286,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         w.add_tensor("rope_factors_short.weight", (1.0 + 0.5 * np.linspace(0, 1, n)).astype(np.float32))
     for i in range(L):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", norm(d))
+        if t.pre_norms:
+            w.add_tensor(p + "attn_norm.weight", norm(d))
         if t.fused_qkv:
             w.add_tensor(p + "attn_qkv.weight", np.concatenate(
                 [mat(q_dim, d, 1.5), mat(kv_dim, d, 1.5), mat(kv_dim, d)]))
@@ -263,12 +300,13 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_tensor(p + "attn_k.bias", bias(kv_dim, 1.0))
             w.add_tensor(p + "attn_v.bias", bias(kv_dim))
         if t.qk_norm:
-            w.add_tensor(p + "attn_q_norm.weight", norm(hd))
-            w.add_tensor(p + "attn_k_norm.weight", norm(hd))
+            w.add_tensor(p + "attn_q_norm.weight", norm(q_dim if t.qk_norm_all else hd))
+            w.add_tensor(p + "attn_k_norm.weight", norm(kv_dim if t.qk_norm_all else hd))
         w.add_tensor(p + "attn_output.weight", mat(d, q_dim))
         if t.post_norms:
             w.add_tensor(p + "post_attention_norm.weight", norm(d))
-        w.add_tensor(p + "ffn_norm.weight", norm(d))
+        if t.pre_norms:
+            w.add_tensor(p + "ffn_norm.weight", norm(d))
         if t.fused_gate_up:
             w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(t.ffn, d), mat(t.ffn, d)]))
         else:

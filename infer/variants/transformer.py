@@ -177,10 +177,10 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
     layers = []
     for L, ls in zip(w.layers, spec.layers):
         layer: Dict[str, Any] = dict(
-            attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, wq=L.wq.as_tuple(),
-            wk=L.wk.as_tuple(), wv=L.wv.as_tuple(), wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(),
-            up=L.w_up.as_tuple(), down=L.w_down.as_tuple(), window=ls.window, rope=None)
-        for name in ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "q_bias", "k_bias", "v_bias"):
+            wq=L.wq.as_tuple(), wk=L.wk.as_tuple(), wv=L.wv.as_tuple(), wo=L.wo.as_tuple(),
+            gate=L.w_gate.as_tuple(), up=L.w_up.as_tuple(), down=L.w_down.as_tuple(), window=ls.window, rope=None)
+        for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm",
+                     "q_bias", "k_bias", "v_bias"):
             vec = getattr(L, name)
             if vec is not None:
                 layer[name] = vec.data
@@ -274,7 +274,7 @@ class TransformerContext(Context):
         spec = self.spec
         layer = spec.layers[li]
         n, hd, eps = s.n, spec.head_dim, spec.rms_eps
-        K.rmsnorm(s.x, w.attn_norm.data, s.h1, eps)
+        self._pre_norm(s, w.attn_norm)
         s.mul(s.h1, (w.wq, s.q), (w.wk, s.k), (w.wv, s.v))  # one quantized input for q, k, v
         if w.q_bias is not None and w.k_bias is not None and w.v_bias is not None:
             s.q += w.q_bias.data
@@ -284,9 +284,10 @@ class TransformerContext(Context):
         k = s.k.reshape(n, spec.n_kv_heads, hd)
         v = s.v.reshape(n, spec.n_kv_heads, hd)
         att = s.att.reshape(q.shape)
-        if w.q_norm is not None and w.k_norm is not None:  # per head
-            K.rmsnorm(q, w.q_norm.data, q, eps)
-            K.rmsnorm(k, w.k_norm.data, k, eps)
+        if w.q_norm is not None and w.k_norm is not None:  # per head, or over each whole row
+            whole = spec.qk_norm_scope == "all"
+            K.rmsnorm(s.q if whole else q, w.q_norm.data, s.q if whole else q, eps)
+            K.rmsnorm(s.k if whole else k, w.k_norm.data, s.k if whole else k, eps)
         rope = layer.rope
         factors = rope.factors_array(hd) if rope is not None else None
         for ctx, lo, hi, pos0 in segments:
@@ -300,7 +301,7 @@ class TransformerContext(Context):
                         scale=spec.attn_scale, window=layer.window, softcap=spec.attn_softcap)
         s.mul(s.att, (w.wo, s.h2))
         self._residual(s, w.post_attn_norm)
-        K.rmsnorm(s.x, w.ffn_norm.data, s.h1, eps)
+        self._pre_norm(s, w.ffn_norm)
         s.mul(s.h1, (w.w_gate, s.gate), (w.w_up, s.up))  # one quantized input for gate, up
         if spec.activation == "gelu_tanh":
             K.gelu_mul(s.gate, s.up, s.gate)
@@ -308,6 +309,13 @@ class TransformerContext(Context):
             K.silu_mul(s.gate, s.up, s.gate)
         s.mul(s.gate, (w.w_down, s.h2))
         self._residual(s, w.post_ffn_norm)
+
+    def _pre_norm(self, s: "_Scratch", norm: Any) -> None:
+        """h1 = norm(x), the input of a block half; x itself without pre-norms."""
+        if norm is not None:
+            K.rmsnorm(s.x, norm.data, s.h1, self.spec.rms_eps)
+        else:
+            np.copyto(s.h1, s.x)
 
     def _residual(self, s: "_Scratch", post_norm: Any) -> None:
         """x += (post_norm(h2)) * residual_scale: the end of a block half."""
