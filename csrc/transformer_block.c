@@ -138,9 +138,11 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
         for (int u = 0; u < n_q; u++) {
             const size_t g = (size_t)(g0 + u) * hd;
             float *q = qcopy + g;
-            if (L->q_norm && !m->qk_norm_whole) d->kt->rmsnorm(qsrc + g, L->q_norm, q, hd, m->rms_eps);
+            const int norm_q = L->q_norm && !m->qk_norm_whole;
+            if (norm_q && !m->qk_norm_after_rope) d->kt->rmsnorm(qsrc + g, L->q_norm, q, hd, m->rms_eps);
             else memcpy(q, qsrc + g, (size_t)hd * sizeof(float));
             if (cs) rope_kernel(d->kt, L->rope)(q, cs, cs + hd, L->rope_dims);
+            if (norm_q && m->qk_norm_after_rope) d->kt->rmsnorm(q, L->q_norm, q, hd, m->rms_eps);
             qs[u] = q;
             outs[u] = scratch + g;
             lo[u] = lo_pos;
@@ -347,11 +349,13 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
             }
             for (int h = 0; h < m->n_kv_heads; h++) {
                 float *kh = k + (size_t)h * hd;
-                if (L->k_norm && !m->qk_norm_whole) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
+                const int norm_k = L->k_norm && !m->qk_norm_whole;
+                if (norm_k && !m->qk_norm_after_rope) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
                 if (slot >= 0) {
                     const float *cs = angles_of(d, slot, b);
                     rope_kernel(kt, L->rope)(kh, cs, cs + hd, L->rope_dims);
                 }
+                if (norm_k && m->qk_norm_after_rope) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
             }
             /* kv_store converts to F16 with the table's (vectorised, bit-exact) quantize */
             const int kv_type = sq->kv_f16 ? INFER_TYPE_F16 : INFER_TYPE_F32;
@@ -406,7 +410,8 @@ int infer_block_check_model(const infer_block_model *m) {
     if (hd < 2 || hd % 2 || hd > INFER_ATTN_MAX_HEAD_DIM || m->n_heads % m->n_kv_heads ||
         2 * (int64_t)(m->n_heads / m->n_kv_heads) * (hd + 1) > INFER_TEAM_SCRATCH_FLOATS ||
         !(m->attn_softcap >= 0.0f) || !(m->final_softcap >= 0.0f) || !(m->rms_eps >= 0.0f) ||
-        (m->qk_norm_whole != 0 && m->qk_norm_whole != 1))
+        (m->qk_norm_whole != 0 && m->qk_norm_whole != 1) ||
+        (m->qk_norm_after_rope != 0 && m->qk_norm_after_rope != 1) || (m->qk_norm_whole && m->qk_norm_after_rope))
         return -2;
     const int64_t q_dim = (int64_t)m->n_heads * hd, kv_dim = (int64_t)m->n_kv_heads * hd;
     if (!shape_ok(&m->embd, m->vocab_size, m->dim) || !shape_ok(&m->output, m->vocab_size, m->dim))

@@ -54,6 +54,7 @@ typedef struct {
     infer_decode_matrix embd, output;
     const float *output_norm;
     int qk_norm_whole;             /* 1: q_norm / k_norm span all of q / k (OLMo 2), 0: one head */
+    int qk_norm_after_rope;        /* 1: the per-head q/k norms follow RoPE (Hunyuan), 0: precede it */
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */

@@ -34,6 +34,7 @@ cdef extern from "transformer_block.h" nogil:
         infer_decode_matrix embd, output
         const float *output_norm
         int qk_norm_whole
+        int qk_norm_after_rope
     ctypedef struct infer_block_seq:
         int n_ctx
         int kv_f16
@@ -107,8 +108,9 @@ cdef class TransformerDecoder:
     config: an object with the sizes dim, n_layers, n_heads, n_kv_heads, head_dim,
     ffn_dim, vocab_size and rms_eps, activation ("silu" or "gelu_tanh"),
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
-    logit_scale, and optionally pre_norms (default True) and qk_norm_scope ("head",
-    the default, or "all") (infer.variants.spec.TransformerSpec is one).
+    logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
+    the default, or "all") and qk_norm_after_rope (default False)
+    (infer.variants.spec.TransformerSpec is one).
     embd/output: matrix tuples (data uint8 rows, qtype, act_type, rows, cols).
     layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors; only
     with pre_norms), wq, wk, wv, wo, gate, up, down (matrix tuples); optionally
@@ -174,6 +176,11 @@ cdef class TransformerDecoder:
         if qk_scope not in ("head", "all"):
             raise ValueError(f"config.qk_norm_scope: expected 'head' or 'all', got {qk_scope!r}")
         m.qk_norm_whole = qk_scope == "all"
+        after_rope = getattr(c, "qk_norm_after_rope", False)
+        if not isinstance(after_rope, bool) or (after_rope and m.qk_norm_whole):
+            raise ValueError(f"config.qk_norm_after_rope: expected a bool, and False with qk_norm_scope "
+                             f"'all', got {after_rope!r}")
+        m.qk_norm_after_rope = after_rope
         if not 1 <= max_batch <= INFER_BLOCK_MAX_BATCH:
             raise ValueError(f"max_batch: must be in [1, {INFER_BLOCK_MAX_BATCH}], got {max_batch}")
         if len(layers) != m.n_layers:

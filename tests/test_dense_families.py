@@ -1,5 +1,5 @@
 """The dense families of ``tiny_models.DENSE`` (olmo2, exaone4, exaone, ernie4_5,
-gemma) beyond tests/test_families.py, which holds each of them to the float64
+gemma, hunyuan-dense) beyond tests/test_families.py, which holds each of them to the float64
 numpy reference and to llama.cpp's recorded logits:
 
 * each feature they added is one the recorded data tells apart: the numpy
@@ -107,6 +107,17 @@ class GemmaSilu(nf.Gemma):
     ffn = nf.Transformer.ffn
 
 
+class HunyuanNoAlpha(nf.HunyuanDense):
+    """The file's rope.freq_base as it is, without the NTK alpha."""
+
+    def rope_setup(self):
+        nf.Llama.rope_setup(self)
+
+
+class HunyuanNormBeforeRope(nf.HunyuanDense):
+    qk_norm_after_rope = False
+
+
 ABLATIONS = [
     ("olmo2", Olmo2PerHeadNorm), ("olmo2", Olmo2PreNormed),
     ("olmo3", Olmo3ScaledEverywhere), ("olmo3", Olmo3NoWindow),
@@ -114,6 +125,7 @@ ABLATIONS = [
     ("exaone", ExaoneNormRope), ("exaone", ExaoneNoFactors),
     ("ernie4_5", ErnieNeoxRope),
     ("gemma", GemmaUnscaled), ("gemma", GemmaSilu),
+    ("hunyuan-dense", HunyuanNoAlpha), ("hunyuan-dense", HunyuanNormBeforeRope),
 ]
 
 
@@ -195,6 +207,18 @@ def test_olmo2_head_sized_qk_norms_are_refused(tmp_path):
         infer.load(tm.write("olmo2", str(tmp_path / "olmo2.gguf"), t))
 
 
+def test_hunyuan_rope_freqs_are_refused(tmp_path):
+    """llama.cpp's hunyuan-dense loader creates no rope_freqs tensor (such a file
+    does not load there)."""
+    e = refused(tiny(tmp_path, "hunyuan-dense", more_tensors={"rope_freqs.weight": np.ones(32, np.float32)}))
+    assert e.names == ["rope_freqs.weight"]
+
+
+def test_hunyuan_alpha_with_yarn_is_refused(tmp_path):
+    e = refused(tiny(tmp_path, "hunyuan-dense", **{"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0}))
+    assert e.names == ["hunyuan-dense.rope.scaling.alpha"]
+
+
 def test_gemma_output_weight_is_refused(tmp_path):
     e = refused(tiny(tmp_path, "gemma", more_tensors={"output.weight": np.ones((512, 256), np.float16)}))
     assert e.names == ["output.weight"]
@@ -230,6 +254,23 @@ def test_decoder_needs_pre_norms_when_the_config_has_them(olmo2_decoder_parts):
     spec, (embd, output, output_norm, layers) = olmo2_decoder_parts
     with pytest.raises(KeyError, match="attn_norm"):
         K.TransformerDecoder(dataclasses.replace(spec, pre_norms=True), embd, output, output_norm, layers)
+
+
+def test_spec_refuses_norms_after_rope_over_the_whole_projection():
+    with pytest.raises(ValueError, match="qk_norm_after_rope: only with per-head"):
+        TransformerSpec(dim=8, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=4, ffn_dim=8, vocab_size=4,
+                        max_seq_len=8, rms_eps=1e-5, layers=(infer.variants.spec.LayerSpec(),),
+                        qk_norm_scope="all", qk_norm_after_rope=True)
+
+
+def test_decoder_refuses_norms_after_rope_over_the_whole_projection(olmo2_decoder_parts):
+    spec, (embd, output, output_norm, layers) = olmo2_decoder_parts
+
+    class Config:   # a config the spec's own check would not let through
+        def __getattr__(self, name):
+            return True if name == "qk_norm_after_rope" else getattr(spec, name)
+    with pytest.raises(ValueError, match="qk_norm_after_rope"):
+        K.TransformerDecoder(Config(), embd, output, output_norm, layers)
 
 
 def test_decoder_checks_qk_norm_lengths_against_the_scope(olmo2_decoder_parts):

@@ -138,6 +138,9 @@ DENSE: Dict[str, Tiny] = {n: t for n, t in [
     # Gemma 1: sqrt(d) embedding scale, GeGLU, one KV head, 8 heads of 64 = 512 != d.
     ("gemma", Tiny("gemma", 116, n_head=8, n_kv_head=1, eps=1e-6,
                    extra={"attention.key_length": 64, "attention.value_length": 64})),
+    # Hunyuan dense: per-head q/k norms after RoPE; NTK alpha on the base.
+    ("hunyuan-dense", Tiny("hunyuan-dense", 117, qk_norm=True, pre="hunyuan-dense",
+                           extra={"rope.scaling.alpha": 4.0})),
 ]}
 #: every tiny file: TINY's and DENSE's (names are unique across both)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE}

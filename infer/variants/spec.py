@@ -18,7 +18,8 @@ One block, with every optional piece (each is off by default):
                                                        matrix: fused_qkv)
         q, k = rmsnorm(q, q_norm), rmsnorm(k, k_norm)  (qk_norm: per head, or over
                                                        all of q and of k: qk_norm_scope)
-        rope(q, k)                                    (layers[l].rope; None: NoPE)
+        rope(q, k)                                    (layers[l].rope; None: NoPE; the
+                                                       q/k norms after it: qk_norm_after_rope)
         a = attention(q, K, V)   scores * query_scale, soft-capped by attn_softcap,
                                  over the last layers[l].window positions
         a = a Wo ; a = rmsnorm(a, post_attn_norm)     (post_attn_norm)
@@ -183,6 +184,8 @@ class TransformerSpec:
     #: weights; Qwen3), or "all", the whole q and k projections (q_dim and kv_dim
     #: weights; OLMo 2)
     qk_norm_scope: str = "head"
+    #: the q/k norms come after RoPE instead of before it (Hunyuan)
+    qk_norm_after_rope: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
@@ -196,6 +199,8 @@ class TransformerSpec:
             raise ValueError(f"head_dim: {self.head_dim} is odd (RoPE rotates pairs)")
         if len(self.layers) != self.n_layers:
             raise ValueError(f"layers: {len(self.layers)} layer specs for n_layers={self.n_layers}")
+        if self.qk_norm_after_rope and self.qk_norm_scope != "head":
+            raise ValueError("qk_norm_after_rope: only with per-head q/k norms (qk_norm_scope 'head')")
         if self.qk_norm_scope not in QK_NORM_SCOPES:
             raise ValueError(f"qk_norm_scope: expected one of {QK_NORM_SCOPES}, got {self.qk_norm_scope!r}")
         if self.activation not in ACTIVATIONS:

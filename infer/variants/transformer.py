@@ -284,7 +284,8 @@ class TransformerContext(Context):
         k = s.k.reshape(n, spec.n_kv_heads, hd)
         v = s.v.reshape(n, spec.n_kv_heads, hd)
         att = s.att.reshape(q.shape)
-        if w.q_norm is not None and w.k_norm is not None:  # per head, or over each whole row
+        qk_norms = w.q_norm is not None and w.k_norm is not None
+        if qk_norms and not spec.qk_norm_after_rope:  # per head, or over each whole row
             whole = spec.qk_norm_scope == "all"
             K.rmsnorm(s.q if whole else q, w.q_norm.data, s.q if whole else q, eps)
             K.rmsnorm(s.k if whole else k, w.k_norm.data, s.k if whole else k, eps)
@@ -295,6 +296,9 @@ class TransformerContext(Context):
                 for x in (q[lo:hi], k[lo:hi]):
                     K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(hd),
                            freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
+            if qk_norms and spec.qk_norm_after_rope:   # per head (the spec allows no other)
+                K.rmsnorm(q[lo:hi], w.q_norm.data, q[lo:hi], eps)
+                K.rmsnorm(k[lo:hi], w.k_norm.data, k[lo:hi], eps)
             K.kv_store(k[lo:hi], ctx.k_cache[li], pos0)
             K.kv_store(v[lo:hi], ctx.v_cache[li], pos0)
             K.attention(q[lo:hi], ctx.k_cache[li], ctx.v_cache[li], pos0, att[lo:hi],

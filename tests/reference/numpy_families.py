@@ -1,6 +1,7 @@
 """Float64 numpy forward passes of the Llama-shaped families: qwen2, qwen3, phi3,
 gemma2, llama (with llama3 / linear / YaRN RoPE scaling), smollm3, granite, and
-the dense families olmo2 (OLMo 2/3), exaone4, exaone, ernie4_5, gemma.
+the dense families olmo2 (OLMo 2/3), exaone4, exaone, ernie4_5, gemma,
+hunyuan-dense.
 
 Written from each architecture's definition (the HF modelling code and
 llama.cpp's src/models/<arch>.cpp for what the GGUF files hold), sharing no code
@@ -43,6 +44,8 @@ class Transformer:
     neox = False
     qkv_bias = False
     qk_norm = False
+    #: the per-head q/k norms after RoPE rather than before it
+    qk_norm_after_rope = False
     #: layers whose attention uses no RoPE
     def no_rope(self, layer):
         return False
@@ -135,11 +138,14 @@ class Transformer:
         q = q.reshape(T, self.n_head, hd)
         k = k.reshape(T, self.n_kv_head, hd)
         v = v.reshape(T, self.n_kv_head, hd)
-        if self.qk_norm:
+        if self.qk_norm and not self.qk_norm_after_rope:
             q = self.rmsnorm(q, self.t[f"blk.{i}.attn_q_norm.weight"])
             k = self.rmsnorm(k, self.t[f"blk.{i}.attn_k_norm.weight"])
         if not self.no_rope(i):
             q, k = self.rope(q, pos), self.rope(k, pos)
+        if self.qk_norm and self.qk_norm_after_rope:
+            q = self.rmsnorm(q, self.t[f"blk.{i}.attn_q_norm.weight"])
+            k = self.rmsnorm(k, self.t[f"blk.{i}.attn_k_norm.weight"])
         visible = pos[None, :] <= pos[:, None]
         w = self.window(i)
         if w:
@@ -395,9 +401,24 @@ class Gemma(Transformer):
         return super().embed(tokens) * math.sqrt(self.dim)
 
 
+class HunyuanDense(Llama):
+    """HF HunYuanDenseV1: per-head q/k RMSNorm after RoPE (not before); NEOX RoPE;
+    rope.scaling.alpha, where given, raises the base to base * alpha^(d / (d - 2))
+    (NTK-aware scaling, d the head size)."""
+    neox = True
+    qk_norm = True
+    qk_norm_after_rope = True
+
+    def rope_setup(self):
+        alpha = float(self.get("rope.scaling.alpha", 0.0))
+        if alpha:
+            self.base = self.base * alpha ** (self.head_dim / (self.head_dim - 2))
+        super().rope_setup()
+
+
 FAMILIES = {"llama": Llama, "qwen2": Qwen2, "qwen3": Qwen3, "phi3": Phi3, "gemma2": Gemma2,
             "smollm3": SmolLM3, "granite": Granite, "olmo2": Olmo2, "exaone4": Exaone4, "exaone": Exaone,
-            "ernie4_5": Ernie4_5, "gemma": Gemma}
+            "ernie4_5": Ernie4_5, "gemma": Gemma, "hunyuan-dense": HunyuanDense}
 
 
 def reference(path: str, n_ctx: int = 0) -> Transformer:
