@@ -286,3 +286,19 @@ def test_gemma_embedding_scale_is_sqrt_dim(tmp_path):
         spec = model.engine.spec
         assert spec.embd_scale == pytest.approx(math.sqrt(256)) and spec.activation == "gelu_tanh"
         assert spec.q_dim == 512 and spec.tied_head
+
+
+# ---- tokenizers -------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(tm.DENSE))
+def test_tokenizer_matches_llama_cpp(name, tmp_path):
+    """The file's vocabulary under its tokenizer.ggml.pre (dbrx, exaone4, exaone,
+    hunyuan-dense, default) tokenizes like llama.cpp's llama_tokenize.  On the tiny
+    vocabulary some names split alike (hunyuan-dense, dbrx, llama3 and default
+    give the same ids here), so this holds the names to llama.cpp, not apart."""
+    if not os.path.exists(DATA):
+        pytest.skip("no recorded llama.cpp logits (tests/data/README.md says how to make them)")
+    recorded = np.load(DATA)
+    with infer.load(tm.write(name, str(tmp_path / f"{name}.gguf"))) as model:
+        assert model.tokenizer.pre == tm.DENSE[name].pre
+        for i, text in enumerate(tm.TOKENIZE_TEXTS):
+            assert model.tokenizer.encode(text, add_special=False) == recorded[f"{name}/tokens/{i}"].tolist(), text

@@ -142,6 +142,20 @@ DENSE: Dict[str, Tiny] = {n: t for n, t in [
     ("hunyuan-dense", Tiny("hunyuan-dense", 117, qk_norm=True, pre="hunyuan-dense",
                            extra={"rope.scaling.alpha": 4.0})),
 ]}
+#: texts llama.cpp tokenized with each DENSE file's vocabulary (its pre-tokenizer
+#: name), recorded beside its logits: words, digits, punctuation runs, line breaks,
+#: CJK, kana, hangul, accents, emoji
+TOKENIZE_TEXTS = (
+    "Hello world! The quick brown fox jumps over the lazy dog.",
+    "Numbers 1234567 and 3.14159, x=42; y+=7 -- done?!",
+    "I'm sure they'll say it's 'fine' -- won't they?\n\n  indented\tline\r\nCRLF",
+    "汉字和かなカナ、한국어 mixed with English 한글123",
+    "Ünïcödé naïve café — “quotes” … ¿qué? ¡sí! 🙂👍🏽",
+    "def f(x):\n    return [a_b, c-d] # ok   \n\n\n",
+    "   leading and trailing spaces   ",
+    "6789 12345 6789012 345,345 the1234 abc12 12.345 why?how? A,B;C",
+    "word.The quick,brown(fox) THE'S the's   \n   the  \n\nthe",
+)
 #: every tiny file: TINY's and DENSE's (names are unique across both)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE}
 
