@@ -284,11 +284,12 @@ class TransformerContext(Context):
         k = s.k.reshape(n, spec.n_kv_heads, hd)
         v = s.v.reshape(n, spec.n_kv_heads, hd)
         att = s.att.reshape(q.shape)
-        qk_norms = w.q_norm is not None and w.k_norm is not None
-        if qk_norms and not spec.qk_norm_after_rope:  # per head, or over each whole row
+        # the q/k norm weights (None: no q/k norms), applied before RoPE or after it
+        qk_norms = (w.q_norm.data, w.k_norm.data) if w.q_norm is not None and w.k_norm is not None else None
+        if qk_norms is not None and not spec.qk_norm_after_rope:  # per head, or over each whole row
             whole = spec.qk_norm_scope == "all"
-            K.rmsnorm(s.q if whole else q, w.q_norm.data, s.q if whole else q, eps)
-            K.rmsnorm(s.k if whole else k, w.k_norm.data, s.k if whole else k, eps)
+            K.rmsnorm(s.q if whole else q, qk_norms[0], s.q if whole else q, eps)
+            K.rmsnorm(s.k if whole else k, qk_norms[1], s.k if whole else k, eps)
         rope = layer.rope
         factors = rope.factors_array(hd) if rope is not None else None
         for ctx, lo, hi, pos0 in segments:
@@ -296,9 +297,9 @@ class TransformerContext(Context):
                 for x in (q[lo:hi], k[lo:hi]):
                     K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(hd),
                            freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
-            if qk_norms and spec.qk_norm_after_rope:   # per head (the spec allows no other)
-                K.rmsnorm(q[lo:hi], w.q_norm.data, q[lo:hi], eps)
-                K.rmsnorm(k[lo:hi], w.k_norm.data, k[lo:hi], eps)
+            if qk_norms is not None and spec.qk_norm_after_rope:   # per head (the spec allows no other)
+                K.rmsnorm(q[lo:hi], qk_norms[0], q[lo:hi], eps)
+                K.rmsnorm(k[lo:hi], qk_norms[1], k[lo:hi], eps)
             K.kv_store(k[lo:hi], ctx.k_cache[li], pos0)
             K.kv_store(v[lo:hi], ctx.v_cache[li], pos0)
             K.attention(q[lo:hi], ctx.k_cache[li], ctx.v_cache[li], pos0, att[lo:hi],
