@@ -190,12 +190,11 @@ def create_completion(
     the end of the text or of the context; the sampling defaults are llama.cpp's."""
     from ..generate import end_of_turn_ids, generate
 
-    _check_unsupported_samplers(dict(typical_p=typical_p, dynatemp_range=dynatemp_range, xtc_probability=xtc_probability,
-                                     mirostat=mirostat, dry_multiplier=dry_multiplier, top_n_sigma=top_n_sigma,
-                                     dynatemp_exponent=dynatemp_exponent, xtc_threshold=xtc_threshold,
-                                     mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, dry_base=dry_base,
-                                     dry_allowed_length=dry_allowed_length, dry_penalty_last_n=dry_penalty_last_n,
-                                     min_keep=min_keep))
+    _check_unsupported_samplers(dict(
+        typical_p=typical_p, dynatemp_range=dynatemp_range, xtc_probability=xtc_probability, mirostat=mirostat,
+        dry_multiplier=dry_multiplier, top_n_sigma=top_n_sigma, dynatemp_exponent=dynatemp_exponent,
+        xtc_threshold=xtc_threshold, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, dry_base=dry_base,
+        dry_allowed_length=dry_allowed_length, dry_penalty_last_n=dry_penalty_last_n, min_keep=min_keep))
     if max_tokens is not None:  # llama-server's alias of n_predict
         n_predict = max_tokens
     predict = api._check_optional_int("n_predict", n_predict, -1)
