@@ -414,3 +414,28 @@ def test_no_slots_turns_slots_off(smol):
         assert_llama_error(status, out, 501)
         assert out["error"]["type"] == "not_supported_error"
         assert request(base, "GET", "/props")[2]["endpoint_slots"] is False
+
+
+def test_a_list_of_prompts_answers_a_list(smol):
+    _, base = smol
+    body = {"n_predict": 6, "temperature": 0, "return_tokens": True, "cache_prompt": False}
+    one = [post(base, "/completion", dict(body, prompt=p))[1] for p in (PROMPT, "Once upon a time")]
+    status, both = post(base, "/completion", dict(body, prompt=[PROMPT, "Once upon a time"]))
+    assert status == 200 and isinstance(both, list) and [r["index"] for r in both] == [0, 1]
+    assert [r["content"] for r in both] == [r["content"] for r in one]
+    assert [r["tokens"] for r in both] == [r["tokens"] for r in one]
+    chunks, _ = events(base, dict(body, prompt=[PROMPT, "Once upon a time"]))
+    for i, expected in enumerate(one):
+        mine = [c for c in chunks if c["index"] == i]
+        assert "".join(c["content"] for c in mine) == expected["content"] and mine[-1]["stop"] is True
+    # a one-element list is that prompt, answered as one object
+    status, single = post(base, "/completion", dict(body, prompt=[PROMPT]))
+    assert isinstance(single, dict) and single["tokens"] == one[0]["tokens"]
+
+
+def test_n_predict_zero_evaluates_the_prompt_only(smol, llama):
+    _, base = smol
+    status, out = post(base, "/completion", {"prompt": PROMPT, "n_predict": 0, "return_tokens": True})
+    assert status == 200 and out["content"] == "" and out["tokens"] == [] and out["tokens_predicted"] == 0
+    assert out["stop_type"] == "limit"
+    assert out["tokens_evaluated"] == len(llama.tokenize(PROMPT.encode(), add_bos=True, special=True))

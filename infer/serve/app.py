@@ -100,7 +100,7 @@ class Dialect:
     #: the data of the event after the last chunk (OpenAI's ``[DONE]``), None for none
     stream_end: Optional[str]
     #: the usage of a result or chunk, counted in /metrics (None: it has none)
-    usage: Callable[[dict[str, Any]], Optional[dict[str, Any]]]
+    usage: Callable[[Any], Optional[dict[str, Any]]]
 
 
 OPENAI = Dialect(error_body=lambda status, body: body, stream_end="[DONE]", usage=lambda r: r.get("usage"))

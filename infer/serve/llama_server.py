@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Iterator, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Union
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -30,6 +30,9 @@ from starlette.routing import Route
 from .. import __version__, api
 from ..api import InvalidRequestError, UnsupportedOptionError
 from .app import Dialect
+
+if TYPE_CHECKING:
+    from .app import _Server
 
 __all__ = ["create_completion", "routes"]
 
@@ -62,11 +65,14 @@ def error_body(status: int, openai_body: Mapping[str, Any]) -> dict[str, Any]:
     return {"error": {"code": status, "message": str(error.get("message", "")), "type": kind}}
 
 
-def _usage(result: Mapping[str, Any]) -> Optional[dict[str, Any]]:
-    """The usage of a response or of a stream's last chunk (the one with ``"stop": true``)."""
-    if result.get("stop") is not True:
+def _usage(result: Any) -> Optional[dict[str, Any]]:
+    """The usage of a response (an object, or a list of them for several prompts) or
+    of a stream's summary chunk (the one with ``"stop": true``)."""
+    parts = result if isinstance(result, list) else [result]
+    if not parts or not all(isinstance(p, Mapping) and p.get("stop") is True for p in parts):
         return None
-    return api._usage(int(result["tokens_evaluated"]), int(result["tokens_predicted"]), None)
+    return api._usage(sum(int(p["tokens_evaluated"]) for p in parts),
+                      sum(int(p["tokens_predicted"]) for p in parts), None)
 
 
 LLAMA = Dialect(error_body=error_body, stream_end=None, usage=_usage)
@@ -216,48 +222,55 @@ def create_completion(
         seed = -1
     options = api._sampler_options(model, temperature, top_p, top_k, min_p, repeat_penalty, presence_penalty,
                                    frequency_penalty, _logit_bias(model, logit_bias, ignore_eos), seed)
-    ids = prompt_ids(model, prompt, True, True)
-    if not ids:
+    prompts = [prompt_ids(model, p, True, True) for p in _subprompts(prompt)]
+    if not all(prompts):
         raise InvalidRequestError("prompt: is empty and the model adds no BOS token", "prompt")
     tok = model.tokenizer
+    end_ids = end_of_turn_ids(tok)
     name = api._model_name(model, model_name)
     settings = generation_settings(options, limit, stops, stream, top, ignore_eos, grammar, json_schema,
                                    repeat_last_n=last_n)
 
     def run(ctx: Any) -> Iterator[Any]:
-        """None once the checks passed, then (text piece, its tokens, their logprob
-        records) for each piece, then the finished Generation."""
+        """None once the checks passed; then for each prompt in turn (index, text piece,
+        its tokens, their logprob records) for each piece, then (index, the finished
+        Generation, prompt tokens found in the cache, start time)."""
         n_ctx = int(ctx.n_ctx)
-        if len(ids) > n_ctx:
-            raise InvalidRequestError(f"the prompt ({len(ids)} tokens) exceeds the context of {n_ctx} tokens",
-                                      "prompt", "context_length_exceeded")
+        for ids in prompts:
+            if len(ids) > n_ctx:
+                raise InvalidRequestError(f"the prompt ({len(ids)} tokens) exceeds the context of {n_ctx} tokens",
+                                          "prompt", "context_length_exceeded")
         sampler_options = dict(options)
         sampler_options["repeat_last_n"] = n_ctx if last_n == -1 else last_n
-        api._use_sampler(ctx, api._make_sampler(sampler_options, 0))
         yield None
-        gen = generate(model, ids, context=ctx, max_tokens=limit, stop=stops, grammar=constraint,
-                       logprobs=top if top else None, stop_at_end_of_turn=not ignore_eos)
-        sent = 0
-        for piece in gen:
-            yield piece, gen.tokens[sent:], None if gen.token_logprobs is None else gen.token_logprobs[sent:]
-            sent = len(gen.tokens)
-        yield gen
+        for index, ids in enumerate(prompts):
+            api._use_sampler(ctx, api._make_sampler(sampler_options, 0))
+            started = time.monotonic()
+            held = _common_prefix(ctx.tokens, ids)
+            gen = generate(model, ids, context=ctx, max_tokens=limit, stop=stops, grammar=constraint,
+                           logprobs=top if top else None, stop_at_end_of_turn=not ignore_eos)
+            sent = 0
+            for piece in gen:
+                yield index, piece, gen.tokens[sent:], None if gen.token_logprobs is None else gen.token_logprobs[sent:]
+                sent = len(gen.tokens)
+            # a slot counts the prefix it kept when the request takes it, at the first prefill
+            cached = max(held, int(getattr(ctx, "cached_tokens", 0)) if index == 0 else 0)
+            yield index, gen, cached, started
 
-    end_ids = end_of_turn_ids(tok)
-
-    def summary(gen: Any, ctx: Any, content: str, started: float, first: Optional[float]) -> dict[str, Any]:
+    def summary(index: int, gen: Any, ctx: Any, content: str, cached: int, started: float,
+                first: Optional[float]) -> dict[str, Any]:
         ended = time.monotonic()
+        ids = prompts[index]
         if gen.finish_reason == "stop" and gen.stop_string is None:
             stop_type = "eos"
         elif gen.finish_reason == "stop":
             stop_type = "word"
         else:
             stop_type = "limit"
-        cached = int(getattr(ctx, "cached_tokens", 0))
-        first = first if first is not None else ended
+        first = ended if first is None else first
         n_gen = len(gen.tokens)
         result: dict[str, Any] = {
-            "index": 0, "content": content, "tokens": list(gen.tokens) if return_tokens and not stream else [],
+            "index": index, "content": content, "tokens": list(gen.tokens) if return_tokens and not stream else [],
             "id_slot": _slot_of(ctx), "stop": True, "model": name, "tokens_predicted": n_gen,
             "tokens_evaluated": len(ids), "generation_settings": settings,
             "prompt": tok.decode(ids), "has_new_line": "\n" in gen.text, "truncated": False,
@@ -267,47 +280,79 @@ def create_completion(
             records = list(gen.token_logprobs)
             if stop_type == "eos" and records and gen.tokens[-1] in end_ids:
                 records = records[:-1]  # the end token has no text: llama-server reports none for it
+            elif stop_type == "word":  # nor for the stop string's tokens (as many as it encodes to)
+                records = records[:len(records) - min(len(records), len(tok.encode(gen.stop_string,
+                                                                                   add_special=False)))]
             result["completion_probabilities"] = [probability_entry(tok, r) for r in records]
         return result
 
-    def first_token_at(ctx: Any, fallback: float) -> float:
-        at = getattr(ctx, "first_token_at", None)
-        return at if isinstance(at, float) else fallback
+    def first_token_at(ctx: Any, index: int, started: float) -> float:
+        """When the prompt's first token came (the slot knows it for the first prompt)."""
+        at = getattr(ctx, "first_token_at", None) if index == 0 else None
+        return at if isinstance(at, float) and at >= started else time.monotonic()
 
     if stream:
         def chunks() -> Iterator[Any]:
             with api._context_for(model, context) as ctx:
                 steps = run(ctx)
                 yield next(steps)
-                started = time.monotonic()
-                first: Optional[float] = None
-                predicted = 0
+                first: dict[int, float] = {}
+                predicted: dict[int, int] = {}
+                began = time.monotonic()
                 for item in steps:
-                    if isinstance(item, tuple):
-                        piece, tokens, records = item
-                        first = first or first_token_at(ctx, time.monotonic())
+                    if isinstance(item[1], str):
+                        index, piece, tokens, records = item
+                        first.setdefault(index, first_token_at(ctx, index, began))
+                        predicted[index] = predicted.get(index, 0) + len(tokens)
                         chunk: dict[str, Any] = {
-                            "index": 0, "content": piece, "tokens": list(tokens), "stop": False,
-                            "id_slot": _slot_of(ctx), "tokens_predicted": predicted + len(tokens),
-                            "tokens_evaluated": len(ids)}
+                            "index": index, "content": piece, "tokens": list(tokens), "stop": False,
+                            "id_slot": _slot_of(ctx), "tokens_predicted": predicted[index],
+                            "tokens_evaluated": len(prompts[index])}
                         if records:
                             chunk["completion_probabilities"] = [probability_entry(tok, r) for r in records]
-                        predicted += len(tokens)
                         yield chunk
                     else:
-                        yield summary(item, ctx, "", started, first)
+                        index, gen, cached, started = item
+                        yield summary(index, gen, ctx, "", cached, started, first.get(index))
+                        began = time.monotonic()
         return api._eager(chunks())
     with api._context_for(model, context) as ctx:
         steps = run(ctx)
         next(steps)
-        started = time.monotonic()
-        pieces = []
+        results = []
+        pieces: list[str] = []
+        first: Optional[float] = None
+        began = time.monotonic()
         for item in steps:
-            if isinstance(item, tuple):
-                pieces.append(item[0])
+            if isinstance(item[1], str):
+                first = first or first_token_at(ctx, item[0], began)
+                pieces.append(item[1])
             else:
-                return summary(item, ctx, "".join(pieces), started, first_token_at(ctx, started))
-    raise AssertionError("the generation ended without its summary")
+                index, gen, cached, started = item
+                results.append(summary(index, gen, ctx, "".join(pieces), cached, started, first))
+                pieces, first, began = [], None, time.monotonic()
+    # one prompt: its object; several: the list of them, as llama-server answers
+    return results[0] if len(results) == 1 else results
+
+
+def _subprompts(prompt: Any) -> list[Any]:
+    """The prompts of a request: a list holding no token id is a list of prompts
+    (llama-server's tokenize_input_prompts), anything else one prompt."""
+    if isinstance(prompt, list) and prompt and not any(api._is_int(p) for p in prompt):
+        for i, part in enumerate(prompt):
+            if isinstance(part, dict):
+                raise UnsupportedOptionError(f"prompt[{i}]: multimodal prompts are not supported", "prompt")
+        return list(prompt)
+    return [prompt]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _slot_of(ctx: Any) -> int:
@@ -400,7 +445,7 @@ def _unknown(body: Mapping[str, Any], known: Union[set[str], frozenset[str]]) ->
                                   unknown[0])
 
 
-def routes(server: Any, slots_endpoint: bool = True) -> list[Route]:
+def routes(server: "_Server", slots_endpoint: bool = True) -> list[Route]:
     """llama-server's endpoints over ``server`` (the app's `_Server`)."""
     from .app import _accepted_fields
 
@@ -515,7 +560,7 @@ def routes(server: Any, slots_endpoint: bool = True) -> list[Route]:
     ]
 
 
-def properties(server: Any, slots_endpoint: bool) -> dict[str, Any]:
+def properties(server: "_Server", slots_endpoint: bool) -> dict[str, Any]:
     """``GET /props``: the fields of llama-server's (server-context.cpp, get_res_props)
     this server can fill."""
     from ..chat.session import chat_of
