@@ -7,8 +7,11 @@ plain Context (no scheduler), and the key sets of llama.cpp's server code, recor
 below with the file and line they come from (tools/server of the llama.cpp that
 llama-cpp-python 0.3.36 vendors).
 """
+import concurrent.futures
+import http.client
 import json
 import os
+import socket
 
 import numpy as np
 import pytest
@@ -17,7 +20,7 @@ for _name in ("uvicorn", "starlette", "sse_starlette", "greenlet", "openai"):
     pytest.importorskip(_name, reason=f"{_name} is not installed (the serve extra and the test extra)")
 
 from _tok_models import installed_path  # noqa: E402
-from test_serve import app_server, client, request  # noqa: E402
+from test_serve import app_server, client, metrics, request, wait_for  # noqa: E402
 
 from infer.serve.app import create_app  # noqa: E402
 
@@ -439,3 +442,36 @@ def test_n_predict_zero_evaluates_the_prompt_only(smol, llama):
     assert status == 200 and out["content"] == "" and out["tokens"] == [] and out["tokens_predicted"] == 0
     assert out["stop_type"] == "limit"
     assert out["tokens_evaluated"] == len(llama.tokenize(PROMPT.encode(), add_bos=True, special=True))
+
+
+def test_concurrent_requests_share_the_slots_and_a_dropped_stream_frees_its_own(smol):
+    """/completion and /v1/completions decode side by side in the two slots, each with
+    its text alone; a /completion stream whose client goes away is cancelled and gives
+    its slot back, as an OpenAI stream does."""
+    _, base = smol
+    prompts = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "The best way to learn"]
+    alone = [post(base, "/completion", {"prompt": p, "n_predict": 12, "temperature": 0, "cache_prompt": False})[1]
+             ["content"] for p in prompts]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        native = [pool.submit(post, base, "/completion", {"prompt": p, "n_predict": 12, "temperature": 0,
+                                                          "cache_prompt": False}) for p in prompts[:2]]
+        openai_side = [pool.submit(lambda p: client(base).completions.create(
+            model="m", prompt=p, max_tokens=12, temperature=0, extra_body={"cache_prompt": False}), p)
+            for p in prompts[2:]]
+        assert [f.result()[1]["content"] for f in native] == alone[:2]
+        assert [f.result().choices[0].text for f in openai_side] == alone[2:]
+    cancelled = metrics(base)["infer_requests_cancelled_total"]
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request("POST", "/completion", body=json.dumps({"prompt": "Tell a long story.", "n_predict": -1,
+                                                         "ignore_eos": True, "stream": True}),
+                 headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    while not resp.fp.readline().startswith(b"data: "):  # chunked: a size line comes first
+        pass
+    assert any(s["is_processing"] for s in request(base, "GET", "/slots")[2])
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    assert wait_for(lambda: not any(s["is_processing"] for s in request(base, "GET", "/slots")[2]))
+    assert metrics(base)["infer_requests_cancelled_total"] == cancelled + 1
