@@ -475,3 +475,24 @@ def test_concurrent_requests_share_the_slots_and_a_dropped_stream_frees_its_own(
     conn.close()
     assert wait_for(lambda: not any(s["is_processing"] for s in request(base, "GET", "/slots")[2]))
     assert metrics(base)["infer_requests_cancelled_total"] == cancelled + 1
+
+
+def test_sampling_fields_mean_what_they_mean_on_v1_completions(smol):
+    """A seeded, non-greedy /completion equals the same request on /v1/completions
+    through the openai client (the sampling fields reach the same sampler)."""
+    _, base = smol
+    sampling = {"temperature": 0.9, "top_k": 20, "top_p": 0.9, "min_p": 0.02, "repeat_penalty": 1.1,
+                "presence_penalty": 0.3, "frequency_penalty": 0.2, "seed": 1234}
+    reference = client(base).completions.create(
+        model="m", prompt="Once upon a time", max_tokens=24, temperature=0.9, top_p=0.9, presence_penalty=0.3,
+        frequency_penalty=0.2, seed=1234, extra_body={"top_k": 20, "min_p": 0.02, "repeat_penalty": 1.1,
+                                                      "cache_prompt": False})
+    status, out = post(base, "/completion", dict(sampling, prompt="Once upon a time", n_predict=24,
+                                                 cache_prompt=False))
+    assert status == 200 and out["content"] == reference.choices[0].text
+    settings = out["generation_settings"]
+    assert {k: settings[k] for k in sampling} == pytest.approx(sampling)
+    # n_predict's aliases, n_predict first (server-schema.cpp)
+    for limits, n in (({"max_tokens": 3}, 3), ({"max_tokens": 5, "n_predict": 2}, 2),
+                      ({"max_completion_tokens": 4}, 4)):
+        assert post(base, "/completion", dict(limits, prompt=PROMPT, temperature=0))[1]["tokens_predicted"] == n

@@ -179,7 +179,7 @@ def _logit_bias(model: Any, logit_bias: Any, ignore_eos: bool) -> dict[str, floa
 
 # ---- the completion ------------------------------------------------------------------------------
 def create_completion(
-        model: Any, prompt: Any, *, n_predict: Any = -1, max_tokens: Any = None,
+        model: Any, prompt: Any, *, n_predict: Any = None, max_completion_tokens: Any = None, max_tokens: Any = None,
         stream: Any = False, stop: Any = None, temperature: Any = 0.8, top_k: Any = 40, top_p: Any = 0.95,
         min_p: Any = 0.05, repeat_penalty: Any = 1.0, repeat_last_n: Any = 64, presence_penalty: Any = 0.0,
         frequency_penalty: Any = 0.0, seed: Any = RANDOM_SEED, grammar: Any = None, json_schema: Any = None,
@@ -201,10 +201,8 @@ def create_completion(
         dry_multiplier=dry_multiplier, top_n_sigma=top_n_sigma, dynatemp_exponent=dynatemp_exponent,
         xtc_threshold=xtc_threshold, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, dry_base=dry_base,
         dry_allowed_length=dry_allowed_length, dry_penalty_last_n=dry_penalty_last_n, min_keep=min_keep))
-    if max_tokens is not None:  # llama-server's alias of n_predict
-        n_predict = max_tokens
-    predict = api._check_optional_int("n_predict", n_predict, -1)
-    limit = None if predict is None or predict == -1 else predict
+    limit = reply_limit(dict(n_predict=n_predict, max_completion_tokens=max_completion_tokens,
+                             max_tokens=max_tokens))
     stream = api._check_bool("stream", stream)
     return_tokens = api._check_bool("return_tokens", return_tokens)
     ignore_eos = api._check_bool("ignore_eos", ignore_eos)
@@ -333,6 +331,16 @@ def create_completion(
                 pieces, first, began = [], None, time.monotonic()
     # one prompt: its object; several: the list of them, as llama-server answers
     return results[0] if len(results) == 1 else results
+
+
+def reply_limit(fields: Mapping[str, Any]) -> Optional[int]:
+    """The longest reply of a request: ``n_predict``, or its aliases in llama-server's
+    order (server-schema.cpp); -1 or none for no limit but the context."""
+    for name in ("n_predict", "max_completion_tokens", "max_tokens"):
+        if fields.get(name) is not None:
+            value = api._check_optional_int(name, fields[name], -1)
+            return None if value == -1 else value
+    return None
 
 
 def _subprompts(prompt: Any) -> list[Any]:
@@ -523,10 +531,12 @@ def routes(server: "_Server", slots_endpoint: bool = True) -> list[Route]:
             server.metrics.count_request(endpoint, 400)
             return _error(400, str(exc))
         body.pop("cache_prompt", None)
-        limit = body.get("n_predict", body.get("max_tokens"))
+        try:
+            limit = reply_limit(body)
+        except InvalidRequestError:
+            limit = None  # create_completion refuses it, in the same shape as its other errors
         return await server.run_completion(request, endpoint, create_completion, body, cache_prompt=cache_prompt,
-                                           reply_limit=limit if api._is_int(limit) and limit >= 0 else None,
-                                           dialect=LLAMA)
+                                           reply_limit=limit, dialect=LLAMA)
 
     async def props(request: Request) -> Response:
         return JSONResponse(properties(server, slots_endpoint))
