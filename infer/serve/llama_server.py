@@ -207,8 +207,8 @@ def create_completion(
     return_tokens = api._check_bool("return_tokens", return_tokens)
     ignore_eos = api._check_bool("ignore_eos", ignore_eos)
     if api._check_bool("post_sampling_probs", post_sampling_probs):
-        raise UnsupportedOptionError("post_sampling_probs: only the probabilities before sampling are reported",
-                                     "post_sampling_probs")
+        raise UnsupportedOptionError("post_sampling_probs: the probabilities are reported before top-k, top-p, "
+                                     "min-p and temperature only; send false", "post_sampling_probs")
     if api._check_optional_int("id_slot", id_slot, -1) != -1:
         raise UnsupportedOptionError("id_slot: slots are chosen by the scheduler (the longest cached prefix); "
                                      "only -1 is accepted", "id_slot")
