@@ -496,3 +496,14 @@ def test_sampling_fields_mean_what_they_mean_on_v1_completions(smol):
     for limits, n in (({"max_tokens": 3}, 3), ({"max_tokens": 5, "n_predict": 2}, 2),
                       ({"max_completion_tokens": 4}, 4)):
         assert post(base, "/completion", dict(limits, prompt=PROMPT, temperature=0))[1]["tokens_predicted"] == n
+
+
+def test_no_slots_flag_reaches_the_app():
+    import argparse
+
+    from infer.cli import serve
+
+    parser = argparse.ArgumentParser()
+    serve.register(parser.add_subparsers())
+    assert serve.app_options(parser.parse_args(["serve", "--no-slots"]))["slots_endpoint"] is False
+    assert serve.app_options(parser.parse_args(["serve"]))["slots_endpoint"] is True
