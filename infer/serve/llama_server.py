@@ -30,6 +30,7 @@ from starlette.routing import Route
 from .. import __version__, api
 from ..api import InvalidRequestError, UnsupportedOptionError
 from .app import Dialect
+from .scheduler import _common_prefix
 
 if TYPE_CHECKING:
     from .app import _Server
@@ -354,13 +355,6 @@ def _subprompts(prompt: Any) -> list[Any]:
     return [prompt]
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _slot_of(ctx: Any) -> int:
@@ -580,11 +574,7 @@ def properties(server: "_Server", slots_endpoint: bool) -> dict[str, Any]:
     for name in ("stop", "logit_bias", "grammar"):  # llama-server's /props leaves these out (to_json(true))
         settings.pop(name)
     chat = chat_of(model)
-    vocab = model.tokenizer.vocab
     path = getattr(model, "path", None)
-
-    def spelling(token: Any) -> str:
-        return "" if token is None or int(token) < 0 else str(model.tokenizer.decode([int(token)]))
 
     return {
         "default_generation_settings": {"params": settings, "n_ctx": server.scheduler.n_ctx},
@@ -594,8 +584,7 @@ def properties(server: "_Server", slots_endpoint: bool) -> dict[str, Any]:
         "modalities": {"vision": False, "video": False, "audio": False},
         "endpoint_slots": slots_endpoint, "endpoint_props": False, "endpoint_metrics": True,
         "chat_template": chat.source,
-        "bos_token": spelling(getattr(vocab, "bos_token_id", None)),
-        "eos_token": spelling(getattr(vocab, "eos_token_id", None)),
+        "bos_token": chat.bos_token, "eos_token": chat.eos_token,
         "build_info": f"infer {__version__}",
         "is_sleeping": False,
     }
