@@ -123,6 +123,13 @@ def test_tokenize_matches_llama_cpp(smol, llama, text):
                                                                                      special=True)
 
 
+def test_tokenize_a_long_text(smol, llama):
+    _, base = smol
+    text = " ".join(f"word{i}, ünï {i * 7}!" for i in range(3000))  # beyond LONG_TEXT characters
+    assert post(base, "/tokenize", {"content": text})[1]["tokens"] == llama.tokenize(text.encode(), add_bos=False,
+                                                                                     special=True)
+
+
 def test_tokenize_with_pieces_and_mixed_content(smol, llama):
     _, base = smol
     text = "Hi 🙂<|im_end|>"
@@ -372,10 +379,11 @@ def test_bad_requests_are_400_in_llama_server_shape(smol):
         assert_llama_error(status, out, 400, name)
         status, out = post(base, "/completion", dict(body, stream=True))
         assert_llama_error(status, out, 400, name)
-    too_long = "word " * 400  # 400 tokens and more in a context of 256
-    status, out = post(base, "/completion", {"prompt": too_long, "n_predict": 1})
-    assert_llama_error(status, out, 400)
-    assert out["error"]["type"] == "exceed_context_size_error"
+    # beyond the context of 256 tokens; the second, of 40,000 characters, is tokenized off the loop's thread
+    for too_long in ("word " * 400, "word " * 8000):
+        status, out = post(base, "/completion", {"prompt": too_long, "n_predict": 1})
+        assert_llama_error(status, out, 400)
+        assert out["error"]["type"] == "exceed_context_size_error"
     status, _, out = request(base, "POST", "/completion", raw=b"{not json")
     assert_llama_error(status, out, 400)
     for body in ({"tokens": [10 ** 9]}, {"tokens": [-1]}, {"tokens": "12"}, {"tokens": [1.5]}, {"token": [1]}):

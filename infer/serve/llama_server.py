@@ -19,6 +19,7 @@ have llama-server's shape, ``{"error": {"code", "message", "type"}}``.
 """
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Union
@@ -29,6 +30,7 @@ from starlette.routing import Route
 
 from .. import __version__, api
 from ..api import InvalidRequestError, UnsupportedOptionError
+from ..runtime import LONG_TEXT, run_apart
 from .app import Dialect
 from .scheduler import _common_prefix
 
@@ -221,7 +223,15 @@ def create_completion(
         seed = -1
     options = api._sampler_options(model, temperature, top_p, top_k, min_p, repeat_penalty, presence_penalty,
                                    frequency_penalty, _logit_bias(model, logit_bias, ignore_eos), seed)
-    prompts = [prompt_ids(model, p, True, True) for p in _subprompts(prompt)]
+    subprompts = _subprompts(prompt)
+
+    def encode() -> list[list[int]]:
+        return [prompt_ids(model, p, True, True) for p in subprompts]
+
+    # a long text is tokenized off the event loop's thread, which serves the other requests
+    size = sum(len(p) if isinstance(p, str) else sum(len(q) for q in p if isinstance(q, str))
+               for p in subprompts if isinstance(p, (str, list)))
+    prompts = encode() if size < LONG_TEXT else run_apart(context, encode)
     if not all(prompts):
         raise InvalidRequestError("prompt: is empty and the model adds no BOS token", "prompt")
     tok = model.tokenizer
@@ -459,8 +469,8 @@ def routes(server: "_Server", slots_endpoint: bool = True) -> list[Route]:
         if isinstance(body, Response):
             server.metrics.count_request(endpoint, body.status_code)
             return body
-        try:
-            result = answer(body)
+        try:  # on a thread: a long text to tokenize must not hold up the event loop's streams
+            result = await asyncio.to_thread(answer, body)
         except (InvalidRequestError, TypeError, ValueError) as exc:
             server.metrics.count_request(endpoint, 400)
             return _error(400, str(exc))
