@@ -515,3 +515,16 @@ def test_no_slots_flag_reaches_the_app():
     serve.register(parser.add_subparsers())
     assert serve.app_options(parser.parse_args(["serve", "--no-slots"]))["slots_endpoint"] is False
     assert serve.app_options(parser.parse_args(["serve"]))["slots_endpoint"] is True
+
+
+def test_response_fields(smol):
+    _, base = smol
+    status, out = post(base, "/completion", {"prompt": PROMPT, "n_predict": 4, "temperature": 0,
+                                             "response_fields": ["content", "generation_settings/n_predict",
+                                                                 "no_such", "timings/no_such"]})
+    assert status == 200
+    # README.md of llama.cpp's server: a path's field moves to the top under the path; missing ones are left out
+    # (" Paris.\n\n": llama.cpp's greedy tokens 7042, 30, 198, 198, each chosen by a logit gap over 1.2)
+    assert out == {"content": " Paris.\n\n", "generation_settings/n_predict": 4}
+    assert_llama_error(*post(base, "/completion", {"prompt": PROMPT, "response_fields": "content"}), 400,
+                       "response_fields")

@@ -187,7 +187,7 @@ def create_completion(
         min_p: Any = 0.05, repeat_penalty: Any = 1.0, repeat_last_n: Any = 64, presence_penalty: Any = 0.0,
         frequency_penalty: Any = 0.0, seed: Any = RANDOM_SEED, grammar: Any = None, json_schema: Any = None,
         n_probs: Any = 0, return_tokens: Any = False, ignore_eos: Any = False, logit_bias: Any = None,
-        post_sampling_probs: Any = False, id_slot: Any = -1,
+        post_sampling_probs: Any = False, id_slot: Any = -1, response_fields: Any = None,
         typical_p: Any = None, dynatemp_range: Any = None, dynatemp_exponent: Any = None,
         xtc_probability: Any = None, xtc_threshold: Any = None, mirostat: Any = None, mirostat_tau: Any = None,
         mirostat_eta: Any = None, dry_multiplier: Any = None, dry_base: Any = None, dry_allowed_length: Any = None,
@@ -215,6 +215,9 @@ def create_completion(
     if api._check_optional_int("id_slot", id_slot, -1) != -1:
         raise UnsupportedOptionError("id_slot: slots are chosen by the scheduler (the longest cached prefix); "
                                      "only -1 is accepted", "id_slot")
+    if response_fields is not None and (not isinstance(response_fields, list)
+                                        or not all(isinstance(f, str) for f in response_fields)):
+        raise InvalidRequestError("response_fields: expected a list of field names", "response_fields")
     top = int(api._check_optional_int("n_probs", n_probs, 0) or 0)
     last_n = api._check_optional_int("repeat_last_n", repeat_last_n, -1)
     stops = api._check_stop(stop)
@@ -293,7 +296,7 @@ def create_completion(
                 records = records[:len(records) - min(len(records), len(tok.encode(gen.stop_string,
                                                                                    add_special=False)))]
             result["completion_probabilities"] = [probability_entry(tok, r) for r in records]
-        return result
+        return result if not response_fields else _pick_fields(result, response_fields)
 
     def first_token_at(ctx: Any, index: int, started: float) -> float:
         """When the prompt's first token came (the slot knows it for the first prompt)."""
@@ -342,6 +345,21 @@ def create_completion(
                 pieces, first, began = [], None, time.monotonic()
     # one prompt: its object; several: the list of them, as llama-server answers
     return results[0] if len(results) == 1 else results
+
+
+def _pick_fields(result: Mapping[str, Any], paths: list[str]) -> dict[str, Any]:
+    """``response_fields``: the fields named, a path ``a/b`` under its own name at the
+    top; those missing left out (llama.cpp's json_get_nested_values)."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        value: Any = result
+        for key in path.split("/"):
+            if not isinstance(value, Mapping) or key not in value:
+                break
+            value = value[key]
+        else:
+            out[path] = value
+    return out
 
 
 def reply_limit(fields: Mapping[str, Any]) -> Optional[int]:
