@@ -387,6 +387,9 @@ def create_chat_completion(
                                       "grammar" if grammar is not None else "json_schema")
         constraint = extra_grammar  # a compiled Grammar: ChatSession takes it as a response_format
     forced = tool_choice if tool_choice == "required" or isinstance(tool_choice, dict) else None
+    if extra_grammar is not None and forced is not None:  # the forced call has a grammar of its own
+        raise InvalidRequestError("a forced tool_choice and llama-server's grammar / json_schema: give one",
+                                  "grammar" if grammar is not None else "json_schema")
     stops = _check_stop(stop)
     n = int(_check_optional_int("n", n, 1, 16) or 1)
     stream = _check_bool("stream", stream)

@@ -350,6 +350,11 @@ def test_json_schema_and_grammar(smol):
     status, _, err = request(base, "POST", "/v1/chat/completions", {
         "messages": messages, "grammar": "root ::= (", "max_tokens": 4})
     assert status == 400 and err["error"]["param"] == "grammar"  # OpenAI's shape on the OpenAI endpoint
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    for extra in ({"response_format": {"type": "json_object"}}, {"tools": tools, "tool_choice": "required"}):
+        status, _, err = request(base, "POST", "/v1/chat/completions", dict(
+            extra, messages=messages, json_schema=schema, max_tokens=4))
+        assert status == 400 and err["error"]["param"] == "json_schema"  # two constraints: which one?
 
 
 def test_bad_requests_are_400_in_llama_server_shape(smol):
