@@ -533,3 +533,15 @@ def test_response_fields(smol):
     assert out == {"content": " Paris.\n\n", "generation_settings/n_predict": 4}
     assert_llama_error(*post(base, "/completion", {"prompt": PROMPT, "response_fields": "content"}), 400,
                        "response_fields")
+
+
+def test_api_key_errors_in_each_endpoints_shape(smol):
+    model, _ = smol
+    with app_server(create_app(model, parallel=1, ctx_size=64, api_key="s3cret")) as base:
+        status, out = post(base, "/tokenize", {"content": "hi"})
+        assert_llama_error(status, out, 401)
+        assert out["error"]["type"] == "authentication_error"  # server-common.cpp:44
+        status, _, out = request(base, "POST", "/tokenize", {"content": "hi"}, {"Authorization": "Bearer s3cret"})
+        assert status == 200 and out["tokens"]
+        status, _, out = request(base, "POST", "/v1/completions", {"prompt": "hi"})
+        assert status == 401 and out["error"]["code"] == "invalid_api_key"  # OpenAI's shape there

@@ -109,17 +109,20 @@ OPENAI = Dialect(error_body=lambda status, body: body, stream_end="[DONE]", usag
 class _BearerAuth:
     """Refuses requests without ``Authorization: Bearer <key>`` (ASGI middleware)."""
 
-    def __init__(self, app: Any, key: str) -> None:
+    def __init__(self, app: Any, key: str, dialects: Optional[dict[str, Dialect]] = None) -> None:
         self.app = app
         self.expected = key.encode()
+        #: the error shape of each path not in OpenAI's (llama-server's endpoints)
+        self.dialects = dialects or {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] not in _PUBLIC and scope["method"] != "OPTIONS":
             scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
             # the scheme is case-insensitive (RFC 7235, 2.1); the key is not
             if not (hmac.compare_digest(given, self.expected) and scheme.lower() == b"bearer"):
-                response = _error_response(401, "invalid or missing API key (Authorization: Bearer ...)",
-                                           code="invalid_api_key")
+                dialect = self.dialects.get(scope["path"], OPENAI)
+                body = error_body("invalid or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
+                response = JSONResponse(dialect.error_body(401, body), status_code=401)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -475,14 +478,16 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
         ]
     # /completions without /v1 is llama-server's own /completion, as there
     routes.append(Route("/v1/completions", server.completions, methods=["POST"]))
-    routes += llama_server.routes(server, slots_endpoint=slots_endpoint)
+    llama_routes = llama_server.routes(server, slots_endpoint=slots_endpoint)
+    routes += llama_routes
     middleware = []
     if cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins),
                                      allow_methods=["GET", "POST", "OPTIONS"],
                                      allow_headers=["Authorization", "Content-Type"]))
     if api_key:
-        middleware.append(Middleware(_BearerAuth, key=api_key))
+        middleware.append(Middleware(_BearerAuth, key=api_key,
+                                     dialects={route.path: llama_server.LLAMA for route in llama_routes}))
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return _error_response(404, f"no route {request.method} {request.url.path}", code="not_found")
