@@ -6,7 +6,11 @@ where it would wait for the scheduler.  What it produces goes to the response
 through an asyncio queue, so a slow client never holds up the decode steps of
 the others.
 
-Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``:
+llama-server's own endpoints (``/completion``, ``/tokenize``, ``/props``...) are in
+`llama_server`; its completions run through `_Server.run_completion` as OpenAI's do.
+
+Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``
+(llama-server's on its endpoints, `Dialect`):
 400 for a bad request (bad JSON, an unknown field, a wrong type, a prompt or
 ``max_tokens`` beyond the context, an option not supported), 401 for a missing
 or wrong API key, 503 with ``Retry-After`` when the queue is full or the server
@@ -26,9 +30,8 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Callable, Optional, Sequence
-
 from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
 
 import greenlet
 from starlette.applications import Starlette
