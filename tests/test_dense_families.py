@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import tiny_models as tm
 from reference import numpy_families as nf
+from test_unsupported import refused, tiny
 
 import infer
-from infer import UnsupportedModelError
 from infer import kernels as K
 from infer.variants.spec import TransformerSpec
 
@@ -152,19 +152,7 @@ def test_the_recorded_logits_tell_each_feature_apart(name, without, tmp_path):
     assert ablated < 0.999, (name, without.__name__, ablated)
 
 
-# ---- refusals --------------------------------------------------------------------------
-def tiny(tmp_path, name, more_tensors=None, **extra):
-    t = tm.DENSE[name]
-    t = dataclasses.replace(t, extra={**t.extra, **extra})
-    return tm.write(name, str(tmp_path / f"{name}.gguf"), t, more_tensors)
-
-
-def refused(path):
-    with pytest.raises(UnsupportedModelError) as e:
-        infer.load(path)
-    return e.value
-
-
+# ---- refusals (test_unsupported's helpers: a tiny file with extra keys or tensors) ------
 @pytest.mark.parametrize("name", ["olmo3", "exaone4-swa"])
 def test_a_separate_sliding_rope_base_is_refused(name, tmp_path):
     """llama.cpp's olmo2 and exaone4 graphs ignore rope.freq_base_swa."""
@@ -302,3 +290,24 @@ def test_tokenizer_matches_llama_cpp(name, tmp_path):
         assert model.tokenizer.pre == tm.DENSE[name].pre
         for i, text in enumerate(tm.TOKENIZE_TEXTS):
             assert model.tokenizer.encode(text, add_special=False) == recorded[f"{name}/tokens/{i}"].tolist(), text
+
+
+# ---- several conversations in one fused step -----------------------------------------------
+@pytest.mark.parametrize("name", list(tm.DENSE))
+def test_batched_decode_matches_the_reference(name, tmp_path):
+    """Three contexts at different positions (one past the 128 window) decode one
+    token each in one fused C step (engine.forward_batch); each context's logits
+    match the float64 reference at its own position."""
+    prompt = tm.prompt(name)
+    ends = (9, 70, 150)
+    path = tm.write(name, str(tmp_path / f"{name}.gguf"))
+    ref = nf.reference(path, tm.ALL[name].n_ctx).forward(prompt[:max(ends) + 1])
+    with infer.load(path) as model:
+        ctxs = [model.engine.create_context(n_ctx=256) for _ in ends]
+        for ctx, end in zip(ctxs, ends):
+            ctx.prefill(prompt[:end])
+        model.engine.forward_batch(ctxs, np.array([prompt[end] for end in ends]), list(ends))
+        for ctx, end in zip(ctxs, ends):
+            c = cosines(ctx.logits.astype(np.float64), ref[end])
+            assert c >= 0.99999, (end, c)
+            assert np.abs(ctx.logits - ref[end]).max() < 0.05
