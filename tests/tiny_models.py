@@ -14,9 +14,12 @@ llama.cpp's src/llama-arch.cpp, src/models/<arch>.cpp and gguf-py:
 * Tied heads: no `output.weight`, the head is `token_embd.weight` (gemma2 always).
 * Norm weights and biases are F32; matrices are F16.
 
-Each file is small (d=256, 2-4 layers, vocab 512, a byte-level BPE vocabulary
+Each file is small (d=256, 2-4 layers; exaone4-swa d=64, 64 layers; vocab 512, a byte-level BPE vocabulary
 that infer's tokenizer and llama.cpp both load) and uses small rope contexts and
-windows so that a 640-token prompt crosses them.  ``TINY`` lists them;
+windows so that a 640-token prompt crosses them.  ``TINY`` lists them, and
+``DENSE`` the dense families added later (olmo2, exaone4, exaone, ernie4_5,
+gemma, hunyuan-dense: no pre-norms, q/k norms over the whole projection or after
+RoPE), recorded into a data file of their own; ``ALL`` is both.
 ``write(name, path)`` writes one, deterministically (the seeds are fixed; the
 sha256 of each file is recorded beside llama.cpp's logits so a change shows).
 """
