@@ -9,8 +9,9 @@
  * costs one Python call and one thread-pool run instead of hundreds.
  *
  * Every optional piece of the spec is a NULL pointer or a 0 here: biases,
- * q/k norms (per head or over the whole projection), pre and post norms, RoPE (per layer: none, adjacent pairs or
- * halves, with its own frequencies), sliding windows, soft-capping, scales.
+ * q/k norms (per head, before or after RoPE, or over the whole projection),
+ * pre and post norms, RoPE (per layer: none, adjacent pairs or halves, with its
+ * own frequencies), sliding windows, soft-capping, scales.
  */
 #ifndef INFER_TRANSFORMER_BLOCK_H
 #define INFER_TRANSFORMER_BLOCK_H
