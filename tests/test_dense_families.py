@@ -71,6 +71,13 @@ class Olmo3NoWindow(nf.Olmo2):
         return 0
 
 
+class Olmo3PatternZeroGlobal(nf.Olmo2):
+    """A sliding_window_pattern of 0 read as "no layer slides" (infer's reading before)."""
+
+    def sliding(self, layer):
+        return False
+
+
 class Exaone4PreNormed(PreNormed, nf.Exaone4):
     pass
 
@@ -120,7 +127,7 @@ class HunyuanNormBeforeRope(nf.HunyuanDense):
 
 ABLATIONS = [
     ("olmo2", Olmo2PerHeadNorm), ("olmo2", Olmo2PreNormed),
-    ("olmo3", Olmo3ScaledEverywhere), ("olmo3", Olmo3NoWindow),
+    ("olmo3", Olmo3ScaledEverywhere), ("olmo3", Olmo3NoWindow), ("olmo3-all-sliding", Olmo3PatternZeroGlobal),
     ("exaone4", Exaone4PreNormed), ("exaone4-swa", Exaone4RopeEverywhere), ("exaone4-swa", Exaone4NoWindow),
     ("exaone", ExaoneNormRope), ("exaone", ExaoneNoFactors),
     ("ernie4_5", ErnieNeoxRope),

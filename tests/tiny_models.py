@@ -126,6 +126,10 @@ DENSE: Dict[str, Tiny] = {n: t for n, t in [
                    post_norms=True, eps=1e-6, pre="dbrx",
                    extra={"attention.sliding_window": 128, "rope.scaling.type": "yarn",
                           "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 256})),
+    # attention.sliding_window_pattern 0: every layer slides (llama.cpp's set_swa_pattern).
+    ("olmo3-all-sliding", Tiny("olmo2", 118, n_layer=2, tied=False, pre_norms=False, qk_norm=True,
+                               qk_norm_all=True, post_norms=True, eps=1e-6, pre="dbrx",
+                               extra={"attention.sliding_window": 128, "attention.sliding_window_pattern": 0})),
     # EXAONE 4.0 1.2B's shape: no pre-norms, post norms, per-head q/k norms, tied.
     ("exaone4", Tiny("exaone4", 112, pre_norms=False, qk_norm=True, post_norms=True, pre="exaone4")),
     # EXAONE 4.0 32B's 64 layers (llama.cpp turns windows on for that count only), tiny:

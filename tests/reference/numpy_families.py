@@ -348,7 +348,10 @@ class Olmo2(PostNormOnly):
             self.rmsnorm(k, self.t[f"blk.{i}.attn_k_norm.weight"]), v
 
     def sliding(self, layer):
-        return bool(self.get("attention.sliding_window", 0)) and layer % 4 != 3
+        """llama.cpp's set_swa_pattern(n): layer l slides when l % n < n - 1, every
+        layer when n is 0 (n: attention.sliding_window_pattern, default 4)."""
+        n = int(self.get("attention.sliding_window_pattern", 4))
+        return bool(self.get("attention.sliding_window", 0)) and (n == 0 or layer % n < n - 1)
 
     def window(self, layer):
         return int(self.get("attention.sliding_window", 0)) if self.sliding(layer) else 0
