@@ -143,9 +143,11 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
         for (int u = 0; u < n_q; u++) {
             const size_t g = (size_t)(g0 + u) * hd;
             float *q = qcopy + (size_t)u * hd;   /* this call's queries only: see room above */
-            if (L->q_norm) d->kt->rmsnorm(qsrc + g, L->q_norm, q, hd, m->rms_eps);
+            const int norm_q = L->q_norm && !m->qk_norm_whole;
+            if (norm_q && !m->qk_norm_after_rope) d->kt->rmsnorm(qsrc + g, L->q_norm, q, hd, m->rms_eps);
             else memcpy(q, qsrc + g, (size_t)hd * sizeof(float));
             if (cs) rope_kernel(d->kt, L->rope)(q, cs, cs + angles, L->rope_dims);
+            if (norm_q && m->qk_norm_after_rope) d->kt->rmsnorm(q, L->q_norm, q, hd, m->rms_eps);
             qs[u] = q;
             outs[u] = scratch + g;
             lo[u] = lo_pos;
@@ -357,6 +359,15 @@ static void add_per_layer_embedding(decode_ctx *d, infer_decode_team *team, int 
     }
 }
 
+/* h_b = norm(x_b) for every token, the input of a block half; x_b itself without a norm. */
+static void pre_norm(const decode_ctx *d, const float *norm) {
+    const int dim = d->m->dim;
+    for (int b = 0; b < d->n_seqs; b++) {
+        if (norm) d->kt->rmsnorm(ROW(d->s->x, b, dim), norm, ROW(d->s->h, b, dim), dim, d->m->rms_eps);
+        else memcpy(ROW(d->s->h, b, dim), ROW(d->s->x, b, dim), (size_t)dim * sizeof(float));
+    }
+}
+
 /* The leader's walk through the model (thread 0). */
 static void decode_leader(void *ctx, infer_decode_team *team) {
     decode_ctx *d = (decode_ctx *)ctx;
@@ -379,7 +390,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         const int q_dim = m->n_heads * hd, kv_dim = n_kv * hd;
 
         if (L->own_kv) prefetch_kv_slots(d, L);
-        for (int b = 0; b < B; b++) kt->rmsnorm(ROW(s->x, b, dim), L->attn_norm, ROW(s->h, b, dim), dim, m->rms_eps);
+        pre_norm(d, L->attn_norm);
         int n_mats = 1;   /* q; k and v unless the layer reads another's cache; no v if V is K */
         j->mats[0] = &L->wq; j->outs[0] = s->q; j->out_stride[0] = q_dim;
         if (L->own_kv) {
@@ -401,14 +412,20 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
                 kt->add(k, L->k_bias, kv_dim);
                 kt->add(v, L->v_bias, kv_dim);
             }
+            if (L->q_norm && m->qk_norm_whole) {   /* before any head is split off */
+                kt->rmsnorm(ROW(s->q, b, q_dim), L->q_norm, ROW(s->q, b, q_dim), q_dim, m->rms_eps);
+                kt->rmsnorm(k, L->k_norm, k, kv_dim, m->rms_eps);
+            }
             for (int h = 0; h < n_kv; h++) {
                 float *kh = k + (size_t)h * hd, *vh = v + (size_t)h * hd;
-                if (L->k_norm) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
+                const int norm_k = L->k_norm && !m->qk_norm_whole;
+                if (norm_k && !m->qk_norm_after_rope) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
                 if (m->v_norm) kt->rmsnorm(vh, m->ones, vh, hd, m->rms_eps);
                 if (slot >= 0) {
                     const float *cs = angles_of(d, slot, b);
                     rope_kernel(kt, L->rope)(kh, cs, cs + m->head_dim, L->rope_dims);
                 }
+                if (norm_k && m->qk_norm_after_rope) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
             }
             /* kv_store converts to F16 with the table's (vectorised, bit-exact) quantize */
             const int kv_type = sq->kv_f16 ? INFER_TYPE_F16 : INFER_TYPE_F32;
@@ -429,7 +446,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         run_matrix_job(d, team, INFER_JOB_MATMUL, s->att, q_dim, 1, NULL);
         residual(d, L->post_attn_norm);
 
-        for (int b = 0; b < B; b++) kt->rmsnorm(ROW(s->x, b, dim), L->ffn_norm, ROW(s->h, b, dim), dim, m->rms_eps);
+        pre_norm(d, L->ffn_norm);
         j->mats[0] = &L->gate; j->mats[1] = &L->up;
         j->outs[0] = s->gate; j->out_stride[0] = L->ffn_dim;
         run_matrix_job(d, team, INFER_JOB_GATE_UP, s->h, dim, 2, &L->down);
@@ -466,7 +483,9 @@ int infer_block_check_model(const infer_block_model *m) {
         return -2;
     const int P = m->per_layer_dim;
     if (m->head_dim < 2 || m->head_dim % 2 || m->head_dim > INFER_ATTN_MAX_HEAD_DIM ||
-        !(m->attn_softcap >= 0.0f) || !(m->final_softcap >= 0.0f) || !(m->rms_eps >= 0.0f))
+        !(m->attn_softcap >= 0.0f) || !(m->final_softcap >= 0.0f) || !(m->rms_eps >= 0.0f) ||
+        (m->qk_norm_whole != 0 && m->qk_norm_whole != 1) ||
+        (m->qk_norm_after_rope != 0 && m->qk_norm_after_rope != 1) || (m->qk_norm_whole && m->qk_norm_after_rope))
         return -2;
     if (!shape_ok(&m->embd, m->vocab_size, m->dim) || !shape_ok(&m->output, m->vocab_size, m->dim))
         return -2;
@@ -481,8 +500,9 @@ int infer_block_check_model(const infer_block_model *m) {
             (int64_t)n_kv * hd > m->kv_row_width ||
             (int64_t)(m->n_heads / n_kv) * (hd + 2) + hd > INFER_TEAM_SCRATCH_FLOATS || !isfinite(L->out_scale))
             return -2;
-        if (!L->attn_norm || !L->ffn_norm || (L->own_kv && !!L->q_norm != !!L->k_norm) ||
+        if (!!L->attn_norm != !!L->ffn_norm || (L->own_kv && !!L->q_norm != !!L->k_norm) ||
             !!L->q_bias != !!L->k_bias || !!L->q_bias != !!L->v_bias || (L->q_bias && !L->own_kv) ||
+            (m->qk_norm_whole && L->q_norm && !L->own_kv) ||
             (L->v_from_k && !L->own_kv) || L->window < 0 || !!L->ple_post_norm != (P > 0) ||
             (L->rope != INFER_ROPE_NONE && L->rope != INFER_ROPE_NORM && L->rope != INFER_ROPE_NEOX) ||
             (L->rope != INFER_ROPE_NONE && (!L->rope_inv_freq || L->rope_dims < 2 || L->rope_dims % 2 ||

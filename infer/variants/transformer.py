@@ -194,9 +194,8 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
     for li, (L, ls) in enumerate(zip(w.layers, spec.layers)):
         hd = spec.layer_head_dim(li)
         layer: Dict[str, Any] = dict(
-            attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, wq=L.wq.as_tuple(),
-            wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(), up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
-            window=ls.window, rope=None, kv_source=ls.kv_source, v_from_k=ls.v_from_k)
+            wq=L.wq.as_tuple(), wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(), up=L.w_up.as_tuple(),
+            down=L.w_down.as_tuple(), window=ls.window, rope=None, kv_source=ls.kv_source, v_from_k=ls.v_from_k)
         for name in ("head_dim", "n_kv_heads", "ffn_dim"):   # a layer's own sizes; else the spec's
             if getattr(ls, name) is not None:
                 layer[name] = getattr(ls, name)
@@ -204,8 +203,8 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
             m = getattr(L, name)
             if m is not None:
                 layer[name] = m.as_tuple()
-        for name in ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "q_bias", "k_bias", "v_bias",
-                     "ple_post_norm"):
+        for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm",
+                     "q_bias", "k_bias", "v_bias", "ple_post_norm"):
             vec = getattr(L, name)
             if vec is not None:
                 layer[name] = vec.data
@@ -310,7 +309,7 @@ class TransformerContext(Context):
         k = s.rows(s.k, n_kv * hd).reshape(n, n_kv, hd)
         v = s.rows(s.v, n_kv * hd).reshape(n, n_kv, hd)
         att = s.rows(s.att, spec.n_heads * hd).reshape(q.shape)
-        K.rmsnorm(s.x, w.attn_norm.data, s.h1, eps)
+        self._pre_norm(s, w.attn_norm)
         own_kv = w.wk is not None
         if w.wk is None:     # a shared-KV layer: queries only
             s.mul(s.h1, (w.wq, q.reshape(n, -1)))
@@ -323,10 +322,16 @@ class TransformerContext(Context):
             s.q += w.q_bias.data
             s.k += w.k_bias.data
             s.v += w.v_bias.data
-        if w.q_norm is not None:  # per head
-            K.rmsnorm(q, w.q_norm.data, q, eps)
-        if w.k_norm is not None:
-            K.rmsnorm(k, w.k_norm.data, k, eps)
+        # the q/k norm weights (k's only where the layer has its own K), applied before
+        # RoPE or after it, per head or over each whole row
+        q_norm = w.q_norm.data if w.q_norm is not None else None
+        k_norm = w.k_norm.data if w.k_norm is not None and own_kv else None
+        whole = spec.qk_norm_scope == "all"
+        if not spec.qk_norm_after_rope:
+            for x, weight in ((q, q_norm), (k, k_norm)):
+                if weight is not None:
+                    target = x.reshape(n, -1) if whole else x
+                    K.rmsnorm(target, weight, target, eps)
         if own_kv and spec.v_norm:
             K.rmsnorm(v, s.ones(hd), v, eps)
         rope = layer.rope
@@ -337,6 +342,10 @@ class TransformerContext(Context):
                 for x in parts:
                     K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(hd),
                            freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
+            if spec.qk_norm_after_rope:   # per head (the spec allows no other)
+                for x, weight in ((q[lo:hi], q_norm), (k[lo:hi], k_norm)):
+                    if weight is not None:
+                        K.rmsnorm(x, weight, x, eps)
             k_cache, v_cache = ctx.k_layers[li], ctx.v_layers[li]
             if own_kv:   # a shared-KV layer reads what its source layer stored for these positions
                 K.kv_store(k[lo:hi], k_cache, pos0)
@@ -346,7 +355,7 @@ class TransformerContext(Context):
         s.mul(att.reshape(n, -1), (w.wo, s.h2))
         self._residual(s, w.post_attn_norm)
         gate, up = s.rows(s.gate, ffn), s.rows(s.up, ffn)
-        K.rmsnorm(s.x, w.ffn_norm.data, s.h1, eps)
+        self._pre_norm(s, w.ffn_norm)
         s.mul(s.h1, (w.w_gate, gate), (w.w_up, up))  # one quantized input for gate, up
         if spec.activation == "gelu_tanh":
             K.gelu_mul(gate, up, gate)
@@ -369,6 +378,13 @@ class TransformerContext(Context):
         s.mul(s.ple_gate, (w.ple_proj, s.h2))
         K.rmsnorm(s.h2, w.ple_post_norm.data, s.h2, self.spec.rms_eps)
         K.add(s.x, s.h2)
+
+    def _pre_norm(self, s: "_Scratch", norm: Any) -> None:
+        """h1 = norm(x), the input of a block half; x itself without pre-norms."""
+        if norm is not None:
+            K.rmsnorm(s.x, norm.data, s.h1, self.spec.rms_eps)
+        else:
+            np.copyto(s.h1, s.x)
 
     def _residual(self, s: "_Scratch", post_norm: Any) -> None:
         """x += (post_norm(h2)) * residual_scale: the end of a block half."""

@@ -130,14 +130,16 @@ class Vector:
 class LayerWeights:
     """One block's tensors; None where the spec has no such piece."""
 
-    attn_norm: Vector
+    #: None without pre_norms
+    attn_norm: Optional[Vector]
     wq: Matrix
     #: None in a layer that reads another's KV cache (spec kv_source)
     wk: Optional[Matrix]
     #: None there too, and where V is K's projection (spec v_from_k)
     wv: Optional[Matrix]
     wo: Matrix
-    ffn_norm: Vector
+    #: None without pre_norms
+    ffn_norm: Optional[Vector]
     w_gate: Matrix
     w_up: Matrix
     w_down: Matrix
@@ -235,16 +237,18 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         else:
             w_gate, w_up = m("ffn_gate", ffn, d), m("ffn_up", ffn, d)
         L = LayerWeights(
-            attn_norm=v("attn_norm", d), wq=wq, wk=wk, wv=wv, wo=m("attn_output", d, q_dim),
-            ffn_norm=v("ffn_norm", d), w_gate=w_gate, w_up=w_up, w_down=m("ffn_down", d, ffn))
+            attn_norm=v("attn_norm", d) if spec.pre_norms else None, wq=wq, wk=wk, wv=wv,
+            wo=m("attn_output", d, q_dim), ffn_norm=v("ffn_norm", d) if spec.pre_norms else None,
+            w_gate=w_gate, w_up=w_up, w_down=m("ffn_down", d, ffn))
         if spec.qkv_bias:
             if spec.fused_qkv:
                 raise GGUFError("a fused attn_qkv with biases is not supported")
             L.q_bias, L.k_bias, L.v_bias = (v("attn_q", q_dim, "bias"), v("attn_k", kv_dim, "bias"),
                                             v("attn_v", kv_dim, "bias"))
         if spec.qk_norm:
-            L.q_norm = v("attn_q_norm", hd)
-            L.k_norm = v("attn_k_norm", hd) if ls.kv_source is None else None
+            whole = spec.qk_norm_scope == "all"
+            L.q_norm = v("attn_q_norm", q_dim if whole else hd)
+            L.k_norm = v("attn_k_norm", kv_dim if whole else hd) if ls.kv_source is None else None
         if spec.post_attn_norm:
             L.post_attn_norm = v("post_attention_norm", d)
         if spec.post_ffn_norm:
