@@ -19,7 +19,9 @@ that infer's tokenizer and llama.cpp both load) and uses small rope contexts and
 windows so that a 640-token prompt crosses them.  ``TINY`` lists them, and
 ``DENSE`` the dense families added later (olmo2, exaone4, exaone, ernie4_5,
 gemma, hunyuan-dense: no pre-norms, q/k norms over the whole projection or after
-RoPE), recorded into a data file of their own; ``ALL`` is both.
+RoPE), recorded into a data file of their own; ``GEMMA4`` the Gemma 4 files
+(`write_gemma4`: PLE, shared-KV layers, per-layer head sizes; tests/test_gemma4.py,
+llama_cpp_gemma4.npz); ``ALL`` is all three.
 ``write(name, path)`` writes one, deterministically (the seeds are fixed; the
 sha256 of each file is recorded beside llama.cpp's logits so a change shows).
 """
