@@ -128,8 +128,9 @@ class TypeChooser:
         self.falcon = arch == "falcon"
         heads = metadata.get(f"{arch}.attention.head_count", 1)
         kv_heads = metadata.get(f"{arch}.attention.head_count_kv", heads)
-        heads = heads[0] if isinstance(heads, list) else heads   # per-layer arrays: layer 0
-        kv_heads = kv_heads[0] if isinstance(kv_heads, list) else kv_heads
+        # per-layer arrays (a list, or a numpy array from the reader): layer 0's, as llama.cpp's n_gqa()
+        heads = heads[0] if hasattr(heads, "__len__") else heads
+        kv_heads = kv_heads[0] if hasattr(kv_heads, "__len__") else kv_heads
         self.n_gqa = int(heads) // int(kv_heads) if kv_heads else 1
         self.n_attention_wv = sum(category(n) == "attn_v" for n in names)
         self.n_ffn_down = int(metadata.get(f"{arch}.block_count", 0) or 0)

@@ -27,6 +27,7 @@ from reference.numpy_gemma4 import Gemma4Reference
 from test_families import LLAMA_CPP_MIN_COS, check, clear_top1, cosine
 
 import infer
+from infer import kernels as K
 from infer.gguf import GGUFError
 from infer.runtime import decode_batch
 from scripted import GreedySampler
@@ -237,7 +238,6 @@ def test_fused_step_refuses_bad_layouts(tiny_dir):
     """kernels.TransformerDecoder checks Gemma 4's layer layout and its caches before
     any C runs: a shared-KV source that is not earlier or not of the same shape, PLE
     tensors without their width, caches of another layout, a position past n_ctx."""
-    from infer import kernels as K
     from infer.variants.transformer import decoder_arguments
 
     with infer.load(tiny_file("gemma4-e2b", tiny_dir)) as model:
@@ -393,3 +393,26 @@ def test_real_attention_shapes(tmp_path):
         for i, tok in enumerate(prompt):
             alone.prefill([tok])
             check(alone.logits, ref[i], f"position {i}", 0.99999)
+
+
+def test_quantized_file_decodes_like_its_python_blocks(tiny_dir, tmp_path):
+    """`infer quantize` of the E2B-shaped file to Q8_0 as llama-quantize does it
+    (per_layer_token_embd follows the token embedding, per_layer_model_proj is kept):
+    the fused step on the quantized (and, where the CPU has it, repacked) PLE matrices
+    gives the Python blocks' logits and stays near the F16 file's reference."""
+    from infer.quantize import quantize_file
+
+    out = str(tmp_path / "q8.gguf")
+    quantize_file(tiny_file("gemma4-e2b", tiny_dir), out, "q8_0")
+    ref = reference_logits("gemma4-e2b", tiny_dir)
+    with infer.load(out) as model:
+        w = model.engine.live_weights()
+        assert w.ple_embd.file_qtype == K.type_id("q8_0") and w.ple_model_proj.file_qtype == K.type_id("f16")
+        fused = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
+        python = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
+        python.fused_decode = False
+        for i, tok in enumerate(tm.prompt("gemma4-e2b")[:150]):
+            fused.prefill([int(tok)])
+            python.prefill([int(tok)])
+            assert cosine(fused.logits, python.logits) > 0.999999, i
+            assert cosine(fused.logits, ref[i]) > 0.98, i
