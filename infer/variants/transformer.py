@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 
 from .. import kernels as K
 from ..runtime import Context, Engine, ModelClosedError, RowOutputs
-from .spec import TransformerSpec
+from .spec import MoE, TransformerSpec
 from .weights import LayerWeights, Matrix, ModelWeights, load_weights, repack_enabled, repack_weights
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
@@ -114,6 +114,9 @@ class TransformerEngine(Engine):
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
         spec = spec or self.spec
+        if spec.moe is not None:
+            raise NotImplementedError("the fused decode step has no mixture of experts; "
+                                      "such a model decodes through the Python blocks")
         with self._state:   # two threads' first steps build it once
             if spec not in self._decoders:
                 self._decoders[spec] = _build_decoder(spec, self.live_weights())
@@ -124,8 +127,17 @@ class TransformerEngine(Engine):
         """One decode step for several contexts: every weight row is read once for
         the whole batch (csrc/transformer_block.c), attention runs per sequence."""
         ctxs = [c for c in contexts if isinstance(c, TransformerContext)]
-        if (len(ctxs) != len(contexts) or not all(c.fused_decode for c in ctxs)
-                or any(c.spec is not ctxs[0].spec for c in ctxs)):
+        if len(ctxs) != len(contexts) or any(c.spec is not ctxs[0].spec for c in ctxs):
+            super().forward_batch(contexts, tokens, positions)
+            return
+        if ctxs[0].spec.moe is not None:
+            # no fused step for experts: the Python blocks, all tokens in one pass
+            # (each routed expert read once for the batch, as in a batched prefill)
+            with self.running():
+                _prefill_together([(c, np.array([tokens[i]], dtype=np.int32), int(positions[i]), None)
+                                   for i, c in enumerate(ctxs)])
+            return
+        if not all(c.fused_decode for c in ctxs):
             super().forward_batch(contexts, tokens, positions)
             return
         with self.running():
@@ -216,8 +228,9 @@ class TransformerContext(Context):
             raise ValueError(f"n_ctx: a KV cache of {self.n_ctx} positions needs {size / 2**30:,.1f} GiB "
                              f"of address space, which cannot be reserved; use a smaller n_ctx") from None
         self._scratch: Dict[int, _Scratch] = {}
-        #: False: decode through the Python blocks too (for tests comparing the two)
-        self.fused_decode = True
+        #: False: decode through the Python blocks too (for tests comparing the two).
+        #: The fused C step has no mixture of experts yet: those decode in Python.
+        self.fused_decode = spec.moe is None
         self._step: Any = None
 
     def _fused_step(self) -> Any:
@@ -301,13 +314,49 @@ class TransformerContext(Context):
         s.mul(s.att, (w.wo, s.h2))
         self._residual(s, w.post_attn_norm)
         K.rmsnorm(s.x, w.ffn_norm.data, s.h1, eps)
-        s.mul(s.h1, (w.w_gate, s.gate), (w.w_up, s.up))  # one quantized input for gate, up
-        if spec.activation == "gelu_tanh":
-            K.gelu_mul(s.gate, s.up, s.gate)
+        if spec.moe is not None:
+            self._experts(w, s)
         else:
-            K.silu_mul(s.gate, s.up, s.gate)
-        s.mul(s.gate, (w.w_down, s.h2))
+            s.mul(s.h1, (w.w_gate, s.gate), (w.w_up, s.up))  # one quantized input for gate, up
+            self._glu(s.gate, s.up)
+            s.mul(s.gate, (w.w_down, s.h2))
         self._residual(s, w.post_ffn_norm)
+
+    def _glu(self, gate: NDArray[Any], up: NDArray[Any]) -> None:
+        """gate = act(gate) * up."""
+        if self.spec.activation == "gelu_tanh":
+            K.gelu_mul(gate, up, gate)
+        else:
+            K.silu_mul(gate, up, gate)
+
+    def _experts(self, w: LayerWeights, s: "_Scratch") -> None:
+        """s.h2 = the mixture of experts of s.h1 (spec.MoE): every row routed, then
+        each chosen expert's FFN once over the rows routed to it (gathered), its
+        outputs weighted and added back to their rows."""
+        moe = self.spec.moe
+        assert moe is not None and w.router is not None
+        ffn, dim = self.spec.ffn_dim, self.spec.dim
+        experts, weights = route(s.h1, w.router, moe)
+        s.h2.fill(0.0)
+        # (row, slot) pairs grouped by expert: a stable sort keeps rows in order
+        flat = experts.reshape(-1)
+        order = np.argsort(flat, kind="stable")
+        bounds = np.searchsorted(flat[order], np.arange(moe.n_experts + 1))
+        for e in range(moe.n_experts):
+            picks = order[bounds[e]:bounds[e + 1]]
+            if not len(picks):
+                continue
+            rows = picks // moe.n_used
+            m = len(rows)
+            h = s.h1[rows]
+            gate, up, out = s.gate[:m], s.up[:m], s.h1_out[:m]
+            xq = _mul(h, w.w_gate.row_slice(e * ffn, (e + 1) * ffn), gate)
+            _mul(h, w.w_up.row_slice(e * ffn, (e + 1) * ffn), up, xq)   # the same activation format
+            self._glu(gate, up)
+            _mul(gate, w.w_down.row_slice(e * dim, (e + 1) * dim), out)
+            out *= weights.reshape(-1)[picks, None]
+            # a row is routed to an expert at most once, so rows are distinct here
+            s.h2[rows] += out
 
     def _residual(self, s: "_Scratch", post_norm: Any) -> None:
         """x += (post_norm(h2)) * residual_scale: the end of a block half."""
@@ -406,6 +455,26 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
                     ctx._head(s.x[hi - 1:hi], ctx.logits.reshape(1, -1))
 
 
+def route(h: NDArray[Any], router: Matrix, moe: MoE) -> Tuple[NDArray[Any], NDArray[Any]]:
+    """(experts, weights) of each row of h, each (n, moe.n_used): the experts
+    chosen by the router, most probable first, and the weights of their outputs
+    (llama.cpp's build_moe_ffn with softmax gating)."""
+    n = h.shape[0]
+    logits = np.empty((n, moe.n_experts), np.float32)
+    _mul(np.ascontiguousarray(h), router, logits)
+    logits -= logits.max(axis=1, keepdims=True)
+    probs = np.exp(logits)
+    probs /= probs.sum(axis=1, keepdims=True)
+    # the most probable first; among equal probabilities the lower expert
+    experts = np.argsort(-probs, axis=1, kind="stable")[:, :moe.n_used]
+    weights = np.take_along_axis(probs, experts, axis=1)
+    if moe.norm_weights:   # llama.cpp clamps the sum at F16's smallest normal
+        weights /= np.maximum(weights.sum(axis=1, keepdims=True), np.float32(6.103515625e-5))
+    if moe.weight_scale != 1.0:
+        weights *= np.float32(moe.weight_scale)
+    return experts, weights
+
+
 def _mul(x: NDArray[Any], w: Matrix, out: NDArray[Any], xq: Optional[NDArray[Any]] = None) -> NDArray[Any]:
     """out = x W^T for rows x (n, cols); returns the quantized x (reusable for a
     matrix of the same activation format).  One row goes through matvec."""
@@ -435,6 +504,8 @@ class _Scratch:
         self.att = np.zeros((n, spec.q_dim), f)
         self.gate = np.zeros((n, spec.ffn_dim), f)
         self.up = np.zeros((n, spec.ffn_dim), f)
+        #: one expert's output rows (a mixture of experts sums them into h2)
+        self.h1_out = np.zeros((n, spec.dim), f) if spec.moe is not None else self.h2
         self._act: Dict[Tuple[int, int], NDArray[Any]] = {}
 
     def mul(self, x: NDArray[Any], *pairs: Tuple[Matrix, NDArray[Any]]) -> None:

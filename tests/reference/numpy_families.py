@@ -317,8 +317,55 @@ class Granite(Llama):
         return super().logits(x) / float(self.get("logit_scale", 1.0))
 
 
+class Experts:
+    """A mixture of experts for the FFN (mixed into a family below), from the
+    definitions of HF's Qwen3MoeSparseMoeBlock / GraniteMoeMoE and llama.cpp's
+    build_moe_ffn: p = softmax(h @ ffn_gate_inp.T) over expert_count experts;
+    the expert_used_count most probable run, SwiGLU with their slices of the
+    3-D ffn_{gate,up,down}_exps (numpy (expert, out, in)); their outputs are
+    summed weighted by p, renormalised to sum 1 when ``norm_topk``.
+
+    ``gaps[layer]`` keeps, per position, the router-logit gap between the last
+    expert chosen and the first one left out: where it is tiny, float32 and
+    float64 may route differently, so tests check it (tests/test_moe.py)."""
+    norm_topk = True
+
+    def ffn(self, i, h):
+        p = f"blk.{i}."
+        k = int(self.get("expert_used_count"))
+        logits = h @ self.t[p + "ffn_gate_inp.weight"].T
+        order = np.argsort(-logits, axis=1, kind="stable")
+        ranked = np.take_along_axis(logits, order, axis=1)
+        self.gaps = getattr(self, "gaps", {})
+        self.router_logits = getattr(self, "router_logits", {})
+        self.router_logits[i] = logits
+        self.gaps[i] = ranked[:, k - 1] - ranked[:, k] if k < logits.shape[1] else np.full(len(h), np.inf)
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        chosen = order[:, :k]
+        weight = np.take_along_axis(probs, chosen, axis=1)
+        if self.norm_topk:
+            weight = weight / weight.sum(axis=1, keepdims=True)
+        gate, up, down = (self.t[p + f"ffn_{n}_exps.weight"] for n in ("gate", "up", "down"))
+        out = np.zeros_like(h)
+        for t in range(len(h)):
+            for e, wt in zip(chosen[t], weight[t]):
+                g = gate[e] @ h[t]
+                out[t] += wt * (down[e] @ (g / (1.0 + np.exp(-g)) * (up[e] @ h[t])))
+        return out
+
+
+class Qwen3MoE(Experts, Qwen3):
+    """Qwen 3's attention; experts renormalised (norm_topk_prob = true)."""
+
+
+class GraniteMoE(Experts, Granite):
+    """Granite's multipliers; experts renormalised (GraniteMoeTopKGating divides
+    the softmax of the top-k logits, which is the same thing)."""
+
+
 FAMILIES = {"llama": Llama, "qwen2": Qwen2, "qwen3": Qwen3, "phi3": Phi3, "gemma2": Gemma2,
-            "smollm3": SmolLM3, "granite": Granite}
+            "smollm3": SmolLM3, "granite": Granite, "qwen3moe": Qwen3MoE, "granitemoe": GraniteMoE}
 
 
 def reference(path: str, n_ctx: int = 0) -> Transformer:
