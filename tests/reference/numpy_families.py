@@ -326,9 +326,15 @@ class Experts:
     summed weighted by p, renormalised to sum 1 when ``norm_topk``.
 
     ``gaps[layer]`` keeps, per position, the router-logit gap between the last
-    expert chosen and the first one left out: where it is tiny, float32 and
-    float64 may route differently, so tests check it (tests/test_moe.py)."""
+    expert chosen and the first one left out: where it is small, rounding may
+    route differently.  ``follow`` lets a test give the experts another
+    implementation chose ({layer: (positions, experts)}): at a position whose
+    gap is below ``follow_gap`` the reference takes that choice (the rounding
+    decided a near-tie; both are right), anywhere else it keeps its own, and
+    ``followed`` / ``disagreed`` count the positions where they differed."""
     norm_topk = True
+    follow: dict = {}
+    follow_gap = 0.0
 
     def ffn(self, i, h):
         p = f"blk.{i}."
@@ -342,7 +348,17 @@ class Experts:
         self.gaps[i] = ranked[:, k - 1] - ranked[:, k] if k < logits.shape[1] else np.full(len(h), np.inf)
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))
         probs /= probs.sum(axis=1, keepdims=True)
-        chosen = order[:, :k]
+        chosen = order[:, :k].copy()
+        if i in self.follow:
+            positions, theirs = self.follow[i]
+            for t, e in zip(positions, theirs):
+                if set(e) == set(chosen[t]):
+                    continue
+                if self.gaps[i][t] < self.follow_gap:
+                    chosen[t] = e
+                    self.followed = getattr(self, "followed", 0) + 1
+                else:
+                    self.disagreed = getattr(self, "disagreed", 0) + 1
         weight = np.take_along_axis(probs, chosen, axis=1)
         if self.norm_topk:
             weight = weight / weight.sum(axis=1, keepdims=True)
