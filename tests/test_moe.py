@@ -195,6 +195,44 @@ def test_batched_decode_equals_one_at_a_time(name, tiny_dir):
         np.testing.assert_array_equal(rows_a, np.array(rows_b))
 
 
+def test_the_server_scheduler_decodes_them_together(tiny_dir):
+    """`infer serve`'s scheduler: four requests decoded together (batched steps
+    through Engine.forward_batch) give each the greedy tokens it gets alone."""
+    import threading
+
+    from infer.generate import generate
+    from infer.serve.scheduler import Scheduler
+
+    prompt = tm.prompt("qwen3moe")
+    prompts = [[int(t) for t in prompt[i * 30:i * 30 + 7 + 5 * i]] for i in range(4)]
+    with infer.load(tiny_file("qwen3moe", tiny_dir)) as model:
+        alone = []
+        for p in prompts:
+            ctx = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
+            alone.append(list(generate(model, p, context=ctx, max_tokens=10)))
+        sched = Scheduler(model, n_slots=4, n_ctx=256)
+        try:
+            out = [None] * 4
+            handles = [sched.open() for _ in prompts]
+
+            def work(i):
+                handles[i].sampler = GreedySampler()
+                try:
+                    out[i] = list(generate(model, prompts[i], context=handles[i], max_tokens=10))
+                finally:
+                    handles[i].close()
+
+            threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+            assert max(sched.stats.batch_sizes) > 1   # some steps ran several requests at once
+        finally:
+            sched.close()
+    assert out == alone
+
+
 def test_generate_and_chat_run(tiny_dir):
     """The user paths: infer.generate, a chat session, create_completion."""
     path = tiny_file("qwen3moe", tiny_dir)
