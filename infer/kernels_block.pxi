@@ -9,6 +9,7 @@ cdef extern from "transformer_block.h" nogil:
         INFER_ROPE_NORM
         INFER_ROPE_NEOX
         INFER_BLOCK_MAX_BATCH
+        INFER_BLOCK_MAX_EXPERTS_USED
     ctypedef struct infer_block_layer:
         const float *attn_norm
         const float *ffn_norm
@@ -20,6 +21,7 @@ cdef extern from "transformer_block.h" nogil:
         const float *k_bias
         const float *v_bias
         infer_decode_matrix wq, wk, wv, wo, gate, up, down
+        infer_decode_matrix router
         int rope
         int rope_dims
         const double *rope_inv_freq
@@ -30,6 +32,8 @@ cdef extern from "transformer_block.h" nogil:
         int gelu
         float rms_eps, attn_scale, attn_softcap, embd_scale, residual_scale, logit_scale
         float final_softcap
+        int n_experts, n_experts_used, expert_norm
+        float expert_scale
         const infer_block_layer *layers
         infer_decode_matrix embd, output
         const float *output_norm
@@ -51,6 +55,10 @@ cdef extern from "transformer_block.h" nogil:
         float *gate
         float *up
         float *rope_cs
+        float *probs
+        float *moe_in
+        float *moe_rows
+        float *moe_out
         uint8_t *xq[3]
     int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
                            const infer_block_seq *seqs, int n_seqs) noexcept
@@ -58,6 +66,8 @@ cdef extern from "transformer_block.h" nogil:
 
 #: the most sequences one TransformerDecoder.step takes
 MAX_BATCH = INFER_BLOCK_MAX_BATCH
+#: the most experts per token the fused step routes to (a mixture of experts)
+MAX_EXPERTS_USED = INFER_BLOCK_MAX_EXPERTS_USED
 
 _INT_LIMIT = 2**31 - 1
 
@@ -106,10 +116,14 @@ cdef class TransformerDecoder:
     config: an object with the sizes dim, n_layers, n_heads, n_kv_heads, head_dim,
     ffn_dim, vocab_size and rms_eps, activation ("silu" or "gelu_tanh"),
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
-    logit_scale (infer.variants.spec.TransformerSpec is one).
+    logit_scale, and moe (None, or an object with n_experts, n_used, gating
+    "softmax", norm_weights and weight_scale: infer.variants.spec.MoE)
+    (infer.variants.spec.TransformerSpec is one).
     embd/output: matrix tuples (data uint8 rows, qtype, act_type, rows, cols).
     layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors), wq,
-    wk, wv, wo, gate, up, down (matrix tuples); optionally q_norm and k_norm,
+    wk, wv, wo, gate, up, down (matrix tuples; with moe, gate/up/down stack
+    the experts' matrices, n_experts * ffn_dim or n_experts * dim rows, and
+    router is the n_experts x dim router); optionally q_norm and k_norm,
     post_attn_norm, post_ffn_norm, q_bias, k_bias and v_bias (vectors), rope
     (None or (layout "norm"/"neox", base, scale, freq_factors or None,
     attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all).  Every size is checked against the
@@ -164,6 +178,18 @@ cdef class TransformerDecoder:
         m.embd_scale = _finite(c, "embd_scale")
         m.residual_scale = _finite(c, "residual_scale")
         m.logit_scale = _finite(c, "logit_scale")
+        moe = getattr(c, "moe", None)
+        m.n_experts = 0
+        if moe is not None:
+            m.n_experts = _positive_int(moe, "n_experts")
+            m.n_experts_used = _positive_int(moe, "n_used")
+            if m.n_experts_used > m.n_experts or m.n_experts_used > INFER_BLOCK_MAX_EXPERTS_USED:
+                raise ValueError(f"config.moe.n_used: {m.n_experts_used} of {m.n_experts} experts (the fused "
+                                 f"step routes to at most {INFER_BLOCK_MAX_EXPERTS_USED})")
+            if getattr(moe, "gating") != "softmax":
+                raise ValueError(f"config.moe.gating: only 'softmax', got {moe.gating!r}")
+            m.expert_norm = bool(getattr(moe, "norm_weights"))
+            m.expert_scale = _finite(moe, "weight_scale")
         if not 1 <= max_batch <= INFER_BLOCK_MAX_BATCH:
             raise ValueError(f"max_batch: must be in [1, {INFER_BLOCK_MAX_BATCH}], got {max_batch}")
         if len(layers) != m.n_layers:
@@ -201,9 +227,12 @@ cdef class TransformerDecoder:
             L.wk = _shaped_matrix(layer["wk"], kv_dim, d, f"{name}.wk", self.keep)
             L.wv = _shaped_matrix(layer["wv"], kv_dim, d, f"{name}.wv", self.keep)
             L.wo = _shaped_matrix(layer["wo"], d, q_dim, f"{name}.wo", self.keep)
-            L.gate = _shaped_matrix(layer["gate"], ffn, d, f"{name}.gate", self.keep)
-            L.up = _shaped_matrix(layer["up"], ffn, d, f"{name}.up", self.keep)
-            L.down = _shaped_matrix(layer["down"], d, ffn, f"{name}.down", self.keep)
+            stacks = m.n_experts if m.n_experts else 1
+            L.gate = _shaped_matrix(layer["gate"], stacks * ffn, d, f"{name}.gate", self.keep)
+            L.up = _shaped_matrix(layer["up"], stacks * ffn, d, f"{name}.up", self.keep)
+            L.down = _shaped_matrix(layer["down"], stacks * d, ffn, f"{name}.down", self.keep)
+            if m.n_experts:
+                L.router = _shaped_matrix(layer["router"], m.n_experts, d, f"{name}.router", self.keep)
             window = layer.get("window", 0)
             if not 0 <= window <= _INT_LIMIT:
                 raise ValueError(f"{name}.window: must be in [0, 2**31 - 1], got {window}")
@@ -258,6 +287,11 @@ cdef class TransformerDecoder:
         self.s.gate = _decode_buffer(np.zeros(B * ffn, f32), self.keep)
         self.s.up = _decode_buffer(np.zeros(B * ffn, f32), self.keep)
         self.s.rope_cs = _decode_buffer(np.zeros(2 * B * 2 * hd, f32), self.keep)
+        if m.n_experts:
+            self.s.probs = _decode_buffer(np.zeros(B * m.n_experts, f32), self.keep)
+            self.s.moe_in = _decode_buffer(np.zeros(B * d, f32), self.keep)
+            self.s.moe_rows = _decode_buffer(np.zeros(B * d, f32), self.keep)
+            self.s.moe_out = _decode_buffer(np.zeros(B * d, f32), self.keep)
         cdef uint8_t[::1] xq
         widest = max(d, ffn, q_dim)
         for i in range(3):

@@ -156,7 +156,7 @@ def _active_parameters(f: Any, n_experts: Any, n_used: Any) -> Optional[int]:
     """Parameters a token uses in a mixture of experts (None without experts)."""
     if not (isinstance(n_experts, int) and isinstance(n_used, int) and 0 < n_used <= n_experts):
         return None
-    return sum(t.n_elements * n_used // n_experts if "_exps." in t.name else t.n_elements
+    return sum(int(t.n_elements) * n_used // n_experts if "_exps." in t.name else int(t.n_elements)
                for t in f.tensors.values())
 
 

@@ -114,9 +114,10 @@ class TransformerEngine(Engine):
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
         spec = spec or self.spec
-        if spec.moe is not None:
-            raise NotImplementedError("the fused decode step has no mixture of experts; "
-                                      "such a model decodes through the Python blocks")
+        if spec.moe is not None and spec.moe.n_used > K.MAX_EXPERTS_USED:
+            raise NotImplementedError(f"the fused decode step routes a token to at most {K.MAX_EXPERTS_USED} "
+                                      f"experts, this model to {spec.moe.n_used}: it decodes through the "
+                                      "Python blocks")
         with self._state:   # two threads' first steps build it once
             if spec not in self._decoders:
                 self._decoders[spec] = _build_decoder(spec, self.live_weights())
@@ -130,15 +131,15 @@ class TransformerEngine(Engine):
         if len(ctxs) != len(contexts) or any(c.spec is not ctxs[0].spec for c in ctxs):
             super().forward_batch(contexts, tokens, positions)
             return
-        if ctxs[0].spec.moe is not None:
-            # no fused step for experts: the Python blocks, all tokens in one pass
-            # (each routed expert read once for the batch, as in a batched prefill)
+        if not all(c.fused_decode for c in ctxs):
+            if ctxs[0].spec.moe is None:
+                super().forward_batch(contexts, tokens, positions)
+                return
+            # the Python blocks with all tokens in one pass: each routed expert is
+            # read once for the batch, as in a batched prefill
             with self.running():
                 _prefill_together([(c, np.array([tokens[i]], dtype=np.int32), int(positions[i]), None)
                                    for i, c in enumerate(ctxs)])
-            return
-        if not all(c.fused_decode for c in ctxs):
-            super().forward_batch(contexts, tokens, positions)
             return
         with self.running():
             by_step: Dict[int, list[int]] = {}   # contexts of one spec share a step
@@ -192,6 +193,8 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
             attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, wq=L.wq.as_tuple(),
             wk=L.wk.as_tuple(), wv=L.wv.as_tuple(), wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(),
             up=L.w_up.as_tuple(), down=L.w_down.as_tuple(), window=ls.window, rope=None)
+        if L.router is not None:
+            layer["router"] = L.router.as_tuple()
         for name in ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "q_bias", "k_bias", "v_bias"):
             vec = getattr(L, name)
             if vec is not None:
@@ -228,9 +231,9 @@ class TransformerContext(Context):
             raise ValueError(f"n_ctx: a KV cache of {self.n_ctx} positions needs {size / 2**30:,.1f} GiB "
                              f"of address space, which cannot be reserved; use a smaller n_ctx") from None
         self._scratch: Dict[int, _Scratch] = {}
-        #: False: decode through the Python blocks too (for tests comparing the two).
-        #: The fused C step has no mixture of experts yet: those decode in Python.
-        self.fused_decode = spec.moe is None
+        #: False: decode through the Python blocks too (for tests comparing the two;
+        #: and for a mixture of experts routing more experts than the C step takes)
+        self.fused_decode = spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED
         self._step: Any = None
 
     def _fused_step(self) -> Any:
@@ -457,19 +460,22 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
 
 def route(h: NDArray[Any], router: Matrix, moe: MoE) -> Tuple[NDArray[Any], NDArray[Any]]:
     """(experts, weights) of each row of h, each (n, moe.n_used): the experts
-    chosen by the router, most probable first, and the weights of their outputs
-    (llama.cpp's build_moe_ffn with softmax gating)."""
+    chosen by the router, most probable first (the lower index among equals),
+    and the weights of their outputs (llama.cpp's build_moe_ffn with softmax
+    gating).  The probabilities are computed in double, as the fused C step
+    does (csrc/transformer_block.c, route_token)."""
     n = h.shape[0]
     logits = np.empty((n, moe.n_experts), np.float32)
     _mul(np.ascontiguousarray(h), router, logits)
-    logits -= logits.max(axis=1, keepdims=True)
-    probs = np.exp(logits)
+    experts = np.argsort(-logits, axis=1, kind="stable")[:, :moe.n_used]
+    wide = logits.astype(np.float64)
+    wide -= wide.max(axis=1, keepdims=True)
+    probs = np.exp(wide)
     probs /= probs.sum(axis=1, keepdims=True)
-    # the most probable first; among equal probabilities the lower expert
-    experts = np.argsort(-probs, axis=1, kind="stable")[:, :moe.n_used]
-    weights = np.take_along_axis(probs, experts, axis=1)
+    chosen = np.take_along_axis(probs, experts, axis=1)
     if moe.norm_weights:   # llama.cpp clamps the sum at F16's smallest normal
-        weights /= np.maximum(weights.sum(axis=1, keepdims=True), np.float32(6.103515625e-5))
+        chosen /= np.maximum(chosen.sum(axis=1, keepdims=True), 6.103515625e-5)
+    weights = chosen.astype(np.float32)
     if moe.weight_scale != 1.0:
         weights *= np.float32(moe.weight_scale)
     return experts, weights
