@@ -139,7 +139,7 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
         for (int u = 0; u < n_q; u++) {
             const size_t g = (size_t)(g0 + u) * hd;
             float *q = qcopy + g;
-            if (L->q_norm) d->kt->rmsnorm(qsrc + g, L->q_norm, q, hd, m->rms_eps);
+            if (L->q_norm && !m->qk_norm_full) d->kt->rmsnorm(qsrc + g, L->q_norm, q, hd, m->rms_eps);
             else memcpy(q, qsrc + g, (size_t)hd * sizeof(float));
             if (cs) rope_kernel(d->kt, L->rope)(q, cs, cs + hd, L->rope_dims);
             qs[u] = q;
@@ -413,9 +413,13 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
                 kt->add(k, L->k_bias, kv_dim);
                 kt->add(v, L->v_bias, kv_dim);
             }
+            if (L->q_norm && m->qk_norm_full) {   /* over all heads, before the chunks read q */
+                kt->rmsnorm(ROW(s->q, b, q_dim), L->q_norm, ROW(s->q, b, q_dim), q_dim, m->rms_eps);
+                kt->rmsnorm(k, L->k_norm, k, kv_dim, m->rms_eps);
+            }
             for (int h = 0; h < m->n_kv_heads; h++) {
                 float *kh = k + (size_t)h * hd;
-                if (L->k_norm) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
+                if (L->k_norm && !m->qk_norm_full) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
                 if (slot >= 0) {
                     const float *cs = angles_of(d, slot, b);
                     rope_kernel(kt, L->rope)(kh, cs, cs + hd, L->rope_dims);

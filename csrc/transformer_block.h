@@ -32,7 +32,7 @@ enum { INFER_ROPE_NONE = 0, INFER_ROPE_NORM = 1, INFER_ROPE_NEOX = 2 };
 
 typedef struct {
     const float *attn_norm, *ffn_norm;          /* dim */
-    const float *q_norm, *k_norm;               /* head_dim, per head; or NULL */
+    const float *q_norm, *k_norm;               /* head_dim, per head (or q_dim, kv_dim: qk_norm_full); or NULL */
     const float *post_attn_norm, *post_ffn_norm;   /* dim, or NULL */
     const float *q_bias, *k_bias, *v_bias;      /* q_dim, kv_dim, kv_dim; or all NULL */
     /* gate, up, down: with a mixture of experts, every expert's matrix stacked
@@ -49,6 +49,7 @@ typedef struct {
 typedef struct {
     int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size;
     int gelu;                      /* FFN activation: 0 SiLU, 1 GELU (tanh) */
+    int qk_norm_full;              /* q_norm / k_norm span all of q and k (q_dim, kv_dim), not a head */
     float rms_eps;
     float attn_scale;              /* multiplies q.k */
     float attn_softcap;            /* scores -> c tanh(score / c); 0 = off */

@@ -30,6 +30,7 @@ cdef extern from "transformer_block.h" nogil:
     ctypedef struct infer_block_model:
         int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size
         int gelu
+        int qk_norm_full
         float rms_eps, attn_scale, attn_softcap, embd_scale, residual_scale, logit_scale
         float final_softcap
         int n_experts, n_experts_used, expert_norm
@@ -171,6 +172,7 @@ cdef class TransformerDecoder:
         if activation not in ("silu", "gelu_tanh"):
             raise ValueError(f"config.activation: expected 'silu' or 'gelu_tanh', got {activation!r}")
         m.gelu = activation == "gelu_tanh"
+        m.qk_norm_full = bool(getattr(c, "qk_norm_full", False))
         m.rms_eps = _finite(c, "rms_eps", True)
         m.attn_scale = _finite(c, "attn_scale")
         m.attn_softcap = _finite(c, "attn_softcap", True)
@@ -212,8 +214,8 @@ cdef class TransformerDecoder:
             name = f"layers[{i}]"
             L.attn_norm = _decode_vector(layer["attn_norm"], d, self.keep)
             L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
-            L.q_norm = _optional_vector(layer, "q_norm", hd, name, self.keep)
-            L.k_norm = _optional_vector(layer, "k_norm", hd, name, self.keep)
+            L.q_norm = _optional_vector(layer, "q_norm", q_dim if m.qk_norm_full else hd, name, self.keep)
+            L.k_norm = _optional_vector(layer, "k_norm", kv_dim if m.qk_norm_full else hd, name, self.keep)
             L.post_attn_norm = _optional_vector(layer, "post_attn_norm", d, name, self.keep)
             L.post_ffn_norm = _optional_vector(layer, "post_ffn_norm", d, name, self.keep)
             L.q_bias = _optional_vector(layer, "q_bias", q_dim, name, self.keep)

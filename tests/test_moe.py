@@ -1,4 +1,4 @@
-"""Mixtures of experts (qwen3moe, granitemoe) on tiny random-weight files
+"""Mixtures of experts (qwen3moe, granitemoe, olmoe) on tiny random-weight files
 (tests/tiny_models.py: 8 or 16 experts of width 128 or 256, 2 or 4 used; F16,
 Q8_0 and Q4_K experts), against two independent references:
 
@@ -101,17 +101,17 @@ def reference_following(path, tokens, follow, gap):
 @pytest.mark.parametrize("name", NAMES)
 def test_reference_gaps_are_as_chosen(name, tiny_dir):
     """The prompts keep every choice of experts clear of a tie (the test data's
-    premise); and the experts matter: routing without renormalisation moves the
-    logits far from the reference."""
+    premise); and the experts matter: renormalising the weights or not (the
+    other choice than the architecture's) moves the logits far from the reference."""
     t = tm.TINY[name]
     ref = reference(tiny_file(name, tiny_dir))
     logits = ref.forward(tm.prompt(name))
     smallest = min(float(g.min()) for g in ref.gaps.values())
     assert smallest > 0.003, smallest
     assert len(ref.gaps) == t.n_layer
-    unnormed = reference(tiny_file(name, tiny_dir))
-    unnormed.norm_topk = False
-    assert cosines(unnormed.forward(tm.prompt(name)), logits).min() < 0.999
+    other = reference(tiny_file(name, tiny_dir))
+    other.norm_topk = not other.norm_topk
+    assert cosines(other.forward(tm.prompt(name)), logits).min() < 0.999
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -138,7 +138,7 @@ def test_prefill_matches_reference_at_every_position(name, tiny_dir, monkeypatch
 
 
 @pytest.mark.parametrize("python", [False, True], ids=["fused", "python"])
-@pytest.mark.parametrize("name", ["qwen3moe", "granitemoe", "qwen3moe-q4_k"])
+@pytest.mark.parametrize("name", ["qwen3moe", "granitemoe", "olmoe", "qwen3moe-q4_k"])
 def test_decode_matches_prefill_and_reference(name, python, tiny_dir, monkeypatch):
     """One token at a time, through the fused C step (csrc/transformer_block.c,
     moe_ffn) or the Python blocks: the logits of the batched prefill (the same
@@ -165,7 +165,7 @@ def test_decode_matches_prefill_and_reference(name, python, tiny_dir, monkeypatc
 
 
 @pytest.mark.parametrize("python", [False, True], ids=["fused", "python"])
-@pytest.mark.parametrize("name", ["qwen3moe", "granitemoe"])
+@pytest.mark.parametrize("name", ["qwen3moe", "granitemoe", "olmoe"])
 def test_batched_decode_equals_one_at_a_time(name, python, tiny_dir):
     """Engine.forward_batch (what `infer serve` steps) over three conversations
     at different positions, through the fused C step or the Python blocks in one

@@ -59,6 +59,8 @@ class Tiny:
     extra: Dict[str, Any] = field(default_factory=dict)
     qkv_bias: bool = False
     qk_norm: bool = False
+    #: the q/k norms span all heads (q_dim and kv_dim values: olmoe)
+    qk_norm_full: bool = False
     fused_qkv: bool = False
     fused_gate_up: bool = False
     post_norms: bool = False
@@ -147,6 +149,10 @@ TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
                         extra={"embedding_scale": 0.25, "residual_scale": 0.8,
                                "attention.scale": 0.03125, "logit_scale": 8.0,
                                "expert_count": 8, "expert_used_count": 2})),
+    # OLMoE: q/k norms over all heads, weights not renormalised; 16 experts, 4 used.
+    ("olmoe", Tiny("olmoe", 114, n_kv_head=4, qk_norm=True, qk_norm_full=True, tied=False, ffn=128,
+                   n_expert=16, router_gain=MOE_ROUTER_GAIN, prompt_len=MOE_PROMPT_LEN, prompt_seed=52,
+                   extra={"expert_count": 16, "expert_used_count": 4})),
 ]}
 
 
@@ -306,8 +312,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_tensor(p + "attn_k.bias", bias(kv_dim, 1.0))
             w.add_tensor(p + "attn_v.bias", bias(kv_dim))
         if t.qk_norm:
-            w.add_tensor(p + "attn_q_norm.weight", norm(hd))
-            w.add_tensor(p + "attn_k_norm.weight", norm(hd))
+            w.add_tensor(p + "attn_q_norm.weight", norm(q_dim if t.qk_norm_full else hd))
+            w.add_tensor(p + "attn_k_norm.weight", norm(kv_dim if t.qk_norm_full else hd))
         w.add_tensor(p + "attn_output.weight", mat(d, q_dim))
         if t.post_norms:
             w.add_tensor(p + "post_attention_norm.weight", norm(d))

@@ -16,7 +16,8 @@ One block, with every optional piece (each is off by default):
         h = rmsnorm(x, attn_norm)
         q, k, v = h Wq + bq, h Wk + bk, h Wv + bv       (biases: qkv_bias; one
                                                        matrix: fused_qkv)
-        q, k = rmsnorm(q, q_norm), rmsnorm(k, k_norm)  (per head: qk_norm)
+        q, k = rmsnorm(q, q_norm), rmsnorm(k, k_norm)  (per head: qk_norm; over all
+                                                       heads: qk_norm_full)
         rope(q, k)                                    (layers[l].rope; None: NoPE)
         a = attention(q, K, V)   scores * query_scale, soft-capped by attn_softcap,
                                  over the last layers[l].window positions
@@ -192,6 +193,8 @@ class TransformerSpec:
     fused_qkv: bool = False
     #: per-head RMSNorm of q and k, attn_q_norm / attn_k_norm, before RoPE (Qwen3, Gemma 3)
     qk_norm: bool = False
+    #: with qk_norm: one RMSNorm over all of q (q_dim) and of k (kv_dim), not per head (OLMoE)
+    qk_norm_full: bool = False
     #: post_attention_norm on the attention output before the residual add (Gemma 2/3)
     post_attn_norm: bool = False
     #: post_ffw_norm on the FFN output before the residual add (Gemma 2/3)
@@ -235,6 +238,8 @@ class TransformerSpec:
         if self.moe is not None and (self.moe.ffn_dim != self.ffn_dim or self.fused_gate_up):
             raise ValueError(f"moe: ffn_dim {self.ffn_dim} must be the experts' width {self.moe.ffn_dim}, "
                              "and experts have separate gate and up matrices")
+        if self.qk_norm_full and not self.qk_norm:
+            raise ValueError("qk_norm_full: needs qk_norm")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {self.activation!r}")
         if not (math.isfinite(self.rms_eps) and self.rms_eps > 0):

@@ -296,11 +296,14 @@ class TransformerContext(Context):
             s.q += w.q_bias.data
             s.k += w.k_bias.data
             s.v += w.v_bias.data
+        if spec.qk_norm_full and w.q_norm is not None and w.k_norm is not None:   # over all heads
+            K.rmsnorm(s.q, w.q_norm.data, s.q, eps)
+            K.rmsnorm(s.k, w.k_norm.data, s.k, eps)
         q = s.q.reshape(n, spec.n_heads, hd)
         k = s.k.reshape(n, spec.n_kv_heads, hd)
         v = s.v.reshape(n, spec.n_kv_heads, hd)
         att = s.att.reshape(q.shape)
-        if w.q_norm is not None and w.k_norm is not None:  # per head
+        if w.q_norm is not None and w.k_norm is not None and not spec.qk_norm_full:  # per head
             K.rmsnorm(q, w.q_norm.data, q, eps)
             K.rmsnorm(k, w.k_norm.data, k, eps)
         rope = layer.rope

@@ -245,7 +245,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             L.q_bias, L.k_bias, L.v_bias = (v("attn_q", q_dim, "bias"), v("attn_k", kv_dim, "bias"),
                                             v("attn_v", kv_dim, "bias"))
         if spec.qk_norm:
-            L.q_norm, L.k_norm = v("attn_q_norm", hd), v("attn_k_norm", hd)
+            full = spec.qk_norm_full
+            L.q_norm, L.k_norm = v("attn_q_norm", q_dim if full else hd), v("attn_k_norm", kv_dim if full else hd)
         if spec.post_attn_norm:
             L.post_attn_norm = v("post_attention_norm", d)
         if spec.post_ffn_norm:

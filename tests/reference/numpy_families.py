@@ -375,13 +375,27 @@ class Qwen3MoE(Experts, Qwen3):
     """Qwen 3's attention; experts renormalised (norm_topk_prob = true)."""
 
 
+class OLMoE(Experts, Transformer):
+    """NEOX RoPE; RMSNorm over all of q and all of k (HF OlmoeAttention's q_norm /
+    k_norm of hidden_size and kv width) before the heads are split; expert
+    weights not renormalised (norm_topk_prob = false)."""
+    neox = True
+    norm_topk = False
+
+    def qkv(self, i, h):
+        q, k, v = super().qkv(i, h)
+        return (self.rmsnorm(q, self.t[f"blk.{i}.attn_q_norm.weight"]),
+                self.rmsnorm(k, self.t[f"blk.{i}.attn_k_norm.weight"]), v)
+
+
 class GraniteMoE(Experts, Granite):
     """Granite's multipliers; experts renormalised (GraniteMoeTopKGating divides
     the softmax of the top-k logits, which is the same thing)."""
 
 
 FAMILIES = {"llama": Llama, "qwen2": Qwen2, "qwen3": Qwen3, "phi3": Phi3, "gemma2": Gemma2,
-            "smollm3": SmolLM3, "granite": Granite, "qwen3moe": Qwen3MoE, "granitemoe": GraniteMoE}
+            "smollm3": SmolLM3, "granite": Granite, "qwen3moe": Qwen3MoE, "granitemoe": GraniteMoE,
+            "olmoe": OLMoE}
 
 
 def reference(path: str, n_ctx: int = 0) -> Transformer:
