@@ -325,6 +325,22 @@ static void moe_ffn(decode_ctx *d, infer_decode_team *team, const infer_block_la
             d->kt->add(h, out, dim);
         }
     }
+    if (m->shared_ffn_dim > 0) {   /* the shared expert, gated per token */
+        const int sh = m->shared_ffn_dim;
+        j->mats[0] = &L->shexp_gate; j->mats[1] = &L->shexp_up;
+        j->outs[0] = s->gate; j->out_stride[0] = sh;
+        run_matrix_job_of(d, team, INFER_JOB_GATE_UP, s->moe_in, dim, 2, &L->shexp_down, B);
+        j->mats[0] = &L->shexp_down; j->outs[0] = s->moe_out; j->out_stride[0] = dim;
+        run_matrix_job_of(d, team, INFER_JOB_MATMUL, s->gate, sh, 1, NULL, B);
+        for (int b = 0; b < B; b++) {
+            const float *x = ROW(s->moe_in, b, dim);
+            double logit = 0.0;
+            for (int i = 0; i < dim; i++) logit += (double)x[i] * (double)L->shexp_gate_inp[i];
+            float *out = ROW(s->moe_out, b, dim);
+            d->kt->scale(out, (float)(1.0 / (1.0 + exp(-logit))), dim);
+            d->kt->add(ROW(s->h, b, dim), out, dim);
+        }
+    }
 }
 
 /* s->att from the attention parts in s->gate (outputs) and s->up (max, sum per
@@ -493,6 +509,7 @@ int infer_block_check_model(const infer_block_model *m) {
                                      !(m->expert_scale == m->expert_scale) || isinf(m->expert_scale))))
         return -2;
     const int64_t stacks = moe ? m->n_experts : 1;
+    if (m->shared_ffn_dim < 0 || (m->shared_ffn_dim > 0 && !moe)) return -2;
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
         if (!L->attn_norm || !L->ffn_norm || !!L->q_norm != !!L->k_norm ||
@@ -507,6 +524,10 @@ int infer_block_check_model(const infer_block_model *m) {
             !shape_ok(&L->down, stacks * m->dim, m->ffn_dim) ||
             (moe && !shape_ok(&L->router, m->n_experts, m->dim)))
             return -2;
+        if (m->shared_ffn_dim > 0 &&
+            (!L->shexp_gate_inp || !shape_ok(&L->shexp_gate, m->shared_ffn_dim, m->dim) ||
+             !shape_ok(&L->shexp_up, m->shared_ffn_dim, m->dim) || !shape_ok(&L->shexp_down, m->dim, m->shared_ffn_dim)))
+            return -2;
     }
     const infer_kernel_table *kt = infer_kernels();
     if (!kt->rmsnorm || !kt->silu_mul || !kt->gelu_mul || !kt->add || !kt->scale || !kt->rope_norm ||
@@ -519,6 +540,9 @@ int infer_block_check_model(const infer_block_model *m) {
         for (int i = 0; i < 7; i++)
             if (!matrix_ok(kt, all[i])) return -1;
         if (m->n_experts > 0 && !matrix_ok(kt, &L->router)) return -1;
+        if (m->shared_ffn_dim > 0 && (!matrix_ok(kt, &L->shexp_gate) || !matrix_ok(kt, &L->shexp_up) ||
+                                      !matrix_ok(kt, &L->shexp_down)))
+            return -1;
     }
     return 0;
 }

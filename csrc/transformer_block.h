@@ -39,6 +39,9 @@ typedef struct {
      * (expert e: rows e * ffn_dim.. of gate and up, e * dim.. of down) */
     infer_decode_matrix wq, wk, wv, wo, gate, up, down;
     infer_decode_matrix router;    /* n_experts x dim (a mixture of experts; else unused) */
+    /* the shared expert (shared_ffn_dim > 0): its FFN and the F32 vector (dim) of its gate */
+    infer_decode_matrix shexp_gate, shexp_up, shexp_down;
+    const float *shexp_gate_inp;
     int rope;                      /* INFER_ROPE_* */
     int rope_dims;                 /* rotated elements of a head (even, <= head_dim) */
     const double *rope_inv_freq;   /* rope_dims / 2 frequencies (infer_rope_inv_freq) */
@@ -61,6 +64,8 @@ typedef struct {
      * expert_norm, times expert_scale */
     int n_experts, n_experts_used, expert_norm;
     float expert_scale;
+    /* a shared expert of this width on every token, times sigmoid(h . shexp_gate_inp); 0: none */
+    int shared_ffn_dim;
     const infer_block_layer *layers;   /* n_layers of them */
     infer_decode_matrix embd, output;
     const float *output_norm;
@@ -82,11 +87,11 @@ typedef struct {
     float *x, *h;               /* max_batch x dim */
     float *q, *att;             /* max_batch x q_dim */
     float *k, *v;               /* max_batch x kv_dim */
-    float *gate, *up;           /* max_batch x ffn_dim */
+    float *gate, *up;           /* max_batch x max(ffn_dim, shared_ffn_dim) */
     float *rope_cs;             /* 2 angle slots x max_batch x 2 x head_dim (cos, sin) */
     float *probs;               /* max_batch x n_experts (a mixture of experts; else unused) */
     float *moe_in, *moe_rows, *moe_out;   /* max_batch x dim each (likewise) */
-    uint8_t *xq[3];             /* each infer_decode_act_bytes(max(dim, ffn_dim, q_dim), max_batch) */
+    uint8_t *xq[3];             /* each infer_decode_act_bytes(max(dim, ffn_dim, q_dim, shared_ffn_dim), max_batch) */
 } infer_block_scratch;
 
 /* Decode seqs[i].token at seqs[i].pos for every i < n_seqs (distinct caches),

@@ -22,6 +22,8 @@ cdef extern from "transformer_block.h" nogil:
         const float *v_bias
         infer_decode_matrix wq, wk, wv, wo, gate, up, down
         infer_decode_matrix router
+        infer_decode_matrix shexp_gate, shexp_up, shexp_down
+        const float *shexp_gate_inp
         int rope
         int rope_dims
         const double *rope_inv_freq
@@ -35,6 +37,7 @@ cdef extern from "transformer_block.h" nogil:
         float final_softcap
         int n_experts, n_experts_used, expert_norm
         float expert_scale
+        int shared_ffn_dim
         const infer_block_layer *layers
         infer_decode_matrix embd, output
         const float *output_norm
@@ -182,6 +185,7 @@ cdef class TransformerDecoder:
         m.logit_scale = _finite(c, "logit_scale")
         moe = getattr(c, "moe", None)
         m.n_experts = 0
+        m.shared_ffn_dim = 0
         if moe is not None:
             m.n_experts = _positive_int(moe, "n_experts")
             m.n_experts_used = _positive_int(moe, "n_used")
@@ -192,6 +196,10 @@ cdef class TransformerDecoder:
                 raise ValueError(f"config.moe.gating: only 'softmax', got {moe.gating!r}")
             m.expert_norm = bool(getattr(moe, "norm_weights"))
             m.expert_scale = _finite(moe, "weight_scale")
+            shared = getattr(moe, "shared_ffn_dim", 0)
+            if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared <= _INT_LIMIT:
+                raise ValueError(f"config.moe.shared_ffn_dim: expected an integer in [0, 2**31 - 1], got {shared!r}")
+            m.shared_ffn_dim = shared
         if not 1 <= max_batch <= INFER_BLOCK_MAX_BATCH:
             raise ValueError(f"max_batch: must be in [1, {INFER_BLOCK_MAX_BATCH}], got {max_batch}")
         if len(layers) != m.n_layers:
@@ -235,6 +243,12 @@ cdef class TransformerDecoder:
             L.down = _shaped_matrix(layer["down"], stacks * d, ffn, f"{name}.down", self.keep)
             if m.n_experts:
                 L.router = _shaped_matrix(layer["router"], m.n_experts, d, f"{name}.router", self.keep)
+            if m.shared_ffn_dim:
+                sh = m.shared_ffn_dim
+                L.shexp_gate = _shaped_matrix(layer["shexp_gate"], sh, d, f"{name}.shexp_gate", self.keep)
+                L.shexp_up = _shaped_matrix(layer["shexp_up"], sh, d, f"{name}.shexp_up", self.keep)
+                L.shexp_down = _shaped_matrix(layer["shexp_down"], d, sh, f"{name}.shexp_down", self.keep)
+                L.shexp_gate_inp = _decode_vector(layer["shexp_gate_inp"], d, self.keep)
             window = layer.get("window", 0)
             if not 0 <= window <= _INT_LIMIT:
                 raise ValueError(f"{name}.window: must be in [0, 2**31 - 1], got {window}")
@@ -286,8 +300,8 @@ cdef class TransformerDecoder:
         self.s.att = _decode_buffer(np.zeros(B * q_dim, f32), self.keep)
         self.s.k = _decode_buffer(np.zeros(B * kv_dim, f32), self.keep)
         self.s.v = _decode_buffer(np.zeros(B * kv_dim, f32), self.keep)
-        self.s.gate = _decode_buffer(np.zeros(B * ffn, f32), self.keep)
-        self.s.up = _decode_buffer(np.zeros(B * ffn, f32), self.keep)
+        self.s.gate = _decode_buffer(np.zeros(B * max(ffn, m.shared_ffn_dim), f32), self.keep)
+        self.s.up = _decode_buffer(np.zeros(B * max(ffn, m.shared_ffn_dim), f32), self.keep)
         self.s.rope_cs = _decode_buffer(np.zeros(2 * B * 2 * hd, f32), self.keep)
         if m.n_experts:
             self.s.probs = _decode_buffer(np.zeros(B * m.n_experts, f32), self.keep)
@@ -295,7 +309,7 @@ cdef class TransformerDecoder:
             self.s.moe_rows = _decode_buffer(np.zeros(B * d, f32), self.keep)
             self.s.moe_out = _decode_buffer(np.zeros(B * d, f32), self.keep)
         cdef uint8_t[::1] xq
-        widest = max(d, ffn, q_dim)
+        widest = max(d, ffn, q_dim, m.shared_ffn_dim)
         for i in range(3):
             buf = np.zeros(infer_decode_act_bytes(widest, B), np.uint8)
             xq = buf

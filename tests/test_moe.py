@@ -1,4 +1,4 @@
-"""Mixtures of experts (qwen3moe, granitemoe, olmoe) on tiny random-weight files
+"""Mixtures of experts (qwen3moe, granitemoe, olmoe, qwen2moe) on tiny random-weight files
 (tests/tiny_models.py: 8 or 16 experts of width 128 or 256, 2 or 4 used; F16,
 Q8_0 and Q4_K experts), against two independent references:
 
@@ -138,7 +138,7 @@ def test_prefill_matches_reference_at_every_position(name, tiny_dir, monkeypatch
 
 
 @pytest.mark.parametrize("python", [False, True], ids=["fused", "python"])
-@pytest.mark.parametrize("name", ["qwen3moe", "granitemoe", "olmoe", "qwen3moe-q4_k"])
+@pytest.mark.parametrize("name", ["qwen3moe", "granitemoe", "olmoe", "qwen2moe", "qwen3moe-q4_k"])
 def test_decode_matches_prefill_and_reference(name, python, tiny_dir, monkeypatch):
     """One token at a time, through the fused C step (csrc/transformer_block.c,
     moe_ffn) or the Python blocks: the logits of the batched prefill (the same
@@ -165,7 +165,7 @@ def test_decode_matches_prefill_and_reference(name, python, tiny_dir, monkeypatc
 
 
 @pytest.mark.parametrize("python", [False, True], ids=["fused", "python"])
-@pytest.mark.parametrize("name", ["qwen3moe", "granitemoe", "olmoe"])
+@pytest.mark.parametrize("name", ["qwen3moe", "granitemoe", "olmoe", "qwen2moe"])
 def test_batched_decode_equals_one_at_a_time(name, python, tiny_dir):
     """Engine.forward_batch (what `infer serve` steps) over three conversations
     at different positions, through the fused C step or the Python blocks in one
@@ -416,3 +416,15 @@ def test_the_fused_step_refuses_too_many_experts_used(tiny_dir):
         with model.engine.running():
             with pytest.raises(NotImplementedError, match="at most"):
                 model.engine.fused_step(dataclasses.replace(spec, moe=many))
+
+
+def test_a_missing_shared_expert_is_named(tmp_path):
+    """qwen2moe's shared expert is part of its maths: a file without it (or with
+    a gate vector of the wrong size) is refused, naming the tensor."""
+    import dataclasses
+
+    t = dataclasses.replace(tm.TINY["qwen2moe"], extra={**tm.TINY["qwen2moe"].extra,
+                                                         "expert_shared_feed_forward_length": 128})
+    path = tm.write("qwen2moe", str(tmp_path / "shexp.gguf"), t)
+    with pytest.raises(GGUFError, match=r"blk\.0\.ffn_gate_shexp\.weight: expected shape \(128, 256\)"):
+        infer.load(path)

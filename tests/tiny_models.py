@@ -81,6 +81,8 @@ class Tiny:
     #: the experts' tensor type: "f16", "q8_0" (gguf.quants.quantize) or "q4_k"
     #: (infer's quantizer: the gguf package has none for it)
     expert_type: str = "f16"
+    #: a shared expert of this width (qwen2moe's ffn_*_shexp and its gate vector)
+    shared_ffn: int = 0
     #: the prompt's seed (None: 1000 + seed); chosen for the mixtures of experts so
     #: that every position's choice of experts is clear (tests/test_moe.py)
     prompt_seed: Optional[int] = None
@@ -153,6 +155,13 @@ TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
     ("olmoe", Tiny("olmoe", 114, n_kv_head=4, qk_norm=True, qk_norm_full=True, tied=False, ffn=128,
                    n_expert=16, router_gain=MOE_ROUTER_GAIN, prompt_len=MOE_PROMPT_LEN, prompt_seed=52,
                    extra={"expert_count": 16, "expert_used_count": 4})),
+    # Qwen 2 MoE: q/k/v biases, weights not renormalised, a sigmoid-gated shared
+    # expert of width 256 beside 8 experts of width 128, 2 used.
+    ("qwen2moe", Tiny("qwen2moe", 115, qkv_bias=True, eps=1e-6, pre="qwen2", tied=False, ffn=128,
+                      n_expert=8, shared_ffn=256, router_gain=MOE_ROUTER_GAIN, prompt_len=MOE_PROMPT_LEN,
+                      prompt_seed=50,
+                      extra={"rope.freq_base": 1000000.0, "expert_count": 8, "expert_used_count": 2,
+                             "expert_feed_forward_length": 128, "expert_shared_feed_forward_length": 256})),
 ]}
 
 
@@ -329,6 +338,12 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
                 else:
                     qtype = gguf.GGMLQuantizationType[t.expert_type.upper()]
                     w.add_tensor(p + f"ffn_{part}_exps.weight", quantize(stacked, t.expert_type), raw_dtype=qtype)
+            if t.shared_ffn:
+                shexp_gate = (rng.standard_normal(d) / math.sqrt(d)).astype(np.float32)
+                w.add_tensor(p + "ffn_gate_inp_shexp.weight", shexp_gate)
+                w.add_tensor(p + "ffn_gate_shexp.weight", mat(t.shared_ffn, d))
+                w.add_tensor(p + "ffn_up_shexp.weight", mat(t.shared_ffn, d))
+                w.add_tensor(p + "ffn_down_shexp.weight", mat(d, t.shared_ffn))
         elif t.fused_gate_up:
             w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(t.ffn, d), mat(t.ffn, d)]))
         else:

@@ -75,6 +75,9 @@ class Experts:
     norm_weights: bool
     #: the key of one expert's FFN width; None: feed_forward_length (granitemoe)
     width_key: Optional[str] = "expert_feed_forward_length"
+    #: a sigmoid-gated shared expert of width expert_shared_feed_forward_length
+    #: (default: feed_forward_length, as llama.cpp's qwen2moe)
+    shared: bool = False
 
 
 def read_experts(hp: HParams, ffn_dim: int, experts: Experts) -> MoE:
@@ -89,7 +92,9 @@ def read_experts(hp: HParams, ffn_dim: int, experts: Experts) -> MoE:
             f"{hp.key('expert_used_count')} in [1, {hp.key('expert_count')}], got {n_experts} and {n_used}",
             [hp.key("expert_count"), hp.key("expert_used_count")])
     width = ffn_dim if experts.width_key is None else hp.integer(experts.width_key, max(ffn_dim // n_used, 1))
-    return MoE(n_experts=n_experts, n_used=n_used, ffn_dim=width, norm_weights=experts.norm_weights)
+    shared = hp.integer("expert_shared_feed_forward_length", ffn_dim) if experts.shared else 0
+    return MoE(n_experts=n_experts, n_used=n_used, ffn_dim=width, norm_weights=experts.norm_weights,
+               shared_ffn_dim=shared)
 
 
 def llama_shaped(gguf_file: Any, layout: str = "norm", default_eps: float = 1e-5,

@@ -138,6 +138,9 @@ class MoE:
     gating: str = "softmax"
     norm_weights: bool = True
     weight_scale: float = 1.0
+    #: width of a shared expert every token also runs (ffn_{gate,up,down}_shexp),
+    #: its output times sigmoid(h . ffn_gate_inp_shexp) (Qwen 2 MoE); 0: none
+    shared_ffn_dim: int = 0
 
     def __post_init__(self) -> None:
         for name in ("n_experts", "n_used", "ffn_dim"):
@@ -150,6 +153,9 @@ class MoE:
             raise ValueError(f"moe n_used: {self.n_used} experts used of {self.n_experts}")
         if self.gating not in GATINGS:
             raise ValueError(f"moe gating: expected one of {GATINGS}, got {self.gating!r}")
+        if isinstance(self.shared_ffn_dim, bool) or not isinstance(self.shared_ffn_dim, int) \
+                or not 0 <= self.shared_ffn_dim <= 2**31 - 1:
+            raise ValueError(f"moe shared_ffn_dim: must be an integer in [0, 2**31 - 1], got {self.shared_ffn_dim!r}")
         if not (math.isfinite(self.weight_scale) and self.weight_scale > 0):
             raise ValueError(f"moe weight_scale: must be a finite number > 0, got {self.weight_scale}")
 

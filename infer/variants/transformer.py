@@ -195,6 +195,10 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
             up=L.w_up.as_tuple(), down=L.w_down.as_tuple(), window=ls.window, rope=None)
         if L.router is not None:
             layer["router"] = L.router.as_tuple()
+        if L.shared_gate is not None and L.shared_up is not None and L.shared_down is not None \
+                and L.shared_gate_inp is not None:
+            layer.update(shexp_gate=L.shared_gate.as_tuple(), shexp_up=L.shared_up.as_tuple(),
+                         shexp_down=L.shared_down.as_tuple(), shexp_gate_inp=L.shared_gate_inp.data)
         for name in ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "q_bias", "k_bias", "v_bias"):
             vec = getattr(L, name)
             if vec is not None:
@@ -363,6 +367,18 @@ class TransformerContext(Context):
             out *= weights.reshape(-1)[picks, None]
             # a row is routed to an expert at most once, so rows are distinct here
             s.h2[rows] += out
+        if w.shared_gate is not None and w.shared_up is not None and w.shared_down is not None \
+                and w.shared_gate_inp is not None:
+            # the shared expert on every row, times sigmoid(h . gate_inp) (in double,
+            # as the fused C step computes it)
+            gate, up, out = s.shared_gate, s.shared_up, s.h1_out
+            xq = _mul(s.h1, w.shared_gate, gate)
+            _mul(s.h1, w.shared_up, up, xq)
+            self._glu(gate, up)
+            _mul(gate, w.shared_down, out)
+            logit = s.h1.astype(np.float64) @ w.shared_gate_inp.data.astype(np.float64)
+            out *= (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)[:, None]
+            s.h2 += out
 
     def _residual(self, s: "_Scratch", post_norm: Any) -> None:
         """x += (post_norm(h2)) * residual_scale: the end of a block half."""
@@ -515,6 +531,9 @@ class _Scratch:
         self.up = np.zeros((n, spec.ffn_dim), f)
         #: one expert's output rows (a mixture of experts sums them into h2)
         self.h1_out = np.zeros((n, spec.dim), f) if spec.moe is not None else self.h2
+        shared = spec.moe.shared_ffn_dim if spec.moe is not None else 0
+        self.shared_gate = np.zeros((n, shared), f)
+        self.shared_up = np.zeros((n, shared), f)
         self._act: Dict[Tuple[int, int], NDArray[Any]] = {}
 
     def mul(self, x: NDArray[Any], *pairs: Tuple[Matrix, NDArray[Any]]) -> None:

@@ -104,11 +104,12 @@ def repack_weights(w: "ModelWeights", release: Optional[Callable[[Any], None]] =
     are looked up one at a time); a tied head gets its own repacked copy.  The
     copies share one block of memory on huge pages where the OS offers them
     (`infer.arena`)."""
-    matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+    matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "shared_gate", "shared_up", "shared_down")
     # an expert of a stacked matrix is cut out of it by rows: repacked only if
     # each expert's rows are whole 16-row groups (the router stays as it is)
     groups = {"w_gate": w.expert_rows[0], "w_up": w.expert_rows[0], "w_down": w.expert_rows[1]}
-    todo = [(w.output, 0)] + [(getattr(layer, k), groups.get(k, 0)) for layer in w.layers for k in matrices]
+    todo = [(w.output, 0)] + [(getattr(layer, k), groups.get(k, 0)) for layer in w.layers for k in matrices
+                              if getattr(layer, k) is not None]
     arena = Arena(Arena.size_of([m.data.shape for m, g in todo if m.repackable(g)]))
 
     def fast(m: Matrix, group: int = 0) -> Matrix:
@@ -118,7 +119,7 @@ def repack_weights(w: "ModelWeights", release: Optional[Callable[[Any], None]] =
         return r
 
     layers = [dataclasses.replace(layer, **{k: fast(getattr(layer, k), groups.get(k, 0))  # type: ignore[arg-type]
-                                            for k in matrices})
+                                            for k in matrices if getattr(layer, k) is not None})
               for layer in w.layers]
     return ModelWeights(token_embd=w.token_embd, output_norm=w.output_norm,
                         output=fast(w.output), layers=layers, expert_rows=w.expert_rows)
@@ -155,6 +156,11 @@ class LayerWeights:
     w_down: Matrix
     #: ffn_gate_inp (n_experts, dim) of a mixture of experts
     router: Optional[Matrix] = None
+    #: a shared expert (MoE.shared_ffn_dim) and the vector of its sigmoid gate
+    shared_gate: Optional[Matrix] = None
+    shared_up: Optional[Matrix] = None
+    shared_down: Optional[Matrix] = None
+    shared_gate_inp: Optional[Vector] = None
     q_bias: Optional[Vector] = None
     k_bias: Optional[Vector] = None
     v_bias: Optional[Vector] = None
@@ -229,6 +235,10 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             router = m("ffn_gate_inp", n_exp, d)
             w_gate, w_up = m("ffn_gate_exps", ffn, d, experts=n_exp), m("ffn_up_exps", ffn, d, experts=n_exp)
             w_down = m("ffn_down_exps", d, ffn, experts=n_exp)
+            sh = spec.moe.shared_ffn_dim
+            if sh:
+                shared = (m("ffn_gate_shexp", sh, d), m("ffn_up_shexp", sh, d), m("ffn_down_shexp", d, sh),
+                          v("ffn_gate_inp_shexp", d))
         elif spec.fused_gate_up:  # the gate is the first half of ffn_up's output
             gate_up = m("ffn_up", 2 * ffn, d)
             w_gate, w_up = gate_up.row_slice(0, ffn), gate_up.row_slice(ffn, 2 * ffn)
@@ -239,6 +249,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         L = LayerWeights(
             attn_norm=v("attn_norm", d), wq=wq, wk=wk, wv=wv, wo=m("attn_output", d, q_dim),
             ffn_norm=v("ffn_norm", d), w_gate=w_gate, w_up=w_up, w_down=w_down, router=router)
+        if spec.moe is not None and spec.moe.shared_ffn_dim:
+            L.shared_gate, L.shared_up, L.shared_down, L.shared_gate_inp = shared
         if spec.qkv_bias:
             if spec.fused_qkv:
                 raise GGUFError("a fused attn_qkv with biases is not supported")

@@ -388,6 +388,21 @@ class OLMoE(Experts, Transformer):
                 self.rmsnorm(k, self.t[f"blk.{i}.attn_k_norm.weight"]), v)
 
 
+class Qwen2MoE(Experts, Qwen2):
+    """Qwen 2's attention; experts not renormalised (norm_topk_prob = false), and
+    HF Qwen2MoeSparseMoeBlock's shared expert: its SwiGLU output times
+    sigmoid(h . shared_expert_gate) added to the routed sum."""
+    norm_topk = False
+
+    def ffn(self, i, h):
+        p = f"blk.{i}."
+        g = h @ self.t[p + "ffn_gate_shexp.weight"].T
+        u = h @ self.t[p + "ffn_up_shexp.weight"].T
+        shared = (g / (1.0 + np.exp(-g)) * u) @ self.t[p + "ffn_down_shexp.weight"].T
+        gate = 1.0 / (1.0 + np.exp(-(h @ self.t[p + "ffn_gate_inp_shexp.weight"])))
+        return super().ffn(i, h) + gate[:, None] * shared
+
+
 class GraniteMoE(Experts, Granite):
     """Granite's multipliers; experts renormalised (GraniteMoeTopKGating divides
     the softmax of the top-k logits, which is the same thing)."""
@@ -395,7 +410,7 @@ class GraniteMoE(Experts, Granite):
 
 FAMILIES = {"llama": Llama, "qwen2": Qwen2, "qwen3": Qwen3, "phi3": Phi3, "gemma2": Gemma2,
             "smollm3": SmolLM3, "granite": Granite, "qwen3moe": Qwen3MoE, "granitemoe": GraniteMoE,
-            "olmoe": OLMoE}
+            "olmoe": OLMoE, "qwen2moe": Qwen2MoE}
 
 
 def reference(path: str, n_ctx: int = 0) -> Transformer:
