@@ -9,8 +9,9 @@
  * costs one Python call and one thread-pool run instead of hundreds.
  *
  * Every optional piece of the spec is a NULL pointer or a 0 here: biases,
- * per-head q/k norms, post norms, RoPE (per layer: none, adjacent pairs or
- * halves, with its own frequencies), sliding windows, soft-capping, scales.
+ * q/k norms (per head, before or after RoPE, or over the whole projection),
+ * pre and post norms, RoPE (per layer: none, adjacent pairs or halves, with its
+ * own frequencies), sliding windows, soft-capping, scales.
  */
 #ifndef INFER_TRANSFORMER_BLOCK_H
 #define INFER_TRANSFORMER_BLOCK_H
@@ -31,8 +32,9 @@ enum { INFER_ROPE_NONE = 0, INFER_ROPE_NORM = 1, INFER_ROPE_NEOX = 2 };
 #define INFER_BLOCK_MAX_EXPERTS_USED 64
 
 typedef struct {
-    const float *attn_norm, *ffn_norm;          /* dim */
-    const float *q_norm, *k_norm;               /* head_dim, per head (or q_dim, kv_dim: qk_norm_full); or NULL */
+    const float *attn_norm, *ffn_norm;          /* dim; both NULL: no pre-norms (the halves read x) */
+    const float *q_norm, *k_norm;               /* head_dim, per head (q_dim and kv_dim with
+                                                   qk_norm_whole); or NULL */
     const float *post_attn_norm, *post_ffn_norm;   /* dim, or NULL */
     const float *q_bias, *k_bias, *v_bias;      /* q_dim, kv_dim, kv_dim; or all NULL */
     /* gate, up, down: with a mixture of experts, every expert's matrix stacked
@@ -52,7 +54,6 @@ typedef struct {
 typedef struct {
     int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size;
     int gelu;                      /* FFN activation: 0 SiLU, 1 GELU (tanh) */
-    int qk_norm_full;              /* q_norm / k_norm span all of q and k (q_dim, kv_dim), not a head */
     float rms_eps;
     float attn_scale;              /* multiplies q.k */
     float attn_softcap;            /* scores -> c tanh(score / c); 0 = off */
@@ -69,6 +70,8 @@ typedef struct {
     const infer_block_layer *layers;   /* n_layers of them */
     infer_decode_matrix embd, output;
     const float *output_norm;
+    int qk_norm_whole;             /* 1: q_norm / k_norm span all of q / k (OLMo 2), 0: one head */
+    int qk_norm_after_rope;        /* 1: the per-head q/k norms follow RoPE (Hunyuan), 0: precede it */
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */

@@ -351,7 +351,8 @@ def create_chat_completion(
         chat_template_kwargs: Optional[dict[str, Any]] = None, user: Optional[str] = None,
         metadata: Optional[dict[str, str]] = None, store: Optional[bool] = None,
         service_tier: Optional[str] = None, prompt_cache_key: Optional[str] = None,
-        safety_identifier: Optional[str] = None,
+        safety_identifier: Optional[str] = None, grammar: Optional[str] = None,
+        json_schema: Optional[dict[str, Any]] = None,
         context: Any = None, model_name: Optional[str] = None) -> Any:
     """OpenAI's ``POST /v1/chat/completions`` on a loaded model.
 
@@ -364,7 +365,8 @@ def create_chat_completion(
     False}``), as llama-server takes them.  ``user``, ``metadata``, ``store``,
     ``service_tier``, ``prompt_cache_key`` and ``safety_identifier`` label, log or
     route a request at OpenAI and change nothing in the reply: they are checked and
-    not used (nothing is stored), as llama-server ignores them.
+    not used (nothing is stored), as llama-server ignores them.  llama-server's
+    ``grammar`` (GBNF) or ``json_schema`` constrains the reply, as ``response_format`` does.
     """
     from .chat import ChatSession
     from .chat.template import TEMPLATE_VARIABLES
@@ -377,7 +379,17 @@ def create_chat_completion(
             raise InvalidRequestError("give max_tokens or max_completion_tokens, not both", "max_completion_tokens")
         max_tokens = max_completion_tokens
     top = _check_structured(response_format, logprobs, top_logprobs)
+    constraint: Any = response_format
+    extra_grammar = _completion_grammar(grammar, json_schema)
+    if extra_grammar is not None:
+        if response_format is not None:
+            raise InvalidRequestError("give response_format or llama-server's grammar / json_schema, not both",
+                                      "grammar" if grammar is not None else "json_schema")
+        constraint = extra_grammar  # a compiled Grammar: ChatSession takes it as a response_format
     forced = tool_choice if tool_choice == "required" or isinstance(tool_choice, dict) else None
+    if extra_grammar is not None and forced is not None:  # the forced call has a grammar of its own
+        raise InvalidRequestError("a forced tool_choice and llama-server's grammar / json_schema: give one",
+                                  "grammar" if grammar is not None else "json_schema")
     stops = _check_stop(stop)
     n = int(_check_optional_int("n", n, 1, 16) or 1)
     stream = _check_bool("stream", stream)
@@ -407,7 +419,7 @@ def create_chat_completion(
         session.history = msgs
         try:
             items: Iterator[Any] = session.stream(None, max_tokens=max_tokens, stop=stops, show_thinking=True,
-                                                  response_format=response_format, tool_choice=forced,
+                                                  response_format=constraint, tool_choice=forced,
                                                   logprobs=top)
         except (TypeError, ValueError) as exc:
             if isinstance(exc, (InvalidRequestError, ContextOverflowError)):

@@ -127,6 +127,11 @@ class Generation:
         #: with logprobs=k: one OpenAI ``logprobs.content`` entry per token (a final
         #: end-of-turn token excluded), {"token", "logprob", "bytes", "top_logprobs"}
         self.logprobs: Optional[List[dict[str, Any]]] = [] if logprobs is not None else None
+        #: with logprobs=k: the sampler's `TokenLogprob` of every sampled token (ids, and
+        #: the end-of-turn token too), for callers that report ids (llama-server's n_probs)
+        self.token_logprobs: Optional[List[Any]] = [] if logprobs is not None else None
+        #: the stop string that ended generation (finish_reason "stop" by a string), else None
+        self.stop_string: Optional[str] = None
         self._top = logprobs
         self._constraint = constraint
         #: tokens at the end of a "length" cut whose bytes stop inside a character
@@ -171,6 +176,8 @@ class Generation:
             token, lp = _sample_next(ctx, self._top, self._constraint)
             held = ctx.n_past
             self.tokens.append(token)
+            if self.token_logprobs is not None:
+                self.token_logprobs.append(lp)
             if token in self.stop_ids:
                 reason = "stop"
                 break
@@ -180,6 +187,7 @@ class Generation:
             if self.stop:
                 hit = _first_stop(pending, self.stop)
                 if hit is not None:
+                    self.stop_string = _stop_at(pending, hit, self.stop)
                     pending = pending[:hit]
                     reason = "stop"
                     break
@@ -195,6 +203,7 @@ class Generation:
             if self.stop:
                 hit = _first_stop(pending, self.stop)
                 if hit is not None:
+                    self.stop_string = _stop_at(pending, hit, self.stop)
                     pending, reason = pending[:hit], "stop"
         self.finish_reason = reason
         if pending:
@@ -242,6 +251,11 @@ def _token_bytes(tokenizer: Any, token: int) -> bytes:
 def _first_stop(text: str, stops: Sequence[str]) -> Optional[int]:
     hits = [i for i in (text.find(s) for s in stops) if i >= 0]
     return min(hits) if hits else None
+
+
+def _stop_at(text: str, at: int, stops: Sequence[str]) -> str:
+    """The stop string `_first_stop` found at ``at`` (the first listed of those starting there)."""
+    return next(s for s in stops if text.startswith(s, at))
 
 
 def _prefill_reusing_prefix(ctx: Context, ids: Sequence[int]) -> None:

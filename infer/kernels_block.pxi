@@ -32,7 +32,6 @@ cdef extern from "transformer_block.h" nogil:
     ctypedef struct infer_block_model:
         int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size
         int gelu
-        int qk_norm_full
         float rms_eps, attn_scale, attn_softcap, embd_scale, residual_scale, logit_scale
         float final_softcap
         int n_experts, n_experts_used, expert_norm
@@ -41,6 +40,8 @@ cdef extern from "transformer_block.h" nogil:
         const infer_block_layer *layers
         infer_decode_matrix embd, output
         const float *output_norm
+        int qk_norm_whole
+        int qk_norm_after_rope
     ctypedef struct infer_block_seq:
         int n_ctx
         int kv_f16
@@ -120,14 +121,19 @@ cdef class TransformerDecoder:
     config: an object with the sizes dim, n_layers, n_heads, n_kv_heads, head_dim,
     ffn_dim, vocab_size and rms_eps, activation ("silu" or "gelu_tanh"),
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
-    logit_scale, and moe (None, or an object with n_experts, n_used, gating
-    "softmax", norm_weights and weight_scale: infer.variants.spec.MoE)
+    logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
+    the default, or "all"), qk_norm_after_rope (default False) and moe (None,
+    or an object with n_experts, n_used, gating "softmax", norm_weights,
+    weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
     (infer.variants.spec.TransformerSpec is one).
     embd/output: matrix tuples (data uint8 rows, qtype, act_type, rows, cols).
-    layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors), wq,
-    wk, wv, wo, gate, up, down (matrix tuples; with moe, gate/up/down stack
-    the experts' matrices, n_experts * ffn_dim or n_experts * dim rows, and
-    router is the n_experts x dim router); optionally q_norm and k_norm,
+    layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors; only
+    with pre_norms), wq, wk, wv, wo, gate, up, down (matrix tuples; with moe,
+    gate/up/down stack the experts' matrices, n_experts * ffn_dim or
+    n_experts * dim rows, router is the n_experts x dim router, and with a
+    shared expert shexp_gate, shexp_up, shexp_down and the vector
+    shexp_gate_inp); optionally
+    q_norm and k_norm (head_dim values, or q_dim and kv_dim with scope "all"),
     post_attn_norm, post_ffn_norm, q_bias, k_bias and v_bias (vectors), rope
     (None or (layout "norm"/"neox", base, scale, freq_factors or None,
     attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all).  Every size is checked against the
@@ -175,7 +181,6 @@ cdef class TransformerDecoder:
         if activation not in ("silu", "gelu_tanh"):
             raise ValueError(f"config.activation: expected 'silu' or 'gelu_tanh', got {activation!r}")
         m.gelu = activation == "gelu_tanh"
-        m.qk_norm_full = bool(getattr(c, "qk_norm_full", False))
         m.rms_eps = _finite(c, "rms_eps", True)
         m.attn_scale = _finite(c, "attn_scale")
         m.attn_softcap = _finite(c, "attn_softcap", True)
@@ -200,6 +205,18 @@ cdef class TransformerDecoder:
             if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared <= _INT_LIMIT:
                 raise ValueError(f"config.moe.shared_ffn_dim: expected an integer in [0, 2**31 - 1], got {shared!r}")
             m.shared_ffn_dim = shared
+        pre_norms = getattr(c, "pre_norms", True)
+        if not isinstance(pre_norms, bool):
+            raise ValueError(f"config.pre_norms: expected a bool, got {pre_norms!r}")
+        qk_scope = getattr(c, "qk_norm_scope", "head")
+        if qk_scope not in ("head", "all"):
+            raise ValueError(f"config.qk_norm_scope: expected 'head' or 'all', got {qk_scope!r}")
+        m.qk_norm_whole = qk_scope == "all"
+        after_rope = getattr(c, "qk_norm_after_rope", False)
+        if not isinstance(after_rope, bool) or (after_rope and m.qk_norm_whole):
+            raise ValueError(f"config.qk_norm_after_rope: expected a bool, and False with qk_norm_scope "
+                             f"'all', got {after_rope!r}")
+        m.qk_norm_after_rope = after_rope
         if not 1 <= max_batch <= INFER_BLOCK_MAX_BATCH:
             raise ValueError(f"max_batch: must be in [1, {INFER_BLOCK_MAX_BATCH}], got {max_batch}")
         if len(layers) != m.n_layers:
@@ -220,10 +237,13 @@ cdef class TransformerDecoder:
         for i, layer in enumerate(layers):
             L = &self.layers[i]
             name = f"layers[{i}]"
-            L.attn_norm = _decode_vector(layer["attn_norm"], d, self.keep)
-            L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
-            L.q_norm = _optional_vector(layer, "q_norm", q_dim if m.qk_norm_full else hd, name, self.keep)
-            L.k_norm = _optional_vector(layer, "k_norm", kv_dim if m.qk_norm_full else hd, name, self.keep)
+            if pre_norms:
+                L.attn_norm = _decode_vector(layer["attn_norm"], d, self.keep)
+                L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
+            elif layer.get("attn_norm") is not None or layer.get("ffn_norm") is not None:
+                raise ValueError(f"{name}: attn_norm / ffn_norm given but config.pre_norms is False")
+            L.q_norm = _optional_vector(layer, "q_norm", q_dim if m.qk_norm_whole else hd, name, self.keep)
+            L.k_norm = _optional_vector(layer, "k_norm", kv_dim if m.qk_norm_whole else hd, name, self.keep)
             L.post_attn_norm = _optional_vector(layer, "post_attn_norm", d, name, self.keep)
             L.post_ffn_norm = _optional_vector(layer, "post_ffn_norm", d, name, self.keep)
             L.q_bias = _optional_vector(layer, "q_bias", q_dim, name, self.keep)

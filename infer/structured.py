@@ -196,12 +196,14 @@ def grammar_from(spec: GrammarSpec) -> Grammar:
                     f"got {type(spec).__name__}")
 
 
-def grammar_from_response_format(response_format: Optional[Mapping[str, Any]]) -> Optional[Grammar]:
+def grammar_from_response_format(response_format: Union[Mapping[str, Any], Grammar, None]) -> Optional[Grammar]:
     """The grammar of an OpenAI ``response_format``: ``{"type": "text"}`` (None),
     ``{"type": "json_object"}`` (llama-cpp-python's optional ``"schema"`` key
     included) or ``{"type": "json_schema", "json_schema": {"schema": {...}}}``."""
     if response_format is None:
         return None
+    if isinstance(response_format, Grammar):  # compiled by the caller (llama-server's grammar field)
+        return response_format
     if not isinstance(response_format, Mapping):
         raise TypeError(f"response_format: expected a dict, got {type(response_format).__name__}")
     kind = response_format.get("type")

@@ -14,9 +14,12 @@ llama.cpp's src/llama-arch.cpp, src/models/<arch>.cpp and gguf-py:
 * Tied heads: no `output.weight`, the head is `token_embd.weight` (gemma2 always).
 * Norm weights and biases are F32; matrices are F16.
 
-Each file is small (d=256, 2-4 layers, vocab 512, a byte-level BPE vocabulary
+Each file is small (d=256, 2-4 layers; exaone4-swa d=64, 64 layers; vocab 512, a byte-level BPE vocabulary
 that infer's tokenizer and llama.cpp both load) and uses small rope contexts and
-windows so that a 640-token prompt crosses them.  ``TINY`` lists them;
+windows so that a 640-token prompt crosses them.  ``TINY`` lists them, and
+``DENSE`` the dense families added later (olmo2, exaone4, exaone, ernie4_5,
+gemma, hunyuan-dense: no pre-norms, q/k norms over the whole projection or after
+RoPE), recorded into a data file of their own; ``ALL`` is both.
 ``write(name, path)`` writes one, deterministically (the seeds are fixed; the
 sha256 of each file is recorded beside llama.cpp's logits so a change shows).
 """
@@ -59,8 +62,6 @@ class Tiny:
     extra: Dict[str, Any] = field(default_factory=dict)
     qkv_bias: bool = False
     qk_norm: bool = False
-    #: the q/k norms span all heads (q_dim and kv_dim values: olmoe)
-    qk_norm_full: bool = False
     fused_qkv: bool = False
     fused_gate_up: bool = False
     post_norms: bool = False
@@ -73,6 +74,10 @@ class Tiny:
     #: n_ctx for the llama.cpp recording (phi3's LongRoPE picks factors by it)
     n_ctx: int = 1024
     prompt_len: int = PROMPT_LEN
+    #: attn_norm / ffn_norm before each block half (OLMo 2, EXAONE 4: none)
+    pre_norms: bool = True
+    #: q/k norms over the whole projection (q_dim / kv_dim weights; OLMo 2), not per head
+    qk_norm_all: bool = False
     #: a mixture of experts in every layer: n_expert experts of width ffn (the
     #: arch's metadata keys are the caller's, in extra), n_expert_used used
     n_expert: int = 0
@@ -152,7 +157,7 @@ TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
                                "attention.scale": 0.03125, "logit_scale": 8.0,
                                "expert_count": 8, "expert_used_count": 2})),
     # OLMoE: q/k norms over all heads, weights not renormalised; 16 experts, 4 used.
-    ("olmoe", Tiny("olmoe", 114, n_kv_head=4, qk_norm=True, qk_norm_full=True, tied=False, ffn=128,
+    ("olmoe", Tiny("olmoe", 114, n_kv_head=4, qk_norm=True, qk_norm_all=True, tied=False, ffn=128,
                    n_expert=16, router_gain=MOE_ROUTER_GAIN, prompt_len=MOE_PROMPT_LEN, prompt_seed=52,
                    extra={"expert_count": 16, "expert_used_count": 4})),
     # Qwen 2 MoE: q/k/v biases, weights not renormalised, a sigmoid-gated shared
@@ -163,6 +168,59 @@ TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
                       extra={"rope.freq_base": 1000000.0, "expert_count": 8, "expert_used_count": 2,
                              "expert_feed_forward_length": 128, "expert_shared_feed_forward_length": 256})),
 ]}
+
+#: The dense families of tests/test_dense_families.py, recorded into
+#: tests/data/llama_cpp_dense.npz (kept apart from TINY's llama_cpp_families.npz).
+DENSE: Dict[str, Tiny] = {n: t for n, t in [
+    # OLMo 2: no pre-norms, post norms, q/k RMSNorm over all heads at once.
+    ("olmo2", Tiny("olmo2", 110, tied=False, pre_norms=False, qk_norm=True, qk_norm_all=True,
+                   post_norms=True, eps=1e-6, pre="dbrx")),
+    # OLMo 3 (same GGUF architecture): layers 0-2 slide a 128 window with unscaled
+    # RoPE, layer 3 attends globally with YaRN.
+    ("olmo3", Tiny("olmo2", 111, tied=False, pre_norms=False, qk_norm=True, qk_norm_all=True,
+                   post_norms=True, eps=1e-6, pre="dbrx",
+                   extra={"attention.sliding_window": 128, "rope.scaling.type": "yarn",
+                          "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 256})),
+    # attention.sliding_window_pattern 0: every layer slides (llama.cpp's set_swa_pattern).
+    ("olmo3-all-sliding", Tiny("olmo2", 118, n_layer=2, tied=False, pre_norms=False, qk_norm=True,
+                               qk_norm_all=True, post_norms=True, eps=1e-6, pre="dbrx",
+                               extra={"attention.sliding_window": 128, "attention.sliding_window_pattern": 0})),
+    # EXAONE 4.0 1.2B's shape: no pre-norms, post norms, per-head q/k norms, tied.
+    ("exaone4", Tiny("exaone4", 112, pre_norms=False, qk_norm=True, post_norms=True, pre="exaone4")),
+    # EXAONE 4.0 32B's 64 layers (llama.cpp turns windows on for that count only), tiny:
+    # windows of 128 on 3 layers of 4, NoPE on the 4th; llama3 rope_freqs.
+    ("exaone4-swa", Tiny("exaone4", 113, n_layer=64, dim=64, n_head=2, n_kv_head=1, head_dim=32, ffn=128,
+                         pre_norms=False, qk_norm=True, post_norms=True, llama3_rope=True, pre="exaone4",
+                         extra={"attention.sliding_window": 128})),
+    # EXAONE 3.5: Llama with NEOX RoPE and llama3 rope_freqs, untied.
+    ("exaone", Tiny("exaone", 114, tied=False, llama3_rope=True, pre="exaone",
+                    extra={"rope.freq_base": 1000000.0})),
+    # ERNIE 4.5 0.3B: Llama (NORM RoPE), tied.
+    ("ernie4_5", Tiny("ernie4_5", 115, eps=1e-6, extra={"rope.freq_base": 500000.0})),
+    # Gemma 1: sqrt(d) embedding scale, GeGLU, one KV head, 8 heads of 64 = 512 != d.
+    ("gemma", Tiny("gemma", 116, n_head=8, n_kv_head=1, eps=1e-6,
+                   extra={"attention.key_length": 64, "attention.value_length": 64})),
+    # Hunyuan dense: per-head q/k norms after RoPE; NTK alpha on the base.
+    ("hunyuan-dense", Tiny("hunyuan-dense", 117, qk_norm=True, pre="hunyuan-dense",
+                           extra={"rope.scaling.alpha": 4.0})),
+]}
+#: texts llama.cpp tokenized with each DENSE file's vocabulary (its pre-tokenizer
+#: name), recorded beside its logits: words, digits, punctuation runs, line breaks,
+#: CJK, kana, hangul, accents, emoji
+TOKENIZE_TEXTS = (
+    "Hello world! The quick brown fox jumps over the lazy dog.",
+    "Numbers 1234567 and 3.14159, x=42; y+=7 -- done?!",
+    "I'm sure they'll say it's 'fine' -- won't they?\n\n  indented\tline\r\nCRLF",
+    "汉字和かなカナ、한국어 mixed with English 한글123",
+    "Ünïcödé naïve café — “quotes” … ¿qué? ¡sí! 🙂👍🏽",
+    "def f(x):\n    return [a_b, c-d] # ok   \n\n\n",
+    "   leading and trailing spaces   ",
+    "6789 12345 6789012 345,345 the1234 abc12 12.345 why?how? A,B;C",
+    "word.The quick,brown(fox) THE'S the's   \n   the  \n\nthe",
+)
+#: every tiny file: TINY's and DENSE's (names are unique across both)
+ALL: Dict[str, Tiny] = {**TINY, **DENSE}
+
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -223,7 +281,7 @@ def bpe_vocabulary():
 
 def prompt(name: str) -> np.ndarray:
     """The teacher-forced token ids of a tiny model's recording (no specials)."""
-    t = TINY[name]
+    t = ALL[name]
     seed = 1000 + t.seed if t.prompt_seed is None else t.prompt_seed
     return np.random.default_rng(seed).integers(0, VOCAB - len(SPECIALS), t.prompt_len)
 
@@ -245,7 +303,7 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     """Write TINY[name] (or ``tiny``) to path, with ``more_tensors`` added."""
     import gguf
 
-    t = tiny or TINY[name]
+    t = tiny or ALL[name]
     rng = np.random.default_rng(t.seed)
     d, hd, L = t.dim, t.head_dim, t.n_layer
     q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
@@ -308,7 +366,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         w.add_tensor("rope_factors_short.weight", (1.0 + 0.5 * np.linspace(0, 1, n)).astype(np.float32))
     for i in range(L):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", norm(d))
+        if t.pre_norms:
+            w.add_tensor(p + "attn_norm.weight", norm(d))
         if t.fused_qkv:
             w.add_tensor(p + "attn_qkv.weight", np.concatenate(
                 [mat(q_dim, d, 1.5), mat(kv_dim, d, 1.5), mat(kv_dim, d)]))
@@ -321,12 +380,13 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_tensor(p + "attn_k.bias", bias(kv_dim, 1.0))
             w.add_tensor(p + "attn_v.bias", bias(kv_dim))
         if t.qk_norm:
-            w.add_tensor(p + "attn_q_norm.weight", norm(q_dim if t.qk_norm_full else hd))
-            w.add_tensor(p + "attn_k_norm.weight", norm(kv_dim if t.qk_norm_full else hd))
+            w.add_tensor(p + "attn_q_norm.weight", norm(q_dim if t.qk_norm_all else hd))
+            w.add_tensor(p + "attn_k_norm.weight", norm(kv_dim if t.qk_norm_all else hd))
         w.add_tensor(p + "attn_output.weight", mat(d, q_dim))
         if t.post_norms:
             w.add_tensor(p + "post_attention_norm.weight", norm(d))
-        w.add_tensor(p + "ffn_norm.weight", norm(d))
+        if t.pre_norms:
+            w.add_tensor(p + "ffn_norm.weight", norm(d))
         if t.n_expert:
             # GGUF dims (d, ffn, n_expert) for gate/up and (ffn, d, n_expert) for
             # down: the numpy arrays are (n_expert, out, in)

@@ -29,7 +29,7 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
     """create_app's keywords from the command line (the Ray replicas take them too)."""
     return dict(parallel=args.parallel, ctx_size=args.ctx_size, api_key=args.api_key,
                 cors_origins=args.cors or (), max_queue=args.max_queue, prefill_chunk=args.prefill_chunk,
-                model_name=args.alias)
+                model_name=args.alias, slots_endpoint=args.slots)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -110,6 +110,8 @@ def register(sub: Any) -> None:
     p.add_argument("--cors", action="append", metavar="ORIGIN", default=None,
                    help="allow this origin by CORS (repeatable; '*' for any); default: CORS off")
     p.add_argument("--alias", default=None, help="the model id the API reports (default: the file name)")
+    p.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
+                   help="llama-server's GET /slots (default: on; --no-slots turns it off, as llama-server's)")
     p.add_argument("--ray", action="store_true", help="serve with Ray Serve (the ray extra) instead of uvicorn")
     p.add_argument("--replicas", type=int, default=1, help="with --ray: model replicas (default: 1)")
     p.set_defaults(func=cmd_serve)

@@ -6,7 +6,11 @@ where it would wait for the scheduler.  What it produces goes to the response
 through an asyncio queue, so a slow client never holds up the decode steps of
 the others.
 
-Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``:
+llama-server's own endpoints (``/completion``, ``/tokenize``, ``/props``...) are in
+`llama_server`; its completions run through `_Server.run_completion` as OpenAI's do.
+
+Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``
+(llama-server's on its endpoints, `Dialect`):
 400 for a bad request (bad JSON, an unknown field, a wrong type, a prompt or
 ``max_tokens`` beyond the context, an option not supported), 401 for a missing
 or wrong API key, 503 with ``Retry-After`` when the queue is full or the server
@@ -26,6 +30,7 @@ import json
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import greenlet
@@ -88,20 +93,39 @@ def _classify(exc: BaseException) -> tuple[int, dict[str, Any]]:
     return 500, error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error")
 
 
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between the endpoint families sharing `_Server.run_completion`:
+    the shape of their errors and how their streams end."""
+
+    #: the body of an error, from its status and OpenAI-shaped body (`_classify`'s)
+    error_body: Callable[[int, dict[str, Any]], dict[str, Any]]
+    #: the data of the event after the last chunk (OpenAI's ``[DONE]``), None for none
+    stream_end: Optional[str]
+    #: the usage of a result or chunk, counted in /metrics (None: it has none)
+    usage: Callable[[Any], Optional[dict[str, Any]]]
+
+
+OPENAI = Dialect(error_body=lambda status, body: body, stream_end="[DONE]", usage=lambda r: r.get("usage"))
+
+
 class _BearerAuth:
     """Refuses requests without ``Authorization: Bearer <key>`` (ASGI middleware)."""
 
-    def __init__(self, app: Any, key: str) -> None:
+    def __init__(self, app: Any, key: str, dialects: Optional[dict[str, Dialect]] = None) -> None:
         self.app = app
         self.expected = key.encode()
+        #: the error shape of each path not in OpenAI's (llama-server's endpoints)
+        self.dialects = dialects or {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] not in _PUBLIC and scope["method"] != "OPTIONS":
             scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
             # the scheme is case-insensitive (RFC 7235, 2.1); the key is not
             if not (hmac.compare_digest(given, self.expected) and scheme.lower() == b"bearer"):
-                response = _error_response(401, "invalid or missing API key (Authorization: Bearer ...)",
-                                           code="invalid_api_key")
+                dialect = self.dialects.get(scope["path"], OPENAI)
+                body = error_body("invalid or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
+                response = JSONResponse(dialect.error_body(401, body), status_code=401)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -215,19 +239,33 @@ class _Server:
             self.metrics.count_request(endpoint, parsed.status_code)
             return parsed
         body, wants_usage, cache_prompt = parsed
+        limit = body.get("max_tokens", body.get("max_completion_tokens", _default_max_tokens(call)))
+        return await self.run_completion(request, endpoint, call, body, cache_prompt=cache_prompt,
+                                         reply_limit=limit, wants_usage=wants_usage)
+
+    async def run_completion(self, request: Request, endpoint: str, call: Callable[..., Any], body: dict[str, Any],
+                             *, cache_prompt: bool, reply_limit: Any, wants_usage: bool = False,
+                             dialect: Dialect = OPENAI) -> Response:
+        """``call(model, context=<a slot>, model_name=..., **body)`` in a greenlet of its own
+        on a scheduler slot: its result as JSON, or its chunks as server-sent events
+        (``body["stream"]``), its errors shaped by ``dialect``."""
+
+        def error_response(status: int, error: dict[str, Any]) -> JSONResponse:
+            return JSONResponse(dialect.error_body(status, error), status_code=status,
+                                headers=_retry_headers(status))
+
         try:
             handle = self.scheduler.open()
         except QueueFull as exc:
             self.metrics.count_request(endpoint, 503)
-            return _error_response(503, str(exc), "server_busy", code="queue_full", headers=_retry_headers(503))
+            return error_response(503, error_body(str(exc), "server_busy", code="queue_full"))
         except Cancelled as exc:
             status, error = _classify(exc)
             self.metrics.count_request(endpoint, status)
-            return JSONResponse(error, status_code=status, headers=_retry_headers(status))
+            return error_response(status, error)
         handle.reuse_prefix = cache_prompt
-        limit = body.get("max_tokens", body.get("max_completion_tokens", _default_max_tokens(call)))
-        if isinstance(limit, int) and not isinstance(limit, bool):
-            handle.reply_limit = limit  # nothing is decoded ahead past the last token asked for
+        if isinstance(reply_limit, int) and not isinstance(reply_limit, bool):
+            handle.reply_limit = reply_limit  # nothing is decoded ahead past the last token asked for
         stream = body.get("stream") is True
         items: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         put = items.put_nowait  # the request's greenlet runs on the loop's thread
@@ -239,7 +277,9 @@ class _Server:
             try:
                 result = call(self.model, context=handle, model_name=self.model_name, **body)
                 if not stream:
-                    self.metrics.count_usage(result["usage"])
+                    usage = dialect.usage(result)
+                    if usage is not None:
+                        self.metrics.count_usage(usage)
                     final = ("result", result)
                 else:
                     try:
@@ -250,8 +290,9 @@ class _Server:
                         first = next(chunks, None)
                         put(("ok", None))
                         for chunk in itertools.chain(() if first is None else (first,), chunks):
-                            if "usage" in chunk:
-                                self.metrics.count_usage(chunk["usage"])
+                            usage = dialect.usage(chunk)
+                            if usage is not None:
+                                self.metrics.count_usage(usage)
                             put(("chunk", chunk))
                     finally:
                         result.close()
@@ -259,7 +300,7 @@ class _Server:
                 return
             except BaseException as exc:
                 status, error = _classify(exc)
-                final = ("error", (status, error))
+                final = ("error", (status, dialect.error_body(status, error)))
             handle.close()
             if handle.first_token_at is not None:
                 self.metrics.observe_ttft(handle.first_token_at - handle.opened)
@@ -278,29 +319,41 @@ class _Server:
             return JSONResponse(error, status_code=status, headers=_retry_headers(status))
         if kind == "result":
             return JSONResponse(value)
-        return _event_stream(items, handle, wants_usage, self.shutdown_grace)
+        return _event_stream(items, handle, wants_usage, self.shutdown_grace, dialect.stream_end)
+
+    @staticmethod
+    async def read_json(request: Request, dialect: Dialect = OPENAI) -> Any:
+        """The request's body, a JSON object, or an error response."""
+
+        def error(status: int, message: str) -> JSONResponse:
+            return JSONResponse(dialect.error_body(status, error_body(message)), status_code=status)
+
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_BODY:
+            return error(413, f"request body larger than {MAX_BODY} bytes")
+        parts, size = [], 0
+        async for part in request.stream():  # a chunked body has no length to check first
+            size += len(part)
+            if size > MAX_BODY:
+                return error(413, f"request body larger than {MAX_BODY} bytes")
+            parts.append(part)
+        try:
+            body = json.loads(b"".join(parts))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return error(400, f"the request body is not valid JSON: {exc}")
+        except RecursionError:
+            return error(400, "the request body is nested too deeply")
+        if not isinstance(body, dict):
+            return error(400, "the request body must be a JSON object")
+        return body
 
     async def _parse(self, request: Request, call: Callable[..., Any],
                      required: str) -> Any:
         """(body as api keywords, whether the client asked for the usage chunk, whether
         to reuse the slot's cache), or an error response."""
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_BODY:
-            return _error_response(413, f"request body larger than {MAX_BODY} bytes")
-        parts, size = [], 0
-        async for part in request.stream():  # a chunked body has no length to check first
-            size += len(part)
-            if size > MAX_BODY:
-                return _error_response(413, f"request body larger than {MAX_BODY} bytes")
-            parts.append(part)
-        try:
-            body = json.loads(b"".join(parts))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error_response(400, f"the request body is not valid JSON: {exc}")
-        except RecursionError:
-            return _error_response(400, "the request body is nested too deeply")
-        if not isinstance(body, dict):
-            return _error_response(400, "the request body must be a JSON object")
+        body = await self.read_json(request)
+        if isinstance(body, Response):
+            return body
         name = body.pop("model", None)
         if name is not None and not isinstance(name, str):
             return _error_response(400, "model: expected a string", param="model")
@@ -340,7 +393,7 @@ def _sse(payload: str) -> bytes:
 
 
 def _event_stream(items: "asyncio.Queue[tuple[str, Any]]", handle: Any, wants_usage: bool,
-                  shutdown_grace: float) -> Response:
+                  shutdown_grace: float, end: Optional[str]) -> Response:
     from sse_starlette import EventSourceResponse
 
     async def events() -> Any:
@@ -359,8 +412,12 @@ def _event_stream(items: "asyncio.Queue[tuple[str, Any]]", handle: Any, wants_us
                             continue
                         out.append(_sse(json.dumps(value, ensure_ascii=False)))
                     else:
-                        out.append(_sse(json.dumps(value[1], ensure_ascii=False) if kind == "error" else "[DONE]"))
-                        yield b"".join(out)
+                        if kind == "error":
+                            out.append(_sse(json.dumps(value[1], ensure_ascii=False)))
+                        elif end is not None:
+                            out.append(_sse(end))
+                        if out:
+                            yield b"".join(out)
                         return
                 if out:
                     yield b"".join(out)
@@ -387,7 +444,8 @@ def _warm_grammars(model: Any) -> None:
 
 def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None, api_key: Optional[str] = None,
                cors_origins: Sequence[str] = (), max_queue: int = 64, prefill_chunk: int = 64,
-               model_name: Optional[str] = None, shutdown_grace: float = SHUTDOWN_GRACE) -> Starlette:
+               model_name: Optional[str] = None, shutdown_grace: float = SHUTDOWN_GRACE,
+               slots_endpoint: bool = True) -> Starlette:
     """The ASGI app serving ``model`` with ``parallel`` slots of ``ctx_size`` tokens
     (None: 4096 or the model's trained context if shorter; 0: the trained context).
 
@@ -397,7 +455,11 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     running requests get after ``app.state.server.stop_soon()``, which a server
     running the app should call when it begins to stop (``infer serve`` does, on
     Ctrl-C and SIGTERM); give the ASGI server a longer graceful-shutdown timeout.
+    Beside OpenAI's endpoints the app answers llama-server's own (`llama_server`);
+    ``slots_endpoint=False`` turns its ``GET /slots`` off, as ``--no-slots`` does.
     """
+    from . import llama_server
+
     if not shutdown_grace >= 0:
         raise ValueError(f"shutdown_grace: must be >= 0, got {shutdown_grace!r}")
     trained = int(model.engine.max_seq_len)
@@ -415,16 +477,20 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
             Route(f"{prefix}/models", server.models, methods=["GET"]),
             Route(f"{prefix}/models/{{name:path}}", server.model_info, methods=["GET"]),
             Route(f"{prefix}/chat/completions", server.chat_completions, methods=["POST"]),
-            Route(f"{prefix}/completions", server.completions, methods=["POST"]),
             Route(f"{prefix}/embeddings", server.embeddings, methods=["POST"]),
         ]
+    # /completions without /v1 is llama-server's own /completion, as there
+    routes.append(Route("/v1/completions", server.completions, methods=["POST"]))
+    llama_routes = llama_server.routes(server, slots_endpoint=slots_endpoint)
+    routes += llama_routes
     middleware = []
     if cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins),
                                      allow_methods=["GET", "POST", "OPTIONS"],
                                      allow_headers=["Authorization", "Content-Type"]))
     if api_key:
-        middleware.append(Middleware(_BearerAuth, key=api_key))
+        middleware.append(Middleware(_BearerAuth, key=api_key,
+                                     dialects={route.path: llama_server.LLAMA for route in llama_routes}))
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return _error_response(404, f"no route {request.method} {request.url.path}", code="not_found")

@@ -17,7 +17,7 @@ from .llama import Experts, LlamaShaped, llama_shaped
 
 def olmoe_spec(gguf_file: Any) -> LlamaShaped:
     return llama_shaped(gguf_file, layout="neox", default_ctx=4096,
-                        experts=Experts(norm_weights=False, width_key=None)).replace(qk_norm=True, qk_norm_full=True)
+                        experts=Experts(norm_weights=False, width_key=None)).replace(qk_norm=True, qk_norm_scope="all")
 
 
 @register_variant("olmoe")

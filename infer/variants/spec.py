@@ -13,17 +13,18 @@ One block, with every optional piece (each is off by default):
 
     x = embed(token) * embd_scale
     for each layer l:
-        h = rmsnorm(x, attn_norm)
+        h = rmsnorm(x, attn_norm)                     (pre_norms; else h = x)
         q, k, v = h Wq + bq, h Wk + bk, h Wv + bv       (biases: qkv_bias; one
                                                        matrix: fused_qkv)
-        q, k = rmsnorm(q, q_norm), rmsnorm(k, k_norm)  (per head: qk_norm; over all
-                                                       heads: qk_norm_full)
-        rope(q, k)                                    (layers[l].rope; None: NoPE)
+        q, k = rmsnorm(q, q_norm), rmsnorm(k, k_norm)  (qk_norm: per head, or over
+                                                       all of q and of k: qk_norm_scope)
+        rope(q, k)                                    (layers[l].rope; None: NoPE; the
+                                                       q/k norms after it: qk_norm_after_rope)
         a = attention(q, K, V)   scores * query_scale, soft-capped by attn_softcap,
                                  over the last layers[l].window positions
         a = a Wo ; a = rmsnorm(a, post_attn_norm)     (post_attn_norm)
         x += a * residual_scale
-        h = rmsnorm(x, ffn_norm)
+        h = rmsnorm(x, ffn_norm)                      (pre_norms; else h = x)
         f = (act(h Wgate) * h Wup) Wdown              (act: activation; one matrix
                                                        gate|up: fused_gate_up)
             or, with moe: p = softmax(h Wrouter); the top experts_used experts e
@@ -50,6 +51,8 @@ ACTIVATIONS = ("silu", "gelu_tanh")
 #: RoPE layouts: "norm" rotates adjacent pairs (2i, 2i+1) of a head (GGUF `llama`,
 #: whose converter permuted Q/K rows); "neox" rotates (i, i + head_dim/2)
 ROPE_LAYOUTS = ("norm", "neox")
+#: what a q/k norm spans: one head, or the whole projection
+QK_NORM_SCOPES = ("head", "all")
 
 
 @dataclass(frozen=True)
@@ -199,8 +202,6 @@ class TransformerSpec:
     fused_qkv: bool = False
     #: per-head RMSNorm of q and k, attn_q_norm / attn_k_norm, before RoPE (Qwen3, Gemma 3)
     qk_norm: bool = False
-    #: with qk_norm: one RMSNorm over all of q (q_dim) and of k (kv_dim), not per head (OLMoE)
-    qk_norm_full: bool = False
     #: post_attention_norm on the attention output before the residual add (Gemma 2/3)
     post_attn_norm: bool = False
     #: post_ffw_norm on the FFN output before the residual add (Gemma 2/3)
@@ -229,6 +230,17 @@ class TransformerSpec:
     #: multiplies the logits (Granite: 1 / logits_scaling)
     logit_scale: float = 1.0
 
+    # ---- norm placement (after the fields above, so that other families' additions stay apart)
+    #: attn_norm / ffn_norm before each block half; False: the halves read x itself and
+    #: only the post norms are applied (OLMo 2, EXAONE 4)
+    pre_norms: bool = True
+    #: what the q/k RMSNorm of qk_norm normalises: "head", each head (head_dim
+    #: weights; Qwen3), or "all", the whole q and k projections (q_dim and kv_dim
+    #: weights; OLMo 2)
+    qk_norm_scope: str = "head"
+    #: the q/k norms come after RoPE instead of before it (Hunyuan)
+    qk_norm_after_rope: bool = False
+
     def __post_init__(self) -> None:
         for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
                      "vocab_size", "max_seq_len"):
@@ -244,8 +256,10 @@ class TransformerSpec:
         if self.moe is not None and (self.moe.ffn_dim != self.ffn_dim or self.fused_gate_up):
             raise ValueError(f"moe: ffn_dim {self.ffn_dim} must be the experts' width {self.moe.ffn_dim}, "
                              "and experts have separate gate and up matrices")
-        if self.qk_norm_full and not self.qk_norm:
-            raise ValueError("qk_norm_full: needs qk_norm")
+        if self.qk_norm_after_rope and self.qk_norm_scope != "head":
+            raise ValueError("qk_norm_after_rope: only with per-head q/k norms (qk_norm_scope 'head')")
+        if self.qk_norm_scope not in QK_NORM_SCOPES:
+            raise ValueError(f"qk_norm_scope: expected one of {QK_NORM_SCOPES}, got {self.qk_norm_scope!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {self.activation!r}")
         if not (math.isfinite(self.rms_eps) and self.rms_eps > 0):

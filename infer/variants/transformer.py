@@ -190,16 +190,16 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
     layers = []
     for L, ls in zip(w.layers, spec.layers):
         layer: Dict[str, Any] = dict(
-            attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, wq=L.wq.as_tuple(),
-            wk=L.wk.as_tuple(), wv=L.wv.as_tuple(), wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(),
-            up=L.w_up.as_tuple(), down=L.w_down.as_tuple(), window=ls.window, rope=None)
+            wq=L.wq.as_tuple(), wk=L.wk.as_tuple(), wv=L.wv.as_tuple(), wo=L.wo.as_tuple(),
+            gate=L.w_gate.as_tuple(), up=L.w_up.as_tuple(), down=L.w_down.as_tuple(), window=ls.window, rope=None)
         if L.router is not None:
             layer["router"] = L.router.as_tuple()
         if L.shared_gate is not None and L.shared_up is not None and L.shared_down is not None \
                 and L.shared_gate_inp is not None:
             layer.update(shexp_gate=L.shared_gate.as_tuple(), shexp_up=L.shared_up.as_tuple(),
                          shexp_down=L.shared_down.as_tuple(), shexp_gate_inp=L.shared_gate_inp.data)
-        for name in ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "q_bias", "k_bias", "v_bias"):
+        for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm",
+                     "q_bias", "k_bias", "v_bias"):
             vec = getattr(L, name)
             if vec is not None:
                 layer[name] = vec.data
@@ -294,22 +294,22 @@ class TransformerContext(Context):
         spec = self.spec
         layer = spec.layers[li]
         n, hd, eps = s.n, spec.head_dim, spec.rms_eps
-        K.rmsnorm(s.x, w.attn_norm.data, s.h1, eps)
+        self._pre_norm(s, w.attn_norm)
         s.mul(s.h1, (w.wq, s.q), (w.wk, s.k), (w.wv, s.v))  # one quantized input for q, k, v
         if w.q_bias is not None and w.k_bias is not None and w.v_bias is not None:
             s.q += w.q_bias.data
             s.k += w.k_bias.data
             s.v += w.v_bias.data
-        if spec.qk_norm_full and w.q_norm is not None and w.k_norm is not None:   # over all heads
-            K.rmsnorm(s.q, w.q_norm.data, s.q, eps)
-            K.rmsnorm(s.k, w.k_norm.data, s.k, eps)
         q = s.q.reshape(n, spec.n_heads, hd)
         k = s.k.reshape(n, spec.n_kv_heads, hd)
         v = s.v.reshape(n, spec.n_kv_heads, hd)
         att = s.att.reshape(q.shape)
-        if w.q_norm is not None and w.k_norm is not None and not spec.qk_norm_full:  # per head
-            K.rmsnorm(q, w.q_norm.data, q, eps)
-            K.rmsnorm(k, w.k_norm.data, k, eps)
+        # the q/k norm weights (None: no q/k norms), applied before RoPE or after it
+        qk_norms = (w.q_norm.data, w.k_norm.data) if w.q_norm is not None and w.k_norm is not None else None
+        if qk_norms is not None and not spec.qk_norm_after_rope:  # per head, or over each whole row
+            whole = spec.qk_norm_scope == "all"
+            K.rmsnorm(s.q if whole else q, qk_norms[0], s.q if whole else q, eps)
+            K.rmsnorm(s.k if whole else k, qk_norms[1], s.k if whole else k, eps)
         rope = layer.rope
         factors = rope.factors_array(hd) if rope is not None else None
         for ctx, lo, hi, pos0 in segments:
@@ -317,13 +317,16 @@ class TransformerContext(Context):
                 for x in (q[lo:hi], k[lo:hi]):
                     K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(hd),
                            freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
+            if qk_norms is not None and spec.qk_norm_after_rope:   # per head (the spec allows no other)
+                K.rmsnorm(q[lo:hi], qk_norms[0], q[lo:hi], eps)
+                K.rmsnorm(k[lo:hi], qk_norms[1], k[lo:hi], eps)
             K.kv_store(k[lo:hi], ctx.k_cache[li], pos0)
             K.kv_store(v[lo:hi], ctx.v_cache[li], pos0)
             K.attention(q[lo:hi], ctx.k_cache[li], ctx.v_cache[li], pos0, att[lo:hi],
                         scale=spec.attn_scale, window=layer.window, softcap=spec.attn_softcap)
         s.mul(s.att, (w.wo, s.h2))
         self._residual(s, w.post_attn_norm)
-        K.rmsnorm(s.x, w.ffn_norm.data, s.h1, eps)
+        self._pre_norm(s, w.ffn_norm)
         if spec.moe is not None:
             self._experts(w, s)
         else:
@@ -379,6 +382,13 @@ class TransformerContext(Context):
             logit = s.h1.astype(np.float64) @ w.shared_gate_inp.data.astype(np.float64)
             out *= (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)[:, None]
             s.h2 += out
+
+    def _pre_norm(self, s: "_Scratch", norm: Any) -> None:
+        """h1 = norm(x), the input of a block half; x itself without pre-norms."""
+        if norm is not None:
+            K.rmsnorm(s.x, norm.data, s.h1, self.spec.rms_eps)
+        else:
+            np.copyto(s.h1, s.x)
 
     def _residual(self, s: "_Scratch", post_norm: Any) -> None:
         """x += (post_norm(h2)) * residual_scale: the end of a block half."""

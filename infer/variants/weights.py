@@ -144,12 +144,14 @@ class Vector:
 class LayerWeights:
     """One block's tensors; None where the spec has no such piece."""
 
-    attn_norm: Vector
+    #: None without pre_norms
+    attn_norm: Optional[Vector]
     wq: Matrix
     wk: Matrix
     wv: Matrix
     wo: Matrix
-    ffn_norm: Vector
+    #: None without pre_norms
+    ffn_norm: Optional[Vector]
     #: with a mixture of experts: every expert's matrices stacked (`MoE`)
     w_gate: Matrix
     w_up: Matrix
@@ -247,8 +249,9 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         if spec.moe is None:
             w_down = m("ffn_down", d, ffn)
         L = LayerWeights(
-            attn_norm=v("attn_norm", d), wq=wq, wk=wk, wv=wv, wo=m("attn_output", d, q_dim),
-            ffn_norm=v("ffn_norm", d), w_gate=w_gate, w_up=w_up, w_down=w_down, router=router)
+            attn_norm=v("attn_norm", d) if spec.pre_norms else None, wq=wq, wk=wk, wv=wv,
+            wo=m("attn_output", d, q_dim), ffn_norm=v("ffn_norm", d) if spec.pre_norms else None,
+            w_gate=w_gate, w_up=w_up, w_down=w_down, router=router)
         if spec.moe is not None and spec.moe.shared_ffn_dim:
             L.shared_gate, L.shared_up, L.shared_down, L.shared_gate_inp = shared
         if spec.qkv_bias:
@@ -257,8 +260,9 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             L.q_bias, L.k_bias, L.v_bias = (v("attn_q", q_dim, "bias"), v("attn_k", kv_dim, "bias"),
                                             v("attn_v", kv_dim, "bias"))
         if spec.qk_norm:
-            full = spec.qk_norm_full
-            L.q_norm, L.k_norm = v("attn_q_norm", q_dim if full else hd), v("attn_k_norm", kv_dim if full else hd)
+            whole = spec.qk_norm_scope == "all"
+            L.q_norm = v("attn_q_norm", q_dim if whole else hd)
+            L.k_norm = v("attn_k_norm", kv_dim if whole else hd)
         if spec.post_attn_norm:
             L.post_attn_norm = v("post_attention_norm", d)
         if spec.post_ffn_norm:
