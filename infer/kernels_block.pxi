@@ -9,6 +9,7 @@ cdef extern from "transformer_block.h" nogil:
         INFER_ROPE_NORM
         INFER_ROPE_NEOX
         INFER_BLOCK_MAX_BATCH
+        INFER_BLOCK_MAX_EXPERTS_USED
     ctypedef struct infer_block_layer:
         const float *attn_norm
         const float *ffn_norm
@@ -20,6 +21,9 @@ cdef extern from "transformer_block.h" nogil:
         const float *k_bias
         const float *v_bias
         infer_decode_matrix wq, wk, wv, wo, gate, up, down
+        infer_decode_matrix router
+        infer_decode_matrix shexp_gate, shexp_up, shexp_down
+        const float *shexp_gate_inp
         int rope
         int rope_dims
         const double *rope_inv_freq
@@ -40,6 +44,9 @@ cdef extern from "transformer_block.h" nogil:
         int gelu
         float rms_eps, attn_scale, attn_softcap, embd_scale, residual_scale, logit_scale
         float final_softcap
+        int n_experts, n_experts_used, expert_norm
+        float expert_scale
+        int shared_ffn_dim
         const infer_block_layer *layers
         infer_decode_matrix embd, output
         const float *output_norm
@@ -65,6 +72,10 @@ cdef extern from "transformer_block.h" nogil:
         float *rope_cs
         float *ple
         float *ple_proj
+        float *probs
+        float *moe_in
+        float *moe_rows
+        float *moe_out
         uint8_t *xq[3]
     int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
                            const infer_block_seq *seqs, int n_seqs) noexcept
@@ -72,6 +83,8 @@ cdef extern from "transformer_block.h" nogil:
 
 #: the most sequences one TransformerDecoder.step takes
 MAX_BATCH = INFER_BLOCK_MAX_BATCH
+#: the most experts per token the fused step routes to (a mixture of experts)
+MAX_EXPERTS_USED = INFER_BLOCK_MAX_EXPERTS_USED
 
 _INT_LIMIT = 2**31 - 1
 
@@ -121,11 +134,17 @@ cdef class TransformerDecoder:
     ffn_dim, vocab_size and rms_eps, activation ("silu" or "gelu_tanh"),
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
     logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
-    the default, or "all") and qk_norm_after_rope (default False)
+    the default, or "all"), qk_norm_after_rope (default False) and moe (None,
+    or an object with n_experts, n_used, gating "softmax", norm_weights,
+    weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
     (infer.variants.spec.TransformerSpec is one).
     embd/output: matrix tuples (data uint8 rows, qtype, act_type, rows, cols).
     layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors; only
-    with pre_norms), wq, wk, wv, wo, gate, up, down (matrix tuples); optionally
+    with pre_norms), wq, wk, wv, wo, gate, up, down (matrix tuples; with moe,
+    gate/up/down stack the experts' matrices, n_experts * ffn_dim or
+    n_experts * dim rows, router is the n_experts x dim router, and with a
+    shared expert shexp_gate, shexp_up, shexp_down and the vector
+    shexp_gate_inp); optionally
     q_norm and k_norm (head_dim values, or q_dim and kv_dim with scope "all"),
     post_attn_norm, post_ffn_norm, q_bias, k_bias and v_bias (vectors), rope
     (None or (layout "norm"/"neox", base, scale, freq_factors or None,
@@ -233,6 +252,23 @@ cdef class TransformerDecoder:
         m.embd_scale = _finite(c, "embd_scale")
         m.residual_scale = _finite(c, "residual_scale")
         m.logit_scale = _finite(c, "logit_scale")
+        moe = getattr(c, "moe", None)
+        m.n_experts = 0
+        m.shared_ffn_dim = 0
+        if moe is not None:
+            m.n_experts = _positive_int(moe, "n_experts")
+            m.n_experts_used = _positive_int(moe, "n_used")
+            if m.n_experts_used > m.n_experts or m.n_experts_used > INFER_BLOCK_MAX_EXPERTS_USED:
+                raise ValueError(f"config.moe.n_used: {m.n_experts_used} of {m.n_experts} experts (the fused "
+                                 f"step routes to at most {INFER_BLOCK_MAX_EXPERTS_USED})")
+            if getattr(moe, "gating") != "softmax":
+                raise ValueError(f"config.moe.gating: only 'softmax', got {moe.gating!r}")
+            m.expert_norm = bool(getattr(moe, "norm_weights"))
+            m.expert_scale = _finite(moe, "weight_scale")
+            shared = getattr(moe, "shared_ffn_dim", 0)
+            if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared <= _INT_LIMIT:
+                raise ValueError(f"config.moe.shared_ffn_dim: expected an integer in [0, 2**31 - 1], got {shared!r}")
+            m.shared_ffn_dim = shared
         pre_norms = getattr(c, "pre_norms", True)
         if not isinstance(pre_norms, bool):
             raise ValueError(f"config.pre_norms: expected a bool, got {pre_norms!r}")
@@ -309,9 +345,20 @@ cdef class TransformerDecoder:
                 else:
                     L.wv = _shaped_matrix(layer["wv"], lkv, d, f"{name}.wv", self.keep)
             L.wo = _shaped_matrix(layer["wo"], d, lq, f"{name}.wo", self.keep)
-            L.gate = _shaped_matrix(layer["gate"], lffn, d, f"{name}.gate", self.keep)
-            L.up = _shaped_matrix(layer["up"], lffn, d, f"{name}.up", self.keep)
-            L.down = _shaped_matrix(layer["down"], d, lffn, f"{name}.down", self.keep)
+            stacks = m.n_experts if m.n_experts else 1
+            if m.n_experts and lffn != ffn:
+                raise ValueError(f"{name}.ffn_dim: a mixture of experts has the config's width in every layer")
+            L.gate = _shaped_matrix(layer["gate"], stacks * lffn, d, f"{name}.gate", self.keep)
+            L.up = _shaped_matrix(layer["up"], stacks * lffn, d, f"{name}.up", self.keep)
+            L.down = _shaped_matrix(layer["down"], stacks * d, lffn, f"{name}.down", self.keep)
+            if m.n_experts:
+                L.router = _shaped_matrix(layer["router"], m.n_experts, d, f"{name}.router", self.keep)
+            if m.shared_ffn_dim:
+                sh = m.shared_ffn_dim
+                L.shexp_gate = _shaped_matrix(layer["shexp_gate"], sh, d, f"{name}.shexp_gate", self.keep)
+                L.shexp_up = _shaped_matrix(layer["shexp_up"], sh, d, f"{name}.shexp_up", self.keep)
+                L.shexp_down = _shaped_matrix(layer["shexp_down"], d, sh, f"{name}.shexp_down", self.keep)
+                L.shexp_gate_inp = _decode_vector(layer["shexp_gate_inp"], d, self.keep)
             if P:
                 L.ple_gate = _shaped_matrix(layer["ple_gate"], P, d, f"{name}.ple_gate", self.keep)
                 L.ple_proj = _shaped_matrix(layer["ple_proj"], d, P, f"{name}.ple_proj", self.keep)
@@ -369,16 +416,21 @@ cdef class TransformerDecoder:
         self.s.v = _decode_buffer(np.zeros(B * self.kv_dim, f32), self.keep)
         # gate and up also hold the attention's outputs and (max, sum) pairs (q_dim and
         # 2 n_heads per token, unsplit: csrc/transformer_block.c splits only when
-        # twice that fits ffn_dim) and a PLE gate (P per token)
-        self.s.gate = _decode_buffer(np.zeros(B * max(ffn, q_dim, P), f32), self.keep)
-        self.s.up = _decode_buffer(np.zeros(B * max(ffn, 2 * m.n_heads), f32), self.keep)
+        # twice that fits ffn_dim), a shared expert's rows and a PLE gate (P per token)
+        self.s.gate = _decode_buffer(np.zeros(B * max(ffn, q_dim, P, m.shared_ffn_dim), f32), self.keep)
+        self.s.up = _decode_buffer(np.zeros(B * max(ffn, 2 * m.n_heads, m.shared_ffn_dim), f32), self.keep)
         self.s.rope_cs = _decode_buffer(np.zeros(2 * B * 2 * hd, f32), self.keep)
         self.s.ple = self.s.ple_proj = NULL
         if P:
             self.s.ple = _decode_buffer(np.zeros(B * m.n_layers * P, f32), self.keep)
             self.s.ple_proj = _decode_buffer(np.zeros(B * m.n_layers * P, f32), self.keep)
+        if m.n_experts:
+            self.s.probs = _decode_buffer(np.zeros(B * m.n_experts, f32), self.keep)
+            self.s.moe_in = _decode_buffer(np.zeros(B * d, f32), self.keep)
+            self.s.moe_rows = _decode_buffer(np.zeros(B * d, f32), self.keep)
+            self.s.moe_out = _decode_buffer(np.zeros(B * d, f32), self.keep)
         cdef uint8_t[::1] xq
-        widest = max(d, ffn, q_dim, P)
+        widest = max(d, ffn, q_dim, P, m.shared_ffn_dim)
         for i in range(3):
             buf = np.zeros(infer_decode_act_bytes(widest, B), np.uint8)
             xq = buf
