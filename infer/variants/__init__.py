@@ -2,6 +2,7 @@
 from . import gemma2  # noqa: F401
 from . import gemma3  # noqa: F401
 from . import granite  # noqa: F401
+from . import lfm2  # noqa: F401
 from . import llama  # noqa: F401
 from . import phi3  # noqa: F401
 from . import qwen2  # noqa: F401
