@@ -235,6 +235,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         key = f"{a}.{k}"
         if isinstance(v, str):
             w.add_string(key, v)
+        elif isinstance(v, bool):
+            w.add_bool(key, v)
         elif isinstance(v, float):
             w.add_float32(key, v)
         else:

@@ -124,6 +124,14 @@ class TransformerEngine(Engine):
         """One decode step for several contexts: every weight row is read once for
         the whole batch (csrc/transformer_block.c), attention runs per sequence."""
         ctxs = [c for c in contexts if isinstance(c, TransformerContext)]
+        if (ctxs and len(ctxs) == len(contexts) and ctxs[0].spec.conv_layers
+                and all(c.spec is ctxs[0].spec and not c.fused_decode for c in ctxs)):
+            # no fused step for shortconv layers: the contexts' rows stacked through
+            # the Python blocks, so each weight is still read once for all of them
+            with self.running():
+                _prefill_together([(c, np.array([t], np.int32), int(p), None)
+                                   for c, t, p in zip(ctxs, tokens, positions)])
+            return
         if (len(ctxs) != len(contexts) or not all(c.fused_decode for c in ctxs)
                 or any(c.spec is not ctxs[0].spec for c in ctxs)):
             super().forward_batch(contexts, tokens, positions)
