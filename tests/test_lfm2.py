@@ -10,10 +10,9 @@ against two independent references:
 
 The references are first checked against each other (with the tolerances of
 tests/test_families.py), then infer's decode (one token at a time, through the
-Python blocks: the fused C step does not compute shortconv layers) and its batched
-prefill at every position; then what must stay exact because the conv inputs are
-kept per position: batched decode, truncate_to, copies and saved states; and the
-files infer must refuse.
+fused C step and through the Python blocks) and its batched prefill at every
+position; then what must stay exact because the conv inputs are kept per position:
+batched decode, truncate_to, copies and saved states; and the files infer must refuse.
 """
 import copy
 import dataclasses
@@ -75,19 +74,21 @@ def check(logits, ref, where, min_cos=MIN_COS):
         assert int(np.argmax(logits)) == int(np.argmax(ref)), f"top-1 differs at {where}"
 
 
-def decoded_logits(name, tiny_dir):
-    """infer's logits at every position, decoding the prompt one token at a time."""
-    if name not in _decoded:
+def decoded_logits(name, tiny_dir, python=False):
+    """infer's logits at every position, decoding the prompt one token at a time:
+    through the fused C step (the default), or the Python blocks."""
+    if (name, python) not in _decoded:
         prompt = tm.prompt(name)
         with infer.load(tiny_file(name, tiny_dir)) as model:
             ctx = model.engine.create_context(n_ctx=tm.TINY[name].n_ctx, sampler=GreedySampler())
-            assert not ctx.fused_decode   # shortconv layers decode through the Python blocks
+            assert ctx.fused_decode
+            ctx.fused_decode = not python
             out = np.zeros((len(prompt), model.engine.vocab_size), np.float32)
             for i, tok in enumerate(prompt):
                 ctx.prefill([int(tok)])
                 out[i] = ctx.logits
-        _decoded[name] = out
-    return _decoded[name]
+        _decoded[name, python] = out
+    return _decoded[name, python]
 
 
 # ---- the references and infer's forward passes -------------------------------------------
@@ -115,11 +116,20 @@ def test_reference_agrees_with_llama_cpp(name, recorded, tiny_dir):
     assert agree.all(), (name, positions[clear][~agree])
 
 
+@pytest.mark.parametrize("python", [False, True], ids=["fused", "python"])
 @pytest.mark.parametrize("name", NAMES)
-def test_decode_matches_reference_at_every_position(name, tiny_dir):
+def test_decode_matches_reference_at_every_position(name, python, tiny_dir):
     ref = reference_logits(name, tiny_dir)
-    for i, logits in enumerate(decoded_logits(name, tiny_dir)):
+    for i, logits in enumerate(decoded_logits(name, tiny_dir, python)):
         check(logits, ref[i], f"position {i}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fused_step_matches_the_python_blocks(name, tiny_dir):
+    """The C step's shortconv against TransformerContext._shortconv: float32 both,
+    the same order of the taps' sum."""
+    fused, python = decoded_logits(name, tiny_dir), decoded_logits(name, tiny_dir, True)
+    np.testing.assert_allclose(fused, python, rtol=0, atol=1e-4 * np.abs(python).max())
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -149,8 +159,8 @@ def test_batched_prefill_matches_reference(name, tiny_dir):
 
 # ---- exactness of the per-position conv inputs -------------------------------------------------
 def test_batched_decode_equals_one_at_a_time(tiny_dir):
-    """decode_batch (infer serve's step) over contexts at different positions gives
-    each the logits it gets alone."""
+    """decode_batch (infer serve's step: one fused C call for all the contexts) over
+    contexts at different positions gives each the logits it gets alone."""
     name = "lfm2"
     prompt = tm.prompt(name)
     with infer.load(tiny_file(name, tiny_dir)) as model:
@@ -170,6 +180,24 @@ def test_batched_decode_equals_one_at_a_time(tiny_dir):
         ref = reference_logits(name, tiny_dir)
         for c, n in zip(together, lengths):
             check(c.logits, ref[n + 5], f"batched decode, position {n + 5}")
+
+
+def test_fused_step_checks_the_conv_caches(tiny_dir):
+    """The C step's entry point refuses a missing or misshapen conv cache before it runs."""
+    with infer.load(tiny_file("lfm2", tiny_dir)) as model:
+        ctx = model.engine.create_context(n_ctx=64)
+        step = model.engine.fused_step()
+        assert step.n_conv_layers == 4
+        args = (1, 0, ctx.k_cache, ctx.v_cache, ctx.logits)
+        with pytest.raises(ValueError, match="conv_caches: one per sequence"):
+            step.decode(*args)
+        for bad in (np.zeros((4, 64, 128), np.float32), np.zeros((3, 64, 256), np.float32),
+                    np.zeros((4, 64, 256), np.float64), np.zeros((4, 256, 64), np.float32).T):
+            with pytest.raises(ValueError, match=r"conv_caches\[0\]"):
+                step.decode(*args, bad)
+        with pytest.raises(ValueError, match="overlap|share"):
+            step.step([ctx.k_cache, np.zeros_like(ctx.k_cache)], [ctx.v_cache, np.zeros_like(ctx.v_cache)],
+                      [1, 2], [0, 0], [ctx.logits, np.zeros_like(ctx.logits)], [ctx.conv_cache, ctx.conv_cache])
 
 
 def test_truncate_then_redecode(tiny_dir):

@@ -124,14 +124,6 @@ class TransformerEngine(Engine):
         """One decode step for several contexts: every weight row is read once for
         the whole batch (csrc/transformer_block.c), attention runs per sequence."""
         ctxs = [c for c in contexts if isinstance(c, TransformerContext)]
-        if (ctxs and len(ctxs) == len(contexts) and ctxs[0].spec.conv_layers
-                and all(c.spec is ctxs[0].spec and not c.fused_decode for c in ctxs)):
-            # no fused step for shortconv layers: the contexts' rows stacked through
-            # the Python blocks, so each weight is still read once for all of them
-            with self.running():
-                _prefill_together([(c, np.array([t], np.int32), int(p), None)
-                                   for c, t, p in zip(ctxs, tokens, positions)])
-            return
         if (len(ctxs) != len(contexts) or not all(c.fused_decode for c in ctxs)
                 or any(c.spec is not ctxs[0].spec for c in ctxs)):
             super().forward_batch(contexts, tokens, positions)
@@ -147,7 +139,8 @@ class TransformerEngine(Engine):
                     group = members[g:g + step.max_batch]
                     step.step([ctxs[i].k_cache for i in group], [ctxs[i].v_cache for i in group],
                               [int(tokens[i]) for i in group], [int(positions[i]) for i in group],
-                              [ctxs[i].logits for i in group])
+                              [ctxs[i].logits for i in group],
+                              [ctxs[i].conv_cache for i in group] if ctxs[0].spec.conv_layers else None)
 
     def prefill_batch(self, contexts: Sequence[Context], batches: Sequence[NDArray[Any]],
                       starts: Sequence[int], rows: Sequence[Optional[RowOutputs]]) -> None:
@@ -177,9 +170,6 @@ class TransformerEngine(Engine):
 
 def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
     """kernels.TransformerDecoder bound to the weights, with the spec's pieces."""
-    if spec.conv_layers:
-        raise NotImplementedError("the fused decode step does not compute shortconv layers; "
-                                  "such contexts decode through the Python blocks (fused_decode = False)")
     return K.TransformerDecoder(spec, *decoder_arguments(spec, w))
 
 
@@ -187,6 +177,9 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
     """(embd, output, output_norm, layers) as kernels.TransformerDecoder takes them."""
     layers = []
     for L, ls in zip(w.layers, spec.layers):
+        if ls.shortconv:
+            layers.append(_shortconv_arguments(L))
+            continue
         assert L.wq is not None and L.wk is not None and L.wv is not None and L.wo is not None
         layer: Dict[str, Any] = dict(
             attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, wq=L.wq.as_tuple(),
@@ -202,6 +195,16 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
                              r.rotated(spec.head_dim))
         layers.append(layer)
     return w.token_embd.as_tuple(), w.output.as_tuple(), w.output_norm.data, layers
+
+
+def _shortconv_arguments(L: LayerWeights) -> Dict[str, Any]:
+    """A shortconv layer as kernels.TransformerDecoder takes it."""
+    assert (L.conv_b is not None and L.conv_c is not None and L.conv_u is not None
+            and L.conv_out is not None and L.conv_kernel is not None)
+    return dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=L.w_gate.as_tuple(),
+                up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
+                conv=(L.conv_kernel, L.conv_b.as_tuple(), L.conv_c.as_tuple(), L.conv_u.as_tuple(),
+                      L.conv_out.as_tuple()))
 
 
 class TransformerContext(Context):
@@ -237,9 +240,8 @@ class TransformerContext(Context):
             raise ValueError(f"n_ctx: a shortconv cache of {self.n_ctx} positions needs {size / 2**30:,.1f} GiB "
                              f"of address space, which cannot be reserved; use a smaller n_ctx") from None
         self._scratch: Dict[int, _Scratch] = {}
-        #: False: decode through the Python blocks too (for tests comparing the two);
-        #: always False for shortconv layers, which the fused C step does not compute
-        self.fused_decode = not spec.conv_layers
+        #: False: decode through the Python blocks too (for tests comparing the two)
+        self.fused_decode = True
         self._step: Any = None
 
     def _fused_step(self) -> Any:
@@ -252,7 +254,8 @@ class TransformerContext(Context):
         eng = self.engine
         with eng.running():
             if len(tokens) == 1 and self.fused_decode:
-                self._fused_step().decode(int(tokens[0]), start, self.k_cache, self.v_cache, self.logits)
+                self._fused_step().decode(int(tokens[0]), start, self.k_cache, self.v_cache, self.logits,
+                                          self.conv_cache if self.spec.conv_layers else None)
             else:
                 self._prefill(tokens, start)
 
