@@ -404,14 +404,14 @@ class TransformerContext(Context):
                 got = None if saved is None else (saved.shape, str(saved.dtype))
                 raise StateError(f"saved context: {name} cache is {got}, expected {want} {cache.dtype}")
         if self.conv_cache.shape[0]:
-            saved = arrays.get("conv")
-            want = (self.conv_cache.shape[0], n, self.conv_cache.shape[2])
-            if saved is None or saved.shape != want or saved.dtype != self.conv_cache.dtype:
+            saved_conv = arrays.get("conv")
+            want_conv = (self.conv_cache.shape[0], n, self.conv_cache.shape[2])
+            if saved_conv is None or saved_conv.shape != want_conv or saved_conv.dtype != self.conv_cache.dtype:
                 from ..state import StateError
 
-                got = None if saved is None else (saved.shape, str(saved.dtype))
-                raise StateError(f"saved context: conv cache is {got}, expected {want} float32")
-            self.conv_cache[:, :n] = saved
+                got = None if saved_conv is None else (saved_conv.shape, str(saved_conv.dtype))
+                raise StateError(f"saved context: conv cache is {got}, expected {want_conv} float32")
+            self.conv_cache[:, :n] = saved_conv
         for name, cache in (("k", self.k_cache), ("v", self.v_cache)):
             cache[:, :, :n] = arrays[name]
 
