@@ -87,3 +87,11 @@ def test_malformed_calls_are_reported(bad):
     reply = s.send("Weather?")
     assert reply.tool_calls == [] and len(reply.tool_call_errors) == 1
     assert isinstance(reply.tool_call_errors[0], ToolCallError)
+
+
+def test_a_json_call_between_the_markers_is_read_too():
+    """What a forced tool_choice's grammar makes the model write (one JSON call)."""
+    call = f'{START}\n{{"name": "get_weather", "arguments": {{"city": "Paris"}}}}\n{END}'
+    s, _ = session("lfm2", [call], tools=[WEATHER])
+    reply = s.send("Weather?")
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("get_weather", {"city": "Paris"})]

@@ -27,7 +27,7 @@ from scripted import GreedySampler
 import infer
 from infer import UnsupportedModelError
 from infer.gguf import GGUFError
-from infer.runtime import Context, decode_batch
+from infer.runtime import Context, decode_batch, prefill_batch
 
 NAMES = ["lfm2", "lfm2-swa"]
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_lfm2.npz")
@@ -155,6 +155,22 @@ def test_batched_prefill_matches_reference(name, tiny_dir):
         for lo, hi in [(0, 1), (1, 2), (2, 40), (40, 41), (41, 640)]:
             ctx.prefill(prompt[lo:hi])
             check(ctx.logits, ref[hi - 1], f"position {hi - 1}, batch {lo}..{hi}")
+
+
+def test_prefill_batch_of_several_contexts_matches_reference(tiny_dir):
+    """infer serve's batched prefill: the contexts' rows stacked in one pass, each
+    context's conv reading its own history."""
+    name = "lfm2-swa"
+    prompt = tm.prompt(name)
+    ref = reference_logits(name, tiny_dir)
+    with infer.load(tiny_file(name, tiny_dir)) as model:
+        ctxs = [model.engine.create_context(n_ctx=1024, sampler=GreedySampler()) for _ in range(3)]
+        ctxs[1].prefill(prompt[:3])
+        ctxs[2].prefill(prompt[:200])
+        rows = prefill_batch(ctxs, [prompt[:150], prompt[3:160], prompt[200:400]], all_logits=True)
+        for ctx_rows, start in zip(rows, (0, 3, 200)):
+            for i, logits in enumerate(ctx_rows):
+                check(logits, ref[start + i], f"position {start + i}")
 
 
 # ---- exactness of the per-position conv inputs -------------------------------------------------
@@ -379,3 +395,12 @@ def test_pre_tokenizer_splits_as_llama_cpp(recorded, tiny_dir):
         for k, text in enumerate(texts):
             theirs = recorded[f"tokenize/ids{k}"].tolist()
             assert model.tokenizer.encode(text, add_special=False) == theirs, text
+
+
+def test_infer_info_shows_the_layer_kinds(tiny_dir, capsys):
+    """`infer info`: the per-layer KV heads (0 on the shortconv layers) and the conv width."""
+    from infer import cli
+
+    assert cli.main(["info", tiny_file("lfm2", tiny_dir)]) in (0, None)
+    out = capsys.readouterr().out
+    assert "heads 4 ([0 0 2 0 0 2] kv), shortconv width 3" in out and "pre-tokenizer lfm2" in out

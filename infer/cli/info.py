@@ -115,6 +115,7 @@ def describe_model(f: Any) -> dict[str, Any]:
         "context_length": arch_key("context_length"), "layers": arch_key("block_count"),
         "embedding_length": arch_key("embedding_length"), "feed_forward_length": arch_key("feed_forward_length"),
         "heads": arch_key("attention.head_count"), "kv_heads": arch_key("attention.head_count_kv"),
+        "shortconv_l_cache": arch_key("shortconv.l_cache"),
         "vocabulary": {"kind": md.get("tokenizer.ggml.model"), "pre": md.get("tokenizer.ggml.pre"),
                        "size": len(tokens)},
         "special_tokens": special,
@@ -163,6 +164,8 @@ def format_model(s: dict[str, Any]) -> str:
         shape = [f"embedding {s['embedding_length']}", f"feed-forward {s['feed_forward_length']}"]
         if s["heads"] is not None:
             shape.append(f"heads {s['heads']}" + (f" ({s['kv_heads']} kv)" if s["kv_heads"] is not None else ""))
+        if s["shortconv_l_cache"] is not None:   # LFM2: the layers with 0 KV heads are convolutions
+            shape.append(f"shortconv width {s['shortconv_l_cache']}")
         rows.append(("layers", f"{s['layers']}  ({', '.join(shape)})"))
     vocab = s["vocabulary"]
     kind = vocab["kind"] or "none"
