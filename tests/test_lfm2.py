@@ -387,7 +387,7 @@ def test_lfm2moe_is_refused(tmp_path):
 def test_pre_tokenizer_splits_as_llama_cpp(recorded, tiny_dir):
     """tokenizer.ggml.pre "lfm2" loads and splits as llama.cpp's (its LLAMA3
     pre-tokenizer): the ids llama.cpp gave the recorded texts
-    (scripts/record_lfm2_tokens.py).  On the tiny vocabulary these texts tell that
+    (scripts/record_lfm2_extras.py).  On the tiny vocabulary these texts tell that
     split from gpt2's and qwen2's, not from the "default" one (no merge crosses the
     places where those two differ)."""
     texts = [str(t) for t in recorded["tokenize/texts"]]
@@ -404,3 +404,22 @@ def test_infer_info_shows_the_layer_kinds(tiny_dir, capsys):
     assert cli.main(["info", tiny_file("lfm2", tiny_dir)]) in (0, None)
     out = capsys.readouterr().out
     assert "heads 4 ([0 0 2 0 0 2] kv), shortconv width 3" in out and "pre-tokenizer lfm2" in out
+
+
+def test_infer_quantize_chooses_llama_quantizes_types(recorded, tiny_dir, tmp_path):
+    """`infer quantize` on an LFM2 file: every tensor gets the type llama-quantize gave it
+    (scripts/record_lfm2_extras.py), shortconv.conv staying F32, and the file runs."""
+    from infer.quantize import quantize_file
+
+    names = [str(n) for n in recorded["quantize/names"]]
+    recipes = sorted(k.split("/", 1)[1] for k in recorded if k.startswith("quantize/") and k != "quantize/names")
+    assert "q4_k_m" in recipes
+    for recipe in recipes:
+        quantize_file(tiny_file("lfm2", tiny_dir), tmp_path / f"{recipe}.gguf", recipe)
+        with infer.gguf.GGUFFile(tmp_path / f"{recipe}.gguf") as f:
+            ours = [f.tensors[n].dtype.name for n in names]
+        assert ours == [str(t) for t in recorded[f"quantize/{recipe}"]], recipe
+    with infer.load(str(tmp_path / "q4_k_m.gguf")) as model:
+        ctx = model.engine.create_context(n_ctx=64)
+        ctx.prefill(tm.prompt("lfm2")[:20])
+        assert np.isfinite(ctx.logits).all()
