@@ -15,10 +15,12 @@ the same SwiGLU FFN:
     logits = rmsnorm(x, token_embd_norm) Wout           (Wout = Wembed if tied)
 
 ``attention.head_count_kv`` is one value per layer, 0 marking a shortconv layer.
-The spec's layers say which kind each is (`LayerSpec.kind`); the contexts keep the
-gated inputs b * u per position beside the KV cache, so truncation, copies and
-saved states are exact.  The fused C decode step does not compute shortconv
-layers: LFM2 contexts decode through the Python blocks (correct, slower).
+The spec's layers say which kind each is (`LayerSpec.kind`); the Python prefill and
+the fused C decode step both compute them.  The contexts keep the gated inputs
+b * u of every position beside the KV cache (``conv_cache``: dim float32 values per
+position per shortconv layer; LFM2-1.2B: 80 KiB a position, pages touched as
+positions are used), so truncation, copies and saved states are exact.  The KV
+cache still has a (never touched) slot for the shortconv layers.
 LFM2-MoE files (``lfm2moe``) are refused.
 """
 from __future__ import annotations
