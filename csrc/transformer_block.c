@@ -138,9 +138,11 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
         for (int u = 0; u < n_q; u++) {
             const size_t g = (size_t)(g0 + u) * hd;
             float *q = qcopy + g;
-            if (L->q_norm) d->kt->rmsnorm(qsrc + g, L->q_norm, q, hd, m->rms_eps);
+            const int norm_q = L->q_norm && !m->qk_norm_whole;
+            if (norm_q && !m->qk_norm_after_rope) d->kt->rmsnorm(qsrc + g, L->q_norm, q, hd, m->rms_eps);
             else memcpy(q, qsrc + g, (size_t)hd * sizeof(float));
             if (cs) rope_kernel(d->kt, L->rope)(q, cs, cs + hd, L->rope_dims);
+            if (norm_q && m->qk_norm_after_rope) d->kt->rmsnorm(q, L->q_norm, q, hd, m->rms_eps);
             qs[u] = q;
             outs[u] = scratch + g;
             lo[u] = lo_pos;
@@ -298,14 +300,22 @@ static void prefetch_kv_slots(const decode_ctx *d, int l) {
     }
 }
 
+/* h_b = norm(x_b) for every token, the input of a block half; x_b itself without a norm. */
+static void pre_norm(const decode_ctx *d, const float *norm) {
+    const int dim = d->m->dim;
+    for (int b = 0; b < d->n_seqs; b++) {
+        if (norm) d->kt->rmsnorm(ROW(d->s->x, b, dim), norm, ROW(d->s->h, b, dim), dim, d->m->rms_eps);
+        else memcpy(ROW(d->s->h, b, dim), ROW(d->s->x, b, dim), (size_t)dim * sizeof(float));
+    }
+}
+
 /* The FFN half of a block for every token: x += post_norm(FFN(rmsnorm(x))). */
 static void ffn_half(decode_ctx *d, infer_decode_team *team, const infer_block_layer *L) {
     const infer_block_model *m = d->m;
     const infer_block_scratch *s = d->s;
     infer_decode_job *j = &d->staging;
     const int dim = m->dim;
-    for (int b = 0; b < d->n_seqs; b++)
-        d->kt->rmsnorm(ROW(s->x, b, dim), L->ffn_norm, ROW(s->h, b, dim), dim, m->rms_eps);
+    pre_norm(d, L->ffn_norm);
     j->mats[0] = &L->gate; j->mats[1] = &L->up;
     j->outs[0] = s->gate; j->out_stride[0] = m->ffn_dim;
     run_matrix_job(d, team, INFER_JOB_GATE_UP, s->h, dim, 2, &L->down);
@@ -365,8 +375,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
         if (L->conv_width > 0) {
-            for (int b = 0; b < B; b++)
-                kt->rmsnorm(ROW(s->x, b, dim), L->attn_norm, ROW(s->h, b, dim), dim, m->rms_eps);
+            pre_norm(d, L->attn_norm);
             shortconv_half(d, team, L);
             ffn_half(d, team, L);
             continue;
@@ -374,7 +383,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         const int slot = L->rope != INFER_ROPE_NONE ? rope_slot(d, L) : -1;
 
         prefetch_kv_slots(d, l);
-        for (int b = 0; b < B; b++) kt->rmsnorm(ROW(s->x, b, dim), L->attn_norm, ROW(s->h, b, dim), dim, m->rms_eps);
+        pre_norm(d, L->attn_norm);
         j->mats[0] = &L->wq; j->mats[1] = &L->wk; j->mats[2] = &L->wv;
         j->outs[0] = s->q; j->outs[1] = s->k; j->outs[2] = s->v;
         j->out_stride[0] = q_dim; j->out_stride[1] = kv_dim; j->out_stride[2] = kv_dim;
@@ -388,13 +397,19 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
                 kt->add(k, L->k_bias, kv_dim);
                 kt->add(v, L->v_bias, kv_dim);
             }
+            if (L->q_norm && m->qk_norm_whole) {   /* before any head is split off */
+                kt->rmsnorm(ROW(s->q, b, q_dim), L->q_norm, ROW(s->q, b, q_dim), q_dim, m->rms_eps);
+                kt->rmsnorm(k, L->k_norm, k, kv_dim, m->rms_eps);
+            }
             for (int h = 0; h < m->n_kv_heads; h++) {
                 float *kh = k + (size_t)h * hd;
-                if (L->k_norm) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
+                const int norm_k = L->k_norm && !m->qk_norm_whole;
+                if (norm_k && !m->qk_norm_after_rope) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
                 if (slot >= 0) {
                     const float *cs = angles_of(d, slot, b);
                     rope_kernel(kt, L->rope)(kh, cs, cs + hd, L->rope_dims);
                 }
+                if (norm_k && m->qk_norm_after_rope) kt->rmsnorm(kh, L->k_norm, kh, hd, m->rms_eps);
             }
             /* kv_store converts to F16 with the table's (vectorised, bit-exact) quantize */
             const int kv_type = sq->kv_f16 ? INFER_TYPE_F16 : INFER_TYPE_F32;
@@ -440,7 +455,9 @@ int infer_block_check_model(const infer_block_model *m) {
     const int hd = m->head_dim;
     if (hd < 2 || hd % 2 || hd > INFER_ATTN_MAX_HEAD_DIM || m->n_heads % m->n_kv_heads ||
         2 * (int64_t)(m->n_heads / m->n_kv_heads) * (hd + 1) > INFER_TEAM_SCRATCH_FLOATS ||
-        !(m->attn_softcap >= 0.0f) || !(m->final_softcap >= 0.0f) || !(m->rms_eps >= 0.0f))
+        !(m->attn_softcap >= 0.0f) || !(m->final_softcap >= 0.0f) || !(m->rms_eps >= 0.0f) ||
+        (m->qk_norm_whole != 0 && m->qk_norm_whole != 1) ||
+        (m->qk_norm_after_rope != 0 && m->qk_norm_after_rope != 1) || (m->qk_norm_whole && m->qk_norm_after_rope))
         return -2;
     const int64_t q_dim = (int64_t)m->n_heads * hd, kv_dim = (int64_t)m->n_kv_heads * hd;
     if (!shape_ok(&m->embd, m->vocab_size, m->dim) || !shape_ok(&m->output, m->vocab_size, m->dim) ||
@@ -458,7 +475,7 @@ int infer_block_check_model(const infer_block_model *m) {
                 return -2;
             continue;
         }
-        if (!L->attn_norm || !L->ffn_norm || !!L->q_norm != !!L->k_norm ||
+        if (!!L->attn_norm != !!L->ffn_norm || !!L->q_norm != !!L->k_norm ||
             !!L->q_bias != !!L->k_bias || !!L->q_bias != !!L->v_bias || L->window < 0 ||
             (L->rope != INFER_ROPE_NONE && L->rope != INFER_ROPE_NORM && L->rope != INFER_ROPE_NEOX) ||
             (L->rope != INFER_ROPE_NONE && (!L->rope_inv_freq || L->rope_dims < 2 || L->rope_dims % 2 ||

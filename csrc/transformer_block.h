@@ -9,8 +9,9 @@
  * costs one Python call and one thread-pool run instead of hundreds.
  *
  * Every optional piece of the spec is a NULL pointer or a 0 here: biases,
- * per-head q/k norms, post norms, RoPE (per layer: none, adjacent pairs or
- * halves, with its own frequencies), sliding windows, soft-capping, scales.
+ * q/k norms (per head, before or after RoPE, or over the whole projection),
+ * pre and post norms, RoPE (per layer: none, adjacent pairs or halves, with its
+ * own frequencies), sliding windows, soft-capping, scales.
  *
  * A layer with conv_width > 0 is a gated short convolution (LFM2's shortconv)
  * instead of attention: b, c, u = h Wb, h Wc, h Wu; the gated input b * u goes to
@@ -35,8 +36,9 @@ enum { INFER_ROPE_NONE = 0, INFER_ROPE_NORM = 1, INFER_ROPE_NEOX = 2 };
 #define INFER_BLOCK_MAX_BATCH 16
 
 typedef struct {
-    const float *attn_norm, *ffn_norm;          /* dim */
-    const float *q_norm, *k_norm;               /* head_dim, per head; or NULL */
+    const float *attn_norm, *ffn_norm;          /* dim; both NULL: no pre-norms (the halves read x) */
+    const float *q_norm, *k_norm;               /* head_dim, per head (q_dim and kv_dim with
+                                                   qk_norm_whole); or NULL */
     const float *post_attn_norm, *post_ffn_norm;   /* dim, or NULL */
     const float *q_bias, *k_bias, *v_bias;      /* q_dim, kv_dim, kv_dim; or all NULL */
     infer_decode_matrix wq, wk, wv, wo, gate, up, down;
@@ -63,6 +65,8 @@ typedef struct {
     const infer_block_layer *layers;   /* n_layers of them */
     infer_decode_matrix embd, output;
     const float *output_norm;
+    int qk_norm_whole;             /* 1: q_norm / k_norm span all of q / k (OLMo 2), 0: one head */
+    int qk_norm_after_rope;        /* 1: the per-head q/k norms follow RoPE (Hunyuan), 0: precede it */
     int n_conv_layers;             /* layers with conv_width > 0 (the conv caches' first dimension) */
 } infer_block_model;
 

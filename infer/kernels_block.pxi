@@ -38,6 +38,8 @@ cdef extern from "transformer_block.h" nogil:
         infer_decode_matrix embd, output
         const float *output_norm
         int n_conv_layers
+        int qk_norm_whole
+        int qk_norm_after_rope
     ctypedef struct infer_block_seq:
         int n_ctx
         int kv_f16
@@ -113,10 +115,13 @@ cdef class TransformerDecoder:
     config: an object with the sizes dim, n_layers, n_heads, n_kv_heads, head_dim,
     ffn_dim, vocab_size and rms_eps, activation ("silu" or "gelu_tanh"),
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
-    logit_scale (infer.variants.spec.TransformerSpec is one).
+    logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
+    the default, or "all") and qk_norm_after_rope (default False)
+    (infer.variants.spec.TransformerSpec is one).
     embd/output: matrix tuples (data uint8 rows, qtype, act_type, rows, cols).
-    layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors), wq,
-    wk, wv, wo, gate, up, down (matrix tuples); optionally q_norm and k_norm,
+    layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors; only
+    with pre_norms), wq, wk, wv, wo, gate, up, down (matrix tuples); optionally
+    q_norm and k_norm (head_dim values, or q_dim and kv_dim with scope "all"),
     post_attn_norm, post_ffn_norm, q_bias, k_bias and v_bias (vectors), rope
     (None or (layout "norm"/"neox", base, scale, freq_factors or None,
     attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all).
@@ -174,6 +179,18 @@ cdef class TransformerDecoder:
         m.embd_scale = _finite(c, "embd_scale")
         m.residual_scale = _finite(c, "residual_scale")
         m.logit_scale = _finite(c, "logit_scale")
+        pre_norms = getattr(c, "pre_norms", True)
+        if not isinstance(pre_norms, bool):
+            raise ValueError(f"config.pre_norms: expected a bool, got {pre_norms!r}")
+        qk_scope = getattr(c, "qk_norm_scope", "head")
+        if qk_scope not in ("head", "all"):
+            raise ValueError(f"config.qk_norm_scope: expected 'head' or 'all', got {qk_scope!r}")
+        m.qk_norm_whole = qk_scope == "all"
+        after_rope = getattr(c, "qk_norm_after_rope", False)
+        if not isinstance(after_rope, bool) or (after_rope and m.qk_norm_whole):
+            raise ValueError(f"config.qk_norm_after_rope: expected a bool, and False with qk_norm_scope "
+                             f"'all', got {after_rope!r}")
+        m.qk_norm_after_rope = after_rope
         if not 1 <= max_batch <= INFER_BLOCK_MAX_BATCH:
             raise ValueError(f"max_batch: must be in [1, {INFER_BLOCK_MAX_BATCH}], got {max_batch}")
         if len(layers) != m.n_layers:
@@ -194,16 +211,19 @@ cdef class TransformerDecoder:
         for i, layer in enumerate(layers):
             L = &self.layers[i]
             name = f"layers[{i}]"
-            L.attn_norm = _decode_vector(layer["attn_norm"], d, self.keep)
-            L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
+            if pre_norms:
+                L.attn_norm = _decode_vector(layer["attn_norm"], d, self.keep)
+                L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
+            elif layer.get("attn_norm") is not None or layer.get("ffn_norm") is not None:
+                raise ValueError(f"{name}: attn_norm / ffn_norm given but config.pre_norms is False")
             L.gate = _shaped_matrix(layer["gate"], ffn, d, f"{name}.gate", self.keep)
             L.up = _shaped_matrix(layer["up"], ffn, d, f"{name}.up", self.keep)
             L.down = _shaped_matrix(layer["down"], d, ffn, f"{name}.down", self.keep)
             if layer.get("conv") is not None:
                 self._shortconv_layer(L, layer["conv"], name)
                 continue
-            L.q_norm = _optional_vector(layer, "q_norm", hd, name, self.keep)
-            L.k_norm = _optional_vector(layer, "k_norm", hd, name, self.keep)
+            L.q_norm = _optional_vector(layer, "q_norm", q_dim if m.qk_norm_whole else hd, name, self.keep)
+            L.k_norm = _optional_vector(layer, "k_norm", kv_dim if m.qk_norm_whole else hd, name, self.keep)
             L.post_attn_norm = _optional_vector(layer, "post_attn_norm", d, name, self.keep)
             L.post_ffn_norm = _optional_vector(layer, "post_ffn_norm", d, name, self.keep)
             L.q_bias = _optional_vector(layer, "q_bias", q_dim, name, self.keep)

@@ -429,6 +429,8 @@ _LLAMA3 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_HUNYUAN_DENSE = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+                  r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 # tokenizer.ggml.pre -> (regexes applied in turn, each splitting the pieces of the
 # previous one and keeping unmatched gaps as pieces; ignore_merges), from
@@ -436,13 +438,14 @@ _QWEN2 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]
 PRE_TOKENIZERS: dict[str, tuple[tuple[str, ...], bool]] = {}
 for _names, _exprs, _ignore in (
     (("default",), (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"), False),
-    (("gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "roberta-bpe"), (_GPT2,), False),
+    (("gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "roberta-bpe", "exaone4"), (_GPT2,), False),
     (("llama3", "llama-v3", "llama-bpe", "falcon3", "lfm2"), (_LLAMA3,), True),
     (("dbrx", "smaug-bpe", "chatglm-bpe"), (_LLAMA3,), False),
     (("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"),
      (r"\p{N}", _GPT2), False),
     (("qwen2", "stablelm2", "megrez"), (_QWEN2,), False),
     (("falcon",), (r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, r"[0-9][0-9][0-9]"), False),
+    (("hunyuan-dense",), (r"\p{N}{1,3}", r"[一-龥぀-ゟ゠-ヿ]+", _HUNYUAN_DENSE), False),
     (("deepseek-coder",), (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}"), False),
 ):
     for _name in _names:

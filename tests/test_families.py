@@ -1,11 +1,15 @@
 """The Llama-shaped families on tiny random-weight files (tests/tiny_models.py):
 qwen2 (+YaRN), qwen3, phi3 (LongRoPE, partial rotary, fused tensors), gemma2
 (soft-capping, windows), llama (llama3 rope_freqs, linear scaling), smollm3
-(NoPE layers), granite (multipliers), against two independent references:
+(NoPE layers), granite (multipliers), and the dense families of
+``tiny_models.DENSE``: olmo2 (OLMo 2, and OLMo 3's windows), exaone4 (and its
+64-layer windows with NoPE), exaone, ernie4_5, gemma; against two independent
+references:
 
 * tests/reference/numpy_families.py, a float64 numpy forward pass per family;
 * llama.cpp's own teacher-forced logits on the same files
-  (tests/data/llama_cpp_families.npz, see tests/data/README.md).
+  (tests/data/llama_cpp_families.npz for ``TINY``, llama_cpp_dense.npz for
+  ``DENSE``; see tests/data/README.md).
 
 The two references are first checked against each other, which validates both.
 Then each variant: its decode (the fused C step where the spec fits it, and the
@@ -31,10 +35,13 @@ from scripted import GreedySampler
 
 
 #: LFM2's files are tests/test_lfm2.py's (recorded in llama_cpp_lfm2.npz)
-NAMES = [n for n, t in tm.TINY.items() if t.arch != "lfm2"]
+NAMES = [n for n in tm.ALL if n not in tm.LFM2]
 #: the files whose spec the fused C decode step computes (csrc/transformer_block.c: all)
 FUSED = set(NAMES)
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_families.npz")
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+#: where each file's llama.cpp logits are recorded
+DATA = {**{name: os.path.join(DATA_DIR, "llama_cpp_families.npz") for name in tm.TINY},
+        **{name: os.path.join(DATA_DIR, "llama_cpp_dense.npz") for name in tm.DENSE}}
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +61,7 @@ def tiny_file(name, tiny_dir):
 def reference_logits(name, tiny_dir):
     """(T, vocab) float64 logits of the prompt, computed once per file."""
     if name not in _refs:
-        _refs[name] = reference(tiny_file(name, tiny_dir), tm.TINY[name].n_ctx).forward(tm.prompt(name))
+        _refs[name] = reference(tiny_file(name, tiny_dir), tm.ALL[name].n_ctx).forward(tm.prompt(name))
     return _refs[name]
 
 
@@ -83,7 +90,7 @@ def check(logits, ref, where, min_cos):
 def test_decode_matches_reference_at_every_position(name, python, tiny_dir):
     """One token at a time over the whole prompt: the context's own decode path (the
     fused C step for specs it computes, see FUSED) and the Python blocks."""
-    t = tm.TINY[name]
+    t = tm.ALL[name]
     ref = reference_logits(name, tiny_dir)
     with infer.load(tiny_file(name, tiny_dir)) as model:
         assert model.engine.architecture == t.arch
@@ -100,7 +107,7 @@ def test_decode_matches_reference_at_every_position(name, python, tiny_dir):
 def test_batched_prefill_matches_reference(name, tiny_dir):
     """Prefill through the matrix-matrix kernels: one batch crossing the 512-token
     chunk, then a second batch continuing the first."""
-    t = tm.TINY[name]
+    t = tm.ALL[name]
     prompt = tm.prompt(name)
     ref = reference_logits(name, tiny_dir)
     with infer.load(tiny_file(name, tiny_dir)) as model:
@@ -117,14 +124,24 @@ def test_batched_prefill_matches_reference(name, tiny_dir):
 
 
 # ---- llama.cpp -------------------------------------------------------------------------
+_loaded = {}
+
+
 @pytest.fixture(scope="module")
 def recorded():
-    if not os.path.exists(DATA):
-        pytest.skip("no recorded llama.cpp logits (tests/data/README.md says how to make them)")
-    return dict(np.load(DATA))
+    """name -> the npz holding its recording (loaded once per file)."""
+    def of(name):
+        path = DATA[name]
+        if not os.path.exists(path):
+            pytest.skip("no recorded llama.cpp logits (tests/data/README.md says how to make them)")
+        if path not in _loaded:
+            _loaded[path] = dict(np.load(path))
+        return _loaded[path]
+    return of
 
 
-def _recorded(recorded, name, tiny_dir):
+def _recorded(recorded_of, name, tiny_dir):
+    recorded = recorded_of(name)
     path = tiny_file(name, tiny_dir)
     assert str(recorded[f"{name}/sha256"]) == tm.sha256(path), (
         f"{name}: the tiny file differs from the one llama.cpp was run on; re-record "
@@ -154,7 +171,7 @@ def test_reference_agrees_with_llama_cpp(name, recorded, tiny_dir):
 @pytest.mark.parametrize("name", NAMES)
 def test_variant_agrees_with_llama_cpp(name, recorded, tiny_dir):
     """infer's fused decode against llama.cpp at the recorded positions."""
-    t = tm.TINY[name]
+    t = tm.ALL[name]
     positions, theirs = _recorded(recorded, name, tiny_dir)
     prompt = tm.prompt(name)
     ours = np.zeros((len(prompt), theirs.shape[1]))

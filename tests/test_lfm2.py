@@ -80,7 +80,7 @@ def decoded_logits(name, tiny_dir, python=False):
     if (name, python) not in _decoded:
         prompt = tm.prompt(name)
         with infer.load(tiny_file(name, tiny_dir)) as model:
-            ctx = model.engine.create_context(n_ctx=tm.TINY[name].n_ctx, sampler=GreedySampler())
+            ctx = model.engine.create_context(n_ctx=tm.ALL[name].n_ctx, sampler=GreedySampler())
             assert ctx.fused_decode
             ctx.fused_decode = not python
             out = np.zeros((len(prompt), model.engine.vocab_size), np.float32)
@@ -147,7 +147,7 @@ def test_batched_prefill_matches_reference(name, tiny_dir):
     prompt = tm.prompt(name)
     ref = reference_logits(name, tiny_dir)
     with infer.load(tiny_file(name, tiny_dir)) as model:
-        ctx = model.engine.create_context(n_ctx=tm.TINY[name].n_ctx, sampler=GreedySampler())
+        ctx = model.engine.create_context(n_ctx=tm.ALL[name].n_ctx, sampler=GreedySampler())
         rows = ctx.prefill(prompt[:600], all_logits=True)
         for i in range(600):
             check(rows[i], ref[i], f"position {i}, one batch")
@@ -280,7 +280,7 @@ def test_greedy_generation_follows_the_reference(tiny_dir):
 
 # ---- files infer must refuse ----------------------------------------------------------------
 def hostile(tmp_path, monkeypatch, name="lfm2", drop=(), replace=None, keys=None, tiny=None):
-    """TINY[name] written with tensors dropped or replaced and uint32 keys changed
+    """LFM2[name] written with tensors dropped or replaced and uint32 keys changed
     (the writer's own calls intercepted, so everything else is the converter's layout)."""
     import gguf
 
@@ -370,7 +370,7 @@ def test_head_count_kv_per_layer_of_the_wrong_length(tmp_path, monkeypatch):
 
 def test_bidirectional_lfm2_is_refused(tmp_path):
     """The converter writes attention.causal = false for LFM2's embedding models."""
-    t = tm.TINY["lfm2"]
+    t = tm.ALL["lfm2"]
     path = tm.write("lfm2", str(tmp_path / "bidir.gguf"),
                     dataclasses.replace(t, extra={**t.extra, "attention.causal": False}))
     with pytest.raises(UnsupportedModelError, match="non-causal"):
@@ -378,7 +378,7 @@ def test_bidirectional_lfm2_is_refused(tmp_path):
 
 
 def test_lfm2moe_is_refused(tmp_path):
-    t = dataclasses.replace(tm.TINY["lfm2"], arch="lfm2moe")
+    t = dataclasses.replace(tm.ALL["lfm2"], arch="lfm2moe")
     path = tm.write("lfm2", str(tmp_path / "moe.gguf"), t)
     with pytest.raises(UnsupportedModelError, match="lfm2moe.*mixture-of-experts FFN is not implemented"):
         infer.load(path)

@@ -12,7 +12,7 @@ from infer.gguf import GGUFError
 
 
 def tiny(tmp_path, name="llama", more_tensors=None, **extra):
-    t = tm.TINY[name]
+    t = tm.ALL[name]
     t = dataclasses.replace(t, extra={**t.extra, **extra})
     return tm.write(name, str(tmp_path / f"{name}.gguf"), t, more_tensors)
 

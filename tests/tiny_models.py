@@ -14,9 +14,12 @@ llama.cpp's src/llama-arch.cpp, src/models/<arch>.cpp and gguf-py:
 * Tied heads: no `output.weight`, the head is `token_embd.weight` (gemma2 always).
 * Norm weights and biases are F32; matrices are F16.
 
-Each file is small (d=256, 2-4 layers, vocab 512, a byte-level BPE vocabulary
+Each file is small (d=256, 2-4 layers; exaone4-swa d=64, 64 layers; vocab 512, a byte-level BPE vocabulary
 that infer's tokenizer and llama.cpp both load) and uses small rope contexts and
-windows so that a 640-token prompt crosses them.  ``TINY`` lists them;
+windows so that a 640-token prompt crosses them.  ``TINY`` lists them, and
+``DENSE`` the dense families added later (olmo2, exaone4, exaone, ernie4_5,
+gemma, hunyuan-dense: no pre-norms, q/k norms over the whole projection or after
+RoPE), recorded into a data file of their own; ``ALL`` is both.
 ``write(name, path)`` writes one, deterministically (the seeds are fixed; the
 sha256 of each file is recorded beside llama.cpp's logits so a change shows).
 """
@@ -67,6 +70,10 @@ class Tiny:
     #: n_ctx for the llama.cpp recording (phi3's LongRoPE picks factors by it)
     n_ctx: int = 1024
     prompt_len: int = PROMPT_LEN
+    #: attn_norm / ffn_norm before each block half (OLMo 2, EXAONE 4: none)
+    pre_norms: bool = True
+    #: q/k norms over the whole projection (q_dim / kv_dim weights; OLMo 2), not per head
+    qk_norm_all: bool = False
     #: LFM2: the layers that are gated short convolutions (head_count_kv 0 there),
     #: of width ``conv_width`` (``shortconv.l_cache``)
     conv_layers: Tuple[int, ...] = ()
@@ -109,7 +116,59 @@ TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
     ("granite", Tiny("granite", 109, tied=True, head_gain=24.0,
                      extra={"embedding_scale": 12.0, "residual_scale": 0.22,
                             "attention.scale": 0.03125, "logit_scale": 8.0})),
-    # LFM2 (tests/test_lfm2.py, recorded in llama_cpp_lfm2.npz, not llama_cpp_families.npz):
+]}
+
+#: The dense families of tests/test_dense_families.py, recorded into
+#: tests/data/llama_cpp_dense.npz (kept apart from TINY's llama_cpp_families.npz).
+DENSE: Dict[str, Tiny] = {n: t for n, t in [
+    # OLMo 2: no pre-norms, post norms, q/k RMSNorm over all heads at once.
+    ("olmo2", Tiny("olmo2", 110, tied=False, pre_norms=False, qk_norm=True, qk_norm_all=True,
+                   post_norms=True, eps=1e-6, pre="dbrx")),
+    # OLMo 3 (same GGUF architecture): layers 0-2 slide a 128 window with unscaled
+    # RoPE, layer 3 attends globally with YaRN.
+    ("olmo3", Tiny("olmo2", 111, tied=False, pre_norms=False, qk_norm=True, qk_norm_all=True,
+                   post_norms=True, eps=1e-6, pre="dbrx",
+                   extra={"attention.sliding_window": 128, "rope.scaling.type": "yarn",
+                          "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 256})),
+    # attention.sliding_window_pattern 0: every layer slides (llama.cpp's set_swa_pattern).
+    ("olmo3-all-sliding", Tiny("olmo2", 118, n_layer=2, tied=False, pre_norms=False, qk_norm=True,
+                               qk_norm_all=True, post_norms=True, eps=1e-6, pre="dbrx",
+                               extra={"attention.sliding_window": 128, "attention.sliding_window_pattern": 0})),
+    # EXAONE 4.0 1.2B's shape: no pre-norms, post norms, per-head q/k norms, tied.
+    ("exaone4", Tiny("exaone4", 112, pre_norms=False, qk_norm=True, post_norms=True, pre="exaone4")),
+    # EXAONE 4.0 32B's 64 layers (llama.cpp turns windows on for that count only), tiny:
+    # windows of 128 on 3 layers of 4, NoPE on the 4th; llama3 rope_freqs.
+    ("exaone4-swa", Tiny("exaone4", 113, n_layer=64, dim=64, n_head=2, n_kv_head=1, head_dim=32, ffn=128,
+                         pre_norms=False, qk_norm=True, post_norms=True, llama3_rope=True, pre="exaone4",
+                         extra={"attention.sliding_window": 128})),
+    # EXAONE 3.5: Llama with NEOX RoPE and llama3 rope_freqs, untied.
+    ("exaone", Tiny("exaone", 114, tied=False, llama3_rope=True, pre="exaone",
+                    extra={"rope.freq_base": 1000000.0})),
+    # ERNIE 4.5 0.3B: Llama (NORM RoPE), tied.
+    ("ernie4_5", Tiny("ernie4_5", 115, eps=1e-6, extra={"rope.freq_base": 500000.0})),
+    # Gemma 1: sqrt(d) embedding scale, GeGLU, one KV head, 8 heads of 64 = 512 != d.
+    ("gemma", Tiny("gemma", 116, n_head=8, n_kv_head=1, eps=1e-6,
+                   extra={"attention.key_length": 64, "attention.value_length": 64})),
+    # Hunyuan dense: per-head q/k norms after RoPE; NTK alpha on the base.
+    ("hunyuan-dense", Tiny("hunyuan-dense", 117, qk_norm=True, pre="hunyuan-dense",
+                           extra={"rope.scaling.alpha": 4.0})),
+]}
+#: texts llama.cpp tokenized with each DENSE file's vocabulary (its pre-tokenizer
+#: name), recorded beside its logits: words, digits, punctuation runs, line breaks,
+#: CJK, kana, hangul, accents, emoji
+TOKENIZE_TEXTS = (
+    "Hello world! The quick brown fox jumps over the lazy dog.",
+    "Numbers 1234567 and 3.14159, x=42; y+=7 -- done?!",
+    "I'm sure they'll say it's 'fine' -- won't they?\n\n  indented\tline\r\nCRLF",
+    "汉字和かなカナ、한국어 mixed with English 한글123",
+    "Ünïcödé naïve café — “quotes” … ¿qué? ¡sí! 🙂👍🏽",
+    "def f(x):\n    return [a_b, c-d] # ok   \n\n\n",
+    "   leading and trailing spaces   ",
+    "6789 12345 6789012 345,345 the1234 abc12 12.345 why?how? A,B;C",
+    "word.The quick,brown(fox) THE'S the's   \n   the  \n\nthe",
+)
+#: LFM2's files (tests/test_lfm2.py), recorded into tests/data/llama_cpp_lfm2.npz
+LFM2: Dict[str, Tiny] = {n: t for n, t in [
     # 6 layers, shortconv (width 3) but for attention at 2 and 5 as in LFM2-1.2B's
     # pattern; q/k norms, NEOX RoPE, token_embd_norm as the final norm.
     ("lfm2", Tiny("lfm2", 110, n_layer=6, qk_norm=True, conv_layers=(0, 1, 3, 4), pre="lfm2",
@@ -119,6 +178,9 @@ TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
     ("lfm2-swa", Tiny("lfm2", 111, n_layer=4, qk_norm=True, conv_layers=(0, 2), conv_width=4, tied=False,
                       pre="lfm2", extra={"attention.sliding_window": 128})),
 ]}
+#: every tiny file: TINY's, DENSE's and LFM2's (names are unique across them)
+ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2}
+
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -179,7 +241,7 @@ def bpe_vocabulary():
 
 def prompt(name: str) -> np.ndarray:
     """The teacher-forced token ids of a tiny model's recording (no specials)."""
-    t = TINY[name]
+    t = ALL[name]
     return np.random.default_rng(1000 + t.seed).integers(0, VOCAB - len(SPECIALS), t.prompt_len)
 
 
@@ -200,7 +262,7 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     """Write TINY[name] (or ``tiny``) to path, with ``more_tensors`` added."""
     import gguf
 
-    t = tiny or TINY[name]
+    t = tiny or ALL[name]
     rng = np.random.default_rng(t.seed)
     d, hd, L = t.dim, t.head_dim, t.n_layer
     q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
@@ -269,7 +331,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         w.add_tensor("rope_factors_short.weight", (1.0 + 0.5 * np.linspace(0, 1, n)).astype(np.float32))
     for i in range(L):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", norm(d))
+        if t.pre_norms:
+            w.add_tensor(p + "attn_norm.weight", norm(d))
         if i in t.conv_layers:
             _add_shortconv(w, p, d, t.conv_width, mat, rng)
             w.add_tensor(p + "ffn_norm.weight", norm(d))
@@ -289,12 +352,13 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_tensor(p + "attn_k.bias", bias(kv_dim, 1.0))
             w.add_tensor(p + "attn_v.bias", bias(kv_dim))
         if t.qk_norm:
-            w.add_tensor(p + "attn_q_norm.weight", norm(hd))
-            w.add_tensor(p + "attn_k_norm.weight", norm(hd))
+            w.add_tensor(p + "attn_q_norm.weight", norm(q_dim if t.qk_norm_all else hd))
+            w.add_tensor(p + "attn_k_norm.weight", norm(kv_dim if t.qk_norm_all else hd))
         w.add_tensor(p + "attn_output.weight", mat(d, q_dim))
         if t.post_norms:
             w.add_tensor(p + "post_attention_norm.weight", norm(d))
-        w.add_tensor(p + "ffn_norm.weight", norm(d))
+        if t.pre_norms:
+            w.add_tensor(p + "ffn_norm.weight", norm(d))
         if t.fused_gate_up:
             w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(t.ffn, d), mat(t.ffn, d)]))
         else:

@@ -43,7 +43,8 @@ LOCAL_ROPE_BASE = 10000.0  # RoPE base of the sliding-window layers
 def sliding_layers(hp: HParams, n_layers: int, period: int) -> List[bool]:
     """Per layer, True when it attends globally: an explicit per-layer list or period
     (``attention.sliding_window_pattern``) if the file has one, else ``period``
-    (layer l global when l % period == period - 1: llama.cpp's set_swa_pattern)."""
+    (layer l global when l % period == period - 1, none with period 0: llama.cpp's
+    set_swa_pattern)."""
     pattern = hp.raw("attention.sliding_window_pattern", period)
     if isinstance(pattern, (list, tuple, np.ndarray)):
         if len(pattern) != n_layers:
@@ -51,7 +52,8 @@ def sliding_layers(hp: HParams, n_layers: int, period: int) -> List[bool]:
                             f"{len(pattern)} entries for {n_layers} layers")
         return [not bool(p) for p in pattern]
     period = hp.integer("attention.sliding_window_pattern", period, lo=0)
-    return [period == 0 or i % period == period - 1 for i in range(n_layers)]
+    # a period of 0 makes every layer slide (llama.cpp: is_swa = n_pattern == 0 || ...)
+    return [period != 0 and i % period == period - 1 for i in range(n_layers)]
 
 
 def gemma3_spec(metadata: Dict[str, Any], tensors: Dict[str, Any]) -> TransformerSpec:

@@ -13,16 +13,18 @@ One block, with every optional piece (each is off by default):
 
     x = embed(token) * embd_scale
     for each layer l:
-        h = rmsnorm(x, attn_norm)
+        h = rmsnorm(x, attn_norm)                     (pre_norms; else h = x)
         q, k, v = h Wq + bq, h Wk + bk, h Wv + bv       (biases: qkv_bias; one
                                                        matrix: fused_qkv)
-        q, k = rmsnorm(q, q_norm), rmsnorm(k, k_norm)  (per head: qk_norm)
-        rope(q, k)                                    (layers[l].rope; None: NoPE)
+        q, k = rmsnorm(q, q_norm), rmsnorm(k, k_norm)  (qk_norm: per head, or over
+                                                       all of q and of k: qk_norm_scope)
+        rope(q, k)                                    (layers[l].rope; None: NoPE; the
+                                                       q/k norms after it: qk_norm_after_rope)
         a = attention(q, K, V)   scores * query_scale, soft-capped by attn_softcap,
                                  over the last layers[l].window positions
         a = a Wo ; a = rmsnorm(a, post_attn_norm)     (post_attn_norm)
         x += a * residual_scale
-        h = rmsnorm(x, ffn_norm)
+        h = rmsnorm(x, ffn_norm)                      (pre_norms; else h = x)
         f = (act(h Wgate) * h Wup) Wdown              (act: activation; one matrix
                                                        gate|up: fused_gate_up)
         f = rmsnorm(f, post_ffn_norm)                 (post_ffn_norm)
@@ -55,6 +57,8 @@ ACTIVATIONS = ("silu", "gelu_tanh")
 #: RoPE layouts: "norm" rotates adjacent pairs (2i, 2i+1) of a head (GGUF `llama`,
 #: whose converter permuted Q/K rows); "neox" rotates (i, i + head_dim/2)
 ROPE_LAYOUTS = ("norm", "neox")
+#: what a q/k norm spans: one head, or the whole projection
+QK_NORM_SCOPES = ("head", "all")
 #: how a layer mixes positions (LayerSpec.kind)
 LAYER_KINDS = ("attention", "shortconv")
 #: the widest short convolution accepted (LFM2's is 3; a huge width is a bad file)
@@ -201,6 +205,17 @@ class TransformerSpec:
     #: the final norm's tensor, without ".weight" (LFM2: "token_embd_norm")
     output_norm_tensor: str = "output_norm"
 
+    # ---- norm placement (after the fields above, so that other families' additions stay apart)
+    #: attn_norm / ffn_norm before each block half; False: the halves read x itself and
+    #: only the post norms are applied (OLMo 2, EXAONE 4)
+    pre_norms: bool = True
+    #: what the q/k RMSNorm of qk_norm normalises: "head", each head (head_dim
+    #: weights; Qwen3), or "all", the whole q and k projections (q_dim and kv_dim
+    #: weights; OLMo 2)
+    qk_norm_scope: str = "head"
+    #: the q/k norms come after RoPE instead of before it (Hunyuan)
+    qk_norm_after_rope: bool = False
+
     def __post_init__(self) -> None:
         for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
                      "vocab_size", "max_seq_len"):
@@ -213,6 +228,10 @@ class TransformerSpec:
             raise ValueError(f"head_dim: {self.head_dim} is odd (RoPE rotates pairs)")
         if len(self.layers) != self.n_layers:
             raise ValueError(f"layers: {len(self.layers)} layer specs for n_layers={self.n_layers}")
+        if self.qk_norm_after_rope and self.qk_norm_scope != "head":
+            raise ValueError("qk_norm_after_rope: only with per-head q/k norms (qk_norm_scope 'head')")
+        if self.qk_norm_scope not in QK_NORM_SCOPES:
+            raise ValueError(f"qk_norm_scope: expected one of {QK_NORM_SCOPES}, got {self.qk_norm_scope!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {self.activation!r}")
         if not (math.isfinite(self.rms_eps) and self.rms_eps > 0):

@@ -182,10 +182,10 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
             continue
         assert L.wq is not None and L.wk is not None and L.wv is not None and L.wo is not None
         layer: Dict[str, Any] = dict(
-            attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, wq=L.wq.as_tuple(),
-            wk=L.wk.as_tuple(), wv=L.wv.as_tuple(), wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(),
-            up=L.w_up.as_tuple(), down=L.w_down.as_tuple(), window=ls.window, rope=None)
-        for name in ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "q_bias", "k_bias", "v_bias"):
+            wq=L.wq.as_tuple(), wk=L.wk.as_tuple(), wv=L.wv.as_tuple(), wo=L.wo.as_tuple(),
+            gate=L.w_gate.as_tuple(), up=L.w_up.as_tuple(), down=L.w_down.as_tuple(), window=ls.window, rope=None)
+        for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm",
+                     "q_bias", "k_bias", "v_bias"):
             vec = getattr(L, name)
             if vec is not None:
                 layer[name] = vec.data
@@ -201,6 +201,7 @@ def _shortconv_arguments(L: LayerWeights) -> Dict[str, Any]:
     """A shortconv layer as kernels.TransformerDecoder takes it."""
     assert (L.conv_b is not None and L.conv_c is not None and L.conv_u is not None
             and L.conv_out is not None and L.conv_kernel is not None)
+    assert L.attn_norm is not None and L.ffn_norm is not None   # the loader requires pre-norms
     return dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=L.w_gate.as_tuple(),
                 up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
                 conv=(L.conv_kernel, L.conv_b.as_tuple(), L.conv_c.as_tuple(), L.conv_u.as_tuple(),
@@ -297,13 +298,12 @@ class TransformerContext(Context):
         """One transformer block over the batch s.x: the rows of each segment are its
         context's positions pos0, pos0+1, ...; attention runs per segment."""
         spec = self.spec
-        eps = spec.rms_eps
-        K.rmsnorm(s.x, w.attn_norm.data, s.h1, eps)
+        self._pre_norm(s, w.attn_norm)
         if spec.layers[li].shortconv:
             self._shortconv(w, li, s, segments)
         else:
             self._attention(w, li, s, segments)
-        K.rmsnorm(s.x, w.ffn_norm.data, s.h1, eps)
+        self._pre_norm(s, w.ffn_norm)
         s.mul(s.h1, (w.w_gate, s.gate), (w.w_up, s.up))  # one quantized input for gate, up
         if spec.activation == "gelu_tanh":
             K.gelu_mul(s.gate, s.up, s.gate)
@@ -327,9 +327,12 @@ class TransformerContext(Context):
         k = s.k.reshape(n, spec.n_kv_heads, hd)
         v = s.v.reshape(n, spec.n_kv_heads, hd)
         att = s.att.reshape(q.shape)
-        if w.q_norm is not None and w.k_norm is not None:  # per head
-            K.rmsnorm(q, w.q_norm.data, q, eps)
-            K.rmsnorm(k, w.k_norm.data, k, eps)
+        # the q/k norm weights (None: no q/k norms), applied before RoPE or after it
+        qk_norms = (w.q_norm.data, w.k_norm.data) if w.q_norm is not None and w.k_norm is not None else None
+        if qk_norms is not None and not spec.qk_norm_after_rope:  # per head, or over each whole row
+            whole = spec.qk_norm_scope == "all"
+            K.rmsnorm(s.q if whole else q, qk_norms[0], s.q if whole else q, eps)
+            K.rmsnorm(s.k if whole else k, qk_norms[1], s.k if whole else k, eps)
         rope = layer.rope
         factors = rope.factors_array(hd) if rope is not None else None
         for ctx, lo, hi, pos0 in segments:
@@ -337,6 +340,9 @@ class TransformerContext(Context):
                 for x in (q[lo:hi], k[lo:hi]):
                     K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(hd),
                            freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
+            if qk_norms is not None and spec.qk_norm_after_rope:   # per head (the spec allows no other)
+                K.rmsnorm(q[lo:hi], qk_norms[0], q[lo:hi], eps)
+                K.rmsnorm(k[lo:hi], qk_norms[1], k[lo:hi], eps)
             K.kv_store(k[lo:hi], ctx.k_cache[li], pos0)
             K.kv_store(v[lo:hi], ctx.v_cache[li], pos0)
             K.attention(q[lo:hi], ctx.k_cache[li], ctx.v_cache[li], pos0, att[lo:hi],
@@ -372,6 +378,13 @@ class TransformerContext(Context):
             out *= c[lo:hi]
         s.mul(y, (w.conv_out, s.h2))
         self._residual(s, None)
+
+    def _pre_norm(self, s: "_Scratch", norm: Any) -> None:
+        """h1 = norm(x), the input of a block half; x itself without pre-norms."""
+        if norm is not None:
+            K.rmsnorm(s.x, norm.data, s.h1, self.spec.rms_eps)
+        else:
+            np.copyto(s.h1, s.x)
 
     def _residual(self, s: "_Scratch", post_norm: Any) -> None:
         """x += (post_norm(h2)) * residual_scale: the end of a block half."""

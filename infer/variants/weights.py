@@ -130,12 +130,15 @@ class LayerWeights:
     """One block's tensors; None where the spec has no such piece (a shortconv
     layer has no wq, wk, wv, wo; an attention layer no conv_*)."""
 
-    attn_norm: Vector
+    #: None without pre_norms
+    attn_norm: Optional[Vector]
+    #: None in a shortconv layer
     wq: Optional[Matrix]
     wk: Optional[Matrix]
     wv: Optional[Matrix]
     wo: Optional[Matrix]
-    ffn_norm: Vector
+    #: None without pre_norms
+    ffn_norm: Optional[Vector]
     w_gate: Matrix
     w_up: Matrix
     w_down: Matrix
@@ -222,15 +225,18 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         else:
             w_gate, w_up = m("ffn_gate", ffn, d), m("ffn_up", ffn, d)
         L = LayerWeights(
-            attn_norm=v("attn_norm", d), wq=wq, wk=wk, wv=wv, wo=m("attn_output", d, q_dim),
-            ffn_norm=v("ffn_norm", d), w_gate=w_gate, w_up=w_up, w_down=m("ffn_down", d, ffn))
+            attn_norm=v("attn_norm", d) if spec.pre_norms else None, wq=wq, wk=wk, wv=wv,
+            wo=m("attn_output", d, q_dim), ffn_norm=v("ffn_norm", d) if spec.pre_norms else None,
+            w_gate=w_gate, w_up=w_up, w_down=m("ffn_down", d, ffn))
         if spec.qkv_bias:
             if spec.fused_qkv:
                 raise GGUFError("a fused attn_qkv with biases is not supported")
             L.q_bias, L.k_bias, L.v_bias = (v("attn_q", q_dim, "bias"), v("attn_k", kv_dim, "bias"),
                                             v("attn_v", kv_dim, "bias"))
         if spec.qk_norm:
-            L.q_norm, L.k_norm = v("attn_q_norm", hd), v("attn_k_norm", hd)
+            whole = spec.qk_norm_scope == "all"
+            L.q_norm = v("attn_q_norm", q_dim if whole else hd)
+            L.k_norm = v("attn_k_norm", kv_dim if whole else hd)
         if spec.post_attn_norm:
             L.post_attn_norm = v("post_attention_norm", d)
         if spec.post_ffn_norm:
@@ -251,8 +257,9 @@ def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights
     """A shortconv layer's tensors (LFM2; llama.cpp's names): the norms and FFN of
     every layer, shortconv.in_proj / out_proj / conv instead of attention."""
     d, ffn, width = spec.dim, spec.ffn_dim, spec.layers[i].conv_width
-    if spec.fused_gate_up or spec.qkv_bias or spec.post_attn_norm or spec.post_ffn_norm:
-        raise UnsupportedModelError("a shortconv layer with fused gate|up, biases or post-norms is not implemented")
+    if spec.fused_gate_up or spec.qkv_bias or spec.post_attn_norm or spec.post_ffn_norm or not spec.pre_norms:
+        raise UnsupportedModelError("a shortconv layer with fused gate|up, biases, post-norms or without "
+                                    "pre-norms is not implemented")
     p = f"blk.{i}."
     conv_in = t.matrix(p + "shortconv.in_proj.weight", 3 * d, d)
     name = p + "shortconv.conv.weight"

@@ -1,5 +1,7 @@
 """Float64 numpy forward passes of the Llama-shaped families: qwen2, qwen3, phi3,
-gemma2, llama (with llama3 / linear / YaRN RoPE scaling), smollm3, granite.
+gemma2, llama (with llama3 / linear / YaRN RoPE scaling), smollm3, granite, and
+the dense families olmo2 (OLMo 2/3), exaone4, exaone, ernie4_5, gemma,
+hunyuan-dense.
 
 Written from each architecture's definition (the HF modelling code and
 llama.cpp's src/models/<arch>.cpp for what the GGUF files hold), sharing no code
@@ -42,6 +44,8 @@ class Transformer:
     neox = False
     qkv_bias = False
     qk_norm = False
+    #: the per-head q/k norms after RoPE rather than before it
+    qk_norm_after_rope = False
     #: layers whose attention uses no RoPE
     def no_rope(self, layer):
         return False
@@ -134,11 +138,14 @@ class Transformer:
         q = q.reshape(T, self.n_head, hd)
         k = k.reshape(T, self.n_kv_head, hd)
         v = v.reshape(T, self.n_kv_head, hd)
-        if self.qk_norm:
+        if self.qk_norm and not self.qk_norm_after_rope:
             q = self.rmsnorm(q, self.t[f"blk.{i}.attn_q_norm.weight"])
             k = self.rmsnorm(k, self.t[f"blk.{i}.attn_k_norm.weight"])
         if not self.no_rope(i):
             q, k = self.rope(q, pos), self.rope(k, pos)
+        if self.qk_norm and self.qk_norm_after_rope:
+            q = self.rmsnorm(q, self.t[f"blk.{i}.attn_q_norm.weight"])
+            k = self.rmsnorm(k, self.t[f"blk.{i}.attn_k_norm.weight"])
         visible = pos[None, :] <= pos[:, None]
         w = self.window(i)
         if w:
@@ -317,8 +324,104 @@ class Granite(Llama):
         return super().logits(x) / float(self.get("logit_scale", 1.0))
 
 
+class PostNormOnly(Llama):
+    """No norm before either block half; each half's output is RMS-normed
+    (post_attention_norm, post_ffw_norm) before its residual add."""
+
+    def block(self, i, x, pos):
+        p = f"blk.{i}."
+        x = x + self.rmsnorm(self.attention(i, x, pos), self.t[p + "post_attention_norm.weight"])
+        return x + self.rmsnorm(self.ffn(i, x), self.t[p + "post_ffw_norm.weight"])
+
+
+class Olmo2(PostNormOnly):
+    """HF Olmo2/Olmo3: post norms only; q and k RMS-normed over the whole
+    projection (all heads together, q_dim / kv_dim weights) before RoPE; NEOX RoPE.
+    With attention.sliding_window (OLMo 3), layers l with l % 4 != 3 see that
+    window and rotate without the file's RoPE scaling (HF: the default rotary
+    embedding for sliding layers)."""
+    neox = True
+
+    def qkv(self, i, h):
+        q, k, v = super().qkv(i, h)
+        return self.rmsnorm(q, self.t[f"blk.{i}.attn_q_norm.weight"]), \
+            self.rmsnorm(k, self.t[f"blk.{i}.attn_k_norm.weight"]), v
+
+    def sliding(self, layer):
+        """llama.cpp's set_swa_pattern(n): layer l slides when l % n < n - 1, every
+        layer when n is 0 (n: attention.sliding_window_pattern, default 4)."""
+        n = int(self.get("attention.sliding_window_pattern", 4))
+        return bool(self.get("attention.sliding_window", 0)) and (n == 0 or layer % n < n - 1)
+
+    def window(self, layer):
+        return int(self.get("attention.sliding_window", 0)) if self.sliding(layer) else 0
+
+    def block(self, i, x, pos):
+        if not self.sliding(i):
+            return super().block(i, x, pos)
+        scaled = self.inv_freq, self.mscale
+        self.inv_freq = self.base ** (-np.arange(0, self.n_rot, 2, dtype=np.float64) / self.n_rot)
+        self.mscale = 1.0
+        try:
+            return super().block(i, x, pos)
+        finally:
+            self.inv_freq, self.mscale = scaled
+
+
+class Exaone4(PostNormOnly):
+    """HF Exaone4: post norms only, per-head q/k RMSNorm before RoPE, NEOX RoPE
+    (llama3 factors from rope_freqs).  The 64-layer model: layers l with
+    l % 4 != 3 slide attention.sliding_window, the others use no RoPE."""
+    neox = True
+    qk_norm = True
+
+    def swa(self):
+        return self.n_layer == 64
+
+    def window(self, layer):
+        return int(self.get("attention.sliding_window", 4096)) if self.swa() and layer % 4 != 3 else 0
+
+    def no_rope(self, layer):
+        return self.swa() and layer % 4 == 3
+
+
+class Exaone(Llama):
+    """EXAONE 3.x: Llama with NEOX RoPE."""
+    neox = True
+
+
+class Ernie4_5(Llama):
+    """ERNIE 4.5 dense: Llama (NORM RoPE)."""
+
+
+class Gemma(Transformer):
+    """Gemma 1: x0 = embed * sqrt(dim); NEOX RoPE; GeGLU with the tanh GELU;
+    plain pre-norm blocks (norm weights hold 1 + w already); tied head."""
+    neox = True
+    ffn = Gemma2.ffn
+
+    def embed(self, tokens):
+        return super().embed(tokens) * math.sqrt(self.dim)
+
+
+class HunyuanDense(Llama):
+    """HF HunYuanDenseV1: per-head q/k RMSNorm after RoPE (not before); NEOX RoPE;
+    rope.scaling.alpha, where given, raises the base to base * alpha^(d / (d - 2))
+    (NTK-aware scaling, d the head size)."""
+    neox = True
+    qk_norm = True
+    qk_norm_after_rope = True
+
+    def rope_setup(self):
+        alpha = float(self.get("rope.scaling.alpha", 0.0))
+        if alpha:
+            self.base = self.base * alpha ** (self.head_dim / (self.head_dim - 2))
+        super().rope_setup()
+
+
 FAMILIES = {"llama": Llama, "qwen2": Qwen2, "qwen3": Qwen3, "phi3": Phi3, "gemma2": Gemma2,
-            "smollm3": SmolLM3, "granite": Granite}
+            "smollm3": SmolLM3, "granite": Granite, "olmo2": Olmo2, "exaone4": Exaone4, "exaone": Exaone,
+            "ernie4_5": Ernie4_5, "gemma": Gemma, "hunyuan-dense": HunyuanDense}
 
 
 def reference(path: str, n_ctx: int = 0) -> Transformer:
