@@ -41,6 +41,7 @@ typedef struct {
     int next_slot;
     int attn_splits;            /* ATTN_SPLITS if the partial results fit s->gate and s->up, else 1 */
     const infer_decode_matrix *input_ready;   /* s->xq[2] holds its input (the last job's chunks wrote it) */
+    infer_decode_matrix expert_gate, expert_up, expert_down;   /* one expert's rows of a layer's stacks */
     infer_decode_job staging;   /* the leader sets up the next job here */
 } decode_ctx;
 
@@ -225,10 +226,9 @@ static void residual(const decode_ctx *d, const float *post_norm) {
  * when they hold whole blocks of its input format, and the down job that follows
  * reads that input instead of having the leader quantize s->gate alone (B = 8 on
  * SmolLM2: about half the leader's quantizing). */
-static void run_matrix_job(decode_ctx *d, infer_decode_team *team, int kind, const float *x, int64_t n,
-                           int n_mats, const infer_decode_matrix *feeds) {
+static void run_matrix_job_of(decode_ctx *d, infer_decode_team *team, int kind, const float *x, int64_t n,
+                              int n_mats, const infer_decode_matrix *feeds, int B) {
     infer_decode_job *j = &d->staging;
-    const int B = d->n_seqs;
     if (n_mats == 1 && d->input_ready == j->mats[0]) j->inputs[0] = d->s->xq[2];
     else infer_decode_quantize_inputs(d->kt, j, x, n, B, n_mats, d->s->xq);   /* slots 0 and 1 */
     d->input_ready = NULL;
@@ -246,6 +246,103 @@ static void run_matrix_job(decode_ctx *d, infer_decode_team *team, int kind, con
     }
     infer_decode_run_rows(team, j);
     if (j->quant_type >= 0) d->input_ready = feeds;
+}
+
+/* run_matrix_job_of for the batch's B rows. */
+static void run_matrix_job(decode_ctx *d, infer_decode_team *team, int kind, const float *x, int64_t n,
+                           int n_mats, const infer_decode_matrix *feeds) {
+    run_matrix_job_of(d, team, kind, x, n, n_mats, feeds, d->n_seqs);
+}
+
+/* Rows [e * rows, (e + 1) * rows) of a stacked matrix: expert e's. */
+static void expert_rows(infer_decode_matrix *dst, const infer_decode_matrix *stack, int e, int64_t rows) {
+    *dst = *stack;
+    dst->data = stack->data + (size_t)e * (size_t)rows * stack->row_bytes;
+    dst->rows = rows;
+}
+
+/* Token b's experts and their weights from its router logits (llama.cpp's
+ * build_moe_ffn with softmax gating): probabilities in double, the n_used most
+ * probable (the lower index first among equals, as a stable sort), weights
+ * divided by their sum (clamped at F16's smallest normal) if expert_norm. */
+static void route_token(const infer_block_model *m, const float *logits, int *pick, float *weight) {
+    const int n = m->n_experts, k = m->n_experts_used;
+    double mx = -INFINITY, sum = 0.0, chosen = 0.0, p[INFER_BLOCK_MAX_EXPERTS_USED];
+    for (int e = 0; e < n; e++) mx = logits[e] > mx ? logits[e] : mx;
+    for (int e = 0; e < n; e++) sum += exp((double)logits[e] - mx);
+    for (int slot = 0; slot < k; slot++) {
+        int best = -1;
+        for (int e = 0; e < n; e++) {
+            int taken = 0;
+            for (int u = 0; u < slot; u++) taken |= pick[u] == e;
+            if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+        }
+        pick[slot] = best;
+        p[slot] = exp((double)logits[best] - mx) / sum;
+        chosen += p[slot];
+    }
+    const double div = m->expert_norm ? (chosen > 6.103515625e-5 ? chosen : 6.103515625e-5) : 1.0;
+    for (int slot = 0; slot < k; slot++) weight[slot] = (float)(p[slot] / div) * m->expert_scale;
+}
+
+/* s->h = the mixture of experts of the normed rows in s->h: the router for every
+ * token, then each expert some token chose, once over the tokens routed to it
+ * (gathered), its outputs weighted and added to their rows in expert order. */
+static void moe_ffn(decode_ctx *d, infer_decode_team *team, const infer_block_layer *L) {
+    const infer_block_model *m = d->m;
+    const infer_block_scratch *s = d->s;
+    infer_decode_job *j = &d->staging;
+    const int B = d->n_seqs, dim = m->dim, k = m->n_experts_used;
+    int pick[INFER_BLOCK_MAX_BATCH][INFER_BLOCK_MAX_EXPERTS_USED];
+    float weight[INFER_BLOCK_MAX_BATCH][INFER_BLOCK_MAX_EXPERTS_USED];
+
+    j->mats[0] = &L->router; j->outs[0] = s->probs; j->out_stride[0] = m->n_experts;
+    run_matrix_job(d, team, INFER_JOB_MATMUL, s->h, dim, 1, NULL);
+    for (int b = 0; b < B; b++) route_token(m, ROW(s->probs, b, m->n_experts), pick[b], weight[b]);
+    memcpy(s->moe_in, s->h, (size_t)B * dim * sizeof(float));
+    memset(s->h, 0, (size_t)B * dim * sizeof(float));
+    for (int e = 0; e < m->n_experts; e++) {
+        int rows[INFER_BLOCK_MAX_BATCH], n_t = 0;
+        float w[INFER_BLOCK_MAX_BATCH];
+        for (int b = 0; b < B; b++)
+            for (int slot = 0; slot < k; slot++)
+                if (pick[b][slot] == e) {
+                    rows[n_t] = b;
+                    w[n_t++] = weight[b][slot];
+                }
+        if (!n_t) continue;
+        for (int t = 0; t < n_t; t++)
+            memcpy(ROW(s->moe_rows, t, dim), ROW(s->moe_in, rows[t], dim), (size_t)dim * sizeof(float));
+        expert_rows(&d->expert_gate, &L->gate, e, m->ffn_dim);
+        expert_rows(&d->expert_up, &L->up, e, m->ffn_dim);
+        expert_rows(&d->expert_down, &L->down, e, dim);
+        j->mats[0] = &d->expert_gate; j->mats[1] = &d->expert_up;
+        j->outs[0] = s->gate; j->out_stride[0] = m->ffn_dim;
+        run_matrix_job_of(d, team, INFER_JOB_GATE_UP, s->moe_rows, dim, 2, &d->expert_down, n_t);
+        j->mats[0] = &d->expert_down; j->outs[0] = s->moe_out; j->out_stride[0] = dim;
+        run_matrix_job_of(d, team, INFER_JOB_MATMUL, s->gate, m->ffn_dim, 1, NULL, n_t);
+        for (int t = 0; t < n_t; t++) {
+            float *out = ROW(s->moe_out, t, dim), *h = ROW(s->h, rows[t], dim);
+            d->kt->scale(out, w[t], dim);
+            d->kt->add(h, out, dim);
+        }
+    }
+    if (m->shared_ffn_dim > 0) {   /* the shared expert, gated per token */
+        const int sh = m->shared_ffn_dim;
+        j->mats[0] = &L->shexp_gate; j->mats[1] = &L->shexp_up;
+        j->outs[0] = s->gate; j->out_stride[0] = sh;
+        run_matrix_job_of(d, team, INFER_JOB_GATE_UP, s->moe_in, dim, 2, &L->shexp_down, B);
+        j->mats[0] = &L->shexp_down; j->outs[0] = s->moe_out; j->out_stride[0] = dim;
+        run_matrix_job_of(d, team, INFER_JOB_MATMUL, s->gate, sh, 1, NULL, B);
+        for (int b = 0; b < B; b++) {
+            const float *x = ROW(s->moe_in, b, dim);
+            double logit = 0.0;
+            for (int i = 0; i < dim; i++) logit += (double)x[i] * (double)L->shexp_gate_inp[i];
+            float *out = ROW(s->moe_out, b, dim);
+            d->kt->scale(out, (float)(1.0 / (1.0 + exp(-logit))), dim);
+            d->kt->add(ROW(s->h, b, dim), out, dim);
+        }
+    }
 }
 
 /* s->att from the attention parts in s->gate (outputs) and s->up (max, sum per
@@ -309,19 +406,23 @@ static void pre_norm(const decode_ctx *d, const float *norm) {
     }
 }
 
-/* The FFN half of a block for every token: x += post_norm(FFN(rmsnorm(x))). */
+/* The FFN half of a block for every token: x += post_norm(FFN(pre_norm(x))), dense or experts. */
 static void ffn_half(decode_ctx *d, infer_decode_team *team, const infer_block_layer *L) {
     const infer_block_model *m = d->m;
     const infer_block_scratch *s = d->s;
     infer_decode_job *j = &d->staging;
     const int dim = m->dim;
     pre_norm(d, L->ffn_norm);
-    j->mats[0] = &L->gate; j->mats[1] = &L->up;
-    j->outs[0] = s->gate; j->out_stride[0] = m->ffn_dim;
-    run_matrix_job(d, team, INFER_JOB_GATE_UP, s->h, dim, 2, &L->down);
+    if (m->n_experts > 0) {
+        moe_ffn(d, team, L);
+    } else {
+        j->mats[0] = &L->gate; j->mats[1] = &L->up;
+        j->outs[0] = s->gate; j->out_stride[0] = m->ffn_dim;
+        run_matrix_job(d, team, INFER_JOB_GATE_UP, s->h, dim, 2, &L->down);
 
-    j->mats[0] = &L->down; j->outs[0] = s->h; j->out_stride[0] = dim;
-    run_matrix_job(d, team, INFER_JOB_MATMUL, s->gate, m->ffn_dim, 1, NULL);
+        j->mats[0] = &L->down; j->outs[0] = s->h; j->out_stride[0] = dim;
+        run_matrix_job(d, team, INFER_JOB_MATMUL, s->gate, m->ffn_dim, 1, NULL);
+    }
     residual(d, L->post_ffn_norm);
 }
 
@@ -464,10 +565,18 @@ int infer_block_check_model(const infer_block_model *m) {
         m->n_conv_layers < 0 || m->n_conv_layers > m->n_layers)
         return -2;
     int n_conv = 0;
+    /* experts: gate/up/down are n_experts stacks; dense: one of each */
+    const int moe = m->n_experts > 0;
+    if (m->n_experts < 0 || (moe && (m->n_experts_used < 1 || m->n_experts_used > m->n_experts ||
+                                     m->n_experts_used > INFER_BLOCK_MAX_EXPERTS_USED ||
+                                     !(m->expert_scale == m->expert_scale) || isinf(m->expert_scale))))
+        return -2;
+    const int64_t stacks = moe ? m->n_experts : 1;
+    if (m->shared_ffn_dim < 0 || (m->shared_ffn_dim > 0 && !moe)) return -2;
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
         if (L->conv_width != 0) {   /* shortconv: its own tensors, one cache slot each */
-            if (L->conv_width < 1 || L->conv_index != n_conv++ || !L->conv_kernel || !L->attn_norm ||
+            if (moe || L->conv_width < 1 || L->conv_index != n_conv++ || !L->conv_kernel || !L->attn_norm ||
                 !L->ffn_norm || !shape_ok(&L->conv_b, m->dim, m->dim) || !shape_ok(&L->conv_c, m->dim, m->dim) ||
                 !shape_ok(&L->conv_u, m->dim, m->dim) || !shape_ok(&L->conv_out, m->dim, m->dim) ||
                 !shape_ok(&L->gate, m->ffn_dim, m->dim) || !shape_ok(&L->up, m->ffn_dim, m->dim) ||
@@ -483,8 +592,13 @@ int infer_block_check_model(const infer_block_model *m) {
             return -2;
         if (!shape_ok(&L->wq, q_dim, m->dim) || !shape_ok(&L->wk, kv_dim, m->dim) ||
             !shape_ok(&L->wv, kv_dim, m->dim) || !shape_ok(&L->wo, m->dim, q_dim) ||
-            !shape_ok(&L->gate, m->ffn_dim, m->dim) || !shape_ok(&L->up, m->ffn_dim, m->dim) ||
-            !shape_ok(&L->down, m->dim, m->ffn_dim))
+            !shape_ok(&L->gate, stacks * m->ffn_dim, m->dim) || !shape_ok(&L->up, stacks * m->ffn_dim, m->dim) ||
+            !shape_ok(&L->down, stacks * m->dim, m->ffn_dim) ||
+            (moe && !shape_ok(&L->router, m->n_experts, m->dim)))
+            return -2;
+        if (m->shared_ffn_dim > 0 &&
+            (!L->shexp_gate_inp || !shape_ok(&L->shexp_gate, m->shared_ffn_dim, m->dim) ||
+             !shape_ok(&L->shexp_up, m->shared_ffn_dim, m->dim) || !shape_ok(&L->shexp_down, m->dim, m->shared_ffn_dim)))
             return -2;
     }
     if (n_conv != m->n_conv_layers) return -2;
@@ -500,6 +614,10 @@ int infer_block_check_model(const infer_block_model *m) {
                                               &L->gate, &L->up, &L->down};
         for (int i = 0; i < 7; i++)
             if (!matrix_ok(kt, L->conv_width ? conv[i] : attn[i])) return -1;
+        if (m->n_experts > 0 && !matrix_ok(kt, &L->router)) return -1;
+        if (m->shared_ffn_dim > 0 && (!matrix_ok(kt, &L->shexp_gate) || !matrix_ok(kt, &L->shexp_up) ||
+                                      !matrix_ok(kt, &L->shexp_down)))
+            return -1;
     }
     return 0;
 }
@@ -509,7 +627,8 @@ int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
     const int rc = infer_block_check_model(m);
     if (rc) return rc;
     if (!s || !seqs || n_seqs < 1 || n_seqs > s->max_batch || n_seqs > INFER_BLOCK_MAX_BATCH ||
-        (int64_t)n_seqs * m->n_kv_heads > INFER_TEAM_MAX_CHUNKS)
+        (int64_t)n_seqs * m->n_kv_heads > INFER_TEAM_MAX_CHUNKS ||
+        (m->n_experts > 0 && (!s->probs || !s->moe_in || !s->moe_rows || !s->moe_out)))
         return -2;
     for (int b = 0; b < n_seqs; b++) {
         const infer_block_seq *sq = &seqs[b];

@@ -34,6 +34,8 @@ enum { INFER_ROPE_NONE = 0, INFER_ROPE_NORM = 1, INFER_ROPE_NEOX = 2 };
 
 /* The most sequences one step takes (the team's chunk and scratch limits). */
 #define INFER_BLOCK_MAX_BATCH 16
+/* The most experts a token is routed to in a mixture of experts (real models: 2-8). */
+#define INFER_BLOCK_MAX_EXPERTS_USED 64
 
 typedef struct {
     const float *attn_norm, *ffn_norm;          /* dim; both NULL: no pre-norms (the halves read x) */
@@ -41,7 +43,13 @@ typedef struct {
                                                    qk_norm_whole); or NULL */
     const float *post_attn_norm, *post_ffn_norm;   /* dim, or NULL */
     const float *q_bias, *k_bias, *v_bias;      /* q_dim, kv_dim, kv_dim; or all NULL */
+    /* gate, up, down: with a mixture of experts, every expert's matrix stacked
+     * (expert e: rows e * ffn_dim.. of gate and up, e * dim.. of down) */
     infer_decode_matrix wq, wk, wv, wo, gate, up, down;
+    infer_decode_matrix router;    /* n_experts x dim (a mixture of experts; else unused) */
+    /* the shared expert (shared_ffn_dim > 0): its FFN and the F32 vector (dim) of its gate */
+    infer_decode_matrix shexp_gate, shexp_up, shexp_down;
+    const float *shexp_gate_inp;
     int rope;                      /* INFER_ROPE_* */
     int rope_dims;                 /* rotated elements of a head (even, <= head_dim) */
     const double *rope_inv_freq;   /* rope_dims / 2 frequencies (infer_rope_inv_freq) */
@@ -62,6 +70,14 @@ typedef struct {
     float attn_softcap;            /* scores -> c tanh(score / c); 0 = off */
     float embd_scale, residual_scale, logit_scale;
     float final_softcap;           /* logits -> c tanh(logit / c); 0 = off */
+    /* a mixture of experts in every layer when n_experts > 0: softmax over the
+     * router's logits, the n_experts_used most probable (the lower index first
+     * among equals), their weights divided by their sum (clamped at 2^-14) if
+     * expert_norm, times expert_scale */
+    int n_experts, n_experts_used, expert_norm;
+    float expert_scale;
+    /* a shared expert of this width on every token, times sigmoid(h . shexp_gate_inp); 0: none */
+    int shared_ffn_dim;
     const infer_block_layer *layers;   /* n_layers of them */
     infer_decode_matrix embd, output;
     const float *output_norm;
@@ -87,9 +103,11 @@ typedef struct {
     float *x, *h;               /* max_batch x dim */
     float *q, *att;             /* max_batch x q_dim */
     float *k, *v;               /* max_batch x kv_dim */
-    float *gate, *up;           /* max_batch x ffn_dim */
+    float *gate, *up;           /* max_batch x max(ffn_dim, shared_ffn_dim) */
     float *rope_cs;             /* 2 angle slots x max_batch x 2 x head_dim (cos, sin) */
-    uint8_t *xq[3];             /* each infer_decode_act_bytes(max(dim, ffn_dim, q_dim), max_batch) */
+    float *probs;               /* max_batch x n_experts (a mixture of experts; else unused) */
+    float *moe_in, *moe_rows, *moe_out;   /* max_batch x dim each (likewise) */
+    uint8_t *xq[3];             /* each infer_decode_act_bytes(max(dim, ffn_dim, q_dim, shared_ffn_dim), max_batch) */
     float *conv;                /* max_batch x 4 x dim (b, c, u per token, then y); NULL without shortconv */
 } infer_block_scratch;
 

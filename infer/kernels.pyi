@@ -76,6 +76,7 @@ def kv_store(x: _F32Array, cache: _Out, pos0: int) -> _Out: ...
 
 # ---- the fused decode step in C (kernels_block.pxi) --------------------------------
 MAX_BATCH: int
+MAX_EXPERTS_USED: int
 
 
 @disjoint_base

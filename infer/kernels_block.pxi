@@ -9,6 +9,7 @@ cdef extern from "transformer_block.h" nogil:
         INFER_ROPE_NORM
         INFER_ROPE_NEOX
         INFER_BLOCK_MAX_BATCH
+        INFER_BLOCK_MAX_EXPERTS_USED
     ctypedef struct infer_block_layer:
         const float *attn_norm
         const float *ffn_norm
@@ -20,6 +21,9 @@ cdef extern from "transformer_block.h" nogil:
         const float *k_bias
         const float *v_bias
         infer_decode_matrix wq, wk, wv, wo, gate, up, down
+        infer_decode_matrix router
+        infer_decode_matrix shexp_gate, shexp_up, shexp_down
+        const float *shexp_gate_inp
         int rope
         int rope_dims
         const double *rope_inv_freq
@@ -34,6 +38,9 @@ cdef extern from "transformer_block.h" nogil:
         int gelu
         float rms_eps, attn_scale, attn_softcap, embd_scale, residual_scale, logit_scale
         float final_softcap
+        int n_experts, n_experts_used, expert_norm
+        float expert_scale
+        int shared_ffn_dim
         const infer_block_layer *layers
         infer_decode_matrix embd, output
         const float *output_norm
@@ -59,6 +66,10 @@ cdef extern from "transformer_block.h" nogil:
         float *gate
         float *up
         float *rope_cs
+        float *probs
+        float *moe_in
+        float *moe_rows
+        float *moe_out
         uint8_t *xq[3]
         float *conv
     int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
@@ -67,6 +78,8 @@ cdef extern from "transformer_block.h" nogil:
 
 #: the most sequences one TransformerDecoder.step takes
 MAX_BATCH = INFER_BLOCK_MAX_BATCH
+#: the most experts per token the fused step routes to (a mixture of experts)
+MAX_EXPERTS_USED = INFER_BLOCK_MAX_EXPERTS_USED
 
 _INT_LIMIT = 2**31 - 1
 
@@ -116,11 +129,17 @@ cdef class TransformerDecoder:
     ffn_dim, vocab_size and rms_eps, activation ("silu" or "gelu_tanh"),
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
     logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
-    the default, or "all") and qk_norm_after_rope (default False)
+    the default, or "all"), qk_norm_after_rope (default False) and moe (None,
+    or an object with n_experts, n_used, gating "softmax", norm_weights,
+    weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
     (infer.variants.spec.TransformerSpec is one).
     embd/output: matrix tuples (data uint8 rows, qtype, act_type, rows, cols).
     layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors; only
-    with pre_norms), wq, wk, wv, wo, gate, up, down (matrix tuples); optionally
+    with pre_norms), wq, wk, wv, wo, gate, up, down (matrix tuples; with moe,
+    gate/up/down stack the experts' matrices, n_experts * ffn_dim or
+    n_experts * dim rows, router is the n_experts x dim router, and with a
+    shared expert shexp_gate, shexp_up, shexp_down and the vector
+    shexp_gate_inp); optionally
     q_norm and k_norm (head_dim values, or q_dim and kv_dim with scope "all"),
     post_attn_norm, post_ffn_norm, q_bias, k_bias and v_bias (vectors), rope
     (None or (layout "norm"/"neox", base, scale, freq_factors or None,
@@ -179,6 +198,23 @@ cdef class TransformerDecoder:
         m.embd_scale = _finite(c, "embd_scale")
         m.residual_scale = _finite(c, "residual_scale")
         m.logit_scale = _finite(c, "logit_scale")
+        moe = getattr(c, "moe", None)
+        m.n_experts = 0
+        m.shared_ffn_dim = 0
+        if moe is not None:
+            m.n_experts = _positive_int(moe, "n_experts")
+            m.n_experts_used = _positive_int(moe, "n_used")
+            if m.n_experts_used > m.n_experts or m.n_experts_used > INFER_BLOCK_MAX_EXPERTS_USED:
+                raise ValueError(f"config.moe.n_used: {m.n_experts_used} of {m.n_experts} experts (the fused "
+                                 f"step routes to at most {INFER_BLOCK_MAX_EXPERTS_USED})")
+            if getattr(moe, "gating") != "softmax":
+                raise ValueError(f"config.moe.gating: only 'softmax', got {moe.gating!r}")
+            m.expert_norm = bool(getattr(moe, "norm_weights"))
+            m.expert_scale = _finite(moe, "weight_scale")
+            shared = getattr(moe, "shared_ffn_dim", 0)
+            if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared <= _INT_LIMIT:
+                raise ValueError(f"config.moe.shared_ffn_dim: expected an integer in [0, 2**31 - 1], got {shared!r}")
+            m.shared_ffn_dim = shared
         pre_norms = getattr(c, "pre_norms", True)
         if not isinstance(pre_norms, bool):
             raise ValueError(f"config.pre_norms: expected a bool, got {pre_norms!r}")
@@ -216,9 +252,18 @@ cdef class TransformerDecoder:
                 L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
             elif layer.get("attn_norm") is not None or layer.get("ffn_norm") is not None:
                 raise ValueError(f"{name}: attn_norm / ffn_norm given but config.pre_norms is False")
-            L.gate = _shaped_matrix(layer["gate"], ffn, d, f"{name}.gate", self.keep)
-            L.up = _shaped_matrix(layer["up"], ffn, d, f"{name}.up", self.keep)
-            L.down = _shaped_matrix(layer["down"], d, ffn, f"{name}.down", self.keep)
+            stacks = m.n_experts if m.n_experts else 1
+            L.gate = _shaped_matrix(layer["gate"], stacks * ffn, d, f"{name}.gate", self.keep)
+            L.up = _shaped_matrix(layer["up"], stacks * ffn, d, f"{name}.up", self.keep)
+            L.down = _shaped_matrix(layer["down"], stacks * d, ffn, f"{name}.down", self.keep)
+            if m.n_experts:
+                L.router = _shaped_matrix(layer["router"], m.n_experts, d, f"{name}.router", self.keep)
+            if m.shared_ffn_dim:
+                sh = m.shared_ffn_dim
+                L.shexp_gate = _shaped_matrix(layer["shexp_gate"], sh, d, f"{name}.shexp_gate", self.keep)
+                L.shexp_up = _shaped_matrix(layer["shexp_up"], sh, d, f"{name}.shexp_up", self.keep)
+                L.shexp_down = _shaped_matrix(layer["shexp_down"], d, sh, f"{name}.shexp_down", self.keep)
+                L.shexp_gate_inp = _decode_vector(layer["shexp_gate_inp"], d, self.keep)
             if layer.get("conv") is not None:
                 self._shortconv_layer(L, layer["conv"], name)
                 continue
@@ -288,14 +333,19 @@ cdef class TransformerDecoder:
         self.s.att = _decode_buffer(np.zeros(B * q_dim, f32), self.keep)
         self.s.k = _decode_buffer(np.zeros(B * kv_dim, f32), self.keep)
         self.s.v = _decode_buffer(np.zeros(B * kv_dim, f32), self.keep)
-        self.s.gate = _decode_buffer(np.zeros(B * ffn, f32), self.keep)
-        self.s.up = _decode_buffer(np.zeros(B * ffn, f32), self.keep)
+        self.s.gate = _decode_buffer(np.zeros(B * max(ffn, m.shared_ffn_dim), f32), self.keep)
+        self.s.up = _decode_buffer(np.zeros(B * max(ffn, m.shared_ffn_dim), f32), self.keep)
         self.s.rope_cs = _decode_buffer(np.zeros(2 * B * 2 * hd, f32), self.keep)
+        if m.n_experts:
+            self.s.probs = _decode_buffer(np.zeros(B * m.n_experts, f32), self.keep)
+            self.s.moe_in = _decode_buffer(np.zeros(B * d, f32), self.keep)
+            self.s.moe_rows = _decode_buffer(np.zeros(B * d, f32), self.keep)
+            self.s.moe_out = _decode_buffer(np.zeros(B * d, f32), self.keep)
         self.s.conv = NULL
         if m.n_conv_layers:   # b|c|u, then y, per token
             self.s.conv = _decode_buffer(np.zeros(B * 4 * d, f32), self.keep)
         cdef uint8_t[::1] xq
-        widest = max(d, ffn, q_dim)
+        widest = max(d, ffn, q_dim, m.shared_ffn_dim)
         for i in range(3):
             buf = np.zeros(infer_decode_act_bytes(widest, B), np.uint8)
             xq = buf

@@ -135,6 +135,9 @@ class TypeChooser:
         heads = heads[0] if isinstance(heads, (list, tuple, np.ndarray)) else heads
         kv_heads = kv_heads[0] if isinstance(kv_heads, (list, tuple, np.ndarray)) else kv_heads
         self.n_gqa = int(heads) // int(kv_heads) if kv_heads else 0
+        # llama.cpp keeps attention in more bits for 8-expert models (Mixtral-like)
+        n_experts = metadata.get(f"{arch}.expert_count", 0)
+        self.eight_experts = isinstance(n_experts, int) and n_experts == 8
         self.n_attention_wv = sum(category(n) == "attn_v" for n in names)
         self.n_ffn_down = int(metadata.get(f"{arch}.block_count", 0) or 0)
         self.i_attention_wv = self.i_ffn_down = 0
@@ -150,13 +153,19 @@ class TypeChooser:
                 return D.Q8_0
             return new if new == D.Q8_0 else D.Q6_K
         if cat == "attn_v":
-            new = self._attn_v(new, ftype)
+            new = D.Q8_0 if self.eight_experts else self._attn_v(new, ftype)
             self.i_attention_wv += 1
+        elif cat == "attn_k" and self.eight_experts:
+            new = D.Q8_0
         elif cat == "ffn_down":
             new = self._ffn_down(new, ftype)
             self.i_ffn_down += 1
         elif cat == "attn_output":
-            if not self.falcon:
+            if self.eight_experts and not self.falcon:
+                if ftype in ("Q2_K", "IQ3_XS", "IQ3_XXS", "Q3_K_S", "Q3_K_M", "IQ4_NL", "Q4_K_S", "Q4_K_M",
+                             "IQ3_S", "IQ3_M", "IQ4_XS"):
+                    new = D.Q5_K
+            elif not self.falcon:
                 new = {"Q2_K": D.Q3_K, "Q3_K_M": D.Q4_K, "Q3_K_L": D.Q5_K}.get(ftype or "", new)
             elif ftype == "Q3_K_L":
                 new = D.Q4_K

@@ -38,6 +38,10 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 #: the teacher-forced prompt of the llama.cpp recordings: past 512 tokens, past the
 #: gemma2 window (128), past every rope "original context" (256)
 PROMPT_LEN = 640
+#: the mixtures of experts' prompt length and router logit std (a shorter prompt
+#: has fewer near-ties in its choices of experts: tests/test_moe.py)
+MOE_PROMPT_LEN = 200
+MOE_ROUTER_GAIN = 4.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,19 @@ class Tiny:
     #: of width ``conv_width`` (``shortconv.l_cache``)
     conv_layers: Tuple[int, ...] = ()
     conv_width: int = 3
+    #: a mixture of experts in every layer: n_expert experts of width ffn (the
+    #: arch's metadata keys are the caller's, in extra), n_expert_used used
+    n_expert: int = 0
+    #: std of the router logits (a large one keeps the top-k clear of near-ties)
+    router_gain: float = 1.0
+    #: the experts' tensor type: "f16", "q8_0" (gguf.quants.quantize) or "q4_k"
+    #: (infer's quantizer: the gguf package has none for it)
+    expert_type: str = "f16"
+    #: a shared expert of this width (qwen2moe's ffn_*_shexp and its gate vector)
+    shared_ffn: int = 0
+    #: the prompt's seed (None: 1000 + seed); chosen for the mixtures of experts so
+    #: that every position's choice of experts is clear (tests/test_moe.py)
+    prompt_seed: Optional[int] = None
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
@@ -116,6 +133,44 @@ TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
     ("granite", Tiny("granite", 109, tied=True, head_gain=24.0,
                      extra={"embedding_scale": 12.0, "residual_scale": 0.22,
                             "attention.scale": 0.03125, "logit_scale": 8.0})),
+    # Mixtures of experts (tests/test_moe.py): 16 experts of width 128, 4 used.
+    # The prompts (prompt_seed) are those of 60 seeds whose reference routing has
+    # the largest smallest gap between the last expert chosen and the next.
+    ("qwen3moe", Tiny("qwen3moe", 110, n_head=8, qk_norm=True, eps=1e-6, pre="qwen2", ffn=128,
+                      n_expert=16, router_gain=MOE_ROUTER_GAIN, prompt_len=MOE_PROMPT_LEN, prompt_seed=34,
+                      extra={"attention.key_length": 64, "attention.value_length": 64,
+                             "rope.freq_base": 1000000.0, "expert_count": 16, "expert_used_count": 4,
+                             "expert_feed_forward_length": 128})),
+    # Quantized experts: Q8_0 (width 128) and Q4_K (width 256: whole 256-blocks
+    # along the down rows), 8 experts, 2 used.
+    ("qwen3moe-q8_0", Tiny("qwen3moe", 111, n_layer=2, n_head=8, qk_norm=True, eps=1e-6, pre="qwen2",
+                           ffn=128, n_expert=8, router_gain=MOE_ROUTER_GAIN, expert_type="q8_0",
+                           prompt_len=MOE_PROMPT_LEN, prompt_seed=4,
+                           extra={"attention.key_length": 64, "attention.value_length": 64,
+                                  "expert_count": 8, "expert_used_count": 2,
+                                  "expert_feed_forward_length": 128})),
+    ("qwen3moe-q4_k", Tiny("qwen3moe", 112, n_layer=2, n_head=8, qk_norm=True, eps=1e-6, pre="qwen2",
+                           ffn=256, n_expert=8, router_gain=MOE_ROUTER_GAIN, expert_type="q4_k",
+                           prompt_len=MOE_PROMPT_LEN, prompt_seed=23,
+                           extra={"attention.key_length": 64, "attention.value_length": 64,
+                                  "expert_count": 8, "expert_used_count": 2,
+                                  "expert_feed_forward_length": 256})),
+    ("granitemoe", Tiny("granitemoe", 113, tied=True, head_gain=24.0, ffn=128, n_expert=8,
+                        router_gain=MOE_ROUTER_GAIN, prompt_len=MOE_PROMPT_LEN, prompt_seed=31,
+                        extra={"embedding_scale": 0.25, "residual_scale": 0.8,
+                               "attention.scale": 0.03125, "logit_scale": 8.0,
+                               "expert_count": 8, "expert_used_count": 2})),
+    # OLMoE: q/k norms over all heads, weights not renormalised; 16 experts, 4 used.
+    ("olmoe", Tiny("olmoe", 114, n_kv_head=4, qk_norm=True, qk_norm_all=True, tied=False, ffn=128,
+                   n_expert=16, router_gain=MOE_ROUTER_GAIN, prompt_len=MOE_PROMPT_LEN, prompt_seed=52,
+                   extra={"expert_count": 16, "expert_used_count": 4})),
+    # Qwen 2 MoE: q/k/v biases, weights not renormalised, a sigmoid-gated shared
+    # expert of width 256 beside 8 experts of width 128, 2 used.
+    ("qwen2moe", Tiny("qwen2moe", 115, qkv_bias=True, eps=1e-6, pre="qwen2", tied=False, ffn=128,
+                      n_expert=8, shared_ffn=256, router_gain=MOE_ROUTER_GAIN, prompt_len=MOE_PROMPT_LEN,
+                      prompt_seed=50,
+                      extra={"rope.freq_base": 1000000.0, "expert_count": 8, "expert_used_count": 2,
+                             "expert_feed_forward_length": 128, "expert_shared_feed_forward_length": 256})),
 ]}
 
 #: The dense families of tests/test_dense_families.py, recorded into
@@ -242,7 +297,8 @@ def bpe_vocabulary():
 def prompt(name: str) -> np.ndarray:
     """The teacher-forced token ids of a tiny model's recording (no specials)."""
     t = ALL[name]
-    return np.random.default_rng(1000 + t.seed).integers(0, VOCAB - len(SPECIALS), t.prompt_len)
+    seed = 1000 + t.seed if t.prompt_seed is None else t.prompt_seed
+    return np.random.default_rng(seed).integers(0, VOCAB - len(SPECIALS), t.prompt_len)
 
 
 # ---- weights ------------------------------------------------------------------------
@@ -359,12 +415,30 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_tensor(p + "post_attention_norm.weight", norm(d))
         if t.pre_norms:
             w.add_tensor(p + "ffn_norm.weight", norm(d))
-        if t.fused_gate_up:
+        if t.n_expert:
+            # GGUF dims (d, ffn, n_expert) for gate/up and (ffn, d, n_expert) for
+            # down: the numpy arrays are (n_expert, out, in)
+            w.add_tensor(p + "ffn_gate_inp.weight", (mat(t.n_expert, d, t.router_gain)).astype(np.float32))
+            for part, rows, cols in (("gate", t.ffn, d), ("up", t.ffn, d), ("down", d, t.ffn)):
+                stacked = np.stack([mat(rows, cols) for _ in range(t.n_expert)])
+                if t.expert_type == "f16":
+                    w.add_tensor(p + f"ffn_{part}_exps.weight", stacked)
+                else:
+                    qtype = gguf.GGMLQuantizationType[t.expert_type.upper()]
+                    w.add_tensor(p + f"ffn_{part}_exps.weight", quantize(stacked, t.expert_type), raw_dtype=qtype)
+            if t.shared_ffn:
+                shexp_gate = (rng.standard_normal(d) / math.sqrt(d)).astype(np.float32)
+                w.add_tensor(p + "ffn_gate_inp_shexp.weight", shexp_gate)
+                w.add_tensor(p + "ffn_gate_shexp.weight", mat(t.shared_ffn, d))
+                w.add_tensor(p + "ffn_up_shexp.weight", mat(t.shared_ffn, d))
+                w.add_tensor(p + "ffn_down_shexp.weight", mat(d, t.shared_ffn))
+        elif t.fused_gate_up:
             w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(t.ffn, d), mat(t.ffn, d)]))
         else:
             w.add_tensor(p + "ffn_gate.weight", mat(t.ffn, d))
             w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
-        w.add_tensor(p + "ffn_down.weight", mat(d, t.ffn))
+        if not t.n_expert:
+            w.add_tensor(p + "ffn_down.weight", mat(d, t.ffn))
         if t.post_norms:
             w.add_tensor(p + "post_ffw_norm.weight", norm(d))
     for k, v in (more_tensors or {}).items():
@@ -383,6 +457,22 @@ def _add_shortconv(w, p, d, width, mat, rng):
     w.add_tensor(p + "shortconv.in_proj.weight", mat(3 * d, d, 1.5))
     w.add_tensor(p + "shortconv.conv.weight", (rng.standard_normal((d, width)) / math.sqrt(width)).astype(np.float32))
     w.add_tensor(p + "shortconv.out_proj.weight", mat(d, d))
+
+
+def quantize(a: np.ndarray, kind: str) -> np.ndarray:
+    """a in "q8_0" (the gguf package's quantizer) or "q4_k" (infer's: the gguf
+    package has none); bytes shaped (..., row bytes) as the gguf writer takes them."""
+    import gguf
+
+    x = np.ascontiguousarray(a, dtype=np.float32)
+    if kind == "q8_0":
+        return gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0)
+    import infer.kernels as K
+
+    rows, cols = x.size // x.shape[-1], x.shape[-1]
+    out = np.empty(rows * K.row_bytes(kind, cols), np.uint8)
+    K.quantize(x.reshape(-1), kind, out)
+    return out.reshape(x.shape[:-1] + (-1,))
 
 
 def recorded_positions(n: int) -> np.ndarray:

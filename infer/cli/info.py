@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, Optional
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -116,6 +116,11 @@ def describe_model(f: Any) -> dict[str, Any]:
         "embedding_length": arch_key("embedding_length"), "feed_forward_length": arch_key("feed_forward_length"),
         "heads": arch_key("attention.head_count"), "kv_heads": arch_key("attention.head_count_kv"),
         "shortconv_l_cache": arch_key("shortconv.l_cache"),
+        "experts": arch_key("expert_count"), "experts_used": arch_key("expert_used_count"),
+        "expert_feed_forward_length": arch_key("expert_feed_forward_length"),
+        # what one token reads: the stacked expert tensors (names *_exps) count as
+        # expert_used_count / expert_count of themselves
+        "active_parameters": _active_parameters(f, arch_key("expert_count"), arch_key("expert_used_count")),
         "vocabulary": {"kind": md.get("tokenizer.ggml.model"), "pre": md.get("tokenizer.ggml.pre"),
                        "size": len(tokens)},
         "special_tokens": special,
@@ -148,6 +153,14 @@ def _human_count(n: int) -> str:
     return str(n)
 
 
+def _active_parameters(f: Any, n_experts: Any, n_used: Any) -> Optional[int]:
+    """Parameters a token uses in a mixture of experts (None without experts)."""
+    if not (isinstance(n_experts, int) and isinstance(n_used, int) and 0 < n_used <= n_experts):
+        return None
+    return sum(int(t.n_elements) * n_used // n_experts if "_exps." in t.name else int(t.n_elements)
+               for t in f.tensors.values())
+
+
 def format_model(s: dict[str, Any]) -> str:
     """The text `infer info` prints for a describe_model() summary."""
     from pathlib import Path
@@ -158,10 +171,16 @@ def format_model(s: dict[str, Any]) -> str:
     if s["file_type"]:
         rows.append(("file type", s["file_type"]))
     rows.append(("parameters", f"{_human_count(s['parameters'])} ({s['parameters']:,})"))
+    if s.get("active_parameters") is not None:
+        rows.append(("active", f"{_human_count(s['active_parameters'])} per token ({s['experts_used']} of "
+                               f"{s['experts']} experts)"))
     if s["context_length"] is not None:
         rows.append(("context length", str(s["context_length"])))
     if s["layers"] is not None:
         shape = [f"embedding {s['embedding_length']}", f"feed-forward {s['feed_forward_length']}"]
+        if s.get("experts") is not None:
+            width = s.get("expert_feed_forward_length") or s["feed_forward_length"]
+            shape.append(f"{s['experts']} experts of {width}, {s['experts_used']} used")
         if s["heads"] is not None:
             shape.append(f"heads {s['heads']}" + (f" ({s['kv_heads']} kv)" if s["kv_heads"] is not None else ""))
         if s["shortconv_l_cache"] is not None:   # LFM2: the layers with 0 KV heads are convolutions

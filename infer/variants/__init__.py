@@ -10,7 +10,10 @@ from . import hunyuan_dense  # noqa: F401
 from . import lfm2  # noqa: F401
 from . import llama  # noqa: F401
 from . import olmo2  # noqa: F401
+from . import olmoe  # noqa: F401
 from . import phi3  # noqa: F401
 from . import qwen2  # noqa: F401
+from . import qwen2moe  # noqa: F401
 from . import qwen3  # noqa: F401
+from . import qwen3moe  # noqa: F401
 from . import smollm3  # noqa: F401

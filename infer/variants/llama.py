@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional, Tuple
 from ..runtime import UnsupportedModelError, register_variant
 from .hparams import HParams, vocab_size
 from .rope_scaling import FACTOR_TENSORS, RopeChoice, read_rope
-from .spec import LayerSpec, TransformerSpec
+from .spec import MAX_EXPERTS, LayerSpec, MoE, TransformerSpec
 from .transformer import TransformerEngine
 
 
@@ -67,27 +67,64 @@ class LlamaShaped:
         return LlamaShapedEngine(self, gguf_file, n_threads)
 
 
+@dataclass(frozen=True)
+class Experts:
+    """How a family reads its mixture of experts (llama.cpp: src/models/<arch>.cpp)."""
+
+    #: the top-k weights divided by their sum (build_moe_ffn's norm_w)
+    norm_weights: bool
+    #: the key of one expert's FFN width; None: feed_forward_length (granitemoe)
+    width_key: Optional[str] = "expert_feed_forward_length"
+    #: a sigmoid-gated shared expert of width expert_shared_feed_forward_length
+    #: (default: feed_forward_length, as llama.cpp's qwen2moe)
+    shared: bool = False
+
+
+def read_experts(hp: HParams, ffn_dim: int, experts: Experts) -> MoE:
+    """The MoE of a file: expert_count >= 1, expert_used_count in [1, expert_count]
+    (as llama.cpp asserts), the width (default: feed_forward_length /
+    expert_used_count, as llama.cpp's qwen3moe takes it)."""
+    n_experts = hp.integer("expert_count", 0, lo=0, hi=MAX_EXPERTS)
+    n_used = hp.integer("expert_used_count", 0, lo=0)
+    if n_experts < 1 or not 1 <= n_used <= n_experts:
+        raise UnsupportedModelError(
+            f"{hp.arch} file: a mixture of experts needs {hp.key('expert_count')} >= 1 and "
+            f"{hp.key('expert_used_count')} in [1, {hp.key('expert_count')}], got {n_experts} and {n_used}",
+            [hp.key("expert_count"), hp.key("expert_used_count")])
+    width = ffn_dim if experts.width_key is None else hp.integer(experts.width_key, max(ffn_dim // n_used, 1))
+    shared = hp.integer("expert_shared_feed_forward_length", ffn_dim) if experts.shared else 0
+    return MoE(n_experts=n_experts, n_used=n_used, ffn_dim=width, norm_weights=experts.norm_weights,
+               shared_ffn_dim=shared)
+
+
 def llama_shaped(gguf_file: Any, layout: str = "norm", default_eps: float = 1e-5,
-                 default_ctx: int = 2048, rope_factors: Tuple[str, ...] = ()) -> LlamaShaped:
+                 default_ctx: int = 2048, rope_factors: Tuple[str, ...] = (),
+                 experts: Optional[Experts] = None) -> LlamaShaped:
     """The Llama reading of a file: sizes, epsilon, RoPE and its scaling, every
     optional piece off.  Keys are checked where they are read (GGUFError names a
     bad one; UnsupportedModelError one whose maths infer does not implement).
-    ``rope_factors``: the RoPE factor tensors the family reads (rope_scaling.py)."""
+    ``rope_factors``: the RoPE factor tensors the family reads (rope_scaling.py);
+    ``experts``: how the family reads its mixture of experts (None: it has none,
+    and a file with experts is refused)."""
     tensors = gguf_file.tensors
     hp = HParams(gguf_file.metadata)
     n_layers = hp.block_count(tensors)
     dim, n_heads, n_kv_heads, head_dim = hp.attention_shape()
-    if hp.integer("expert_count", 0, lo=0):
+    ffn_dim = hp.integer("feed_forward_length")
+    moe = None
+    if experts is not None:
+        moe = read_experts(hp, ffn_dim, experts)
+        ffn_dim = moe.ffn_dim
+    elif hp.integer("expert_count", 0, lo=0):
         raise UnsupportedModelError(f"{hp.arch} file: a mixture of experts ({hp.key('expert_count')}) "
-                                    f"is not implemented", [hp.key("expert_count")])
+                                    f"is not implemented for this architecture", [hp.key("expert_count")])
     max_seq_len = hp.integer("context_length", default_ctx)
     rope, used = read_rope(hp, tensors, head_dim, layout, max_seq_len, rope_factors)
     spec = TransformerSpec(
         dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
-        ffn_dim=hp.integer("feed_forward_length"), vocab_size=vocab_size(tensors),
-        max_seq_len=max_seq_len,
+        ffn_dim=ffn_dim, vocab_size=vocab_size(tensors), max_seq_len=max_seq_len,
         rms_eps=hp.number("attention.layer_norm_rms_epsilon", default_eps, positive=True),
-        layers=tuple(LayerSpec(rope=rope.rope) for _ in range(n_layers)))
+        layers=tuple(LayerSpec(rope=rope.rope) for _ in range(n_layers)), moe=moe)
     return LlamaShaped(hp, spec, rope, used)
 
 

@@ -27,6 +27,9 @@ One block, with every optional piece (each is off by default):
         h = rmsnorm(x, ffn_norm)                      (pre_norms; else h = x)
         f = (act(h Wgate) * h Wup) Wdown              (act: activation; one matrix
                                                        gate|up: fused_gate_up)
+            or, with moe: p = softmax(h Wrouter); the top experts_used experts e
+            by p, each weighted p_e (renormalised to sum 1: norm_weights),
+            f = sum_e p_e (act(h Wgate_e) * h Wup_e) Wdown_e
         f = rmsnorm(f, post_ffn_norm)                 (post_ffn_norm)
         x += f * residual_scale
     logits = rmsnorm(x, output_norm) Wout * logit_scale, soft-capped by final_softcap
@@ -125,6 +128,54 @@ class Rope:
         return np.array(self.freq_factors, dtype=np.float32)
 
 
+#: how a mixture of experts turns router logits into probabilities (llama.cpp's
+#: LLAMA_EXPERT_GATING_FUNC_TYPE_*; only softmax so far)
+GATINGS = ("softmax",)
+#: llama.cpp's LLAMA_MAX_EXPERTS
+MAX_EXPERTS = 1024
+
+
+@dataclass(frozen=True)
+class MoE:
+    """A mixture-of-experts FFN (llama.cpp's build_moe_ffn, src/llama-graph.cpp).
+
+    Each token's router logits ``h Wrouter`` (n_experts of them) become
+    probabilities by ``gating``; the ``n_used`` most probable experts run, and
+    their outputs are summed weighted by their probabilities, divided by the sum
+    of those (clamped below at 2**-14, as llama.cpp does) if ``norm_weights``,
+    then multiplied by ``weight_scale``.  Expert e's gate, up and down matrices
+    are rows [e * n, (e + 1) * n) of one stacked matrix (n: ffn_dim for gate and
+    up, the model's dim for down)."""
+
+    n_experts: int
+    n_used: int
+    #: the width of one expert's FFN
+    ffn_dim: int
+    gating: str = "softmax"
+    norm_weights: bool = True
+    weight_scale: float = 1.0
+    #: width of a shared expert every token also runs (ffn_{gate,up,down}_shexp),
+    #: its output times sigmoid(h . ffn_gate_inp_shexp) (Qwen 2 MoE); 0: none
+    shared_ffn_dim: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("n_experts", "n_used", "ffn_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
+                raise ValueError(f"moe {name}: must be an integer in [1, 2**31 - 1], got {value!r}")
+        if self.n_experts > MAX_EXPERTS:
+            raise ValueError(f"moe n_experts: {self.n_experts} exceeds {MAX_EXPERTS}")
+        if self.n_used > self.n_experts:
+            raise ValueError(f"moe n_used: {self.n_used} experts used of {self.n_experts}")
+        if self.gating not in GATINGS:
+            raise ValueError(f"moe gating: expected one of {GATINGS}, got {self.gating!r}")
+        if isinstance(self.shared_ffn_dim, bool) or not isinstance(self.shared_ffn_dim, int) \
+                or not 0 <= self.shared_ffn_dim <= 2**31 - 1:
+            raise ValueError(f"moe shared_ffn_dim: must be an integer in [0, 2**31 - 1], got {self.shared_ffn_dim!r}")
+        if not (math.isfinite(self.weight_scale) and self.weight_scale > 0):
+            raise ValueError(f"moe weight_scale: must be a finite number > 0, got {self.weight_scale}")
+
+
 @dataclass(frozen=True)
 class LayerSpec:
     """What may differ from one layer to the next."""
@@ -186,6 +237,9 @@ class TransformerSpec:
     fused_gate_up: bool = False
     #: no output.weight: the head is token_embd (None: whichever the file has)
     tied_head: Optional[bool] = None
+    #: a mixture of experts in place of every layer's FFN (ffn_gate_inp and the
+    #: stacked ffn_{gate,up,down}_exps); ffn_dim is then one expert's width
+    moe: Optional[MoE] = None
 
     # ---- the maths -----------------------------------------------------------------
     #: gated FFN activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
@@ -228,6 +282,9 @@ class TransformerSpec:
             raise ValueError(f"head_dim: {self.head_dim} is odd (RoPE rotates pairs)")
         if len(self.layers) != self.n_layers:
             raise ValueError(f"layers: {len(self.layers)} layer specs for n_layers={self.n_layers}")
+        if self.moe is not None and (self.moe.ffn_dim != self.ffn_dim or self.fused_gate_up):
+            raise ValueError(f"moe: ffn_dim {self.ffn_dim} must be the experts' width {self.moe.ffn_dim}, "
+                             "and experts have separate gate and up matrices")
         if self.qk_norm_after_rope and self.qk_norm_scope != "head":
             raise ValueError("qk_norm_after_rope: only with per-head q/k norms (qk_norm_scope 'head')")
         if self.qk_norm_scope not in QK_NORM_SCOPES:

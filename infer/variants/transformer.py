@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 
 from .. import kernels as K
 from ..runtime import Context, Engine, ModelClosedError, RowOutputs
-from .spec import TransformerSpec
+from .spec import MoE, TransformerSpec
 from .weights import LayerWeights, Matrix, ModelWeights, load_weights, repack_enabled, repack_weights
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
@@ -114,6 +114,10 @@ class TransformerEngine(Engine):
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
         spec = spec or self.spec
+        if spec.moe is not None and spec.moe.n_used > K.MAX_EXPERTS_USED:
+            raise NotImplementedError(f"the fused decode step routes a token to at most {K.MAX_EXPERTS_USED} "
+                                      f"experts, this model to {spec.moe.n_used}: it decodes through the "
+                                      "Python blocks")
         with self._state:   # two threads' first steps build it once
             if spec not in self._decoders:
                 self._decoders[spec] = _build_decoder(spec, self.live_weights())
@@ -124,9 +128,18 @@ class TransformerEngine(Engine):
         """One decode step for several contexts: every weight row is read once for
         the whole batch (csrc/transformer_block.c), attention runs per sequence."""
         ctxs = [c for c in contexts if isinstance(c, TransformerContext)]
-        if (len(ctxs) != len(contexts) or not all(c.fused_decode for c in ctxs)
-                or any(c.spec is not ctxs[0].spec for c in ctxs)):
+        if len(ctxs) != len(contexts) or any(c.spec is not ctxs[0].spec for c in ctxs):
             super().forward_batch(contexts, tokens, positions)
+            return
+        if not all(c.fused_decode for c in ctxs):
+            if ctxs[0].spec.moe is None:
+                super().forward_batch(contexts, tokens, positions)
+                return
+            # the Python blocks with all tokens in one pass: each routed expert is
+            # read once for the batch, as in a batched prefill
+            with self.running():
+                _prefill_together([(c, np.array([tokens[i]], dtype=np.int32), int(positions[i]), None)
+                                   for i, c in enumerate(ctxs)])
             return
         with self.running():
             by_step: Dict[int, list[int]] = {}   # contexts of one spec share a step
@@ -184,6 +197,12 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
         layer: Dict[str, Any] = dict(
             wq=L.wq.as_tuple(), wk=L.wk.as_tuple(), wv=L.wv.as_tuple(), wo=L.wo.as_tuple(),
             gate=L.w_gate.as_tuple(), up=L.w_up.as_tuple(), down=L.w_down.as_tuple(), window=ls.window, rope=None)
+        if L.router is not None:
+            layer["router"] = L.router.as_tuple()
+        if L.shared_gate is not None and L.shared_up is not None and L.shared_down is not None \
+                and L.shared_gate_inp is not None:
+            layer.update(shexp_gate=L.shared_gate.as_tuple(), shexp_up=L.shared_up.as_tuple(),
+                         shexp_down=L.shared_down.as_tuple(), shexp_gate_inp=L.shared_gate_inp.data)
         for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm",
                      "q_bias", "k_bias", "v_bias"):
             vec = getattr(L, name)
@@ -241,8 +260,9 @@ class TransformerContext(Context):
             raise ValueError(f"n_ctx: a shortconv cache of {self.n_ctx} positions needs {size / 2**30:,.1f} GiB "
                              f"of address space, which cannot be reserved; use a smaller n_ctx") from None
         self._scratch: Dict[int, _Scratch] = {}
-        #: False: decode through the Python blocks too (for tests comparing the two)
-        self.fused_decode = True
+        #: False: decode through the Python blocks too (for tests comparing the two;
+        #: and for a mixture of experts routing more experts than the C step takes)
+        self.fused_decode = spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED
         self._step: Any = None
 
     def _fused_step(self) -> Any:
@@ -304,12 +324,12 @@ class TransformerContext(Context):
         else:
             self._attention(w, li, s, segments)
         self._pre_norm(s, w.ffn_norm)
-        s.mul(s.h1, (w.w_gate, s.gate), (w.w_up, s.up))  # one quantized input for gate, up
-        if spec.activation == "gelu_tanh":
-            K.gelu_mul(s.gate, s.up, s.gate)
+        if spec.moe is not None:
+            self._experts(w, s)
         else:
-            K.silu_mul(s.gate, s.up, s.gate)
-        s.mul(s.gate, (w.w_down, s.h2))
+            s.mul(s.h1, (w.w_gate, s.gate), (w.w_up, s.up))  # one quantized input for gate, up
+            self._glu(s.gate, s.up)
+            s.mul(s.gate, (w.w_down, s.h2))
         self._residual(s, w.post_ffn_norm)
 
     def _attention(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"]) -> None:
@@ -378,6 +398,54 @@ class TransformerContext(Context):
             out *= c[lo:hi]
         s.mul(y, (w.conv_out, s.h2))
         self._residual(s, None)
+
+    def _glu(self, gate: NDArray[Any], up: NDArray[Any]) -> None:
+        """gate = act(gate) * up."""
+        if self.spec.activation == "gelu_tanh":
+            K.gelu_mul(gate, up, gate)
+        else:
+            K.silu_mul(gate, up, gate)
+
+    def _experts(self, w: LayerWeights, s: "_Scratch") -> None:
+        """s.h2 = the mixture of experts of s.h1 (spec.MoE): every row routed, then
+        each chosen expert's FFN once over the rows routed to it (gathered), its
+        outputs weighted and added back to their rows."""
+        moe = self.spec.moe
+        assert moe is not None and w.router is not None
+        ffn, dim = self.spec.ffn_dim, self.spec.dim
+        experts, weights = route(s.h1, w.router, moe)
+        s.h2.fill(0.0)
+        # (row, slot) pairs grouped by expert: a stable sort keeps rows in order
+        flat = experts.reshape(-1)
+        order = np.argsort(flat, kind="stable")
+        bounds = np.searchsorted(flat[order], np.arange(moe.n_experts + 1))
+        for e in range(moe.n_experts):
+            picks = order[bounds[e]:bounds[e + 1]]
+            if not len(picks):
+                continue
+            rows = picks // moe.n_used
+            m = len(rows)
+            h = s.h1[rows]
+            gate, up, out = s.gate[:m], s.up[:m], s.h1_out[:m]
+            xq = _mul(h, w.w_gate.row_slice(e * ffn, (e + 1) * ffn), gate)
+            _mul(h, w.w_up.row_slice(e * ffn, (e + 1) * ffn), up, xq)   # the same activation format
+            self._glu(gate, up)
+            _mul(gate, w.w_down.row_slice(e * dim, (e + 1) * dim), out)
+            out *= weights.reshape(-1)[picks, None]
+            # a row is routed to an expert at most once, so rows are distinct here
+            s.h2[rows] += out
+        if w.shared_gate is not None and w.shared_up is not None and w.shared_down is not None \
+                and w.shared_gate_inp is not None:
+            # the shared expert on every row, times sigmoid(h . gate_inp) (in double,
+            # as the fused C step computes it)
+            gate, up, out = s.shared_gate, s.shared_up, s.h1_out
+            xq = _mul(s.h1, w.shared_gate, gate)
+            _mul(s.h1, w.shared_up, up, xq)
+            self._glu(gate, up)
+            _mul(gate, w.shared_down, out)
+            logit = s.h1.astype(np.float64) @ w.shared_gate_inp.data.astype(np.float64)
+            out *= (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)[:, None]
+            s.h2 += out
 
     def _pre_norm(self, s: "_Scratch", norm: Any) -> None:
         """h1 = norm(x), the input of a block half; x itself without pre-norms."""
@@ -497,6 +565,29 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
                     ctx._head(s.x[hi - 1:hi], ctx.logits.reshape(1, -1))
 
 
+def route(h: NDArray[Any], router: Matrix, moe: MoE) -> Tuple[NDArray[Any], NDArray[Any]]:
+    """(experts, weights) of each row of h, each (n, moe.n_used): the experts
+    chosen by the router, most probable first (the lower index among equals),
+    and the weights of their outputs (llama.cpp's build_moe_ffn with softmax
+    gating).  The probabilities are computed in double, as the fused C step
+    does (csrc/transformer_block.c, route_token)."""
+    n = h.shape[0]
+    logits = np.empty((n, moe.n_experts), np.float32)
+    _mul(np.ascontiguousarray(h), router, logits)
+    experts = np.argsort(-logits, axis=1, kind="stable")[:, :moe.n_used]
+    wide = logits.astype(np.float64)
+    wide -= wide.max(axis=1, keepdims=True)
+    probs = np.exp(wide)
+    probs /= probs.sum(axis=1, keepdims=True)
+    chosen = np.take_along_axis(probs, experts, axis=1)
+    if moe.norm_weights:   # llama.cpp clamps the sum at F16's smallest normal
+        chosen /= np.maximum(chosen.sum(axis=1, keepdims=True), 6.103515625e-5)
+    weights = chosen.astype(np.float32)
+    if moe.weight_scale != 1.0:
+        weights *= np.float32(moe.weight_scale)
+    return experts, weights
+
+
 def _mul(x: NDArray[Any], w: Matrix, out: NDArray[Any], xq: Optional[NDArray[Any]] = None) -> NDArray[Any]:
     """out = x W^T for rows x (n, cols); returns the quantized x (reusable for a
     matrix of the same activation format).  One row goes through matvec."""
@@ -530,6 +621,11 @@ class _Scratch:
         conv_dim = spec.dim if spec.conv_layers else 0
         self.conv_c = np.zeros((n, conv_dim), f)
         self.conv_u = np.zeros((n, conv_dim), f)
+        #: one expert's output rows (a mixture of experts sums them into h2)
+        self.h1_out = np.zeros((n, spec.dim), f) if spec.moe is not None else self.h2
+        shared = spec.moe.shared_ffn_dim if spec.moe is not None else 0
+        self.shared_gate = np.zeros((n, shared), f)
+        self.shared_up = np.zeros((n, shared), f)
         self._act: Dict[Tuple[int, int], NDArray[Any]] = {}
 
     def mul(self, x: NDArray[Any], *pairs: Tuple[Matrix, NDArray[Any]]) -> None:

@@ -33,10 +33,14 @@ class Matrix:
 
     __slots__ = ("data", "qtype", "rows", "cols", "act_type", "file_data", "file_qtype")
 
-    def __init__(self, tensor: Any, rows: int, cols: int, name: str) -> None:
+    def __init__(self, tensor: Any, rows: int, cols: int, name: str, experts: int = 0) -> None:
+        # experts > 0: a 3-D tensor of `experts` matrices of (rows, cols), stacked
+        # into one matrix of experts * rows rows (expert e: rows e*rows ...)
         shape = tuple(int(s) for s in tensor.shape)
-        if shape != (rows, cols):
-            raise GGUFError(f"{name}: expected shape {(rows, cols)}, got {shape}")
+        want = (experts, rows, cols) if experts else (rows, cols)
+        if shape != want:
+            raise GGUFError(f"{name}: expected shape {want}, got {shape}")
+        rows *= max(experts, 1)
         if not tensor.dtype.kernel_supported:   # found at load, not at the first token
             raise UnsupportedModelError(unsupported_format_message(name, tensor.dtype), [name])
         self.data = tensor.data.reshape(rows, -1)  # uint8 rows, zero-copy
@@ -48,7 +52,13 @@ class Matrix:
         self.file_data, self.file_qtype = self.data, self.qtype
 
     def row_slice(self, lo: int, hi: int) -> "Matrix":
-        """Rows [lo, hi) as a matrix of their own (a view: a fused tensor's parts)."""
+        """Rows [lo, hi) as a matrix of their own (a view: a fused tensor's parts,
+        an expert of a stacked tensor).  A repacked matrix is cut only at its
+        16-row groups."""
+        if not 0 <= lo <= hi <= self.rows:
+            raise ValueError(f"row_slice: rows [{lo}, {hi}) of a matrix of {self.rows}")
+        if self.qtype != self.file_qtype and (lo % 16 or hi % 16):
+            raise ValueError(f"row_slice: rows [{lo}, {hi}) cut the 16-row groups of a repacked matrix")
         part = object.__new__(Matrix)
         part.data = self.data[lo:hi]
         part.qtype, part.act_type = self.qtype, self.act_type
@@ -56,16 +66,18 @@ class Matrix:
         part.file_data, part.file_qtype = part.data, part.qtype
         return part
 
-    def repackable(self) -> bool:
+    def repackable(self, group: int = 0) -> bool:
         """Whether `repacked` makes a copy: the active kernel set has a repacked
-        format for this one and the rows come in 16s."""
-        return K.repack_type(self.qtype) is not None and self.rows > 0 and self.rows % 16 == 0
+        format for this one and the rows come in 16s (and so do the rows of each
+        of its parts of ``group`` rows: the experts of a stacked matrix)."""
+        return (K.repack_type(self.qtype) is not None and self.rows > 0 and self.rows % 16 == 0
+                and group % 16 == 0)
 
-    def repacked(self, arena: Optional[Arena] = None) -> "Matrix":
+    def repacked(self, arena: Optional[Arena] = None, group: int = 0) -> "Matrix":
         """This matrix in the layout the active kernel set multiplies fastest
         (`kernels.repack_type`: 16 rows interleaved, csrc/repack.h), as a copy in
         memory (taken from ``arena`` if given); itself when not `repackable`."""
-        if not self.repackable():
+        if not self.repackable(group):
             return self
         part = object.__new__(Matrix)
         out = arena.take(self.data.shape) if arena is not None else None
@@ -93,21 +105,26 @@ def repack_weights(w: "ModelWeights", release: Optional[Callable[[Any], None]] =
     are looked up one at a time); a tied head gets its own repacked copy.  The
     copies share one block of memory on huge pages where the OS offers them
     (`infer.arena`)."""
-    matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "conv_b", "conv_c", "conv_u", "conv_out")
-    todo = [w.output] + [getattr(layer, k) for layer in w.layers for k in matrices]
-    arena = Arena(Arena.size_of([m.data.shape for m in todo if m is not None and m.repackable()]))
+    matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "shared_gate", "shared_up", "shared_down",
+                "conv_b", "conv_c", "conv_u", "conv_out")
+    # an expert of a stacked matrix is cut out of it by rows: repacked only if
+    # each expert's rows are whole 16-row groups (the router stays as it is)
+    groups = {"w_gate": w.expert_rows[0], "w_up": w.expert_rows[0], "w_down": w.expert_rows[1]}
+    todo = [(w.output, 0)] + [(getattr(layer, k), groups.get(k, 0)) for layer in w.layers for k in matrices
+                              if getattr(layer, k) is not None]
+    arena = Arena(Arena.size_of([m.data.shape for m, g in todo if m.repackable(g)]))
 
-    def fast(m: Matrix) -> Matrix:
-        r = m.repacked(arena)
+    def fast(m: Matrix, group: int = 0) -> Matrix:
+        r = m.repacked(arena, group)
         if r is not m and release is not None:
             release(m.file_data)
         return r
 
-    layers = [dataclasses.replace(layer, **{k: fast(getattr(layer, k)) for k in matrices  # type: ignore[arg-type]
-                                            if getattr(layer, k) is not None})
+    layers = [dataclasses.replace(layer, **{k: fast(getattr(layer, k), groups.get(k, 0))  # type: ignore[arg-type]
+                                            for k in matrices if getattr(layer, k) is not None})
               for layer in w.layers]
     return ModelWeights(token_embd=w.token_embd, output_norm=w.output_norm,
-                        output=fast(w.output), layers=layers)
+                        output=fast(w.output), layers=layers, expert_rows=w.expert_rows)
 
 
 class Vector:
@@ -139,9 +156,17 @@ class LayerWeights:
     wo: Optional[Matrix]
     #: None without pre_norms
     ffn_norm: Optional[Vector]
+    #: with a mixture of experts: every expert's matrices stacked (`MoE`)
     w_gate: Matrix
     w_up: Matrix
     w_down: Matrix
+    #: ffn_gate_inp (n_experts, dim) of a mixture of experts
+    router: Optional[Matrix] = None
+    #: a shared expert (MoE.shared_ffn_dim) and the vector of its sigmoid gate
+    shared_gate: Optional[Matrix] = None
+    shared_up: Optional[Matrix] = None
+    shared_down: Optional[Matrix] = None
+    shared_gate_inp: Optional[Vector] = None
     q_bias: Optional[Vector] = None
     k_bias: Optional[Vector] = None
     v_bias: Optional[Vector] = None
@@ -166,6 +191,8 @@ class ModelWeights:
     #: token_embd itself when the head is tied
     output: Matrix
     layers: List[LayerWeights]
+    #: rows of one expert in the stacked (gate and up, down) matrices; (0, 0): no experts
+    expert_rows: Tuple[int, int] = (0, 0)
 
 
 class _Tensors:
@@ -181,8 +208,8 @@ class _Tensors:
         self.used.add(name)
         return self.tensors[name]
 
-    def matrix(self, name: str, rows: int, cols: int) -> Matrix:
-        return Matrix(self.need(name), rows, cols, name)
+    def matrix(self, name: str, rows: int, cols: int, experts: int = 0) -> Matrix:
+        return Matrix(self.need(name), rows, cols, name, experts)
 
     def vector(self, name: str, n: int) -> Vector:
         return Vector(self.need(name), n, name)
@@ -204,8 +231,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
 
     layers = []
     for i in range(spec.n_layers):
-        def m(part: str, rows: int, cols: int, i: int = i) -> Matrix:
-            return t.matrix(f"blk.{i}.{part}.weight", rows, cols)
+        def m(part: str, rows: int, cols: int, i: int = i, experts: int = 0) -> Matrix:
+            return t.matrix(f"blk.{i}.{part}.weight", rows, cols, experts)
 
         def v(part: str, n: int, suffix: str = "weight", i: int = i) -> Vector:
             return t.vector(f"blk.{i}.{part}.{suffix}", n)
@@ -219,15 +246,29 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
                           qkv.row_slice(q_dim + kv_dim, q_dim + 2 * kv_dim))
         else:
             wq, wk, wv = m("attn_q", q_dim, d), m("attn_k", kv_dim, d), m("attn_v", kv_dim, d)
-        if spec.fused_gate_up:  # the gate is the first half of ffn_up's output
+        router = None
+        if spec.moe is not None:   # GGUF dims (dim, ffn, experts) for gate/up, (ffn, dim, experts) for down
+            n_exp = spec.moe.n_experts
+            router = m("ffn_gate_inp", n_exp, d)
+            w_gate, w_up = m("ffn_gate_exps", ffn, d, experts=n_exp), m("ffn_up_exps", ffn, d, experts=n_exp)
+            w_down = m("ffn_down_exps", d, ffn, experts=n_exp)
+            sh = spec.moe.shared_ffn_dim
+            if sh:
+                shared = (m("ffn_gate_shexp", sh, d), m("ffn_up_shexp", sh, d), m("ffn_down_shexp", d, sh),
+                          v("ffn_gate_inp_shexp", d))
+        elif spec.fused_gate_up:  # the gate is the first half of ffn_up's output
             gate_up = m("ffn_up", 2 * ffn, d)
             w_gate, w_up = gate_up.row_slice(0, ffn), gate_up.row_slice(ffn, 2 * ffn)
         else:
             w_gate, w_up = m("ffn_gate", ffn, d), m("ffn_up", ffn, d)
+        if spec.moe is None:
+            w_down = m("ffn_down", d, ffn)
         L = LayerWeights(
             attn_norm=v("attn_norm", d) if spec.pre_norms else None, wq=wq, wk=wk, wv=wv,
             wo=m("attn_output", d, q_dim), ffn_norm=v("ffn_norm", d) if spec.pre_norms else None,
-            w_gate=w_gate, w_up=w_up, w_down=m("ffn_down", d, ffn))
+            w_gate=w_gate, w_up=w_up, w_down=w_down, router=router)
+        if spec.moe is not None and spec.moe.shared_ffn_dim:
+            L.shared_gate, L.shared_up, L.shared_down, L.shared_gate_inp = shared
         if spec.qkv_bias:
             if spec.fused_qkv:
                 raise GGUFError("a fused attn_qkv with biases is not supported")
@@ -250,16 +291,18 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             f"GGUF file: tensor(s) {shown} are not part of the model this variant describes; "
             f"they would change the maths, so the file is refused rather than run without them",
             unknown)
-    return ModelWeights(token_embd=token_embd, output_norm=output_norm, output=output, layers=layers)
+    return ModelWeights(token_embd=token_embd, output_norm=output_norm, output=output, layers=layers,
+                        expert_rows=(ffn, d) if spec.moe is not None else (0, 0))
 
 
 def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
     """A shortconv layer's tensors (LFM2; llama.cpp's names): the norms and FFN of
     every layer, shortconv.in_proj / out_proj / conv instead of attention."""
     d, ffn, width = spec.dim, spec.ffn_dim, spec.layers[i].conv_width
-    if spec.fused_gate_up or spec.qkv_bias or spec.post_attn_norm or spec.post_ffn_norm or not spec.pre_norms:
-        raise UnsupportedModelError("a shortconv layer with fused gate|up, biases, post-norms or without "
-                                    "pre-norms is not implemented")
+    if (spec.fused_gate_up or spec.qkv_bias or spec.post_attn_norm or spec.post_ffn_norm or not spec.pre_norms
+            or spec.moe is not None):
+        raise UnsupportedModelError("a shortconv layer with fused gate|up, biases, post-norms, a mixture of "
+                                    "experts or without pre-norms is not implemented")
     p = f"blk.{i}."
     conv_in = t.matrix(p + "shortconv.in_proj.weight", 3 * d, d)
     name = p + "shortconv.conv.weight"

@@ -324,6 +324,97 @@ class Granite(Llama):
         return super().logits(x) / float(self.get("logit_scale", 1.0))
 
 
+class Experts:
+    """A mixture of experts for the FFN (mixed into a family below), from the
+    definitions of HF's Qwen3MoeSparseMoeBlock / GraniteMoeMoE and llama.cpp's
+    build_moe_ffn: p = softmax(h @ ffn_gate_inp.T) over expert_count experts;
+    the expert_used_count most probable run, SwiGLU with their slices of the
+    3-D ffn_{gate,up,down}_exps (numpy (expert, out, in)); their outputs are
+    summed weighted by p, renormalised to sum 1 when ``norm_topk``.
+
+    ``gaps[layer]`` keeps, per position, the router-logit gap between the last
+    expert chosen and the first one left out: where it is small, rounding may
+    route differently.  ``follow`` lets a test give the experts another
+    implementation chose ({layer: (positions, experts)}): at a position whose
+    gap is below ``follow_gap`` the reference takes that choice (the rounding
+    decided a near-tie; both are right), anywhere else it keeps its own, and
+    ``followed`` / ``disagreed`` count the positions where they differed."""
+    norm_topk = True
+    follow: dict = {}
+    follow_gap = 0.0
+
+    def ffn(self, i, h):
+        p = f"blk.{i}."
+        k = int(self.get("expert_used_count"))
+        logits = h @ self.t[p + "ffn_gate_inp.weight"].T
+        order = np.argsort(-logits, axis=1, kind="stable")
+        ranked = np.take_along_axis(logits, order, axis=1)
+        self.gaps = getattr(self, "gaps", {})
+        self.router_logits = getattr(self, "router_logits", {})
+        self.router_logits[i] = logits
+        self.gaps[i] = ranked[:, k - 1] - ranked[:, k] if k < logits.shape[1] else np.full(len(h), np.inf)
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        chosen = order[:, :k].copy()
+        if i in self.follow:
+            positions, theirs = self.follow[i]
+            for t, e in zip(positions, theirs):
+                if set(e) == set(chosen[t]):
+                    continue
+                if self.gaps[i][t] < self.follow_gap:
+                    chosen[t] = e
+                    self.followed = getattr(self, "followed", 0) + 1
+                else:
+                    self.disagreed = getattr(self, "disagreed", 0) + 1
+        weight = np.take_along_axis(probs, chosen, axis=1)
+        if self.norm_topk:
+            weight = weight / weight.sum(axis=1, keepdims=True)
+        gate, up, down = (self.t[p + f"ffn_{n}_exps.weight"] for n in ("gate", "up", "down"))
+        out = np.zeros_like(h)
+        for t in range(len(h)):
+            for e, wt in zip(chosen[t], weight[t]):
+                g = gate[e] @ h[t]
+                out[t] += wt * (down[e] @ (g / (1.0 + np.exp(-g)) * (up[e] @ h[t])))
+        return out
+
+
+class Qwen3MoE(Experts, Qwen3):
+    """Qwen 3's attention; experts renormalised (norm_topk_prob = true)."""
+
+
+class OLMoE(Experts, Transformer):
+    """NEOX RoPE; RMSNorm over all of q and all of k (HF OlmoeAttention's q_norm /
+    k_norm of hidden_size and kv width) before the heads are split; expert
+    weights not renormalised (norm_topk_prob = false)."""
+    neox = True
+    norm_topk = False
+
+    def qkv(self, i, h):
+        q, k, v = super().qkv(i, h)
+        return (self.rmsnorm(q, self.t[f"blk.{i}.attn_q_norm.weight"]),
+                self.rmsnorm(k, self.t[f"blk.{i}.attn_k_norm.weight"]), v)
+
+
+class Qwen2MoE(Experts, Qwen2):
+    """Qwen 2's attention; experts not renormalised (norm_topk_prob = false), and
+    HF Qwen2MoeSparseMoeBlock's shared expert: its SwiGLU output times
+    sigmoid(h . shared_expert_gate) added to the routed sum."""
+    norm_topk = False
+
+    def ffn(self, i, h):
+        p = f"blk.{i}."
+        g = h @ self.t[p + "ffn_gate_shexp.weight"].T
+        u = h @ self.t[p + "ffn_up_shexp.weight"].T
+        shared = (g / (1.0 + np.exp(-g)) * u) @ self.t[p + "ffn_down_shexp.weight"].T
+        gate = 1.0 / (1.0 + np.exp(-(h @ self.t[p + "ffn_gate_inp_shexp.weight"])))
+        return super().ffn(i, h) + gate[:, None] * shared
+
+
+class GraniteMoE(Experts, Granite):
+    """Granite's multipliers; experts renormalised (GraniteMoeTopKGating divides
+    the softmax of the top-k logits, which is the same thing)."""
+
+
 class PostNormOnly(Llama):
     """No norm before either block half; each half's output is RMS-normed
     (post_attention_norm, post_ffw_norm) before its residual add."""
@@ -421,7 +512,8 @@ class HunyuanDense(Llama):
 
 FAMILIES = {"llama": Llama, "qwen2": Qwen2, "qwen3": Qwen3, "phi3": Phi3, "gemma2": Gemma2,
             "smollm3": SmolLM3, "granite": Granite, "olmo2": Olmo2, "exaone4": Exaone4, "exaone": Exaone,
-            "ernie4_5": Ernie4_5, "gemma": Gemma, "hunyuan-dense": HunyuanDense}
+            "ernie4_5": Ernie4_5, "gemma": Gemma, "hunyuan-dense": HunyuanDense,
+            "qwen3moe": Qwen3MoE, "granitemoe": GraniteMoE, "olmoe": OLMoE, "qwen2moe": Qwen2MoE}
 
 
 def reference(path: str, n_ctx: int = 0) -> Transformer:
