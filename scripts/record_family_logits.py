@@ -3,11 +3,11 @@
     LLAMA_CPP_LIB_PATH=<llama.cpp build/bin> python scripts/record_family_logits.py \
         --out tests/data/<file>.npz NAME [NAME ...]
 
-For each NAME of ``tiny_models.TINY``: write the file with ``tiny_models.write``, load it
+For each NAME of ``tiny_models.ALL``: write the file with ``tiny_models.write``, load it
 into llama.cpp (libllama through llama-cpp-python's ctypes bindings), decode the prompt
 ``tiny_models.prompt(NAME)`` in one batch with the logits of every position requested,
 and keep ``tiny_models.recorded_positions`` of them as float16.  The context is the one
-tests/data/README.md describes: ``n_ctx`` = ``TINY[NAME].n_ctx``, one thread, flash
+tests/data/README.md describes: ``n_ctx`` = ``ALL[NAME].n_ctx``, one thread, flash
 attention off, F16 K/V cache, ``swa_full``.  Keys per name: ``<name>/logits``,
 ``<name>/positions`` and ``<name>/sha256`` (of the file llama.cpp read).  An existing
 ``--out`` file keeps the names not recorded again.
@@ -87,17 +87,17 @@ def teacher_logits(path: str, tokens: np.ndarray, n_ctx: int) -> np.ndarray:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the .npz file to write (names already in it are kept)")
-    parser.add_argument("names", nargs="+", help=f"entries of tiny_models.TINY: {', '.join(tm.TINY)}")
+    parser.add_argument("names", nargs="+", help=f"entries of tiny_models.ALL: {', '.join(tm.ALL)}")
     args = parser.parse_args()
-    unknown = [n for n in args.names if n not in tm.TINY]
+    unknown = [n for n in args.names if n not in tm.ALL]
     if unknown:
-        parser.error(f"not in tiny_models.TINY: {', '.join(unknown)}")
+        parser.error(f"not in tiny_models.ALL: {', '.join(unknown)}")
     arrays = dict(np.load(args.out)) if os.path.exists(args.out) else {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.names:
             path = tm.write(name, os.path.join(tmp, f"{name}.gguf"))
             tokens = tm.prompt(name)
-            logits = teacher_logits(path, tokens, tm.TINY[name].n_ctx)
+            logits = teacher_logits(path, tokens, tm.ALL[name].n_ctx)
             positions = tm.recorded_positions(len(tokens))
             arrays[f"{name}/logits"] = logits[positions].astype(np.float16)
             arrays[f"{name}/positions"] = positions

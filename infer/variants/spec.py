@@ -34,6 +34,15 @@ One block, with every optional piece (each is off by default):
         x += f * residual_scale
     logits = rmsnorm(x, output_norm) Wout * logit_scale, soft-capped by final_softcap
 
+A layer of kind "shortconv" (LFM2) replaces the attention half by a gated short
+convolution of width L = layers[l].conv_width, depthwise over the last L positions:
+
+        h = rmsnorm(x, attn_norm)
+        b, c, u = split(h Win, 3)                     (shortconv.in_proj: 3 * dim rows)
+        s_p = b * u                                   (kept per position, like K and V)
+        y = c * sum_k conv[:, k] * s_(p-L+1+k)        (shortconv.conv: (dim, L); s_(<0) = 0)
+        x += y Wout_conv                              (shortconv.out_proj)
+
 Tensor names follow llama.cpp's GGUF conventions (`blk.N.attn_q.weight`, ...;
 see `weights.py`).
 """
@@ -53,6 +62,10 @@ ACTIVATIONS = ("silu", "gelu_tanh")
 ROPE_LAYOUTS = ("norm", "neox")
 #: what a q/k norm spans: one head, or the whole projection
 QK_NORM_SCOPES = ("head", "all")
+#: how a layer mixes positions (LayerSpec.kind)
+LAYER_KINDS = ("attention", "shortconv")
+#: the widest short convolution accepted (LFM2's is 3; a huge width is a bad file)
+MAX_CONV_WIDTH = 64
 
 
 @dataclass(frozen=True)
@@ -171,10 +184,24 @@ class LayerSpec:
     rope: Optional[Rope] = field(default_factory=Rope)
     #: attend to the last `window` positions (the current one included); 0: all
     window: int = 0
+    #: what mixes positions: "attention", or "shortconv" (LFM2's gated short
+    #: convolution, see `TransformerSpec`; the layer has no attention then)
+    kind: str = "attention"
+    #: a shortconv layer's kernel width L (GGUF ``shortconv.l_cache``): position p
+    #: reads the gated inputs of positions p-L+1 .. p
+    conv_width: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.window <= 2**31 - 1:
             raise ValueError(f"window: must be in [0, 2**31 - 1], got {self.window}")
+        if self.kind not in LAYER_KINDS:
+            raise ValueError(f"layer kind: expected one of {LAYER_KINDS}, got {self.kind!r}")
+        if self.kind == "shortconv" and not 2 <= self.conv_width <= MAX_CONV_WIDTH:
+            raise ValueError(f"conv_width: a shortconv layer needs 2 .. {MAX_CONV_WIDTH}, got {self.conv_width}")
+
+    @property
+    def shortconv(self) -> bool:
+        return self.kind == "shortconv"
 
 
 @dataclass(frozen=True)
@@ -229,6 +256,8 @@ class TransformerSpec:
     residual_scale: float = 1.0
     #: multiplies the logits (Granite: 1 / logits_scaling)
     logit_scale: float = 1.0
+    #: the final norm's tensor, without ".weight" (LFM2: "token_embd_norm")
+    output_norm_tensor: str = "output_norm"
 
     # ---- norm placement (after the fields above, so that other families' additions stay apart)
     #: attn_norm / ffn_norm before each block half; False: the halves read x itself and
@@ -273,6 +302,11 @@ class TransformerSpec:
         for name in ("embd_scale", "residual_scale", "logit_scale"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name}: must be finite, got {getattr(self, name)}")
+
+    @property
+    def conv_layers(self) -> Tuple[int, ...]:
+        """The indices of the shortconv layers (their order is the conv cache's)."""
+        return tuple(i for i, layer in enumerate(self.layers) if layer.shortconv)
 
     @property
     def q_dim(self) -> int:
