@@ -39,6 +39,13 @@ SHAPES = {
     "llama-3.2-1b": (128256, tm.Tiny("llama", 3, n_layer=16, dim=2048, n_head=32, n_kv_head=8, head_dim=64,
                                      ffn=8192, n_ctx_train=131072, llama3_rope=True, pre="llama-bpe",
                                      extra={"rope.freq_base": 500000.0})),
+    # Granite-3.1-1B-A400M: a mixture of experts (32 of width 512, 8 used), granite's
+    # multipliers, tied head
+    "granite-moe-1b": (49155, tm.Tiny("granitemoe", 4, n_layer=24, dim=1024, n_head=16, n_kv_head=8, head_dim=64,
+                                      ffn=512, n_expert=32, n_ctx_train=131072,
+                                      extra={"embedding_scale": 12.0, "residual_scale": 0.22,
+                                             "attention.scale": 0.015625, "logit_scale": 6.0,
+                                             "expert_count": 32, "expert_used_count": 8})),
 }
 #: llama.cpp's file types (llama_ftype) by their llama-quantize names
 FTYPES = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q8_0": 7, "iq4_xs": 30, "q4_0": 2}

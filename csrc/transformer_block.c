@@ -465,6 +465,58 @@ static void pre_norm(const decode_ctx *d, const float *norm) {
     }
 }
 
+/* The FFN half of a block for every token: x += post_norm(FFN(pre_norm(x))), dense or experts. */
+static void ffn_half(decode_ctx *d, infer_decode_team *team, const infer_block_layer *L) {
+    const infer_block_model *m = d->m;
+    const infer_block_scratch *s = d->s;
+    infer_decode_job *j = &d->staging;
+    const int dim = m->dim;
+    pre_norm(d, L->ffn_norm);
+    if (m->n_experts > 0) {
+        moe_ffn(d, team, L);
+    } else {
+        j->mats[0] = &L->gate; j->mats[1] = &L->up;
+        j->outs[0] = s->gate; j->out_stride[0] = L->ffn_dim;
+        run_matrix_job(d, team, INFER_JOB_GATE_UP, s->h, dim, 2, &L->down);
+
+        j->mats[0] = &L->down; j->outs[0] = s->h; j->out_stride[0] = dim;
+        run_matrix_job(d, team, INFER_JOB_MATMUL, s->gate, L->ffn_dim, 1, NULL);
+    }
+    residual(d, L->post_ffn_norm);
+}
+
+/* A shortconv layer (LFM2) for every token: s->h (normed) -> x += conv mixing.
+ * The sum runs over the taps oldest first, as TransformerContext._shortconv. */
+static void shortconv_half(decode_ctx *d, infer_decode_team *team, const infer_block_layer *L) {
+    const infer_block_model *m = d->m;
+    const infer_block_scratch *s = d->s;
+    infer_decode_job *j = &d->staging;
+    const int B = d->n_seqs, dim = m->dim, width = L->conv_width;
+    float *y_rows = s->conv + (size_t)3 * B * dim;   /* after the b|c|u rows of every token */
+    j->mats[0] = &L->conv_b; j->mats[1] = &L->conv_c; j->mats[2] = &L->conv_u;
+    j->outs[0] = s->conv; j->outs[1] = s->conv + dim; j->outs[2] = s->conv + 2 * dim;
+    j->out_stride[0] = j->out_stride[1] = j->out_stride[2] = 3 * dim;
+    run_matrix_job(d, team, INFER_JOB_MATMUL, s->h, dim, 3, NULL);
+    for (int b = 0; b < B; b++) {
+        const infer_block_seq *sq = &d->seqs[b];
+        const float *bb = ROW(s->conv, b, 3 * dim), *cc = bb + dim, *uu = bb + 2 * dim;
+        float *cache = sq->conv_cache + (size_t)L->conv_index * sq->n_ctx * dim;
+        float *here = cache + (size_t)sq->pos * dim, *y = ROW(y_rows, b, dim);
+        for (int i = 0; i < dim; i++) here[i] = bb[i] * uu[i];
+        for (int i = 0; i < dim; i++) {
+            float acc = 0.0f;
+            for (int k = 0; k < width; k++) {
+                const int64_t p = (int64_t)sq->pos - (width - 1) + k;
+                if (p >= 0) acc += cache[(size_t)p * dim + i] * L->conv_kernel[(size_t)i * width + k];
+            }
+            y[i] = acc * cc[i];
+        }
+    }
+    j->mats[0] = &L->conv_out; j->outs[0] = s->h; j->out_stride[0] = dim;
+    run_matrix_job(d, team, INFER_JOB_MATMUL, y_rows, dim, 1, NULL);
+    residual(d, L->post_attn_norm);
+}
+
 /* The leader's walk through the model (thread 0). */
 static void decode_leader(void *ctx, infer_decode_team *team) {
     decode_ctx *d = (decode_ctx *)ctx;
@@ -482,6 +534,12 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
     if (m->per_layer_dim) per_layer_inputs(d, team);
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
+        if (L->conv_width > 0) {
+            pre_norm(d, L->attn_norm);
+            shortconv_half(d, team, L);
+            ffn_half(d, team, L);
+            continue;
+        }
         const int slot = L->rope != INFER_ROPE_NONE ? rope_slot(d, L) : -1;
         const int hd = L->head_dim, n_kv = L->n_kv_heads;
         const int q_dim = m->n_heads * hd, kv_dim = n_kv * hd;
@@ -543,19 +601,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         run_matrix_job(d, team, INFER_JOB_MATMUL, s->att, q_dim, 1, NULL);
         residual(d, L->post_attn_norm);
 
-        pre_norm(d, L->ffn_norm);
-        if (m->n_experts > 0) {
-            moe_ffn(d, team, L);
-        } else {
-            j->mats[0] = &L->gate; j->mats[1] = &L->up;
-            j->outs[0] = s->gate; j->out_stride[0] = L->ffn_dim;
-            run_matrix_job(d, team, INFER_JOB_GATE_UP, s->h, dim, 2, &L->down);
-
-            j->mats[0] = &L->down; j->outs[0] = s->h; j->out_stride[0] = dim;
-            run_matrix_job(d, team, INFER_JOB_MATMUL, s->gate, L->ffn_dim, 1, NULL);
-        }
-        residual(d, L->post_ffn_norm);
-
+        ffn_half(d, team, L);
         if (L->ple_post_norm) add_per_layer_embedding(d, team, l);
         if (L->out_scale != 1.0f)
             for (int b = 0; b < B; b++) kt->scale(ROW(s->x, b, dim), L->out_scale, dim);
@@ -588,11 +634,13 @@ int infer_block_check_model(const infer_block_model *m) {
         (m->qk_norm_whole != 0 && m->qk_norm_whole != 1) ||
         (m->qk_norm_after_rope != 0 && m->qk_norm_after_rope != 1) || (m->qk_norm_whole && m->qk_norm_after_rope))
         return -2;
-    if (!shape_ok(&m->embd, m->vocab_size, m->dim) || !shape_ok(&m->output, m->vocab_size, m->dim))
+    if (!shape_ok(&m->embd, m->vocab_size, m->dim) || !shape_ok(&m->output, m->vocab_size, m->dim) ||
+        m->n_conv_layers < 0 || m->n_conv_layers > m->n_layers)
         return -2;
     if (P > 0 && (!m->ple_proj_norm || !shape_ok(&m->ple_embd, m->vocab_size, (int64_t)m->n_layers * P) ||
                   !shape_ok(&m->ple_model_proj, (int64_t)m->n_layers * P, m->dim)))
         return -2;
+    int n_conv = 0;
     /* experts: gate/up/down are n_experts stacks; dense: one of each */
     const int moe = m->n_experts > 0;
     if (m->n_experts < 0 || (moe && (m->n_experts_used < 1 || m->n_experts_used > m->n_experts ||
@@ -603,6 +651,17 @@ int infer_block_check_model(const infer_block_model *m) {
     if (m->shared_ffn_dim < 0 || (m->shared_ffn_dim > 0 && !moe)) return -2;
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
+        if (L->conv_width != 0) {   /* shortconv: its own tensors, one cache slot each */
+            /* (Gemma 4's per-layer pieces are attention layers' only) */
+            if (moe || P > 0 || L->ffn_dim != m->ffn_dim || L->out_scale != 1.0f ||
+                L->conv_width < 1 || L->conv_index != n_conv++ || !L->conv_kernel || !L->attn_norm ||
+                !L->ffn_norm || !shape_ok(&L->conv_b, m->dim, m->dim) || !shape_ok(&L->conv_c, m->dim, m->dim) ||
+                !shape_ok(&L->conv_u, m->dim, m->dim) || !shape_ok(&L->conv_out, m->dim, m->dim) ||
+                !shape_ok(&L->gate, m->ffn_dim, m->dim) || !shape_ok(&L->up, m->ffn_dim, m->dim) ||
+                !shape_ok(&L->down, m->dim, m->ffn_dim))
+                return -2;
+            continue;
+        }
         const int hd = L->head_dim, n_kv = L->n_kv_heads;
         if (hd < 2 || hd % 2 || hd > m->head_dim || n_kv < 1 || n_kv > m->n_kv_heads || m->n_heads % n_kv ||
             L->ffn_dim < 1 || L->ffn_dim > m->ffn_dim || L->kv_row < 0 || L->kv_row >= m->kv_rows ||
@@ -632,6 +691,7 @@ int infer_block_check_model(const infer_block_model *m) {
              !shape_ok(&L->shexp_up, m->shared_ffn_dim, m->dim) || !shape_ok(&L->shexp_down, m->dim, m->shared_ffn_dim)))
             return -2;
     }
+    if (n_conv != m->n_conv_layers) return -2;
     const infer_kernel_table *kt = infer_kernels();
     if (!kt->rmsnorm || !kt->silu_mul || !kt->gelu_mul || !kt->add || !kt->scale || !kt->rope_norm ||
         !kt->rope_neox || !kt->attn_block_f16 || !kt->attn_block_f32 || m->embd.type < 0 ||
@@ -642,6 +702,13 @@ int infer_block_check_model(const infer_block_model *m) {
         return -1;
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
+        if (L->conv_width) {
+            const infer_decode_matrix *conv[7] = {&L->conv_b, &L->conv_c, &L->conv_u, &L->conv_out,
+                                                  &L->gate, &L->up, &L->down};
+            for (int i = 0; i < 7; i++)
+                if (!matrix_ok(kt, conv[i])) return -1;
+            continue;
+        }
         const infer_decode_matrix *all[9] = {&L->wq, &L->wo, &L->gate, &L->up, &L->down,
                                              L->own_kv ? &L->wk : NULL, L->own_kv && !L->v_from_k ? &L->wv : NULL,
                                              P > 0 ? &L->ple_gate : NULL, P > 0 ? &L->ple_proj : NULL};
@@ -666,10 +733,12 @@ int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
     for (int b = 0; b < n_seqs; b++) {
         const infer_block_seq *sq = &seqs[b];
         if (sq->token < 0 || sq->token >= m->vocab_size || sq->pos < 0 || sq->pos >= sq->n_ctx ||
-            !sq->k_cache || !sq->v_cache || !sq->logits)
+            !sq->k_cache || !sq->v_cache || !sq->logits || (m->n_conv_layers > 0 && (!sq->conv_cache || !s->conv)))
             return -2;
         for (int c = 0; c < b; c++)   /* two tokens of one batch must not share a cache */
-            if (seqs[c].k_cache == sq->k_cache || seqs[c].v_cache == sq->v_cache) return -2;
+            if (seqs[c].k_cache == sq->k_cache || seqs[c].v_cache == sq->v_cache ||
+                (m->n_conv_layers > 0 && seqs[c].conv_cache == sq->conv_cache))
+                return -2;
     }
     decode_ctx d;
     memset(&d, 0, sizeof d);

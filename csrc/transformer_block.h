@@ -20,6 +20,12 @@
  * K (or V) is [n_kv_heads(l)][n_ctx][head_dim(l)] at the start of row kv_row(l).
  * With every layer of the model's sizes and its own row, that is the
  * [n_layers][n_kv_heads][n_ctx][head_dim] cache kv_store writes.
+ *
+ * A layer with conv_width > 0 is a gated short convolution (LFM2's shortconv)
+ * instead of attention: b, c, u = h Wb, h Wc, h Wu; the gated input b * u goes to
+ * the sequence's conv cache at its position (like K and V, so truncation and
+ * copies stay exact); y = c * sum_k kernel[:, k] * cache[pos - width + 1 + k]
+ * (positions before 0 are zeros); x += y Wconv_out.
  */
 #ifndef INFER_TRANSFORMER_BLOCK_H
 #define INFER_TRANSFORMER_BLOCK_H
@@ -65,6 +71,11 @@ typedef struct {
     const double *rope_inv_freq;   /* rope_dims / 2 frequencies (infer_rope_inv_freq) */
     float rope_attn_factor;        /* multiplies cos and sin */
     int window;                    /* attend to the last `window` positions; 0 = all */
+    /* shortconv layers only (conv_width > 0; wq, wk, wv, wo and the q/k pieces unused) */
+    int conv_width;                /* taps of the depthwise convolution; 0: an attention layer */
+    int conv_index;                /* the layer's slot in each sequence's conv cache */
+    const float *conv_kernel;      /* dim x conv_width, tap conv_width - 1 on the current position */
+    infer_decode_matrix conv_b, conv_c, conv_u, conv_out;   /* dim x dim each */
 } infer_block_layer;
 
 typedef struct {
@@ -94,6 +105,7 @@ typedef struct {
     const float *output_norm;
     int qk_norm_whole;             /* 1: q_norm / k_norm span all of q / k (OLMo 2), 0: one head */
     int qk_norm_after_rope;        /* 1: the per-head q/k norms follow RoPE (Hunyuan), 0: precede it */
+    int n_conv_layers;             /* layers with conv_width > 0 (the conv caches' first dimension) */
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */
@@ -103,6 +115,7 @@ typedef struct {
     void *k_cache, *v_cache;    /* [kv_rows][n_ctx * kv_row_width] (see above) */
     int token, pos;             /* K/V of `token` go to slot pos */
     float *logits;              /* vocab_size */
+    float *conv_cache;          /* [n_conv_layers][n_ctx][dim] gated inputs; NULL without shortconv layers */
 } infer_block_seq;
 
 /* Activations of a batch of up to max_batch tokens; all buffers owned by the
@@ -119,6 +132,7 @@ typedef struct {
     float *probs;               /* max_batch x n_experts (a mixture of experts; else unused) */
     float *moe_in, *moe_rows, *moe_out;   /* max_batch x dim each (likewise) */
     uint8_t *xq[3];             /* each infer_decode_act_bytes(max(dim, ffn_dim, q_dim, shared_ffn_dim, per_layer_dim), max_batch) */
+    float *conv;                /* max_batch x 4 x dim (b, c, u per token, then y); NULL without shortconv */
 } infer_block_scratch;
 
 /* Decode seqs[i].token at seqs[i].pos for every i < n_seqs (distinct caches),

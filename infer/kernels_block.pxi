@@ -34,6 +34,10 @@ cdef extern from "transformer_block.h" nogil:
         float out_scale
         infer_decode_matrix ple_gate, ple_proj
         const float *ple_post_norm
+        int conv_width
+        int conv_index
+        const float *conv_kernel
+        infer_decode_matrix conv_b, conv_c, conv_u, conv_out
     ctypedef struct infer_block_model:
         int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size
         int kv_rows, kv_row_width, v_norm
@@ -50,6 +54,7 @@ cdef extern from "transformer_block.h" nogil:
         const infer_block_layer *layers
         infer_decode_matrix embd, output
         const float *output_norm
+        int n_conv_layers
         int qk_norm_whole
         int qk_norm_after_rope
     ctypedef struct infer_block_seq:
@@ -59,6 +64,7 @@ cdef extern from "transformer_block.h" nogil:
         void *v_cache
         int token, pos
         float *logits
+        float *conv_cache
     ctypedef struct infer_block_scratch:
         int max_batch
         float *x
@@ -77,6 +83,7 @@ cdef extern from "transformer_block.h" nogil:
         float *moe_rows
         float *moe_out
         uint8_t *xq[3]
+        float *conv
     int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
                            const infer_block_seq *seqs, int n_seqs) noexcept
     int infer_block_check_model(const infer_block_model *m) noexcept
@@ -148,7 +155,10 @@ cdef class TransformerDecoder:
     q_norm and k_norm (head_dim values, or q_dim and kv_dim with scope "all"),
     post_attn_norm, post_ffn_norm, q_bias, k_bias and v_bias (vectors), rope
     (None or (layout "norm"/"neox", base, scale, freq_factors or None,
-    attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all);
+    attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all).
+    A shortconv layer (LFM2) has instead of wq, wk, wv, wo (and q/k norms, biases,
+    rope) "conv": (kernel float32 (dim, width), b, c, u, out matrix tuples, dim x dim
+    each); its contexts then pass conv caches to `step`.
     Gemma 4's optional per-layer head_dim, n_kv_heads and ffn_dim (ints; default
     the config's), kv_source (an earlier layer whose cache this one reads; then no
     wk, wv, k_norm), v_from_k (no wv: V is K's projection), out_scale (a float) and
@@ -322,6 +332,23 @@ cdef class TransformerDecoder:
                 L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
             elif layer.get("attn_norm") is not None or layer.get("ffn_norm") is not None:
                 raise ValueError(f"{name}: attn_norm / ffn_norm given but config.pre_norms is False")
+            stacks = m.n_experts if m.n_experts else 1
+            if m.n_experts and lffn != ffn:
+                raise ValueError(f"{name}.ffn_dim: a mixture of experts has the config's width in every layer")
+            L.gate = _shaped_matrix(layer["gate"], stacks * lffn, d, f"{name}.gate", self.keep)
+            L.up = _shaped_matrix(layer["up"], stacks * lffn, d, f"{name}.up", self.keep)
+            L.down = _shaped_matrix(layer["down"], stacks * d, lffn, f"{name}.down", self.keep)
+            if m.n_experts:
+                L.router = _shaped_matrix(layer["router"], m.n_experts, d, f"{name}.router", self.keep)
+            if m.shared_ffn_dim:
+                sh = m.shared_ffn_dim
+                L.shexp_gate = _shaped_matrix(layer["shexp_gate"], sh, d, f"{name}.shexp_gate", self.keep)
+                L.shexp_up = _shaped_matrix(layer["shexp_up"], sh, d, f"{name}.shexp_up", self.keep)
+                L.shexp_down = _shaped_matrix(layer["shexp_down"], d, sh, f"{name}.shexp_down", self.keep)
+                L.shexp_gate_inp = _decode_vector(layer["shexp_gate_inp"], d, self.keep)
+            if layer.get("conv") is not None:
+                self._shortconv_layer(L, layer["conv"], name)
+                continue
             L.q_norm = _optional_vector(layer, "q_norm", lq if m.qk_norm_whole else lhd, name, self.keep)
             L.k_norm = _optional_vector(layer, "k_norm", lkv if m.qk_norm_whole else lhd, name, self.keep)
             L.post_attn_norm = _optional_vector(layer, "post_attn_norm", d, name, self.keep)
@@ -345,20 +372,6 @@ cdef class TransformerDecoder:
                 else:
                     L.wv = _shaped_matrix(layer["wv"], lkv, d, f"{name}.wv", self.keep)
             L.wo = _shaped_matrix(layer["wo"], d, lq, f"{name}.wo", self.keep)
-            stacks = m.n_experts if m.n_experts else 1
-            if m.n_experts and lffn != ffn:
-                raise ValueError(f"{name}.ffn_dim: a mixture of experts has the config's width in every layer")
-            L.gate = _shaped_matrix(layer["gate"], stacks * lffn, d, f"{name}.gate", self.keep)
-            L.up = _shaped_matrix(layer["up"], stacks * lffn, d, f"{name}.up", self.keep)
-            L.down = _shaped_matrix(layer["down"], stacks * d, lffn, f"{name}.down", self.keep)
-            if m.n_experts:
-                L.router = _shaped_matrix(layer["router"], m.n_experts, d, f"{name}.router", self.keep)
-            if m.shared_ffn_dim:
-                sh = m.shared_ffn_dim
-                L.shexp_gate = _shaped_matrix(layer["shexp_gate"], sh, d, f"{name}.shexp_gate", self.keep)
-                L.shexp_up = _shaped_matrix(layer["shexp_up"], sh, d, f"{name}.shexp_up", self.keep)
-                L.shexp_down = _shaped_matrix(layer["shexp_down"], d, sh, f"{name}.shexp_down", self.keep)
-                L.shexp_gate_inp = _decode_vector(layer["shexp_gate_inp"], d, self.keep)
             if P:
                 L.ple_gate = _shaped_matrix(layer["ple_gate"], P, d, f"{name}.ple_gate", self.keep)
                 L.ple_proj = _shaped_matrix(layer["ple_proj"], d, P, f"{name}.ple_proj", self.keep)
@@ -429,6 +442,9 @@ cdef class TransformerDecoder:
             self.s.moe_in = _decode_buffer(np.zeros(B * d, f32), self.keep)
             self.s.moe_rows = _decode_buffer(np.zeros(B * d, f32), self.keep)
             self.s.moe_out = _decode_buffer(np.zeros(B * d, f32), self.keep)
+        self.s.conv = NULL
+        if m.n_conv_layers:   # b|c|u, then y, per token
+            self.s.conv = _decode_buffer(np.zeros(B * 4 * d, f32), self.keep)
         cdef uint8_t[::1] xq
         widest = max(d, ffn, q_dim, P, m.shared_ffn_dim)
         for i in range(3):
@@ -437,6 +453,29 @@ cdef class TransformerDecoder:
             self.s.xq[i] = &xq[0]
             self.keep.append(buf)
 
+    cdef int _shortconv_layer(self, infer_block_layer *L, object conv, str name) except -1:
+        import numpy as np
+        cdef int64_t d = self.m.dim
+        if not isinstance(conv, tuple) or len(conv) != 5:
+            raise TypeError(f"{name}.conv: expected (kernel, b, c, u, out)")
+        kernel = conv[0]
+        if not isinstance(kernel, np.ndarray) or kernel.dtype != np.float32 or kernel.ndim != 2 \
+                or kernel.shape[0] != d or not 1 <= kernel.shape[1] <= 64:
+            raise ValueError(f"{name}.conv: the kernel must be float32 of shape ({d}, width <= 64)")
+        L.conv_width = kernel.shape[1]
+        L.conv_index = self.m.n_conv_layers
+        self.m.n_conv_layers += 1
+        L.conv_kernel = _decode_vector(np.ascontiguousarray(kernel).reshape(-1), d * L.conv_width, self.keep)
+        L.conv_b = _shaped_matrix(conv[1], d, d, f"{name}.conv b", self.keep)
+        L.conv_c = _shaped_matrix(conv[2], d, d, f"{name}.conv c", self.keep)
+        L.conv_u = _shaped_matrix(conv[3], d, d, f"{name}.conv u", self.keep)
+        L.conv_out = _shaped_matrix(conv[4], d, d, f"{name}.conv out", self.keep)
+        return 0
+
+    @property
+    def n_conv_layers(self):
+        return self.m.n_conv_layers
+
     def __dealloc__(self):
         free(self.layers)
 
@@ -444,27 +483,32 @@ cdef class TransformerDecoder:
     def max_batch(self):
         return self.s.max_batch
 
-    def step(self, k_caches, v_caches, tokens, positions, logits):
+    def step(self, k_caches, v_caches, tokens, positions, logits, conv_caches=None):
         """Decode tokens[i] at positions[i] in the sequence whose caches are
         k_caches[i] / v_caches[i] (C-contiguous (n_layers, n_kv_heads, n_ctx,
         head_dim), both uint16 F16 bits or both float32, distinct per sequence),
         writing its K/V at that slot and its logits into logits[i] (float32 of
-        vocab_size).  Waits for a step running in another thread."""
+        vocab_size).  With shortconv layers, conv_caches[i] (float32, C-contiguous
+        (n_conv_layers, n_ctx, dim)) gets the gated inputs.  Waits for a step
+        running in another thread."""
         import numpy as np
         cdef int n = len(tokens), i, rc = -2
         if not 1 <= n <= self.s.max_batch:
             raise ValueError(f"tokens: a step takes 1 to {self.s.max_batch} sequences, got {n}")
         if not (len(k_caches) == len(v_caches) == len(positions) == len(logits) == n):
             raise ValueError("k_caches, v_caches, tokens, positions, logits: one of each per sequence")
+        if self.m.n_conv_layers and (conv_caches is None or len(conv_caches) != n):
+            raise ValueError("conv_caches: one per sequence for a model with shortconv layers")
         cdef list held = []
         cdef infer_block_seq seqs[INFER_BLOCK_MAX_BATCH]
-        # every buffer the step writes: K, V and logits of each sequence
-        cdef const void *span_at[3 * INFER_BLOCK_MAX_BATCH]
-        cdef Py_ssize_t span_len[3 * INFER_BLOCK_MAX_BATCH]
-        cdef int a_i, b_i
+        # every buffer the step writes: K, V, logits and conv cache of each sequence
+        cdef const void *span_at[4 * INFER_BLOCK_MAX_BATCH]
+        cdef Py_ssize_t span_len[4 * INFER_BLOCK_MAX_BATCH]
+        cdef int a_i, b_i, n_spans = 0
         cdef uint8_t[::1] kb
         cdef uint8_t[::1] vb
         cdef float[::1] lv
+        cdef float[::1] cv
         names = []
         for i in range(n):
             k, v = k_caches[i], v_caches[i]
@@ -505,13 +549,30 @@ cdef class TransformerDecoder:
             kb = k.reshape(-1).view(np.uint8)
             vb = v.reshape(-1).view(np.uint8)
             held += [k, v, logits[i]]
-            span_at[3 * i] = &kb[0]
-            span_len[3 * i] = kb.shape[0]
-            span_at[3 * i + 1] = &vb[0]
-            span_len[3 * i + 1] = vb.shape[0]
-            span_at[3 * i + 2] = &lv[0]
-            span_len[3 * i + 2] = lv.shape[0] * 4
+            span_at[n_spans] = &kb[0]
+            span_len[n_spans] = kb.shape[0]
+            span_at[n_spans + 1] = &vb[0]
+            span_len[n_spans + 1] = vb.shape[0]
+            span_at[n_spans + 2] = &lv[0]
+            span_len[n_spans + 2] = lv.shape[0] * 4
+            n_spans += 3
             names += [f"k_caches[{i}]", f"v_caches[{i}]", f"logits[{i}]"]
+            seqs[i].conv_cache = NULL
+            if self.m.n_conv_layers:
+                c = conv_caches[i]
+                if not isinstance(c, np.ndarray) or c.dtype != np.float32 or \
+                        c.shape != (self.m.n_conv_layers, n_ctx, self.m.dim):
+                    raise ValueError(f"conv_caches[{i}]: expected float32 of shape ({self.m.n_conv_layers}, "
+                                     f"{n_ctx}, {self.m.dim})")
+                if not (c.flags.c_contiguous and c.flags.writeable and c.flags.aligned):
+                    raise ValueError(f"conv_caches[{i}]: must be C-contiguous, writable and aligned")
+                cv = c.reshape(-1)
+                held.append(c)
+                span_at[n_spans] = &cv[0]
+                span_len[n_spans] = cv.shape[0] * 4
+                n_spans += 1
+                names.append(f"conv_caches[{i}]")
+                seqs[i].conv_cache = &cv[0]
             seqs[i].n_ctx = n_ctx
             seqs[i].kv_f16 = 1 if k.dtype == np.uint16 else 0
             seqs[i].k_cache = &kb[0]
@@ -521,7 +582,7 @@ cdef class TransformerDecoder:
             seqs[i].logits = &lv[0]
         # The step writes all of them: two that share a byte (a cache given twice, a
         # V cache overlapping its K cache, logits inside a cache) would mix their data.
-        for a_i in range(3 * n):
+        for a_i in range(n_spans):
             for b_i in range(a_i):
                 if (<size_t>span_at[a_i] < <size_t>span_at[b_i] + <size_t>span_len[b_i]
                         and <size_t>span_at[b_i] < <size_t>span_at[a_i] + <size_t>span_len[a_i]):
@@ -537,9 +598,10 @@ cdef class TransformerDecoder:
         if rc != 0:
             raise ValueError("infer_block_decode: bad arguments")
 
-    def decode(self, token, pos, k_cache, v_cache, logits):
+    def decode(self, token, pos, k_cache, v_cache, logits, conv_cache=None):
         """One sequence's step: `step` with a batch of one."""
-        self.step((k_cache,), (v_cache,), (token,), (pos,), (logits,))
+        self.step((k_cache,), (v_cache,), (token,), (pos,), (logits,),
+                  None if conv_cache is None else (conv_cache,))
 
     def release(self):
         """Drop every reference to the weights (the model is closing); waits for a

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
+
 from .tensor import DType
 
 D = DType
@@ -128,10 +130,11 @@ class TypeChooser:
         self.falcon = arch == "falcon"
         heads = metadata.get(f"{arch}.attention.head_count", 1)
         kv_heads = metadata.get(f"{arch}.attention.head_count_kv", heads)
-        # per-layer arrays (a list, or a numpy array from the reader): layer 0's, as llama.cpp's n_gqa()
-        heads = heads[0] if hasattr(heads, "__len__") else heads
-        kv_heads = kv_heads[0] if hasattr(kv_heads, "__len__") else kv_heads
-        self.n_gqa = int(heads) // int(kv_heads) if kv_heads else 1
+        # per-layer arrays (a list or numpy array): layer 0's, as llama.cpp's n_gqa(); 0 KV
+        # heads (an LFM2 shortconv layer) make it 0 there too
+        heads = heads[0] if isinstance(heads, (list, tuple, np.ndarray)) else heads
+        kv_heads = kv_heads[0] if isinstance(kv_heads, (list, tuple, np.ndarray)) else kv_heads
+        self.n_gqa = int(heads) // int(kv_heads) if kv_heads else 0
         # llama.cpp keeps attention in more bits for 8-expert models (Mixtral-like)
         n_experts = metadata.get(f"{arch}.expert_count", 0)
         self.eight_experts = isinstance(n_experts, int) and n_experts == 8

@@ -66,7 +66,7 @@ _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<turn|>",
               "<EOT>")
 
 
-_PRE_ADDING_BOS = ("llama3", "llama-v3", "llama-bpe", "falcon3", "tekken", "chameleon")
+_PRE_ADDING_BOS = ("llama3", "llama-v3", "llama-bpe", "falcon3", "tekken", "chameleon", "lfm2")
 
 
 def _token_id(value: object, name: str) -> int:
@@ -447,7 +447,7 @@ PRE_TOKENIZERS: dict[str, tuple[tuple[str, ...], bool]] = {}
 for _names, _exprs, _ignore in (
     (("default",), (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"), False),
     (("gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "roberta-bpe", "exaone4"), (_GPT2,), False),
-    (("llama3", "llama-v3", "llama-bpe", "falcon3"), (_LLAMA3,), True),
+    (("llama3", "llama-v3", "llama-bpe", "falcon3", "lfm2"), (_LLAMA3,), True),
     (("dbrx", "smaug-bpe", "chatglm-bpe"), (_LLAMA3,), False),
     (("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"),
      (r"\p{N}", _GPT2), False),

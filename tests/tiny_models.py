@@ -31,7 +31,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -103,6 +103,10 @@ class Tiny:
     pre_norms: bool = True
     #: q/k norms over the whole projection (q_dim / kv_dim weights; OLMo 2), not per head
     qk_norm_all: bool = False
+    #: LFM2: the layers that are gated short convolutions (head_count_kv 0 there),
+    #: of width ``conv_width`` (``shortconv.l_cache``)
+    conv_layers: Tuple[int, ...] = ()
+    conv_width: int = 3
     #: a mixture of experts in every layer: n_expert experts of width ffn (the
     #: arch's metadata keys are the caller's, in extra), n_expert_used used
     n_expert: int = 0
@@ -244,6 +248,17 @@ TOKENIZE_TEXTS = (
     "6789 12345 6789012 345,345 the1234 abc12 12.345 why?how? A,B;C",
     "word.The quick,brown(fox) THE'S the's   \n   the  \n\nthe",
 )
+#: LFM2's files (tests/test_lfm2.py), recorded into tests/data/llama_cpp_lfm2.npz
+LFM2: Dict[str, Tiny] = {n: t for n, t in [
+    # 6 layers, shortconv (width 3) but for attention at 2 and 5 as in LFM2-1.2B's
+    # pattern; q/k norms, NEOX RoPE, token_embd_norm as the final norm.
+    ("lfm2", Tiny("lfm2", 110, n_layer=6, qk_norm=True, conv_layers=(0, 1, 3, 4), pre="lfm2",
+                  extra={"rope.freq_base": 1000000.0, "vocab_size": VOCAB})),
+    # ... and with a sliding window (llama.cpp: every attention layer), an untied head
+    # and a conv of width 4.
+    ("lfm2-swa", Tiny("lfm2", 111, n_layer=4, qk_norm=True, conv_layers=(0, 2), conv_width=4, tied=False,
+                      pre="lfm2", extra={"attention.sliding_window": 128})),
+]}
 
 
 #: Gemma 4 (tests/test_gemma4.py; recorded into llama_cpp_gemma4.npz): E2B's shape
@@ -259,8 +274,8 @@ GEMMA4: Dict[str, Tiny] = {
                        gemma4=Gemma4Shape(sliding=(True, False, True, False), kv_heads=(2, 1, 2, 1),
                                           ffn=(512,) * 4, v_from_k=True)),
 }
-#: every tiny file: TINY's, DENSE's and GEMMA4's (names are unique across them)
-ALL: Dict[str, Tiny] = {**TINY, **DENSE, **GEMMA4}
+#: every tiny file: TINY's, DENSE's, LFM2's and GEMMA4's (names are unique across them)
+ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -414,7 +429,11 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     w.add_uint32(f"{a}.block_count", L)
     w.add_uint32(f"{a}.feed_forward_length", t.ffn)
     w.add_uint32(f"{a}.attention.head_count", t.n_head)
-    w.add_uint32(f"{a}.attention.head_count_kv", t.n_kv_head)
+    if t.conv_layers:   # per layer, 0 on the shortconv layers (the LFM2 converter's list)
+        w.add_array(f"{a}.attention.head_count_kv", [0 if i in t.conv_layers else t.n_kv_head for i in range(L)])
+        w.add_uint32(f"{a}.shortconv.l_cache", t.conv_width)
+    else:
+        w.add_uint32(f"{a}.attention.head_count_kv", t.n_kv_head)
     w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", t.eps)
     if t.rope_dims is not None:
         w.add_uint32(f"{a}.rope.dimension_count", t.rope_dims)
@@ -424,6 +443,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         key = f"{a}.{k}"
         if isinstance(v, str):
             w.add_string(key, v)
+        elif isinstance(v, bool):
+            w.add_bool(key, v)
         elif isinstance(v, float):
             w.add_float32(key, v)
         else:
@@ -445,7 +466,7 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     # Logits std of a few units: unit-RMS normed hidden states times a head of
     # std 3/sqrt(d).  An untied embedding is unit-variance.
     w.add_tensor("token_embd.weight", mat(VOCAB, d, t.head_gain if t.tied else math.sqrt(d)))
-    w.add_tensor("output_norm.weight", norm(d))
+    w.add_tensor("token_embd_norm.weight" if t.arch == "lfm2" else "output_norm.weight", norm(d))
     if not t.tied:
         w.add_tensor("output.weight", mat(VOCAB, d, t.head_gain))
     if t.llama3_rope:
@@ -458,6 +479,13 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         p = f"blk.{i}."
         if t.pre_norms:
             w.add_tensor(p + "attn_norm.weight", norm(d))
+        if i in t.conv_layers:
+            _add_shortconv(w, p, d, t.conv_width, mat, rng)
+            w.add_tensor(p + "ffn_norm.weight", norm(d))
+            w.add_tensor(p + "ffn_gate.weight", mat(t.ffn, d))
+            w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
+            w.add_tensor(p + "ffn_down.weight", mat(d, t.ffn))
+            continue
         if t.fused_qkv:
             w.add_tensor(p + "attn_qkv.weight", np.concatenate(
                 [mat(q_dim, d, 1.5), mat(kv_dim, d, 1.5), mat(kv_dim, d)]))
@@ -627,6 +655,15 @@ def write_gemma4(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def _add_shortconv(w, p, d, width, mat, rng):
+    """An LFM2 shortconv layer as the converter writes it: in_proj (3d, d) whose row
+    blocks are b, c, x; the depthwise conv squeezed from HF's (d, 1, L) to (d, L),
+    F32 (GGUF dims {L, d}), tap L-1 on the current position; out_proj (d, d)."""
+    w.add_tensor(p + "shortconv.in_proj.weight", mat(3 * d, d, 1.5))
+    w.add_tensor(p + "shortconv.conv.weight", (rng.standard_normal((d, width)) / math.sqrt(width)).astype(np.float32))
+    w.add_tensor(p + "shortconv.out_proj.weight", mat(d, d))
 
 
 def quantize(a: np.ndarray, kind: str) -> np.ndarray:

@@ -3,9 +3,10 @@ calls as it streams, withholding any tail that could still become a stop string
 or a marker."""
 from __future__ import annotations
 
+import ast
 import json
 import re
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ..generate import _held_back
 
@@ -25,6 +26,9 @@ GRANITE_TOOL_CALL = "<|tool_call|>"
 DEEPSEEK_TOOL_CALLS = "<｜tool▁calls▁begin｜>"
 _DEEPSEEK_CALL = re.compile(r"<｜tool▁call▁begin｜>\s*(?:function)?\s*<｜tool▁sep｜>\s*([^\n]*?)\s*\n"
                             r"```(?:json)?\s*\n?(.*?)\s*```\s*(?:<｜tool▁call▁end｜>|$)", re.S)
+# LFM2 / LFM2.5 write <|tool_call_start|>[name(arg=value, ...), ...]<|tool_call_end|>: a Python-style
+# list of calls whose values may also be JSON's true / false / null (llama.cpp common/parsers/lfm2.cpp).
+LFM2_TOOL_MARKERS = ("<|tool_call_start|>", "<|tool_call_end|>")
 #: the texts that open a reply made of tool calls, and what each leaves of itself before the JSON
 CALL_PREFIXES = ((PYTHON_TAG, ""), (MISTRAL_TOOL_CALLS, ""), (GRANITE_TOOL_CALL, ""), (FUNCTOOLS, "["),
                  (DEEPSEEK_TOOL_CALLS, DEEPSEEK_TOOL_CALLS))
@@ -39,6 +43,51 @@ def _deepseek_calls(text: str) -> list[str]:
     calls = [json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
              for name, args in _DEEPSEEK_CALL.findall(text)]
     return calls or [text]
+
+
+_PY_LITERALS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
+
+
+def _python_value(node: ast.AST) -> Any:
+    """A call argument's value: Python or JSON literals, lists, dicts (ValueError else)."""
+    if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, (str, int, float, bool))):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _PY_LITERALS:
+        return _PY_LITERALS[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _python_value(node.operand)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_python_value(e) for e in node.elts]
+    if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
+        return {str(_python_value(k)): _python_value(v) for k, v in zip(node.keys, node.values)}  # type: ignore[arg-type]
+    raise ValueError(f"not a literal: {ast.dump(node)[:60]}")
+
+
+def python_tool_calls(text: str) -> list[str]:
+    """LFM2's ``[name(arg=value, ...), ...]`` as ``{"name": ..., "arguments": {...}}`` JSON, one
+    per call; the whole text (reported as a malformed call) when it is not such a list."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+        calls = tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]
+        out = []
+        for call in calls:
+            if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.args:
+                raise ValueError("not a call by keyword arguments")
+            arguments = {kw.arg: _python_value(kw.value) for kw in call.keywords if kw.arg is not None}
+            if len(arguments) != len(call.keywords):
+                raise ValueError("**arguments")
+            out.append(json.dumps({"name": call.func.id, "arguments": arguments}, ensure_ascii=False))
+        return out or [text]
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return [text]
+
+
+def python_call_text(name: str, arguments: dict[str, Any]) -> str:
+    """One call as LFM2 writes it: ``name(arg=value, ...)``, values in JSON (which it reads)."""
+    args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in arguments.items())
+    return f"{name}({args})"
 
 
 def json_tool_calls(reply: str) -> Optional[list[str]]:
@@ -162,7 +211,7 @@ class ReplyParser:
                 at = self.buf.find(self._tool_close)
                 if at < 0:
                     break
-                self.tool_texts.append(self.buf[:at].strip())
+                self._add_tool_text(self.buf[:at].strip())
                 self.buf = self.buf[at + len(self._tool_close):]
                 self.state, self._drop_space = CONTENT, True
             else:  # JSON: a whole reply that may be a tool call; decided at the end
@@ -183,7 +232,7 @@ class ReplyParser:
         elif self.state == THINK:
             self._emit_thought(out, buf.rstrip("\n"))
         elif self.state == TOOL:
-            self.tool_texts.append(buf.strip())
+            self._add_tool_text(buf.strip())
         else:
             calls = json_tool_calls(buf)
             if calls is None:
@@ -191,6 +240,12 @@ class ReplyParser:
             else:
                 self.tool_texts.extend(calls)
         return out
+
+    def _add_tool_text(self, text: str) -> None:
+        if self.tool == LFM2_TOOL_MARKERS:   # a Python-style list of calls
+            self.tool_texts.extend(python_tool_calls(text))
+        else:
+            self.tool_texts.append(text)
 
     def _emit_thought(self, out: list[tuple[str, str]], text: str) -> None:
         # Templates lay a thinking block out as "<think>\n...\n</think>": the newlines at

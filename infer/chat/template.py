@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import jinja2
 
 from .replies import Message, ToolCall
-from .reply_parser import FUNCTOOLS, GRANITE_TOOL_CALL
+from .reply_parser import FUNCTOOLS, GRANITE_TOOL_CALL, LFM2_TOOL_MARKERS, python_call_text
 from .sandbox import ChatTemplateError, environment, render
 
 # ---- fallback templates (files without tokenizer.chat_template) ----------------------
@@ -79,6 +79,9 @@ TOOL_MARKERS = ("<tool_call>", "</tool_call>")
 #: Gemma 4's: a thought channel, and calls written call:NAME{...} (replies.parse_tool_call)
 GEMMA4_THINK_MARKERS = ("<|channel>thought", "<channel|>")
 GEMMA4_TOOL_MARKERS = ("<|tool_call>", "<tool_call|>")
+# LFM2's templates list the tools between these (LFM2.5's after this text alone); its calls come
+# between LFM2_TOOL_MARKERS (llama.cpp common/parsers/lfm2.cpp detects the family so too)
+LFM2_TOOL_LIST = ("<|tool_list_start|>", "List of tools: [")
 
 # Probe contents: strings no template rewrites (no surrounding whitespace to trim).
 _PROBE_SYSTEM = "probe-system-3e1f"
@@ -132,6 +135,8 @@ class Chat:
             tool_call_markers = TOOL_MARKERS
         if tool_call_markers is None and all(m in sources for m in GEMMA4_TOOL_MARKERS):
             tool_call_markers = GEMMA4_TOOL_MARKERS
+        if tool_call_markers is None and any(m in sources for m in LFM2_TOOL_LIST):
+            tool_call_markers = LFM2_TOOL_MARKERS
         self.think_markers = think_markers
         self.tool_call_markers = tool_call_markers
         self._compiled: dict[str, jinja2.Template] = {}
@@ -155,8 +160,9 @@ class Chat:
             template = None
             family = fallback_family(metadata, lambda token: token_id(vocab, token) is not None)
         markers = {}
-        for key, pair in (("think_markers", THINK_MARKERS), ("tool_call_markers", TOOL_MARKERS)):
-            if all(token_id(vocab, m) is not None for m in pair):
+        for key, pair in (("think_markers", THINK_MARKERS), ("tool_call_markers", TOOL_MARKERS),
+                          ("tool_call_markers", LFM2_TOOL_MARKERS)):
+            if key not in markers and all(token_id(vocab, m) is not None for m in pair):
                 markers[key] = pair
         return cls(template, bos_token=spelling(getattr(vocab, "bos_token_id", None)),
                    eos_token=spelling(getattr(vocab, "eos_token_id", None)), family=family,
@@ -285,6 +291,8 @@ class Chat:
         ``tool_calls`` itself: as the family writes them, else each between the tool-call
         markers, else one JSON object or a list of them (Llama 3's way, read back alike)."""
         calls = [{"name": f["name"], "arguments": f["arguments"]} for f in functions]
+        if self.tool_call_markers == LFM2_TOOL_MARKERS:   # one Python-style list for all
+            return self._lfm2_calls_text(functions)
         if self.call_prefix:
             return self.call_prefix + json.dumps(calls, ensure_ascii=False)
         if self.tool_call_markers or len(calls) == 1:
@@ -293,10 +301,28 @@ class Chat:
 
     def tool_call_text(self, function: Message) -> str:
         """How the model writes one call (the format `ChatSession` parses back)."""
+        if self.tool_call_markers == LFM2_TOOL_MARKERS:
+            return self._lfm2_calls_text([function])
         text = json.dumps({"name": function["name"], "arguments": function["arguments"]}, ensure_ascii=False)
         if self.tool_call_markers:
             return f"{self.tool_call_markers[0]}\n{text}\n{self.tool_call_markers[1]}"
         return text
+
+    @staticmethod
+    def _lfm2_calls_text(functions: Sequence[Message]) -> str:
+        def arguments(f: Message) -> Any:
+            args = f["arguments"]
+            try:
+                return json.loads(args) if isinstance(args, str) else args
+            except json.JSONDecodeError:
+                return args
+
+        calls = []
+        for f in functions:
+            args = arguments(f)
+            calls.append(python_call_text(f["name"], args) if isinstance(args, dict) else
+                         f"{f['name']}({args})")
+        return f"{LFM2_TOOL_MARKERS[0]}[{', '.join(calls)}]{LFM2_TOOL_MARKERS[1]}"
 
     def tool_instructions(self, tools: Sequence[Message]) -> str:
         """A system-prompt paragraph describing ``tools`` for a template that does not."""

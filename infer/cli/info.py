@@ -115,6 +115,7 @@ def describe_model(f: Any) -> dict[str, Any]:
         "context_length": arch_key("context_length"), "layers": arch_key("block_count"),
         "embedding_length": arch_key("embedding_length"), "feed_forward_length": arch_key("feed_forward_length"),
         "heads": arch_key("attention.head_count"), "kv_heads": arch_key("attention.head_count_kv"),
+        "shortconv_l_cache": arch_key("shortconv.l_cache"),
         "experts": arch_key("expert_count"), "experts_used": arch_key("expert_used_count"),
         "expert_feed_forward_length": arch_key("expert_feed_forward_length"),
         # what one token reads: the stacked expert tensors (names *_exps) count as
@@ -182,6 +183,8 @@ def format_model(s: dict[str, Any]) -> str:
             shape.append(f"{s['experts']} experts of {width}, {s['experts_used']} used")
         if s["heads"] is not None:
             shape.append(f"heads {s['heads']}" + (f" ({s['kv_heads']} kv)" if s["kv_heads"] is not None else ""))
+        if s["shortconv_l_cache"] is not None:   # LFM2: the layers with 0 KV heads are convolutions
+            shape.append(f"shortconv width {s['shortconv_l_cache']}")
         rows.append(("layers", f"{s['layers']}  ({', '.join(shape)})"))
     vocab = s["vocabulary"]
     kind = vocab["kind"] or "none"

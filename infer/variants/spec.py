@@ -47,6 +47,15 @@ per-layer embeddings (`per_layer_dim`, "PLE"):
 
 with x0 the scaled embedding.  Both forward passes compute all of it.
 
+A layer of kind "shortconv" (LFM2) replaces the attention half by a gated short
+convolution of width L = layers[l].conv_width, depthwise over the last L positions:
+
+        h = rmsnorm(x, attn_norm)
+        b, c, u = split(h Win, 3)                     (shortconv.in_proj: 3 * dim rows)
+        s_p = b * u                                   (kept per position, like K and V)
+        y = c * sum_k conv[:, k] * s_(p-L+1+k)        (shortconv.conv: (dim, L); s_(<0) = 0)
+        x += y Wout_conv                              (shortconv.out_proj)
+
 Tensor names follow llama.cpp's GGUF conventions (`blk.N.attn_q.weight`, ...;
 see `weights.py`).
 """
@@ -66,6 +75,10 @@ ACTIVATIONS = ("silu", "gelu_tanh")
 ROPE_LAYOUTS = ("norm", "neox")
 #: what a q/k norm spans: one head, or the whole projection
 QK_NORM_SCOPES = ("head", "all")
+#: how a layer mixes positions (LayerSpec.kind)
+LAYER_KINDS = ("attention", "shortconv")
+#: the widest short convolution accepted (LFM2's is 3; a huge width is a bad file)
+MAX_CONV_WIDTH = 64
 
 
 @dataclass(frozen=True)
@@ -196,10 +209,20 @@ class LayerSpec:
     v_from_k: bool = False
     #: a one-value blk.N.layer_output_scale multiplies the block's output
     out_scale: bool = False
+    #: what mixes positions: "attention", or "shortconv" (LFM2's gated short
+    #: convolution, see `TransformerSpec`; the layer has no attention then)
+    kind: str = "attention"
+    #: a shortconv layer's kernel width L (GGUF ``shortconv.l_cache``): position p
+    #: reads the gated inputs of positions p-L+1 .. p
+    conv_width: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.window <= 2**31 - 1:
             raise ValueError(f"window: must be in [0, 2**31 - 1], got {self.window}")
+        if self.kind not in LAYER_KINDS:
+            raise ValueError(f"layer kind: expected one of {LAYER_KINDS}, got {self.kind!r}")
+        if self.kind == "shortconv" and not 2 <= self.conv_width <= MAX_CONV_WIDTH:
+            raise ValueError(f"conv_width: a shortconv layer needs 2 .. {MAX_CONV_WIDTH}, got {self.conv_width}")
         for name in ("head_dim", "n_kv_heads", "ffn_dim"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
@@ -216,6 +239,10 @@ class LayerSpec:
         """Whether the layer has the model's sizes, its own K/V and no output scale."""
         return (self.head_dim is None and self.n_kv_heads is None and self.ffn_dim is None
                 and self.kv_source is None and not self.v_from_k and not self.out_scale)
+
+    @property
+    def shortconv(self) -> bool:
+        return self.kind == "shortconv"
 
 
 @dataclass(frozen=True)
@@ -274,6 +301,8 @@ class TransformerSpec:
     v_norm: bool = False
     #: per-layer embeddings of this many values per layer (Gemma 4's PLE); 0: none
     per_layer_dim: int = 0
+    #: the final norm's tensor, without ".weight" (LFM2: "token_embd_norm")
+    output_norm_tensor: str = "output_norm"
 
     # ---- norm placement (after the fields above, so that other families' additions stay apart)
     #: attn_norm / ffn_norm before each block half; False: the halves read x itself and
@@ -361,6 +390,11 @@ class TransformerSpec:
         kv_heads, n_ctx, head_dim) cache the fused step takes)."""
         return all(self.layer_head_dim(li) == self.head_dim and self.layer_kv_heads(li) == self.n_kv_heads
                    and self.layers[li].kv_source is None for li in range(self.n_layers))
+
+    @property
+    def conv_layers(self) -> Tuple[int, ...]:
+        """The indices of the shortconv layers (their order is the conv cache's)."""
+        return tuple(i for i, layer in enumerate(self.layers) if layer.shortconv)
 
     @property
     def q_dim(self) -> int:

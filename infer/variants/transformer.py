@@ -156,7 +156,8 @@ class TransformerEngine(Engine):
                     group = members[g:g + step.max_batch]
                     step.step([ctxs[i].k_cache for i in group], [ctxs[i].v_cache for i in group],
                               [int(tokens[i]) for i in group], [int(positions[i]) for i in group],
-                              [ctxs[i].logits for i in group])
+                              [ctxs[i].logits for i in group],
+                              [ctxs[i].conv_cache for i in group] if ctxs[0].spec.conv_layers else None)
 
     def prefill_batch(self, contexts: Sequence[Context], batches: Sequence[NDArray[Any]],
                       starts: Sequence[int], rows: Sequence[Optional[RowOutputs]]) -> None:
@@ -197,6 +198,10 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
     """(embd, output, output_norm, layers) as kernels.TransformerDecoder takes them."""
     layers = []
     for li, (L, ls) in enumerate(zip(w.layers, spec.layers)):
+        if ls.shortconv:
+            layers.append(_shortconv_arguments(L))
+            continue
+        assert L.wq is not None and L.wo is not None
         hd = spec.layer_head_dim(li)
         layer: Dict[str, Any] = dict(
             wq=L.wq.as_tuple(), wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(), up=L.w_up.as_tuple(),
@@ -228,6 +233,17 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
     return w.token_embd.as_tuple(), w.output.as_tuple(), w.output_norm.data, layers
 
 
+def _shortconv_arguments(L: LayerWeights) -> Dict[str, Any]:
+    """A shortconv layer as kernels.TransformerDecoder takes it."""
+    assert (L.conv_b is not None and L.conv_c is not None and L.conv_u is not None
+            and L.conv_out is not None and L.conv_kernel is not None)
+    assert L.attn_norm is not None and L.ffn_norm is not None   # the loader requires pre-norms
+    return dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=L.w_gate.as_tuple(),
+                up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
+                conv=(L.conv_kernel, L.conv_b.as_tuple(), L.conv_c.as_tuple(), L.conv_u.as_tuple(),
+                      L.conv_out.as_tuple()))
+
+
 class TransformerContext(Context):
     """A KV cache of shape (layers, kv_heads, n_ctx, head_dim) and the forward pass."""
 
@@ -255,6 +271,15 @@ class TransformerContext(Context):
         #: (a shared-KV layer's are its source layer's)
         self.k_layers = _kv_layout(spec, self.k_cache, self.n_ctx)
         self.v_layers = _kv_layout(spec, self.v_cache, self.n_ctx)
+        #: the gated inputs b*u of each shortconv layer at each position (spec.conv_layers
+        #: order), kept like K and V so that truncation, copies and saved states are exact
+        conv_shape = (len(spec.conv_layers), self.n_ctx, spec.dim)
+        try:
+            self.conv_cache = np.zeros(conv_shape, dtype=np.float32)
+        except MemoryError:
+            size = math.prod(conv_shape) * 4
+            raise ValueError(f"n_ctx: a shortconv cache of {self.n_ctx} positions needs {size / 2**30:,.1f} GiB "
+                             f"of address space, which cannot be reserved; use a smaller n_ctx") from None
         self._scratch: Dict[int, _Scratch] = {}
         #: False: decode through the Python blocks too (for tests comparing the two;
         #: and for a mixture of experts routing more experts than the C step takes)
@@ -271,7 +296,8 @@ class TransformerContext(Context):
         eng = self.engine
         with eng.running():
             if len(tokens) == 1 and self.fused_decode:
-                self._fused_step().decode(int(tokens[0]), start, self.k_cache, self.v_cache, self.logits)
+                self._fused_step().decode(int(tokens[0]), start, self.k_cache, self.v_cache, self.logits,
+                                          self.conv_cache if self.spec.conv_layers else None)
             else:
                 self._prefill(tokens, start)
 
@@ -313,15 +339,38 @@ class TransformerContext(Context):
         """One transformer block over the batch s.x: the rows of each segment are its
         context's positions pos0, pos0+1, ...; attention runs per segment."""
         spec = self.spec
+        self._pre_norm(s, w.attn_norm)
+        if spec.layers[li].shortconv:
+            self._shortconv(w, li, s, segments)
+        else:
+            self._attention(w, li, s, segments)
+        ffn = spec.layer_ffn_dim(li)
+        gate, up = s.rows(s.gate, ffn), s.rows(s.up, ffn)   # this layer's width
+        self._pre_norm(s, w.ffn_norm)
+        if spec.moe is not None:
+            self._experts(w, s)
+        else:
+            s.mul(s.h1, (w.w_gate, gate), (w.w_up, up))  # one quantized input for gate, up
+            self._glu(gate, up)
+            s.mul(gate, (w.w_down, s.h2))
+        self._residual(s, w.post_ffn_norm)
+        if w.ple_gate is not None and w.ple_proj is not None and w.ple_post_norm is not None:
+            self._per_layer_embedding(w, li, s)
+        if w.out_scale is not None:
+            K.scale(s.x, float(w.out_scale.data[0]))
+
+    def _attention(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"]) -> None:
+        """The attention half of a block: s.h1 (normed) -> x += attention."""
+        spec = self.spec
         layer = spec.layers[li]
         n, hd, eps = s.n, spec.layer_head_dim(li), spec.rms_eps
-        n_kv, ffn = spec.layer_kv_heads(li), spec.layer_ffn_dim(li)
+        n_kv = spec.layer_kv_heads(li)
         # this layer's sizes: contiguous views of the scratch rows
         q = s.rows(s.q, spec.n_heads * hd).reshape(n, spec.n_heads, hd)
         k = s.rows(s.k, n_kv * hd).reshape(n, n_kv, hd)
         v = s.rows(s.v, n_kv * hd).reshape(n, n_kv, hd)
         att = s.rows(s.att, spec.n_heads * hd).reshape(q.shape)
-        self._pre_norm(s, w.attn_norm)
+        assert w.wq is not None and w.wo is not None
         own_kv = w.wk is not None
         if w.wk is None:     # a shared-KV layer: queries only
             s.mul(s.h1, (w.wq, q.reshape(n, -1)))
@@ -366,19 +415,6 @@ class TransformerContext(Context):
                         scale=spec.attn_scale, window=layer.window, softcap=spec.attn_softcap)
         s.mul(att.reshape(n, -1), (w.wo, s.h2))
         self._residual(s, w.post_attn_norm)
-        gate, up = s.rows(s.gate, ffn), s.rows(s.up, ffn)
-        self._pre_norm(s, w.ffn_norm)
-        if spec.moe is not None:
-            self._experts(w, s)
-        else:
-            s.mul(s.h1, (w.w_gate, gate), (w.w_up, up))  # one quantized input for gate, up
-            self._glu(gate, up)
-            s.mul(gate, (w.w_down, s.h2))
-        self._residual(s, w.post_ffn_norm)
-        if w.ple_gate is not None and w.ple_proj is not None and w.ple_post_norm is not None:
-            self._per_layer_embedding(w, li, s)
-        if w.out_scale is not None:
-            K.scale(s.x, float(w.out_scale.data[0]))
 
     def _per_layer_embedding(self, w: LayerWeights, li: int, s: "_Scratch") -> None:
         """x += rmsnorm(Wproj (gelu(Wgate x) * ple[li]), post_norm): Gemma 4's PLE."""
@@ -390,6 +426,35 @@ class TransformerContext(Context):
         s.mul(s.ple_gate, (w.ple_proj, s.h2))
         K.rmsnorm(s.h2, w.ple_post_norm.data, s.h2, self.spec.rms_eps)
         K.add(s.x, s.h2)
+
+    def _shortconv(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"]) -> None:
+        """The shortconv half of an LFM2 block: s.h1 (normed) -> x += conv mixing.
+        The gated inputs b*u are stored per position in the context's conv cache, and
+        each position sums the kernel's taps over the last conv_width of them (in
+        llama.cpp's order: oldest first), positions before 0 counting as zeros."""
+        width = self.spec.layers[li].conv_width
+        ci = self.spec.conv_layers.index(li)
+        assert (w.conv_b is not None and w.conv_c is not None and w.conv_u is not None
+                and w.conv_out is not None and w.conv_kernel is not None)
+        b, c, u = s.h2, s.conv_c, s.conv_u
+        s.mul(s.h1, (w.conv_b, b), (w.conv_c, c), (w.conv_u, u))
+        taps = w.conv_kernel
+        y = s.h1   # the normed input is used up
+        for ctx, lo, hi, pos0 in segments:
+            n = hi - lo
+            gated = ctx.conv_cache[ci]
+            np.multiply(b[lo:hi], u[lo:hi], out=gated[pos0:pos0 + n])
+            first = pos0 - (width - 1)
+            history = gated[max(first, 0):pos0 + n]
+            if first < 0:   # the positions before the sequence are zeros
+                history = np.concatenate([np.zeros((-first, history.shape[1]), np.float32), history])
+            out = y[lo:hi]
+            np.multiply(history[0:n], taps[:, 0], out=out)
+            for k in range(1, width):
+                out += history[k:k + n] * taps[:, k]
+            out *= c[lo:hi]
+        s.mul(y, (w.conv_out, s.h2))
+        self._residual(s, None)
 
     def _glu(self, gate: NDArray[Any], up: NDArray[Any]) -> None:
         """gate = act(gate) * up."""
@@ -457,7 +522,7 @@ class TransformerContext(Context):
 
     # ---- saved state and copies (infer.state) -------------------------------------------
     _shared_on_copy = frozenset({"engine", "spec", "_scratch", "k_cache", "v_cache", "k_layers", "v_layers",
-                                 "_step"})
+                                 "_step", "conv_cache"})
 
     def _state_options(self) -> Dict[str, Any]:
         return {"kv_type": self.kv_type}
@@ -473,7 +538,10 @@ class TransformerContext(Context):
                 for kv, caches in (("k", self.k_layers), ("v", self.v_layers))]
 
     def _cache_state(self, n: int) -> Dict[str, NDArray[Any]]:
-        return {name: cache[..., :n, :] for name, cache in self._cached_parts()}
+        arrays = {name: cache[..., :n, :] for name, cache in self._cached_parts()}
+        if self.conv_cache.shape[0]:
+            arrays["conv"] = self.conv_cache[:, :n]
+        return arrays
 
     def _load_cache_state(self, arrays: Dict[str, NDArray[Any]], n: int) -> None:
         parts = self._cached_parts()
@@ -485,6 +553,15 @@ class TransformerContext(Context):
 
                 got = None if saved is None else (saved.shape, str(saved.dtype))
                 raise StateError(f"saved context: {name} cache is {got}, expected {want} {cache.dtype}")
+        if self.conv_cache.shape[0]:
+            saved_conv = arrays.get("conv")
+            want_conv = (self.conv_cache.shape[0], n, self.conv_cache.shape[2])
+            if saved_conv is None or saved_conv.shape != want_conv or saved_conv.dtype != self.conv_cache.dtype:
+                from ..state import StateError
+
+                got = None if saved_conv is None else (saved_conv.shape, str(saved_conv.dtype))
+                raise StateError(f"saved context: conv cache is {got}, expected {want_conv} float32")
+            self.conv_cache[:, :n] = saved_conv
         for name, cache in parts:
             cache[..., :n, :] = arrays[name]
 
@@ -499,6 +576,8 @@ class TransformerContext(Context):
         twin.v_layers = _kv_layout(self.spec, twin.v_cache, self.n_ctx)
         for (_, mine), (_, theirs) in zip(self._cached_parts(), twin._cached_parts()):
             theirs[..., :n, :] = mine[..., :n, :]
+        twin.conv_cache = np.zeros_like(self.conv_cache)
+        twin.conv_cache[:, :n] = self.conv_cache[:, :n]
         twin._scratch = {}
         self.engine._contexts.add(twin)
 
@@ -674,6 +753,10 @@ class _Scratch:
             self.ple_slice = np.zeros((n, width), f)
             self.ple_gate = np.zeros((n, width), f)
         self._ones: Dict[int, NDArray[Any]] = {}
+        #: a shortconv layer's c and u parts of in_proj (b uses h2)
+        conv_dim = spec.dim if spec.conv_layers else 0
+        self.conv_c = np.zeros((n, conv_dim), f)
+        self.conv_u = np.zeros((n, conv_dim), f)
         #: one expert's output rows (a mixture of experts sums them into h2)
         self.h1_out = np.zeros((n, spec.dim), f) if spec.moe is not None else self.h2
         shared = spec.moe.shared_ffn_dim if spec.moe is not None else 0

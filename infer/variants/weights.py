@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .. import kernels as K
 from ..arena import Arena
@@ -105,7 +106,7 @@ def repack_weights(w: "ModelWeights", release: Optional[Callable[[Any], None]] =
     copies share one block of memory on huge pages where the OS offers them
     (`infer.arena`)."""
     matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "shared_gate", "shared_up", "shared_down",
-                "ple_gate", "ple_proj")
+                "ple_gate", "ple_proj", "conv_b", "conv_c", "conv_u", "conv_out")
     # an expert of a stacked matrix is cut out of it by rows: repacked only if
     # each expert's rows are whole 16-row groups (the router stays as it is)
     groups = {"w_gate": w.expert_rows[0], "w_up": w.expert_rows[0], "w_down": w.expert_rows[1]}
@@ -144,16 +145,18 @@ class Vector:
 
 @dataclass
 class LayerWeights:
-    """One block's tensors; None where the spec has no such piece."""
+    """One block's tensors; None where the spec has no such piece (a shortconv
+    layer has no wq, wk, wv, wo; an attention layer no conv_*)."""
 
     #: None without pre_norms
     attn_norm: Optional[Vector]
-    wq: Matrix
-    #: None in a layer that reads another's KV cache (spec kv_source)
+    #: None in a shortconv layer
+    wq: Optional[Matrix]
+    #: None there, in a layer that reads another's KV cache (spec kv_source)
     wk: Optional[Matrix]
     #: None there too, and where V is K's projection (spec v_from_k)
     wv: Optional[Matrix]
-    wo: Matrix
+    wo: Optional[Matrix]
     #: None without pre_norms
     ffn_norm: Optional[Vector]
     #: with a mixture of experts: every expert's matrices stacked (`MoE`)
@@ -181,6 +184,14 @@ class LayerWeights:
     ple_gate: Optional[Matrix] = None
     ple_proj: Optional[Matrix] = None
     ple_post_norm: Optional[Vector] = None
+    #: shortconv.in_proj split into its b, c and u row blocks (dim rows each)
+    conv_b: Optional[Matrix] = None
+    conv_c: Optional[Matrix] = None
+    conv_u: Optional[Matrix] = None
+    #: shortconv.out_proj (dim x dim)
+    conv_out: Optional[Matrix] = None
+    #: shortconv.conv: (dim, L) F32 taps, column L-1 on the current position
+    conv_kernel: Optional[NDArray[np.float32]] = None
 
 
 @dataclass
@@ -231,7 +242,7 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
     token_embd = t.matrix("token_embd.weight", vocab, d)
     tied = "output.weight" not in tensors if spec.tied_head is None else spec.tied_head
     output = token_embd if tied else t.matrix("output.weight", vocab, d)
-    output_norm = t.vector("output_norm.weight", d)
+    output_norm = t.vector(f"{spec.output_norm_tensor}.weight", d)
 
     layers = []
     for i in range(spec.n_layers):
@@ -241,6 +252,9 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         def v(part: str, n: int, suffix: str = "weight", i: int = i) -> Vector:
             return t.vector(f"blk.{i}.{part}.{suffix}", n)
 
+        if spec.layers[i].shortconv:
+            layers.append(_shortconv_layer(spec, i, t))
+            continue
         ls = spec.layers[i]
         hd, ffn = spec.layer_head_dim(i), spec.layer_ffn_dim(i)
         q_dim, kv_dim = spec.n_heads * hd, spec.layer_kv_heads(i) * hd
@@ -314,5 +328,31 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             f"GGUF file: tensor(s) {shown} are not part of the model this variant describes; "
             f"they would change the maths, so the file is refused rather than run without them",
             unknown)
-    weights.expert_rows = (ffn, d) if spec.moe is not None else (0, 0)
+    weights.expert_rows = (spec.ffn_dim, d) if spec.moe is not None else (0, 0)
     return weights
+
+
+def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
+    """A shortconv layer's tensors (LFM2; llama.cpp's names): the norms and FFN of
+    every layer, shortconv.in_proj / out_proj / conv instead of attention."""
+    d, ffn, width = spec.dim, spec.ffn_dim, spec.layers[i].conv_width
+    if (spec.fused_gate_up or spec.qkv_bias or spec.post_attn_norm or spec.post_ffn_norm or not spec.pre_norms
+            or spec.moe is not None):
+        raise UnsupportedModelError("a shortconv layer with fused gate|up, biases, post-norms, a mixture of "
+                                    "experts or without pre-norms is not implemented")
+    p = f"blk.{i}."
+    conv_in = t.matrix(p + "shortconv.in_proj.weight", 3 * d, d)
+    name = p + "shortconv.conv.weight"
+    kernel = t.need(name)
+    shape = tuple(int(s) for s in kernel.shape)
+    if int(kernel.dtype) != 0 or shape != (d, width):
+        kind = getattr(kernel.dtype, "name", kernel.dtype)
+        raise GGUFError(f"{name}: expected F32 of shape {(d, width)} (dim, shortconv.l_cache), "
+                        f"got {kind} of shape {shape}")
+    return LayerWeights(
+        attn_norm=t.vector(p + "attn_norm.weight", d), wq=None, wk=None, wv=None, wo=None,
+        ffn_norm=t.vector(p + "ffn_norm.weight", d), w_gate=t.matrix(p + "ffn_gate.weight", ffn, d),
+        w_up=t.matrix(p + "ffn_up.weight", ffn, d), w_down=t.matrix(p + "ffn_down.weight", d, ffn),
+        conv_b=conv_in.row_slice(0, d), conv_c=conv_in.row_slice(d, 2 * d), conv_u=conv_in.row_slice(2 * d, 3 * d),
+        conv_out=t.matrix(p + "shortconv.out_proj.weight", d, d),
+        conv_kernel=kernel.data.view(np.float32).reshape(d, width))
