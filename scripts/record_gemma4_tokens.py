@@ -15,7 +15,6 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import replace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import tiny_models as tm  # noqa: E402
@@ -27,17 +26,13 @@ TEXTS = [
 ]
 
 
-def tiny_vocab_file(path: str) -> str:
-    return tm.write("gemma4-e2b", path, tiny=replace(tm.GEMMA4["gemma4-e2b"], extra={"vocabulary": "gemma4"}))
-
-
 def main() -> None:
     from llama_cpp import llama_cpp as L
 
     out = sys.argv[1]
     L.llama_backend_init()
     with tempfile.TemporaryDirectory() as tmp:
-        path = tiny_vocab_file(os.path.join(tmp, "gemma4-vocab.gguf"))
+        path = tm.gemma4_vocab_file(os.path.join(tmp, "gemma4-vocab.gguf"))
         params = L.llama_model_default_params()
         params.vocab_only = True
         model = L.llama_model_load_from_file(path.encode(), params)

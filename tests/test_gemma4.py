@@ -332,12 +332,9 @@ def test_tokenizer_matches_llama_cpp(tmp_path):
     """tokenizer.ggml.model "gemma4" (BPE by rank over raw UTF-8, spaces as ▁, cut at
     newline runs, <0xNN> byte fallback, BOS always) against llama.cpp's ids on the
     same vocabulary (scripts/record_gemma4_tokens.py)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
-    from record_gemma4_tokens import tiny_vocab_file
-
     with open(TOKENS, encoding="utf-8") as f:
         recorded = json.load(f)
-    path = tiny_vocab_file(str(tmp_path / "vocab.gguf"))
+    path = tm.gemma4_vocab_file(str(tmp_path / "vocab.gguf"))
     assert tm.sha256(path) == recorded["sha256"], "the vocabulary file changed; re-record"
     with infer.load(path) as model:
         tok = model.tokenizer

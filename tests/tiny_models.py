@@ -682,6 +682,14 @@ def quantize(a: np.ndarray, kind: str) -> np.ndarray:
     return out.reshape(x.shape[:-1] + (-1,))
 
 
+def gemma4_vocab_file(path: str) -> str:
+    """The tiny E2B-shaped Gemma 4 file with a "gemma4" tokenizer vocabulary (the ids
+    llama.cpp gave on it are tests/data/llama_cpp_gemma4_tokens.json)."""
+    from dataclasses import replace
+
+    return write("gemma4-e2b", path, tiny=replace(GEMMA4["gemma4-e2b"], extra={"vocabulary": "gemma4"}))
+
+
 def recorded_positions(n: int) -> np.ndarray:
     """The positions whose llama.cpp logits are kept as test data: every 8th, the
     last, and both sides of the 128-token window, the 256-token rope context and
