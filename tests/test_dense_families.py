@@ -15,6 +15,7 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
+from family_checks import cosines
 from reference import numpy_families as nf
 from test_unsupported import refused, tiny
 
@@ -134,10 +135,6 @@ ABLATIONS = [
     ("gemma", GemmaUnscaled), ("gemma", GemmaSilu),
     ("hunyuan-dense", HunyuanNoAlpha), ("hunyuan-dense", HunyuanNormBeforeRope),
 ]
-
-
-def cosines(a, b):
-    return np.sum(a * b, -1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
 
 
 @pytest.mark.parametrize("name, without", ABLATIONS, ids=[f"{n}-{c.__name__}" for n, c in ABLATIONS])

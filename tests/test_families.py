@@ -28,11 +28,11 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
+from family_checks import assert_agrees, check, recorded_logits, recording
 from reference.numpy_families import reference
-
-import infer
 from scripted import GreedySampler
 
+import infer
 
 #: LFM2's files are tests/test_lfm2.py's (recorded in llama_cpp_lfm2.npz), Gemma 4's
 #: test_gemma4.py's; the mixtures of experts have their own tests (test_moe.py) and llama.cpp data
@@ -64,26 +64,6 @@ def reference_logits(name, tiny_dir):
     if name not in _refs:
         _refs[name] = reference(tiny_file(name, tiny_dir), tm.ALL[name].n_ctx).forward(tm.prompt(name))
     return _refs[name]
-
-
-def cosine(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
-
-
-def clear_top1(ref, margin=0.05):
-    """Positions whose reference top-1 leads the runner-up by more than margin
-    (a near-tie may flip under any rounding; random weights make a few)."""
-    s = np.sort(ref, axis=-1)
-    return s[..., -1] - s[..., -2] > margin
-
-
-def check(logits, ref, where, min_cos):
-    c = cosine(logits, ref)
-    assert c >= min_cos, f"cosine {c:.7f} at {where}"
-    if clear_top1(ref):
-        assert int(np.argmax(logits)) == int(np.argmax(ref)), f"top-1 differs at {where}"
-    return c
 
 
 @pytest.mark.parametrize("python", [False, True], ids=["default", "python"])
@@ -125,36 +105,14 @@ def test_batched_prefill_matches_reference(name, tiny_dir):
 
 
 # ---- llama.cpp -------------------------------------------------------------------------
-_loaded = {}
-
-
 @pytest.fixture(scope="module")
 def recorded():
-    """name -> the npz holding its recording (loaded once per file)."""
-    def of(name):
-        path = DATA[name]
-        if not os.path.exists(path):
-            pytest.skip("no recorded llama.cpp logits (tests/data/README.md says how to make them)")
-        if path not in _loaded:
-            _loaded[path] = dict(np.load(path))
-        return _loaded[path]
-    return of
+    """name -> the arrays of the npz holding its recording."""
+    return lambda name: recording(DATA[name])
 
 
 def _recorded(recorded_of, name, tiny_dir):
-    recorded = recorded_of(name)
-    path = tiny_file(name, tiny_dir)
-    assert str(recorded[f"{name}/sha256"]) == tm.sha256(path), (
-        f"{name}: the tiny file differs from the one llama.cpp was run on; re-record "
-        "(tests/data/README.md)")
-    return recorded[f"{name}/positions"], recorded[f"{name}/logits"].astype(np.float64)
-
-
-#: llama.cpp rounds each activation to F16 before an F16 product, and its rope
-#: angles are float32 products; on these files that moves the logits to a cosine
-#: of 0.99998 from the float64 reference at worst (tests/data/README.md), and the
-#: float16 storage of its logits adds ~1e-7.
-LLAMA_CPP_MIN_COS = 0.99995
+    return recorded_logits(recorded_of(name), name, tiny_file(name, tiny_dir))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -162,11 +120,7 @@ def test_reference_agrees_with_llama_cpp(name, recorded, tiny_dir):
     """The numpy reference against llama.cpp: validates both readings of the family."""
     positions, theirs = _recorded(recorded, name, tiny_dir)
     ref = reference_logits(name, tiny_dir)[positions]
-    cos = [cosine(a, b) for a, b in zip(ref, theirs)]
-    assert min(cos) >= LLAMA_CPP_MIN_COS, (name, min(cos), int(positions[int(np.argmin(cos))]))
-    clear = clear_top1(ref)
-    agree = np.argmax(ref, -1)[clear] == np.argmax(theirs, -1)[clear]
-    assert agree.all(), (name, positions[clear][~agree])
+    assert_agrees(ref, theirs, positions, name, top1_of=ref)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -181,5 +135,4 @@ def test_variant_agrees_with_llama_cpp(name, recorded, tiny_dir):
         for i, tok in enumerate(prompt):
             ctx.prefill([int(tok)])
             ours[i] = ctx.logits
-    cos = [cosine(a, b) for a, b in zip(ours[positions], theirs)]
-    assert min(cos) >= LLAMA_CPP_MIN_COS, (name, min(cos), int(positions[int(np.argmin(cos))]))
+    assert_agrees(ours[positions], theirs, positions, name)

@@ -23,14 +23,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import tiny_models as tm
+from family_checks import assert_agrees, check, clear_top1, cosine, recorded_logits, recording
 from reference.numpy_gemma4 import Gemma4Reference
-from test_families import LLAMA_CPP_MIN_COS, check, clear_top1, cosine
+from scripted import GreedySampler
 
 import infer
 from infer import kernels as K
 from infer.gguf import GGUFError
 from infer.runtime import decode_batch
-from scripted import GreedySampler
 
 NAMES = list(tm.GEMMA4)
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_gemma4.npz")
@@ -56,15 +56,11 @@ def reference_logits(name, tiny_dir):
 
 @pytest.fixture(scope="module")
 def recorded():
-    if not os.path.exists(DATA):
-        pytest.skip("no recorded llama.cpp logits (tests/data/README.md says how to make them)")
-    return dict(np.load(DATA))
+    return recording(DATA)
 
 
 def _recorded(recorded, name, tiny_dir):
-    assert str(recorded[f"{name}/sha256"]) == tm.sha256(tiny_file(name, tiny_dir)), (
-        f"{name}: the tiny file differs from the one llama.cpp was run on; re-record (tests/data/README.md)")
-    return recorded[f"{name}/positions"], recorded[f"{name}/logits"].astype(np.float64)
+    return recorded_logits(recorded, name, tiny_file(name, tiny_dir))
 
 
 def test_files_have_the_pieces_under_test(tiny_dir):
@@ -90,11 +86,7 @@ def test_files_have_the_pieces_under_test(tiny_dir):
 def test_reference_agrees_with_llama_cpp(name, recorded, tiny_dir):
     positions, theirs = _recorded(recorded, name, tiny_dir)
     ref = reference_logits(name, tiny_dir)[positions]
-    cos = [cosine(a, b) for a, b in zip(ref, theirs)]
-    assert min(cos) >= LLAMA_CPP_MIN_COS, (name, min(cos), int(positions[int(np.argmin(cos))]))
-    clear = clear_top1(ref)
-    agree = np.argmax(ref, -1)[clear] == np.argmax(theirs, -1)[clear]
-    assert agree.all(), (name, positions[clear][~agree])
+    assert_agrees(ref, theirs, positions, name, top1_of=ref)
 
 
 @pytest.mark.parametrize("python", [False, True], ids=["fused", "python"])
@@ -147,8 +139,7 @@ def test_variant_agrees_with_llama_cpp(name, prefill, recorded, tiny_dir):
                 ctx.prefill([int(tok)])
                 rows[i] = ctx.logits
             ours = rows[positions]
-    cos = [cosine(a, b) for a, b in zip(ours, theirs)]
-    assert min(cos) >= LLAMA_CPP_MIN_COS, (name, min(cos), int(positions[int(np.argmin(cos))]))
+    assert_agrees(ours, theirs, positions, name)
 
 
 @pytest.mark.parametrize("python", [False, True], ids=["fused", "python"])

@@ -21,6 +21,8 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
+from family_checks import assert_agrees, clear_top1, recorded_logits, recording
+from family_checks import check as check_against
 from reference.numpy_lfm2 import Lfm2Reference
 from scripted import GreedySampler
 
@@ -31,10 +33,9 @@ from infer.runtime import Context, decode_batch, prefill_batch
 
 NAMES = ["lfm2", "lfm2-swa"]
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_lfm2.npz")
-#: as tests/test_families.py: infer against the float64 reference, and either
-#: against llama.cpp (which rounds activations to F16 before its F16 products)
+#: as tests/test_families.py: infer against the float64 reference (against llama.cpp:
+#: family_checks.LLAMA_CPP_MIN_COS)
 MIN_COS = 0.99999
-LLAMA_CPP_MIN_COS = 0.99995
 
 
 @pytest.fixture(scope="module")
@@ -57,21 +58,8 @@ def reference_logits(name, tiny_dir):
     return _refs[name]
 
 
-def cosine(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
-
-
-def clear_top1(ref, margin=0.05):
-    s = np.sort(ref, axis=-1)
-    return s[..., -1] - s[..., -2] > margin
-
-
 def check(logits, ref, where, min_cos=MIN_COS):
-    c = cosine(logits, ref)
-    assert c >= min_cos, f"cosine {c:.7f} at {where}"
-    if clear_top1(ref):
-        assert int(np.argmax(logits)) == int(np.argmax(ref)), f"top-1 differs at {where}"
+    check_against(logits, ref, where, min_cos)
 
 
 def decoded_logits(name, tiny_dir, python=False):
@@ -94,26 +82,18 @@ def decoded_logits(name, tiny_dir, python=False):
 # ---- the references and infer's forward passes -------------------------------------------
 @pytest.fixture(scope="module")
 def recorded():
-    if not os.path.exists(DATA):
-        pytest.skip("no recorded llama.cpp logits (tests/data/README.md says how to make them)")
-    return dict(np.load(DATA))
+    return recording(DATA)
 
 
 def _recorded(recorded, name, tiny_dir):
-    assert str(recorded[f"{name}/sha256"]) == tm.sha256(tiny_file(name, tiny_dir)), (
-        f"{name}: the tiny file differs from the one llama.cpp was run on; re-record (tests/data/README.md)")
-    return recorded[f"{name}/positions"], recorded[f"{name}/logits"].astype(np.float64)
+    return recorded_logits(recorded, name, tiny_file(name, tiny_dir))
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_reference_agrees_with_llama_cpp(name, recorded, tiny_dir):
     positions, theirs = _recorded(recorded, name, tiny_dir)
     ref = reference_logits(name, tiny_dir)[positions]
-    cos = [cosine(a, b) for a, b in zip(ref, theirs)]
-    assert min(cos) >= LLAMA_CPP_MIN_COS, (name, min(cos), int(positions[int(np.argmin(cos))]))
-    clear = clear_top1(ref)
-    agree = np.argmax(ref, -1)[clear] == np.argmax(theirs, -1)[clear]
-    assert agree.all(), (name, positions[clear][~agree])
+    assert_agrees(ref, theirs, positions, name, top1_of=ref)
 
 
 @pytest.mark.parametrize("python", [False, True], ids=["fused", "python"])
@@ -136,8 +116,7 @@ def test_fused_step_matches_the_python_blocks(name, tiny_dir):
 def test_decode_agrees_with_llama_cpp(name, recorded, tiny_dir):
     positions, theirs = _recorded(recorded, name, tiny_dir)
     ours = decoded_logits(name, tiny_dir)[positions]
-    cos = [cosine(a, b) for a, b in zip(ours, theirs)]
-    assert min(cos) >= LLAMA_CPP_MIN_COS, (name, min(cos), int(positions[int(np.argmin(cos))]))
+    assert_agrees(ours, theirs, positions, name)
 
 
 @pytest.mark.parametrize("name", NAMES)

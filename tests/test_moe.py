@@ -22,13 +22,14 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
+from family_checks import cosines, recorded_logits, recording
 from reference.numpy_families import reference
+from scripted import GreedySampler
 
 import infer
 import infer.variants.transformer as transformer
 from infer import UnsupportedModelError
 from infer.gguf import GGUFError
-from scripted import GreedySampler
 
 NAMES = [n for n, t in tm.TINY.items() if t.n_expert]
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_moe.npz")
@@ -58,11 +59,6 @@ def tiny_file(name, tiny_dir):
     if name not in _files:
         _files[name] = tm.write(name, str(tiny_dir / f"{name}.gguf"))
     return _files[name]
-
-
-def cosines(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
 
 
 class RoutingRecorder:
@@ -256,17 +252,11 @@ def test_generate_and_chat_run(tiny_dir):
 # ---- llama.cpp -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def recorded():
-    if not os.path.exists(DATA):
-        pytest.skip("no recorded llama.cpp logits (tests/data/README.md says how to make them)")
-    return dict(np.load(DATA))
+    return recording(DATA)
 
 
 def _recorded(recorded, name, tiny_dir):
-    path = tiny_file(name, tiny_dir)
-    assert str(recorded[f"{name}/sha256"]) == tm.sha256(path), (
-        f"{name}: the tiny file differs from the one llama.cpp was run on; re-record "
-        "(tests/data/README.md)")
-    return recorded[f"{name}/positions"], recorded[f"{name}/logits"].astype(np.float64)
+    return recorded_logits(recorded, name, tiny_file(name, tiny_dir))
 
 
 #: llama.cpp rounds activations to F16 before F16 products (and to 8 bits before

@@ -1,0 +1,73 @@
+"""What the family tests (test_families, test_gemma4, test_lfm2, test_moe) compare
+with: cosines, the positions whose top-1 is clear, and llama.cpp's recorded logits
+(tests/data/*.npz, scripts/record_family_logits.py)."""
+import os
+
+import numpy as np
+import pytest
+import tiny_models as tm
+
+#: llama.cpp rounds each activation to F16 before an F16 product, and its rope
+#: angles are float32 products; on the tiny files that moves the logits to a cosine
+#: of 0.99998 from the float64 references at worst (tests/data/README.md), and the
+#: float16 storage of its logits adds ~1e-7.
+LLAMA_CPP_MIN_COS = 0.99995
+
+_loaded = {}
+
+
+def cosine(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def cosines(a, b):
+    """Row by row cosines of two (positions, vocab) arrays."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+
+
+def clear_top1(ref, margin=0.05):
+    """Positions whose reference top-1 leads the runner-up by more than margin
+    (a near-tie may flip under any rounding; random weights make a few)."""
+    s = np.sort(ref, axis=-1)
+    return s[..., -1] - s[..., -2] > margin
+
+
+def check(logits, ref, where, min_cos):
+    """One position's logits against the reference's: cosine, and the top-1 where clear."""
+    c = cosine(logits, ref)
+    assert c >= min_cos, f"cosine {c:.7f} at {where}"
+    if clear_top1(ref):
+        assert int(np.argmax(logits)) == int(np.argmax(ref)), f"top-1 differs at {where}"
+    return c
+
+
+def recording(path):
+    """The arrays of a recorded .npz (loaded once); the test skips if it is missing."""
+    if not os.path.exists(path):
+        pytest.skip("no recorded llama.cpp logits (tests/data/README.md says how to make them)")
+    if path not in _loaded:
+        _loaded[path] = dict(np.load(path))
+    return _loaded[path]
+
+
+def recorded_logits(arrays, name, gguf_path):
+    """(positions, float64 logits) that llama.cpp gave on ``name``'s tiny file, after
+    checking that the file is the one it read."""
+    assert str(arrays[f"{name}/sha256"]) == tm.sha256(gguf_path), (
+        f"{name}: the tiny file differs from the one llama.cpp was run on; re-record (tests/data/README.md)")
+    return arrays[f"{name}/positions"], arrays[f"{name}/logits"].astype(np.float64)
+
+
+def assert_agrees(ours, theirs, positions, name, min_cos=LLAMA_CPP_MIN_COS, top1_of=None):
+    """Rows of logits against llama.cpp's at the recorded positions: every cosine at
+    least min_cos, and (with ``top1_of``, the reference rows) the top-1 equal wherever
+    the reference's is clear."""
+    cos = cosines(ours, theirs)
+    worst = int(np.argmin(cos))
+    assert cos.min() >= min_cos, (name, float(cos.min()), int(positions[worst]))
+    if top1_of is not None:
+        clear = clear_top1(top1_of)
+        agree = np.argmax(ours, -1)[clear] == np.argmax(theirs, -1)[clear]
+        assert agree.all(), (name, positions[clear][~agree])
