@@ -23,35 +23,7 @@ sys.path.insert(0, here)
 sys.path.insert(0, os.path.join(here, "..", "tests"))
 import tiny_models as tm  # noqa: E402
 
-tm.TINY = dict(tm.DENSE)   # the recorder looks names up in TINY
 import record_family_logits  # noqa: E402
-
-
-def llama_tokenize(path: str, texts: tuple[str, ...]) -> list[np.ndarray]:
-    """llama.cpp's token ids of each text with the file's vocabulary."""
-    import ctypes
-
-    from llama_cpp import llama_cpp as L
-
-    L.llama_backend_init()
-    params = L.llama_model_default_params()
-    params.vocab_only = True
-    model = L.llama_model_load_from_file(path.encode(), params)
-    if not model:
-        raise RuntimeError(f"llama.cpp could not load {path}")
-    try:
-        vocab = L.llama_model_get_vocab(model)
-        out = []
-        for text in texts:
-            raw = text.encode()
-            ids = (L.llama_token * (len(raw) + 8))()
-            n = L.llama_tokenize(vocab, raw, len(raw), ids, len(ids), False, False)
-            if n < 0:
-                raise RuntimeError(f"llama_tokenize failed on {text!r}")
-            out.append(np.ctypeslib.as_array(ctypes.cast(ids, ctypes.POINTER(ctypes.c_int32)), shape=(n,)).copy())
-        return out
-    finally:
-        L.llama_model_free(model)
 
 
 def main() -> None:
@@ -62,8 +34,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             path = tm.write(name, os.path.join(tmp, f"{name}.gguf"))
-            for i, ids in enumerate(llama_tokenize(path, tm.TOKENIZE_TEXTS)):
-                arrays[f"{name}/tokens/{i}"] = ids.astype(np.int32)
+            for i, ids in enumerate(record_family_logits.llama_tokenize(path, tm.TOKENIZE_TEXTS)):
+                arrays[f"{name}/tokens/{i}"] = np.array(ids, dtype=np.int32)
     np.savez_compressed(out, **arrays)
 
 

@@ -84,6 +84,36 @@ def teacher_logits(path: str, tokens: np.ndarray, n_ctx: int) -> np.ndarray:
         L.llama_model_free(model)
 
 
+def llama_tokenize(path: str, texts, add_special: bool = False) -> list[list[int]]:
+    """llama.cpp's token ids of each text with the file's vocabulary (``llama_tokenize``,
+    special tokens not parsed; BOS/EOS added as the vocabulary says if ``add_special``)."""
+    from llama_cpp import llama_cpp as L
+
+    global _QUIET
+    if _QUIET is None:
+        _QUIET = _quiet_callback()
+    L.llama_log_set(_QUIET, None)
+    L.llama_backend_init()
+    params = L.llama_model_default_params()
+    params.vocab_only = True
+    model = L.llama_model_load_from_file(path.encode(), params)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {path}")
+    try:
+        vocab = L.llama_model_get_vocab(model)
+        out = []
+        for text in texts:
+            raw = text.encode()
+            ids = (L.llama_token * (len(raw) + 8))()
+            n = L.llama_tokenize(vocab, raw, len(raw), ids, len(ids), add_special, False)
+            if n < 0:
+                raise RuntimeError(f"llama_tokenize failed on {text!r}")
+            out.append([int(ids[i]) for i in range(n)])
+        return out
+    finally:
+        L.llama_model_free(model)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the .npz file to write (names already in it are kept)")

@@ -18,6 +18,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import tiny_models as tm  # noqa: E402
+from record_family_logits import llama_tokenize  # noqa: E402
 
 TEXTS = [
     "Hello world", "The quick brown fox jumps over the lazy dog.", "  two  spaces ", " leading",
@@ -27,27 +28,10 @@ TEXTS = [
 
 
 def main() -> None:
-    from llama_cpp import llama_cpp as L
-
     out = sys.argv[1]
-    L.llama_backend_init()
     with tempfile.TemporaryDirectory() as tmp:
         path = tm.gemma4_vocab_file(os.path.join(tmp, "gemma4-vocab.gguf"))
-        params = L.llama_model_default_params()
-        params.vocab_only = True
-        model = L.llama_model_load_from_file(path.encode(), params)
-        if not model:
-            raise RuntimeError(f"llama.cpp could not load {path}")
-        vocab = L.llama_model_get_vocab(model)
-        cases = []
-        for text in TEXTS:
-            raw = text.encode()
-            buf = (L.llama_token * (len(raw) + 8))()
-            n = L.llama_tokenize(vocab, raw, len(raw), buf, len(buf), True, False)
-            if n < 0:
-                raise RuntimeError(f"llama_tokenize failed on {text!r}")
-            cases.append([text, [int(buf[i]) for i in range(n)]])
-        L.llama_model_free(model)
+        cases = [[text, ids] for text, ids in zip(TEXTS, llama_tokenize(path, TEXTS, add_special=True))]
         record = {"sha256": tm.sha256(path), "cases": cases}
     with open(out, "w", encoding="utf-8") as f:   # one text per line
         f.write(f'{{"sha256": {json.dumps(record["sha256"])}, "cases": [\n')

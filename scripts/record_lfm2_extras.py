@@ -22,9 +22,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import tiny_models as tm  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from record_family_logits import llama_tokenize  # noqa: E402
+from record_llama_quantize import QuantizeParams  # noqa: E402
+
 from infer import gguf  # noqa: E402
 from infer.quant_mixtures import RECIPES  # noqa: E402
-from record_llama_quantize import QuantizeParams  # noqa: E402
 
 #: the recipes recorded (llama.cpp file types)
 QUANTIZE = ["q8_0", "q4_0", "q4_k_m", "q4_k_s", "q5_k_m", "q6_k", "q3_k_m", "q2_k", "iq4_xs"]
@@ -35,33 +37,6 @@ TEXTS = [
     "Numbers like 1234567 and 3.14159, WE'LL SEE, they're here:\n\n\n  a",
     "  leading spaces and trailing   ",
 ]
-
-
-_QUIET: list[object] = []   # the log callback must outlive every call into llama.cpp
-
-
-def llama_tokens(path: str, text: str) -> list[int]:
-    from llama_cpp import llama_cpp as L
-
-    if not _QUIET:
-        _QUIET.append(L.llama_log_callback(lambda level, msg, user: None))
-    L.llama_log_set(_QUIET[0], None)
-    L.llama_backend_init()
-    params = L.llama_model_default_params()
-    params.vocab_only = True
-    model = L.llama_model_load_from_file(path.encode(), params)
-    if not model:
-        raise RuntimeError(f"llama.cpp could not load {path}")
-    try:
-        vocab = L.llama_model_get_vocab(model)
-        raw = text.encode()
-        out = (ctypes.c_int32 * (len(raw) + 8))()
-        n = L.llama_tokenize(vocab, raw, len(raw), out, len(out), False, False)
-        if n < 0:
-            raise RuntimeError("llama_tokenize failed")
-        return list(out[:n])
-    finally:
-        L.llama_model_free(model)
 
 
 def llama_quantize_types(src: str, tmp: str) -> dict[str, list[str]]:
@@ -92,7 +67,7 @@ def main() -> None:
         path = tm.write("lfm2", os.path.join(tmp, "lfm2.gguf"))
         arrays["tokenize/texts"] = np.array(TEXTS)
         for k, text in enumerate(TEXTS):
-            arrays[f"tokenize/ids{k}"] = np.array(llama_tokens(path, text), dtype=np.int32)
+            arrays[f"tokenize/ids{k}"] = np.array(llama_tokenize(path, [text])[0], dtype=np.int32)
             print(k, arrays[f"tokenize/ids{k}"].tolist())
         for key, values in llama_quantize_types(path, tmp).items():
             arrays[f"quantize/{key}"] = np.array(values)
