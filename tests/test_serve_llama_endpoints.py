@@ -1,13 +1,15 @@
 """llama-server's own endpoints in `infer serve` (infer/serve/llama_server.py), on SmolLM2.
 
 The references: llama.cpp itself through llama-cpp-python (its tokenizer, and its
-greedy tokens where its choice is confident), the official `openai` client on
+greedy tokens where its choice is confident; recorded in
+tests/data/llama_cpp_smollm2_calls.json, see `RecordedLlama`), the official `openai` client on
 /v1/completions, `jsonschema`, a float64 numpy softmax of the logits of infer's own
 plain Context (no scheduler), and the key sets of llama.cpp's server code, recorded
 below with the file and line they come from (tools/server of the llama.cpp that
 llama-cpp-python 0.3.36 vendors).
 """
 import concurrent.futures
+import hashlib
 import http.client
 import json
 import os
@@ -24,7 +26,8 @@ from test_serve import app_server, client, metrics, request, wait_for  # noqa: E
 
 from infer.serve.app import create_app  # noqa: E402
 
-LLAMA_CPP_LIB = "/tmp/llcpp/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin"
+#: llama.cpp's answers to the calls these tests make (`RecordedLlama`)
+CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_smollm2_calls.json")
 
 # ---- llama-server's key sets -------------------------------------------------------------------------
 # server-task.cpp:340, server_task_result_cmpl_final::to_json_non_oaicompat
@@ -73,14 +76,74 @@ def smol():
             yield model, base
 
 
+class RecordedLlama:
+    """llama.cpp on SmolLM2 (llama-cpp-python's `Llama`, one thread, all logits): its
+    tokenizer and greedy choices, as these tests ask for them.  By default the answers
+    come from CALLS; with INFER_RECORD_LLAMA_CALLS=1 (and llama-cpp-python importable,
+    LLAMA_CPP_LIB_PATH naming its libllama) each call goes to llama.cpp and the
+    answers are written to CALLS when the module's tests end."""
+
+    def __init__(self, live=None, answers=None):
+        self.live = live
+        self.answers = answers or {}
+
+    def _answer(self, key, compute):
+        key = json.dumps(key, ensure_ascii=False)
+        if self.live is not None:
+            self.answers[key] = compute()
+        assert key in self.answers, f"no recorded llama.cpp answer for {key}: re-record {CALLS} (RecordedLlama)"
+        return self.answers[key]
+
+    def tokenize(self, text, add_bos, special):
+        return self._answer(["tokenize", text.decode(), add_bos, special],
+                            lambda: self.live.tokenize(text, add_bos=add_bos, special=special))
+
+    def detokenize(self, ids, special=False):
+        return bytes(self._answer(["detokenize", list(ids), special],
+                                  lambda: list(self.live.detokenize(ids, special=special))))
+
+    def greedy(self, prompt_ids, n):
+        """llama.cpp's greedy tokens after ``prompt_ids`` and, for each, the gap between
+        its logit and the runner-up's (a small gap: a choice rounding may flip)."""
+        def run():
+            llm = self.live
+            llm.reset()
+            llm.eval(prompt_ids)
+            tokens, gaps = [], []
+            for _ in range(n):
+                row = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
+                first, second = np.argsort(-row)[:2]
+                tokens.append(int(first))
+                gaps.append(float(row[first] - row[second]))
+                llm.eval([int(first)])
+            return [tokens, gaps]
+        return tuple(self._answer(["greedy", list(prompt_ids), n], run))
+
+
+def _file_sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 @pytest.fixture(scope="module")
 def llama():
-    """llama.cpp on the same file (one thread, all logits), through llama-cpp-python."""
-    os.environ.setdefault("LLAMA_CPP_LIB_PATH", LLAMA_CPP_LIB)
-    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python with its built libllama")
-    llm = llama_cpp.Llama(installed_path("smollm2"), n_ctx=512, n_threads=1, logits_all=True, verbose=False)
-    yield llm
-    llm.close()
+    model = installed_path("smollm2")
+    if os.environ.get("INFER_RECORD_LLAMA_CALLS"):
+        llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python with its built libllama")
+        llm = llama_cpp.Llama(model, n_ctx=512, n_threads=1, logits_all=True, verbose=False)
+        recorder = RecordedLlama(live=llm)
+        yield recorder
+        llm.close()
+        with open(CALLS, "w", encoding="utf-8") as f:
+            json.dump({"model_sha256": _file_sha256(model), "answers": recorder.answers}, f, ensure_ascii=False)
+        return
+    with open(CALLS, encoding="utf-8") as f:
+        recorded = json.load(f)
+    assert recorded["model_sha256"] == _file_sha256(model), f"{CALLS} was recorded on another SmolLM2 file"
+    yield RecordedLlama(answers=recorded["answers"])
 
 
 def post(base, path, body):
@@ -165,21 +228,6 @@ def test_detokenize_matches_llama_cpp(smol, llama):
 PROMPT = "The capital of France is"
 
 
-def llama_greedy(llm, prompt_ids, n):
-    """llama.cpp's greedy tokens after ``prompt_ids`` and, for each, the gap between its
-    logit and the runner-up's (a small gap: a choice rounding may flip)."""
-    llm.reset()
-    llm.eval(prompt_ids)
-    tokens, gaps = [], []
-    for _ in range(n):
-        row = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-        first, second = np.argsort(-row)[:2]
-        tokens.append(int(first))
-        gaps.append(row[first] - row[second])
-        llm.eval([int(first)])
-    return tokens, gaps
-
-
 def test_greedy_completion_matches_llama_cpp(smol, llama):
     _, base = smol
     n = 24
@@ -187,7 +235,7 @@ def test_greedy_completion_matches_llama_cpp(smol, llama):
                                              "return_tokens": True, "cache_prompt": False})
     assert status == 200, out
     prompt_ids = llama.tokenize(PROMPT.encode(), add_bos=True, special=True)
-    expected, gaps = llama_greedy(llama, prompt_ids, n)
+    expected, gaps = llama.greedy(prompt_ids, n)
     confident = next((i for i, gap in enumerate(gaps) if gap < 0.5), n)  # llama.cpp's first close call
     assert confident >= 5, gaps
     assert out["tokens"][:confident] == expected[:confident]
@@ -268,7 +316,7 @@ def test_stop_word_eos_and_ignore_eos(smol, llama):
     status, out = post(base, "/completion", {"prompt": chat, "n_predict": 64, "temperature": 0,
                                              "return_tokens": True})
     assert out["stop_type"] == "eos" and out["tokens"][-1] == 2  # <|im_end|>, in tokens and not in content
-    expected, gaps = llama_greedy(llama, llama.tokenize(chat.encode(), add_bos=True, special=True),
+    expected, gaps = llama.greedy(llama.tokenize(chat.encode(), add_bos=True, special=True),
                                   len(out["tokens"]))
     assert min(gaps) > 0.5 and out["tokens"] == expected  # llama.cpp ends the reply there too, confidently
     assert out["content"] == llama.detokenize(expected[:-1]).decode() and "<|im_end|>" not in out["content"]
