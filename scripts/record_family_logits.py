@@ -35,8 +35,8 @@ def _quiet_callback():  # llama.cpp's load log would bury the few lines this scr
     return L.llama_log_callback(lambda level, text, user_data: None)
 
 
-def teacher_logits(path: str, tokens: np.ndarray, n_ctx: int) -> np.ndarray:
-    """llama.cpp's float32 logits at every position of ``tokens`` (one decode call)."""
+def _llama():
+    """llama-cpp-python's bindings, with llama.cpp's log silenced and its backend up."""
     from llama_cpp import llama_cpp as L
 
     global _QUIET
@@ -44,6 +44,12 @@ def teacher_logits(path: str, tokens: np.ndarray, n_ctx: int) -> np.ndarray:
         _QUIET = _quiet_callback()
     L.llama_log_set(_QUIET, None)
     L.llama_backend_init()
+    return L
+
+
+def teacher_logits(path: str, tokens: np.ndarray, n_ctx: int) -> np.ndarray:
+    """llama.cpp's float32 logits at every position of ``tokens`` (one decode call)."""
+    L = _llama()
     mparams = L.llama_model_default_params()
     model = L.llama_model_load_from_file(path.encode(), mparams)
     if not model:
@@ -87,13 +93,7 @@ def teacher_logits(path: str, tokens: np.ndarray, n_ctx: int) -> np.ndarray:
 def llama_tokenize(path: str, texts, add_special: bool = False) -> list[list[int]]:
     """llama.cpp's token ids of each text with the file's vocabulary (``llama_tokenize``,
     special tokens not parsed; BOS/EOS added as the vocabulary says if ``add_special``)."""
-    from llama_cpp import llama_cpp as L
-
-    global _QUIET
-    if _QUIET is None:
-        _QUIET = _quiet_callback()
-    L.llama_log_set(_QUIET, None)
-    L.llama_backend_init()
+    L = _llama()
     params = L.llama_model_default_params()
     params.vocab_only = True
     model = L.llama_model_load_from_file(path.encode(), params)

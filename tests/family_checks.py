@@ -14,6 +14,14 @@ import tiny_models as tm
 LLAMA_CPP_MIN_COS = 0.99995
 
 _loaded = {}
+_files = {}
+
+
+def tiny_file(name, tiny_dir):
+    """tiny_models' file ``name``, written once a session (into the first tiny_dir asked)."""
+    if name not in _files:
+        _files[name] = tm.write(name, str(tiny_dir / f"{name}.gguf"))
+    return _files[name]
 
 
 def cosine(a, b):

@@ -28,7 +28,7 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import assert_agrees, check, recorded_logits, recording
+from family_checks import assert_agrees, check, recorded_logits, recording, tiny_file
 from reference.numpy_families import reference
 from scripted import GreedySampler
 
@@ -50,13 +50,7 @@ def tiny_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("tiny")
 
 
-_files, _refs = {}, {}
-
-
-def tiny_file(name, tiny_dir):
-    if name not in _files:
-        _files[name] = tm.write(name, str(tiny_dir / f"{name}.gguf"))
-    return _files[name]
+_refs = {}
 
 
 def reference_logits(name, tiny_dir):

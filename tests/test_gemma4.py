@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import assert_agrees, check, clear_top1, cosine, recorded_logits, recording
+from family_checks import assert_agrees, check, clear_top1, cosine, recorded_logits, recording, tiny_file
 from reference.numpy_gemma4 import Gemma4Reference
 from scripted import GreedySampler
 
@@ -34,18 +34,12 @@ from infer.runtime import decode_batch
 
 NAMES = list(tm.GEMMA4)
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_gemma4.npz")
-_files, _refs = {}, {}
+_refs = {}
 
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("gemma4")
-
-
-def tiny_file(name, tiny_dir):
-    if name not in _files:
-        _files[name] = tm.write(name, str(tiny_dir / f"{name}.gguf"))
-    return _files[name]
 
 
 def reference_logits(name, tiny_dir):

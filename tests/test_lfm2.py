@@ -21,7 +21,7 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import assert_agrees, clear_top1, recorded_logits, recording
+from family_checks import assert_agrees, clear_top1, recorded_logits, recording, tiny_file
 from family_checks import check as check_against
 from reference.numpy_lfm2 import Lfm2Reference
 from scripted import GreedySampler
@@ -43,13 +43,7 @@ def tiny_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("lfm2")
 
 
-_files, _refs, _decoded = {}, {}, {}
-
-
-def tiny_file(name, tiny_dir):
-    if name not in _files:
-        _files[name] = tm.write(name, str(tiny_dir / f"{name}.gguf"))
-    return _files[name]
+_refs, _decoded = {}, {}
 
 
 def reference_logits(name, tiny_dir):

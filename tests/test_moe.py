@@ -22,7 +22,7 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import cosines, recorded_logits, recording
+from family_checks import cosines, recorded_logits, recording, tiny_file
 from reference.numpy_families import reference
 from scripted import GreedySampler
 
@@ -50,15 +50,6 @@ MAX_FOLLOWED = 6
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("tiny_moe")
-
-
-_files = {}
-
-
-def tiny_file(name, tiny_dir):
-    if name not in _files:
-        _files[name] = tm.write(name, str(tiny_dir / f"{name}.gguf"))
-    return _files[name]
 
 
 class RoutingRecorder:
