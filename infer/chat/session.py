@@ -17,10 +17,11 @@ from typing import Any, Generator, Iterator, Mapping, Optional, Sequence, Union
 
 from ..generate import logprob_entry
 from ..runtime import LONG_TEXT, ContextOverflowError, run_apart
-from .replies import Message, Reply, TextPiece, ThinkingText, ToolCall, ToolCallError, parse_tool_call
-from .reply_parser import CONTENT, ReplyParser
+from .replies import (Message, Reply, TextPiece, ThinkingText, ToolCall, ToolCallError, schema_types,
+                      parse_tool_call)
+from .reply_parser import CONTENT, MISTRAL_ARGS, HarmonyParser, ReplyParser
 from .sandbox import ChatTemplateError
-from .template import Chat, check_roles, function_of, token_id
+from .template import HARMONY, HARMONY_TOKENS, MINISTRAL, QWEN3_CODER, Chat, check_roles, function_of, token_id
 
 #: a session's reply limit unless told otherwise: a model that never writes its end
 #: of turn (a base model, say) stops here rather than when a long context is full
@@ -103,13 +104,19 @@ class ChatSession:
         eot_id = token_id(vocab, eot_text) if eot_text else None
         if eot_id is not None:
             stop_ids.add(eot_id)
+        if self.chat.call_format == HARMONY:
+            # gpt-oss ends a reply with <|return|> or <|call|>; <|end|> only ends one of its
+            # messages, and more follow (llama.cpp drops it from the end-of-generation set)
+            stop_ids.update(t for t in (token_id(vocab, m) for m in ("<|return|>", "<|call|>")) if t is not None)
+            stop_ids.discard(token_id(vocab, "<|end|>"))
         self._stop_ids = frozenset(stop_ids)
         self._eot_text = eot_text
         # Room kept free so the end of turn fits after a reply cut by a full context.
         self._reserve = len(self._encode(end_of_turn)) + 1
         # Markers that are single tokens are spelled here, whatever the decoder shows.
         self._marker_ids: dict[int, str] = {}
-        for pair in (self.chat.think_markers, self.chat.tool_call_markers):
+        format_tokens = {HARMONY: HARMONY_TOKENS, MINISTRAL: (MISTRAL_ARGS,)}.get(self.chat.call_format or "")
+        for pair in (self.chat.think_markers, self.chat.tool_call_markers, format_tokens):
             for m in pair or ():
                 tid = token_id(vocab, m)
                 if tid is not None:
@@ -320,19 +327,65 @@ class ChatSession:
             tools = [t for t in tools if t["name"] == name]
             if not tools:
                 raise ValueError(f"tool_choice: no tool named {name!r}")
+        think = f'{self._literal(close_thinking)} "\\n\\n" ' if close_thinking else ""
+        if self.chat.call_format in (QWEN3_CODER, HARMONY, MINISTRAL):
+            return Grammar.lark(f"start: {think}{self._format_call_grammar(tools)}")
         calls = [{"type": "object", "properties": {
             "name": {"const": t["name"]},
             "arguments": t.get("parameters") or {"type": "object"}},
             "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
         schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
         markers = self.chat.tool_call_markers
-        think = f'{self._literal(close_thinking)} "\\n\\n" ' if close_thinking else ""
         if markers is None:
             if not think:
                 return Grammar.json_schema(schema)
             return Grammar.lark(f"start: {think}call\ncall: {lark_json(schema)}")
         return Grammar.lark(f'start: {think}{self._literal(markers[0])} "\\n" call "\\n" '
                             f"{self._literal(markers[1])}\ncall: {lark_json(schema)}")
+
+    def _format_call_grammar(self, tools: list[Message]) -> str:
+        """The Lark rules after ``start:`` of one call of ``tools`` written as the template's
+        call format has the model write it (llama.cpp's grammars for these formats):
+        Qwen3-Coder's XML, a value per parameter, raw text where the parameter may be a
+        string, else JSON of its schema; gpt-oss's commentary message to ``functions.NAME``;
+        Ministral's ``[TOOL_CALLS]NAME[ARGS]{...}``."""
+        from ..structured import lark_json
+
+        rules = []
+        for i, tool in enumerate(tools):
+            params = tool.get("parameters") or {"type": "object"}
+            name = json.dumps(tool["name"])
+            if self.chat.call_format == HARMONY:
+                rules.append(f"tool{i}: {name} \" \" {self._literal('<|constrain|>')} \"json\" "
+                             f"{self._literal('<|message|>')} {lark_json(params)}")
+            elif self.chat.call_format == MINISTRAL:
+                rules.append(f"tool{i}: {name} {self._literal('[ARGS]')} {lark_json(params)}")
+            else:
+                properties = params.get("properties") or {}
+                required = [k for k in params.get("required") or () if k in properties]
+                optional = [k for k in properties if k not in required]
+                for j, key in enumerate(list(properties)):
+                    schema = properties[key]
+                    types = schema_types(schema)
+                    value = ("XML_STRING" if not types or "string" in types else
+                             f'{lark_json(schema)} "\\n</parameter>\\n"')
+                    rules.append(f"tool{i}_p{j}: {json.dumps('<parameter=' + key + '>' + chr(10))} {value}")
+                index = {k: j for j, k in enumerate(properties)}
+                args = " ".join(f"tool{i}_p{index[k]}" for k in required)
+                if optional:
+                    args += " (" + " | ".join(f"tool{i}_p{index[k]}" for k in optional) + ")*"
+                rules.append(f"tool{i}: {json.dumps('<function=' + tool['name'] + '>' + chr(10))} {args} "
+                             '"</function>\\n"')
+        call = " | ".join(f"tool{i}" for i in range(len(tools)))
+        if self.chat.call_format == HARMONY:
+            head = f'{self._literal("<|channel|>")} "commentary to=functions." ({call})'
+        elif self.chat.call_format == MINISTRAL:
+            head = f'{self._literal("[TOOL_CALLS]")} ({call})'
+        else:
+            head = f'{self._literal("<tool_call>")} "\\n" ({call}) {self._literal("</tool_call>")}'
+            # a raw value runs to the first "\n</parameter>\n", which it includes
+            rules.append(r'XML_STRING: /(?s:.*)\n<\/parameter>\n/ & ~/(?s:.*)\n<\/parameter>\n(?s:.+)/')
+        return head + "\n" + "\n".join(rules)
 
     def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
               stops: list[str], show_thinking: bool, in_thinking: bool,
@@ -350,9 +403,11 @@ class ChatSession:
             self._messages = previous
             raise
         chat = self.chat
-        parser = ReplyParser(stops + ([self._eot_text] if self._eot_text else []),
-                              think=chat.think_markers, tool=chat.tool_call_markers,
-                              json_tools=bool(self.tools), in_thinking=in_thinking)
+        stop_texts = stops + ([self._eot_text] if self._eot_text else [])
+        parser: Union[ReplyParser, HarmonyParser] = HarmonyParser(stop_texts) if chat.call_format == HARMONY else \
+            ReplyParser(stop_texts, think=chat.think_markers, tool=chat.tool_call_markers,
+                        json_tools=bool(self.tools), in_thinking=in_thinking,
+                        tool_ends_thinking=chat.call_format == QWEN3_CODER)
         decoder = self.tokenizer.stream_decoder()
         generated = 0
         finish = "length"
@@ -429,16 +484,17 @@ class ChatSession:
                 reported = len(records)
             yield item
 
-    def _record(self, parser: ReplyParser, finish: str, n_prompt: int, cached: int,
+    def _record(self, parser: Union[ReplyParser, HarmonyParser], finish: str, n_prompt: int, cached: int,
                 generated: int, continued: str = "") -> Reply:
         """Make the turn's Reply and add it to history (after ``continued``, the text of
         the assistant message it continues: the Reply holds only what it added)."""
         calls: list[ToolCall] = []
         errors: list[ToolCallError] = []
         names = [function_of(t)["name"] for t in self.tools] if self.tools else None
+        parameters = {function_of(t)["name"]: function_of(t).get("parameters") or {} for t in self.tools or ()}
         for raw in parser.tool_texts:
             # unique beyond this session: a client sends each request's history as a new one
-            parsed = parse_tool_call(raw, f"call_{uuid.uuid4().hex[:24]}", names)
+            parsed = parse_tool_call(raw, f"call_{uuid.uuid4().hex[:24]}", names, parameters)
             if isinstance(parsed, ToolCall):
                 calls.append(parsed)
             else:
@@ -449,6 +505,9 @@ class ChatSession:
                       n_prompt, cached, generated)
         message = reply.message
         message["content"] = continued + message["content"]
+        if calls and reply.thinking and self.chat.renders_tool_call_reasoning:
+            # the template keeps a tool-calling turn's thinking until the answer: so does history
+            message["reasoning_content"] = reply.thinking
         self._messages.append(message)
         self._version += 1
         self.last_reply = reply
