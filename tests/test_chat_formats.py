@@ -407,3 +407,57 @@ def test_render_matches_jinja2(name, conversation):
                             for m in hf_messages[1:2]]
     want = hf_render(template(name), hf_messages, True, tools=[FORECAST], bos_token=bos, eos_token=eos)
     assert Chat(template(name), bos_token=bos, eos_token=eos).render(messages, True, [FORECAST]) == want
+
+
+# ---- forced calls: the grammar writes each format (SmolLM2 driven through each template) ----------
+ADD = {"type": "function", "function": {"name": "add", "description": "Add two numbers", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 100},
+                                     "b": {"type": "integer", "minimum": 0, "maximum": 100}},
+    "required": ["a", "b"], "additionalProperties": False}}}
+
+
+@pytest.mark.parametrize("name", ["qwen3.5", "qwen3-coder", "gpt-oss", "ministral-3-reasoning"])
+def test_forced_call_is_written_in_the_templates_format(name):
+    """tool_choice="required" (one tool) and a named tool: the grammar makes even an
+    untrained model write the call in the format, which comes back as a call whose
+    arguments the tool's schema validates (jsonschema)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    pytest.importorskip("llguidance")
+    from _tok_models import load_installed
+
+    with load_installed("smollm2") as m:
+        for tools, choice in (([ADD], "required"), ([WEATHER, ADD], {"type": "function", "function": {"name": "add"}})):
+            s = ChatSession(m, tools=tools, temperature=0)
+            s.chat = Chat(template(name), eos_token=m.chat.eos_token)
+            reply = s.send("What is 2 plus 3?", tool_choice=choice, max_tokens=60)
+            assert (reply.finish_reason, reply.tool_call_errors, [c.name for c in reply.tool_calls]) == \
+                ("tool_calls", [], ["add"])
+            jsonschema.validate(reply.tool_calls[0].arguments, ADD["function"]["parameters"])
+
+
+# ---- through `infer serve`, read by the official openai client ------------------------------------
+def test_openai_client_reads_xml_calls_and_reasoning_from_serve():
+    pytest.importorskip("openai")
+    from test_serve import app_server, client
+
+    from infer.serve.app import create_app
+
+    tok = ScriptedTokenizer(specials=QWEN, words=("Hello", " world", "Paris"), eos="<|im_end|>", end_of_turn=())
+    reply = "<think>\nI need both.\n</think>\n\n" + TWO_CALLS
+    model = scripted_model([reply] * 2, template=template("qwen3.5"), tokenizer=tok, max_seq_len=8192)
+    messages = [{"role": "user", "content": "Weather?"}]
+    with app_server(create_app(model)) as base:
+        out = client(base).chat.completions.create(model="m", messages=messages, tools=[FORECAST, WEATHER],
+                                                   temperature=0)
+        message = out.choices[0].message
+        assert out.choices[0].finish_reason == "tool_calls" and message.content in (None, "")
+        assert message.model_extra["reasoning_content"] == "I need both."
+        assert [{"type": c.type, "function": {"name": c.function.name, "arguments": json.loads(c.function.arguments)}}
+                for c in message.tool_calls] == TWO_CALLS_OPENAI
+        chunks = list(client(base).chat.completions.create(model="m", messages=messages, tools=[FORECAST, WEATHER],
+                                                           temperature=0, stream=True))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        assert "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas) == "I need both."
+        streamed = [tc for d in deltas for tc in (d.tool_calls or [])]
+        assert [{"type": c.type, "function": {"name": c.function.name, "arguments": json.loads(c.function.arguments)}}
+                for c in streamed] == TWO_CALLS_OPENAI

@@ -383,8 +383,9 @@ class ChatSession:
             head = f'{self._literal("[TOOL_CALLS]")} ({call})'
         else:
             head = f'{self._literal("<tool_call>")} "\\n" ({call}) {self._literal("</tool_call>")}'
-            # a raw value runs to the first "\n</parameter>\n", which it includes
-            rules.append(r'XML_STRING: /(?s:.*)\n<\/parameter>\n/ & ~/(?s:.*)\n<\/parameter>\n(?s:.+)/')
+            # a raw value ends at "\n</parameter>\n", which the lexeme includes (a lexeme
+            # ending before it would be read greedily into it); no "</parameter>" inside
+            rules.append(r'XML_STRING: /(?s:.*)\n<\/parameter>\n/ & ~/(?s:.*)<\/parameter>(?s:..+)/')
         return head + "\n" + "\n".join(rules)
 
     def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
