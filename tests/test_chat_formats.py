@@ -244,6 +244,16 @@ HARMONY_CALL = ("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>
 HARMONY_ANSWER = "<|channel|>analysis<|message|>It is sunny.<|end|><|start|>assistant<|channel|>final<|message|>Sunny."
 
 
+def test_harmony_vocabulary_ends_replies_at_return_and_call_not_at_end():
+    """llama.cpp's rule (llama-vocab.cpp): a vocabulary with <|return|> and <|call|> does
+    not end generation at <|end|>, after which gpt-oss writes its next message."""
+    from infer.tokenizer import Vocabulary
+
+    texts = ["a", "<|end|>", "<|return|>", "<|call|>", "<|start|>"]
+    assert Vocabulary(texts, eos_token_id=2).end_of_turn_ids == {2, 3}
+    assert Vocabulary(texts[:2], eos_token_id=0).end_of_turn_ids == {0, 1}  # Phi-3's <|end|> still ends
+
+
 def test_harmony_is_detected():
     chat = Chat(template("gpt-oss"))
     assert (chat.call_format, chat.think_markers, chat.tool_call_markers) == (HARMONY, None, None)
