@@ -122,6 +122,23 @@ def test_a_call_may_end_thinking_unclosed():
     assert calls_of(reply) == [openai_call("get_weather", {"city": "Paris"})]
 
 
+def test_qwen3_coder_call_without_its_tool_call_tag():
+    """Qwen3-Coder sometimes leaves out <tool_call>: llama.cpp takes "<function=NAME>" of a
+    tool it was given as the start of a call (but not on a thinking model's template)."""
+    call = "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>"
+    for tail in ("", "\n</tool_call>"):
+        text = "Checking.\n" + call + tail + "\nDone."
+        content, _, tools = split_everywhere(lambda: ReplyParser(
+            ["<|im_end|>"], tool=("<tool_call>", "</tool_call>"), json_tools=True,
+            bare_calls=["<function=get_weather>"]), text)
+        assert (content, tools) == ("Checking.\nDone.", [call])
+    s, _ = qwen_session("qwen3-coder", [call], tools=[WEATHER])
+    assert calls_of(s.send("Weather?")) == [openai_call("get_weather", {"city": "Paris"})]
+    s, _ = qwen_session("qwen3.5", ["<think>\n\n</think>\n\n" + call], tools=[WEATHER])
+    reply = s.send("Weather?")
+    assert (reply.text, reply.tool_calls) == (call, [])
+
+
 @pytest.mark.parametrize("bad", [
     "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",       # cut off by max_tokens
     "<tool_call>\n<function=get_weather>\nParis\n</function>\n</tool_call>",   # no parameter tags
@@ -318,11 +335,13 @@ def test_harmony_calls_of_one_message_are_rendered_one_per_message():
     assert not chat.renders_parallel_tool_calls
     calls = [{"id": f"c{i}", "type": "function", "function": {"name": "get_weather", "arguments": {"city": c}}}
              for i, c in enumerate(("Paris", "Rome"))]
-    history = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": calls},
+    history = [{"role": "user", "content": "Weather?"},
+               {"role": "assistant", "content": "", "reasoning_content": "Both.", "tool_calls": calls},
                {"role": "tool", "tool_call_id": "c0", "content": "sun"},
                {"role": "tool", "tool_call_id": "c1", "content": "rain"}]
-    one_by_one = [history[0], dict(history[1], tool_calls=calls[:1]), history[2],
-                  dict(history[1], tool_calls=calls[1:]), history[3]]
+    # the reasoning once, before the first call, in the template's "thinking" field
+    one_by_one = [history[0], {"role": "assistant", "content": "", "thinking": "Both.", "tool_calls": calls[:1]},
+                  history[2], {"role": "assistant", "content": "", "tool_calls": calls[1:]}, history[3]]
     assert chat.render(history, True, [WEATHER]) == hf_render(template("gpt-oss"), one_by_one, True, tools=[WEATHER])
 
 
@@ -426,23 +445,32 @@ ADD = {"type": "function", "function": {"name": "add", "description": "Add two n
     "required": ["a", "b"], "additionalProperties": False}}}
 
 
-@pytest.mark.parametrize("name", ["qwen3.5", "qwen3-coder", "gpt-oss", "ministral-3-reasoning"])
-def test_forced_call_is_written_in_the_templates_format(name):
-    """tool_choice="required" (one tool) and a named tool: the grammar makes even an
-    untrained model write the call in the format, which comes back as a call whose
-    arguments the tool's schema validates (jsonschema)."""
-    jsonschema = pytest.importorskip("jsonschema")
+@pytest.fixture(scope="module")
+def smollm2():
     pytest.importorskip("llguidance")
     from _tok_models import load_installed
 
     with load_installed("smollm2") as m:
-        for tools, choice in (([ADD], "required"), ([WEATHER, ADD], {"type": "function", "function": {"name": "add"}})):
-            s = ChatSession(m, tools=tools, temperature=0)
-            s.chat = Chat(template(name), eos_token=m.chat.eos_token)
-            reply = s.send("What is 2 plus 3?", tool_choice=choice, max_tokens=60)
-            assert (reply.finish_reason, reply.tool_call_errors, [c.name for c in reply.tool_calls]) == \
-                ("tool_calls", [], ["add"])
-            jsonschema.validate(reply.tool_calls[0].arguments, ADD["function"]["parameters"])
+        yield m
+
+
+NAMED_ADD = {"type": "function", "function": {"name": "add"}}
+
+
+@pytest.mark.parametrize("name, tools, choice", [
+    ("qwen3.5", [ADD], "required"), ("qwen3.5", [WEATHER, ADD], NAMED_ADD), ("qwen3-coder", [WEATHER, ADD], NAMED_ADD),
+    ("gpt-oss", [WEATHER, ADD], NAMED_ADD), ("ministral-3-reasoning", [ADD], "required")])
+def test_forced_call_is_written_in_the_templates_format(smollm2, name, tools, choice):
+    """tool_choice="required" or a named tool: the grammar makes even an untrained model
+    write the call in the template's format, which comes back as a call whose arguments
+    the tool's schema validates (jsonschema)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    s = ChatSession(smollm2, tools=tools, temperature=0)
+    s.chat = Chat(template(name), eos_token=smollm2.chat.eos_token)
+    reply = s.send("What is 2 plus 3?", tool_choice=choice, max_tokens=60)
+    assert (reply.finish_reason, reply.tool_call_errors, [c.name for c in reply.tool_calls]) == \
+        ("tool_calls", [], ["add"])
+    jsonschema.validate(reply.tool_calls[0].arguments, ADD["function"]["parameters"])
 
 
 # ---- through `infer serve`, read by the official openai client ------------------------------------

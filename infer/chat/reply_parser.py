@@ -10,7 +10,9 @@ from typing import Any, Optional, Sequence
 
 from ..generate import _held_back
 
-CONTENT, THINK, TOOL, JSON = "content", "think", "tool", "json"
+CONTENT, THINK, TOOL, JSON, BARE, BARE_END = "content", "think", "tool", "json", "bare", "bare_end"
+#: where a call opened by "<function=NAME>" alone ends
+BARE_CALL_END = "</function>"
 
 
 # Llama 3.1 may open a tool call with this token (then JSON, or a built-in tool's call).
@@ -148,8 +150,12 @@ class ReplyParser:
 
     def __init__(self, stops: Sequence[str] = (), think: Optional[tuple[str, str]] = None,
                  tool: Optional[tuple[str, str]] = None, json_tools: bool = False,
-                 in_thinking: bool = False, tool_ends_thinking: bool = False) -> None:
+                 in_thinking: bool = False, tool_ends_thinking: bool = False,
+                 bare_calls: Sequence[str] = ()) -> None:
         self.stops = [s for s in stops if s]
+        # Qwen3-Coder sometimes leaves out <tool_call>: "<function=NAME>" of a tool it was
+        # given opens a call too, which ends at </function> (llama.cpp's rule)
+        self.bare_calls = [b for b in bare_calls if b] if tool else []
         # Qwen3.5 may open a call without closing its thinking (llama.cpp ends it there too)
         self.tool_ends_thinking = bool(tool_ends_thinking and tool and think)
         self.think = think
@@ -173,6 +179,7 @@ class ReplyParser:
             markers.append(self.think[0])
         if self.tool:
             markers.append(self.tool[0])
+            markers.extend(self.bare_calls)
         elif self.json_tools:
             markers.extend(MIDWAY_PREFIXES)
         return markers
@@ -212,6 +219,9 @@ class ReplyParser:
                     self.state = THINK
                 elif self.tool and marker == self.tool[0]:
                     self.state = TOOL
+                elif marker in self.bare_calls:
+                    self.buf = marker + self.buf
+                    self.state = BARE
                 elif self.json_tools and not self.tool and marker in MIDWAY_PREFIXES:
                     self.buf = marker + self.buf  # the calls, read whole at the end
                     self.state = JSON
@@ -240,6 +250,20 @@ class ReplyParser:
                 self._emit_thought(out, self.buf[:at].rstrip("\n"))
                 self.buf = self.buf[at + len(close):]
                 self.state, self._drop_space = CONTENT, True
+            elif self.state == BARE:
+                at = self.buf.find(BARE_CALL_END)
+                if at < 0:
+                    break
+                self._add_tool_text(self.buf[:at + len(BARE_CALL_END)].strip())
+                self.buf = self.buf[at + len(BARE_CALL_END):]
+                self.state = BARE_END
+            elif self.state == BARE_END:  # a </tool_call> may close the call still
+                head = self.buf.lstrip()
+                if self._tool_close.startswith(head):
+                    break
+                if head.startswith(self._tool_close):
+                    self.buf = head[len(self._tool_close):]
+                self.state, self._drop_space = CONTENT, True
             elif self.state == TOOL:
                 at = self.buf.find(self._tool_close)
                 if at < 0:
@@ -264,8 +288,10 @@ class ReplyParser:
             self._emit(out, CONTENT, buf.lstrip() if self._drop_space else buf)
         elif self.state == THINK:
             self._emit_thought(out, buf.rstrip("\n"))
-        elif self.state == TOOL:
+        elif self.state in (TOOL, BARE):
             self._add_tool_text(buf.strip())
+        elif self.state == BARE_END and not self._tool_close.startswith(buf.strip()):
+            self._emit(out, CONTENT, buf.lstrip())
         else:
             calls = json_tool_calls(buf)
             if calls is None:

@@ -408,7 +408,9 @@ class ChatSession:
         parser: Union[ReplyParser, HarmonyParser] = HarmonyParser(stop_texts) if chat.call_format == HARMONY else \
             ReplyParser(stop_texts, think=chat.think_markers, tool=chat.tool_call_markers,
                         json_tools=bool(self.tools), in_thinking=in_thinking,
-                        tool_ends_thinking=chat.call_format == QWEN3_CODER)
+                        tool_ends_thinking=chat.call_format == QWEN3_CODER,
+                        bare_calls=[f"<function={function_of(t)['name']}>" for t in self.tools or ()
+                                    if chat.call_format == QWEN3_CODER and "<think>" not in chat.source])
         decoder = self.tokenizer.stream_decoder()
         generated = 0
         finish = "length"

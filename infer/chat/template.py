@@ -604,7 +604,10 @@ def _one_call_per_message(messages: list[Message]) -> list[Message]:
                 mine.append(unmatched.pop(0))
         for n, (call, mine) in enumerate(zip(calls, by_call)):
             later = None if message["content"] is None else ""
-            out.append(dict(message, content=message["content"] if n == 0 else later, tool_calls=[call]))
+            first = dict(message, content=message["content"] if n == 0 else later, tool_calls=[call])
+            if n:  # the reasoning was written once, before the first call
+                first = {k: v for k, v in first.items() if k not in ("reasoning_content", "thinking")}
+            out.append(first)
             out.extend(mine)
         out.extend(unmatched)
     return out
