@@ -104,6 +104,14 @@ def test_qwen35_thinking_two_typed_calls_results_and_answer():
     assert "I need both." not in tok.decode(s.context.tokens)
 
 
+def test_qwen35_enable_thinking_false():
+    s, tok = qwen_session("qwen3.5", ["<think>\n\n</think>\n\nHello world", "Paris"],
+                          template_kwargs={"enable_thinking": False})
+    reply = s.send("hi")
+    assert (reply.thinking, reply.text, reply.finish_reason) == ("", "Hello world", "stop")
+    cache_is_rendered_history(s, tok, "qwen3.5", enable_thinking=False)
+
+
 @pytest.mark.parametrize("name", ["qwen3-coder", "nemotron-3-nano"])
 def test_other_xml_templates_read_calls_and_render_them_back(name):
     think = "<think>\nok\n</think>\n" if XML_FAMILIES[name] else ""
@@ -375,6 +383,10 @@ def test_ministral_thinking_and_calls():
     assert (reply.thinking, reply.text, reply.finish_reason) == ("Two cities.", "", "tool_calls")
     assert calls_of(reply) == [openai_call("get_weather", {"city": "Paris"}),
                                openai_call("forecast", {"city": "Rome", "days": 2})]
+    # the thinking is dropped (the template shows what history gives it): the cache holds the calls
+    cache = hf_render(template("ministral-3-reasoning"), _as_hf(s.history), False, tools=s.tools, bos_token="<s>",
+                      eos_token="</s>")
+    assert s.context.tokens == tok.encode(cache, add_special=False, parse_special=True)
     for call in reply.tool_calls:
         s.add_tool_result(call.id, "sun")
     text = hf_render(template("ministral-3-reasoning"), _as_hf(s.history), False, tools=s.tools, bos_token="<s>",
@@ -471,6 +483,32 @@ def test_forced_call_is_written_in_the_templates_format(smollm2, name, tools, ch
     assert (reply.finish_reason, reply.tool_call_errors, [c.name for c in reply.tool_calls]) == \
         ("tool_calls", [], ["add"])
     jsonschema.validate(reply.tool_calls[0].arguments, ADD["function"]["parameters"])
+
+
+def test_harmony_response_format_answers_on_the_final_channel(smollm2):
+    jsonschema = pytest.importorskip("jsonschema")
+    person = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}},
+              "required": ["name"], "additionalProperties": False}
+    s = ChatSession(smollm2, temperature=0)
+    s.chat = Chat(template("gpt-oss"), eos_token=smollm2.chat.eos_token)
+    reply = s.send("A person?", response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": person}},
+                   max_tokens=40)
+    jsonschema.validate(json.loads(reply.text), person)
+    assert smollm2.tokenizer.decode(s.context.tokens).endswith(
+        "<|start|>assistant<|channel|>final<|message|>" + reply.text + "<|end|>")
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call():
+    tok = ScriptedTokenizer(specials=QWEN, words=("Hello", " world", "Paris"), eos="<|im_end|>", end_of_turn=())
+    model = scripted_model(["<think>\nhm\n</think>\n\n" + TWO_CALLS], template=template("qwen3.5"), tokenizer=tok,
+                           max_seq_len=8192)
+    out = model.create_chat_completion([{"role": "user", "content": "Weather?"}], tools=[FORECAST, WEATHER],
+                                       parallel_tool_calls=False, temperature=0)
+    message = out["choices"][0]["message"]
+    assert [{"type": c["type"], "function": {"name": c["function"]["name"],
+                                             "arguments": json.loads(c["function"]["arguments"])}}
+            for c in message["tool_calls"]] == TWO_CALLS_OPENAI[:1]
+    assert message["reasoning_content"] == "hm"
 
 
 # ---- through `infer serve`, read by the official openai client ------------------------------------

@@ -294,7 +294,11 @@ class ChatSession:
             grammar = self._tool_call_grammar(tool_choice, close_thinking)
         elif response_format is not None:
             grammar = grammar_from_response_format(response_format)
-            if grammar is not None and close_thinking and isinstance(grammar.source, Mapping):
+            if grammar is not None and self.chat.call_format == HARMONY and isinstance(grammar.source, Mapping):
+                # gpt-oss answers on its final channel (llama.cpp's response-format rule)
+                grammar = Grammar.lark(f'start: {self._literal("<|channel|>")} "final" {self._literal("<|message|>")} '
+                                       f"answer\nanswer: {lark_json(grammar.source)}")
+            elif grammar is not None and close_thinking and isinstance(grammar.source, Mapping):
                 grammar = Grammar.lark(f'start: {self._literal(close_thinking)} "\\n\\n" answer\n'
                                        f"answer: {lark_json(grammar.source)}")
         if grammar is None:
