@@ -438,11 +438,14 @@ class Chat:
     def renders_parallel_tool_calls(self) -> bool:
         """False when the template renders a message with one tool call but refuses one
         with two (Llama 3.1's and 3.2's raise "only supports single tool-calls at once")."""
+        content_none, string_arguments = self.tool_call_shape
+
         def renders(n: int) -> bool:
-            calls = [{"id": f"call{i}3e1f", "type": "function", "function": {"name": f"probe{i}", "arguments": {}}}
+            calls = [{"id": f"call{i}3e1f", "type": "function",
+                      "function": {"name": f"probe{i}", "arguments": "{}" if string_arguments else {}}}
                      for i in range(n)]
             text = self._renders([{"role": "user", "content": _PROBE_USER},
-                                  {"role": "assistant", "content": "", "tool_calls": calls}])
+                                  {"role": "assistant", "content": None if content_none else "", "tool_calls": calls}])
             # gpt-oss's renders the first call only, without complaint
             return text is not None and f"probe{n - 1}" in text
         return not self.renders_tool_calls or renders(2) or not renders(1)
