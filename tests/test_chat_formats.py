@@ -112,6 +112,22 @@ def test_qwen35_enable_thinking_false():
     cache_is_rendered_history(s, tok, "qwen3.5", enable_thinking=False)
 
 
+def test_continuing_an_answer_closes_the_thinking_the_prompt_opened():
+    """A last assistant message is an answer to continue (llama-server's prefill): after
+    Qwen3.5's "<think>\n" the prompt closes the block first, as llama.cpp writes it, or
+    the model would read the answer as its thinking."""
+    s, tok = qwen_session("qwen3.5", ["<think>\n\n</think>\n\nHello world"])
+    s.history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"}]
+    reply = s.send()
+    assert (reply.thinking, reply.text) == ("", " world")
+    assert s.history[-1] == {"role": "assistant", "content": "Hello world"}
+    s, tok = harmony_session(["<|channel|>final<|message|>Hello world"])
+    s.history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"}]
+    reply = s.send()
+    assert (reply.thinking, reply.text) == ("", " world")
+    assert s.history[-1] == {"role": "assistant", "content": "Hello world"}
+
+
 @pytest.mark.parametrize("name", ["qwen3-coder", "nemotron-3-nano"])
 def test_other_xml_templates_read_calls_and_render_them_back(name):
     think = "<think>\nok\n</think>\n" if XML_FAMILIES[name] else ""

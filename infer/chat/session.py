@@ -220,7 +220,9 @@ class ChatSession:
         room = self._reserve + (min(max_tokens or self.context.n_ctx, self.context.n_ctx // 4)
                                 if self.trim_history else 0)
         while True:
-            prompt_text = self.chat.render(messages, True, self.tools, **self.template_kwargs) + (continued or "")
+            prompt_text = self.chat.render(messages, True, self.tools, **self.template_kwargs)
+            if continued is not None:
+                prompt_text += self._answer_opening(prompt_text) + continued
             prompt = self._encode(prompt_text)
             if self.trim_history and self.n_keep is not None:
                 prompt = self._shifted(prompt, messages, room)
@@ -266,6 +268,17 @@ class ChatSession:
         self._streaming = None
         if turn is not None and inspect.getgeneratorstate(turn) == inspect.GEN_SUSPENDED:
             turn.close()
+
+    def _answer_opening(self, prompt_text: str) -> str:
+        """What comes between a generation prompt and the answer text a turn continues, as
+        llama.cpp writes it: the close of a thinking block the prompt opened (Qwen3.5's,
+        DeepSeek-R1's), or gpt-oss's final-channel header; else nothing."""
+        if self.chat.call_format == HARMONY:
+            return "<|channel|>final<|message|>"
+        think = self.chat.think_markers
+        if think and prompt_text.rstrip().endswith(think[0]):
+            return "\n" + think[1] + "\n\n"  # "<think>\n" + no thought + "\n</think>\n\n"
+        return ""
 
     def _continued_text(self) -> Optional[str]:
         """The text of a last assistant message that a turn continues, or None."""
