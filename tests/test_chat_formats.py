@@ -439,6 +439,15 @@ def test_ministral_malformed_call_is_a_tool_call_error():
     assert (reply.text, reply.tool_calls, len(reply.tool_call_errors)) == ("", [], 1)
 
 
+@pytest.mark.parametrize("name, kept", [
+    ("qwen3", True), ("qwen3.5", True), ("nemotron-3-nano", True), ("gpt-oss", True),
+    ("qwen3-coder", False), ("ministral-3-reasoning", False), ("qwen2.5", False)])
+def test_which_templates_keep_a_tool_calling_turns_reasoning(name, kept):
+    """Read off each template: it shows an assistant message's reasoning_content (gpt-oss's:
+    its thinking) when the message has tool calls and follows the last user message."""
+    assert Chat(template(name), eos_token="<|im_end|>").renders_tool_call_reasoning is kept
+
+
 # ---- rendering against jinja2 ---------------------------------------------------------------------
 CALL = {"id": "call_0", "type": "function", "function": {"name": "forecast",
                                                          "arguments": {"city": "Paris", "days": 2, "metric": True}}}
