@@ -218,6 +218,14 @@ def test_xml_reply_streams_the_same_at_every_split():
     assert (content, thinking, len(tools)) == ("Let me look.\n\n", "plan", 2)
 
 
+def test_unclosed_thinking_before_a_call_streams_the_same_at_every_split():
+    text = "plan\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+    content, thinking, tools = split_everywhere(lambda: ReplyParser(
+        ["<|im_end|>"], think=("<think>", "</think>"), tool=("<tool_call>", "</tool_call>"), json_tools=True,
+        in_thinking=True, tool_ends_thinking=True), text)
+    assert (content, thinking, len(tools)) == ("", "plan", 1)
+
+
 def test_session_stream_deltas_join_to_the_reply():
     s, _ = qwen_session("qwen3.5", ["<think>\nplan\n</think>\n\nLet me look.\n\n" + TWO_CALLS],
                         tools=[FORECAST, WEATHER])
@@ -337,11 +345,12 @@ def test_harmony_call_result_and_answer():
     ("<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather"
      " <|constrain|>json<|message|>{}", ("Checking.", "", ["get_weather"])),
     ("Just text, no channels.", ("Just text, no channels.", "", [])),   # not the format: content
+    ("<|channel|>final<|message|>Sunny. STOP here", ("Sunny. ", "", [])),  # a stop string ends the answer
     ("<|channel|>final<|mess", ("", "", [])),                            # cut off in a header
     ("<|channel|>analysis<|message|>hmm", ("", "hmm", [])),              # cut off while thinking
-], ids=["call", "answer", "recipient-in-role", "preamble", "no-channels", "cut-header", "cut-thinking"])
+], ids=["call", "answer", "recipient-in-role", "preamble", "no-channels", "stop", "cut-header", "cut-thinking"])
 def test_harmony_reply_streams_the_same_at_every_split(text, want):
-    content, thinking, tools = split_everywhere(lambda: HarmonyParser(["<|return|>"]), text)
+    content, thinking, tools = split_everywhere(lambda: HarmonyParser(["<|return|>", "STOP"]), text)
     assert (content, thinking, [json.loads(t)["name"] for t in tools]) == want
 
 
