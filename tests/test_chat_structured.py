@@ -118,6 +118,19 @@ def test_tool_choice_required_and_named(model):
     jsonschema.validate(r.tool_calls[0].arguments, ADD)
 
 
+def test_forced_call_of_a_tool_without_parameters_has_no_arguments(model):
+    """OpenAI: "Omitting parameters defines a function with an empty parameter list",
+    so a forced call of such a tool writes ``{}`` (before, any object was allowed, and
+    SmolLM2 wrote ``{"city": "Paris"}`` for a tool that takes nothing)."""
+    tools = TOOLS + [{"type": "function", "function": {"name": "current_time", "description": "The time now"}}]
+    s = ChatSession(model, tools=tools, temperature=0.8, seed=3)
+    r = s.send("What is the weather in Paris?", tool_choice={"type": "function", "function": {"name": "current_time"}},
+               max_tokens=40)
+    assert r.finish_reason == "tool_calls" and [c.name for c in r.tool_calls] == ["current_time"]
+    assert r.tool_calls[0].arguments == {}
+    jsonschema.validate(r.tool_calls[0].arguments, {"type": "object", "maxProperties": 0})
+
+
 def test_tool_call_between_template_markers():
     """A template with <tool_call> markers: the forced call is written between them."""
     with load_installed("smollm2") as m:

@@ -27,6 +27,19 @@ from .template import HARMONY, HARMONY_TOKENS, MINISTRAL, QWEN3_CODER, Chat, che
 #: of turn (a base model, say) stops here rather than when a long context is full
 DEFAULT_MAX_TOKENS = 1024
 
+#: the arguments of a tool that gives no ``parameters``: OpenAI reads an omitted
+#: ``parameters`` as an empty parameter list, so a forced call of it writes ``{}``
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def parameters_of(tool: Message) -> Any:
+    """The JSON Schema of a tool's arguments, as a forced call is constrained to it."""
+    params = tool.get("parameters")
+    if params is None:
+        return NO_PARAMETERS
+    return params or {"type": "object"}
+
+
 class ChatSession:
     """A multi-turn conversation over one Context.
 
@@ -349,7 +362,7 @@ class ChatSession:
             return Grammar.lark(f"start: {think}{self._format_call_grammar(tools)}")
         calls = [{"type": "object", "properties": {
             "name": {"const": t["name"]},
-            "arguments": t.get("parameters") or {"type": "object"}},
+            "arguments": parameters_of(t)},
             "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
         schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
         markers = self.chat.tool_call_markers
@@ -370,7 +383,7 @@ class ChatSession:
 
         rules = []
         for i, tool in enumerate(tools):
-            params = tool.get("parameters") or {"type": "object"}
+            params = parameters_of(tool)
             name = json.dumps(tool["name"])
             if self.chat.call_format == HARMONY:
                 rules.append(f"tool{i}: {name} \" \" {self._literal('<|constrain|>')} \"json\" "
