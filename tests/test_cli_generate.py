@@ -78,10 +78,15 @@ def test_generate_seeded_sampling_is_reproducible():
     (("generate", "hello " * 9000), "exceeds the context of 8192 tokens"),
     (("generate", "hello " * 40, "--ctx-size", "16"), "exceeds the context of 16 tokens"),
     (("generate", "x", "--ctx-size", "-1"), "--ctx-size"),
+    # the sampler's own checks, named by the flag and before the model loads
+    (("generate", "x", "--top-p", "2"), "--top-p: must be in [0.0, 1.0], got 2.0"),
+    (("generate", "x", "--temp", "nan"), "--temp: must not be NaN"),
+    (("generate", "x", "--repeat-penalty", "0"), "--repeat-penalty: must be in (0.0, inf), got 0.0"),
 ])
 def test_generate_errors_are_one_line(args, message):
     out = run_cli(*args)
-    assert out.returncode == 1
+    failed_run = message == "nonexistent" or "exceeds the context" in message  # else a bad flag value: 2
+    assert out.returncode == (1 if failed_run else 2)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("infer: error:") and message in lines[0]
 

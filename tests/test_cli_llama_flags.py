@@ -48,7 +48,7 @@ def test_prompt_seed_and_n_predict_as_llama_cli_spells_them(model):
     assert out.returncode == 0, out.stderr
     assert out.stdout == want
     both = run_cli("generate", "x", "-p", PROMPT)
-    assert both.returncode == 1 and "not both" in both.stderr
+    assert both.returncode == 2 and "not both" in both.stderr
 
 
 def test_json_schema_inline_or_from_a_file(model, tmp_path):
@@ -75,7 +75,7 @@ def test_grammar_inline_or_from_a_file(tmp_path):
     missing = run_cli("generate", "-p", "x", "--grammar-file", str(tmp_path / "nope.gbnf"))
     assert missing.returncode == 1 and "--grammar-file: cannot read" in missing.stderr
     two = run_cli("generate", "-p", "x", "--grammar", GBNF, "-j", json.dumps(SCHEMA))
-    assert two.returncode == 1 and "one or the other" in two.stderr
+    assert two.returncode == 2 and "one or the other" in two.stderr
 
 
 def test_tokenize_takes_p_as_llama_tokenize_does(model):

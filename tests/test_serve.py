@@ -621,7 +621,7 @@ def test_cors_is_off_by_default_and_on_when_asked():
 def test_cli_rejects_bad_options():
     out = subprocess.run([sys.executable, "-m", "infer", "serve", "--parallel", "0"], cwd=IMPORT_ROOT,
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 1 and "--parallel: must be >= 1" in out.stderr
+    assert out.returncode == 2 and "--parallel: must be >= 1" in out.stderr
 
 
 def test_malformed_bodies():

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import CLIError, add_gpu_layers_arg, add_model_arg, load_model, resolve_model
+from .common import UsageError, add_gpu_layers_arg, add_model_arg, load_model, resolve_model
 
 
 def _mean_sd(xs: list[float]) -> tuple[float, float]:
@@ -76,9 +76,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .. import kernels
 
     if min(args.n_prompt) < 0 or min(args.n_gen) < 0 or args.repetitions < 1:
-        raise CLIError("-p/-g must be >= 0 and -r >= 1")
+        raise UsageError("-p/-g must be >= 0 and -r >= 1")
     if args.threads is not None and min(args.threads) < 1:
-        raise CLIError(f"--threads: must be >= 1, got {min(args.threads)}")
+        raise UsageError(f"--threads: must be >= 1, got {min(args.threads)}")
     thread_counts = args.threads
     # one model for every thread count, loaded with the first
     with load_model(argparse.Namespace(**{**vars(args), "threads": thread_counts and thread_counts[0]})) as model:

@@ -5,8 +5,8 @@ import argparse
 import sys
 from typing import Any, Iterator, TextIO
 
-from .common import (CLIError, add_model_args, add_sampling_args, add_template_args, ctx_size, load_model, max_tokens,
-                     sampling, utf8_text, with_context_size)
+from .common import (CLIError, UsageError, add_model_args, add_sampling_args, add_template_args, ctx_size, load_model,
+                     max_tokens, sampling, utf8_text, with_context_size)
 
 
 _CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new system prompt, and reset),
@@ -111,7 +111,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     limit = max_tokens(args, least=1)
     if args.keep is not None and args.keep < -1:
-        raise CLIError(f"--keep: must be >= 0, or -1 for the system prompt, got {args.keep}")
+        raise UsageError(f"--keep: must be >= 0, or -1 for the system prompt, got {args.keep}")
     params = sampling(args)
     out = sys.stdout
     interactive = sys.stdin.isatty()

@@ -12,6 +12,11 @@ class CLIError(Exception):
     """An error to show the user as one line (exit status 1)."""
 
 
+class UsageError(CLIError):
+    """A bad flag value or combination, found before any work: one line and exit
+    status 2, as argparse gives for an unknown flag or a value of the wrong type."""
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's help ends with its default, unless the help already says it
     (a None default needs words: "default: physical cores"); flags need none."""
@@ -159,7 +164,7 @@ def load_model(args: argparse.Namespace) -> Any:
     if args.threads == -1:  # llama.cpp's default: as many as the machine has
         args.threads = None
     if args.threads is not None and args.threads < 1:
-        raise CLIError(f"--threads: must be >= 1, or -1 for the default, got {args.threads}")
+        raise UsageError(f"--threads: must be >= 1, or -1 for the default, got {args.threads}")
     if getattr(args, "n_gpu_layers", None) not in (None, "0"):
         warn("infer runs on the CPU: --n-gpu-layers is ignored")  # as a CPU-only llama.cpp build says
     path = resolve_model(args.model)
@@ -180,7 +185,7 @@ def read_chat_template(args: argparse.Namespace) -> Optional[str]:
     given = getattr(args, "chat_template", None)
     name = getattr(args, "chat_template_file", None)
     if given is not None and name is not None:
-        raise CLIError("--chat-template and --chat-template-file: one or the other")
+        raise UsageError("--chat-template and --chat-template-file: one or the other")
     if given is not None:
         from ..chat import FALLBACK_TEMPLATES  # imports jinja2: only when a template is given
 
@@ -189,7 +194,7 @@ def read_chat_template(args: argparse.Namespace) -> Optional[str]:
         # llama.cpp takes any other value as the template itself; a bare word is a
         # misspelt name far more often than a template that prints one constant.
         if "{{" not in given and "{%" not in given:
-            raise CLIError(f"--chat-template: {given!r} is neither a built-in template ("
+            raise UsageError(f"--chat-template: {given!r} is neither a built-in template ("
                            + ", ".join(FALLBACK_TEMPLATES) + ") nor a jinja2 template")
         return str(given)
     if name is None:
@@ -229,7 +234,7 @@ def read_stdin() -> str:
 
 def ctx_size(args: argparse.Namespace) -> Optional[int]:
     if args.ctx_size is not None and args.ctx_size < 0:
-        raise CLIError(f"--ctx-size: must be >= 0, got {args.ctx_size}")
+        raise UsageError(f"--ctx-size: must be >= 0, got {args.ctx_size}")
     return args.ctx_size or None
 
 
@@ -239,7 +244,7 @@ def max_tokens(args: argparse.Namespace, least: int = 0) -> Optional[int]:
     if args.max_tokens == -1:
         return None
     if args.max_tokens < least:
-        raise CLIError(f"--max-tokens: must be >= {least}, or -1 for no limit, got {args.max_tokens}")
+        raise UsageError(f"--max-tokens: must be >= {least}, or -1 for no limit, got {args.max_tokens}")
     return int(args.max_tokens)
 
 
@@ -267,16 +272,33 @@ def sampling(args: argparse.Namespace) -> dict[str, Any]:
     """The sampler's options; a repeat_last_n of -1 (llama.cpp: the context size) is
     left for `with_context_size` to resolve once the context size is known."""
     if args.seed < -1:
-        raise CLIError(f"--seed: must be >= 0, or -1 for a random seed, got {args.seed}")
+        raise UsageError(f"--seed: must be >= 0, or -1 for a random seed, got {args.seed}")
     if args.repeat_last_n < -1:
-        raise CLIError(f"--repeat-last-n: must be >= 0, or -1 for the whole context, got {args.repeat_last_n}")
+        raise UsageError(f"--repeat-last-n: must be >= 0, or -1 for the whole context, got {args.repeat_last_n}")
     params = dict(temperature=max(args.temp, 0.0), top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                   repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
                   seed=None if args.seed == -1 else args.seed)
     for name in ("presence_penalty", "frequency_penalty"):  # given only when used: 0 is the sampler's default
         if getattr(args, name, 0.0):
             params[name] = getattr(args, name)
+    _check_sampling(params)
     return params
+
+
+#: the flag of each sampler option whose name differs from it
+_SAMPLER_FLAGS = {"temperature": "--temp"}
+
+
+def _check_sampling(params: dict[str, Any]) -> None:
+    """UsageError, naming the flag, for a value the Sampler refuses (--top-p 2), before
+    the model loads rather than as a failure once it has."""
+    from ..sampler import Sampler
+
+    try:
+        Sampler(**dict(params, repeat_last_n=max(params["repeat_last_n"], 0), seed=0))
+    except (TypeError, ValueError) as exc:
+        name, _, reason = str(exc).partition(": ")
+        raise UsageError(f"{_SAMPLER_FLAGS.get(name, '--' + name.replace('_', '-'))}: {reason}") from None
 
 
 def with_context_size(params: dict[str, Any], n_ctx: int) -> dict[str, Any]:

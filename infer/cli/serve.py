@@ -8,7 +8,7 @@ import socket
 import sys
 from typing import Any
 
-from .common import CLIError, add_model_args, add_template_args, load_model, read_chat_template
+from .common import CLIError, UsageError, add_model_args, add_template_args, load_model, read_chat_template
 
 _INSTALL_HINT = 'pip install "infer-llm[serve]"'
 
@@ -16,13 +16,13 @@ _INSTALL_HINT = 'pip install "infer-llm[serve]"'
 def _check(args: argparse.Namespace) -> None:
     for name in ("parallel", "replicas", "prefill_chunk"):
         if getattr(args, name) < 1:
-            raise CLIError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
+            raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
     if args.max_queue < 0:
-        raise CLIError(f"--max-queue: must be >= 0, got {args.max_queue}")
+        raise UsageError(f"--max-queue: must be >= 0, got {args.max_queue}")
     if args.ctx_size is not None and args.ctx_size < 0:
-        raise CLIError(f"--ctx-size: must be >= 0, got {args.ctx_size}")
+        raise UsageError(f"--ctx-size: must be >= 0, got {args.ctx_size}")
     if not 0 <= args.port <= 65535:
-        raise CLIError(f"--port: must be in [0, 65535], got {args.port}")
+        raise UsageError(f"--port: must be in [0, 65535], got {args.port}")
 
 
 def app_options(args: argparse.Namespace) -> dict[str, Any]:
