@@ -364,6 +364,11 @@ def test_quantize_takes_llama_quantizes_spelling(capsys, tmp_path):
     assert code == 2 and "two types given" in err
     code, _, err = run(capsys, "quantize", str(src), str(tmp_path / "x.gguf"))
     assert code == 2 and "usage" in err
+    # llama-quantize's order after --model: a misspelt type is named as such (it was taken for a second input)
+    code, _, err = run(capsys, "quantize", "--model", str(src), str(tmp_path / "x.gguf"), "Q9_K")
+    assert code == 2 and "unknown type 'q9_k'" in err
+    code, _, err = run(capsys, "quantize", "--model", str(src), str(tmp_path / "x.gguf"), str(tmp_path / "y.gguf"))
+    assert code == 2 and "not both" in err
 
 
 # ---- quantize: the default model to every type --------------------------------------------------

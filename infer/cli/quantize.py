@@ -15,7 +15,10 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     from ..quant_mixtures import RECIPES
 
     if args.model is not None:  # `quantize --model NAME OUTPUT [TYPE]`: the first positional is the output
-        if args.ftype is None and args.output is not None and args.output.lower() in RECIPES:
+        # `--model NAME OUTPUT TYPE`: a second word that is not a .gguf path is the type,
+        # checked below (a misspelt type was reported as a second input)
+        if args.ftype is None and args.output is not None and (
+                args.output.lower() in RECIPES or not args.output.lower().endswith(".gguf")):
             args.output, args.ftype = None, args.output
         if args.output is not None:
             raise UsageError("give the input either as INPUT or with --model, not both")
