@@ -51,6 +51,29 @@ def test_prompt_seed_and_n_predict_as_llama_cli_spells_them(model):
     assert both.returncode == 2 and "not both" in both.stderr
 
 
+def test_flash_attention_and_batch_sizes_are_accepted_and_ignored(model):
+    """llama.cpp's `-fa on -b 2048 -ub 512` (common/arg.cpp) were refused as unknown;
+    they change its speed, not its text, so the reply is the API's greedy one."""
+    want = "".join(infer.generate(model, PROMPT, max_tokens=6, temperature=0)) + "\n"
+    out = run_cli("generate", "-p", PROMPT, "--temp", "0", "-n", "6", "-fa", "on", "-b", "2048", "-ub", "512")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == want
+    assert "infer: warning: --flash-attn, --batch-size, --ubatch-size: ignored" in out.stderr
+    bad = run_cli("generate", "-p", PROMPT, "-fa", "maybe")  # llama.cpp: "unknown value for --flash-attn"
+    assert bad.returncode == 2 and "--flash-attn/-fa: invalid choice: 'maybe'" in bad.stderr
+
+
+def test_serve_takes_llama_servers_always_on_flags():
+    """`llama-server -a NAME --metrics --embeddings -cb -fa on` parses; the alias is
+    the model id, the rest are what infer serve always does."""
+    from infer.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "-a", "my-model", "--metrics", "--embeddings", "-cb", "-fa", "on",
+                                      "-b", "512"])
+    assert args.alias == "my-model" and args.metrics and args.embedding and args.cont_batching
+    assert args.flash_attn == "on" and args.batch_size == 512
+
+
 def test_json_schema_inline_or_from_a_file(model, tmp_path):
     from infer.structured import Grammar
 

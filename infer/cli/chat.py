@@ -5,8 +5,8 @@ import argparse
 import sys
 from typing import Any, Iterator, TextIO
 
-from .common import (CLIError, UsageError, add_model_args, add_sampling_args, add_template_args, ctx_size, load_model,
-                     max_tokens, sampling, utf8_text, with_context_size)
+from .common import (CLIError, UsageError, add_llama_tuning_args, add_model_args, add_sampling_args, add_template_args,
+                     ctx_size, load_model, max_tokens, sampling, utf8_text, with_context_size)
 
 
 _CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new system prompt, and reset),
@@ -167,6 +167,7 @@ def register(sub: Any) -> None:
                    help="when the context fills, keep the first N tokens (-1: the system prompt) and drop "
                         "half of the rest, as llama.cpp's --keep does (default: drop the oldest turns)")
     add_model_args(p)
+    add_llama_tuning_args(p)
     add_template_args(p)
     add_sampling_args(p)
     p.set_defaults(func=cmd_chat)

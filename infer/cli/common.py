@@ -117,6 +117,30 @@ def add_gpu_layers_arg(p: argparse.ArgumentParser) -> None:
                    help="accepted for llama.cpp compatibility and ignored: infer runs on the CPU (default: none)")
 
 
+#: the values llama.cpp's -fa takes (common_arg_utils: is_truthy, is_falsey, is_autoy)
+FLASH_ATTN_VALUES = ("on", "enabled", "true", "1", "off", "disabled", "false", "0", "auto", "-1")
+
+
+def add_llama_tuning_args(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's attention and batch-size knobs, which its users type out of habit
+    (`-fa on -b 2048`): accepted so that such a command line runs, and ignored with a
+    warning, as --n-gpu-layers is.  They change speed and memory there, not the text."""
+    p.add_argument("--flash-attn", "-fa", metavar="on|off|auto", default=None, choices=FLASH_ATTN_VALUES,
+                   help="accepted for llama.cpp compatibility and ignored: infer has one attention kernel "
+                        "(default: none)")
+    for flags in (("--batch-size", "-b"), ("--ubatch-size", "-ub")):
+        p.add_argument(*flags, type=int, metavar="N", default=None,
+                       help="accepted for llama.cpp compatibility and ignored: infer sizes its own batches "
+                            "(default: none)")
+
+
+def warn_ignored_tuning(args: argparse.Namespace) -> None:
+    given = [flag for flag, name in (("--flash-attn", "flash_attn"), ("--batch-size", "batch_size"),
+                                     ("--ubatch-size", "ubatch_size")) if getattr(args, name, None) is not None]
+    if given:
+        warn(f"{', '.join(given)}: ignored; infer chooses its own attention kernel and batch sizes")
+
+
 def add_template_args(p: argparse.ArgumentParser) -> None:
     """llama-server's template options: a built-in template's name or a template's
     text, a template file, either replacing the GGUF's; and --jinja, accepted as a
@@ -167,6 +191,8 @@ def load_model(args: argparse.Namespace) -> Any:
         raise UsageError(f"--threads: must be >= 1, or -1 for the default, got {args.threads}")
     if getattr(args, "n_gpu_layers", None) not in (None, "0"):
         warn("infer runs on the CPU: --n-gpu-layers is ignored")  # as a CPU-only llama.cpp build says
+    if "ubatch_size" in args:  # the commands that take add_llama_tuning_args
+        warn_ignored_tuning(args)
     path = resolve_model(args.model)
     template = read_chat_template(args)
     show = sys.stderr.isatty()

@@ -6,8 +6,8 @@ import os
 import sys
 from typing import Any
 
-from .common import (CLIError, UsageError, add_model_args, add_sampling_args, add_template_args, check_ctx_size,
-                     ctx_size, load_model, max_tokens, read_stdin, sampling, with_context_size)
+from .common import (CLIError, UsageError, add_llama_tuning_args, add_model_args, add_sampling_args, add_template_args,
+                     check_ctx_size, ctx_size, load_model, max_tokens, read_stdin, sampling, with_context_size)
 
 
 def read_prompt(args: argparse.Namespace, verbatim: bool = False) -> str:
@@ -203,6 +203,7 @@ def register(sub: Any) -> None:
     p.add_argument("--grammar-file", metavar="FILE", default=None,
                    help="the same, always a file, as llama-cli names it (default: none)")
     add_model_args(p)
+    add_llama_tuning_args(p)
     add_template_args(p)
     add_sampling_args(p)
     p.set_defaults(func=cmd_generate)
