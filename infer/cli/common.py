@@ -152,6 +152,10 @@ def add_template_args(p: argparse.ArgumentParser) -> None:
                         "(chatml, llama3, gemma, gemma4) or the jinja2 template itself (default: the GGUF's own)")
     p.add_argument("--chat-template-file", metavar="FILE", default=None,
                    help="jinja2 chat template to use instead of the model's (default: the GGUF's own)")
+    p.add_argument("--chat-template-kwargs", metavar="JSON", default=None,
+                   help="extra template variables as a JSON object, as llama-server takes them "
+                        "('{\"enable_thinking\": false}'); a request's own chat_template_kwargs win "
+                        "(default: none)")
     p.add_argument("--jinja", action="store_true",
                    help="accepted for llama-server compatibility: templates are always jinja2")
 
@@ -233,6 +237,28 @@ def read_chat_template(args: argparse.Namespace) -> Optional[str]:
     if not text.strip():
         raise CLIError(f"--chat-template-file: {name} is empty")
     return text
+
+
+def chat_template_kwargs(args: argparse.Namespace) -> Optional[dict[str, Any]]:
+    """The object of --chat-template-kwargs (None without it); UsageError if it is not a
+    JSON object or sets a variable the request and the model set (messages, tools, ...)."""
+    import json
+
+    given = getattr(args, "chat_template_kwargs", None)
+    if given is None:
+        return None
+    try:
+        value = json.loads(given)
+    except ValueError as exc:
+        raise UsageError(f"--chat-template-kwargs: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--chat-template-kwargs: expected a JSON object, got {type(value).__name__}")
+    from ..chat.template import TEMPLATE_VARIABLES
+
+    reserved = sorted(set(value) & set(TEMPLATE_VARIABLES))
+    if reserved:
+        raise UsageError(f"--chat-template-kwargs: {reserved[0]!r} is set from the conversation and the model")
+    return value
 
 
 def utf8_text(text: str, what: str) -> str:

@@ -7,7 +7,8 @@ import sys
 from typing import Any
 
 from .common import (CLIError, UsageError, add_llama_tuning_args, add_model_args, add_sampling_args, add_template_args,
-                     check_ctx_size, ctx_size, load_model, max_tokens, read_stdin, sampling, with_context_size)
+                     chat_template_kwargs, check_ctx_size, ctx_size, load_model, max_tokens, read_stdin, sampling,
+                     with_context_size)
 
 
 def read_prompt(args: argparse.Namespace, verbatim: bool = False) -> str:
@@ -100,7 +101,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     limit = max_tokens(args)
     if args.system is not None and not args.chat:
         raise UsageError("--system: only with --chat")
-    for flag, value in (("--chat-template", args.chat_template), ("--chat-template-file", args.chat_template_file)):
+    for flag, value in (("--chat-template", args.chat_template), ("--chat-template-file", args.chat_template_file),
+                        ("--chat-template-kwargs", args.chat_template_kwargs)):
         if value is not None and not args.chat:
             raise UsageError(f"{flag}: only with --chat")
     grammar = _grammar(args)  # a bad schema or grammar fails before the model loads
@@ -108,6 +110,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError("--special: only without --chat (the chat template's markers are always special)")
     prompt = read_prompt(args)
     params = sampling(args)
+    template_kwargs = chat_template_kwargs(args) or {}
     with load_model(args) as model:
         tok = model.tokenizer
         if args.chat:
@@ -117,7 +120,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             messages = ([{"role": "system", "content": args.system}] if args.system else [])
             messages.append({"role": "user", "content": prompt})
             # The template writes BOS and the turn markers itself, as text.
-            ids = tok.encode(chat.render(messages, add_generation_prompt=True),
+            ids = tok.encode(chat.render(messages, add_generation_prompt=True, **template_kwargs),
                              add_special=False, parse_special=True)
         else:
             ids = tok.encode(prompt, add_special=True, parse_special=args.special)

@@ -8,8 +8,8 @@ import socket
 import sys
 from typing import Any
 
-from .common import (CLIError, UsageError, add_llama_tuning_args, add_model_args, add_template_args, load_model,
-                     read_chat_template)
+from .common import (CLIError, UsageError, add_llama_tuning_args, add_model_args, add_template_args,
+                     chat_template_kwargs, load_model, read_chat_template)
 
 _INSTALL_HINT = 'pip install "infer-llm[serve]"'
 
@@ -30,7 +30,7 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
     """create_app's keywords from the command line (the Ray replicas take them too)."""
     return dict(parallel=args.parallel, ctx_size=args.ctx_size, api_key=args.api_key,
                 cors_origins=args.cors or (), max_queue=args.max_queue, prefill_chunk=args.prefill_chunk,
-                model_name=args.alias, slots_endpoint=args.slots)
+                model_name=args.alias, slots_endpoint=args.slots, chat_template_kwargs=chat_template_kwargs(args))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
