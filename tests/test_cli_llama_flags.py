@@ -63,6 +63,40 @@ def test_flash_attention_and_batch_sizes_are_accepted_and_ignored(model):
     assert bad.returncode == 2 and "--flash-attn/-fa: invalid choice: 'maybe'" in bad.stderr
 
 
+THINK_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                  "<|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}"
+                  "<think>\n\n</think>\n\n{% endif %}")
+
+
+def test_reasoning_off_and_chat_template_kwargs_render_as_written_by_hand(tmp_path):
+    """llama.cpp's `--reasoning off` is the template variable enable_thinking=false (Qwen3's
+    empty think block); `--chat-template-kwargs` sets any variable.  The reference is the
+    prompt written out by hand, given raw with --special."""
+    path = tmp_path / "think.jinja"
+    path.write_text(THINK_TEMPLATE, encoding="utf-8")
+    turn = "<|im_start|>user\nHow are you?<|im_end|>\n<|im_start|>assistant\n"
+    common = ("--temp", "0", "-n", "6")
+
+    def by_hand(prompt):
+        out = run_cli("generate", "--special", "--no-escape", "-p", prompt, *common)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    def chat(*flags):
+        out = run_cli("generate", "--chat", "-p", "How are you?", "--chat-template-file", str(path), *common, *flags)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+    off, on = by_hand(turn + "<think>\n\n</think>\n\n"), by_hand(turn)
+    assert off != on
+    assert chat("--reasoning", "off") == chat("--chat-template-kwargs", '{"enable_thinking": false}') == off
+    assert chat("-rea", "on") == chat("--reasoning", "auto") == chat() == on
+    budget = run_cli("generate", "--chat", "-p", "x", "--reasoning-budget", "0")
+    assert budget.returncode == 2 and "--reasoning-budget: only -1 (no budget) is supported" in budget.stderr
+    for bad in ('["x"]', '{"messages": []}', "{"):
+        out = run_cli("generate", "--chat", "-p", "x", "--chat-template-kwargs", bad)
+        assert out.returncode == 2 and "infer: error: --chat-template-kwargs: " in out.stderr, out.stderr
+
+
 def test_serve_takes_llama_servers_always_on_flags():
     """`llama-server -a NAME --metrics --embeddings -cb -fa on` parses; the alias is
     the model id, the rest are what infer serve always does."""

@@ -117,15 +117,15 @@ def add_gpu_layers_arg(p: argparse.ArgumentParser) -> None:
                    help="accepted for llama.cpp compatibility and ignored: infer runs on the CPU (default: none)")
 
 
-#: the values llama.cpp's -fa takes (common_arg_utils: is_truthy, is_falsey, is_autoy)
-FLASH_ATTN_VALUES = ("on", "enabled", "true", "1", "off", "disabled", "false", "0", "auto", "-1")
+#: the values llama.cpp takes for -fa and --reasoning (common_arg_utils: is_truthy, is_falsey, is_autoy)
+ON_OFF_AUTO = ("on", "enabled", "true", "1", "off", "disabled", "false", "0", "auto", "-1")
 
 
 def add_llama_tuning_args(p: argparse.ArgumentParser) -> None:
     """llama.cpp's attention and batch-size knobs, which its users type out of habit
     (`-fa on -b 2048`): accepted so that such a command line runs, and ignored with a
     warning, as --n-gpu-layers is.  They change speed and memory there, not the text."""
-    p.add_argument("--flash-attn", "-fa", metavar="on|off|auto", default=None, choices=FLASH_ATTN_VALUES,
+    p.add_argument("--flash-attn", "-fa", metavar="on|off|auto", default=None, choices=ON_OFF_AUTO,
                    help="accepted for llama.cpp compatibility and ignored: infer has one attention kernel "
                         "(default: none)")
     for flags in (("--batch-size", "-b"), ("--ubatch-size", "-ub")):
@@ -156,6 +156,12 @@ def add_template_args(p: argparse.ArgumentParser) -> None:
                    help="extra template variables as a JSON object, as llama-server takes them "
                         "('{\"enable_thinking\": false}'); a request's own chat_template_kwargs win "
                         "(default: none)")
+    p.add_argument("--reasoning", "-rea", metavar="on|off|auto", default=None, choices=ON_OFF_AUTO,
+                   help="thinking in the chat, as llama.cpp's --reasoning: on or off sets the template's "
+                        "enable_thinking (Qwen3, SmolLM3, ...), auto leaves it to the template (default: auto)")
+    p.add_argument("--reasoning-budget", metavar="N", type=int, default=None,
+                   help="llama.cpp's thinking budget: only -1 (unrestricted) is supported; "
+                        "--reasoning off turns thinking off (default: -1)")
     p.add_argument("--jinja", action="store_true",
                    help="accepted for llama-server compatibility: templates are always jinja2")
 
@@ -244,9 +250,17 @@ def chat_template_kwargs(args: argparse.Namespace) -> Optional[dict[str, Any]]:
     JSON object or sets a variable the request and the model set (messages, tools, ...)."""
     import json
 
+    budget = getattr(args, "reasoning_budget", None)
+    if budget is not None and budget != -1:
+        raise UsageError(f"--reasoning-budget: only -1 (no budget) is supported, got {budget}; "
+                         "--reasoning off turns thinking off")
+    # llama.cpp's --reasoning on/off is its default template kwarg enable_thinking
+    reasoning = getattr(args, "reasoning", None)
+    thinking = {} if reasoning is None or reasoning in ("auto", "-1") else \
+        {"enable_thinking": reasoning in ("on", "enabled", "true", "1")}
     given = getattr(args, "chat_template_kwargs", None)
     if given is None:
-        return None
+        return thinking or None
     try:
         value = json.loads(given)
     except ValueError as exc:
@@ -258,7 +272,7 @@ def chat_template_kwargs(args: argparse.Namespace) -> Optional[dict[str, Any]]:
     reserved = sorted(set(value) & set(TEMPLATE_VARIABLES))
     if reserved:
         raise UsageError(f"--chat-template-kwargs: {reserved[0]!r} is set from the conversation and the model")
-    return value
+    return {**thinking, **value}
 
 
 def utf8_text(text: str, what: str) -> str:
