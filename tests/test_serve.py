@@ -320,6 +320,7 @@ def test_bad_requests_get_openai_errors(smol):
     status, _, body = request(base, "GET", "/v1/nowhere")
     assert status == 404 and "error" in body
     assert request(base, "GET", "/health")[2]["status"] == "ok"
+    assert request(base, "GET", "/v1/health")[2]["status"] == "ok"  # llama-server's other spelling
 
 
 def test_structured_output_and_logprobs_through_the_official_client(smol):

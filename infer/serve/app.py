@@ -59,7 +59,7 @@ MAX_BODY = 16 << 20
 #: seconds between two checks that a waiting client is still there
 _POLL = 0.25
 #: paths answered without the API key (load balancers probe them)
-_PUBLIC = ("/health",)
+_PUBLIC = ("/health", "/v1/health")
 #: an HTTP status for "the client closed the request" (no standard one; nginx's)
 _CLIENT_GONE = 499
 
@@ -478,6 +478,7 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     threading.Thread(target=_warm_grammars, args=(model,), name="infer-warm-grammars", daemon=True).start()
     routes = [
         Route("/health", server.health, methods=["GET"]),
+        Route("/v1/health", server.health, methods=["GET"]),  # llama-server answers both
         Route("/metrics", server.metrics_text, methods=["GET"]),
     ]
     for prefix in ("/v1", ""):  # llama-server answers both spellings
