@@ -30,8 +30,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 class SubcommandParser(argparse.ArgumentParser):
-    """The parser of one subcommand: defaults in its help, and ``-v`` accepted after
-    the subcommand as well as before it."""
+    """The parser of one subcommand: defaults in its help, ``-v`` accepted after the
+    subcommand as well as before it, and llama.cpp's ``--log-disable``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
@@ -42,6 +42,10 @@ class SubcommandParser(argparse.ArgumentParser):
         # SUPPRESS: without -v here, `infer -v generate` keeps the -v given before it
         self.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
                           help="show tracebacks and logs")
+        # llama.cpp's tools take it (llama-tokenize's examples end with it); infer logs
+        # nothing unless --verbose, so it is accepted and changes nothing
+        self.add_argument("--log-disable", action="store_true", default=argparse.SUPPRESS,
+                          help="accepted for llama.cpp compatibility: infer logs only with --verbose")
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         for arg in args if args is not None else sys.argv[1:]:
