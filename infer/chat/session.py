@@ -40,6 +40,29 @@ def parameters_of(tool: Message) -> Any:
     return params or {"type": "object"}
 
 
+def _is_local(ref: Any) -> bool:
+    """A JSON pointer into the same schema: "#" (the whole) or "#/..."."""
+    return isinstance(ref, str) and (ref == "#" or ref.startswith("#/"))
+
+
+def _has_local_ref(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        return _is_local(ref) or any(_has_local_ref(v) for v in schema.values())
+    return isinstance(schema, list) and any(_has_local_ref(v) for v in schema)
+
+
+def _rebased(schema: Any, base: str) -> Any:
+    """``schema`` with its local references ("#", "#/...") pointing below ``base``, the
+    place it takes inside a larger schema."""
+    if isinstance(schema, dict):
+        return {key: base + value[1:] if key == "$ref" and _is_local(value) else _rebased(value, base)
+                for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_rebased(value, base) for value in schema]
+    return schema
+
+
 class ChatSession:
     """A multi-turn conversation over one Context.
 
@@ -360,11 +383,24 @@ class ChatSession:
         think = f'{self._literal(close_thinking)} "\\n\\n" ' if close_thinking else ""
         if self.chat.call_format in (QWEN3_CODER, HARMONY, MINISTRAL):
             return Grammar.lark(f"start: {think}{self._format_call_grammar(tools)}")
+        # A tool's local references ("#/$defs/X", as pydantic writes them) point into its
+        # own parameters: moved under the call's schema, those go to $defs/toolI, and the
+        # references with them (they failed: "Pointer '/$defs/X' does not exist").
+        definitions: dict[str, Any] = {}
+        arguments = []
+        for i, t in enumerate(tools):
+            params = parameters_of(t)
+            if _has_local_ref(params):
+                definitions[f"tool{i}"] = _rebased(params, f"#/$defs/tool{i}")
+                params = {"$ref": f"#/$defs/tool{i}"}
+            arguments.append(params)
         calls = [{"type": "object", "properties": {
             "name": {"const": t["name"]},
-            "arguments": parameters_of(t)},
-            "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
+            "arguments": args},
+            "required": ["name", "arguments"], "additionalProperties": False} for t, args in zip(tools, arguments)]
         schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+        if definitions:
+            schema = {**schema, "$defs": definitions}
         markers = self.chat.tool_call_markers
         if markers is None:
             if not think:
