@@ -130,6 +130,10 @@ def test_chat_template_misuse(args, message):
 def test_long_options_are_not_taken_by_a_prefix():
     out = run_cli("generate", "--chat", "-p", "Hi", "-n", "1", "--chat-temp", "x.jinja")
     assert out.returncode == 2 and "unrecognized arguments: --chat-temp" in out.stderr
+    # llama-server's -n: argparse called it "ambiguous" (-ngl and -np start with it)
+    short = run_cli("serve", "-n", "128")
+    assert short.returncode == 2
+    assert "infer serve: error: unrecognized option -n; see infer serve --help" in short.stderr
 
 
 def test_gpu_layers_are_accepted_and_ignored_with_a_warning(tiny):
@@ -151,10 +155,10 @@ def test_system_prompt_as_llama_cli_spells_it(tiny):
     assert outs[0].stdout == outs[1].stdout == outs[2].stdout != none.stdout
 
 
-@pytest.mark.parametrize("option", ["-ctv", "-np", "-ctk", "-tb", "-fa", "-mli", "-sysf", "-jinja"])
+@pytest.mark.parametrize("option", ["-ctv", "-np", "-ctk", "-tb", "-nkvo", "-mli", "-sysf", "-jinja"])
 def test_unknown_single_dash_options_are_named(option):
-    """-ctv is not -c tv, -np not -n p, -ctk not -c tk, -tb not -t b, -fa not -f a,
-    -mli not -m li, -sysf not -s ysf, -jinja not -j inja."""
+    """-ctv is not -c tv, -np not -n p, -ctk not -c tk, -tb not -t b, -nkvo not -n kvo,
+    -mli not -m li, -sysf not -s ysf, -jinja not -j inja (-fa is an option now)."""
     out = run_cli("generate", "-p", "Hi", option, "4")
     assert out.returncode == 2
     assert f"error: unrecognized option {option} (it is not {option[:2]} {option[2:]})" in out.stderr

@@ -60,6 +60,9 @@ class SubcommandParser(argparse.ArgumentParser):
         options), then blames -n or -c for a bad number, or reads a file named "a".
         Name the option itself instead.  A number glued to its option (-n5, -t1)
         still reads; llama.cpp's tools take no glued text values, nor does infer."""
+        if len(arg) == 2 and arg[0] == "-" and arg[1].isalpha() and arg not in self._option_string_actions:
+            # argparse calls an unknown -n "ambiguous" when -ngl and -np start with it
+            self.error(f"unrecognized option {arg}; see {self.prog} --help")
         if len(arg) < 3 or arg[0] != "-" or not arg[1].isalpha() or "=" in arg or \
                 arg in self._option_string_actions:
             return
