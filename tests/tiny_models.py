@@ -121,6 +121,11 @@ class Tiny:
     #: that every position's choice of experts is clear (tests/test_moe.py)
     prompt_seed: Optional[int] = None
     gemma4: Optional[Gemma4Shape] = None
+    #: lfm2moe: the leading layers with the dense FFN of width ffn, the experts'
+    #: width, and the std of the experts' selection biases (exp_probs_b)
+    dense_leading: int = 0
+    expert_ffn: int = 0
+    expert_bias: float = 0.0
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
@@ -274,8 +279,17 @@ GEMMA4: Dict[str, Tiny] = {
                        gemma4=Gemma4Shape(sliding=(True, False, True, False), kv_heads=(2, 1, 2, 1),
                                           ffn=(512,) * 4, v_from_k=True)),
 }
-#: every tiny file: TINY's, DENSE's, LFM2's and GEMMA4's (names are unique across them)
-ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4}
+#: LFM2-MoE (tests/test_lfm2moe.py; recorded into llama_cpp_lfm2moe.npz): LFM2-8B-A1B's
+#: shape in small: shortconv layers but for attention at 2, the first layer's FFN
+#: dense (of 512), then 8 experts of 128 with 2 used, sigmoid-gated, chosen with
+#: selection biases that change about half the choices; an untied head.
+LFM2MOE: Dict[str, Tiny] = {
+    "lfm2moe": Tiny("lfm2moe", 120, n_layer=4, qk_norm=True, conv_layers=(0, 1, 3), pre="lfm2", tied=False,
+                    n_expert=8, dense_leading=1, expert_ffn=128, expert_bias=0.15, router_gain=1.0,
+                    prompt_len=128, extra={"rope.freq_base": 1000000.0, "vocab_size": VOCAB}),
+}
+#: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's and LFM2MOE's (names are unique across them)
+ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -409,6 +423,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     t = tiny or ALL[name]
     if t.gemma4 is not None:
         return write_gemma4(t, path, more_tensors)
+    if t.arch == "lfm2moe":
+        return write_lfm2moe(t, path, more_tensors)
     rng = np.random.default_rng(t.seed)
     d, hd, L = t.dim, t.head_dim, t.n_layer
     q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
@@ -540,10 +556,10 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     return path
 
 
-def _write_vocabulary(w) -> None:
+def _write_vocabulary(w, pre: str = "default") -> None:
     tokens, merges = bpe_vocabulary()
     w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_string("tokenizer.ggml.pre", "default")
+    w.add_string("tokenizer.ggml.pre", pre)
     w.add_array("tokenizer.ggml.tokens", tokens)
     w.add_array("tokenizer.ggml.token_type", [1] * (VOCAB - len(SPECIALS)) + [3] * len(SPECIALS))
     w.add_array("tokenizer.ggml.merges", merges)
@@ -648,6 +664,72 @@ def write_gemma4(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
             w.add_tensor(p + "proj.weight", mat(d, P))
             w.add_tensor(p + "post_norm.weight", norm(d))
         w.add_tensor(p + "layer_output_scale.weight", np.array([0.6 + 0.4 * rng.random()], np.float32))
+    for k, v in (more_tensors or {}).items():
+        w.add_tensor(k, v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_lfm2moe(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray]] = None) -> str:
+    """An lfm2moe file as conversion/lfm2.py's LFM2MoeModel writes it: lfm2's keys and
+    layers, expert_feed_forward_length, leading_dense_block_count and
+    expert_gating_func (2, sigmoid); the dense layers' ffn_{gate,up,down}, the
+    others' ffn_gate_inp, stacked ffn_*_exps and exp_probs_b.bias (HF's expert_bias)."""
+    import gguf
+
+    rng = np.random.default_rng(t.seed)
+    d, hd, L, a = t.dim, t.head_dim, t.n_layer, t.arch
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, a)
+    for key, value in (("context_length", t.n_ctx_train), ("embedding_length", d), ("block_count", L),
+                       ("feed_forward_length", t.ffn), ("attention.head_count", t.n_head),
+                       ("expert_count", t.n_expert), ("expert_used_count", 2),
+                       ("expert_feed_forward_length", t.expert_ffn), ("leading_dense_block_count", t.dense_leading),
+                       ("expert_gating_func", 2), ("shortconv.l_cache", t.conv_width)):
+        w.add_uint32(f"{a}.{key}", value)
+    w.add_array(f"{a}.attention.head_count_kv", [0 if i in t.conv_layers else t.n_kv_head for i in range(L)])
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", t.eps)
+    for k, v in t.extra.items():
+        if isinstance(v, float):
+            w.add_float32(f"{a}.{k}", v)
+        else:
+            w.add_uint32(f"{a}.{k}", v)
+    _write_vocabulary(w, t.pre)
+    w.add_tensor("token_embd.weight", mat(VOCAB, d, t.head_gain if t.tied else math.sqrt(d)))
+    w.add_tensor("token_embd_norm.weight", norm(d))
+    if not t.tied:
+        w.add_tensor("output.weight", mat(VOCAB, d, t.head_gain))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", norm(d))
+        if i in t.conv_layers:
+            _add_shortconv(w, p, d, t.conv_width, mat, rng)
+        else:
+            w.add_tensor(p + "attn_q.weight", mat(t.n_head * hd, d, 1.5))
+            w.add_tensor(p + "attn_k.weight", mat(t.n_kv_head * hd, d, 1.5))
+            w.add_tensor(p + "attn_v.weight", mat(t.n_kv_head * hd, d))
+            w.add_tensor(p + "attn_q_norm.weight", norm(hd))
+            w.add_tensor(p + "attn_k_norm.weight", norm(hd))
+            w.add_tensor(p + "attn_output.weight", mat(d, t.n_head * hd))
+        w.add_tensor(p + "ffn_norm.weight", norm(d))
+        if i < t.dense_leading:
+            w.add_tensor(p + "ffn_gate.weight", mat(t.ffn, d))
+            w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
+            w.add_tensor(p + "ffn_down.weight", mat(d, t.ffn))
+            continue
+        w.add_tensor(p + "ffn_gate_inp.weight", mat(t.n_expert, d, t.router_gain).astype(np.float32))
+        for part, rows, cols in (("gate", t.expert_ffn, d), ("up", t.expert_ffn, d), ("down", d, t.expert_ffn)):
+            w.add_tensor(p + f"ffn_{part}_exps.weight", np.stack([mat(rows, cols) for _ in range(t.n_expert)]))
+        w.add_tensor(p + "exp_probs_b.bias", (t.expert_bias * rng.standard_normal(t.n_expert)).astype(np.float32))
     for k, v in (more_tensors or {}).items():
         w.add_tensor(k, v)
     w.write_header_to_file()

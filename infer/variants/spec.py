@@ -27,9 +27,11 @@ One block, with every optional piece (each is off by default):
         h = rmsnorm(x, ffn_norm)                      (pre_norms; else h = x)
         f = (act(h Wgate) * h Wup) Wdown              (act: activation; one matrix
                                                        gate|up: fused_gate_up)
-            or, with moe: p = softmax(h Wrouter); the top experts_used experts e
-            by p, each weighted p_e (renormalised to sum 1: norm_weights),
+            or, with moe: p = softmax(h Wrouter) (or sigmoid: moe.gating); the
+            top experts_used experts e by p (by p + bias: moe.selection_bias),
+            each weighted p_e (renormalised to sum 1: norm_weights),
             f = sum_e p_e (act(h Wgate_e) * h Wup_e) Wdown_e
+            (a layer with dense_ffn has the dense FFN instead)
         f = rmsnorm(f, post_ffn_norm)                 (post_ffn_norm)
         x += f * residual_scale
         x += rmsnorm(ple_proj(gelu(x Wple_gate) * ple[l]), ple_post_norm)   (per_layer_dim)
@@ -142,8 +144,8 @@ class Rope:
 
 
 #: how a mixture of experts turns router logits into probabilities (llama.cpp's
-#: LLAMA_EXPERT_GATING_FUNC_TYPE_*; only softmax so far)
-GATINGS = ("softmax",)
+#: LLAMA_EXPERT_GATING_FUNC_TYPE_*): softmax over the experts, or each logit's sigmoid
+GATINGS = ("softmax", "sigmoid")
 #: llama.cpp's LLAMA_MAX_EXPERTS
 MAX_EXPERTS = 1024
 
@@ -153,9 +155,10 @@ class MoE:
     """A mixture-of-experts FFN (llama.cpp's build_moe_ffn, src/llama-graph.cpp).
 
     Each token's router logits ``h Wrouter`` (n_experts of them) become
-    probabilities by ``gating``; the ``n_used`` most probable experts run, and
-    their outputs are summed weighted by their probabilities, divided by the sum
-    of those (clamped below at 2**-14, as llama.cpp does) if ``norm_weights``,
+    probabilities by ``gating``; the ``n_used`` most probable experts run (with
+    ``selection_bias``: the largest probability + the layer's bias of the expert),
+    and their outputs are summed weighted by their probabilities, divided by the
+    sum of those (clamped below at 2**-14, as llama.cpp does) if ``norm_weights``,
     then multiplied by ``weight_scale``.  Expert e's gate, up and down matrices
     are rows [e * n, (e + 1) * n) of one stacked matrix (n: ffn_dim for gate and
     up, the model's dim for down)."""
@@ -170,6 +173,10 @@ class MoE:
     #: width of a shared expert every token also runs (ffn_{gate,up,down}_shexp),
     #: its output times sigmoid(h . ffn_gate_inp_shexp) (Qwen 2 MoE); 0: none
     shared_ffn_dim: int = 0
+    #: a per-expert bias (blk.N.exp_probs_b.bias, n_experts F32) added to the
+    #: probabilities for the choice of experts only, not to their weights
+    #: (llama.cpp's exp_probs_b: DeepSeek V3, LFM2-MoE)
+    selection_bias: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_experts", "n_used", "ffn_dim"):
@@ -215,6 +222,9 @@ class LayerSpec:
     #: a shortconv layer's kernel width L (GGUF ``shortconv.l_cache``): position p
     #: reads the gated inputs of positions p-L+1 .. p
     conv_width: int = 0
+    #: a dense FFN (ffn_gate/up/down of this layer's ffn_dim) in a model whose other
+    #: layers have the mixture of experts (LFM2-MoE's leading_dense_block_count layers)
+    dense_ffn: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.window <= 2**31 - 1:
@@ -279,7 +289,8 @@ class TransformerSpec:
     #: no output.weight: the head is token_embd (None: whichever the file has)
     tied_head: Optional[bool] = None
     #: a mixture of experts in place of every layer's FFN (ffn_gate_inp and the
-    #: stacked ffn_{gate,up,down}_exps); ffn_dim is then one expert's width
+    #: stacked ffn_{gate,up,down}_exps) but the layers with dense_ffn; ffn_dim is
+    #: then one expert's width
     moe: Optional[MoE] = None
 
     # ---- the maths -----------------------------------------------------------------
@@ -330,6 +341,8 @@ class TransformerSpec:
         if self.moe is not None and (self.moe.ffn_dim != self.ffn_dim or self.fused_gate_up):
             raise ValueError(f"moe: ffn_dim {self.ffn_dim} must be the experts' width {self.moe.ffn_dim}, "
                              "and experts have separate gate and up matrices")
+        if self.moe is None and any(layer.dense_ffn for layer in self.layers):
+            raise ValueError("layers: dense_ffn marks the dense layers of a mixture of experts; there is none")
         if self.qk_norm_after_rope and self.qk_norm_scope != "head":
             raise ValueError("qk_norm_after_rope: only with per-head q/k norms (qk_norm_scope 'head')")
         if self.qk_norm_scope not in QK_NORM_SCOPES:
@@ -378,6 +391,10 @@ class TransformerSpec:
     def layer_ffn_dim(self, li: int) -> int:
         f = self.layers[li].ffn_dim
         return self.ffn_dim if f is None else f
+
+    def layer_experts(self, li: int) -> bool:
+        """Whether layer li's FFN is the mixture of experts (not a dense one)."""
+        return self.moe is not None and not self.layers[li].dense_ffn
 
     def layer_kv_owner(self, li: int) -> int:
         """The layer whose KV cache layer li reads (itself unless shared)."""
