@@ -248,8 +248,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
 
     layers = []
     for i in range(spec.n_layers):
-        def m(part: str, rows: int, cols: int, i: int = i, experts: int = 0) -> Matrix:
-            return t.matrix(f"blk.{i}.{part}.weight", rows, cols, experts)
+        def m(part: str, rows: int, cols: int, i: int = i) -> Matrix:
+            return t.matrix(f"blk.{i}.{part}.weight", rows, cols)
 
         def v(part: str, n: int, suffix: str = "weight", i: int = i) -> Vector:
             return t.vector(f"blk.{i}.{part}.{suffix}", n)
@@ -258,7 +258,7 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             layers.append(_shortconv_layer(spec, i, t))
             continue
         ls = spec.layers[i]
-        hd, ffn = spec.layer_head_dim(i), spec.layer_ffn_dim(i)
+        hd = spec.layer_head_dim(i)
         q_dim, kv_dim = spec.n_heads * hd, spec.layer_kv_heads(i) * hd
         wk: Optional[Matrix]
         wv: Optional[Matrix]
@@ -273,12 +273,12 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         else:
             wq, wk = m("attn_q", q_dim, d), m("attn_k", kv_dim, d)
             wv = None if ls.v_from_k else m("attn_v", kv_dim, d)
+        experts = _expert_pieces(spec, i, t)   # the router first: it names a wrong expert_count
         w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
         L = LayerWeights(
             attn_norm=v("attn_norm", d) if spec.pre_norms else None, wq=wq, wk=wk, wv=wv,
             wo=m("attn_output", d, q_dim), ffn_norm=v("ffn_norm", d) if spec.pre_norms else None,
-            w_gate=w_gate, w_up=w_up, w_down=w_down)
-        _expert_pieces(spec, i, t, L)
+            w_gate=w_gate, w_up=w_up, w_down=w_down, **experts)
         if spec.qkv_bias:
             if spec.fused_qkv:
                 raise GGUFError("a fused attn_qkv with biases is not supported")
@@ -332,22 +332,25 @@ def _ffn_matrices(spec: TransformerSpec, i: int, t: _Tensors) -> Tuple[Matrix, M
             t.matrix(p + "ffn_down.weight", d, ffn))
 
 
-def _expert_pieces(spec: TransformerSpec, i: int, t: _Tensors, L: LayerWeights) -> None:
-    """Layer i's router, selection biases and shared expert (a mixture's layer only)."""
+def _expert_pieces(spec: TransformerSpec, i: int, t: _Tensors) -> Dict[str, Any]:
+    """Layer i's router, selection biases and shared expert (a mixture's layer
+    only), as LayerWeights fields."""
     moe = spec.moe
     if moe is None or not spec.layer_experts(i):
-        return
+        return {}
     d, p = spec.dim, f"blk.{i}."
-    L.router = t.matrix(p + "ffn_gate_inp.weight", moe.n_experts, d)
+    pieces: Dict[str, Any] = {"router": t.matrix(p + "ffn_gate_inp.weight", moe.n_experts, d)}
     if moe.selection_bias:
-        L.expert_bias = t.vector(p + "exp_probs_b.bias", moe.n_experts)
-        if not np.isfinite(L.expert_bias.data).all():
+        bias = pieces["expert_bias"] = t.vector(p + "exp_probs_b.bias", moe.n_experts)
+        if not np.isfinite(bias.data).all():
             raise GGUFError(f"{p}exp_probs_b.bias: the experts' selection biases must be finite")
     sh = moe.shared_ffn_dim
     if sh:
-        L.shared_gate, L.shared_up = t.matrix(p + "ffn_gate_shexp.weight", sh, d), t.matrix(p + "ffn_up_shexp.weight", sh, d)
-        L.shared_down = t.matrix(p + "ffn_down_shexp.weight", d, sh)
-        L.shared_gate_inp = t.vector(p + "ffn_gate_inp_shexp.weight", d)
+        pieces.update(shared_gate=t.matrix(p + "ffn_gate_shexp.weight", sh, d),
+                      shared_up=t.matrix(p + "ffn_up_shexp.weight", sh, d),
+                      shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh),
+                      shared_gate_inp=t.vector(p + "ffn_gate_inp_shexp.weight", d))
+    return pieces
 
 
 def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
@@ -366,12 +369,11 @@ def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights
         kind = getattr(kernel.dtype, "name", kernel.dtype)
         raise GGUFError(f"{name}: expected F32 of shape {(d, width)} (dim, shortconv.l_cache), "
                         f"got {kind} of shape {shape}")
+    experts = _expert_pieces(spec, i, t)
     w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
-    L = LayerWeights(
+    return LayerWeights(
         attn_norm=t.vector(p + "attn_norm.weight", d), wq=None, wk=None, wv=None, wo=None,
         ffn_norm=t.vector(p + "ffn_norm.weight", d), w_gate=w_gate, w_up=w_up, w_down=w_down,
         conv_b=conv_in.row_slice(0, d), conv_c=conv_in.row_slice(d, 2 * d), conv_u=conv_in.row_slice(2 * d, 3 * d),
         conv_out=t.matrix(p + "shortconv.out_proj.weight", d, d),
-        conv_kernel=kernel.data.view(np.float32).reshape(d, width))
-    _expert_pieces(spec, i, t, L)
-    return L
+        conv_kernel=kernel.data.view(np.float32).reshape(d, width), **experts)
