@@ -170,6 +170,11 @@ static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch)
         int64_t lo, hi;
         if (!infer_decode_chunk_part(j, c, 0, &lo, &hi)) return;
         const int64_t n = (hi - lo) * j->n_tokens;
+        if (m->ffn_relu_sqr) {   /* no gate: relu(up)^2 */
+            infer_decode_dot_rows(j->mats[1], j->inputs[1], j->n_tokens, scratch, lo, hi);
+            for (int64_t i = 0; i < n; i++) scratch[i] = scratch[i] > 0.0f ? scratch[i] * scratch[i] : 0.0f;
+            return;
+        }
         infer_decode_dot_rows(j->mats[0], j->inputs[0], j->n_tokens, scratch, lo, hi);
         infer_decode_dot_rows(j->mats[1], j->inputs[1], j->n_tokens, scratch + n, lo, hi);
         (m->gelu ? d->kt->gelu_mul : d->kt->silu_mul)(scratch, scratch + n, scratch, n);
@@ -665,6 +670,7 @@ int infer_block_check_model(const infer_block_model *m) {
                                       m->expert_gating != INFER_GATING_SIGMOID))))
         return -2;
     if (m->shared_ffn_dim < 0 || (m->shared_ffn_dim > 0 && !moe)) return -2;
+    if ((m->ffn_relu_sqr != 0 && m->ffn_relu_sqr != 1) || (m->ffn_relu_sqr && (moe || m->gelu))) return -2;
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
         /* this layer's FFN: n_experts stacks of its width, or one dense matrix of each */

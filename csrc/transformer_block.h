@@ -115,6 +115,9 @@ typedef struct {
      * exp_probs_b the experts are chosen by probability + bias, weighted by the
      * probability alone */
     int expert_gating;
+    /* 1: an FFN without a gate, relu(h Wup)^2 Wdown (Arcee; no experts): a layer's gate,
+     * of up's shape, is not read.  0: act(h Wgate) * h Wup (act by gelu). */
+    int ffn_relu_sqr;
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */

@@ -62,6 +62,7 @@ cdef extern from "transformer_block.h" nogil:
         int qk_norm_whole
         int qk_norm_after_rope
         int expert_gating
+        int ffn_relu_sqr
     ctypedef struct infer_block_seq:
         int n_ctx
         int kv_f16
@@ -143,7 +144,8 @@ cdef class TransformerDecoder:
     to max_batch sequences (each with its own KV cache) per `step`.
 
     config: an object with the sizes dim, n_layers, n_heads, n_kv_heads, head_dim,
-    ffn_dim, vocab_size and rms_eps, activation ("silu" or "gelu_tanh"),
+    ffn_dim, vocab_size and rms_eps, activation ("silu" or "gelu_tanh", gated;
+    "relu_sqr", relu(h Wup)^2 without a gate: each layer's gate, of up's shape, unread),
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
     logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
     the default, or "all"), qk_norm_after_rope (default False) and moe (None,
@@ -259,9 +261,11 @@ cdef class TransformerDecoder:
         if (ple is None) != (m.per_layer_dim == 0):
             raise ValueError("ple: the per-layer embedding tensors come with config.per_layer_dim > 0")
         activation = getattr(c, "activation")
-        if activation not in ("silu", "gelu_tanh"):
-            raise ValueError(f"config.activation: expected 'silu' or 'gelu_tanh', got {activation!r}")
+        if activation not in ("silu", "gelu_tanh", "relu_sqr"):
+            raise ValueError(f"config.activation: expected 'silu', 'gelu_tanh' or 'relu_sqr', got {activation!r}")
         m.gelu = activation == "gelu_tanh"
+        # relu_sqr has no gate: relu(h Wup)^2 (a layer's "gate", of up's shape, is not read)
+        m.ffn_relu_sqr = activation == "relu_sqr"
         m.rms_eps = _finite(c, "rms_eps", True)
         m.attn_scale = _finite(c, "attn_scale")
         m.attn_softcap = _finite(c, "attn_softcap", True)

@@ -42,7 +42,8 @@ FUSED = set(NAMES)
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 #: where each file's llama.cpp logits are recorded
 DATA = {**{name: os.path.join(DATA_DIR, "llama_cpp_families.npz") for name in tm.TINY},
-        **{name: os.path.join(DATA_DIR, "llama_cpp_dense.npz") for name in tm.DENSE}}
+        **{name: os.path.join(DATA_DIR, "llama_cpp_dense.npz") for name in tm.DENSE},
+        **{name: os.path.join(DATA_DIR, "llama_cpp_lfm2moe.npz") for name in tm.ARCEE}}
 
 
 @pytest.fixture(scope="session")

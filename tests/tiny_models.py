@@ -289,8 +289,14 @@ LFM2MOE: Dict[str, Tiny] = {
                     n_expert=8, dense_leading=1, expert_ffn=128, expert_bias=0.3, router_gain=2.0,
                     prompt_len=128, prompt_seed=46, extra={"rope.freq_base": 1000000.0, "vocab_size": VOCAB}),
 }
-#: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's and LFM2MOE's (names are unique across them)
-ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE}
+#: Arcee (AFM-4.5B's shape in small: Llama with a ReLU² FFN without a gate, llama3 RoPE
+#: factors, an untied head); tests/test_families.py's, recorded into llama_cpp_lfm2moe.npz
+ARCEE: Dict[str, Tiny] = {
+    "arcee": Tiny("arcee", 121, tied=False, llama3_rope=True, prompt_len=256,
+                  extra={"rope.freq_base": 500000.0}),
+}
+#: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's, LFM2MOE's and ARCEE's (names are unique across them)
+ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -541,6 +547,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
                 w.add_tensor(p + "ffn_down_shexp.weight", mat(d, t.shared_ffn))
         elif t.fused_gate_up:
             w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(t.ffn, d), mat(t.ffn, d)]))
+        elif t.arch == "arcee":   # no gate: relu(h Wup)^2 Wdown
+            w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
         else:
             w.add_tensor(p + "ffn_gate.weight", mat(t.ffn, d))
             w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))

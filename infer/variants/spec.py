@@ -26,7 +26,8 @@ One block, with every optional piece (each is off by default):
         x += a * residual_scale
         h = rmsnorm(x, ffn_norm)                      (pre_norms; else h = x)
         f = (act(h Wgate) * h Wup) Wdown              (act: activation; one matrix
-                                                       gate|up: fused_gate_up)
+                                                       gate|up: fused_gate_up; relu_sqr:
+                                                       relu(h Wup)^2 Wdown, no gate)
             or, with moe: p = softmax(h Wrouter) (or sigmoid: moe.gating); the
             top experts_used experts e by p (by p + bias: moe.selection_bias),
             each weighted p_e (renormalised to sum 1: norm_weights),
@@ -70,8 +71,9 @@ from typing import Optional, Tuple
 import numpy as np
 from numpy.typing import NDArray
 
-#: the FFN activations the kernels have (gated: act(gate) * up)
-ACTIVATIONS = ("silu", "gelu_tanh")
+#: the FFN activations the kernels have: gated, act(h Wgate) * h Wup ("silu",
+#: "gelu_tanh"); or "relu_sqr", without a gate: relu(h Wup)^2 (Arcee; no ffn_gate tensor)
+ACTIVATIONS = ("silu", "gelu_tanh", "relu_sqr")
 #: RoPE layouts: "norm" rotates adjacent pairs (2i, 2i+1) of a head (GGUF `llama`,
 #: whose converter permuted Q/K rows); "neox" rotates (i, i + head_dim/2)
 ROPE_LAYOUTS = ("norm", "neox")
@@ -294,7 +296,8 @@ class TransformerSpec:
     moe: Optional[MoE] = None
 
     # ---- the maths -----------------------------------------------------------------
-    #: gated FFN activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    #: FFN activation: "silu" (SwiGLU), "gelu_tanh" (GeGLU), or "relu_sqr" (no gate:
+    #: relu(h Wup)^2 Wdown, Arcee)
     activation: str = "silu"
     #: multiplies q.k in attention; None: 1 / sqrt(head_dim)
     query_scale: Optional[float] = None
@@ -349,6 +352,8 @@ class TransformerSpec:
             raise ValueError(f"qk_norm_scope: expected one of {QK_NORM_SCOPES}, got {self.qk_norm_scope!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.activation == "relu_sqr" and (self.moe is not None or self.fused_gate_up):
+            raise ValueError("activation relu_sqr (no gate): not with experts or a fused gate|up")
         if not (math.isfinite(self.rms_eps) and self.rms_eps > 0):
             raise ValueError(f"rms_eps: must be a finite number > 0, got {self.rms_eps}")
         if self.query_scale is not None and not (math.isfinite(self.query_scale) and self.query_scale > 0):

@@ -363,6 +363,11 @@ class TransformerContext(Context):
         self._pre_norm(s, w.ffn_norm)
         if spec.layer_experts(li):
             self._experts(w, s)
+        elif spec.activation == "relu_sqr":   # no gate: relu(h Wup)^2 (Arcee)
+            s.mul(s.h1, (w.w_up, up))
+            np.maximum(up, np.float32(0.0), out=gate)
+            np.multiply(gate, gate, out=gate)
+            s.mul(gate, (w.w_down, s.h2))
         else:
             s.mul(s.h1, (w.w_gate, gate), (w.w_up, up))  # one quantized input for gate, up
             self._glu(gate, up)

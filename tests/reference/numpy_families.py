@@ -1,7 +1,7 @@
 """Float64 numpy forward passes of the Llama-shaped families: qwen2, qwen3, phi3,
 gemma2, llama (with llama3 / linear / YaRN RoPE scaling), smollm3, granite, and
 the dense families olmo2 (OLMo 2/3), exaone4, exaone, ernie4_5, gemma,
-hunyuan-dense.
+hunyuan-dense, and arcee (Llama with a ReLU² FFN without a gate).
 
 Written from each architecture's definition (the HF modelling code and
 llama.cpp's src/models/<arch>.cpp for what the GGUF files hold), sharing no code
@@ -510,10 +510,19 @@ class HunyuanDense(Llama):
         super().rope_setup()
 
 
+class Arcee(Llama):
+    """HF ArceeMLP: down_proj(relu(up_proj(x))^2), no gate projection."""
+
+    def ffn(self, i, h):
+        up = h @ self.t[f"blk.{i}.ffn_up.weight"].T
+        return np.maximum(up, 0.0) ** 2 @ self.t[f"blk.{i}.ffn_down.weight"].T
+
+
 FAMILIES = {"llama": Llama, "qwen2": Qwen2, "qwen3": Qwen3, "phi3": Phi3, "gemma2": Gemma2,
             "smollm3": SmolLM3, "granite": Granite, "olmo2": Olmo2, "exaone4": Exaone4, "exaone": Exaone,
             "ernie4_5": Ernie4_5, "gemma": Gemma, "hunyuan-dense": HunyuanDense,
-            "qwen3moe": Qwen3MoE, "granitemoe": GraniteMoE, "olmoe": OLMoE, "qwen2moe": Qwen2MoE}
+            "qwen3moe": Qwen3MoE, "granitemoe": GraniteMoE, "olmoe": OLMoE, "qwen2moe": Qwen2MoE,
+            "arcee": Arcee}
 
 
 def reference(path: str, n_ctx: int = 0) -> Transformer:
