@@ -43,6 +43,7 @@ typedef struct {
     const infer_decode_matrix *input_ready;   /* s->xq[2] holds its input (the last job's chunks wrote it) */
     infer_decode_matrix expert_gate, expert_up, expert_down;   /* one expert's rows of a layer's stacks */
     infer_decode_job staging;   /* the leader sets up the next job here */
+    const infer_block_layer *ffn_layer;   /* the layer whose FFN the gate/up job computes */
 } decode_ctx;
 
 static infer_rope_fn rope_kernel(const infer_kernel_table *kt, int layout) {
@@ -173,6 +174,16 @@ static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch)
         if (m->ffn_relu_sqr) {   /* no gate: relu(up)^2 */
             infer_decode_dot_rows(j->mats[1], j->inputs[1], j->n_tokens, scratch, lo, hi);
             for (int64_t i = 0; i < n; i++) scratch[i] = scratch[i] > 0.0f ? scratch[i] * scratch[i] : 0.0f;
+            return;
+        }
+        if (m->ffn_xielu) {   /* no gate: xielu(up), ggml's op_xielu in float */
+            const infer_block_layer *L = d->ffn_layer;
+            const float an = L->xielu_alpha_n, ap = L->xielu_alpha_p, beta = L->xielu_beta, eps = L->xielu_eps;
+            infer_decode_dot_rows(j->mats[1], j->inputs[1], j->n_tokens, scratch, lo, hi);
+            for (int64_t i = 0; i < n; i++) {
+                const float u = scratch[i];
+                scratch[i] = u > 0.0f ? ap * u * u + beta * u : (expm1f(fminf(u, eps)) - u) * an + beta * u;
+            }
             return;
         }
         infer_decode_dot_rows(j->mats[0], j->inputs[0], j->n_tokens, scratch, lo, hi);
@@ -492,6 +503,7 @@ static void ffn_half(decode_ctx *d, infer_decode_team *team, const infer_block_l
     infer_decode_job *j = &d->staging;
     const int dim = m->dim;
     pre_norm(d, L->ffn_norm);
+    d->ffn_layer = L;
     if (m->n_experts > 0 && !L->dense_ffn) {
         moe_ffn(d, team, L);
     } else {
@@ -670,13 +682,18 @@ int infer_block_check_model(const infer_block_model *m) {
                                       m->expert_gating != INFER_GATING_SIGMOID))))
         return -2;
     if (m->shared_ffn_dim < 0 || (m->shared_ffn_dim > 0 && !moe)) return -2;
-    if ((m->ffn_relu_sqr != 0 && m->ffn_relu_sqr != 1) || (m->ffn_relu_sqr && (moe || m->gelu))) return -2;
+    if ((m->ffn_relu_sqr != 0 && m->ffn_relu_sqr != 1) || (m->ffn_relu_sqr && (moe || m->gelu)) ||
+        (m->ffn_xielu != 0 && m->ffn_xielu != 1) || (m->ffn_xielu && (moe || m->gelu || m->ffn_relu_sqr)))
+        return -2;
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
         /* this layer's FFN: n_experts stacks of its width, or one dense matrix of each */
         if ((L->dense_ffn != 0 && L->dense_ffn != 1) || (L->dense_ffn && !moe)) return -2;
         const int layer_moe = moe && !L->dense_ffn;
         const int64_t stacks = layer_moe ? m->n_experts : 1;
+        if (m->ffn_xielu && !(isfinite(L->xielu_alpha_n) && isfinite(L->xielu_alpha_p) && isfinite(L->xielu_beta) &&
+                              isfinite(L->xielu_eps)))
+            return -2;
         if (L->ffn_dim < 1 || L->ffn_dim > m->ffn_dim || (L->exp_probs_b && !layer_moe) ||
             !shape_ok(&L->gate, stacks * L->ffn_dim, m->dim) || !shape_ok(&L->up, stacks * L->ffn_dim, m->dim) ||
             !shape_ok(&L->down, stacks * m->dim, L->ffn_dim) ||

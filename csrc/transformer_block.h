@@ -81,6 +81,9 @@ typedef struct {
     /* a mixture of experts' layer: ffn_dim is one expert's width */
     int dense_ffn;                 /* 1: a dense FFN in a model with experts (LFM2-MoE's leading layers) */
     const float *exp_probs_b;      /* n_experts selection biases (llama.cpp's exp_probs_b), or NULL */
+    /* the layer's xIELU (infer_block_model.ffn_xielu) as ggml_xielu's op parameters:
+     * u > 0: alpha_p u^2 + beta u; else (expm1(min(u, eps)) - u) alpha_n + beta u */
+    float xielu_alpha_n, xielu_alpha_p, xielu_beta, xielu_eps;
 } infer_block_layer;
 
 typedef struct {
@@ -118,6 +121,8 @@ typedef struct {
     /* 1: an FFN without a gate, relu(h Wup)^2 Wdown (Arcee; no experts): a layer's gate,
      * of up's shape, is not read.  0: act(h Wgate) * h Wup (act by gelu). */
     int ffn_relu_sqr;
+    /* 1: likewise without a gate, xielu(h Wup) Wdown with each layer's parameters (Apertus) */
+    int ffn_xielu;
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */

@@ -42,6 +42,7 @@ cdef extern from "transformer_block.h" nogil:
         infer_decode_matrix conv_b, conv_c, conv_u, conv_out
         int dense_ffn
         const float *exp_probs_b
+        float xielu_alpha_n, xielu_alpha_p, xielu_beta, xielu_eps
     ctypedef struct infer_block_model:
         int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size
         int kv_rows, kv_row_width, v_norm
@@ -63,6 +64,7 @@ cdef extern from "transformer_block.h" nogil:
         int qk_norm_after_rope
         int expert_gating
         int ffn_relu_sqr
+        int ffn_xielu
     ctypedef struct infer_block_seq:
         int n_ctx
         int kv_f16
@@ -145,7 +147,9 @@ cdef class TransformerDecoder:
 
     config: an object with the sizes dim, n_layers, n_heads, n_kv_heads, head_dim,
     ffn_dim, vocab_size and rms_eps, activation ("silu" or "gelu_tanh", gated;
-    "relu_sqr", relu(h Wup)^2 without a gate: each layer's gate, of up's shape, unread),
+    "relu_sqr", relu(h Wup)^2, or "xielu", xielu(h Wup) with each layer's "xielu"
+    (alpha_n, alpha_p, beta, eps: ggml_xielu's op parameters), without a gate: each
+    layer's gate, of up's shape, unread),
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
     logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
     the default, or "all"), qk_norm_after_rope (default False) and moe (None,
@@ -261,11 +265,13 @@ cdef class TransformerDecoder:
         if (ple is None) != (m.per_layer_dim == 0):
             raise ValueError("ple: the per-layer embedding tensors come with config.per_layer_dim > 0")
         activation = getattr(c, "activation")
-        if activation not in ("silu", "gelu_tanh", "relu_sqr"):
-            raise ValueError(f"config.activation: expected 'silu', 'gelu_tanh' or 'relu_sqr', got {activation!r}")
+        if activation not in ("silu", "gelu_tanh", "relu_sqr", "xielu"):
+            raise ValueError(f"config.activation: expected 'silu', 'gelu_tanh', 'relu_sqr' or 'xielu', "
+                             f"got {activation!r}")
         m.gelu = activation == "gelu_tanh"
-        # relu_sqr has no gate: relu(h Wup)^2 (a layer's "gate", of up's shape, is not read)
+        # relu_sqr and xielu have no gate: act(h Wup) (a layer's "gate", of up's shape, is not read)
         m.ffn_relu_sqr = activation == "relu_sqr"
+        m.ffn_xielu = activation == "xielu"
         m.rms_eps = _finite(c, "rms_eps", True)
         m.attn_scale = _finite(c, "attn_scale")
         m.attn_softcap = _finite(c, "attn_softcap", True)
@@ -345,6 +351,13 @@ cdef class TransformerDecoder:
                 L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
             elif layer.get("attn_norm") is not None or layer.get("ffn_norm") is not None:
                 raise ValueError(f"{name}: attn_norm / ffn_norm given but config.pre_norms is False")
+            if m.ffn_xielu:
+                params = layer.get("xielu")
+                if not isinstance(params, tuple) or len(params) != 4 or \
+                        not all(abs(float(v)) < float("inf") for v in params):
+                    raise ValueError(f"{name}.xielu: expected 4 finite numbers (alpha_n, alpha_p, beta, eps), "
+                                     f"got {params!r}")
+                L.xielu_alpha_n, L.xielu_alpha_p, L.xielu_beta, L.xielu_eps = params
             dense_ffn = layer.get("dense_ffn", False)
             if not isinstance(dense_ffn, bool) or (dense_ffn and not m.n_experts):
                 raise ValueError(f"{name}.dense_ffn: a bool, True only in a mixture of experts, got {dense_ffn!r}")

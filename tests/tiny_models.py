@@ -290,11 +290,20 @@ LFM2MOE: Dict[str, Tiny] = {
                     prompt_len=128, prompt_seed=46, extra={"rope.freq_base": 1000000.0, "vocab_size": VOCAB}),
 }
 #: Arcee (AFM-4.5B's shape in small: Llama with a ReLU² FFN without a gate, llama3 RoPE
-#: factors, an untied head); tests/test_families.py's, recorded into llama_cpp_lfm2moe.npz
+#: factors, an untied head) and Apertus (below); tests/test_families.py's, recorded into
+#: llama_cpp_lfm2moe.npz
 ARCEE: Dict[str, Tiny] = {
     "arcee": Tiny("arcee", 121, tied=False, llama3_rope=True, prompt_len=256,
                   extra={"rope.freq_base": 500000.0}),
 }
+#: Apertus (tests/test_arcee_apertus.py): xIELU FFNs without a gate, their parameters
+#: different in every layer (HF initialises alpha_p = alpha_n = 0.8, beta = 0.5, eps =
+#: -1e-6; these are trained-looking raw values, before the softplus), per-head q/k norms,
+#: NEOX RoPE, untied head
+XIELU = {"xielu.alpha_n": [0.1, 0.9, -0.4, 1.6], "xielu.alpha_p": [0.3, -0.5, 1.2, 0.0],
+         "xielu.beta": [0.5, 0.4, 0.6, 0.5], "xielu.eps": [-1e-6, -1e-6, -0.5, -1e-6]}
+ARCEE["apertus"] = Tiny("apertus", 122, tied=False, qk_norm=True, prompt_len=256,
+                        extra={"rope.freq_base": 500000.0})
 #: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's, LFM2MOE's and ARCEE's (names are unique across them)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE}
 
@@ -472,6 +481,9 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_float32(key, v)
         else:
             w.add_uint32(key, v)
+    if t.arch == "apertus":   # the converter's global per-layer arrays of xIELU's trained parameters
+        for key, values in XIELU.items():
+            w.add_array(key, [values[i % len(values)] for i in range(L)])
     if t.longrope:
         scale = t.n_ctx_train / extra["rope.scaling.original_context_length"]
         w.add_float32(f"{a}.rope.scaling.attn_factor",
@@ -547,7 +559,7 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
                 w.add_tensor(p + "ffn_down_shexp.weight", mat(d, t.shared_ffn))
         elif t.fused_gate_up:
             w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(t.ffn, d), mat(t.ffn, d)]))
-        elif t.arch == "arcee":   # no gate: relu(h Wup)^2 Wdown
+        elif t.arch in ("arcee", "apertus"):   # no gate: act(h Wup) Wdown
             w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
         else:
             w.add_tensor(p + "ffn_gate.weight", mat(t.ffn, d))

@@ -26,8 +26,8 @@ One block, with every optional piece (each is off by default):
         x += a * residual_scale
         h = rmsnorm(x, ffn_norm)                      (pre_norms; else h = x)
         f = (act(h Wgate) * h Wup) Wdown              (act: activation; one matrix
-                                                       gate|up: fused_gate_up; relu_sqr:
-                                                       relu(h Wup)^2 Wdown, no gate)
+                                                       gate|up: fused_gate_up; relu_sqr,
+                                                       xielu: act(h Wup) Wdown, no gate)
             or, with moe: p = softmax(h Wrouter) (or sigmoid: moe.gating); the
             top experts_used experts e by p (by p + bias: moe.selection_bias),
             each weighted p_e (renormalised to sum 1: norm_weights),
@@ -72,8 +72,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 #: the FFN activations the kernels have: gated, act(h Wgate) * h Wup ("silu",
-#: "gelu_tanh"); or "relu_sqr", without a gate: relu(h Wup)^2 (Arcee; no ffn_gate tensor)
-ACTIVATIONS = ("silu", "gelu_tanh", "relu_sqr")
+#: "gelu_tanh"); or without a gate (no ffn_gate tensor), act(h Wup): "relu_sqr",
+#: relu(u)^2 (Arcee), "xielu" with each layer's LayerSpec.xielu (Apertus)
+ACTIVATIONS = ("silu", "gelu_tanh", "relu_sqr", "xielu")
+#: the activations without a gate
+UNGATED = ("relu_sqr", "xielu")
 #: RoPE layouts: "norm" rotates adjacent pairs (2i, 2i+1) of a head (GGUF `llama`,
 #: whose converter permuted Q/K rows); "neox" rotates (i, i + head_dim/2)
 ROPE_LAYOUTS = ("norm", "neox")
@@ -227,12 +230,18 @@ class LayerSpec:
     #: a dense FFN (ffn_gate/up/down of this layer's ffn_dim) in a model whose other
     #: layers have the mixture of experts (LFM2-MoE's leading_dense_block_count layers)
     dense_ffn: bool = False
+    #: the xielu activation's (alpha_n, alpha_p, beta, eps) in this layer, as ggml_xielu
+    #: takes them (alpha_n = beta + softplus(the file's), alpha_p = softplus(the file's)):
+    #: xielu(u) = alpha_p u^2 + beta u (u > 0), (expm1(min(u, eps)) - u) alpha_n + beta u
+    xielu: Optional[Tuple[float, float, float, float]] = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.window <= 2**31 - 1:
             raise ValueError(f"window: must be in [0, 2**31 - 1], got {self.window}")
         if self.kind not in LAYER_KINDS:
             raise ValueError(f"layer kind: expected one of {LAYER_KINDS}, got {self.kind!r}")
+        if self.xielu is not None and (len(self.xielu) != 4 or not all(math.isfinite(v) for v in self.xielu)):
+            raise ValueError(f"xielu: expected 4 finite numbers (alpha_n, alpha_p, beta, eps), got {self.xielu!r}")
         if self.kind == "shortconv" and not 2 <= self.conv_width <= MAX_CONV_WIDTH:
             raise ValueError(f"conv_width: a shortconv layer needs 2 .. {MAX_CONV_WIDTH}, got {self.conv_width}")
         for name in ("head_dim", "n_kv_heads", "ffn_dim"):
@@ -296,8 +305,8 @@ class TransformerSpec:
     moe: Optional[MoE] = None
 
     # ---- the maths -----------------------------------------------------------------
-    #: FFN activation: "silu" (SwiGLU), "gelu_tanh" (GeGLU), or "relu_sqr" (no gate:
-    #: relu(h Wup)^2 Wdown, Arcee)
+    #: FFN activation: "silu" (SwiGLU), "gelu_tanh" (GeGLU), or without a gate
+    #: "relu_sqr" (relu(h Wup)^2 Wdown, Arcee) or "xielu" (LayerSpec.xielu; Apertus)
     activation: str = "silu"
     #: multiplies q.k in attention; None: 1 / sqrt(head_dim)
     query_scale: Optional[float] = None
@@ -352,8 +361,10 @@ class TransformerSpec:
             raise ValueError(f"qk_norm_scope: expected one of {QK_NORM_SCOPES}, got {self.qk_norm_scope!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {self.activation!r}")
-        if self.activation == "relu_sqr" and (self.moe is not None or self.fused_gate_up):
-            raise ValueError("activation relu_sqr (no gate): not with experts or a fused gate|up")
+        if self.activation in UNGATED and (self.moe is not None or self.fused_gate_up):
+            raise ValueError(f"activation {self.activation} (no gate): not with experts or a fused gate|up")
+        if any((layer.xielu is not None) != (self.activation == "xielu") for layer in self.layers):
+            raise ValueError("layers: the xielu activation has every layer's xielu parameters, another none")
         if not (math.isfinite(self.rms_eps) and self.rms_eps > 0):
             raise ValueError(f"rms_eps: must be a finite number > 0, got {self.rms_eps}")
         if self.query_scale is not None and not (math.isfinite(self.query_scale) and self.query_scale > 0):

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from .. import kernels as K
 from ..runtime import Context, Engine, ModelClosedError, RowOutputs
-from .spec import LayerSpec, MoE, TransformerSpec
+from .spec import UNGATED, LayerSpec, MoE, TransformerSpec
 from .weights import LayerWeights, Matrix, ModelWeights, load_weights, repack_enabled, repack_weights
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
@@ -206,6 +206,8 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
         layer: Dict[str, Any] = dict(
             wq=L.wq.as_tuple(), wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(), up=L.w_up.as_tuple(),
             down=L.w_down.as_tuple(), window=ls.window, rope=None, kv_source=ls.kv_source, v_from_k=ls.v_from_k)
+        if ls.xielu is not None:
+            layer["xielu"] = ls.xielu
         for name in ("head_dim", "n_kv_heads", "ffn_dim"):   # a layer's own sizes; else the spec's
             if getattr(ls, name) is not None:
                 layer[name] = getattr(ls, name)
@@ -363,10 +365,9 @@ class TransformerContext(Context):
         self._pre_norm(s, w.ffn_norm)
         if spec.layer_experts(li):
             self._experts(w, s)
-        elif spec.activation == "relu_sqr":   # no gate: relu(h Wup)^2 (Arcee)
+        elif spec.activation in UNGATED:   # no gate: act(h Wup)
             s.mul(s.h1, (w.w_up, up))
-            np.maximum(up, np.float32(0.0), out=gate)
-            np.multiply(gate, gate, out=gate)
+            _ungated(spec.activation, spec.layers[li].xielu, up, gate)
             s.mul(gate, (w.w_down, s.h2))
         else:
             s.mul(s.h1, (w.w_gate, gate), (w.w_up, up))  # one quantized input for gate, up
@@ -731,6 +732,20 @@ def route(h: NDArray[Any], router: Matrix, moe: MoE, bias: Optional[Any] = None)
     if moe.weight_scale != 1.0:
         weights *= np.float32(moe.weight_scale)
     return experts, weights
+
+
+def _ungated(activation: str, xielu: Optional[Tuple[float, float, float, float]], up: NDArray[Any],
+             out: NDArray[Any]) -> None:
+    """out = act(up) for an FFN without a gate, in float32 as the fused C step computes it:
+    relu(u)^2 (Arcee), or ggml's xielu with the layer's parameters (Apertus)."""
+    if activation == "relu_sqr":
+        np.maximum(up, np.float32(0.0), out=out)
+        np.multiply(out, out, out=out)
+        return
+    assert xielu is not None
+    an, ap, beta, eps = (np.float32(v) for v in xielu)
+    negative = (np.expm1(np.minimum(up, eps)) - up) * an + beta * up
+    np.copyto(out, np.where(up > 0, ap * up * up + beta * up, negative))
 
 
 def _mul(x: NDArray[Any], w: Matrix, out: NDArray[Any], xq: Optional[NDArray[Any]] = None) -> NDArray[Any]:

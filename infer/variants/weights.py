@@ -25,7 +25,7 @@ from ..arena import Arena
 from ..gguf import GGUFError
 from ..runtime import UnsupportedModelError
 from ..tensor import unsupported_format_message
-from .spec import TransformerSpec
+from .spec import UNGATED, TransformerSpec
 
 
 class Matrix:
@@ -325,7 +325,7 @@ def _ffn_matrices(spec: TransformerSpec, i: int, t: _Tensors) -> Tuple[Matrix, M
         n_exp = spec.moe.n_experts
         return (t.matrix(p + "ffn_gate_exps.weight", ffn, d, n_exp), t.matrix(p + "ffn_up_exps.weight", ffn, d, n_exp),
                 t.matrix(p + "ffn_down_exps.weight", d, ffn, n_exp))
-    if spec.activation == "relu_sqr":   # no gate (Arcee): up stands in its place, unread
+    if spec.activation in UNGATED:   # no gate (Arcee, Apertus): up stands in its place, unread
         up = t.matrix(p + "ffn_up.weight", ffn, d)
         return up, up, t.matrix(p + "ffn_down.weight", d, ffn)
     if spec.fused_gate_up:   # the gate is the first half of ffn_up's output
