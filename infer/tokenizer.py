@@ -515,6 +515,9 @@ _NEWLINE_RUNS = r"[^\n]+|[\n]+"
 #: llama.cpp's digit splitter for AFMoE and Tiny Aya (unicode_regex_split_custom_afmoe),
 #: not a regex: see _split_afmoe_digits
 AFMOE_DIGITS = r"\p{AFMoE_digits}"
+#: SuperBPE's cuts, run as _split_digits_in_threes (the lookahead rescans the run from
+#: every position: quadratic in a long run of digits)
+DIGITS_IN_THREES = r"(?=(\d{3})+(?!\d))"
 
 # tokenizer.ggml.pre -> (regexes applied in turn, each splitting the pieces of the
 # previous one and keeping unmatched gaps as pieces; ignore_merges).  One entry per
@@ -549,9 +552,8 @@ for _names, _exprs, _ignore in (
     (("granite-embed-multi-97m",), (_GRANITE_EMB_MULTI,), True),
     (("tiny_aya", "cohere2moe"), (AFMOE_DIGITS, _TINY_AYA), False),
     (("kimi-k2",), (_KIMI_K2,), False),
-    # SuperBPE: digit runs, cut into threes from the right; nothing else is split.
-    # llama.cpp runs this one through std::wregex, whose \d is ASCII only.
-    (("superbpe",), (r"\p{N}+", r"(?=(?:[0-9]{3})+(?![0-9]))"), False),
+    # SuperBPE: digit runs, cut into threes from the right; nothing else is split
+    (("superbpe",), (r"\p{N}+", DIGITS_IN_THREES), False),
     (("bailingmoe", "bailingmoe2", "llada-moe"), (_BAILINGMOE,), False),
     (("seed-coder",), (_SEED_CODER,), False),
     (("ufakzeka",), (_UFAKZEKA,), False),
@@ -594,8 +596,7 @@ def _pre_tokenizer(name: str) -> tuple[list[Callable[[str, list[str]], None]], b
         known = ", ".join(sorted(PRE_TOKENIZERS))
         raise UnsupportedPreTokenizerError(
             f"tokenizer.ggml.pre: unknown pre-tokenizer {name!r} (known: {known})") from None
-    return [_split_afmoe_digits if e == AFMOE_DIGITS
-            else functools.partial(_split_keeping_gaps, regex.compile(_collapse_letter_cases(e)))
+    return [_CUSTOM_SPLITTERS.get(e) or functools.partial(_split_keeping_gaps, regex.compile(_collapse_letter_cases(e)))
             for e in exprs], ignore_merges
 
 
@@ -641,6 +642,28 @@ def _split_afmoe_digits(text: str, out: list[str]) -> None:
             prev = cut = cut + 3
     if prev < len(text):
         out.append(text[prev:])
+
+
+_ASCII_DIGIT_RUNS = regex.compile(r"[0-9]+")
+
+
+def _split_digits_in_threes(text: str, out: list[str]) -> None:
+    """The cuts of (?=(\\d{3})+(?!\\d)): before every ASCII digit that has a multiple
+    of three digits from it to the end of its run (llama.cpp matches it with
+    std::wregex, whose \\d is ASCII only)."""
+    prev = 0
+    for m in _ASCII_DIGIT_RUNS.finditer(text):
+        start, end = m.span()
+        for cut in range(start + (end - start) % 3, end, 3):
+            if cut > prev:
+                out.append(text[prev:cut])
+                prev = cut
+    if prev < len(text):
+        out.append(text[prev:])
+
+
+_CUSTOM_SPLITTERS: dict[str, Callable[[str, list[str]], None]] = {
+    AFMOE_DIGITS: _split_afmoe_digits, DIGITS_IN_THREES: _split_digits_in_threes}
 
 
 class Tokenizer:

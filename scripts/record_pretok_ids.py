@@ -57,9 +57,15 @@ def main() -> None:
     print(f"{len(recorded['ids'])} names, {len(groups)} different id lists:")  # type: ignore[arg-type]
     for same in groups.values():
         print("  " + ", ".join(same))
+    # one line per name, so that a new recording diffs by name
+    lines = [f'"{key}": {json.dumps(recorded[key], ensure_ascii=False)}'
+             for key in ("vocabulary_sha256", "special_text", "corpus")]
+    for key in ("ids", "ids_with_special"):
+        rows = [f"{json.dumps(name)}: {json.dumps(ids, separators=(',', ':'))}"
+                for name, ids in sorted(recorded[key].items())]  # type: ignore[attr-defined]
+        lines.append(f'"{key}": {{\n' + ",\n".join(rows) + "\n}")
     with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(recorded, f, ensure_ascii=False, indent=0)
-        f.write("\n")
+        f.write("{\n" + ",\n".join(lines) + "\n}\n")
 
 
 if __name__ == "__main__":
