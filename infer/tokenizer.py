@@ -573,7 +573,8 @@ _PRE_NOT_BYTE_LEVEL = {
     name: "a BPE over raw UTF-8 with spaces as U+2581 (no byte-level table), which infer implements only for "
           "tokenizer.ggml.model 'gemma4'"
     for name in ("gemma4", "granite-embed-multi-311m", "sarvam-moe")}
-_PRE_NOT_BYTE_LEVEL["whitespace"] = "a whitespace split over raw UTF-8 (no byte-level table), which infer does not implement"
+_PRE_NOT_BYTE_LEVEL["whitespace"] = ("a whitespace split over raw UTF-8 (no byte-level table), which infer "
+                                     "does not implement")
 
 
 class UnsupportedPreTokenizerError(ValueError):
@@ -581,7 +582,8 @@ class UnsupportedPreTokenizerError(ValueError):
 
 
 def _collapse_letter_cases(expr: str) -> str:
-    return regex.sub(r"\\p\{L[ultmo]\}", r"\\p{L}", expr)
+    collapsed: str = regex.sub(r"\\p\{L[ultmo]\}", r"\\p{L}", expr)
+    return collapsed
 
 
 def _pre_tokenizer(name: str) -> tuple[list[Callable[[str, list[str]], None]], bool]:
