@@ -119,3 +119,12 @@ def test_infer_tokenize_and_info_name_the_pre_tokenizer(tmp_path):
     info = subprocess.run([sys.executable, "-m", "infer", "info", "--model", path],
                           cwd=IMPORT_ROOT, capture_output=True, text=True, timeout=120)
     assert "gpt2 (pre-tokenizer deepseek-r1-qwen)" in info.stdout, info.stderr
+
+
+def test_a_merge_listed_twice_keeps_its_first_rank():
+    """Hand-worked: llama.cpp's bpe_ranks keeps the first rank of a repeated merge, so
+    "b c" (rank 0) beats "a b" (rank 1) in "abc"; the later copy (rank 2) is ignored."""
+    from infer.tokenizer import BPETokenizer, Vocabulary
+
+    vocab = Vocabulary(["a", "b", "c", "ab", "bc"], merges=["b c", "a b", "b c"])
+    assert BPETokenizer(vocab, "gpt-2").encode("abc", add_special=False) == [0, 4]
