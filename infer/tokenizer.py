@@ -437,7 +437,7 @@ _LATIN1_TO_BYTE_LEVEL = {b: c for b, c in BYTE_TO_UNICODE.items()}
 # The split rules of each tokenizer.ggml.pre name: llama.cpp's regexes (llama-vocab.cpp,
 # llm_tokenizer_bpe) in the form llama.cpp runs them.  llama.cpp writes the
 # case-insensitive contractions out as classes ('[sS]...): (?i:'s) would also take
-# U+017F and U+212A.  It matches \p{Lu}, \p{Ll}, \p{Lt}, \p{Lm} and \p{Lo} all as
+# U+017F (long s).  It matches \p{Lu}, \p{Ll}, \p{Lt}, \p{Lm} and \p{Lo} all as
 # \p{L} (its category table has one letter class, ASCII included), so those
 # regexes keep llama.cpp's spelling here and go through _collapse_letter_cases.
 _CONTRACTIONS_CI = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
@@ -514,10 +514,10 @@ _DEEPSEEK_LLM_PUNCT = r"\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-
 _NEWLINE_RUNS = r"[^\n]+|[\n]+"
 #: llama.cpp's digit splitter for AFMoE and Tiny Aya (unicode_regex_split_custom_afmoe),
 #: not a regex: see _split_afmoe_digits
-AFMOE_DIGITS = r"\p{AFMoE_digits}"
+_AFMOE_DIGITS = r"\p{AFMoE_digits}"
 #: SuperBPE's cuts, run as _split_digits_in_threes (the lookahead rescans the run from
 #: every position: quadratic in a long run of digits)
-DIGITS_IN_THREES = r"(?=(\d{3})+(?!\d))"
+_DIGITS_IN_THREES = r"(?=(\d{3})+(?!\d))"
 
 # tokenizer.ggml.pre -> (regexes applied in turn, each splitting the pieces of the
 # previous one and keeping unmatched gaps as pieces; ignore_merges).  One entry per
@@ -550,17 +550,17 @@ for _names, _exprs, _ignore in (
                       r"[\p{P}!-/:-@\[-`{-~]", _GPT2), False),
     (("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"), (_GPT4O,), False),
     (("granite-embed-multi-97m",), (_GRANITE_EMB_MULTI,), True),
-    (("tiny_aya", "cohere2moe"), (AFMOE_DIGITS, _TINY_AYA), False),
+    (("tiny_aya", "cohere2moe"), (_AFMOE_DIGITS, _TINY_AYA), False),
     (("kimi-k2",), (_KIMI_K2,), False),
     # SuperBPE: digit runs, cut into threes from the right; nothing else is split
-    (("superbpe",), (r"\p{N}+", DIGITS_IN_THREES), False),
+    (("superbpe",), (r"\p{N}+", _DIGITS_IN_THREES), False),
     (("bailingmoe", "bailingmoe2", "llada-moe"), (_BAILINGMOE,), False),
     (("seed-coder",), (_SEED_CODER,), False),
     (("ufakzeka",), (_UFAKZEKA,), False),
     (("deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"), (r"\p{N}{1,3}", _CJK_KANA, _HUNYUAN_DENSE), False),
     (("spark2_5",), (r"\p{N}{1,3}", _CJK_KANA, _SPARK2_5, r"\p{N}"), False),
     (("youtu",), (_YOUTU_CJK, _YOUTU), True),
-    (("afmoe",), (AFMOE_DIGITS, _AFMOE_ASIAN, _HUNYUAN_DENSE), False),
+    (("afmoe",), (_AFMOE_DIGITS, _AFMOE_ASIAN, _HUNYUAN_DENSE), False),
     (("laguna",), (_NEWLINE_RUNS, _QWEN2), False),
     (("exaone-moe",), (_EXAONE_MOE,), False),
     (("minicpm5",), (r"\p{N}{1,3}", _MINICPM5), True),
@@ -665,7 +665,7 @@ def _split_digits_in_threes(text: str, out: list[str]) -> None:
 
 
 _CUSTOM_SPLITTERS: dict[str, Callable[[str, list[str]], None]] = {
-    AFMOE_DIGITS: _split_afmoe_digits, DIGITS_IN_THREES: _split_digits_in_threes}
+    _AFMOE_DIGITS: _split_afmoe_digits, _DIGITS_IN_THREES: _split_digits_in_threes}
 
 
 class Tokenizer:
