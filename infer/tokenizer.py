@@ -42,7 +42,7 @@ import regex
 
 __all__ = [
     "TokenType", "Vocabulary", "Tokenizer", "BPETokenizer", "SPMTokenizer",
-    "StreamDecoder", "PRE_TOKENIZERS", "Gemma4Tokenizer",
+    "StreamDecoder", "PRE_TOKENIZERS", "Gemma4Tokenizer", "UnsupportedPreTokenizerError",
 ]
 
 
