@@ -607,14 +607,15 @@ def _pre_tokenizer(name: str) -> tuple[list[Callable[[str, list[str]], None]], b
 # non-ASCII space is \v: a literal range such as DeepSeek's U+0800-U+4E00 holds
 # U+3000, yet only \s takes an ideographic space there.  Elsewhere \s matches the
 # same either way.
-_NON_ASCII_SPACES_TO_VT = str.maketrans({c: "\v" for c in (
-    "\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
-    "\u2028\u2029\u202f\u205f\u3000")})
+_NON_ASCII_SPACE = regex.compile(r"[\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
 def _split_keeping_gaps(pattern: Any, text: str, out: list[str]) -> None:
+    subject = text
+    if not text.isascii() and _NON_ASCII_SPACE.search(text) is not None:
+        subject = _NON_ASCII_SPACE.sub("\v", text)
     pos = 0
-    for m in pattern.finditer(text if text.isascii() else text.translate(_NON_ASCII_SPACES_TO_VT)):
+    for m in pattern.finditer(subject):
         start, end = m.span()
         if start > pos:
             out.append(text[pos:start])
