@@ -869,6 +869,8 @@ class BPETokenizer(Tokenizer):
     @classmethod
     def from_metadata(cls, md: Mapping[str, Any]) -> "BPETokenizer":
         pre = md.get("tokenizer.ggml.pre") or "default"
+        if not isinstance(pre, str):
+            raise TypeError(f"metadata 'tokenizer.ggml.pre': expected a string, got {type(pre).__name__}")
         return cls(Vocabulary.from_metadata(md), pre)
 
     def pre_tokenize(self, text: str) -> list[str]:

@@ -48,6 +48,28 @@ def test_every_name_is_recorded():
     assert RECORDED["ids"]["gpt-2"] and PRE_TOKENIZERS["gpt2"] == PRE_TOKENIZERS["gpt-2"]
 
 
+def test_the_corpus_tells_the_split_rules_apart():
+    """Two names with different rules (regexes, ignore_merges or default BOS) got
+    different ids from llama.cpp, so the replay below holds each name to its own
+    rules.  The two exceptions split alike by their regexes: bailingmoe's
+    "\\s*[\\r\\n]" after "\\s*" takes what Qwen 2's "\\s*[\\r\\n]+" does, and
+    minicpm5's first cut into three digits is one that glm4's regex makes too."""
+    from infer.tokenizer import _PRE_ADDING_BOS
+
+    groups: dict[object, list[str]] = {}
+    for name in sorted(RECORDED["ids"]):
+        groups.setdefault((PRE_TOKENIZERS[name], name in _PRE_ADDING_BOS), []).append(name)
+    rules = list(groups.values())
+    assert len(rules) == 31
+    for i, a in enumerate(rules):
+        for b in rules[i + 1:]:
+            same = (RECORDED["ids"][a[0]] == RECORDED["ids"][b[0]]
+                    and RECORDED["ids_with_special"][a[0]] == RECORDED["ids_with_special"][b[0]])
+            alike = any(x in a and y in b or x in b and y in a for x, y in (("bailingmoe", "qwen2"),
+                                                                            ("minicpm5", "glm4")))
+            assert same == alike, (a[0], b[0])
+
+
 @needs_model
 @pytest.mark.parametrize("name", sorted(RECORDED["ids"]))
 def test_ids_match_llama_cpp(name):
@@ -90,6 +112,12 @@ def test_names_infer_cannot_split_are_refused_by_name(name, tmp_path):
     md = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": name, "tokenizer.ggml.tokens": ["a", "b"],
           "tokenizer.ggml.merges": ["a b"]}
     with pytest.raises(UnsupportedPreTokenizerError, match=f"pre-tokenizer '{name}'"):
+        Tokenizer.from_metadata(md)
+
+
+def test_a_pre_tokenizer_that_is_not_a_string_is_named():
+    md = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": ["qwen2"], "tokenizer.ggml.tokens": ["a"]}
+    with pytest.raises(TypeError, match="'tokenizer.ggml.pre': expected a string, got list"):
         Tokenizer.from_metadata(md)
 
 
