@@ -1,0 +1,85 @@
+/* The gated DeltaNet recurrence (Qwen3.5's linear-attention layers; llama.cpp's
+ * ggml_gated_delta_net, ggml-cpu/ops.cpp), scalar C99.  Heads are independent and
+ * share out over the thread pool. */
+#include "infer_kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+    const float *q, *k, *v, *g, *beta;
+    float *state, *out;
+    int64_t n_tokens, n_k_heads, n_v_heads, d;
+    float scale;
+} delta_net_job;
+
+/* One value head over every token.  M is the head's state stored as ggml keeps it,
+ * M[j * d + i] = S[i][j] (key index i, value index j): row j is contiguous. */
+static void delta_net_head(const delta_net_job *job, int64_t h, float *delta) {
+    const int64_t d = job->d, kh = h % job->n_k_heads;   /* q/k heads tiled over v heads */
+    float *M = job->state + h * d * d;
+    for (int64_t t = 0; t < job->n_tokens; t++) {
+        const float *q = job->q + (t * job->n_k_heads + kh) * d;
+        const float *k = job->k + (t * job->n_k_heads + kh) * d;
+        const float *v = job->v + (t * job->n_v_heads + h) * d;
+        const float decay = expf(job->g[t * job->n_v_heads + h]);
+        const float beta = job->beta[t * job->n_v_heads + h];
+        float *o = job->out + (t * job->n_v_heads + h) * d;
+        for (int64_t x = 0; x < d * d; x++) {
+            M[x] *= decay;
+        }
+        for (int64_t j = 0; j < d; j++) {   /* delta = beta (v - S^T k) */
+            const float *row = M + j * d;
+            float sum = 0.0f;
+            for (int64_t i = 0; i < d; i++) {
+                sum += row[i] * k[i];
+            }
+            delta[j] = (v[j] - sum) * beta;
+        }
+        for (int64_t j = 0; j < d; j++) {   /* S += k delta^T */
+            float *row = M + j * d;
+            for (int64_t i = 0; i < d; i++) {
+                row[i] += k[i] * delta[j];
+            }
+        }
+        for (int64_t j = 0; j < d; j++) {   /* out = S^T q, scaled */
+            const float *row = M + j * d;
+            float sum = 0.0f;
+            for (int64_t i = 0; i < d; i++) {
+                sum += row[i] * q[i];
+            }
+            o[j] = sum * job->scale;
+        }
+    }
+}
+
+static void delta_net_task(void *arg, int ith, int nth) {
+    const delta_net_job *job = (const delta_net_job *)arg;
+    float delta[INFER_DELTA_NET_MAX_STATE];
+    for (int64_t h = ith; h < job->n_v_heads; h += nth) {
+        delta_net_head(job, h, delta);
+    }
+}
+
+int infer_gated_delta_net(const float *q, const float *k, const float *v, const float *g,
+                          const float *beta, float *state, float *out, int64_t n_tokens,
+                          int64_t n_k_heads, int64_t n_v_heads, int64_t d, float scale) {
+    delta_net_job job;
+    if (n_tokens < 0 || n_k_heads < 1 || n_v_heads < 1 || n_v_heads % n_k_heads || d < 1
+            || d > INFER_DELTA_NET_MAX_STATE) {
+        return -1;
+    }
+    if (n_tokens == 0) {
+        return 0;
+    }
+    job.q = q; job.k = k; job.v = v; job.g = g; job.beta = beta;
+    job.state = state; job.out = out;
+    job.n_tokens = n_tokens; job.n_k_heads = n_k_heads; job.n_v_heads = n_v_heads; job.d = d;
+    job.scale = scale;
+    if (n_v_heads == 1 || n_tokens * n_v_heads * d * d < 32768) {
+        delta_net_task(&job, 0, 1);
+    } else {
+        infer_parallel_run(delta_net_task, &job);
+    }
+    return 0;
+}
