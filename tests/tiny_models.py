@@ -700,7 +700,7 @@ def write_qwen35(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = No
     they are (the converter added HF's +1), ssm_a = -exp(A_log), ssm_dt.bias, the
     conv squeezed to (channels, K) F32, attn_q (2 * q_dim, d) with each head's q rows
     then its gate's, the FFN's norm named post_attention_norm.  ``more_tensors``
-    adds tensors and metadata keys (a str key without "." is taken as arch.key);
+    adds tensors (names "blk.*" or "*.weight") and metadata keys (without the arch prefix);
     ``drop`` leaves tensors or keys out (for the refusal tests)."""
     import gguf
 
@@ -732,7 +732,7 @@ def write_qwen35(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = No
         "ssm.conv_kernel": sh.conv_kernel, "ssm.state_size": sh.d_state, "ssm.group_count": sh.n_k_heads,
         "ssm.time_step_rank": sh.n_v_heads, "ssm.inner_size": value_dim,
         "full_attention_interval": sh.full_attention_interval, **t.extra}
-    for k in [k for k in more if "." not in k or k.startswith(a + ".")]:
+    for k in [k for k in more if not (k.startswith("blk.") or k.endswith(".weight"))]:
         keys[k[len(a) + 1:] if k.startswith(a + ".") else k] = more.pop(k)
     for k, v in keys.items():
         if k in drop:

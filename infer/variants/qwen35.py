@@ -70,13 +70,13 @@ def qwen35_spec(gguf_file: Any, moe: bool) -> Tuple[TransformerSpec, HParams, Tu
     n_nextn = hp.integer("nextn_predict_layers", 0, lo=0, hi=n_all - 1)
     n_layers = n_all - n_nextn
     dim, n_heads, n_kv_heads, head_dim = hp.attention_shape()
+    n_k_heads, n_v_heads = hp.integer("ssm.group_count", hi=2**20), hp.integer("ssm.time_step_rank", hi=2**20)
+    if n_v_heads % n_k_heads:
+        raise GGUFError(f"GGUF metadata: {hp.key('ssm.time_step_rank')}={n_v_heads} is not a multiple of "
+                        f"{hp.key('ssm.group_count')}={n_k_heads}")
     dn = DeltaNet(conv_kernel=hp.integer("ssm.conv_kernel", lo=2, hi=MAX_CONV_WIDTH),
                   d_state=hp.integer("ssm.state_size", hi=MAX_DELTANET_STATE),
-                  n_k_heads=hp.integer("ssm.group_count", hi=2**20),
-                  n_v_heads=hp.integer("ssm.time_step_rank", hi=2**20))
-    if dn.n_v_heads % dn.n_k_heads:
-        raise GGUFError(f"GGUF metadata: {hp.key('ssm.time_step_rank')}={dn.n_v_heads} is not a multiple of "
-                        f"{hp.key('ssm.group_count')}={dn.n_k_heads}")
+                  n_k_heads=n_k_heads, n_v_heads=n_v_heads)
     inner = hp.integer("ssm.inner_size")
     if inner != dn.value_dim:   # llama.cpp's head_v_dim = inner / n_v_heads must be state_size
         raise UnsupportedModelError(f"{hp.arch} file: {hp.key('ssm.inner_size')}={inner} is not "
