@@ -384,10 +384,10 @@ def test_gated_delta_net_checks_its_arguments():
                np.zeros((2, 3), f), np.zeros((3, 4, 4), f), np.zeros((2, 3, 4), f)), "not a multiple"),
              ((q, k, v, g[:1], beta, state, out), "g: expected shape"),
              ((q, k, v, g, beta, state[:, :3].copy(), out), "state: expected shape"),
-             ((q, k[:, :, :3], v, g, beta, state, out), "k: shape"),
+             ((q, np.zeros((2, 1, 3), f), v, g, beta, state, out), "k: shape"),
              ((q, k, v, g, beta, state.astype(np.float64), out), "float32"),
              ((q, k, v, g, beta, state, state.reshape(2, 2, 8)), "out"),
-             ((q, k, v, g, beta, state, state.reshape(-1)[:16].reshape(2, 2, 4)), "share memory"),
+             ((q, k, v, g, beta, state, state.reshape(-1)[:16].reshape(2, 2, 4)), "shares memory"),
              ((q, k, v, g, beta, np.zeros((2, 4, 4), f)[:, :, ::-1], out), "C-contiguous")]
     for args, message in cases:
         with pytest.raises((ValueError, TypeError), match=message):
