@@ -774,7 +774,8 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
 def _sigmoid(x: NDArray[Any]) -> NDArray[Any]:
     """1 / (1 + exp(-x)) in float32, without overflow warnings for very negative x."""
     with np.errstate(over="ignore"):
-        return (1.0 / (1.0 + np.exp(-x))).astype(np.float32, copy=False)
+        out: NDArray[Any] = (1.0 / (1.0 + np.exp(-x))).astype(np.float32, copy=False)
+    return out
 
 
 def _per_layer_inputs(spec: TransformerSpec, w: ModelWeights, batch: NDArray[Any], s: "_Scratch") -> None:
