@@ -255,6 +255,9 @@ def test_saved_state_and_copy_continue_exactly(tiny_dir):
         for other in (twin, loaded):
             np.testing.assert_array_equal(_decode(other, prompt[53:60]), ctx.logits)
         assert not np.shares_memory(twin.ssm_state, ctx.ssm_state)
+        # KV caches for the two attention layers only (1 and 3): 2 KV heads of 64 each
+        assert ctx.k_cache.shape == (2, 256 * 2 * 64)
+        assert sorted(ctx._cache_state(60)) == ["k.1", "k.3", "ssm_conv", "ssm_state", "v.1", "v.3"]
         check(ctx.logits, reference_logits(name, tiny_dir)[59], "position 59")
         loaded.truncate_to(51)   # before the state it was saved with: evaluated from the start
         np.testing.assert_array_equal(_decode(loaded, prompt[51:60]), ctx.logits)

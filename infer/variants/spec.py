@@ -460,7 +460,13 @@ class TransformerSpec:
         """Every layer has its own KV cache of the model's shape (the (layers,
         kv_heads, n_ctx, head_dim) cache the fused step takes)."""
         return all(self.layer_head_dim(li) == self.head_dim and self.layer_kv_heads(li) == self.n_kv_heads
-                   and self.layers[li].kv_source is None for li in range(self.n_layers))
+                   and self.layers[li].kv_source is None for li in range(self.n_layers)) and not self.deltanet_layers
+
+    def kv_owners(self) -> Tuple[int, ...]:
+        """The layers with a KV cache of their own: not shared-KV layers, nor deltanet
+        layers (Qwen3.5: three of four layers need none)."""
+        return tuple(li for li, layer in enumerate(self.layers)
+                     if layer.kv_source is None and layer.kind != "deltanet")
 
     @property
     def conv_layers(self) -> Tuple[int, ...]:

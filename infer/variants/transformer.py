@@ -645,8 +645,7 @@ class TransformerContext(Context):
         with `_kv_layout`'s flat rows, each owning layer's view."""
         if self.spec.uniform_kv:
             return [("k", self.k_cache), ("v", self.v_cache)]
-        owners = [li for li in range(self.spec.n_layers) if self.spec.layers[li].kv_source is None]
-        return [(f"{kv}.{li}", caches[li]) for li in owners
+        return [(f"{kv}.{li}", caches[li]) for li in self.spec.kv_owners()
                 for kv, caches in (("k", self.k_layers), ("v", self.v_layers))]
 
     def _cache_state(self, n: int) -> Dict[str, NDArray[Any]]:
@@ -800,8 +799,8 @@ def _kv_shape(spec: TransformerSpec, n_ctx: int) -> Tuple[int, ...]:
     cache, as long as the largest of them (`_kv_layout` views them)."""
     if spec.uniform_kv:
         return (spec.n_layers, spec.n_kv_heads, n_ctx, spec.head_dim)
-    owners = [li for li in range(spec.n_layers) if spec.layers[li].kv_source is None]
-    return (len(owners), n_ctx * max(spec.layer_kv_heads(li) * spec.layer_head_dim(li) for li in owners))
+    owners = spec.kv_owners()
+    return (len(owners), n_ctx * max((spec.layer_kv_heads(li) * spec.layer_head_dim(li) for li in owners), default=0))
 
 
 def _kv_layout(spec: TransformerSpec, cache: NDArray[Any], n_ctx: int) -> list[NDArray[Any]]:
@@ -818,6 +817,9 @@ def _kv_layout(spec: TransformerSpec, cache: NDArray[Any], n_ctx: int) -> list[N
             views.append(views[src])
             continue
         n_kv, hd = spec.layer_kv_heads(li), spec.layer_head_dim(li)
+        if spec.layers[li].kind == "deltanet":   # no cache: an empty view
+            views.append(cache[:0, :0].reshape(0, 0, hd))
+            continue
         views.append(cache[row, :n_kv * n_ctx * hd].reshape(n_kv, n_ctx, hd))
         row += 1
     return views
