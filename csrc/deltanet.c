@@ -13,11 +13,13 @@ typedef struct {
     float scale;
 } delta_net_job;
 
-/* One value head over every token.  M is the head's state stored as ggml keeps it,
- * M[j * d + i] = S[i][j] (key index i, value index j): row j is contiguous. */
-static void delta_net_head(const delta_net_job *job, int64_t h, float *delta) {
+/* One value head over every token.  S is the head's state, S[i * d + j] (key index
+ * i, value index j): every step below is a sweep over rows of S, contiguous in j,
+ * so the loops vectorise without reordering any sum, and two sweeps per token
+ * suffice.  delta and acc: d floats of scratch each. */
+static void delta_net_head(const delta_net_job *job, int64_t h, float *delta, float *acc) {
     const int64_t d = job->d, kh = h % job->n_k_heads;   /* q/k heads tiled over v heads */
-    float *M = job->state + h * d * d;
+    float *S = job->state + h * d * d;
     for (int64_t t = 0; t < job->n_tokens; t++) {
         const float *q = job->q + (t * job->n_k_heads + kh) * d;
         const float *k = job->k + (t * job->n_k_heads + kh) * d;
@@ -25,39 +27,36 @@ static void delta_net_head(const delta_net_job *job, int64_t h, float *delta) {
         const float decay = expf(job->g[t * job->n_v_heads + h]);
         const float beta = job->beta[t * job->n_v_heads + h];
         float *o = job->out + (t * job->n_v_heads + h) * d;
-        for (int64_t x = 0; x < d * d; x++) {
-            M[x] *= decay;
+        for (int64_t j = 0; j < d; j++) acc[j] = 0.0f;
+        for (int64_t i = 0; i < d; i++) {   /* S *= exp(g); acc = S^T k */
+            float *row = S + i * d;
+            const float ki = k[i];
+            for (int64_t j = 0; j < d; j++) {
+                row[j] *= decay;
+                acc[j] += row[j] * ki;
+            }
         }
         for (int64_t j = 0; j < d; j++) {   /* delta = beta (v - S^T k) */
-            const float *row = M + j * d;
-            float sum = 0.0f;
-            for (int64_t i = 0; i < d; i++) {
-                sum += row[i] * k[i];
-            }
-            delta[j] = (v[j] - sum) * beta;
+            delta[j] = (v[j] - acc[j]) * beta;
+            acc[j] = 0.0f;
         }
-        for (int64_t j = 0; j < d; j++) {   /* S += k delta^T */
-            float *row = M + j * d;
-            for (int64_t i = 0; i < d; i++) {
-                row[i] += k[i] * delta[j];
+        for (int64_t i = 0; i < d; i++) {   /* S += k delta^T; acc = S^T q */
+            float *row = S + i * d;
+            const float ki = k[i], qi = q[i];
+            for (int64_t j = 0; j < d; j++) {
+                row[j] += ki * delta[j];
+                acc[j] += row[j] * qi;
             }
         }
-        for (int64_t j = 0; j < d; j++) {   /* out = S^T q, scaled */
-            const float *row = M + j * d;
-            float sum = 0.0f;
-            for (int64_t i = 0; i < d; i++) {
-                sum += row[i] * q[i];
-            }
-            o[j] = sum * job->scale;
-        }
+        for (int64_t j = 0; j < d; j++) o[j] = acc[j] * job->scale;
     }
 }
 
 static void delta_net_task(void *arg, int ith, int nth) {
     const delta_net_job *job = (const delta_net_job *)arg;
-    float delta[INFER_DELTA_NET_MAX_STATE];
+    float delta[INFER_DELTA_NET_MAX_STATE], acc[INFER_DELTA_NET_MAX_STATE];
     for (int64_t h = ith; h < job->n_v_heads; h += nth) {
-        delta_net_head(job, h, delta);
+        delta_net_head(job, h, delta, acc);
     }
 }
 

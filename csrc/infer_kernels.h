@@ -493,7 +493,7 @@ int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens,
 /* The largest head (state_size) the recurrence takes: its scratch is on the stack. */
 #define INFER_DELTA_NET_MAX_STATE 1024
 /* q, k [n_tokens, n_k_heads, d]; v, out [n_tokens, n_v_heads, d]; g, beta
- * [n_tokens, n_v_heads]; state [n_v_heads, d, d] with state[h][j][i] = S_h[i][j]
+ * [n_tokens, n_v_heads]; state [n_v_heads, d, d] with state[h][i][j] = S_h[i][j]
  * (key i, value j), updated in place.  Value head h reads q/k head h % n_k_heads
  * (llama.cpp's tiled order).  Per token: S *= exp(g); S += k (beta (v - S^T k))^T;
  * out = scale S^T q.  Returns -1 (touching nothing) for bad sizes, else 0. */

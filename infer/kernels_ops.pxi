@@ -404,7 +404,7 @@ def gated_delta_net(q, k, v, g, beta, state, out, scale=None):
     v: float32 (n_tokens, n_v_heads, d), n_v_heads a multiple of n_k_heads; value
     head h reads q/k head h % n_k_heads.  g, beta: float32 (n_tokens, n_v_heads):
     the log of each token's decay and its write strength.  state: float32
-    (n_v_heads, d, d), state[h, j, i] = S_h[i, j], updated in place.  Per token and
+    (n_v_heads, d, d), state[h, i, j] = S_h[i, j] (key i, value j), updated in place.  Per token and
     head: S *= exp(g); S += k (beta (v - S^T k))^T; out = scale S^T q.  scale:
     default 1/sqrt(d).  out: float32 of v's shape.  Runs on the thread pool.
     """

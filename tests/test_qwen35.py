@@ -348,16 +348,16 @@ def test_infer_info_shows_the_recurrent_state(tiny_dir, capsys):
 # ---- the recurrence kernel ----------------------------------------------------------------
 def delta_rule(q, k, v, g, beta, state, scale):
     """float64: per value head h (key head h % n_k), per token, S *= exp(g);
-    S += k (beta (v - S^T k))^T; o = scale S^T q, S[key, value] = state[h].T."""
+    S += k (beta (v - S^T k))^T; o = scale S^T q, S[key, value] = state[h]."""
     n, n_k, d = q.shape
-    S = state.astype(np.float64).transpose(0, 2, 1).copy()
+    S = state.astype(np.float64)
     out = np.zeros(v.shape)
     for h in range(v.shape[1]):
         for t in range(n):
             S[h] *= math.exp(g[t, h])
             S[h] += np.outer(k[t, h % n_k], beta[t, h] * (v[t, h] - S[h].T @ k[t, h % n_k]))
             out[t, h] = scale * (S[h].T @ q[t, h % n_k])
-    return out, S.transpose(0, 2, 1)
+    return out, S
 
 
 @pytest.mark.parametrize("n,n_k,n_v,d", [(1, 1, 1, 1), (3, 1, 2, 5), (17, 2, 6, 33), (2, 4, 4, 128)])
