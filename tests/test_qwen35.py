@@ -458,3 +458,40 @@ def test_deltanet_tensors_on_an_attention_layer_are_refused(tmp_path):
     with pytest.raises(UnsupportedModelError) as e:
         infer.load(path)
     assert e.value.names == ["blk.1.ssm_a"]
+
+
+def test_serve_scheduler_gives_each_request_its_own_text(tiny_dir):
+    """infer serve's scheduler: requests decoding together (decode_batch through the
+    Python blocks, tokens decoded ahead and taken back) get the text each gets alone."""
+    import threading
+
+    from infer.generate import generate
+    from infer.serve.scheduler import Scheduler
+
+    prompts = [[int(t) for t in tm.prompt("qwen35")[lo:lo + n]] for lo, n in ((0, 7), (50, 30), (300, 3))]
+    from infer.sampler import Sampler
+
+    options = dict(max_tokens=10, stop_at_end_of_turn=False)
+    with load(tiny_dir) as model:
+        alone = ["".join(generate(model, p, temperature=0, **options)) for p in prompts]
+        sched = Scheduler(model, n_slots=3, n_ctx=256)
+        try:
+            handles = [sched.open() for _ in prompts]
+            out = [None] * len(prompts)
+
+            def work(i):
+                try:
+                    handles[i].sampler = Sampler(temperature=0)
+                    out[i] = "".join(generate(model, prompts[i], context=handles[i], **options))
+                finally:
+                    handles[i].close()
+
+            threads = [threading.Thread(target=work, args=(i,)) for i in range(len(prompts))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+            assert out == alone
+            assert max(sched.stats.batch_sizes) > 1
+        finally:
+            sched.close()
