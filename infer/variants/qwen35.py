@@ -26,10 +26,11 @@ recurrent state, the others full attention; every block is
 
 The contexts keep each DeltaNet layer's state S (n_v_heads x d x d float32) and its
 last conv_kernel - 1 conv inputs, with checkpoints of them (transformer.py:
-CHECKPOINT_INTERVAL, MAX_CHECKPOINTS) so truncate_to goes back exactly.  For
-Qwen3.5-9B (24 DeltaNet layers, 32 heads of 128) that is 50 MiB per copy, up to
-9 copies (~450 MiB) per context; ``infer info`` prints it.  Decoding runs through
-the Python blocks (the fused C step has no DeltaNet layers).
+CHECKPOINT_INTERVAL, MAX_CHECKPOINTS) so truncate_to goes back exactly.  With 24
+DeltaNet layers of 32 value heads of 128 (Qwen3.5-9B's shape) that is 48 MiB per copy,
+up to 9 copies (~440 MiB) per context; ``infer info`` prints the file's figures.  The
+KV cache has rows for the attention layers only.  Decoding runs through the Python
+blocks (the fused C step has no DeltaNet layers, and says so).
 """
 from __future__ import annotations
 
