@@ -269,8 +269,9 @@ class LayerSpec:
     v_from_k: bool = False
     #: a one-value blk.N.layer_output_scale multiplies the block's output
     out_scale: bool = False
-    #: what mixes positions: "attention", or "shortconv" (LFM2's gated short
-    #: convolution, see `TransformerSpec`; the layer has no attention then)
+    #: what mixes positions: "attention", "shortconv" (LFM2's gated short
+    #: convolution) or "deltanet" (Qwen3.5's gated DeltaNet, sized by
+    #: TransformerSpec.deltanet); see `TransformerSpec`; the last two have no attention
     kind: str = "attention"
     #: a shortconv layer's kernel width L (GGUF ``shortconv.l_cache``): position p
     #: reads the gated inputs of positions p-L+1 .. p
