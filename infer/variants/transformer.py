@@ -653,7 +653,8 @@ class TransformerContext(Context):
         if self.conv_cache.shape[0]:
             arrays["conv"] = self.conv_cache[:, :n]
         if self.spec.deltanet_layers:   # the state after all n tokens (state.py evaluated them)
-            assert self._recurrent_pos == n
+            if self._recurrent_pos != n:
+                raise RuntimeError(f"deltanet state is at position {self._recurrent_pos}, not {n}")
             arrays["ssm_state"], arrays["ssm_conv"] = self.ssm_state, self.ssm_conv
         return arrays
 
