@@ -201,16 +201,20 @@ def test_truncate_to_a_checkpoint_and_between_checkpoints(tiny_dir):
 
 
 def test_checkpoints_are_bounded(tiny_dir, monkeypatch):
+    """At most MAX_CHECKPOINTS, the prefills' ends kept before decoded positions."""
     monkeypatch.setattr(T, "CHECKPOINT_INTERVAL", 2)
     with load(tiny_dir) as model:
         ctx = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
         ctx.prefill(tm.prompt("qwen35")[:10])
         _decode(ctx, tm.prompt("qwen35")[10:60])
-        assert len(ctx._checkpoints) == T.MAX_CHECKPOINTS
+        assert [c[0] for c in ctx._checkpoints] == [10] + list(range(60 - 2 * (T.MAX_CHECKPOINTS - 2), 61, 2))
         one, held = ctx.recurrent_bytes()
         # 2 DeltaNet layers: 4 heads of 32 x 32, and 3 conv inputs of 2 * 64 + 128 channels
         assert one == 2 * 4 * (4 * 32 * 32 + 3 * 256) and held == one * T.MAX_CHECKPOINTS
         first = ctx.logits.copy()
+        ctx.truncate_to(30)   # between the prefill's end and the decoded ones left
+        assert ctx._n_cached == 10
+        np.testing.assert_array_equal(_decode(ctx, tm.prompt("qwen35")[30:60]), first)
         ctx.truncate_to(5)   # before every checkpoint left: from the start again
         assert ctx._n_cached == 0
         np.testing.assert_array_equal(_decode(ctx, tm.prompt("qwen35")[5:60]), first)

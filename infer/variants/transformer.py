@@ -35,8 +35,9 @@ from .weights import LayerWeights, Matrix, ModelWeights, load_weights, repack_en
 N_BATCH = 512
 #: a context with deltanet layers keeps a copy of their recurrent state at the end
 #: of each prefill and every CHECKPOINT_INTERVAL decoded positions, at most
-#: MAX_CHECKPOINTS of them (the oldest go first); truncate_to(n) restores the latest
-#: at or before n and evaluates the tokens after it again
+#: MAX_CHECKPOINTS of them (the oldest decoded one goes first: a prefill's end is
+#: where a chat or a server's next prompt most likely branches off); truncate_to(n)
+#: restores the latest at or before n and evaluates the tokens after it again
 CHECKPOINT_INTERVAL = 16
 MAX_CHECKPOINTS = 8
 
@@ -590,14 +591,14 @@ class TransformerContext(Context):
         """ssm_state (deltanet layers, n_v_heads, d, d) and ssm_conv (deltanet layers,
         conv_kernel - 1, conv_dim): the state after the first ``_recurrent_pos`` tokens
         (-1: a pass failed half-way), and checkpoints (position, state, conv) to go
-        back to.  Empty arrays without deltanet layers."""
+        back to (and whether a prefill ended there).  Empty arrays without deltanet layers."""
         spec = self.spec
         dn, n_dn = spec.deltanet, len(spec.deltanet_layers)
         shape = (n_dn, dn.n_v_heads, dn.d_state, dn.d_state) if dn and n_dn else (0, 0, 0, 0)
         self.ssm_state = np.zeros(shape, np.float32)
         self.ssm_conv = np.zeros((n_dn, dn.conv_kernel - 1, dn.conv_dim) if dn and n_dn else (0, 0, 0), np.float32)
         self._recurrent_pos = 0
-        self._checkpoints: list[Tuple[int, NDArray[Any], NDArray[Any]]] = []
+        self._checkpoints: list[Tuple[int, NDArray[Any], NDArray[Any], bool]] = []
 
     def recurrent_bytes(self) -> Tuple[int, int]:
         """(bytes of the recurrent state, bytes its checkpoints hold now); the
@@ -615,8 +616,10 @@ class TransformerContext(Context):
         self._recurrent_pos = pos
         last = self._checkpoints[-1][0] if self._checkpoints else 0
         if prefill or pos - last >= CHECKPOINT_INTERVAL:
-            self._checkpoints.append((pos, self.ssm_state.copy(), self.ssm_conv.copy()))
-            del self._checkpoints[:-MAX_CHECKPOINTS]
+            self._checkpoints.append((pos, self.ssm_state.copy(), self.ssm_conv.copy(), prefill))
+            if len(self._checkpoints) > MAX_CHECKPOINTS:
+                decoded = [i for i, c in enumerate(self._checkpoints) if not c[3]]
+                del self._checkpoints[decoded[0] if decoded else 0]
 
     def _truncate_cache(self, n: int) -> None:
         """Attention caches are position-addressed; the recurrent state goes back to the
@@ -626,7 +629,7 @@ class TransformerContext(Context):
             return
         self._checkpoints = [c for c in self._checkpoints if c[0] <= n]
         if self._checkpoints:
-            pos, state, conv = self._checkpoints[-1]
+            pos, state, conv, _ = self._checkpoints[-1]
             np.copyto(self.ssm_state, state)
             np.copyto(self.ssm_conv, conv)
         else:
@@ -688,7 +691,7 @@ class TransformerContext(Context):
             self.ssm_state[...] = arrays["ssm_state"]
             self.ssm_conv[...] = arrays["ssm_conv"]
             self._recurrent_pos = n
-            self._checkpoints = [(n, self.ssm_state.copy(), self.ssm_conv.copy())]
+            self._checkpoints = [(n, self.ssm_state.copy(), self.ssm_conv.copy(), True)]
         for name, cache in parts:
             cache[..., :n, :] = arrays[name]
 
