@@ -175,6 +175,11 @@ class Vocabulary:
 
         eog = {self._ids[t] for t in _END_OF_TURN_TEXTS if t in self._ids}
         eog.update(i for i in (eos_token_id, eot_token_id) if i is not None)
+        if "<|return|>" in self._ids and "<|call|>" in self._ids:
+            # gpt-oss (o200k_harmony): <|return|> and <|call|> end a reply; <|end|> ends one of
+            # its messages, and more follow (llama.cpp's llama-vocab.cpp drops it so too)
+            eog.update((self._ids["<|return|>"], self._ids["<|call|>"]))
+            eog.discard(self._ids.get("<|end|>", -1))
         self.end_of_turn_ids: frozenset[int] = frozenset(eog)
 
         # Texts split out of the input before tokenizing: user-defined always,
