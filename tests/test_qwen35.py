@@ -309,6 +309,24 @@ def test_chat_session_second_turn_reuses_the_cache(tiny_dir):
         assert again.text == second.text
 
 
+def test_chat_through_qwen35s_own_template(tmp_path):
+    """Qwen3.5's chat template (tests/chat_templates/qwen3.5.jinja) on the tiny file:
+    two turns of a ChatSession, the second prefilling from the first's cache, give the
+    reply a fresh session gives for the same history."""
+    template_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_templates", "qwen3.5.jinja")
+    with open(template_path, encoding="utf-8") as f:
+        template = f.read()
+    path = hostile(tmp_path, {"tokenizer.chat_template": template})
+    with infer.load(path) as model:
+        session = infer.ChatSession(model, temperature=0, max_tokens=16, n_ctx=1024)
+        session.send("What is the weather like?")
+        assert "<|im_start|>assistant" in model.chat.render(session.history, add_generation_prompt=True)
+        second = session.send("And tomorrow?")
+        fresh = infer.ChatSession(model, temperature=0, max_tokens=16, n_ctx=1024)
+        fresh.history = session.history[:-2]
+        assert fresh.send("And tomorrow?").text == second.text
+
+
 def test_greedy_generation_follows_the_reference(tiny_dir):
     from infer.generate import generate
 

@@ -700,7 +700,8 @@ def write_qwen35(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = No
     they are (the converter added HF's +1), ssm_a = -exp(A_log), ssm_dt.bias, the
     conv squeezed to (channels, K) F32, attn_q (2 * q_dim, d) with each head's q rows
     then its gate's, the FFN's norm named post_attention_norm.  ``more_tensors``
-    adds tensors (names "blk.*" or "*.weight") and metadata keys (without the arch prefix);
+    adds tensors (names "blk.*" or "*.weight"), string keys "tokenizer.*" and metadata keys
+    (without the arch prefix);
     ``drop`` leaves tensors or keys out (for the refusal tests)."""
     import gguf
 
@@ -732,6 +733,7 @@ def write_qwen35(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = No
         "ssm.conv_kernel": sh.conv_kernel, "ssm.state_size": sh.d_state, "ssm.group_count": sh.n_k_heads,
         "ssm.time_step_rank": sh.n_v_heads, "ssm.inner_size": value_dim,
         "full_attention_interval": sh.full_attention_interval, **t.extra}
+    strings = {k: more.pop(k) for k in [k for k in more if k.startswith("tokenizer.")]}
     for k in [k for k in more if not (k.startswith("blk.") or k.endswith(".weight"))]:
         keys[k[len(a) + 1:] if k.startswith(a + ".") else k] = more.pop(k)
     for k, v in keys.items():
@@ -755,6 +757,8 @@ def write_qwen35(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = No
     w.add_uint32("tokenizer.ggml.eos_token_id", tokens.index("<|im_end|>"))
     w.add_uint32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
     w.add_bool("tokenizer.ggml.add_bos_token", False)
+    for k, v in strings.items():
+        w.add_string(k, v)
 
     tensors: Dict[str, np.ndarray] = {}
     tensors["token_embd.weight"] = mat(VOCAB, d, t.head_gain if t.tied else math.sqrt(d))
