@@ -1,23 +1,25 @@
 /* The gated DeltaNet recurrence (Qwen3.5's linear-attention layers; llama.cpp's
- * ggml_gated_delta_net, ggml-cpu/ops.cpp), scalar C99.  Heads are independent and
- * share out over the thread pool. */
+ * ggml_gated_delta_net, ggml-cpu/ops.cpp): the scalar C99 head loop, the AVX2 one
+ * (deltanet_avx2.c) where the active kernel set is AVX2 or AVX-512.  Heads are
+ * independent and share out over the thread pool. */
 #include "infer_kernels.h"
+#include "deltanet.h"
 
 #include <math.h>
 #include <string.h>
 
+typedef infer_delta_net_job delta_net_job;
+
 typedef struct {
-    const float *q, *k, *v, *g, *beta;
-    float *state, *out;
-    int64_t n_tokens, n_k_heads, n_v_heads, d;
-    float scale;
-} delta_net_job;
+    const delta_net_job *job;
+    infer_delta_net_head_fn head;
+} delta_net_run;
 
 /* One value head over every token.  S is the head's state, S[i * d + j] (key index
  * i, value index j): every step below is a sweep over rows of S, contiguous in j,
  * so the loops vectorise without reordering any sum, and two sweeps per token
  * suffice.  delta and acc: d floats of scratch each. */
-static void delta_net_head(const delta_net_job *job, int64_t h, float *delta, float *acc) {
+void infer_delta_net_head_scalar(const delta_net_job *job, int64_t h, float *delta, float *acc) {
     const int64_t d = job->d, kh = h % job->n_k_heads;   /* q/k heads tiled over v heads */
     float *S = job->state + h * d * d;
     for (int64_t t = 0; t < job->n_tokens; t++) {
@@ -53,10 +55,10 @@ static void delta_net_head(const delta_net_job *job, int64_t h, float *delta, fl
 }
 
 static void delta_net_task(void *arg, int ith, int nth) {
-    const delta_net_job *job = (const delta_net_job *)arg;
+    const delta_net_run *run = (const delta_net_run *)arg;
     float delta[INFER_DELTA_NET_MAX_STATE], acc[INFER_DELTA_NET_MAX_STATE];
-    for (int64_t h = ith; h < job->n_v_heads; h += nth) {
-        delta_net_head(job, h, delta, acc);
+    for (int64_t h = ith; h < run->job->n_v_heads; h += nth) {
+        run->head(run->job, h, delta, acc);
     }
 }
 
@@ -75,10 +77,18 @@ int infer_gated_delta_net(const float *q, const float *k, const float *v, const 
     job.state = state; job.out = out;
     job.n_tokens = n_tokens; job.n_k_heads = n_k_heads; job.n_v_heads = n_v_heads; job.d = d;
     job.scale = scale;
+    delta_net_run run;
+    run.job = &job;
+    run.head = infer_delta_net_head_scalar;
+#if defined(__x86_64__) || defined(_M_X64)
+    if (infer_isa_active() == INFER_ISA_AVX2 || infer_isa_active() == INFER_ISA_AVX512) {
+        run.head = infer_delta_net_head_avx2;
+    }
+#endif
     if (n_v_heads == 1 || n_tokens * n_v_heads * d * d < 32768) {
-        delta_net_task(&job, 0, 1);
+        delta_net_task(&run, 0, 1);
     } else {
-        infer_parallel_run(delta_net_task, &job);
+        infer_parallel_run(delta_net_task, &run);
     }
     return 0;
 }

@@ -382,8 +382,10 @@ def delta_rule(q, k, v, g, beta, state, scale):
     return out, S
 
 
-@pytest.mark.parametrize("n,n_k,n_v,d", [(1, 1, 1, 1), (3, 1, 2, 5), (17, 2, 6, 33), (2, 4, 4, 128)])
-def test_gated_delta_net_kernel(n, n_k, n_v, d):
+@pytest.mark.parametrize("n,n_k,n_v,d", [(1, 1, 1, 1), (3, 1, 2, 5), (17, 2, 6, 33), (2, 4, 4, 128), (40, 2, 4, 64)])
+def test_gated_delta_net_kernel(n, n_k, n_v, d, isa):
+    """Every kernel set's head loop (scalar; AVX2 for the avx2 and avx512 sets), on
+    head sizes with and without a tail of 8, heads on one thread and on the pool."""
     rng = np.random.default_rng(n * 1000 + d)
     f = np.float32
     q, k = (rng.standard_normal((n, n_k, d)).astype(f) / math.sqrt(d) for _ in range(2))
