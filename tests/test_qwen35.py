@@ -519,3 +519,28 @@ def test_serve_scheduler_gives_each_request_its_own_text(tiny_dir):
             assert max(sched.stats.batch_sizes) > 1
         finally:
             sched.close()
+
+
+@pytest.mark.parametrize("flags, error, message", [
+    ([True, False, True], GGUFError, r"recurrent_layers has 3 entries for 4 layers"),
+    ([1, 0, 1, 0], GGUFError, r"recurrent_layers must be booleans"),
+    ([True, False, True, False, True], GGUFError, r"recurrent_layers has 5 entries for 4 layers"),
+])
+def test_bad_recurrent_layer_flags_are_refused(tmp_path, monkeypatch, flags, error, message):
+    """attention.recurrent_layers of another length than block_count, or not booleans
+    (written beside the sections by intercepting the writer; the tensors stay those
+    of the 4-layer file)."""
+    import gguf
+
+    add_array = gguf.GGUFWriter.add_array
+
+    def array(self, key, value):
+        add_array(self, key, value)
+        if key == "qwen35.rope.dimension_sections":
+            add_array(self, "qwen35.attention.recurrent_layers", flags)
+
+    monkeypatch.setattr(gguf.GGUFWriter, "add_array", array)
+    path = tm.write_qwen35(tm.ALL["qwen35"], str(tmp_path / "flags.gguf"))
+    monkeypatch.undo()
+    with pytest.raises(error, match=message):
+        infer.load(path)
