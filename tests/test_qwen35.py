@@ -310,13 +310,15 @@ def test_chat_session_second_turn_reuses_the_cache(tiny_dir):
 
 
 def test_chat_through_qwen35s_own_template(tmp_path):
-    """Qwen3.5's chat template (tests/chat_templates/qwen3.5.jinja) on the tiny file:
+    """Qwen3.5's chat template (tests/chat_templates/qwen3.5.jinja) and pre-tokenizer on the tiny file:
     two turns of a ChatSession, the second prefilling from the first's cache, give the
     reply a fresh session gives for the same history."""
     template_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_templates", "qwen3.5.jinja")
     with open(template_path, encoding="utf-8") as f:
         template = f.read()
-    path = hostile(tmp_path, {"tokenizer.chat_template": template})
+    # and the pre-tokenizer a real Qwen3.5 file names (tokenizer.ggml.pre "qwen35")
+    path = tm.write_qwen35(dataclasses.replace(tm.ALL["qwen35"], pre="qwen35"), str(tmp_path / "chat.gguf"),
+                           {"tokenizer.chat_template": template})
     with infer.load(path) as model:
         session = infer.ChatSession(model, temperature=0, max_tokens=16, n_ctx=1024)
         session.send("What is the weather like?")
