@@ -140,6 +140,7 @@ def test_tokenize_takes_p_as_llama_tokenize_does(model):
     out = run_cli("tokenize", "-p", "Hello world", "--ids")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == ids
-    # llama-tokenize's own examples end with --log-disable (refused as unknown before)
+    # llama-tokenize's own examples end with --log-disable (refused as unknown before);
+    # it silences the vocabulary line on stderr, as it silences llama-tokenize's log
     quiet = run_cli("tokenize", "-p", "Hello world", "--ids", "--log-disable")
     assert quiet.returncode == 0 and quiet.stdout == out.stdout and quiet.stderr == ""

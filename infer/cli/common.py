@@ -42,10 +42,10 @@ class SubcommandParser(argparse.ArgumentParser):
         # SUPPRESS: without -v here, `infer -v generate` keeps the -v given before it
         self.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
                           help="show tracebacks and logs")
-        # llama.cpp's tools take it (llama-tokenize's examples end with it); infer logs
-        # nothing unless --verbose, so it is accepted and changes nothing
+        # llama.cpp's tools take it (llama-tokenize's examples end with it); the only
+        # log it silences here is tokenize's vocabulary line
         self.add_argument("--log-disable", action="store_true", default=argparse.SUPPRESS,
-                          help="accepted for llama.cpp compatibility: infer logs only with --verbose")
+                          help="as llama.cpp's tools take it: no log lines (tokenize's vocabulary line)")
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         for arg in args if args is not None else sys.argv[1:]:

@@ -25,8 +25,9 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
         kind = f.metadata.get("tokenizer.ggml.model")
     # on stderr, where llama-tokenize logs the vocabulary: stdout stays its format
     pre = getattr(tok, "pre", None)
-    sys.stderr.write(f"vocabulary: {kind}" + (f" (pre-tokenizer {pre})" if pre and kind == "gpt2" else "")
-                     + f", {len(tok.vocab)} tokens\n")
+    if not getattr(args, "log_disable", False):  # llama-tokenize's --log-disable silences that log
+        sys.stderr.write(f"vocabulary: {kind}" + (f" (pre-tokenizer {pre})" if pre and kind == "gpt2" else "")
+                         + f", {len(tok.vocab)} tokens\n")
     ids = tok.encode(text, add_special=not args.no_bos, parse_special=not args.no_parse_special)
     out = sys.stdout
     if args.ids:
