@@ -106,6 +106,10 @@ typedef struct {
     int qk_norm_whole;             /* 1: q_norm / k_norm span all of q / k (OLMo 2), 0: one head */
     int qk_norm_after_rope;        /* 1: the per-head q/k norms follow RoPE (Hunyuan), 0: precede it */
     int n_conv_layers;             /* layers with conv_width > 0 (the conv caches' first dimension) */
+    /* attention temperature (Ministral 3): q at position p is multiplied by
+     * 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1); attn_temp_scale 0: off */
+    float attn_temp_scale;
+    int attn_temp_floor;
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */

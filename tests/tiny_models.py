@@ -21,7 +21,8 @@ windows so that a 640-token prompt crosses them.  ``TINY`` lists them, and
 gemma, hunyuan-dense: no pre-norms, q/k norms over the whole projection or after
 RoPE), recorded into a data file of their own; ``GEMMA4`` the Gemma 4 files
 (`write_gemma4`: PLE, shared-KV layers, per-layer head sizes; tests/test_gemma4.py,
-llama_cpp_gemma4.npz); ``ALL`` is all three.
+llama_cpp_gemma4.npz); ``MISTRAL3`` Ministral 3 with YaRN and its attention
+temperature (tests/test_mistral3.py, llama_cpp_mistral3.npz); ``ALL`` is all of them.
 ``write(name, path)`` writes one, deterministically (the seeds are fixed; the
 sha256 of each file is recorded beside llama.cpp's logits so a change shows).
 """
@@ -275,7 +276,32 @@ GEMMA4: Dict[str, Tiny] = {
                                           ffn=(512,) * 4, v_from_k=True)),
 }
 #: every tiny file: TINY's, DENSE's, LFM2's and GEMMA4's (names are unique across them)
-ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4}
+#: Ministral 3 (tests/test_mistral3.py, llama_cpp_mistral3.npz) and a file of another
+#: family carrying every YaRN key (OLMo 3's converter output).
+MISTRAL3: Dict[str, Tiny] = {n: t for n, t in [
+    # Ministral-3-3B's shape (NORM RoPE, tied) with YaRN over an original context of
+    # 128 (factor 16, as the real 16384 -> 262144) and the attention temperature
+    # stepping every 128 positions; beta_fast 8 / beta_slow 0.5 put the ramp on
+    # pairs 3..13 of 32 (the defaults 32 / 1: 0..11), the log multiplier 1.0 (the
+    # real files') makes the magnitude 1 (without it: 1 + 0.1 ln 16).
+    ("mistral3", Tiny("mistral3", 120, n_layer=3, n_ctx_train=2048,
+                      extra={"rope.freq_base": 10000.0, "rope.scaling.type": "yarn",
+                             "rope.scaling.factor": 16.0, "rope.scaling.original_context_length": 128,
+                             "rope.scaling.yarn_beta_fast": 8.0, "rope.scaling.yarn_beta_slow": 0.5,
+                             "rope.scaling.yarn_log_multiplier": 1.0,
+                             "attention.temperature_scale": 0.2})),
+    # the converter's five YaRN keys at the values llama.cpp's olmo2 uses in their
+    # place (it reads none of them): OLMo-3's attention_factor is 0.1 ln(factor) + 1
+    ("olmo3-yarn-keys", Tiny("olmo2", 111, tied=False, pre_norms=False, qk_norm=True, qk_norm_all=True,
+                             post_norms=True, eps=1e-6, pre="dbrx",
+                             extra={"attention.sliding_window": 128, "rope.scaling.type": "yarn",
+                                    "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 256,
+                                    "rope.scaling.yarn_ext_factor": 1.0,
+                                    "rope.scaling.yarn_attn_factor": 0.1 * math.log(4.0) + 1.0,
+                                    "rope.scaling.yarn_beta_fast": 32.0, "rope.scaling.yarn_beta_slow": 1.0,
+                                    "rope.scaling.yarn_log_multiplier": 0.0})),
+]}
+ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **MISTRAL3}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
