@@ -151,6 +151,8 @@ def test_infer_info(tiny_dir, capsys):
     assert cli.main(["info", tiny_file("mistral3", tiny_dir)]) in (0, None)
     out = capsys.readouterr().out
     assert "architecture    mistral3" in out
+    assert "rope scaling    yarn, factor 16, original context 128" in out
+    assert "attention temp  0.2 (per-position scale of the queries)" in out
 
 
 # ---- refusals --------------------------------------------------------------------------------
