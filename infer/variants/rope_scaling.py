@@ -41,7 +41,7 @@ Another scaling type is refused by name.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
@@ -57,6 +57,10 @@ YARN_BETA_SLOW = 1.0
 YARN_KEYS = ("yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_log_multiplier")
 #: those llama.cpp's mistral3 load_hparams reads (src/models/mistral3.cpp)
 MISTRAL3_YARN_KEYS = ("yarn_beta_fast", "yarn_beta_slow", "yarn_log_multiplier")
+#: the `Yarn` field each key sets
+_YARN_FIELDS = {"yarn_ext_factor": "ext_factor", "yarn_attn_factor": "attn_factor", "yarn_beta_fast": "beta_fast",
+                "yarn_beta_slow": "beta_slow", "yarn_log_multiplier": "log_mul"}
+_POSITIVE_YARN_KEYS = ("yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow")
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,10 @@ class Yarn:
         def get_mscale(mscale: float) -> float:
             return 1.0 if self.factor <= 1.0 else 0.1 * mscale * math.log(self.factor) + 1.0
 
-        return get_mscale(1.0) / get_mscale(self.log_mul) if self.log_mul != 0.0 else get_mscale(1.0)
+        if self.log_mul == 0.0:
+            return get_mscale(1.0)
+        divisor = get_mscale(self.log_mul)
+        return get_mscale(1.0) / divisor if divisor > 0 else math.nan
 
     def divisors(self, rot_dim: int, base: float) -> Tuple[float, ...]:
         """The frequencies as divisors of the unscaled ones (ggml_rope_yarn_corr_dims,
@@ -143,21 +150,10 @@ def read_yarn(hp: HParams, kind: str, factor: float, original_context: int,
         return hp.key("rope.scaling." + name)
 
     defaults = Yarn(factor, original_context, ext_factor=1.0 if kind == "yarn" else 0.0)
-    read: Dict[str, float] = {}
-    for name in YARN_KEYS:
-        suffix = "rope.scaling." + name
-        if hp.has(suffix):
-            read[name] = hp.number(suffix, positive=name in ("yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow"),
-                                   non_negative=name == "yarn_ext_factor")
-    yarn = Yarn(factor, original_context,
-                ext_factor=read.get("yarn_ext_factor", defaults.ext_factor) if "yarn_ext_factor" in yarn_keys
-                else defaults.ext_factor,
-                beta_fast=read.get("yarn_beta_fast", YARN_BETA_FAST) if "yarn_beta_fast" in yarn_keys
-                else YARN_BETA_FAST,
-                beta_slow=read.get("yarn_beta_slow", YARN_BETA_SLOW) if "yarn_beta_slow" in yarn_keys
-                else YARN_BETA_SLOW,
-                log_mul=read.get("yarn_log_multiplier", 0.0) if "yarn_log_multiplier" in yarn_keys else 0.0,
-                attn_factor=read.get("yarn_attn_factor", 1.0) if "yarn_attn_factor" in yarn_keys else 1.0)
+    present = {name: hp.number("rope.scaling." + name, positive=name in _POSITIVE_YARN_KEYS,
+                               non_negative=name == "yarn_ext_factor")
+               for name in YARN_KEYS if hp.has("rope.scaling." + name)}
+    yarn = replace(defaults, **{_YARN_FIELDS[name]: v for name, v in present.items() if name in yarn_keys})
     if yarn.beta_fast < yarn.beta_slow:
         raise GGUFError(f"GGUF metadata: {key('yarn_beta_fast')}={yarn.beta_fast} is below "
                         f"{key('yarn_beta_slow')}={yarn.beta_slow} (YaRN interpolates the pairs turning "
@@ -165,17 +161,17 @@ def read_yarn(hp: HParams, kind: str, factor: float, original_context: int,
     if yarn.ext_factor != 0.0 and not (math.isfinite(yarn.magnitude()) and yarn.magnitude() > 0):
         raise GGUFError(f"GGUF metadata: {key('yarn_log_multiplier')}={yarn.log_mul} gives the YaRN magnitude "
                         f"{yarn.magnitude()} for the factor {factor}; it must be a finite number > 0")
-    # what llama.cpp uses where the family does not read the key (yarn_attn_factor:
-    # the magnitude it computes in its place, which is what the file's value means)
-    in_place = {"yarn_ext_factor": yarn.ext_factor, "yarn_beta_fast": YARN_BETA_FAST,
-                "yarn_beta_slow": YARN_BETA_SLOW, "yarn_log_multiplier": 0.0,
-                "yarn_attn_factor": yarn.computed_magnitude() if yarn.ext_factor != 0.0 else 1.0}
-    for name, value in read.items():
-        if (name in yarn_keys and not (name == "yarn_attn_factor" and yarn.ext_factor != 0.0)) \
-                or math.isclose(value, in_place[name], rel_tol=1e-6, abs_tol=1e-9):
+    for name, value in present.items():
+        # llama.cpp overrides yarn_attn_factor whenever ext_factor != 0, with the
+        # magnitude it computes: the value the file's factor stands for
+        overridden = name == "yarn_attn_factor" and yarn.ext_factor != 0.0
+        if name in yarn_keys and not overridden:
             continue
-        why = (f"llama.cpp's {hp.arch} graph does not read it and runs {in_place[name]:g}"
-               if name not in yarn_keys else f"llama.cpp replaces it by the magnitude it computes, {in_place[name]:g}")
+        runs = yarn.computed_magnitude() if overridden else getattr(defaults, _YARN_FIELDS[name])
+        if math.isclose(value, runs, rel_tol=1e-6, abs_tol=1e-9):
+            continue
+        why = (f"llama.cpp replaces it by the magnitude it computes, {runs:g}" if name in yarn_keys
+               else f"llama.cpp's {hp.arch} graph does not read it and runs {runs:g}")
         raise UnsupportedModelError(f"GGUF metadata: {key(name)}={value:g}, but {why}; the file's model would "
                                     "run differently from how it was trained, so it is refused", [key(name)])
     return yarn
@@ -226,6 +222,11 @@ def read_rope(hp: HParams, tensors: Dict[str, Any], head_dim: int, layout: str,
         raise UnsupportedModelError(f"GGUF metadata: {hp.key('rope.scaling.factor')}=0 with YaRN scaling "
                                     "(YaRN needs a factor > 0)", [hp.key("rope.scaling.factor")])
     yarn = read_yarn(hp, kind, 1.0 / freq_scale, original, yarn_keys)
+    if yarn.ext_factor != 0.0 and base <= 1.0:
+        from ..gguf import GGUFError
+
+        raise GGUFError(f"GGUF metadata: {hp.key('rope.freq_base')}={base} must be > 1 with YaRN "
+                        "(its ramp is placed by log(freq_base))")
     if kind == "longrope" or "rope_factors_long.weight" in tensors:
         long, short = take("rope_factors_long.weight"), take("rope_factors_short.weight")
         if long is None or short is None:
