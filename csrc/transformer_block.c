@@ -137,6 +137,7 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
     const int angles = m->head_dim;   /* the angle slots' stride: the largest head */
     const float *cs = j->rope_cs ? j->rope_cs + (size_t)b * 2 * angles : NULL;
     const infer_attn_block_fn attn = sq->kv_f16 ? d->kt->attn_block_f16 : d->kt->attn_block_f32;
+    const float score_scale = m->attn_scale * query_temperature(m, sq->pos);
     float *qcopy = ml + 2 * group;
     const float *qs[INFER_ATTN_MAX_Q];
     float *outs[INFER_ATTN_MAX_Q];
@@ -163,8 +164,7 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
             hi[u] = hi_pos;
         }
         attn(n_q, qs, outs, lo, hi, (const char *)sq->k_cache + head_off,
-             (const char *)sq->v_cache + head_off, hd, m->attn_scale * query_temperature(m, sq->pos),
-             m->attn_softcap, ml + 2 * g0);
+             (const char *)sq->v_cache + head_off, hd, score_scale, m->attn_softcap, ml + 2 * g0);
     }
 }
 

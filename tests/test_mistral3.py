@@ -25,7 +25,7 @@ from scripted import GreedySampler
 import infer
 from infer import UnsupportedModelError
 from infer.gguf import GGUFError
-from infer.runtime import decode_batch
+from infer.runtime import decode_batch, prefill_batch
 from infer.variants.spec import TransformerSpec
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_mistral3.npz")
@@ -130,6 +130,20 @@ def test_batched_decode_at_different_temperatures(python, tiny_dir):
             decode_batch(ctxs, [int(prompt[s + step]) for s in starts])
             for ctx, s in zip(ctxs, starts):
                 check(ctx.logits, ref[s + step], f"position {s + step}", 0.99999)
+
+
+def test_prefill_batch_of_contexts_past_the_steps(tiny_dir):
+    """runtime.prefill_batch: two contexts' prompts in one pass (the Python blocks'
+    segments, each from its own position), across the 128 and 256 temperature steps."""
+    prompt = tm.prompt("mistral3")
+    path = tiny_file("mistral3", tiny_dir)
+    ref = nf.reference(path, M3.n_ctx).forward(prompt[:300])
+    with infer.load(path) as model:
+        a, b = (model.engine.create_context(n_ctx=512, sampler=GreedySampler()) for _ in range(2))
+        a.prefill(prompt[:100])
+        prefill_batch([a, b], [prompt[100:300], prompt[:140]])
+        check(a.logits, ref[299], "position 299", 0.99999)
+        check(b.logits, ref[139], "position 139", 0.99999)
 
 
 def test_generate_and_chat_follow_the_reference(tiny_dir):

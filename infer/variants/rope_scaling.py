@@ -153,7 +153,8 @@ def read_yarn(hp: HParams, kind: str, factor: float, original_context: int,
     present = {name: hp.number("rope.scaling." + name, positive=name in _POSITIVE_YARN_KEYS,
                                non_negative=name == "yarn_ext_factor")
                for name in YARN_KEYS if hp.has("rope.scaling." + name)}
-    yarn = replace(defaults, **{_YARN_FIELDS[name]: v for name, v in present.items() if name in yarn_keys})
+    read: Dict[str, Any] = {_YARN_FIELDS[name]: v for name, v in present.items() if name in yarn_keys}
+    yarn = replace(defaults, **read)
     if yarn.beta_fast < yarn.beta_slow:
         raise GGUFError(f"GGUF metadata: {key('yarn_beta_fast')}={yarn.beta_fast} is below "
                         f"{key('yarn_beta_slow')}={yarn.beta_slow} (YaRN interpolates the pairs turning "
