@@ -18,7 +18,7 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import LLAMA_CPP_MIN_COS, check, cosines, recorded_logits, recording, tiny_file
+from family_checks import check, clear_top1, cosines, recorded_logits, recording, tiny_file
 from reference import numpy_families as nf
 from scripted import GreedySampler
 
@@ -64,15 +64,15 @@ class NoLogMultiplier(nf.Mistral3):
         self.mscale = 0.1 * math.log(float(self.get("rope.scaling.factor"))) + 1.0
 
 
-@pytest.mark.parametrize("without, below", [(NoTemperature, 0.999), (DefaultBetas, 0.999),
-                                            (NoLogMultiplier, 0.999)])
-def test_each_piece_is_visible_in_llama_cpps_logits(without, below, tiny_dir):
+@pytest.mark.parametrize("without", [NoTemperature, DefaultBetas, NoLogMultiplier])
+def test_each_piece_is_visible_in_llama_cpps_logits(without, tiny_dir):
+    """The reference without one piece drops below 0.999 against llama.cpp (the whole
+    reference's >= LLAMA_CPP_MIN_COS is test_families' test_reference_agrees_with_llama_cpp)."""
     path = tiny_file("mistral3", tiny_dir)
     positions, theirs = recorded_logits(recording(DATA), "mistral3", path)
     prompt = tm.prompt("mistral3")
-    true_cos = cosines(nf.reference(path, M3.n_ctx).forward(prompt)[positions], theirs).min()
     ablated = cosines(without(path, M3.n_ctx).forward(prompt)[positions], theirs).min()
-    assert true_cos >= LLAMA_CPP_MIN_COS and ablated < below, (true_cos, ablated)
+    assert ablated < 0.999, ablated
 
 
 @pytest.mark.parametrize("dropped", ["attention.temperature_scale", "rope.scaling.yarn_beta_fast",
@@ -147,16 +147,26 @@ def test_prefill_batch_of_contexts_past_the_steps(tiny_dir):
 
 
 def test_generate_and_chat_follow_the_reference(tiny_dir):
+    """Greedy tokens past the first temperature step are the reference's argmax
+    (where it is clear); infer.generate gives the same text as the context's own
+    greedy steps; ChatSession runs."""
     path = tiny_file("mistral3", tiny_dir)
     prompt = [int(t) for t in tm.prompt("mistral3")[:140]]
     with infer.load(path) as model:
         ctx = model.create_context(n_ctx=256, temperature=0)
         ctx.prefill(prompt)
         out = [ctx.next() for _ in range(6)]
+        text = "The capital of France is"
+        ctx.restart()
+        ctx.prefill(model.tokenizer.encode(text))
+        steps = [ctx.next() for _ in range(6)]
+        gen = infer.generate(model, text, max_tokens=6, temperature=0)
+        assert "".join(gen) == model.tokenizer.decode(steps) and gen.finish_reason == "length"
         reply = infer.ChatSession(model, temperature=0).send("Hello", max_tokens=4)
         assert reply.finish_reason in ("stop", "length")
-    ref = nf.reference(path, M3.n_ctx).forward(prompt + out)
-    assert out == [int(np.argmax(ref[len(prompt) + i - 1])) for i in range(6)]
+    ref = nf.reference(path, M3.n_ctx).forward(prompt + out)[len(prompt) - 1:-1]
+    clear = clear_top1(ref)
+    assert clear.sum() >= 4 and (np.array(out)[clear] == np.argmax(ref, -1)[clear]).all()
 
 
 def test_infer_info(tiny_dir, capsys):
