@@ -284,7 +284,7 @@ MISTRAL3: Dict[str, Tiny] = {n: t for n, t in [
     # stepping every 128 positions; beta_fast 8 / beta_slow 0.5 put the ramp on
     # pairs 3..13 of 32 (the defaults 32 / 1: 0..11), the log multiplier 1.0 (the
     # real files') makes the magnitude 1 (without it: 1 + 0.1 ln 16).
-    ("mistral3", Tiny("mistral3", 120, n_layer=3, n_ctx_train=2048,
+    ("mistral3", Tiny("mistral3", 120, n_layer=3, n_ctx_train=2048, pre="tekken",
                       extra={"rope.freq_base": 10000.0, "rope.scaling.type": "yarn",
                              "rope.scaling.factor": 16.0, "rope.scaling.original_context_length": 128,
                              "rope.scaling.yarn_beta_fast": 8.0, "rope.scaling.yarn_beta_slow": 0.5,
