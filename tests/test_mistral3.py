@@ -226,6 +226,19 @@ def test_hostile_values_are_refused(keys, error, message, tmp_path):
         infer.load(_write(tmp_path, _with(M3, **keys)))
 
 
+def test_what_llama_cpps_mistral3_allows_and_no_ministral_has_is_refused(tmp_path):
+    """Experts and an attn_output bias: llama.cpp's mistral3 would run them, infer's does
+    not implement them, so the file is refused rather than run without them."""
+    with pytest.raises(UnsupportedModelError, match="mixture of experts") as e:
+        infer.load(_write(tmp_path, _with(M3, expert_count=8, expert_used_count=2)))
+    assert e.value.names == ["mistral3.expert_count"]
+    path = tm.write("mistral3", str(tmp_path / "bias.gguf"), M3,
+                    more_tensors={"blk.0.attn_output.bias": np.zeros(256, np.float32)})
+    with pytest.raises(UnsupportedModelError) as e:
+        infer.load(path)
+    assert e.value.names == ["blk.0.attn_output.bias"]
+
+
 def test_spec_and_decoder_refuse_a_temperature_without_its_floor(tiny_dir):
     from infer import kernels as K
     from infer.variants.transformer import decoder_arguments
