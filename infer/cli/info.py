@@ -119,6 +119,7 @@ def describe_model(f: Any) -> dict[str, Any]:
         "rope_scaling": arch_key("rope.scaling.type"), "rope_scaling_factor": arch_key("rope.scaling.factor"),
         "rope_original_context": arch_key("rope.scaling.original_context_length"),
         "attention_temperature": arch_key("attention.temperature_scale"),
+        "deltanet": _deltanet_summary(arch_key),
         "experts": arch_key("expert_count"), "experts_used": arch_key("expert_used_count"),
         "expert_feed_forward_length": arch_key("expert_feed_forward_length"),
         # what one token reads: the stacked expert tensors (names *_exps) count as
@@ -136,6 +137,34 @@ def describe_model(f: Any) -> dict[str, Any]:
                     for t in f.tensors.values()],
         "metadata": metadata,
     }
+
+
+def _deltanet_summary(arch_key: Any) -> Optional[dict[str, Any]]:
+    """Qwen3.5's gated DeltaNet layers (the ssm.* keys): how many, their heads, and
+    the recurrent state a context keeps (float32 S and conv inputs per layer, plus
+    up to transformer.MAX_CHECKPOINTS copies); None without them or with keys that
+    are not counts (the loader names those)."""
+    import numpy as np
+
+    from ..variants.transformer import MAX_CHECKPOINTS
+
+    values = [arch_key(k) for k in ("ssm.conv_kernel", "ssm.state_size", "ssm.group_count",
+                                    "ssm.time_step_rank", "block_count")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return None
+    conv_kernel, d, n_k, n_v, n_all = values
+    nextn = arch_key("nextn_predict_layers")
+    n_layers = n_all - (nextn if isinstance(nextn, int) and 0 <= nextn < n_all else 0)
+    flags = arch_key("attention.recurrent_layers")
+    interval = arch_key("full_attention_interval")
+    if isinstance(flags, (list, tuple, np.ndarray)) and len(flags) >= n_layers:
+        n_recurrent = sum(bool(f) for f in list(flags)[:n_layers])
+    else:
+        every = interval if isinstance(interval, int) and interval > 0 else 4
+        n_recurrent = sum((i + 1) % every != 0 for i in range(n_layers))
+    state = n_recurrent * 4 * (n_v * d * d + (conv_kernel - 1) * (2 * n_k * d + n_v * d))
+    return {"layers": n_recurrent, "key_heads": n_k, "value_heads": n_v, "state_size": d,
+            "conv_kernel": conv_kernel, "state_bytes": state, "checkpoint_bytes": state * MAX_CHECKPOINTS}
 
 
 def _human_bytes(n: int) -> str:
@@ -198,6 +227,13 @@ def format_model(s: dict[str, Any]) -> str:
         rows.append(("rope scaling", scaling))
     if isinstance(s.get("attention_temperature"), (int, float)) and s["attention_temperature"]:
         rows.append(("attention temp", f"{s['attention_temperature']:g} (per-position scale of the queries)"))
+    dn = s.get("deltanet")
+    if dn is not None:
+        rows.append(("gated DeltaNet", f"{dn['layers']} layers, {dn['value_heads']} value heads over "
+                                       f"{dn['key_heads']} key heads of {dn['state_size']}, conv width "
+                                       f"{dn['conv_kernel']}"))
+        rows.append(("recurrent state", f"{_human_bytes(dn['state_bytes'])} per context, and up to "
+                                        f"{_human_bytes(dn['checkpoint_bytes'])} of checkpoints for truncation"))
     vocab = s["vocabulary"]
     kind = vocab["kind"] or "none"
     if vocab["pre"]:
