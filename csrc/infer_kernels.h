@@ -228,6 +228,14 @@ float infer_fp16_to_fp32(infer_half h);
 infer_half infer_fp32_to_fp16(float f);     /* round to nearest even */
 float infer_bf16_to_fp32(uint16_t h);
 uint16_t infer_fp32_to_bf16(float f);       /* round to nearest even, NaN quiet */
+/* An MXFP4 block's scale 2^(e-127) halved (its levels are doubled), as ggml's
+ * GGML_E8M0_TO_FP32_HALF: 2^(e-128) as f32 bits, e = 0 and 1 the subnormals 2^-128 and
+ * 2^-127; e = 255 is 2^127, not NaN (ggml reads no E8M0 value as NaN). */
+static inline float infer_e8m0_half(uint8_t e) {
+    union { uint32_t bits; float value; } v;
+    v.bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return v.value;
+}
 
 /* ---- kernel signatures ----------------------------------------------------- */
 /* n is the element count, a multiple of the type's block size. */

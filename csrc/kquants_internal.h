@@ -85,16 +85,6 @@ extern const int8_t infer_kvalues_iq4nl[16];
 /* ggml's kvalues_mxfp4 (iq4_scalar.c): the E2M1 values doubled, so integers. */
 extern const int8_t infer_kvalues_mxfp4[16];
 
-/* An MXFP4 block's scale 2^(e-127) halved (for the doubled levels), as ggml's
- * GGML_E8M0_TO_FP32_HALF: 2^(e-128) as f32 bits, e = 0 and 1 the subnormals 2^-128 and
- * 2^-127; e = 255 is 2^127, not NaN (ggml treats no E8M0 value as NaN). */
-static inline float infer_e8m0_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 /* Q4_K and Q5_K's sub-block search (kquants_scalar.c, ggml quantize_row_q4_K_ref and
  * _q5_K_ref): per 32 elements the best scale and min for levels 0..nmax
  * (make_qkx2_quants with rmin and nstep), packed as 6-bit scales and mins with fp16 d
