@@ -27,8 +27,8 @@ BS, BB = 32, 17
 BLOCK_COUNTS = [1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97]
 #: E8M0 exponents at the edges of ggml's conversion (scale 2^(e-128) on the doubled
 #: levels): the two subnormal scales (e = 0, 1), the first normal, 2^-1 (e = 127), the
-#: largest where level 12 stays finite (253: 3 * 2^127) and the two where it overflows
-#: to inf (254: 3 * 2^128; 255: levels 2 and up, level 1 is 2^127)
+#: largest where level 12 stays finite (252: 1.5 * 2^127) and those where levels
+#: overflow to inf (253: 8 and 12; 254: 4 and up; 255: 2 and up, level 1 is 2^127)
 EDGE_EXPONENTS = [0, 1, 2, 126, 127, 128, 252, 253, 254, 255]
 LEVELS = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.float64)
 
@@ -97,7 +97,7 @@ def test_dequantize_exponent_edges(isa):
     np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
     assert out[0, 1] == np.float32(2.0 ** -128) and out[1, 1] == np.float32(2.0 ** -127)   # subnormal
     assert out[-1, 1] == np.float32(2.0 ** 127) and np.isposinf(out[-1, 2]) and np.isneginf(out[-1, 15])
-    assert np.isinf(out[-2, 7]) and np.isfinite(out[-3]).all()
+    assert np.isposinf(out[-3, 7]) and out[-3, 5] == np.float32(1.5 * 2.0 ** 127) and np.isfinite(out[-4]).all()
 
 
 @pytest.mark.parametrize("n_blocks", [1, 3, 17, 64])
