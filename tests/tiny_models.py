@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -274,8 +274,11 @@ GEMMA4: Dict[str, Tiny] = {
                        gemma4=Gemma4Shape(sliding=(True, False, True, False), kv_heads=(2, 1, 2, 1),
                                           ffn=(512,) * 4, v_from_k=True)),
 }
-#: every tiny file: TINY's, DENSE's, LFM2's and GEMMA4's (names are unique across them)
-ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4}
+#: qwen3moe-q4_k's file with its experts in MXFP4 (quantized by the gguf package), as
+#: llama-quantize's MXFP4_MOE writes them (tests/test_mxfp4_moe.py, llama_cpp_mxfp4.npz)
+MXFP4: Dict[str, Tiny] = {"qwen3moe-mxfp4": replace(TINY["qwen3moe-q4_k"], expert_type="mxfp4")}
+#: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's and MXFP4's (names are unique across them)
+ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **MXFP4}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -667,13 +670,13 @@ def _add_shortconv(w, p, d, width, mat, rng):
 
 
 def quantize(a: np.ndarray, kind: str) -> np.ndarray:
-    """a in "q8_0" (the gguf package's quantizer) or "q4_k" (infer's: the gguf
-    package has none); bytes shaped (..., row bytes) as the gguf writer takes them."""
+    """a in "q8_0" or "mxfp4" (the gguf package's quantizers) or "q4_k" (infer's: the
+    gguf package has none); bytes shaped (..., row bytes) as the gguf writer takes them."""
     import gguf
 
     x = np.ascontiguousarray(a, dtype=np.float32)
-    if kind == "q8_0":
-        return gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0)
+    if kind in ("q8_0", "mxfp4"):
+        return gguf.quants.quantize(x, gguf.GGMLQuantizationType[kind.upper()])
     import infer.kernels as K
 
     rows, cols = x.size // x.shape[-1], x.shape[-1]
@@ -685,8 +688,6 @@ def quantize(a: np.ndarray, kind: str) -> np.ndarray:
 def gemma4_vocab_file(path: str) -> str:
     """The tiny E2B-shaped Gemma 4 file with a "gemma4" tokenizer vocabulary (the ids
     llama.cpp gave on it are tests/data/llama_cpp_gemma4_tokens.json)."""
-    from dataclasses import replace
-
     return write("gemma4-e2b", path, tiny=replace(GEMMA4["gemma4-e2b"], extra={"vocabulary": "gemma4"}))
 
 
