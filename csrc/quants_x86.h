@@ -848,9 +848,13 @@ static inline __m256i unpack_mxfp4_offset(const block_mxfp4 *b) {
     const __m128i table = _mm_add_epi8(_mm_loadu_si128((const __m128i *)infer_kvalues_mxfp4), _mm_set1_epi8(12));
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), unpack_nibbles(b->qs));
 }
+/* infer_e8m0_half of the first byte of four rows: (e - 1) << 23, or 2^21 << e for the
+ * subnormal scales of e = 0 and 1. */
 static inline __m128 load_e8m0_half_x4(const uint8_t *p, size_t row_bytes) {
-    return _mm_setr_ps(infer_e8m0_half(p[0]), infer_e8m0_half(p[row_bytes]), infer_e8m0_half(p[2 * row_bytes]),
-                       infer_e8m0_half(p[3 * row_bytes]));
+    const __m128i e = _mm_setr_epi32(p[0], p[row_bytes], p[2 * row_bytes], p[3 * row_bytes]);
+    const __m128i normal = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
+    const __m128i subnormal = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
+    return _mm_castsi128_ps(_mm_blendv_epi8(normal, subnormal, _mm_cmpgt_epi32(_mm_set1_epi32(2), e)));
 }
 DOT4XN_OFFSET_KERNEL_SCALED(vec_dot_4xn_mxfp4_q8_0, block_mxfp4, unpack_mxfp4_offset, 12, load_e8m0_half_x4)
 

@@ -238,6 +238,23 @@ def test_matvec_extremes(isa):
         check_matvec(raw.reshape(-1), 1, -x)
 
 
+@pytest.mark.parametrize("n_blocks", [1, 3, 17])
+def test_matvec_subnormal_scales(isa, n_blocks):
+    """E8M0 exponents 0 and 1 (subnormal scales 2^-128, 2^-127) beside 2 and 3, against
+    integer activations whose Q8_0 scale is 1: each block's product is exact, so the
+    sum is held to 1e-5 of sum|w_i a_i| with no absolute floor (the results are ~1e-34)."""
+    rows = 6
+    w = random_blocks(rows * n_blocks, 5 * n_blocks, exponents=[0, 1, 2, 3, 1, 0, 3])
+    x = np.random.default_rng(n_blocks).integers(-127, 128, n_blocks * BS).astype(np.float32)
+    x[::BS] = 127   # every block's largest |x|: d = 1
+    out = K.matvec(w.reshape(rows, -1), "mxfp4", x, np.empty(rows, np.float32))
+    a = activations_f64(x)
+    np.testing.assert_array_equal(a, x)
+    wf = gguf_dequantize(w).astype(np.float64).reshape(rows, -1)
+    assert np.all(np.abs(out - wf @ a) <= 1e-5 * (np.abs(wf) @ np.abs(a))), (out, wf @ a)
+    assert np.abs(out).max() > 0
+
+
 def test_expert_slice_at_odd_offset(isa):
     """An expert's rows of a stacked tensor (row_slice: a view from an odd byte) are
     multiplied in place, against the reference of those rows."""
