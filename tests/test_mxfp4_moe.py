@@ -82,3 +82,33 @@ def test_agrees_with_llama_cpp(path):
     off = positions[cos < LLAMA_CPP_MIN_COS]
     assert all(p >= first_tie for p in off) and len(off) <= 2, (first_tie, off, cos.min())
     assert np.median(cos) >= 0.9999, np.median(cos)
+
+
+def test_quantize_mxfp4_moe(tmp_path):
+    """`infer quantize --type mxfp4_moe` as llama-quantize's MXFP4_MOE (src/llama-quant.cpp):
+    the stacked expert tensors MXFP4, the output head and every other matrix Q8_0, the
+    router and norms kept; the experts' bytes are the gguf package's MXFP4 of the F16
+    source, and the file runs as its float64 reference reads it."""
+    import gguf
+
+    from infer.gguf import GGUFFile
+    from infer.quantize import quantize_file
+
+    src = tm.write("qwen3moe", str(tmp_path / "f16.gguf"))
+    dst = str(tmp_path / "mxfp4.gguf")
+    quantize_file(src, dst, "mxfp4_moe")
+    with GGUFFile(src) as f, GGUFFile(dst) as g:
+        assert g.metadata["general.file_type"] == 38
+        for name, t in g.tensors.items():
+            s = f.tensors[name]
+            want = ("MXFP4" if name.endswith("_exps.weight") else "Q8_0" if s.dtype.name == "F16" else s.dtype.name)
+            assert t.dtype.name == want, (name, t.dtype.name)
+        experts = f.tensors["blk.1.ffn_down_exps.weight"]
+        np.testing.assert_array_equal(
+            g.tensors["blk.1.ffn_down_exps.weight"].data,
+            gguf.quants.quantize(experts.to_f32(), gguf.GGMLQuantizationType.MXFP4).reshape(-1))
+    prompt = tm.prompt("qwen3moe")[:48]
+    with infer.load(dst) as model:
+        ours = model.engine.create_context(n_ctx=64).prefill(prompt, all_logits=True)
+    cos = cosines(ours, reference(dst).forward(prompt))
+    assert cos.min() >= 0.99 and np.median(cos) >= 0.9995, (cos.min(), np.median(cos))
