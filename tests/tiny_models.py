@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -365,8 +365,12 @@ QWEN35: Dict[str, Tiny] = {n: t for n, t in [
                        qwen35=Qwen35Shape(recurrent_layers=(True, False, True)))),
 ]}
 
+#: qwen3moe-q4_k's file with its experts in MXFP4 (quantized by the gguf package), as
+#: llama-quantize's MXFP4_MOE writes them (tests/test_mxfp4_moe.py, llama_cpp_mxfp4.npz)
+MXFP4: Dict[str, Tiny] = {"qwen3moe-mxfp4": replace(TINY["qwen3moe-q4_k"], expert_type="mxfp4")}
+
 #: every tiny file (names are unique across the tables)
-ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35}
+ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35, **MXFP4}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -949,13 +953,13 @@ def _add_shortconv(w, p, d, width, mat, rng):
 
 
 def quantize(a: np.ndarray, kind: str) -> np.ndarray:
-    """a in "q8_0" (the gguf package's quantizer) or "q4_k" (infer's: the gguf
-    package has none); bytes shaped (..., row bytes) as the gguf writer takes them."""
+    """a in "q8_0" or "mxfp4" (the gguf package's quantizers) or "q4_k" (infer's: the
+    gguf package has none); bytes shaped (..., row bytes) as the gguf writer takes them."""
     import gguf
 
     x = np.ascontiguousarray(a, dtype=np.float32)
-    if kind == "q8_0":
-        return gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0)
+    if kind in ("q8_0", "mxfp4"):
+        return gguf.quants.quantize(x, gguf.GGMLQuantizationType[kind.upper()])
     import infer.kernels as K
 
     rows, cols = x.size // x.shape[-1], x.shape[-1]
@@ -967,8 +971,6 @@ def quantize(a: np.ndarray, kind: str) -> np.ndarray:
 def gemma4_vocab_file(path: str) -> str:
     """The tiny E2B-shaped Gemma 4 file with a "gemma4" tokenizer vocabulary (the ids
     llama.cpp gave on it are tests/data/llama_cpp_gemma4_tokens.json)."""
-    from dataclasses import replace
-
     return write("gemma4-e2b", path, tiny=replace(GEMMA4["gemma4-e2b"], extra={"vocabulary": "gemma4"}))
 
 
