@@ -352,7 +352,7 @@ def create_chat_completion(
         metadata: Optional[dict[str, str]] = None, store: Optional[bool] = None,
         service_tier: Optional[str] = None, prompt_cache_key: Optional[str] = None,
         safety_identifier: Optional[str] = None, grammar: Optional[str] = None,
-        json_schema: Optional[dict[str, Any]] = None,
+        json_schema: Optional[dict[str, Any]] = None, reasoning_effort: Optional[str] = None,
         context: Any = None, model_name: Optional[str] = None) -> Any:
     """OpenAI's ``POST /v1/chat/completions`` on a loaded model.
 
@@ -367,6 +367,9 @@ def create_chat_completion(
     route a request at OpenAI and change nothing in the reply: they are checked and
     not used (nothing is stored), as llama-server ignores them.  llama-server's
     ``grammar`` (GBNF) or ``json_schema`` constrains the reply, as ``response_format`` does.
+    ``reasoning_effort`` is read as llama-server reads it: ``"none"`` turns thinking off
+    (``enable_thinking`` false), any other level is the template's ``reasoning_effort``
+    (gpt-oss's "Reasoning: high"), over ``chat_template_kwargs``.
     """
     from .chat import ChatSession
     from .chat.template import TEMPLATE_VARIABLES
@@ -400,6 +403,7 @@ def create_chat_completion(
     if reserved:
         raise InvalidRequestError(f"chat_template_kwargs: {reserved[0]!r} is set from the request and the model "
                                   f"(as are {', '.join(TEMPLATE_VARIABLES)})", "chat_template_kwargs")
+    chat_template_kwargs = _with_reasoning_effort(chat_template_kwargs, reasoning_effort)
     _check_labels(user=user, service_tier=service_tier, prompt_cache_key=prompt_cache_key,
                   safety_identifier=safety_identifier)
     _check_bool("store", store)
@@ -446,6 +450,25 @@ def create_chat_completion(
     with _context_for(model, context) as ctx, closing(run(ctx)) as steps:
         next(steps)
         return _chat_response(steps, head, ctx)
+
+
+def _with_reasoning_effort(template_kwargs: Optional[dict[str, Any]],
+                           reasoning_effort: Any) -> Optional[dict[str, Any]]:
+    """The template variables with OpenAI's ``reasoning_effort`` applied as llama-server
+    applies it (server-common.cpp): "none" sets enable_thinking false and gives the
+    template no level; another level is the template's ``reasoning_effort``."""
+    if reasoning_effort is None:
+        return template_kwargs
+    if not isinstance(reasoning_effort, str) or not reasoning_effort:
+        raise InvalidRequestError("reasoning_effort: expected a level such as 'none', 'low', 'medium' or 'high'",
+                                  "reasoning_effort")
+    merged = dict(template_kwargs or {})
+    if reasoning_effort == "none":
+        merged.pop("reasoning_effort", None)
+        merged["enable_thinking"] = False
+    else:
+        merged["reasoning_effort"] = reasoning_effort
+    return merged
 
 
 def _first_call_only(items: Iterator[Any]) -> Iterator[Any]:

@@ -166,6 +166,10 @@ def add_template_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reasoning", "-rea", metavar="on|off|auto", default=None, choices=ON_OFF_AUTO,
                    help="thinking in the chat, as llama.cpp's --reasoning: on or off sets the template's "
                         "enable_thinking (Qwen3, SmolLM3, ...), auto leaves it to the template (default: auto)")
+    p.add_argument("--reasoning-effort", metavar="LEVEL", default=None,
+                   help="reasoning effort given to the chat template as reasoning_effort, as llama.cpp's "
+                        "--reasoning-effort: default keeps the template's own, or a level such as minimal, low, "
+                        "medium or high (gpt-oss) (default: default)")
     p.add_argument("--reasoning-budget", metavar="N", type=int, default=None,
                    help="llama.cpp's thinking budget: only -1 (unrestricted) is supported; "
                         "--reasoning off turns thinking off (default: -1)")
@@ -265,6 +269,11 @@ def chat_template_kwargs(args: argparse.Namespace) -> Optional[dict[str, Any]]:
     reasoning = getattr(args, "reasoning", None)
     thinking = {} if reasoning is None or reasoning in ("auto", "-1") else \
         {"enable_thinking": reasoning in ("on", "enabled", "true", "1")}
+    effort = getattr(args, "reasoning_effort", None)
+    if effort is not None and effort != "default":  # llama.cpp: "default" keeps the template's own level
+        if not effort:
+            raise UsageError("--reasoning-effort: expected a level such as low, medium or high, or default")
+        thinking["reasoning_effort"] = effort
     given = getattr(args, "chat_template_kwargs", None)
     if given is None:
         return thinking or None

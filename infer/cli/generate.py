@@ -102,7 +102,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.system is not None and not args.chat:
         raise UsageError("--system: only with --chat")
     for flag, value in (("--chat-template", args.chat_template), ("--chat-template-file", args.chat_template_file),
-                        ("--chat-template-kwargs", args.chat_template_kwargs), ("--reasoning", args.reasoning)):
+                        ("--chat-template-kwargs", args.chat_template_kwargs), ("--reasoning", args.reasoning),
+                        ("--reasoning-effort", args.reasoning_effort)):
         if value is not None and not args.chat:
             raise UsageError(f"{flag}: only with --chat")
     grammar = _grammar(args)  # a bad schema or grammar fails before the model loads

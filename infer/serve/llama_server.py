@@ -458,7 +458,7 @@ def generation_settings(options: Mapping[str, Any], n_predict: Optional[int], st
 #: the fields each small endpoint takes (server-context.cpp, post_tokenize and the others)
 _TOKENIZE_FIELDS = {"content", "add_special", "parse_special", "with_pieces"}
 _DETOKENIZE_FIELDS = {"tokens"}
-_TEMPLATE_FIELDS = {"messages", "tools", "chat_template_kwargs", "add_generation_prompt", "model"}
+_TEMPLATE_FIELDS = {"messages", "tools", "chat_template_kwargs", "add_generation_prompt", "model", "reasoning_effort"}
 
 
 def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
@@ -534,6 +534,7 @@ def routes(server: "_Server", slots_endpoint: bool = True) -> list[Route]:
         kwargs = body.get("chat_template_kwargs") or {}
         if not isinstance(kwargs, dict):
             raise InvalidRequestError("chat_template_kwargs: expected an object", "chat_template_kwargs")
+        kwargs = api._with_reasoning_effort(kwargs, body.get("reasoning_effort")) or {}
         prompt = chat_of(model).render(messages, _flag(body, "add_generation_prompt", True), tools, **kwargs)
         return {"prompt": prompt}
 
