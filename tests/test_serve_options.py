@@ -93,3 +93,91 @@ def test_cli_reasoning_effort_is_a_template_default(argv, expected):
     parser = argparse.ArgumentParser()
     add_template_args(parser)
     assert chat_template_kwargs(parser.parse_args(argv)) == expected
+
+
+# ---- server-wide sampling defaults: llama-server's --temp, --top-k, -n, ... ----------------------
+LLAMA_SERVER_LINE = ["serve", "--temp", "0.6", "--top-k", "20", "--top-p", "0.9", "--min-p", "0", "-n", "5",
+                     "--repeat-penalty", "1.1", "--repeat-last-n", "32", "--seed", "42"]
+# the request fields llama-server's params_from_json_cmpl falls back to, written out by hand
+LLAMA_SERVER_DEFAULTS = {"temperature": 0.6, "top_k": 20, "top_p": 0.9, "min_p": 0.0, "n_predict": 5,
+                         "repeat_penalty": 1.1, "repeat_last_n": 32, "seed": 42}
+
+
+def test_serve_takes_llama_server_sampling_flags():
+    from infer.cli import build_parser
+    from infer.cli.common import server_sampling_defaults
+
+    parser = build_parser()
+    assert server_sampling_defaults(parser.parse_args(LLAMA_SERVER_LINE)) == LLAMA_SERVER_DEFAULTS
+    # not given: llama-server's own defaults, which every request already has; -1: none
+    assert server_sampling_defaults(parser.parse_args(["serve", "-n", "-1", "--seed", "-1"])) == {}
+
+
+@pytest.mark.parametrize("argv, flag", [(["--top-p", "2"], "--top-p"), (["-n", "0"], "--max-tokens"),
+                                        (["--seed", "-5"], "--seed")])
+def test_serve_refuses_bad_sampling_flags_before_loading(argv, flag):
+    from infer.cli import main
+
+    assert main(["serve", "--model", "/nonexistent.gguf", *argv]) == 2
+
+
+@pytest.fixture(scope="module")
+def served_with_defaults():
+    pytest.importorskip("uvicorn")
+    import infer
+    from _tok_models import installed_path
+    from test_serve import app_server
+
+    from infer.serve.app import create_app
+
+    with infer.load(installed_path("smollm2")) as model:
+        with app_server(create_app(model, ctx_size=256, sampling_defaults=LLAMA_SERVER_DEFAULTS)) as base:
+            yield model, base
+
+
+def test_props_show_the_servers_defaults(served_with_defaults):
+    from test_serve import request
+
+    _, base = served_with_defaults
+    status, _, props = request(base, "GET", "/props")
+    params = props["default_generation_settings"]["params"]
+    assert status == 200
+    assert {k: params[k] for k in LLAMA_SERVER_DEFAULTS} == LLAMA_SERVER_DEFAULTS
+    assert params["max_tokens"] == 5
+
+
+def test_completion_runs_with_the_servers_defaults_unless_the_request_sets_them(served_with_defaults):
+    from test_serve import request
+
+    _, base = served_with_defaults
+    status, _, out = request(base, "POST", "/completion", {"prompt": "The capital of France is"})
+    assert status == 200, out
+    settings = out["generation_settings"]
+    assert {k: settings[k] for k in LLAMA_SERVER_DEFAULTS} == LLAMA_SERVER_DEFAULTS
+    assert out["tokens_predicted"] == 5
+    status, _, out = request(base, "POST", "/completion", {"prompt": "The capital of France is", "top_k": 3,
+                                                           "n_predict": 2, "temperature": 0})
+    assert status == 200, out
+    assert (out["generation_settings"]["top_k"], out["generation_settings"]["temperature"]) == (3, 0.0)
+    assert out["tokens_predicted"] == 2 and out["generation_settings"]["seed"] == 42
+
+
+def test_openai_endpoints_run_with_the_servers_defaults(served_with_defaults):
+    pytest.importorskip("openai")
+    from test_serve import client
+
+    _, base = served_with_defaults
+    openai_client = client(base)
+    messages = [{"role": "user", "content": "Name a colour."}]
+    # -n 5 is the reply limit a request without max_tokens gets, on both endpoints
+    chat = openai_client.chat.completions.create(model="m", messages=messages)
+    assert (chat.usage.completion_tokens, chat.choices[0].finish_reason) == (5, "length")
+    text = openai_client.completions.create(model="m", prompt="Once upon a time")
+    assert (text.usage.completion_tokens, text.choices[0].finish_reason) == (5, "length")
+    # --seed 42 and the rest: a request giving the same values by itself gets the same reply
+    explicit = dict(temperature=0.6, top_p=0.9, seed=42, max_tokens=5,
+                    extra_body={"top_k": 20, "min_p": 0.0, "repeat_penalty": 1.1})
+    same = openai_client.chat.completions.create(model="m", messages=messages, **explicit)
+    assert same.choices[0].message.content == chat.choices[0].message.content
+    assert openai_client.chat.completions.create(model="m", messages=messages, max_tokens=2).usage \
+        .completion_tokens == 2

@@ -177,7 +177,7 @@ def add_template_args(p: argparse.ArgumentParser) -> None:
                    help="accepted for llama-server compatibility: templates are always jinja2")
 
 
-def add_sampling_args(p: argparse.ArgumentParser) -> None:
+def add_sampling_args(p: argparse.ArgumentParser, ctx_size: bool = True) -> None:
     p.add_argument("--max-tokens", "-n", "--n-predict", "--predict", type=int, default=256,
                    help="tokens to generate at most; -1 = no limit but the end of the text or a full context, "
                         "as llama.cpp's -n -1")
@@ -195,6 +195,8 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frequency-penalty", type=float, default=0.0,
                    help="subtracted per occurrence of each token in the penalty window; 0 = none (default: 0)")
     p.add_argument("--seed", "-s", type=int, default=-1, help="sampling seed; -1 = random")
+    if not ctx_size:
+        return
     p.add_argument("--ctx-size", "-c", type=int, default=None,
                    help="context window in tokens (default: what the prompt and --max-tokens "
                         "need for generate, the model's trained context for chat and for -n -1; 0 = the same)")
@@ -348,6 +350,42 @@ def check_ctx_size(model: Any, n_ctx: Optional[int], n_prompt: int, max_tokens: 
     elif max_tokens is not None and n_prompt < n_ctx < n_prompt + max_tokens:
         warn(f"-c {n_ctx} leaves room for {n_ctx - n_prompt} of the {max_tokens} tokens asked for (-n) "
              f"after the {n_prompt}-token prompt")
+
+
+#: the destinations of add_sampling_args's flags but --ctx-size
+_SAMPLING_DESTS = ("max_tokens", "temp", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
+                   "presence_penalty", "frequency_penalty", "seed")
+
+
+def add_server_sampling_args(p: argparse.ArgumentParser) -> None:
+    """add_sampling_args's flags (not --ctx-size) as llama-server's: the defaults of the
+    requests that omit a field, so each is None unless given (`server_sampling_defaults`)."""
+    add_sampling_args(p, ctx_size=False)
+    p.set_defaults(**dict.fromkeys(_SAMPLING_DESTS))
+
+
+def server_sampling_defaults(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling flags given (add_server_sampling_args) as llama-server's request fields
+    (``n_predict``, ``temperature``, ...), checked as `sampling` checks them."""
+    reference = argparse.ArgumentParser()
+    add_sampling_args(reference, ctx_size=False)
+    given = {dest: getattr(args, dest) for dest in _SAMPLING_DESTS if getattr(args, dest, None) is not None}
+    filled = argparse.Namespace(**{**vars(reference.parse_args([])), **given})
+    params = sampling(filled)
+    out: dict[str, Any] = {}
+    for dest, value in given.items():
+        if dest == "max_tokens":
+            limit = max_tokens(filled, least=1)
+            if limit is not None:  # -1: no limit, llama-server's own default
+                out["n_predict"] = limit
+        elif dest == "seed":
+            if params["seed"] is not None:  # -1: a random seed per request
+                out["seed"] = params["seed"]
+        elif dest == "temp":
+            out["temperature"] = params["temperature"]
+        else:
+            out[dest] = value
+    return out
 
 
 def sampling(args: argparse.Namespace) -> dict[str, Any]:

@@ -8,8 +8,8 @@ import socket
 import sys
 from typing import Any
 
-from .common import (CLIError, UsageError, add_llama_tuning_args, add_model_args, add_template_args,
-                     chat_template_kwargs, load_model, read_chat_template)
+from .common import (CLIError, UsageError, add_llama_tuning_args, add_model_args, add_server_sampling_args,
+                     add_template_args, chat_template_kwargs, load_model, read_chat_template, server_sampling_defaults)
 
 _INSTALL_HINT = 'pip install "infer-llm[serve]"'
 
@@ -24,13 +24,15 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--ctx-size: must be >= 0, got {args.ctx_size}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port: must be in [0, 65535], got {args.port}")
+    server_sampling_defaults(args)  # a bad --top-p fails before the model loads
 
 
 def app_options(args: argparse.Namespace) -> dict[str, Any]:
     """create_app's keywords from the command line (the Ray replicas take them too)."""
     return dict(parallel=args.parallel, ctx_size=args.ctx_size, api_key=args.api_key,
                 cors_origins=args.cors or (), max_queue=args.max_queue, prefill_chunk=args.prefill_chunk,
-                model_name=args.alias, slots_endpoint=args.slots, chat_template_kwargs=chat_template_kwargs(args))
+                model_name=args.alias, slots_endpoint=args.slots, chat_template_kwargs=chat_template_kwargs(args),
+                sampling_defaults=server_sampling_defaults(args))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -96,6 +98,7 @@ def register(sub: Any) -> None:
     add_model_args(p)
     add_llama_tuning_args(p)
     add_template_args(p)
+    add_server_sampling_args(p)  # the defaults of requests that omit a field, as llama-server's
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default: 8080; 0 = any free port)")
     p.add_argument("--parallel", "-np", type=int, default=1,

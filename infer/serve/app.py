@@ -157,6 +157,9 @@ class _Server:
         self.started = int(time.time())
         #: template variables every chat request gets unless it sets them (--chat-template-kwargs)
         self.chat_template_kwargs: dict[str, Any] = {}
+        #: llama-server's request fields a request that omits them gets (the command line's
+        #: --temp, --top-k, -n, ...): n_predict, temperature, top_k, top_p, min_p, seed, ...
+        self.sampling_defaults: dict[str, Any] = {}
         self._loop_hub: Optional[Hub] = None
         #: the event loop serving the app (set at startup), and whether it is stopping
         self.loop: Optional[asyncio.AbstractEventLoop] = None
@@ -244,9 +247,22 @@ class _Server:
         given = body.get("chat_template_kwargs")
         if call is api.create_chat_completion and self.chat_template_kwargs and isinstance(given, (dict, type(None))):
             body["chat_template_kwargs"] = {**self.chat_template_kwargs, **(given or {})}  # llama-server's merge
+        self.add_sampling_defaults(body, call)
         limit = body.get("max_tokens", body.get("max_completion_tokens", _default_max_tokens(call)))
         return await self.run_completion(request, endpoint, call, body, cache_prompt=cache_prompt,
                                          reply_limit=limit, wants_usage=wants_usage)
+
+    def add_sampling_defaults(self, body: dict[str, Any], call: Callable[..., Any]) -> None:
+        """The server's sampling defaults into ``body`` for the fields it omits (or sends as
+        null), as llama-server's params_from_json_cmpl falls back to its command line's."""
+        accepted = _accepted_fields(call)
+        for name, value in self.sampling_defaults.items():
+            if name == "n_predict":  # any of the reply-limit spellings is the request's own
+                if any(body.get(k) is not None for k in ("n_predict", "max_tokens", "max_completion_tokens")):
+                    continue
+                name = "n_predict" if "n_predict" in accepted else "max_tokens"
+            if name in accepted and body.get(name) is None:
+                body[name] = value
 
     async def run_completion(self, request: Request, endpoint: str, call: Callable[..., Any], body: dict[str, Any],
                              *, cache_prompt: bool, reply_limit: Any, wants_usage: bool = False,
@@ -447,10 +463,32 @@ def _warm_grammars(model: Any) -> None:
         pass
 
 
+#: the request fields a server may default (llama-server's command-line sampling flags)
+SAMPLING_DEFAULT_FIELDS = ("n_predict", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
+                           "presence_penalty", "frequency_penalty", "seed")
+
+
+def _check_sampling_defaults(model: Any, defaults: Mapping[str, Any], n_ctx: int) -> dict[str, Any]:
+    """``defaults`` if every request could run with them; else ValueError naming the field."""
+    unknown = sorted(set(defaults) - set(SAMPLING_DEFAULT_FIELDS))
+    if unknown:
+        raise ValueError(f"sampling_defaults: {unknown[0]!r} is not one of {', '.join(SAMPLING_DEFAULT_FIELDS)}")
+    try:
+        api._sampler_options(model, defaults.get("temperature"), defaults.get("top_p"), defaults.get("top_k"),
+                             defaults.get("min_p"), defaults.get("repeat_penalty"), defaults.get("presence_penalty"),
+                             defaults.get("frequency_penalty"), None, defaults.get("seed"))
+        api._check_optional_int("repeat_last_n", defaults.get("repeat_last_n"), -1)
+        api._check_max_tokens(defaults.get("n_predict"), n_ctx)
+    except api.InvalidRequestError as exc:
+        raise ValueError(f"sampling_defaults: {exc}") from None
+    return dict(defaults)
+
+
 def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None, api_key: Optional[str] = None,
                cors_origins: Sequence[str] = (), max_queue: int = 64, prefill_chunk: int = 64,
                model_name: Optional[str] = None, shutdown_grace: float = SHUTDOWN_GRACE,
-               slots_endpoint: bool = True, chat_template_kwargs: Optional[Mapping[str, Any]] = None) -> Starlette:
+               slots_endpoint: bool = True, chat_template_kwargs: Optional[Mapping[str, Any]] = None,
+               sampling_defaults: Optional[Mapping[str, Any]] = None) -> Starlette:
     """The ASGI app serving ``model`` with ``parallel`` slots of ``ctx_size`` tokens
     (None: 4096 or the model's trained context if shorter; 0: the trained context).
 
@@ -464,6 +502,9 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     ``slots_endpoint=False`` turns its ``GET /slots`` off, as ``--no-slots`` does.
     ``chat_template_kwargs``: template variables of every chat request, under the
     request's own ``chat_template_kwargs`` (llama-server's ``--chat-template-kwargs``).
+    ``sampling_defaults``: the values of the fields in `SAMPLING_DEFAULT_FIELDS` (llama-server's
+    names) a request that omits them runs with, on every completion endpoint, as
+    llama-server's ``--temp``, ``--top-k``, ``-n``, ... (shown in ``GET /props``).
     """
     from . import llama_server
 
@@ -475,6 +516,7 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
                           prefill_chunk=prefill_chunk)
     server = _Server(model, scheduler, api._model_name(model, model_name), float(shutdown_grace))
     server.chat_template_kwargs = dict(chat_template_kwargs or {})
+    server.sampling_defaults = _check_sampling_defaults(model, sampling_defaults or {}, n_ctx)
     threading.Thread(target=_warm_grammars, args=(model,), name="infer-warm-grammars", daemon=True).start()
     routes = [
         Route("/health", server.health, methods=["GET"]),

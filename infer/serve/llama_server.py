@@ -554,6 +554,7 @@ def routes(server: "_Server", slots_endpoint: bool = True) -> list[Route]:
             server.metrics.count_request(endpoint, 400)
             return _error(400, str(exc))
         body.pop("cache_prompt", None)
+        server.add_sampling_defaults(body, create_completion)
         try:
             limit = reply_limit(body)
         except InvalidRequestError:
@@ -599,7 +600,10 @@ def properties(server: "_Server", slots_endpoint: bool) -> dict[str, Any]:
     from ..chat.session import chat_of
 
     model = server.model
-    settings = generation_settings({}, None, [], False, 0, False, None, None)
+    defaults = server.sampling_defaults
+    options = {k: v for k, v in defaults.items() if k not in ("n_predict", "repeat_last_n")}
+    settings = generation_settings(options, defaults.get("n_predict"), [], False, 0, False, None, None,
+                                   repeat_last_n=defaults.get("repeat_last_n", 64))
     for name in ("stop", "logit_bias", "grammar"):  # llama-server's /props leaves these out (to_json(true))
         settings.pop(name)
     chat = chat_of(model)
