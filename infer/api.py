@@ -140,7 +140,8 @@ def _check_structured(response_format: Any, logprobs: Any, top_logprobs: Any) ->
 
 
 def _sampler_options(model: Any, temperature: Any, top_p: Any, top_k: Any, min_p: Any, repeat_penalty: Any,
-                     presence_penalty: Any, frequency_penalty: Any, logit_bias: Any, seed: Any) -> dict[str, Any]:
+                     presence_penalty: Any, frequency_penalty: Any, logit_bias: Any, seed: Any,
+                     repeat_last_n: Any = None) -> dict[str, Any]:
     """The Sampler's keywords for the options given (None: the Sampler's default)."""
     given = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, repeat_penalty=repeat_penalty,
                  presence_penalty=presence_penalty, frequency_penalty=frequency_penalty)
@@ -158,15 +159,20 @@ def _sampler_options(model: Any, temperature: Any, top_p: Any, top_k: Any, min_p
         options["logit_bias"] = bias
     # -1 is llama.cpp's "random" (llama-server's default, `--seed -1` in the CLI)
     options["seed"] = None if seed == -1 and _is_int(seed) else _check_optional_int("seed", seed, 0)
+    if repeat_last_n is not None:  # -1: the whole context, resolved by _make_sampler
+        options["repeat_last_n"] = _check_optional_int("repeat_last_n", repeat_last_n, -1)
     _make_sampler(options, 0)  # the Sampler's own range checks, now rather than mid-request
     return options
 
 
-def _make_sampler(options: Mapping[str, Any], choice: int) -> Any:
-    """The sampler of choice ``choice``: seeded ``seed + choice`` so n choices differ."""
+def _make_sampler(options: Mapping[str, Any], choice: int, n_ctx: int = 0) -> Any:
+    """The sampler of choice ``choice``: seeded ``seed + choice`` so n choices differ;
+    a ``repeat_last_n`` of -1 (llama.cpp's "the whole context") is ``n_ctx``."""
     from .sampler import Sampler
 
     opts = dict(options)
+    if opts.get("repeat_last_n") == -1:
+        opts["repeat_last_n"] = n_ctx
     if opts.get("seed") is not None:
         opts["seed"] = int(opts["seed"]) + choice
     try:
@@ -353,7 +359,7 @@ def create_chat_completion(
         service_tier: Optional[str] = None, prompt_cache_key: Optional[str] = None,
         safety_identifier: Optional[str] = None, grammar: Optional[str] = None,
         json_schema: Optional[dict[str, Any]] = None, reasoning_effort: Optional[str] = None,
-        context: Any = None, model_name: Optional[str] = None) -> Any:
+        repeat_last_n: Optional[int] = None, context: Any = None, model_name: Optional[str] = None) -> Any:
     """OpenAI's ``POST /v1/chat/completions`` on a loaded model.
 
     Returns a ``chat.completion`` dict, or with ``stream=True`` an iterator of
@@ -367,6 +373,7 @@ def create_chat_completion(
     route a request at OpenAI and change nothing in the reply: they are checked and
     not used (nothing is stored), as llama-server ignores them.  llama-server's
     ``grammar`` (GBNF) or ``json_schema`` constrains the reply, as ``response_format`` does.
+    ``repeat_last_n`` is llama.cpp's penalty window (-1: the whole context; default 64).
     ``reasoning_effort`` is read as llama-server reads it: ``"none"`` turns thinking off
     (``enable_thinking`` false), any other level is the template's ``reasoning_effort``
     (gpt-oss's "Reasoning: high"), over ``chat_template_kwargs``.
@@ -411,12 +418,12 @@ def create_chat_completion(
             isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
         raise InvalidRequestError("metadata: expected an object of string values", "metadata")
     options = _sampler_options(model, temperature, top_p, top_k, min_p, repeat_penalty, presence_penalty,
-                               frequency_penalty, logit_bias, seed)
+                               frequency_penalty, logit_bias, seed, repeat_last_n)
     name = _model_name(model, model_name)
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": name}
 
     def turn(ctx: Any, choice: int) -> Iterator[Any]:
-        _use_sampler(ctx, _make_sampler(options, choice))
+        _use_sampler(ctx, _make_sampler(options, choice, int(ctx.n_ctx)))
         # A request's messages are the client's: no trimming, and no reply limit it did not ask for.
         session = ChatSession(model, tools=offered, context=ctx, template_kwargs=chat_template_kwargs,
                               trim_history=False, max_tokens=None)
@@ -652,7 +659,7 @@ def create_completion(
         frequency_penalty: Optional[float] = None, logit_bias: Optional[dict[Any, float]] = None, n: int = 1,
         echo: bool = False, best_of: Optional[int] = None, suffix: Optional[str] = None,
         logprobs: Optional[int] = None, user: Optional[str] = None, grammar: Optional[str] = None,
-        json_schema: Optional[dict[str, Any]] = None,
+        json_schema: Optional[dict[str, Any]] = None, repeat_last_n: Optional[int] = None,
         context: Any = None, model_name: Optional[str] = None) -> Any:
     """OpenAI's ``POST /v1/completions``: continue ``prompt`` (text, encoded with BOS
     as the model says and special-token texts such as ``<|im_start|>`` read as those
@@ -662,14 +669,15 @@ def create_completion(
     Returns a ``text_completion`` dict, or with ``stream=True`` an iterator of
     chunks.  ``max_tokens`` defaults to 16 as in OpenAI's API; None runs to the end
     of the context.  ``echo=True`` puts the prompt text before the completion.
-    llama-server's ``grammar`` (GBNF) or ``json_schema`` constrains the completion.
+    llama-server's ``grammar`` (GBNF) or ``json_schema`` constrains the completion;
+    ``repeat_last_n`` is llama.cpp's penalty window (-1: the whole context; default 64).
     """
     options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                    repeat_penalty=repeat_penalty, stop=stop, seed=seed, stream=stream,
                    stream_options=stream_options, presence_penalty=presence_penalty,
                    frequency_penalty=frequency_penalty, logit_bias=logit_bias, n=n, echo=echo, best_of=best_of,
                    suffix=suffix, logprobs=logprobs, user=user, grammar=grammar, json_schema=json_schema,
-                   context=context, model_name=model_name)
+                   repeat_last_n=repeat_last_n, context=context, model_name=model_name)
     batch = _prompt_batch(model, prompt)
     if batch is None:
         return _create_completion(model, prompt, **options)
@@ -737,7 +745,8 @@ def _create_completion(
         frequency_penalty: Optional[float], logit_bias: Optional[dict[Any, float]], n: int,
         echo: bool, best_of: Optional[int], suffix: Optional[str],
         logprobs: Optional[int], user: Optional[str], grammar: Optional[str],
-        json_schema: Optional[dict[str, Any]], context: Any, model_name: Optional[str]) -> Any:
+        json_schema: Optional[dict[str, Any]], repeat_last_n: Optional[int], context: Any,
+        model_name: Optional[str]) -> Any:
     """`create_completion` of one prompt."""
     from .generate import generate
 
@@ -756,7 +765,7 @@ def _create_completion(
     _check_labels(user=user)
     constraint = _completion_grammar(grammar, json_schema)
     options = _sampler_options(model, temperature, top_p, top_k, min_p, repeat_penalty, presence_penalty,
-                               frequency_penalty, logit_bias, seed)
+                               frequency_penalty, logit_bias, seed, repeat_last_n)
     name = _model_name(model, model_name)
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": name}
     tok = model.tokenizer
@@ -787,7 +796,7 @@ def _create_completion(
             prompt_entries = run_apart(ctx, functools.partial(_prompt_logprobs, model, ids, logprobs))
         yield None
         for choice in range(n):
-            _use_sampler(ctx, _make_sampler(options, choice))
+            _use_sampler(ctx, _make_sampler(options, choice, int(ctx.n_ctx)))
             gen = generate(model, ids, context=ctx, max_tokens=max_tokens, stop=stops, logprobs=logprobs,
                            grammar=constraint)
             if echo:

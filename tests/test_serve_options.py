@@ -181,3 +181,55 @@ def test_openai_endpoints_run_with_the_servers_defaults(served_with_defaults):
     assert same.choices[0].message.content == chat.choices[0].message.content
     assert openai_client.chat.completions.create(model="m", messages=messages, max_tokens=2).usage \
         .completion_tokens == 2
+
+
+# ---- llama-server's own fields on the OpenAI endpoints ------------------------------------------
+def test_openai_endpoints_take_llama_server_fields(served_with_defaults):
+    openai = pytest.importorskip("openai")
+    from test_serve import client
+
+    model, base = served_with_defaults
+    openai_client = client(base)
+    messages = [{"role": "user", "content": "Name a colour."}]
+    # the web UI's request: every sampler infer lacks at its off value, n_predict the limit
+    web_ui = {"n_predict": 3, "typical_p": 1, "dynatemp_range": 0, "xtc_probability": 0, "xtc_threshold": 0.1,
+              "mirostat": 0, "mirostat_tau": 5, "mirostat_eta": 0.1, "dry_multiplier": 0, "dry_base": 1.75,
+              "dry_allowed_length": 2, "dry_penalty_last_n": -1, "top_n_sigma": -1, "min_keep": 0, "id_slot": -1,
+              "cache_prompt": True, "top_k": 1, "min_p": 0.1, "repeat_penalty": 1.0, "repeat_last_n": 64}
+    chat = openai_client.chat.completions.create(model="m", messages=messages, extra_body=web_ui)
+    assert (chat.usage.completion_tokens, chat.choices[0].finish_reason) == (3, "length")
+    # n_predict wins over max_tokens, as in llama-server's params_from_json_cmpl
+    text = openai_client.completions.create(model="m", prompt="Once upon a time", max_tokens=7,
+                                            extra_body={"n_predict": 2, "top_k": 1})
+    assert text.usage.completion_tokens == 2
+    # top_k 1 is greedy: the same text as temperature 0 (a request's own fields win over --temp 0.6)
+    greedy = openai_client.completions.create(model="m", prompt="Once upon a time", max_tokens=2, temperature=0)
+    assert text.choices[0].text == greedy.choices[0].text
+    # ignore_eos: the end of the turn is banned, so a reply always runs to its limit
+    long = openai_client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Say hi."}],
+                                                 extra_body={"ignore_eos": True, "n_predict": 40})
+    assert (long.usage.completion_tokens, long.choices[0].finish_reason) == (40, "length")
+    for field, value in [("mirostat", 2), ("typical_p", 0.5), ("id_slot", 1), ("dry_multiplier", 0.8),
+                         ("no_such_field", 1), ("n_predict", "ten"), ("ignore_eos", "yes")]:
+        for create, request in [(openai_client.chat.completions.create, {"messages": messages}),
+                                (openai_client.completions.create, {"prompt": "Hi"})]:
+            with pytest.raises(openai.BadRequestError) as info:
+                create(model="m", extra_body={field: value}, **request)
+            assert field in str(info.value), (field, info.value)
+
+
+def test_repeat_last_n_on_the_openai_api_matches_the_penalty_window():
+    """repeat_last_n reaches the sampler: a window of 0 turns repeat_penalty off."""
+    import infer
+    from _tok_models import installed_path
+
+    with infer.load(installed_path("smollm2")) as model:
+        plain = api.create_completion(model, "one one one one", max_tokens=6, temperature=0)
+        off = api.create_completion(model, "one one one one", max_tokens=6, temperature=0, repeat_penalty=1.5,
+                                    repeat_last_n=0)
+        assert off["choices"][0]["text"] == plain["choices"][0]["text"]
+        on = api.create_completion(model, "one one one one", max_tokens=6, temperature=0, repeat_penalty=1.5,
+                                   repeat_last_n=-1)
+        assert on["choices"][0]["text"] != plain["choices"][0]["text"]
+        with pytest.raises(InvalidRequestError, match="repeat_last_n"):
+            api.create_chat_completion(model, USER, repeat_last_n=-2)

@@ -383,6 +383,14 @@ class _Server:
         cache_prompt = body.pop("cache_prompt", True)
         if not isinstance(cache_prompt, bool):
             return _error_response(400, "cache_prompt: expected a boolean", param="cache_prompt")
+        if call is not api.create_embedding:  # llama-server's own sampling fields, read as /completion reads them
+            from . import llama_server
+
+            try:
+                llama_server.take_llama_fields(self.model, body)
+            except api.InvalidRequestError as exc:
+                status, error = _classify(exc)
+                return JSONResponse(error, status_code=status)
         unknown = sorted(set(body) - _accepted_fields(call))
         if unknown:
             return _error_response(400, f"unrecognized request argument supplied: {unknown[0]}", param=unknown[0])

@@ -59,6 +59,40 @@ _INERT_SETTINGS: dict[str, float] = {"dynatemp_exponent": 1.0, "xtc_threshold": 
                                      "dry_penalty_last_n": -1, "min_keep": 0}
 
 
+#: llama-server's own request fields, beyond OpenAI's, that its OpenAI endpoints take as
+#: /completion does (params_from_json_cmpl reads every endpoint's body): the samplers
+#: infer lacks at their off values, and these
+LLAMA_ONLY_FIELDS = frozenset({"n_predict", "ignore_eos", "id_slot", *_OFF_SWITCHES, *_INERT_SETTINGS})
+
+
+def take_llama_fields(model: Any, body: dict[str, Any]) -> None:
+    """Replace llama-server's own fields (`LLAMA_ONLY_FIELDS`) in an OpenAI request body
+    by the api keywords they mean, with /completion's rules: ``n_predict`` is the reply
+    limit (before ``max_tokens``, -1 none), ``ignore_eos`` bans the end-of-generation
+    tokens, ``id_slot`` only -1, the samplers infer lacks only off; else
+    InvalidRequestError naming the field."""
+    given = {name: body.pop(name) for name in LLAMA_ONLY_FIELDS if name in body}
+    _check_unsupported_samplers(given)
+    _check_id_slot(given.get("id_slot"))
+    if given.get("n_predict") is not None:
+        limit = reply_limit({"n_predict": given["n_predict"]})
+        body.pop("max_completion_tokens", None)
+        body["max_tokens"] = limit  # None (-1): no limit but the context, as llama-server's
+    if api._check_bool("ignore_eos", given.get("ignore_eos", False)):
+        from ..generate import end_of_turn_ids
+
+        bias = body.get("logit_bias")
+        if bias is not None and not isinstance(bias, dict):
+            raise InvalidRequestError("logit_bias: expected an object mapping token ids to numbers", "logit_bias")
+        body["logit_bias"] = {**(bias or {}), **{str(t): -math.inf for t in end_of_turn_ids(model.tokenizer)}}
+
+
+def _check_id_slot(id_slot: Any) -> None:
+    if id_slot is not None and api._check_optional_int("id_slot", id_slot, -1) != -1:
+        raise UnsupportedOptionError("id_slot: slots are chosen by the scheduler (the longest cached prefix); "
+                                     "only -1 is accepted", "id_slot")
+
+
 def error_body(status: int, openai_body: Mapping[str, Any]) -> dict[str, Any]:
     """llama-server's error body for an OpenAI-shaped one (`app._classify`'s)."""
     error = openai_body.get("error", {})
@@ -212,9 +246,7 @@ def create_completion(
     if api._check_bool("post_sampling_probs", post_sampling_probs):
         raise UnsupportedOptionError("post_sampling_probs: the probabilities are reported before top-k, top-p, "
                                      "min-p and temperature only; send false", "post_sampling_probs")
-    if api._check_optional_int("id_slot", id_slot, -1) != -1:
-        raise UnsupportedOptionError("id_slot: slots are chosen by the scheduler (the longest cached prefix); "
-                                     "only -1 is accepted", "id_slot")
+    _check_id_slot(id_slot)
     if response_fields is not None and (not isinstance(response_fields, list)
                                         or not all(isinstance(f, str) for f in response_fields)):
         raise InvalidRequestError("response_fields: expected a list of field names", "response_fields")
