@@ -233,3 +233,54 @@ def test_repeat_last_n_on_the_openai_api_matches_the_penalty_window():
         assert on["choices"][0]["text"] != plain["choices"][0]["text"]
         with pytest.raises(InvalidRequestError, match="repeat_last_n"):
             api.create_chat_completion(model, USER, repeat_last_n=-2)
+
+
+# ---- $defs in the Qwen3-Coder XML call grammar ----------------------------------------------------
+# parameters as pydantic writes them: "$defs" and "#/$defs/..." references, a definition
+# referring to another, an object and integers (which the XML format writes as JSON; a string
+# parameter would be raw text, unconstrained as in llama.cpp's grammar, which an untrained
+# model runs on with)
+PYDANTIC_PARAMS = {
+    "type": "object",
+    "$defs": {"Unit": {"enum": [1, 10, 100]},
+              "Digit": {"type": "integer", "minimum": 0, "maximum": 9},
+              "Point": {"type": "object",
+                        "properties": {"x": {"$ref": "#/$defs/Digit"}, "y": {"$ref": "#/$defs/Digit"}},
+                        "required": ["x", "y"], "additionalProperties": False}},
+    "properties": {"unit": {"$ref": "#/$defs/Unit"},
+                   "at": {"$ref": "#/$defs/Point"}, "days": {"$ref": "#/$defs/Digit"}},
+    "required": ["unit", "at", "days"], "additionalProperties": False}
+PYDANTIC_TOOL = {"type": "function", "function": {"name": "forecast", "parameters": PYDANTIC_PARAMS}}
+
+
+@pytest.mark.parametrize("name", ["qwen3.5", "qwen3-coder"])
+def test_forced_xml_call_with_defs_references(name):
+    """tool_choice="required" with the Qwen3-Coder XML format on SmolLM2 (as
+    test_chat_formats does): each parameter's grammar resolves the tool's "$defs"; the
+    parsed arguments are typed by the definitions and valid (jsonschema)."""
+    pytest.importorskip("llguidance")
+    jsonschema = pytest.importorskip("jsonschema")
+    from _tok_models import load_installed
+
+    from infer.chat import Chat, ChatSession
+
+    with load_installed("smollm2") as smollm2:
+        s = ChatSession(smollm2, tools=[PYDANTIC_TOOL], temperature=0)
+        s.chat = Chat(template(name), eos_token=smollm2.chat.eos_token)
+        reply = s.send("The weather in Paris?", tool_choice="required", max_tokens=120)
+        assert (reply.finish_reason, reply.tool_call_errors, [c.name for c in reply.tool_calls]) == \
+            ("tool_calls", [], ["forecast"])
+        jsonschema.validate(reply.tool_calls[0].arguments, PYDANTIC_PARAMS)
+
+
+def test_xml_call_values_are_typed_by_their_definitions():
+    """llama.cpp resolves the references before typing a raw value: a "#/$defs/Code"
+    string stays text even when it reads as JSON; an integer definition is a number."""
+    import json
+
+    from infer.chat.replies import xml_call_as_json
+
+    params = {"$defs": {"Code": {"type": "string"}, "N": {"type": "integer"}},
+              "properties": {"code": {"$ref": "#/$defs/Code"}, "n": {"$ref": "#/$defs/N"}}}
+    raw = "<function=f>\n<parameter=code>\n42\n</parameter>\n<parameter=n>\n7\n</parameter>\n</function>"
+    assert json.loads(xml_call_as_json(raw, {"f": params})) == {"name": "f", "arguments": {"code": "42", "n": 7}}

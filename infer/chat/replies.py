@@ -186,6 +186,24 @@ def schema_types(schema: Any) -> set[str]:
     return types
 
 
+def resolved_ref(schema: Any, root: Any) -> Any:
+    """``schema`` with its local ``$ref`` ("#/$defs/X", as pydantic writes them) followed
+    through ``root``, the tool's parameters, as llama.cpp resolves them before reading a
+    parameter's types; ``schema`` itself where there is none or it leads nowhere."""
+    for _ in range(32):  # a chain of references, not a loop
+        ref = schema.get("$ref") if isinstance(schema, dict) else None
+        if not isinstance(ref, str) or not ref.startswith("#/"):
+            return schema
+        target = root
+        for part in ref[2:].split("/"):
+            key = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(target, dict) or key not in target:
+                return schema
+            target = target[key]
+        schema = target
+    return schema
+
+
 def _typed_value(text: str, schema: Any) -> Any:
     """A raw parameter value as the JSON type its schema declares, as llama.cpp's
     Qwen3-Coder parser reads it: a string-only parameter stays text; any other is parsed
@@ -213,14 +231,15 @@ def xml_call_as_json(raw: str, parameters: Optional[Mapping[str, Any]] = None) -
     if match is None:
         raise ValueError("not <function=NAME>...</function>")
     name, body = match.group(1).strip(), match.group(2)
-    properties = ((parameters or {}).get(name) or {}).get("properties") or {}
+    tool_params = (parameters or {}).get(name) or {}
+    properties = tool_params.get("properties") or {}
     arguments: dict[str, Any] = {}
     at = 0
     for param in _XML_PARAMETER.finditer(body):
         if body[at:param.start()].strip():
             raise ValueError(f"text between parameters: {body[at:param.start()].strip()[:40]!r}")
         key = param.group(1).strip()
-        arguments[key] = _typed_value(param.group(2), properties.get(key))
+        arguments[key] = _typed_value(param.group(2), resolved_ref(properties.get(key), tool_params))
         at = param.end()
     if body[at:].strip():
         raise ValueError(f"an unclosed or malformed parameter: {body[at:].strip()[:40]!r}")

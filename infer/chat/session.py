@@ -17,7 +17,7 @@ from typing import Any, Generator, Iterator, Mapping, Optional, Sequence, Union
 
 from ..generate import logprob_entry
 from ..runtime import LONG_TEXT, ContextOverflowError, run_apart
-from .replies import (Message, Reply, TextPiece, ThinkingText, ToolCall, ToolCallError, schema_types,
+from .replies import (Message, Reply, TextPiece, ThinkingText, ToolCall, ToolCallError, resolved_ref, schema_types,
                       parse_tool_call)
 from .reply_parser import CONTENT, MISTRAL_ARGS, HarmonyParser, ReplyParser
 from .sandbox import ChatTemplateError
@@ -61,6 +61,15 @@ def _rebased(schema: Any, base: str) -> Any:
     if isinstance(schema, list):
         return [_rebased(value, base) for value in schema]
     return schema
+
+
+def _with_definitions(schema: Any, params: Any) -> Any:
+    """A parameter's schema with its tool's definitions beside it, so that its local
+    references ("#/$defs/X") resolve when it is the grammar's whole schema (they failed:
+    "Pointer '/$defs/X' does not exist")."""
+    if not _has_local_ref(schema) or not isinstance(schema, dict):
+        return schema
+    return {**{key: params[key] for key in ("$defs", "definitions") if key in params}, **schema}
 
 
 class ChatSession:
@@ -432,9 +441,9 @@ class ChatSession:
                 optional = [k for k in properties if k not in required]
                 for j, key in enumerate(list(properties)):
                     schema = properties[key]
-                    types = schema_types(schema)
+                    types = schema_types(resolved_ref(schema, params))
                     value = ("XML_STRING" if not types or "string" in types else
-                             f'{lark_json(schema)} "\\n</parameter>\\n"')
+                             f'{lark_json(_with_definitions(schema, params))} "\\n</parameter>\\n"')
                     rules.append(f"tool{i}_p{j}: {json.dumps('<parameter=' + key + '>' + chr(10))} {value}")
                 index = {k: j for j, k in enumerate(properties)}
                 args = " ".join(f"tool{i}_p{index[k]}" for k in required)
