@@ -284,3 +284,22 @@ def test_xml_call_values_are_typed_by_their_definitions():
               "properties": {"code": {"$ref": "#/$defs/Code"}, "n": {"$ref": "#/$defs/N"}}}
     raw = "<function=f>\n<parameter=code>\n42\n</parameter>\n<parameter=n>\n7\n</parameter>\n</function>"
     assert json.loads(xml_call_as_json(raw, {"f": params})) == {"name": "f", "arguments": {"code": "42", "n": 7}}
+
+
+def test_too_many_threads_warns_with_the_flags_name(capsys):
+    """-t above the pool's limit warns naming --threads (not the kernel's parameter n)."""
+    from _tok_models import installed_path
+
+    from infer import kernels
+    from infer.cli import main
+
+    before = kernels.get_num_threads()
+    try:
+        assert main(["generate", "-m", installed_path("smollm2"), "-t", "100000", "-n", "1", "--temp", "0",
+                     "Hi"]) == 0
+        limit = kernels.get_num_threads()
+    finally:
+        kernels.set_num_threads(before)
+    err = capsys.readouterr().err
+    assert f"infer: warning: --threads 100000: above the thread pool's limit; using {limit}\n" in err
+    assert "n: 100000" not in err

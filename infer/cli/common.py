@@ -205,6 +205,7 @@ def add_sampling_args(p: argparse.ArgumentParser, ctx_size: bool = True) -> None
 def load_model(args: argparse.Namespace) -> Any:
     """infer.load with a progress line on a terminal; CLIError for a bad --threads."""
     import time
+    import warnings
 
     from .. import loader
 
@@ -222,7 +223,16 @@ def load_model(args: argparse.Namespace) -> Any:
     if show:
         print(f"loading {path} ...", end="", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    model = loader.load(path, n_threads=args.threads, chat_template=template)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = loader.load(path, n_threads=args.threads, chat_template=template)
+    for w in caught:  # the kernels name their own parameter ("n: 1000 threads ..."): say the flag
+        if "thread pool's limit" in str(w.message):
+            from .. import kernels
+
+            warn(f"--threads {args.threads}: above the thread pool's limit; using {kernels.get_num_threads()}")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if show:
         print(f"\r\033[Kloaded {path} in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
     return model
