@@ -172,7 +172,12 @@ static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch)
         const int64_t n = (hi - lo) * j->n_tokens;
         infer_decode_dot_rows(j->mats[0], j->inputs[0], j->n_tokens, scratch, lo, hi);
         infer_decode_dot_rows(j->mats[1], j->inputs[1], j->n_tokens, scratch + n, lo, hi);
-        (m->gelu ? d->kt->gelu_mul : d->kt->silu_mul)(scratch, scratch + n, scratch, n);
+        for (int t = 0; j->gate_bias && t < j->n_tokens; t++) {   /* an expert's biases (gpt-oss) */
+            d->kt->add(scratch + t * (hi - lo), j->gate_bias + lo, hi - lo);
+            d->kt->add(scratch + n + t * (hi - lo), j->up_bias + lo, hi - lo);
+        }
+        (m->swiglu_oai ? infer_swiglu_oai : m->gelu ? d->kt->gelu_mul : d->kt->silu_mul)(scratch, scratch + n,
+                                                                                       scratch, n);
     } else {
         const int64_t n = infer_decode_matmul_chunk(j, c, scratch);
         if (j->kind == INFER_JOB_HEAD) {
@@ -269,12 +274,13 @@ static void expert_rows(infer_decode_matrix *dst, const infer_decode_matrix *sta
 /* Token b's experts and their weights from its router logits (llama.cpp's
  * build_moe_ffn with softmax gating): probabilities in double, the n_used most
  * probable (the lower index first among equals, as a stable sort), weights
- * divided by their sum (clamped at F16's smallest normal) if expert_norm. */
+ * divided by their sum (clamped at F16's smallest normal) if expert_norm.
+ * With softmax_weight gating the softmax runs over the chosen logits only. */
 static void route_token(const infer_block_model *m, const float *logits, int *pick, float *weight) {
     const int n = m->n_experts, k = m->n_experts_used;
     double mx = -INFINITY, sum = 0.0, chosen = 0.0, p[INFER_BLOCK_MAX_EXPERTS_USED];
     for (int e = 0; e < n; e++) mx = logits[e] > mx ? logits[e] : mx;
-    for (int e = 0; e < n; e++) sum += exp((double)logits[e] - mx);
+    for (int e = 0; m->expert_gating == INFER_GATING_SOFTMAX && e < n; e++) sum += exp((double)logits[e] - mx);
     for (int slot = 0; slot < k; slot++) {
         int best = -1;
         for (int e = 0; e < n; e++) {
@@ -283,8 +289,13 @@ static void route_token(const infer_block_model *m, const float *logits, int *pi
             if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
         }
         pick[slot] = best;
-        p[slot] = exp((double)logits[best] - mx) / sum;
+        p[slot] = exp((double)logits[best] - mx);   /* the first pick holds the max */
+        if (m->expert_gating == INFER_GATING_SOFTMAX) p[slot] /= sum;
         chosen += p[slot];
+    }
+    if (m->expert_gating == INFER_GATING_SOFTMAX_WEIGHT) {
+        for (int slot = 0; slot < k; slot++) p[slot] /= chosen;
+        chosen = 1.0;
     }
     const double div = m->expert_norm ? (chosen > 6.103515625e-5 ? chosen : 6.103515625e-5) : 1.0;
     for (int slot = 0; slot < k; slot++) weight[slot] = (float)(p[slot] / div) * m->expert_scale;
@@ -303,7 +314,10 @@ static void moe_ffn(decode_ctx *d, infer_decode_team *team, const infer_block_la
 
     j->mats[0] = &L->router; j->outs[0] = s->probs; j->out_stride[0] = m->n_experts;
     run_matrix_job(d, team, INFER_JOB_MATMUL, s->h, dim, 1, NULL);
-    for (int b = 0; b < B; b++) route_token(m, ROW(s->probs, b, m->n_experts), pick[b], weight[b]);
+    for (int b = 0; b < B; b++) {
+        if (L->router_bias) d->kt->add(ROW(s->probs, b, m->n_experts), L->router_bias, m->n_experts);
+        route_token(m, ROW(s->probs, b, m->n_experts), pick[b], weight[b]);
+    }
     memcpy(s->moe_in, s->h, (size_t)B * dim * sizeof(float));
     memset(s->h, 0, (size_t)B * dim * sizeof(float));
     for (int e = 0; e < m->n_experts; e++) {
@@ -323,11 +337,17 @@ static void moe_ffn(decode_ctx *d, infer_decode_team *team, const infer_block_la
         expert_rows(&d->expert_down, &L->down, e, dim);
         j->mats[0] = &d->expert_gate; j->mats[1] = &d->expert_up;
         j->outs[0] = s->gate; j->out_stride[0] = m->ffn_dim;
+        if (L->gate_exps_bias) {
+            j->gate_bias = L->gate_exps_bias + (size_t)e * m->ffn_dim;
+            j->up_bias = L->up_exps_bias + (size_t)e * m->ffn_dim;
+        }
         run_matrix_job_of(d, team, INFER_JOB_GATE_UP, s->moe_rows, dim, 2, &d->expert_down, n_t);
+        j->gate_bias = j->up_bias = NULL;
         j->mats[0] = &d->expert_down; j->outs[0] = s->moe_out; j->out_stride[0] = dim;
         run_matrix_job_of(d, team, INFER_JOB_MATMUL, s->gate, m->ffn_dim, 1, NULL, n_t);
         for (int t = 0; t < n_t; t++) {
             float *out = ROW(s->moe_out, t, dim), *h = ROW(s->h, rows[t], dim);
+            if (L->down_exps_bias) d->kt->add(out, L->down_exps_bias + (size_t)e * dim, dim);
             d->kt->scale(out, w[t], dim);
             d->kt->add(h, out, dim);
         }
@@ -352,7 +372,8 @@ static void moe_ffn(decode_ctx *d, infer_decode_team *team, const infer_block_la
 
 /* s->att from the attention parts in s->gate (outputs) and s->up (max, sum per
  * query): out = sum_p w_p out_p / sum_p w_p with w_p = l_p exp(m_p - max_p m_p),
- * parts in order.  With one part this is a copy. */
+ * parts in order.  With one part this is a copy.  A layer's attention sink adds
+ * exp(sink - max) to the denominator, once per query head. */
 static void merge_attention(const decode_ctx *d, const infer_block_layer *L) {
     const infer_block_model *m = d->m;
     const int n_kv = L->n_kv_heads, group = m->n_heads / n_kv, hd = L->head_dim, S = d->attn_splits;
@@ -364,11 +385,22 @@ static void merge_attention(const decode_ctx *d, const infer_block_layer *L) {
                 float *dst = d->s->att + ((size_t)b * m->n_heads + (size_t)kvh * group + u) * hd;
                 const float *ml0 = d->s->up + c0 * 2 * group + 2 * u;
                 if (S == 1 || ml0[2 * group + 1] == 0.0f) {   /* one part (or the others empty) */
-                    memcpy(dst, d->s->gate + c0 * n_out + (int64_t)u * hd, (size_t)hd * sizeof(float));
+                    const float *src = d->s->gate + c0 * n_out + (int64_t)u * hd;
+                    if (!L->attn_sinks) {
+                        memcpy(dst, src, (size_t)hd * sizeof(float));
+                        continue;
+                    }
+                    const float f = infer_sink_factor(ml0[0], ml0[1], L->attn_sinks[kvh * group + u]);
+                    for (int i = 0; i < hd; i++) dst[i] = src[i] * f;
                     continue;
                 }
                 float mx = -INFINITY, w[ATTN_SPLITS], total = 0.0f;
                 for (int p = 0; p < S; p++) mx = ml0[p * 2 * group] > mx ? ml0[p * 2 * group] : mx;
+                if (L->attn_sinks) {
+                    const float sink = L->attn_sinks[kvh * group + u];
+                    mx = sink > mx ? sink : mx;
+                    total = expf(sink - mx);
+                }
                 for (int p = 0; p < S; p++) {
                     const float l = ml0[p * 2 * group + 1];
                     w[p] = l > 0.0f ? l * expf(ml0[p * 2 * group] - mx) : 0.0f;
@@ -599,6 +631,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
 
         j->mats[0] = &L->wo; j->outs[0] = s->h; j->out_stride[0] = dim;
         run_matrix_job(d, team, INFER_JOB_MATMUL, s->att, q_dim, 1, NULL);
+        for (int b = 0; L->o_bias && b < B; b++) kt->add(ROW(s->h, b, dim), L->o_bias, dim);
         residual(d, L->post_attn_norm);
 
         ffn_half(d, team, L);
@@ -632,7 +665,9 @@ int infer_block_check_model(const infer_block_model *m) {
     if (m->head_dim < 2 || m->head_dim % 2 || m->head_dim > INFER_ATTN_MAX_HEAD_DIM ||
         !(m->attn_softcap >= 0.0f) || !(m->final_softcap >= 0.0f) || !(m->rms_eps >= 0.0f) ||
         (m->qk_norm_whole != 0 && m->qk_norm_whole != 1) ||
-        (m->qk_norm_after_rope != 0 && m->qk_norm_after_rope != 1) || (m->qk_norm_whole && m->qk_norm_after_rope))
+        (m->qk_norm_after_rope != 0 && m->qk_norm_after_rope != 1) || (m->qk_norm_whole && m->qk_norm_after_rope) ||
+        (m->swiglu_oai != 0 && m->swiglu_oai != 1) ||
+        (m->expert_gating != INFER_GATING_SOFTMAX && m->expert_gating != INFER_GATING_SOFTMAX_WEIGHT))
         return -2;
     if (!shape_ok(&m->embd, m->vocab_size, m->dim) || !shape_ok(&m->output, m->vocab_size, m->dim) ||
         m->n_conv_layers < 0 || m->n_conv_layers > m->n_layers)
@@ -671,6 +706,8 @@ int infer_block_check_model(const infer_block_model *m) {
         if (!!L->attn_norm != !!L->ffn_norm || (L->own_kv && !!L->q_norm != !!L->k_norm) ||
             !!L->q_bias != !!L->k_bias || !!L->q_bias != !!L->v_bias || (L->q_bias && !L->own_kv) ||
             (m->qk_norm_whole && L->q_norm && !L->own_kv) ||
+            !!L->gate_exps_bias != !!L->up_exps_bias ||
+            ((L->gate_exps_bias || L->down_exps_bias || L->router_bias) && !moe) ||
             (L->v_from_k && !L->own_kv) || L->window < 0 || !!L->ple_post_norm != (P > 0) ||
             (L->rope != INFER_ROPE_NONE && L->rope != INFER_ROPE_NORM && L->rope != INFER_ROPE_NEOX) ||
             (L->rope != INFER_ROPE_NONE && (!L->rope_inv_freq || L->rope_dims < 2 || L->rope_dims % 2 ||

@@ -39,6 +39,8 @@ extern "C" {
 #endif
 
 enum { INFER_ROPE_NONE = 0, INFER_ROPE_NORM = 1, INFER_ROPE_NEOX = 2 };
+/* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_* (1, sigmoid, is not here yet) */
+enum { INFER_GATING_SOFTMAX = 0, INFER_GATING_SOFTMAX_WEIGHT = 2 };
 
 /* The most sequences one step takes (the team's chunk and scratch limits). */
 #define INFER_BLOCK_MAX_BATCH 16
@@ -76,6 +78,12 @@ typedef struct {
     int conv_index;                /* the layer's slot in each sequence's conv cache */
     const float *conv_kernel;      /* dim x conv_width, tap conv_width - 1 on the current position */
     infer_decode_matrix conv_b, conv_c, conv_u, conv_out;   /* dim x dim each */
+    /* gpt-oss: each may be NULL */
+    const float *attn_sinks;       /* n_heads logits that join each softmax's denominator only */
+    const float *o_bias;           /* dim, added to the attention output's projection */
+    const float *router_bias;      /* n_experts, added to the router's logits */
+    const float *gate_exps_bias, *up_exps_bias;   /* n_experts x ffn_dim: expert e's at e * ffn_dim */
+    const float *down_exps_bias;   /* n_experts x dim */
 } infer_block_layer;
 
 typedef struct {
@@ -106,6 +114,11 @@ typedef struct {
     int qk_norm_whole;             /* 1: q_norm / k_norm span all of q / k (OLMo 2), 0: one head */
     int qk_norm_after_rope;        /* 1: the per-head q/k norms follow RoPE (Hunyuan), 0: precede it */
     int n_conv_layers;             /* layers with conv_width > 0 (the conv caches' first dimension) */
+    /* how router logits become expert weights: INFER_GATING_SOFTMAX (above) or
+     * INFER_GATING_SOFTMAX_WEIGHT (the top n_experts_used by logit, weighted by the
+     * softmax of their logits alone: gpt-oss) */
+    int expert_gating;
+    int swiglu_oai;                /* 1: the FFN activation is gpt-oss's clamped SwiGLU (over gelu) */
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */

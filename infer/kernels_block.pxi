@@ -10,6 +10,8 @@ cdef extern from "transformer_block.h" nogil:
         INFER_ROPE_NEOX
         INFER_BLOCK_MAX_BATCH
         INFER_BLOCK_MAX_EXPERTS_USED
+        INFER_GATING_SOFTMAX
+        INFER_GATING_SOFTMAX_WEIGHT
     ctypedef struct infer_block_layer:
         const float *attn_norm
         const float *ffn_norm
@@ -38,6 +40,12 @@ cdef extern from "transformer_block.h" nogil:
         int conv_index
         const float *conv_kernel
         infer_decode_matrix conv_b, conv_c, conv_u, conv_out
+        const float *attn_sinks
+        const float *o_bias
+        const float *router_bias
+        const float *gate_exps_bias
+        const float *up_exps_bias
+        const float *down_exps_bias
     ctypedef struct infer_block_model:
         int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size
         int kv_rows, kv_row_width, v_norm
@@ -57,6 +65,8 @@ cdef extern from "transformer_block.h" nogil:
         int n_conv_layers
         int qk_norm_whole
         int qk_norm_after_rope
+        int expert_gating
+        int swiglu_oai
     ctypedef struct infer_block_seq:
         int n_ctx
         int kv_f16
@@ -142,8 +152,8 @@ cdef class TransformerDecoder:
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
     logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
     the default, or "all"), qk_norm_after_rope (default False) and moe (None,
-    or an object with n_experts, n_used, gating "softmax", norm_weights,
-    weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
+    or an object with n_experts, n_used, gating "softmax" or "softmax_weight",
+    norm_weights, weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
     (infer.variants.spec.TransformerSpec is one).
     embd/output: matrix tuples (data uint8 rows, qtype, act_type, rows, cols).
     layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors; only
@@ -155,7 +165,10 @@ cdef class TransformerDecoder:
     q_norm and k_norm (head_dim values, or q_dim and kv_dim with scope "all"),
     post_attn_norm, post_ffn_norm, q_bias, k_bias and v_bias (vectors), rope
     (None or (layout "norm"/"neox", base, scale, freq_factors or None,
-    attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all).
+    attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all);
+    gpt-oss's sinks (n_heads values), o_bias (dim), and with moe router_bias
+    (n_experts), gate_exps_bias, up_exps_bias (n_experts * ffn_dim, expert by
+    expert) and down_exps_bias (n_experts * dim); config.activation "swiglu_oai".
     A shortconv layer (LFM2) has instead of wq, wk, wv, wo (and q/k norms, biases,
     rope) "conv": (kernel float32 (dim, width), b, c, u, out matrix tuples, dim x dim
     each); its contexts then pass conv caches to `step`.
@@ -252,9 +265,10 @@ cdef class TransformerDecoder:
         if (ple is None) != (m.per_layer_dim == 0):
             raise ValueError("ple: the per-layer embedding tensors come with config.per_layer_dim > 0")
         activation = getattr(c, "activation")
-        if activation not in ("silu", "gelu_tanh"):
-            raise ValueError(f"config.activation: expected 'silu' or 'gelu_tanh', got {activation!r}")
+        if activation not in ("silu", "gelu_tanh", "swiglu_oai"):
+            raise ValueError(f"config.activation: expected 'silu', 'gelu_tanh' or 'swiglu_oai', got {activation!r}")
         m.gelu = activation == "gelu_tanh"
+        m.swiglu_oai = activation == "swiglu_oai"
         m.rms_eps = _finite(c, "rms_eps", True)
         m.attn_scale = _finite(c, "attn_scale")
         m.attn_softcap = _finite(c, "attn_softcap", True)
@@ -271,8 +285,10 @@ cdef class TransformerDecoder:
             if m.n_experts_used > m.n_experts or m.n_experts_used > INFER_BLOCK_MAX_EXPERTS_USED:
                 raise ValueError(f"config.moe.n_used: {m.n_experts_used} of {m.n_experts} experts (the fused "
                                  f"step routes to at most {INFER_BLOCK_MAX_EXPERTS_USED})")
-            if getattr(moe, "gating") != "softmax":
-                raise ValueError(f"config.moe.gating: only 'softmax', got {moe.gating!r}")
+            gating = getattr(moe, "gating")
+            if gating not in ("softmax", "softmax_weight"):
+                raise ValueError(f"config.moe.gating: 'softmax' or 'softmax_weight', got {gating!r}")
+            m.expert_gating = INFER_GATING_SOFTMAX_WEIGHT if gating == "softmax_weight" else INFER_GATING_SOFTMAX
             m.expert_norm = bool(getattr(moe, "norm_weights"))
             m.expert_scale = _finite(moe, "weight_scale")
             shared = getattr(moe, "shared_ffn_dim", 0)
@@ -340,6 +356,15 @@ cdef class TransformerDecoder:
             L.down = _shaped_matrix(layer["down"], stacks * d, lffn, f"{name}.down", self.keep)
             if m.n_experts:
                 L.router = _shaped_matrix(layer["router"], m.n_experts, d, f"{name}.router", self.keep)
+                L.router_bias = _optional_vector(layer, "router_bias", m.n_experts, name, self.keep)
+                L.gate_exps_bias = _optional_vector(layer, "gate_exps_bias", m.n_experts * ffn, name, self.keep)
+                L.up_exps_bias = _optional_vector(layer, "up_exps_bias", m.n_experts * ffn, name, self.keep)
+                L.down_exps_bias = _optional_vector(layer, "down_exps_bias", m.n_experts * d, name, self.keep)
+                if (L.gate_exps_bias == NULL) != (L.up_exps_bias == NULL):
+                    raise ValueError(f"{name}: gate_exps_bias and up_exps_bias come together")
+            elif any(layer.get(k) is not None for k in ("router_bias", "gate_exps_bias", "up_exps_bias",
+                                                        "down_exps_bias")):
+                raise ValueError(f"{name}: expert biases without a mixture of experts")
             if m.shared_ffn_dim:
                 sh = m.shared_ffn_dim
                 L.shexp_gate = _shaped_matrix(layer["shexp_gate"], sh, d, f"{name}.shexp_gate", self.keep)
@@ -356,6 +381,8 @@ cdef class TransformerDecoder:
             L.q_bias = _optional_vector(layer, "q_bias", lq, name, self.keep)
             L.k_bias = _optional_vector(layer, "k_bias", lkv, name, self.keep)
             L.v_bias = _optional_vector(layer, "v_bias", lkv, name, self.keep)
+            L.attn_sinks = _optional_vector(layer, "sinks", m.n_heads, name, self.keep)
+            L.o_bias = _optional_vector(layer, "o_bias", d, name, self.keep)
             if L.own_kv and (L.q_norm == NULL) != (L.k_norm == NULL):
                 raise ValueError(f"{name}: q_norm and k_norm come together")
             if (L.q_bias == NULL) != (L.k_bias == NULL) or (L.q_bias == NULL) != (L.v_bias == NULL):

@@ -275,7 +275,30 @@ GEMMA4: Dict[str, Tiny] = {
                                           ffn=(512,) * 4, v_from_k=True)),
 }
 #: every tiny file: TINY's, DENSE's, LFM2's and GEMMA4's (names are unique across them)
-ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4}
+#: gpt-oss (tests/test_gptoss.py, llama_cpp_gptoss.npz; `write_gptoss`): q_dim 256 != dim 192
+#: (head_dim 64 as the real ones), a window of 32 on the even layers, YaRN, 8 experts of
+#: width 512 (so that the fused step splits long attention spans), 2 used
+GPTOSS_WINDOW = 32
+#: a short prompt and a strong router keep every choice of experts clear of a near-tie
+GPTOSS_PROMPT_LEN = 96
+GPTOSS_ROUTER_GAIN = 8.0
+GPTOSS: Dict[str, Tiny] = {n: t for n, t in [
+    ("gpt-oss", Tiny("gpt-oss", 120, dim=192, n_head=4, n_kv_head=2, head_dim=64, ffn=512, tied=False,
+                     rope_base=150000.0, n_expert=8, router_gain=GPTOSS_ROUTER_GAIN, prompt_len=GPTOSS_PROMPT_LEN,
+                     prompt_seed=19,
+                     extra={"expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 512,
+                            "attention.key_length": 64, "attention.value_length": 64,
+                            "attention.sliding_window": GPTOSS_WINDOW, "rope.scaling.type": "yarn",
+                            "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 256})),
+    ("gpt-oss-q8_0", Tiny("gpt-oss", 121, n_layer=2, dim=192, n_head=4, n_kv_head=2, head_dim=64, ffn=512,
+                          tied=False, rope_base=150000.0, n_expert=8, router_gain=GPTOSS_ROUTER_GAIN,
+                          expert_type="q8_0", prompt_len=GPTOSS_PROMPT_LEN, prompt_seed=25,
+                          extra={"expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 512,
+                                 "attention.key_length": 64, "attention.value_length": 64,
+                                 "attention.sliding_window": GPTOSS_WINDOW, "rope.scaling.type": "yarn",
+                                 "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 256})),
+]}
+ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **GPTOSS}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -409,6 +432,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     t = tiny or ALL[name]
     if t.gemma4 is not None:
         return write_gemma4(t, path, more_tensors)
+    if t.arch == "gpt-oss":
+        return write_gptoss(t, path, more_tensors)
     rng = np.random.default_rng(t.seed)
     d, hd, L = t.dim, t.head_dim, t.n_layer
     q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
@@ -650,6 +675,87 @@ def write_gemma4(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
         w.add_tensor(p + "layer_output_scale.weight", np.array([0.6 + 0.4 * rng.random()], np.float32))
     for k, v in (more_tensors or {}).items():
         w.add_tensor(k, v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_gptoss(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray]] = None,
+                 drop: Tuple[str, ...] = ()) -> str:
+    """A gpt-oss file as conversion/gpt_oss.py (GptOssModel) writes it: the keys of
+    TextModel plus sliding_window and expert_feed_forward_length (``t.extra``);
+    q/k/v/output biases, attn_sinks (F32, one per head), post_attention_norm as the
+    FFN's pre-norm, the router and every expert with biases (gate and up split from
+    HF's interleaved gate_up_proj: the writer stores them apart).  Sinks, biases and
+    expert gains are large enough that each piece moves the logits, and the experts'
+    gate and up reach the SwiGLU's clamp at 7.  ``drop``: tensor names left out (the
+    tests' incomplete files)."""
+    import gguf
+
+    rng = np.random.default_rng(t.seed)
+    d, hd, L, E = t.dim, t.head_dim, t.n_layer, t.n_expert
+    q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def vec(n, centre=0.0, s=0.3):
+        return (centre + s * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, t.arch)
+    a = t.arch
+    w.add_uint32(f"{a}.context_length", t.n_ctx_train)
+    w.add_uint32(f"{a}.embedding_length", d)
+    w.add_uint32(f"{a}.block_count", L)
+    w.add_uint32(f"{a}.feed_forward_length", t.ffn)
+    w.add_uint32(f"{a}.attention.head_count", t.n_head)
+    w.add_uint32(f"{a}.attention.head_count_kv", t.n_kv_head)
+    w.add_float32(f"{a}.rope.freq_base", t.rope_base)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", t.eps)
+    for k, v in t.extra.items():
+        if isinstance(v, str):
+            w.add_string(f"{a}.{k}", v)
+        elif isinstance(v, float):
+            w.add_float32(f"{a}.{k}", v)
+        else:
+            w.add_uint32(f"{a}.{k}", v)
+    _write_vocabulary(w)
+    tensors: Dict[str, np.ndarray] = {}
+    tensors["token_embd.weight"] = mat(VOCAB, d, math.sqrt(d))
+    tensors["output_norm.weight"] = vec(d, 1.0, 0.1)
+    tensors["output.weight"] = mat(VOCAB, d, t.head_gain)
+    for i in range(L):
+        p = f"blk.{i}."
+        tensors[p + "attn_norm.weight"] = vec(d, 1.0, 0.1)
+        tensors[p + "attn_q.weight"] = mat(q_dim, d, 1.5)
+        tensors[p + "attn_q.bias"] = vec(q_dim)
+        tensors[p + "attn_k.weight"] = mat(kv_dim, d, 1.5)
+        tensors[p + "attn_k.bias"] = vec(kv_dim, s=1.0)
+        tensors[p + "attn_v.weight"] = mat(kv_dim, d)
+        tensors[p + "attn_v.bias"] = vec(kv_dim)
+        tensors[p + "attn_output.weight"] = mat(d, q_dim)
+        tensors[p + "attn_output.bias"] = vec(d)
+        # sinks around e^3: about as heavy as the 32 window positions together
+        tensors[p + "attn_sinks.weight"] = vec(t.n_head, 3.0, 1.0)
+        tensors[p + "post_attention_norm.weight"] = vec(d, 1.0, 0.1)
+        tensors[p + "ffn_gate_inp.weight"] = mat(E, d, t.router_gain).astype(np.float32)
+        tensors[p + "ffn_gate_inp.bias"] = vec(E, s=1.0)
+        for part, rows, cols, gain in (("gate", t.ffn, d, 3.0), ("up", t.ffn, d, 3.0), ("down", d, t.ffn, 1.0)):
+            stacked = np.stack([mat(rows, cols, gain) for _ in range(E)])
+            if t.expert_type != "f16":
+                stacked = quantize(stacked, t.expert_type)
+            tensors[p + f"ffn_{part}_exps.weight"] = stacked
+            tensors[p + f"ffn_{part}_exps.bias"] = (0.5 * rng.standard_normal((E, rows))).astype(np.float32)
+    tensors.update(more_tensors or {})
+    for name, value in tensors.items():
+        if name in drop:
+            continue
+        if name.endswith("_exps.weight") and t.expert_type != "f16":
+            w.add_tensor(name, value, raw_dtype=gguf.GGMLQuantizationType[t.expert_type.upper()])
+        else:
+            w.add_tensor(name, value)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -21,8 +21,9 @@ One block, with every optional piece (each is off by default):
         rope(q, k)                                    (layers[l].rope; None: NoPE; the
                                                        q/k norms after it: qk_norm_after_rope)
         a = attention(q, K, V)   scores * query_scale, soft-capped by attn_softcap,
-                                 over the last layers[l].window positions
-        a = a Wo ; a = rmsnorm(a, post_attn_norm)     (post_attn_norm)
+                                 over the last layers[l].window positions, a
+                                 per-head sink logit in each denominator (attn_sinks)
+        a = a Wo + bo ; a = rmsnorm(a, post_attn_norm) (bo: out_bias; post_attn_norm)
         x += a * residual_scale
         h = rmsnorm(x, ffn_norm)                      (pre_norms; else h = x)
         f = (act(h Wgate) * h Wup) Wdown              (act: activation; one matrix
@@ -30,6 +31,7 @@ One block, with every optional piece (each is off by default):
             or, with moe: p = softmax(h Wrouter); the top experts_used experts e
             by p, each weighted p_e (renormalised to sum 1: norm_weights),
             f = sum_e p_e (act(h Wgate_e) * h Wup_e) Wdown_e
+            (gpt-oss: router and expert biases, p = softmax of the chosen logits)
         f = rmsnorm(f, post_ffn_norm)                 (post_ffn_norm)
         x += f * residual_scale
         x += rmsnorm(ple_proj(gelu(x Wple_gate) * ple[l]), ple_post_norm)   (per_layer_dim)
@@ -68,8 +70,9 @@ from typing import Optional, Tuple
 import numpy as np
 from numpy.typing import NDArray
 
-#: the FFN activations the kernels have (gated: act(gate) * up)
-ACTIVATIONS = ("silu", "gelu_tanh")
+#: the FFN activations the kernels have (gated: act(gate) * up; "swiglu_oai": gpt-oss's
+#: min(gate, 7) * sigmoid(1.702 min(gate, 7)) * (clamp(up, -7, 7) + 1))
+ACTIVATIONS = ("silu", "gelu_tanh", "swiglu_oai")
 #: RoPE layouts: "norm" rotates adjacent pairs (2i, 2i+1) of a head (GGUF `llama`,
 #: whose converter permuted Q/K rows); "neox" rotates (i, i + head_dim/2)
 ROPE_LAYOUTS = ("norm", "neox")
@@ -142,8 +145,9 @@ class Rope:
 
 
 #: how a mixture of experts turns router logits into probabilities (llama.cpp's
-#: LLAMA_EXPERT_GATING_FUNC_TYPE_*; only softmax so far)
-GATINGS = ("softmax",)
+#: LLAMA_EXPERT_GATING_FUNC_TYPE_*): "softmax" over all experts; "softmax_weight"
+#: (gpt-oss) picks the top experts by logit and softmaxes their logits alone
+GATINGS = ("softmax", "softmax_weight")
 #: llama.cpp's LLAMA_MAX_EXPERTS
 MAX_EXPERTS = 1024
 
@@ -170,6 +174,11 @@ class MoE:
     #: width of a shared expert every token also runs (ffn_{gate,up,down}_shexp),
     #: its output times sigmoid(h . ffn_gate_inp_shexp) (Qwen 2 MoE); 0: none
     shared_ffn_dim: int = 0
+    #: ffn_gate_inp.bias added to the router logits (gpt-oss)
+    router_bias: bool = False
+    #: ffn_{gate,up,down}_exps.bias: each expert's biases on its gate, up and down
+    #: products (gpt-oss)
+    expert_biases: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_experts", "n_used", "ffn_dim"):
@@ -314,6 +323,15 @@ class TransformerSpec:
     qk_norm_scope: str = "head"
     #: the q/k norms come after RoPE instead of before it (Hunyuan)
     qk_norm_after_rope: bool = False
+
+    # ---- gpt-oss
+    #: blk.N.attn_sinks: a learned logit per query head that joins each softmax's
+    #: denominator only (no value row)
+    attn_sinks: bool = False
+    #: attn_output.bias added to the attention's output projection
+    out_bias: bool = False
+    #: the FFN pre-norm's tensor, without ".weight" (gpt-oss: "post_attention_norm")
+    ffn_norm_tensor: str = "ffn_norm"
 
     def __post_init__(self) -> None:
         for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",

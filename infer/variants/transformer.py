@@ -215,6 +215,13 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
                 layer[name] = m.as_tuple()
         if L.router is not None:
             layer["router"] = L.router.as_tuple()
+        for key, vec in (("sinks", L.attn_sinks), ("o_bias", L.o_bias), ("router_bias", L.router_bias)):
+            if vec is not None:
+                layer[key] = vec.data
+        for key, table in (("gate_exps_bias", L.gate_exps_bias), ("up_exps_bias", L.up_exps_bias),
+                           ("down_exps_bias", L.down_exps_bias)):
+            if table is not None:   # expert by expert
+                layer[key] = table.data.reshape(-1)
         if L.shared_gate is not None and L.shared_up is not None and L.shared_down is not None \
                 and L.shared_gate_inp is not None:
             layer.update(shexp_gate=L.shared_gate.as_tuple(), shexp_up=L.shared_up.as_tuple(),
@@ -411,9 +418,11 @@ class TransformerContext(Context):
             if own_kv:   # a shared-KV layer reads what its source layer stored for these positions
                 K.kv_store(k[lo:hi], k_cache, pos0)
                 K.kv_store(v[lo:hi], v_cache, pos0)
-            K.attention(q[lo:hi], k_cache, v_cache, pos0, att[lo:hi],
-                        scale=spec.attn_scale, window=layer.window, softcap=spec.attn_softcap)
+            K.attention(q[lo:hi], k_cache, v_cache, pos0, att[lo:hi], scale=spec.attn_scale, window=layer.window,
+                        softcap=spec.attn_softcap, sinks=w.attn_sinks.data if w.attn_sinks is not None else None)
         s.mul(att.reshape(n, -1), (w.wo, s.h2))
+        if w.o_bias is not None:
+            s.h2 += w.o_bias.data
         self._residual(s, w.post_attn_norm)
 
     def _per_layer_embedding(self, w: LayerWeights, li: int, s: "_Scratch") -> None:
@@ -460,6 +469,8 @@ class TransformerContext(Context):
         """gate = act(gate) * up."""
         if self.spec.activation == "gelu_tanh":
             K.gelu_mul(gate, up, gate)
+        elif self.spec.activation == "swiglu_oai":
+            K.swiglu_oai_mul(gate, up, gate)
         else:
             K.silu_mul(gate, up, gate)
 
@@ -470,7 +481,7 @@ class TransformerContext(Context):
         moe = self.spec.moe
         assert moe is not None and w.router is not None
         ffn, dim = self.spec.ffn_dim, self.spec.dim
-        experts, weights = route(s.h1, w.router, moe)
+        experts, weights = route(s.h1, w.router, moe, w.router_bias.data if w.router_bias is not None else None)
         s.h2.fill(0.0)
         # (row, slot) pairs grouped by expert: a stable sort keeps rows in order
         flat = experts.reshape(-1)
@@ -486,8 +497,13 @@ class TransformerContext(Context):
             gate, up, out = s.gate[:m], s.up[:m], s.h1_out[:m]
             xq = _mul(h, w.w_gate.row_slice(e * ffn, (e + 1) * ffn), gate)
             _mul(h, w.w_up.row_slice(e * ffn, (e + 1) * ffn), up, xq)   # the same activation format
+            if w.gate_exps_bias is not None and w.up_exps_bias is not None:
+                gate += w.gate_exps_bias.data[e]
+                up += w.up_exps_bias.data[e]
             self._glu(gate, up)
             _mul(gate, w.w_down.row_slice(e * dim, (e + 1) * dim), out)
+            if w.down_exps_bias is not None:
+                out += w.down_exps_bias.data[e]
             out *= weights.reshape(-1)[picks, None]
             # a row is routed to an expert at most once, so rows are distinct here
             s.h2[rows] += out
@@ -683,21 +699,27 @@ def _kv_layout(spec: TransformerSpec, cache: NDArray[Any], n_ctx: int) -> list[N
     return views
 
 
-def route(h: NDArray[Any], router: Matrix, moe: MoE) -> Tuple[NDArray[Any], NDArray[Any]]:
+def route(h: NDArray[Any], router: Matrix, moe: MoE,
+          bias: Optional[NDArray[Any]] = None) -> Tuple[NDArray[Any], NDArray[Any]]:
     """(experts, weights) of each row of h, each (n, moe.n_used): the experts
-    chosen by the router, most probable first (the lower index among equals),
-    and the weights of their outputs (llama.cpp's build_moe_ffn with softmax
-    gating).  The probabilities are computed in double, as the fused C step
-    does (csrc/transformer_block.c, route_token)."""
+    chosen by the router (its logits plus ``bias``, if given), most probable
+    first (the lower index among equals), and the weights of their outputs
+    (llama.cpp's build_moe_ffn: softmax gating, or softmax_weight's softmax over
+    the chosen logits alone).  The probabilities are computed in double, as the
+    fused C step does (csrc/transformer_block.c, route_token)."""
     n = h.shape[0]
     logits = np.empty((n, moe.n_experts), np.float32)
     _mul(np.ascontiguousarray(h), router, logits)
+    if bias is not None:
+        logits += bias
     experts = np.argsort(-logits, axis=1, kind="stable")[:, :moe.n_used]
     wide = logits.astype(np.float64)
+    if moe.gating == "softmax_weight":
+        wide = np.take_along_axis(wide, experts, axis=1)
     wide -= wide.max(axis=1, keepdims=True)
     probs = np.exp(wide)
     probs /= probs.sum(axis=1, keepdims=True)
-    chosen = np.take_along_axis(probs, experts, axis=1)
+    chosen = probs if moe.gating == "softmax_weight" else np.take_along_axis(probs, experts, axis=1)
     if moe.norm_weights:   # llama.cpp clamps the sum at F16's smallest normal
         chosen /= np.maximum(chosen.sum(axis=1, keepdims=True), 6.103515625e-5)
     weights = chosen.astype(np.float32)

@@ -143,6 +143,19 @@ class Vector:
         self.data = tensor.data.view(np.float32).reshape(n)
 
 
+class Table:
+    """An F32 table of rows x cols (gpt-oss's per-expert biases: GGUF dims {cols, rows})."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, tensor: Any, rows: int, cols: int, name: str) -> None:
+        shape = tuple(int(s) for s in tensor.shape)
+        if int(tensor.dtype) != 0 or shape != (rows, cols):
+            kind = getattr(tensor.dtype, "name", tensor.dtype)
+            raise GGUFError(f"{name}: expected F32 of shape {(rows, cols)}, got {kind} of shape {shape}")
+        self.data = tensor.data.view(np.float32).reshape(rows, cols)
+
+
 @dataclass
 class LayerWeights:
     """One block's tensors; None where the spec has no such piece (a shortconv
@@ -192,6 +205,15 @@ class LayerWeights:
     conv_out: Optional[Matrix] = None
     #: shortconv.conv: (dim, L) F32 taps, column L-1 on the current position
     conv_kernel: Optional[NDArray[np.float32]] = None
+    #: gpt-oss: attn_sinks (n_heads), attn_output.bias (dim), ffn_gate_inp.bias
+    #: (n_experts) and the experts' biases, (n_experts, ffn_dim) for gate and up,
+    #: (n_experts, dim) for down
+    attn_sinks: Optional[Vector] = None
+    o_bias: Optional[Vector] = None
+    router_bias: Optional[Vector] = None
+    gate_exps_bias: Optional[Table] = None
+    up_exps_bias: Optional[Table] = None
+    down_exps_bias: Optional[Table] = None
 
 
 @dataclass
@@ -229,6 +251,9 @@ class _Tensors:
 
     def vector(self, name: str, n: int) -> Vector:
         return Vector(self.need(name), n, name)
+
+    def table(self, name: str, rows: int, cols: int) -> Table:
+        return Table(self.need(name), rows, cols, name)
 
 
 def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
@@ -290,7 +315,7 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             w_down = m("ffn_down", d, ffn)
         L = LayerWeights(
             attn_norm=v("attn_norm", d) if spec.pre_norms else None, wq=wq, wk=wk, wv=wv,
-            wo=m("attn_output", d, q_dim), ffn_norm=v("ffn_norm", d) if spec.pre_norms else None,
+            wo=m("attn_output", d, q_dim), ffn_norm=v(spec.ffn_norm_tensor, d) if spec.pre_norms else None,
             w_gate=w_gate, w_up=w_up, w_down=w_down, router=router)
         if spec.moe is not None and spec.moe.shared_ffn_dim:
             L.shared_gate, L.shared_up, L.shared_down, L.shared_gate_inp = shared
@@ -305,6 +330,7 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             L.k_norm = v("attn_k_norm", kv_dim if whole else hd) if ls.kv_source is None else None
         if spec.post_attn_norm:
             L.post_attn_norm = v("post_attention_norm", d)
+        _gpt_oss_pieces(spec, i, t, L)
         if spec.post_ffn_norm:
             L.post_ffn_norm = v("post_ffw_norm", d)
         if ls.out_scale:
@@ -330,6 +356,24 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             unknown)
     weights.expert_rows = (spec.ffn_dim, d) if spec.moe is not None else (0, 0)
     return weights
+
+
+def _gpt_oss_pieces(spec: TransformerSpec, i: int, t: _Tensors, L: LayerWeights) -> None:
+    """Layer i's attention sinks, output bias, router bias and expert biases, where
+    the spec has them (gpt-oss; llama.cpp's names)."""
+    p = f"blk.{i}."
+    if spec.attn_sinks:
+        L.attn_sinks = t.vector(p + "attn_sinks.weight", spec.n_heads)
+    if spec.out_bias:
+        L.o_bias = t.vector(p + "attn_output.bias", spec.dim)
+    moe = spec.moe
+    if moe is not None and moe.router_bias:
+        L.router_bias = t.vector(p + "ffn_gate_inp.bias", moe.n_experts)
+    if moe is not None and moe.expert_biases:
+        n, ffn = moe.n_experts, spec.layer_ffn_dim(i)
+        L.gate_exps_bias = t.table(p + "ffn_gate_exps.bias", n, ffn)
+        L.up_exps_bias = t.table(p + "ffn_up_exps.bias", n, ffn)
+        L.down_exps_bias = t.table(p + "ffn_down_exps.bias", n, spec.dim)
 
 
 def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
