@@ -27,6 +27,7 @@ sha256 of each file is recorded beside llama.cpp's logits so a change shows).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections import Counter
@@ -298,6 +299,9 @@ GPTOSS: Dict[str, Tiny] = {n: t for n, t in [
                                  "attention.sliding_window": GPTOSS_WINDOW, "rope.scaling.type": "yarn",
                                  "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 256})),
 ]}
+#: the released files' expert format (the gguf package quantizes it; infer loads it once
+#: its kernels have MXFP4, and refuses the file naming the tensor until then)
+GPTOSS["gpt-oss-mxfp4"] = dataclasses.replace(GPTOSS["gpt-oss-q8_0"], seed=122, expert_type="mxfp4", prompt_seed=0)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **GPTOSS}
 
 
@@ -773,13 +777,13 @@ def _add_shortconv(w, p, d, width, mat, rng):
 
 
 def quantize(a: np.ndarray, kind: str) -> np.ndarray:
-    """a in "q8_0" (the gguf package's quantizer) or "q4_k" (infer's: the gguf
+    """a in "q8_0" or "mxfp4" (the gguf package's quantizer) or "q4_k" (infer's: the gguf
     package has none); bytes shaped (..., row bytes) as the gguf writer takes them."""
     import gguf
 
     x = np.ascontiguousarray(a, dtype=np.float32)
-    if kind == "q8_0":
-        return gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0)
+    if kind in ("q8_0", "mxfp4"):
+        return gguf.quants.quantize(x, gguf.GGMLQuantizationType[kind.upper()])
     import infer.kernels as K
 
     rows, cols = x.size // x.shape[-1], x.shape[-1]
