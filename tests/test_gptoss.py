@@ -153,6 +153,42 @@ def test_batched_decode_equals_one_at_a_time(python, tiny_dir):
         np.testing.assert_array_equal(rows_a, np.array(rows_b))
 
 
+def test_the_server_scheduler_decodes_them_together(tiny_dir):
+    """`infer serve`'s scheduler: three requests decoded together (batched fused
+    steps) give each the greedy tokens it gets alone."""
+    import threading
+
+    from infer.generate import generate
+    from infer.serve.scheduler import Scheduler
+
+    prompt = tm.prompt("gpt-oss")
+    prompts = [[int(t) for t in prompt[i * 30:i * 30 + 7 + 5 * i]] for i in range(3)]
+    with infer.load(tiny_file("gpt-oss", tiny_dir)) as model:
+        alone = [list(generate(model, p, context=model.engine.create_context(n_ctx=128, sampler=GreedySampler()),
+                               max_tokens=8)) for p in prompts]
+        sched = Scheduler(model, n_slots=3, n_ctx=128)
+        try:
+            out = [None] * 3
+            handles = [sched.open() for _ in prompts]
+
+            def work(i):
+                handles[i].sampler = GreedySampler()
+                try:
+                    out[i] = list(generate(model, prompts[i], context=handles[i], max_tokens=8))
+                finally:
+                    handles[i].close()
+
+            threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+            assert max(sched.stats.batch_sizes) > 1
+        finally:
+            sched.close()
+    assert out == alone
+
+
 def test_generate_chat_and_info(tiny_dir, capsys):
     """The user paths: generate, a chat session (the file has no template: chatml),
     and `infer info`'s active parameters, counted by hand from the tiny shape."""
@@ -268,7 +304,8 @@ def test_a_file_without_the_window_is_refused(tmp_path):
 
 def test_sinks_of_the_attention_kernel(tiny_dir):
     """kernels.attention's sinks against a hand-written softmax with the sink in
-    its denominator (one query, three positions), and its argument checks."""
+    its denominator (three positions; 600 split over two threads), its argument
+    checks, and swiglu_oai_mul against its formula about the clamps."""
     import infer.kernels as K
 
     rng = np.random.default_rng(1)
@@ -284,6 +321,23 @@ def test_sinks_of_the_attention_kernel(tiny_dir):
         np.testing.assert_allclose(out[0, h], want, rtol=2e-6, atol=2e-6)
     with pytest.raises(ValueError, match="sinks"):
         K.attention(q, k, v, 2, np.empty_like(q), sinks=np.zeros(3, np.float32))
+    # one token over 600 positions of one KV head on two threads: the kernel splits the
+    # span in two and merges the parts, adding each sink once (attention.c, merge_splits)
+    q = rng.standard_normal((1, 2, 64)).astype(np.float32)
+    k = rng.standard_normal((1, 600, 64)).astype(np.float32)
+    v = rng.standard_normal((1, 600, 64)).astype(np.float32)
+    sinks = np.array([4.0, -1.0], np.float32)
+    threads = K.get_num_threads()
+    K.set_num_threads(2)
+    try:
+        out = K.attention(q, k, v, 599, np.empty_like(q), sinks=sinks)
+    finally:
+        K.set_num_threads(threads)
+    for h in range(2):
+        s = k[0].astype(np.float64) @ q[0, h] / 8.0
+        e = np.exp(s - s.max())
+        want = e @ v[0] / (e.sum() + np.exp(sinks[h] - s.max()))
+        np.testing.assert_allclose(out[0, h], want, rtol=1e-5, atol=1e-5)
     g = np.array([-9.0, -1.0, 0.5, 6.9, 7.0, 12.0], np.float32)
     u = np.array([-12.0, -7.0, 0.25, 1.0, 7.5, 3.0], np.float32)
     gc, uc = np.minimum(g, 7.0).astype(np.float64), np.clip(u, -7.0, 7.0).astype(np.float64)

@@ -350,6 +350,8 @@ class TransformerSpec:
                              "and experts have separate gate and up matrices")
         if self.qk_norm_after_rope and self.qk_norm_scope != "head":
             raise ValueError("qk_norm_after_rope: only with per-head q/k norms (qk_norm_scope 'head')")
+        if not isinstance(self.ffn_norm_tensor, str) or not self.ffn_norm_tensor:
+            raise ValueError(f"ffn_norm_tensor: must be a tensor name, got {self.ffn_norm_tensor!r}")
         if self.qk_norm_scope not in QK_NORM_SCOPES:
             raise ValueError(f"qk_norm_scope: expected one of {QK_NORM_SCOPES}, got {self.qk_norm_scope!r}")
         if self.activation not in ACTIVATIONS:
