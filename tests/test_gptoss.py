@@ -302,12 +302,34 @@ def test_a_file_without_the_window_is_refused(tmp_path):
         infer.load(tm.write_gptoss(t, str(tmp_path / "nowindow.gguf")))
 
 
+@pytest.mark.parametrize("key, value, match", [
+    ("sinks", np.zeros(3, np.float32), r"layers\[1\]\.sinks: vector: expected 4 values"),
+    ("o_bias", np.zeros(8, np.float32), r"layers\[1\]\.o_bias"),
+    ("router_bias", np.zeros(9, np.float32), r"layers\[1\]\.router_bias"),
+    ("up_exps_bias", np.zeros(8 * 256, np.float32), r"layers\[1\]\.up_exps_bias"),
+    ("gate_exps_bias", None, "gate_exps_bias and up_exps_bias come together"),
+])
+def test_the_fused_step_checks_the_new_pieces(tiny_dir, key, value, match):
+    """kernels.TransformerDecoder refuses a sink vector, bias or expert bias table of
+    the wrong size (before any C code reads it), and an unknown gating."""
+    from infer.variants.transformer import decoder_arguments
+
+    with infer.load(tiny_file("gpt-oss", tiny_dir)) as model:
+        spec, weights = model.engine.spec, model.engine.live_weights()
+        embd, output, norm, layers = decoder_arguments(spec, weights)
+        layers[1] = {**layers[1], key: value}
+        with pytest.raises(ValueError, match=match):
+            K.TransformerDecoder(spec, embd, output, norm, layers)
+        bad = dataclasses.replace(spec, moe=dataclasses.replace(spec.moe, gating="softmax"))
+        object.__setattr__(bad.moe, "gating", "sigmoid_weight")   # past the spec's own check
+        with pytest.raises(ValueError, match="gating"):
+            K.TransformerDecoder(bad, *decoder_arguments(spec, weights))
+
+
 def test_sinks_of_the_attention_kernel(tiny_dir):
     """kernels.attention's sinks against a hand-written softmax with the sink in
     its denominator (three positions; 600 split over two threads), its argument
     checks, and swiglu_oai_mul against its formula about the clamps."""
-    import infer.kernels as K
-
     rng = np.random.default_rng(1)
     q = rng.standard_normal((1, 2, 4)).astype(np.float32)
     k = rng.standard_normal((1, 3, 4)).astype(np.float32)
