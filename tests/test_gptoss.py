@@ -18,7 +18,8 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import LLAMA_CPP_MIN_COS, cosines, recorded_logits, recording, tiny_file
+from family_checks import (LLAMA_CPP_MIN_COS, assert_batched_equals_alone, assert_scheduler_batches_like_alone,
+                           cosines, recorded_logits, recording, tiny_file)
 from reference.numpy_gptoss import GptOss
 from scripted import GreedySampler
 
@@ -119,74 +120,21 @@ def test_decode_matches_prefill(python, tiny_dir):
 @pytest.mark.parametrize("python", [False, True], ids=["fused", "python"])
 def test_batched_decode_equals_one_at_a_time(python, tiny_dir):
     """Engine.forward_batch (what `infer serve` steps) over three conversations at
-    different positions gives each the logits, bit for bit, and the greedy tokens
-    of decoding it alone."""
+    different positions, fused or through the Python blocks, gives each the logits,
+    bit for bit, and the greedy tokens of decoding it alone."""
     prompt = tm.prompt("gpt-oss")
-    starts = [prompt[:5], prompt[20:61], prompt[100:150]]
-    n_steps = 8
+    starts = [prompt[:5], prompt[20:61], prompt[60:96]]
     with infer.load(tiny_file("gpt-oss", tiny_dir)) as model:
-        alone = []
-        for s in starts:
-            ctx = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
-            ctx.fused_decode = not python
-            ctx.prefill(s)
-            toks, rows = [], []
-            for _ in range(n_steps):
-                toks.append(int(np.argmax(ctx.logits)))
-                ctx.prefill([toks[-1]])
-                rows.append(ctx.logits.copy())
-            alone.append((toks, np.array(rows)))
-        ctxs = [model.engine.create_context(n_ctx=256, sampler=GreedySampler()) for _ in starts]
-        for ctx, s in zip(ctxs, starts):
-            ctx.prefill(s)
-            ctx.fused_decode = not python
-        together = [([], []) for _ in starts]
-        for _ in range(n_steps):
-            toks = np.array([int(np.argmax(c.logits)) for c in ctxs], np.int32)
-            model.engine.forward_batch(ctxs, toks, [len(c.tokens) for c in ctxs])
-            for i, c in enumerate(ctxs):
-                c.tokens.append(int(toks[i]))
-                together[i][0].append(int(toks[i]))
-                together[i][1].append(c.logits.copy())
-    for (toks_a, rows_a), (toks_b, rows_b) in zip(alone, together):
-        assert toks_a == toks_b
-        np.testing.assert_array_equal(rows_a, np.array(rows_b))
+        assert_batched_equals_alone(model.engine, starts, 8, 256, fused=not python)
 
 
 def test_the_server_scheduler_decodes_them_together(tiny_dir):
     """`infer serve`'s scheduler: three requests decoded together (batched fused
     steps) give each the greedy tokens it gets alone."""
-    import threading
-
-    from infer.generate import generate
-    from infer.serve.scheduler import Scheduler
-
     prompt = tm.prompt("gpt-oss")
     prompts = [[int(t) for t in prompt[i * 30:i * 30 + 7 + 5 * i]] for i in range(3)]
     with infer.load(tiny_file("gpt-oss", tiny_dir)) as model:
-        alone = [list(generate(model, p, context=model.engine.create_context(n_ctx=128, sampler=GreedySampler()),
-                               max_tokens=8)) for p in prompts]
-        sched = Scheduler(model, n_slots=3, n_ctx=128)
-        try:
-            out = [None] * 3
-            handles = [sched.open() for _ in prompts]
-
-            def work(i):
-                handles[i].sampler = GreedySampler()
-                try:
-                    out[i] = list(generate(model, prompts[i], context=handles[i], max_tokens=8))
-                finally:
-                    handles[i].close()
-
-            threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(timeout=120)
-            assert max(sched.stats.batch_sizes) > 1
-        finally:
-            sched.close()
-    assert out == alone
+        assert_scheduler_batches_like_alone(model, prompts, 128, 8)
 
 
 def test_generate_chat_and_info(tiny_dir, capsys):

@@ -468,16 +468,7 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         w.add_uint32(f"{a}.rope.dimension_count", t.rope_dims)
     extra = dict(t.extra)
     extra.setdefault("rope.freq_base", t.rope_base)
-    for k, v in extra.items():
-        key = f"{a}.{k}"
-        if isinstance(v, str):
-            w.add_string(key, v)
-        elif isinstance(v, bool):
-            w.add_bool(key, v)
-        elif isinstance(v, float):
-            w.add_float32(key, v)
-        else:
-            w.add_uint32(key, v)
+    _add_metadata(w, a, extra)
     if t.longrope:
         scale = t.n_ctx_train / extra["rope.scaling.original_context_length"]
         w.add_float32(f"{a}.rope.scaling.attn_factor",
@@ -569,6 +560,25 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     return path
 
 
+def _add_metadata(w, arch: str, values: Dict[str, Any]) -> None:
+    """``<arch>.<key>`` = value for each item, typed by its Python type (lists as
+    arrays, floats as F32, ints as U32); None leaves a key out."""
+    for k, v in values.items():
+        key = f"{arch}.{k}"
+        if v is None:
+            continue
+        if isinstance(v, (list, tuple)):
+            w.add_array(key, list(v))
+        elif isinstance(v, bool):
+            w.add_bool(key, v)
+        elif isinstance(v, float):
+            w.add_float32(key, v)
+        elif isinstance(v, str):
+            w.add_string(key, v)
+        else:
+            w.add_uint32(key, v)
+
+
 def _write_vocabulary(w) -> None:
     tokens, merges = bpe_vocabulary()
     w.add_string("tokenizer.ggml.model", "gpt2")
@@ -613,19 +623,7 @@ def write_gemma4(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
     }
     keys.update({k: v for k, v in t.extra.items() if k != "vocabulary"})   # a test's changes (None: leave out)
     w = gguf.GGUFWriter(path, "gemma4")
-    for k, v in keys.items():
-        if v is None:
-            continue
-        if isinstance(v, (list, tuple)):
-            w.add_array(f"gemma4.{k}", list(v))
-        elif isinstance(v, bool):
-            w.add_bool(f"gemma4.{k}", v)
-        elif isinstance(v, float):
-            w.add_float32(f"gemma4.{k}", v)
-        elif isinstance(v, str):
-            w.add_string(f"gemma4.{k}", v)
-        else:
-            w.add_uint32(f"gemma4.{k}", v)
+    _add_metadata(w, "gemma4", keys)
     if t.extra.get("vocabulary") == "gemma4":
         tokens, types, merges = gemma4_vocabulary()
         w.add_string("tokenizer.ggml.model", "gemma4")
@@ -709,22 +707,10 @@ def write_gptoss(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
         return (centre + s * rng.standard_normal(n)).astype(np.float32)
 
     w = gguf.GGUFWriter(path, t.arch)
-    a = t.arch
-    w.add_uint32(f"{a}.context_length", t.n_ctx_train)
-    w.add_uint32(f"{a}.embedding_length", d)
-    w.add_uint32(f"{a}.block_count", L)
-    w.add_uint32(f"{a}.feed_forward_length", t.ffn)
-    w.add_uint32(f"{a}.attention.head_count", t.n_head)
-    w.add_uint32(f"{a}.attention.head_count_kv", t.n_kv_head)
-    w.add_float32(f"{a}.rope.freq_base", t.rope_base)
-    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", t.eps)
-    for k, v in t.extra.items():
-        if isinstance(v, str):
-            w.add_string(f"{a}.{k}", v)
-        elif isinstance(v, float):
-            w.add_float32(f"{a}.{k}", v)
-        else:
-            w.add_uint32(f"{a}.{k}", v)
+    _add_metadata(w, t.arch, {
+        "context_length": t.n_ctx_train, "embedding_length": d, "block_count": L, "feed_forward_length": t.ffn,
+        "attention.head_count": t.n_head, "attention.head_count_kv": t.n_kv_head, "rope.freq_base": t.rope_base,
+        "attention.layer_norm_rms_epsilon": t.eps, **t.extra})
     _write_vocabulary(w)
     tensors: Dict[str, np.ndarray] = {}
     tensors["token_embd.weight"] = mat(VOCAB, d, math.sqrt(d))
