@@ -18,7 +18,10 @@ llama.cpp's src/models/openai-moe.cpp, as data in the transformer spec:
     logits = rmsnorm(x, output_norm) Wout
 
 swiglu_oai(g, u) = min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1), ggml's
-with llama.cpp's constants.  Layers slide a window where llama.cpp's
+with llama.cpp's constants.  YaRN is llama.cpp's (rope_scaling.py): its correction
+dimensions are floored and ceiled although the HF config says ``"truncate": false``
+(gpt-oss-20b: pairs 8 to 18 ramp instead of 8.09 to 17.4), so the logits are
+llama.cpp's, not exactly transformers'.  Layers slide a window where llama.cpp's
 ``set_swa_pattern(2)`` says (layer l when l % 2 == 0) unless the file lists its own
 ``attention.sliding_window_pattern``.  The released files store the experts in
 MXFP4; infer loads them once the kernels have that type (until then such a file
