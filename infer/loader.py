@@ -109,7 +109,7 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None,
     """
     from . import variants  # noqa: F401  (registers the built-in architectures)
     from .gguf import GGUFFile, model_path, split_part
-    from .tokenizer import Tokenizer
+    from .tokenizer import Tokenizer, UnsupportedPreTokenizerError
 
     if chat_template is not None and not isinstance(chat_template, str):
         raise TypeError(f"chat_template: expected a jinja2 template as a str, got {type(chat_template).__name__}")
@@ -133,7 +133,10 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None,
         _check_templates(path, md)
         engine = variant_for(arch)(gf, n_threads)
         engine.file_check = gf.check_unchanged
-        tokenizer = Tokenizer.from_metadata(md)
+        try:
+            tokenizer = Tokenizer.from_metadata(md)
+        except UnsupportedPreTokenizerError as exc:
+            raise UnsupportedModelError(f"{path}: {exc}", ["tokenizer.ggml.pre"]) from None
         _check_vocabulary(path, len(tokenizer.vocab), engine.vocab_size)
     except BaseException:
         gf.close()

@@ -29,10 +29,11 @@ applied: it breaks that round trip.)
 from __future__ import annotations
 
 import codecs
+import functools
 import heapq
 import operator
 import warnings
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,7 +42,7 @@ import regex
 
 __all__ = [
     "TokenType", "Vocabulary", "Tokenizer", "BPETokenizer", "SPMTokenizer",
-    "StreamDecoder", "PRE_TOKENIZERS", "Gemma4Tokenizer",
+    "StreamDecoder", "PRE_TOKENIZERS", "Gemma4Tokenizer", "UnsupportedPreTokenizerError",
 ]
 
 
@@ -66,7 +67,9 @@ _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<turn|>",
               "<EOT>")
 
 
-_PRE_ADDING_BOS = ("llama3", "llama-v3", "llama-bpe", "falcon3", "tekken", "chameleon", "lfm2")
+# tokenizer.ggml.pre names for which llama.cpp adds BOS when add_bos_token is absent
+_PRE_ADDING_BOS = ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+                   "jina-v5-nano", "tekken", "chameleon")
 
 
 def _token_id(value: object, name: str) -> int:
@@ -175,6 +178,11 @@ class Vocabulary:
 
         eog = {self._ids[t] for t in _END_OF_TURN_TEXTS if t in self._ids}
         eog.update(i for i in (eos_token_id, eot_token_id) if i is not None)
+        if "<|return|>" in self._ids and "<|call|>" in self._ids:
+            # gpt-oss (o200k_harmony): <|return|> and <|call|> end a reply; <|end|> ends one of
+            # its messages, and more follow (llama.cpp's llama-vocab.cpp drops it so too)
+            eog.update((self._ids["<|return|>"], self._ids["<|call|>"]))
+            eog.discard(self._ids.get("<|end|>", -1))
         self.end_of_turn_ids: frozenset[int] = frozenset(eog)
 
         # Texts split out of the input before tokenizing: user-defined always,
@@ -431,54 +439,239 @@ UNICODE_TO_BYTE = {c: b for b, c in BYTE_TO_UNICODE.items()}
 # bytes.decode("latin-1") gives chr(b) per byte; translate maps those to the table.
 _LATIN1_TO_BYTE_LEVEL = {b: c for b, c in BYTE_TO_UNICODE.items()}
 
+# The split rules of each tokenizer.ggml.pre name: llama.cpp's regexes (llama-vocab.cpp,
+# llm_tokenizer_bpe) in the form llama.cpp runs them.  llama.cpp writes the
+# case-insensitive contractions out as classes ('[sS]...): (?i:'s) would also take
+# U+017F (long s).  It matches \p{Lu}, \p{Ll}, \p{Lt}, \p{Lm} and \p{Lo} all as
+# \p{L} (its category table has one letter class, ASCII included), so those
+# regexes keep llama.cpp's spelling here and go through _collapse_letter_cases.
 _CONTRACTIONS_CI = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 _LLAMA3 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen 3.5: letter runs take combining marks along
+_QWEN35 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# llama3's, with whitespace runs cut into 512, 256, ... 4, then 2 or 1
+_JAIS2 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+          + "".join(rf"|\s{{{n}}}(?!\S)" for n in (512, 256, 128, 64, 32, 16, 8, 4)) + r"|\s{1,2}(?!\S)|\s{1}")
 _HUNYUAN_DENSE = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
                   r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_SPARK2_5 = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+             r"| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+")
+_CJK_KANA = r"[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
+_CJK_HANGUL = r"[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+# GPT-4o's and Tekken's upper/lower-case letter runs, as llama.cpp adapted them: an
+# "upper" letter is a letter that is not a-z, a "lower" one a letter that is not A-Z
+_UPPER = r"(?:(?=[\p{L}])[^a-z])"
+_LOWER = r"(?:(?=[\p{L}])[^A-Z])"
+_TEKKEN = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*|\p{{N}}"
+           r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_GPT4O = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS_CI}?"
+          rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTIONS_CI}?|\p{{N}}{{1,3}}"
+          r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Granite multilingual embeddings: GPT-4o's with combining marks counted as letters
+_GRANITE_EMB_MULTI = _GPT4O.replace(r"(?=[\p{L}])", r"(?=[\p{L}\p{M}])")
+_CASED_WORDS = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+" + _CONTRACTIONS_CI
+                + r"?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*" + _CONTRACTIONS_CI
+                + "?")
+_TINY_AYA = _CASED_WORDS + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_YOUTU_CJK = (r"[\uac00-\ud7a3\u3131-\u318e]+|[\uff01\u2026\u201c\u201d\u2018\u2019\u2014\uff1a\uff1b\uff0c"
+              r"\u3001-\u303f\ufe30-\ufe4f]+|[\u3105-\u312f]+|[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+")
+_YOUTU = _CASED_WORDS + r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+# Kimi K2: llama.cpp's own splitter (unicode.cpp) in place of tokenization_kimi.py's
+# regex: Han runs (its unicode_cpt_is_han ranges), then letter runs without Han and
+# without combining marks, contractions in either case, digits in threes.
+_HAN = ("\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f\U0002b740-\U0002b81f"
+        "\U0002b820-\U0002ceaf\U0002ceb0-\U0002ebef\uf900-\ufaff\U0002f800-\U0002fa1f")
+_KIMI_K2 = (rf"[{_HAN}]+|[^\r\n\p{{L}}\p{{N}}]?(?:(?![{_HAN}])\p{{L}})+{_CONTRACTIONS_CI}?|\p{{N}}{{1,3}}"
+            r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_BAILINGMOE = (r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+")
+_SEED_CODER = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+"
+               r"|\s+(?!\S)|\s+")
+# Qwen 2's without the contractions: Turkish apostrophe suffixes stay on their word
+_UFAKZEKA = r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+# (\u8c48, not \uf900, starts the third range in llama.cpp's source)
+_AFMOE_ASIAN = (r"[\u4e00-\u9fff\u3400-\u4dbf\u8c48-\ufaff\u3040-\u309f\u30a0-\u30ff\uff65-\uff9f\u2f00-\u2fdf"
+                r"\u0e40-\u0e7f\u0e80-\u0eff\u1780-\u17ff\u1000-\u109f\uaa60-\uaa7f\ua9e0-\ua9ff\uac00-\ud7af"
+                r"\u1100-\u11ff]+")
+_EXAONE_MOE = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}"
+               r"| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+")
+_MINICPM5 = (_CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+             r"|\s+(?!\S)|\s+")
+_BLOOM = r" ?[^(\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+"
+# DeepSeek LLM's letters and punctuation as literal ranges
+_DEEPSEEK_LLM_LETTERS = (
+    r"\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-\u0373"
+    r"\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f"
+    r"\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77"
+    r"\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d"
+    r"\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4"
+    r"\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
+    r"\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d"
+    r"\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a"
+    r"\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2"
+    r"\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943]+")
+_DEEPSEEK_LLM_PUNCT = r"\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+"
+_NEWLINE_RUNS = r"[^\n]+|[\n]+"
+#: llama.cpp's digit splitter for AFMoE and Tiny Aya (unicode_regex_split_custom_afmoe),
+#: not a regex: see _split_afmoe_digits
+_AFMOE_DIGITS = r"\p{AFMoE_digits}"
+#: SuperBPE's cuts, run as _split_digits_in_threes (the lookahead rescans the run from
+#: every position: quadratic in a long run of digits)
+_DIGITS_IN_THREES = r"(?=(\d{3})+(?!\d))"
 
 # tokenizer.ggml.pre -> (regexes applied in turn, each splitting the pieces of the
-# previous one and keeping unmatched gaps as pieces; ignore_merges), from
-# llama.cpp's llama-vocab.cpp.
+# previous one and keeping unmatched gaps as pieces; ignore_merges).  One entry per
+# LLAMA_VOCAB_PRE_TYPE of llama.cpp, with the names llama-vocab.cpp maps to it.
 PRE_TOKENIZERS: dict[str, tuple[tuple[str, ...], bool]] = {}
 for _names, _exprs, _ignore in (
     (("default",), (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"), False),
-    (("gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "roberta-bpe", "exaone4"), (_GPT2,), False),
-    (("llama3", "llama-v3", "llama-bpe", "falcon3", "lfm2"), (_LLAMA3,), True),
-    (("dbrx", "smaug-bpe", "chatglm-bpe"), (_LLAMA3,), False),
-    (("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"),
-     (r"\p{N}", _GPT2), False),
-    (("qwen2", "stablelm2", "megrez"), (_QWEN2,), False),
+    (("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"),
+     (_LLAMA3,), True),
+    (("deepseek-llm",), ("[\r\n]", _DEEPSEEK_LLM_LETTERS, _DEEPSEEK_LLM_PUNCT, r"\s+$", _CJK_HANGUL, r"\p{N}+"),
+     False),
+    (("deepseek-coder",), (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK_HANGUL, r"\p{N}"), False),
     (("falcon",), (r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, r"[0-9][0-9][0-9]"), False),
-    (("hunyuan-dense",), (r"\p{N}{1,3}", r"[一-龥぀-ゟ゠-ヿ]+", _HUNYUAN_DENSE), False),
-    (("deepseek-coder",), (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}"), False),
+    (("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b", "mellum2"),
+     (r"\p{N}", _GPT2), False),
+    # "gpt2" is not a llama.cpp name; infer has always taken it for "gpt-2"
+    (("gpt2", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0",
+      "mellum", "modern-bert", "jina-v1-en", "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais", "exaone4",
+      "trillion", "granite-docling"), (_GPT2,), False),
+    (("jais-2",), (_JAIS2,), False),
+    (("qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "stablelm2", "megrez", "hunyuan", "solar-open", "grok-2"),
+     (_QWEN2,), False),
+    (("qwen35",), (_QWEN35,), False),
+    (("dbrx", "smaug-bpe", "chatglm-bpe"), (_LLAMA3,), False),
+    (("glm4", "glm5"), (_LLAMA3,), True),
+    (("poro-chat", "bloom", "gpt3-finnish"), (_BLOOM,), False),
+    (("viking",), (_BLOOM, r"\p{N}"), False),
+    (("tekken",), (_TEKKEN,), True),
+    (("chameleon",), ("<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", r"([\t\n]|    |  )", r"\p{N}",
+                      r"[\p{P}!-/:-@\[-`{-~]", _GPT2), False),
+    (("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"), (_GPT4O,), False),
+    (("granite-embed-multi-97m",), (_GRANITE_EMB_MULTI,), True),
+    (("tiny_aya", "cohere2moe"), (_AFMOE_DIGITS, _TINY_AYA), False),
+    (("kimi-k2",), (_KIMI_K2,), False),
+    # SuperBPE: digit runs, cut into threes from the right; nothing else is split
+    (("superbpe",), (r"\p{N}+", _DIGITS_IN_THREES), False),
+    (("bailingmoe", "bailingmoe2", "llada-moe"), (_BAILINGMOE,), False),
+    (("seed-coder",), (_SEED_CODER,), False),
+    (("ufakzeka",), (_UFAKZEKA,), False),
+    (("deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"), (r"\p{N}{1,3}", _CJK_KANA, _HUNYUAN_DENSE), False),
+    (("spark2_5",), (r"\p{N}{1,3}", _CJK_KANA, _SPARK2_5, r"\p{N}"), False),
+    (("youtu",), (_YOUTU_CJK, _YOUTU), True),
+    (("afmoe",), (_AFMOE_DIGITS, _AFMOE_ASIAN, _HUNYUAN_DENSE), False),
+    (("laguna",), (_NEWLINE_RUNS, _QWEN2), False),
+    (("exaone-moe",), (_EXAONE_MOE,), False),
+    (("minicpm5",), (r"\p{N}{1,3}", _MINICPM5), True),
 ):
     for _name in _names:
         PRE_TOKENIZERS[_name] = (_exprs, _ignore)
 
+# Names llama.cpp knows whose tokenizer is not byte-level BPE over regex pieces.
+_PRE_NOT_BYTE_LEVEL = {
+    name: "a BPE over raw UTF-8 with spaces as U+2581 (no byte-level table), which infer implements only for "
+          "tokenizer.ggml.model 'gemma4'"
+    for name in ("gemma4", "granite-embed-multi-311m", "sarvam-moe")}
+_PRE_NOT_BYTE_LEVEL["whitespace"] = ("a whitespace split over raw UTF-8 (no byte-level table), which infer "
+                                     "does not implement")
 
-def _pre_tokenizer(name: str) -> tuple[list[Any], bool]:
+
+class UnsupportedPreTokenizerError(ValueError):
+    """``tokenizer.ggml.pre`` names split rules infer does not implement."""
+
+
+def _collapse_letter_cases(expr: str) -> str:
+    collapsed: str = regex.sub(r"\\p\{L[ultmo]\}", r"\\p{L}", expr)
+    return collapsed
+
+
+def _pre_tokenizer(name: str) -> tuple[list[Callable[[str, list[str]], None]], bool]:
+    """The splitters of ``name`` in order, and its ignore_merges."""
     try:
         exprs, ignore_merges = PRE_TOKENIZERS[name]
     except KeyError:
+        why = _PRE_NOT_BYTE_LEVEL.get(name)
+        if why is not None:
+            raise UnsupportedPreTokenizerError(
+                f"tokenizer.ggml.pre: pre-tokenizer {name!r} is {why}") from None
         known = ", ".join(sorted(PRE_TOKENIZERS))
-        raise ValueError(f"tokenizer.ggml.pre: unknown pre-tokenizer {name!r} (known: {known})") from None
-    return [regex.compile(e) for e in exprs], ignore_merges
+        raise UnsupportedPreTokenizerError(
+            f"tokenizer.ggml.pre: unknown pre-tokenizer {name!r} (known: {known})") from None
+    return [_CUSTOM_SPLITTERS.get(e) or functools.partial(_split_keeping_gaps, regex.compile(_collapse_letter_cases(e)))
+            for e in exprs], ignore_merges
+
+
+# llama.cpp matches its regexes (all but the splitters of its own: GPT-2's, Llama 3's,
+# Qwen 2's, Qwen 3.5's, Kimi K2's, AFMoE's digits) on a copy of the text in which every
+# non-ASCII space is \v: a literal range such as DeepSeek's U+0800-U+4E00 holds
+# U+3000, yet only \s takes an ideographic space there.  Elsewhere \s matches the
+# same either way.
+_NON_ASCII_SPACE = regex.compile(r"[\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
 def _split_keeping_gaps(pattern: Any, text: str, out: list[str]) -> None:
+    subject = text
+    if not text.isascii() and _NON_ASCII_SPACE.search(text) is not None:
+        subject = _NON_ASCII_SPACE.sub("\v", text)
     pos = 0
-    for m in pattern.finditer(text):
+    for m in pattern.finditer(subject):
         start, end = m.span()
         if start > pos:
             out.append(text[pos:start])
-        out.append(text[start:end])
+        if end > start:   # SuperBPE's lookahead matches are empty: cuts, not pieces
+            out.append(text[start:end])
         pos = end
     if pos < len(text):
         out.append(text[pos:])
+
+
+_NUMBER_RUNS = regex.compile(r"\p{N}+")
+
+
+def _split_afmoe_digits(text: str, out: list[str]) -> None:
+    """llama.cpp's AFMoE digit splitter: each run of digits cut into threes from the
+    right.  As llama.cpp does, the text before a run stays joined to the run's first
+    group ("ab1234" gives "ab1", "234"), and the rest of the text is one piece."""
+    prev = 0
+    for m in _NUMBER_RUNS.finditer(text):
+        start, end = m.span()
+        cut = start + (end - start) % 3
+        if cut > start:
+            out.append(text[prev:cut])
+            prev = cut
+        while cut < end:
+            out.append(text[prev:cut + 3])
+            prev = cut = cut + 3
+    if prev < len(text):
+        out.append(text[prev:])
+
+
+_ASCII_DIGIT_RUNS = regex.compile(r"[0-9]+")
+
+
+def _split_digits_in_threes(text: str, out: list[str]) -> None:
+    """The cuts of (?=(\\d{3})+(?!\\d)): before every ASCII digit that has a multiple
+    of three digits from it to the end of its run (llama.cpp matches it with
+    std::wregex, whose \\d is ASCII only)."""
+    prev = 0
+    for m in _ASCII_DIGIT_RUNS.finditer(text):
+        start, end = m.span()
+        for cut in range(start + (end - start) % 3, end, 3):
+            if cut > prev:
+                out.append(text[prev:cut])
+                prev = cut
+    if prev < len(text):
+        out.append(text[prev:])
+
+
+_CUSTOM_SPLITTERS: dict[str, Callable[[str, list[str]], None]] = {
+    _AFMOE_DIGITS: _split_afmoe_digits, _DIGITS_IN_THREES: _split_digits_in_threes}
 
 
 class Tokenizer:
@@ -671,24 +864,27 @@ class BPETokenizer(Tokenizer):
         # small test vocabularies of 256 byte tokens are written that way.
         merges = vocab.merges or []
         self.pre = pre
-        self._regexes, self._ignore_merges = _pre_tokenizer(pre)
+        self._splitters, self._ignore_merges = _pre_tokenizer(pre)
         # A merge "a b" is keyed by its own text: byte-level tokens never hold a
-        # space, so the left and right parts are unambiguous.
-        self._ranks: dict[str, int] = dict(zip(merges, range(len(merges))))
+        # space, so the left and right parts are unambiguous.  A merge listed twice
+        # keeps its first rank, as in llama.cpp's bpe_ranks.
+        self._ranks: dict[str, int] = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
         self._to_byte_level = str.maketrans(_LATIN1_TO_BYTE_LEVEL)
 
     @classmethod
     def from_metadata(cls, md: Mapping[str, Any]) -> "BPETokenizer":
         pre = md.get("tokenizer.ggml.pre") or "default"
+        if not isinstance(pre, str):
+            raise TypeError(f"metadata 'tokenizer.ggml.pre': expected a string, got {type(pre).__name__}")
         return cls(Vocabulary.from_metadata(md), pre)
 
     def pre_tokenize(self, text: str) -> list[str]:
         """The pieces that are merged separately (no merge crosses two pieces)."""
         pieces = [text]
-        for pattern in self._regexes:
+        for split in self._splitters:
             out: list[str] = []
             for piece in pieces:
-                _split_keeping_gaps(pattern, piece, out)
+                split(piece, out)
             pieces = out
         return pieces
 

@@ -4,8 +4,9 @@ back from the JSON the model wrote."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Mapping, Optional, Union
 
 #: an OpenAI-shaped chat message, tool or tool call
 Message = dict[str, Any]
@@ -161,18 +162,89 @@ def gemma4_call_as_json(raw: str) -> str:
     return json.dumps({"name": raw[len("call:"):brace].strip(), "arguments": args}, ensure_ascii=False)
 
 
-def parse_tool_call(raw: str, call_id: str = "", tool_names: Optional[Iterable[str]] = None
-                    ) -> Union[ToolCall, ToolCallError]:
+#: Qwen3-Coder's XML call (also Qwen3.5's and Nemotron 3 Nano's): ``<function=NAME>`` then, per
+#: argument, ``<parameter=ARG>\nVALUE\n</parameter>`` with VALUE raw text, then ``</function>``
+XML_FUNCTION = "<function="
+_XML_FUNCTION = re.compile(r"\s*<function=([^>\n]+)>\n?(.*?)</function>\s*$", re.S)
+_XML_PARAMETER = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>\s*", re.S)
+
+
+def schema_types(schema: Any) -> set[str]:
+    """The JSON types a parameter's schema declares (its ``type``, or its ``anyOf`` /
+    ``oneOf`` branches'; ``enum`` and ``const`` values count by their own types)."""
+    if not isinstance(schema, dict):
+        return set()
+    kind = schema.get("type")
+    types = {kind} if isinstance(kind, str) else {k for k in kind if isinstance(k, str)} \
+        if isinstance(kind, list) else set()
+    for key in ("anyOf", "oneOf"):
+        for branch in schema.get(key) or ():
+            types |= schema_types(branch)
+    for value in list(schema.get("enum") or ()) + ([schema["const"]] if "const" in schema else []):
+        types.add("string" if isinstance(value, str) else "boolean" if isinstance(value, bool) else
+                  "null" if value is None else "number" if isinstance(value, (int, float)) else "object")
+    return types
+
+
+def _typed_value(text: str, schema: Any) -> Any:
+    """A raw parameter value as the JSON type its schema declares, as llama.cpp's
+    Qwen3-Coder parser reads it: a string-only parameter stays text; any other is parsed
+    as JSON when it is valid JSON of a declared type (else kept as the text)."""
+    types = schema_types(schema)
+    if types == {"string"}:
+        return text
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return text
+    kind = ("null" if value is None else "boolean" if isinstance(value, bool) else
+            "integer" if isinstance(value, int) else "number" if isinstance(value, float) else
+            "string" if isinstance(value, str) else "array" if isinstance(value, list) else "object")
+    if not types or kind in types or (kind == "integer" and "number" in types):
+        return value
+    return text
+
+
+def xml_call_as_json(raw: str, parameters: Optional[Mapping[str, Any]] = None) -> str:
+    """Qwen3-Coder's ``<function=NAME><parameter=ARG>VALUE</parameter>...</function>`` as
+    ``{"name": ..., "arguments": {...}}``, each value typed by ``parameters`` (the tools'
+    parameter schemas by tool name); ValueError where it is malformed."""
+    match = _XML_FUNCTION.match(raw)
+    if match is None:
+        raise ValueError("not <function=NAME>...</function>")
+    name, body = match.group(1).strip(), match.group(2)
+    properties = ((parameters or {}).get(name) or {}).get("properties") or {}
+    arguments: dict[str, Any] = {}
+    at = 0
+    for param in _XML_PARAMETER.finditer(body):
+        if body[at:param.start()].strip():
+            raise ValueError(f"text between parameters: {body[at:param.start()].strip()[:40]!r}")
+        key = param.group(1).strip()
+        arguments[key] = _typed_value(param.group(2), properties.get(key))
+        at = param.end()
+    if body[at:].strip():
+        raise ValueError(f"an unclosed or malformed parameter: {body[at:].strip()[:40]!r}")
+    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+
+
+def parse_tool_call(raw: str, call_id: str = "", tool_names: Optional[Iterable[str]] = None,
+                    parameters: Optional[Mapping[str, Any]] = None) -> Union[ToolCall, ToolCallError]:
     """Parse ``{"name": ..., "arguments": {...}}`` (``parameters`` is accepted for
-    ``arguments``; arguments given as a JSON string are decoded), or Gemma 4's
-    ``call:NAME{key:value,...}``.  Never raises: a malformed call comes back as a
-    `ToolCallError` saying what is wrong."""
+    ``arguments``; arguments given as a JSON string are decoded), Gemma 4's
+    ``call:NAME{key:value,...}``, or Qwen3-Coder's ``<function=NAME>...`` (its raw values
+    typed by ``parameters``, the tools' parameter schemas by name).  Never raises: a
+    malformed call comes back as a `ToolCallError` saying what is wrong."""
     text = raw
     if raw.lstrip().startswith("call:"):
         try:
             text = gemma4_call_as_json(raw.strip())
         except ValueError as exc:
             return ToolCallError(raw, f"Gemma 4 tool call is malformed: {exc}")
+    elif raw.lstrip().startswith(XML_FUNCTION):
+        try:
+            text = xml_call_as_json(raw, parameters)
+        except ValueError as exc:
+            return ToolCallError(raw, f"XML tool call is malformed: {exc}")
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -10,7 +10,9 @@ from typing import Any, Optional, Sequence
 
 from ..generate import _held_back
 
-CONTENT, THINK, TOOL, JSON = "content", "think", "tool", "json"
+CONTENT, THINK, TOOL, JSON, BARE, BARE_END = "content", "think", "tool", "json", "bare", "bare_end"
+#: where a call opened by "<function=NAME>" alone ends
+BARE_CALL_END = "</function>"
 
 
 # Llama 3.1 may open a tool call with this token (then JSON, or a built-in tool's call).
@@ -90,6 +92,25 @@ def python_call_text(name: str, arguments: dict[str, Any]) -> str:
     return f"{name}({args})"
 
 
+# Ministral 3 / Magistral (and Mistral Small 3.2, with [CALL_ID]) write each call as
+# [TOOL_CALLS]NAME[ARGS]{...}: llama.cpp's ministral_3 parser.
+MISTRAL_ARGS = "[ARGS]"
+_MISTRAL_NAMED_CALL = re.compile(r"\s*([^\s\[\]{}]+)\s*(?:\[CALL_ID\]\s*([^\[]*?)\s*)?\[ARGS\](.*)", re.S)
+
+
+def _mistral_named_calls(text: str) -> Optional[list[str]]:
+    """``NAME[ARGS]{...}[TOOL_CALLS]NAME[ARGS]{...}`` (the text after the first
+    [TOOL_CALLS]) as ``{"name": ..., "arguments": "<its text>"}`` JSON; None when it is
+    not in that form."""
+    calls = []
+    for part in text.split(MISTRAL_TOOL_CALLS):
+        match = _MISTRAL_NAMED_CALL.fullmatch(part)
+        if match is None:
+            return None
+        calls.append(json.dumps({"name": match.group(1), "arguments": match.group(3).strip()}, ensure_ascii=False))
+    return calls
+
+
 def json_tool_calls(reply: str) -> Optional[list[str]]:
     """The tool calls of a reply that is only JSON, as Llama 3.x writes them
     (``{"name": ..., "parameters": ...}``, possibly after ``<|python_tag|>``, or
@@ -99,6 +120,10 @@ def json_tool_calls(reply: str) -> Optional[list[str]]:
     text = reply.strip()
     if text.startswith(DEEPSEEK_TOOL_CALLS):
         return _deepseek_calls(text)
+    if text.startswith(MISTRAL_TOOL_CALLS) and MISTRAL_ARGS in text:
+        named = _mistral_named_calls(text[len(MISTRAL_TOOL_CALLS):])
+        if named is not None:
+            return named
     marked = False
     for prefix, kept in CALL_PREFIXES:
         if text.startswith(prefix):
@@ -125,8 +150,14 @@ class ReplyParser:
 
     def __init__(self, stops: Sequence[str] = (), think: Optional[tuple[str, str]] = None,
                  tool: Optional[tuple[str, str]] = None, json_tools: bool = False,
-                 in_thinking: bool = False) -> None:
+                 in_thinking: bool = False, tool_ends_thinking: bool = False,
+                 bare_calls: Sequence[str] = ()) -> None:
         self.stops = [s for s in stops if s]
+        # Qwen3-Coder sometimes leaves out <tool_call>: "<function=NAME>" of a tool it was
+        # given opens a call too, which ends at </function> (llama.cpp's rule)
+        self.bare_calls = [b for b in bare_calls if b] if tool else []
+        # Qwen3.5 may open a call without closing its thinking (llama.cpp ends it there too)
+        self.tool_ends_thinking = bool(tool_ends_thinking and tool and think)
         self.think = think
         self.tool = tool
         # the states that need them exist only when their markers do
@@ -148,6 +179,7 @@ class ReplyParser:
             markers.append(self.think[0])
         if self.tool:
             markers.append(self.tool[0])
+            markers.extend(self.bare_calls)
         elif self.json_tools:
             markers.extend(MIDWAY_PREFIXES)
         return markers
@@ -187,6 +219,9 @@ class ReplyParser:
                     self.state = THINK
                 elif self.tool and marker == self.tool[0]:
                     self.state = TOOL
+                elif marker in self.bare_calls:
+                    self.buf = marker + self.buf
+                    self.state = BARE
                 elif self.json_tools and not self.tool and marker in MIDWAY_PREFIXES:
                     self.buf = marker + self.buf  # the calls, read whole at the end
                     self.state = JSON
@@ -197,8 +232,16 @@ class ReplyParser:
             elif self.state == THINK:
                 close = self._think_close
                 at = self.buf.find(close)
+                if self.tool_ends_thinking and self.tool:
+                    opened = self.buf.find(self.tool[0])
+                    if opened >= 0 and (at < 0 or opened < at):
+                        self._emit_thought(out, self.buf[:opened].rstrip("\n"))
+                        self.buf = self.buf[opened:]
+                        self.state = CONTENT
+                        continue
                 if at < 0:
-                    sure = len(self.buf) - _held_back(self.buf, [close])
+                    ends = [close] + ([self.tool[0]] if self.tool_ends_thinking and self.tool else [])
+                    sure = len(self.buf) - _held_back(self.buf, ends)
                     # newlines may be the block's last ("...\n</think>"): held until more thought follows
                     sure = len(self.buf[:sure].rstrip("\n"))
                     self._emit_thought(out, self.buf[:sure])
@@ -206,6 +249,20 @@ class ReplyParser:
                     break
                 self._emit_thought(out, self.buf[:at].rstrip("\n"))
                 self.buf = self.buf[at + len(close):]
+                self.state, self._drop_space = CONTENT, True
+            elif self.state == BARE:
+                at = self.buf.find(BARE_CALL_END)
+                if at < 0:
+                    break
+                self._add_tool_text(self.buf[:at + len(BARE_CALL_END)].strip())
+                self.buf = self.buf[at + len(BARE_CALL_END):]
+                self.state = BARE_END
+            elif self.state == BARE_END:  # a </tool_call> may close the call still
+                head = self.buf.lstrip()
+                if self._tool_close.startswith(head):
+                    break
+                if head.startswith(self._tool_close):
+                    self.buf = head[len(self._tool_close):]
                 self.state, self._drop_space = CONTENT, True
             elif self.state == TOOL:
                 at = self.buf.find(self._tool_close)
@@ -231,8 +288,10 @@ class ReplyParser:
             self._emit(out, CONTENT, buf.lstrip() if self._drop_space else buf)
         elif self.state == THINK:
             self._emit_thought(out, buf.rstrip("\n"))
-        elif self.state == TOOL:
+        elif self.state in (TOOL, BARE):
             self._add_tool_text(buf.strip())
+        elif self.state == BARE_END and not self._tool_close.startswith(buf.strip()):
+            self._emit(out, CONTENT, buf.lstrip())
         else:
             calls = json_tool_calls(buf)
             if calls is None:
@@ -282,3 +341,123 @@ def _earliest(text: str, markers: Sequence[str]) -> Optional[tuple[int, str]]:
             best = (at, m)
     return best
 
+
+
+# ---- gpt-oss's harmony format ------------------------------------------------------------
+# A reply is a run of messages, each "<|start|>assistant" (the first one's is the generation
+# prompt), a header naming its channel and maybe a recipient, "<|message|>", the body, and
+# "<|end|>" (more follows), "<|return|>" (the answer ended) or "<|call|>" (a tool call ended):
+#   <|channel|>analysis<|message|>...<|end|>                  reasoning
+#   <|channel|>final<|message|>...<|return|>                  the answer
+#   <|channel|>commentary<|message|>...<|end|>                a preamble: answer text too
+#   <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>
+# and the recipient may stand in the role header instead ("<|start|>assistant to=functions.NAME
+# <|channel|>commentary json<|message|>", as the template renders calls back).
+HARMONY_MESSAGE, HARMONY_END = "<|message|>", "<|end|>"
+HARMONY_ENDS = ("<|end|>", "<|return|>", "<|call|>")
+_HARMONY_HEADER_STARTS = ("<|channel|>", "<|start|>", " to=", "to=")
+_HARMONY_HEADER = re.compile(r"(?:<\|start\|>assistant)?\s*(?:to=(\S+?)\s*)?<\|channel\|>(\w+)"
+                             r"(?:\s+to=([^\s<]+))?\s*(?:<\|constrain\|>)?\s*[\w-]*\s*$")
+#: longer than any header a model writes: past this, the text is not a header
+_HARMONY_HEADER_MAX = 200
+HEADER, BODY, RAW = "header", "body", "raw"
+
+
+class HarmonyParser:
+    """`ReplyParser`'s counterpart for gpt-oss: reads the channels of a harmony reply as
+    they stream (analysis: thinking; final and commentary: answer; a message to
+    ``functions.NAME``: a tool call, kept as ``{"name": ..., "arguments": "<body>"}``).
+    Text that does not follow the format is answer text as it stands, never an error."""
+
+    def __init__(self, stops: Sequence[str] = ()) -> None:
+        self.stops = [s for s in stops if s]
+        self.state = HEADER
+        self.kind = CONTENT  # the current body's: CONTENT, THINK or TOOL
+        self.recipient = ""
+        self.buf = ""
+        self.content: list[str] = []
+        self.thinking: list[str] = []
+        self.tool_texts: list[str] = []
+        self.stopped = False
+
+    def feed(self, text: str) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        if self.stopped:
+            return out
+        self.buf += text
+        while self.buf and not self.stopped:
+            if self.state == RAW:
+                self._body(out, raw=True)
+                break
+            if self.state == HEADER:
+                at = self.buf.find(HARMONY_MESSAGE)
+                if at < 0:
+                    head = self.buf.lstrip("\n")
+                    if len(head) > _HARMONY_HEADER_MAX or not (
+                            head.startswith(_HARMONY_HEADER_STARTS) or
+                            any(s.startswith(head) for s in _HARMONY_HEADER_STARTS)):
+                        self.state = RAW  # not the format: the text is the answer
+                        continue
+                    break
+                match = _HARMONY_HEADER.match(self.buf[:at].strip())
+                if match is None:
+                    self.state = RAW
+                    continue
+                recipient = match.group(1) or match.group(3) or ""
+                channel = match.group(2)
+                self.buf = self.buf[at + len(HARMONY_MESSAGE):]
+                self.state, self.recipient = BODY, recipient
+                self.kind = TOOL if recipient else THINK if channel == "analysis" else CONTENT
+                continue
+            if not self._body(out):
+                break
+        return out
+
+    def _body(self, out: list[tuple[str, str]], raw: bool = False) -> bool:
+        """Move what is certain of the current body out; True when it ended."""
+        ends = list(self.stops) if raw else list(HARMONY_ENDS) + (self.stops if self.kind == CONTENT else [])
+        hit = _earliest(self.buf, ends)
+        if hit is None:
+            if self.kind == TOOL and not raw:
+                return False  # read whole at its end
+            sure = len(self.buf) - _held_back(self.buf, ends)
+            self._emit(out, CONTENT if raw else self.kind, self.buf[:sure])
+            self.buf = self.buf[sure:]
+            return False
+        at, marker = hit
+        body, self.buf = self.buf[:at], self.buf[at + len(marker):]
+        if not raw and self.kind == TOOL:
+            self._add_call(body)
+        else:
+            self._emit(out, CONTENT if raw else self.kind, body)
+        if raw or marker != HARMONY_END:
+            self.stopped, self.buf = True, ""
+        else:
+            self.state = HEADER
+        return True
+
+    def finish(self) -> list[tuple[str, str]]:
+        """Flush what was withheld: a body cut off ends there (a call as it stands, to be
+        reported if it is incomplete); a header cut off is dropped."""
+        out: list[tuple[str, str]] = []
+        buf, self.buf = self.buf, ""
+        if self.stopped or not buf:
+            return out
+        if self.state == RAW:
+            self._emit(out, CONTENT, buf)
+        elif self.state == BODY:
+            if self.kind == TOOL:
+                self._add_call(buf)
+            else:
+                self._emit(out, self.kind, buf)
+        return out
+
+    def _add_call(self, body: str) -> None:
+        name = self.recipient[len("functions."):] if self.recipient.startswith("functions.") else self.recipient
+        self.tool_texts.append(json.dumps({"name": name, "arguments": body.strip()}, ensure_ascii=False))
+
+    def _emit(self, out: list[tuple[str, str]], kind: str, text: str) -> None:
+        if not text:
+            return
+        (self.content if kind == CONTENT else self.thinking).append(text)
+        out.append((kind, text))

@@ -17,10 +17,11 @@ from typing import Any, Generator, Iterator, Mapping, Optional, Sequence, Union
 
 from ..generate import logprob_entry
 from ..runtime import LONG_TEXT, ContextOverflowError, run_apart
-from .replies import Message, Reply, TextPiece, ThinkingText, ToolCall, ToolCallError, parse_tool_call
-from .reply_parser import CONTENT, ReplyParser
+from .replies import (Message, Reply, TextPiece, ThinkingText, ToolCall, ToolCallError, schema_types,
+                      parse_tool_call)
+from .reply_parser import CONTENT, MISTRAL_ARGS, HarmonyParser, ReplyParser
 from .sandbox import ChatTemplateError
-from .template import Chat, check_roles, function_of, token_id
+from .template import HARMONY, HARMONY_TOKENS, MINISTRAL, QWEN3_CODER, Chat, check_roles, function_of, token_id
 
 #: a session's reply limit unless told otherwise: a model that never writes its end
 #: of turn (a base model, say) stops here rather than when a long context is full
@@ -103,13 +104,19 @@ class ChatSession:
         eot_id = token_id(vocab, eot_text) if eot_text else None
         if eot_id is not None:
             stop_ids.add(eot_id)
+        if self.chat.call_format == HARMONY:
+            # gpt-oss ends a reply with <|return|> or <|call|>; <|end|> only ends one of its
+            # messages, and more follow (llama.cpp drops it from the end-of-generation set)
+            stop_ids.update(t for t in (token_id(vocab, m) for m in ("<|return|>", "<|call|>")) if t is not None)
+            stop_ids.discard(token_id(vocab, "<|end|>"))
         self._stop_ids = frozenset(stop_ids)
         self._eot_text = eot_text
         # Room kept free so the end of turn fits after a reply cut by a full context.
         self._reserve = len(self._encode(end_of_turn)) + 1
         # Markers that are single tokens are spelled here, whatever the decoder shows.
         self._marker_ids: dict[int, str] = {}
-        for pair in (self.chat.think_markers, self.chat.tool_call_markers):
+        format_tokens = {HARMONY: HARMONY_TOKENS, MINISTRAL: (MISTRAL_ARGS,)}.get(self.chat.call_format or "")
+        for pair in (self.chat.think_markers, self.chat.tool_call_markers, format_tokens):
             for m in pair or ():
                 tid = token_id(vocab, m)
                 if tid is not None:
@@ -213,7 +220,9 @@ class ChatSession:
         room = self._reserve + (min(max_tokens or self.context.n_ctx, self.context.n_ctx // 4)
                                 if self.trim_history else 0)
         while True:
-            prompt_text = self.chat.render(messages, True, self.tools, **self.template_kwargs) + (continued or "")
+            prompt_text = self.chat.render(messages, True, self.tools, **self.template_kwargs)
+            if continued is not None:
+                prompt_text += self._answer_opening(prompt_text) + continued
             prompt = self._encode(prompt_text)
             if self.trim_history and self.n_keep is not None:
                 prompt = self._shifted(prompt, messages, room)
@@ -260,6 +269,17 @@ class ChatSession:
         if turn is not None and inspect.getgeneratorstate(turn) == inspect.GEN_SUSPENDED:
             turn.close()
 
+    def _answer_opening(self, prompt_text: str) -> str:
+        """What comes between a generation prompt and the answer text a turn continues, as
+        llama.cpp writes it: the close of a thinking block the prompt opened (Qwen3.5's,
+        DeepSeek-R1's), or gpt-oss's final-channel header; else nothing."""
+        if self.chat.call_format == HARMONY:
+            return "<|channel|>final<|message|>"
+        think = self.chat.think_markers
+        if think and prompt_text.rstrip().endswith(think[0]):
+            return "\n" + think[1] + "\n\n"  # "<think>\n" + no thought + "\n</think>\n\n"
+        return ""
+
     def _continued_text(self) -> Optional[str]:
         """The text of a last assistant message that a turn continues, or None."""
         last = self._messages[-1] if self._messages else None
@@ -287,7 +307,11 @@ class ChatSession:
             grammar = self._tool_call_grammar(tool_choice, close_thinking)
         elif response_format is not None:
             grammar = grammar_from_response_format(response_format)
-            if grammar is not None and close_thinking and isinstance(grammar.source, Mapping):
+            if grammar is not None and self.chat.call_format == HARMONY and isinstance(grammar.source, Mapping):
+                # gpt-oss answers on its final channel (llama.cpp's response-format rule)
+                grammar = Grammar.lark(f'start: {self._literal("<|channel|>")} "final" {self._literal("<|message|>")} '
+                                       f"answer\nanswer: {lark_json(grammar.source)}")
+            elif grammar is not None and close_thinking and isinstance(grammar.source, Mapping):
                 grammar = Grammar.lark(f'start: {self._literal(close_thinking)} "\\n\\n" answer\n'
                                        f"answer: {lark_json(grammar.source)}")
         if grammar is None:
@@ -320,19 +344,66 @@ class ChatSession:
             tools = [t for t in tools if t["name"] == name]
             if not tools:
                 raise ValueError(f"tool_choice: no tool named {name!r}")
+        think = f'{self._literal(close_thinking)} "\\n\\n" ' if close_thinking else ""
+        if self.chat.call_format in (QWEN3_CODER, HARMONY, MINISTRAL):
+            return Grammar.lark(f"start: {think}{self._format_call_grammar(tools)}")
         calls = [{"type": "object", "properties": {
             "name": {"const": t["name"]},
             "arguments": t.get("parameters") or {"type": "object"}},
             "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
         schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
         markers = self.chat.tool_call_markers
-        think = f'{self._literal(close_thinking)} "\\n\\n" ' if close_thinking else ""
         if markers is None:
             if not think:
                 return Grammar.json_schema(schema)
             return Grammar.lark(f"start: {think}call\ncall: {lark_json(schema)}")
         return Grammar.lark(f'start: {think}{self._literal(markers[0])} "\\n" call "\\n" '
                             f"{self._literal(markers[1])}\ncall: {lark_json(schema)}")
+
+    def _format_call_grammar(self, tools: list[Message]) -> str:
+        """The Lark rules after ``start:`` of one call of ``tools`` written as the template's
+        call format has the model write it (llama.cpp's grammars for these formats):
+        Qwen3-Coder's XML, a value per parameter, raw text where the parameter may be a
+        string, else JSON of its schema; gpt-oss's commentary message to ``functions.NAME``;
+        Ministral's ``[TOOL_CALLS]NAME[ARGS]{...}``."""
+        from ..structured import lark_json
+
+        rules = []
+        for i, tool in enumerate(tools):
+            params = tool.get("parameters") or {"type": "object"}
+            name = json.dumps(tool["name"])
+            if self.chat.call_format == HARMONY:
+                rules.append(f"tool{i}: {name} \" \" {self._literal('<|constrain|>')} \"json\" "
+                             f"{self._literal('<|message|>')} {lark_json(params)}")
+            elif self.chat.call_format == MINISTRAL:
+                rules.append(f"tool{i}: {name} {self._literal('[ARGS]')} {lark_json(params)}")
+            else:
+                properties = params.get("properties") or {}
+                required = [k for k in params.get("required") or () if k in properties]
+                optional = [k for k in properties if k not in required]
+                for j, key in enumerate(list(properties)):
+                    schema = properties[key]
+                    types = schema_types(schema)
+                    value = ("XML_STRING" if not types or "string" in types else
+                             f'{lark_json(schema)} "\\n</parameter>\\n"')
+                    rules.append(f"tool{i}_p{j}: {json.dumps('<parameter=' + key + '>' + chr(10))} {value}")
+                index = {k: j for j, k in enumerate(properties)}
+                args = " ".join(f"tool{i}_p{index[k]}" for k in required)
+                if optional:
+                    args += " (" + " | ".join(f"tool{i}_p{index[k]}" for k in optional) + ")*"
+                rules.append(f"tool{i}: {json.dumps('<function=' + tool['name'] + '>' + chr(10))} {args} "
+                             '"</function>\\n"')
+        call = " | ".join(f"tool{i}" for i in range(len(tools)))
+        if self.chat.call_format == HARMONY:
+            head = f'{self._literal("<|channel|>")} "commentary to=functions." ({call})'
+        elif self.chat.call_format == MINISTRAL:
+            head = f'{self._literal("[TOOL_CALLS]")} ({call})'
+        else:
+            head = f'{self._literal("<tool_call>")} "\\n" ({call}) {self._literal("</tool_call>")}'
+            # a raw value ends at "\n</parameter>\n", which the lexeme includes (a lexeme
+            # ending before it would be read greedily into it); no "</parameter>" inside
+            rules.append(r'XML_STRING: /(?s:.*)\n<\/parameter>\n/ & ~/(?s:.*)<\/parameter>(?s:..+)/')
+        return head + "\n" + "\n".join(rules)
 
     def _turn(self, messages: list[Message], prompt: list[int], max_tokens: Optional[int],
               stops: list[str], show_thinking: bool, in_thinking: bool,
@@ -350,9 +421,13 @@ class ChatSession:
             self._messages = previous
             raise
         chat = self.chat
-        parser = ReplyParser(stops + ([self._eot_text] if self._eot_text else []),
-                              think=chat.think_markers, tool=chat.tool_call_markers,
-                              json_tools=bool(self.tools), in_thinking=in_thinking)
+        stop_texts = stops + ([self._eot_text] if self._eot_text else [])
+        parser: Union[ReplyParser, HarmonyParser] = HarmonyParser(stop_texts) if chat.call_format == HARMONY else \
+            ReplyParser(stop_texts, think=chat.think_markers, tool=chat.tool_call_markers,
+                        json_tools=bool(self.tools), in_thinking=in_thinking,
+                        tool_ends_thinking=chat.call_format == QWEN3_CODER,
+                        bare_calls=[f"<function={function_of(t)['name']}>" for t in self.tools or ()
+                                    if chat.call_format == QWEN3_CODER and "<think>" not in chat.source])
         decoder = self.tokenizer.stream_decoder()
         generated = 0
         finish = "length"
@@ -429,16 +504,17 @@ class ChatSession:
                 reported = len(records)
             yield item
 
-    def _record(self, parser: ReplyParser, finish: str, n_prompt: int, cached: int,
+    def _record(self, parser: Union[ReplyParser, HarmonyParser], finish: str, n_prompt: int, cached: int,
                 generated: int, continued: str = "") -> Reply:
         """Make the turn's Reply and add it to history (after ``continued``, the text of
         the assistant message it continues: the Reply holds only what it added)."""
         calls: list[ToolCall] = []
         errors: list[ToolCallError] = []
         names = [function_of(t)["name"] for t in self.tools] if self.tools else None
+        parameters = {function_of(t)["name"]: function_of(t).get("parameters") or {} for t in self.tools or ()}
         for raw in parser.tool_texts:
             # unique beyond this session: a client sends each request's history as a new one
-            parsed = parse_tool_call(raw, f"call_{uuid.uuid4().hex[:24]}", names)
+            parsed = parse_tool_call(raw, f"call_{uuid.uuid4().hex[:24]}", names, parameters)
             if isinstance(parsed, ToolCall):
                 calls.append(parsed)
             else:
@@ -449,6 +525,9 @@ class ChatSession:
                       n_prompt, cached, generated)
         message = reply.message
         message["content"] = continued + message["content"]
+        if calls and reply.thinking and self.chat.renders_tool_call_reasoning:
+            # the template keeps a tool-calling turn's thinking until the answer: so does history
+            message["reasoning_content"] = reply.thinking
         self._messages.append(message)
         self._version += 1
         self.last_reply = reply

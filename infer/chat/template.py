@@ -83,6 +83,30 @@ GEMMA4_TOOL_MARKERS = ("<|tool_call>", "<tool_call|>")
 # between LFM2_TOOL_MARKERS (llama.cpp common/parsers/lfm2.cpp detects the family so too)
 LFM2_TOOL_LIST = ("<|tool_list_start|>", "List of tools: [")
 
+#: Ministral 3 / Magistral: reasoning between these (their templates' thinking blocks)
+MISTRAL_THINK_MARKERS = ("[THINK]", "[/THINK]")
+#: gpt-oss's harmony tokens: the stream decoder may show them as it likes; the parser needs
+#: their spelling (reply_parser.HarmonyParser)
+HARMONY_TOKENS = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|return|>", "<|call|>")
+#: the call formats a template may call for (`Chat.call_format`), besides JSON
+QWEN3_CODER, HARMONY, MINISTRAL = "qwen3_coder", "harmony", "ministral"
+
+
+def call_format_of(source: str) -> Optional[str]:
+    """The call format a template's text shows, detected as llama.cpp's common/chat.cpp
+    does: gpt-oss's ``<|channel|>`` (harmony), Ministral 3's ``[TOOL_CALLS]NAME[ARGS]``
+    (with ``[SYSTEM_PROMPT]``), Qwen3-Coder's ``<function=`` / ``<parameter=`` XML inside
+    ``<tool_call>`` (Qwen3.5, Qwen3-Coder, Nemotron 3 Nano); else None."""
+    if "<|channel|>" in source:
+        return HARMONY
+    if all(m in source for m in ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")):
+        return MINISTRAL
+    if all(m in source for m in ("<tool_call>", "<function=", "<parameter=")) and \
+            "'<tool_call><function=' ~ tool_call.name ~ '>'" not in source:
+        return QWEN3_CODER
+    return None
+
+
 # Probe contents: strings no template rewrites (no surrounding whitespace to trim).
 _PROBE_SYSTEM = "probe-system-3e1f"
 _PROBE_USER = "probe-user-3e1f"
@@ -137,6 +161,12 @@ class Chat:
             tool_call_markers = GEMMA4_TOOL_MARKERS
         if tool_call_markers is None and any(m in sources for m in LFM2_TOOL_LIST):
             tool_call_markers = LFM2_TOOL_MARKERS
+        #: the format of the model's calls: None (JSON), `QWEN3_CODER`, `HARMONY` or `MINISTRAL`
+        self.call_format = call_format_of(sources)
+        if think_markers is None and all(m in sources for m in MISTRAL_THINK_MARKERS):
+            think_markers = MISTRAL_THINK_MARKERS
+        if self.call_format == HARMONY:  # channels, not markers (reply_parser.HarmonyParser)
+            think_markers = tool_call_markers = None
         self.think_markers = think_markers
         self.tool_call_markers = tool_call_markers
         self._compiled: dict[str, jinja2.Template] = {}
@@ -214,7 +244,15 @@ class Chat:
         render become the JSON text the model would have written, and tools it
         does not describe are described in the system prompt.
         """
-        return self.render_raw(self.adapt(messages, tools), add_generation_prompt, tools, **kwargs)
+        text = self.render_raw(self.adapt(messages, tools), add_generation_prompt, tools, **kwargs)
+        if self.call_format == HARMONY and not add_generation_prompt:
+            # gpt-oss's template ends a conversation on an answer with <|return|>, a token for
+            # training; at inference the answer ended in <|end|> (llama.cpp does the same), so
+            # the next turn's prompt starts with the same tokens
+            at = text.rfind("<|return|>")
+            if at >= 0:
+                text = text[:at] + "<|end|>" + text[at + len("<|return|>"):]
+        return text
 
     def adapt(self, messages: Sequence[Message], tools: Optional[Sequence[Message]] = None) -> list[Message]:
         """``messages`` reshaped into what this template accepts (see `render`)."""
@@ -259,6 +297,12 @@ class Chat:
         elif not isinstance(content, str):
             raise TypeError(f"message content: expected str, list of parts or None, got {type(content).__name__}")
         m["content"] = content
+        if self.call_format == HARMONY and isinstance(m.get("reasoning_content"), str):
+            # gpt-oss's template reads reasoning from "thinking", and refuses both it and
+            # content beside a tool call (llama.cpp's adjustment too)
+            m["thinking"] = m.pop("reasoning_content")
+            if m.get("tool_calls"):
+                m["content"] = ""
         calls = m.get("tool_calls")
         if calls:
             if not isinstance(calls, (list, tuple)):
@@ -394,12 +438,29 @@ class Chat:
     def renders_parallel_tool_calls(self) -> bool:
         """False when the template renders a message with one tool call but refuses one
         with two (Llama 3.1's and 3.2's raise "only supports single tool-calls at once")."""
+        content_none, string_arguments = self.tool_call_shape
+
         def renders(n: int) -> bool:
-            calls = [{"id": f"call{i}3e1f", "type": "function", "function": {"name": "probe", "arguments": {}}}
+            calls = [{"id": f"call{i}3e1f", "type": "function",
+                      "function": {"name": f"probe{i}", "arguments": "{}" if string_arguments else {}}}
                      for i in range(n)]
-            return self._renders([{"role": "user", "content": _PROBE_USER},
-                                  {"role": "assistant", "content": "", "tool_calls": calls}]) is not None
+            text = self._renders([{"role": "user", "content": _PROBE_USER},
+                                  {"role": "assistant", "content": None if content_none else "", "tool_calls": calls}])
+            # gpt-oss's renders the first call only, without complaint
+            return text is not None and f"probe{n - 1}" in text
         return not self.renders_tool_calls or renders(2) or not renders(1)
+
+    @functools.cached_property
+    def renders_tool_call_reasoning(self) -> bool:
+        """Whether the template shows the reasoning of an assistant message with tool calls
+        that follows the last user message (``reasoning_content``): Qwen3's, Qwen3.5's and
+        gpt-oss's keep the thinking of a tool-calling turn until the answer, so the
+        session keeps it in that message rather than dropping it as it does elsewhere."""
+        call = {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": "probe", "arguments": {}}}
+        text = self._renders([{"role": "user", "content": _PROBE_USER},
+                              self._normalize({"role": "assistant", "content": "", "reasoning_content": _PROBE_SYSTEM,
+                                               "tool_calls": [call]})])
+        return text is not None and _PROBE_SYSTEM in text
 
     @functools.cached_property
     def needs_short_tool_call_ids(self) -> bool:
@@ -546,7 +607,10 @@ def _one_call_per_message(messages: list[Message]) -> list[Message]:
                 mine.append(unmatched.pop(0))
         for n, (call, mine) in enumerate(zip(calls, by_call)):
             later = None if message["content"] is None else ""
-            out.append(dict(message, content=message["content"] if n == 0 else later, tool_calls=[call]))
+            first = dict(message, content=message["content"] if n == 0 else later, tool_calls=[call])
+            if n:  # the reasoning was written once, before the first call
+                first = {k: v for k, v in first.items() if k not in ("reasoning_content", "thinking")}
+            out.append(first)
             out.extend(mine)
         out.extend(unmatched)
     return out

@@ -22,6 +22,11 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
     # Only the vocabulary is needed: no weights are mapped into a model.
     with GGUFFile(resolve_model(args.model)) as f:
         tok = Tokenizer.from_metadata(f.metadata)
+        kind = f.metadata.get("tokenizer.ggml.model")
+    # on stderr, where llama-tokenize logs the vocabulary: stdout stays its format
+    pre = getattr(tok, "pre", None)
+    sys.stderr.write(f"vocabulary: {kind}" + (f" (pre-tokenizer {pre})" if pre and kind == "gpt2" else "")
+                     + f", {len(tok.vocab)} tokens\n")
     ids = tok.encode(text, add_special=not args.no_bos, parse_special=not args.no_parse_special)
     out = sys.stdout
     if args.ids:
