@@ -90,9 +90,10 @@ def teacher_logits(path: str, tokens: np.ndarray, n_ctx: int) -> np.ndarray:
         L.llama_model_free(model)
 
 
-def llama_tokenize(path: str, texts, add_special: bool = False) -> list[list[int]]:
+def llama_tokenize(path: str, texts, add_special: bool = False, parse_special: bool = False) -> list[list[int]]:
     """llama.cpp's token ids of each text with the file's vocabulary (``llama_tokenize``,
-    special tokens not parsed; BOS/EOS added as the vocabulary says if ``add_special``)."""
+    special tokens parsed only with ``parse_special``; BOS/EOS added as the vocabulary
+    says if ``add_special``)."""
     L = _llama()
     params = L.llama_model_default_params()
     params.vocab_only = True
@@ -105,7 +106,7 @@ def llama_tokenize(path: str, texts, add_special: bool = False) -> list[list[int
         for text in texts:
             raw = text.encode()
             ids = (L.llama_token * (len(raw) + 8))()
-            n = L.llama_tokenize(vocab, raw, len(raw), ids, len(ids), add_special, False)
+            n = L.llama_tokenize(vocab, raw, len(raw), ids, len(ids), add_special, parse_special)
             if n < 0:
                 raise RuntimeError(f"llama_tokenize failed on {text!r}")
             out.append([int(ids[i]) for i in range(n)])

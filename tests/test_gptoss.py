@@ -159,6 +159,26 @@ def test_generate_chat_and_info(tiny_dir, capsys):
     assert f"{active / 1e6:.1f}M per token (2 of 8" in out, out
 
 
+def test_gpt_oss_tokenizer_and_chat(tiny_dir):
+    """The tiny file with gpt-oss's tokenizer metadata (pre-tokenizer "gpt-4o", harmony
+    control tokens, the real chat template): infer's ids for harmony texts are
+    llama.cpp's (tests/data/llama_cpp_gptoss_tokens.json), and a chat turn runs through
+    the harmony format, its prompt ending in the assistant's opener."""
+    import json
+
+    path = tm.gptoss_harmony_file(str(tiny_dir / "gpt-oss-harmony.gguf"))
+    with open(os.path.join(os.path.dirname(DATA), "llama_cpp_gptoss_tokens.json"), encoding="utf-8") as f:
+        record = json.load(f)
+    assert record["sha256"] == tm.sha256(path), "the file differs from the one llama.cpp read; re-record"
+    with infer.load(path) as model:
+        for text, ids in record["cases"]:
+            assert model.tokenizer.encode(text, add_special=False, parse_special=True) == ids, text
+        prompt = model.chat.render([{"role": "user", "content": "What is 17 x 23?"}], add_generation_prompt=True)
+        assert prompt.endswith("<|start|>user<|message|>What is 17 x 23?<|end|><|start|>assistant"), prompt
+        reply = infer.ChatSession(model, temperature=0).send("What is 17 x 23?", max_tokens=6)
+        assert reply.finish_reason in ("stop", "length")
+
+
 # ---- llama.cpp ---------------------------------------------------------------------------
 def test_reference_agrees_with_llama_cpp_and_each_piece_matters(recorded, tiny_dir, references):
     """The float64 reference against llama.cpp on F16 experts validates both

@@ -707,15 +707,20 @@ def write_gptoss(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
         return (centre + s * rng.standard_normal(n)).astype(np.float32)
 
     w = gguf.GGUFWriter(path, t.arch)
+    harmony = t.extra.get("vocabulary") == "harmony"
     _add_metadata(w, t.arch, {
         "context_length": t.n_ctx_train, "embedding_length": d, "block_count": L, "feed_forward_length": t.ffn,
         "attention.head_count": t.n_head, "attention.head_count_kv": t.n_kv_head, "rope.freq_base": t.rope_base,
-        "attention.layer_norm_rms_epsilon": t.eps, **t.extra})
-    _write_vocabulary(w)
+        "attention.layer_norm_rms_epsilon": t.eps, **{k: v for k, v in t.extra.items() if k != "vocabulary"}})
+    if harmony:
+        n_vocab = _write_harmony_vocabulary(w)
+    else:
+        _write_vocabulary(w)
+        n_vocab = VOCAB
     tensors: Dict[str, np.ndarray] = {}
-    tensors["token_embd.weight"] = mat(VOCAB, d, math.sqrt(d))
+    tensors["token_embd.weight"] = mat(n_vocab, d, math.sqrt(d))
     tensors["output_norm.weight"] = vec(d, 1.0, 0.1)
-    tensors["output.weight"] = mat(VOCAB, d, t.head_gain)
+    tensors["output.weight"] = mat(n_vocab, d, t.head_gain)
     for i in range(L):
         p = f"blk.{i}."
         tensors[p + "attn_norm.weight"] = vec(d, 1.0, 0.1)
@@ -751,6 +756,49 @@ def write_gptoss(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+#: gpt-oss's harmony control tokens (o200k_harmony's, at the end of the tiny vocabulary)
+HARMONY_SPECIALS = ["<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
+                    "<|return|>", "<|call|>"]
+#: harmony texts whose ids llama.cpp gave on `gptoss_harmony_file` (tests/data/llama_cpp_gptoss_tokens.json)
+HARMONY_TEXTS = (
+    "<|start|>system<|message|>You are a helpful assistant.\nReasoning: low<|end|>"
+    "<|start|>user<|message|>What is 17 x 23?<|end|><|start|>assistant",
+    "<|channel|>analysis<|message|>Multiply: 17*23 = 391.<|end|><|start|>assistant<|channel|>final<|message|>391"
+    "<|return|>",
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+    '{"city": "Paris"}<|call|>',
+    "It's 1234567 o'clock  in\n\nParis, isn't it?  Ünïcode 東京 🦊",
+)
+
+
+def _write_harmony_vocabulary(w) -> int:
+    """gpt-oss's tokenizer metadata on the tiny BPE: pre-tokenizer "gpt-4o", the harmony
+    control tokens (type 3), <|return|> as EOS, the real chat template
+    (tests/chat_templates/gpt-oss.jinja).  Returns the vocabulary's size."""
+    import os
+
+    base, merges = bpe_vocabulary()
+    tokens = base[:-len(SPECIALS)] + HARMONY_SPECIALS
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "gpt-4o")
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", [1] * (len(tokens) - len(HARMONY_SPECIALS)) + [3] * len(HARMONY_SPECIALS))
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.eos_token_id", tokens.index("<|return|>"))
+    w.add_uint32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_templates", "gpt-oss.jinja"),
+              encoding="utf-8") as f:
+        w.add_string("tokenizer.chat_template", f.read())
+    return len(tokens)
+
+
+def gptoss_harmony_file(path: str) -> str:
+    """The tiny gpt-oss file with gpt-oss's tokenizer metadata (`_write_harmony_vocabulary`)."""
+    t = GPTOSS["gpt-oss"]
+    return write_gptoss(dataclasses.replace(t, extra={**t.extra, "vocabulary": "harmony"}), path)
 
 
 def _add_shortconv(w, p, d, width, mat, rng):
