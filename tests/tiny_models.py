@@ -122,6 +122,11 @@ class Tiny:
     #: that every position's choice of experts is clear (tests/test_moe.py)
     prompt_seed: Optional[int] = None
     gemma4: Optional[Gemma4Shape] = None
+    #: lfm2moe: the leading layers with the dense FFN of width ffn, the experts'
+    #: width, and the std of the experts' selection biases (exp_probs_b)
+    dense_leading: int = 0
+    expert_ffn: int = 0
+    expert_bias: float = 0.0
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
@@ -275,7 +280,31 @@ GEMMA4: Dict[str, Tiny] = {
                        gemma4=Gemma4Shape(sliding=(True, False, True, False), kv_heads=(2, 1, 2, 1),
                                           ffn=(512,) * 4, v_from_k=True)),
 }
-#: every tiny file: TINY's, DENSE's, LFM2's and GEMMA4's (names are unique across them)
+#: LFM2-MoE (tests/test_lfm2moe.py; recorded into llama_cpp_lfm2moe.npz): LFM2-8B-A1B's
+#: shape in small: shortconv layers but for attention at 2, the first layer's FFN
+#: dense (of 512), then 8 experts of 128 with 2 used, sigmoid-gated, chosen with
+#: selection biases that change many choices; an untied head.  The prompt's seed
+#: keeps every choice of experts 0.002 from a tie in sigmoid + bias (the best of 60).
+LFM2MOE: Dict[str, Tiny] = {
+    "lfm2moe": Tiny("lfm2moe", 120, n_layer=4, qk_norm=True, conv_layers=(0, 1, 3), pre="lfm2", tied=False,
+                    n_expert=8, dense_leading=1, expert_ffn=128, expert_bias=0.3, router_gain=2.0,
+                    prompt_len=128, prompt_seed=46, extra={"rope.freq_base": 1000000.0, "vocab_size": VOCAB}),
+}
+#: Arcee (AFM-4.5B's shape in small: Llama with a ReLU² FFN without a gate, llama3 RoPE
+#: factors, an untied head) and Apertus (below); tests/test_families.py's, recorded into
+#: llama_cpp_lfm2moe.npz
+ARCEE: Dict[str, Tiny] = {
+    "arcee": Tiny("arcee", 121, tied=False, llama3_rope=True, prompt_len=256,
+                  extra={"rope.freq_base": 500000.0}),
+}
+#: Apertus (tests/test_arcee_apertus.py): xIELU FFNs without a gate, their parameters
+#: different in every layer (HF initialises alpha_p = alpha_n = 0.8, beta = 0.5, eps =
+#: -1e-6; these are trained-looking raw values, before the softplus), per-head q/k norms,
+#: NEOX RoPE, untied head
+XIELU = {"xielu.alpha_n": [0.1, 0.9, -0.4, 1.6], "xielu.alpha_p": [0.3, -0.5, 1.2, 0.0],
+         "xielu.beta": [0.5, 0.4, 0.6, 0.5], "xielu.eps": [-1e-6, -1e-6, -0.5, -1e-6]}
+ARCEE["apertus"] = Tiny("apertus", 122, tied=False, qk_norm=True, prompt_len=256,
+                        extra={"rope.freq_base": 500000.0})
 #: gpt-oss (tests/test_gptoss.py, llama_cpp_gptoss.npz; `write_gptoss`): q_dim 256 != dim 192
 #: (head_dim 64 as the real ones), a window of 32 on the even layers, YaRN, 8 experts of
 #: width 512 (so that the fused step splits long attention spans), 2 used
@@ -302,7 +331,9 @@ GPTOSS: Dict[str, Tiny] = {n: t for n, t in [
 #: the released files' expert format (the gguf package quantizes it; infer loads it once
 #: its kernels have MXFP4, and refuses the file naming the tensor until then)
 GPTOSS["gpt-oss-mxfp4"] = dataclasses.replace(GPTOSS["gpt-oss-q8_0"], seed=122, expert_type="mxfp4", prompt_seed=0)
-ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **GPTOSS}
+#: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's, LFM2MOE's, ARCEE's and GPTOSS's (names are unique
+#: across them)
+ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **GPTOSS}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -436,6 +467,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     t = tiny or ALL[name]
     if t.gemma4 is not None:
         return write_gemma4(t, path, more_tensors)
+    if t.arch == "lfm2moe":
+        return write_lfm2moe(t, path, more_tensors)
     if t.arch == "gpt-oss":
         return write_gptoss(t, path, more_tensors)
     rng = np.random.default_rng(t.seed)
@@ -469,6 +502,9 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     extra = dict(t.extra)
     extra.setdefault("rope.freq_base", t.rope_base)
     _add_metadata(w, a, extra)
+    if t.arch == "apertus":   # the converter's global per-layer arrays of xIELU's trained parameters
+        for key, values in XIELU.items():
+            w.add_array(key, [values[i % len(values)] for i in range(L)])
     if t.longrope:
         scale = t.n_ctx_train / extra["rope.scaling.original_context_length"]
         w.add_float32(f"{a}.rope.scaling.attn_factor",
@@ -544,6 +580,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
                 w.add_tensor(p + "ffn_down_shexp.weight", mat(d, t.shared_ffn))
         elif t.fused_gate_up:
             w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(t.ffn, d), mat(t.ffn, d)]))
+        elif t.arch in ("arcee", "apertus"):   # no gate: act(h Wup) Wdown
+            w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
         else:
             w.add_tensor(p + "ffn_gate.weight", mat(t.ffn, d))
             w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
@@ -579,10 +617,10 @@ def _add_metadata(w, arch: str, values: Dict[str, Any]) -> None:
             w.add_uint32(key, v)
 
 
-def _write_vocabulary(w) -> None:
+def _write_vocabulary(w, pre: str = "default") -> None:
     tokens, merges = bpe_vocabulary()
     w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_string("tokenizer.ggml.pre", "default")
+    w.add_string("tokenizer.ggml.pre", pre)
     w.add_array("tokenizer.ggml.tokens", tokens)
     w.add_array("tokenizer.ggml.token_type", [1] * (VOCAB - len(SPECIALS)) + [3] * len(SPECIALS))
     w.add_array("tokenizer.ggml.merges", merges)
@@ -675,6 +713,72 @@ def write_gemma4(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
             w.add_tensor(p + "proj.weight", mat(d, P))
             w.add_tensor(p + "post_norm.weight", norm(d))
         w.add_tensor(p + "layer_output_scale.weight", np.array([0.6 + 0.4 * rng.random()], np.float32))
+    for k, v in (more_tensors or {}).items():
+        w.add_tensor(k, v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_lfm2moe(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray]] = None) -> str:
+    """An lfm2moe file as conversion/lfm2.py's LFM2MoeModel writes it: lfm2's keys and
+    layers, expert_feed_forward_length, leading_dense_block_count and
+    expert_gating_func (2, sigmoid); the dense layers' ffn_{gate,up,down}, the
+    others' ffn_gate_inp, stacked ffn_*_exps and exp_probs_b.bias (HF's expert_bias)."""
+    import gguf
+
+    rng = np.random.default_rng(t.seed)
+    d, hd, L, a = t.dim, t.head_dim, t.n_layer, t.arch
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, a)
+    for key, value in (("context_length", t.n_ctx_train), ("embedding_length", d), ("block_count", L),
+                       ("feed_forward_length", t.ffn), ("attention.head_count", t.n_head),
+                       ("expert_count", t.n_expert), ("expert_used_count", 2),
+                       ("expert_feed_forward_length", t.expert_ffn), ("leading_dense_block_count", t.dense_leading),
+                       ("expert_gating_func", 2), ("shortconv.l_cache", t.conv_width)):
+        w.add_uint32(f"{a}.{key}", value)
+    w.add_array(f"{a}.attention.head_count_kv", [0 if i in t.conv_layers else t.n_kv_head for i in range(L)])
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", t.eps)
+    for k, v in t.extra.items():
+        if isinstance(v, float):
+            w.add_float32(f"{a}.{k}", v)
+        else:
+            w.add_uint32(f"{a}.{k}", v)
+    _write_vocabulary(w, t.pre)
+    w.add_tensor("token_embd.weight", mat(VOCAB, d, t.head_gain if t.tied else math.sqrt(d)))
+    w.add_tensor("token_embd_norm.weight", norm(d))
+    if not t.tied:
+        w.add_tensor("output.weight", mat(VOCAB, d, t.head_gain))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", norm(d))
+        if i in t.conv_layers:
+            _add_shortconv(w, p, d, t.conv_width, mat, rng)
+        else:
+            w.add_tensor(p + "attn_q.weight", mat(t.n_head * hd, d, 1.5))
+            w.add_tensor(p + "attn_k.weight", mat(t.n_kv_head * hd, d, 1.5))
+            w.add_tensor(p + "attn_v.weight", mat(t.n_kv_head * hd, d))
+            w.add_tensor(p + "attn_q_norm.weight", norm(hd))
+            w.add_tensor(p + "attn_k_norm.weight", norm(hd))
+            w.add_tensor(p + "attn_output.weight", mat(d, t.n_head * hd))
+        w.add_tensor(p + "ffn_norm.weight", norm(d))
+        if i < t.dense_leading:
+            w.add_tensor(p + "ffn_gate.weight", mat(t.ffn, d))
+            w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
+            w.add_tensor(p + "ffn_down.weight", mat(d, t.ffn))
+            continue
+        w.add_tensor(p + "ffn_gate_inp.weight", mat(t.n_expert, d, t.router_gain).astype(np.float32))
+        for part, rows, cols in (("gate", t.expert_ffn, d), ("up", t.expert_ffn, d), ("down", d, t.expert_ffn)):
+            w.add_tensor(p + f"ffn_{part}_exps.weight", np.stack([mat(rows, cols) for _ in range(t.n_expert)]))
+        w.add_tensor(p + "exp_probs_b.bias", (t.expert_bias * rng.standard_normal(t.n_expert)).astype(np.float32))
     for k, v in (more_tensors or {}).items():
         w.add_tensor(k, v)
     w.write_header_to_file()

@@ -1,4 +1,6 @@
 """Built-in model variants; importing this package registers their architectures."""
+from . import apertus  # noqa: F401
+from . import arcee  # noqa: F401
 from . import ernie4_5  # noqa: F401
 from . import exaone  # noqa: F401
 from . import exaone4  # noqa: F401

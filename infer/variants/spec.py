@@ -27,10 +27,13 @@ One block, with every optional piece (each is off by default):
         x += a * residual_scale
         h = rmsnorm(x, ffn_norm)                      (pre_norms; else h = x)
         f = (act(h Wgate) * h Wup) Wdown              (act: activation; one matrix
-                                                       gate|up: fused_gate_up)
-            or, with moe: p = softmax(h Wrouter); the top experts_used experts e
-            by p, each weighted p_e (renormalised to sum 1: norm_weights),
+                                                       gate|up: fused_gate_up; relu_sqr,
+                                                       xielu: act(h Wup) Wdown, no gate)
+            or, with moe: p = softmax(h Wrouter) (or sigmoid: moe.gating); the
+            top experts_used experts e by p (by p + bias: moe.selection_bias),
+            each weighted p_e (renormalised to sum 1: norm_weights),
             f = sum_e p_e (act(h Wgate_e) * h Wup_e) Wdown_e
+            (a layer with dense_ffn has the dense FFN instead)
             (gpt-oss: router and expert biases, p = softmax of the chosen logits)
         f = rmsnorm(f, post_ffn_norm)                 (post_ffn_norm)
         x += f * residual_scale
@@ -70,9 +73,13 @@ from typing import Optional, Tuple
 import numpy as np
 from numpy.typing import NDArray
 
-#: the FFN activations the kernels have (gated: act(gate) * up; "swiglu_oai": gpt-oss's
-#: min(gate, 7) * sigmoid(1.702 min(gate, 7)) * (clamp(up, -7, 7) + 1))
-ACTIVATIONS = ("silu", "gelu_tanh", "swiglu_oai")
+#: the FFN activations the kernels have: gated, act(h Wgate) * h Wup ("silu",
+#: "gelu_tanh", "swiglu_oai": gpt-oss's min(gate, 7) * sigmoid(1.702 min(gate, 7)) *
+#: (clamp(up, -7, 7) + 1)); or without a gate (no ffn_gate tensor), act(h Wup): "relu_sqr",
+#: relu(u)^2 (Arcee), "xielu" with each layer's LayerSpec.xielu (Apertus)
+ACTIVATIONS = ("silu", "gelu_tanh", "relu_sqr", "xielu", "swiglu_oai")
+#: the activations without a gate
+UNGATED = ("relu_sqr", "xielu")
 #: RoPE layouts: "norm" rotates adjacent pairs (2i, 2i+1) of a head (GGUF `llama`,
 #: whose converter permuted Q/K rows); "neox" rotates (i, i + head_dim/2)
 ROPE_LAYOUTS = ("norm", "neox")
@@ -145,9 +152,9 @@ class Rope:
 
 
 #: how a mixture of experts turns router logits into probabilities (llama.cpp's
-#: LLAMA_EXPERT_GATING_FUNC_TYPE_*): "softmax" over all experts; "softmax_weight"
-#: (gpt-oss) picks the top experts by logit and softmaxes their logits alone
-GATINGS = ("softmax", "softmax_weight")
+#: LLAMA_EXPERT_GATING_FUNC_TYPE_*): softmax over the experts, or each logit's sigmoid;
+#: "softmax_weight" (gpt-oss) picks the top experts by logit and softmaxes their logits alone
+GATINGS = ("softmax", "sigmoid", "softmax_weight")
 #: llama.cpp's LLAMA_MAX_EXPERTS
 MAX_EXPERTS = 1024
 
@@ -157,9 +164,10 @@ class MoE:
     """A mixture-of-experts FFN (llama.cpp's build_moe_ffn, src/llama-graph.cpp).
 
     Each token's router logits ``h Wrouter`` (n_experts of them) become
-    probabilities by ``gating``; the ``n_used`` most probable experts run, and
-    their outputs are summed weighted by their probabilities, divided by the sum
-    of those (clamped below at 2**-14, as llama.cpp does) if ``norm_weights``,
+    probabilities by ``gating``; the ``n_used`` most probable experts run (with
+    ``selection_bias``: the largest probability + the layer's bias of the expert),
+    and their outputs are summed weighted by their probabilities, divided by the
+    sum of those (clamped below at 2**-14, as llama.cpp does) if ``norm_weights``,
     then multiplied by ``weight_scale``.  Expert e's gate, up and down matrices
     are rows [e * n, (e + 1) * n) of one stacked matrix (n: ffn_dim for gate and
     up, the model's dim for down)."""
@@ -174,6 +182,10 @@ class MoE:
     #: width of a shared expert every token also runs (ffn_{gate,up,down}_shexp),
     #: its output times sigmoid(h . ffn_gate_inp_shexp) (Qwen 2 MoE); 0: none
     shared_ffn_dim: int = 0
+    #: a per-expert bias (blk.N.exp_probs_b.bias, n_experts F32) added to the
+    #: probabilities for the choice of experts only, not to their weights
+    #: (llama.cpp's exp_probs_b: DeepSeek V3, LFM2-MoE)
+    selection_bias: bool = False
     #: ffn_gate_inp.bias added to the router logits (gpt-oss)
     router_bias: bool = False
     #: ffn_{gate,up,down}_exps.bias: each expert's biases on its gate, up and down
@@ -224,12 +236,21 @@ class LayerSpec:
     #: a shortconv layer's kernel width L (GGUF ``shortconv.l_cache``): position p
     #: reads the gated inputs of positions p-L+1 .. p
     conv_width: int = 0
+    #: a dense FFN (ffn_gate/up/down of this layer's ffn_dim) in a model whose other
+    #: layers have the mixture of experts (LFM2-MoE's leading_dense_block_count layers)
+    dense_ffn: bool = False
+    #: the xielu activation's (alpha_n, alpha_p, beta, eps) in this layer, as ggml_xielu
+    #: takes them (alpha_n = beta + softplus(the file's), alpha_p = softplus(the file's)):
+    #: xielu(u) = alpha_p u^2 + beta u (u > 0), (expm1(min(u, eps)) - u) alpha_n + beta u
+    xielu: Optional[Tuple[float, float, float, float]] = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.window <= 2**31 - 1:
             raise ValueError(f"window: must be in [0, 2**31 - 1], got {self.window}")
         if self.kind not in LAYER_KINDS:
             raise ValueError(f"layer kind: expected one of {LAYER_KINDS}, got {self.kind!r}")
+        if self.xielu is not None and (len(self.xielu) != 4 or not all(math.isfinite(v) for v in self.xielu)):
+            raise ValueError(f"xielu: expected 4 finite numbers (alpha_n, alpha_p, beta, eps), got {self.xielu!r}")
         if self.kind == "shortconv" and not 2 <= self.conv_width <= MAX_CONV_WIDTH:
             raise ValueError(f"conv_width: a shortconv layer needs 2 .. {MAX_CONV_WIDTH}, got {self.conv_width}")
         for name in ("head_dim", "n_kv_heads", "ffn_dim"):
@@ -288,11 +309,13 @@ class TransformerSpec:
     #: no output.weight: the head is token_embd (None: whichever the file has)
     tied_head: Optional[bool] = None
     #: a mixture of experts in place of every layer's FFN (ffn_gate_inp and the
-    #: stacked ffn_{gate,up,down}_exps); ffn_dim is then one expert's width
+    #: stacked ffn_{gate,up,down}_exps) but the layers with dense_ffn; ffn_dim is
+    #: then one expert's width
     moe: Optional[MoE] = None
 
     # ---- the maths -----------------------------------------------------------------
-    #: gated FFN activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    #: FFN activation: "silu" (SwiGLU), "gelu_tanh" (GeGLU), or without a gate
+    #: "relu_sqr" (relu(h Wup)^2 Wdown, Arcee) or "xielu" (LayerSpec.xielu; Apertus)
     activation: str = "silu"
     #: multiplies q.k in attention; None: 1 / sqrt(head_dim)
     query_scale: Optional[float] = None
@@ -348,6 +371,8 @@ class TransformerSpec:
         if self.moe is not None and (self.moe.ffn_dim != self.ffn_dim or self.fused_gate_up):
             raise ValueError(f"moe: ffn_dim {self.ffn_dim} must be the experts' width {self.moe.ffn_dim}, "
                              "and experts have separate gate and up matrices")
+        if self.moe is None and any(layer.dense_ffn for layer in self.layers):
+            raise ValueError("layers: dense_ffn marks the dense layers of a mixture of experts; there is none")
         if self.qk_norm_after_rope and self.qk_norm_scope != "head":
             raise ValueError("qk_norm_after_rope: only with per-head q/k norms (qk_norm_scope 'head')")
         if not isinstance(self.ffn_norm_tensor, str) or not self.ffn_norm_tensor:
@@ -356,6 +381,10 @@ class TransformerSpec:
             raise ValueError(f"qk_norm_scope: expected one of {QK_NORM_SCOPES}, got {self.qk_norm_scope!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.activation in UNGATED and (self.moe is not None or self.fused_gate_up):
+            raise ValueError(f"activation {self.activation} (no gate): not with experts or a fused gate|up")
+        if any((layer.xielu is not None) != (self.activation == "xielu") for layer in self.layers):
+            raise ValueError("layers: the xielu activation has every layer's xielu parameters, another none")
         if not (math.isfinite(self.rms_eps) and self.rms_eps > 0):
             raise ValueError(f"rms_eps: must be a finite number > 0, got {self.rms_eps}")
         if self.query_scale is not None and not (math.isfinite(self.query_scale) and self.query_scale > 0):
@@ -398,6 +427,10 @@ class TransformerSpec:
     def layer_ffn_dim(self, li: int) -> int:
         f = self.layers[li].ffn_dim
         return self.ffn_dim if f is None else f
+
+    def layer_experts(self, li: int) -> bool:
+        """Whether layer li's FFN is the mixture of experts (not a dense one)."""
+        return self.moe is not None and not self.layers[li].dense_ffn
 
     def layer_kv_owner(self, li: int) -> int:
         """The layer whose KV cache layer li reads (itself unless shared)."""

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from .. import kernels as K
 from ..runtime import Context, Engine, ModelClosedError, RowOutputs
-from .spec import MoE, TransformerSpec
+from .spec import UNGATED, LayerSpec, MoE, TransformerSpec
 from .weights import LayerWeights, Matrix, ModelWeights, load_weights, repack_enabled, repack_weights
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
@@ -199,13 +199,15 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
     layers = []
     for li, (L, ls) in enumerate(zip(w.layers, spec.layers)):
         if ls.shortconv:
-            layers.append(_shortconv_arguments(L))
+            layers.append(_shortconv_arguments(L, ls))
             continue
         assert L.wq is not None and L.wo is not None
         hd = spec.layer_head_dim(li)
         layer: Dict[str, Any] = dict(
             wq=L.wq.as_tuple(), wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(), up=L.w_up.as_tuple(),
             down=L.w_down.as_tuple(), window=ls.window, rope=None, kv_source=ls.kv_source, v_from_k=ls.v_from_k)
+        if ls.xielu is not None:
+            layer["xielu"] = ls.xielu
         for name in ("head_dim", "n_kv_heads", "ffn_dim"):   # a layer's own sizes; else the spec's
             if getattr(ls, name) is not None:
                 layer[name] = getattr(ls, name)
@@ -213,19 +215,10 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
             m = getattr(L, name)
             if m is not None:
                 layer[name] = m.as_tuple()
-        if L.router is not None:
-            layer["router"] = L.router.as_tuple()
-        for key, vec in (("sinks", L.attn_sinks), ("o_bias", L.o_bias), ("router_bias", L.router_bias)):
+        layer.update(_expert_arguments(L, ls))
+        for key, vec in (("sinks", L.attn_sinks), ("o_bias", L.o_bias)):
             if vec is not None:
                 layer[key] = vec.data
-        for key, table in (("gate_exps_bias", L.gate_exps_bias), ("up_exps_bias", L.up_exps_bias),
-                           ("down_exps_bias", L.down_exps_bias)):
-            if table is not None:   # expert by expert
-                layer[key] = table.data.reshape(-1)
-        if L.shared_gate is not None and L.shared_up is not None and L.shared_down is not None \
-                and L.shared_gate_inp is not None:
-            layer.update(shexp_gate=L.shared_gate.as_tuple(), shexp_up=L.shared_up.as_tuple(),
-                         shexp_down=L.shared_down.as_tuple(), shexp_gate_inp=L.shared_gate_inp.data)
         for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm",
                      "q_bias", "k_bias", "v_bias", "ple_post_norm"):
             vec = getattr(L, name)
@@ -240,15 +233,40 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
     return w.token_embd.as_tuple(), w.output.as_tuple(), w.output_norm.data, layers
 
 
-def _shortconv_arguments(L: LayerWeights) -> Dict[str, Any]:
+def _expert_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
+    """A layer's mixture-of-experts pieces (none in a dense layer) as kernels.TransformerDecoder takes them."""
+    pieces: Dict[str, Any] = {}
+    if ls.dense_ffn:
+        pieces["dense_ffn"] = True
+    if L.router is not None:
+        pieces["router"] = L.router.as_tuple()
+    if L.expert_bias is not None:
+        pieces["exp_probs_b"] = L.expert_bias.data
+    if L.router_bias is not None:
+        pieces["router_bias"] = L.router_bias.data
+    for key, table in (("gate_exps_bias", L.gate_exps_bias), ("up_exps_bias", L.up_exps_bias),
+                       ("down_exps_bias", L.down_exps_bias)):
+        if table is not None:   # expert by expert
+            pieces[key] = table.data.reshape(-1)
+    if L.shared_gate is not None and L.shared_up is not None and L.shared_down is not None \
+            and L.shared_gate_inp is not None:
+        pieces.update(shexp_gate=L.shared_gate.as_tuple(), shexp_up=L.shared_up.as_tuple(),
+                      shexp_down=L.shared_down.as_tuple(), shexp_gate_inp=L.shared_gate_inp.data)
+    return pieces
+
+
+def _shortconv_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
     """A shortconv layer as kernels.TransformerDecoder takes it."""
     assert (L.conv_b is not None and L.conv_c is not None and L.conv_u is not None
             and L.conv_out is not None and L.conv_kernel is not None)
     assert L.attn_norm is not None and L.ffn_norm is not None   # the loader requires pre-norms
-    return dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=L.w_gate.as_tuple(),
-                up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
-                conv=(L.conv_kernel, L.conv_b.as_tuple(), L.conv_c.as_tuple(), L.conv_u.as_tuple(),
-                      L.conv_out.as_tuple()))
+    layer = dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=L.w_gate.as_tuple(),
+                 up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
+                 conv=(L.conv_kernel, L.conv_b.as_tuple(), L.conv_c.as_tuple(), L.conv_u.as_tuple(),
+                       L.conv_out.as_tuple()))
+    if ls.ffn_dim is not None:
+        layer["ffn_dim"] = ls.ffn_dim
+    return {**layer, **_expert_arguments(L, ls)}
 
 
 class TransformerContext(Context):
@@ -354,8 +372,12 @@ class TransformerContext(Context):
         ffn = spec.layer_ffn_dim(li)
         gate, up = s.rows(s.gate, ffn), s.rows(s.up, ffn)   # this layer's width
         self._pre_norm(s, w.ffn_norm)
-        if spec.moe is not None:
+        if spec.layer_experts(li):
             self._experts(w, s)
+        elif spec.activation in UNGATED:   # no gate: act(h Wup)
+            s.mul(s.h1, (w.w_up, up))
+            _ungated(spec.activation, spec.layers[li].xielu, up, gate)
+            s.mul(gate, (w.w_down, s.h2))
         else:
             s.mul(s.h1, (w.w_gate, gate), (w.w_up, up))  # one quantized input for gate, up
             self._glu(gate, up)
@@ -481,7 +503,8 @@ class TransformerContext(Context):
         moe = self.spec.moe
         assert moe is not None and w.router is not None
         ffn, dim = self.spec.ffn_dim, self.spec.dim
-        experts, weights = route(s.h1, w.router, moe, w.router_bias.data if w.router_bias is not None else None)
+        router_bias = w.router_bias.data if w.router_bias is not None else None
+        experts, weights = route(s.h1, w.router, moe, w.expert_bias, router_bias)
         s.h2.fill(0.0)
         # (row, slot) pairs grouped by expert: a stable sort keeps rows in order
         flat = experts.reshape(-1)
@@ -494,7 +517,9 @@ class TransformerContext(Context):
             rows = picks // moe.n_used
             m = len(rows)
             h = s.h1[rows]
-            gate, up, out = s.gate[:m], s.up[:m], s.h1_out[:m]
+            # contiguous (m, ffn) views: a dense layer's FFN may be wider (LFM2-MoE)
+            gate, up = (buf.reshape(-1)[:m * ffn].reshape(m, ffn) for buf in (s.gate, s.up))
+            out = s.h1_out[:m]
             xq = _mul(h, w.w_gate.row_slice(e * ffn, (e + 1) * ffn), gate)
             _mul(h, w.w_up.row_slice(e * ffn, (e + 1) * ffn), up, xq)   # the same activation format
             if w.gate_exps_bias is not None and w.up_exps_bias is not None:
@@ -699,33 +724,57 @@ def _kv_layout(spec: TransformerSpec, cache: NDArray[Any], n_ctx: int) -> list[N
     return views
 
 
-def route(h: NDArray[Any], router: Matrix, moe: MoE,
-          bias: Optional[NDArray[Any]] = None) -> Tuple[NDArray[Any], NDArray[Any]]:
+def route(h: NDArray[Any], router: Matrix, moe: MoE, bias: Optional[Any] = None,
+          logit_bias: Optional[NDArray[Any]] = None) -> Tuple[NDArray[Any], NDArray[Any]]:
     """(experts, weights) of each row of h, each (n, moe.n_used): the experts
-    chosen by the router (its logits plus ``bias``, if given), most probable
-    first (the lower index among equals), and the weights of their outputs
-    (llama.cpp's build_moe_ffn: softmax gating, or softmax_weight's softmax over
-    the chosen logits alone).  The probabilities are computed in double, as the
-    fused C step does (csrc/transformer_block.c, route_token)."""
+    chosen by the router (its logits plus ``logit_bias``, gpt-oss's router bias, if
+    given), most probable first (the lower index among equals; with ``bias``, the
+    layer's selection biases (a Vector), by probability + bias), and the weights of
+    their outputs, the unbiased probabilities (llama.cpp's build_moe_ffn; with
+    softmax_weight gating, the softmax of the chosen logits alone).  The
+    probabilities are computed in double, as the fused C step does
+    (csrc/transformer_block.c, route_token)."""
     n = h.shape[0]
     logits = np.empty((n, moe.n_experts), np.float32)
     _mul(np.ascontiguousarray(h), router, logits)
-    if bias is not None:
-        logits += bias
-    experts = np.argsort(-logits, axis=1, kind="stable")[:, :moe.n_used]
+    if logit_bias is not None:
+        logits += logit_bias
     wide = logits.astype(np.float64)
+    if moe.gating == "sigmoid":
+        probs = 1.0 / (1.0 + np.exp(-wide))
+    else:
+        wide -= wide.max(axis=1, keepdims=True)
+        probs = np.exp(wide)
+        probs /= probs.sum(axis=1, keepdims=True)
+    # every gating keeps the logits' order, so without a bias the logits choose
+    keys = logits if bias is None else probs + bias.data.astype(np.float64)
+    experts = np.argsort(-keys, axis=1, kind="stable")[:, :moe.n_used]
     if moe.gating == "softmax_weight":
-        wide = np.take_along_axis(wide, experts, axis=1)
-    wide -= wide.max(axis=1, keepdims=True)
-    probs = np.exp(wide)
-    probs /= probs.sum(axis=1, keepdims=True)
-    chosen = probs if moe.gating == "softmax_weight" else np.take_along_axis(probs, experts, axis=1)
+        chosen = np.take_along_axis(wide, experts, axis=1)   # logits less their max
+        chosen = np.exp(chosen - chosen.max(axis=1, keepdims=True))
+        chosen /= chosen.sum(axis=1, keepdims=True)
+    else:
+        chosen = np.take_along_axis(probs, experts, axis=1)
     if moe.norm_weights:   # llama.cpp clamps the sum at F16's smallest normal
         chosen /= np.maximum(chosen.sum(axis=1, keepdims=True), 6.103515625e-5)
     weights = chosen.astype(np.float32)
     if moe.weight_scale != 1.0:
         weights *= np.float32(moe.weight_scale)
     return experts, weights
+
+
+def _ungated(activation: str, xielu: Optional[Tuple[float, float, float, float]], up: NDArray[Any],
+             out: NDArray[Any]) -> None:
+    """out = act(up) for an FFN without a gate, in float32 as the fused C step computes it:
+    relu(u)^2 (Arcee), or ggml's xielu with the layer's parameters (Apertus)."""
+    if activation == "relu_sqr":
+        np.maximum(up, np.float32(0.0), out=out)
+        np.multiply(out, out, out=out)
+        return
+    assert xielu is not None
+    an, ap, beta, eps = (np.float32(v) for v in xielu)
+    negative = (np.expm1(np.minimum(up, eps)) - up) * an + beta * up
+    np.copyto(out, np.where(up > 0, ap * up * up + beta * up, negative))
 
 
 def _mul(x: NDArray[Any], w: Matrix, out: NDArray[Any], xq: Optional[NDArray[Any]] = None) -> NDArray[Any]:
