@@ -71,6 +71,24 @@ class Gemma4Shape:
 
 
 @dataclass(frozen=True)
+class Qwen35Shape:
+    """What a tiny qwen35 / qwen35moe file has beyond `Tiny` (llama.cpp
+    src/models/qwen35.cpp and conversion/qwen.py's Qwen3_5TextModel): the gated
+    DeltaNet layers' sizes (ssm.*), which layers are recurrent (by
+    full_attention_interval, or the attention.recurrent_layers flags if given),
+    the partial rotary width and the IMROPE sections."""
+
+    conv_kernel: int = 4
+    d_state: int = 32
+    n_k_heads: int = 2
+    n_v_heads: int = 4
+    full_attention_interval: int = 2
+    recurrent_layers: Optional[tuple] = None
+    rope_dims: int = 16
+    sections: tuple = (3, 3, 2, 0)
+
+
+@dataclass(frozen=True)
 class Tiny:
     arch: str
     seed: int
@@ -122,6 +140,7 @@ class Tiny:
     #: that every position's choice of experts is clear (tests/test_moe.py)
     prompt_seed: Optional[int] = None
     gemma4: Optional[Gemma4Shape] = None
+    qwen35: Optional[Qwen35Shape] = None
     #: lfm2moe: the leading layers with the dense FFN of width ffn, the experts'
     #: width, and the std of the experts' selection biases (exp_probs_b)
     dense_leading: int = 0
@@ -305,6 +324,22 @@ XIELU = {"xielu.alpha_n": [0.1, 0.9, -0.4, 1.6], "xielu.alpha_p": [0.3, -0.5, 1.
          "xielu.beta": [0.5, 0.4, 0.6, 0.5], "xielu.eps": [-1e-6, -1e-6, -0.5, -1e-6]}
 ARCEE["apertus"] = Tiny("apertus", 122, tied=False, qk_norm=True, prompt_len=256,
                         extra={"rope.freq_base": 500000.0})
+#: Qwen3.5's files (tests/test_qwen35.py, `write_qwen35`), recorded into
+#: tests/data/llama_cpp_qwen35.npz: DeltaNet layers at 0 and 2 (full_attention_interval
+#: 2), attention at 1 and 3; 4 value heads over 2 key heads of 32; the MoE file marks
+#: its layers with attention.recurrent_layers and has a sigmoid-gated shared expert
+QWEN35: Dict[str, Tiny] = {n: t for n, t in [
+    ("qwen35", Tiny("qwen35", 120, n_layer=4, qk_norm=True, eps=1e-6, pre="qwen2",
+                    extra={"attention.key_length": 64, "attention.value_length": 64,
+                           "rope.freq_base": 1000000.0}, qwen35=Qwen35Shape())),
+    ("qwen35moe", Tiny("qwen35moe", 121, n_layer=3, qk_norm=True, eps=1e-6, pre="qwen2", tied=False, ffn=128,
+                       n_expert=8, shared_ffn=256, router_gain=MOE_ROUTER_GAIN, prompt_len=MOE_PROMPT_LEN,
+                       extra={"attention.key_length": 64, "attention.value_length": 64,
+                              "rope.freq_base": 1000000.0, "expert_count": 8, "expert_used_count": 2,
+                              "expert_feed_forward_length": 128, "expert_shared_feed_forward_length": 256},
+                       qwen35=Qwen35Shape(recurrent_layers=(True, False, True)))),
+]}
+
 #: gpt-oss (tests/test_gptoss.py, llama_cpp_gptoss.npz; `write_gptoss`): q_dim 256 != dim 192
 #: (head_dim 64 as the real ones), a window of 32 on the even layers, YaRN, 8 experts of
 #: width 512 (so that the fused step splits long attention spans), 2 used
@@ -331,9 +366,9 @@ GPTOSS: Dict[str, Tiny] = {n: t for n, t in [
 #: the released files' expert format (the gguf package quantizes it; infer loads it once
 #: its kernels have MXFP4, and refuses the file naming the tensor until then)
 GPTOSS["gpt-oss-mxfp4"] = dataclasses.replace(GPTOSS["gpt-oss-q8_0"], seed=122, expert_type="mxfp4", prompt_seed=0)
-#: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's, LFM2MOE's, ARCEE's and GPTOSS's (names are unique
-#: across them)
-ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **GPTOSS}
+#: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's, LFM2MOE's, ARCEE's, QWEN35's and GPTOSS's (names
+#: are unique across them)
+ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **QWEN35, **GPTOSS}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -469,6 +504,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         return write_gemma4(t, path, more_tensors)
     if t.arch == "lfm2moe":
         return write_lfm2moe(t, path, more_tensors)
+    if t.qwen35 is not None:
+        return write_qwen35(t, path, more_tensors)
     if t.arch == "gpt-oss":
         return write_gptoss(t, path, more_tensors)
     rng = np.random.default_rng(t.seed)
@@ -715,6 +752,122 @@ def write_gemma4(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
         w.add_tensor(p + "layer_output_scale.weight", np.array([0.6 + 0.4 * rng.random()], np.float32))
     for k, v in (more_tensors or {}).items():
         w.add_tensor(k, v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_qwen35(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = None,
+                 drop: Tuple[str, ...] = ()) -> str:
+    """A tiny qwen35 / qwen35moe file as the converter writes one: norm weights as
+    they are (the converter added HF's +1), ssm_a = -exp(A_log), ssm_dt.bias, the
+    conv squeezed to (channels, K) F32, attn_q (2 * q_dim, d) with each head's q rows
+    then its gate's, the FFN's norm named post_attention_norm.  ``more_tensors``
+    adds tensors (names "blk.*" or "*.weight"), string keys "tokenizer.*" and metadata keys
+    (without the arch prefix);
+    ``drop`` leaves tensors or keys out (for the refusal tests)."""
+    import gguf
+
+    sh = t.qwen35
+    assert sh is not None
+    more = dict(more_tensors or {})
+    rng = np.random.default_rng(t.seed)
+    d, hd, L = t.dim, t.head_dim, t.n_layer
+    q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
+    key_dim, value_dim = sh.n_k_heads * sh.d_state, sh.n_v_heads * sh.d_state
+    conv_dim = 2 * key_dim + value_dim
+    if sh.recurrent_layers is not None:
+        recurrent = list(sh.recurrent_layers)
+    else:
+        recurrent = [(i + 1) % sh.full_attention_interval != 0 for i in range(L)]
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, t.arch)
+    a = t.arch
+    keys: Dict[str, Any] = {
+        "context_length": t.n_ctx_train, "embedding_length": d, "block_count": L, "feed_forward_length": t.ffn,
+        "attention.head_count": t.n_head, "attention.head_count_kv": t.n_kv_head,
+        "attention.layer_norm_rms_epsilon": float(t.eps), "rope.dimension_count": sh.rope_dims,
+        "ssm.conv_kernel": sh.conv_kernel, "ssm.state_size": sh.d_state, "ssm.group_count": sh.n_k_heads,
+        "ssm.time_step_rank": sh.n_v_heads, "ssm.inner_size": value_dim,
+        "full_attention_interval": sh.full_attention_interval, **t.extra}
+    strings = {k: more.pop(k) for k in [k for k in more if k.startswith("tokenizer.")]}
+    for k in [k for k in more if not (k.startswith("blk.") or k.endswith(".weight"))]:
+        keys[k[len(a) + 1:] if k.startswith(a + ".") else k] = more.pop(k)
+    for k, v in keys.items():
+        if k in drop:
+            continue
+        key = f"{a}.{k}"
+        if isinstance(v, float):
+            w.add_float32(key, v)
+        else:
+            w.add_uint32(key, v)
+    if "rope.dimension_sections" not in drop:
+        w.add_array(f"{a}.rope.dimension_sections", list(sh.sections))
+    if sh.recurrent_layers is not None:
+        w.add_array(f"{a}.attention.recurrent_layers", [bool(r) for r in sh.recurrent_layers])
+    tokens, merges = bpe_vocabulary()
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", t.pre)
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", [1] * (VOCAB - len(SPECIALS)) + [3] * len(SPECIALS))
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.eos_token_id", tokens.index("<|im_end|>"))
+    w.add_uint32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    for k, v in strings.items():
+        w.add_string(k, v)
+
+    tensors: Dict[str, np.ndarray] = {}
+    tensors["token_embd.weight"] = mat(VOCAB, d, t.head_gain if t.tied else math.sqrt(d))
+    tensors["output_norm.weight"] = norm(d)
+    if not t.tied:
+        tensors["output.weight"] = mat(VOCAB, d, t.head_gain)
+    for i in range(L):
+        p = f"blk.{i}."
+        tensors[p + "attn_norm.weight"] = norm(d)
+        if recurrent[i]:
+            tensors[p + "attn_qkv.weight"] = mat(conv_dim, d, 1.5)
+            tensors[p + "attn_gate.weight"] = mat(value_dim, d)
+            tensors[p + "ssm_conv1d.weight"] = (rng.standard_normal((conv_dim, sh.conv_kernel))
+                                                / math.sqrt(sh.conv_kernel)).astype(np.float32)
+            tensors[p + "ssm_dt.bias"] = (0.5 * rng.standard_normal(sh.n_v_heads)).astype(np.float32)
+            tensors[p + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.0, sh.n_v_heads))).astype(np.float32)
+            tensors[p + "ssm_beta.weight"] = mat(sh.n_v_heads, d)
+            tensors[p + "ssm_alpha.weight"] = mat(sh.n_v_heads, d, 0.5)
+            tensors[p + "ssm_norm.weight"] = norm(sh.d_state)
+            tensors[p + "ssm_out.weight"] = mat(d, value_dim)
+        else:
+            tensors[p + "attn_q.weight"] = mat(2 * q_dim, d, 1.5)
+            tensors[p + "attn_k.weight"] = mat(kv_dim, d, 1.5)
+            tensors[p + "attn_v.weight"] = mat(kv_dim, d)
+            tensors[p + "attn_q_norm.weight"] = norm(hd)
+            tensors[p + "attn_k_norm.weight"] = norm(hd)
+            tensors[p + "attn_output.weight"] = mat(d, q_dim)
+        tensors[p + "post_attention_norm.weight"] = norm(d)
+        if t.n_expert:
+            tensors[p + "ffn_gate_inp.weight"] = mat(t.n_expert, d, t.router_gain).astype(np.float32)
+            for part, rows, cols in (("gate", t.ffn, d), ("up", t.ffn, d), ("down", d, t.ffn)):
+                tensors[p + f"ffn_{part}_exps.weight"] = np.stack([mat(rows, cols) for _ in range(t.n_expert)])
+            tensors[p + "ffn_gate_inp_shexp.weight"] = (rng.standard_normal(d) / math.sqrt(d)).astype(np.float32)
+            tensors[p + "ffn_gate_shexp.weight"] = mat(t.shared_ffn, d)
+            tensors[p + "ffn_up_shexp.weight"] = mat(t.shared_ffn, d)
+            tensors[p + "ffn_down_shexp.weight"] = mat(d, t.shared_ffn)
+        else:
+            tensors[p + "ffn_gate.weight"] = mat(t.ffn, d)
+            tensors[p + "ffn_up.weight"] = mat(t.ffn, d)
+            tensors[p + "ffn_down.weight"] = mat(d, t.ffn)
+    tensors.update(more)
+    for name, value in tensors.items():
+        if name not in drop:
+            w.add_tensor(name, value)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -20,4 +20,5 @@ from . import qwen2  # noqa: F401
 from . import qwen2moe  # noqa: F401
 from . import qwen3  # noqa: F401
 from . import qwen3moe  # noqa: F401
+from . import qwen35  # noqa: F401
 from . import smollm3  # noqa: F401

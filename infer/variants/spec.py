@@ -61,6 +61,20 @@ convolution of width L = layers[l].conv_width, depthwise over the last L positio
         y = c * sum_k conv[:, k] * s_(p-L+1+k)        (shortconv.conv: (dim, L); s_(<0) = 0)
         x += y Wout_conv                              (shortconv.out_proj)
 
+A layer of kind "deltanet" (Qwen3.5's gated DeltaNet, `DeltaNet`) replaces it by a
+linear attention with a recurrent state S_h (d x d per value head h):
+
+        h = rmsnorm(x, attn_norm)
+        c = silu(conv_K(h Wqkv))                      (depthwise over the last K inputs)
+        q, k, v = split(c)  (group_count heads of q and k, time_step_rank of v, d each)
+        q, k = q / |q|, k / |k|
+        g = softplus(h Walpha + dt_bias) * ssm_a ; beta = sigmoid(h Wbeta)   (per v head)
+        S = S * exp(g) ; S += k (beta (v - S^T k))^T ; o = S^T q / sqrt(d)
+        x += (rmsnorm(o, ssm_norm) * silu(h Wgate)) Wssm_out
+
+and ``attn_output_gate`` gives the attention layers a sigmoid gate on their output,
+projected with q (per head: q's head_dim rows, then the gate's).
+
 Tensor names follow llama.cpp's GGUF conventions (`blk.N.attn_q.weight`, ...;
 see `weights.py`).
 """
@@ -86,9 +100,11 @@ ROPE_LAYOUTS = ("norm", "neox")
 #: what a q/k norm spans: one head, or the whole projection
 QK_NORM_SCOPES = ("head", "all")
 #: how a layer mixes positions (LayerSpec.kind)
-LAYER_KINDS = ("attention", "shortconv")
+LAYER_KINDS = ("attention", "shortconv", "deltanet")
 #: the widest short convolution accepted (LFM2's is 3; a huge width is a bad file)
 MAX_CONV_WIDTH = 64
+#: the largest DeltaNet head (d_state; Qwen3.5's is 128): the kernel's stack scratch
+MAX_DELTANET_STATE = 1024
 
 
 @dataclass(frozen=True)
@@ -211,6 +227,50 @@ class MoE:
 
 
 @dataclass(frozen=True)
+class DeltaNet:
+    """The sizes of the gated DeltaNet layers (llama.cpp's ssm.* keys of ``qwen35``):
+    q and k have ``n_k_heads`` (ssm.group_count) heads, v ``n_v_heads``
+    (ssm.time_step_rank), all of ``d_state`` values; value head h reads q/k head
+    h % n_k_heads.  The causal depthwise convolution spans ``conv_kernel`` positions."""
+
+    conv_kernel: int
+    d_state: int
+    n_k_heads: int
+    n_v_heads: int
+
+    def __post_init__(self) -> None:
+        for name in ("conv_kernel", "d_state", "n_k_heads", "n_v_heads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**20:
+                raise ValueError(f"deltanet {name}: must be an integer in [1, 2**20], got {value!r}")
+        if not 2 <= self.conv_kernel <= MAX_CONV_WIDTH:
+            raise ValueError(f"deltanet conv_kernel: must be in [2, {MAX_CONV_WIDTH}], got {self.conv_kernel}")
+        if self.d_state > MAX_DELTANET_STATE:
+            raise ValueError(f"deltanet d_state: {self.d_state} exceeds {MAX_DELTANET_STATE}")
+        if self.n_v_heads % self.n_k_heads:
+            raise ValueError(f"deltanet: {self.n_v_heads} value heads are not a multiple of "
+                             f"{self.n_k_heads} key heads")
+
+    @property
+    def key_dim(self) -> int:
+        return self.n_k_heads * self.d_state
+
+    @property
+    def value_dim(self) -> int:
+        return self.n_v_heads * self.d_state
+
+    @property
+    def conv_dim(self) -> int:
+        """The convolved channels: q, k and v."""
+        return 2 * self.key_dim + self.value_dim
+
+    @property
+    def state_floats(self) -> int:
+        """float32 values of one layer's recurrent state: S and the conv inputs kept."""
+        return self.n_v_heads * self.d_state * self.d_state + (self.conv_kernel - 1) * self.conv_dim
+
+
+@dataclass(frozen=True)
 class LayerSpec:
     """What may differ from one layer to the next."""
 
@@ -230,8 +290,9 @@ class LayerSpec:
     v_from_k: bool = False
     #: a one-value blk.N.layer_output_scale multiplies the block's output
     out_scale: bool = False
-    #: what mixes positions: "attention", or "shortconv" (LFM2's gated short
-    #: convolution, see `TransformerSpec`; the layer has no attention then)
+    #: what mixes positions: "attention", "shortconv" (LFM2's gated short
+    #: convolution) or "deltanet" (Qwen3.5's gated DeltaNet, sized by
+    #: TransformerSpec.deltanet); see `TransformerSpec`; the last two have no attention
     kind: str = "attention"
     #: a shortconv layer's kernel width L (GGUF ``shortconv.l_cache``): position p
     #: reads the gated inputs of positions p-L+1 .. p
@@ -353,7 +414,14 @@ class TransformerSpec:
     attn_sinks: bool = False
     #: attn_output.bias added to the attention's output projection
     out_bias: bool = False
-    #: the FFN pre-norm's tensor, without ".weight" (gpt-oss: "post_attention_norm")
+
+    # ---- Qwen3.5 (after the fields above, so that other families' additions stay apart)
+    #: the sizes of the layers of kind "deltanet" (None: the model has none)
+    deltanet: Optional[DeltaNet] = None
+    #: attn_q also projects a sigmoid gate of the attention output, per head after
+    #: that head's q rows (Qwen3.5's full-attention layers)
+    attn_output_gate: bool = False
+    #: the FFN's pre-norm tensor, without ".weight" (Qwen3.5, gpt-oss: "post_attention_norm")
     ffn_norm_tensor: str = "ffn_norm"
 
     def __post_init__(self) -> None:
@@ -399,6 +467,8 @@ class TransformerSpec:
         if isinstance(self.per_layer_dim, bool) or not isinstance(self.per_layer_dim, int) or \
                 not 0 <= self.per_layer_dim <= 2**31 - 1:
             raise ValueError(f"per_layer_dim: must be an integer in [0, 2**31 - 1], got {self.per_layer_dim!r}")
+        if any(layer.kind == "deltanet" for layer in self.layers) and self.deltanet is None:
+            raise ValueError("layers: a deltanet layer needs the spec's deltanet sizes")
         for li in range(self.n_layers):
             n_kv = self.layer_kv_heads(li)
             if self.n_heads % n_kv:
@@ -442,12 +512,23 @@ class TransformerSpec:
         """Every layer has its own KV cache of the model's shape (the (layers,
         kv_heads, n_ctx, head_dim) cache the fused step takes)."""
         return all(self.layer_head_dim(li) == self.head_dim and self.layer_kv_heads(li) == self.n_kv_heads
-                   and self.layers[li].kv_source is None for li in range(self.n_layers))
+                   and self.layers[li].kv_source is None for li in range(self.n_layers)) and not self.deltanet_layers
+
+    def kv_owners(self) -> Tuple[int, ...]:
+        """The layers with a KV cache of their own: not shared-KV layers, nor deltanet
+        layers (Qwen3.5: three of four layers need none)."""
+        return tuple(li for li, layer in enumerate(self.layers)
+                     if layer.kv_source is None and layer.kind != "deltanet")
 
     @property
     def conv_layers(self) -> Tuple[int, ...]:
         """The indices of the shortconv layers (their order is the conv cache's)."""
         return tuple(i for i, layer in enumerate(self.layers) if layer.shortconv)
+
+    @property
+    def deltanet_layers(self) -> Tuple[int, ...]:
+        """The indices of the deltanet layers (their order is the recurrent state's)."""
+        return tuple(i for i, layer in enumerate(self.layers) if layer.kind == "deltanet")
 
     @property
     def q_dim(self) -> int:

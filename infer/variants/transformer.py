@@ -33,6 +33,13 @@ from .weights import LayerWeights, Matrix, ModelWeights, load_weights, repack_en
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
 N_BATCH = 512
+#: a context with deltanet layers keeps a copy of their recurrent state at the end
+#: of each prefill and every CHECKPOINT_INTERVAL decoded positions, at most
+#: MAX_CHECKPOINTS of them (the oldest decoded one goes first: a prefill's end is
+#: where a chat or a server's next prompt most likely branches off); truncate_to(n)
+#: restores the latest at or before n and evaluates the tokens after it again
+CHECKPOINT_INTERVAL = 16
+MAX_CHECKPOINTS = 8
 
 
 class TransformerEngine(Engine):
@@ -118,6 +125,9 @@ class TransformerEngine(Engine):
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
         spec = spec or self.spec
+        if spec.deltanet_layers:
+            raise NotImplementedError("the fused decode step has no gated DeltaNet layers: this model "
+                                      "decodes through the Python blocks")
         if spec.moe is not None and spec.moe.n_used > K.MAX_EXPERTS_USED:
             raise NotImplementedError(f"the fused decode step routes a token to at most {K.MAX_EXPERTS_USED} "
                                       f"experts, this model to {spec.moe.n_used}: it decodes through the "
@@ -308,8 +318,9 @@ class TransformerContext(Context):
         self._scratch: Dict[int, _Scratch] = {}
         #: False: decode through the Python blocks too (for tests comparing the two;
         #: and for a mixture of experts routing more experts than the C step takes)
-        self.fused_decode = spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED
+        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and not spec.deltanet_layers
         self._step: Any = None
+        self._init_recurrent()
 
     def _fused_step(self) -> Any:
         """The engine's fused step for this context's spec (looked up once)."""
@@ -367,6 +378,8 @@ class TransformerContext(Context):
         self._pre_norm(s, w.attn_norm)
         if spec.layers[li].shortconv:
             self._shortconv(w, li, s, segments)
+        elif spec.layers[li].kind == "deltanet":
+            self._deltanet(w, li, s, segments)
         else:
             self._attention(w, li, s, segments)
         ffn = spec.layer_ffn_dim(li)
@@ -403,6 +416,11 @@ class TransformerContext(Context):
         own_kv = w.wk is not None
         if w.wk is None:     # a shared-KV layer: queries only
             s.mul(s.h1, (w.wq, q.reshape(n, -1)))
+        elif spec.attn_output_gate:   # q and its gate from one projection, per head
+            assert w.wv is not None
+            q_gate = s.rows(s.q_gate, 2 * spec.n_heads * hd).reshape(n, spec.n_heads, 2, hd)
+            s.mul(s.h1, (w.wq, q_gate.reshape(n, -1)), (w.wk, k.reshape(n, -1)), (w.wv, v.reshape(n, -1)))
+            np.copyto(q, q_gate[:, :, 0])
         elif w.wv is None:   # V is K's projection, taken before K's norm and RoPE
             s.mul(s.h1, (w.wq, q.reshape(n, -1)), (w.wk, k.reshape(n, -1)))
             np.copyto(v, k)
@@ -442,6 +460,8 @@ class TransformerContext(Context):
                 K.kv_store(v[lo:hi], v_cache, pos0)
             K.attention(q[lo:hi], k_cache, v_cache, pos0, att[lo:hi], scale=spec.attn_scale, window=layer.window,
                         softcap=spec.attn_softcap, sinks=w.attn_sinks.data if w.attn_sinks is not None else None)
+        if spec.attn_output_gate:
+            att *= _sigmoid(s.rows(s.q_gate, 2 * spec.n_heads * hd).reshape(n, spec.n_heads, 2, hd)[:, :, 1])
         s.mul(att.reshape(n, -1), (w.wo, s.h2))
         if w.o_bias is not None:
             s.h2 += w.o_bias.data
@@ -485,6 +505,48 @@ class TransformerContext(Context):
                 out += history[k:k + n] * taps[:, k]
             out *= c[lo:hi]
         s.mul(y, (w.conv_out, s.h2))
+        self._residual(s, None)
+
+    def _deltanet(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"]) -> None:
+        """The gated DeltaNet half of a Qwen3.5 block: s.h1 (normed) -> x += linear
+        attention (spec.py; llama.cpp src/models/qwen35.cpp).  Each context keeps the
+        layer's last conv_kernel - 1 conv inputs and its state S, which advance
+        through the segment's tokens in order."""
+        dn = self.spec.deltanet
+        assert dn is not None and w.ssm_qkv is not None and w.ssm_gate is not None and w.ssm_alpha is not None
+        assert w.ssm_beta is not None and w.ssm_out is not None and w.ssm_conv is not None
+        assert w.ssm_dt is not None and w.ssm_a is not None and w.ssm_norm is not None
+        di = self.spec.deltanet_layers.index(li)
+        n, d, eps = s.n, dn.d_state, self.spec.rms_eps
+        mixed, z = s.rows(s.dn_qkv, dn.conv_dim), s.rows(s.dn_z, dn.value_dim)
+        alpha, beta = s.rows(s.dn_alpha, dn.n_v_heads), s.rows(s.dn_beta, dn.n_v_heads)
+        s.mul(s.h1, (w.ssm_qkv, mixed), (w.ssm_gate, z), (w.ssm_alpha, alpha), (w.ssm_beta, beta))
+        # the decay's log g = softplus(alpha + dt_bias) * ssm_a (ssm_a = -exp(A_log) < 0)
+        alpha += w.ssm_dt.data
+        np.logaddexp(np.float32(0.0), alpha, out=alpha)
+        alpha *= w.ssm_a.data
+        beta[:] = _sigmoid(beta)
+        out = s.rows(s.dn_out, dn.value_dim).reshape(n, dn.n_v_heads, d)
+        taps, width = w.ssm_conv, dn.conv_kernel
+        for ctx, lo, hi, _ in segments:
+            m = hi - lo
+            history = np.concatenate([ctx.ssm_conv[di], mixed[lo:hi]])   # oldest first
+            conv = history[0:m] * taps[:, 0]
+            for tap in range(1, width):
+                conv += history[tap:tap + m] * taps[:, tap]
+            ctx.ssm_conv[di] = history[m:]
+            conv *= _sigmoid(conv)
+            key = dn.key_dim
+            q = np.ascontiguousarray(conv[:, :key]).reshape(m, dn.n_k_heads, d)
+            k = np.ascontiguousarray(conv[:, key:2 * key]).reshape(m, dn.n_k_heads, d)
+            v = np.ascontiguousarray(conv[:, 2 * key:]).reshape(m, dn.n_v_heads, d)
+            for x in (q, k):   # x / sqrt(sum x^2 + eps): llama.cpp's build_gdn_l2_norm
+                K.rmsnorm(x, s.ones(d), x, eps / d)
+                K.scale(x, 1.0 / math.sqrt(d))
+            K.gated_delta_net(q, k, v, alpha[lo:hi], beta[lo:hi], ctx.ssm_state[di], out[lo:hi])
+        K.rmsnorm(out, w.ssm_norm.data, out, eps)
+        out *= (z * _sigmoid(z)).reshape(out.shape)
+        s.mul(out.reshape(n, -1), (w.ssm_out, s.h2))
         self._residual(s, None)
 
     def _glu(self, gate: NDArray[Any], up: NDArray[Any]) -> None:
@@ -565,6 +627,59 @@ class TransformerContext(Context):
     _shared_on_copy = frozenset({"engine", "spec", "_scratch", "k_cache", "v_cache", "k_layers", "v_layers",
                                  "_step", "conv_cache"})
 
+    # ---- the deltanet layers' recurrent state -------------------------------------------
+    def _init_recurrent(self) -> None:
+        """ssm_state (deltanet layers, n_v_heads, d, d) and ssm_conv (deltanet layers,
+        conv_kernel - 1, conv_dim): the state after the first ``_recurrent_pos`` tokens
+        (-1: a pass failed half-way), and checkpoints (position, state, conv) to go
+        back to (and whether a prefill ended there).  Empty arrays without deltanet layers."""
+        spec = self.spec
+        dn, n_dn = spec.deltanet, len(spec.deltanet_layers)
+        shape = (n_dn, dn.n_v_heads, dn.d_state, dn.d_state) if dn and n_dn else (0, 0, 0, 0)
+        self.ssm_state = np.zeros(shape, np.float32)
+        self.ssm_conv = np.zeros((n_dn, dn.conv_kernel - 1, dn.conv_dim) if dn and n_dn else (0, 0, 0), np.float32)
+        self._recurrent_pos = 0
+        self._checkpoints: list[Tuple[int, NDArray[Any], NDArray[Any], bool]] = []
+
+    def recurrent_bytes(self) -> Tuple[int, int]:
+        """(bytes of the recurrent state, bytes its checkpoints hold now); the
+        checkpoints hold at most MAX_CHECKPOINTS times the first."""
+        one = self.ssm_state.nbytes + self.ssm_conv.nbytes
+        return one, one * len(self._checkpoints)
+
+    def _begin_recurrent(self, start: int) -> None:
+        """Before a pass from position start: the state must be the one after start tokens."""
+        if self._recurrent_pos != start:
+            raise RuntimeError(f"deltanet state is at position {self._recurrent_pos}, the pass starts at {start}")
+        self._recurrent_pos = -1   # until the pass ends
+
+    def _end_recurrent(self, pos: int, prefill: bool) -> None:
+        self._recurrent_pos = pos
+        last = self._checkpoints[-1][0] if self._checkpoints else 0
+        if prefill or pos - last >= CHECKPOINT_INTERVAL:
+            self._checkpoints.append((pos, self.ssm_state.copy(), self.ssm_conv.copy(), prefill))
+            if len(self._checkpoints) > MAX_CHECKPOINTS:
+                decoded = [i for i, c in enumerate(self._checkpoints) if not c[3]]
+                del self._checkpoints[decoded[0] if decoded else 0]
+
+    def _truncate_cache(self, n: int) -> None:
+        """Attention caches are position-addressed; the recurrent state goes back to the
+        latest checkpoint at or before n, and the tokens after it are evaluated again
+        by the next call (``_n_cached`` says how far the cache holds)."""
+        if not self.spec.deltanet_layers or 0 <= self._recurrent_pos <= n:
+            return
+        self._checkpoints = [c for c in self._checkpoints if c[0] <= n]
+        if self._checkpoints:
+            pos, state, conv, _ = self._checkpoints[-1]
+            np.copyto(self.ssm_state, state)
+            np.copyto(self.ssm_conv, conv)
+        else:
+            pos = 0
+            self.ssm_state.fill(0.0)
+            self.ssm_conv.fill(0.0)
+        self._recurrent_pos = pos
+        self._n_cached = min(self._n_cached, pos)
+
     def _state_options(self) -> Dict[str, Any]:
         return {"kv_type": self.kv_type}
 
@@ -574,14 +689,17 @@ class TransformerContext(Context):
         with `_kv_layout`'s flat rows, each owning layer's view."""
         if self.spec.uniform_kv:
             return [("k", self.k_cache), ("v", self.v_cache)]
-        owners = [li for li in range(self.spec.n_layers) if self.spec.layers[li].kv_source is None]
-        return [(f"{kv}.{li}", caches[li]) for li in owners
+        return [(f"{kv}.{li}", caches[li]) for li in self.spec.kv_owners()
                 for kv, caches in (("k", self.k_layers), ("v", self.v_layers))]
 
     def _cache_state(self, n: int) -> Dict[str, NDArray[Any]]:
         arrays = {name: cache[..., :n, :] for name, cache in self._cached_parts()}
         if self.conv_cache.shape[0]:
             arrays["conv"] = self.conv_cache[:, :n]
+        if self.spec.deltanet_layers:   # the state after all n tokens (state.py evaluated them)
+            if self._recurrent_pos != n:
+                raise RuntimeError(f"deltanet state is at position {self._recurrent_pos}, not {n}")
+            arrays["ssm_state"], arrays["ssm_conv"] = self.ssm_state, self.ssm_conv
         return arrays
 
     def _load_cache_state(self, arrays: Dict[str, NDArray[Any]], n: int) -> None:
@@ -603,6 +721,18 @@ class TransformerContext(Context):
                 got = None if saved_conv is None else (saved_conv.shape, str(saved_conv.dtype))
                 raise StateError(f"saved context: conv cache is {got}, expected {want_conv} float32")
             self.conv_cache[:, :n] = saved_conv
+        if self.spec.deltanet_layers:
+            for name, mine in (("ssm_state", self.ssm_state), ("ssm_conv", self.ssm_conv)):
+                saved = arrays.get(name)
+                if saved is None or saved.shape != mine.shape or saved.dtype != mine.dtype:
+                    from ..state import StateError
+
+                    got = None if saved is None else (saved.shape, str(saved.dtype))
+                    raise StateError(f"saved context: {name} is {got}, expected {mine.shape} float32")
+            self.ssm_state[...] = arrays["ssm_state"]
+            self.ssm_conv[...] = arrays["ssm_conv"]
+            self._recurrent_pos = n
+            self._checkpoints = [(n, self.ssm_state.copy(), self.ssm_conv.copy(), True)]
         for name, cache in parts:
             cache[..., :n, :] = arrays[name]
 
@@ -649,6 +779,9 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
     w = owner.engine.live_weights()
     spec = owner.spec
     longest = max(len(tokens) for _, tokens, _, _ in jobs)
+    if spec.deltanet_layers:
+        for ctx, _, start, _ in jobs:
+            ctx._begin_recurrent(start)
     for c0 in range(0, longest, N_BATCH):
         segments: list[_Segment] = []
         chunks = []
@@ -677,6 +810,16 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
                     ctx.logits[:] = rows.logits[-1]
                 else:
                     ctx._head(s.x[hi - 1:hi], ctx.logits.reshape(1, -1))
+    if spec.deltanet_layers:
+        for ctx, tokens, start, _ in jobs:
+            ctx._end_recurrent(start + len(tokens), len(tokens) > 1)
+
+
+def _sigmoid(x: NDArray[Any]) -> NDArray[Any]:
+    """1 / (1 + exp(-x)) in float32, without overflow warnings for very negative x."""
+    with np.errstate(over="ignore"):
+        out: NDArray[Any] = (1.0 / (1.0 + np.exp(-x))).astype(np.float32, copy=False)
+    return out
 
 
 def _per_layer_inputs(spec: TransformerSpec, w: ModelWeights, batch: NDArray[Any], s: "_Scratch") -> None:
@@ -701,8 +844,8 @@ def _kv_shape(spec: TransformerSpec, n_ctx: int) -> Tuple[int, ...]:
     cache, as long as the largest of them (`_kv_layout` views them)."""
     if spec.uniform_kv:
         return (spec.n_layers, spec.n_kv_heads, n_ctx, spec.head_dim)
-    owners = [li for li in range(spec.n_layers) if spec.layers[li].kv_source is None]
-    return (len(owners), n_ctx * max(spec.layer_kv_heads(li) * spec.layer_head_dim(li) for li in owners))
+    owners = spec.kv_owners()
+    return (len(owners), n_ctx * max((spec.layer_kv_heads(li) * spec.layer_head_dim(li) for li in owners), default=0))
 
 
 def _kv_layout(spec: TransformerSpec, cache: NDArray[Any], n_ctx: int) -> list[NDArray[Any]]:
@@ -719,6 +862,9 @@ def _kv_layout(spec: TransformerSpec, cache: NDArray[Any], n_ctx: int) -> list[N
             views.append(views[src])
             continue
         n_kv, hd = spec.layer_kv_heads(li), spec.layer_head_dim(li)
+        if spec.layers[li].kind == "deltanet":   # no cache: an empty view
+            views.append(cache[:0, :0].reshape(0, 0, hd))
+            continue
         views.append(cache[row, :n_kv * n_ctx * hd].reshape(n_kv, n_ctx, hd))
         row += 1
     return views
@@ -828,6 +974,14 @@ class _Scratch:
         conv_dim = spec.dim if spec.conv_layers else 0
         self.conv_c = np.zeros((n, conv_dim), f)
         self.conv_u = np.zeros((n, conv_dim), f)
+        #: q and its output gate (attn_output_gate); a deltanet layer's projections
+        self.q_gate = np.zeros((n, 2 * q_dim if spec.attn_output_gate else 0), f)
+        dn = spec.deltanet if spec.deltanet_layers else None
+        self.dn_qkv = np.zeros((n, dn.conv_dim if dn else 0), f)
+        self.dn_z = np.zeros((n, dn.value_dim if dn else 0), f)
+        self.dn_out = np.zeros((n, dn.value_dim if dn else 0), f)
+        self.dn_alpha = np.zeros((n, dn.n_v_heads if dn else 0), f)
+        self.dn_beta = np.zeros((n, dn.n_v_heads if dn else 0), f)
         #: one expert's output rows (a mixture of experts sums them into h2)
         self.h1_out = np.zeros((n, spec.dim), f) if spec.moe is not None else self.h2
         shared = spec.moe.shared_ffn_dim if spec.moe is not None else 0

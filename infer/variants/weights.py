@@ -106,7 +106,8 @@ def repack_weights(w: "ModelWeights", release: Optional[Callable[[Any], None]] =
     copies share one block of memory on huge pages where the OS offers them
     (`infer.arena`)."""
     matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "shared_gate", "shared_up", "shared_down",
-                "ple_gate", "ple_proj", "conv_b", "conv_c", "conv_u", "conv_out")
+                "ple_gate", "ple_proj", "conv_b", "conv_c", "conv_u", "conv_out", "ssm_qkv", "ssm_gate",
+                "ssm_alpha", "ssm_beta", "ssm_out")
     # an expert of a stacked matrix is cut out of it by rows: repacked only if
     # each expert's rows are whole 16-row groups (the router stays as it is)
     groups = {"w_gate": w.expert_rows[0], "w_up": w.expert_rows[0], "w_down": w.expert_rows[1]}
@@ -207,6 +208,19 @@ class LayerWeights:
     conv_out: Optional[Matrix] = None
     #: shortconv.conv: (dim, L) F32 taps, column L-1 on the current position
     conv_kernel: Optional[NDArray[np.float32]] = None
+    #: a deltanet layer (spec.DeltaNet): attn_qkv (conv_dim x dim), attn_gate (z:
+    #: value_dim x dim), ssm_alpha and ssm_beta (n_v_heads x dim), ssm_out (dim x
+    #: value_dim); ssm_conv1d's (conv_dim, K) F32 taps, column K-1 on the current
+    #: position; ssm_dt.bias, ssm_a (-exp(A_log), as the converter stores it), ssm_norm
+    ssm_qkv: Optional[Matrix] = None
+    ssm_gate: Optional[Matrix] = None
+    ssm_alpha: Optional[Matrix] = None
+    ssm_beta: Optional[Matrix] = None
+    ssm_out: Optional[Matrix] = None
+    ssm_conv: Optional[NDArray[np.float32]] = None
+    ssm_dt: Optional[Vector] = None
+    ssm_a: Optional[Vector] = None
+    ssm_norm: Optional[Vector] = None
     #: gpt-oss: attn_sinks (n_heads), attn_output.bias (dim), ffn_gate_inp.bias
     #: (n_experts) and the experts' biases, (n_experts, ffn_dim) for gate and up,
     #: (n_experts, dim) for down
@@ -285,9 +299,17 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         ls = spec.layers[i]
         hd = spec.layer_head_dim(i)
         q_dim, kv_dim = spec.n_heads * hd, spec.layer_kv_heads(i) * hd
+        wq: Optional[Matrix]
         wk: Optional[Matrix]
         wv: Optional[Matrix]
-        if spec.fused_qkv:
+        deltanet = ls.kind == "deltanet"
+        if deltanet:   # its own tensors, after the FFN's
+            wq = wk = wv = None
+        elif spec.attn_output_gate:   # per head: q's rows, then its gate's
+            if spec.fused_qkv or not ls.default_pieces:
+                raise GGUFError("an attention output gate with a fused attn_qkv or per-layer sizes is not supported")
+            wq, wk, wv = m("attn_q", 2 * q_dim, d), m("attn_k", kv_dim, d), m("attn_v", kv_dim, d)
+        elif spec.fused_qkv:
             if not ls.default_pieces:
                 raise GGUFError("a fused attn_qkv with per-layer sizes or shared KV is not supported")
             qkv = m("attn_qkv", q_dim + 2 * kv_dim, d)
@@ -302,14 +324,17 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
         L = LayerWeights(
             attn_norm=v("attn_norm", d) if spec.pre_norms else None, wq=wq, wk=wk, wv=wv,
-            wo=m("attn_output", d, q_dim), ffn_norm=v(spec.ffn_norm_tensor, d) if spec.pre_norms else None,
+            wo=None if deltanet else m("attn_output", d, q_dim),
+            ffn_norm=v(spec.ffn_norm_tensor, d) if spec.pre_norms else None,
             w_gate=w_gate, w_up=w_up, w_down=w_down, **experts)
-        if spec.qkv_bias:
+        if deltanet:
+            _deltanet_tensors(spec, i, t, L)
+        elif spec.qkv_bias:
             if spec.fused_qkv:
                 raise GGUFError("a fused attn_qkv with biases is not supported")
             L.q_bias, L.k_bias, L.v_bias = (v("attn_q", q_dim, "bias"), v("attn_k", kv_dim, "bias"),
                                             v("attn_v", kv_dim, "bias"))
-        if spec.qk_norm:
+        if spec.qk_norm and not deltanet:
             whole = spec.qk_norm_scope == "all"
             L.q_norm = v("attn_q_norm", q_dim if whole else hd)
             L.k_norm = v("attn_k_norm", kv_dim if whole else hd) if ls.kv_source is None else None
@@ -426,3 +451,29 @@ def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights
         conv_b=conv_in.row_slice(0, d), conv_c=conv_in.row_slice(d, 2 * d), conv_u=conv_in.row_slice(2 * d, 3 * d),
         conv_out=t.matrix(p + "shortconv.out_proj.weight", d, d),
         conv_kernel=kernel.data.view(np.float32).reshape(d, width), **experts)
+
+
+def _deltanet_tensors(spec: TransformerSpec, i: int, t: _Tensors, L: LayerWeights) -> None:
+    """A deltanet layer's own tensors into L (Qwen3.5; llama.cpp's names and shapes,
+    src/models/qwen35.cpp)."""
+    dn = spec.deltanet
+    assert dn is not None
+    if spec.qkv_bias or spec.post_attn_norm or spec.post_ffn_norm or not spec.pre_norms:
+        raise UnsupportedModelError("a deltanet layer with biases, post-norms or without pre-norms is not implemented")
+    d, p = spec.dim, f"blk.{i}."
+    L.ssm_qkv = t.matrix(p + "attn_qkv.weight", dn.conv_dim, d)
+    L.ssm_gate = t.matrix(p + "attn_gate.weight", dn.value_dim, d)
+    L.ssm_alpha = t.matrix(p + "ssm_alpha.weight", dn.n_v_heads, d)
+    L.ssm_beta = t.matrix(p + "ssm_beta.weight", dn.n_v_heads, d)
+    L.ssm_out = t.matrix(p + "ssm_out.weight", d, dn.value_dim)
+    L.ssm_dt = t.vector(p + "ssm_dt.bias", dn.n_v_heads)
+    L.ssm_a = t.vector(p + "ssm_a", dn.n_v_heads)
+    L.ssm_norm = t.vector(p + "ssm_norm.weight", dn.d_state)
+    name = p + "ssm_conv1d.weight"
+    kernel = t.need(name)
+    shape = tuple(int(s) for s in kernel.shape)
+    if int(kernel.dtype) != 0 or shape != (dn.conv_dim, dn.conv_kernel):
+        kind = getattr(kernel.dtype, "name", kernel.dtype)
+        raise GGUFError(f"{name}: expected F32 of shape {(dn.conv_dim, dn.conv_kernel)} (channels, "
+                        f"ssm.conv_kernel), got {kind} of shape {shape}")
+    L.ssm_conv = kernel.data.view(np.float32).reshape(dn.conv_dim, dn.conv_kernel)
