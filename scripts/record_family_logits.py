@@ -115,6 +115,16 @@ def llama_tokenize(path: str, texts, add_special: bool = False, parse_special: b
         L.llama_model_free(model)
 
 
+def write_token_record(out: str, sha256: str, cases) -> None:
+    """A token-id recording as JSON: the file's sha256 and its [text, ids] cases, one a line."""
+    import json
+
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(f'{{"sha256": {json.dumps(sha256)}, "cases": [\n')
+        f.write(",\n".join(json.dumps(case, ensure_ascii=False) for case in cases))
+        f.write("\n]}\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the .npz file to write (names already in it are kept)")

@@ -12,14 +12,13 @@ prompt is tokenized) and ``add_special`` off.  The JSON holds the file's sha256 
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import tiny_models as tm  # noqa: E402
-from record_family_logits import llama_tokenize  # noqa: E402
+from record_family_logits import llama_tokenize, write_token_record  # noqa: E402
 
 
 def main() -> None:
@@ -28,11 +27,7 @@ def main() -> None:
         path = tm.gptoss_harmony_file(os.path.join(tmp, "gpt-oss-harmony.gguf"))
         texts = list(tm.HARMONY_TEXTS)
         cases = [[text, ids] for text, ids in zip(texts, llama_tokenize(path, texts, parse_special=True))]
-        record = {"sha256": tm.sha256(path), "cases": cases}
-    with open(out, "w", encoding="utf-8") as f:   # one text per line
-        f.write(f'{{"sha256": {json.dumps(record["sha256"])}, "cases": [\n')
-        f.write(",\n".join(json.dumps(case, ensure_ascii=False) for case in cases))
-        f.write("\n]}\n")
+        write_token_record(out, tm.sha256(path), cases)
     print(f"{len(cases)} texts -> {out}")
 
 
