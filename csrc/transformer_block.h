@@ -131,6 +131,10 @@ typedef struct {
     int ffn_relu_sqr;
     /* 1: likewise without a gate, xielu(h Wup) Wdown with each layer's parameters (Apertus) */
     int ffn_xielu;
+    /* attention temperature (Ministral 3): q at position p is multiplied by
+     * 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1); attn_temp_scale 0: off */
+    float attn_temp_scale;
+    int attn_temp_floor;
     int swiglu_oai;                /* 1: the FFN activation is gpt-oss's clamped SwiGLU (over gelu) */
 } infer_block_model;
 
