@@ -388,8 +388,7 @@ GPTOSS: Dict[str, Tiny] = {n: t for n, t in [
                                  "attention.sliding_window": GPTOSS_WINDOW, "rope.scaling.type": "yarn",
                                  "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 256})),
 ]}
-#: the released files' expert format (the gguf package quantizes it; infer loads it once
-#: its kernels have MXFP4, and refuses the file naming the tensor until then)
+#: the released files' expert format (the gguf package quantizes it)
 GPTOSS["gpt-oss-mxfp4"] = replace(GPTOSS["gpt-oss-q8_0"], seed=122, expert_type="mxfp4", prompt_seed=0)
 #: qwen3moe-q4_k's file with its experts in MXFP4 (quantized by the gguf package), as
 #: llama-quantize's MXFP4_MOE writes them (tests/test_mxfp4_moe.py, llama_cpp_mxfp4.npz)

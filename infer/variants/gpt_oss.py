@@ -24,8 +24,7 @@ dimensions are floored and ceiled although the HF config says ``"truncate": fals
 llama.cpp's, not exactly transformers'.  Layers slide a window where llama.cpp's
 ``set_swa_pattern(2)`` says (layer l when l % 2 == 0) unless the file lists its own
 ``attention.sliding_window_pattern``.  The released files store the experts in
-MXFP4; infer loads them once the kernels have that type (until then such a file
-stops the load naming the tensor and its type).
+MXFP4, which the kernels multiply as they are.
 """
 from __future__ import annotations
 
