@@ -130,10 +130,11 @@ def test_chat_template_misuse(args, message):
 def test_long_options_are_not_taken_by_a_prefix():
     out = run_cli("generate", "--chat", "-p", "Hi", "-n", "1", "--chat-temp", "x.jinja")
     assert out.returncode == 2 and "unrecognized arguments: --chat-temp" in out.stderr
-    # llama-server's -n: argparse called it "ambiguous" (-ngl and -np start with it)
-    short = run_cli("serve", "-n", "128")
+    # llama-server's -n is serve's default reply limit now (-ngl and -np start with it):
+    # taken as --max-tokens, and checked before the model loads
+    short = run_cli("serve", "-n", "0")
     assert short.returncode == 2
-    assert "infer serve: error: unrecognized option -n; see infer serve --help" in short.stderr
+    assert "--max-tokens: must be >= 1, or -1 for no limit, got 0" in short.stderr
 
 
 def test_gpu_layers_are_accepted_and_ignored_with_a_warning(tiny):
