@@ -125,9 +125,6 @@ class TransformerEngine(Engine):
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
         spec = spec or self.spec
-        if spec.deltanet_layers:
-            raise NotImplementedError("the fused decode step has no gated DeltaNet layers: this model "
-                                      "decodes through the Python blocks")
         if spec.moe is not None and spec.moe.n_used > K.MAX_EXPERTS_USED:
             raise NotImplementedError(f"the fused decode step routes a token to at most {K.MAX_EXPERTS_USED} "
                                       f"experts, this model to {spec.moe.n_used}: it decodes through the "
@@ -160,14 +157,23 @@ class TransformerEngine(Engine):
             steps = [c._fused_step() for c in ctxs]
             for i, step in enumerate(steps):
                 by_step.setdefault(id(step), []).append(i)
+            recurrent = bool(ctxs[0].spec.deltanet_layers)
             for members in by_step.values():
                 step = steps[members[0]]
                 for g in range(0, len(members), step.max_batch):
                     group = members[g:g + step.max_batch]
+                    if recurrent:
+                        for i in group:
+                            ctxs[i]._begin_recurrent(int(positions[i]))
                     step.step([ctxs[i].k_cache for i in group], [ctxs[i].v_cache for i in group],
                               [int(tokens[i]) for i in group], [int(positions[i]) for i in group],
                               [ctxs[i].logits for i in group],
-                              [ctxs[i].conv_cache for i in group] if ctxs[0].spec.conv_layers else None)
+                              [ctxs[i].conv_cache for i in group] if ctxs[0].spec.conv_layers else None,
+                              [ctxs[i].ssm_state for i in group] if recurrent else None,
+                              [ctxs[i].ssm_conv for i in group] if recurrent else None)
+                    if recurrent:   # checkpoints as after a decode through the Python blocks
+                        for i in group:
+                            ctxs[i]._end_recurrent(int(positions[i]) + 1, False)
 
     def prefill_batch(self, contexts: Sequence[Context], batches: Sequence[NDArray[Any]],
                       starts: Sequence[int], rows: Sequence[Optional[RowOutputs]]) -> None:
@@ -210,6 +216,9 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
     for li, (L, ls) in enumerate(zip(w.layers, spec.layers)):
         if ls.shortconv:
             layers.append(_shortconv_arguments(L, ls))
+            continue
+        if ls.kind == "deltanet":
+            layers.append(_deltanet_arguments(L, ls))
             continue
         assert L.wq is not None and L.wo is not None
         hd = spec.layer_head_dim(li)
@@ -270,6 +279,22 @@ def _shortconv_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
     return {**layer, **_expert_arguments(L, ls)}
 
 
+def _deltanet_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
+    """A gated DeltaNet layer as kernels.TransformerDecoder takes it."""
+    assert (L.ssm_qkv is not None and L.ssm_gate is not None and L.ssm_alpha is not None
+            and L.ssm_beta is not None and L.ssm_out is not None and L.ssm_conv is not None)
+    assert L.ssm_dt is not None and L.ssm_a is not None and L.ssm_norm is not None
+    assert L.attn_norm is not None and L.ffn_norm is not None
+    layer = dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=L.w_gate.as_tuple(),
+                 up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
+                 deltanet=(L.ssm_conv, L.ssm_qkv.as_tuple(), L.ssm_gate.as_tuple(), L.ssm_alpha.as_tuple(),
+                           L.ssm_beta.as_tuple(), L.ssm_out.as_tuple(), L.ssm_dt.data, L.ssm_a.data,
+                           L.ssm_norm.data))
+    if ls.ffn_dim is not None:
+        layer["ffn_dim"] = ls.ffn_dim
+    return {**layer, **_expert_arguments(L, ls)}
+
+
 class TransformerContext(Context):
     """A KV cache of shape (layers, kv_heads, n_ctx, head_dim) and the forward pass."""
 
@@ -309,7 +334,7 @@ class TransformerContext(Context):
         self._scratch: Dict[int, _Scratch] = {}
         #: False: decode through the Python blocks too (for tests comparing the two;
         #: and for a mixture of experts routing more experts than the C step takes)
-        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and not spec.deltanet_layers
+        self.fused_decode = spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED
         self._step: Any = None
         self._init_recurrent()
 
@@ -322,7 +347,12 @@ class TransformerContext(Context):
     def _forward(self, tokens: NDArray[Any], start: int) -> None:
         eng = self.engine
         with eng.running():
-            if len(tokens) == 1 and self.fused_decode:
+            if len(tokens) == 1 and self.fused_decode and self.spec.deltanet_layers:
+                self._begin_recurrent(start)
+                self._fused_step().decode(int(tokens[0]), start, self.k_cache, self.v_cache, self.logits,
+                                          None, self.ssm_state, self.ssm_conv)
+                self._end_recurrent(start + 1, False)   # checkpoints as after a decode through the blocks
+            elif len(tokens) == 1 and self.fused_decode:
                 self._fused_step().decode(int(tokens[0]), start, self.k_cache, self.v_cache, self.logits,
                                           self.conv_cache if self.spec.conv_layers else None)
             else:
@@ -797,9 +827,10 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
 
 
 def _sigmoid(x: NDArray[Any]) -> NDArray[Any]:
-    """1 / (1 + exp(-x)) in float32, without overflow warnings for very negative x."""
-    with np.errstate(over="ignore"):
-        out: NDArray[Any] = (1.0 / (1.0 + np.exp(-x))).astype(np.float32, copy=False)
+    """1 / (1 + exp(-x)) in float32, by the fused C step's own function (numpy's exp
+    rounds differently from C's expf in the last bit, and decode must equal prefill)."""
+    out: NDArray[Any] = np.empty(x.shape, np.float32)
+    K.sigmoid(np.asarray(x, np.float32), out)
     return out
 
 
