@@ -475,6 +475,26 @@ def test_infer_info_shows_the_recurrent_state(tiny_dir, capsys):
 
 
 # ---- the recurrence kernel ----------------------------------------------------------------
+def test_sigmoid_kernel():
+    """kernels.sigmoid (the gates of the fused step and of the Python blocks) against
+    float64, in place and into another array, and its argument checks."""
+    x = np.concatenate([np.linspace(-100, 100, 2001), [0.0, -np.inf, np.inf]]).astype(np.float32)
+    want = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    out = K.sigmoid(x, np.empty_like(x))
+    np.testing.assert_allclose(out, want, rtol=2e-7, atol=1e-30)
+    inplace = x.reshape(4, -1).copy()
+    assert K.sigmoid(inplace, inplace) is inplace
+    np.testing.assert_array_equal(inplace.reshape(-1), out)
+    np.testing.assert_array_equal(K.sigmoid(x[::2], np.empty(x[::2].shape, np.float32)), out[::2])
+    with pytest.raises(TypeError, match="float32"):
+        K.sigmoid(x.astype(np.float64), np.empty_like(x))
+    with pytest.raises(TypeError, match="one shape"):
+        K.sigmoid(x, np.empty(3, np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.sigmoid(x[::2], np.empty((x.size, 2), np.float32)[:x[::2].size * 2:2, 0].reshape(-1))
+
+
+
 def delta_rule(q, k, v, g, beta, state, scale):
     """float64: per value head h (key head h % n_k), per token, S *= exp(g);
     S += k (beta (v - S^T k))^T; o = scale S^T q, S[key, value] = state[h]."""
