@@ -150,6 +150,10 @@ typedef struct {
     int dn_conv_width, dn_d_state, dn_k_heads, dn_v_heads;
     float dn_l2_eps;               /* the q/k L2 norms' epsilon over d_state (rms_eps / d_state) */
     int attn_output_gate;          /* 1: wq also projects a sigmoid gate of each head's output */
+    /* attention temperature (Ministral 3): q at position p is multiplied by
+     * 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1); attn_temp_scale 0: off */
+    float attn_temp_scale;
+    int attn_temp_floor;
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */
