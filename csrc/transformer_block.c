@@ -204,7 +204,9 @@ static deltanet_rows deltanet_rows_of(const decode_ctx *d, int b) {
 
 /* Chunk c of a recurrence job: its share of the (token, value head) pairs, each
  * advancing that head's state in place by one token (deltanet.c's head loop).
- * Run from the commit, so exactly once. */
+ * Run from the commit, so exactly once (a state of d x d floats does not fit the
+ * scratch a pure compute would need).  The cost: the leader cannot redo such a
+ * chunk, so a helper descheduled while it runs one makes the leader wait for it. */
 static void deltanet_chunk(const decode_ctx *d, const infer_decode_job *j, int64_t c) {
     const infer_block_model *m = d->m;
     const infer_block_layer *L = &m->layers[j->layer];
