@@ -456,11 +456,17 @@ static void add_per_layer_embedding(decode_ctx *d, infer_decode_team *team, int 
     }
 }
 
+/* out = the model's block norm (RMSNorm or LayerNorm) of one row x. */
+static void block_norm(const decode_ctx *d, const float *x, const float *weight, float *out) {
+    if (d->m->layer_norm) d->kt->layernorm(x, weight, NULL, out, d->m->dim, d->m->rms_eps);
+    else d->kt->rmsnorm(x, weight, out, d->m->dim, d->m->rms_eps);
+}
+
 /* h_b = norm(x_b) for every token, the input of a block half; x_b itself without a norm. */
 static void pre_norm(const decode_ctx *d, const float *norm) {
     const int dim = d->m->dim;
     for (int b = 0; b < d->n_seqs; b++) {
-        if (norm) d->kt->rmsnorm(ROW(d->s->x, b, dim), norm, ROW(d->s->h, b, dim), dim, d->m->rms_eps);
+        if (norm) block_norm(d, ROW(d->s->x, b, dim), norm, ROW(d->s->h, b, dim));
         else memcpy(ROW(d->s->h, b, dim), ROW(d->s->x, b, dim), (size_t)dim * sizeof(float));
     }
 }
@@ -597,16 +603,19 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         infer_team_job(team, j, (int64_t)B * n_kv * d->attn_splits);
         merge_attention(d, L);
 
+        /* parallel blocks: x is still the attention's input, so the FFN half norms it
+         * again (ffn_norm is attn_norm) and adds first, the attention output after it */
+        if (m->parallel) ffn_half(d, team, L);
         j->mats[0] = &L->wo; j->outs[0] = s->h; j->out_stride[0] = dim;
         run_matrix_job(d, team, INFER_JOB_MATMUL, s->att, q_dim, 1, NULL);
         residual(d, L->post_attn_norm);
 
-        ffn_half(d, team, L);
+        if (!m->parallel) ffn_half(d, team, L);
         if (L->ple_post_norm) add_per_layer_embedding(d, team, l);
         if (L->out_scale != 1.0f)
             for (int b = 0; b < B; b++) kt->scale(ROW(s->x, b, dim), L->out_scale, dim);
     }
-    for (int b = 0; b < B; b++) kt->rmsnorm(ROW(s->x, b, dim), m->output_norm, ROW(s->h, b, dim), dim, m->rms_eps);
+    for (int b = 0; b < B; b++) block_norm(d, ROW(s->x, b, dim), m->output_norm, ROW(s->h, b, dim));
     j->mats[0] = &m->output;
     run_matrix_job(d, team, INFER_JOB_HEAD, s->h, dim, 1, NULL);
 }
@@ -632,7 +641,9 @@ int infer_block_check_model(const infer_block_model *m) {
     if (m->head_dim < 2 || m->head_dim % 2 || m->head_dim > INFER_ATTN_MAX_HEAD_DIM ||
         !(m->attn_softcap >= 0.0f) || !(m->final_softcap >= 0.0f) || !(m->rms_eps >= 0.0f) ||
         (m->qk_norm_whole != 0 && m->qk_norm_whole != 1) ||
-        (m->qk_norm_after_rope != 0 && m->qk_norm_after_rope != 1) || (m->qk_norm_whole && m->qk_norm_after_rope))
+        (m->qk_norm_after_rope != 0 && m->qk_norm_after_rope != 1) || (m->qk_norm_whole && m->qk_norm_after_rope) ||
+        (m->layer_norm != 0 && m->layer_norm != 1) || (m->parallel != 0 && m->parallel != 1) ||
+        (m->parallel && (m->residual_scale != 1.0f || P > 0 || m->n_conv_layers > 0)))
         return -2;
     if (!shape_ok(&m->embd, m->vocab_size, m->dim) || !shape_ok(&m->output, m->vocab_size, m->dim) ||
         m->n_conv_layers < 0 || m->n_conv_layers > m->n_layers)
@@ -686,6 +697,9 @@ int infer_block_check_model(const infer_block_model *m) {
             (P > 0 && (!shape_ok(&L->ple_gate, P, m->dim) || !shape_ok(&L->ple_proj, m->dim, P))) ||
             (moe && !shape_ok(&L->router, m->n_experts, m->dim)))
             return -2;
+        /* parallel: one norm for both halves, no post norms */
+        if (m->parallel && (!L->attn_norm || L->ffn_norm != L->attn_norm || L->post_attn_norm || L->post_ffn_norm))
+            return -2;
         if (m->shared_ffn_dim > 0 &&
             (!L->shexp_gate_inp || !shape_ok(&L->shexp_gate, m->shared_ffn_dim, m->dim) ||
              !shape_ok(&L->shexp_up, m->shared_ffn_dim, m->dim) || !shape_ok(&L->shexp_down, m->dim, m->shared_ffn_dim)))
@@ -695,7 +709,8 @@ int infer_block_check_model(const infer_block_model *m) {
     const infer_kernel_table *kt = infer_kernels();
     if (!kt->rmsnorm || !kt->silu_mul || !kt->gelu_mul || !kt->add || !kt->scale || !kt->rope_norm ||
         !kt->rope_neox || !kt->attn_block_f16 || !kt->attn_block_f32 || m->embd.type < 0 ||
-        m->embd.type >= INFER_TYPE_COUNT || !kt->dequantize[m->embd.type] || !matrix_ok(kt, &m->output))
+        m->embd.type >= INFER_TYPE_COUNT || !kt->dequantize[m->embd.type] || !matrix_ok(kt, &m->output) ||
+        (m->layer_norm && !kt->layernorm))
         return -1;
     if (P > 0 && (m->ple_embd.type < 0 || m->ple_embd.type >= INFER_TYPE_COUNT ||
                   !kt->dequantize[m->ple_embd.type] || !matrix_ok(kt, &m->ple_model_proj)))

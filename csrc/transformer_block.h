@@ -106,6 +106,10 @@ typedef struct {
     int qk_norm_whole;             /* 1: q_norm / k_norm span all of q / k (OLMo 2), 0: one head */
     int qk_norm_after_rope;        /* 1: the per-head q/k norms follow RoPE (Hunyuan), 0: precede it */
     int n_conv_layers;             /* layers with conv_width > 0 (the conv caches' first dimension) */
+    int layer_norm;                /* 1: attn_norm, ffn_norm and output_norm are LayerNorms (weight, no
+                                      bias; Cohere), 0: RMSNorms; rms_eps is their epsilon */
+    int parallel;                  /* 1: x += FFN(h) + attention(h), both from h = norm(x) (Cohere 2;
+                                      ffn_norm is attn_norm and there are no post norms) */
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */

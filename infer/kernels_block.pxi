@@ -57,6 +57,8 @@ cdef extern from "transformer_block.h" nogil:
         int n_conv_layers
         int qk_norm_whole
         int qk_norm_after_rope
+        int layer_norm
+        int parallel
     ctypedef struct infer_block_seq:
         int n_ctx
         int kv_f16
@@ -141,7 +143,10 @@ cdef class TransformerDecoder:
     ffn_dim, vocab_size and rms_eps, activation ("silu" or "gelu_tanh"),
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
     logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
-    the default, or "all"), qk_norm_after_rope (default False) and moe (None,
+    the default, or "all"), qk_norm_after_rope (default False), norm_kind ("rms",
+    the default, or "layer": LayerNorm pre and output norms without bias),
+    parallel_blocks (default False: True adds FFN(h) and attention(h) of one
+    h = norm(x, attn_norm); then no post norms) and moe (None,
     or an object with n_experts, n_used, gating "softmax", norm_weights,
     weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
     (infer.variants.spec.TransformerSpec is one).
@@ -291,6 +296,15 @@ cdef class TransformerDecoder:
             raise ValueError(f"config.qk_norm_after_rope: expected a bool, and False with qk_norm_scope "
                              f"'all', got {after_rope!r}")
         m.qk_norm_after_rope = after_rope
+        norm_kind = getattr(c, "norm_kind", "rms")
+        if norm_kind not in ("rms", "layer"):
+            raise ValueError(f"config.norm_kind: expected 'rms' or 'layer', got {norm_kind!r}")
+        m.layer_norm = norm_kind == "layer"
+        parallel = getattr(c, "parallel_blocks", False)
+        if not isinstance(parallel, bool) or (parallel and not pre_norms):
+            raise ValueError(f"config.parallel_blocks: expected a bool, and False without pre_norms, "
+                             f"got {parallel!r}")
+        m.parallel = parallel
         if not 1 <= max_batch <= INFER_BLOCK_MAX_BATCH:
             raise ValueError(f"max_batch: must be in [1, {INFER_BLOCK_MAX_BATCH}], got {max_batch}")
         cdef int64_t d = m.dim, hd = m.head_dim, ffn = m.ffn_dim, P = m.per_layer_dim
@@ -327,7 +341,12 @@ cdef class TransformerDecoder:
             L.out_scale = float(layer.get("out_scale", 1.0))
             if not abs(L.out_scale) < float("inf"):
                 raise ValueError(f"{name}.out_scale: must be finite, got {L.out_scale}")
-            if pre_norms:
+            if pre_norms and parallel:   # one norm feeds both halves
+                if layer.get("ffn_norm") is not None and layer["ffn_norm"] is not layer["attn_norm"]:
+                    raise ValueError(f"{name}: parallel blocks have one norm (ffn_norm must be attn_norm or None)")
+                L.attn_norm = _decode_vector(layer["attn_norm"], d, self.keep)
+                L.ffn_norm = L.attn_norm
+            elif pre_norms:
                 L.attn_norm = _decode_vector(layer["attn_norm"], d, self.keep)
                 L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
             elif layer.get("attn_norm") is not None or layer.get("ffn_norm") is not None:

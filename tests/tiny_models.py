@@ -121,6 +121,10 @@ class Tiny:
     #: that every position's choice of experts is clear (tests/test_moe.py)
     prompt_seed: Optional[int] = None
     gemma4: Optional[Gemma4Shape] = None
+    #: LayerNorm (weight, no bias) with attention.layer_norm_epsilon (Cohere), not RMSNorm
+    layer_norm: bool = False
+    #: parallel blocks: no ffn_norm (Cohere 2)
+    parallel: bool = False
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
@@ -274,8 +278,21 @@ GEMMA4: Dict[str, Tiny] = {
                        gemma4=Gemma4Shape(sliding=(True, False, True, False), kv_heads=(2, 1, 2, 1),
                                           ffn=(512,) * 4, v_from_k=True)),
 }
-#: every tiny file: TINY's, DENSE's, LFM2's and GEMMA4's (names are unique across them)
-ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4}
+#: The dense families of tests/test_dense_families2.py (tests/test_families.py runs them
+#: too), recorded into tests/data/llama_cpp_dense2.npz.  Shorter prompts (300: past
+#: every window) keep the tests lean.
+DENSE2: Dict[str, Tiny] = {n: t for n, t in [
+    # GLM-4-0414: sandwich norms, fused gate|up, q/k/v biases, RoPE on adjacent pairs of
+    # half of each head, an output matrix.
+    ("glm4", Tiny("glm4", 120, tied=False, qkv_bias=True, fused_gate_up=True, post_norms=True,
+                  rope_dims=32, pre="glm4", prompt_len=300, extra={"rope.freq_base": 500000.0})),
+    # Command R7B: LayerNorms, parallel blocks, windows of 128 with RoPE on layers 0-2,
+    # layer 3 global without RoPE, logits times 0.5, tied head.
+    ("cohere2", Tiny("cohere2", 121, layer_norm=True, parallel=True, pre="command-r", prompt_len=300,
+                     head_gain=6.0, extra={"attention.sliding_window": 128, "logit_scale": 0.5})),
+]}
+#: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's and DENSE2's (names are unique across them)
+ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **DENSE2}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -434,7 +451,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         w.add_uint32(f"{a}.shortconv.l_cache", t.conv_width)
     else:
         w.add_uint32(f"{a}.attention.head_count_kv", t.n_kv_head)
-    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", t.eps)
+    w.add_float32(f"{a}.attention.layer_norm_epsilon" if t.layer_norm else f"{a}.attention.layer_norm_rms_epsilon",
+                  t.eps)
     if t.rope_dims is not None:
         w.add_uint32(f"{a}.rope.dimension_count", t.rope_dims)
     extra = dict(t.extra)
@@ -503,7 +521,7 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         w.add_tensor(p + "attn_output.weight", mat(d, q_dim))
         if t.post_norms:
             w.add_tensor(p + "post_attention_norm.weight", norm(d))
-        if t.pre_norms:
+        if t.pre_norms and not t.parallel:
             w.add_tensor(p + "ffn_norm.weight", norm(d))
         if t.n_expert:
             # GGUF dims (d, ffn, n_expert) for gate/up and (ffn, d, n_expert) for

@@ -1,4 +1,5 @@
 """Built-in model variants; importing this package registers their architectures."""
+from . import cohere2  # noqa: F401
 from . import ernie4_5  # noqa: F401
 from . import exaone  # noqa: F401
 from . import exaone4  # noqa: F401
@@ -6,6 +7,7 @@ from . import gemma  # noqa: F401
 from . import gemma2  # noqa: F401
 from . import gemma3  # noqa: F401
 from . import gemma4  # noqa: F401
+from . import glm4  # noqa: F401
 from . import granite  # noqa: F401
 from . import hunyuan_dense  # noqa: F401
 from . import lfm2  # noqa: F401

@@ -23,7 +23,8 @@ One block, with every optional piece (each is off by default):
         a = attention(q, K, V)   scores * query_scale, soft-capped by attn_softcap,
                                  over the last layers[l].window positions
         a = a Wo ; a = rmsnorm(a, post_attn_norm)     (post_attn_norm)
-        x += a * residual_scale
+        x += a * residual_scale                       (parallel_blocks: a is added after f,
+                                                       and f reads the first h)
         h = rmsnorm(x, ffn_norm)                      (pre_norms; else h = x)
         f = (act(h Wgate) * h Wup) Wdown              (act: activation; one matrix
                                                        gate|up: fused_gate_up)
@@ -75,6 +76,9 @@ ACTIVATIONS = ("silu", "gelu_tanh")
 ROPE_LAYOUTS = ("norm", "neox")
 #: what a q/k norm spans: one head, or the whole projection
 QK_NORM_SCOPES = ("head", "all")
+#: the block and output norms (TransformerSpec.norm_kind): RMSNorm, or LayerNorm
+#: (mean subtracted, population variance, a weight and no bias: Cohere)
+NORM_KINDS = ("rms", "layer")
 #: how a layer mixes positions (LayerSpec.kind)
 LAYER_KINDS = ("attention", "shortconv")
 #: the widest short convolution accepted (LFM2's is 3; a huge width is a bad file)
@@ -315,6 +319,15 @@ class TransformerSpec:
     #: the q/k norms come after RoPE instead of before it (Hunyuan)
     qk_norm_after_rope: bool = False
 
+    # ---- norm kind and block shape (dense2: Cohere 2, GLM-4)
+    #: what attn_norm, ffn_norm and the output norm compute: "rms" (RMSNorm) or "layer"
+    #: (LayerNorm with a weight and no bias: Cohere); rms_eps is their epsilon either way
+    #: (q/k and post norms stay RMSNorms)
+    norm_kind: str = "rms"
+    #: the two block halves read one normed input and both add to x (Cohere 2):
+    #: h = norm(x, attn_norm); x += ffn(h) + attention(h).  No ffn_norm tensor.
+    parallel_blocks: bool = False
+
     def __post_init__(self) -> None:
         for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
                      "vocab_size", "max_seq_len"):
@@ -332,6 +345,12 @@ class TransformerSpec:
                              "and experts have separate gate and up matrices")
         if self.qk_norm_after_rope and self.qk_norm_scope != "head":
             raise ValueError("qk_norm_after_rope: only with per-head q/k norms (qk_norm_scope 'head')")
+        if self.norm_kind not in NORM_KINDS:
+            raise ValueError(f"norm_kind: expected one of {NORM_KINDS}, got {self.norm_kind!r}")
+        if self.parallel_blocks and (not self.pre_norms or self.post_attn_norm or self.post_ffn_norm
+                                     or self.residual_scale != 1.0 or self.per_layer_dim or self.conv_layers):
+            raise ValueError("parallel_blocks: only with pre-norms and without post norms, a residual "
+                             "scale, per-layer embeddings or shortconv layers")
         if self.qk_norm_scope not in QK_NORM_SCOPES:
             raise ValueError(f"qk_norm_scope: expected one of {QK_NORM_SCOPES}, got {self.qk_norm_scope!r}")
         if self.activation not in ACTIVATIONS:

@@ -317,7 +317,7 @@ class TransformerContext(Context):
         n = x.shape[0]
         if rows.hidden is not None:
             w = self.engine.live_weights()
-            K.rmsnorm(x, w.output_norm.data, rows.hidden[c0:c0 + n], self.spec.rms_eps)
+            self._norm(x, w.output_norm.data, rows.hidden[c0:c0 + n])
         lo = max(rows.first - c0, 0)
         if rows.logits is not None and lo < n:
             self._head(x[lo:n], rows.logits[c0 + lo - rows.first:c0 + n - rows.first])
@@ -327,7 +327,7 @@ class TransformerContext(Context):
         w = self.engine.live_weights()
         spec = self.spec
         h = np.empty_like(x)
-        K.rmsnorm(x, w.output_norm.data, h, spec.rms_eps)
+        self._norm(x, w.output_norm.data, h)
         _mul(h, w.output, out)
         if spec.logit_scale != 1.0:
             K.scale(out, spec.logit_scale)
@@ -346,7 +346,8 @@ class TransformerContext(Context):
             self._attention(w, li, s, segments)
         ffn = spec.layer_ffn_dim(li)
         gate, up = s.rows(s.gate, ffn), s.rows(s.up, ffn)   # this layer's width
-        self._pre_norm(s, w.ffn_norm)
+        if not spec.parallel_blocks:   # parallel: the FFN reads the attention's input h1
+            self._pre_norm(s, w.ffn_norm)
         if spec.moe is not None:
             self._experts(w, s)
         else:
@@ -354,6 +355,8 @@ class TransformerContext(Context):
             self._glu(gate, up)
             s.mul(gate, (w.w_down, s.h2))
         self._residual(s, w.post_ffn_norm)
+        if spec.parallel_blocks:   # x + ffn + attention, in llama.cpp's order
+            K.add(s.x, s.attn_out)
         if w.ple_gate is not None and w.ple_proj is not None and w.ple_post_norm is not None:
             self._per_layer_embedding(w, li, s)
         if w.out_scale is not None:
@@ -413,6 +416,9 @@ class TransformerContext(Context):
                 K.kv_store(v[lo:hi], v_cache, pos0)
             K.attention(q[lo:hi], k_cache, v_cache, pos0, att[lo:hi],
                         scale=spec.attn_scale, window=layer.window, softcap=spec.attn_softcap)
+        if spec.parallel_blocks:   # added after the FFN's output (`_block`)
+            s.mul(att.reshape(n, -1), (w.wo, s.attn_out))
+            return
         s.mul(att.reshape(n, -1), (w.wo, s.h2))
         self._residual(s, w.post_attn_norm)
 
@@ -507,9 +513,16 @@ class TransformerContext(Context):
     def _pre_norm(self, s: "_Scratch", norm: Any) -> None:
         """h1 = norm(x), the input of a block half; x itself without pre-norms."""
         if norm is not None:
-            K.rmsnorm(s.x, norm.data, s.h1, self.spec.rms_eps)
+            self._norm(s.x, norm.data, s.h1)
         else:
             np.copyto(s.h1, s.x)
+
+    def _norm(self, x: NDArray[Any], weight: NDArray[Any], out: NDArray[Any]) -> None:
+        """out = the spec's block norm (RMSNorm or LayerNorm) of the rows x."""
+        if self.spec.norm_kind == "layer":
+            K.layernorm(x, weight, None, out, self.spec.rms_eps)
+        else:
+            K.rmsnorm(x, weight, out, self.spec.rms_eps)
 
     def _residual(self, s: "_Scratch", post_norm: Any) -> None:
         """x += (post_norm(h2)) * residual_scale: the end of a block half."""
@@ -729,6 +742,8 @@ class _Scratch:
         self.x = np.zeros((n, spec.dim), f)          # residual stream
         self.h1 = np.zeros((n, spec.dim), f)         # normed input of a block half
         self.h2 = np.zeros((n, spec.dim), f)         # output of a block half
+        #: the attention half's output of parallel blocks (added after the FFN's)
+        self.attn_out = np.zeros((n, spec.dim), f) if spec.parallel_blocks else self.h2
         # q .. up: room for the largest layer; `rows` views a layer's size
         layers = range(spec.n_layers)
         q_dim = max(spec.n_heads * spec.layer_head_dim(li) for li in layers)

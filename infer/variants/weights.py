@@ -288,9 +288,12 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             w_gate, w_up = m("ffn_gate", ffn, d), m("ffn_up", ffn, d)
         if spec.moe is None:
             w_down = m("ffn_down", d, ffn)
+        attn_norm = v("attn_norm", d) if spec.pre_norms else None
+        # parallel blocks: one norm feeds both halves (the fused step norms x again for the FFN)
+        ffn_norm = attn_norm if spec.parallel_blocks else v("ffn_norm", d) if spec.pre_norms else None
         L = LayerWeights(
-            attn_norm=v("attn_norm", d) if spec.pre_norms else None, wq=wq, wk=wk, wv=wv,
-            wo=m("attn_output", d, q_dim), ffn_norm=v("ffn_norm", d) if spec.pre_norms else None,
+            attn_norm=attn_norm, wq=wq, wk=wk, wv=wv,
+            wo=m("attn_output", d, q_dim), ffn_norm=ffn_norm,
             w_gate=w_gate, w_up=w_up, w_down=w_down, router=router)
         if spec.moe is not None and spec.moe.shared_ffn_dim:
             L.shared_gate, L.shared_up, L.shared_down, L.shared_gate_inp = shared

@@ -1,0 +1,59 @@
+"""Float64 numpy forward passes of tiny_models.DENSE2's families: glm4 (GLM-4-0414)
+and cohere2 (Command R7B).  Written from the HF modelling code and llama.cpp's
+src/models/<arch>.cpp, sharing no code with infer; importing this module adds
+them to numpy_families.FAMILIES (so `numpy_families.reference` finds them).
+
+glm4:     x += rmsnorm(attn(rmsnorm(x)), post_attention_norm);
+          x += rmsnorm(ffn(rmsnorm(x)), post_ffw_norm);  q/k/v biases; ffn_up holds the
+          gate rows then the up rows; NORM RoPE over rope.dimension_count elements.
+cohere2:  h = layernorm(x) (weight, no bias, attention.layer_norm_epsilon);
+          x = x + ffn(h) + attn(h);  NORM RoPE on the sliding layers (l % 4 != 3,
+          window attention.sliding_window), none on the global ones;
+          logits = layernorm(x) @ embd.T * logit_scale.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import numpy_families as nf
+
+
+class Glm4(nf.Transformer):
+    qkv_bias = True
+
+    def ffn(self, i, h):
+        gu = h @ self.t[f"blk.{i}.ffn_up.weight"].T
+        n = gu.shape[1] // 2
+        g, u = gu[:, :n], gu[:, n:]
+        return (g / (1.0 + np.exp(-g)) * u) @ self.t[f"blk.{i}.ffn_down.weight"].T
+
+    def block(self, i, x, pos):
+        p = f"blk.{i}."
+        a = self.attention(i, self.rmsnorm(x, self.t[p + "attn_norm.weight"]), pos)
+        x = x + self.rmsnorm(a, self.t[p + "post_attention_norm.weight"])
+        f = self.ffn(i, self.rmsnorm(x, self.t[p + "ffn_norm.weight"]))
+        return x + self.rmsnorm(f, self.t[p + "post_ffw_norm.weight"])
+
+
+class Cohere2(nf.Transformer):
+    def layernorm(self, x, w):
+        mu = x.mean(axis=-1, keepdims=True)
+        c = x - mu
+        return c / np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + self.eps) * w
+
+    def no_rope(self, layer):
+        return layer % 4 == 3
+
+    def window(self, layer):
+        return 0 if layer % 4 == 3 else int(self.get("attention.sliding_window"))
+
+    def block(self, i, x, pos):
+        h = self.layernorm(x, self.t[f"blk.{i}.attn_norm.weight"])
+        return x + self.ffn(i, h) + self.attention(i, h, pos)
+
+    def logits(self, x):
+        scale = float(self.get("logit_scale"))
+        return self.layernorm(x, self.t["output_norm.weight"]) @ self.head.T * scale
+
+
+nf.FAMILIES.update({"glm4": Glm4, "cohere2": Cohere2})
