@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 import tiny_models as tm
 from family_checks import assert_agrees, check, recorded_logits, recording, tiny_file
+from reference import numpy_dense2  # noqa: F401  (adds glm4 and cohere2 to the references)
 from reference.numpy_families import reference
 from scripted import GreedySampler
 
@@ -42,7 +43,8 @@ FUSED = set(NAMES)
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 #: where each file's llama.cpp logits are recorded
 DATA = {**{name: os.path.join(DATA_DIR, "llama_cpp_families.npz") for name in tm.TINY},
-        **{name: os.path.join(DATA_DIR, "llama_cpp_dense.npz") for name in tm.DENSE}}
+        **{name: os.path.join(DATA_DIR, "llama_cpp_dense.npz") for name in tm.DENSE},
+        **{name: os.path.join(DATA_DIR, "llama_cpp_dense2.npz") for name in tm.DENSE2}}
 
 
 @pytest.fixture(scope="session")

@@ -465,6 +465,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_bool(key, v)
         elif isinstance(v, float):
             w.add_float32(key, v)
+        elif isinstance(v, list):
+            w.add_array(key, v)
         else:
             w.add_uint32(key, v)
     if t.longrope:
