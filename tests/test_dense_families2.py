@@ -1,5 +1,5 @@
 """The dense families of ``tiny_models.DENSE2`` (glm4: GLM-4-0414; cohere2: Command
-R7B) beyond tests/test_families.py, which holds each of them to the float64 numpy
+R7B; minicpm) beyond tests/test_families.py, which holds each of them to the float64 numpy
 reference (tests/reference/numpy_dense2.py) at every position and to llama.cpp's
 recorded logits (tests/data/llama_cpp_dense2.npz):
 
@@ -81,11 +81,25 @@ class Cohere2Unscaled(nd.Cohere2):
         return self.layernorm(x, self.t["output_norm.weight"]) @ self.head.T
 
 
+class MiniCPMNoResidualScale(nd.MiniCPM):
+    def block(self, i, x, pos):
+        return nf.Transformer.block(self, i, x, pos)
+
+
+class MiniCPMNoEmbeddingScale(nd.MiniCPM):
+    embed = nf.Transformer.embed
+
+
+class MiniCPMNeoxRope(nd.MiniCPM):
+    neox = True
+
+
 ABLATIONS = [
     ("glm4", Glm4NoPostNorms), ("glm4", Glm4NoBias), ("glm4", Glm4FullRotary), ("glm4", Glm4NeoxRope),
     ("glm4", Glm4UpThenGate),
     ("cohere2", Cohere2RmsNorm), ("cohere2", Cohere2Sequential), ("cohere2", Cohere2RopeEverywhere),
     ("cohere2", Cohere2NoWindow),
+    ("minicpm", MiniCPMNoResidualScale), ("minicpm", MiniCPMNoEmbeddingScale), ("minicpm", MiniCPMNeoxRope),
 ]
 
 
@@ -121,6 +135,15 @@ def test_cohere2_logit_scale_is_seen(tmp_path):
     assert np.abs(unscaled - theirs).max() > 1.0
 
 
+def test_minicpm_logit_scale_is_seen(tmp_path):
+    path = tm.write("minicpm", str(tmp_path / "minicpm.gguf"))
+    _, positions, theirs = _recorded("minicpm", path)
+    prompt = tm.prompt("minicpm")[:positions.max() + 1]
+    true = nf.reference(path).forward(prompt)[positions]
+    assert np.abs(true - theirs).max() < 0.05
+    assert np.abs(true * 4.0 - theirs).max() > 1.0
+
+
 @pytest.mark.parametrize("name", list(tm.DENSE2))
 def test_tokenizer_matches_llama_cpp(name, tmp_path):
     """The file's vocabulary under its tokenizer.ggml.pre (glm4, command-r)
@@ -144,6 +167,9 @@ def test_specs_as_read(tmp_path):
         s = model.engine.spec
         assert (s.norm_kind, s.parallel_blocks, s.logit_scale, s.rms_eps) == ("layer", True, 0.5, pytest.approx(1e-5))
         assert [(layer.window, layer.rope is None) for layer in s.layers] == [(128, False)] * 3 + [(0, True)]
+    with infer.load(tm.write("minicpm", str(tmp_path / "minicpm.gguf"))) as model:
+        s = model.engine.spec
+        assert (s.embd_scale, s.residual_scale, s.logit_scale) == (12.0, pytest.approx(0.7), 0.25)
 
 
 # ---- several conversations in one fused step -----------------------------------------------
@@ -194,6 +220,24 @@ def test_cohere2_needs_its_layernorm_epsilon(tmp_path):
 def test_glm4_multi_axis_rope_and_mtp_are_refused(key, value, tmp_path):
     e = refused(tiny(tmp_path, "glm4", **{key: value}))
     assert e.names == [f"glm4.{key}"]
+
+
+def test_minicpm_without_logit_scale_is_refused(tmp_path):
+    t = tm.DENSE2["minicpm"]
+    t = dataclasses.replace(t, extra={k: v for k, v in t.extra.items() if k != "logit_scale"})
+    e = refused(tm.write("minicpm", str(tmp_path / "m.gguf"), t))
+    assert e.names == ["minicpm.logit_scale"] and "re-convert" in str(e)
+
+
+@pytest.mark.parametrize("key, value", [("attention.scale", 0.5), ("expert_count", 4)])
+def test_minicpm_keys_it_does_not_read_are_refused(key, value, tmp_path):
+    e = refused(tiny(tmp_path, "minicpm", **{key: value}))
+    assert e.names == [f"minicpm.{key}"]
+
+
+def test_minicpm_output_bias_is_refused(tmp_path):
+    e = refused(tiny(tmp_path, "minicpm", more_tensors={"blk.0.attn_output.bias": np.ones(256, np.float32)}))
+    assert e.names == ["blk.0.attn_output.bias"]
 
 
 def test_glm4_rope_freqs_are_refused(tmp_path):

@@ -290,6 +290,10 @@ DENSE2: Dict[str, Tiny] = {n: t for n, t in [
     # layer 3 global without RoPE, logits times 0.5, tied head.
     ("cohere2", Tiny("cohere2", 121, layer_norm=True, parallel=True, pre="command-r", prompt_len=300,
                      head_gain=6.0, extra={"attention.sliding_window": 128, "logit_scale": 0.5})),
+    # MiniCPM: Granite's multipliers (scale_emb 12, scale_depth 1.4 over 4 layers,
+    # hidden 256 / dim_model_base 64), untied.
+    ("minicpm", Tiny("minicpm", 122, tied=False, head_gain=12.0, prompt_len=300,
+                     extra={"embedding_scale": 12.0, "residual_scale": 0.7, "logit_scale": 4.0})),
 ]}
 #: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's and DENSE2's (names are unique across them)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **DENSE2}

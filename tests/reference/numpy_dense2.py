@@ -1,5 +1,5 @@
-"""Float64 numpy forward passes of tiny_models.DENSE2's families: glm4 (GLM-4-0414)
-and cohere2 (Command R7B).  Written from the HF modelling code and llama.cpp's
+"""Float64 numpy forward passes of tiny_models.DENSE2's families: glm4 (GLM-4-0414),
+cohere2 (Command R7B) and minicpm.  Written from the HF modelling code and llama.cpp's
 src/models/<arch>.cpp, sharing no code with infer; importing this module adds
 them to numpy_families.FAMILIES (so `numpy_families.reference` finds them).
 
@@ -10,6 +10,8 @@ cohere2:  h = layernorm(x) (weight, no bias, attention.layer_norm_epsilon);
           x = x + ffn(h) + attn(h);  NORM RoPE on the sliding layers (l % 4 != 3,
           window attention.sliding_window), none on the global ones;
           logits = layernorm(x) @ embd.T * logit_scale.
+minicpm:  Llama (NORM RoPE) with x0 = embed * embedding_scale, each block half's
+          output times residual_scale, logits divided by logit_scale.
 """
 from __future__ import annotations
 
@@ -56,4 +58,17 @@ class Cohere2(nf.Transformer):
         return self.layernorm(x, self.t["output_norm.weight"]) @ self.head.T * scale
 
 
-nf.FAMILIES.update({"glm4": Glm4, "cohere2": Cohere2})
+class MiniCPM(nf.Llama):
+    def embed(self, tokens):
+        return super().embed(tokens) * float(self.get("embedding_scale"))
+
+    def block(self, i, x, pos):
+        p, s = f"blk.{i}.", float(self.get("residual_scale"))
+        x = x + s * self.attention(i, self.rmsnorm(x, self.t[p + "attn_norm.weight"]), pos)
+        return x + s * self.ffn(i, self.rmsnorm(x, self.t[p + "ffn_norm.weight"]))
+
+    def logits(self, x):
+        return super().logits(x) / float(self.get("logit_scale"))
+
+
+nf.FAMILIES.update({"glm4": Glm4, "cohere2": Cohere2, "minicpm": MiniCPM})
