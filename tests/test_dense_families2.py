@@ -1,5 +1,5 @@
 """The dense families of ``tiny_models.DENSE2`` (glm4: GLM-4-0414; cohere2: Command
-R7B; minicpm) beyond tests/test_families.py, which holds each of them to the float64 numpy
+R7B; minicpm; internlm2) beyond tests/test_families.py, which holds each of them to the float64 numpy
 reference (tests/reference/numpy_dense2.py) at every position and to llama.cpp's
 recorded logits (tests/data/llama_cpp_dense2.npz):
 
@@ -94,12 +94,17 @@ class MiniCPMNeoxRope(nd.MiniCPM):
     neox = True
 
 
+class InternLM2NeoxRope(nd.InternLM2):
+    neox = True
+
+
 ABLATIONS = [
     ("glm4", Glm4NoPostNorms), ("glm4", Glm4NoBias), ("glm4", Glm4FullRotary), ("glm4", Glm4NeoxRope),
     ("glm4", Glm4UpThenGate),
     ("cohere2", Cohere2RmsNorm), ("cohere2", Cohere2Sequential), ("cohere2", Cohere2RopeEverywhere),
     ("cohere2", Cohere2NoWindow),
     ("minicpm", MiniCPMNoResidualScale), ("minicpm", MiniCPMNoEmbeddingScale), ("minicpm", MiniCPMNeoxRope),
+    ("internlm2", InternLM2NeoxRope),
 ]
 
 
@@ -238,6 +243,18 @@ def test_minicpm_keys_it_does_not_read_are_refused(key, value, tmp_path):
 def test_minicpm_output_bias_is_refused(tmp_path):
     e = refused(tiny(tmp_path, "minicpm", more_tensors={"blk.0.attn_output.bias": np.ones(256, np.float32)}))
     assert e.names == ["blk.0.attn_output.bias"]
+
+
+def test_internlm2_needs_its_output_matrix(tmp_path):
+    t = dataclasses.replace(tm.DENSE2["internlm2"], tied=True)
+    with pytest.raises(infer.gguf.GGUFError, match="tensor output.weight is missing"):
+        infer.load(tm.write("internlm2", str(tmp_path / "i.gguf"), t))
+
+
+def test_internlm2_partial_rotary_is_refused(tmp_path):
+    t = dataclasses.replace(tm.DENSE2["internlm2"], rope_dims=16)
+    e = refused(tm.write("internlm2", str(tmp_path / "i.gguf"), t))
+    assert e.names == ["internlm2.rope.dimension_count"]
 
 
 def test_glm4_rope_freqs_are_refused(tmp_path):

@@ -294,6 +294,9 @@ DENSE2: Dict[str, Tiny] = {n: t for n, t in [
     # hidden 256 / dim_model_base 64), untied.
     ("minicpm", Tiny("minicpm", 122, tied=False, head_gain=12.0, prompt_len=300,
                      extra={"embedding_scale": 12.0, "residual_scale": 0.7, "logit_scale": 4.0})),
+    # InternLM2: Llama with an output matrix, 8 heads over 2 KV heads, base 1e6.
+    ("internlm2", Tiny("internlm2", 123, tied=False, n_head=8, n_kv_head=2, head_dim=32, prompt_len=300,
+                       extra={"rope.freq_base": 1000000.0})),
 ]}
 #: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's and DENSE2's (names are unique across them)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **DENSE2}

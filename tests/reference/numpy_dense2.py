@@ -1,5 +1,5 @@
 """Float64 numpy forward passes of tiny_models.DENSE2's families: glm4 (GLM-4-0414),
-cohere2 (Command R7B) and minicpm.  Written from the HF modelling code and llama.cpp's
+cohere2 (Command R7B), minicpm and internlm2.  Written from the HF modelling code and llama.cpp's
 src/models/<arch>.cpp, sharing no code with infer; importing this module adds
 them to numpy_families.FAMILIES (so `numpy_families.reference` finds them).
 
@@ -71,4 +71,8 @@ class MiniCPM(nf.Llama):
         return super().logits(x) / float(self.get("logit_scale"))
 
 
-nf.FAMILIES.update({"glm4": Glm4, "cohere2": Cohere2, "minicpm": MiniCPM})
+class InternLM2(nf.Llama):
+    """Llama: the converter already split and permuted wqkv (conversion/internlm.py)."""
+
+
+nf.FAMILIES.update({"glm4": Glm4, "cohere2": Cohere2, "minicpm": MiniCPM, "internlm2": InternLM2})
