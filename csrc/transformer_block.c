@@ -456,17 +456,17 @@ static void add_per_layer_embedding(decode_ctx *d, infer_decode_team *team, int 
     }
 }
 
-/* out = the model's block norm (RMSNorm or LayerNorm) of one row x. */
-static void block_norm(const decode_ctx *d, const float *x, const float *weight, float *out) {
-    if (d->m->layer_norm) d->kt->layernorm(x, weight, NULL, out, d->m->dim, d->m->rms_eps);
+/* out = the model's block norm (RMSNorm, or LayerNorm with its bias if any) of one row x. */
+static void block_norm(const decode_ctx *d, const float *x, const float *weight, const float *bias, float *out) {
+    if (d->m->layer_norm) d->kt->layernorm(x, weight, bias, out, d->m->dim, d->m->rms_eps);
     else d->kt->rmsnorm(x, weight, out, d->m->dim, d->m->rms_eps);
 }
 
 /* h_b = norm(x_b) for every token, the input of a block half; x_b itself without a norm. */
-static void pre_norm(const decode_ctx *d, const float *norm) {
+static void pre_norm(const decode_ctx *d, const float *norm, const float *bias) {
     const int dim = d->m->dim;
     for (int b = 0; b < d->n_seqs; b++) {
-        if (norm) block_norm(d, ROW(d->s->x, b, dim), norm, ROW(d->s->h, b, dim));
+        if (norm) block_norm(d, ROW(d->s->x, b, dim), norm, bias, ROW(d->s->h, b, dim));
         else memcpy(ROW(d->s->h, b, dim), ROW(d->s->x, b, dim), (size_t)dim * sizeof(float));
     }
 }
@@ -477,7 +477,7 @@ static void ffn_half(decode_ctx *d, infer_decode_team *team, const infer_block_l
     const infer_block_scratch *s = d->s;
     infer_decode_job *j = &d->staging;
     const int dim = m->dim;
-    pre_norm(d, L->ffn_norm);
+    pre_norm(d, L->ffn_norm, L->ffn_norm_b);
     if (m->n_experts > 0) {
         moe_ffn(d, team, L);
     } else {
@@ -541,7 +541,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
         if (L->conv_width > 0) {
-            pre_norm(d, L->attn_norm);
+            pre_norm(d, L->attn_norm, NULL);
             shortconv_half(d, team, L);
             ffn_half(d, team, L);
             continue;
@@ -551,7 +551,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         const int q_dim = m->n_heads * hd, kv_dim = n_kv * hd;
 
         if (L->own_kv) prefetch_kv_slots(d, L);
-        pre_norm(d, L->attn_norm);
+        pre_norm(d, L->attn_norm, L->attn_norm_b);
         int n_mats = 1;   /* q; k and v unless the layer reads another's cache; no v if V is K */
         j->mats[0] = &L->wq; j->outs[0] = s->q; j->out_stride[0] = q_dim;
         if (L->own_kv) {
@@ -615,7 +615,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         if (L->out_scale != 1.0f)
             for (int b = 0; b < B; b++) kt->scale(ROW(s->x, b, dim), L->out_scale, dim);
     }
-    for (int b = 0; b < B; b++) block_norm(d, ROW(s->x, b, dim), m->output_norm, ROW(s->h, b, dim));
+    for (int b = 0; b < B; b++) block_norm(d, ROW(s->x, b, dim), m->output_norm, m->output_norm_b, ROW(s->h, b, dim));
     j->mats[0] = &m->output;
     run_matrix_job(d, team, INFER_JOB_HEAD, s->h, dim, 1, NULL);
 }
@@ -643,7 +643,8 @@ int infer_block_check_model(const infer_block_model *m) {
         (m->qk_norm_whole != 0 && m->qk_norm_whole != 1) ||
         (m->qk_norm_after_rope != 0 && m->qk_norm_after_rope != 1) || (m->qk_norm_whole && m->qk_norm_after_rope) ||
         (m->layer_norm != 0 && m->layer_norm != 1) || (m->parallel != 0 && m->parallel != 1) ||
-        (m->parallel && (m->residual_scale != 1.0f || P > 0 || m->n_conv_layers > 0)))
+        (m->parallel && (m->residual_scale != 1.0f || P > 0 || m->n_conv_layers > 0)) ||
+        (m->output_norm_b && !m->layer_norm))
         return -2;
     if (!shape_ok(&m->embd, m->vocab_size, m->dim) || !shape_ok(&m->output, m->vocab_size, m->dim) ||
         m->n_conv_layers < 0 || m->n_conv_layers > m->n_layers)
@@ -698,7 +699,12 @@ int infer_block_check_model(const infer_block_model *m) {
             (moe && !shape_ok(&L->router, m->n_experts, m->dim)))
             return -2;
         /* parallel: one norm for both halves, no post norms */
-        if (m->parallel && (!L->attn_norm || L->ffn_norm != L->attn_norm || L->post_attn_norm || L->post_ffn_norm))
+        if (m->parallel && (!L->attn_norm || L->ffn_norm != L->attn_norm || L->post_attn_norm || L->post_ffn_norm ||
+                            L->ffn_norm_b != L->attn_norm_b))
+            return -2;
+        /* norm biases: LayerNorms only, both or neither, and with the model's output norm's */
+        if (!!L->attn_norm_b != !!L->ffn_norm_b || !!L->attn_norm_b != !!m->output_norm_b ||
+            (L->attn_norm_b && !L->attn_norm))
             return -2;
         if (m->shared_ffn_dim > 0 &&
             (!L->shexp_gate_inp || !shape_ok(&L->shexp_gate, m->shared_ffn_dim, m->dim) ||

@@ -76,6 +76,7 @@ typedef struct {
     int conv_index;                /* the layer's slot in each sequence's conv cache */
     const float *conv_kernel;      /* dim x conv_width, tap conv_width - 1 on the current position */
     infer_decode_matrix conv_b, conv_c, conv_u, conv_out;   /* dim x dim each */
+    const float *attn_norm_b, *ffn_norm_b;   /* dim: the LayerNorms' biases (layer_norm only), or NULL */
 } infer_block_layer;
 
 typedef struct {
@@ -110,6 +111,7 @@ typedef struct {
                                       bias; Cohere), 0: RMSNorms; rms_eps is their epsilon */
     int parallel;                  /* 1: x += FFN(h) + attention(h), both from h = norm(x) (Cohere 2;
                                       ffn_norm is attn_norm and there are no post norms) */
+    const float *output_norm_b;    /* dim: the output LayerNorm's bias (layer_norm only), or NULL */
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */

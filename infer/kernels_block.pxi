@@ -38,6 +38,8 @@ cdef extern from "transformer_block.h" nogil:
         int conv_index
         const float *conv_kernel
         infer_decode_matrix conv_b, conv_c, conv_u, conv_out
+        const float *attn_norm_b
+        const float *ffn_norm_b
     ctypedef struct infer_block_model:
         int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size
         int kv_rows, kv_row_width, v_norm
@@ -59,6 +61,7 @@ cdef extern from "transformer_block.h" nogil:
         int qk_norm_after_rope
         int layer_norm
         int parallel
+        const float *output_norm_b
     ctypedef struct infer_block_seq:
         int n_ctx
         int kv_f16
@@ -144,12 +147,14 @@ cdef class TransformerDecoder:
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
     logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
     the default, or "all"), qk_norm_after_rope (default False), norm_kind ("rms",
-    the default, or "layer": LayerNorm pre and output norms without bias),
+    the default, or "layer": LayerNorm pre and output norms),
     parallel_blocks (default False: True adds FFN(h) and attention(h) of one
     h = norm(x, attn_norm); then no post norms) and moe (None,
     or an object with n_experts, n_used, gating "softmax", norm_weights,
     weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
     (infer.variants.spec.TransformerSpec is one).
+    output_norm_bias: None, or the output LayerNorm's bias (norm_kind "layer"
+    only); then every layer has attn_norm_bias and ffn_norm_bias vectors too.
     embd/output: matrix tuples (data uint8 rows, qtype, act_type, rows, cols).
     layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors; only
     with pre_norms), wq, wk, wv, wo, gate, up, down (matrix tuples; with moe,
@@ -190,7 +195,7 @@ cdef class TransformerDecoder:
         self.layers = NULL
 
     def __init__(self, config, embd, output, output_norm, layers, int max_batch=INFER_BLOCK_MAX_BATCH,
-                 ple=None):
+                 ple=None, output_norm_bias=None):
         import numpy as np
         import threading
         cdef int i, rc
@@ -305,6 +310,9 @@ cdef class TransformerDecoder:
             raise ValueError(f"config.parallel_blocks: expected a bool, and False without pre_norms, "
                              f"got {parallel!r}")
         m.parallel = parallel
+        norm_bias = output_norm_bias is not None
+        if norm_bias and not m.layer_norm:
+            raise ValueError("output_norm_bias: norm biases come with config.norm_kind 'layer'")
         if not 1 <= max_batch <= INFER_BLOCK_MAX_BATCH:
             raise ValueError(f"max_batch: must be in [1, {INFER_BLOCK_MAX_BATCH}], got {max_batch}")
         cdef int64_t d = m.dim, hd = m.head_dim, ffn = m.ffn_dim, P = m.per_layer_dim
@@ -313,6 +321,8 @@ cdef class TransformerDecoder:
         m.embd = _shaped_matrix(embd, m.vocab_size, d, "embd", self.keep)
         m.output = _shaped_matrix(output, m.vocab_size, d, "output", self.keep)
         m.output_norm = _decode_vector(output_norm, d, self.keep)
+        if norm_bias:
+            m.output_norm_b = _decode_vector(output_norm_bias, d, self.keep)
         m.v_norm = bool(getattr(c, "v_norm", False))
         m.ones = _decode_vector(np.ones(hd, np.float32), hd, self.keep)
         if P:
@@ -351,6 +361,14 @@ cdef class TransformerDecoder:
                 L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
             elif layer.get("attn_norm") is not None or layer.get("ffn_norm") is not None:
                 raise ValueError(f"{name}: attn_norm / ffn_norm given but config.pre_norms is False")
+            if norm_bias != (layer.get("attn_norm_bias") is not None) or \
+                    (layer.get("attn_norm_bias") is not None) != (layer.get("ffn_norm_bias") is not None):
+                raise ValueError(f"{name}: attn_norm_bias and ffn_norm_bias come with output_norm_bias")
+            if norm_bias:
+                if not pre_norms:
+                    raise ValueError(f"{name}: norm biases without pre_norms")
+                L.attn_norm_b = _decode_vector(layer["attn_norm_bias"], d, self.keep)
+                L.ffn_norm_b = L.attn_norm_b if parallel else _decode_vector(layer["ffn_norm_bias"], d, self.keep)
             stacks = m.n_experts if m.n_experts else 1
             if m.n_experts and lffn != ffn:
                 raise ValueError(f"{name}.ffn_dim: a mixture of experts has the config's width in every layer")

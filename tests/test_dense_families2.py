@@ -1,7 +1,8 @@
 """The dense families of ``tiny_models.DENSE2`` (glm4: GLM-4-0414; cohere2: Command
-R7B; minicpm; internlm2) beyond tests/test_families.py, which holds each of them to the float64 numpy
-reference (tests/reference/numpy_dense2.py) at every position and to llama.cpp's
-recorded logits (tests/data/llama_cpp_dense2.npz):
+R7B; minicpm; internlm2; stablelm: StableLM 2) beyond tests/test_families.py,
+which holds each of them to the float64 numpy reference
+(tests/reference/numpy_dense2.py) at every position and to llama.cpp's recorded
+logits (tests/data/llama_cpp_dense2.npz):
 
 * each feature they added is one the recorded data tells apart: the reference
   with that feature taken out no longer agrees with llama.cpp;
@@ -98,6 +99,21 @@ class InternLM2NeoxRope(nd.InternLM2):
     neox = True
 
 
+class StableLMNoNormBias(nd.StableLM):
+    def layernorm(self, x, name):
+        return nd.Cohere2.layernorm(self, x, self.t[name + ".weight"])
+
+
+class StableLMNormRope(nd.StableLM):
+    neox = False
+
+
+class StableLMFullRotary(nd.StableLM):
+    def rope_setup(self):
+        self.n_rot = self.head_dim
+        super().rope_setup()
+
+
 ABLATIONS = [
     ("glm4", Glm4NoPostNorms), ("glm4", Glm4NoBias), ("glm4", Glm4FullRotary), ("glm4", Glm4NeoxRope),
     ("glm4", Glm4UpThenGate),
@@ -105,6 +121,7 @@ ABLATIONS = [
     ("cohere2", Cohere2NoWindow),
     ("minicpm", MiniCPMNoResidualScale), ("minicpm", MiniCPMNoEmbeddingScale), ("minicpm", MiniCPMNeoxRope),
     ("internlm2", InternLM2NeoxRope),
+    ("stablelm", StableLMNoNormBias), ("stablelm", StableLMNormRope), ("stablelm", StableLMFullRotary),
 ]
 
 
@@ -175,6 +192,10 @@ def test_specs_as_read(tmp_path):
     with infer.load(tm.write("minicpm", str(tmp_path / "minicpm.gguf"))) as model:
         s = model.engine.spec
         assert (s.embd_scale, s.residual_scale, s.logit_scale) == (12.0, pytest.approx(0.7), 0.25)
+    with infer.load(tm.write("stablelm", str(tmp_path / "stablelm.gguf"))) as model:
+        s = model.engine.spec
+        assert (s.norm_kind, s.norm_bias, s.qkv_bias, s.parallel_blocks) == ("layer", True, True, False)
+        assert all(layer.rope.neox and layer.rope.rotated(64) == 16 for layer in s.layers)
 
 
 # ---- several conversations in one fused step -----------------------------------------------
@@ -255,6 +276,37 @@ def test_internlm2_partial_rotary_is_refused(tmp_path):
     t = dataclasses.replace(tm.DENSE2["internlm2"], rope_dims=16)
     e = refused(tm.write("internlm2", str(tmp_path / "i.gguf"), t))
     assert e.names == ["internlm2.rope.dimension_count"]
+
+
+@pytest.mark.parametrize("drop, add", [("ffn_norm", {}), (None, {"blk.0.attn_q_norm.weight": np.ones((4, 64))})])
+def test_stablelm_12b_parallel_blocks_are_refused(drop, add, tmp_path):
+    """StableLM 2 12B: no ffn_norm (parallel blocks) and per-head q/k LayerNorms."""
+    t = dataclasses.replace(tm.DENSE2["stablelm"], parallel=drop is not None)
+    more = {k: v.astype(np.float32) for k, v in add.items()}
+    e = refused(tm.write("stablelm", str(tmp_path / "s.gguf"), t, more))
+    assert "StableLM 2 12B" in str(e)
+
+
+def test_stablelm_norm_biases_are_required(tmp_path):
+    t = dataclasses.replace(tm.DENSE2["stablelm"], norm_bias=False)
+    with pytest.raises(infer.gguf.GGUFError, match="attn_norm.bias is missing"):
+        infer.load(tm.write("stablelm", str(tmp_path / "s.gguf"), t))
+
+
+def test_decoder_checks_norm_biases(tmp_path):
+    from infer.variants.transformer import decoder_arguments
+
+    with infer.load(tm.write("stablelm", str(tmp_path / "stablelm.gguf"))) as model:
+        spec, w = model.engine.spec, model.engine.live_weights()
+        embd, output, output_norm, layers = decoder_arguments(spec, w)
+        assert w.output_norm_bias is not None
+        bias = w.output_norm_bias.data
+        with pytest.raises(ValueError, match="come with output_norm_bias"):
+            K.TransformerDecoder(spec, embd, output, output_norm, layers)   # biases in the layers only
+        with pytest.raises(ValueError, match="norm_kind 'layer'"):
+            K.TransformerDecoder(dataclasses.replace(spec, norm_kind="rms", norm_bias=False), embd, output,
+                                 output_norm, layers, output_norm_bias=bias)
+        K.TransformerDecoder(spec, embd, output, output_norm, layers, output_norm_bias=bias).release()
 
 
 def test_glm4_rope_freqs_are_refused(tmp_path):

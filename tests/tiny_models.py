@@ -125,6 +125,8 @@ class Tiny:
     layer_norm: bool = False
     #: parallel blocks: no ffn_norm (Cohere 2)
     parallel: bool = False
+    #: the LayerNorms' biases: attn_norm.bias, ffn_norm.bias, output_norm.bias (StableLM)
+    norm_bias: bool = False
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
@@ -297,6 +299,10 @@ DENSE2: Dict[str, Tiny] = {n: t for n, t in [
     # InternLM2: Llama with an output matrix, 8 heads over 2 KV heads, base 1e6.
     ("internlm2", Tiny("internlm2", 123, tied=False, n_head=8, n_kv_head=2, head_dim=32, prompt_len=300,
                        extra={"rope.freq_base": 1000000.0})),
+    # StableLM 2 1.6B: LayerNorms with biases, q/k/v biases, NEOX RoPE over a quarter
+    # of each head, untied; the converter's use_parallel_residual (false).
+    ("stablelm", Tiny("stablelm", 124, tied=False, layer_norm=True, norm_bias=True, qkv_bias=True,
+                      rope_dims=16, prompt_len=300, extra={"use_parallel_residual": False})),
 ]}
 #: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's and DENSE2's (names are unique across them)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **DENSE2}
@@ -494,6 +500,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     # std 3/sqrt(d).  An untied embedding is unit-variance.
     w.add_tensor("token_embd.weight", mat(VOCAB, d, t.head_gain if t.tied else math.sqrt(d)))
     w.add_tensor("token_embd_norm.weight" if t.arch == "lfm2" else "output_norm.weight", norm(d))
+    if t.norm_bias:
+        w.add_tensor("output_norm.bias", bias(d, 0.1))
     if not t.tied:
         w.add_tensor("output.weight", mat(VOCAB, d, t.head_gain))
     if t.llama3_rope:
@@ -506,6 +514,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         p = f"blk.{i}."
         if t.pre_norms:
             w.add_tensor(p + "attn_norm.weight", norm(d))
+            if t.norm_bias:
+                w.add_tensor(p + "attn_norm.bias", bias(d, 0.1))
         if i in t.conv_layers:
             _add_shortconv(w, p, d, t.conv_width, mat, rng)
             w.add_tensor(p + "ffn_norm.weight", norm(d))
@@ -532,6 +542,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_tensor(p + "post_attention_norm.weight", norm(d))
         if t.pre_norms and not t.parallel:
             w.add_tensor(p + "ffn_norm.weight", norm(d))
+            if t.norm_bias:
+                w.add_tensor(p + "ffn_norm.bias", bias(d, 0.1))
         if t.n_expert:
             # GGUF dims (d, ffn, n_expert) for gate/up and (ffn, d, n_expert) for
             # down: the numpy arrays are (n_expert, out, in)

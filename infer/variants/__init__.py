@@ -22,3 +22,4 @@ from . import qwen2moe  # noqa: F401
 from . import qwen3  # noqa: F401
 from . import qwen3moe  # noqa: F401
 from . import smollm3  # noqa: F401
+from . import stablelm  # noqa: F401

@@ -327,6 +327,8 @@ class TransformerSpec:
     #: the two block halves read one normed input and both add to x (Cohere 2):
     #: h = norm(x, attn_norm); x += ffn(h) + attention(h).  No ffn_norm tensor.
     parallel_blocks: bool = False
+    #: the LayerNorms add a bias (attn_norm.bias, ffn_norm.bias, output_norm.bias: StableLM)
+    norm_bias: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
@@ -347,6 +349,8 @@ class TransformerSpec:
             raise ValueError("qk_norm_after_rope: only with per-head q/k norms (qk_norm_scope 'head')")
         if self.norm_kind not in NORM_KINDS:
             raise ValueError(f"norm_kind: expected one of {NORM_KINDS}, got {self.norm_kind!r}")
+        if self.norm_bias and self.norm_kind != "layer":
+            raise ValueError("norm_bias: only with norm_kind 'layer'")
         if self.parallel_blocks and (not self.pre_norms or self.post_attn_norm or self.post_ffn_norm
                                      or self.residual_scale != 1.0 or self.per_layer_dim or self.conv_layers):
             raise ValueError("parallel_blocks: only with pre-norms and without post norms, a residual "

@@ -191,7 +191,8 @@ def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
     if spec.per_layer_dim:
         assert w.ple_embd is not None and w.ple_model_proj is not None and w.ple_proj_norm is not None
         ple = (w.ple_embd.as_tuple(), w.ple_model_proj.as_tuple(), w.ple_proj_norm.data)
-    return K.TransformerDecoder(spec, *decoder_arguments(spec, w), ple=ple)
+    bias = w.output_norm_bias.data if w.output_norm_bias is not None else None
+    return K.TransformerDecoder(spec, *decoder_arguments(spec, w), ple=ple, output_norm_bias=bias)
 
 
 def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any, Any, Any]:
@@ -220,7 +221,7 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
             layer.update(shexp_gate=L.shared_gate.as_tuple(), shexp_up=L.shared_up.as_tuple(),
                          shexp_down=L.shared_down.as_tuple(), shexp_gate_inp=L.shared_gate_inp.data)
         for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm",
-                     "q_bias", "k_bias", "v_bias", "ple_post_norm"):
+                     "q_bias", "k_bias", "v_bias", "ple_post_norm", "attn_norm_bias", "ffn_norm_bias"):
             vec = getattr(L, name)
             if vec is not None:
                 layer[name] = vec.data
@@ -317,7 +318,7 @@ class TransformerContext(Context):
         n = x.shape[0]
         if rows.hidden is not None:
             w = self.engine.live_weights()
-            self._norm(x, w.output_norm.data, rows.hidden[c0:c0 + n])
+            self._norm(x, w.output_norm.data, rows.hidden[c0:c0 + n], w.output_norm_bias)
         lo = max(rows.first - c0, 0)
         if rows.logits is not None and lo < n:
             self._head(x[lo:n], rows.logits[c0 + lo - rows.first:c0 + n - rows.first])
@@ -327,7 +328,7 @@ class TransformerContext(Context):
         w = self.engine.live_weights()
         spec = self.spec
         h = np.empty_like(x)
-        self._norm(x, w.output_norm.data, h)
+        self._norm(x, w.output_norm.data, h, w.output_norm_bias)
         _mul(h, w.output, out)
         if spec.logit_scale != 1.0:
             K.scale(out, spec.logit_scale)
@@ -339,7 +340,7 @@ class TransformerContext(Context):
         """One transformer block over the batch s.x: the rows of each segment are its
         context's positions pos0, pos0+1, ...; attention runs per segment."""
         spec = self.spec
-        self._pre_norm(s, w.attn_norm)
+        self._pre_norm(s, w.attn_norm, w.attn_norm_bias)
         if spec.layers[li].shortconv:
             self._shortconv(w, li, s, segments)
         else:
@@ -347,7 +348,7 @@ class TransformerContext(Context):
         ffn = spec.layer_ffn_dim(li)
         gate, up = s.rows(s.gate, ffn), s.rows(s.up, ffn)   # this layer's width
         if not spec.parallel_blocks:   # parallel: the FFN reads the attention's input h1
-            self._pre_norm(s, w.ffn_norm)
+            self._pre_norm(s, w.ffn_norm, w.ffn_norm_bias)
         if spec.moe is not None:
             self._experts(w, s)
         else:
@@ -510,17 +511,17 @@ class TransformerContext(Context):
             out *= (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)[:, None]
             s.h2 += out
 
-    def _pre_norm(self, s: "_Scratch", norm: Any) -> None:
+    def _pre_norm(self, s: "_Scratch", norm: Any, bias: Any = None) -> None:
         """h1 = norm(x), the input of a block half; x itself without pre-norms."""
         if norm is not None:
-            self._norm(s.x, norm.data, s.h1)
+            self._norm(s.x, norm.data, s.h1, bias)
         else:
             np.copyto(s.h1, s.x)
 
-    def _norm(self, x: NDArray[Any], weight: NDArray[Any], out: NDArray[Any]) -> None:
-        """out = the spec's block norm (RMSNorm or LayerNorm) of the rows x."""
+    def _norm(self, x: NDArray[Any], weight: NDArray[Any], out: NDArray[Any], bias: Any = None) -> None:
+        """out = the spec's block norm (RMSNorm or LayerNorm, with its bias Vector if any) of the rows x."""
         if self.spec.norm_kind == "layer":
-            K.layernorm(x, weight, None, out, self.spec.rms_eps)
+            K.layernorm(x, weight, None if bias is None else bias.data, out, self.spec.rms_eps)
         else:
             K.rmsnorm(x, weight, out, self.spec.rms_eps)
 

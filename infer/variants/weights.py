@@ -177,6 +177,9 @@ class LayerWeights:
     k_norm: Optional[Vector] = None
     post_attn_norm: Optional[Vector] = None
     post_ffn_norm: Optional[Vector] = None
+    #: the LayerNorms' biases (spec norm_bias)
+    attn_norm_bias: Optional[Vector] = None
+    ffn_norm_bias: Optional[Vector] = None
     #: blk.N.layer_output_scale (one value)
     out_scale: Optional[Vector] = None
     #: per-layer embeddings: blk.N.inp_gate (per_layer_dim x dim), blk.N.proj
@@ -209,6 +212,8 @@ class ModelWeights:
     ple_embd: Optional[Matrix] = None
     ple_model_proj: Optional[Matrix] = None
     ple_proj_norm: Optional[Vector] = None
+    #: output_norm.bias (spec norm_bias)
+    output_norm_bias: Optional[Vector] = None
 
 
 class _Tensors:
@@ -306,6 +311,9 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             whole = spec.qk_norm_scope == "all"
             L.q_norm = v("attn_q_norm", q_dim if whole else hd)
             L.k_norm = v("attn_k_norm", kv_dim if whole else hd) if ls.kv_source is None else None
+        if spec.norm_bias:
+            L.attn_norm_bias = v("attn_norm", d, "bias")
+            L.ffn_norm_bias = L.attn_norm_bias if spec.parallel_blocks else v("ffn_norm", d, "bias")
         if spec.post_attn_norm:
             L.post_attn_norm = v("post_attention_norm", d)
         if spec.post_ffn_norm:
@@ -318,6 +326,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             L.ple_post_norm = v("post_norm", d)
         layers.append(L)
     weights = ModelWeights(token_embd=token_embd, output_norm=output_norm, output=output, layers=layers)
+    if spec.norm_bias:
+        weights.output_norm_bias = t.vector(f"{spec.output_norm_tensor}.bias", d)
     if spec.per_layer_dim:
         n_ple = spec.n_layers * spec.per_layer_dim
         weights.ple_embd = t.matrix("per_layer_token_embd.weight", vocab, n_ple)

@@ -1,5 +1,5 @@
 """Float64 numpy forward passes of tiny_models.DENSE2's families: glm4 (GLM-4-0414),
-cohere2 (Command R7B), minicpm and internlm2.  Written from the HF modelling code and llama.cpp's
+cohere2 (Command R7B), minicpm, internlm2 and stablelm.  Written from the HF modelling code and llama.cpp's
 src/models/<arch>.cpp, sharing no code with infer; importing this module adds
 them to numpy_families.FAMILIES (so `numpy_families.reference` finds them).
 
@@ -75,4 +75,28 @@ class InternLM2(nf.Llama):
     """Llama: the converter already split and permuted wqkv (conversion/internlm.py)."""
 
 
-nf.FAMILIES.update({"glm4": Glm4, "cohere2": Cohere2, "minicpm": MiniCPM, "internlm2": InternLM2})
+class StableLM(nf.Transformer):
+    """NEOX RoPE over rope.dimension_count elements; LayerNorms with weight and bias."""
+    neox = True
+
+    def layernorm(self, x, name):
+        mu = x.mean(axis=-1, keepdims=True)
+        c = x - mu
+        return c / np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + self.eps) * self.t[name + ".weight"] \
+            + self.t[name + ".bias"]
+
+    def qkv(self, i, h):
+        self.qkv_bias = f"blk.{i}.attn_q.bias" in self.t
+        return super().qkv(i, h)
+
+    def block(self, i, x, pos):
+        p = f"blk.{i}."
+        x = x + self.attention(i, self.layernorm(x, p + "attn_norm"), pos)
+        return x + self.ffn(i, self.layernorm(x, p + "ffn_norm"))
+
+    def logits(self, x):
+        return self.layernorm(x, "output_norm") @ self.head.T
+
+
+nf.FAMILIES.update({"glm4": Glm4, "cohere2": Cohere2, "minicpm": MiniCPM, "internlm2": InternLM2,
+                    "stablelm": StableLM})
