@@ -191,7 +191,7 @@ def test_specs_as_read(tmp_path):
         assert [(layer.window, layer.rope is None) for layer in s.layers] == [(128, False)] * 3 + [(0, True)]
     with infer.load(tm.write("minicpm", str(tmp_path / "minicpm.gguf"))) as model:
         s = model.engine.spec
-        assert (s.embd_scale, s.residual_scale, s.logit_scale) == (12.0, pytest.approx(0.7), 0.25)
+        assert (s.embd_scale, s.residual_scale, s.logit_scale) == (2.0, pytest.approx(0.7), 0.25)
     with infer.load(tm.write("stablelm", str(tmp_path / "stablelm.gguf"))) as model:
         s = model.engine.spec
         assert (s.norm_kind, s.norm_bias, s.qkv_bias, s.parallel_blocks) == ("layer", True, True, False)

@@ -21,7 +21,9 @@ windows so that a 640-token prompt crosses them.  ``TINY`` lists them, and
 gemma, hunyuan-dense: no pre-norms, q/k norms over the whole projection or after
 RoPE), recorded into a data file of their own; ``GEMMA4`` the Gemma 4 files
 (`write_gemma4`: PLE, shared-KV layers, per-layer head sizes; tests/test_gemma4.py,
-llama_cpp_gemma4.npz); ``ALL`` is all three.
+llama_cpp_gemma4.npz); ``DENSE2`` glm4, cohere2, minicpm, internlm2 and stablelm
+(LayerNorms, parallel blocks, sandwich norms; llama_cpp_dense2.npz); ``ALL`` is all
+of them.
 ``write(name, path)`` writes one, deterministically (the seeds are fixed; the
 sha256 of each file is recorded beside llama.cpp's logits so a change shows).
 """
@@ -292,10 +294,11 @@ DENSE2: Dict[str, Tiny] = {n: t for n, t in [
     # layer 3 global without RoPE, logits times 0.5, tied head.
     ("cohere2", Tiny("cohere2", 121, layer_norm=True, parallel=True, pre="command-r", prompt_len=300,
                      head_gain=6.0, extra={"attention.sliding_window": 128, "logit_scale": 0.5})),
-    # MiniCPM: Granite's multipliers (scale_emb 12, scale_depth 1.4 over 4 layers,
+    # MiniCPM: Granite's multipliers (scale_emb 2, smaller than the 2B's 12 so that the blocks
+    # still move the tiny model's residual stream; scale_depth 1.4 over 4 layers,
     # hidden 256 / dim_model_base 64), untied.
     ("minicpm", Tiny("minicpm", 122, tied=False, head_gain=12.0, prompt_len=300,
-                     extra={"embedding_scale": 12.0, "residual_scale": 0.7, "logit_scale": 4.0})),
+                     extra={"embedding_scale": 2.0, "residual_scale": 0.7, "logit_scale": 4.0})),
     # InternLM2: Llama with an output matrix, 8 heads over 2 KV heads, base 1e6.
     ("internlm2", Tiny("internlm2", 123, tied=False, n_head=8, n_kv_head=2, head_dim=32, prompt_len=300,
                        extra={"rope.freq_base": 1000000.0})),
