@@ -489,6 +489,18 @@ int infer_attention(const float *q, const void *k_cache, const void *v_cache, in
 int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens,
                    int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0);
 
+/* ---- the gated DeltaNet recurrence (deltanet.c) ------------------------------ */
+/* The largest head (state_size) the recurrence takes: its scratch is on the stack. */
+#define INFER_DELTA_NET_MAX_STATE 1024
+/* q, k [n_tokens, n_k_heads, d]; v, out [n_tokens, n_v_heads, d]; g, beta
+ * [n_tokens, n_v_heads]; state [n_v_heads, d, d] with state[h][i][j] = S_h[i][j]
+ * (key i, value j), updated in place.  Value head h reads q/k head h % n_k_heads
+ * (llama.cpp's tiled order).  Per token: S *= exp(g); S += k (beta (v - S^T k))^T;
+ * out = scale S^T q.  Returns -1 (touching nothing) for bad sizes, else 0. */
+int infer_gated_delta_net(const float *q, const float *k, const float *v, const float *g,
+                          const float *beta, float *state, float *out, int64_t n_tokens,
+                          int64_t n_k_heads, int64_t n_v_heads, int64_t d, float scale);
+
 /* ---- row drivers (rows.c): many rows of n consecutive floats, on the thread pool
  * when there are enough elements to share ---------------------------------------- */
 void infer_rmsnorm_rows(const float *x, const float *weight, float *out, int64_t rows, int64_t n,

@@ -43,6 +43,7 @@ typedef struct {
     const infer_decode_matrix *input_ready;   /* s->xq[2] holds its input (the last job's chunks wrote it) */
     infer_decode_matrix expert_gate, expert_up, expert_down;   /* one expert's rows of a layer's stacks */
     infer_decode_job staging;   /* the leader sets up the next job here */
+    const infer_block_layer *ffn_layer;   /* the layer whose FFN the gate/up job computes */
 } decode_ctx;
 
 static infer_rope_fn rope_kernel(const infer_kernel_table *kt, int layout) {
@@ -170,6 +171,21 @@ static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch)
         int64_t lo, hi;
         if (!infer_decode_chunk_part(j, c, 0, &lo, &hi)) return;
         const int64_t n = (hi - lo) * j->n_tokens;
+        if (m->ffn_relu_sqr) {   /* no gate: relu(up)^2 */
+            infer_decode_dot_rows(j->mats[1], j->inputs[1], j->n_tokens, scratch, lo, hi);
+            for (int64_t i = 0; i < n; i++) scratch[i] = scratch[i] > 0.0f ? scratch[i] * scratch[i] : 0.0f;
+            return;
+        }
+        if (m->ffn_xielu) {   /* no gate: xielu(up), ggml's op_xielu in float */
+            const infer_block_layer *L = d->ffn_layer;
+            const float an = L->xielu_alpha_n, ap = L->xielu_alpha_p, beta = L->xielu_beta, eps = L->xielu_eps;
+            infer_decode_dot_rows(j->mats[1], j->inputs[1], j->n_tokens, scratch, lo, hi);
+            for (int64_t i = 0; i < n; i++) {
+                const float u = scratch[i];
+                scratch[i] = u > 0.0f ? ap * u * u + beta * u : (expm1f(fminf(u, eps)) - u) * an + beta * u;
+            }
+            return;
+        }
         infer_decode_dot_rows(j->mats[0], j->inputs[0], j->n_tokens, scratch, lo, hi);
         infer_decode_dot_rows(j->mats[1], j->inputs[1], j->n_tokens, scratch + n, lo, hi);
         (m->gelu ? d->kt->gelu_mul : d->kt->silu_mul)(scratch, scratch + n, scratch, n);
@@ -267,23 +283,38 @@ static void expert_rows(infer_decode_matrix *dst, const infer_decode_matrix *sta
 }
 
 /* Token b's experts and their weights from its router logits (llama.cpp's
- * build_moe_ffn with softmax gating): probabilities in double, the n_used most
- * probable (the lower index first among equals, as a stable sort), weights
- * divided by their sum (clamped at F16's smallest normal) if expert_norm. */
-static void route_token(const infer_block_model *m, const float *logits, int *pick, float *weight) {
+ * build_moe_ffn): probabilities in double (softmax, or each logit's sigmoid), the
+ * n_used with the largest probability + selection bias (without a bias: the
+ * largest logits, the same order), the lower index first among equals as a
+ * stable sort; weights = their probabilities, divided by their sum (clamped at
+ * F16's smallest normal) if expert_norm, times expert_scale. */
+static double expert_prob(const infer_block_model *m, double logit, double mx, double sum) {
+    return m->expert_gating == INFER_GATING_SIGMOID ? 1.0 / (1.0 + exp(-logit)) : exp(logit - mx) / sum;
+}
+
+static void route_token(const infer_block_model *m, const float *bias, const float *logits, int *pick,
+                        float *weight) {
     const int n = m->n_experts, k = m->n_experts_used;
     double mx = -INFINITY, sum = 0.0, chosen = 0.0, p[INFER_BLOCK_MAX_EXPERTS_USED];
-    for (int e = 0; e < n; e++) mx = logits[e] > mx ? logits[e] : mx;
-    for (int e = 0; e < n; e++) sum += exp((double)logits[e] - mx);
+    if (m->expert_gating == INFER_GATING_SOFTMAX) {
+        for (int e = 0; e < n; e++) mx = logits[e] > mx ? logits[e] : mx;
+        for (int e = 0; e < n; e++) sum += exp((double)logits[e] - mx);
+    }
     for (int slot = 0; slot < k; slot++) {
         int best = -1;
+        double best_key = 0.0;
         for (int e = 0; e < n; e++) {
             int taken = 0;
             for (int u = 0; u < slot; u++) taken |= pick[u] == e;
-            if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+            if (taken) continue;
+            const double key = bias ? expert_prob(m, logits[e], mx, sum) + (double)bias[e] : (double)logits[e];
+            if (best < 0 || key > best_key) {
+                best = e;
+                best_key = key;
+            }
         }
         pick[slot] = best;
-        p[slot] = exp((double)logits[best] - mx) / sum;
+        p[slot] = expert_prob(m, logits[best], mx, sum);
         chosen += p[slot];
     }
     const double div = m->expert_norm ? (chosen > 6.103515625e-5 ? chosen : 6.103515625e-5) : 1.0;
@@ -297,13 +328,13 @@ static void moe_ffn(decode_ctx *d, infer_decode_team *team, const infer_block_la
     const infer_block_model *m = d->m;
     const infer_block_scratch *s = d->s;
     infer_decode_job *j = &d->staging;
-    const int B = d->n_seqs, dim = m->dim, k = m->n_experts_used;
+    const int B = d->n_seqs, dim = m->dim, k = m->n_experts_used, ffn = L->ffn_dim;
     int pick[INFER_BLOCK_MAX_BATCH][INFER_BLOCK_MAX_EXPERTS_USED];
     float weight[INFER_BLOCK_MAX_BATCH][INFER_BLOCK_MAX_EXPERTS_USED];
 
     j->mats[0] = &L->router; j->outs[0] = s->probs; j->out_stride[0] = m->n_experts;
     run_matrix_job(d, team, INFER_JOB_MATMUL, s->h, dim, 1, NULL);
-    for (int b = 0; b < B; b++) route_token(m, ROW(s->probs, b, m->n_experts), pick[b], weight[b]);
+    for (int b = 0; b < B; b++) route_token(m, L->exp_probs_b, ROW(s->probs, b, m->n_experts), pick[b], weight[b]);
     memcpy(s->moe_in, s->h, (size_t)B * dim * sizeof(float));
     memset(s->h, 0, (size_t)B * dim * sizeof(float));
     for (int e = 0; e < m->n_experts; e++) {
@@ -318,14 +349,14 @@ static void moe_ffn(decode_ctx *d, infer_decode_team *team, const infer_block_la
         if (!n_t) continue;
         for (int t = 0; t < n_t; t++)
             memcpy(ROW(s->moe_rows, t, dim), ROW(s->moe_in, rows[t], dim), (size_t)dim * sizeof(float));
-        expert_rows(&d->expert_gate, &L->gate, e, m->ffn_dim);
-        expert_rows(&d->expert_up, &L->up, e, m->ffn_dim);
+        expert_rows(&d->expert_gate, &L->gate, e, ffn);
+        expert_rows(&d->expert_up, &L->up, e, ffn);
         expert_rows(&d->expert_down, &L->down, e, dim);
         j->mats[0] = &d->expert_gate; j->mats[1] = &d->expert_up;
-        j->outs[0] = s->gate; j->out_stride[0] = m->ffn_dim;
+        j->outs[0] = s->gate; j->out_stride[0] = ffn;
         run_matrix_job_of(d, team, INFER_JOB_GATE_UP, s->moe_rows, dim, 2, &d->expert_down, n_t);
         j->mats[0] = &d->expert_down; j->outs[0] = s->moe_out; j->out_stride[0] = dim;
-        run_matrix_job_of(d, team, INFER_JOB_MATMUL, s->gate, m->ffn_dim, 1, NULL, n_t);
+        run_matrix_job_of(d, team, INFER_JOB_MATMUL, s->gate, ffn, 1, NULL, n_t);
         for (int t = 0; t < n_t; t++) {
             float *out = ROW(s->moe_out, t, dim), *h = ROW(s->h, rows[t], dim);
             d->kt->scale(out, w[t], dim);
@@ -478,7 +509,8 @@ static void ffn_half(decode_ctx *d, infer_decode_team *team, const infer_block_l
     infer_decode_job *j = &d->staging;
     const int dim = m->dim;
     pre_norm(d, L->ffn_norm, L->ffn_norm_b);
-    if (m->n_experts > 0) {
+    d->ffn_layer = L;
+    if (m->n_experts > 0 && !L->dense_ffn) {
         moe_ffn(d, team, L);
     } else {
         j->mats[0] = &L->gate; j->mats[1] = &L->up;
@@ -657,20 +689,38 @@ int infer_block_check_model(const infer_block_model *m) {
     const int moe = m->n_experts > 0;
     if (m->n_experts < 0 || (moe && (m->n_experts_used < 1 || m->n_experts_used > m->n_experts ||
                                      m->n_experts_used > INFER_BLOCK_MAX_EXPERTS_USED ||
-                                     !(m->expert_scale == m->expert_scale) || isinf(m->expert_scale))))
+                                     !(m->expert_scale == m->expert_scale) || isinf(m->expert_scale) ||
+                                     (m->expert_gating != INFER_GATING_SOFTMAX &&
+                                      m->expert_gating != INFER_GATING_SIGMOID))))
         return -2;
-    const int64_t stacks = moe ? m->n_experts : 1;
     if (m->shared_ffn_dim < 0 || (m->shared_ffn_dim > 0 && !moe)) return -2;
+    if ((m->ffn_relu_sqr != 0 && m->ffn_relu_sqr != 1) || (m->ffn_relu_sqr && (moe || m->gelu)) ||
+        (m->ffn_xielu != 0 && m->ffn_xielu != 1) || (m->ffn_xielu && (moe || m->gelu || m->ffn_relu_sqr)))
+        return -2;
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
+        /* this layer's FFN: n_experts stacks of its width, or one dense matrix of each */
+        if ((L->dense_ffn != 0 && L->dense_ffn != 1) || (L->dense_ffn && !moe)) return -2;
+        const int layer_moe = moe && !L->dense_ffn;
+        const int64_t stacks = layer_moe ? m->n_experts : 1;
+        if (m->ffn_xielu && !(isfinite(L->xielu_alpha_n) && isfinite(L->xielu_alpha_p) && isfinite(L->xielu_beta) &&
+                              isfinite(L->xielu_eps)))
+            return -2;
+        if (L->ffn_dim < 1 || L->ffn_dim > m->ffn_dim || (L->exp_probs_b && !layer_moe) ||
+            !shape_ok(&L->gate, stacks * L->ffn_dim, m->dim) || !shape_ok(&L->up, stacks * L->ffn_dim, m->dim) ||
+            !shape_ok(&L->down, stacks * m->dim, L->ffn_dim) ||
+            (layer_moe && !shape_ok(&L->router, m->n_experts, m->dim)))
+            return -2;
+        if (layer_moe && m->shared_ffn_dim > 0 &&
+            (!L->shexp_gate_inp || !shape_ok(&L->shexp_gate, m->shared_ffn_dim, m->dim) ||
+             !shape_ok(&L->shexp_up, m->shared_ffn_dim, m->dim) || !shape_ok(&L->shexp_down, m->dim, m->shared_ffn_dim)))
+            return -2;
         if (L->conv_width != 0) {   /* shortconv: its own tensors, one cache slot each */
             /* (Gemma 4's per-layer pieces are attention layers' only) */
-            if (moe || P > 0 || L->ffn_dim != m->ffn_dim || L->out_scale != 1.0f ||
+            if (P > 0 || L->out_scale != 1.0f ||
                 L->conv_width < 1 || L->conv_index != n_conv++ || !L->conv_kernel || !L->attn_norm ||
                 !L->ffn_norm || !shape_ok(&L->conv_b, m->dim, m->dim) || !shape_ok(&L->conv_c, m->dim, m->dim) ||
-                !shape_ok(&L->conv_u, m->dim, m->dim) || !shape_ok(&L->conv_out, m->dim, m->dim) ||
-                !shape_ok(&L->gate, m->ffn_dim, m->dim) || !shape_ok(&L->up, m->ffn_dim, m->dim) ||
-                !shape_ok(&L->down, m->dim, m->ffn_dim))
+                !shape_ok(&L->conv_u, m->dim, m->dim) || !shape_ok(&L->conv_out, m->dim, m->dim))
                 return -2;
             continue;
         }
@@ -689,14 +739,10 @@ int infer_block_check_model(const infer_block_model *m) {
                                             L->rope_dims > hd)))
             return -2;
         const int64_t q_dim = (int64_t)m->n_heads * hd, kv_dim = (int64_t)n_kv * hd;
-        /* a mixture of experts has the model's FFN width in every layer */
         if (!shape_ok(&L->wq, q_dim, m->dim) || !shape_ok(&L->wo, m->dim, q_dim) ||
-            !shape_ok(&L->gate, stacks * L->ffn_dim, m->dim) || !shape_ok(&L->up, stacks * L->ffn_dim, m->dim) ||
-            !shape_ok(&L->down, stacks * m->dim, L->ffn_dim) || (moe && L->ffn_dim != m->ffn_dim) ||
             (L->own_kv && !shape_ok(&L->wk, kv_dim, m->dim)) ||
             (L->own_kv && !L->v_from_k && !shape_ok(&L->wv, kv_dim, m->dim)) ||
-            (P > 0 && (!shape_ok(&L->ple_gate, P, m->dim) || !shape_ok(&L->ple_proj, m->dim, P))) ||
-            (moe && !shape_ok(&L->router, m->n_experts, m->dim)))
+            (P > 0 && (!shape_ok(&L->ple_gate, P, m->dim) || !shape_ok(&L->ple_proj, m->dim, P))))
             return -2;
         /* parallel: one norm for both halves, no post norms */
         if (m->parallel && (!L->attn_norm || L->ffn_norm != L->attn_norm || L->post_attn_norm || L->post_ffn_norm ||
@@ -705,10 +751,6 @@ int infer_block_check_model(const infer_block_model *m) {
         /* norm biases: LayerNorms only, both or neither, and with the model's output norm's */
         if (!!L->attn_norm_b != !!L->ffn_norm_b || !!L->attn_norm_b != !!m->output_norm_b ||
             (L->attn_norm_b && !L->attn_norm))
-            return -2;
-        if (m->shared_ffn_dim > 0 &&
-            (!L->shexp_gate_inp || !shape_ok(&L->shexp_gate, m->shared_ffn_dim, m->dim) ||
-             !shape_ok(&L->shexp_up, m->shared_ffn_dim, m->dim) || !shape_ok(&L->shexp_down, m->dim, m->shared_ffn_dim)))
             return -2;
     }
     if (n_conv != m->n_conv_layers) return -2;
@@ -723,22 +765,23 @@ int infer_block_check_model(const infer_block_model *m) {
         return -1;
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
+        const int layer_moe = m->n_experts > 0 && !L->dense_ffn;
+        if (!matrix_ok(kt, &L->gate) || !matrix_ok(kt, &L->up) || !matrix_ok(kt, &L->down) ||
+            (layer_moe && !matrix_ok(kt, &L->router)) ||
+            (layer_moe && m->shared_ffn_dim > 0 && (!matrix_ok(kt, &L->shexp_gate) || !matrix_ok(kt, &L->shexp_up) ||
+                                                    !matrix_ok(kt, &L->shexp_down))))
+            return -1;
         if (L->conv_width) {
-            const infer_decode_matrix *conv[7] = {&L->conv_b, &L->conv_c, &L->conv_u, &L->conv_out,
-                                                  &L->gate, &L->up, &L->down};
-            for (int i = 0; i < 7; i++)
+            const infer_decode_matrix *conv[4] = {&L->conv_b, &L->conv_c, &L->conv_u, &L->conv_out};
+            for (int i = 0; i < 4; i++)
                 if (!matrix_ok(kt, conv[i])) return -1;
             continue;
         }
-        const infer_decode_matrix *all[9] = {&L->wq, &L->wo, &L->gate, &L->up, &L->down,
+        const infer_decode_matrix *all[6] = {&L->wq, &L->wo,
                                              L->own_kv ? &L->wk : NULL, L->own_kv && !L->v_from_k ? &L->wv : NULL,
                                              P > 0 ? &L->ple_gate : NULL, P > 0 ? &L->ple_proj : NULL};
-        for (int i = 0; i < 9; i++)
+        for (int i = 0; i < 6; i++)
             if (all[i] && !matrix_ok(kt, all[i])) return -1;
-        if (m->n_experts > 0 && !matrix_ok(kt, &L->router)) return -1;
-        if (m->shared_ffn_dim > 0 && (!matrix_ok(kt, &L->shexp_gate) || !matrix_ok(kt, &L->shexp_up) ||
-                                      !matrix_ok(kt, &L->shexp_down)))
-            return -1;
     }
     return 0;
 }

@@ -39,6 +39,8 @@ extern "C" {
 #endif
 
 enum { INFER_ROPE_NONE = 0, INFER_ROPE_NORM = 1, INFER_ROPE_NEOX = 2 };
+/* How router logits become expert probabilities (infer_block_model.expert_gating). */
+enum { INFER_GATING_SOFTMAX = 0, INFER_GATING_SIGMOID = 1 };
 
 /* The most sequences one step takes (the team's chunk and scratch limits). */
 #define INFER_BLOCK_MAX_BATCH 16
@@ -76,6 +78,12 @@ typedef struct {
     int conv_index;                /* the layer's slot in each sequence's conv cache */
     const float *conv_kernel;      /* dim x conv_width, tap conv_width - 1 on the current position */
     infer_decode_matrix conv_b, conv_c, conv_u, conv_out;   /* dim x dim each */
+    /* a mixture of experts' layer: ffn_dim is one expert's width */
+    int dense_ffn;                 /* 1: a dense FFN in a model with experts (LFM2-MoE's leading layers) */
+    const float *exp_probs_b;      /* n_experts selection biases (llama.cpp's exp_probs_b), or NULL */
+    /* the layer's xIELU (infer_block_model.ffn_xielu) as ggml_xielu's op parameters:
+     * u > 0: alpha_p u^2 + beta u; else (expm1(min(u, eps)) - u) alpha_n + beta u */
+    float xielu_alpha_n, xielu_alpha_p, xielu_beta, xielu_eps;
     const float *attn_norm_b, *ffn_norm_b;   /* dim: the LayerNorms' biases (layer_norm only), or NULL */
 } infer_block_layer;
 
@@ -93,8 +101,8 @@ typedef struct {
     float attn_softcap;            /* scores -> c tanh(score / c); 0 = off */
     float embd_scale, residual_scale, logit_scale;
     float final_softcap;           /* logits -> c tanh(logit / c); 0 = off */
-    /* a mixture of experts in every layer when n_experts > 0: softmax over the
-     * router's logits, the n_experts_used most probable (the lower index first
+    /* a mixture of experts in every layer (but dense_ffn ones) when n_experts > 0:
+     * softmax over the router's logits, the n_experts_used most probable (the lower index first
      * among equals), their weights divided by their sum (clamped at 2^-14) if
      * expert_norm, times expert_scale */
     int n_experts, n_experts_used, expert_norm;
@@ -107,6 +115,15 @@ typedef struct {
     int qk_norm_whole;             /* 1: q_norm / k_norm span all of q / k (OLMo 2), 0: one head */
     int qk_norm_after_rope;        /* 1: the per-head q/k norms follow RoPE (Hunyuan), 0: precede it */
     int n_conv_layers;             /* layers with conv_width > 0 (the conv caches' first dimension) */
+    /* INFER_GATING_*: softmax (above), or each expert's own sigmoid; with a layer's
+     * exp_probs_b the experts are chosen by probability + bias, weighted by the
+     * probability alone */
+    int expert_gating;
+    /* 1: an FFN without a gate, relu(h Wup)^2 Wdown (Arcee; no experts): a layer's gate,
+     * of up's shape, is not read.  0: act(h Wgate) * h Wup (act by gelu). */
+    int ffn_relu_sqr;
+    /* 1: likewise without a gate, xielu(h Wup) Wdown with each layer's parameters (Apertus) */
+    int ffn_xielu;
     int layer_norm;                /* 1: attn_norm, ffn_norm and output_norm are LayerNorms (weight, no
                                       bias; Cohere), 0: RMSNorms; rms_eps is their epsilon */
     int parallel;                  /* 1: x += FFN(h) + attention(h), both from h = norm(x) (Cohere 2;

@@ -63,6 +63,9 @@ cdef extern from "infer_kernels.h" nogil:
     void infer_glu(int gelu, const float *gate, const float *up, float *out, int64_t n) noexcept
     int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0) noexcept
 
+    int INFER_DELTA_NET_MAX_STATE
+    int infer_gated_delta_net(const float *q, const float *k, const float *v, const float *g, const float *beta, float *state, float *out, int64_t n_tokens, int64_t n_k_heads, int64_t n_v_heads, int64_t d, float scale) noexcept
+
     unsigned infer_isa_available() noexcept
     const infer_kernel_table *infer_kernels() noexcept
     int infer_isa_active() noexcept

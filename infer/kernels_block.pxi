@@ -10,6 +10,8 @@ cdef extern from "transformer_block.h" nogil:
         INFER_ROPE_NEOX
         INFER_BLOCK_MAX_BATCH
         INFER_BLOCK_MAX_EXPERTS_USED
+        INFER_GATING_SOFTMAX
+        INFER_GATING_SIGMOID
     ctypedef struct infer_block_layer:
         const float *attn_norm
         const float *ffn_norm
@@ -38,6 +40,9 @@ cdef extern from "transformer_block.h" nogil:
         int conv_index
         const float *conv_kernel
         infer_decode_matrix conv_b, conv_c, conv_u, conv_out
+        int dense_ffn
+        const float *exp_probs_b
+        float xielu_alpha_n, xielu_alpha_p, xielu_beta, xielu_eps
         const float *attn_norm_b
         const float *ffn_norm_b
     ctypedef struct infer_block_model:
@@ -59,6 +64,9 @@ cdef extern from "transformer_block.h" nogil:
         int n_conv_layers
         int qk_norm_whole
         int qk_norm_after_rope
+        int expert_gating
+        int ffn_relu_sqr
+        int ffn_xielu
         int layer_norm
         int parallel
         const float *output_norm_b
@@ -143,15 +151,18 @@ cdef class TransformerDecoder:
     to max_batch sequences (each with its own KV cache) per `step`.
 
     config: an object with the sizes dim, n_layers, n_heads, n_kv_heads, head_dim,
-    ffn_dim, vocab_size and rms_eps, activation ("silu" or "gelu_tanh"),
+    ffn_dim, vocab_size and rms_eps, activation ("silu" or "gelu_tanh", gated;
+    "relu_sqr", relu(h Wup)^2, or "xielu", xielu(h Wup) with each layer's "xielu"
+    (alpha_n, alpha_p, beta, eps: ggml_xielu's op parameters), without a gate: each
+    layer's gate, of up's shape, unread),
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
     logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
     the default, or "all"), qk_norm_after_rope (default False), norm_kind ("rms",
     the default, or "layer": LayerNorm pre and output norms),
     parallel_blocks (default False: True adds FFN(h) and attention(h) of one
     h = norm(x, attn_norm); then no post norms) and moe (None,
-    or an object with n_experts, n_used, gating "softmax", norm_weights,
-    weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
+    or an object with n_experts, n_used, gating "softmax" or "sigmoid",
+    norm_weights, weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
     (infer.variants.spec.TransformerSpec is one).
     output_norm_bias: None, or the output LayerNorm's bias (norm_kind "layer"
     only); then every layer has attn_norm_bias and ffn_norm_bias vectors too.
@@ -161,7 +172,9 @@ cdef class TransformerDecoder:
     gate/up/down stack the experts' matrices, n_experts * ffn_dim or
     n_experts * dim rows, router is the n_experts x dim router, and with a
     shared expert shexp_gate, shexp_up, shexp_down and the vector
-    shexp_gate_inp); optionally
+    shexp_gate_inp, and optionally exp_probs_b, the n_experts selection biases; a
+    layer with "dense_ffn": True has one dense FFN of its ffn_dim instead (LFM2-MoE's
+    leading layers), a mixture's layer's ffn_dim is one expert's width); optionally
     q_norm and k_norm (head_dim values, or q_dim and kv_dim with scope "all"),
     post_attn_norm, post_ffn_norm, q_bias, k_bias and v_bias (vectors), rope
     (None or (layout "norm"/"neox", base, scale, freq_factors or None,
@@ -262,9 +275,13 @@ cdef class TransformerDecoder:
         if (ple is None) != (m.per_layer_dim == 0):
             raise ValueError("ple: the per-layer embedding tensors come with config.per_layer_dim > 0")
         activation = getattr(c, "activation")
-        if activation not in ("silu", "gelu_tanh"):
-            raise ValueError(f"config.activation: expected 'silu' or 'gelu_tanh', got {activation!r}")
+        if activation not in ("silu", "gelu_tanh", "relu_sqr", "xielu"):
+            raise ValueError(f"config.activation: expected 'silu', 'gelu_tanh', 'relu_sqr' or 'xielu', "
+                             f"got {activation!r}")
         m.gelu = activation == "gelu_tanh"
+        # relu_sqr and xielu have no gate: act(h Wup) (a layer's "gate", of up's shape, is not read)
+        m.ffn_relu_sqr = activation == "relu_sqr"
+        m.ffn_xielu = activation == "xielu"
         m.rms_eps = _finite(c, "rms_eps", True)
         m.attn_scale = _finite(c, "attn_scale")
         m.attn_softcap = _finite(c, "attn_softcap", True)
@@ -281,8 +298,10 @@ cdef class TransformerDecoder:
             if m.n_experts_used > m.n_experts or m.n_experts_used > INFER_BLOCK_MAX_EXPERTS_USED:
                 raise ValueError(f"config.moe.n_used: {m.n_experts_used} of {m.n_experts} experts (the fused "
                                  f"step routes to at most {INFER_BLOCK_MAX_EXPERTS_USED})")
-            if getattr(moe, "gating") != "softmax":
-                raise ValueError(f"config.moe.gating: only 'softmax', got {moe.gating!r}")
+            gatings = {"softmax": INFER_GATING_SOFTMAX, "sigmoid": INFER_GATING_SIGMOID}
+            if getattr(moe, "gating") not in gatings:
+                raise ValueError(f"config.moe.gating: expected one of {sorted(gatings)}, got {moe.gating!r}")
+            m.expert_gating = gatings[moe.gating]
             m.expert_norm = bool(getattr(moe, "norm_weights"))
             m.expert_scale = _finite(moe, "weight_scale")
             shared = getattr(moe, "shared_ffn_dim", 0)
@@ -369,15 +388,28 @@ cdef class TransformerDecoder:
                     raise ValueError(f"{name}: norm biases without pre_norms")
                 L.attn_norm_b = _decode_vector(layer["attn_norm_bias"], d, self.keep)
                 L.ffn_norm_b = L.attn_norm_b if parallel else _decode_vector(layer["ffn_norm_bias"], d, self.keep)
-            stacks = m.n_experts if m.n_experts else 1
-            if m.n_experts and lffn != ffn:
-                raise ValueError(f"{name}.ffn_dim: a mixture of experts has the config's width in every layer")
+            if m.ffn_xielu:
+                params = layer.get("xielu")
+                if not isinstance(params, tuple) or len(params) != 4 or \
+                        not all(abs(float(v)) < float("inf") for v in params):
+                    raise ValueError(f"{name}.xielu: expected 4 finite numbers (alpha_n, alpha_p, beta, eps), "
+                                     f"got {params!r}")
+                L.xielu_alpha_n, L.xielu_alpha_p, L.xielu_beta, L.xielu_eps = params
+            dense_ffn = layer.get("dense_ffn", False)
+            if not isinstance(dense_ffn, bool) or (dense_ffn and not m.n_experts):
+                raise ValueError(f"{name}.dense_ffn: a bool, True only in a mixture of experts, got {dense_ffn!r}")
+            L.dense_ffn = dense_ffn
+            layer_moe = m.n_experts and not dense_ffn
+            stacks = m.n_experts if layer_moe else 1
             L.gate = _shaped_matrix(layer["gate"], stacks * lffn, d, f"{name}.gate", self.keep)
             L.up = _shaped_matrix(layer["up"], stacks * lffn, d, f"{name}.up", self.keep)
             L.down = _shaped_matrix(layer["down"], stacks * d, lffn, f"{name}.down", self.keep)
-            if m.n_experts:
+            if layer_moe:
                 L.router = _shaped_matrix(layer["router"], m.n_experts, d, f"{name}.router", self.keep)
-            if m.shared_ffn_dim:
+                L.exp_probs_b = _optional_vector(layer, "exp_probs_b", m.n_experts, name, self.keep)
+            elif layer.get("router") is not None or layer.get("exp_probs_b") is not None:
+                raise ValueError(f"{name}: a router or selection biases in a layer without experts")
+            if layer_moe and m.shared_ffn_dim:
                 sh = m.shared_ffn_dim
                 L.shexp_gate = _shaped_matrix(layer["shexp_gate"], sh, d, f"{name}.shexp_gate", self.keep)
                 L.shexp_up = _shaped_matrix(layer["shexp_up"], sh, d, f"{name}.shexp_up", self.keep)

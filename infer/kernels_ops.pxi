@@ -394,3 +394,61 @@ def kv_store(x, cache, pos0):
     if rc != 0:
         raise ValueError("kv_store: arguments rejected by the kernel")
     return cache
+
+
+def gated_delta_net(q, k, v, g, beta, state, out, scale=None):
+    """The gated DeltaNet recurrence over n_tokens tokens (Qwen3.5's linear
+    attention; llama.cpp's ggml_gated_delta_net); updates state, returns out.
+
+    q, k: float32 (n_tokens, n_k_heads, d), L2-normalised by the caller.
+    v: float32 (n_tokens, n_v_heads, d), n_v_heads a multiple of n_k_heads; value
+    head h reads q/k head h % n_k_heads.  g, beta: float32 (n_tokens, n_v_heads):
+    the log of each token's decay and its write strength.  state: float32
+    (n_v_heads, d, d), state[h, i, j] = S_h[i, j] (key i, value j), updated in place.  Per token and
+    head: S *= exp(g); S += k (beta (v - S^T k))^T; out = scale S^T q.  scale:
+    default 1/sqrt(d).  out: float32 of v's shape.  Runs on the thread pool.
+    """
+    for a, name in ((q, "q"), (k, "k"), (v, "v"), (g, "g"), (beta, "beta")):
+        _check_f32(a, name)
+    _check_f32(state, "state", True)
+    _check_f32(out, "out", True)
+    if q.ndim != 3:
+        raise ValueError(f"q: expected shape (n_tokens, n_k_heads, d), got {q.shape}")
+    _same_shape(k, "k", q, "q")
+    if v.ndim != 3 or v.shape[0] != q.shape[0] or v.shape[2] != q.shape[2]:
+        raise ValueError(f"v: expected shape ({q.shape[0]}, n_v_heads, {q.shape[2]}), got {v.shape}")
+    _same_shape(out, "out", v, "v")
+    cdef int64_t n_tokens = q.shape[0], n_k = q.shape[1], d = q.shape[2], n_v = v.shape[1]
+    if n_k < 1 or n_v < 1 or n_v % n_k:
+        raise ValueError(f"v: {n_v} value heads are not a multiple of {n_k} key heads")
+    if d < 1 or d > INFER_DELTA_NET_MAX_STATE:
+        raise ValueError(f"q: d must be in [1, {INFER_DELTA_NET_MAX_STATE}], got {d}")
+    for a, name in ((g, "g"), (beta, "beta")):
+        if a.shape != (n_tokens, n_v):
+            raise ValueError(f"{name}: expected shape ({n_tokens}, {n_v}), got {a.shape}")
+    if state.shape != (n_v, d, d):
+        raise ValueError(f"state: expected shape ({n_v}, {d}, {d}), got {state.shape}")
+    cdef double sc = 1.0 / sqrt(<double>d) if scale is None else float(scale)
+    if not (sc == sc and abs(sc) < 1e30):
+        raise ValueError(f"scale: must be finite, got {scale}")
+    if n_tokens == 0:
+        return out
+    cdef const float[::1] qv = q.reshape(-1)
+    cdef const float[::1] kv = k.reshape(-1)
+    cdef const float[::1] vv = v.reshape(-1)
+    cdef const float[::1] gv = g.reshape(-1)
+    cdef const float[::1] bv = beta.reshape(-1)
+    cdef float[::1] sv = state.reshape(-1)
+    cdef float[::1] ov = out.reshape(-1)
+    _check_disjoint(&sv[0], state.nbytes, "state", &ov[0], out.nbytes, "out")
+    for a, name in ((q, "q"), (k, "k"), (v, "v"), (g, "g"), (beta, "beta")):
+        _check_disjoint(&sv[0], state.nbytes, "state", <const void *><size_t>a.ctypes.data, a.nbytes, name)
+        _check_disjoint(&ov[0], out.nbytes, "out", <const void *><size_t>a.ctypes.data, a.nbytes, name)
+    cdef float fsc = <float>sc
+    cdef int rc
+    with nogil:
+        rc = infer_gated_delta_net(&qv[0], &kv[0], &vv[0], &gv[0], &bv[0], &sv[0], &ov[0],
+                                   n_tokens, n_k, n_v, d, fsc)
+    if rc != 0:
+        raise ValueError("gated_delta_net: arguments rejected by the kernel")
+    return out

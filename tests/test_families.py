@@ -36,14 +36,17 @@ from scripted import GreedySampler
 import infer
 
 #: LFM2's files are tests/test_lfm2.py's (recorded in llama_cpp_lfm2.npz), Gemma 4's
-#: test_gemma4.py's; the mixtures of experts have their own tests (test_moe.py) and llama.cpp data
-NAMES = [n for n, t in tm.ALL.items() if not t.n_expert and n not in tm.LFM2 and n not in tm.GEMMA4]
+#: test_gemma4.py's, Qwen3.5's test_qwen35.py's, Apertus's test_arcee_apertus.py's (its F16 KV
+#: cache rounds more); the mixtures of experts have their own tests (test_moe.py) and llama.cpp data
+NAMES = [n for n, t in tm.ALL.items() if not t.n_expert and n not in tm.LFM2 and n not in tm.GEMMA4
+         and n != "apertus" and n not in tm.QWEN35]
 #: the files whose spec the fused C decode step computes (csrc/transformer_block.c: all)
 FUSED = set(NAMES)
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 #: where each file's llama.cpp logits are recorded
 DATA = {**{name: os.path.join(DATA_DIR, "llama_cpp_families.npz") for name in tm.TINY},
         **{name: os.path.join(DATA_DIR, "llama_cpp_dense.npz") for name in tm.DENSE},
+        **{name: os.path.join(DATA_DIR, "llama_cpp_lfm2moe.npz") for name in tm.ARCEE},
         **{name: os.path.join(DATA_DIR, "llama_cpp_dense2.npz") for name in tm.DENSE2}}
 
 

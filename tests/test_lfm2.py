@@ -366,13 +366,6 @@ def test_bidirectional_lfm2_is_refused(tmp_path):
         infer.load(path)
 
 
-def test_lfm2moe_is_refused(tmp_path):
-    t = dataclasses.replace(tm.ALL["lfm2"], arch="lfm2moe")
-    path = tm.write("lfm2", str(tmp_path / "moe.gguf"), t)
-    with pytest.raises(UnsupportedModelError, match="lfm2moe.*mixture-of-experts FFN is not implemented"):
-        infer.load(path)
-
-
 def test_pre_tokenizer_splits_as_llama_cpp(recorded, tiny_dir):
     """tokenizer.ggml.pre "lfm2" loads and splits as llama.cpp's (its LLAMA3
     pre-tokenizer): the ids llama.cpp gave the recorded texts

@@ -63,8 +63,8 @@ class RoutingRecorder:
         self.position = 0
         real = transformer.route
 
-        def route(h, router, moe):
-            experts, weights = real(h, router, moe)
+        def route(h, router, moe, *bias):
+            experts, weights = real(h, router, moe, *bias)
             layer = next(i for i, r in enumerate(self.routers) if r is router)
             for row, chosen in enumerate(experts):
                 self.choices.setdefault(layer, {})[self.position + row] = tuple(int(e) for e in chosen)

@@ -72,6 +72,24 @@ class Gemma4Shape:
 
 
 @dataclass(frozen=True)
+class Qwen35Shape:
+    """What a tiny qwen35 / qwen35moe file has beyond `Tiny` (llama.cpp
+    src/models/qwen35.cpp and conversion/qwen.py's Qwen3_5TextModel): the gated
+    DeltaNet layers' sizes (ssm.*), which layers are recurrent (by
+    full_attention_interval, or the attention.recurrent_layers flags if given),
+    the partial rotary width and the IMROPE sections."""
+
+    conv_kernel: int = 4
+    d_state: int = 32
+    n_k_heads: int = 2
+    n_v_heads: int = 4
+    full_attention_interval: int = 2
+    recurrent_layers: Optional[tuple] = None
+    rope_dims: int = 16
+    sections: tuple = (3, 3, 2, 0)
+
+
+@dataclass(frozen=True)
 class Tiny:
     arch: str
     seed: int
@@ -123,6 +141,12 @@ class Tiny:
     #: that every position's choice of experts is clear (tests/test_moe.py)
     prompt_seed: Optional[int] = None
     gemma4: Optional[Gemma4Shape] = None
+    qwen35: Optional[Qwen35Shape] = None
+    #: lfm2moe: the leading layers with the dense FFN of width ffn, the experts'
+    #: width, and the std of the experts' selection biases (exp_probs_b)
+    dense_leading: int = 0
+    expert_ffn: int = 0
+    expert_bias: float = 0.0
     #: LayerNorm (weight, no bias) with attention.layer_norm_epsilon (Cohere), not RMSNorm
     layer_norm: bool = False
     #: parallel blocks: no ffn_norm (Cohere 2)
@@ -282,6 +306,47 @@ GEMMA4: Dict[str, Tiny] = {
                        gemma4=Gemma4Shape(sliding=(True, False, True, False), kv_heads=(2, 1, 2, 1),
                                           ffn=(512,) * 4, v_from_k=True)),
 }
+#: LFM2-MoE (tests/test_lfm2moe.py; recorded into llama_cpp_lfm2moe.npz): LFM2-8B-A1B's
+#: shape in small: shortconv layers but for attention at 2, the first layer's FFN
+#: dense (of 512), then 8 experts of 128 with 2 used, sigmoid-gated, chosen with
+#: selection biases that change many choices; an untied head.  The prompt's seed
+#: keeps every choice of experts 0.002 from a tie in sigmoid + bias (the best of 60).
+LFM2MOE: Dict[str, Tiny] = {
+    "lfm2moe": Tiny("lfm2moe", 120, n_layer=4, qk_norm=True, conv_layers=(0, 1, 3), pre="lfm2", tied=False,
+                    n_expert=8, dense_leading=1, expert_ffn=128, expert_bias=0.3, router_gain=2.0,
+                    prompt_len=128, prompt_seed=46, extra={"rope.freq_base": 1000000.0, "vocab_size": VOCAB}),
+}
+#: Arcee (AFM-4.5B's shape in small: Llama with a ReLU² FFN without a gate, llama3 RoPE
+#: factors, an untied head) and Apertus (below); tests/test_families.py's, recorded into
+#: llama_cpp_lfm2moe.npz
+ARCEE: Dict[str, Tiny] = {
+    "arcee": Tiny("arcee", 121, tied=False, llama3_rope=True, prompt_len=256,
+                  extra={"rope.freq_base": 500000.0}),
+}
+#: Apertus (tests/test_arcee_apertus.py): xIELU FFNs without a gate, their parameters
+#: different in every layer (HF initialises alpha_p = alpha_n = 0.8, beta = 0.5, eps =
+#: -1e-6; these are trained-looking raw values, before the softplus), per-head q/k norms,
+#: NEOX RoPE, untied head
+XIELU = {"xielu.alpha_n": [0.1, 0.9, -0.4, 1.6], "xielu.alpha_p": [0.3, -0.5, 1.2, 0.0],
+         "xielu.beta": [0.5, 0.4, 0.6, 0.5], "xielu.eps": [-1e-6, -1e-6, -0.5, -1e-6]}
+ARCEE["apertus"] = Tiny("apertus", 122, tied=False, qk_norm=True, prompt_len=256,
+                        extra={"rope.freq_base": 500000.0})
+#: Qwen3.5's files (tests/test_qwen35.py, `write_qwen35`), recorded into
+#: tests/data/llama_cpp_qwen35.npz: DeltaNet layers at 0 and 2 (full_attention_interval
+#: 2), attention at 1 and 3; 4 value heads over 2 key heads of 32; the MoE file marks
+#: its layers with attention.recurrent_layers and has a sigmoid-gated shared expert
+QWEN35: Dict[str, Tiny] = {n: t for n, t in [
+    ("qwen35", Tiny("qwen35", 120, n_layer=4, qk_norm=True, eps=1e-6, pre="qwen2",
+                    extra={"attention.key_length": 64, "attention.value_length": 64,
+                           "rope.freq_base": 1000000.0}, qwen35=Qwen35Shape())),
+    ("qwen35moe", Tiny("qwen35moe", 121, n_layer=3, qk_norm=True, eps=1e-6, pre="qwen2", tied=False, ffn=128,
+                       n_expert=8, shared_ffn=256, router_gain=MOE_ROUTER_GAIN, prompt_len=MOE_PROMPT_LEN,
+                       extra={"attention.key_length": 64, "attention.value_length": 64,
+                              "rope.freq_base": 1000000.0, "expert_count": 8, "expert_used_count": 2,
+                              "expert_feed_forward_length": 128, "expert_shared_feed_forward_length": 256},
+                       qwen35=Qwen35Shape(recurrent_layers=(True, False, True)))),
+]}
+
 #: The dense families of tests/test_dense_families2.py (tests/test_families.py runs them
 #: too), recorded into tests/data/llama_cpp_dense2.npz.  Shorter prompts (300: past
 #: every window) keep the tests lean.
@@ -307,8 +372,9 @@ DENSE2: Dict[str, Tiny] = {n: t for n, t in [
     ("stablelm", Tiny("stablelm", 124, tied=False, layer_norm=True, norm_bias=True, qkv_bias=True,
                       rope_dims=16, prompt_len=300, extra={"use_parallel_residual": False})),
 ]}
-#: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's and DENSE2's (names are unique across them)
-ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **DENSE2}
+#: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's, LFM2MOE's, ARCEE's, QWEN35's and DENSE2's
+#: (names are unique across them)
+ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **QWEN35, **DENSE2}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -442,6 +508,10 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     t = tiny or ALL[name]
     if t.gemma4 is not None:
         return write_gemma4(t, path, more_tensors)
+    if t.arch == "lfm2moe":
+        return write_lfm2moe(t, path, more_tensors)
+    if t.qwen35 is not None:
+        return write_qwen35(t, path, more_tensors)
     rng = np.random.default_rng(t.seed)
     d, hd, L = t.dim, t.head_dim, t.n_layer
     q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
@@ -485,6 +555,9 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_array(key, v)
         else:
             w.add_uint32(key, v)
+    if t.arch == "apertus":   # the converter's global per-layer arrays of xIELU's trained parameters
+        for key, values in XIELU.items():
+            w.add_array(key, [values[i % len(values)] for i in range(L)])
     if t.longrope:
         scale = t.n_ctx_train / extra["rope.scaling.original_context_length"]
         w.add_float32(f"{a}.rope.scaling.attn_factor",
@@ -566,6 +639,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
                 w.add_tensor(p + "ffn_down_shexp.weight", mat(d, t.shared_ffn))
         elif t.fused_gate_up:
             w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(t.ffn, d), mat(t.ffn, d)]))
+        elif t.arch in ("arcee", "apertus"):   # no gate: act(h Wup) Wdown
+            w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
         else:
             w.add_tensor(p + "ffn_gate.weight", mat(t.ffn, d))
             w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
@@ -582,10 +657,10 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     return path
 
 
-def _write_vocabulary(w) -> None:
+def _write_vocabulary(w, pre: str = "default") -> None:
     tokens, merges = bpe_vocabulary()
     w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_string("tokenizer.ggml.pre", "default")
+    w.add_string("tokenizer.ggml.pre", pre)
     w.add_array("tokenizer.ggml.tokens", tokens)
     w.add_array("tokenizer.ggml.token_type", [1] * (VOCAB - len(SPECIALS)) + [3] * len(SPECIALS))
     w.add_array("tokenizer.ggml.merges", merges)
@@ -690,6 +765,188 @@ def write_gemma4(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
             w.add_tensor(p + "proj.weight", mat(d, P))
             w.add_tensor(p + "post_norm.weight", norm(d))
         w.add_tensor(p + "layer_output_scale.weight", np.array([0.6 + 0.4 * rng.random()], np.float32))
+    for k, v in (more_tensors or {}).items():
+        w.add_tensor(k, v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_qwen35(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = None,
+                 drop: Tuple[str, ...] = ()) -> str:
+    """A tiny qwen35 / qwen35moe file as the converter writes one: norm weights as
+    they are (the converter added HF's +1), ssm_a = -exp(A_log), ssm_dt.bias, the
+    conv squeezed to (channels, K) F32, attn_q (2 * q_dim, d) with each head's q rows
+    then its gate's, the FFN's norm named post_attention_norm.  ``more_tensors``
+    adds tensors (names "blk.*" or "*.weight"), string keys "tokenizer.*" and metadata keys
+    (without the arch prefix);
+    ``drop`` leaves tensors or keys out (for the refusal tests)."""
+    import gguf
+
+    sh = t.qwen35
+    assert sh is not None
+    more = dict(more_tensors or {})
+    rng = np.random.default_rng(t.seed)
+    d, hd, L = t.dim, t.head_dim, t.n_layer
+    q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
+    key_dim, value_dim = sh.n_k_heads * sh.d_state, sh.n_v_heads * sh.d_state
+    conv_dim = 2 * key_dim + value_dim
+    if sh.recurrent_layers is not None:
+        recurrent = list(sh.recurrent_layers)
+    else:
+        recurrent = [(i + 1) % sh.full_attention_interval != 0 for i in range(L)]
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, t.arch)
+    a = t.arch
+    keys: Dict[str, Any] = {
+        "context_length": t.n_ctx_train, "embedding_length": d, "block_count": L, "feed_forward_length": t.ffn,
+        "attention.head_count": t.n_head, "attention.head_count_kv": t.n_kv_head,
+        "attention.layer_norm_rms_epsilon": float(t.eps), "rope.dimension_count": sh.rope_dims,
+        "ssm.conv_kernel": sh.conv_kernel, "ssm.state_size": sh.d_state, "ssm.group_count": sh.n_k_heads,
+        "ssm.time_step_rank": sh.n_v_heads, "ssm.inner_size": value_dim,
+        "full_attention_interval": sh.full_attention_interval, **t.extra}
+    strings = {k: more.pop(k) for k in [k for k in more if k.startswith("tokenizer.")]}
+    for k in [k for k in more if not (k.startswith("blk.") or k.endswith(".weight"))]:
+        keys[k[len(a) + 1:] if k.startswith(a + ".") else k] = more.pop(k)
+    for k, v in keys.items():
+        if k in drop:
+            continue
+        key = f"{a}.{k}"
+        if isinstance(v, float):
+            w.add_float32(key, v)
+        else:
+            w.add_uint32(key, v)
+    if "rope.dimension_sections" not in drop:
+        w.add_array(f"{a}.rope.dimension_sections", list(sh.sections))
+    if sh.recurrent_layers is not None:
+        w.add_array(f"{a}.attention.recurrent_layers", [bool(r) for r in sh.recurrent_layers])
+    tokens, merges = bpe_vocabulary()
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", t.pre)
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", [1] * (VOCAB - len(SPECIALS)) + [3] * len(SPECIALS))
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.eos_token_id", tokens.index("<|im_end|>"))
+    w.add_uint32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    for k, v in strings.items():
+        w.add_string(k, v)
+
+    tensors: Dict[str, np.ndarray] = {}
+    tensors["token_embd.weight"] = mat(VOCAB, d, t.head_gain if t.tied else math.sqrt(d))
+    tensors["output_norm.weight"] = norm(d)
+    if not t.tied:
+        tensors["output.weight"] = mat(VOCAB, d, t.head_gain)
+    for i in range(L):
+        p = f"blk.{i}."
+        tensors[p + "attn_norm.weight"] = norm(d)
+        if recurrent[i]:
+            tensors[p + "attn_qkv.weight"] = mat(conv_dim, d, 1.5)
+            tensors[p + "attn_gate.weight"] = mat(value_dim, d)
+            tensors[p + "ssm_conv1d.weight"] = (rng.standard_normal((conv_dim, sh.conv_kernel))
+                                                / math.sqrt(sh.conv_kernel)).astype(np.float32)
+            tensors[p + "ssm_dt.bias"] = (0.5 * rng.standard_normal(sh.n_v_heads)).astype(np.float32)
+            tensors[p + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.0, sh.n_v_heads))).astype(np.float32)
+            tensors[p + "ssm_beta.weight"] = mat(sh.n_v_heads, d)
+            tensors[p + "ssm_alpha.weight"] = mat(sh.n_v_heads, d, 0.5)
+            tensors[p + "ssm_norm.weight"] = norm(sh.d_state)
+            tensors[p + "ssm_out.weight"] = mat(d, value_dim)
+        else:
+            tensors[p + "attn_q.weight"] = mat(2 * q_dim, d, 1.5)
+            tensors[p + "attn_k.weight"] = mat(kv_dim, d, 1.5)
+            tensors[p + "attn_v.weight"] = mat(kv_dim, d)
+            tensors[p + "attn_q_norm.weight"] = norm(hd)
+            tensors[p + "attn_k_norm.weight"] = norm(hd)
+            tensors[p + "attn_output.weight"] = mat(d, q_dim)
+        tensors[p + "post_attention_norm.weight"] = norm(d)
+        if t.n_expert:
+            tensors[p + "ffn_gate_inp.weight"] = mat(t.n_expert, d, t.router_gain).astype(np.float32)
+            for part, rows, cols in (("gate", t.ffn, d), ("up", t.ffn, d), ("down", d, t.ffn)):
+                tensors[p + f"ffn_{part}_exps.weight"] = np.stack([mat(rows, cols) for _ in range(t.n_expert)])
+            tensors[p + "ffn_gate_inp_shexp.weight"] = (rng.standard_normal(d) / math.sqrt(d)).astype(np.float32)
+            tensors[p + "ffn_gate_shexp.weight"] = mat(t.shared_ffn, d)
+            tensors[p + "ffn_up_shexp.weight"] = mat(t.shared_ffn, d)
+            tensors[p + "ffn_down_shexp.weight"] = mat(d, t.shared_ffn)
+        else:
+            tensors[p + "ffn_gate.weight"] = mat(t.ffn, d)
+            tensors[p + "ffn_up.weight"] = mat(t.ffn, d)
+            tensors[p + "ffn_down.weight"] = mat(d, t.ffn)
+    tensors.update(more)
+    for name, value in tensors.items():
+        if name not in drop:
+            w.add_tensor(name, value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_lfm2moe(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray]] = None) -> str:
+    """An lfm2moe file as conversion/lfm2.py's LFM2MoeModel writes it: lfm2's keys and
+    layers, expert_feed_forward_length, leading_dense_block_count and
+    expert_gating_func (2, sigmoid); the dense layers' ffn_{gate,up,down}, the
+    others' ffn_gate_inp, stacked ffn_*_exps and exp_probs_b.bias (HF's expert_bias)."""
+    import gguf
+
+    rng = np.random.default_rng(t.seed)
+    d, hd, L, a = t.dim, t.head_dim, t.n_layer, t.arch
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, a)
+    for key, value in (("context_length", t.n_ctx_train), ("embedding_length", d), ("block_count", L),
+                       ("feed_forward_length", t.ffn), ("attention.head_count", t.n_head),
+                       ("expert_count", t.n_expert), ("expert_used_count", 2),
+                       ("expert_feed_forward_length", t.expert_ffn), ("leading_dense_block_count", t.dense_leading),
+                       ("expert_gating_func", 2), ("shortconv.l_cache", t.conv_width)):
+        w.add_uint32(f"{a}.{key}", value)
+    w.add_array(f"{a}.attention.head_count_kv", [0 if i in t.conv_layers else t.n_kv_head for i in range(L)])
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", t.eps)
+    for k, v in t.extra.items():
+        if isinstance(v, float):
+            w.add_float32(f"{a}.{k}", v)
+        else:
+            w.add_uint32(f"{a}.{k}", v)
+    _write_vocabulary(w, t.pre)
+    w.add_tensor("token_embd.weight", mat(VOCAB, d, t.head_gain if t.tied else math.sqrt(d)))
+    w.add_tensor("token_embd_norm.weight", norm(d))
+    if not t.tied:
+        w.add_tensor("output.weight", mat(VOCAB, d, t.head_gain))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", norm(d))
+        if i in t.conv_layers:
+            _add_shortconv(w, p, d, t.conv_width, mat, rng)
+        else:
+            w.add_tensor(p + "attn_q.weight", mat(t.n_head * hd, d, 1.5))
+            w.add_tensor(p + "attn_k.weight", mat(t.n_kv_head * hd, d, 1.5))
+            w.add_tensor(p + "attn_v.weight", mat(t.n_kv_head * hd, d))
+            w.add_tensor(p + "attn_q_norm.weight", norm(hd))
+            w.add_tensor(p + "attn_k_norm.weight", norm(hd))
+            w.add_tensor(p + "attn_output.weight", mat(d, t.n_head * hd))
+        w.add_tensor(p + "ffn_norm.weight", norm(d))
+        if i < t.dense_leading:
+            w.add_tensor(p + "ffn_gate.weight", mat(t.ffn, d))
+            w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
+            w.add_tensor(p + "ffn_down.weight", mat(d, t.ffn))
+            continue
+        w.add_tensor(p + "ffn_gate_inp.weight", mat(t.n_expert, d, t.router_gain).astype(np.float32))
+        for part, rows, cols in (("gate", t.expert_ffn, d), ("up", t.expert_ffn, d), ("down", d, t.expert_ffn)):
+            w.add_tensor(p + f"ffn_{part}_exps.weight", np.stack([mat(rows, cols) for _ in range(t.n_expert)]))
+        w.add_tensor(p + "exp_probs_b.bias", (t.expert_bias * rng.standard_normal(t.n_expert)).astype(np.float32))
     for k, v in (more_tensors or {}).items():
         w.add_tensor(k, v)
     w.write_header_to_file()

@@ -116,6 +116,7 @@ def describe_model(f: Any) -> dict[str, Any]:
         "embedding_length": arch_key("embedding_length"), "feed_forward_length": arch_key("feed_forward_length"),
         "heads": arch_key("attention.head_count"), "kv_heads": arch_key("attention.head_count_kv"),
         "shortconv_l_cache": arch_key("shortconv.l_cache"),
+        "deltanet": _deltanet_summary(arch_key),
         "experts": arch_key("expert_count"), "experts_used": arch_key("expert_used_count"),
         "expert_feed_forward_length": arch_key("expert_feed_forward_length"),
         # what one token reads: the stacked expert tensors (names *_exps) count as
@@ -133,6 +134,34 @@ def describe_model(f: Any) -> dict[str, Any]:
                     for t in f.tensors.values()],
         "metadata": metadata,
     }
+
+
+def _deltanet_summary(arch_key: Any) -> Optional[dict[str, Any]]:
+    """Qwen3.5's gated DeltaNet layers (the ssm.* keys): how many, their heads, and
+    the recurrent state a context keeps (float32 S and conv inputs per layer, plus
+    up to transformer.MAX_CHECKPOINTS copies); None without them or with keys that
+    are not counts (the loader names those)."""
+    import numpy as np
+
+    from ..variants.transformer import MAX_CHECKPOINTS
+
+    values = [arch_key(k) for k in ("ssm.conv_kernel", "ssm.state_size", "ssm.group_count",
+                                    "ssm.time_step_rank", "block_count")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return None
+    conv_kernel, d, n_k, n_v, n_all = values
+    nextn = arch_key("nextn_predict_layers")
+    n_layers = n_all - (nextn if isinstance(nextn, int) and 0 <= nextn < n_all else 0)
+    flags = arch_key("attention.recurrent_layers")
+    interval = arch_key("full_attention_interval")
+    if isinstance(flags, (list, tuple, np.ndarray)) and len(flags) >= n_layers:
+        n_recurrent = sum(bool(f) for f in list(flags)[:n_layers])
+    else:
+        every = interval if isinstance(interval, int) and interval > 0 else 4
+        n_recurrent = sum((i + 1) % every != 0 for i in range(n_layers))
+    state = n_recurrent * 4 * (n_v * d * d + (conv_kernel - 1) * (2 * n_k * d + n_v * d))
+    return {"layers": n_recurrent, "key_heads": n_k, "value_heads": n_v, "state_size": d,
+            "conv_kernel": conv_kernel, "state_bytes": state, "checkpoint_bytes": state * MAX_CHECKPOINTS}
 
 
 def _human_bytes(n: int) -> str:
@@ -186,6 +215,13 @@ def format_model(s: dict[str, Any]) -> str:
         if s["shortconv_l_cache"] is not None:   # LFM2: the layers with 0 KV heads are convolutions
             shape.append(f"shortconv width {s['shortconv_l_cache']}")
         rows.append(("layers", f"{s['layers']}  ({', '.join(shape)})"))
+    dn = s.get("deltanet")
+    if dn is not None:
+        rows.append(("gated DeltaNet", f"{dn['layers']} layers, {dn['value_heads']} value heads over "
+                                       f"{dn['key_heads']} key heads of {dn['state_size']}, conv width "
+                                       f"{dn['conv_kernel']}"))
+        rows.append(("recurrent state", f"{_human_bytes(dn['state_bytes'])} per context, and up to "
+                                        f"{_human_bytes(dn['checkpoint_bytes'])} of checkpoints for truncation"))
     vocab = s["vocabulary"]
     kind = vocab["kind"] or "none"
     if vocab["pre"]:

@@ -1,4 +1,6 @@
 """Built-in model variants; importing this package registers their architectures."""
+from . import apertus  # noqa: F401
+from . import arcee  # noqa: F401
 from . import cohere2  # noqa: F401
 from . import ernie4_5  # noqa: F401
 from . import exaone  # noqa: F401
@@ -21,5 +23,6 @@ from . import qwen2  # noqa: F401
 from . import qwen2moe  # noqa: F401
 from . import qwen3  # noqa: F401
 from . import qwen3moe  # noqa: F401
+from . import qwen35  # noqa: F401
 from . import smollm3  # noqa: F401
 from . import stablelm  # noqa: F401

@@ -27,10 +27,13 @@ One block, with every optional piece (each is off by default):
                                                        and f reads the first h)
         h = rmsnorm(x, ffn_norm)                      (pre_norms; else h = x)
         f = (act(h Wgate) * h Wup) Wdown              (act: activation; one matrix
-                                                       gate|up: fused_gate_up)
-            or, with moe: p = softmax(h Wrouter); the top experts_used experts e
-            by p, each weighted p_e (renormalised to sum 1: norm_weights),
+                                                       gate|up: fused_gate_up; relu_sqr,
+                                                       xielu: act(h Wup) Wdown, no gate)
+            or, with moe: p = softmax(h Wrouter) (or sigmoid: moe.gating); the
+            top experts_used experts e by p (by p + bias: moe.selection_bias),
+            each weighted p_e (renormalised to sum 1: norm_weights),
             f = sum_e p_e (act(h Wgate_e) * h Wup_e) Wdown_e
+            (a layer with dense_ffn has the dense FFN instead)
         f = rmsnorm(f, post_ffn_norm)                 (post_ffn_norm)
         x += f * residual_scale
         x += rmsnorm(ple_proj(gelu(x Wple_gate) * ple[l]), ple_post_norm)   (per_layer_dim)
@@ -57,6 +60,20 @@ convolution of width L = layers[l].conv_width, depthwise over the last L positio
         y = c * sum_k conv[:, k] * s_(p-L+1+k)        (shortconv.conv: (dim, L); s_(<0) = 0)
         x += y Wout_conv                              (shortconv.out_proj)
 
+A layer of kind "deltanet" (Qwen3.5's gated DeltaNet, `DeltaNet`) replaces it by a
+linear attention with a recurrent state S_h (d x d per value head h):
+
+        h = rmsnorm(x, attn_norm)
+        c = silu(conv_K(h Wqkv))                      (depthwise over the last K inputs)
+        q, k, v = split(c)  (group_count heads of q and k, time_step_rank of v, d each)
+        q, k = q / |q|, k / |k|
+        g = softplus(h Walpha + dt_bias) * ssm_a ; beta = sigmoid(h Wbeta)   (per v head)
+        S = S * exp(g) ; S += k (beta (v - S^T k))^T ; o = S^T q / sqrt(d)
+        x += (rmsnorm(o, ssm_norm) * silu(h Wgate)) Wssm_out
+
+and ``attn_output_gate`` gives the attention layers a sigmoid gate on their output,
+projected with q (per head: q's head_dim rows, then the gate's).
+
 Tensor names follow llama.cpp's GGUF conventions (`blk.N.attn_q.weight`, ...;
 see `weights.py`).
 """
@@ -69,8 +86,12 @@ from typing import Optional, Tuple
 import numpy as np
 from numpy.typing import NDArray
 
-#: the FFN activations the kernels have (gated: act(gate) * up)
-ACTIVATIONS = ("silu", "gelu_tanh")
+#: the FFN activations the kernels have: gated, act(h Wgate) * h Wup ("silu",
+#: "gelu_tanh"); or without a gate (no ffn_gate tensor), act(h Wup): "relu_sqr",
+#: relu(u)^2 (Arcee), "xielu" with each layer's LayerSpec.xielu (Apertus)
+ACTIVATIONS = ("silu", "gelu_tanh", "relu_sqr", "xielu")
+#: the activations without a gate
+UNGATED = ("relu_sqr", "xielu")
 #: RoPE layouts: "norm" rotates adjacent pairs (2i, 2i+1) of a head (GGUF `llama`,
 #: whose converter permuted Q/K rows); "neox" rotates (i, i + head_dim/2)
 ROPE_LAYOUTS = ("norm", "neox")
@@ -80,9 +101,11 @@ QK_NORM_SCOPES = ("head", "all")
 #: (mean subtracted, population variance, a weight and no bias: Cohere)
 NORM_KINDS = ("rms", "layer")
 #: how a layer mixes positions (LayerSpec.kind)
-LAYER_KINDS = ("attention", "shortconv")
+LAYER_KINDS = ("attention", "shortconv", "deltanet")
 #: the widest short convolution accepted (LFM2's is 3; a huge width is a bad file)
 MAX_CONV_WIDTH = 64
+#: the largest DeltaNet head (d_state; Qwen3.5's is 128): the kernel's stack scratch
+MAX_DELTANET_STATE = 1024
 
 
 @dataclass(frozen=True)
@@ -146,8 +169,8 @@ class Rope:
 
 
 #: how a mixture of experts turns router logits into probabilities (llama.cpp's
-#: LLAMA_EXPERT_GATING_FUNC_TYPE_*; only softmax so far)
-GATINGS = ("softmax",)
+#: LLAMA_EXPERT_GATING_FUNC_TYPE_*): softmax over the experts, or each logit's sigmoid
+GATINGS = ("softmax", "sigmoid")
 #: llama.cpp's LLAMA_MAX_EXPERTS
 MAX_EXPERTS = 1024
 
@@ -157,9 +180,10 @@ class MoE:
     """A mixture-of-experts FFN (llama.cpp's build_moe_ffn, src/llama-graph.cpp).
 
     Each token's router logits ``h Wrouter`` (n_experts of them) become
-    probabilities by ``gating``; the ``n_used`` most probable experts run, and
-    their outputs are summed weighted by their probabilities, divided by the sum
-    of those (clamped below at 2**-14, as llama.cpp does) if ``norm_weights``,
+    probabilities by ``gating``; the ``n_used`` most probable experts run (with
+    ``selection_bias``: the largest probability + the layer's bias of the expert),
+    and their outputs are summed weighted by their probabilities, divided by the
+    sum of those (clamped below at 2**-14, as llama.cpp does) if ``norm_weights``,
     then multiplied by ``weight_scale``.  Expert e's gate, up and down matrices
     are rows [e * n, (e + 1) * n) of one stacked matrix (n: ffn_dim for gate and
     up, the model's dim for down)."""
@@ -174,6 +198,10 @@ class MoE:
     #: width of a shared expert every token also runs (ffn_{gate,up,down}_shexp),
     #: its output times sigmoid(h . ffn_gate_inp_shexp) (Qwen 2 MoE); 0: none
     shared_ffn_dim: int = 0
+    #: a per-expert bias (blk.N.exp_probs_b.bias, n_experts F32) added to the
+    #: probabilities for the choice of experts only, not to their weights
+    #: (llama.cpp's exp_probs_b: DeepSeek V3, LFM2-MoE)
+    selection_bias: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_experts", "n_used", "ffn_dim"):
@@ -191,6 +219,50 @@ class MoE:
             raise ValueError(f"moe shared_ffn_dim: must be an integer in [0, 2**31 - 1], got {self.shared_ffn_dim!r}")
         if not (math.isfinite(self.weight_scale) and self.weight_scale > 0):
             raise ValueError(f"moe weight_scale: must be a finite number > 0, got {self.weight_scale}")
+
+
+@dataclass(frozen=True)
+class DeltaNet:
+    """The sizes of the gated DeltaNet layers (llama.cpp's ssm.* keys of ``qwen35``):
+    q and k have ``n_k_heads`` (ssm.group_count) heads, v ``n_v_heads``
+    (ssm.time_step_rank), all of ``d_state`` values; value head h reads q/k head
+    h % n_k_heads.  The causal depthwise convolution spans ``conv_kernel`` positions."""
+
+    conv_kernel: int
+    d_state: int
+    n_k_heads: int
+    n_v_heads: int
+
+    def __post_init__(self) -> None:
+        for name in ("conv_kernel", "d_state", "n_k_heads", "n_v_heads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**20:
+                raise ValueError(f"deltanet {name}: must be an integer in [1, 2**20], got {value!r}")
+        if not 2 <= self.conv_kernel <= MAX_CONV_WIDTH:
+            raise ValueError(f"deltanet conv_kernel: must be in [2, {MAX_CONV_WIDTH}], got {self.conv_kernel}")
+        if self.d_state > MAX_DELTANET_STATE:
+            raise ValueError(f"deltanet d_state: {self.d_state} exceeds {MAX_DELTANET_STATE}")
+        if self.n_v_heads % self.n_k_heads:
+            raise ValueError(f"deltanet: {self.n_v_heads} value heads are not a multiple of "
+                             f"{self.n_k_heads} key heads")
+
+    @property
+    def key_dim(self) -> int:
+        return self.n_k_heads * self.d_state
+
+    @property
+    def value_dim(self) -> int:
+        return self.n_v_heads * self.d_state
+
+    @property
+    def conv_dim(self) -> int:
+        """The convolved channels: q, k and v."""
+        return 2 * self.key_dim + self.value_dim
+
+    @property
+    def state_floats(self) -> int:
+        """float32 values of one layer's recurrent state: S and the conv inputs kept."""
+        return self.n_v_heads * self.d_state * self.d_state + (self.conv_kernel - 1) * self.conv_dim
 
 
 @dataclass(frozen=True)
@@ -213,18 +285,28 @@ class LayerSpec:
     v_from_k: bool = False
     #: a one-value blk.N.layer_output_scale multiplies the block's output
     out_scale: bool = False
-    #: what mixes positions: "attention", or "shortconv" (LFM2's gated short
-    #: convolution, see `TransformerSpec`; the layer has no attention then)
+    #: what mixes positions: "attention", "shortconv" (LFM2's gated short
+    #: convolution) or "deltanet" (Qwen3.5's gated DeltaNet, sized by
+    #: TransformerSpec.deltanet); see `TransformerSpec`; the last two have no attention
     kind: str = "attention"
     #: a shortconv layer's kernel width L (GGUF ``shortconv.l_cache``): position p
     #: reads the gated inputs of positions p-L+1 .. p
     conv_width: int = 0
+    #: a dense FFN (ffn_gate/up/down of this layer's ffn_dim) in a model whose other
+    #: layers have the mixture of experts (LFM2-MoE's leading_dense_block_count layers)
+    dense_ffn: bool = False
+    #: the xielu activation's (alpha_n, alpha_p, beta, eps) in this layer, as ggml_xielu
+    #: takes them (alpha_n = beta + softplus(the file's), alpha_p = softplus(the file's)):
+    #: xielu(u) = alpha_p u^2 + beta u (u > 0), (expm1(min(u, eps)) - u) alpha_n + beta u
+    xielu: Optional[Tuple[float, float, float, float]] = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.window <= 2**31 - 1:
             raise ValueError(f"window: must be in [0, 2**31 - 1], got {self.window}")
         if self.kind not in LAYER_KINDS:
             raise ValueError(f"layer kind: expected one of {LAYER_KINDS}, got {self.kind!r}")
+        if self.xielu is not None and (len(self.xielu) != 4 or not all(math.isfinite(v) for v in self.xielu)):
+            raise ValueError(f"xielu: expected 4 finite numbers (alpha_n, alpha_p, beta, eps), got {self.xielu!r}")
         if self.kind == "shortconv" and not 2 <= self.conv_width <= MAX_CONV_WIDTH:
             raise ValueError(f"conv_width: a shortconv layer needs 2 .. {MAX_CONV_WIDTH}, got {self.conv_width}")
         for name in ("head_dim", "n_kv_heads", "ffn_dim"):
@@ -283,11 +365,13 @@ class TransformerSpec:
     #: no output.weight: the head is token_embd (None: whichever the file has)
     tied_head: Optional[bool] = None
     #: a mixture of experts in place of every layer's FFN (ffn_gate_inp and the
-    #: stacked ffn_{gate,up,down}_exps); ffn_dim is then one expert's width
+    #: stacked ffn_{gate,up,down}_exps) but the layers with dense_ffn; ffn_dim is
+    #: then one expert's width
     moe: Optional[MoE] = None
 
     # ---- the maths -----------------------------------------------------------------
-    #: gated FFN activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    #: FFN activation: "silu" (SwiGLU), "gelu_tanh" (GeGLU), or without a gate
+    #: "relu_sqr" (relu(h Wup)^2 Wdown, Arcee) or "xielu" (LayerSpec.xielu; Apertus)
     activation: str = "silu"
     #: multiplies q.k in attention; None: 1 / sqrt(head_dim)
     query_scale: Optional[float] = None
@@ -319,6 +403,15 @@ class TransformerSpec:
     #: the q/k norms come after RoPE instead of before it (Hunyuan)
     qk_norm_after_rope: bool = False
 
+    # ---- Qwen3.5 (after the fields above, so that other families' additions stay apart)
+    #: the sizes of the layers of kind "deltanet" (None: the model has none)
+    deltanet: Optional[DeltaNet] = None
+    #: attn_q also projects a sigmoid gate of the attention output, per head after
+    #: that head's q rows (Qwen3.5's full-attention layers)
+    attn_output_gate: bool = False
+    #: the FFN's pre-norm tensor, without ".weight" (Qwen3.5: "post_attention_norm")
+    ffn_norm_tensor: str = "ffn_norm"
+
     # ---- norm kind and block shape (dense2: Cohere 2, GLM-4)
     #: what attn_norm, ffn_norm and the output norm compute: "rms" (RMSNorm) or "layer"
     #: (LayerNorm with a weight and no bias: Cohere); rms_eps is their epsilon either way
@@ -345,6 +438,8 @@ class TransformerSpec:
         if self.moe is not None and (self.moe.ffn_dim != self.ffn_dim or self.fused_gate_up):
             raise ValueError(f"moe: ffn_dim {self.ffn_dim} must be the experts' width {self.moe.ffn_dim}, "
                              "and experts have separate gate and up matrices")
+        if self.moe is None and any(layer.dense_ffn for layer in self.layers):
+            raise ValueError("layers: dense_ffn marks the dense layers of a mixture of experts; there is none")
         if self.qk_norm_after_rope and self.qk_norm_scope != "head":
             raise ValueError("qk_norm_after_rope: only with per-head q/k norms (qk_norm_scope 'head')")
         if self.norm_kind not in NORM_KINDS:
@@ -359,6 +454,10 @@ class TransformerSpec:
             raise ValueError(f"qk_norm_scope: expected one of {QK_NORM_SCOPES}, got {self.qk_norm_scope!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.activation in UNGATED and (self.moe is not None or self.fused_gate_up):
+            raise ValueError(f"activation {self.activation} (no gate): not with experts or a fused gate|up")
+        if any((layer.xielu is not None) != (self.activation == "xielu") for layer in self.layers):
+            raise ValueError("layers: the xielu activation has every layer's xielu parameters, another none")
         if not (math.isfinite(self.rms_eps) and self.rms_eps > 0):
             raise ValueError(f"rms_eps: must be a finite number > 0, got {self.rms_eps}")
         if self.query_scale is not None and not (math.isfinite(self.query_scale) and self.query_scale > 0):
@@ -373,6 +472,8 @@ class TransformerSpec:
         if isinstance(self.per_layer_dim, bool) or not isinstance(self.per_layer_dim, int) or \
                 not 0 <= self.per_layer_dim <= 2**31 - 1:
             raise ValueError(f"per_layer_dim: must be an integer in [0, 2**31 - 1], got {self.per_layer_dim!r}")
+        if any(layer.kind == "deltanet" for layer in self.layers) and self.deltanet is None:
+            raise ValueError("layers: a deltanet layer needs the spec's deltanet sizes")
         for li in range(self.n_layers):
             n_kv = self.layer_kv_heads(li)
             if self.n_heads % n_kv:
@@ -402,6 +503,10 @@ class TransformerSpec:
         f = self.layers[li].ffn_dim
         return self.ffn_dim if f is None else f
 
+    def layer_experts(self, li: int) -> bool:
+        """Whether layer li's FFN is the mixture of experts (not a dense one)."""
+        return self.moe is not None and not self.layers[li].dense_ffn
+
     def layer_kv_owner(self, li: int) -> int:
         """The layer whose KV cache layer li reads (itself unless shared)."""
         src = self.layers[li].kv_source
@@ -412,12 +517,23 @@ class TransformerSpec:
         """Every layer has its own KV cache of the model's shape (the (layers,
         kv_heads, n_ctx, head_dim) cache the fused step takes)."""
         return all(self.layer_head_dim(li) == self.head_dim and self.layer_kv_heads(li) == self.n_kv_heads
-                   and self.layers[li].kv_source is None for li in range(self.n_layers))
+                   and self.layers[li].kv_source is None for li in range(self.n_layers)) and not self.deltanet_layers
+
+    def kv_owners(self) -> Tuple[int, ...]:
+        """The layers with a KV cache of their own: not shared-KV layers, nor deltanet
+        layers (Qwen3.5: three of four layers need none)."""
+        return tuple(li for li, layer in enumerate(self.layers)
+                     if layer.kv_source is None and layer.kind != "deltanet")
 
     @property
     def conv_layers(self) -> Tuple[int, ...]:
         """The indices of the shortconv layers (their order is the conv cache's)."""
         return tuple(i for i, layer in enumerate(self.layers) if layer.shortconv)
+
+    @property
+    def deltanet_layers(self) -> Tuple[int, ...]:
+        """The indices of the deltanet layers (their order is the recurrent state's)."""
+        return tuple(i for i, layer in enumerate(self.layers) if layer.kind == "deltanet")
 
     @property
     def q_dim(self) -> int:

@@ -28,11 +28,18 @@ from numpy.typing import NDArray
 
 from .. import kernels as K
 from ..runtime import Context, Engine, ModelClosedError, RowOutputs
-from .spec import MoE, TransformerSpec
+from .spec import UNGATED, LayerSpec, MoE, TransformerSpec
 from .weights import LayerWeights, Matrix, ModelWeights, load_weights, repack_enabled, repack_weights
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
 N_BATCH = 512
+#: a context with deltanet layers keeps a copy of their recurrent state at the end
+#: of each prefill and every CHECKPOINT_INTERVAL decoded positions, at most
+#: MAX_CHECKPOINTS of them (the oldest decoded one goes first: a prefill's end is
+#: where a chat or a server's next prompt most likely branches off); truncate_to(n)
+#: restores the latest at or before n and evaluates the tokens after it again
+CHECKPOINT_INTERVAL = 16
+MAX_CHECKPOINTS = 8
 
 
 class TransformerEngine(Engine):
@@ -118,6 +125,9 @@ class TransformerEngine(Engine):
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
         spec = spec or self.spec
+        if spec.deltanet_layers:
+            raise NotImplementedError("the fused decode step has no gated DeltaNet layers: this model "
+                                      "decodes through the Python blocks")
         if spec.moe is not None and spec.moe.n_used > K.MAX_EXPERTS_USED:
             raise NotImplementedError(f"the fused decode step routes a token to at most {K.MAX_EXPERTS_USED} "
                                       f"experts, this model to {spec.moe.n_used}: it decodes through the "
@@ -200,13 +210,15 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
     layers = []
     for li, (L, ls) in enumerate(zip(w.layers, spec.layers)):
         if ls.shortconv:
-            layers.append(_shortconv_arguments(L))
+            layers.append(_shortconv_arguments(L, ls))
             continue
         assert L.wq is not None and L.wo is not None
         hd = spec.layer_head_dim(li)
         layer: Dict[str, Any] = dict(
             wq=L.wq.as_tuple(), wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(), up=L.w_up.as_tuple(),
             down=L.w_down.as_tuple(), window=ls.window, rope=None, kv_source=ls.kv_source, v_from_k=ls.v_from_k)
+        if ls.xielu is not None:
+            layer["xielu"] = ls.xielu
         for name in ("head_dim", "n_kv_heads", "ffn_dim"):   # a layer's own sizes; else the spec's
             if getattr(ls, name) is not None:
                 layer[name] = getattr(ls, name)
@@ -214,12 +226,7 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
             m = getattr(L, name)
             if m is not None:
                 layer[name] = m.as_tuple()
-        if L.router is not None:
-            layer["router"] = L.router.as_tuple()
-        if L.shared_gate is not None and L.shared_up is not None and L.shared_down is not None \
-                and L.shared_gate_inp is not None:
-            layer.update(shexp_gate=L.shared_gate.as_tuple(), shexp_up=L.shared_up.as_tuple(),
-                         shexp_down=L.shared_down.as_tuple(), shexp_gate_inp=L.shared_gate_inp.data)
+        layer.update(_expert_arguments(L, ls))
         for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm",
                      "q_bias", "k_bias", "v_bias", "ple_post_norm", "attn_norm_bias", "ffn_norm_bias"):
             vec = getattr(L, name)
@@ -234,15 +241,34 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
     return w.token_embd.as_tuple(), w.output.as_tuple(), w.output_norm.data, layers
 
 
-def _shortconv_arguments(L: LayerWeights) -> Dict[str, Any]:
+def _expert_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
+    """A layer's mixture-of-experts pieces (none in a dense layer) as kernels.TransformerDecoder takes them."""
+    pieces: Dict[str, Any] = {}
+    if ls.dense_ffn:
+        pieces["dense_ffn"] = True
+    if L.router is not None:
+        pieces["router"] = L.router.as_tuple()
+    if L.expert_bias is not None:
+        pieces["exp_probs_b"] = L.expert_bias.data
+    if L.shared_gate is not None and L.shared_up is not None and L.shared_down is not None \
+            and L.shared_gate_inp is not None:
+        pieces.update(shexp_gate=L.shared_gate.as_tuple(), shexp_up=L.shared_up.as_tuple(),
+                      shexp_down=L.shared_down.as_tuple(), shexp_gate_inp=L.shared_gate_inp.data)
+    return pieces
+
+
+def _shortconv_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
     """A shortconv layer as kernels.TransformerDecoder takes it."""
     assert (L.conv_b is not None and L.conv_c is not None and L.conv_u is not None
             and L.conv_out is not None and L.conv_kernel is not None)
     assert L.attn_norm is not None and L.ffn_norm is not None   # the loader requires pre-norms
-    return dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=L.w_gate.as_tuple(),
-                up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
-                conv=(L.conv_kernel, L.conv_b.as_tuple(), L.conv_c.as_tuple(), L.conv_u.as_tuple(),
-                      L.conv_out.as_tuple()))
+    layer = dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=L.w_gate.as_tuple(),
+                 up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
+                 conv=(L.conv_kernel, L.conv_b.as_tuple(), L.conv_c.as_tuple(), L.conv_u.as_tuple(),
+                       L.conv_out.as_tuple()))
+    if ls.ffn_dim is not None:
+        layer["ffn_dim"] = ls.ffn_dim
+    return {**layer, **_expert_arguments(L, ls)}
 
 
 class TransformerContext(Context):
@@ -284,8 +310,9 @@ class TransformerContext(Context):
         self._scratch: Dict[int, _Scratch] = {}
         #: False: decode through the Python blocks too (for tests comparing the two;
         #: and for a mixture of experts routing more experts than the C step takes)
-        self.fused_decode = spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED
+        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and not spec.deltanet_layers
         self._step: Any = None
+        self._init_recurrent()
 
     def _fused_step(self) -> Any:
         """The engine's fused step for this context's spec (looked up once)."""
@@ -343,14 +370,20 @@ class TransformerContext(Context):
         self._pre_norm(s, w.attn_norm, w.attn_norm_bias)
         if spec.layers[li].shortconv:
             self._shortconv(w, li, s, segments)
+        elif spec.layers[li].kind == "deltanet":
+            self._deltanet(w, li, s, segments)
         else:
             self._attention(w, li, s, segments)
         ffn = spec.layer_ffn_dim(li)
         gate, up = s.rows(s.gate, ffn), s.rows(s.up, ffn)   # this layer's width
         if not spec.parallel_blocks:   # parallel: the FFN reads the attention's input h1
             self._pre_norm(s, w.ffn_norm, w.ffn_norm_bias)
-        if spec.moe is not None:
+        if spec.layer_experts(li):
             self._experts(w, s)
+        elif spec.activation in UNGATED:   # no gate: act(h Wup)
+            s.mul(s.h1, (w.w_up, up))
+            _ungated(spec.activation, spec.layers[li].xielu, up, gate)
+            s.mul(gate, (w.w_down, s.h2))
         else:
             s.mul(s.h1, (w.w_gate, gate), (w.w_up, up))  # one quantized input for gate, up
             self._glu(gate, up)
@@ -378,6 +411,11 @@ class TransformerContext(Context):
         own_kv = w.wk is not None
         if w.wk is None:     # a shared-KV layer: queries only
             s.mul(s.h1, (w.wq, q.reshape(n, -1)))
+        elif spec.attn_output_gate:   # q and its gate from one projection, per head
+            assert w.wv is not None
+            q_gate = s.rows(s.q_gate, 2 * spec.n_heads * hd).reshape(n, spec.n_heads, 2, hd)
+            s.mul(s.h1, (w.wq, q_gate.reshape(n, -1)), (w.wk, k.reshape(n, -1)), (w.wv, v.reshape(n, -1)))
+            np.copyto(q, q_gate[:, :, 0])
         elif w.wv is None:   # V is K's projection, taken before K's norm and RoPE
             s.mul(s.h1, (w.wq, q.reshape(n, -1)), (w.wk, k.reshape(n, -1)))
             np.copyto(v, k)
@@ -417,6 +455,8 @@ class TransformerContext(Context):
                 K.kv_store(v[lo:hi], v_cache, pos0)
             K.attention(q[lo:hi], k_cache, v_cache, pos0, att[lo:hi],
                         scale=spec.attn_scale, window=layer.window, softcap=spec.attn_softcap)
+        if spec.attn_output_gate:
+            att *= _sigmoid(s.rows(s.q_gate, 2 * spec.n_heads * hd).reshape(n, spec.n_heads, 2, hd)[:, :, 1])
         if spec.parallel_blocks:   # added after the FFN's output (`_block`)
             s.mul(att.reshape(n, -1), (w.wo, s.attn_out))
             return
@@ -463,6 +503,48 @@ class TransformerContext(Context):
         s.mul(y, (w.conv_out, s.h2))
         self._residual(s, None)
 
+    def _deltanet(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"]) -> None:
+        """The gated DeltaNet half of a Qwen3.5 block: s.h1 (normed) -> x += linear
+        attention (spec.py; llama.cpp src/models/qwen35.cpp).  Each context keeps the
+        layer's last conv_kernel - 1 conv inputs and its state S, which advance
+        through the segment's tokens in order."""
+        dn = self.spec.deltanet
+        assert dn is not None and w.ssm_qkv is not None and w.ssm_gate is not None and w.ssm_alpha is not None
+        assert w.ssm_beta is not None and w.ssm_out is not None and w.ssm_conv is not None
+        assert w.ssm_dt is not None and w.ssm_a is not None and w.ssm_norm is not None
+        di = self.spec.deltanet_layers.index(li)
+        n, d, eps = s.n, dn.d_state, self.spec.rms_eps
+        mixed, z = s.rows(s.dn_qkv, dn.conv_dim), s.rows(s.dn_z, dn.value_dim)
+        alpha, beta = s.rows(s.dn_alpha, dn.n_v_heads), s.rows(s.dn_beta, dn.n_v_heads)
+        s.mul(s.h1, (w.ssm_qkv, mixed), (w.ssm_gate, z), (w.ssm_alpha, alpha), (w.ssm_beta, beta))
+        # the decay's log g = softplus(alpha + dt_bias) * ssm_a (ssm_a = -exp(A_log) < 0)
+        alpha += w.ssm_dt.data
+        np.logaddexp(np.float32(0.0), alpha, out=alpha)
+        alpha *= w.ssm_a.data
+        beta[:] = _sigmoid(beta)
+        out = s.rows(s.dn_out, dn.value_dim).reshape(n, dn.n_v_heads, d)
+        taps, width = w.ssm_conv, dn.conv_kernel
+        for ctx, lo, hi, _ in segments:
+            m = hi - lo
+            history = np.concatenate([ctx.ssm_conv[di], mixed[lo:hi]])   # oldest first
+            conv = history[0:m] * taps[:, 0]
+            for tap in range(1, width):
+                conv += history[tap:tap + m] * taps[:, tap]
+            ctx.ssm_conv[di] = history[m:]
+            conv *= _sigmoid(conv)
+            key = dn.key_dim
+            q = np.ascontiguousarray(conv[:, :key]).reshape(m, dn.n_k_heads, d)
+            k = np.ascontiguousarray(conv[:, key:2 * key]).reshape(m, dn.n_k_heads, d)
+            v = np.ascontiguousarray(conv[:, 2 * key:]).reshape(m, dn.n_v_heads, d)
+            for x in (q, k):   # x / sqrt(sum x^2 + eps): llama.cpp's build_gdn_l2_norm
+                K.rmsnorm(x, s.ones(d), x, eps / d)
+                K.scale(x, 1.0 / math.sqrt(d))
+            K.gated_delta_net(q, k, v, alpha[lo:hi], beta[lo:hi], ctx.ssm_state[di], out[lo:hi])
+        K.rmsnorm(out, w.ssm_norm.data, out, eps)
+        out *= (z * _sigmoid(z)).reshape(out.shape)
+        s.mul(out.reshape(n, -1), (w.ssm_out, s.h2))
+        self._residual(s, None)
+
     def _glu(self, gate: NDArray[Any], up: NDArray[Any]) -> None:
         """gate = act(gate) * up."""
         if self.spec.activation == "gelu_tanh":
@@ -477,7 +559,7 @@ class TransformerContext(Context):
         moe = self.spec.moe
         assert moe is not None and w.router is not None
         ffn, dim = self.spec.ffn_dim, self.spec.dim
-        experts, weights = route(s.h1, w.router, moe)
+        experts, weights = route(s.h1, w.router, moe, w.expert_bias)
         s.h2.fill(0.0)
         # (row, slot) pairs grouped by expert: a stable sort keeps rows in order
         flat = experts.reshape(-1)
@@ -490,7 +572,9 @@ class TransformerContext(Context):
             rows = picks // moe.n_used
             m = len(rows)
             h = s.h1[rows]
-            gate, up, out = s.gate[:m], s.up[:m], s.h1_out[:m]
+            # contiguous (m, ffn) views: a dense layer's FFN may be wider (LFM2-MoE)
+            gate, up = (buf.reshape(-1)[:m * ffn].reshape(m, ffn) for buf in (s.gate, s.up))
+            out = s.h1_out[:m]
             xq = _mul(h, w.w_gate.row_slice(e * ffn, (e + 1) * ffn), gate)
             _mul(h, w.w_up.row_slice(e * ffn, (e + 1) * ffn), up, xq)   # the same activation format
             self._glu(gate, up)
@@ -538,6 +622,59 @@ class TransformerContext(Context):
     _shared_on_copy = frozenset({"engine", "spec", "_scratch", "k_cache", "v_cache", "k_layers", "v_layers",
                                  "_step", "conv_cache"})
 
+    # ---- the deltanet layers' recurrent state -------------------------------------------
+    def _init_recurrent(self) -> None:
+        """ssm_state (deltanet layers, n_v_heads, d, d) and ssm_conv (deltanet layers,
+        conv_kernel - 1, conv_dim): the state after the first ``_recurrent_pos`` tokens
+        (-1: a pass failed half-way), and checkpoints (position, state, conv) to go
+        back to (and whether a prefill ended there).  Empty arrays without deltanet layers."""
+        spec = self.spec
+        dn, n_dn = spec.deltanet, len(spec.deltanet_layers)
+        shape = (n_dn, dn.n_v_heads, dn.d_state, dn.d_state) if dn and n_dn else (0, 0, 0, 0)
+        self.ssm_state = np.zeros(shape, np.float32)
+        self.ssm_conv = np.zeros((n_dn, dn.conv_kernel - 1, dn.conv_dim) if dn and n_dn else (0, 0, 0), np.float32)
+        self._recurrent_pos = 0
+        self._checkpoints: list[Tuple[int, NDArray[Any], NDArray[Any], bool]] = []
+
+    def recurrent_bytes(self) -> Tuple[int, int]:
+        """(bytes of the recurrent state, bytes its checkpoints hold now); the
+        checkpoints hold at most MAX_CHECKPOINTS times the first."""
+        one = self.ssm_state.nbytes + self.ssm_conv.nbytes
+        return one, one * len(self._checkpoints)
+
+    def _begin_recurrent(self, start: int) -> None:
+        """Before a pass from position start: the state must be the one after start tokens."""
+        if self._recurrent_pos != start:
+            raise RuntimeError(f"deltanet state is at position {self._recurrent_pos}, the pass starts at {start}")
+        self._recurrent_pos = -1   # until the pass ends
+
+    def _end_recurrent(self, pos: int, prefill: bool) -> None:
+        self._recurrent_pos = pos
+        last = self._checkpoints[-1][0] if self._checkpoints else 0
+        if prefill or pos - last >= CHECKPOINT_INTERVAL:
+            self._checkpoints.append((pos, self.ssm_state.copy(), self.ssm_conv.copy(), prefill))
+            if len(self._checkpoints) > MAX_CHECKPOINTS:
+                decoded = [i for i, c in enumerate(self._checkpoints) if not c[3]]
+                del self._checkpoints[decoded[0] if decoded else 0]
+
+    def _truncate_cache(self, n: int) -> None:
+        """Attention caches are position-addressed; the recurrent state goes back to the
+        latest checkpoint at or before n, and the tokens after it are evaluated again
+        by the next call (``_n_cached`` says how far the cache holds)."""
+        if not self.spec.deltanet_layers or 0 <= self._recurrent_pos <= n:
+            return
+        self._checkpoints = [c for c in self._checkpoints if c[0] <= n]
+        if self._checkpoints:
+            pos, state, conv, _ = self._checkpoints[-1]
+            np.copyto(self.ssm_state, state)
+            np.copyto(self.ssm_conv, conv)
+        else:
+            pos = 0
+            self.ssm_state.fill(0.0)
+            self.ssm_conv.fill(0.0)
+        self._recurrent_pos = pos
+        self._n_cached = min(self._n_cached, pos)
+
     def _state_options(self) -> Dict[str, Any]:
         return {"kv_type": self.kv_type}
 
@@ -547,14 +684,17 @@ class TransformerContext(Context):
         with `_kv_layout`'s flat rows, each owning layer's view."""
         if self.spec.uniform_kv:
             return [("k", self.k_cache), ("v", self.v_cache)]
-        owners = [li for li in range(self.spec.n_layers) if self.spec.layers[li].kv_source is None]
-        return [(f"{kv}.{li}", caches[li]) for li in owners
+        return [(f"{kv}.{li}", caches[li]) for li in self.spec.kv_owners()
                 for kv, caches in (("k", self.k_layers), ("v", self.v_layers))]
 
     def _cache_state(self, n: int) -> Dict[str, NDArray[Any]]:
         arrays = {name: cache[..., :n, :] for name, cache in self._cached_parts()}
         if self.conv_cache.shape[0]:
             arrays["conv"] = self.conv_cache[:, :n]
+        if self.spec.deltanet_layers:   # the state after all n tokens (state.py evaluated them)
+            if self._recurrent_pos != n:
+                raise RuntimeError(f"deltanet state is at position {self._recurrent_pos}, not {n}")
+            arrays["ssm_state"], arrays["ssm_conv"] = self.ssm_state, self.ssm_conv
         return arrays
 
     def _load_cache_state(self, arrays: Dict[str, NDArray[Any]], n: int) -> None:
@@ -576,6 +716,18 @@ class TransformerContext(Context):
                 got = None if saved_conv is None else (saved_conv.shape, str(saved_conv.dtype))
                 raise StateError(f"saved context: conv cache is {got}, expected {want_conv} float32")
             self.conv_cache[:, :n] = saved_conv
+        if self.spec.deltanet_layers:
+            for name, mine in (("ssm_state", self.ssm_state), ("ssm_conv", self.ssm_conv)):
+                saved = arrays.get(name)
+                if saved is None or saved.shape != mine.shape or saved.dtype != mine.dtype:
+                    from ..state import StateError
+
+                    got = None if saved is None else (saved.shape, str(saved.dtype))
+                    raise StateError(f"saved context: {name} is {got}, expected {mine.shape} float32")
+            self.ssm_state[...] = arrays["ssm_state"]
+            self.ssm_conv[...] = arrays["ssm_conv"]
+            self._recurrent_pos = n
+            self._checkpoints = [(n, self.ssm_state.copy(), self.ssm_conv.copy(), True)]
         for name, cache in parts:
             cache[..., :n, :] = arrays[name]
 
@@ -622,6 +774,9 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
     w = owner.engine.live_weights()
     spec = owner.spec
     longest = max(len(tokens) for _, tokens, _, _ in jobs)
+    if spec.deltanet_layers:
+        for ctx, _, start, _ in jobs:
+            ctx._begin_recurrent(start)
     for c0 in range(0, longest, N_BATCH):
         segments: list[_Segment] = []
         chunks = []
@@ -650,6 +805,16 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
                     ctx.logits[:] = rows.logits[-1]
                 else:
                     ctx._head(s.x[hi - 1:hi], ctx.logits.reshape(1, -1))
+    if spec.deltanet_layers:
+        for ctx, tokens, start, _ in jobs:
+            ctx._end_recurrent(start + len(tokens), len(tokens) > 1)
+
+
+def _sigmoid(x: NDArray[Any]) -> NDArray[Any]:
+    """1 / (1 + exp(-x)) in float32, without overflow warnings for very negative x."""
+    with np.errstate(over="ignore"):
+        out: NDArray[Any] = (1.0 / (1.0 + np.exp(-x))).astype(np.float32, copy=False)
+    return out
 
 
 def _per_layer_inputs(spec: TransformerSpec, w: ModelWeights, batch: NDArray[Any], s: "_Scratch") -> None:
@@ -674,8 +839,8 @@ def _kv_shape(spec: TransformerSpec, n_ctx: int) -> Tuple[int, ...]:
     cache, as long as the largest of them (`_kv_layout` views them)."""
     if spec.uniform_kv:
         return (spec.n_layers, spec.n_kv_heads, n_ctx, spec.head_dim)
-    owners = [li for li in range(spec.n_layers) if spec.layers[li].kv_source is None]
-    return (len(owners), n_ctx * max(spec.layer_kv_heads(li) * spec.layer_head_dim(li) for li in owners))
+    owners = spec.kv_owners()
+    return (len(owners), n_ctx * max((spec.layer_kv_heads(li) * spec.layer_head_dim(li) for li in owners), default=0))
 
 
 def _kv_layout(spec: TransformerSpec, cache: NDArray[Any], n_ctx: int) -> list[NDArray[Any]]:
@@ -692,25 +857,34 @@ def _kv_layout(spec: TransformerSpec, cache: NDArray[Any], n_ctx: int) -> list[N
             views.append(views[src])
             continue
         n_kv, hd = spec.layer_kv_heads(li), spec.layer_head_dim(li)
+        if spec.layers[li].kind == "deltanet":   # no cache: an empty view
+            views.append(cache[:0, :0].reshape(0, 0, hd))
+            continue
         views.append(cache[row, :n_kv * n_ctx * hd].reshape(n_kv, n_ctx, hd))
         row += 1
     return views
 
 
-def route(h: NDArray[Any], router: Matrix, moe: MoE) -> Tuple[NDArray[Any], NDArray[Any]]:
+def route(h: NDArray[Any], router: Matrix, moe: MoE, bias: Optional[Any] = None) -> Tuple[NDArray[Any], NDArray[Any]]:
     """(experts, weights) of each row of h, each (n, moe.n_used): the experts
-    chosen by the router, most probable first (the lower index among equals),
-    and the weights of their outputs (llama.cpp's build_moe_ffn with softmax
-    gating).  The probabilities are computed in double, as the fused C step
-    does (csrc/transformer_block.c, route_token)."""
+    chosen by the router, most probable first (the lower index among equals;
+    with ``bias``, the layer's selection biases (a Vector), by probability +
+    bias), and the weights of their outputs, the unbiased probabilities
+    (llama.cpp's build_moe_ffn).  The probabilities are computed in double, as
+    the fused C step does (csrc/transformer_block.c, route_token)."""
     n = h.shape[0]
     logits = np.empty((n, moe.n_experts), np.float32)
     _mul(np.ascontiguousarray(h), router, logits)
-    experts = np.argsort(-logits, axis=1, kind="stable")[:, :moe.n_used]
     wide = logits.astype(np.float64)
-    wide -= wide.max(axis=1, keepdims=True)
-    probs = np.exp(wide)
-    probs /= probs.sum(axis=1, keepdims=True)
+    if moe.gating == "sigmoid":
+        probs = 1.0 / (1.0 + np.exp(-wide))
+    else:
+        wide -= wide.max(axis=1, keepdims=True)
+        probs = np.exp(wide)
+        probs /= probs.sum(axis=1, keepdims=True)
+    # both gatings keep the logits' order, so without a bias the logits choose
+    keys = logits if bias is None else probs + bias.data.astype(np.float64)
+    experts = np.argsort(-keys, axis=1, kind="stable")[:, :moe.n_used]
     chosen = np.take_along_axis(probs, experts, axis=1)
     if moe.norm_weights:   # llama.cpp clamps the sum at F16's smallest normal
         chosen /= np.maximum(chosen.sum(axis=1, keepdims=True), 6.103515625e-5)
@@ -718,6 +892,20 @@ def route(h: NDArray[Any], router: Matrix, moe: MoE) -> Tuple[NDArray[Any], NDAr
     if moe.weight_scale != 1.0:
         weights *= np.float32(moe.weight_scale)
     return experts, weights
+
+
+def _ungated(activation: str, xielu: Optional[Tuple[float, float, float, float]], up: NDArray[Any],
+             out: NDArray[Any]) -> None:
+    """out = act(up) for an FFN without a gate, in float32 as the fused C step computes it:
+    relu(u)^2 (Arcee), or ggml's xielu with the layer's parameters (Apertus)."""
+    if activation == "relu_sqr":
+        np.maximum(up, np.float32(0.0), out=out)
+        np.multiply(out, out, out=out)
+        return
+    assert xielu is not None
+    an, ap, beta, eps = (np.float32(v) for v in xielu)
+    negative = (np.expm1(np.minimum(up, eps)) - up) * an + beta * up
+    np.copyto(out, np.where(up > 0, ap * up * up + beta * up, negative))
 
 
 def _mul(x: NDArray[Any], w: Matrix, out: NDArray[Any], xq: Optional[NDArray[Any]] = None) -> NDArray[Any]:
@@ -773,6 +961,14 @@ class _Scratch:
         conv_dim = spec.dim if spec.conv_layers else 0
         self.conv_c = np.zeros((n, conv_dim), f)
         self.conv_u = np.zeros((n, conv_dim), f)
+        #: q and its output gate (attn_output_gate); a deltanet layer's projections
+        self.q_gate = np.zeros((n, 2 * q_dim if spec.attn_output_gate else 0), f)
+        dn = spec.deltanet if spec.deltanet_layers else None
+        self.dn_qkv = np.zeros((n, dn.conv_dim if dn else 0), f)
+        self.dn_z = np.zeros((n, dn.value_dim if dn else 0), f)
+        self.dn_out = np.zeros((n, dn.value_dim if dn else 0), f)
+        self.dn_alpha = np.zeros((n, dn.n_v_heads if dn else 0), f)
+        self.dn_beta = np.zeros((n, dn.n_v_heads if dn else 0), f)
         #: one expert's output rows (a mixture of experts sums them into h2)
         self.h1_out = np.zeros((n, spec.dim), f) if spec.moe is not None else self.h2
         shared = spec.moe.shared_ffn_dim if spec.moe is not None else 0

@@ -25,7 +25,7 @@ from ..arena import Arena
 from ..gguf import GGUFError
 from ..runtime import UnsupportedModelError
 from ..tensor import unsupported_format_message
-from .spec import TransformerSpec
+from .spec import UNGATED, TransformerSpec
 
 
 class Matrix:
@@ -106,7 +106,8 @@ def repack_weights(w: "ModelWeights", release: Optional[Callable[[Any], None]] =
     copies share one block of memory on huge pages where the OS offers them
     (`infer.arena`)."""
     matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "shared_gate", "shared_up", "shared_down",
-                "ple_gate", "ple_proj", "conv_b", "conv_c", "conv_u", "conv_out")
+                "ple_gate", "ple_proj", "conv_b", "conv_c", "conv_u", "conv_out", "ssm_qkv", "ssm_gate",
+                "ssm_alpha", "ssm_beta", "ssm_out")
     # an expert of a stacked matrix is cut out of it by rows: repacked only if
     # each expert's rows are whole 16-row groups (the router stays as it is)
     groups = {"w_gate": w.expert_rows[0], "w_up": w.expert_rows[0], "w_down": w.expert_rows[1]}
@@ -165,6 +166,8 @@ class LayerWeights:
     w_down: Matrix
     #: ffn_gate_inp (n_experts, dim) of a mixture of experts
     router: Optional[Matrix] = None
+    #: exp_probs_b.bias (n_experts): the experts' selection biases (MoE.selection_bias)
+    expert_bias: Optional[Vector] = None
     #: a shared expert (MoE.shared_ffn_dim) and the vector of its sigmoid gate
     shared_gate: Optional[Matrix] = None
     shared_up: Optional[Matrix] = None
@@ -195,6 +198,19 @@ class LayerWeights:
     conv_out: Optional[Matrix] = None
     #: shortconv.conv: (dim, L) F32 taps, column L-1 on the current position
     conv_kernel: Optional[NDArray[np.float32]] = None
+    #: a deltanet layer (spec.DeltaNet): attn_qkv (conv_dim x dim), attn_gate (z:
+    #: value_dim x dim), ssm_alpha and ssm_beta (n_v_heads x dim), ssm_out (dim x
+    #: value_dim); ssm_conv1d's (conv_dim, K) F32 taps, column K-1 on the current
+    #: position; ssm_dt.bias, ssm_a (-exp(A_log), as the converter stores it), ssm_norm
+    ssm_qkv: Optional[Matrix] = None
+    ssm_gate: Optional[Matrix] = None
+    ssm_alpha: Optional[Matrix] = None
+    ssm_beta: Optional[Matrix] = None
+    ssm_out: Optional[Matrix] = None
+    ssm_conv: Optional[NDArray[np.float32]] = None
+    ssm_dt: Optional[Vector] = None
+    ssm_a: Optional[Vector] = None
+    ssm_norm: Optional[Vector] = None
 
 
 @dataclass
@@ -251,8 +267,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
 
     layers = []
     for i in range(spec.n_layers):
-        def m(part: str, rows: int, cols: int, i: int = i, experts: int = 0) -> Matrix:
-            return t.matrix(f"blk.{i}.{part}.weight", rows, cols, experts)
+        def m(part: str, rows: int, cols: int, i: int = i) -> Matrix:
+            return t.matrix(f"blk.{i}.{part}.weight", rows, cols)
 
         def v(part: str, n: int, suffix: str = "weight", i: int = i) -> Vector:
             return t.vector(f"blk.{i}.{part}.{suffix}", n)
@@ -261,11 +277,19 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             layers.append(_shortconv_layer(spec, i, t))
             continue
         ls = spec.layers[i]
-        hd, ffn = spec.layer_head_dim(i), spec.layer_ffn_dim(i)
+        hd = spec.layer_head_dim(i)
         q_dim, kv_dim = spec.n_heads * hd, spec.layer_kv_heads(i) * hd
+        wq: Optional[Matrix]
         wk: Optional[Matrix]
         wv: Optional[Matrix]
-        if spec.fused_qkv:
+        deltanet = ls.kind == "deltanet"
+        if deltanet:   # its own tensors, after the FFN's
+            wq = wk = wv = None
+        elif spec.attn_output_gate:   # per head: q's rows, then its gate's
+            if spec.fused_qkv or not ls.default_pieces:
+                raise GGUFError("an attention output gate with a fused attn_qkv or per-layer sizes is not supported")
+            wq, wk, wv = m("attn_q", 2 * q_dim, d), m("attn_k", kv_dim, d), m("attn_v", kv_dim, d)
+        elif spec.fused_qkv:
             if not ls.default_pieces:
                 raise GGUFError("a fused attn_qkv with per-layer sizes or shared KV is not supported")
             qkv = m("attn_qkv", q_dim + 2 * kv_dim, d)
@@ -276,38 +300,24 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         else:
             wq, wk = m("attn_q", q_dim, d), m("attn_k", kv_dim, d)
             wv = None if ls.v_from_k else m("attn_v", kv_dim, d)
-        router = None
-        if spec.moe is not None:   # GGUF dims (dim, ffn, experts) for gate/up, (ffn, dim, experts) for down
-            n_exp = spec.moe.n_experts
-            router = m("ffn_gate_inp", n_exp, d)
-            w_gate, w_up = m("ffn_gate_exps", ffn, d, experts=n_exp), m("ffn_up_exps", ffn, d, experts=n_exp)
-            w_down = m("ffn_down_exps", d, ffn, experts=n_exp)
-            sh = spec.moe.shared_ffn_dim
-            if sh:
-                shared = (m("ffn_gate_shexp", sh, d), m("ffn_up_shexp", sh, d), m("ffn_down_shexp", d, sh),
-                          v("ffn_gate_inp_shexp", d))
-        elif spec.fused_gate_up:  # the gate is the first half of ffn_up's output
-            gate_up = m("ffn_up", 2 * ffn, d)
-            w_gate, w_up = gate_up.row_slice(0, ffn), gate_up.row_slice(ffn, 2 * ffn)
-        else:
-            w_gate, w_up = m("ffn_gate", ffn, d), m("ffn_up", ffn, d)
-        if spec.moe is None:
-            w_down = m("ffn_down", d, ffn)
+        experts = _expert_pieces(spec, i, t)   # the router first: it names a wrong expert_count
+        w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
         attn_norm = v("attn_norm", d) if spec.pre_norms else None
         # parallel blocks: one norm feeds both halves (the fused step norms x again for the FFN)
-        ffn_norm = attn_norm if spec.parallel_blocks else v("ffn_norm", d) if spec.pre_norms else None
+        ffn_norm = attn_norm if spec.parallel_blocks else v(spec.ffn_norm_tensor, d) if spec.pre_norms else None
         L = LayerWeights(
             attn_norm=attn_norm, wq=wq, wk=wk, wv=wv,
-            wo=m("attn_output", d, q_dim), ffn_norm=ffn_norm,
-            w_gate=w_gate, w_up=w_up, w_down=w_down, router=router)
-        if spec.moe is not None and spec.moe.shared_ffn_dim:
-            L.shared_gate, L.shared_up, L.shared_down, L.shared_gate_inp = shared
-        if spec.qkv_bias:
+            wo=None if deltanet else m("attn_output", d, q_dim),
+            ffn_norm=ffn_norm,
+            w_gate=w_gate, w_up=w_up, w_down=w_down, **experts)
+        if deltanet:
+            _deltanet_tensors(spec, i, t, L)
+        elif spec.qkv_bias:
             if spec.fused_qkv:
                 raise GGUFError("a fused attn_qkv with biases is not supported")
             L.q_bias, L.k_bias, L.v_bias = (v("attn_q", q_dim, "bias"), v("attn_k", kv_dim, "bias"),
                                             v("attn_v", kv_dim, "bias"))
-        if spec.qk_norm:
+        if spec.qk_norm and not deltanet:
             whole = spec.qk_norm_scope == "all"
             L.q_norm = v("attn_q_norm", q_dim if whole else hd)
             L.k_norm = v("attn_k_norm", kv_dim if whole else hd) if ls.kv_source is None else None
@@ -345,14 +355,52 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
     return weights
 
 
+def _ffn_matrices(spec: TransformerSpec, i: int, t: _Tensors) -> Tuple[Matrix, Matrix, Matrix]:
+    """Layer i's (gate, up, down): every expert's stacked, or the dense FFN's."""
+    d, ffn, p = spec.dim, spec.layer_ffn_dim(i), f"blk.{i}."
+    if spec.layer_experts(i):   # GGUF dims (dim, ffn, experts) for gate/up, (ffn, dim, experts) for down
+        assert spec.moe is not None
+        n_exp = spec.moe.n_experts
+        return (t.matrix(p + "ffn_gate_exps.weight", ffn, d, n_exp), t.matrix(p + "ffn_up_exps.weight", ffn, d, n_exp),
+                t.matrix(p + "ffn_down_exps.weight", d, ffn, n_exp))
+    if spec.activation in UNGATED:   # no gate (Arcee, Apertus): up stands in its place, unread
+        up = t.matrix(p + "ffn_up.weight", ffn, d)
+        return up, up, t.matrix(p + "ffn_down.weight", d, ffn)
+    if spec.fused_gate_up:   # the gate is the first half of ffn_up's output
+        gate_up = t.matrix(p + "ffn_up.weight", 2 * ffn, d)
+        return gate_up.row_slice(0, ffn), gate_up.row_slice(ffn, 2 * ffn), t.matrix(p + "ffn_down.weight", d, ffn)
+    return (t.matrix(p + "ffn_gate.weight", ffn, d), t.matrix(p + "ffn_up.weight", ffn, d),
+            t.matrix(p + "ffn_down.weight", d, ffn))
+
+
+def _expert_pieces(spec: TransformerSpec, i: int, t: _Tensors) -> Dict[str, Any]:
+    """Layer i's router, selection biases and shared expert (a mixture's layer
+    only), as LayerWeights fields."""
+    moe = spec.moe
+    if moe is None or not spec.layer_experts(i):
+        return {}
+    d, p = spec.dim, f"blk.{i}."
+    pieces: Dict[str, Any] = {"router": t.matrix(p + "ffn_gate_inp.weight", moe.n_experts, d)}
+    if moe.selection_bias:
+        bias = pieces["expert_bias"] = t.vector(p + "exp_probs_b.bias", moe.n_experts)
+        if not np.isfinite(bias.data).all():
+            raise GGUFError(f"{p}exp_probs_b.bias: the experts' selection biases must be finite")
+    sh = moe.shared_ffn_dim
+    if sh:
+        pieces.update(shared_gate=t.matrix(p + "ffn_gate_shexp.weight", sh, d),
+                      shared_up=t.matrix(p + "ffn_up_shexp.weight", sh, d),
+                      shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh),
+                      shared_gate_inp=t.vector(p + "ffn_gate_inp_shexp.weight", d))
+    return pieces
+
+
 def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
     """A shortconv layer's tensors (LFM2; llama.cpp's names): the norms and FFN of
     every layer, shortconv.in_proj / out_proj / conv instead of attention."""
-    d, ffn, width = spec.dim, spec.ffn_dim, spec.layers[i].conv_width
-    if (spec.fused_gate_up or spec.qkv_bias or spec.post_attn_norm or spec.post_ffn_norm or not spec.pre_norms
-            or spec.moe is not None):
-        raise UnsupportedModelError("a shortconv layer with fused gate|up, biases, post-norms, a mixture of "
-                                    "experts or without pre-norms is not implemented")
+    d, width = spec.dim, spec.layers[i].conv_width
+    if spec.fused_gate_up or spec.qkv_bias or spec.post_attn_norm or spec.post_ffn_norm or not spec.pre_norms:
+        raise UnsupportedModelError("a shortconv layer with fused gate|up, biases, post-norms or without "
+                                    "pre-norms is not implemented")
     p = f"blk.{i}."
     conv_in = t.matrix(p + "shortconv.in_proj.weight", 3 * d, d)
     name = p + "shortconv.conv.weight"
@@ -362,10 +410,37 @@ def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights
         kind = getattr(kernel.dtype, "name", kernel.dtype)
         raise GGUFError(f"{name}: expected F32 of shape {(d, width)} (dim, shortconv.l_cache), "
                         f"got {kind} of shape {shape}")
+    experts = _expert_pieces(spec, i, t)
+    w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
     return LayerWeights(
         attn_norm=t.vector(p + "attn_norm.weight", d), wq=None, wk=None, wv=None, wo=None,
-        ffn_norm=t.vector(p + "ffn_norm.weight", d), w_gate=t.matrix(p + "ffn_gate.weight", ffn, d),
-        w_up=t.matrix(p + "ffn_up.weight", ffn, d), w_down=t.matrix(p + "ffn_down.weight", d, ffn),
+        ffn_norm=t.vector(p + "ffn_norm.weight", d), w_gate=w_gate, w_up=w_up, w_down=w_down,
         conv_b=conv_in.row_slice(0, d), conv_c=conv_in.row_slice(d, 2 * d), conv_u=conv_in.row_slice(2 * d, 3 * d),
         conv_out=t.matrix(p + "shortconv.out_proj.weight", d, d),
-        conv_kernel=kernel.data.view(np.float32).reshape(d, width))
+        conv_kernel=kernel.data.view(np.float32).reshape(d, width), **experts)
+
+
+def _deltanet_tensors(spec: TransformerSpec, i: int, t: _Tensors, L: LayerWeights) -> None:
+    """A deltanet layer's own tensors into L (Qwen3.5; llama.cpp's names and shapes,
+    src/models/qwen35.cpp)."""
+    dn = spec.deltanet
+    assert dn is not None
+    if spec.qkv_bias or spec.post_attn_norm or spec.post_ffn_norm or not spec.pre_norms:
+        raise UnsupportedModelError("a deltanet layer with biases, post-norms or without pre-norms is not implemented")
+    d, p = spec.dim, f"blk.{i}."
+    L.ssm_qkv = t.matrix(p + "attn_qkv.weight", dn.conv_dim, d)
+    L.ssm_gate = t.matrix(p + "attn_gate.weight", dn.value_dim, d)
+    L.ssm_alpha = t.matrix(p + "ssm_alpha.weight", dn.n_v_heads, d)
+    L.ssm_beta = t.matrix(p + "ssm_beta.weight", dn.n_v_heads, d)
+    L.ssm_out = t.matrix(p + "ssm_out.weight", d, dn.value_dim)
+    L.ssm_dt = t.vector(p + "ssm_dt.bias", dn.n_v_heads)
+    L.ssm_a = t.vector(p + "ssm_a", dn.n_v_heads)
+    L.ssm_norm = t.vector(p + "ssm_norm.weight", dn.d_state)
+    name = p + "ssm_conv1d.weight"
+    kernel = t.need(name)
+    shape = tuple(int(s) for s in kernel.shape)
+    if int(kernel.dtype) != 0 or shape != (dn.conv_dim, dn.conv_kernel):
+        kind = getattr(kernel.dtype, "name", kernel.dtype)
+        raise GGUFError(f"{name}: expected F32 of shape {(dn.conv_dim, dn.conv_kernel)} (channels, "
+                        f"ssm.conv_kernel), got {kind} of shape {shape}")
+    L.ssm_conv = kernel.data.view(np.float32).reshape(dn.conv_dim, dn.conv_kernel)

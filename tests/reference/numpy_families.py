@@ -1,7 +1,7 @@
 """Float64 numpy forward passes of the Llama-shaped families: qwen2, qwen3, phi3,
 gemma2, llama (with llama3 / linear / YaRN RoPE scaling), smollm3, granite, and
 the dense families olmo2 (OLMo 2/3), exaone4, exaone, ernie4_5, gemma,
-hunyuan-dense.
+hunyuan-dense, arcee (Llama with a ReLU² FFN without a gate) and apertus (xIELU).
 
 Written from each architecture's definition (the HF modelling code and
 llama.cpp's src/models/<arch>.cpp for what the GGUF files hold), sharing no code
@@ -511,10 +511,41 @@ class HunyuanDense(Llama):
         super().rope_setup()
 
 
+class Arcee(Llama):
+    """HF ArceeMLP: down_proj(relu(up_proj(x))^2), no gate projection."""
+
+    def ffn(self, i, h):
+        up = h @ self.t[f"blk.{i}.ffn_up.weight"].T
+        return np.maximum(up, 0.0) ** 2 @ self.t[f"blk.{i}.ffn_down.weight"].T
+
+
+class Apertus(Llama):
+    """HF ApertusMLP: down_proj(xIELU(up_proj(x))), no gate; per-head q/k RMSNorm
+    before NEOX RoPE.  HF XIELUActivation, with the layer's trained parameters (the
+    GGUF's global arrays xielu.*): alpha_p = softplus(alpha_p), alpha_n = beta +
+    softplus(alpha_n); x > 0: alpha_p x^2 + beta x, else (expm1(min(x, eps)) - x)
+    alpha_n + beta x."""
+    neox = True
+    qk_norm = True
+
+    def ffn(self, i, h):
+        def param(key):
+            v = self.md[key]
+            return float(v[i] if isinstance(v, list) else v)
+
+        beta, eps = param("xielu.beta"), param("xielu.eps")
+        alpha_p = np.log1p(np.exp(param("xielu.alpha_p")))
+        alpha_n = beta + np.log1p(np.exp(param("xielu.alpha_n")))
+        x = h @ self.t[f"blk.{i}.ffn_up.weight"].T
+        act = np.where(x > 0, alpha_p * x * x + beta * x, (np.expm1(np.minimum(x, eps)) - x) * alpha_n + beta * x)
+        return act @ self.t[f"blk.{i}.ffn_down.weight"].T
+
+
 FAMILIES = {"llama": Llama, "qwen2": Qwen2, "qwen3": Qwen3, "phi3": Phi3, "gemma2": Gemma2,
             "smollm3": SmolLM3, "granite": Granite, "olmo2": Olmo2, "exaone4": Exaone4, "exaone": Exaone,
             "ernie4_5": Ernie4_5, "gemma": Gemma, "hunyuan-dense": HunyuanDense,
-            "qwen3moe": Qwen3MoE, "granitemoe": GraniteMoE, "olmoe": OLMoE, "qwen2moe": Qwen2MoE}
+            "qwen3moe": Qwen3MoE, "granitemoe": GraniteMoE, "olmoe": OLMoE, "qwen2moe": Qwen2MoE,
+            "arcee": Arcee, "apertus": Apertus}
 
 
 def reference(path: str, n_ctx: int = 0) -> Transformer:

@@ -19,6 +19,20 @@ numpy_families.py.  Slow and plain on purpose.
             positions if the file sets one > 0; x += (.) Wo
         x += (silu(h2 Wgate) * h2 Wup) Wdown,  h2 = rmsnorm(x, ffn_norm)
     logits = rmsnorm(x, token_embd_norm) @ (output or token_embd).T
+
+LFM2-MoE (GGUF ``lfm2moe``), from HF transformers' Lfm2MoeSparseMoeBlock
+(route_tokens_to_experts): the FFN of every layer from leading_dense_block_count
+on is a mixture of experts,
+
+        s = sigmoid(h2 @ ffn_gate_inp.T)                 (expert_count scores)
+        chosen = the expert_used_count largest of s + expert_bias (exp_probs_b.bias)
+        w = s[chosen] / sum(s[chosen])                   (norm_topk_prob)
+        x += sum_e w_e (silu(h2 Wgate_e) * h2 Wup_e) Wdown_e
+
+``gaps[layer]`` keeps per position the gap in s + bias between the last expert
+chosen and the first left out, and ``follow`` / ``follow_gap`` let a test give
+the choices another implementation made at near-ties (as numpy_families.Experts).
+``use_bias = False`` chooses by s alone (to show that the bias matters).
 """
 from __future__ import annotations
 
@@ -36,10 +50,11 @@ class Lfm2Reference:
                 meta[key] = f.contents()
             except Exception:  # noqa: BLE001  (a field type contents() does not decode)
                 pass
-        assert meta["general.architecture"] == "lfm2"
+        arch = meta["general.architecture"]
+        assert arch in ("lfm2", "lfm2moe")
 
         def get(key, default=None):
-            return meta.get(f"lfm2.{key}", default)
+            return meta.get(f"{arch}.{key}", default)
 
         self.n_layer = int(get("block_count"))
         self.d = int(get("embedding_length"))
@@ -51,6 +66,13 @@ class Lfm2Reference:
         self.theta = float(get("rope.freq_base", 10000.0))
         self.window = int(get("attention.sliding_window", 0))
         self.width = int(get("shortconv.l_cache"))
+        self.n_dense = int(get("leading_dense_block_count", self.n_layer)) if arch == "lfm2moe" else self.n_layer
+        self.top_k = int(get("expert_used_count", 0))
+        if arch == "lfm2moe":
+            assert int(get("expert_gating_func")) == 2   # sigmoid
+        self.use_bias = True
+        self.follow, self.follow_gap, self.gaps = {}, 0.0, {}
+        self.followed = self.disagreed = 0
         self.w = {}
         for t in reader.tensors:
             a = dequantize(t.data, t.tensor_type).astype(np.float64)
@@ -110,6 +132,36 @@ class Lfm2Reference:
             h = self.norm(x, self.w[p + "attn_norm.weight"])
             x = x + (self.conv_mixer(i, h) if self.kv_heads[i] == 0 else self.attention_mixer(i, h))
             h = self.norm(x, self.w[p + "ffn_norm.weight"])
+            if i >= self.n_dense:
+                x = x + self.experts(i, h)
+                continue
             gate = h @ self.w[p + "ffn_gate.weight"].T
             x = x + (gate / (1 + np.exp(-gate)) * (h @ self.w[p + "ffn_up.weight"].T)) @ self.w[p + "ffn_down.weight"].T
         return self.norm(x, self.w["token_embd_norm.weight"]) @ self.head.T
+
+    def experts(self, i, h):
+        p = f"blk.{i}."
+        scores = 1.0 / (1.0 + np.exp(-(h @ self.w[p + "ffn_gate_inp.weight"].T)))
+        keys = scores + self.w[p + "exp_probs_b.bias"] if self.use_bias else scores
+        order = np.argsort(-keys, axis=1, kind="stable")
+        ranked = np.take_along_axis(keys, order, axis=1)
+        k = self.top_k
+        self.gaps[i] = ranked[:, k - 1] - ranked[:, k]
+        chosen = order[:, :k].copy()
+        for t, theirs in zip(*self.follow.get(i, ((), ()))):
+            if set(theirs) == set(chosen[t]):
+                continue
+            if self.gaps[i][t] < self.follow_gap:
+                chosen[t] = theirs
+                self.followed += 1
+            else:
+                self.disagreed += 1
+        weight = np.take_along_axis(scores, chosen, axis=1)
+        weight /= weight.sum(axis=1, keepdims=True)
+        gate, up, down = (self.w[p + f"ffn_{n}_exps.weight"] for n in ("gate", "up", "down"))
+        out = np.zeros_like(h)
+        for t in range(len(h)):
+            for e, wt in zip(chosen[t], weight[t]):
+                g = gate[e] @ h[t]
+                out[t] += wt * (down[e] @ (g / (1.0 + np.exp(-g)) * (up[e] @ h[t])))
+        return out
