@@ -1,4 +1,4 @@
-"""MiniCPM (1B, 2B, and MiniCPM 4 dense files): GGUF architecture ``minicpm``
+"""MiniCPM (MiniCPM-1B, MiniCPM-2B): GGUF architecture ``minicpm``
 (llama.cpp src/models/minicpm.cpp, which runs Granite's graph).
 
 Llama (RoPE on adjacent pairs: the converter permutes Q/K) with Granite's three
