@@ -124,6 +124,10 @@ typedef struct {
     int ffn_relu_sqr;
     /* 1: likewise without a gate, xielu(h Wup) Wdown with each layer's parameters (Apertus) */
     int ffn_xielu;
+    /* attention temperature (Ministral 3): q at position p is multiplied by
+     * 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1); attn_temp_scale 0: off */
+    float attn_temp_scale;
+    int attn_temp_floor;
     int layer_norm;                /* 1: attn_norm, ffn_norm and output_norm are LayerNorms (weight, no
                                       bias; Cohere), 0: RMSNorms; rms_eps is their epsilon */
     int parallel;                  /* 1: x += FFN(h) + attention(h), both from h = norm(x) (Cohere 2;

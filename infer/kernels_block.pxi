@@ -67,6 +67,8 @@ cdef extern from "transformer_block.h" nogil:
         int expert_gating
         int ffn_relu_sqr
         int ffn_xielu
+        float attn_temp_scale
+        int attn_temp_floor
         int layer_norm
         int parallel
         const float *output_norm_b
@@ -157,10 +159,11 @@ cdef class TransformerDecoder:
     layer's gate, of up's shape, unread),
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
     logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
-    the default, or "all"), qk_norm_after_rope (default False), norm_kind ("rms",
-    the default, or "layer": LayerNorm pre and output norms),
-    parallel_blocks (default False: True adds FFN(h) and attention(h) of one
-    h = norm(x, attn_norm); then no post norms) and moe (None,
+    the default, or "all"), qk_norm_after_rope (default False), attn_temp_scale
+    and attn_temp_floor (default 0: q times 1 + scale ln(floor(pos / floor) + 1)), norm_kind
+    ("rms", the default, or "layer": LayerNorm pre and output norms), parallel_blocks
+    (default False: True adds FFN(h) and attention(h) of one h = norm(x, attn_norm);
+    then no post norms) and moe (None,
     or an object with n_experts, n_used, gating "softmax" or "sigmoid",
     norm_weights, weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
     (infer.variants.spec.TransformerSpec is one).
@@ -320,6 +323,13 @@ cdef class TransformerDecoder:
             raise ValueError(f"config.qk_norm_after_rope: expected a bool, and False with qk_norm_scope "
                              f"'all', got {after_rope!r}")
         m.qk_norm_after_rope = after_rope
+        m.attn_temp_scale = _finite(c, "attn_temp_scale") if hasattr(c, "attn_temp_scale") else 0.0
+        temp_floor = getattr(c, "attn_temp_floor", 0)
+        if m.attn_temp_scale != 0.0 and (isinstance(temp_floor, bool) or not isinstance(temp_floor, int)
+                                         or not 1 <= temp_floor <= _INT_LIMIT):
+            raise ValueError(f"config.attn_temp_floor: expected an integer in [1, 2**31 - 1] with "
+                             f"attn_temp_scale {m.attn_temp_scale}, got {temp_floor!r}")
+        m.attn_temp_floor = temp_floor if m.attn_temp_scale != 0.0 else 0
         norm_kind = getattr(c, "norm_kind", "rms")
         if norm_kind not in ("rms", "layer"):
             raise ValueError(f"config.norm_kind: expected 'rms' or 'layer', got {norm_kind!r}")
