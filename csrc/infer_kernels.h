@@ -497,6 +497,17 @@ int infer_attention(const float *q, const void *k_cache, const void *v_cache, in
                     int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                     int64_t n_ctx, int64_t pos0, int64_t window, float scale, float softcap,
                     float *out);
+/* infer_attention with learned attention sinks (gpt-oss): sinks[h] (n_heads values,
+ * or NULL: none) is a logit of query head h that joins each softmax's denominator
+ * only (ggml's soft_max with sinks): out = sum_p exp(s_p - M) v_p / (sum_p exp(s_p - M)
+ * + exp(sinks[h] - M)), M the larger of the scores' max and sinks[h]. */
+int infer_attention_sinks(const float *q, const void *k_cache, const void *v_cache, int kv_type,
+                          int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                          int64_t n_ctx, int64_t pos0, int64_t window, float scale, float softcap,
+                          const float *sinks, float *out);
+/* The weight of an attention result of (max m, sum l) once a sink logit joins its
+ * denominator: l / (l + exp(sink - m)), computed without overflow. */
+float infer_sink_factor(float m, float l, float sink);
 
 /* Writes x [n_tokens, n_kv_heads, head_dim] float32 into a cache laid out
  * [n_kv_heads, n_ctx, head_dim] (F32, or F16 rounded to nearest even) at
@@ -523,8 +534,16 @@ void infer_rmsnorm_rows(const float *x, const float *weight, float *out, int64_t
 void infer_layernorm_rows(const float *x, const float *weight, const float *bias, float *out,
                           int64_t rows, int64_t n, float eps);
 void infer_softmax_rows(float *x, int64_t rows, int64_t n);   /* in place */
-/* out = act(gate) * up over n elements; act is GELU (tanh) if gelu, else SiLU. */
+/* out = act(gate) * up over n elements; act is GELU (tanh) if gelu is 1, SiLU if 0, and
+ * gpt-oss's clamped SwiGLU if INFER_GLU_SWIGLU_OAI (below). */
 void infer_glu(int gelu, const float *gate, const float *up, float *out, int64_t n);
+/* gpt-oss's clamped SwiGLU (ggml's swiglu_oai with llama.cpp's alpha 1.702 and limit 7):
+ * g = min(gate, 7), u = clamp(up, -7, 7), out = g / (1 + exp(-1.702 g)) * (u + 1).
+ * One plain loop (an infer_glu_fn); infer_glu(INFER_GLU_SWIGLU_OAI, ...) runs it over rows. */
+#define INFER_GLU_SWIGLU_OAI 2
+#define INFER_SWIGLU_OAI_ALPHA 1.702f
+#define INFER_SWIGLU_OAI_LIMIT 7.0f
+void infer_swiglu_oai(const float *gate, const float *up, float *out, int64_t n);
 
 /* ---- dispatch (dispatch.c) -------------------------------------------------- */
 /* Bit mask of ISAs this CPU (and OS) can run; bit i = infer_isa i. */

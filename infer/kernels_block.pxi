@@ -12,6 +12,7 @@ cdef extern from "transformer_block.h" nogil:
         INFER_BLOCK_MAX_EXPERTS_USED
         INFER_GATING_SOFTMAX
         INFER_GATING_SIGMOID
+        INFER_GATING_SOFTMAX_WEIGHT
     ctypedef struct infer_block_layer:
         const float *attn_norm
         const float *ffn_norm
@@ -43,6 +44,12 @@ cdef extern from "transformer_block.h" nogil:
         int dense_ffn
         const float *exp_probs_b
         float xielu_alpha_n, xielu_alpha_p, xielu_beta, xielu_eps
+        const float *attn_sinks
+        const float *o_bias
+        const float *router_bias
+        const float *gate_exps_bias
+        const float *up_exps_bias
+        const float *down_exps_bias
         const float *attn_norm_b
         const float *ffn_norm_b
     ctypedef struct infer_block_model:
@@ -69,6 +76,7 @@ cdef extern from "transformer_block.h" nogil:
         int ffn_xielu
         float attn_temp_scale
         int attn_temp_floor
+        int swiglu_oai
         int layer_norm
         int parallel
         const float *output_norm_b
@@ -164,7 +172,7 @@ cdef class TransformerDecoder:
     ("rms", the default, or "layer": LayerNorm pre and output norms), parallel_blocks
     (default False: True adds FFN(h) and attention(h) of one h = norm(x, attn_norm);
     then no post norms) and moe (None,
-    or an object with n_experts, n_used, gating "softmax" or "sigmoid",
+    or an object with n_experts, n_used, gating "softmax", "sigmoid" or "softmax_weight",
     norm_weights, weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
     (infer.variants.spec.TransformerSpec is one).
     output_norm_bias: None, or the output LayerNorm's bias (norm_kind "layer"
@@ -181,7 +189,10 @@ cdef class TransformerDecoder:
     q_norm and k_norm (head_dim values, or q_dim and kv_dim with scope "all"),
     post_attn_norm, post_ffn_norm, q_bias, k_bias and v_bias (vectors), rope
     (None or (layout "norm"/"neox", base, scale, freq_factors or None,
-    attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all).
+    attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all);
+    gpt-oss's sinks (n_heads values), o_bias (dim), and with moe router_bias
+    (n_experts), gate_exps_bias, up_exps_bias (n_experts * ffn_dim, expert by
+    expert) and down_exps_bias (n_experts * dim); config.activation "swiglu_oai".
     A shortconv layer (LFM2) has instead of wq, wk, wv, wo (and q/k norms, biases,
     rope) "conv": (kernel float32 (dim, width), b, c, u, out matrix tuples, dim x dim
     each); its contexts then pass conv caches to `step`.
@@ -278,13 +289,14 @@ cdef class TransformerDecoder:
         if (ple is None) != (m.per_layer_dim == 0):
             raise ValueError("ple: the per-layer embedding tensors come with config.per_layer_dim > 0")
         activation = getattr(c, "activation")
-        if activation not in ("silu", "gelu_tanh", "relu_sqr", "xielu"):
-            raise ValueError(f"config.activation: expected 'silu', 'gelu_tanh', 'relu_sqr' or 'xielu', "
-                             f"got {activation!r}")
+        if activation not in ("silu", "gelu_tanh", "relu_sqr", "xielu", "swiglu_oai"):
+            raise ValueError(f"config.activation: expected 'silu', 'gelu_tanh', 'relu_sqr', 'xielu' or "
+                             f"'swiglu_oai', got {activation!r}")
         m.gelu = activation == "gelu_tanh"
         # relu_sqr and xielu have no gate: act(h Wup) (a layer's "gate", of up's shape, is not read)
         m.ffn_relu_sqr = activation == "relu_sqr"
         m.ffn_xielu = activation == "xielu"
+        m.swiglu_oai = activation == "swiglu_oai"
         m.rms_eps = _finite(c, "rms_eps", True)
         m.attn_scale = _finite(c, "attn_scale")
         m.attn_softcap = _finite(c, "attn_softcap", True)
@@ -301,7 +313,8 @@ cdef class TransformerDecoder:
             if m.n_experts_used > m.n_experts or m.n_experts_used > INFER_BLOCK_MAX_EXPERTS_USED:
                 raise ValueError(f"config.moe.n_used: {m.n_experts_used} of {m.n_experts} experts (the fused "
                                  f"step routes to at most {INFER_BLOCK_MAX_EXPERTS_USED})")
-            gatings = {"softmax": INFER_GATING_SOFTMAX, "sigmoid": INFER_GATING_SIGMOID}
+            gatings = {"softmax": INFER_GATING_SOFTMAX, "sigmoid": INFER_GATING_SIGMOID,
+                       "softmax_weight": INFER_GATING_SOFTMAX_WEIGHT}
             if getattr(moe, "gating") not in gatings:
                 raise ValueError(f"config.moe.gating: expected one of {sorted(gatings)}, got {moe.gating!r}")
             m.expert_gating = gatings[moe.gating]
@@ -417,8 +430,15 @@ cdef class TransformerDecoder:
             if layer_moe:
                 L.router = _shaped_matrix(layer["router"], m.n_experts, d, f"{name}.router", self.keep)
                 L.exp_probs_b = _optional_vector(layer, "exp_probs_b", m.n_experts, name, self.keep)
-            elif layer.get("router") is not None or layer.get("exp_probs_b") is not None:
-                raise ValueError(f"{name}: a router or selection biases in a layer without experts")
+                L.router_bias = _optional_vector(layer, "router_bias", m.n_experts, name, self.keep)
+                L.gate_exps_bias = _optional_vector(layer, "gate_exps_bias", m.n_experts * lffn, name, self.keep)
+                L.up_exps_bias = _optional_vector(layer, "up_exps_bias", m.n_experts * lffn, name, self.keep)
+                L.down_exps_bias = _optional_vector(layer, "down_exps_bias", m.n_experts * d, name, self.keep)
+                if (L.gate_exps_bias == NULL) != (L.up_exps_bias == NULL):
+                    raise ValueError(f"{name}: gate_exps_bias and up_exps_bias come together")
+            elif any(layer.get(k) is not None for k in ("router", "exp_probs_b", "router_bias", "gate_exps_bias",
+                                                        "up_exps_bias", "down_exps_bias")):
+                raise ValueError(f"{name}: a router, selection or expert biases in a layer without experts")
             if layer_moe and m.shared_ffn_dim:
                 sh = m.shared_ffn_dim
                 L.shexp_gate = _shaped_matrix(layer["shexp_gate"], sh, d, f"{name}.shexp_gate", self.keep)
@@ -435,6 +455,8 @@ cdef class TransformerDecoder:
             L.q_bias = _optional_vector(layer, "q_bias", lq, name, self.keep)
             L.k_bias = _optional_vector(layer, "k_bias", lkv, name, self.keep)
             L.v_bias = _optional_vector(layer, "v_bias", lkv, name, self.keep)
+            L.attn_sinks = _optional_vector(layer, "sinks", m.n_heads, name, self.keep)
+            L.o_bias = _optional_vector(layer, "o_bias", d, name, self.keep)
             if L.own_kv and (L.q_norm == NULL) != (L.k_norm == NULL):
                 raise ValueError(f"{name}: q_norm and k_norm come together")
             if (L.q_bias == NULL) != (L.k_bias == NULL) or (L.q_bias == NULL) != (L.v_bias == NULL):

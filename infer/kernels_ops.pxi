@@ -149,7 +149,7 @@ def softmax(x):
     return x
 
 
-cdef _glu(gate, up, out, bint gelu):
+cdef _glu(gate, up, out, int gelu):
     _check_f32(gate, "gate")
     _check_f32(up, "up")
     _check_f32(out, "out", True)
@@ -183,6 +183,14 @@ def gelu_mul(gate, up, out):
     gate, up, out: float32 of one shape; out may be gate or up.
     """
     return _glu(gate, up, out, True)
+
+
+def swiglu_oai_mul(gate, up, out):
+    """out = g / (1 + exp(-1.702 g)) * (u + 1) with g = min(gate, 7) and
+    u = clamp(up, -7, 7): gpt-oss's clamped SwiGLU (ggml's swiglu_oai as llama.cpp
+    calls it).  gate, up, out: float32 of one shape; out may be gate or up.
+    """
+    return _glu(gate, up, out, INFER_GLU_SWIGLU_OAI)
 
 
 def add(a, b):
@@ -279,7 +287,7 @@ def rope(x, pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim=None,
     return x
 
 
-def attention(q, k_cache, v_cache, pos0, out, scale=None, window=0, float softcap=0.0):
+def attention(q, k_cache, v_cache, pos0, out, scale=None, window=0, float softcap=0.0, sinks=None):
     """Causal attention of query tokens over one layer's KV cache; returns out.
 
     q: float32 (n_tokens, n_heads, head_dim), token t at position pos0 + t.
@@ -290,6 +298,8 @@ def attention(q, k_cache, v_cache, pos0, out, scale=None, window=0, float softca
     (a sliding window), else 0.  scale multiplies q.k (default 1/sqrt(head_dim)).
     softcap > 0 caps each scaled score s to softcap * tanh(s / softcap) (Gemma 2).
     out: float32 of q's shape (may be q).  Runs on the thread pool.
+    sinks: None, or float32 (n_heads,): head h's learned sink logit joins each of its
+    softmax denominators (gpt-oss: out = sum_p e^(s_p) v_p / (e^sink + sum_p e^(s_p))).
     """
     cdef int64_t p0 = _int64(pos0, "pos0"), win = _int64(window, "window")
     _check_f32(q, "q")
@@ -341,14 +351,22 @@ def attention(q, k_cache, v_cache, pos0, out, scale=None, window=0, float softca
         vh = v_cache.reshape(-1)
         kp = &kh[0]
         vp = &vh[0]
+    cdef const float[::1] sv
+    cdef const float *sp = NULL
+    if sinks is not None:
+        _check_f32(sinks, "sinks")
+        if sinks.shape != (n_heads,):
+            raise ValueError(f"sinks: expected shape ({n_heads},) (one per query head), got {sinks.shape}")
+        sv = sinks
+        sp = &sv[0]
     cdef Py_ssize_t cache_bytes = k_cache.nbytes, out_bytes = n_tokens * n_heads * head_dim * 4
     _check_disjoint(&ov[0], out_bytes, "out", &qv[0], out_bytes, "q", True)
     _check_disjoint(&ov[0], out_bytes, "out", kp, cache_bytes, "k_cache")
     _check_disjoint(&ov[0], out_bytes, "out", vp, cache_bytes, "v_cache")
     cdef int t = kv_type, rc
     with nogil:
-        rc = infer_attention(&qv[0], kp, vp, t, n_tokens, n_heads, n_kv_heads, head_dim,
-                             n_ctx, p0, win, sc, softcap, &ov[0])
+        rc = infer_attention_sinks(&qv[0], kp, vp, t, n_tokens, n_heads, n_kv_heads, head_dim,
+                                   n_ctx, p0, win, sc, softcap, sp, &ov[0])
     if rc != 0:
         raise ValueError("attention: arguments rejected by the kernel")
     return out

@@ -373,6 +373,31 @@ QWEN35: Dict[str, Tiny] = {n: t for n, t in [
                        qwen35=Qwen35Shape(recurrent_layers=(True, False, True)))),
 ]}
 
+#: gpt-oss (tests/test_gptoss.py, llama_cpp_gptoss.npz; `write_gptoss`): q_dim 256 != dim 192
+#: (head_dim 64 as the real ones), a window of 32 on the even layers, YaRN, 8 experts of
+#: width 512 (so that the fused step splits long attention spans), 2 used
+GPTOSS_WINDOW = 32
+#: a short prompt and a strong router keep every choice of experts clear of a near-tie
+GPTOSS_PROMPT_LEN = 96
+GPTOSS_ROUTER_GAIN = 8.0
+GPTOSS: Dict[str, Tiny] = {n: t for n, t in [
+    ("gpt-oss", Tiny("gpt-oss", 120, dim=192, n_head=4, n_kv_head=2, head_dim=64, ffn=512, tied=False,
+                     rope_base=150000.0, n_expert=8, router_gain=GPTOSS_ROUTER_GAIN, prompt_len=GPTOSS_PROMPT_LEN,
+                     prompt_seed=19,
+                     extra={"expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 512,
+                            "attention.key_length": 64, "attention.value_length": 64,
+                            "attention.sliding_window": GPTOSS_WINDOW, "rope.scaling.type": "yarn",
+                            "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 256})),
+    ("gpt-oss-q8_0", Tiny("gpt-oss", 121, n_layer=2, dim=192, n_head=4, n_kv_head=2, head_dim=64, ffn=512,
+                          tied=False, rope_base=150000.0, n_expert=8, router_gain=GPTOSS_ROUTER_GAIN,
+                          expert_type="q8_0", prompt_len=GPTOSS_PROMPT_LEN, prompt_seed=25,
+                          extra={"expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 512,
+                                 "attention.key_length": 64, "attention.value_length": 64,
+                                 "attention.sliding_window": GPTOSS_WINDOW, "rope.scaling.type": "yarn",
+                                 "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 256})),
+]}
+#: the released files' expert format (the gguf package quantizes it)
+GPTOSS["gpt-oss-mxfp4"] = replace(GPTOSS["gpt-oss-q8_0"], seed=122, expert_type="mxfp4", prompt_seed=0)
 #: qwen3moe-q4_k's file with its experts in MXFP4 (quantized by the gguf package), as
 #: llama-quantize's MXFP4_MOE writes them (tests/test_mxfp4_moe.py, llama_cpp_mxfp4.npz)
 MXFP4: Dict[str, Tiny] = {"qwen3moe-mxfp4": replace(TINY["qwen3moe-q4_k"], expert_type="mxfp4")}
@@ -404,7 +429,7 @@ DENSE2: Dict[str, Tiny] = {n: t for n, t in [
 ]}
 #: every tiny file (names are unique across the tables)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35, **MXFP4,
-                        **DENSE2}
+                        **GPTOSS, **DENSE2}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -542,6 +567,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         return write_lfm2moe(t, path, more_tensors)
     if t.qwen35 is not None:
         return write_qwen35(t, path, more_tensors)
+    if t.arch == "gpt-oss":
+        return write_gptoss(t, path, more_tensors)
     rng = np.random.default_rng(t.seed)
     d, hd, L = t.dim, t.head_dim, t.n_layer
     q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
@@ -573,18 +600,7 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         w.add_uint32(f"{a}.rope.dimension_count", t.rope_dims)
     extra = dict(t.extra)
     extra.setdefault("rope.freq_base", t.rope_base)
-    for k, v in extra.items():
-        key = f"{a}.{k}"
-        if isinstance(v, str):
-            w.add_string(key, v)
-        elif isinstance(v, bool):
-            w.add_bool(key, v)
-        elif isinstance(v, float):
-            w.add_float32(key, v)
-        elif isinstance(v, list):
-            w.add_array(key, v)
-        else:
-            w.add_uint32(key, v)
+    _add_metadata(w, a, extra)
     if t.arch == "apertus":   # the converter's global per-layer arrays of xIELU's trained parameters
         for key, values in XIELU.items():
             w.add_array(key, [values[i % len(values)] for i in range(L)])
@@ -687,6 +703,25 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     return path
 
 
+def _add_metadata(w, arch: str, values: Dict[str, Any]) -> None:
+    """``<arch>.<key>`` = value for each item, typed by its Python type (lists as
+    arrays, floats as F32, ints as U32); None leaves a key out."""
+    for k, v in values.items():
+        key = f"{arch}.{k}"
+        if v is None:
+            continue
+        if isinstance(v, (list, tuple)):
+            w.add_array(key, list(v))
+        elif isinstance(v, bool):
+            w.add_bool(key, v)
+        elif isinstance(v, float):
+            w.add_float32(key, v)
+        elif isinstance(v, str):
+            w.add_string(key, v)
+        else:
+            w.add_uint32(key, v)
+
+
 def _write_vocabulary(w, pre: str = "default") -> None:
     tokens, merges = bpe_vocabulary()
     w.add_string("tokenizer.ggml.model", "gpt2")
@@ -731,19 +766,7 @@ def write_gemma4(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
     }
     keys.update({k: v for k, v in t.extra.items() if k != "vocabulary"})   # a test's changes (None: leave out)
     w = gguf.GGUFWriter(path, "gemma4")
-    for k, v in keys.items():
-        if v is None:
-            continue
-        if isinstance(v, (list, tuple)):
-            w.add_array(f"gemma4.{k}", list(v))
-        elif isinstance(v, bool):
-            w.add_bool(f"gemma4.{k}", v)
-        elif isinstance(v, float):
-            w.add_float32(f"gemma4.{k}", v)
-        elif isinstance(v, str):
-            w.add_string(f"gemma4.{k}", v)
-        else:
-            w.add_uint32(f"gemma4.{k}", v)
+    _add_metadata(w, "gemma4", keys)
     if t.extra.get("vocabulary") == "gemma4":
         tokens, types, merges = gemma4_vocabulary()
         w.add_string("tokenizer.ggml.model", "gemma4")
@@ -984,6 +1007,123 @@ def write_lfm2moe(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarra
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def write_gptoss(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray]] = None,
+                 drop: Tuple[str, ...] = ()) -> str:
+    """A gpt-oss file as conversion/gpt_oss.py (GptOssModel) writes it: the keys of
+    TextModel plus sliding_window and expert_feed_forward_length (``t.extra``);
+    q/k/v/output biases, attn_sinks (F32, one per head), post_attention_norm as the
+    FFN's pre-norm, the router and every expert with biases (gate and up split from
+    HF's interleaved gate_up_proj: the writer stores them apart).  Sinks, biases and
+    expert gains are large enough that each piece moves the logits, and the experts'
+    gate and up reach the SwiGLU's clamp at 7.  ``drop``: tensor names left out (the
+    tests' incomplete files)."""
+    import gguf
+
+    rng = np.random.default_rng(t.seed)
+    d, hd, L, E = t.dim, t.head_dim, t.n_layer, t.n_expert
+    q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def vec(n, centre=0.0, s=0.3):
+        return (centre + s * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, t.arch)
+    harmony = t.extra.get("vocabulary") == "harmony"
+    _add_metadata(w, t.arch, {
+        "context_length": t.n_ctx_train, "embedding_length": d, "block_count": L, "feed_forward_length": t.ffn,
+        "attention.head_count": t.n_head, "attention.head_count_kv": t.n_kv_head, "rope.freq_base": t.rope_base,
+        "attention.layer_norm_rms_epsilon": t.eps, **{k: v for k, v in t.extra.items() if k != "vocabulary"}})
+    if harmony:
+        n_vocab = _write_harmony_vocabulary(w)
+    else:
+        _write_vocabulary(w)
+        n_vocab = VOCAB
+    tensors: Dict[str, np.ndarray] = {}
+    tensors["token_embd.weight"] = mat(n_vocab, d, math.sqrt(d))
+    tensors["output_norm.weight"] = vec(d, 1.0, 0.1)
+    tensors["output.weight"] = mat(n_vocab, d, t.head_gain)
+    for i in range(L):
+        p = f"blk.{i}."
+        tensors[p + "attn_norm.weight"] = vec(d, 1.0, 0.1)
+        tensors[p + "attn_q.weight"] = mat(q_dim, d, 1.5)
+        tensors[p + "attn_q.bias"] = vec(q_dim)
+        tensors[p + "attn_k.weight"] = mat(kv_dim, d, 1.5)
+        tensors[p + "attn_k.bias"] = vec(kv_dim, s=1.0)
+        tensors[p + "attn_v.weight"] = mat(kv_dim, d)
+        tensors[p + "attn_v.bias"] = vec(kv_dim)
+        tensors[p + "attn_output.weight"] = mat(d, q_dim)
+        tensors[p + "attn_output.bias"] = vec(d)
+        # sinks around e^3: about as heavy as the 32 window positions together
+        tensors[p + "attn_sinks.weight"] = vec(t.n_head, 3.0, 1.0)
+        tensors[p + "post_attention_norm.weight"] = vec(d, 1.0, 0.1)
+        tensors[p + "ffn_gate_inp.weight"] = mat(E, d, t.router_gain).astype(np.float32)
+        tensors[p + "ffn_gate_inp.bias"] = vec(E, s=1.0)
+        for part, rows, cols, gain in (("gate", t.ffn, d, 3.0), ("up", t.ffn, d, 3.0), ("down", d, t.ffn, 1.0)):
+            stacked = np.stack([mat(rows, cols, gain) for _ in range(E)])
+            if t.expert_type != "f16":
+                stacked = quantize(stacked, t.expert_type)
+            tensors[p + f"ffn_{part}_exps.weight"] = stacked
+            tensors[p + f"ffn_{part}_exps.bias"] = (0.5 * rng.standard_normal((E, rows))).astype(np.float32)
+    tensors.update(more_tensors or {})
+    for name, value in tensors.items():
+        if name in drop:
+            continue
+        if name.endswith("_exps.weight") and t.expert_type != "f16":
+            w.add_tensor(name, value, raw_dtype=gguf.GGMLQuantizationType[t.expert_type.upper()])
+        else:
+            w.add_tensor(name, value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+#: gpt-oss's harmony control tokens (o200k_harmony's, at the end of the tiny vocabulary)
+HARMONY_SPECIALS = ["<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
+                    "<|return|>", "<|call|>"]
+#: harmony texts whose ids llama.cpp gave on `gptoss_harmony_file` (tests/data/llama_cpp_gptoss_tokens.json)
+HARMONY_TEXTS = (
+    "<|start|>system<|message|>You are a helpful assistant.\nReasoning: low<|end|>"
+    "<|start|>user<|message|>What is 17 x 23?<|end|><|start|>assistant",
+    "<|channel|>analysis<|message|>Multiply: 17*23 = 391.<|end|><|start|>assistant<|channel|>final<|message|>391"
+    "<|return|>",
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+    '{"city": "Paris"}<|call|>',
+    "It's 1234567 o'clock  in\n\nParis, isn't it?  Ünïcode 東京 🦊",
+)
+
+
+def _write_harmony_vocabulary(w) -> int:
+    """gpt-oss's tokenizer metadata on the tiny BPE: pre-tokenizer "gpt-4o", the harmony
+    control tokens (type 3), <|return|> as EOS, the real chat template
+    (tests/chat_templates/gpt-oss.jinja).  Returns the vocabulary's size."""
+    import os
+
+    base, merges = bpe_vocabulary()
+    tokens = base[:-len(SPECIALS)] + HARMONY_SPECIALS
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "gpt-4o")
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", [1] * (len(tokens) - len(HARMONY_SPECIALS)) + [3] * len(HARMONY_SPECIALS))
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.eos_token_id", tokens.index("<|return|>"))
+    w.add_uint32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_templates", "gpt-oss.jinja"),
+              encoding="utf-8") as f:
+        w.add_string("tokenizer.chat_template", f.read())
+    return len(tokens)
+
+
+def gptoss_harmony_file(path: str) -> str:
+    """The tiny gpt-oss file with gpt-oss's tokenizer metadata (`_write_harmony_vocabulary`)."""
+    t = GPTOSS["gpt-oss"]
+    return write_gptoss(replace(t, extra={**t.extra, "vocabulary": "harmony"}), path)
 
 
 def _add_shortconv(w, p, d, width, mat, rng):

@@ -10,6 +10,7 @@ from . import gemma2  # noqa: F401
 from . import gemma3  # noqa: F401
 from . import gemma4  # noqa: F401
 from . import glm4  # noqa: F401
+from . import gpt_oss  # noqa: F401
 from . import granite  # noqa: F401
 from . import hunyuan_dense  # noqa: F401
 from . import internlm2  # noqa: F401

@@ -22,8 +22,9 @@ One block, with every optional piece (each is off by default):
                                                        q/k norms after it: qk_norm_after_rope)
         q *= 1 + c ln(floor(pos / F) + 1)             (attn_temp_scale c, attn_temp_floor F)
         a = attention(q, K, V)   scores * query_scale, soft-capped by attn_softcap,
-                                 over the last layers[l].window positions
-        a = a Wo ; a = rmsnorm(a, post_attn_norm)     (post_attn_norm)
+                                 over the last layers[l].window positions, a
+                                 per-head sink logit in each denominator (attn_sinks)
+        a = a Wo + bo ; a = rmsnorm(a, post_attn_norm) (bo: out_bias; post_attn_norm)
         x += a * residual_scale                       (parallel_blocks: a is added after f,
                                                        and f reads the first h)
         h = rmsnorm(x, ffn_norm)                      (pre_norms; else h = x)
@@ -35,6 +36,7 @@ One block, with every optional piece (each is off by default):
             each weighted p_e (renormalised to sum 1: norm_weights),
             f = sum_e p_e (act(h Wgate_e) * h Wup_e) Wdown_e
             (a layer with dense_ffn has the dense FFN instead)
+            (gpt-oss: router and expert biases, p = softmax of the chosen logits)
         f = rmsnorm(f, post_ffn_norm)                 (post_ffn_norm)
         x += f * residual_scale
         x += rmsnorm(ple_proj(gelu(x Wple_gate) * ple[l]), ple_post_norm)   (per_layer_dim)
@@ -88,9 +90,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 #: the FFN activations the kernels have: gated, act(h Wgate) * h Wup ("silu",
-#: "gelu_tanh"); or without a gate (no ffn_gate tensor), act(h Wup): "relu_sqr",
+#: "gelu_tanh", "swiglu_oai": gpt-oss's min(gate, 7) * sigmoid(1.702 min(gate, 7)) *
+#: (clamp(up, -7, 7) + 1)); or without a gate (no ffn_gate tensor), act(h Wup): "relu_sqr",
 #: relu(u)^2 (Arcee), "xielu" with each layer's LayerSpec.xielu (Apertus)
-ACTIVATIONS = ("silu", "gelu_tanh", "relu_sqr", "xielu")
+ACTIVATIONS = ("silu", "gelu_tanh", "relu_sqr", "xielu", "swiglu_oai")
 #: the activations without a gate
 UNGATED = ("relu_sqr", "xielu")
 #: RoPE layouts: "norm" rotates adjacent pairs (2i, 2i+1) of a head (GGUF `llama`,
@@ -170,8 +173,9 @@ class Rope:
 
 
 #: how a mixture of experts turns router logits into probabilities (llama.cpp's
-#: LLAMA_EXPERT_GATING_FUNC_TYPE_*): softmax over the experts, or each logit's sigmoid
-GATINGS = ("softmax", "sigmoid")
+#: LLAMA_EXPERT_GATING_FUNC_TYPE_*): softmax over the experts, or each logit's sigmoid;
+#: "softmax_weight" (gpt-oss) picks the top experts by logit and softmaxes their logits alone
+GATINGS = ("softmax", "sigmoid", "softmax_weight")
 #: llama.cpp's LLAMA_MAX_EXPERTS
 MAX_EXPERTS = 1024
 
@@ -203,6 +207,11 @@ class MoE:
     #: probabilities for the choice of experts only, not to their weights
     #: (llama.cpp's exp_probs_b: DeepSeek V3, LFM2-MoE)
     selection_bias: bool = False
+    #: ffn_gate_inp.bias added to the router logits (gpt-oss)
+    router_bias: bool = False
+    #: ffn_{gate,up,down}_exps.bias: each expert's biases on its gate, up and down
+    #: products (gpt-oss)
+    expert_biases: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_experts", "n_used", "ffn_dim"):
@@ -404,6 +413,13 @@ class TransformerSpec:
     #: the q/k norms come after RoPE instead of before it (Hunyuan)
     qk_norm_after_rope: bool = False
 
+    # ---- gpt-oss
+    #: blk.N.attn_sinks: a learned logit per query head that joins each softmax's
+    #: denominator only (no value row)
+    attn_sinks: bool = False
+    #: attn_output.bias added to the attention's output projection
+    out_bias: bool = False
+
     # ---- attention temperature (Ministral 3; llama.cpp's llm_graph_input_attn_temp)
     #: q (after RoPE) is multiplied at position p by
     #: 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1); 0: off
@@ -417,7 +433,7 @@ class TransformerSpec:
     #: attn_q also projects a sigmoid gate of the attention output, per head after
     #: that head's q rows (Qwen3.5's full-attention layers)
     attn_output_gate: bool = False
-    #: the FFN's pre-norm tensor, without ".weight" (Qwen3.5: "post_attention_norm")
+    #: the FFN's pre-norm tensor, without ".weight" (Qwen3.5, gpt-oss: "post_attention_norm")
     ffn_norm_tensor: str = "ffn_norm"
 
     # ---- norm kind and block shape (dense2: Cohere 2, GLM-4)
@@ -458,6 +474,8 @@ class TransformerSpec:
                                      or self.residual_scale != 1.0 or self.per_layer_dim or self.conv_layers):
             raise ValueError("parallel_blocks: only with pre-norms and without post norms, a residual "
                              "scale, per-layer embeddings or shortconv layers")
+        if not isinstance(self.ffn_norm_tensor, str) or not self.ffn_norm_tensor:
+            raise ValueError(f"ffn_norm_tensor: must be a tensor name, got {self.ffn_norm_tensor!r}")
         if self.qk_norm_scope not in QK_NORM_SCOPES:
             raise ValueError(f"qk_norm_scope: expected one of {QK_NORM_SCOPES}, got {self.qk_norm_scope!r}")
         if self.activation not in ACTIVATIONS:

@@ -227,6 +227,9 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
             if m is not None:
                 layer[name] = m.as_tuple()
         layer.update(_expert_arguments(L, ls))
+        for key, vec in (("sinks", L.attn_sinks), ("o_bias", L.o_bias)):
+            if vec is not None:
+                layer[key] = vec.data
         for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm",
                      "q_bias", "k_bias", "v_bias", "ple_post_norm", "attn_norm_bias", "ffn_norm_bias"):
             vec = getattr(L, name)
@@ -250,6 +253,12 @@ def _expert_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
         pieces["router"] = L.router.as_tuple()
     if L.expert_bias is not None:
         pieces["exp_probs_b"] = L.expert_bias.data
+    if L.router_bias is not None:
+        pieces["router_bias"] = L.router_bias.data
+    for key, table in (("gate_exps_bias", L.gate_exps_bias), ("up_exps_bias", L.up_exps_bias),
+                       ("down_exps_bias", L.down_exps_bias)):
+        if table is not None:   # expert by expert
+            pieces[key] = table.data.reshape(-1)
     if L.shared_gate is not None and L.shared_up is not None and L.shared_down is not None \
             and L.shared_gate_inp is not None:
         pieces.update(shexp_gate=L.shared_gate.as_tuple(), shexp_up=L.shared_up.as_tuple(),
@@ -455,14 +464,18 @@ class TransformerContext(Context):
             if own_kv:   # a shared-KV layer reads what its source layer stored for these positions
                 K.kv_store(k[lo:hi], k_cache, pos0)
                 K.kv_store(v[lo:hi], v_cache, pos0)
-            K.attention(q[lo:hi], k_cache, v_cache, pos0, att[lo:hi],
-                        scale=spec.attn_scale, window=layer.window, softcap=spec.attn_softcap)
+            K.attention(q[lo:hi], k_cache, v_cache, pos0, att[lo:hi], scale=spec.attn_scale, window=layer.window,
+                        softcap=spec.attn_softcap, sinks=w.attn_sinks.data if w.attn_sinks is not None else None)
         if spec.attn_output_gate:
             att *= _sigmoid(s.rows(s.q_gate, 2 * spec.n_heads * hd).reshape(n, spec.n_heads, 2, hd)[:, :, 1])
         if spec.parallel_blocks:   # added after the FFN's output (`_block`)
             s.mul(att.reshape(n, -1), (w.wo, s.attn_out))
+            if w.o_bias is not None:
+                s.attn_out += w.o_bias.data
             return
         s.mul(att.reshape(n, -1), (w.wo, s.h2))
+        if w.o_bias is not None:
+            s.h2 += w.o_bias.data
         self._residual(s, w.post_attn_norm)
 
     def _per_layer_embedding(self, w: LayerWeights, li: int, s: "_Scratch") -> None:
@@ -551,6 +564,8 @@ class TransformerContext(Context):
         """gate = act(gate) * up."""
         if self.spec.activation == "gelu_tanh":
             K.gelu_mul(gate, up, gate)
+        elif self.spec.activation == "swiglu_oai":
+            K.swiglu_oai_mul(gate, up, gate)
         else:
             K.silu_mul(gate, up, gate)
 
@@ -561,7 +576,8 @@ class TransformerContext(Context):
         moe = self.spec.moe
         assert moe is not None and w.router is not None
         ffn, dim = self.spec.ffn_dim, self.spec.dim
-        experts, weights = route(s.h1, w.router, moe, w.expert_bias)
+        router_bias = w.router_bias.data if w.router_bias is not None else None
+        experts, weights = route(s.h1, w.router, moe, w.expert_bias, router_bias)
         s.h2.fill(0.0)
         # (row, slot) pairs grouped by expert: a stable sort keeps rows in order
         flat = experts.reshape(-1)
@@ -579,8 +595,13 @@ class TransformerContext(Context):
             out = s.h1_out[:m]
             xq = _mul(h, w.w_gate.row_slice(e * ffn, (e + 1) * ffn), gate)
             _mul(h, w.w_up.row_slice(e * ffn, (e + 1) * ffn), up, xq)   # the same activation format
+            if w.gate_exps_bias is not None and w.up_exps_bias is not None:
+                gate += w.gate_exps_bias.data[e]
+                up += w.up_exps_bias.data[e]
             self._glu(gate, up)
             _mul(gate, w.w_down.row_slice(e * dim, (e + 1) * dim), out)
+            if w.down_exps_bias is not None:
+                out += w.down_exps_bias.data[e]
             out *= weights.reshape(-1)[picks, None]
             # a row is routed to an expert at most once, so rows are distinct here
             s.h2[rows] += out
@@ -867,16 +888,21 @@ def _kv_layout(spec: TransformerSpec, cache: NDArray[Any], n_ctx: int) -> list[N
     return views
 
 
-def route(h: NDArray[Any], router: Matrix, moe: MoE, bias: Optional[Any] = None) -> Tuple[NDArray[Any], NDArray[Any]]:
+def route(h: NDArray[Any], router: Matrix, moe: MoE, bias: Optional[Any] = None,
+          logit_bias: Optional[NDArray[Any]] = None) -> Tuple[NDArray[Any], NDArray[Any]]:
     """(experts, weights) of each row of h, each (n, moe.n_used): the experts
-    chosen by the router, most probable first (the lower index among equals;
-    with ``bias``, the layer's selection biases (a Vector), by probability +
-    bias), and the weights of their outputs, the unbiased probabilities
-    (llama.cpp's build_moe_ffn).  The probabilities are computed in double, as
-    the fused C step does (csrc/transformer_block.c, route_token)."""
+    chosen by the router (its logits plus ``logit_bias``, gpt-oss's router bias, if
+    given), most probable first (the lower index among equals; with ``bias``, the
+    layer's selection biases (a Vector), by probability + bias), and the weights of
+    their outputs, the unbiased probabilities (llama.cpp's build_moe_ffn; with
+    softmax_weight gating, the softmax of the chosen logits alone).  The
+    probabilities are computed in double, as the fused C step does
+    (csrc/transformer_block.c, route_token)."""
     n = h.shape[0]
     logits = np.empty((n, moe.n_experts), np.float32)
     _mul(np.ascontiguousarray(h), router, logits)
+    if logit_bias is not None:
+        logits += logit_bias
     wide = logits.astype(np.float64)
     if moe.gating == "sigmoid":
         probs = 1.0 / (1.0 + np.exp(-wide))
@@ -884,10 +910,15 @@ def route(h: NDArray[Any], router: Matrix, moe: MoE, bias: Optional[Any] = None)
         wide -= wide.max(axis=1, keepdims=True)
         probs = np.exp(wide)
         probs /= probs.sum(axis=1, keepdims=True)
-    # both gatings keep the logits' order, so without a bias the logits choose
+    # every gating keeps the logits' order, so without a bias the logits choose
     keys = logits if bias is None else probs + bias.data.astype(np.float64)
     experts = np.argsort(-keys, axis=1, kind="stable")[:, :moe.n_used]
-    chosen = np.take_along_axis(probs, experts, axis=1)
+    if moe.gating == "softmax_weight":
+        chosen = np.take_along_axis(wide, experts, axis=1)   # logits less their max
+        chosen = np.exp(chosen - chosen.max(axis=1, keepdims=True))
+        chosen /= chosen.sum(axis=1, keepdims=True)
+    else:
+        chosen = np.take_along_axis(probs, experts, axis=1)
     if moe.norm_weights:   # llama.cpp clamps the sum at F16's smallest normal
         chosen /= np.maximum(chosen.sum(axis=1, keepdims=True), 6.103515625e-5)
     weights = chosen.astype(np.float32)

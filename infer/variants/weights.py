@@ -144,6 +144,19 @@ class Vector:
         self.data = tensor.data.view(np.float32).reshape(n)
 
 
+class Table:
+    """An F32 table of rows x cols (gpt-oss's per-expert biases: GGUF dims {cols, rows})."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, tensor: Any, rows: int, cols: int, name: str) -> None:
+        shape = tuple(int(s) for s in tensor.shape)
+        if int(tensor.dtype) != 0 or shape != (rows, cols):
+            kind = getattr(tensor.dtype, "name", tensor.dtype)
+            raise GGUFError(f"{name}: expected F32 of shape {(rows, cols)}, got {kind} of shape {shape}")
+        self.data = tensor.data.view(np.float32).reshape(rows, cols)
+
+
 @dataclass
 class LayerWeights:
     """One block's tensors; None where the spec has no such piece (a shortconv
@@ -211,6 +224,15 @@ class LayerWeights:
     ssm_dt: Optional[Vector] = None
     ssm_a: Optional[Vector] = None
     ssm_norm: Optional[Vector] = None
+    #: gpt-oss: attn_sinks (n_heads), attn_output.bias (dim), ffn_gate_inp.bias
+    #: (n_experts) and the experts' biases, (n_experts, ffn_dim) for gate and up,
+    #: (n_experts, dim) for down
+    attn_sinks: Optional[Vector] = None
+    o_bias: Optional[Vector] = None
+    router_bias: Optional[Vector] = None
+    gate_exps_bias: Optional[Table] = None
+    up_exps_bias: Optional[Table] = None
+    down_exps_bias: Optional[Table] = None
 
 
 @dataclass
@@ -250,6 +272,9 @@ class _Tensors:
 
     def vector(self, name: str, n: int) -> Vector:
         return Vector(self.need(name), n, name)
+
+    def table(self, name: str, rows: int, cols: int) -> Table:
+        return Table(self.need(name), rows, cols, name)
 
 
 def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
@@ -326,6 +351,7 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             L.ffn_norm_bias = L.attn_norm_bias if spec.parallel_blocks else v("ffn_norm", d, "bias")
         if spec.post_attn_norm:
             L.post_attn_norm = v("post_attention_norm", d)
+        _gpt_oss_pieces(spec, i, t, L)
         if spec.post_ffn_norm:
             L.post_ffn_norm = v("post_ffw_norm", d)
         if ls.out_scale:
@@ -392,6 +418,26 @@ def _expert_pieces(spec: TransformerSpec, i: int, t: _Tensors) -> Dict[str, Any]
                       shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh),
                       shared_gate_inp=t.vector(p + "ffn_gate_inp_shexp.weight", d))
     return pieces
+
+
+def _gpt_oss_pieces(spec: TransformerSpec, i: int, t: _Tensors, L: LayerWeights) -> None:
+    """Layer i's attention sinks, output bias, router bias and expert biases, where
+    the spec has them (gpt-oss; llama.cpp's names)."""
+    p = f"blk.{i}."
+    if spec.attn_sinks:
+        L.attn_sinks = t.vector(p + "attn_sinks.weight", spec.n_heads)
+    if spec.out_bias:
+        L.o_bias = t.vector(p + "attn_output.bias", spec.dim)
+    moe = spec.moe
+    if moe is None or not spec.layer_experts(i):
+        return
+    if moe.router_bias:
+        L.router_bias = t.vector(p + "ffn_gate_inp.bias", moe.n_experts)
+    if moe.expert_biases:
+        n, ffn = moe.n_experts, spec.layer_ffn_dim(i)
+        L.gate_exps_bias = t.table(p + "ffn_gate_exps.bias", n, ffn)
+        L.up_exps_bias = t.table(p + "ffn_up_exps.bias", n, ffn)
+        L.down_exps_bias = t.table(p + "ffn_down_exps.bias", n, spec.dim)
 
 
 def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
