@@ -549,7 +549,7 @@ class TransformerContext(Context):
         assert m2 is not None and w.ssm_in is not None and w.ssm_conv is not None and w.ssm_dt is not None
         assert w.ssm_a is not None and w.ssm_d is not None and w.ssm_norm is not None and w.ssm_out is not None
         mi = self.spec.mamba2_layers.index(li)
-        n, inner, conv_dim, nh = s.n, m2.d_inner, m2.conv_dim, m2.n_heads
+        n, inner, conv_dim = s.n, m2.d_inner, m2.conv_dim
         zxbcdt = s.rows(s.m2_in, m2.in_dim)
         s.mul(s.h1, (w.ssm_in, zxbcdt))
         z, xbc, dt = zxbcdt[:, :inner], zxbcdt[:, inner:inner + conv_dim], zxbcdt[:, inner + conv_dim:]
