@@ -1,7 +1,8 @@
 """Granite 4.0-H (GGUF ``granitehybrid``): Mamba2 layers beside RoPE-less attention,
 with Granite's multipliers, on the tiny random-weight file of tests/tiny_models.py
-(GRANITE_HYBRID: Mamba2 at layers 0, 1 and 3, attention at 2; 8 SSM heads of 64 in 2
-groups of state 32), against two independent references:
+(GRANITE_HYBRID: ``granitehybrid``, Mamba2 at layers 0, 1 and 3, attention at 2; 8
+SSM heads of 64 in 2 groups of state 32; ``granitehybrid-moe``, h-tiny's shape: 8
+experts, 2 used, and a shared MLP without a gate), against two independent references:
 
 * tests/reference/numpy_mamba2.py, a float64 numpy forward pass written from HF's
   GraniteMoeHybrid modelling (the Mamba2 recurrent step, the gated grouped norm);
@@ -31,6 +32,7 @@ from infer.gguf import GGUFError
 from infer.runtime import Context, decode_batch, prefill_batch
 
 NAME = "granitehybrid"
+NAMES = [NAME, "granitehybrid-moe"]
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_mamba2.npz")
 #: as tests/test_families.py: infer against the float64 reference
 MIN_COS = 0.99999
@@ -44,18 +46,18 @@ def tiny_dir(tmp_path_factory):
 _refs = {}
 
 
-def reference_logits(tiny_dir):
-    if NAME not in _refs:
-        _refs[NAME] = GraniteHybridReference(tiny_file(NAME, tiny_dir)).forward(tm.prompt(NAME))
-    return _refs[NAME]
+def reference_logits(tiny_dir, name=NAME):
+    if name not in _refs:
+        _refs[name] = GraniteHybridReference(tiny_file(name, tiny_dir)).forward(tm.prompt(name))
+    return _refs[name]
 
 
 def check(logits, ref, where):
     check_against(logits, ref, where, MIN_COS)
 
 
-def load(tiny_dir):
-    return infer.load(tiny_file(NAME, tiny_dir))
+def load(tiny_dir, name=NAME):
+    return infer.load(tiny_file(name, tiny_dir))
 
 
 def close(a, b):
@@ -74,23 +76,40 @@ def recorded():
     return recording(DATA)
 
 
-def test_reference_agrees_with_llama_cpp(recorded, tiny_dir):
-    positions, theirs = recorded_logits(recorded, NAME, tiny_file(NAME, tiny_dir))
-    ref = reference_logits(tiny_dir)[positions]
-    assert_agrees(ref, theirs, positions, NAME, top1_of=ref)
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_agrees_with_llama_cpp(name, recorded, tiny_dir):
+    positions, theirs = recorded_logits(recorded, name, tiny_file(name, tiny_dir))
+    ref = reference_logits(tiny_dir, name)[positions]
+    assert_agrees(ref, theirs, positions, name, top1_of=ref)
 
 
-def test_prefill_matches_reference_and_llama_cpp(recorded, tiny_dir):
+@pytest.mark.parametrize("name", NAMES)
+def test_prefill_matches_reference_and_llama_cpp(name, recorded, tiny_dir):
     """One prefill of the whole prompt, every position against the reference, the
     recorded ones against llama.cpp."""
-    prompt = tm.prompt(NAME)
-    ref = reference_logits(tiny_dir)
-    with load(tiny_dir) as model:
+    prompt = tm.prompt(name)
+    ref = reference_logits(tiny_dir, name)
+    with load(tiny_dir, name) as model:
         rows = model.engine.create_context(n_ctx=512).prefill(prompt, all_logits=True)
     for i in range(len(prompt)):
         check(rows[i], ref[i], f"position {i}")
-    positions, theirs = recorded_logits(recorded, NAME, tiny_file(NAME, tiny_dir))
-    assert_agrees(rows[positions], theirs, positions, NAME)
+    positions, theirs = recorded_logits(recorded, name, tiny_file(name, tiny_dir))
+    assert_agrees(rows[positions], theirs, positions, name)
+
+
+def test_moe_decode_equals_prefill(tiny_dir):
+    """h-tiny's shape decodes through the Python blocks too (the fused step has
+    neither Mamba2 layers nor a shared expert without a gate)."""
+    name = "granitehybrid-moe"
+    prompt = tm.prompt(name)[:12]
+    with load(tiny_dir, name) as model:
+        assert model.engine.spec.moe.shared_ffn_dim == 256 and not model.engine.spec.moe.shared_gated
+        rows = model.engine.create_context(n_ctx=64).prefill(prompt, all_logits=True)
+        ctx = model.engine.create_context(n_ctx=64)
+        for i, tok in enumerate(prompt):
+            ctx.prefill([int(tok)])
+            close(ctx.logits, rows[i])
+            check(ctx.logits, reference_logits(tiny_dir, name)[i], f"position {i}")
 
 
 def test_decode_one_token_at_a_time_equals_prefill(tiny_dir):
@@ -286,7 +305,8 @@ def hostile(tmp_path, more=None, drop=()):
     ({"ssm.time_step_rank": 16}, GGUFError, r"blk\.0\.ssm_in\.weight: expected shape"),
     ({"attention.head_count_kv": [0, 1, 2, 0]}, UnsupportedModelError, r"different KV head counts"),
     ({"attention.head_count_kv": [0, 0, 2]}, GGUFError, r"head_count_kv has 3 entries for 4 layers"),
-    ({"expert_count": 4}, UnsupportedModelError, r"mixture of experts .* not implemented"),
+    ({"expert_count": 4}, GGUFError, r"tensor blk\.0\.ffn_gate_inp\.weight is missing"),
+    ({"expert_count": 4, "expert_used_count": 5}, UnsupportedModelError, r"expert_used_count in \[1, "),
     ({"residual_scale": -1.0}, GGUFError, r"residual_scale must be >= 0"),
     ({"ssm.chunk_size": 256}, UnsupportedModelError, r"granitehybrid\.ssm\.chunk_size"),
 ])
@@ -306,6 +326,21 @@ def test_missing_tensor_is_named(tmp_path, missing):
 def test_missing_key_is_named(tmp_path, missing):
     with pytest.raises(GGUFError, match=f"granitehybrid.{missing} is missing"):
         infer.load(hostile(tmp_path, drop=(missing,)))
+
+
+def test_moe_file_pieces_are_checked(tmp_path):
+    """h-tiny's shape: the shared MLP is there iff expert_shared_feed_forward_length
+    says so (llama.cpp), and it has no gate vector."""
+    moe = tm.ALL["granitehybrid-moe"]
+    with pytest.raises(GGUFError, match=r"tensor blk\.0\.ffn_up_shexp\.weight is missing"):
+        infer.load(tm.write_granite_hybrid(moe, str(tmp_path / "a.gguf"), drop=("blk.0.ffn_up_shexp.weight",)))
+    with pytest.raises(UnsupportedModelError) as e:
+        infer.load(tm.write_granite_hybrid(moe, str(tmp_path / "b.gguf"),
+                                           {"blk.0.ffn_gate_inp_shexp.weight": np.zeros(256, np.float32)}))
+    assert e.value.names == ["blk.0.ffn_gate_inp_shexp.weight"]
+    with pytest.raises(UnsupportedModelError) as e:   # width 0: no shared MLP, so its tensors are strays
+        infer.load(tm.write_granite_hybrid(moe, str(tmp_path / "c.gguf"), {"expert_shared_feed_forward_length": 0}))
+    assert "blk.0.ffn_gate_shexp.weight" in e.value.names
 
 
 def test_wrong_shapes_and_stray_tensors_are_refused(tmp_path):

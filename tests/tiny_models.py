@@ -364,6 +364,11 @@ QWEN35: Dict[str, Tiny] = {n: t for n, t in [
 GRANITE_HYBRID: Dict[str, Tiny] = {
     "granitehybrid": Tiny("granitehybrid", 130, n_layer=4, pre="qwen2", prompt_len=256, head_gain=24.0, tied=False,
                           mamba2=Mamba2Shape()),
+    # h-tiny's shape: every FFN 8 experts of 128 (2 used) and a shared MLP of 256 without a gate
+    "granitehybrid-moe": Tiny("granitehybrid", 131, n_layer=3, pre="qwen2", prompt_len=MOE_PROMPT_LEN,
+                              head_gain=24.0, tied=False, ffn=128, n_expert=8, shared_ffn=256,
+                              router_gain=MOE_ROUTER_GAIN, extra={"expert_count": 8, "expert_used_count": 2},
+                              mamba2=Mamba2Shape(attention_layers=(1,))),
 }
 
 #: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's, LFM2MOE's, ARCEE's, QWEN35's and GRANITE_HYBRID's (names
@@ -912,7 +917,7 @@ def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, An
         "rope.freq_base": float(t.rope_base), "rope.dimension_count": hd,
         "attention.scale": sh.attention_scale, "embedding_scale": sh.embedding_scale,
         "residual_scale": sh.residual_scale, "logit_scale": sh.logit_scale,
-        "expert_shared_feed_forward_length": t.ffn,
+        "expert_shared_feed_forward_length": t.shared_ffn or t.ffn,
         "ssm.conv_kernel": sh.conv_kernel, "ssm.state_size": N, "ssm.group_count": G,
         "ssm.inner_size": inner, "ssm.time_step_rank": H, **t.extra}
     for k in [k for k in more if not (k.startswith("blk.") or k.endswith(".weight"))]:
@@ -966,9 +971,17 @@ def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, An
             tensors[p + "ssm_norm.weight"] = norm(inner).reshape(G, inner // G)
             tensors[p + "ssm_out.weight"] = mat(d, inner, 2.0)
         tensors[p + "ffn_norm.weight"] = norm(d)
-        tensors[p + "ffn_gate.weight"] = mat(t.ffn, d)
-        tensors[p + "ffn_up.weight"] = mat(t.ffn, d)
-        tensors[p + "ffn_down.weight"] = mat(d, t.ffn, 2.0)
+        if t.n_expert:   # the converter splits input_linear into gate and up, shared_mlp likewise
+            tensors[p + "ffn_gate_inp.weight"] = mat(t.n_expert, d, t.router_gain).astype(np.float32)
+            for part, rows, cols in (("gate", t.ffn, d), ("up", t.ffn, d), ("down", d, t.ffn)):
+                tensors[p + f"ffn_{part}_exps.weight"] = np.stack([mat(rows, cols) for _ in range(t.n_expert)])
+            tensors[p + "ffn_gate_shexp.weight"] = mat(t.shared_ffn, d)
+            tensors[p + "ffn_up_shexp.weight"] = mat(t.shared_ffn, d)
+            tensors[p + "ffn_down_shexp.weight"] = mat(d, t.shared_ffn, 2.0)
+        else:
+            tensors[p + "ffn_gate.weight"] = mat(t.ffn, d)
+            tensors[p + "ffn_up.weight"] = mat(t.ffn, d)
+            tensors[p + "ffn_down.weight"] = mat(d, t.ffn, 2.0)
     tensors.update(more)
     for name, value in tensors.items():
         if name not in drop:

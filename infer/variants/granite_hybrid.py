@@ -1,4 +1,4 @@
-"""IBM Granite 4.0-H (granite-4.0-h-350m, h-1b, h-micro; GGUF ``granitehybrid``),
+"""IBM Granite 4.0-H (granite-4.0-h-350m, h-1b, h-micro, h-tiny, h-small; GGUF ``granitehybrid``),
 llama.cpp src/models/granite-hybrid.cpp.
 
 A hybrid: most layers are Mamba2 state space mixers (spec.py, LayerSpec kind
@@ -31,11 +31,13 @@ are refused.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional, Tuple
 
 from ..gguf import GGUFError
 from ..runtime import UnsupportedModelError, register_variant
 from .hparams import HParams, as_integer, vocab_size
+from .llama import Experts, read_experts
 from .rope_scaling import read_rope
 from .spec import MAX_CONV_WIDTH, MAX_DELTANET_STATE, LayerSpec, Mamba2, TransformerSpec
 from .transformer import TransformerEngine
@@ -72,19 +74,22 @@ def granite_hybrid_spec(gguf_file: Any) -> Tuple[TransformerSpec, HParams, Tuple
     use_rope = hp.boolean("rope.scaling.finetuned", True)   # granite's switch: false, no RoPE at all
     if use_rope and rope.long is not None:
         raise UnsupportedModelError(f"{hp.arch} file: LongRoPE is not implemented", [hp.key("rope.scaling.type")])
-    if hp.integer("expert_count", 0, lo=0):
-        raise UnsupportedModelError(f"{hp.arch} file: the mixture of experts of Granite 4.0-H tiny/small is not "
-                                    "implemented yet (only the dense 4.0-H models are)", [hp.key("expert_count")])
-    hp.integer("expert_used_count", 0, lo=0)   # 0 in the dense files' metadata
-    hp.integer("expert_shared_feed_forward_length", 0, lo=0)   # the dense FFN's width, as feed_forward_length
+    ffn_dim = hp.integer("feed_forward_length")
+    moe = None
+    shared = hp.integer("expert_shared_feed_forward_length", 0, lo=0)
+    if hp.integer("expert_count", 0, lo=0):   # h-tiny, h-small: softmax top-k renormalised, a plain shared MLP
+        moe = dataclasses.replace(read_experts(hp, ffn_dim, Experts(norm_weights=True, width_key=None)),
+                                  shared_ffn_dim=shared, shared_gated=False)
+    else:   # the dense files say 0 experts used, and the FFN's width again as the shared one
+        hp.integer("expert_used_count", 0, lo=0)
     attention = LayerSpec(rope=rope.rope if use_rope else None)
     mamba2 = LayerSpec(rope=None, kind="mamba2")
     query_scale = hp.number("attention.scale", 0.0, non_negative=True)
     spec = TransformerSpec(
         dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
-        ffn_dim=hp.integer("feed_forward_length"), vocab_size=vocab_size(tensors), max_seq_len=max_seq_len,
+        ffn_dim=ffn_dim, vocab_size=vocab_size(tensors), max_seq_len=max_seq_len,
         rms_eps=hp.number("attention.layer_norm_rms_epsilon", positive=True),
-        layers=tuple(attention if n else mamba2 for n in kv_per_layer), mamba2=m2,
+        layers=tuple(attention if n else mamba2 for n in kv_per_layer), mamba2=m2, moe=moe,
         embd_scale=_scale(hp, "embedding_scale"), residual_scale=_scale(hp, "residual_scale"),
         query_scale=query_scale if query_scale else None, logit_scale=1.0 / _scale(hp, "logit_scale"))
     return spec, hp, tuple(used)

@@ -210,6 +210,9 @@ class MoE:
     #: probabilities for the choice of experts only, not to their weights
     #: (llama.cpp's exp_probs_b: DeepSeek V3, LFM2-MoE)
     selection_bias: bool = False
+    #: False: the shared expert's output is added as it is, with no sigmoid gate and
+    #: no ffn_gate_inp_shexp (Granite 4.0-H's shared MLP; the Python blocks only)
+    shared_gated: bool = True
 
     def __post_init__(self) -> None:
         for name in ("n_experts", "n_used", "ffn_dim"):

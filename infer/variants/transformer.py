@@ -128,6 +128,9 @@ class TransformerEngine(Engine):
         if spec.recurrent_layers:
             raise NotImplementedError("the fused decode step has no gated DeltaNet or Mamba2 layers: this model "
                                       "decodes through the Python blocks")
+        if spec.moe is not None and spec.moe.shared_ffn_dim and not spec.moe.shared_gated:
+            raise NotImplementedError("the fused decode step has no shared expert without a gate: this model "
+                                      "decodes through the Python blocks")
         if spec.moe is not None and spec.moe.n_used > K.MAX_EXPERTS_USED:
             raise NotImplementedError(f"the fused decode step routes a token to at most {K.MAX_EXPERTS_USED} "
                                       f"experts, this model to {spec.moe.n_used}: it decodes through the "
@@ -309,7 +312,8 @@ class TransformerContext(Context):
         self._scratch: Dict[int, _Scratch] = {}
         #: False: decode through the Python blocks too (for tests comparing the two;
         #: and for a mixture of experts routing more experts than the C step takes)
-        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and not spec.recurrent_layers
+        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and not spec.recurrent_layers \
+            and (spec.moe is None or spec.moe.shared_gated or not spec.moe.shared_ffn_dim)
         self._step: Any = None
         self._init_recurrent()
 
@@ -613,17 +617,17 @@ class TransformerContext(Context):
             out *= weights.reshape(-1)[picks, None]
             # a row is routed to an expert at most once, so rows are distinct here
             s.h2[rows] += out
-        if w.shared_gate is not None and w.shared_up is not None and w.shared_down is not None \
-                and w.shared_gate_inp is not None:
+        if w.shared_gate is not None and w.shared_up is not None and w.shared_down is not None:
             # the shared expert on every row, times sigmoid(h . gate_inp) (in double,
-            # as the fused C step computes it)
+            # as the fused C step computes it) unless it has no gate (Granite 4.0-H)
             gate, up, out = s.shared_gate, s.shared_up, s.h1_out
             xq = _mul(s.h1, w.shared_gate, gate)
             _mul(s.h1, w.shared_up, up, xq)
             self._glu(gate, up)
             _mul(gate, w.shared_down, out)
-            logit = s.h1.astype(np.float64) @ w.shared_gate_inp.data.astype(np.float64)
-            out *= (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)[:, None]
+            if w.shared_gate_inp is not None:
+                logit = s.h1.astype(np.float64) @ w.shared_gate_inp.data.astype(np.float64)
+                out *= (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)[:, None]
             s.h2 += out
 
     def _pre_norm(self, s: "_Scratch", norm: Any) -> None:

@@ -385,8 +385,9 @@ def _expert_pieces(spec: TransformerSpec, i: int, t: _Tensors) -> Dict[str, Any]
     if sh:
         pieces.update(shared_gate=t.matrix(p + "ffn_gate_shexp.weight", sh, d),
                       shared_up=t.matrix(p + "ffn_up_shexp.weight", sh, d),
-                      shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh),
-                      shared_gate_inp=t.vector(p + "ffn_gate_inp_shexp.weight", d))
+                      shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh))
+        if moe.shared_gated:
+            pieces["shared_gate_inp"] = t.vector(p + "ffn_gate_inp_shexp.weight", d)
     return pieces
 
 

@@ -24,6 +24,7 @@ the other references.  Slow and plain on purpose.
         attention layer:
             softmax(q k^T * attention_multiplier) v, no RoPE; x += residual_multiplier * (.) Wo
         x += residual_multiplier * SwiGLU(rmsnorm(x, ffn_norm))
+             (h-tiny/h-small: + the top-k experts' SwiGLU, softmax weights renormalised)
     logits = rmsnorm(x, output_norm) @ (output or token_embd).T / logits_scaling
 """
 from __future__ import annotations
@@ -63,6 +64,7 @@ class GraniteHybridReference:
         self.d_inner = int(get("ssm.inner_size"))
         self.n_ssm_heads = int(get("ssm.time_step_rank"))
         self.n_groups = int(get("ssm.group_count"))
+        self.n_used = int(get("expert_used_count", 0))
         self.w = {}
         for t in reader.tensors:
             a = dequantize(t.data, t.tensor_type).astype(np.float64)
@@ -122,10 +124,27 @@ class GraniteHybridReference:
             out[:, j] = (probs / probs.sum(1, keepdims=True)) @ v[:, j // per_kv]
         return out.reshape(T, -1) @ self.w[p + "attn_output.weight"].T
 
+    def swiglu(self, h, gate, up, down):
+        return (self.silu(h @ gate.T) * (h @ up.T)) @ down.T
+
     def ffn(self, i, h):
+        """The shared MLP (a dense file's whole FFN) and, in h-tiny/h-small, the block's
+        sparse MoE: softmax over the router logits, the top k weights renormalised."""
         p = f"blk.{i}."
-        return (self.silu(h @ self.w[p + "ffn_gate.weight"].T) * (h @ self.w[p + "ffn_up.weight"].T)) \
-            @ self.w[p + "ffn_down.weight"].T
+        if p + "ffn_gate_inp.weight" not in self.w:
+            return self.swiglu(h, self.w[p + "ffn_gate.weight"], self.w[p + "ffn_up.weight"],
+                               self.w[p + "ffn_down.weight"])
+        logits = h @ self.w[p + "ffn_gate_inp.weight"].T
+        probs = np.exp(logits - logits.max(1, keepdims=True))
+        probs /= probs.sum(1, keepdims=True)
+        out = np.zeros_like(h)
+        gates, ups, downs = (self.w[p + f"ffn_{n}_exps.weight"] for n in ("gate", "up", "down"))
+        for t in range(h.shape[0]):
+            top = np.argsort(-probs[t], kind="stable")[:self.n_used]
+            for e, wt in zip(top, probs[t, top] / probs[t, top].sum()):
+                out[t] += wt * self.swiglu(h[t:t + 1], gates[e], ups[e], downs[e])[0]
+        return out + self.swiglu(h, self.w[p + "ffn_gate_shexp.weight"], self.w[p + "ffn_up_shexp.weight"],
+                                 self.w[p + "ffn_down_shexp.weight"])
 
     def forward(self, tokens) -> np.ndarray:
         """Logits (T, vocab) at every position of ``tokens`` from position 0."""
