@@ -305,7 +305,7 @@ def hostile(tmp_path, more=None, drop=()):
     ({"ssm.time_step_rank": 16}, GGUFError, r"blk\.0\.ssm_in\.weight: expected shape"),
     ({"attention.head_count_kv": [0, 1, 2, 0]}, UnsupportedModelError, r"different KV head counts"),
     ({"attention.head_count_kv": [0, 0, 2]}, GGUFError, r"head_count_kv has 3 entries for 4 layers"),
-    ({"expert_count": 4}, GGUFError, r"tensor blk\.0\.ffn_gate_inp\.weight is missing"),
+    ({"expert_count": 4, "expert_used_count": 2}, GGUFError, r"tensor blk\.0\.ffn_gate_inp\.weight is missing"),
     ({"expert_count": 4, "expert_used_count": 5}, UnsupportedModelError, r"expert_used_count in \[1, "),
     ({"residual_scale": -1.0}, GGUFError, r"residual_scale must be >= 0"),
     ({"ssm.chunk_size": 256}, UnsupportedModelError, r"granitehybrid\.ssm\.chunk_size"),
