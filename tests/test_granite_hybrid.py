@@ -238,6 +238,25 @@ def test_infer_info_shows_the_mamba2_state(tiny_dir, capsys):
     assert "gated DeltaNet" not in out
 
 
+def test_quantized_file_runs_close_to_the_reference(tiny_dir, tmp_path):
+    """infer quantize to Q8_0 leaves ssm_conv1d, the 2-D ssm_norm and the (n, 1)
+    ssm_a / ssm_d as they are (llama-quantize's rules) and the file still follows
+    the float64 reference."""
+    from infer.gguf import GGUFFile
+    from infer.quantize import quantize_file
+
+    out = str(tmp_path / "q8.gguf")
+    quantize_file(tiny_file(NAME, tiny_dir), out, "q8_0")
+    types = {name: t.dtype.name for name, t in GGUFFile(out).tensors.items()}
+    assert types["blk.0.ssm_in.weight"] == "Q8_0"
+    assert {types[f"blk.0.{n}"] for n in ("ssm_conv1d.weight", "ssm_norm.weight", "ssm_a", "ssm_d")} == {"F32"}
+    with infer.load(out) as model:
+        rows = model.engine.create_context(n_ctx=64).prefill(tm.prompt(NAME)[:32], all_logits=True)
+    cos = [float(np.dot(a, b) / np.linalg.norm(a) / np.linalg.norm(b))
+           for a, b in zip(rows, reference_logits(tiny_dir)[:32])]
+    assert min(cos) > 0.999, min(cos)
+
+
 # ---- the scan kernel ----------------------------------------------------------------------
 def ssm_scan(xbc, dt, a, d_skip, state, n_groups):
     """float64, per head h (group h // (heads / groups)), per token:
