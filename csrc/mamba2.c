@@ -1,20 +1,22 @@
 /* The Mamba2 selective scan (Granite 4.0-H's SSM layers; llama.cpp's ggml_ssm_scan
- * with a scalar decay per head, ggml-cpu/ops.cpp): scalar C99, the loop over the
- * state runs contiguous so the compiler vectorises it without reordering sums
- * across tokens.  Heads are independent and share out over the thread pool. */
+ * with a scalar decay per head, ggml-cpu/ops.cpp): the scalar C99 head loop, the AVX2
+ * one (mamba2_avx2.c) where the active kernel set is AVX2 or AVX-512.  Heads are
+ * independent and share out over the thread pool. */
 #include "infer_kernels.h"
+#include "mamba2.h"
 
 #include <math.h>
 
+typedef infer_mamba2_job mamba2_job;
+
 typedef struct {
-    const float *xbc, *dt, *a, *d_skip;
-    float *state, *y;
-    int64_t n_tokens, n_heads, head_dim, d_state, n_groups;
-} mamba2_job;
+    const mamba2_job *job;
+    infer_mamba2_head_fn head;
+} mamba2_run;
 
 /* Head h over every token: S (head_dim x d_state) = S exp(dt A) + (x dt) B^T, then
  * y = S C + D x, with B and C of h's group (ggml's repeat_interleave order). */
-static void mamba2_head(const mamba2_job *job, int64_t h) {
+void infer_mamba2_head_scalar(const mamba2_job *job, int64_t h) {
     const int64_t hd = job->head_dim, ds = job->d_state, ng = job->n_groups;
     const int64_t inner = job->n_heads * hd, row = inner + 2 * ng * ds;
     const int64_t g = h / (job->n_heads / ng);
@@ -40,9 +42,9 @@ static void mamba2_head(const mamba2_job *job, int64_t h) {
 }
 
 static void mamba2_task(void *arg, int ith, int nth) {
-    const mamba2_job *job = (const mamba2_job *)arg;
-    for (int64_t h = ith; h < job->n_heads; h += nth) {
-        mamba2_head(job, h);
+    const mamba2_run *run = (const mamba2_run *)arg;
+    for (int64_t h = ith; h < run->job->n_heads; h += nth) {
+        run->head(run->job, h);
     }
 }
 
@@ -59,10 +61,18 @@ int infer_mamba2_scan(const float *xbc, const float *dt, const float *a, const f
     job.xbc = xbc; job.dt = dt; job.a = a; job.d_skip = d_skip; job.state = state; job.y = y;
     job.n_tokens = n_tokens; job.n_heads = n_heads; job.head_dim = head_dim; job.d_state = d_state;
     job.n_groups = n_groups;
+    mamba2_run run;
+    run.job = &job;
+    run.head = infer_mamba2_head_scalar;
+#if defined(__x86_64__) || defined(_M_X64)
+    if (infer_isa_active() == INFER_ISA_AVX2 || infer_isa_active() == INFER_ISA_AVX512) {
+        run.head = infer_mamba2_head_avx2;
+    }
+#endif
     if (n_heads == 1 || n_tokens * n_heads * head_dim * d_state < 32768) {
-        mamba2_task(&job, 0, 1);
+        mamba2_task(&run, 0, 1);
     } else {
-        infer_parallel_run(mamba2_task, &job);
+        infer_parallel_run(mamba2_task, &run);
     }
     return 0;
 }

@@ -312,8 +312,10 @@ def ssm_scan(xbc, dt, a, d_skip, state, n_groups):
     return y, S
 
 
-@pytest.mark.parametrize("n,H,P,N,G", [(1, 1, 1, 1, 1), (5, 4, 3, 7, 2), (20, 8, 16, 32, 1), (3, 48, 64, 128, 1)])
-def test_mamba2_scan_kernel(n, H, P, N, G):
+@pytest.mark.parametrize("n,H,P,N,G", [(1, 1, 1, 1, 1), (5, 4, 3, 7, 2), (20, 8, 16, 37, 2), (3, 48, 64, 128, 1)])
+def test_mamba2_scan_kernel(n, H, P, N, G, isa):
+    """Every kernel set's head loop (scalar; AVX2 for the avx2 and avx512 sets), on
+    state sizes with and without a tail of 8, heads on one thread and on the pool."""
     rng = np.random.default_rng(n * 100 + H)
     f = np.float32
     xbc = rng.standard_normal((n, H * P + 2 * G * N)).astype(f)
