@@ -24,10 +24,10 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"threads      {system['num_threads']}")
         return 0
     from ..gguf import GGUFFile
-    from .common import CLIError, resolve_model
+    from .common import UsageError, resolve_model
 
     if args.path is not None and args.model is not None:
-        raise CLIError("give the model either as PATH or with --model, not both")
+        raise UsageError("give the model either as PATH or with --model, not both")
     with GGUFFile(resolve_model(args.path if args.path is not None else args.model)) as f:
         summary = describe_model(f)
     if args.json:
