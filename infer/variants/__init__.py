@@ -12,6 +12,7 @@ from . import gemma4  # noqa: F401
 from . import glm4  # noqa: F401
 from . import gpt_oss  # noqa: F401
 from . import granite  # noqa: F401
+from . import granite_hybrid  # noqa: F401
 from . import hunyuan_dense  # noqa: F401
 from . import internlm2  # noqa: F401
 from . import lfm2  # noqa: F401

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from .. import kernels as K
 from ..runtime import Context, Engine, ModelClosedError, RowOutputs
-from .spec import UNGATED, LayerSpec, MoE, TransformerSpec
+from .spec import RECURRENT_KINDS, UNGATED, LayerSpec, MoE, TransformerSpec
 from .weights import LayerWeights, Matrix, ModelWeights, load_weights, repack_enabled, repack_weights
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
@@ -125,8 +125,11 @@ class TransformerEngine(Engine):
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
         spec = spec or self.spec
-        if spec.deltanet_layers:
-            raise NotImplementedError("the fused decode step has no gated DeltaNet layers: this model "
+        if spec.recurrent_layers:
+            raise NotImplementedError("the fused decode step has no gated DeltaNet or Mamba2 layers: this model "
+                                      "decodes through the Python blocks")
+        if spec.moe is not None and spec.moe.shared_ffn_dim and not spec.moe.shared_gated:
+            raise NotImplementedError("the fused decode step has no shared expert without a gate: this model "
                                       "decodes through the Python blocks")
         if spec.moe is not None and spec.moe.n_used > K.MAX_EXPERTS_USED:
             raise NotImplementedError(f"the fused decode step routes a token to at most {K.MAX_EXPERTS_USED} "
@@ -319,7 +322,8 @@ class TransformerContext(Context):
         self._scratch: Dict[int, _Scratch] = {}
         #: False: decode through the Python blocks too (for tests comparing the two;
         #: and for a mixture of experts routing more experts than the C step takes)
-        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and not spec.deltanet_layers
+        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and not spec.recurrent_layers \
+            and (spec.moe is None or spec.moe.shared_gated or not spec.moe.shared_ffn_dim)
         self._step: Any = None
         self._init_recurrent()
 
@@ -381,6 +385,8 @@ class TransformerContext(Context):
             self._shortconv(w, li, s, segments)
         elif spec.layers[li].kind == "deltanet":
             self._deltanet(w, li, s, segments)
+        elif spec.layers[li].kind == "mamba2":
+            self._mamba2(w, li, s, segments)
         else:
             self._attention(w, li, s, segments)
         ffn = spec.layer_ffn_dim(li)
@@ -560,6 +566,42 @@ class TransformerContext(Context):
         s.mul(out.reshape(n, -1), (w.ssm_out, s.h2))
         self._residual(s, None)
 
+    def _mamba2(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"]) -> None:
+        """The Mamba2 half of a Granite 4.0-H block: s.h1 (normed) -> x += the SSM
+        mixer (spec.py; llama.cpp build_mamba2_layer and ggml's ssm_conv / ssm_scan).
+        Each context keeps the layer's last conv_kernel - 1 conv inputs and its state
+        S, which advance through the segment's tokens in order."""
+        m2 = self.spec.mamba2
+        assert m2 is not None and w.ssm_in is not None and w.ssm_conv is not None and w.ssm_dt is not None
+        assert w.ssm_a is not None and w.ssm_d is not None and w.ssm_norm is not None and w.ssm_out is not None
+        mi = self.spec.mamba2_layers.index(li)
+        n, inner, conv_dim = s.n, m2.d_inner, m2.conv_dim
+        zxbcdt = s.rows(s.m2_in, m2.in_dim)
+        s.mul(s.h1, (w.ssm_in, zxbcdt))
+        z, xbc, dt = zxbcdt[:, :inner], zxbcdt[:, inner:inner + conv_dim], zxbcdt[:, inner + conv_dim:]
+        dt = dt + w.ssm_dt.data
+        np.logaddexp(np.float32(0.0), dt, out=dt)   # softplus
+        y = s.rows(s.m2_y, inner)
+        taps, width = w.ssm_conv, m2.conv_kernel
+        for ctx, lo, hi, _ in segments:
+            m = hi - lo
+            history = np.concatenate([ctx.ssm_conv[mi], xbc[lo:hi]])   # oldest first
+            conv = history[0:m] * taps[:, 0]
+            for tap in range(1, width):
+                conv += history[tap:tap + m] * taps[:, tap]
+            ctx.ssm_conv[mi] = history[m:]
+            if w.ssm_conv_bias is not None:
+                conv += w.ssm_conv_bias.data
+            conv *= _sigmoid(conv)
+            K.mamba2_scan(np.ascontiguousarray(conv), np.ascontiguousarray(dt[lo:hi]), w.ssm_a.data, w.ssm_d.data,
+                          ctx.ssm_state[mi], y[lo:hi], m2.d_state, m2.n_groups)
+        y *= z * _sigmoid(z)
+        grouped = y.reshape(n * m2.n_groups, inner // m2.n_groups)
+        K.rmsnorm(grouped, s.ones(inner // m2.n_groups), grouped, self.spec.rms_eps)
+        y *= w.ssm_norm.data
+        s.mul(y, (w.ssm_out, s.h2))
+        self._residual(s, None)
+
     def _glu(self, gate: NDArray[Any], up: NDArray[Any]) -> None:
         """gate = act(gate) * up."""
         if self.spec.activation == "gelu_tanh":
@@ -605,17 +647,17 @@ class TransformerContext(Context):
             out *= weights.reshape(-1)[picks, None]
             # a row is routed to an expert at most once, so rows are distinct here
             s.h2[rows] += out
-        if w.shared_gate is not None and w.shared_up is not None and w.shared_down is not None \
-                and w.shared_gate_inp is not None:
+        if w.shared_gate is not None and w.shared_up is not None and w.shared_down is not None:
             # the shared expert on every row, times sigmoid(h . gate_inp) (in double,
-            # as the fused C step computes it)
+            # as the fused C step computes it) unless it has no gate (Granite 4.0-H)
             gate, up, out = s.shared_gate, s.shared_up, s.h1_out
             xq = _mul(s.h1, w.shared_gate, gate)
             _mul(s.h1, w.shared_up, up, xq)
             self._glu(gate, up)
             _mul(gate, w.shared_down, out)
-            logit = s.h1.astype(np.float64) @ w.shared_gate_inp.data.astype(np.float64)
-            out *= (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)[:, None]
+            if w.shared_gate_inp is not None:
+                logit = s.h1.astype(np.float64) @ w.shared_gate_inp.data.astype(np.float64)
+                out *= (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)[:, None]
             s.h2 += out
 
     def _pre_norm(self, s: "_Scratch", norm: Any, bias: Any = None) -> None:
@@ -650,12 +692,19 @@ class TransformerContext(Context):
         """ssm_state (deltanet layers, n_v_heads, d, d) and ssm_conv (deltanet layers,
         conv_kernel - 1, conv_dim): the state after the first ``_recurrent_pos`` tokens
         (-1: a pass failed half-way), and checkpoints (position, state, conv) to go
-        back to (and whether a prefill ended there).  Empty arrays without deltanet layers."""
+        back to (and whether a prefill ended there).  Empty arrays without deltanet layers.
+        Mamba2 layers keep theirs in the same two arrays (`Mamba2`'s shapes)."""
         spec = self.spec
         dn, n_dn = spec.deltanet, len(spec.deltanet_layers)
-        shape = (n_dn, dn.n_v_heads, dn.d_state, dn.d_state) if dn and n_dn else (0, 0, 0, 0)
-        self.ssm_state = np.zeros(shape, np.float32)
-        self.ssm_conv = np.zeros((n_dn, dn.conv_kernel - 1, dn.conv_dim) if dn and n_dn else (0, 0, 0), np.float32)
+        m2, n_m2 = spec.mamba2, len(spec.mamba2_layers)
+        if m2 is not None and n_m2:   # Mamba2: S is (heads, head_dim, d_state) per layer, as ggml's ssm_scan
+            self.ssm_state = np.zeros((n_m2, m2.n_heads, m2.head_dim, m2.d_state), np.float32)
+            self.ssm_conv = np.zeros((n_m2, m2.conv_kernel - 1, m2.conv_dim), np.float32)
+        else:
+            shape = (n_dn, dn.n_v_heads, dn.d_state, dn.d_state) if dn and n_dn else (0, 0, 0, 0)
+            self.ssm_state = np.zeros(shape, np.float32)
+            self.ssm_conv = np.zeros((n_dn, dn.conv_kernel - 1, dn.conv_dim) if dn and n_dn else (0, 0, 0),
+                                     np.float32)
         self._recurrent_pos = 0
         self._checkpoints: list[Tuple[int, NDArray[Any], NDArray[Any], bool]] = []
 
@@ -684,7 +733,7 @@ class TransformerContext(Context):
         """Attention caches are position-addressed; the recurrent state goes back to the
         latest checkpoint at or before n, and the tokens after it are evaluated again
         by the next call (``_n_cached`` says how far the cache holds)."""
-        if not self.spec.deltanet_layers or 0 <= self._recurrent_pos <= n:
+        if not self.spec.recurrent_layers or 0 <= self._recurrent_pos <= n:
             return
         self._checkpoints = [c for c in self._checkpoints if c[0] <= n]
         if self._checkpoints:
@@ -714,7 +763,7 @@ class TransformerContext(Context):
         arrays = {name: cache[..., :n, :] for name, cache in self._cached_parts()}
         if self.conv_cache.shape[0]:
             arrays["conv"] = self.conv_cache[:, :n]
-        if self.spec.deltanet_layers:   # the state after all n tokens (state.py evaluated them)
+        if self.spec.recurrent_layers:   # the state after all n tokens (state.py evaluated them)
             if self._recurrent_pos != n:
                 raise RuntimeError(f"deltanet state is at position {self._recurrent_pos}, not {n}")
             arrays["ssm_state"], arrays["ssm_conv"] = self.ssm_state, self.ssm_conv
@@ -739,7 +788,7 @@ class TransformerContext(Context):
                 got = None if saved_conv is None else (saved_conv.shape, str(saved_conv.dtype))
                 raise StateError(f"saved context: conv cache is {got}, expected {want_conv} float32")
             self.conv_cache[:, :n] = saved_conv
-        if self.spec.deltanet_layers:
+        if self.spec.recurrent_layers:
             for name, mine in (("ssm_state", self.ssm_state), ("ssm_conv", self.ssm_conv)):
                 saved = arrays.get(name)
                 if saved is None or saved.shape != mine.shape or saved.dtype != mine.dtype:
@@ -797,7 +846,7 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
     w = owner.engine.live_weights()
     spec = owner.spec
     longest = max(len(tokens) for _, tokens, _, _ in jobs)
-    if spec.deltanet_layers:
+    if spec.recurrent_layers:
         for ctx, _, start, _ in jobs:
             ctx._begin_recurrent(start)
     for c0 in range(0, longest, N_BATCH):
@@ -828,7 +877,7 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
                     ctx.logits[:] = rows.logits[-1]
                 else:
                     ctx._head(s.x[hi - 1:hi], ctx.logits.reshape(1, -1))
-    if spec.deltanet_layers:
+    if spec.recurrent_layers:
         for ctx, tokens, start, _ in jobs:
             ctx._end_recurrent(start + len(tokens), len(tokens) > 1)
 
@@ -880,7 +929,7 @@ def _kv_layout(spec: TransformerSpec, cache: NDArray[Any], n_ctx: int) -> list[N
             views.append(views[src])
             continue
         n_kv, hd = spec.layer_kv_heads(li), spec.layer_head_dim(li)
-        if spec.layers[li].kind == "deltanet":   # no cache: an empty view
+        if spec.layers[li].kind in RECURRENT_KINDS:   # no cache: an empty view
             views.append(cache[:0, :0].reshape(0, 0, hd))
             continue
         views.append(cache[row, :n_kv * n_ctx * hd].reshape(n_kv, n_ctx, hd))
@@ -1002,6 +1051,10 @@ class _Scratch:
         self.dn_out = np.zeros((n, dn.value_dim if dn else 0), f)
         self.dn_alpha = np.zeros((n, dn.n_v_heads if dn else 0), f)
         self.dn_beta = np.zeros((n, dn.n_v_heads if dn else 0), f)
+        #: a mamba2 layer's ssm_in projection (z, xBC, dt) and its y
+        m2 = spec.mamba2 if spec.mamba2_layers else None
+        self.m2_in = np.zeros((n, m2.in_dim if m2 else 0), f)
+        self.m2_y = np.zeros((n, m2.d_inner if m2 else 0), f)
         #: one expert's output rows (a mixture of experts sums them into h2)
         self.h1_out = np.zeros((n, spec.dim), f) if spec.moe is not None else self.h2
         shared = spec.moe.shared_ffn_dim if spec.moe is not None else 0
