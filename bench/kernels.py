@@ -32,7 +32,7 @@ Knobs (environment):
   INFER_BENCH_FORMATS   comma list (default q4_0,q4_1,q5_0,q8_0,f16,bf16)
   INFER_BENCH_THREADS   comma list of thread counts (default 1,2)
   INFER_BENCH_PREFILL   matmul rows x cols x tokens (default 1536x576x64)
-  INFER_BENCH_TYPES     comma list for the types section (default q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs)
+  INFER_BENCH_TYPES     comma list for the types section (default q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs,mxfp4)
   INFER_BENCH_IQ        comma list for the iquants section (default: all eight)
   INFER_BENCH_GGML      comma list for the ggml section (default: the K, IQ and TQ types)
   INFER_BENCH_LIMITS    rows x cols of the limits section's mat-vec (default 32768x4096, 75 MB of q4_0)
@@ -61,7 +61,7 @@ MV_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_MATVEC", "4096x4096
 FORMATS = os.environ.get("INFER_BENCH_FORMATS", "q4_0,q4_1,q5_0,q8_0,f16,bf16").split(",")
 THREADS = [int(v) for v in os.environ.get("INFER_BENCH_THREADS", "1,2").split(",")]
 SKIP = set(filter(None, os.environ.get("INFER_BENCH_SKIP", "").split(",")))
-TYPES = os.environ.get("INFER_BENCH_TYPES", "q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs").split(",")
+TYPES = os.environ.get("INFER_BENCH_TYPES", "q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs,mxfp4").split(",")
 # The issue's bar: a K or IQ type's mat-vec within 1.5x of Q4_0's time per weight byte.
 PER_BYTE_BAR = 1.5
 PREFILL_SHAPE = tuple(int(v) for v in os.environ.get("INFER_BENCH_PREFILL", "1536x576x64").split("x"))

@@ -45,6 +45,7 @@ typedef enum {
     INFER_TYPE_BF16 = 30,
     INFER_TYPE_TQ1_0 = 34,
     INFER_TYPE_TQ2_0 = 35,
+    INFER_TYPE_MXFP4 = 39,
     /* infer's own formats, never in a file (ids past ggml's): weights repacked at
      * load so 16 rows interleave (repack_scalar.c), and the activation format that pairs
      * with three of them. */
@@ -71,6 +72,7 @@ typedef enum {
 #define QK8_1 32
 #define QK5_1 32
 #define QK4_NL 32
+#define QK_MXFP4 32
 #define QK_K 256
 #define K_SCALE_SIZE 12
 
@@ -92,6 +94,10 @@ typedef struct { infer_half d; int8_t qs[QK8_0]; } block_q8_0;
 typedef struct { infer_half d; infer_half m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1;
 /* element = d * kvalues_iq4nl[nibble]; nibbles as Q4_0 (j low, j+16 high) */
 typedef struct { infer_half d; uint8_t qs[QK4_NL / 2]; } block_iq4_nl;
+/* OCP microscaling FP4: element = 2^(e-127) * E2M1(nibble), kept as
+ * infer_e8m0_half(e) * kvalues_mxfp4[nibble] (doubled E2M1 levels, halved scale);
+ * nibbles as Q4_0.  17 bytes: blocks sit at odd offsets, read them bytewise. */
+typedef struct { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; } block_mxfp4;
 /* s = d * sum(qs): the min term of Q4_1 . Q8_1 needs it. */
 typedef struct { infer_half d; infer_half s; int8_t qs[QK8_1]; } block_q8_1;
 /* Q8_0 with the exact sum of its qs: the offset term of the *_R16 kernels, which
@@ -196,6 +202,7 @@ INFER_STATIC_ASSERT(sizeof(block_q3_K) == 110, block_q3_K_size);
 INFER_STATIC_ASSERT(sizeof(block_q5_K) == 176, block_q5_K_size);
 INFER_STATIC_ASSERT(sizeof(block_iq4_nl) == 18, block_iq4_nl_size);
 INFER_STATIC_ASSERT(sizeof(block_iq4_xs) == 136, block_iq4_xs_size);
+INFER_STATIC_ASSERT(sizeof(block_mxfp4) == 17, block_mxfp4_size);
 INFER_STATIC_ASSERT(sizeof(block_iq2_xxs) == 66, block_iq2_xxs_size);
 INFER_STATIC_ASSERT(sizeof(block_iq2_xs) == 74, block_iq2_xs_size);
 INFER_STATIC_ASSERT(sizeof(block_iq2_s) == 82, block_iq2_s_size);
@@ -221,6 +228,14 @@ float infer_fp16_to_fp32(infer_half h);
 infer_half infer_fp32_to_fp16(float f);     /* round to nearest even */
 float infer_bf16_to_fp32(uint16_t h);
 uint16_t infer_fp32_to_bf16(float f);       /* round to nearest even, NaN quiet */
+/* An MXFP4 block's scale 2^(e-127) halved (its levels are doubled), as ggml's
+ * GGML_E8M0_TO_FP32_HALF: 2^(e-128) as f32 bits, e = 0 and 1 the subnormals 2^-128 and
+ * 2^-127; e = 255 is 2^127, not NaN (ggml reads no E8M0 value as NaN). */
+static inline float infer_e8m0_half(uint8_t e) {
+    union { uint32_t bits; float value; } v;
+    v.bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return v.value;
+}
 
 /* ---- kernel signatures ----------------------------------------------------- */
 /* n is the element count, a multiple of the type's block size. */
@@ -417,7 +432,7 @@ void infer_fill_kquants_avx2(infer_kernel_table *t);
 void infer_fill_kquants_avx512(infer_kernel_table *t);
 void infer_fill_kquants_neon(infer_kernel_table *t);
 void infer_fill_ops_scalar(infer_kernel_table *t);
-/* kquants235_*.c: Q2_K, Q3_K, Q5_K; iq4_*.c: IQ4_NL, IQ4_XS. */
+/* kquants235_*.c: Q2_K, Q3_K, Q5_K; iq4_*.c: IQ4_NL, IQ4_XS, MXFP4. */
 void infer_fill_kquants235_scalar(infer_kernel_table *t);
 void infer_fill_kquants235_avx2(infer_kernel_table *t);
 void infer_fill_kquants235_avx512(infer_kernel_table *t);

@@ -1,4 +1,4 @@
-/* iq4_neon.c: IQ4_NL (with Q8_0) and IQ4_XS (with Q8_K) dequantize and dot products,
+/* iq4_neon.c: IQ4_NL and MXFP4 (with Q8_0) and IQ4_XS (with Q8_K) dequantize and dot products,
  * AArch64 NEON.
  *
  * A nibble becomes its level with one vqtbl1q_s8 into kvalues_iq4nl.  Dots use SDOT in
@@ -50,6 +50,21 @@ static float vec_dot_iq4_nl_q8_0_neon(int64_t n, const void *w, const void *a) {
     return vaddvq_f32(acc);
 }
 
+/* MXFP4: IQ4_NL's steps with kvalues_mxfp4 and the E8M0 scale. */
+static float vec_dot_mxfp4_q8_0_neon(int64_t n, const void *w, const void *a) {
+    const block_mxfp4 *x = w;
+    const block_q8_0 *y = a;
+    const int8x16_t table = vld1q_s8(infer_kvalues_mxfp4);
+    float32x4_t acc = vdupq_n_f32(0.f);
+    for (int64_t b = 0; b < n / QK_MXFP4; b++) {
+        int8x16_t q[2];
+        levels32(table, x[b].qs, q);
+        const int32x4_t p = dot16(dot16(vdupq_n_s32(0), q[0], vld1q_s8(y[b].qs)), q[1], vld1q_s8(y[b].qs + 16));
+        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(p), infer_e8m0_half(x[b].e) * half_to_float(y[b].d));
+    }
+    return vaddvq_f32(acc);
+}
+
 static float vec_dot_iq4_xs_q8_K_neon(int64_t n, const void *w, const void *a) {
     const block_iq4_xs *x = w;
     const block_q8_K *y = a;
@@ -80,6 +95,18 @@ static void dequantize_iq4_nl(const void *src, void *y, int64_t n, int f16) {
     }
 }
 
+static void dequantize_mxfp4(const void *src, void *y, int64_t n, int f16) {
+    const block_mxfp4 *x = src;
+    const int8x16_t table = vld1q_s8(infer_kvalues_mxfp4);
+    for (int64_t b = 0; b < n / QK_MXFP4; b++) {
+        int8x16_t q[2];
+        levels32(table, x[b].qs, q);
+        const float d = infer_e8m0_half(x[b].e);
+        emit16_s8(y, 32 * b, q[0], d, 0.f, f16);
+        emit16_s8(y, 32 * b + 16, q[1], d, 0.f, f16);
+    }
+}
+
 static void dequantize_iq4_xs(const void *src, void *y, int64_t n, int f16) {
     const block_iq4_xs *x = src;
     const int8x16_t table = vld1q_s8(infer_kvalues_iq4nl);
@@ -98,6 +125,7 @@ static void dequantize_iq4_xs(const void *src, void *y, int64_t n, int f16) {
 
 KQ_DEQUANTIZERS(dequantize_iq4_nl_neon, dequantize_f16_iq4_nl_neon, dequantize_iq4_nl)
 KQ_DEQUANTIZERS(dequantize_iq4_xs_neon, dequantize_f16_iq4_xs_neon, dequantize_iq4_xs)
+KQ_DEQUANTIZERS(dequantize_mxfp4_neon, dequantize_f16_mxfp4_neon, dequantize_mxfp4)
 
 void INFER_NEON_NAME(infer_fill_iq4_neon)(infer_kernel_table *t) {
     t->vec_dot[INFER_TYPE_IQ4_NL] = vec_dot_iq4_nl_q8_0_neon;
@@ -106,5 +134,8 @@ void INFER_NEON_NAME(infer_fill_iq4_neon)(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_IQ4_XS] = dequantize_iq4_xs_neon;
     t->dequantize_f16[INFER_TYPE_IQ4_NL] = dequantize_f16_iq4_nl_neon;
     t->dequantize_f16[INFER_TYPE_IQ4_XS] = dequantize_f16_iq4_xs_neon;
+    t->vec_dot[INFER_TYPE_MXFP4] = vec_dot_mxfp4_q8_0_neon;
+    t->dequantize[INFER_TYPE_MXFP4] = dequantize_mxfp4_neon;
+    t->dequantize_f16[INFER_TYPE_MXFP4] = dequantize_f16_mxfp4_neon;
 }
 #endif

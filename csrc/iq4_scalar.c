@@ -1,5 +1,6 @@
 /* iq4_scalar.c: the non-linear 4-bit formats IQ4_NL (blocks of 32, paired with Q8_0)
- * and IQ4_XS (super-blocks of 256, paired with Q8_K), portable C: the oracle of
+ * and IQ4_XS (super-blocks of 256, paired with Q8_K), and MXFP4 (blocks of 32 with a
+ * power-of-two scale, paired with Q8_0), portable C: the oracle of
  * iq4_{avx2,avx512,neon}.c.
  *
  * A nibble indexes kvalues_iq4nl, 16 int8 levels (ggml-common.h), placed as Q4_0's
@@ -206,6 +207,72 @@ static float vec_dot_iq4_xs_q8_K(int64_t n, const void *w, const void *a) {
     return sum;
 }
 
+/* ---- MXFP4 -------------------------------------------------------------------
+ * A nibble indexes kvalues_mxfp4 (E2M1 doubled: 0, 0.5, ..., 6 as 0, 1, ..., 12, the
+ * high bit the sign), placed as Q4_0's nibbles; element = e8m0_half(e) * level, exact
+ * in f32 unless it leaves the f32 range (e = 255 with level 12 is inf, as in ggml). */
+
+const int8_t infer_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+#define KV_MXFP4 infer_kvalues_mxfp4
+
+/* The first level nearest x at scale d (ggml's best_index_mxfp4: a linear scan, so
+ * 0 takes index 0 over 8 and a tie goes to the earlier index). */
+static inline int best_index_mxfp4(float x, float d) {
+    int best = 0;
+    float best_err = fabsf(KV_MXFP4[0] * d - x);
+    for (int i = 1; i < 16; i++) {
+        const float err = fabsf(KV_MXFP4[i] * d - x);
+        if (err < best_err) best = i, best_err = err;
+    }
+    return best;
+}
+
+/* ggml's quantize_row_mxfp4_ref: e = floor(log2(amax)) - 2 + 127, so amax lands in
+ * levels 4..8 (2^(e-127) * 4 <= amax < 2^(e-127) * 8; level 12 is 6 in E2M1).  Where ggml
+ * casts an out-of-range float to uint8 (undefined: amax below 2^-125, or inf), e is
+ * clamped to 0..255 instead. */
+static void quantize_mxfp4(const float *x, void *dst, int64_t n) {
+    block_mxfp4 *y = dst;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++, x += QK_MXFP4) {
+        float amax = 0.f;
+        for (int j = 0; j < QK_MXFP4; j++)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]);
+        uint8_t e = 0;
+        if (amax > 0.f) {
+            const float ef = floorf(log2f(amax)) - 2 + 127;
+            e = ef <= 0.f ? 0 : ef >= 255.f ? 255 : (uint8_t)ef;
+        }
+        const float d = infer_e8m0_half(e);
+        y[i].e = e;
+        for (int j = 0; j < QK_MXFP4 / 2; j++)
+            y[i].qs[j] = (uint8_t)(best_index_mxfp4(x[j], d) | best_index_mxfp4(x[j + QK_MXFP4 / 2], d) << 4);
+    }
+}
+
+static void dequantize_mxfp4(const void *src, float *y, int64_t n) {
+    const block_mxfp4 *x = src;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++, y += QK_MXFP4) {
+        const float d = infer_e8m0_half(x[i].e);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * KV_MXFP4[x[i].qs[j] & 0xF];
+            y[j + 16] = d * KV_MXFP4[x[i].qs[j] >> 4];
+        }
+    }
+}
+
+static float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *a) {
+    const block_mxfp4 *x = w;
+    const block_q8_0 *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+        int32_t sumi = 0;
+        for (int j = 0; j < 16; j++)
+            sumi += KV_MXFP4[x[i].qs[j] & 0xF] * y[i].qs[j] + KV_MXFP4[x[i].qs[j] >> 4] * y[i].qs[j + 16];
+        sum += (infer_e8m0_half(x[i].e) * FP16(y[i].d)) * (float)sumi;
+    }
+    return sum;
+}
+
 /* ---- f16 output: through f32 ------------------------------------------------- */
 
 static void dequantize_f16_via(infer_dequantize_fn f, int bs, size_t bb, const void *src,
@@ -225,6 +292,10 @@ static void dequantize_f16_iq4_xs(const void *src, infer_half *y, int64_t n) {
     dequantize_f16_via(dequantize_iq4_xs, QK_K, sizeof(block_iq4_xs), src, y, n);
 }
 
+static void dequantize_f16_mxfp4(const void *src, infer_half *y, int64_t n) {
+    dequantize_f16_via(dequantize_mxfp4, QK_MXFP4, sizeof(block_mxfp4), src, y, n);
+}
+
 void infer_fill_iq4_scalar(infer_kernel_table *t) {
     t->quantize[INFER_TYPE_IQ4_NL] = quantize_iq4_nl;
     t->dequantize[INFER_TYPE_IQ4_NL] = dequantize_iq4_nl;
@@ -235,4 +306,9 @@ void infer_fill_iq4_scalar(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_IQ4_XS] = dequantize_iq4_xs;
     t->dequantize_f16[INFER_TYPE_IQ4_XS] = dequantize_f16_iq4_xs;
     t->vec_dot[INFER_TYPE_IQ4_XS] = vec_dot_iq4_xs_q8_K;
+
+    t->quantize[INFER_TYPE_MXFP4] = quantize_mxfp4;
+    t->dequantize[INFER_TYPE_MXFP4] = dequantize_mxfp4;
+    t->dequantize_f16[INFER_TYPE_MXFP4] = dequantize_f16_mxfp4;
+    t->vec_dot[INFER_TYPE_MXFP4] = vec_dot_mxfp4_q8_0;
 }

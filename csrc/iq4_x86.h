@@ -1,4 +1,4 @@
-/* iq4_x86.h: x86 SIMD kernels of IQ4_NL (with Q8_0) and IQ4_XS (with Q8_K), written once
+/* iq4_x86.h: x86 SIMD kernels of IQ4_NL and MXFP4 (with Q8_0) and IQ4_XS (with Q8_K), written once
  * for two builds: iq4_avx2.c (ISA_SUFFIX avx2) and iq4_avx512.c (ISA_SUFFIX avx512,
  * X86_VNNI 1: the 8-bit dot steps become vpdpbusd, the scale steps vpdpwssd; that build
  * also has four-row vec_dot_4 kernels on 512-bit vectors, which the mat-vec uses).
@@ -27,9 +27,11 @@
 #define X86_VNNI 0
 #endif
 
-KQ_INLINE __m256i levels_table(void) {
-    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)infer_kvalues_iq4nl));
+KQ_INLINE __m256i levels_table_of(const int8_t *levels) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)levels));
 }
+
+KQ_INLINE __m256i levels_table(void) { return levels_table_of(infer_kvalues_iq4nl); }
 
 /* The 32 levels of one 16-byte nibble run: elements 0..15 (low nibbles) in the low
  * half, 16..31 (high nibbles) in the high half. */
@@ -77,6 +79,28 @@ static float KERNEL(vec_dot_iq4_nl_q8_0)(int64_t n, const void *w, const void *a
     for (; b < nb; b++) {
         const __m256i p0 = dot_s8_i32(levels32(table, x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[b].d) * _cvtsh_ss(y[b].d)), _mm256_cvtepi32_ps(p0), acc0);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+/* MXFP4: IQ4_NL's steps with kvalues_mxfp4 (-12..12) and the E8M0 scale. */
+static float KERNEL(vec_dot_mxfp4_q8_0)(int64_t n, const void *w, const void *a) {
+    const block_mxfp4 *x = w;
+    const block_q8_0 *y = a;
+    const __m256i table = levels_table_of(infer_kvalues_mxfp4);
+    const int64_t nb = n / QK_MXFP4;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const __m256i p0 = dot_s8_i32(levels32(table, x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        const __m256i p1 = dot_s8_i32(levels32(table, x[b + 1].qs), _mm256_loadu_si256((const __m256i *)y[b + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(infer_e8m0_half(x[b].e) * _cvtsh_ss(y[b].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(infer_e8m0_half(x[b + 1].e) * _cvtsh_ss(y[b + 1].d)),
+                               _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; b < nb; b++) {
+        const __m256i p0 = dot_s8_i32(levels32(table, x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(infer_e8m0_half(x[b].e) * _cvtsh_ss(y[b].d)), _mm256_cvtepi32_ps(p0), acc0);
     }
     return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
@@ -293,7 +317,16 @@ KQ_INLINE void dequantize_iq4_xs(const block_iq4_xs *x, void *dst, int64_t n, in
     }
 }
 
+KQ_INLINE void dequantize_mxfp4(const block_mxfp4 *x, void *dst, int64_t n, int f16) {
+    const __m256i table = levels_table_of(infer_kvalues_mxfp4);
+    for (int64_t b = 0; b < n / QK_MXFP4; b++) {
+        const float d = infer_e8m0_half(x[b].e);
+        emit32_s8(dst, 32 * b, levels32(table, x[b].qs), d, d, f16);
+    }
+}
+
 KQ_DEQUANTIZERS(KERNEL(dequantize_iq4_nl), KERNEL(dequantize_f16_iq4_nl), dequantize_iq4_nl)
+KQ_DEQUANTIZERS(KERNEL(dequantize_mxfp4), KERNEL(dequantize_f16_mxfp4), dequantize_mxfp4)
 KQ_DEQUANTIZERS(KERNEL(dequantize_iq4_xs), KERNEL(dequantize_f16_iq4_xs), dequantize_iq4_xs)
 
 static void KERNEL(fill_iq4_x86)(infer_kernel_table *t) {
@@ -309,6 +342,9 @@ static void KERNEL(fill_iq4_x86)(infer_kernel_table *t) {
     t->dequantize[INFER_TYPE_IQ4_XS] = KERNEL(dequantize_iq4_xs);
     t->dequantize_f16[INFER_TYPE_IQ4_NL] = KERNEL(dequantize_f16_iq4_nl);
     t->dequantize_f16[INFER_TYPE_IQ4_XS] = KERNEL(dequantize_f16_iq4_xs);
+    t->vec_dot[INFER_TYPE_MXFP4] = KERNEL(vec_dot_mxfp4_q8_0);
+    t->dequantize[INFER_TYPE_MXFP4] = KERNEL(dequantize_mxfp4);
+    t->dequantize_f16[INFER_TYPE_MXFP4] = KERNEL(dequantize_f16_mxfp4);
 }
 
 #endif

@@ -82,6 +82,9 @@ float infer_make_qkx2_quants(int n, int nmax, const float *x, const float *weigh
 /* ggml's kvalues_iq4nl (iq4_scalar.c): the 16 levels of IQ4_NL and IQ4_XS nibbles. */
 extern const int8_t infer_kvalues_iq4nl[16];
 
+/* ggml's kvalues_mxfp4 (iq4_scalar.c): the E2M1 values doubled, so integers. */
+extern const int8_t infer_kvalues_mxfp4[16];
+
 /* Q4_K and Q5_K's sub-block search (kquants_scalar.c, ggml quantize_row_q4_K_ref and
  * _q5_K_ref): per 32 elements the best scale and min for levels 0..nmax
  * (make_qkx2_quants with rmin and nstep), packed as 6-bit scales and mins with fp16 d

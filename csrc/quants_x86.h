@@ -759,7 +759,10 @@ static inline __m128i block_sums4(__m256i p0, __m256i p1, __m256i p2, __m256i p3
  * acc = fma(float(sum_i (u_i - c) y_i), d_w d_y, acc) over the blocks in order (four
  * rows in one vector, see block_sums4); vec_dot_rx8_offset below does the same with
  * the tokens in the lanes. */
-#define DOT4XN_OFFSET_KERNEL(name, block_type, unpack, c)                                 \
+#define DOT4XN_OFFSET_KERNEL(name, block_type, unpack, c) \
+    DOT4XN_OFFSET_KERNEL_SCALED(name, block_type, unpack, c, load_half_x4)
+/* The same with the four rows' block scales from load_scales(x, row_bytes). */
+#define DOT4XN_OFFSET_KERNEL_SCALED(name, block_type, unpack, c, load_scales)              \
     X86_ALWAYS_INLINE void KERNEL(name##_pass)(int64_t n, const void *w, size_t row_bytes, \
                                                const uint8_t *a, size_t a_stride, const int T, \
                                                float *out, size_t out_stride, const uint8_t *ahead) { \
@@ -771,7 +774,7 @@ static inline __m128i block_sums4(__m256i p0, __m256i p1, __m256i p2, __m256i p3
             infer_prefetch_part(ahead, &fetched, 4 * row_bytes, b, n / 32);               \
             __m256i u[4];                                                                 \
             for (int k = 0; k < 4; k++) u[k] = unpack((const block_type *)(x + k * row_bytes)); \
-            const __m128 dx = load_half_x4(x, row_bytes);                                 \
+            const __m128 dx = load_scales(x, row_bytes);                                  \
             for (int t = 0; t < T; t++) {                                                 \
                 const block_q8_0 *y = (const block_q8_0 *)(a + t * a_stride) + b;         \
                 const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);            \
@@ -836,6 +839,24 @@ X86_ALWAYS_INLINE void KERNEL(vec_dot_4xn_q8_0_q8_0_pass)(int64_t n, const void 
 }
 DOT4XN_DRIVER(vec_dot_4xn_q8_0_q8_0, KERNEL(vec_dot_4xn_q8_0_q8_0_pass))
 #endif
+
+/* MXFP4 (Q4_0's nibbles, each the index of a level -12..12) as level + 12: 0..24, within
+ * vpmaddubsw's int16 pair sums, so an offset format on AVX2 too, with E8M0 block
+ * scales (infer_e8m0_half). */
+extern const int8_t infer_kvalues_mxfp4[16];
+static inline __m256i unpack_mxfp4_offset(const block_mxfp4 *b) {
+    const __m128i table = _mm_add_epi8(_mm_loadu_si128((const __m128i *)infer_kvalues_mxfp4), _mm_set1_epi8(12));
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), unpack_nibbles(b->qs));
+}
+/* infer_e8m0_half of the first byte of four rows: (e - 1) << 23, or 2^21 << e for the
+ * subnormal scales of e = 0 and 1. */
+static inline __m128 load_e8m0_half_x4(const uint8_t *p, size_t row_bytes) {
+    const __m128i e = _mm_setr_epi32(p[0], p[row_bytes], p[2 * row_bytes], p[3 * row_bytes]);
+    const __m128i normal = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
+    const __m128i subnormal = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
+    return _mm_castsi128_ps(_mm_blendv_epi8(normal, subnormal, _mm_cmpgt_epi32(_mm_set1_epi32(2), e)));
+}
+DOT4XN_OFFSET_KERNEL_SCALED(vec_dot_4xn_mxfp4_q8_0, block_mxfp4, unpack_mxfp4_offset, 12, load_e8m0_half_x4)
 
 /* Q4_1 keeps each block's integer dot exact and scales it once: per row and token,
  * acc = fma(float(sum_i u_i y_i), d_w d_y, acc) and mins = fma(m_w, s_y, mins) over
@@ -1363,6 +1384,7 @@ static void KERNEL(fill_quants_x86)(infer_kernel_table *t) {
 #if X86_VNNI
     t->vec_dot_4xn[INFER_TYPE_IQ4_NL] = KERNEL(vec_dot_4xn_iq4_nl_q8_0);
 #endif
+    t->vec_dot_4xn[INFER_TYPE_MXFP4] = KERNEL(vec_dot_4xn_mxfp4_q8_0);
 
     t->vec_dot_rx8[INFER_TYPE_Q4_0] = KERNEL(vec_dot_rx8_q4_0_q8_0);
     t->vec_dot_rx8[INFER_TYPE_Q4_1] = KERNEL(vec_dot_rx8_q4_1_q8_1);

@@ -107,6 +107,14 @@ static int attention_range(const decode_ctx *d, const infer_block_layer *L, cons
     return *lo <= *hi;
 }
 
+/* The attention temperature of position pos (1: none), in double and rounded to
+ * float as llama.cpp's llm_graph_input_attn_temp; it multiplies q, so the scores'
+ * scale here (one position per sequence in a decode step). */
+static float query_temperature(const infer_block_model *m, int pos) {
+    if (m->attn_temp_scale == 0.0f) return 1.0f;
+    return (float)(log(floor((double)pos / m->attn_temp_floor) + 1.0) * m->attn_temp_scale + 1.0);
+}
+
 static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int64_t c, float *scratch) {
     const infer_block_model *m = d->m;
     const infer_block_layer *L = &m->layers[j->layer];
@@ -130,6 +138,7 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
     const int angles = m->head_dim;   /* the angle slots' stride: the largest head */
     const float *cs = j->rope_cs ? j->rope_cs + (size_t)b * 2 * angles : NULL;
     const infer_attn_block_fn attn = sq->kv_f16 ? d->kt->attn_block_f16 : d->kt->attn_block_f32;
+    const float score_scale = m->attn_scale * query_temperature(m, sq->pos);
     float *qcopy = ml + 2 * group;
     const float *qs[INFER_ATTN_MAX_Q];
     float *outs[INFER_ATTN_MAX_Q];
@@ -156,7 +165,7 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
             hi[u] = hi_pos;
         }
         attn(n_q, qs, outs, lo, hi, (const char *)sq->k_cache + head_off,
-             (const char *)sq->v_cache + head_off, hd, m->attn_scale, m->attn_softcap, ml + 2 * g0);
+             (const char *)sq->v_cache + head_off, hd, score_scale, m->attn_softcap, ml + 2 * g0);
     }
 }
 
@@ -664,7 +673,8 @@ int infer_block_check_model(const infer_block_model *m) {
     if (m->head_dim < 2 || m->head_dim % 2 || m->head_dim > INFER_ATTN_MAX_HEAD_DIM ||
         !(m->attn_softcap >= 0.0f) || !(m->final_softcap >= 0.0f) || !(m->rms_eps >= 0.0f) ||
         (m->qk_norm_whole != 0 && m->qk_norm_whole != 1) ||
-        (m->qk_norm_after_rope != 0 && m->qk_norm_after_rope != 1) || (m->qk_norm_whole && m->qk_norm_after_rope))
+        (m->qk_norm_after_rope != 0 && m->qk_norm_after_rope != 1) || (m->qk_norm_whole && m->qk_norm_after_rope) ||
+        !isfinite(m->attn_temp_scale) || (m->attn_temp_scale != 0.0f && m->attn_temp_floor < 1))
         return -2;
     if (!shape_ok(&m->embd, m->vocab_size, m->dim) || !shape_ok(&m->output, m->vocab_size, m->dim) ||
         m->n_conv_layers < 0 || m->n_conv_layers > m->n_layers)

@@ -123,6 +123,10 @@ typedef struct {
     int ffn_relu_sqr;
     /* 1: likewise without a gate, xielu(h Wup) Wdown with each layer's parameters (Apertus) */
     int ffn_xielu;
+    /* attention temperature (Ministral 3): q at position p is multiplied by
+     * 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1); attn_temp_scale 0: off */
+    float attn_temp_scale;
+    int attn_temp_floor;
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */

@@ -23,6 +23,7 @@ static const traits type_traits[INFER_TYPE_COUNT] = {
     [INFER_TYPE_Q5_K] = {"q5_k", QK_K, sizeof(block_q5_K), INFER_TYPE_Q8_K},
     [INFER_TYPE_IQ4_NL] = {"iq4_nl", QK4_NL, sizeof(block_iq4_nl), INFER_TYPE_Q8_0},
     [INFER_TYPE_IQ4_XS] = {"iq4_xs", QK_K, sizeof(block_iq4_xs), INFER_TYPE_Q8_K},
+    [INFER_TYPE_MXFP4] = {"mxfp4", QK_MXFP4, sizeof(block_mxfp4), INFER_TYPE_Q8_0},
     [INFER_TYPE_IQ2_XXS] = {"iq2_xxs", QK_K, sizeof(block_iq2_xxs), INFER_TYPE_Q8_K},
     [INFER_TYPE_IQ2_XS] = {"iq2_xs", QK_K, sizeof(block_iq2_xs), INFER_TYPE_Q8_K},
     [INFER_TYPE_IQ2_S] = {"iq2_s", QK_K, sizeof(block_iq2_s), INFER_TYPE_Q8_K},

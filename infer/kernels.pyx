@@ -18,7 +18,7 @@ TYPE_IDS = {
     "q4_k": 12, "q6_k": 14, "q8_k": 15, "bf16": 30,
     "q5_1": 7, "q2_k": 10, "q3_k": 11, "q5_k": 13, "iq4_nl": 20, "iq4_xs": 23,
     "iq2_xxs": 16, "iq2_xs": 17, "iq3_xxs": 18, "iq1_s": 19, "iq3_s": 21, "iq2_s": 22,
-    "tq1_0": 34, "tq2_0": 35,
+    "tq1_0": 34, "tq2_0": 35, "mxfp4": 39,
     # infer's own: weights repacked at load in groups of 16 rows (csrc/repack.h),
     # and the activation format three of them pair with
     "q4_0_r16": 56, "q4_1_r16": 57, "q8_0_r16": 58, "q8_0s": 59, "q5_0_r16": 60, "q5_1_r16": 65,

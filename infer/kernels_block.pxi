@@ -65,6 +65,8 @@ cdef extern from "transformer_block.h" nogil:
         int expert_gating
         int ffn_relu_sqr
         int ffn_xielu
+        float attn_temp_scale
+        int attn_temp_floor
     ctypedef struct infer_block_seq:
         int n_ctx
         int kv_f16
@@ -152,7 +154,8 @@ cdef class TransformerDecoder:
     layer's gate, of up's shape, unread),
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
     logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
-    the default, or "all"), qk_norm_after_rope (default False) and moe (None,
+    the default, or "all"), qk_norm_after_rope (default False), attn_temp_scale
+    and attn_temp_floor (default 0: q times 1 + scale ln(floor(pos / floor) + 1)) and moe (None,
     or an object with n_experts, n_used, gating "softmax" or "sigmoid",
     norm_weights, weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
     (infer.variants.spec.TransformerSpec is one).
@@ -310,6 +313,13 @@ cdef class TransformerDecoder:
             raise ValueError(f"config.qk_norm_after_rope: expected a bool, and False with qk_norm_scope "
                              f"'all', got {after_rope!r}")
         m.qk_norm_after_rope = after_rope
+        m.attn_temp_scale = _finite(c, "attn_temp_scale") if hasattr(c, "attn_temp_scale") else 0.0
+        temp_floor = getattr(c, "attn_temp_floor", 0)
+        if m.attn_temp_scale != 0.0 and (isinstance(temp_floor, bool) or not isinstance(temp_floor, int)
+                                         or not 1 <= temp_floor <= _INT_LIMIT):
+            raise ValueError(f"config.attn_temp_floor: expected an integer in [1, 2**31 - 1] with "
+                             f"attn_temp_scale {m.attn_temp_scale}, got {temp_floor!r}")
+        m.attn_temp_floor = temp_floor if m.attn_temp_scale != 0.0 else 0
         if not 1 <= max_batch <= INFER_BLOCK_MAX_BATCH:
             raise ValueError(f"max_batch: must be in [1, {INFER_BLOCK_MAX_BATCH}], got {max_batch}")
         cdef int64_t d = m.dim, hd = m.head_dim, ffn = m.ffn_dim, P = m.per_layer_dim

@@ -77,7 +77,8 @@ cdef object _buffer_size(object n_bytes, str what):
 # outputs must be aligned (a copy would not be written back).
 
 cdef int _type_align(int t):
-    return 4 if t == 0 or t == 15 else 2
+    # MXFP4's 17-byte blocks (csrc/infer_kernels.h) are read bytewise: any address
+    return 4 if t == 0 or t == 15 else 1 if t == 39 else 2
 
 
 cdef inline bint _misaligned(const void *p, int align) noexcept:

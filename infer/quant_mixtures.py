@@ -49,6 +49,7 @@ RECIPES = {r.name: r for r in [
     Recipe("q5_k_m", D.Q5_K, 17, "Q5_K_M"),
     Recipe("q6_k", D.Q6_K, 18, "Q6_K"),
     Recipe("iq4_nl", D.IQ4_NL, 25, "IQ4_NL"), Recipe("iq4_xs", D.IQ4_XS, 30, "IQ4_XS"),
+    Recipe("mxfp4_moe", D.MXFP4, 38, "MXFP4_MOE"),
 ]}
 
 #: llama.cpp's names of its file types (general.file_type, llama_ftype), as its loader
@@ -142,16 +143,19 @@ class TypeChooser:
         self.n_ffn_down = int(metadata.get(f"{arch}.block_count", 0) or 0)
         self.i_attention_wv = self.i_ffn_down = 0
 
-    def choose(self, name: str, n_cols: int) -> DType:
-        """The type llama-quantize would give a quantizable weight (before fallback)."""
+    def choose(self, name: str, n_cols: int, n_matrices: int = 1) -> DType:
+        """The type llama-quantize would give a quantizable weight (before fallback);
+        n_matrices > 1: a stacked tensor of experts (GGUF ne[2])."""
         new, ftype = self.recipe.default, self.recipe.mixture
         if not new.is_quantized:
             return new
         cat = category(name)
         if cat == "output" or (self.tied and cat == "token_embd"):
-            if self.falcon or n_cols % new.block_size:
+            if self.falcon or n_cols % new.block_size or ftype == "MXFP4_MOE":
                 return D.Q8_0
             return new if new == D.Q8_0 else D.Q6_K
+        if ftype == "MXFP4_MOE":   # the experts in MXFP4, every other matrix in Q8_0
+            return new if n_matrices > 1 else D.Q8_0
         if cat == "attn_v":
             new = D.Q8_0 if self.eight_experts else self._attn_v(new, ftype)
             self.i_attention_wv += 1

@@ -108,7 +108,7 @@ def plan(f: GGUFFile, recipe: Recipe) -> list[Step]:
         if not is_weight(t):
             steps[k] = Step(t, t.dtype)
             continue
-        chosen = chooser.choose(t.name, t.n_cols)
+        chosen = chooser.choose(t.name, t.n_cols, t.shape[-3] if len(t.shape) >= 3 else 1)
         written = fall_back(chosen, t.n_cols)
         step = Step(t, written, chosen if written != chosen else None)
         if not step.copy and not t.dtype.kernel_supported:

@@ -134,7 +134,7 @@ KERNEL_DTYPES = frozenset({
     DType.Q8_0, DType.Q4_K, DType.Q6_K,
     DType.Q5_1, DType.Q2_K, DType.Q3_K, DType.Q5_K, DType.IQ4_NL, DType.IQ4_XS,
     DType.IQ2_XXS, DType.IQ2_XS, DType.IQ2_S, DType.IQ3_XXS, DType.IQ3_S, DType.IQ1_S,
-    DType.TQ1_0, DType.TQ2_0,
+    DType.TQ1_0, DType.TQ2_0, DType.MXFP4,
 })
 
 

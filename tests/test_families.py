@@ -3,13 +3,14 @@ qwen2 (+YaRN), qwen3, phi3 (LongRoPE, partial rotary, fused tensors), gemma2
 (soft-capping, windows), llama (llama3 rope_freqs, linear scaling), smollm3
 (NoPE layers), granite (multipliers), and the dense families of
 ``tiny_models.DENSE``: olmo2 (OLMo 2, and OLMo 3's windows), exaone4 (and its
-64-layer windows with NoPE), exaone, ernie4_5, gemma; against two independent
+64-layer windows with NoPE), exaone, ernie4_5, gemma, and ``tiny_models.MISTRAL3``
+(Ministral 3's YaRN and attention temperature); against two independent
 references:
 
 * tests/reference/numpy_families.py, a float64 numpy forward pass per family;
 * llama.cpp's own teacher-forced logits on the same files
   (tests/data/llama_cpp_families.npz for ``TINY``, llama_cpp_dense.npz for
-  ``DENSE``; see tests/data/README.md).
+  ``DENSE``, llama_cpp_mistral3.npz for ``MISTRAL3``; see tests/data/README.md).
 
 The two references are first checked against each other, which validates both.
 Then each variant: its decode (the fused C step where the spec fits it, and the
@@ -45,7 +46,8 @@ DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 #: where each file's llama.cpp logits are recorded
 DATA = {**{name: os.path.join(DATA_DIR, "llama_cpp_families.npz") for name in tm.TINY},
         **{name: os.path.join(DATA_DIR, "llama_cpp_dense.npz") for name in tm.DENSE},
-        **{name: os.path.join(DATA_DIR, "llama_cpp_lfm2moe.npz") for name in tm.ARCEE}}
+        **{name: os.path.join(DATA_DIR, "llama_cpp_lfm2moe.npz") for name in tm.ARCEE},
+        **{name: os.path.join(DATA_DIR, "llama_cpp_mistral3.npz") for name in tm.MISTRAL3}}
 
 
 @pytest.fixture(scope="session")

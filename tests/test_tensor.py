@@ -69,7 +69,9 @@ def test_kernel_dtypes_are_the_issue_list():
                              DType.Q5_1, DType.Q2_K, DType.Q3_K, DType.Q5_K, DType.IQ4_NL, DType.IQ4_XS,
                              # issue 11: the grid and ternary formats
                              DType.IQ2_XXS, DType.IQ2_XS, DType.IQ2_S, DType.IQ3_XXS, DType.IQ3_S,
-                             DType.IQ1_S, DType.TQ1_0, DType.TQ2_0}
+                             DType.IQ1_S, DType.TQ1_0, DType.TQ2_0,
+                             # gpt-oss's experts
+                             DType.MXFP4}
     from infer import kernels
     for dtype in KERNEL_DTYPES:  # each one a format the kernels know by name
         assert kernels.TYPE_NAMES[kernels.type_id(int(dtype))] == dtype.name.lower()

@@ -23,7 +23,7 @@ from infer.tensor import DType, Tensor
 from infer.variants.llama import LlamaEngine
 from scripted import GreedySampler
 
-FORMATS = ["q5_1", "q2_k", "q3_k", "q5_k", "iq4_nl", "iq4_xs", "q4_k", "q6_k"]
+FORMATS = ["q5_1", "q2_k", "q3_k", "q5_k", "iq4_nl", "iq4_xs", "q4_k", "q6_k", "mxfp4"]
 DIM, N_HEAD, N_KV_HEAD, FFN, VOCAB, N_LAYER = 256, 4, 2, 512, 256, 2
 PROMPT = [1, 17, 200, 33, 5, 99]
 N_GENERATE = 10

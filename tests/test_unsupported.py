@@ -38,7 +38,8 @@ def test_unknown_tensor_is_named(tmp_path):
 @pytest.mark.parametrize("key, value", [
     ("attention.scale", 0.5),                      # llama.cpp reads it for granite only
     ("attn_logit_softcapping", 30.0),              # a gemma2 key on a llama file
-    ("rope.scaling.yarn_log_multiplier", 0.1),     # a YaRN parameter not implemented
+    ("rope.scaling.yarn_log_multiplier", 0.1),     # a YaRN parameter llama.cpp's llama does not read
+    ("attention.temperature_scale", 0.1),          # Ministral 3's, read by mistral3 only
     ("residual_scale", 0.2),
 ])
 def test_unknown_metadata_key_is_named(tmp_path, key, value):

@@ -21,7 +21,8 @@ windows so that a 640-token prompt crosses them.  ``TINY`` lists them, and
 gemma, hunyuan-dense: no pre-norms, q/k norms over the whole projection or after
 RoPE), recorded into a data file of their own; ``GEMMA4`` the Gemma 4 files
 (`write_gemma4`: PLE, shared-KV layers, per-layer head sizes; tests/test_gemma4.py,
-llama_cpp_gemma4.npz); ``ALL`` is all three.
+llama_cpp_gemma4.npz); ``MISTRAL3`` Ministral 3 with YaRN and its attention
+temperature (tests/test_mistral3.py, llama_cpp_mistral3.npz); ``ALL`` is all of them.
 ``write(name, path)`` writes one, deterministically (the seeds are fixed; the
 sha256 of each file is recorded beside llama.cpp's logits so a change shows).
 """
@@ -30,7 +31,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -323,6 +324,31 @@ XIELU = {"xielu.alpha_n": [0.1, 0.9, -0.4, 1.6], "xielu.alpha_p": [0.3, -0.5, 1.
          "xielu.beta": [0.5, 0.4, 0.6, 0.5], "xielu.eps": [-1e-6, -1e-6, -0.5, -1e-6]}
 ARCEE["apertus"] = Tiny("apertus", 122, tied=False, qk_norm=True, prompt_len=256,
                         extra={"rope.freq_base": 500000.0})
+#: Ministral 3 (tests/test_mistral3.py, llama_cpp_mistral3.npz) and a file of another
+#: family carrying every YaRN key (OLMo 3's converter output).
+MISTRAL3: Dict[str, Tiny] = {n: t for n, t in [
+    # Ministral-3-3B's shape (NORM RoPE, tied) with YaRN over an original context of
+    # 128 (factor 16, as the real 16384 -> 262144) and the attention temperature
+    # stepping every 128 positions; beta_fast 8 / beta_slow 0.5 put the ramp on
+    # pairs 3..13 of 32 (the defaults 32 / 1: 0..11), the log multiplier 1.0 (the
+    # real files') makes the magnitude 1 (without it: 1 + 0.1 ln 16).
+    ("mistral3", Tiny("mistral3", 120, n_layer=3, n_ctx_train=2048, pre="tekken",
+                      extra={"rope.freq_base": 10000.0, "rope.scaling.type": "yarn",
+                             "rope.scaling.factor": 16.0, "rope.scaling.original_context_length": 128,
+                             "rope.scaling.yarn_beta_fast": 8.0, "rope.scaling.yarn_beta_slow": 0.5,
+                             "rope.scaling.yarn_log_multiplier": 1.0,
+                             "attention.temperature_scale": 0.2})),
+    # the converter's five YaRN keys at the values llama.cpp's olmo2 uses in their
+    # place (it reads none of them): OLMo-3's attention_factor is 0.1 ln(factor) + 1
+    ("olmo3-yarn-keys", Tiny("olmo2", 111, tied=False, pre_norms=False, qk_norm=True, qk_norm_all=True,
+                             post_norms=True, eps=1e-6, pre="dbrx",
+                             extra={"attention.sliding_window": 128, "rope.scaling.type": "yarn",
+                                    "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 256,
+                                    "rope.scaling.yarn_ext_factor": 1.0,
+                                    "rope.scaling.yarn_attn_factor": 0.1 * math.log(4.0) + 1.0,
+                                    "rope.scaling.yarn_beta_fast": 32.0, "rope.scaling.yarn_beta_slow": 1.0,
+                                    "rope.scaling.yarn_log_multiplier": 0.0})),
+]}
 #: Qwen3.5's files (tests/test_qwen35.py, `write_qwen35`), recorded into
 #: tests/data/llama_cpp_qwen35.npz: DeltaNet layers at 0 and 2 (full_attention_interval
 #: 2), attention at 1 and 3; 4 value heads over 2 key heads of 32; the MoE file marks
@@ -339,8 +365,12 @@ QWEN35: Dict[str, Tiny] = {n: t for n, t in [
                        qwen35=Qwen35Shape(recurrent_layers=(True, False, True)))),
 ]}
 
-#: every tiny file: TINY's, DENSE's, LFM2's, GEMMA4's, LFM2MOE's, ARCEE's and QWEN35's (names are unique across them)
-ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **QWEN35}
+#: qwen3moe-q4_k's file with its experts in MXFP4 (quantized by the gguf package), as
+#: llama-quantize's MXFP4_MOE writes them (tests/test_mxfp4_moe.py, llama_cpp_mxfp4.npz)
+MXFP4: Dict[str, Tiny] = {"qwen3moe-mxfp4": replace(TINY["qwen3moe-q4_k"], expert_type="mxfp4")}
+
+#: every tiny file (names are unique across the tables)
+ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35, **MXFP4}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -923,13 +953,13 @@ def _add_shortconv(w, p, d, width, mat, rng):
 
 
 def quantize(a: np.ndarray, kind: str) -> np.ndarray:
-    """a in "q8_0" (the gguf package's quantizer) or "q4_k" (infer's: the gguf
-    package has none); bytes shaped (..., row bytes) as the gguf writer takes them."""
+    """a in "q8_0" or "mxfp4" (the gguf package's quantizers) or "q4_k" (infer's: the
+    gguf package has none); bytes shaped (..., row bytes) as the gguf writer takes them."""
     import gguf
 
     x = np.ascontiguousarray(a, dtype=np.float32)
-    if kind == "q8_0":
-        return gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0)
+    if kind in ("q8_0", "mxfp4"):
+        return gguf.quants.quantize(x, gguf.GGMLQuantizationType[kind.upper()])
     import infer.kernels as K
 
     rows, cols = x.size // x.shape[-1], x.shape[-1]
@@ -941,8 +971,6 @@ def quantize(a: np.ndarray, kind: str) -> np.ndarray:
 def gemma4_vocab_file(path: str) -> str:
     """The tiny E2B-shaped Gemma 4 file with a "gemma4" tokenizer vocabulary (the ids
     llama.cpp gave on it are tests/data/llama_cpp_gemma4_tokens.json)."""
-    from dataclasses import replace
-
     return write("gemma4-e2b", path, tiny=replace(GEMMA4["gemma4-e2b"], extra={"vocabulary": "gemma4"}))
 
 

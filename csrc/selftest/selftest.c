@@ -140,6 +140,13 @@ static int make_input(const infer_kernel_table *ref, int t, void *dst, int64_t n
         for (int64_t i = 0; i < n; i++) ((infer_half *)dst)[i] = infer_fp32_to_fp16(x[i]);
     } else if (t == INFER_TYPE_BF16) {
         for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = infer_fp32_to_bf16(x[i]);
+    } else if (t == INFER_TYPE_MXFP4 && as_weight) {
+        /* every nibble (the quantizer never writes 8, -0), E8M0 exponents 2^-8..2^7 */
+        uint8_t *p = dst;
+        for (int64_t b = 0; b < n / bs; b++, p += sizeof(block_mxfp4)) {
+            for (size_t i = 0; i < sizeof(block_mxfp4); i++) p[i] = (uint8_t)next_u64();
+            p[0] = (uint8_t)(119 + next_u64() % 16);
+        }
     } else if (raw && (as_weight || !ref->quantize[t])) {
         size_t bb = infer_type_block_bytes(t);
         uint8_t *p = dst;
@@ -163,8 +170,10 @@ static size_t row_bytes(int t, int64_t n) {
     return (size_t)(n / infer_type_block_size(t)) * infer_type_block_bytes(t);
 }
 
-/* Alignment a row of type t is guaranteed: 4 for f32 and Q8_K (f32 d), else 2. */
+/* Alignment a row of type t is guaranteed: 4 for f32 and Q8_K (f32 d), none for
+ * MXFP4 (17-byte blocks, no wider field), else 2. */
 static size_t row_align(int t) {
+    if (t == INFER_TYPE_MXFP4) return 1;
     return (t == INFER_TYPE_F32 || t == INFER_TYPE_Q8_K) ? ALIGN_F32 : ALIGN_BLOCK;
 }
 

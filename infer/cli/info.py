@@ -116,6 +116,9 @@ def describe_model(f: Any) -> dict[str, Any]:
         "embedding_length": arch_key("embedding_length"), "feed_forward_length": arch_key("feed_forward_length"),
         "heads": arch_key("attention.head_count"), "kv_heads": arch_key("attention.head_count_kv"),
         "shortconv_l_cache": arch_key("shortconv.l_cache"),
+        "rope_scaling": arch_key("rope.scaling.type"), "rope_scaling_factor": arch_key("rope.scaling.factor"),
+        "rope_original_context": arch_key("rope.scaling.original_context_length"),
+        "attention_temperature": arch_key("attention.temperature_scale"),
         "deltanet": _deltanet_summary(arch_key),
         "experts": arch_key("expert_count"), "experts_used": arch_key("expert_used_count"),
         "expert_feed_forward_length": arch_key("expert_feed_forward_length"),
@@ -215,6 +218,15 @@ def format_model(s: dict[str, Any]) -> str:
         if s["shortconv_l_cache"] is not None:   # LFM2: the layers with 0 KV heads are convolutions
             shape.append(f"shortconv width {s['shortconv_l_cache']}")
         rows.append(("layers", f"{s['layers']}  ({', '.join(shape)})"))
+    if isinstance(s.get("rope_scaling"), str):
+        scaling = s["rope_scaling"]
+        if isinstance(s.get("rope_scaling_factor"), (int, float)):
+            scaling += f", factor {s['rope_scaling_factor']:g}"
+        if isinstance(s.get("rope_original_context"), int):
+            scaling += f", original context {s['rope_original_context']}"
+        rows.append(("rope scaling", scaling))
+    if isinstance(s.get("attention_temperature"), (int, float)) and s["attention_temperature"]:
+        rows.append(("attention temp", f"{s['attention_temperature']:g} (per-position scale of the queries)"))
     dn = s.get("deltanet")
     if dn is not None:
         rows.append(("gated DeltaNet", f"{dn['layers']} layers, {dn['value_heads']} value heads over "

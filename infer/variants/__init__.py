@@ -12,6 +12,7 @@ from . import granite  # noqa: F401
 from . import hunyuan_dense  # noqa: F401
 from . import lfm2  # noqa: F401
 from . import llama  # noqa: F401
+from . import mistral3  # noqa: F401
 from . import olmo2  # noqa: F401
 from . import olmoe  # noqa: F401
 from . import phi3  # noqa: F401

@@ -99,13 +99,14 @@ def read_experts(hp: HParams, ffn_dim: int, experts: Experts) -> MoE:
 
 def llama_shaped(gguf_file: Any, layout: str = "norm", default_eps: float = 1e-5,
                  default_ctx: int = 2048, rope_factors: Tuple[str, ...] = (),
-                 experts: Optional[Experts] = None) -> LlamaShaped:
+                 experts: Optional[Experts] = None, yarn_keys: Tuple[str, ...] = ()) -> LlamaShaped:
     """The Llama reading of a file: sizes, epsilon, RoPE and its scaling, every
     optional piece off.  Keys are checked where they are read (GGUFError names a
     bad one; UnsupportedModelError one whose maths infer does not implement).
     ``rope_factors``: the RoPE factor tensors the family reads (rope_scaling.py);
     ``experts``: how the family reads its mixture of experts (None: it has none,
-    and a file with experts is refused)."""
+    and a file with experts is refused); ``yarn_keys``: the ``rope.scaling.yarn_*``
+    keys the family's llama.cpp reads (rope_scaling.py)."""
     tensors = gguf_file.tensors
     hp = HParams(gguf_file.metadata)
     n_layers = hp.block_count(tensors)
@@ -119,7 +120,7 @@ def llama_shaped(gguf_file: Any, layout: str = "norm", default_eps: float = 1e-5
         raise UnsupportedModelError(f"{hp.arch} file: a mixture of experts ({hp.key('expert_count')}) "
                                     f"is not implemented for this architecture", [hp.key("expert_count")])
     max_seq_len = hp.integer("context_length", default_ctx)
-    rope, used = read_rope(hp, tensors, head_dim, layout, max_seq_len, rope_factors)
+    rope, used = read_rope(hp, tensors, head_dim, layout, max_seq_len, rope_factors, yarn_keys)
     spec = TransformerSpec(
         dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
         ffn_dim=ffn_dim, vocab_size=vocab_size(tensors), max_seq_len=max_seq_len,

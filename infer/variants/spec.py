@@ -20,6 +20,7 @@ One block, with every optional piece (each is off by default):
                                                        all of q and of k: qk_norm_scope)
         rope(q, k)                                    (layers[l].rope; None: NoPE; the
                                                        q/k norms after it: qk_norm_after_rope)
+        q *= 1 + c ln(floor(pos / F) + 1)             (attn_temp_scale c, attn_temp_floor F)
         a = attention(q, K, V)   scores * query_scale, soft-capped by attn_softcap,
                                  over the last layers[l].window positions
         a = a Wo ; a = rmsnorm(a, post_attn_norm)     (post_attn_norm)
@@ -399,6 +400,13 @@ class TransformerSpec:
     #: the q/k norms come after RoPE instead of before it (Hunyuan)
     qk_norm_after_rope: bool = False
 
+    # ---- attention temperature (Ministral 3; llama.cpp's llm_graph_input_attn_temp)
+    #: q (after RoPE) is multiplied at position p by
+    #: 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1); 0: off
+    attn_temp_scale: float = 0.0
+    #: the positions of one step of that scale (n_attn_temp_floor_scale: Ministral 3's
+    #: original YaRN context)
+    attn_temp_floor: int = 0
     # ---- Qwen3.5 (after the fields above, so that other families' additions stay apart)
     #: the sizes of the layers of kind "deltanet" (None: the model has none)
     deltanet: Optional[DeltaNet] = None
@@ -446,6 +454,13 @@ class TransformerSpec:
         for name in ("embd_scale", "residual_scale", "logit_scale"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name}: must be finite, got {getattr(self, name)}")
+        if not math.isfinite(self.attn_temp_scale):
+            raise ValueError(f"attn_temp_scale: must be finite, got {self.attn_temp_scale}")
+        if self.attn_temp_scale != 0.0 and (isinstance(self.attn_temp_floor, bool)
+                                            or not isinstance(self.attn_temp_floor, int)
+                                            or not 1 <= self.attn_temp_floor <= 2**31 - 1):
+            raise ValueError(f"attn_temp_floor: must be an integer in [1, 2**31 - 1] with an attention "
+                             f"temperature, got {self.attn_temp_floor!r}")
         if isinstance(self.per_layer_dim, bool) or not isinstance(self.per_layer_dim, int) or \
                 not 0 <= self.per_layer_dim <= 2**31 - 1:
             raise ValueError(f"per_layer_dim: must be an integer in [0, 2**31 - 1], got {self.per_layer_dim!r}")
@@ -519,6 +534,14 @@ class TransformerSpec:
     @property
     def kv_dim(self) -> int:
         return self.n_kv_heads * self.head_dim
+
+    def query_temperature(self, pos0: int, n: int) -> NDArray[np.float32]:
+        """The factors q is multiplied by at positions pos0 .. pos0 + n - 1 (float32,
+        computed in double as llama.cpp's set_input does)."""
+        pos = np.arange(pos0, pos0 + n, dtype=np.float64)
+        if self.attn_temp_scale == 0.0:
+            return np.ones(n, np.float32)
+        return (np.log(np.floor(pos / self.attn_temp_floor) + 1.0) * self.attn_temp_scale + 1.0).astype(np.float32)
 
     @property
     def attn_scale(self) -> float:

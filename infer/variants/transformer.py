@@ -445,6 +445,8 @@ class TransformerContext(Context):
                 for x, weight in ((q[lo:hi], q_norm), (k[lo:hi], k_norm)):
                     if weight is not None:
                         K.rmsnorm(x, weight, x, eps)
+            if spec.attn_temp_scale:   # per position, on q only (after RoPE, as llama.cpp's ggml_mul)
+                q[lo:hi] *= spec.query_temperature(pos0, hi - lo)[:, None, None]
             k_cache, v_cache = ctx.k_layers[li], ctx.v_layers[li]
             if own_kv:   # a shared-KV layer reads what its source layer stored for these positions
                 K.kv_store(k[lo:hi], k_cache, pos0)

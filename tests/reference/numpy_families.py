@@ -1,7 +1,8 @@
 """Float64 numpy forward passes of the Llama-shaped families: qwen2, qwen3, phi3,
 gemma2, llama (with llama3 / linear / YaRN RoPE scaling), smollm3, granite, and
 the dense families olmo2 (OLMo 2/3), exaone4, exaone, ernie4_5, gemma,
-hunyuan-dense, arcee (Llama with a ReLU² FFN without a gate) and apertus (xIELU).
+hunyuan-dense, arcee (Llama with a ReLU² FFN without a gate), apertus (xIELU) and
+mistral3 (Ministral 3).
 
 Written from each architecture's definition (the HF modelling code and
 llama.cpp's src/models/<arch>.cpp for what the GGUF files hold), sharing no code
@@ -545,6 +546,44 @@ FAMILIES = {"llama": Llama, "qwen2": Qwen2, "qwen3": Qwen3, "phi3": Phi3, "gemma
             "ernie4_5": Ernie4_5, "gemma": Gemma, "hunyuan-dense": HunyuanDense,
             "qwen3moe": Qwen3MoE, "granitemoe": GraniteMoE, "olmoe": OLMoE, "qwen2moe": Qwen2MoE,
             "arcee": Arcee, "apertus": Apertus}
+
+
+class Mistral3(Llama):
+    """Ministral 3 (HF Ministral3ForCausalLM): a Llama with YaRN whose beta_fast,
+    beta_slow and mscale_all_dim (``yarn_log_multiplier``) come from the file, the
+    YaRN magnitude get_mscale(s, 1) / get_mscale(s, mscale_all_dim) (HF's
+    ``_compute_yarn_parameters`` with mscale 1), and Llama 4's attention temperature
+    (HF ``_get_llama_4_attn_scale``): the query at position p times
+    1 + beta * ln(1 + floor(p / original_max_position_embeddings)),
+    beta = ``attention.temperature_scale``."""
+
+    def rope_setup(self):
+        Transformer.rope_setup(self)
+        if self.get("rope.scaling.type") != "yarn":
+            return
+        factor = float(self.get("rope.scaling.factor"))
+        self._yarn(factor, float(self.get("rope.scaling.yarn_beta_fast", 32.0)),
+                   float(self.get("rope.scaling.yarn_beta_slow", 1.0)))
+
+        def get_mscale(mscale):
+            return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+        all_dim = float(self.get("rope.scaling.yarn_log_multiplier", 0.0))
+        self.mscale = get_mscale(1.0) / get_mscale(all_dim) if all_dim else get_mscale(1.0)
+
+    def forward(self, tokens):
+        beta = float(self.get("attention.temperature_scale", 0.0))
+        orig = float(self.get("rope.scaling.original_context_length", self.n_ctx_train))
+        pos = np.arange(len(tokens), dtype=np.float64)
+        self.q_scale = 1.0 + beta * np.log(1.0 + np.floor(pos / orig))
+        return super().forward(tokens)
+
+    def qkv(self, i, h):
+        # a per-position scalar commutes with RoPE, so q may be scaled before it
+        q, k, v = super().qkv(i, h)
+        return q * self.q_scale[:, None], k, v
+
+
+FAMILIES["mistral3"] = Mistral3
 
 
 def reference(path: str, n_ctx: int = 0) -> Transformer:

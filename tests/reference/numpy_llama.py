@@ -21,7 +21,7 @@ from gguf.quants import dequantize, quantize
 # Weight formats whose dot products take Q8_0-style activations (Q8_1 has the same
 # values for Q4_1/Q5_1) and those that take Q8_K (ggml's type_traits_cpu vec_dot_type);
 # F32/F16/BF16 weights take F32.
-_Q8_0_PAIRED = {QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.IQ4_NL}
+_Q8_0_PAIRED = {QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.IQ4_NL, QT.MXFP4}
 _Q8_K_PAIRED = {QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ4_XS,
                 QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ3_XXS, QT.IQ3_S, QT.IQ1_S,
                 QT.TQ1_0, QT.TQ2_0}
