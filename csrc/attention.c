@@ -105,6 +105,7 @@ typedef struct {
     int64_t tokens_per_item, heads_per_item, head_blocks, kv_heads;
     int64_t splits;               /* position ranges of a one-token call; 1 = none */
     float scale, softcap;
+    const float *sinks;           /* n_heads logits joining each softmax's denominator, or NULL */
     float *out;
     float *part_out, *part_ml;    /* splits > 1: [split][head][head_dim], [split][head][2] */
 } attention_task;
@@ -119,7 +120,8 @@ static void attention_worker(void *arg, int ith, int nth) {
         (a->n_tokens + tb - 1) / tb * a->kv_heads * a->head_blocks * a->splits;
     const float *q[INFER_ATTN_MAX_Q];
     float *out[INFER_ATTN_MAX_Q];
-    int64_t lo[INFER_ATTN_MAX_Q], hi[INFER_ATTN_MAX_Q];
+    int64_t lo[INFER_ATTN_MAX_Q], hi[INFER_ATTN_MAX_Q], head[INFER_ATTN_MAX_Q];
+    float own_ml[2 * INFER_ATTN_MAX_Q];   /* (max, sum) per query, for the sinks */
     for (int64_t it = ith; it < n_items; it += nth) {
         const int64_t split = it % a->splits, rest = it / a->splits;
         const int64_t hblock = rest % a->head_blocks;
@@ -143,19 +145,33 @@ static void attention_worker(void *arg, int ith, int nth) {
             for (int64_t h = h0; h < h1; h++, n_q++) {
                 const int64_t off = (t * a->n_heads + h) * a->head_dim;
                 q[n_q] = a->q + off;
+                head[n_q] = h;
                 out[n_q] = a->splits > 1 ? a->part_out + (split * a->n_heads + h) * a->head_dim
                                          : a->out + off;
                 lo[n_q] = first;
                 hi[n_q] = last;
             }
         }
+        const int sinks_here = a->sinks && a->splits == 1;   /* split ranges: merge_splits adds them */
         a->kernel(n_q, q, out, lo, hi, a->k + kv * a->head_bytes, a->v + kv * a->head_bytes,
-                  a->head_dim, a->scale, a->softcap, ml);
+                  a->head_dim, a->scale, a->softcap, sinks_here ? own_ml : ml);
+        for (int64_t u = 0; sinks_here && u < n_q; u++) {
+            const float f = infer_sink_factor(own_ml[2 * u], own_ml[2 * u + 1], a->sinks[head[u]]);
+            for (int64_t i = 0; i < a->head_dim; i++) out[u][i] *= f;
+        }
     }
 }
 
+float infer_sink_factor(float m, float l, float sink) {
+    if (!(l > 0.0f)) return 0.0f;
+    if (sink <= m) return l / (l + expf(sink - m));
+    const float lm = l * expf(m - sink);   /* both terms relative to the sink */
+    return lm / (lm + 1.0f);
+}
+
 /* out = the softmax-weighted mean of the ranges' results: range s weighs
- * l_s exp(m_s - max_s m_s). */
+ * l_s exp(m_s - M), M the largest m_s (and the head's sink, which adds
+ * exp(sink - M) to the total). */
 static void merge_splits(const attention_task *a) {
     const int64_t d = a->head_dim;
     for (int64_t h = 0; h < a->n_heads; h++) {
@@ -164,6 +180,8 @@ static void merge_splits(const attention_task *a) {
             const float ms = a->part_ml[(s * a->n_heads + h) * 2];
             m = ms > m ? ms : m;
         }
+        if (a->sinks && a->sinks[h] > m) m = a->sinks[h];
+        if (a->sinks) total = expf(a->sinks[h] - m);
         for (int64_t s = 0; s < a->splits; s++) {
             const float *ml = a->part_ml + (s * a->n_heads + h) * 2;
             w[s] = ml[1] > 0.0f ? ml[1] * expf(ml[0] - m) : 0.0f;
@@ -183,6 +201,14 @@ int infer_attention(const float *q, const void *k_cache, const void *v_cache, in
                     int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                     int64_t n_ctx, int64_t pos0, int64_t window, float scale, float softcap,
                     float *out) {
+    return infer_attention_sinks(q, k_cache, v_cache, kv_type, n_tokens, n_heads, n_kv_heads, head_dim,
+                                 n_ctx, pos0, window, scale, softcap, NULL, out);
+}
+
+int infer_attention_sinks(const float *q, const void *k_cache, const void *v_cache, int kv_type,
+                          int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                          int64_t n_ctx, int64_t pos0, int64_t window, float scale, float softcap,
+                          const float *sinks, float *out) {
     if (!q || !k_cache || !v_cache || !out || n_tokens < 0 || n_heads < 1 || n_kv_heads < 1 ||
         n_heads % n_kv_heads || head_dim < 1 || head_dim > INFER_ATTN_MAX_HEAD_DIM ||
         pos0 < 0 || n_ctx < 0 || n_tokens > n_ctx - pos0 || window < 0 || !(softcap >= 0.0f) ||
@@ -214,7 +240,7 @@ int infer_attention(const float *q, const void *k_cache, const void *v_cache, in
         .n_tokens = n_tokens, .n_heads = n_heads, .group = group, .head_dim = head_dim,
         .pos0 = pos0, .window = window,
         .tokens_per_item = tb, .heads_per_item = hb, .head_blocks = head_blocks,
-        .kv_heads = n_kv_heads, .splits = splits, .scale = scale, .softcap = softcap, .out = out,
+        .kv_heads = n_kv_heads, .splits = splits, .scale = scale, .softcap = softcap, .sinks = sinks, .out = out,
         .part_out = part, .part_ml = part + splits * n_heads * head_dim,
     };
     infer_parallel_run(attention_worker, &a);

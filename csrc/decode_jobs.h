@@ -52,6 +52,8 @@ typedef struct {
     int quant_type;
     uint8_t *quant_out;
     size_t quant_row_bytes;
+    /* gate/up jobs: biases of the gate and up rows (an expert's; NULL: none), added before the GLU */
+    const float *gate_bias, *up_bias;
 } infer_decode_job;
 typedef char infer_decode_job_fits_the_team[sizeof(infer_decode_job) <= INFER_TEAM_JOB_BYTES ? 1 : -1];
 

@@ -497,6 +497,17 @@ int infer_attention(const float *q, const void *k_cache, const void *v_cache, in
                     int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                     int64_t n_ctx, int64_t pos0, int64_t window, float scale, float softcap,
                     float *out);
+/* infer_attention with learned attention sinks (gpt-oss): sinks[h] (n_heads values,
+ * or NULL: none) is a logit of query head h that joins each softmax's denominator
+ * only (ggml's soft_max with sinks): out = sum_p exp(s_p - M) v_p / (sum_p exp(s_p - M)
+ * + exp(sinks[h] - M)), M the larger of the scores' max and sinks[h]. */
+int infer_attention_sinks(const float *q, const void *k_cache, const void *v_cache, int kv_type,
+                          int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                          int64_t n_ctx, int64_t pos0, int64_t window, float scale, float softcap,
+                          const float *sinks, float *out);
+/* The weight of an attention result of (max m, sum l) once a sink logit joins its
+ * denominator: l / (l + exp(sink - m)), computed without overflow. */
+float infer_sink_factor(float m, float l, float sink);
 
 /* Writes x [n_tokens, n_kv_heads, head_dim] float32 into a cache laid out
  * [n_kv_heads, n_ctx, head_dim] (F32, or F16 rounded to nearest even) at
@@ -516,6 +527,17 @@ int infer_gated_delta_net(const float *q, const float *k, const float *v, const 
                           const float *beta, float *state, float *out, int64_t n_tokens,
                           int64_t n_k_heads, int64_t n_v_heads, int64_t d, float scale);
 
+/* ---- the Mamba2 selective scan (mamba2.c) ------------------------------------- */
+/* xbc [n_tokens, n_heads * head_dim + 2 * n_groups * d_state]: per token x (head h at
+ * h * head_dim), then B and C (n_groups x d_state each); dt [n_tokens, n_heads]
+ * (after the softplus); a, d_skip [n_heads]; state [n_heads, head_dim, d_state],
+ * updated in place; y [n_tokens, n_heads * head_dim].  Head h reads group
+ * h / (n_heads / n_groups).  Per token: S = S exp(dt a) + (x dt) B^T; y = S C + d_skip x.
+ * Returns -1 (touching nothing) for bad sizes, else 0. */
+int infer_mamba2_scan(const float *xbc, const float *dt, const float *a, const float *d_skip, float *state,
+                      float *y, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t d_state,
+                      int64_t n_groups);
+
 /* ---- row drivers (rows.c): many rows of n consecutive floats, on the thread pool
  * when there are enough elements to share ---------------------------------------- */
 void infer_rmsnorm_rows(const float *x, const float *weight, float *out, int64_t rows, int64_t n,
@@ -523,8 +545,16 @@ void infer_rmsnorm_rows(const float *x, const float *weight, float *out, int64_t
 void infer_layernorm_rows(const float *x, const float *weight, const float *bias, float *out,
                           int64_t rows, int64_t n, float eps);
 void infer_softmax_rows(float *x, int64_t rows, int64_t n);   /* in place */
-/* out = act(gate) * up over n elements; act is GELU (tanh) if gelu, else SiLU. */
+/* out = act(gate) * up over n elements; act is GELU (tanh) if gelu is 1, SiLU if 0, and
+ * gpt-oss's clamped SwiGLU if INFER_GLU_SWIGLU_OAI (below). */
 void infer_glu(int gelu, const float *gate, const float *up, float *out, int64_t n);
+/* gpt-oss's clamped SwiGLU (ggml's swiglu_oai with llama.cpp's alpha 1.702 and limit 7):
+ * g = min(gate, 7), u = clamp(up, -7, 7), out = g / (1 + exp(-1.702 g)) * (u + 1).
+ * One plain loop (an infer_glu_fn); infer_glu(INFER_GLU_SWIGLU_OAI, ...) runs it over rows. */
+#define INFER_GLU_SWIGLU_OAI 2
+#define INFER_SWIGLU_OAI_ALPHA 1.702f
+#define INFER_SWIGLU_OAI_LIMIT 7.0f
+void infer_swiglu_oai(const float *gate, const float *up, float *out, int64_t n);
 
 /* ---- dispatch (dispatch.c) -------------------------------------------------- */
 /* Bit mask of ISAs this CPU (and OS) can run; bit i = infer_isa i. */

@@ -9,7 +9,7 @@
 /* Elementwise ops split into ranges of whole multiples of this (cache lines, SIMD). */
 #define ELEMENT_GRAIN 64
 
-typedef enum { OP_RMSNORM, OP_LAYERNORM, OP_SOFTMAX, OP_SILU_MUL, OP_GELU_MUL } row_op;
+typedef enum { OP_RMSNORM, OP_LAYERNORM, OP_SOFTMAX, OP_SILU_MUL, OP_GELU_MUL, OP_SWIGLU_OAI } row_op;
 
 typedef struct {
     row_op op;
@@ -35,14 +35,15 @@ static void softmax_row(const infer_kernel_table *t, float *x, int64_t n) {
 
 static void rows_worker(void *arg, int ith, int nth) {
     const rows_task *a = (const rows_task *)arg;
-    if (a->op == OP_SILU_MUL || a->op == OP_GELU_MUL) {
+    if (a->op == OP_SILU_MUL || a->op == OP_GELU_MUL || a->op == OP_SWIGLU_OAI) {
         /* one row of rows * n elements, cut into nth ranges */
         const int64_t total = a->rows * a->n, grains = (total + ELEMENT_GRAIN - 1) / ELEMENT_GRAIN;
         const int64_t i0 = grains * ith / nth * ELEMENT_GRAIN;
         int64_t i1 = grains * (ith + 1) / nth * ELEMENT_GRAIN;
         if (i1 > total) i1 = total;
         if (i1 <= i0) return;
-        const infer_glu_fn fn = a->op == OP_SILU_MUL ? a->t->silu_mul : a->t->gelu_mul;
+        const infer_glu_fn fn = a->op == OP_SWIGLU_OAI ? infer_swiglu_oai
+                                : a->op == OP_SILU_MUL ? a->t->silu_mul : a->t->gelu_mul;
         fn(a->x + i0, a->up + i0, a->out + i0, i1 - i0);
         return;
     }
@@ -87,8 +88,19 @@ void infer_softmax_rows(float *x, int64_t rows, int64_t n) {
     run(&a);
 }
 
+void infer_swiglu_oai(const float *gate, const float *up, float *out, int64_t n) {
+    /* ggml-cpu's expression, term for term (out may alias gate or up) */
+    for (int64_t i = 0; i < n; i++) {
+        const float x = gate[i] < INFER_SWIGLU_OAI_LIMIT ? gate[i] : INFER_SWIGLU_OAI_LIMIT;
+        float y = up[i] < INFER_SWIGLU_OAI_LIMIT ? up[i] : INFER_SWIGLU_OAI_LIMIT;
+        y = y > -INFER_SWIGLU_OAI_LIMIT ? y : -INFER_SWIGLU_OAI_LIMIT;
+        out[i] = x / (1.0f + expf(INFER_SWIGLU_OAI_ALPHA * (-x))) * (y + 1.0f);
+    }
+}
+
 void infer_glu(int gelu, const float *gate, const float *up, float *out, int64_t n) {
-    rows_task a = {.op = gelu ? OP_GELU_MUL : OP_SILU_MUL, .x = gate, .up = up, .out = out,
+    rows_task a = {.op = gelu == INFER_GLU_SWIGLU_OAI ? OP_SWIGLU_OAI : gelu ? OP_GELU_MUL : OP_SILU_MUL,
+                   .x = gate, .up = up, .out = out,
                    .rows = 1, .n = n};
     run(&a);
 }

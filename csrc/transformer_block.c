@@ -197,7 +197,12 @@ static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch)
         }
         infer_decode_dot_rows(j->mats[0], j->inputs[0], j->n_tokens, scratch, lo, hi);
         infer_decode_dot_rows(j->mats[1], j->inputs[1], j->n_tokens, scratch + n, lo, hi);
-        (m->gelu ? d->kt->gelu_mul : d->kt->silu_mul)(scratch, scratch + n, scratch, n);
+        for (int t = 0; j->gate_bias && t < j->n_tokens; t++) {   /* an expert's biases (gpt-oss) */
+            d->kt->add(scratch + t * (hi - lo), j->gate_bias + lo, hi - lo);
+            d->kt->add(scratch + n + t * (hi - lo), j->up_bias + lo, hi - lo);
+        }
+        (m->swiglu_oai ? infer_swiglu_oai : m->gelu ? d->kt->gelu_mul : d->kt->silu_mul)(scratch, scratch + n,
+                                                                                       scratch, n);
     } else {
         const int64_t n = infer_decode_matmul_chunk(j, c, scratch);
         if (j->kind == INFER_JOB_HEAD) {
@@ -296,7 +301,8 @@ static void expert_rows(infer_decode_matrix *dst, const infer_decode_matrix *sta
  * n_used with the largest probability + selection bias (without a bias: the
  * largest logits, the same order), the lower index first among equals as a
  * stable sort; weights = their probabilities, divided by their sum (clamped at
- * F16's smallest normal) if expert_norm, times expert_scale. */
+ * F16's smallest normal) if expert_norm, times expert_scale.  softmax_weight
+ * gating (gpt-oss) takes the largest logits and softmaxes the chosen ones alone. */
 static double expert_prob(const infer_block_model *m, double logit, double mx, double sum) {
     return m->expert_gating == INFER_GATING_SIGMOID ? 1.0 / (1.0 + exp(-logit)) : exp(logit - mx) / sum;
 }
@@ -304,9 +310,12 @@ static double expert_prob(const infer_block_model *m, double logit, double mx, d
 static void route_token(const infer_block_model *m, const float *bias, const float *logits, int *pick,
                         float *weight) {
     const int n = m->n_experts, k = m->n_experts_used;
-    double mx = -INFINITY, sum = 0.0, chosen = 0.0, p[INFER_BLOCK_MAX_EXPERTS_USED];
-    if (m->expert_gating == INFER_GATING_SOFTMAX) {
+    double mx = -INFINITY, sum = 1.0, chosen = 0.0, p[INFER_BLOCK_MAX_EXPERTS_USED];
+    if (m->expert_gating != INFER_GATING_SIGMOID) {
         for (int e = 0; e < n; e++) mx = logits[e] > mx ? logits[e] : mx;
+    }
+    if (m->expert_gating == INFER_GATING_SOFTMAX) {   /* softmax_weight: over the chosen, below */
+        sum = 0.0;
         for (int e = 0; e < n; e++) sum += exp((double)logits[e] - mx);
     }
     for (int slot = 0; slot < k; slot++) {
@@ -326,6 +335,10 @@ static void route_token(const infer_block_model *m, const float *bias, const flo
         p[slot] = expert_prob(m, logits[best], mx, sum);
         chosen += p[slot];
     }
+    if (m->expert_gating == INFER_GATING_SOFTMAX_WEIGHT) {
+        for (int slot = 0; slot < k; slot++) p[slot] /= chosen;
+        chosen = 1.0;
+    }
     const double div = m->expert_norm ? (chosen > 6.103515625e-5 ? chosen : 6.103515625e-5) : 1.0;
     for (int slot = 0; slot < k; slot++) weight[slot] = (float)(p[slot] / div) * m->expert_scale;
 }
@@ -343,7 +356,10 @@ static void moe_ffn(decode_ctx *d, infer_decode_team *team, const infer_block_la
 
     j->mats[0] = &L->router; j->outs[0] = s->probs; j->out_stride[0] = m->n_experts;
     run_matrix_job(d, team, INFER_JOB_MATMUL, s->h, dim, 1, NULL);
-    for (int b = 0; b < B; b++) route_token(m, L->exp_probs_b, ROW(s->probs, b, m->n_experts), pick[b], weight[b]);
+    for (int b = 0; b < B; b++) {
+        if (L->router_bias) d->kt->add(ROW(s->probs, b, m->n_experts), L->router_bias, m->n_experts);
+        route_token(m, L->exp_probs_b, ROW(s->probs, b, m->n_experts), pick[b], weight[b]);
+    }
     memcpy(s->moe_in, s->h, (size_t)B * dim * sizeof(float));
     memset(s->h, 0, (size_t)B * dim * sizeof(float));
     for (int e = 0; e < m->n_experts; e++) {
@@ -363,11 +379,17 @@ static void moe_ffn(decode_ctx *d, infer_decode_team *team, const infer_block_la
         expert_rows(&d->expert_down, &L->down, e, dim);
         j->mats[0] = &d->expert_gate; j->mats[1] = &d->expert_up;
         j->outs[0] = s->gate; j->out_stride[0] = ffn;
+        if (L->gate_exps_bias) {
+            j->gate_bias = L->gate_exps_bias + (size_t)e * ffn;
+            j->up_bias = L->up_exps_bias + (size_t)e * ffn;
+        }
         run_matrix_job_of(d, team, INFER_JOB_GATE_UP, s->moe_rows, dim, 2, &d->expert_down, n_t);
+        j->gate_bias = j->up_bias = NULL;
         j->mats[0] = &d->expert_down; j->outs[0] = s->moe_out; j->out_stride[0] = dim;
         run_matrix_job_of(d, team, INFER_JOB_MATMUL, s->gate, ffn, 1, NULL, n_t);
         for (int t = 0; t < n_t; t++) {
             float *out = ROW(s->moe_out, t, dim), *h = ROW(s->h, rows[t], dim);
+            if (L->down_exps_bias) d->kt->add(out, L->down_exps_bias + (size_t)e * dim, dim);
             d->kt->scale(out, w[t], dim);
             d->kt->add(h, out, dim);
         }
@@ -392,7 +414,8 @@ static void moe_ffn(decode_ctx *d, infer_decode_team *team, const infer_block_la
 
 /* s->att from the attention parts in s->gate (outputs) and s->up (max, sum per
  * query): out = sum_p w_p out_p / sum_p w_p with w_p = l_p exp(m_p - max_p m_p),
- * parts in order.  With one part this is a copy. */
+ * parts in order.  With one part this is a copy.  A layer's attention sink adds
+ * exp(sink - max) to the denominator, once per query head. */
 static void merge_attention(const decode_ctx *d, const infer_block_layer *L) {
     const infer_block_model *m = d->m;
     const int n_kv = L->n_kv_heads, group = m->n_heads / n_kv, hd = L->head_dim, S = d->attn_splits;
@@ -404,11 +427,22 @@ static void merge_attention(const decode_ctx *d, const infer_block_layer *L) {
                 float *dst = d->s->att + ((size_t)b * m->n_heads + (size_t)kvh * group + u) * hd;
                 const float *ml0 = d->s->up + c0 * 2 * group + 2 * u;
                 if (S == 1 || ml0[2 * group + 1] == 0.0f) {   /* one part (or the others empty) */
-                    memcpy(dst, d->s->gate + c0 * n_out + (int64_t)u * hd, (size_t)hd * sizeof(float));
+                    const float *src = d->s->gate + c0 * n_out + (int64_t)u * hd;
+                    if (!L->attn_sinks) {
+                        memcpy(dst, src, (size_t)hd * sizeof(float));
+                        continue;
+                    }
+                    const float f = infer_sink_factor(ml0[0], ml0[1], L->attn_sinks[kvh * group + u]);
+                    for (int i = 0; i < hd; i++) dst[i] = src[i] * f;
                     continue;
                 }
                 float mx = -INFINITY, w[ATTN_SPLITS], total = 0.0f;
                 for (int p = 0; p < S; p++) mx = ml0[p * 2 * group] > mx ? ml0[p * 2 * group] : mx;
+                if (L->attn_sinks) {
+                    const float sink = L->attn_sinks[kvh * group + u];
+                    mx = sink > mx ? sink : mx;
+                    total = expf(sink - mx);
+                }
                 for (int p = 0; p < S; p++) {
                     const float l = ml0[p * 2 * group + 1];
                     w[p] = l > 0.0f ? l * expf(ml0[p * 2 * group] - mx) : 0.0f;
@@ -496,11 +530,17 @@ static void add_per_layer_embedding(decode_ctx *d, infer_decode_team *team, int 
     }
 }
 
+/* out = the model's block norm (RMSNorm, or LayerNorm with its bias if any) of one row x. */
+static void block_norm(const decode_ctx *d, const float *x, const float *weight, const float *bias, float *out) {
+    if (d->m->layer_norm) d->kt->layernorm(x, weight, bias, out, d->m->dim, d->m->rms_eps);
+    else d->kt->rmsnorm(x, weight, out, d->m->dim, d->m->rms_eps);
+}
+
 /* h_b = norm(x_b) for every token, the input of a block half; x_b itself without a norm. */
-static void pre_norm(const decode_ctx *d, const float *norm) {
+static void pre_norm(const decode_ctx *d, const float *norm, const float *bias) {
     const int dim = d->m->dim;
     for (int b = 0; b < d->n_seqs; b++) {
-        if (norm) d->kt->rmsnorm(ROW(d->s->x, b, dim), norm, ROW(d->s->h, b, dim), dim, d->m->rms_eps);
+        if (norm) block_norm(d, ROW(d->s->x, b, dim), norm, bias, ROW(d->s->h, b, dim));
         else memcpy(ROW(d->s->h, b, dim), ROW(d->s->x, b, dim), (size_t)dim * sizeof(float));
     }
 }
@@ -511,7 +551,7 @@ static void ffn_half(decode_ctx *d, infer_decode_team *team, const infer_block_l
     const infer_block_scratch *s = d->s;
     infer_decode_job *j = &d->staging;
     const int dim = m->dim;
-    pre_norm(d, L->ffn_norm);
+    pre_norm(d, L->ffn_norm, L->ffn_norm_b);
     d->ffn_layer = L;
     if (m->n_experts > 0 && !L->dense_ffn) {
         moe_ffn(d, team, L);
@@ -576,7 +616,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
         if (L->conv_width > 0) {
-            pre_norm(d, L->attn_norm);
+            pre_norm(d, L->attn_norm, NULL);
             shortconv_half(d, team, L);
             ffn_half(d, team, L);
             continue;
@@ -586,7 +626,7 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         const int q_dim = m->n_heads * hd, kv_dim = n_kv * hd;
 
         if (L->own_kv) prefetch_kv_slots(d, L);
-        pre_norm(d, L->attn_norm);
+        pre_norm(d, L->attn_norm, L->attn_norm_b);
         int n_mats = 1;   /* q; k and v unless the layer reads another's cache; no v if V is K */
         j->mats[0] = &L->wq; j->outs[0] = s->q; j->out_stride[0] = q_dim;
         if (L->own_kv) {
@@ -638,16 +678,20 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         infer_team_job(team, j, (int64_t)B * n_kv * d->attn_splits);
         merge_attention(d, L);
 
+        /* parallel blocks: x is still the attention's input, so the FFN half norms it
+         * again (ffn_norm is attn_norm) and adds first, the attention output after it */
+        if (m->parallel) ffn_half(d, team, L);
         j->mats[0] = &L->wo; j->outs[0] = s->h; j->out_stride[0] = dim;
         run_matrix_job(d, team, INFER_JOB_MATMUL, s->att, q_dim, 1, NULL);
+        for (int b = 0; L->o_bias && b < B; b++) kt->add(ROW(s->h, b, dim), L->o_bias, dim);
         residual(d, L->post_attn_norm);
 
-        ffn_half(d, team, L);
+        if (!m->parallel) ffn_half(d, team, L);
         if (L->ple_post_norm) add_per_layer_embedding(d, team, l);
         if (L->out_scale != 1.0f)
             for (int b = 0; b < B; b++) kt->scale(ROW(s->x, b, dim), L->out_scale, dim);
     }
-    for (int b = 0; b < B; b++) kt->rmsnorm(ROW(s->x, b, dim), m->output_norm, ROW(s->h, b, dim), dim, m->rms_eps);
+    for (int b = 0; b < B; b++) block_norm(d, ROW(s->x, b, dim), m->output_norm, m->output_norm_b, ROW(s->h, b, dim));
     j->mats[0] = &m->output;
     run_matrix_job(d, team, INFER_JOB_HEAD, s->h, dim, 1, NULL);
 }
@@ -674,6 +718,10 @@ int infer_block_check_model(const infer_block_model *m) {
         !(m->attn_softcap >= 0.0f) || !(m->final_softcap >= 0.0f) || !(m->rms_eps >= 0.0f) ||
         (m->qk_norm_whole != 0 && m->qk_norm_whole != 1) ||
         (m->qk_norm_after_rope != 0 && m->qk_norm_after_rope != 1) || (m->qk_norm_whole && m->qk_norm_after_rope) ||
+        (m->layer_norm != 0 && m->layer_norm != 1) || (m->parallel != 0 && m->parallel != 1) ||
+        (m->parallel && (m->residual_scale != 1.0f || P > 0 || m->n_conv_layers > 0)) ||
+        (m->output_norm_b && !m->layer_norm) ||
+        (m->swiglu_oai != 0 && m->swiglu_oai != 1) ||
         !isfinite(m->attn_temp_scale) || (m->attn_temp_scale != 0.0f && m->attn_temp_floor < 1))
         return -2;
     if (!shape_ok(&m->embd, m->vocab_size, m->dim) || !shape_ok(&m->output, m->vocab_size, m->dim) ||
@@ -689,11 +737,13 @@ int infer_block_check_model(const infer_block_model *m) {
                                      m->n_experts_used > INFER_BLOCK_MAX_EXPERTS_USED ||
                                      !(m->expert_scale == m->expert_scale) || isinf(m->expert_scale) ||
                                      (m->expert_gating != INFER_GATING_SOFTMAX &&
-                                      m->expert_gating != INFER_GATING_SIGMOID))))
+                                      m->expert_gating != INFER_GATING_SIGMOID &&
+                                      m->expert_gating != INFER_GATING_SOFTMAX_WEIGHT))))
         return -2;
     if (m->shared_ffn_dim < 0 || (m->shared_ffn_dim > 0 && !moe)) return -2;
     if ((m->ffn_relu_sqr != 0 && m->ffn_relu_sqr != 1) || (m->ffn_relu_sqr && (moe || m->gelu)) ||
-        (m->ffn_xielu != 0 && m->ffn_xielu != 1) || (m->ffn_xielu && (moe || m->gelu || m->ffn_relu_sqr)))
+        (m->ffn_xielu != 0 && m->ffn_xielu != 1) || (m->ffn_xielu && (moe || m->gelu || m->ffn_relu_sqr)) ||
+        (m->swiglu_oai && (m->gelu || m->ffn_relu_sqr || m->ffn_xielu)))
         return -2;
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
@@ -731,6 +781,8 @@ int infer_block_check_model(const infer_block_model *m) {
         if (!!L->attn_norm != !!L->ffn_norm || (L->own_kv && !!L->q_norm != !!L->k_norm) ||
             !!L->q_bias != !!L->k_bias || !!L->q_bias != !!L->v_bias || (L->q_bias && !L->own_kv) ||
             (m->qk_norm_whole && L->q_norm && !L->own_kv) ||
+            !!L->gate_exps_bias != !!L->up_exps_bias ||
+            ((L->gate_exps_bias || L->down_exps_bias || L->router_bias) && !layer_moe) ||
             (L->v_from_k && !L->own_kv) || L->window < 0 || !!L->ple_post_norm != (P > 0) ||
             (L->rope != INFER_ROPE_NONE && L->rope != INFER_ROPE_NORM && L->rope != INFER_ROPE_NEOX) ||
             (L->rope != INFER_ROPE_NONE && (!L->rope_inv_freq || L->rope_dims < 2 || L->rope_dims % 2 ||
@@ -742,12 +794,21 @@ int infer_block_check_model(const infer_block_model *m) {
             (L->own_kv && !L->v_from_k && !shape_ok(&L->wv, kv_dim, m->dim)) ||
             (P > 0 && (!shape_ok(&L->ple_gate, P, m->dim) || !shape_ok(&L->ple_proj, m->dim, P))))
             return -2;
+        /* parallel: one norm for both halves, no post norms */
+        if (m->parallel && (!L->attn_norm || L->ffn_norm != L->attn_norm || L->post_attn_norm || L->post_ffn_norm ||
+                            L->ffn_norm_b != L->attn_norm_b))
+            return -2;
+        /* norm biases: LayerNorms only, both or neither, and with the model's output norm's */
+        if (!!L->attn_norm_b != !!L->ffn_norm_b || !!L->attn_norm_b != !!m->output_norm_b ||
+            (L->attn_norm_b && !L->attn_norm))
+            return -2;
     }
     if (n_conv != m->n_conv_layers) return -2;
     const infer_kernel_table *kt = infer_kernels();
     if (!kt->rmsnorm || !kt->silu_mul || !kt->gelu_mul || !kt->add || !kt->scale || !kt->rope_norm ||
         !kt->rope_neox || !kt->attn_block_f16 || !kt->attn_block_f32 || m->embd.type < 0 ||
-        m->embd.type >= INFER_TYPE_COUNT || !kt->dequantize[m->embd.type] || !matrix_ok(kt, &m->output))
+        m->embd.type >= INFER_TYPE_COUNT || !kt->dequantize[m->embd.type] || !matrix_ok(kt, &m->output) ||
+        (m->layer_norm && !kt->layernorm))
         return -1;
     if (P > 0 && (m->ple_embd.type < 0 || m->ple_embd.type >= INFER_TYPE_COUNT ||
                   !kt->dequantize[m->ple_embd.type] || !matrix_ok(kt, &m->ple_model_proj)))

@@ -39,8 +39,9 @@ extern "C" {
 #endif
 
 enum { INFER_ROPE_NONE = 0, INFER_ROPE_NORM = 1, INFER_ROPE_NEOX = 2 };
-/* How router logits become expert probabilities (infer_block_model.expert_gating). */
-enum { INFER_GATING_SOFTMAX = 0, INFER_GATING_SIGMOID = 1 };
+/* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_*: how router logits become expert weights
+ * (infer_block_model.expert_gating) */
+enum { INFER_GATING_SOFTMAX = 0, INFER_GATING_SIGMOID = 1, INFER_GATING_SOFTMAX_WEIGHT = 2 };
 
 /* The most sequences one step takes (the team's chunk and scratch limits). */
 #define INFER_BLOCK_MAX_BATCH 16
@@ -84,6 +85,13 @@ typedef struct {
     /* the layer's xIELU (infer_block_model.ffn_xielu) as ggml_xielu's op parameters:
      * u > 0: alpha_p u^2 + beta u; else (expm1(min(u, eps)) - u) alpha_n + beta u */
     float xielu_alpha_n, xielu_alpha_p, xielu_beta, xielu_eps;
+    /* gpt-oss: each may be NULL */
+    const float *attn_sinks;       /* n_heads logits that join each softmax's denominator only */
+    const float *o_bias;           /* dim, added to the attention output's projection */
+    const float *router_bias;      /* n_experts, added to the router's logits */
+    const float *gate_exps_bias, *up_exps_bias;   /* n_experts x ffn_dim: expert e's at e * ffn_dim */
+    const float *down_exps_bias;   /* n_experts x dim */
+    const float *attn_norm_b, *ffn_norm_b;   /* dim: the LayerNorms' biases (layer_norm only), or NULL */
 } infer_block_layer;
 
 typedef struct {
@@ -116,7 +124,8 @@ typedef struct {
     int n_conv_layers;             /* layers with conv_width > 0 (the conv caches' first dimension) */
     /* INFER_GATING_*: softmax (above), or each expert's own sigmoid; with a layer's
      * exp_probs_b the experts are chosen by probability + bias, weighted by the
-     * probability alone */
+     * probability alone; or softmax_weight: the top n_experts_used by logit, weighted
+     * by the softmax of their logits alone (gpt-oss) */
     int expert_gating;
     /* 1: an FFN without a gate, relu(h Wup)^2 Wdown (Arcee; no experts): a layer's gate,
      * of up's shape, is not read.  0: act(h Wgate) * h Wup (act by gelu). */
@@ -127,6 +136,12 @@ typedef struct {
      * 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1); attn_temp_scale 0: off */
     float attn_temp_scale;
     int attn_temp_floor;
+    int swiglu_oai;                /* 1: the FFN activation is gpt-oss's clamped SwiGLU (over gelu) */
+    int layer_norm;                /* 1: attn_norm, ffn_norm and output_norm are LayerNorms (weight, no
+                                      bias; Cohere), 0: RMSNorms; rms_eps is their epsilon */
+    int parallel;                  /* 1: x += FFN(h) + attention(h), both from h = norm(x) (Cohere 2;
+                                      ffn_norm is attn_norm and there are no post norms) */
+    const float *output_norm_b;    /* dim: the output LayerNorm's bias (layer_norm only), or NULL */
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */

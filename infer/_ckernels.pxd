@@ -61,10 +61,13 @@ cdef extern from "infer_kernels.h" nogil:
     void infer_layernorm_rows(const float *x, const float *weight, const float *bias, float *out, int64_t rows, int64_t n, float eps) noexcept
     void infer_softmax_rows(float *x, int64_t rows, int64_t n) noexcept
     void infer_glu(int gelu, const float *gate, const float *up, float *out, int64_t n) noexcept
+    enum: INFER_GLU_SWIGLU_OAI
+    int infer_attention_sinks(const float *q, const void *k_cache, const void *v_cache, int kv_type, int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0, int64_t window, float scale, float softcap, const float *sinks, float *out) noexcept
     int infer_kv_store(const float *x, void *cache, int kv_type, int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, int64_t pos0) noexcept
 
     int INFER_DELTA_NET_MAX_STATE
     int infer_gated_delta_net(const float *q, const float *k, const float *v, const float *g, const float *beta, float *state, float *out, int64_t n_tokens, int64_t n_k_heads, int64_t n_v_heads, int64_t d, float scale) noexcept
+    int infer_mamba2_scan(const float *xbc, const float *dt, const float *a, const float *d_skip, float *state, float *y, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t d_state, int64_t n_groups) noexcept
 
     unsigned infer_isa_available() noexcept
     const infer_kernel_table *infer_kernels() noexcept

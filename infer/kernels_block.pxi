@@ -12,6 +12,7 @@ cdef extern from "transformer_block.h" nogil:
         INFER_BLOCK_MAX_EXPERTS_USED
         INFER_GATING_SOFTMAX
         INFER_GATING_SIGMOID
+        INFER_GATING_SOFTMAX_WEIGHT
     ctypedef struct infer_block_layer:
         const float *attn_norm
         const float *ffn_norm
@@ -43,6 +44,14 @@ cdef extern from "transformer_block.h" nogil:
         int dense_ffn
         const float *exp_probs_b
         float xielu_alpha_n, xielu_alpha_p, xielu_beta, xielu_eps
+        const float *attn_sinks
+        const float *o_bias
+        const float *router_bias
+        const float *gate_exps_bias
+        const float *up_exps_bias
+        const float *down_exps_bias
+        const float *attn_norm_b
+        const float *ffn_norm_b
     ctypedef struct infer_block_model:
         int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size
         int kv_rows, kv_row_width, v_norm
@@ -67,6 +76,10 @@ cdef extern from "transformer_block.h" nogil:
         int ffn_xielu
         float attn_temp_scale
         int attn_temp_floor
+        int swiglu_oai
+        int layer_norm
+        int parallel
+        const float *output_norm_b
     ctypedef struct infer_block_seq:
         int n_ctx
         int kv_f16
@@ -155,10 +168,15 @@ cdef class TransformerDecoder:
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
     logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
     the default, or "all"), qk_norm_after_rope (default False), attn_temp_scale
-    and attn_temp_floor (default 0: q times 1 + scale ln(floor(pos / floor) + 1)) and moe (None,
-    or an object with n_experts, n_used, gating "softmax" or "sigmoid",
+    and attn_temp_floor (default 0: q times 1 + scale ln(floor(pos / floor) + 1)), norm_kind
+    ("rms", the default, or "layer": LayerNorm pre and output norms), parallel_blocks
+    (default False: True adds FFN(h) and attention(h) of one h = norm(x, attn_norm);
+    then no post norms) and moe (None,
+    or an object with n_experts, n_used, gating "softmax", "sigmoid" or "softmax_weight",
     norm_weights, weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
     (infer.variants.spec.TransformerSpec is one).
+    output_norm_bias: None, or the output LayerNorm's bias (norm_kind "layer"
+    only); then every layer has attn_norm_bias and ffn_norm_bias vectors too.
     embd/output: matrix tuples (data uint8 rows, qtype, act_type, rows, cols).
     layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors; only
     with pre_norms), wq, wk, wv, wo, gate, up, down (matrix tuples; with moe,
@@ -171,7 +189,10 @@ cdef class TransformerDecoder:
     q_norm and k_norm (head_dim values, or q_dim and kv_dim with scope "all"),
     post_attn_norm, post_ffn_norm, q_bias, k_bias and v_bias (vectors), rope
     (None or (layout "norm"/"neox", base, scale, freq_factors or None,
-    attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all).
+    attn_factor, rot_dim: the rotated elements of a head)) and window (int, 0 = all);
+    gpt-oss's sinks (n_heads values), o_bias (dim), and with moe router_bias
+    (n_experts), gate_exps_bias, up_exps_bias (n_experts * ffn_dim, expert by
+    expert) and down_exps_bias (n_experts * dim); config.activation "swiglu_oai".
     A shortconv layer (LFM2) has instead of wq, wk, wv, wo (and q/k norms, biases,
     rope) "conv": (kernel float32 (dim, width), b, c, u, out matrix tuples, dim x dim
     each); its contexts then pass conv caches to `step`.
@@ -201,7 +222,7 @@ cdef class TransformerDecoder:
         self.layers = NULL
 
     def __init__(self, config, embd, output, output_norm, layers, int max_batch=INFER_BLOCK_MAX_BATCH,
-                 ple=None):
+                 ple=None, output_norm_bias=None):
         import numpy as np
         import threading
         cdef int i, rc
@@ -268,13 +289,14 @@ cdef class TransformerDecoder:
         if (ple is None) != (m.per_layer_dim == 0):
             raise ValueError("ple: the per-layer embedding tensors come with config.per_layer_dim > 0")
         activation = getattr(c, "activation")
-        if activation not in ("silu", "gelu_tanh", "relu_sqr", "xielu"):
-            raise ValueError(f"config.activation: expected 'silu', 'gelu_tanh', 'relu_sqr' or 'xielu', "
-                             f"got {activation!r}")
+        if activation not in ("silu", "gelu_tanh", "relu_sqr", "xielu", "swiglu_oai"):
+            raise ValueError(f"config.activation: expected 'silu', 'gelu_tanh', 'relu_sqr', 'xielu' or "
+                             f"'swiglu_oai', got {activation!r}")
         m.gelu = activation == "gelu_tanh"
         # relu_sqr and xielu have no gate: act(h Wup) (a layer's "gate", of up's shape, is not read)
         m.ffn_relu_sqr = activation == "relu_sqr"
         m.ffn_xielu = activation == "xielu"
+        m.swiglu_oai = activation == "swiglu_oai"
         m.rms_eps = _finite(c, "rms_eps", True)
         m.attn_scale = _finite(c, "attn_scale")
         m.attn_softcap = _finite(c, "attn_softcap", True)
@@ -291,7 +313,8 @@ cdef class TransformerDecoder:
             if m.n_experts_used > m.n_experts or m.n_experts_used > INFER_BLOCK_MAX_EXPERTS_USED:
                 raise ValueError(f"config.moe.n_used: {m.n_experts_used} of {m.n_experts} experts (the fused "
                                  f"step routes to at most {INFER_BLOCK_MAX_EXPERTS_USED})")
-            gatings = {"softmax": INFER_GATING_SOFTMAX, "sigmoid": INFER_GATING_SIGMOID}
+            gatings = {"softmax": INFER_GATING_SOFTMAX, "sigmoid": INFER_GATING_SIGMOID,
+                       "softmax_weight": INFER_GATING_SOFTMAX_WEIGHT}
             if getattr(moe, "gating") not in gatings:
                 raise ValueError(f"config.moe.gating: expected one of {sorted(gatings)}, got {moe.gating!r}")
             m.expert_gating = gatings[moe.gating]
@@ -320,6 +343,18 @@ cdef class TransformerDecoder:
             raise ValueError(f"config.attn_temp_floor: expected an integer in [1, 2**31 - 1] with "
                              f"attn_temp_scale {m.attn_temp_scale}, got {temp_floor!r}")
         m.attn_temp_floor = temp_floor if m.attn_temp_scale != 0.0 else 0
+        norm_kind = getattr(c, "norm_kind", "rms")
+        if norm_kind not in ("rms", "layer"):
+            raise ValueError(f"config.norm_kind: expected 'rms' or 'layer', got {norm_kind!r}")
+        m.layer_norm = norm_kind == "layer"
+        parallel = getattr(c, "parallel_blocks", False)
+        if not isinstance(parallel, bool) or (parallel and not pre_norms):
+            raise ValueError(f"config.parallel_blocks: expected a bool, and False without pre_norms, "
+                             f"got {parallel!r}")
+        m.parallel = parallel
+        norm_bias = output_norm_bias is not None
+        if norm_bias and not m.layer_norm:
+            raise ValueError("output_norm_bias: norm biases come with config.norm_kind 'layer'")
         if not 1 <= max_batch <= INFER_BLOCK_MAX_BATCH:
             raise ValueError(f"max_batch: must be in [1, {INFER_BLOCK_MAX_BATCH}], got {max_batch}")
         cdef int64_t d = m.dim, hd = m.head_dim, ffn = m.ffn_dim, P = m.per_layer_dim
@@ -328,6 +363,8 @@ cdef class TransformerDecoder:
         m.embd = _shaped_matrix(embd, m.vocab_size, d, "embd", self.keep)
         m.output = _shaped_matrix(output, m.vocab_size, d, "output", self.keep)
         m.output_norm = _decode_vector(output_norm, d, self.keep)
+        if norm_bias:
+            m.output_norm_b = _decode_vector(output_norm_bias, d, self.keep)
         m.v_norm = bool(getattr(c, "v_norm", False))
         m.ones = _decode_vector(np.ones(hd, np.float32), hd, self.keep)
         if P:
@@ -356,11 +393,24 @@ cdef class TransformerDecoder:
             L.out_scale = float(layer.get("out_scale", 1.0))
             if not abs(L.out_scale) < float("inf"):
                 raise ValueError(f"{name}.out_scale: must be finite, got {L.out_scale}")
-            if pre_norms:
+            if pre_norms and parallel:   # one norm feeds both halves
+                if layer.get("ffn_norm") is not None and layer["ffn_norm"] is not layer["attn_norm"]:
+                    raise ValueError(f"{name}: parallel blocks have one norm (ffn_norm must be attn_norm or None)")
+                L.attn_norm = _decode_vector(layer["attn_norm"], d, self.keep)
+                L.ffn_norm = L.attn_norm
+            elif pre_norms:
                 L.attn_norm = _decode_vector(layer["attn_norm"], d, self.keep)
                 L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
             elif layer.get("attn_norm") is not None or layer.get("ffn_norm") is not None:
                 raise ValueError(f"{name}: attn_norm / ffn_norm given but config.pre_norms is False")
+            if norm_bias != (layer.get("attn_norm_bias") is not None) or \
+                    (layer.get("attn_norm_bias") is not None) != (layer.get("ffn_norm_bias") is not None):
+                raise ValueError(f"{name}: attn_norm_bias and ffn_norm_bias come with output_norm_bias")
+            if norm_bias:
+                if not pre_norms:
+                    raise ValueError(f"{name}: norm biases without pre_norms")
+                L.attn_norm_b = _decode_vector(layer["attn_norm_bias"], d, self.keep)
+                L.ffn_norm_b = L.attn_norm_b if parallel else _decode_vector(layer["ffn_norm_bias"], d, self.keep)
             if m.ffn_xielu:
                 params = layer.get("xielu")
                 if not isinstance(params, tuple) or len(params) != 4 or \
@@ -380,8 +430,15 @@ cdef class TransformerDecoder:
             if layer_moe:
                 L.router = _shaped_matrix(layer["router"], m.n_experts, d, f"{name}.router", self.keep)
                 L.exp_probs_b = _optional_vector(layer, "exp_probs_b", m.n_experts, name, self.keep)
-            elif layer.get("router") is not None or layer.get("exp_probs_b") is not None:
-                raise ValueError(f"{name}: a router or selection biases in a layer without experts")
+                L.router_bias = _optional_vector(layer, "router_bias", m.n_experts, name, self.keep)
+                L.gate_exps_bias = _optional_vector(layer, "gate_exps_bias", m.n_experts * lffn, name, self.keep)
+                L.up_exps_bias = _optional_vector(layer, "up_exps_bias", m.n_experts * lffn, name, self.keep)
+                L.down_exps_bias = _optional_vector(layer, "down_exps_bias", m.n_experts * d, name, self.keep)
+                if (L.gate_exps_bias == NULL) != (L.up_exps_bias == NULL):
+                    raise ValueError(f"{name}: gate_exps_bias and up_exps_bias come together")
+            elif any(layer.get(k) is not None for k in ("router", "exp_probs_b", "router_bias", "gate_exps_bias",
+                                                        "up_exps_bias", "down_exps_bias")):
+                raise ValueError(f"{name}: a router, selection or expert biases in a layer without experts")
             if layer_moe and m.shared_ffn_dim:
                 sh = m.shared_ffn_dim
                 L.shexp_gate = _shaped_matrix(layer["shexp_gate"], sh, d, f"{name}.shexp_gate", self.keep)
@@ -398,6 +455,8 @@ cdef class TransformerDecoder:
             L.q_bias = _optional_vector(layer, "q_bias", lq, name, self.keep)
             L.k_bias = _optional_vector(layer, "k_bias", lkv, name, self.keep)
             L.v_bias = _optional_vector(layer, "v_bias", lkv, name, self.keep)
+            L.attn_sinks = _optional_vector(layer, "sinks", m.n_heads, name, self.keep)
+            L.o_bias = _optional_vector(layer, "o_bias", d, name, self.keep)
             if L.own_kv and (L.q_norm == NULL) != (L.k_norm == NULL):
                 raise ValueError(f"{name}: q_norm and k_norm come together")
             if (L.q_bias == NULL) != (L.k_bias == NULL) or (L.q_bias == NULL) != (L.v_bias == NULL):

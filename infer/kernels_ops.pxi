@@ -149,7 +149,7 @@ def softmax(x):
     return x
 
 
-cdef _glu(gate, up, out, bint gelu):
+cdef _glu(gate, up, out, int gelu):
     _check_f32(gate, "gate")
     _check_f32(up, "up")
     _check_f32(out, "out", True)
@@ -183,6 +183,14 @@ def gelu_mul(gate, up, out):
     gate, up, out: float32 of one shape; out may be gate or up.
     """
     return _glu(gate, up, out, True)
+
+
+def swiglu_oai_mul(gate, up, out):
+    """out = g / (1 + exp(-1.702 g)) * (u + 1) with g = min(gate, 7) and
+    u = clamp(up, -7, 7): gpt-oss's clamped SwiGLU (ggml's swiglu_oai as llama.cpp
+    calls it).  gate, up, out: float32 of one shape; out may be gate or up.
+    """
+    return _glu(gate, up, out, INFER_GLU_SWIGLU_OAI)
 
 
 def add(a, b):
@@ -279,7 +287,7 @@ def rope(x, pos0=0, float freq_base=10000.0, *, bint neox=False, rot_dim=None,
     return x
 
 
-def attention(q, k_cache, v_cache, pos0, out, scale=None, window=0, float softcap=0.0):
+def attention(q, k_cache, v_cache, pos0, out, scale=None, window=0, float softcap=0.0, sinks=None):
     """Causal attention of query tokens over one layer's KV cache; returns out.
 
     q: float32 (n_tokens, n_heads, head_dim), token t at position pos0 + t.
@@ -290,6 +298,8 @@ def attention(q, k_cache, v_cache, pos0, out, scale=None, window=0, float softca
     (a sliding window), else 0.  scale multiplies q.k (default 1/sqrt(head_dim)).
     softcap > 0 caps each scaled score s to softcap * tanh(s / softcap) (Gemma 2).
     out: float32 of q's shape (may be q).  Runs on the thread pool.
+    sinks: None, or float32 (n_heads,): head h's learned sink logit joins each of its
+    softmax denominators (gpt-oss: out = sum_p e^(s_p) v_p / (e^sink + sum_p e^(s_p))).
     """
     cdef int64_t p0 = _int64(pos0, "pos0"), win = _int64(window, "window")
     _check_f32(q, "q")
@@ -341,14 +351,22 @@ def attention(q, k_cache, v_cache, pos0, out, scale=None, window=0, float softca
         vh = v_cache.reshape(-1)
         kp = &kh[0]
         vp = &vh[0]
+    cdef const float[::1] sv
+    cdef const float *sp = NULL
+    if sinks is not None:
+        _check_f32(sinks, "sinks")
+        if sinks.shape != (n_heads,):
+            raise ValueError(f"sinks: expected shape ({n_heads},) (one per query head), got {sinks.shape}")
+        sv = sinks
+        sp = &sv[0]
     cdef Py_ssize_t cache_bytes = k_cache.nbytes, out_bytes = n_tokens * n_heads * head_dim * 4
     _check_disjoint(&ov[0], out_bytes, "out", &qv[0], out_bytes, "q", True)
     _check_disjoint(&ov[0], out_bytes, "out", kp, cache_bytes, "k_cache")
     _check_disjoint(&ov[0], out_bytes, "out", vp, cache_bytes, "v_cache")
     cdef int t = kv_type, rc
     with nogil:
-        rc = infer_attention(&qv[0], kp, vp, t, n_tokens, n_heads, n_kv_heads, head_dim,
-                             n_ctx, p0, win, sc, softcap, &ov[0])
+        rc = infer_attention_sinks(&qv[0], kp, vp, t, n_tokens, n_heads, n_kv_heads, head_dim,
+                                   n_ctx, p0, win, sc, softcap, sp, &ov[0])
     if rc != 0:
         raise ValueError("attention: arguments rejected by the kernel")
     return out
@@ -452,3 +470,58 @@ def gated_delta_net(q, k, v, g, beta, state, out, scale=None):
     if rc != 0:
         raise ValueError("gated_delta_net: arguments rejected by the kernel")
     return out
+
+
+def mamba2_scan(xbc, dt, a, d_skip, state, y, int64_t d_state, int64_t n_groups):
+    """The Mamba2 selective scan over n_tokens tokens (Granite 4.0-H; llama.cpp's
+    ggml_ssm_scan with a scalar decay per head plus the D skip); updates state,
+    returns y.
+
+    xbc: float32 (n_tokens, d_inner + 2 * n_groups * d_state), per token the
+    convolved x (n_heads heads of head_dim), then B and C (n_groups x d_state each).
+    dt: float32 (n_tokens, n_heads), after the softplus.  a, d_skip: float32
+    (n_heads,): A (= -exp(A_log)) and D.  state: float32 (n_heads, head_dim,
+    d_state), updated in place.  y: float32 (n_tokens, d_inner).  Head h reads
+    group h // (n_heads / n_groups); per token S = S exp(dt a) + (x dt) B^T and
+    y = S C + d_skip x.  Runs on the thread pool.
+    """
+    for arr, name in ((xbc, "xbc"), (dt, "dt"), (a, "a"), (d_skip, "d_skip")):
+        _check_f32(arr, name)
+    _check_f32(state, "state", True)
+    _check_f32(y, "y", True)
+    if state.ndim != 3:
+        raise ValueError(f"state: expected shape (n_heads, head_dim, d_state), got {state.shape}")
+    cdef int64_t n_heads = state.shape[0], head_dim = state.shape[1], ds = state.shape[2]
+    cdef int64_t ng = n_groups
+    if d_state != ds or ds < 1 or head_dim < 1 or n_heads < 1:
+        raise ValueError(f"state: shape {state.shape} does not hold d_state={d_state}")
+    if ng < 1 or n_heads % ng:
+        raise ValueError(f"n_groups: {n_groups} does not divide {n_heads} heads")
+    if xbc.ndim != 2 or xbc.shape[1] != n_heads * head_dim + 2 * ng * ds:
+        raise ValueError(f"xbc: expected shape (n_tokens, {n_heads * head_dim + 2 * ng * ds}), got {xbc.shape}")
+    cdef int64_t n_tokens = xbc.shape[0]
+    if dt.shape != (n_tokens, n_heads):
+        raise ValueError(f"dt: expected shape ({n_tokens}, {n_heads}), got {dt.shape}")
+    for arr, name in ((a, "a"), (d_skip, "d_skip")):
+        if arr.shape != (n_heads,):
+            raise ValueError(f"{name}: expected shape ({n_heads},), got {arr.shape}")
+    if y.shape != (n_tokens, n_heads * head_dim):
+        raise ValueError(f"y: expected shape ({n_tokens}, {n_heads * head_dim}), got {y.shape}")
+    if n_tokens == 0:
+        return y
+    cdef const float[::1] xv = xbc.reshape(-1)
+    cdef const float[::1] dv = dt.reshape(-1)
+    cdef const float[::1] av = a.reshape(-1)
+    cdef const float[::1] sk = d_skip.reshape(-1)
+    cdef float[::1] sv = state.reshape(-1)
+    cdef float[::1] yv = y.reshape(-1)
+    _check_disjoint(&sv[0], state.nbytes, "state", &yv[0], y.nbytes, "y")
+    for arr, name in ((xbc, "xbc"), (dt, "dt"), (a, "a"), (d_skip, "d_skip")):
+        _check_disjoint(&sv[0], state.nbytes, "state", <const void *><size_t>arr.ctypes.data, arr.nbytes, name)
+        _check_disjoint(&yv[0], y.nbytes, "y", <const void *><size_t>arr.ctypes.data, arr.nbytes, name)
+    cdef int rc
+    with nogil:
+        rc = infer_mamba2_scan(&xv[0], &dv[0], &av[0], &sk[0], &sv[0], &yv[0], n_tokens, n_heads, head_dim, ds, ng)
+    if rc != 0:
+        raise ValueError("mamba2_scan: arguments rejected by the kernel")
+    return y

@@ -90,9 +90,10 @@ def teacher_logits(path: str, tokens: np.ndarray, n_ctx: int) -> np.ndarray:
         L.llama_model_free(model)
 
 
-def llama_tokenize(path: str, texts, add_special: bool = False) -> list[list[int]]:
+def llama_tokenize(path: str, texts, add_special: bool = False, parse_special: bool = False) -> list[list[int]]:
     """llama.cpp's token ids of each text with the file's vocabulary (``llama_tokenize``,
-    special tokens not parsed; BOS/EOS added as the vocabulary says if ``add_special``)."""
+    special tokens parsed only with ``parse_special``; BOS/EOS added as the vocabulary
+    says if ``add_special``)."""
     L = _llama()
     params = L.llama_model_default_params()
     params.vocab_only = True
@@ -105,13 +106,23 @@ def llama_tokenize(path: str, texts, add_special: bool = False) -> list[list[int
         for text in texts:
             raw = text.encode()
             ids = (L.llama_token * (len(raw) + 8))()
-            n = L.llama_tokenize(vocab, raw, len(raw), ids, len(ids), add_special, False)
+            n = L.llama_tokenize(vocab, raw, len(raw), ids, len(ids), add_special, parse_special)
             if n < 0:
                 raise RuntimeError(f"llama_tokenize failed on {text!r}")
             out.append([int(ids[i]) for i in range(n)])
         return out
     finally:
         L.llama_model_free(model)
+
+
+def write_token_record(out: str, sha256: str, cases) -> None:
+    """A token-id recording as JSON: the file's sha256 and its [text, ids] cases, one a line."""
+    import json
+
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(f'{{"sha256": {json.dumps(sha256)}, "cases": [\n')
+        f.write(",\n".join(json.dumps(case, ensure_ascii=False) for case in cases))
+        f.write("\n]}\n")
 
 
 def main() -> None:

@@ -11,14 +11,13 @@ sha256 and [text, ids] per text; tests/test_gemma4.py compares infer's tokenizer
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import tiny_models as tm  # noqa: E402
-from record_family_logits import llama_tokenize  # noqa: E402
+from record_family_logits import llama_tokenize, write_token_record  # noqa: E402
 
 TEXTS = [
     "Hello world", "The quick brown fox jumps over the lazy dog.", "  two  spaces ", " leading",
@@ -32,11 +31,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = tm.gemma4_vocab_file(os.path.join(tmp, "gemma4-vocab.gguf"))
         cases = [[text, ids] for text, ids in zip(TEXTS, llama_tokenize(path, TEXTS, add_special=True))]
-        record = {"sha256": tm.sha256(path), "cases": cases}
-    with open(out, "w", encoding="utf-8") as f:   # one text per line
-        f.write(f'{{"sha256": {json.dumps(record["sha256"])}, "cases": [\n')
-        f.write(",\n".join(json.dumps(case, ensure_ascii=False) for case in cases))
-        f.write("\n]}\n")
+        write_token_record(out, tm.sha256(path), cases)
     print(f"{len(cases)} texts -> {out}")
 
 

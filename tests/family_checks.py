@@ -79,3 +79,73 @@ def assert_agrees(ours, theirs, positions, name, min_cos=LLAMA_CPP_MIN_COS, top1
         clear = clear_top1(top1_of)
         agree = np.argmax(ours, -1)[clear] == np.argmax(theirs, -1)[clear]
         assert agree.all(), (name, positions[clear][~agree])
+
+
+def assert_batched_equals_alone(engine, starts, n_steps, n_ctx, fused=True):
+    """Engine.forward_batch (what `infer serve` steps) over conversations that start
+    from ``starts`` (token lists of different lengths), through the fused C step or
+    (``fused`` False) the Python blocks in one pass: each gets the logits, bit for bit,
+    and the greedy tokens of decoding it alone (through the fused step)."""
+    from scripted import GreedySampler
+
+    alone = []
+    for s in starts:
+        ctx = engine.create_context(n_ctx=n_ctx, sampler=GreedySampler())
+        ctx.prefill(s)
+        rows, toks = [], []
+        for _ in range(n_steps):
+            toks.append(int(np.argmax(ctx.logits)))
+            ctx.prefill([toks[-1]])
+            rows.append(ctx.logits.copy())
+        alone.append((toks, np.array(rows)))
+    ctxs = [engine.create_context(n_ctx=n_ctx, sampler=GreedySampler()) for _ in starts]
+    for ctx, s in zip(ctxs, starts):
+        ctx.prefill(s)
+        ctx.fused_decode = fused
+    together = [([], []) for _ in starts]
+    for _ in range(n_steps):
+        toks = np.array([int(np.argmax(c.logits)) for c in ctxs], np.int32)
+        engine.forward_batch(ctxs, toks, [len(c.tokens) for c in ctxs])
+        for i, c in enumerate(ctxs):
+            c.tokens.append(int(toks[i]))
+            together[i][0].append(int(toks[i]))
+            together[i][1].append(c.logits.copy())
+    for (toks_a, rows_a), (toks_b, rows_b) in zip(alone, together):
+        assert toks_a == toks_b
+        np.testing.assert_array_equal(rows_a, np.array(rows_b))
+
+
+def assert_scheduler_batches_like_alone(model, prompts, n_ctx, max_tokens):
+    """`infer serve`'s scheduler: the prompts' requests, decoded together (batched
+    steps through Engine.forward_batch), give each the greedy tokens it gets alone,
+    and some steps ran several of them at once."""
+    import threading
+
+    from scripted import GreedySampler
+
+    from infer.generate import generate
+    from infer.serve.scheduler import Scheduler
+
+    alone = [list(generate(model, p, context=model.engine.create_context(n_ctx=n_ctx, sampler=GreedySampler()),
+                           max_tokens=max_tokens)) for p in prompts]
+    sched = Scheduler(model, n_slots=len(prompts), n_ctx=n_ctx)
+    try:
+        out = [None] * len(prompts)
+        handles = [sched.open() for _ in prompts]
+
+        def work(i):
+            handles[i].sampler = GreedySampler()
+            try:
+                out[i] = list(generate(model, prompts[i], context=handles[i], max_tokens=max_tokens))
+            finally:
+                handles[i].close()
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert max(sched.stats.batch_sizes) > 1   # some steps ran several requests at once
+    finally:
+        sched.close()
+    assert out == alone

@@ -118,6 +118,45 @@ def test_tool_choice_required_and_named(model):
     jsonschema.validate(r.tool_calls[0].arguments, ADD)
 
 
+def test_forced_call_of_a_tool_without_parameters_has_no_arguments(model):
+    """OpenAI: "Omitting parameters defines a function with an empty parameter list",
+    so a forced call of such a tool writes ``{}`` (before, any object was allowed, and
+    SmolLM2 wrote ``{"city": "Paris"}`` for a tool that takes nothing)."""
+    tools = TOOLS + [{"type": "function", "function": {"name": "current_time", "description": "The time now"}}]
+    s = ChatSession(model, tools=tools, temperature=0.8, seed=3)
+    r = s.send("What is the weather in Paris?", tool_choice={"type": "function", "function": {"name": "current_time"}},
+               max_tokens=40)
+    assert r.finish_reason == "tool_calls" and [c.name for c in r.tool_calls] == ["current_time"]
+    assert r.tool_calls[0].arguments == {}
+    jsonschema.validate(r.tool_calls[0].arguments, {"type": "object", "maxProperties": 0})
+
+
+def test_forced_call_of_tools_whose_parameters_use_defs(model):
+    """Parameters as pydantic writes them, with "$defs" and "#/$defs/..." references
+    (one definition referring to another): they failed with "Pointer '/$defs/Unit' does
+    not exist", the call's schema being rooted above them.  Two tools define Unit
+    differently, so each keeps its own."""
+    weather = {"type": "object", "$defs": {"Unit": {"enum": ["c", "f"]}},
+               "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"$ref": "#/$defs/Unit"}},
+               "required": ["city", "unit"], "additionalProperties": False}
+    tree = {"type": "object", "$defs": {"Unit": {"type": "integer", "minimum": 0, "maximum": 9},
+                                        "Leaf": {"type": "object", "properties": {"value": {"$ref": "#/$defs/Unit"}},
+                                                 "required": ["value"], "additionalProperties": False}},
+            "properties": {"value": {"$ref": "#/$defs/Unit"},
+                           "children": {"type": "array", "items": {"$ref": "#/$defs/Leaf"}, "maxItems": 2}},
+            "required": ["value", "children"], "additionalProperties": False}
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": weather}},
+             {"type": "function", "function": {"name": "tree", "parameters": tree}}]
+    schemas = {"get_weather": weather, "tree": tree}
+    for choice in ("required", {"type": "function", "function": {"name": "tree"}}):
+        s = ChatSession(model, tools=tools, temperature=0.8, seed=4)
+        r = s.send("What is the weather in Paris?", tool_choice=choice, max_tokens=120)
+        assert r.finish_reason == "tool_calls" and len(r.tool_calls) == 1 and not r.tool_call_errors
+        call = r.tool_calls[0]
+        jsonschema.validate(call.arguments, schemas[call.name])
+    assert call.name == "tree"
+
+
 def test_tool_call_between_template_markers():
     """A template with <tool_call> markers: the forced call is written between them."""
     with load_installed("smollm2") as m:

@@ -150,4 +150,4 @@ def test_infer_chat_subprocess_with_piped_stdin():
 def test_bad_options_are_one_line_errors(monkeypatch, capsys):
     model = RecordingModel(scripted_model([]))
     status, out, err = run_chat(monkeypatch, capsys, model, "hi\n", "-n", "0")
-    assert status == 1 and err.strip() == "infer: error: --max-tokens: must be >= 1, or -1 for no limit, got 0"
+    assert status == 2 and err.strip() == "infer: error: --max-tokens: must be >= 1, or -1 for no limit, got 0"

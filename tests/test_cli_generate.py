@@ -78,10 +78,15 @@ def test_generate_seeded_sampling_is_reproducible():
     (("generate", "hello " * 9000), "exceeds the context of 8192 tokens"),
     (("generate", "hello " * 40, "--ctx-size", "16"), "exceeds the context of 16 tokens"),
     (("generate", "x", "--ctx-size", "-1"), "--ctx-size"),
+    # the sampler's own checks, named by the flag and before the model loads
+    (("generate", "x", "--top-p", "2"), "--top-p: must be in [0.0, 1.0], got 2.0"),
+    (("generate", "x", "--temp", "nan"), "--temp: must not be NaN"),
+    (("generate", "x", "--repeat-penalty", "0"), "--repeat-penalty: must be in (0.0, inf), got 0.0"),
 ])
 def test_generate_errors_are_one_line(args, message):
     out = run_cli(*args)
-    assert out.returncode == 1
+    failed_run = message == "nonexistent" or "exceeds the context" in message  # else a bad flag value: 2
+    assert out.returncode == (1 if failed_run else 2)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("infer: error:") and message in lines[0]
 
@@ -112,6 +117,40 @@ def test_bench_prints_a_llama_bench_table():
     size_mib = float(rows[0][1].split()[0])
     assert abs(size_mib * 2**20 - os.path.getsize(MODEL)) < 2 * 2**20  # tensor bytes ~ file size
     assert abs(float(rows[0][2].split()[0]) - 134.5) < 1.0               # 134.5 M parameters
+
+
+#: llama-bench's fields (tools/llama-bench/llama-bench.cpp, test::get_fields, and the
+#: samples its json printer adds) that infer's -o json writes
+LLAMA_BENCH_FIELDS = {"model_filename", "model_type", "model_size", "model_n_params", "backends", "n_threads",
+                      "n_prompt", "n_gen", "n_depth", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
+                      "samples_ns", "samples_ts"}
+
+
+def test_bench_output_formats_as_llama_bench_names_them():
+    """`-o json|jsonl|csv` (scripts parse llama-bench's) was refused as unknown."""
+    import csv
+    import io
+    import json
+    import statistics
+
+    out = run_cli("bench", "-p", "16", "-g", "4", "-r", "2", "--no-llama-cpp", "-t", "1", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    records = json.loads(out.stdout)
+    assert [(r["n_prompt"], r["n_gen"]) for r in records] == [(16, 0), (0, 4)]
+    for r, n in zip(records, (16, 4)):
+        assert set(r) == LLAMA_BENCH_FIELDS
+        assert r["model_filename"] == os.path.basename(MODEL) and r["model_type"] == "llama 135M Q4_1"
+        assert r["backends"] == "infer" and r["n_threads"] == 1 and len(r["samples_ts"]) == 2
+        assert r["avg_ts"] == pytest.approx(statistics.fmean(r["samples_ts"]))
+        assert r["stddev_ts"] == pytest.approx(statistics.stdev(r["samples_ts"]))
+        assert r["samples_ns"] == pytest.approx([n / ts * 1e9 for ts in r["samples_ts"]], abs=1)
+    lines = run_cli("bench", "-p", "8", "-g", "0", "-r", "1", "--no-llama-cpp", "-t", "1", "-o", "jsonl").stdout
+    assert [json.loads(line)["n_prompt"] for line in lines.splitlines()] == [8]
+    table = run_cli("bench", "-p", "8", "-g", "2", "-r", "1", "--no-llama-cpp", "-t", "1", "-o", "csv").stdout
+    rows = list(csv.DictReader(io.StringIO(table)))
+    assert [(row["n_prompt"], row["n_gen"]) for row in rows] == [("8", "0"), ("0", "2")]
+    assert set(rows[0]) == LLAMA_BENCH_FIELDS - {"samples_ns", "samples_ts"}
+    assert run_cli("bench", "-o", "sql").returncode == 2
 
 
 def test_bench_compares_with_llama_cpp_when_importable(tmp_path):

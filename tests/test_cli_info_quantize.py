@@ -359,11 +359,16 @@ def test_quantize_takes_llama_quantizes_spelling(capsys, tmp_path):
     assert {t.tensor_type.name for t in gguf.GGUFReader(tmp_path / "upper.gguf").tensors
             if t.name == "blk.0.attn_q.weight"} == {"Q4_0"}
     code, _, err = run(capsys, "quantize", str(src), str(tmp_path / "x.gguf"), "Q9_K")
-    assert code == 1 and "unknown type 'q9_k'" in err
+    assert code == 2 and "unknown type 'q9_k'" in err
     code, _, err = run(capsys, "quantize", str(src), str(tmp_path / "x.gguf"), "q8_0", "--type", "q4_0")
-    assert code == 1 and "two types given" in err
+    assert code == 2 and "two types given" in err
     code, _, err = run(capsys, "quantize", str(src), str(tmp_path / "x.gguf"))
-    assert code == 1 and "usage" in err
+    assert code == 2 and "usage" in err
+    # llama-quantize's order after --model: a misspelt type is named as such (it was taken for a second input)
+    code, _, err = run(capsys, "quantize", "--model", str(src), str(tmp_path / "x.gguf"), "Q9_K")
+    assert code == 2 and "unknown type 'q9_k'" in err
+    code, _, err = run(capsys, "quantize", "--model", str(src), str(tmp_path / "x.gguf"), str(tmp_path / "y.gguf"))
+    assert code == 2 and "not both" in err
 
 
 # ---- quantize: the default model to every type --------------------------------------------------

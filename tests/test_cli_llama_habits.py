@@ -92,7 +92,7 @@ def test_chat_accepts_n_minus_one(tiny):
 def test_other_negative_or_zero_limits_are_refused(tiny, command, value):
     args = ["-p", "x"] if command == "generate" else []
     out = run_cli(command, "-m", tiny, *args, "-n", value, stdin="hi\n")
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert out.stderr.strip() == f"infer: error: --max-tokens: must be >= {1 if command == 'chat' else 0}, " \
                                  f"or -1 for no limit, got {value}"
 
@@ -124,12 +124,16 @@ def test_chat_template_takes_a_builtin_name_or_the_template_text(tmp_path):
 ])
 def test_chat_template_misuse(args, message):
     out = run_cli("generate", "-p", "Hi", "-n", "1", *args)
-    assert out.returncode == 1 and message in out.stderr, out.stderr
+    assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
 def test_long_options_are_not_taken_by_a_prefix():
     out = run_cli("generate", "--chat", "-p", "Hi", "-n", "1", "--chat-temp", "x.jinja")
     assert out.returncode == 2 and "unrecognized arguments: --chat-temp" in out.stderr
+    # llama-server's -n: argparse called it "ambiguous" (-ngl and -np start with it)
+    short = run_cli("serve", "-n", "128")
+    assert short.returncode == 2
+    assert "infer serve: error: unrecognized option -n; see infer serve --help" in short.stderr
 
 
 def test_gpu_layers_are_accepted_and_ignored_with_a_warning(tiny):
@@ -151,10 +155,10 @@ def test_system_prompt_as_llama_cli_spells_it(tiny):
     assert outs[0].stdout == outs[1].stdout == outs[2].stdout != none.stdout
 
 
-@pytest.mark.parametrize("option", ["-ctv", "-np", "-ctk", "-tb", "-fa", "-mli", "-sysf", "-jinja"])
+@pytest.mark.parametrize("option", ["-ctv", "-np", "-ctk", "-tb", "-nkvo", "-mli", "-sysf", "-jinja"])
 def test_unknown_single_dash_options_are_named(option):
-    """-ctv is not -c tv, -np not -n p, -ctk not -c tk, -tb not -t b, -fa not -f a,
-    -mli not -m li, -sysf not -s ysf, -jinja not -j inja."""
+    """-ctv is not -c tv, -np not -n p, -ctk not -c tk, -tb not -t b, -nkvo not -n kvo,
+    -mli not -m li, -sysf not -s ysf, -jinja not -j inja (-fa is an option now)."""
     out = run_cli("generate", "-p", "Hi", option, "4")
     assert out.returncode == 2
     assert f"error: unrecognized option {option} (it is not {option[:2]} {option[2:]})" in out.stderr
@@ -248,7 +252,7 @@ def test_tokenize_reads_a_file_and_stdin_verbatim_as_llama_tokenize(tmp_path, da
         assert out.returncode == 0, out.stderr
         assert out.stdout == want, args
     both = run_cli_bytes("tokenize", "--stdin", "-p", "x", stdin=b"y")
-    assert both.returncode == 1 and b"--stdin: the text comes from stdin alone" in both.stderr
+    assert both.returncode == 2 and b"--stdin: the text comes from stdin alone" in both.stderr
 
 
 def test_repeat_last_n_minus_one_is_the_context_size(tiny):
@@ -266,7 +270,7 @@ def test_repeat_last_n_minus_one_is_the_context_size(tiny):
     assert chat[0].returncode == 0, chat[0].stderr
     assert chat[0].stdout == chat[1].stdout
     bad = run_cli("generate", "-m", tiny, "-p", "x", "--repeat-last-n", "-2")
-    assert bad.returncode == 1
+    assert bad.returncode == 2
     assert "--repeat-last-n: must be >= 0, or -1 for the whole context, got -2" in bad.stderr
 
 
@@ -287,7 +291,7 @@ def test_perplexity_with_no_chunks_is_refused_not_nan(tiny, tmp_path):
     text = tmp_path / "text.txt"
     text.write_text("The quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
     out = run_cli("perplexity", "-m", tiny, "-f", str(text), "-c", "32", "--chunks", "0")
-    assert out.returncode == 1 and "nan" not in out.stdout
+    assert out.returncode == 2 and "nan" not in out.stdout
     assert out.stderr == "infer: error: --chunks: must be >= 1, or -1 for all of them, got 0\n"
     every = run_cli("perplexity", "-m", tiny, "-f", str(text), "-c", "32", "--chunks", "-1", "-t", "1")
     assert every.returncode == 0, every.stderr
@@ -391,7 +395,7 @@ def test_p_processes_escapes_as_llama_cpps_tools_do():
     assert ids("--no-escape", "-p", r"Q:\tA\nB") == literal
     assert ids(r"Q:\tA\nB") == literal  # the argument is taken as it is
     bad = run_cli("tokenize", "-p", r"\xff")
-    assert bad.returncode == 1 and "-p: its \\x escapes do not make UTF-8 text" in bad.stderr
+    assert bad.returncode == 2 and "-p: its \\x escapes do not make UTF-8 text" in bad.stderr
 
 
 def test_generate_p_with_escapes_is_the_prompt_with_those_characters(tiny):
@@ -427,10 +431,10 @@ def test_conversation_flag_and_default_threads_as_llama_cli(tiny):
             for flags in ([], ["-cnv"], ["--conversation"])]
     assert all(c.returncode == 0 for c in chat) and chat[0].stdout == chat[1].stdout == chat[2].stdout
     refused = run_cli("generate", "-m", tiny, "-p", "hi", "-cnv")
-    assert refused.returncode == 1 and "-cnv: a conversation is `infer chat`" in refused.stderr
+    assert refused.returncode == 2 and "-cnv: a conversation is `infer chat`" in refused.stderr
     common = ("generate", "-m", tiny, "-p", "The quick brown fox", "--temp", "0", "-n", "5")
     default, minus_one = run_cli(*common), run_cli(*common, "-t", "-1")
     assert minus_one.returncode == 0, minus_one.stderr
     assert minus_one.stdout == default.stdout
     bad = run_cli(*common, "-t", "-2")
-    assert bad.returncode == 1 and "--threads: must be >= 1, or -1 for the default, got -2" in bad.stderr
+    assert bad.returncode == 2 and "--threads: must be >= 1, or -1 for the default, got -2" in bad.stderr

@@ -108,9 +108,12 @@ def test_prompt_from_stdin_and_from_a_file(model, tmp_path):
     out = run_cli("generate", "-f", str(path), "--temp", "0", "-n", "8")
     assert out.returncode == 0 and out.stdout == want
     both = run_cli("generate", "x", "-f", str(path))
-    assert both.returncode == 1 and "not both" in both.stderr
+    assert both.returncode == 2 and "not both" in both.stderr
+    # -f beside -p was dropped without a word
+    both = run_cli("generate", "-p", "x", "-f", str(path))
+    assert both.returncode == 2 and "either with -p or with -f, not both" in both.stderr
     none = run_cli("generate")
-    assert none.returncode == 1 and "no prompt" in none.stderr
+    assert none.returncode == 2 and "no prompt" in none.stderr
 
 
 @needs_model
@@ -181,11 +184,11 @@ def test_model_names_and_the_model_option_everywhere():
     positional = run_cli("info", "smollm2", "--json")
     assert json.loads(positional.stdout)["path"] == MODEL
     both = run_cli("info", MODEL, "--model", "smollm2")
-    assert both.returncode == 1 and "not both" in both.stderr
+    assert both.returncode == 2 and "not both" in both.stderr
     q = run_cli("quantize", "--model", "/nonexistent.gguf", "out.gguf", "--type", "q8_0")
     assert q.returncode == 1 and "--model: /nonexistent.gguf is not a file" in q.stderr
     q = run_cli("quantize", "--type", "q8_0")
-    assert q.returncode == 1 and "usage: infer quantize INPUT OUTPUT" in q.stderr
+    assert q.returncode == 2 and "usage: infer quantize INPUT OUTPUT" in q.stderr
 
 
 def test_gemma3_by_name_warns_that_it_looks_like_a_base_model():

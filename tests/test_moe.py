@@ -22,7 +22,8 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import cosines, recorded_logits, recording, tiny_file
+from family_checks import (assert_batched_equals_alone, assert_scheduler_batches_like_alone, cosines, recorded_logits,
+                           recording, tiny_file)
 from reference.numpy_families import reference
 from scripted import GreedySampler
 
@@ -163,70 +164,16 @@ def test_batched_decode_equals_one_at_a_time(name, python, tiny_dir):
     starts = [prompt[:5], prompt[20:61], prompt[100:117]]
     n_steps = 12
     with infer.load(tiny_file(name, tiny_dir)) as model:
-        alone = []
-        for s in starts:
-            ctx = model.engine.create_context(n_ctx=t.n_ctx, sampler=GreedySampler())
-            ctx.prefill(s)
-            rows, toks = [], []
-            for _ in range(n_steps):
-                tok = int(np.argmax(ctx.logits))
-                toks.append(tok)
-                ctx.prefill([tok])
-                rows.append(ctx.logits.copy())
-            alone.append((toks, np.array(rows)))
-        ctxs = [model.engine.create_context(n_ctx=t.n_ctx, sampler=GreedySampler()) for _ in starts]
-        for ctx, s in zip(ctxs, starts):
-            ctx.prefill(s)
-            ctx.fused_decode = not python
-        together = [([], []) for _ in starts]
-        for _ in range(n_steps):
-            toks = np.array([int(np.argmax(c.logits)) for c in ctxs], np.int32)
-            model.engine.forward_batch(ctxs, toks, [len(c.tokens) for c in ctxs])
-            for i, c in enumerate(ctxs):
-                c.tokens.append(int(toks[i]))
-                together[i][0].append(int(toks[i]))
-                together[i][1].append(c.logits.copy())
-    for (toks_a, rows_a), (toks_b, rows_b) in zip(alone, together):
-        assert toks_a == toks_b
-        np.testing.assert_array_equal(rows_a, np.array(rows_b))
+        assert_batched_equals_alone(model.engine, starts, n_steps, t.n_ctx, fused=not python)
 
 
 def test_the_server_scheduler_decodes_them_together(tiny_dir):
     """`infer serve`'s scheduler: four requests decoded together (batched steps
     through Engine.forward_batch) give each the greedy tokens it gets alone."""
-    import threading
-
-    from infer.generate import generate
-    from infer.serve.scheduler import Scheduler
-
     prompt = tm.prompt("qwen3moe")
     prompts = [[int(t) for t in prompt[i * 30:i * 30 + 7 + 5 * i]] for i in range(4)]
     with infer.load(tiny_file("qwen3moe", tiny_dir)) as model:
-        alone = []
-        for p in prompts:
-            ctx = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
-            alone.append(list(generate(model, p, context=ctx, max_tokens=10)))
-        sched = Scheduler(model, n_slots=4, n_ctx=256)
-        try:
-            out = [None] * 4
-            handles = [sched.open() for _ in prompts]
-
-            def work(i):
-                handles[i].sampler = GreedySampler()
-                try:
-                    out[i] = list(generate(model, prompts[i], context=handles[i], max_tokens=10))
-                finally:
-                    handles[i].close()
-
-            threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(timeout=120)
-            assert max(sched.stats.batch_sizes) > 1   # some steps ran several requests at once
-        finally:
-            sched.close()
-    assert out == alone
+        assert_scheduler_batches_like_alone(model, prompts, 256, 10)
 
 
 def test_generate_and_chat_run(tiny_dir):

@@ -320,6 +320,7 @@ def test_bad_requests_get_openai_errors(smol):
     status, _, body = request(base, "GET", "/v1/nowhere")
     assert status == 404 and "error" in body
     assert request(base, "GET", "/health")[2]["status"] == "ok"
+    assert request(base, "GET", "/v1/health")[2]["status"] == "ok"  # llama-server's other spelling
 
 
 def test_structured_output_and_logprobs_through_the_official_client(smol):
@@ -621,7 +622,35 @@ def test_cors_is_off_by_default_and_on_when_asked():
 def test_cli_rejects_bad_options():
     out = subprocess.run([sys.executable, "-m", "infer", "serve", "--parallel", "0"], cwd=IMPORT_ROOT,
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 1 and "--parallel: must be >= 1" in out.stderr
+    assert out.returncode == 2 and "--parallel: must be >= 1" in out.stderr
+
+
+MOOD_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "<|im_start|>assistant\n{% if mood is defined %}I am {{ mood }}. {% endif %}")
+
+
+def test_chat_template_kwargs_from_the_command_line(smol, tmp_path):
+    """llama-server's --chat-template-kwargs: every chat request renders with them, a
+    request's own chat_template_kwargs win key by key.  The reference is the prompt
+    written out by hand, continued greedily by create_completion in this process."""
+    model, _ = smol
+    path = tmp_path / "mood.jinja"
+    path.write_text(MOOD_TEMPLATE, encoding="utf-8")
+    turn = "<|im_start|>user\nHow are you?<|im_end|>\n<|im_start|>assistant\n"
+
+    def by_hand(mood):
+        return model.create_completion(turn + f"I am {mood}. ", max_tokens=6, temperature=0,
+                                       context=model.create_context())["choices"][0]["text"]
+    messages = [{"role": "user", "content": "How are you?"}]
+    with cli_server("--chat-template-file", str(path), "--chat-template-kwargs", '{"mood": "happy"}') as (base, _):
+        default = client(base).chat.completions.create(model="any", messages=messages, max_tokens=6, temperature=0)
+        own = client(base).chat.completions.create(model="any", messages=messages, max_tokens=6, temperature=0,
+                                                   extra_body={"chat_template_kwargs": {"mood": "sad"}})
+    assert default.choices[0].message.content == by_hand("happy") != by_hand("sad")
+    assert own.choices[0].message.content == by_hand("sad")
+    bad = subprocess.run([sys.executable, "-m", "infer", "serve", "--chat-template-kwargs", '["x"]'],
+                         cwd=IMPORT_ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--chat-template-kwargs: expected a JSON object, got list" in bad.stderr
 
 
 def test_malformed_bodies():

@@ -27,6 +27,42 @@ from .template import HARMONY, HARMONY_TOKENS, MINISTRAL, QWEN3_CODER, Chat, che
 #: of turn (a base model, say) stops here rather than when a long context is full
 DEFAULT_MAX_TOKENS = 1024
 
+#: the arguments of a tool that gives no ``parameters``: OpenAI reads an omitted
+#: ``parameters`` as an empty parameter list, so a forced call of it writes ``{}``
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def parameters_of(tool: Message) -> Any:
+    """The JSON Schema of a tool's arguments, as a forced call is constrained to it."""
+    params = tool.get("parameters")
+    if params is None:
+        return NO_PARAMETERS
+    return params or {"type": "object"}
+
+
+def _is_local(ref: Any) -> bool:
+    """A JSON pointer into the same schema: "#" (the whole) or "#/..."."""
+    return isinstance(ref, str) and (ref == "#" or ref.startswith("#/"))
+
+
+def _has_local_ref(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        return _is_local(ref) or any(_has_local_ref(v) for v in schema.values())
+    return isinstance(schema, list) and any(_has_local_ref(v) for v in schema)
+
+
+def _rebased(schema: Any, base: str) -> Any:
+    """``schema`` with its local references ("#", "#/...") pointing below ``base``, the
+    place it takes inside a larger schema."""
+    if isinstance(schema, dict):
+        return {key: base + value[1:] if key == "$ref" and _is_local(value) else _rebased(value, base)
+                for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_rebased(value, base) for value in schema]
+    return schema
+
+
 class ChatSession:
     """A multi-turn conversation over one Context.
 
@@ -347,11 +383,24 @@ class ChatSession:
         think = f'{self._literal(close_thinking)} "\\n\\n" ' if close_thinking else ""
         if self.chat.call_format in (QWEN3_CODER, HARMONY, MINISTRAL):
             return Grammar.lark(f"start: {think}{self._format_call_grammar(tools)}")
+        # A tool's local references ("#/$defs/X", as pydantic writes them) point into its
+        # own parameters: moved under the call's schema, those go to $defs/toolI, and the
+        # references with them (they failed: "Pointer '/$defs/X' does not exist").
+        definitions: dict[str, Any] = {}
+        arguments = []
+        for i, t in enumerate(tools):
+            params = parameters_of(t)
+            if _has_local_ref(params):
+                definitions[f"tool{i}"] = _rebased(params, f"#/$defs/tool{i}")
+                params = {"$ref": f"#/$defs/tool{i}"}
+            arguments.append(params)
         calls = [{"type": "object", "properties": {
             "name": {"const": t["name"]},
-            "arguments": t.get("parameters") or {"type": "object"}},
-            "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
+            "arguments": args},
+            "required": ["name", "arguments"], "additionalProperties": False} for t, args in zip(tools, arguments)]
         schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+        if definitions:
+            schema = {**schema, "$defs": definitions}
         markers = self.chat.tool_call_markers
         if markers is None:
             if not think:
@@ -370,7 +419,7 @@ class ChatSession:
 
         rules = []
         for i, tool in enumerate(tools):
-            params = tool.get("parameters") or {"type": "object"}
+            params = parameters_of(tool)
             name = json.dumps(tool["name"])
             if self.chat.call_format == HARMONY:
                 rules.append(f"tool{i}: {name} \" \" {self._literal('<|constrain|>')} \"json\" "

@@ -2,7 +2,9 @@
 
 Each subcommand is one module of this package with a `register(subparsers)`
 function that adds its parser and sets `func`; `main()` only parses and runs.
-Errors print one line on stderr (a traceback with --verbose).
+Errors print one line on stderr (a traceback with --verbose); the exit status is 2
+for a bad flag, value or combination of flags (as argparse's own errors), 1 for a
+failure of a run whose flags were fine (a missing file, a model infer refuses).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 from . import bench, chat, embed, generate, info, perplexity, quantize, serve, tokenize
 from .chat import _CHAT_HELP  # noqa: F401  (the tests read the chat help text)
-from .common import CLIError, SubcommandParser  # noqa: F401
+from .common import CLIError, SubcommandParser, UsageError  # noqa: F401
 
 #: the subcommands, in the order `infer --help` lists them
 COMMANDS = (info, quantize, generate, chat, tokenize, bench, serve, perplexity, embed)
@@ -60,6 +62,11 @@ def _run(args: argparse.Namespace) -> int:
         except (OSError, ValueError):
             pass
         return 0
+    except UsageError as exc:
+        if args.verbose:
+            raise
+        print(f"infer: error: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # one clear line unless --verbose
         if args.verbose:
             raise

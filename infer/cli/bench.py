@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import CLIError, add_gpu_layers_arg, add_model_arg, load_model, resolve_model
+from .common import UsageError, add_gpu_layers_arg, add_model_arg, load_model, resolve_model
 
 
 def _mean_sd(xs: list[float]) -> tuple[float, float]:
@@ -76,9 +76,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .. import kernels
 
     if min(args.n_prompt) < 0 or min(args.n_gen) < 0 or args.repetitions < 1:
-        raise CLIError("-p/-g must be >= 0 and -r >= 1")
+        raise UsageError("-p/-g must be >= 0 and -r >= 1")
     if args.threads is not None and min(args.threads) < 1:
-        raise CLIError(f"--threads: must be >= 1, got {min(args.threads)}")
+        raise UsageError(f"--threads: must be >= 1, got {min(args.threads)}")
     thread_counts = args.threads
     # one model for every thread count, loaded with the first
     with load_model(argparse.Namespace(**{**vars(args), "threads": thread_counts and thread_counts[0]})) as model:
@@ -111,6 +111,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
             theirs = {(threads, key, n): _bench_llama_cpp(path, threads, n if key == "pp" else 0,
                                                           n if key == "tg" else 0, args.repetitions, tokens)[key]
                       for threads, key, n in tests}
+    if args.output != "md":
+        import os
+
+        filename = os.path.basename(resolve_model(args.model))
+        records = [_record(filename, name, size, params, engine_name, test, res[test])
+                   for engine_name, res in (("infer", ours), ("llama-cpp-python", theirs)) if res is not None
+                   for test in tests]
+        _print_records(records, args.output)
+        if theirs is None and not args.no_llama_cpp:
+            print(f"({missing}: no llama-cpp-python comparison)", file=sys.stderr)
+        return 0
     rows = [("| model | size | params | backend | threads | test | t/s |"),
             ("| --- | ---: | ---: | --- | ---: | --- | ---: |")]
     for engine_name, res in (("infer", ours), ("llama-cpp-python", theirs)):
@@ -129,6 +140,37 @@ def cmd_bench(args: argparse.Namespace) -> int:
     elif not args.no_llama_cpp:
         print(f"({missing}: no llama-cpp-python comparison)", file=sys.stderr)
     return 0
+
+
+def _record(filename: str, model_type: str, size: int, params: int, backend: str, test: tuple[int, str, int],
+            rates: list[float]) -> dict[str, Any]:
+    """One test as llama-bench's json, jsonl and csv printers name its fields (those
+    that apply to infer; llama-bench's stdev is the sample one, as _mean_sd's)."""
+    threads, key, n = test
+    samples_ns = [round(n / rate * 1e9) for rate in rates]
+    avg_ns, sd_ns = _mean_sd([float(x) for x in samples_ns])
+    avg_ts, sd_ts = _mean_sd(rates)
+    return {"model_filename": filename, "model_type": model_type, "model_size": int(size),
+            "model_n_params": int(params), "backends": backend, "n_threads": threads,
+            "n_prompt": n if key == "pp" else 0, "n_gen": n if key == "tg" else 0, "n_depth": 0,
+            "avg_ns": round(avg_ns), "stddev_ns": round(sd_ns), "avg_ts": avg_ts, "stddev_ts": sd_ts,
+            "samples_ns": samples_ns, "samples_ts": rates}
+
+
+def _print_records(records: list[dict[str, Any]], output: str) -> None:
+    import csv
+    import json
+
+    if output == "json":
+        print(json.dumps(records, indent=2))
+    elif output == "jsonl":
+        for record in records:
+            print(json.dumps(record))
+    else:  # csv: the samples lists are not columns there
+        fields = [k for k in records[0] if not k.startswith("samples_")] if records else []
+        writer = csv.DictWriter(sys.stdout, fields, extrasaction="ignore", quoting=csv.QUOTE_ALL, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
 
 
 def _int_list(text: str) -> list[int]:
@@ -153,6 +195,8 @@ def register(sub: Any) -> None:
                    help="tokens of the generation test (-n as in llama-bench); a list as for -p")
     p.add_argument("-r", "--repetitions", type=int, default=3, help="runs of each test")
     p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama-cpp-python comparison")
+    p.add_argument("-o", "--output", choices=("md", "json", "jsonl", "csv"), default="md",
+                   help="output format, as llama-bench's -o (its field names)")
     add_model_arg(p)
     p.add_argument("--threads", "-t", type=_int_list, default=None, metavar="N[,N...]",
                    help="kernel threads; a list runs every test with each (default: physical cores)")

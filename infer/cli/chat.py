@@ -5,8 +5,8 @@ import argparse
 import sys
 from typing import Any, Iterator, TextIO
 
-from .common import (CLIError, add_model_args, add_sampling_args, add_template_args, ctx_size, load_model, max_tokens,
-                     sampling, utf8_text, with_context_size)
+from .common import (CLIError, UsageError, add_llama_tuning_args, add_model_args, add_sampling_args, add_template_args,
+                     chat_template_kwargs, ctx_size, load_model, max_tokens, sampling, utf8_text, with_context_size)
 
 
 _CHAT_HELP = """commands: /reset (forget the conversation), /system TEXT (new system prompt, and reset),
@@ -111,15 +111,16 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     limit = max_tokens(args, least=1)
     if args.keep is not None and args.keep < -1:
-        raise CLIError(f"--keep: must be >= 0, or -1 for the system prompt, got {args.keep}")
+        raise UsageError(f"--keep: must be >= 0, or -1 for the system prompt, got {args.keep}")
     params = sampling(args)
+    template_kwargs = chat_template_kwargs(args)
     out = sys.stdout
     interactive = sys.stdin.isatty()
     model = load_model(args)
     try:
         params = with_context_size(params, ctx_size(args) or model.engine.max_seq_len)
         session = ChatSession(model, system=args.system, max_tokens=limit, trim_history=True,
-                              n_keep=args.keep, n_ctx=ctx_size(args), **params)
+                              n_keep=args.keep, n_ctx=ctx_size(args), template_kwargs=template_kwargs, **params)
         try:  # a template that cannot render a plain turn would fail every line: stop now
             session.chat.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
         except ChatTemplateError as exc:
@@ -167,6 +168,7 @@ def register(sub: Any) -> None:
                    help="when the context fills, keep the first N tokens (-1: the system prompt) and drop "
                         "half of the rest, as llama.cpp's --keep does (default: drop the oldest turns)")
     add_model_args(p)
+    add_llama_tuning_args(p)
     add_template_args(p)
     add_sampling_args(p)
     p.set_defaults(func=cmd_chat)

@@ -12,6 +12,11 @@ class CLIError(Exception):
     """An error to show the user as one line (exit status 1)."""
 
 
+class UsageError(CLIError):
+    """A bad flag value or combination, found before any work: one line and exit
+    status 2, as argparse gives for an unknown flag or a value of the wrong type."""
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's help ends with its default, unless the help already says it
     (a None default needs words: "default: physical cores"); flags need none."""
@@ -25,8 +30,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 class SubcommandParser(argparse.ArgumentParser):
-    """The parser of one subcommand: defaults in its help, and ``-v`` accepted after
-    the subcommand as well as before it."""
+    """The parser of one subcommand: defaults in its help, ``-v`` accepted after the
+    subcommand as well as before it, and llama.cpp's ``--log-disable``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
@@ -37,6 +42,10 @@ class SubcommandParser(argparse.ArgumentParser):
         # SUPPRESS: without -v here, `infer -v generate` keeps the -v given before it
         self.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
                           help="show tracebacks and logs")
+        # llama.cpp's tools take it (llama-tokenize's examples end with it); the only
+        # log it silences here is tokenize's vocabulary line
+        self.add_argument("--log-disable", action="store_true", default=argparse.SUPPRESS,
+                          help="as llama.cpp's tools take it: no log lines (tokenize's vocabulary line)")
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         for arg in args if args is not None else sys.argv[1:]:
@@ -51,6 +60,9 @@ class SubcommandParser(argparse.ArgumentParser):
         options), then blames -n or -c for a bad number, or reads a file named "a".
         Name the option itself instead.  A number glued to its option (-n5, -t1)
         still reads; llama.cpp's tools take no glued text values, nor does infer."""
+        if len(arg) == 2 and arg[0] == "-" and arg[1].isalpha() and arg not in self._option_string_actions:
+            # argparse calls an unknown -n "ambiguous" when -ngl and -np start with it
+            self.error(f"unrecognized option {arg}; see {self.prog} --help")
         if len(arg) < 3 or arg[0] != "-" or not arg[1].isalpha() or "=" in arg or \
                 arg in self._option_string_actions:
             return
@@ -112,6 +124,30 @@ def add_gpu_layers_arg(p: argparse.ArgumentParser) -> None:
                    help="accepted for llama.cpp compatibility and ignored: infer runs on the CPU (default: none)")
 
 
+#: the values llama.cpp takes for -fa and --reasoning (common_arg_utils: is_truthy, is_falsey, is_autoy)
+ON_OFF_AUTO = ("on", "enabled", "true", "1", "off", "disabled", "false", "0", "auto", "-1")
+
+
+def add_llama_tuning_args(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's attention and batch-size knobs, which its users type out of habit
+    (`-fa on -b 2048`): accepted so that such a command line runs, and ignored with a
+    warning, as --n-gpu-layers is.  They change speed and memory there, not the text."""
+    p.add_argument("--flash-attn", "-fa", metavar="on|off|auto", default=None, choices=ON_OFF_AUTO,
+                   help="accepted for llama.cpp compatibility and ignored: infer has one attention kernel "
+                        "(default: none)")
+    for flags in (("--batch-size", "-b"), ("--ubatch-size", "-ub")):
+        p.add_argument(*flags, type=int, metavar="N", default=None,
+                       help="accepted for llama.cpp compatibility and ignored: infer sizes its own batches "
+                            "(default: none)")
+
+
+def warn_ignored_tuning(args: argparse.Namespace) -> None:
+    given = [flag for flag, name in (("--flash-attn", "flash_attn"), ("--batch-size", "batch_size"),
+                                     ("--ubatch-size", "ubatch_size")) if getattr(args, name, None) is not None]
+    if given:
+        warn(f"{', '.join(given)}: ignored; infer chooses its own attention kernel and batch sizes")
+
+
 def add_template_args(p: argparse.ArgumentParser) -> None:
     """llama-server's template options: a built-in template's name or a template's
     text, a template file, either replacing the GGUF's; and --jinja, accepted as a
@@ -123,6 +159,16 @@ def add_template_args(p: argparse.ArgumentParser) -> None:
                         "(chatml, llama3, gemma, gemma4) or the jinja2 template itself (default: the GGUF's own)")
     p.add_argument("--chat-template-file", metavar="FILE", default=None,
                    help="jinja2 chat template to use instead of the model's (default: the GGUF's own)")
+    p.add_argument("--chat-template-kwargs", metavar="JSON", default=None,
+                   help="extra template variables as a JSON object, as llama-server takes them "
+                        "('{\"enable_thinking\": false}'); a request's own chat_template_kwargs win "
+                        "(default: none)")
+    p.add_argument("--reasoning", "-rea", metavar="on|off|auto", default=None, choices=ON_OFF_AUTO,
+                   help="thinking in the chat, as llama.cpp's --reasoning: on or off sets the template's "
+                        "enable_thinking (Qwen3, SmolLM3, ...), auto leaves it to the template (default: auto)")
+    p.add_argument("--reasoning-budget", metavar="N", type=int, default=None,
+                   help="llama.cpp's thinking budget: only -1 (unrestricted) is supported; "
+                        "--reasoning off turns thinking off (default: -1)")
     p.add_argument("--jinja", action="store_true",
                    help="accepted for llama-server compatibility: templates are always jinja2")
 
@@ -159,9 +205,11 @@ def load_model(args: argparse.Namespace) -> Any:
     if args.threads == -1:  # llama.cpp's default: as many as the machine has
         args.threads = None
     if args.threads is not None and args.threads < 1:
-        raise CLIError(f"--threads: must be >= 1, or -1 for the default, got {args.threads}")
+        raise UsageError(f"--threads: must be >= 1, or -1 for the default, got {args.threads}")
     if getattr(args, "n_gpu_layers", None) not in (None, "0"):
         warn("infer runs on the CPU: --n-gpu-layers is ignored")  # as a CPU-only llama.cpp build says
+    if "ubatch_size" in args:  # the commands that take add_llama_tuning_args
+        warn_ignored_tuning(args)
     path = resolve_model(args.model)
     template = read_chat_template(args)
     show = sys.stderr.isatty()
@@ -180,7 +228,7 @@ def read_chat_template(args: argparse.Namespace) -> Optional[str]:
     given = getattr(args, "chat_template", None)
     name = getattr(args, "chat_template_file", None)
     if given is not None and name is not None:
-        raise CLIError("--chat-template and --chat-template-file: one or the other")
+        raise UsageError("--chat-template and --chat-template-file: one or the other")
     if given is not None:
         from ..chat import FALLBACK_TEMPLATES  # imports jinja2: only when a template is given
 
@@ -189,7 +237,7 @@ def read_chat_template(args: argparse.Namespace) -> Optional[str]:
         # llama.cpp takes any other value as the template itself; a bare word is a
         # misspelt name far more often than a template that prints one constant.
         if "{{" not in given and "{%" not in given:
-            raise CLIError(f"--chat-template: {given!r} is neither a built-in template ("
+            raise UsageError(f"--chat-template: {given!r} is neither a built-in template ("
                            + ", ".join(FALLBACK_TEMPLATES) + ") nor a jinja2 template")
         return str(given)
     if name is None:
@@ -202,6 +250,36 @@ def read_chat_template(args: argparse.Namespace) -> Optional[str]:
     if not text.strip():
         raise CLIError(f"--chat-template-file: {name} is empty")
     return text
+
+
+def chat_template_kwargs(args: argparse.Namespace) -> Optional[dict[str, Any]]:
+    """The object of --chat-template-kwargs (None without it); UsageError if it is not a
+    JSON object or sets a variable the request and the model set (messages, tools, ...)."""
+    import json
+
+    budget = getattr(args, "reasoning_budget", None)
+    if budget is not None and budget != -1:
+        raise UsageError(f"--reasoning-budget: only -1 (no budget) is supported, got {budget}; "
+                         "--reasoning off turns thinking off")
+    # llama.cpp's --reasoning on/off is its default template kwarg enable_thinking
+    reasoning = getattr(args, "reasoning", None)
+    thinking = {} if reasoning is None or reasoning in ("auto", "-1") else \
+        {"enable_thinking": reasoning in ("on", "enabled", "true", "1")}
+    given = getattr(args, "chat_template_kwargs", None)
+    if given is None:
+        return thinking or None
+    try:
+        value = json.loads(given)
+    except ValueError as exc:
+        raise UsageError(f"--chat-template-kwargs: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--chat-template-kwargs: expected a JSON object, got {type(value).__name__}")
+    from ..chat.template import TEMPLATE_VARIABLES
+
+    reserved = sorted(set(value) & set(TEMPLATE_VARIABLES))
+    if reserved:
+        raise UsageError(f"--chat-template-kwargs: {reserved[0]!r} is set from the conversation and the model")
+    return {**thinking, **value}
 
 
 def utf8_text(text: str, what: str) -> str:
@@ -229,7 +307,7 @@ def read_stdin() -> str:
 
 def ctx_size(args: argparse.Namespace) -> Optional[int]:
     if args.ctx_size is not None and args.ctx_size < 0:
-        raise CLIError(f"--ctx-size: must be >= 0, got {args.ctx_size}")
+        raise UsageError(f"--ctx-size: must be >= 0, got {args.ctx_size}")
     return args.ctx_size or None
 
 
@@ -239,7 +317,7 @@ def max_tokens(args: argparse.Namespace, least: int = 0) -> Optional[int]:
     if args.max_tokens == -1:
         return None
     if args.max_tokens < least:
-        raise CLIError(f"--max-tokens: must be >= {least}, or -1 for no limit, got {args.max_tokens}")
+        raise UsageError(f"--max-tokens: must be >= {least}, or -1 for no limit, got {args.max_tokens}")
     return int(args.max_tokens)
 
 
@@ -267,16 +345,33 @@ def sampling(args: argparse.Namespace) -> dict[str, Any]:
     """The sampler's options; a repeat_last_n of -1 (llama.cpp: the context size) is
     left for `with_context_size` to resolve once the context size is known."""
     if args.seed < -1:
-        raise CLIError(f"--seed: must be >= 0, or -1 for a random seed, got {args.seed}")
+        raise UsageError(f"--seed: must be >= 0, or -1 for a random seed, got {args.seed}")
     if args.repeat_last_n < -1:
-        raise CLIError(f"--repeat-last-n: must be >= 0, or -1 for the whole context, got {args.repeat_last_n}")
+        raise UsageError(f"--repeat-last-n: must be >= 0, or -1 for the whole context, got {args.repeat_last_n}")
     params = dict(temperature=max(args.temp, 0.0), top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                   repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
                   seed=None if args.seed == -1 else args.seed)
     for name in ("presence_penalty", "frequency_penalty"):  # given only when used: 0 is the sampler's default
         if getattr(args, name, 0.0):
             params[name] = getattr(args, name)
+    _check_sampling(params)
     return params
+
+
+#: the flag of each sampler option whose name differs from it
+_SAMPLER_FLAGS = {"temperature": "--temp"}
+
+
+def _check_sampling(params: dict[str, Any]) -> None:
+    """UsageError, naming the flag, for a value the Sampler refuses (--top-p 2), before
+    the model loads rather than as a failure once it has."""
+    from ..sampler import Sampler
+
+    try:
+        Sampler(**dict(params, repeat_last_n=max(params["repeat_last_n"], 0), seed=0))
+    except (TypeError, ValueError) as exc:
+        name, _, reason = str(exc).partition(": ")
+        raise UsageError(f"{_SAMPLER_FLAGS.get(name, '--' + name.replace('_', '-'))}: {reason}") from None
 
 
 def with_context_size(params: dict[str, Any], n_ctx: int) -> dict[str, Any]:

@@ -5,7 +5,7 @@ import argparse
 import json
 from typing import Any
 
-from .common import CLIError, add_model_args, load_model, read_stdin
+from .common import CLIError, UsageError, add_model_args, load_model, read_stdin
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
@@ -23,7 +23,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
                 raise CLIError(f"{args.file} is not UTF-8 text") from None
         texts += [line for line in content.splitlines() if line.strip()]
     if not texts:
-        raise CLIError("embed: give TEXT arguments or --file")
+        raise UsageError("embed: give TEXT arguments or --file")
     with load_model(args) as model:
         vectors = model.embed(texts, pooling=args.pooling, normalize=not args.no_normalize)
     for vec in vectors:

@@ -6,8 +6,9 @@ import os
 import sys
 from typing import Any
 
-from .common import (CLIError, add_model_args, add_sampling_args, add_template_args, check_ctx_size, ctx_size,
-                     load_model, max_tokens, read_stdin, sampling, with_context_size)
+from .common import (CLIError, UsageError, add_llama_tuning_args, add_model_args, add_sampling_args, add_template_args,
+                     chat_template_kwargs, check_ctx_size, ctx_size, load_model, max_tokens, read_stdin, sampling,
+                     with_context_size)
 
 
 def read_prompt(args: argparse.Namespace, verbatim: bool = False) -> str:
@@ -18,11 +19,13 @@ def read_prompt(args: argparse.Namespace, verbatim: bool = False) -> str:
     strip = (lambda text: text) if verbatim else _without_final_newline
     if args.prompt_option is not None:  # -p, as llama-cli takes it
         if args.prompt is not None:
-            raise CLIError("give the prompt either as an argument or with -p, not both")
+            raise UsageError("give the prompt either as an argument or with -p, not both")
+        if args.file is not None:  # llama.cpp's later flag would win; here -f was silently dropped
+            raise UsageError("give the prompt either with -p or with -f, not both")
         return process_escapes(args.prompt_option) if args.escape else str(args.prompt_option)
     if args.file is not None:
         if args.prompt is not None:
-            raise CLIError("give the prompt either as an argument or with -f, not both")
+            raise UsageError("give the prompt either as an argument or with -f, not both")
         try:
             with open(args.file, encoding="utf-8", newline="" if verbatim else None) as f:
                 return strip(f.read())
@@ -31,7 +34,7 @@ def read_prompt(args: argparse.Namespace, verbatim: bool = False) -> str:
         except UnicodeDecodeError:
             raise CLIError(f"-f: {args.file} is not UTF-8 text") from None
     if args.prompt is None:
-        raise CLIError("no prompt: give it as an argument, '-' to read stdin, or -f FILE")
+        raise UsageError("no prompt: give it as an argument, '-' to read stdin, or -f FILE")
     if args.prompt == "-":
         return strip(read_stdin())
     return str(args.prompt)
@@ -80,7 +83,7 @@ def process_escapes(text: str) -> str:
     try:
         return out.decode("utf-8")
     except UnicodeDecodeError:
-        raise CLIError("-p: its \\x escapes do not make UTF-8 text (--no-escape takes the text as it is)") from None
+        raise UsageError("-p: its \\x escapes do not make UTF-8 text (--no-escape takes the text as it is)") from None
 
 
 def _without_final_newline(text: str) -> str:
@@ -94,18 +97,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     t_start = time.perf_counter()
     if args.conversation:
-        raise CLIError("-cnv: a conversation is `infer chat` (same options); --chat here wraps one prompt as a turn")
+        raise UsageError("-cnv: a conversation is `infer chat` (same options); --chat here wraps one prompt as a turn")
     limit = max_tokens(args)
     if args.system is not None and not args.chat:
-        raise CLIError("--system: only with --chat")
-    for flag, value in (("--chat-template", args.chat_template), ("--chat-template-file", args.chat_template_file)):
+        raise UsageError("--system: only with --chat")
+    for flag, value in (("--chat-template", args.chat_template), ("--chat-template-file", args.chat_template_file),
+                        ("--chat-template-kwargs", args.chat_template_kwargs), ("--reasoning", args.reasoning)):
         if value is not None and not args.chat:
-            raise CLIError(f"{flag}: only with --chat")
+            raise UsageError(f"{flag}: only with --chat")
     grammar = _grammar(args)  # a bad schema or grammar fails before the model loads
     if args.special and args.chat:
-        raise CLIError("--special: only without --chat (the chat template's markers are always special)")
+        raise UsageError("--special: only without --chat (the chat template's markers are always special)")
     prompt = read_prompt(args)
     params = sampling(args)
+    template_kwargs = chat_template_kwargs(args) or {}
     with load_model(args) as model:
         tok = model.tokenizer
         if args.chat:
@@ -115,7 +120,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             messages = ([{"role": "system", "content": args.system}] if args.system else [])
             messages.append({"role": "user", "content": prompt})
             # The template writes BOS and the turn markers itself, as text.
-            ids = tok.encode(chat.render(messages, add_generation_prompt=True),
+            ids = tok.encode(chat.render(messages, add_generation_prompt=True, **template_kwargs),
                              add_special=False, parse_special=True)
         else:
             ids = tok.encode(prompt, add_special=True, parse_special=args.special)
@@ -161,7 +166,7 @@ def _grammar(args: argparse.Namespace) -> Any:
     if not given:
         return None
     if len(given) > 1:
-        raise CLIError(f"{given[0][0]} and {given[1][0]}: one or the other")
+        raise UsageError(f"{given[0][0]} and {given[1][0]}: one or the other")
     from ..structured import Grammar
 
     flag, value = given[0]
@@ -201,6 +206,7 @@ def register(sub: Any) -> None:
     p.add_argument("--grammar-file", metavar="FILE", default=None,
                    help="the same, always a file, as llama-cli names it (default: none)")
     add_model_args(p)
+    add_llama_tuning_args(p)
     add_template_args(p)
     add_sampling_args(p)
     p.set_defaults(func=cmd_generate)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import CLIError, add_model_args, load_model
+from .common import CLIError, UsageError, add_model_args, load_model
 
 
 def _read_text(path: str) -> str:
@@ -31,9 +31,9 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
     from .. import perplexity as P
 
     if args.kl_divergence and args.kl_divergence_base:
-        raise CLIError("--kl-divergence and --kl-divergence-base: one or the other")
+        raise UsageError("--kl-divergence and --kl-divergence-base: one or the other")
     if args.chunks == 0:  # no tokens scored: the estimate would be nan +/- nan
-        raise CLIError("--chunks: must be >= 1, or -1 for all of them, got 0")
+        raise UsageError("--chunks: must be >= 1, or -1 for all of them, got 0")
     text = "" if args.kl_divergence else _read_text(args.file)
     n_ctx = args.ctx_size
     t0 = time.perf_counter()
@@ -139,12 +139,12 @@ def register(sub: Any) -> None:
 def _checked(args: argparse.Namespace) -> int:
     if args.file_option is not None:
         if args.file is not None and args.file != args.file_option:
-            raise CLIError(f"perplexity: two text files given ({args.file}, -f {args.file_option})")
+            raise UsageError(f"perplexity: two text files given ({args.file}, -f {args.file_option})")
         args.file = args.file_option
     if args.file is None and not args.kl_divergence:
-        raise CLIError("perplexity: give a text FILE (or --kl-divergence BASE)")
+        raise UsageError("perplexity: give a text FILE (or --kl-divergence BASE)")
     if args.ctx_size < 4:
-        raise CLIError(f"--ctx-size: must be >= 4, got {args.ctx_size}")
+        raise UsageError(f"--ctx-size: must be >= 4, got {args.ctx_size}")
     if args.batch_size < 1:
-        raise CLIError(f"--batch-size: must be >= 1, got {args.batch_size}")
+        raise UsageError(f"--batch-size: must be >= 1, got {args.batch_size}")
     return cmd_perplexity(args)

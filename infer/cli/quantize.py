@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any
 
-from .common import CLIError, add_model_arg, resolve_model
+from .common import UsageError, add_model_arg, resolve_model
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
@@ -15,20 +15,23 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     from ..quant_mixtures import RECIPES
 
     if args.model is not None:  # `quantize --model NAME OUTPUT [TYPE]`: the first positional is the output
-        if args.ftype is None and args.output is not None and args.output.lower() in RECIPES:
+        # `--model NAME OUTPUT TYPE`: a second word that is not a .gguf path is the type,
+        # checked below (a misspelt type was reported as a second input)
+        if args.ftype is None and args.output is not None and (
+                args.output.lower() in RECIPES or not args.output.lower().endswith(".gguf")):
             args.output, args.ftype = None, args.output
         if args.output is not None:
-            raise CLIError("give the input either as INPUT or with --model, not both")
+            raise UsageError("give the input either as INPUT or with --model, not both")
         args.input, args.output = resolve_model(args.model), args.input
     if args.ftype is not None:  # llama-quantize's `INPUT OUTPUT TYPE`
         if args.type is not None and args.type != args.ftype.lower():
-            raise CLIError(f"two types given: --type {args.type} and {args.ftype}")
+            raise UsageError(f"two types given: --type {args.type} and {args.ftype}")
         args.type = args.ftype.lower()
     if args.input is None or args.output is None or args.type is None:
-        raise CLIError("usage: infer quantize INPUT OUTPUT --type TYPE (or INPUT OUTPUT TYPE, "
+        raise UsageError("usage: infer quantize INPUT OUTPUT --type TYPE (or INPUT OUTPUT TYPE, "
                        "or --model NAME OUTPUT --type TYPE)")
     if args.type not in RECIPES:
-        raise CLIError(f"unknown type {args.type!r}; one of {', '.join(RECIPES)}")
+        raise UsageError(f"unknown type {args.type!r}; one of {', '.join(RECIPES)}")
     if args.type in ("q3_k", "q4_k", "q5_k"):
         # llama-quantize's Q3_K, Q4_K, Q5_K are aliases of Q3_K_M, Q4_K_M, Q5_K_M
         print(f"infer: note: {args.type} gives {args.type.upper()} to every weight it can; llama-quantize's "

@@ -8,7 +8,8 @@ import socket
 import sys
 from typing import Any
 
-from .common import CLIError, add_model_args, add_template_args, load_model, read_chat_template
+from .common import (CLIError, UsageError, add_llama_tuning_args, add_model_args, add_template_args,
+                     chat_template_kwargs, load_model, read_chat_template)
 
 _INSTALL_HINT = 'pip install "infer-llm[serve]"'
 
@@ -16,20 +17,20 @@ _INSTALL_HINT = 'pip install "infer-llm[serve]"'
 def _check(args: argparse.Namespace) -> None:
     for name in ("parallel", "replicas", "prefill_chunk"):
         if getattr(args, name) < 1:
-            raise CLIError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
+            raise UsageError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
     if args.max_queue < 0:
-        raise CLIError(f"--max-queue: must be >= 0, got {args.max_queue}")
+        raise UsageError(f"--max-queue: must be >= 0, got {args.max_queue}")
     if args.ctx_size is not None and args.ctx_size < 0:
-        raise CLIError(f"--ctx-size: must be >= 0, got {args.ctx_size}")
+        raise UsageError(f"--ctx-size: must be >= 0, got {args.ctx_size}")
     if not 0 <= args.port <= 65535:
-        raise CLIError(f"--port: must be in [0, 65535], got {args.port}")
+        raise UsageError(f"--port: must be in [0, 65535], got {args.port}")
 
 
 def app_options(args: argparse.Namespace) -> dict[str, Any]:
     """create_app's keywords from the command line (the Ray replicas take them too)."""
     return dict(parallel=args.parallel, ctx_size=args.ctx_size, api_key=args.api_key,
                 cors_origins=args.cors or (), max_queue=args.max_queue, prefill_chunk=args.prefill_chunk,
-                model_name=args.alias, slots_endpoint=args.slots)
+                model_name=args.alias, slots_endpoint=args.slots, chat_template_kwargs=chat_template_kwargs(args))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -93,6 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching")
     add_model_args(p)
+    add_llama_tuning_args(p)
     add_template_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default: 8080; 0 = any free port)")
@@ -109,7 +111,14 @@ def register(sub: Any) -> None:
                    help="require 'Authorization: Bearer KEY' (default: $INFER_API_KEY, else none)")
     p.add_argument("--cors", action="append", metavar="ORIGIN", default=None,
                    help="allow this origin by CORS (repeatable; '*' for any); default: CORS off")
-    p.add_argument("--alias", default=None, help="the model id the API reports (default: the file name)")
+    p.add_argument("--alias", "-a", default=None, help="the model id the API reports (default: the file name)")
+    # llama-server turns these on; here they are always on, so its command lines run unchanged
+    p.add_argument("--metrics", action="store_true", help="accepted for llama-server compatibility: "
+                   "GET /metrics is always on")
+    p.add_argument("--embedding", "--embeddings", action="store_true", help="accepted for llama-server "
+                   "compatibility: /v1/embeddings is always on")
+    p.add_argument("--cont-batching", "-cb", action="store_true", help="accepted for llama-server "
+                   "compatibility: batching is always continuous")
     p.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
                    help="llama-server's GET /slots (default: on; --no-slots turns it off, as llama-server's)")
     p.add_argument("--ray", action="store_true", help="serve with Ray Serve (the ray extra) instead of uvicorn")

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import CLIError, add_model_arg, resolve_model
+from .common import UsageError, add_model_arg, resolve_model
 from .generate import add_prompt_args, read_prompt
 
 
@@ -15,7 +15,7 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
 
     if args.stdin:  # llama-tokenize's spelling of the "-" argument
         if args.prompt is not None or args.prompt_option is not None or args.file is not None:
-            raise CLIError("--stdin: the text comes from stdin alone, not also from an argument, -p or -f")
+            raise UsageError("--stdin: the text comes from stdin alone, not also from an argument, -p or -f")
         args.prompt = "-"
     # The file's or stdin's text exactly, final newline included, as llama-tokenize reads it.
     text = read_prompt(args, verbatim=True)
@@ -25,8 +25,9 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
         kind = f.metadata.get("tokenizer.ggml.model")
     # on stderr, where llama-tokenize logs the vocabulary: stdout stays its format
     pre = getattr(tok, "pre", None)
-    sys.stderr.write(f"vocabulary: {kind}" + (f" (pre-tokenizer {pre})" if pre and kind == "gpt2" else "")
-                     + f", {len(tok.vocab)} tokens\n")
+    if not getattr(args, "log_disable", False):  # llama-tokenize's --log-disable silences that log
+        sys.stderr.write(f"vocabulary: {kind}" + (f" (pre-tokenizer {pre})" if pre and kind == "gpt2" else "")
+                         + f", {len(tok.vocab)} tokens\n")
     ids = tok.encode(text, add_special=not args.no_bos, parse_special=not args.no_parse_special)
     out = sys.stdout
     if args.ids:

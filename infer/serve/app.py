@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import greenlet
 from starlette.applications import Starlette
@@ -59,7 +59,7 @@ MAX_BODY = 16 << 20
 #: seconds between two checks that a waiting client is still there
 _POLL = 0.25
 #: paths answered without the API key (load balancers probe them)
-_PUBLIC = ("/health",)
+_PUBLIC = ("/health", "/v1/health")
 #: an HTTP status for "the client closed the request" (no standard one; nginx's)
 _CLIENT_GONE = 499
 
@@ -155,6 +155,8 @@ class _Server:
         self.shutdown_grace = shutdown_grace
         self.metrics = Metrics()
         self.started = int(time.time())
+        #: template variables every chat request gets unless it sets them (--chat-template-kwargs)
+        self.chat_template_kwargs: dict[str, Any] = {}
         self._loop_hub: Optional[Hub] = None
         #: the event loop serving the app (set at startup), and whether it is stopping
         self.loop: Optional[asyncio.AbstractEventLoop] = None
@@ -239,6 +241,9 @@ class _Server:
             self.metrics.count_request(endpoint, parsed.status_code)
             return parsed
         body, wants_usage, cache_prompt = parsed
+        given = body.get("chat_template_kwargs")
+        if call is api.create_chat_completion and self.chat_template_kwargs and isinstance(given, (dict, type(None))):
+            body["chat_template_kwargs"] = {**self.chat_template_kwargs, **(given or {})}  # llama-server's merge
         limit = body.get("max_tokens", body.get("max_completion_tokens", _default_max_tokens(call)))
         return await self.run_completion(request, endpoint, call, body, cache_prompt=cache_prompt,
                                          reply_limit=limit, wants_usage=wants_usage)
@@ -445,7 +450,7 @@ def _warm_grammars(model: Any) -> None:
 def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None, api_key: Optional[str] = None,
                cors_origins: Sequence[str] = (), max_queue: int = 64, prefill_chunk: int = 64,
                model_name: Optional[str] = None, shutdown_grace: float = SHUTDOWN_GRACE,
-               slots_endpoint: bool = True) -> Starlette:
+               slots_endpoint: bool = True, chat_template_kwargs: Optional[Mapping[str, Any]] = None) -> Starlette:
     """The ASGI app serving ``model`` with ``parallel`` slots of ``ctx_size`` tokens
     (None: 4096 or the model's trained context if shorter; 0: the trained context).
 
@@ -457,6 +462,8 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     Ctrl-C and SIGTERM); give the ASGI server a longer graceful-shutdown timeout.
     Beside OpenAI's endpoints the app answers llama-server's own (`llama_server`);
     ``slots_endpoint=False`` turns its ``GET /slots`` off, as ``--no-slots`` does.
+    ``chat_template_kwargs``: template variables of every chat request, under the
+    request's own ``chat_template_kwargs`` (llama-server's ``--chat-template-kwargs``).
     """
     from . import llama_server
 
@@ -467,9 +474,11 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     scheduler = Scheduler(model, n_slots=parallel, n_ctx=n_ctx, max_queue=max_queue,
                           prefill_chunk=prefill_chunk)
     server = _Server(model, scheduler, api._model_name(model, model_name), float(shutdown_grace))
+    server.chat_template_kwargs = dict(chat_template_kwargs or {})
     threading.Thread(target=_warm_grammars, args=(model,), name="infer-warm-grammars", daemon=True).start()
     routes = [
         Route("/health", server.health, methods=["GET"]),
+        Route("/v1/health", server.health, methods=["GET"]),  # llama-server answers both
         Route("/metrics", server.metrics_text, methods=["GET"]),
     ]
     for prefix in ("/v1", ""):  # llama-server answers both spellings

@@ -13,6 +13,7 @@ Names follow llama.cpp's GGUF conventions (``src/llama-arch.cpp``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
@@ -107,7 +108,7 @@ def repack_weights(w: "ModelWeights", release: Optional[Callable[[Any], None]] =
     (`infer.arena`)."""
     matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "shared_gate", "shared_up", "shared_down",
                 "ple_gate", "ple_proj", "conv_b", "conv_c", "conv_u", "conv_out", "ssm_qkv", "ssm_gate",
-                "ssm_alpha", "ssm_beta", "ssm_out")
+                "ssm_alpha", "ssm_beta", "ssm_out", "ssm_in")
     # an expert of a stacked matrix is cut out of it by rows: repacked only if
     # each expert's rows are whole 16-row groups (the router stays as it is)
     groups = {"w_gate": w.expert_rows[0], "w_up": w.expert_rows[0], "w_down": w.expert_rows[1]}
@@ -142,6 +143,19 @@ class Vector:
             kind = getattr(tensor.dtype, "name", tensor.dtype)
             raise GGUFError(f"{name}: expected F32 of {n} values, got {kind} of shape {shape}")
         self.data = tensor.data.view(np.float32).reshape(n)
+
+
+class Table:
+    """An F32 table of rows x cols (gpt-oss's per-expert biases: GGUF dims {cols, rows})."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, tensor: Any, rows: int, cols: int, name: str) -> None:
+        shape = tuple(int(s) for s in tensor.shape)
+        if int(tensor.dtype) != 0 or shape != (rows, cols):
+            kind = getattr(tensor.dtype, "name", tensor.dtype)
+            raise GGUFError(f"{name}: expected F32 of shape {(rows, cols)}, got {kind} of shape {shape}")
+        self.data = tensor.data.view(np.float32).reshape(rows, cols)
 
 
 @dataclass
@@ -180,6 +194,9 @@ class LayerWeights:
     k_norm: Optional[Vector] = None
     post_attn_norm: Optional[Vector] = None
     post_ffn_norm: Optional[Vector] = None
+    #: the LayerNorms' biases (spec norm_bias)
+    attn_norm_bias: Optional[Vector] = None
+    ffn_norm_bias: Optional[Vector] = None
     #: blk.N.layer_output_scale (one value)
     out_scale: Optional[Vector] = None
     #: per-layer embeddings: blk.N.inp_gate (per_layer_dim x dim), blk.N.proj
@@ -208,6 +225,20 @@ class LayerWeights:
     ssm_dt: Optional[Vector] = None
     ssm_a: Optional[Vector] = None
     ssm_norm: Optional[Vector] = None
+    #: gpt-oss: attn_sinks (n_heads), attn_output.bias (dim), ffn_gate_inp.bias
+    #: (n_experts) and the experts' biases, (n_experts, ffn_dim) for gate and up,
+    #: (n_experts, dim) for down
+    attn_sinks: Optional[Vector] = None
+    o_bias: Optional[Vector] = None
+    router_bias: Optional[Vector] = None
+    gate_exps_bias: Optional[Table] = None
+    up_exps_bias: Optional[Table] = None
+    down_exps_bias: Optional[Table] = None
+    #: a mamba2 layer (spec.Mamba2) also: ssm_in (z, xBC, dt rows: in_dim x dim), the
+    #: conv's optional bias, ssm_d (D); its ssm_norm has d_inner weights, n_groups groups
+    ssm_in: Optional[Matrix] = None
+    ssm_conv_bias: Optional[Vector] = None
+    ssm_d: Optional[Vector] = None
 
 
 @dataclass
@@ -225,6 +256,8 @@ class ModelWeights:
     ple_embd: Optional[Matrix] = None
     ple_model_proj: Optional[Matrix] = None
     ple_proj_norm: Optional[Vector] = None
+    #: output_norm.bias (spec norm_bias)
+    output_norm_bias: Optional[Vector] = None
 
 
 class _Tensors:
@@ -245,6 +278,9 @@ class _Tensors:
 
     def vector(self, name: str, n: int) -> Vector:
         return Vector(self.need(name), n, name)
+
+    def table(self, name: str, rows: int, cols: int) -> Table:
+        return Table(self.need(name), rows, cols, name)
 
 
 def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
@@ -270,6 +306,9 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
 
         if spec.layers[i].shortconv:
             layers.append(_shortconv_layer(spec, i, t))
+            continue
+        if spec.layers[i].kind == "mamba2":
+            layers.append(_mamba2_layer(spec, i, t))
             continue
         ls = spec.layers[i]
         hd = spec.layer_head_dim(i)
@@ -297,10 +336,13 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             wv = None if ls.v_from_k else m("attn_v", kv_dim, d)
         experts = _expert_pieces(spec, i, t)   # the router first: it names a wrong expert_count
         w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
+        attn_norm = v("attn_norm", d) if spec.pre_norms else None
+        # parallel blocks: one norm feeds both halves (the fused step norms x again for the FFN)
+        ffn_norm = attn_norm if spec.parallel_blocks else v(spec.ffn_norm_tensor, d) if spec.pre_norms else None
         L = LayerWeights(
-            attn_norm=v("attn_norm", d) if spec.pre_norms else None, wq=wq, wk=wk, wv=wv,
+            attn_norm=attn_norm, wq=wq, wk=wk, wv=wv,
             wo=None if deltanet else m("attn_output", d, q_dim),
-            ffn_norm=v(spec.ffn_norm_tensor, d) if spec.pre_norms else None,
+            ffn_norm=ffn_norm,
             w_gate=w_gate, w_up=w_up, w_down=w_down, **experts)
         if deltanet:
             _deltanet_tensors(spec, i, t, L)
@@ -313,8 +355,12 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             whole = spec.qk_norm_scope == "all"
             L.q_norm = v("attn_q_norm", q_dim if whole else hd)
             L.k_norm = v("attn_k_norm", kv_dim if whole else hd) if ls.kv_source is None else None
+        if spec.norm_bias:
+            L.attn_norm_bias = v("attn_norm", d, "bias")
+            L.ffn_norm_bias = L.attn_norm_bias if spec.parallel_blocks else v("ffn_norm", d, "bias")
         if spec.post_attn_norm:
             L.post_attn_norm = v("post_attention_norm", d)
+        _gpt_oss_pieces(spec, i, t, L)
         if spec.post_ffn_norm:
             L.post_ffn_norm = v("post_ffw_norm", d)
         if ls.out_scale:
@@ -325,6 +371,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             L.ple_post_norm = v("post_norm", d)
         layers.append(L)
     weights = ModelWeights(token_embd=token_embd, output_norm=output_norm, output=output, layers=layers)
+    if spec.norm_bias:
+        weights.output_norm_bias = t.vector(f"{spec.output_norm_tensor}.bias", d)
     if spec.per_layer_dim:
         n_ple = spec.n_layers * spec.per_layer_dim
         weights.ple_embd = t.matrix("per_layer_token_embd.weight", vocab, n_ple)
@@ -376,9 +424,30 @@ def _expert_pieces(spec: TransformerSpec, i: int, t: _Tensors) -> Dict[str, Any]
     if sh:
         pieces.update(shared_gate=t.matrix(p + "ffn_gate_shexp.weight", sh, d),
                       shared_up=t.matrix(p + "ffn_up_shexp.weight", sh, d),
-                      shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh),
-                      shared_gate_inp=t.vector(p + "ffn_gate_inp_shexp.weight", d))
+                      shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh))
+        if moe.shared_gated:
+            pieces["shared_gate_inp"] = t.vector(p + "ffn_gate_inp_shexp.weight", d)
     return pieces
+
+
+def _gpt_oss_pieces(spec: TransformerSpec, i: int, t: _Tensors, L: LayerWeights) -> None:
+    """Layer i's attention sinks, output bias, router bias and expert biases, where
+    the spec has them (gpt-oss; llama.cpp's names)."""
+    p = f"blk.{i}."
+    if spec.attn_sinks:
+        L.attn_sinks = t.vector(p + "attn_sinks.weight", spec.n_heads)
+    if spec.out_bias:
+        L.o_bias = t.vector(p + "attn_output.bias", spec.dim)
+    moe = spec.moe
+    if moe is None or not spec.layer_experts(i):
+        return
+    if moe.router_bias:
+        L.router_bias = t.vector(p + "ffn_gate_inp.bias", moe.n_experts)
+    if moe.expert_biases:
+        n, ffn = moe.n_experts, spec.layer_ffn_dim(i)
+        L.gate_exps_bias = t.table(p + "ffn_gate_exps.bias", n, ffn)
+        L.up_exps_bias = t.table(p + "ffn_up_exps.bias", n, ffn)
+        L.down_exps_bias = t.table(p + "ffn_down_exps.bias", n, spec.dim)
 
 
 def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
@@ -405,6 +474,52 @@ def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights
         conv_b=conv_in.row_slice(0, d), conv_c=conv_in.row_slice(d, 2 * d), conv_u=conv_in.row_slice(2 * d, 3 * d),
         conv_out=t.matrix(p + "shortconv.out_proj.weight", d, d),
         conv_kernel=kernel.data.view(np.float32).reshape(d, width), **experts)
+
+
+def _flat_f32(t: _Tensors, name: str, n: int) -> Vector:
+    """An F32 tensor of n values in any shape whose other axes are 1 or that splits
+    n in groups (Mamba2's ssm_a and ssm_d (n, 1), its ssm_norm (groups, n / groups))."""
+    tensor = t.need(name)
+    shape = tuple(int(s) for s in tensor.shape)
+    if int(tensor.dtype) != 0 or math.prod(shape) != n or len(shape) > 2:
+        kind = getattr(tensor.dtype, "name", tensor.dtype)
+        raise GGUFError(f"{name}: expected F32 of {n} values, got {kind} of shape {shape}")
+    vector = object.__new__(Vector)
+    vector.data = tensor.data.view(np.float32).reshape(n)
+    return vector
+
+
+def _mamba2_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
+    """A mamba2 layer's tensors (Granite 4.0-H; llama.cpp's names and shapes,
+    src/models/granite-hybrid.cpp): the mixer's and the block's FFN."""
+    m2 = spec.mamba2
+    assert m2 is not None
+    if spec.qkv_bias or spec.post_attn_norm or spec.post_ffn_norm or not spec.pre_norms or spec.per_layer_dim:
+        raise UnsupportedModelError("a mamba2 layer with biases, post-norms, per-layer inputs or without "
+                                    "pre-norms is not implemented")
+    d, p = spec.dim, f"blk.{i}."
+    experts = _expert_pieces(spec, i, t)
+    w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
+    L = LayerWeights(attn_norm=t.vector(p + "attn_norm.weight", d), wq=None, wk=None, wv=None, wo=None,
+                     ffn_norm=t.vector(p + spec.ffn_norm_tensor + ".weight", d),
+                     w_gate=w_gate, w_up=w_up, w_down=w_down, **experts)
+    L.ssm_in = t.matrix(p + "ssm_in.weight", m2.in_dim, d)
+    L.ssm_out = t.matrix(p + "ssm_out.weight", d, m2.d_inner)
+    L.ssm_dt = t.vector(p + "ssm_dt.bias", m2.n_heads)
+    L.ssm_a = _flat_f32(t, p + "ssm_a", m2.n_heads)
+    L.ssm_d = _flat_f32(t, p + "ssm_d", m2.n_heads)
+    L.ssm_norm = _flat_f32(t, p + "ssm_norm.weight", m2.d_inner)
+    if p + "ssm_conv1d.bias" in t.tensors:
+        L.ssm_conv_bias = t.vector(p + "ssm_conv1d.bias", m2.conv_dim)
+    name = p + "ssm_conv1d.weight"
+    kernel = t.need(name)
+    shape = tuple(int(s) for s in kernel.shape)
+    if int(kernel.dtype) != 0 or shape != (m2.conv_dim, m2.conv_kernel):
+        kind = getattr(kernel.dtype, "name", kernel.dtype)
+        raise GGUFError(f"{name}: expected F32 of shape {(m2.conv_dim, m2.conv_kernel)} (channels, "
+                        f"ssm.conv_kernel), got {kind} of shape {shape}")
+    L.ssm_conv = kernel.data.view(np.float32).reshape(m2.conv_dim, m2.conv_kernel)
+    return L
 
 
 def _deltanet_tensors(spec: TransformerSpec, i: int, t: _Tensors, L: LayerWeights) -> None:
