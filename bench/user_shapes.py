@@ -46,6 +46,16 @@ SHAPES = {
                                       extra={"embedding_scale": 12.0, "residual_scale": 0.22,
                                              "attention.scale": 0.015625, "logit_scale": 6.0,
                                              "expert_count": 32, "expert_used_count": 8})),
+    # Qwen3.5-0.8B: 18 gated DeltaNet layers (16 key and 16 value heads of 128, conv
+    # of 4) and every fourth layer gated attention (8 heads of 256 over 2 KV heads,
+    # RoPE on 64 of them), tied head
+    "qwen3.5-0.8b": (248320, tm.Tiny("qwen35", 5, n_layer=24, dim=1024, n_head=8, n_kv_head=2, head_dim=256,
+                                     ffn=3584, n_ctx_train=262144, qk_norm=True, eps=1e-6, pre="qwen2",
+                                     extra={"attention.key_length": 256, "attention.value_length": 256,
+                                            "rope.freq_base": 10000000.0},
+                                     qwen35=tm.Qwen35Shape(conv_kernel=4, d_state=128, n_k_heads=16, n_v_heads=16,
+                                                           full_attention_interval=4, rope_dims=64,
+                                                           sections=(11, 11, 10, 0)))),
 }
 #: llama.cpp's file types (llama_ftype) by their llama-quantize names
 FTYPES = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q8_0": 7, "iq4_xs": 30, "q4_0": 2}

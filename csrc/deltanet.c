@@ -62,6 +62,15 @@ static void delta_net_task(void *arg, int ith, int nth) {
     }
 }
 
+infer_delta_net_head_fn infer_delta_net_head_active(void) {
+#if defined(__x86_64__) || defined(_M_X64)
+    if (infer_isa_active() == INFER_ISA_AVX2 || infer_isa_active() == INFER_ISA_AVX512) {
+        return infer_delta_net_head_avx2;
+    }
+#endif
+    return infer_delta_net_head_scalar;
+}
+
 int infer_gated_delta_net(const float *q, const float *k, const float *v, const float *g,
                           const float *beta, float *state, float *out, int64_t n_tokens,
                           int64_t n_k_heads, int64_t n_v_heads, int64_t d, float scale) {
@@ -79,12 +88,7 @@ int infer_gated_delta_net(const float *q, const float *k, const float *v, const 
     job.scale = scale;
     delta_net_run run;
     run.job = &job;
-    run.head = infer_delta_net_head_scalar;
-#if defined(__x86_64__) || defined(_M_X64)
-    if (infer_isa_active() == INFER_ISA_AVX2 || infer_isa_active() == INFER_ISA_AVX512) {
-        run.head = infer_delta_net_head_avx2;
-    }
-#endif
+    run.head = infer_delta_net_head_active();
     if (n_v_heads == 1 || n_tokens * n_v_heads * d * d < 32768) {
         delta_net_task(&run, 0, 1);
     } else {

@@ -527,6 +527,17 @@ int infer_gated_delta_net(const float *q, const float *k, const float *v, const 
                           const float *beta, float *state, float *out, int64_t n_tokens,
                           int64_t n_k_heads, int64_t n_v_heads, int64_t d, float scale);
 
+/* ---- the Mamba2 selective scan (mamba2.c) ------------------------------------- */
+/* xbc [n_tokens, n_heads * head_dim + 2 * n_groups * d_state]: per token x (head h at
+ * h * head_dim), then B and C (n_groups x d_state each); dt [n_tokens, n_heads]
+ * (after the softplus); a, d_skip [n_heads]; state [n_heads, head_dim, d_state],
+ * updated in place; y [n_tokens, n_heads * head_dim].  Head h reads group
+ * h / (n_heads / n_groups).  Per token: S = S exp(dt a) + (x dt) B^T; y = S C + d_skip x.
+ * Returns -1 (touching nothing) for bad sizes, else 0. */
+int infer_mamba2_scan(const float *xbc, const float *dt, const float *a, const float *d_skip, float *state,
+                      float *y, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t d_state,
+                      int64_t n_groups);
+
 /* ---- row drivers (rows.c): many rows of n consecutive floats, on the thread pool
  * when there are enough elements to share ---------------------------------------- */
 void infer_rmsnorm_rows(const float *x, const float *weight, float *out, int64_t rows, int64_t n,

@@ -2,8 +2,9 @@
  *
  * The oracle for the SIMD files.  Quantizers follow ggml's reference algorithms
  * (quantize_row_{q4,q6,q8}_K_ref) with their float operations in the same order, so
- * they produce the same bytes (bar FMA contraction where the compiler fuses; x86
- * builds this file without FMA); dequantizers evaluate d*sc*q - dmin*m as
+ * they produce the same bytes on every machine: contraction into FMA is off here,
+ * as the compilers for AArch64 fuse by default (infer_make_qkx2_quants, shared by
+ * Q2_K/Q4_K/Q5_K, then picked other scales there); dequantizers evaluate d*sc*q - dmin*m as
  * dequantize_row_q{4,6}_K does, and their result is exact whether fused or not:
  * d*sc*q has at most 11+6+4 significant bits for Q4_K, and Q6_K has no sum.
  */
@@ -12,6 +13,12 @@
 
 #include <math.h>
 #include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 /* ---- Q4_K ------------------------------------------------------------------- */
 

@@ -41,15 +41,15 @@ static inline void emit16_u8(void *dst, int64_t at, uint8x16_t q, float d, float
     }
 }
 
-/* 16 signed bytes q -> d*q - m (skipping "- 0" changes no bits) */
+/* 16 signed bytes q -> d*q - m.  Always subtracted: m is -0.f when a negative dmin
+ * meets a zero min, and -0 - (-0) is +0 where skipping would leave -0. */
 static inline void emit16_s8(void *dst, int64_t at, int8x16_t q, float d, float m, int f16) {
     const float32x4_t dv = vdupq_n_f32(d), mv = vdupq_n_f32(m);
     const int16x8_t w[2] = {vmovl_s8(vget_low_s8(q)), vmovl_high_s8(q)};
     for (int k = 0; k < 2; k++) {
-        float32x4_t a = vmulq_f32(dv, vcvtq_f32_s32(vmovl_s16(vget_low_s16(w[k]))));
-        float32x4_t b = vmulq_f32(dv, vcvtq_f32_s32(vmovl_high_s16(w[k])));
-        if (m != 0.f) a = vsubq_f32(a, mv), b = vsubq_f32(b, mv);
-        store8(dst, at + 8 * k, a, b, f16);
+        const float32x4_t a = vmulq_f32(dv, vcvtq_f32_s32(vmovl_s16(vget_low_s16(w[k]))));
+        const float32x4_t b = vmulq_f32(dv, vcvtq_f32_s32(vmovl_high_s16(w[k])));
+        store8(dst, at + 8 * k, vsubq_f32(a, mv), vsubq_f32(b, mv), f16);
     }
 }
 

@@ -14,6 +14,7 @@
 #include "transformer_block.h"
 #include "decode_team.h"
 #include "decode_jobs.h"
+#include "deltanet.h"
 
 #include <math.h>
 #include <string.h>
@@ -169,12 +170,79 @@ static void attention_chunk(const decode_ctx *d, const infer_decode_job *j, int6
     }
 }
 
+/* ---- gated DeltaNet layers ------------------------------------------------------- */
+/* Token b's rows of s->dn: mixed (conv_dim), conv (conv_dim: q | k | v after the conv
+ * and SiLU), z (value_dim), out (value_dim), g and beta (v_heads each), each region
+ * packed over the batch (out is the ssm_out product's input). */
+typedef struct {
+    float *mixed, *conv, *z, *out, *g, *beta;
+} deltanet_rows;
+
+static int64_t deltanet_conv_dim(const infer_block_model *m) {
+    return 2 * (int64_t)m->dn_k_heads * m->dn_d_state + (int64_t)m->dn_v_heads * m->dn_d_state;
+}
+
+int64_t infer_block_deltanet_floats(const infer_block_model *m) {
+    if (!m->n_deltanet_layers) return 0;
+    return 2 * deltanet_conv_dim(m) + 2 * (int64_t)m->dn_v_heads * m->dn_d_state + 2 * (int64_t)m->dn_v_heads;
+}
+
+static deltanet_rows deltanet_rows_of(const decode_ctx *d, int b) {
+    const infer_block_model *m = d->m;
+    const size_t B = (size_t)d->s->max_batch, cd = (size_t)deltanet_conv_dim(m);
+    const size_t vd = (size_t)m->dn_v_heads * m->dn_d_state, nv = (size_t)m->dn_v_heads;
+    float *base = d->s->dn;
+    deltanet_rows r;
+    r.mixed = base + b * cd;
+    r.conv = base + B * cd + b * cd;
+    r.z = base + 2 * B * cd + b * vd;
+    r.out = base + 2 * B * cd + B * vd + b * vd;
+    r.g = base + 2 * B * cd + 2 * B * vd + b * nv;
+    r.beta = base + 2 * B * cd + 2 * B * vd + B * nv + b * nv;
+    return r;
+}
+
+/* Chunk c of a recurrence job: its share of the (token, value head) pairs, each
+ * advancing that head's state in place by one token (deltanet.c's head loop).
+ * Run from the commit, so exactly once (a state of d x d floats does not fit the
+ * scratch a pure compute would need).  The cost: the leader cannot redo such a
+ * chunk, so a helper descheduled while it runs one makes the leader wait for it. */
+static void deltanet_chunk(const decode_ctx *d, const infer_decode_job *j, int64_t c) {
+    const infer_block_model *m = d->m;
+    const infer_block_layer *L = &m->layers[j->layer];
+    const int64_t nv = m->dn_v_heads, dd = m->dn_d_state, key = (int64_t)m->dn_k_heads * dd;
+    const int64_t items = (int64_t)d->n_seqs * nv, n_chunks = j->row_end;
+    const int64_t lo = c * items / n_chunks, hi = (c + 1) * items / n_chunks;
+    const infer_delta_net_head_fn head = infer_delta_net_head_active();
+    float delta[INFER_DELTA_NET_MAX_STATE], acc[INFER_DELTA_NET_MAX_STATE];
+    for (int64_t item = lo; item < hi; item++) {
+        const int b = (int)(item / nv);
+        const deltanet_rows r = deltanet_rows_of(d, b);
+        infer_delta_net_job job;
+        job.q = r.conv;
+        job.k = r.conv + key;
+        job.v = r.conv + 2 * key;
+        job.g = r.g;
+        job.beta = r.beta;
+        job.state = d->seqs[b].ssm_state + (size_t)L->dn_index * nv * dd * dd;
+        job.out = r.out;
+        job.n_tokens = 1;
+        job.n_k_heads = m->dn_k_heads;
+        job.n_v_heads = nv;
+        job.d = dd;
+        job.scale = (float)(1.0 / sqrt((double)dd));
+        head(&job, item % nv, delta, acc);
+    }
+}
+
 static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch) {
     const decode_ctx *d = (const decode_ctx *)ctx;
     const infer_decode_job *j = (const infer_decode_job *)job;
     const infer_block_model *m = d->m;
     if (j->kind == INFER_JOB_ATTENTION) {
         attention_chunk(d, j, c, scratch);
+    } else if (j->kind == INFER_JOB_DELTANET) {
+        return;   /* the recurrence updates the state in place: its commit runs it, once */
     } else if (j->kind == INFER_JOB_GATE_UP) {
         /* rows [lo, hi) of gate and of up for every token, then the GLU on them */
         int64_t lo, hi;
@@ -219,7 +287,9 @@ static void copy_chunk(void *ctx, const void *job, int64_t c, const float *scrat
     const decode_ctx *d = (const decode_ctx *)ctx;
     const infer_decode_job *j = (const infer_decode_job *)job;
     int64_t lo, hi;
-    if (j->kind == INFER_JOB_ATTENTION) {
+    if (j->kind == INFER_JOB_DELTANET) {
+        deltanet_chunk(d, j, c);
+    } else if (j->kind == INFER_JOB_ATTENTION) {
         const int64_t n_out = j->chunk_rows, n_ml = 2 * (d->m->n_heads / d->m->layers[j->layer].n_kv_heads);
         memcpy(j->outs[0] + (size_t)c * n_out, scratch, (size_t)n_out * sizeof(float));
         memcpy(j->outs[1] + (size_t)c * n_ml, scratch + n_out, (size_t)n_ml * sizeof(float));
@@ -530,11 +600,17 @@ static void add_per_layer_embedding(decode_ctx *d, infer_decode_team *team, int 
     }
 }
 
+/* out = the model's block norm (RMSNorm, or LayerNorm with its bias if any) of one row x. */
+static void block_norm(const decode_ctx *d, const float *x, const float *weight, const float *bias, float *out) {
+    if (d->m->layer_norm) d->kt->layernorm(x, weight, bias, out, d->m->dim, d->m->rms_eps);
+    else d->kt->rmsnorm(x, weight, out, d->m->dim, d->m->rms_eps);
+}
+
 /* h_b = norm(x_b) for every token, the input of a block half; x_b itself without a norm. */
-static void pre_norm(const decode_ctx *d, const float *norm) {
+static void pre_norm(const decode_ctx *d, const float *norm, const float *bias) {
     const int dim = d->m->dim;
     for (int b = 0; b < d->n_seqs; b++) {
-        if (norm) d->kt->rmsnorm(ROW(d->s->x, b, dim), norm, ROW(d->s->h, b, dim), dim, d->m->rms_eps);
+        if (norm) block_norm(d, ROW(d->s->x, b, dim), norm, bias, ROW(d->s->h, b, dim));
         else memcpy(ROW(d->s->h, b, dim), ROW(d->s->x, b, dim), (size_t)dim * sizeof(float));
     }
 }
@@ -545,7 +621,7 @@ static void ffn_half(decode_ctx *d, infer_decode_team *team, const infer_block_l
     const infer_block_scratch *s = d->s;
     infer_decode_job *j = &d->staging;
     const int dim = m->dim;
-    pre_norm(d, L->ffn_norm);
+    pre_norm(d, L->ffn_norm, L->ffn_norm_b);
     d->ffn_layer = L;
     if (m->n_experts > 0 && !L->dense_ffn) {
         moe_ffn(d, team, L);
@@ -592,6 +668,76 @@ static void shortconv_half(decode_ctx *d, infer_decode_team *team, const infer_b
     residual(d, L->post_attn_norm);
 }
 
+static float sigmoid_f(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+
+void infer_block_sigmoid(const float *x, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = sigmoid_f(x[i]);
+}
+
+/* A gated DeltaNet layer for every token: s->h (normed) -> x += linear attention,
+ * step by step as TransformerContext._deltanet (the same float operations in the
+ * same order, and the same kernels for the norms and the recurrence). */
+static void deltanet_half(decode_ctx *d, infer_decode_team *team, const infer_block_layer *L) {
+    const infer_block_model *m = d->m;
+    const infer_block_scratch *s = d->s;
+    const infer_kernel_table *kt = d->kt;
+    infer_decode_job *j = &d->staging;
+    const int B = d->n_seqs, dim = m->dim, width = m->dn_conv_width, dd = m->dn_d_state;
+    const int nk = m->dn_k_heads, nv = m->dn_v_heads;
+    const int64_t cd = deltanet_conv_dim(m), vd = (int64_t)nv * dd;
+    const deltanet_rows r0 = deltanet_rows_of(d, 0);
+    j->mats[0] = &L->ssm_qkv; j->outs[0] = r0.mixed; j->out_stride[0] = cd;
+    j->mats[1] = &L->ssm_gate; j->outs[1] = r0.z; j->out_stride[1] = vd;
+    run_matrix_job(d, team, INFER_JOB_MATMUL, s->h, dim, 2, NULL);
+    j->mats[0] = &L->ssm_alpha; j->outs[0] = r0.g; j->out_stride[0] = nv;
+    j->mats[1] = &L->ssm_beta; j->outs[1] = r0.beta; j->out_stride[1] = nv;
+    run_matrix_job(d, team, INFER_JOB_MATMUL, s->h, dim, 2, NULL);
+    const float l2_scale = (float)(1.0 / sqrt((double)dd));
+    for (int b = 0; b < B; b++) {
+        const deltanet_rows r = deltanet_rows_of(d, b);
+        for (int h = 0; h < nv; h++) {
+            /* g = softplus(a + dt) * ssm_a (numpy's logaddexp(0, a)); beta = sigmoid(b) */
+            const float a = r.g[h] + L->ssm_dt[h];
+            const float sp = a > 0.0f ? a + log1pf(expf(-a)) : log1pf(expf(a));
+            r.g[h] = sp * L->ssm_a[h];
+            r.beta[h] = sigmoid_f(r.beta[h]);
+        }
+        /* the conv over the kept inputs (oldest first) and this one, then SiLU; the
+         * kept inputs shift by one */
+        float *hist = d->seqs[b].ssm_conv + (size_t)L->dn_index * (size_t)(width - 1) * (size_t)cd;
+        for (int64_t i = 0; i < cd; i++) {
+            const float *taps = L->ssm_conv + (size_t)i * width;
+            float acc = hist[i] * taps[0];   /* width >= 2 (checked) */
+            for (int k = 1; k < width; k++) acc += (k < width - 1 ? hist[(size_t)k * cd + i] : r.mixed[i]) * taps[k];
+            r.conv[i] = acc * sigmoid_f(acc);
+        }
+        memmove(hist, hist + cd, (size_t)(width - 2) * (size_t)cd * sizeof(float));
+        memcpy(hist + (size_t)(width - 2) * cd, r.mixed, (size_t)cd * sizeof(float));
+        /* q and k heads: x / sqrt(sum x^2 + eps) as rmsnorm(eps / d) / sqrt(d) */
+        for (int h = 0; h < 2 * nk; h++) {
+            float *x = r.conv + (size_t)h * dd;
+            kt->rmsnorm(x, m->ones, x, dd, m->dn_l2_eps);
+            kt->scale(x, l2_scale, dd);
+        }
+    }
+    j->kind = INFER_JOB_DELTANET;
+    j->layer = (int)(L - m->layers);
+    const int64_t items = (int64_t)B * nv;
+    j->row_end = items < INFER_TEAM_MAX_CHUNKS ? items : INFER_TEAM_MAX_CHUNKS;   /* the chunk count */
+    infer_team_job(team, j, j->row_end);
+    for (int b = 0; b < B; b++) {
+        const deltanet_rows r = deltanet_rows_of(d, b);
+        for (int h = 0; h < nv; h++) kt->rmsnorm(r.out + (size_t)h * dd, L->ssm_norm, r.out + (size_t)h * dd, dd,
+                                                 m->rms_eps);
+        for (int64_t i = 0; i < vd; i++) r.out[i] *= r.z[i] * sigmoid_f(r.z[i]);
+    }
+    j->mats[0] = &L->ssm_out; j->outs[0] = s->h; j->out_stride[0] = dim;
+    run_matrix_job(d, team, INFER_JOB_MATMUL, r0.out, vd, 1, NULL);
+    residual(d, NULL);
+}
+
 /* The leader's walk through the model (thread 0). */
 static void decode_leader(void *ctx, infer_decode_team *team) {
     decode_ctx *d = (decode_ctx *)ctx;
@@ -610,8 +756,14 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
         if (L->conv_width > 0) {
-            pre_norm(d, L->attn_norm);
+            pre_norm(d, L->attn_norm, NULL);
             shortconv_half(d, team, L);
+            ffn_half(d, team, L);
+            continue;
+        }
+        if (L->deltanet) {
+            pre_norm(d, L->attn_norm, NULL);
+            deltanet_half(d, team, L);
             ffn_half(d, team, L);
             continue;
         }
@@ -620,9 +772,10 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         const int q_dim = m->n_heads * hd, kv_dim = n_kv * hd;
 
         if (L->own_kv) prefetch_kv_slots(d, L);
-        pre_norm(d, L->attn_norm);
+        pre_norm(d, L->attn_norm, L->attn_norm_b);
         int n_mats = 1;   /* q; k and v unless the layer reads another's cache; no v if V is K */
         j->mats[0] = &L->wq; j->outs[0] = s->q; j->out_stride[0] = q_dim;
+        if (m->attn_output_gate) j->outs[0] = s->q_gate, j->out_stride[0] = 2 * q_dim;   /* [q | gate] per head */
         if (L->own_kv) {
             j->mats[1] = &L->wk; j->outs[1] = s->k; j->out_stride[1] = kv_dim;
             n_mats = 2;
@@ -632,6 +785,10 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
             }
         }
         run_matrix_job(d, team, INFER_JOB_MATMUL, s->h, dim, n_mats, NULL);
+        for (int b = 0; m->attn_output_gate && b < B; b++)
+            for (int h = 0; h < m->n_heads; h++)
+                memcpy(ROW(s->q, b, q_dim) + (size_t)h * hd, ROW(s->q_gate, b, 2 * q_dim) + (size_t)h * 2 * hd,
+                       (size_t)hd * sizeof(float));
 
         for (int b = 0; L->own_kv && b < B; b++) {
             const infer_block_seq *sq = &d->seqs[b];
@@ -671,18 +828,27 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         j->rope_cs = slot >= 0 ? angles_of(d, slot, 0) : NULL;
         infer_team_job(team, j, (int64_t)B * n_kv * d->attn_splits);
         merge_attention(d, L);
+        for (int b = 0; m->attn_output_gate && b < B; b++)
+            for (int h = 0; h < m->n_heads; h++) {
+                float *att = ROW(s->att, b, q_dim) + (size_t)h * hd;
+                const float *gate = ROW(s->q_gate, b, 2 * q_dim) + (size_t)h * 2 * hd + hd;
+                for (int i = 0; i < hd; i++) att[i] *= sigmoid_f(gate[i]);
+            }
 
+        /* parallel blocks: x is still the attention's input, so the FFN half norms it
+         * again (ffn_norm is attn_norm) and adds first, the attention output after it */
+        if (m->parallel) ffn_half(d, team, L);
         j->mats[0] = &L->wo; j->outs[0] = s->h; j->out_stride[0] = dim;
         run_matrix_job(d, team, INFER_JOB_MATMUL, s->att, q_dim, 1, NULL);
         for (int b = 0; L->o_bias && b < B; b++) kt->add(ROW(s->h, b, dim), L->o_bias, dim);
         residual(d, L->post_attn_norm);
 
-        ffn_half(d, team, L);
+        if (!m->parallel) ffn_half(d, team, L);
         if (L->ple_post_norm) add_per_layer_embedding(d, team, l);
         if (L->out_scale != 1.0f)
             for (int b = 0; b < B; b++) kt->scale(ROW(s->x, b, dim), L->out_scale, dim);
     }
-    for (int b = 0; b < B; b++) kt->rmsnorm(ROW(s->x, b, dim), m->output_norm, ROW(s->h, b, dim), dim, m->rms_eps);
+    for (int b = 0; b < B; b++) block_norm(d, ROW(s->x, b, dim), m->output_norm, m->output_norm_b, ROW(s->h, b, dim));
     j->mats[0] = &m->output;
     run_matrix_job(d, team, INFER_JOB_HEAD, s->h, dim, 1, NULL);
 }
@@ -709,6 +875,9 @@ int infer_block_check_model(const infer_block_model *m) {
         !(m->attn_softcap >= 0.0f) || !(m->final_softcap >= 0.0f) || !(m->rms_eps >= 0.0f) ||
         (m->qk_norm_whole != 0 && m->qk_norm_whole != 1) ||
         (m->qk_norm_after_rope != 0 && m->qk_norm_after_rope != 1) || (m->qk_norm_whole && m->qk_norm_after_rope) ||
+        (m->layer_norm != 0 && m->layer_norm != 1) || (m->parallel != 0 && m->parallel != 1) ||
+        (m->parallel && (m->residual_scale != 1.0f || P > 0 || m->n_conv_layers > 0)) ||
+        (m->output_norm_b && !m->layer_norm) ||
         (m->swiglu_oai != 0 && m->swiglu_oai != 1) ||
         !isfinite(m->attn_temp_scale) || (m->attn_temp_scale != 0.0f && m->attn_temp_floor < 1))
         return -2;
@@ -718,7 +887,16 @@ int infer_block_check_model(const infer_block_model *m) {
     if (P > 0 && (!m->ple_proj_norm || !shape_ok(&m->ple_embd, m->vocab_size, (int64_t)m->n_layers * P) ||
                   !shape_ok(&m->ple_model_proj, (int64_t)m->n_layers * P, m->dim)))
         return -2;
-    int n_conv = 0;
+    if ((m->attn_output_gate != 0 && m->attn_output_gate != 1) || m->n_deltanet_layers < 0 ||
+        m->n_deltanet_layers > m->n_layers)
+        return -2;
+    if (m->n_deltanet_layers > 0 &&
+        (m->dn_conv_width < 2 || m->dn_conv_width > 64 || m->dn_d_state < 1 ||
+         m->dn_d_state > INFER_DELTA_NET_MAX_STATE || m->dn_k_heads < 1 || m->dn_v_heads < 1 ||
+         m->dn_v_heads % m->dn_k_heads || !m->ones || !(m->dn_l2_eps >= 0.0f) || isinf(m->dn_l2_eps) ||
+         deltanet_conv_dim(m) > (int64_t)1 << 30))
+        return -2;
+    int n_conv = 0, n_dn = 0;
     /* experts: gate/up/down are n_experts stacks; dense: one of each */
     const int moe = m->n_experts > 0;
     if (m->n_experts < 0 || (moe && (m->n_experts_used < 1 || m->n_experts_used > m->n_experts ||
@@ -751,6 +929,16 @@ int infer_block_check_model(const infer_block_model *m) {
             (!L->shexp_gate_inp || !shape_ok(&L->shexp_gate, m->shared_ffn_dim, m->dim) ||
              !shape_ok(&L->shexp_up, m->shared_ffn_dim, m->dim) || !shape_ok(&L->shexp_down, m->dim, m->shared_ffn_dim)))
             return -2;
+        if (L->deltanet != 0) {   /* gated DeltaNet: its own tensors, one state slot each */
+            const int64_t cd = deltanet_conv_dim(m), vd = (int64_t)m->dn_v_heads * m->dn_d_state;
+            if (L->deltanet != 1 || P > 0 || L->out_scale != 1.0f || L->conv_width != 0 || L->dn_index != n_dn++ ||
+                !L->attn_norm || !L->ffn_norm || !L->ssm_conv || !L->ssm_dt || !L->ssm_a || !L->ssm_norm ||
+                !shape_ok(&L->ssm_qkv, cd, m->dim) || !shape_ok(&L->ssm_gate, vd, m->dim) ||
+                !shape_ok(&L->ssm_alpha, m->dn_v_heads, m->dim) || !shape_ok(&L->ssm_beta, m->dn_v_heads, m->dim) ||
+                !shape_ok(&L->ssm_out, m->dim, vd))
+                return -2;
+            continue;
+        }
         if (L->conv_width != 0) {   /* shortconv: its own tensors, one cache slot each */
             /* (Gemma 4's per-layer pieces are attention layers' only) */
             if (P > 0 || L->out_scale != 1.0f ||
@@ -777,17 +965,26 @@ int infer_block_check_model(const infer_block_model *m) {
                                             L->rope_dims > hd)))
             return -2;
         const int64_t q_dim = (int64_t)m->n_heads * hd, kv_dim = (int64_t)n_kv * hd;
-        if (!shape_ok(&L->wq, q_dim, m->dim) || !shape_ok(&L->wo, m->dim, q_dim) ||
+        if (!shape_ok(&L->wq, (m->attn_output_gate ? 2 : 1) * q_dim, m->dim) || !shape_ok(&L->wo, m->dim, q_dim) ||
             (L->own_kv && !shape_ok(&L->wk, kv_dim, m->dim)) ||
             (L->own_kv && !L->v_from_k && !shape_ok(&L->wv, kv_dim, m->dim)) ||
             (P > 0 && (!shape_ok(&L->ple_gate, P, m->dim) || !shape_ok(&L->ple_proj, m->dim, P))))
             return -2;
+        /* parallel: one norm for both halves, no post norms */
+        if (m->parallel && (!L->attn_norm || L->ffn_norm != L->attn_norm || L->post_attn_norm || L->post_ffn_norm ||
+                            L->ffn_norm_b != L->attn_norm_b))
+            return -2;
+        /* norm biases: LayerNorms only, both or neither, and with the model's output norm's */
+        if (!!L->attn_norm_b != !!L->ffn_norm_b || !!L->attn_norm_b != !!m->output_norm_b ||
+            (L->attn_norm_b && !L->attn_norm))
+            return -2;
     }
-    if (n_conv != m->n_conv_layers) return -2;
+    if (n_conv != m->n_conv_layers || n_dn != m->n_deltanet_layers) return -2;
     const infer_kernel_table *kt = infer_kernels();
     if (!kt->rmsnorm || !kt->silu_mul || !kt->gelu_mul || !kt->add || !kt->scale || !kt->rope_norm ||
         !kt->rope_neox || !kt->attn_block_f16 || !kt->attn_block_f32 || m->embd.type < 0 ||
-        m->embd.type >= INFER_TYPE_COUNT || !kt->dequantize[m->embd.type] || !matrix_ok(kt, &m->output))
+        m->embd.type >= INFER_TYPE_COUNT || !kt->dequantize[m->embd.type] || !matrix_ok(kt, &m->output) ||
+        (m->layer_norm && !kt->layernorm))
         return -1;
     if (P > 0 && (m->ple_embd.type < 0 || m->ple_embd.type >= INFER_TYPE_COUNT ||
                   !kt->dequantize[m->ple_embd.type] || !matrix_ok(kt, &m->ple_model_proj)))
@@ -800,6 +997,12 @@ int infer_block_check_model(const infer_block_model *m) {
             (layer_moe && m->shared_ffn_dim > 0 && (!matrix_ok(kt, &L->shexp_gate) || !matrix_ok(kt, &L->shexp_up) ||
                                                     !matrix_ok(kt, &L->shexp_down))))
             return -1;
+        if (L->deltanet) {
+            const infer_decode_matrix *dn[5] = {&L->ssm_qkv, &L->ssm_gate, &L->ssm_alpha, &L->ssm_beta, &L->ssm_out};
+            for (int i = 0; i < 5; i++)
+                if (!matrix_ok(kt, dn[i])) return -1;
+            continue;
+        }
         if (L->conv_width) {
             const infer_decode_matrix *conv[4] = {&L->conv_b, &L->conv_c, &L->conv_u, &L->conv_out};
             for (int i = 0; i < 4; i++)
@@ -821,16 +1024,19 @@ int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
     if (rc) return rc;
     if (!s || !seqs || n_seqs < 1 || n_seqs > s->max_batch || n_seqs > INFER_BLOCK_MAX_BATCH ||
         (int64_t)n_seqs * m->n_kv_heads > INFER_TEAM_MAX_CHUNKS ||
-        (m->n_experts > 0 && (!s->probs || !s->moe_in || !s->moe_rows || !s->moe_out)))
+        (m->n_experts > 0 && (!s->probs || !s->moe_in || !s->moe_rows || !s->moe_out)) ||
+        (m->n_deltanet_layers > 0 && !s->dn) || (m->attn_output_gate && !s->q_gate))
         return -2;
     for (int b = 0; b < n_seqs; b++) {
         const infer_block_seq *sq = &seqs[b];
         if (sq->token < 0 || sq->token >= m->vocab_size || sq->pos < 0 || sq->pos >= sq->n_ctx ||
-            !sq->k_cache || !sq->v_cache || !sq->logits || (m->n_conv_layers > 0 && (!sq->conv_cache || !s->conv)))
+            !sq->k_cache || !sq->v_cache || !sq->logits || (m->n_conv_layers > 0 && (!sq->conv_cache || !s->conv)) ||
+            (m->n_deltanet_layers > 0 && (!sq->ssm_state || !sq->ssm_conv)))
             return -2;
         for (int c = 0; c < b; c++)   /* two tokens of one batch must not share a cache */
             if (seqs[c].k_cache == sq->k_cache || seqs[c].v_cache == sq->v_cache ||
-                (m->n_conv_layers > 0 && seqs[c].conv_cache == sq->conv_cache))
+                (m->n_conv_layers > 0 && seqs[c].conv_cache == sq->conv_cache) ||
+                (m->n_deltanet_layers > 0 && (seqs[c].ssm_state == sq->ssm_state || seqs[c].ssm_conv == sq->ssm_conv)))
                 return -2;
     }
     decode_ctx d;

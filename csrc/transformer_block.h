@@ -26,6 +26,17 @@
  * the sequence's conv cache at its position (like K and V, so truncation and
  * copies stay exact); y = c * sum_k kernel[:, k] * cache[pos - width + 1 + k]
  * (positions before 0 are zeros); x += y Wconv_out.
+ *
+ * A layer with deltanet set is Qwen3.5's gated DeltaNet instead of attention
+ * (TransformerContext._deltanet): mixed, z, a, b = h Wqkv, h Wgate, h Walpha, h Wbeta;
+ * a causal depthwise conv of dn_conv_width taps over the sequence's last
+ * dn_conv_width - 1 inputs (its ssm_conv, oldest first, shifted by one) and mixed,
+ * then SiLU, gives q, k (dn_k_heads heads, L2-normalised) and v (dn_v_heads heads)
+ * of dn_d_state values; g = softplus(a + ssm_dt) * ssm_a, beta = sigmoid(b); the
+ * recurrence (deltanet.c's head function, on the sequence's ssm_state) gives out;
+ * x += (rmsnorm(out, ssm_norm) per head * silu(z)) Wssm_out.
+ * With attn_output_gate, wq projects q and a gate per head ([q | gate] of head_dim
+ * each) and the attention output is multiplied by sigmoid(gate) before wo.
  */
 #ifndef INFER_TRANSFORMER_BLOCK_H
 #define INFER_TRANSFORMER_BLOCK_H
@@ -85,12 +96,23 @@ typedef struct {
     /* the layer's xIELU (infer_block_model.ffn_xielu) as ggml_xielu's op parameters:
      * u > 0: alpha_p u^2 + beta u; else (expm1(min(u, eps)) - u) alpha_n + beta u */
     float xielu_alpha_n, xielu_alpha_p, xielu_beta, xielu_eps;
+    /* gated DeltaNet layers only (deltanet 1; wq, wk, wv, wo and the q/k pieces unused) */
+    int deltanet;
+    int dn_index;                  /* the layer's slot in each sequence's ssm_state and ssm_conv */
+    infer_decode_matrix ssm_qkv;   /* dn_conv_dim x dim */
+    infer_decode_matrix ssm_gate;  /* dn_value_dim x dim */
+    infer_decode_matrix ssm_alpha, ssm_beta;   /* dn_v_heads x dim each */
+    infer_decode_matrix ssm_out;   /* dim x dn_value_dim */
+    const float *ssm_conv;         /* dn_conv_dim x dn_conv_width, tap dn_conv_width - 1 on the current input */
+    const float *ssm_dt, *ssm_a;   /* dn_v_heads each (ssm_a = -exp(A_log)) */
+    const float *ssm_norm;         /* dn_d_state */
     /* gpt-oss: each may be NULL */
     const float *attn_sinks;       /* n_heads logits that join each softmax's denominator only */
     const float *o_bias;           /* dim, added to the attention output's projection */
     const float *router_bias;      /* n_experts, added to the router's logits */
     const float *gate_exps_bias, *up_exps_bias;   /* n_experts x ffn_dim: expert e's at e * ffn_dim */
     const float *down_exps_bias;   /* n_experts x dim */
+    const float *attn_norm_b, *ffn_norm_b;   /* dim: the LayerNorms' biases (layer_norm only), or NULL */
 } infer_block_layer;
 
 typedef struct {
@@ -131,11 +153,22 @@ typedef struct {
     int ffn_relu_sqr;
     /* 1: likewise without a gate, xielu(h Wup) Wdown with each layer's parameters (Apertus) */
     int ffn_xielu;
+    /* gated DeltaNet layers (deltanet set): n_deltanet_layers of them, their sizes;
+     * ones (above) then holds max(head_dim, dn_d_state) ones */
+    int n_deltanet_layers;
+    int dn_conv_width, dn_d_state, dn_k_heads, dn_v_heads;
+    float dn_l2_eps;               /* the q/k L2 norms' epsilon over d_state (rms_eps / d_state) */
+    int attn_output_gate;          /* 1: wq also projects a sigmoid gate of each head's output */
     /* attention temperature (Ministral 3): q at position p is multiplied by
      * 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1); attn_temp_scale 0: off */
     float attn_temp_scale;
     int attn_temp_floor;
     int swiglu_oai;                /* 1: the FFN activation is gpt-oss's clamped SwiGLU (over gelu) */
+    int layer_norm;                /* 1: attn_norm, ffn_norm and output_norm are LayerNorms (weight, no
+                                      bias; Cohere), 0: RMSNorms; rms_eps is their epsilon */
+    int parallel;                  /* 1: x += FFN(h) + attention(h), both from h = norm(x) (Cohere 2;
+                                      ffn_norm is attn_norm and there are no post norms) */
+    const float *output_norm_b;    /* dim: the output LayerNorm's bias (layer_norm only), or NULL */
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */
@@ -146,6 +179,10 @@ typedef struct {
     int token, pos;             /* K/V of `token` go to slot pos */
     float *logits;              /* vocab_size */
     float *conv_cache;          /* [n_conv_layers][n_ctx][dim] gated inputs; NULL without shortconv layers */
+    /* [n_deltanet_layers][dn_v_heads][dn_d_state][dn_d_state] recurrent states and
+     * [n_deltanet_layers][dn_conv_width - 1][dn_conv_dim] last conv inputs, advanced
+     * by one token; NULL without deltanet layers */
+    float *ssm_state, *ssm_conv;
 } infer_block_seq;
 
 /* Activations of a batch of up to max_batch tokens; all buffers owned by the
@@ -163,13 +200,24 @@ typedef struct {
     float *moe_in, *moe_rows, *moe_out;   /* max_batch x dim each (likewise) */
     uint8_t *xq[3];             /* each infer_decode_act_bytes(max(dim, ffn_dim, q_dim, shared_ffn_dim, per_layer_dim), max_batch) */
     float *conv;                /* max_batch x 4 x dim (b, c, u per token, then y); NULL without shortconv */
+    /* deltanet layers: max_batch x (2 dn_conv_dim + 2 dn_value_dim + 2 dn_v_heads) (else NULL);
+     * attn_output_gate: max_batch x 2 q_dim (else NULL) */
+    float *dn;
+    float *q_gate;
 } infer_block_scratch;
+
+/* Floats of infer_block_scratch.dn per token. */
+int64_t infer_block_deltanet_floats(const infer_block_model *m);
 
 /* Decode seqs[i].token at seqs[i].pos for every i < n_seqs (distinct caches),
  * writing their K/V and logits.  Returns 0; -1 if a kernel the model needs is
  * missing from the active table; -2 on bad arguments (nothing is written). */
 int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
                        const infer_block_seq *seqs, int n_seqs);
+
+/* out[i] = 1 / (1 + expf(-x[i])) for i < n (in place allowed): the sigmoid the step
+ * gates with, which the Python blocks call too so that both round alike. */
+void infer_block_sigmoid(const float *x, float *out, int64_t n);
 
 /* Checks what infer_block_decode would check of the model alone: 0, -1 or -2. */
 int infer_block_check_model(const infer_block_model *m);

@@ -67,6 +67,7 @@ cdef extern from "infer_kernels.h" nogil:
 
     int INFER_DELTA_NET_MAX_STATE
     int infer_gated_delta_net(const float *q, const float *k, const float *v, const float *g, const float *beta, float *state, float *out, int64_t n_tokens, int64_t n_k_heads, int64_t n_v_heads, int64_t d, float scale) noexcept
+    int infer_mamba2_scan(const float *xbc, const float *dt, const float *a, const float *d_skip, float *state, float *y, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t d_state, int64_t n_groups) noexcept
 
     unsigned infer_isa_available() noexcept
     const infer_kernel_table *infer_kernels() noexcept

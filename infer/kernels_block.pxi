@@ -44,12 +44,21 @@ cdef extern from "transformer_block.h" nogil:
         int dense_ffn
         const float *exp_probs_b
         float xielu_alpha_n, xielu_alpha_p, xielu_beta, xielu_eps
+        int deltanet
+        int dn_index
+        infer_decode_matrix ssm_qkv, ssm_gate, ssm_alpha, ssm_beta, ssm_out
+        const float *ssm_conv
+        const float *ssm_dt
+        const float *ssm_a
+        const float *ssm_norm
         const float *attn_sinks
         const float *o_bias
         const float *router_bias
         const float *gate_exps_bias
         const float *up_exps_bias
         const float *down_exps_bias
+        const float *attn_norm_b
+        const float *ffn_norm_b
     ctypedef struct infer_block_model:
         int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size
         int kv_rows, kv_row_width, v_norm
@@ -72,9 +81,16 @@ cdef extern from "transformer_block.h" nogil:
         int expert_gating
         int ffn_relu_sqr
         int ffn_xielu
+        int n_deltanet_layers
+        int dn_conv_width, dn_d_state, dn_k_heads, dn_v_heads
+        float dn_l2_eps
+        int attn_output_gate
         float attn_temp_scale
         int attn_temp_floor
         int swiglu_oai
+        int layer_norm
+        int parallel
+        const float *output_norm_b
     ctypedef struct infer_block_seq:
         int n_ctx
         int kv_f16
@@ -83,6 +99,8 @@ cdef extern from "transformer_block.h" nogil:
         int token, pos
         float *logits
         float *conv_cache
+        float *ssm_state
+        float *ssm_conv
     ctypedef struct infer_block_scratch:
         int max_batch
         float *x
@@ -102,9 +120,13 @@ cdef extern from "transformer_block.h" nogil:
         float *moe_out
         uint8_t *xq[3]
         float *conv
+        float *dn
+        float *q_gate
     int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
                            const infer_block_seq *seqs, int n_seqs) noexcept
     int infer_block_check_model(const infer_block_model *m) noexcept
+    int64_t infer_block_deltanet_floats(const infer_block_model *m) noexcept
+    void infer_block_sigmoid(const float *x, float *out, int64_t n) noexcept
 
 #: the most sequences one TransformerDecoder.step takes
 MAX_BATCH = INFER_BLOCK_MAX_BATCH
@@ -112,6 +134,28 @@ MAX_BATCH = INFER_BLOCK_MAX_BATCH
 MAX_EXPERTS_USED = INFER_BLOCK_MAX_EXPERTS_USED
 
 _INT_LIMIT = 2**31 - 1
+
+
+def sigmoid(x, out):
+    """out = 1 / (1 + exp(-x)) elementwise in float32 (x and out float32 of one
+    shape, out C-contiguous and writable; out may be x): the gates of the fused
+    decode step, so that the Python blocks round them alike.  Returns out."""
+    import numpy as np
+    if not isinstance(x, np.ndarray) or not isinstance(out, np.ndarray) or x.dtype != np.float32 \
+            or out.dtype != np.float32 or x.shape != out.shape:
+        raise TypeError("sigmoid: x and out must be float32 arrays of one shape")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("sigmoid: out must be C-contiguous and writable")
+    if out.size == 0:
+        return out
+    src = np.ascontiguousarray(x)
+    if src is not out and np.may_share_memory(src, out):   # another view of it: read a copy
+        src = src.copy()
+    cdef const float[::1] xv = src.reshape(-1)
+    cdef float[::1] ov = out.reshape(-1)
+    with nogil:
+        infer_block_sigmoid(&xv[0], &ov[0], xv.shape[0])
+    return out
 
 
 cdef int _positive_int(object c, str name) except -1:
@@ -163,10 +207,15 @@ cdef class TransformerDecoder:
     attn_scale, attn_softcap, final_softcap, embd_scale, residual_scale and
     logit_scale, and optionally pre_norms (default True), qk_norm_scope ("head",
     the default, or "all"), qk_norm_after_rope (default False), attn_temp_scale
-    and attn_temp_floor (default 0: q times 1 + scale ln(floor(pos / floor) + 1)) and moe (None,
+    and attn_temp_floor (default 0: q times 1 + scale ln(floor(pos / floor) + 1)), norm_kind
+    ("rms", the default, or "layer": LayerNorm pre and output norms), parallel_blocks
+    (default False: True adds FFN(h) and attention(h) of one h = norm(x, attn_norm);
+    then no post norms) and moe (None,
     or an object with n_experts, n_used, gating "softmax", "sigmoid" or "softmax_weight",
     norm_weights, weight_scale and shared_ffn_dim: infer.variants.spec.MoE)
     (infer.variants.spec.TransformerSpec is one).
+    output_norm_bias: None, or the output LayerNorm's bias (norm_kind "layer"
+    only); then every layer has attn_norm_bias and ffn_norm_bias vectors too.
     embd/output: matrix tuples (data uint8 rows, qtype, act_type, rows, cols).
     layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors; only
     with pre_norms), wq, wk, wv, wo, gate, up, down (matrix tuples; with moe,
@@ -186,6 +235,13 @@ cdef class TransformerDecoder:
     A shortconv layer (LFM2) has instead of wq, wk, wv, wo (and q/k norms, biases,
     rope) "conv": (kernel float32 (dim, width), b, c, u, out matrix tuples, dim x dim
     each); its contexts then pass conv caches to `step`.
+    A gated DeltaNet layer (Qwen3.5) has instead "deltanet": (conv taps float32
+    (conv_dim, conv_kernel), qkv, gate, alpha, beta, out matrix tuples, dt, a, norm
+    vectors), sized by config.deltanet (conv_kernel, d_state, n_k_heads, n_v_heads:
+    infer.variants.spec.DeltaNet) and no KV cache row; its contexts then pass their
+    recurrent states to `step`.  config.attn_output_gate (default False): wq projects
+    q and a gate per head ([q | gate], 2 * n_heads * head_dim rows) and the attention
+    output is multiplied by sigmoid(gate).
     Gemma 4's optional per-layer head_dim, n_kv_heads and ffn_dim (ints; default
     the config's), kv_source (an earlier layer whose cache this one reads; then no
     wk, wv, k_norm), v_from_k (no wv: V is K's projection), out_scale (a float) and
@@ -212,7 +268,7 @@ cdef class TransformerDecoder:
         self.layers = NULL
 
     def __init__(self, config, embd, output, output_norm, layers, int max_batch=INFER_BLOCK_MAX_BATCH,
-                 ple=None):
+                 ple=None, output_norm_bias=None):
         import numpy as np
         import threading
         cdef int i, rc
@@ -256,12 +312,16 @@ cdef class TransformerDecoder:
             if <int64_t>m.n_heads * phd > _INT_LIMIT:
                 raise ValueError(f"layers[{i}]: n_heads * head_dim overflows")
             src = layer.get("kv_source")
-            if src is None:
+            if layer.get("deltanet") is not None:   # no KV cache
+                if src is not None:
+                    raise ValueError(f"layers[{i}]: a deltanet layer reads no cache (kv_source)")
+                rows.append(0)
+            elif src is None:
                 rows.append(n_rows)
                 n_rows += 1
             else:
                 if isinstance(src, bool) or not isinstance(src, int) or not 0 <= src < i \
-                        or layers[src].get("kv_source") is not None:
+                        or layers[src].get("kv_source") is not None or layers[src].get("deltanet") is not None:
                     raise ValueError(f"layers[{i}].kv_source: {src!r} is not an earlier layer with its own cache")
                 if (sizes[src][0], sizes[src][1]) != (phd, pkv):
                     raise ValueError(f"layers[{i}].kv_source: layer {src}'s KV heads differ from this layer's")
@@ -272,7 +332,10 @@ cdef class TransformerDecoder:
         m.n_kv_heads = max([m.n_kv_heads] + [sz[1] for sz in sizes])
         m.ffn_dim = max([m.ffn_dim] + [sz[2] for sz in sizes])
         m.kv_rows = n_rows
-        m.kv_row_width = max(sz[0] * sz[1] for sz, layer in zip(sizes, layers) if layer.get("kv_source") is None)
+        if n_rows == 0:
+            raise ValueError("layers: the fused step needs at least one attention layer")
+        m.kv_row_width = max(sz[0] * sz[1] for sz, layer in zip(sizes, layers)
+                             if layer.get("kv_source") is None and layer.get("deltanet") is None)
         m.per_layer_dim = getattr(c, "per_layer_dim", 0) or 0
         if isinstance(m.per_layer_dim, bool) or not 0 <= m.per_layer_dim <= _INT_LIMIT:
             raise ValueError(f"config.per_layer_dim: expected an integer >= 0, got {m.per_layer_dim!r}")
@@ -333,6 +396,18 @@ cdef class TransformerDecoder:
             raise ValueError(f"config.attn_temp_floor: expected an integer in [1, 2**31 - 1] with "
                              f"attn_temp_scale {m.attn_temp_scale}, got {temp_floor!r}")
         m.attn_temp_floor = temp_floor if m.attn_temp_scale != 0.0 else 0
+        norm_kind = getattr(c, "norm_kind", "rms")
+        if norm_kind not in ("rms", "layer"):
+            raise ValueError(f"config.norm_kind: expected 'rms' or 'layer', got {norm_kind!r}")
+        m.layer_norm = norm_kind == "layer"
+        parallel = getattr(c, "parallel_blocks", False)
+        if not isinstance(parallel, bool) or (parallel and not pre_norms):
+            raise ValueError(f"config.parallel_blocks: expected a bool, and False without pre_norms, "
+                             f"got {parallel!r}")
+        m.parallel = parallel
+        norm_bias = output_norm_bias is not None
+        if norm_bias and not m.layer_norm:
+            raise ValueError("output_norm_bias: norm biases come with config.norm_kind 'layer'")
         if not 1 <= max_batch <= INFER_BLOCK_MAX_BATCH:
             raise ValueError(f"max_batch: must be in [1, {INFER_BLOCK_MAX_BATCH}], got {max_batch}")
         cdef int64_t d = m.dim, hd = m.head_dim, ffn = m.ffn_dim, P = m.per_layer_dim
@@ -341,8 +416,29 @@ cdef class TransformerDecoder:
         m.embd = _shaped_matrix(embd, m.vocab_size, d, "embd", self.keep)
         m.output = _shaped_matrix(output, m.vocab_size, d, "output", self.keep)
         m.output_norm = _decode_vector(output_norm, d, self.keep)
+        if norm_bias:
+            m.output_norm_b = _decode_vector(output_norm_bias, d, self.keep)
         m.v_norm = bool(getattr(c, "v_norm", False))
-        m.ones = _decode_vector(np.ones(hd, np.float32), hd, self.keep)
+        attn_gate = getattr(c, "attn_output_gate", False)
+        if not isinstance(attn_gate, bool):
+            raise ValueError(f"config.attn_output_gate: expected a bool, got {attn_gate!r}")
+        m.attn_output_gate = attn_gate
+        m.n_deltanet_layers = 0
+        cdef int64_t n_ones = hd, dn_floats = 0, dn_value_dim = 0
+        if any(layer.get("deltanet") is not None for layer in layers):
+            dn = getattr(c, "deltanet", None)
+            if dn is None:
+                raise ValueError("config.deltanet: the sizes of the deltanet layers are missing")
+            m.dn_conv_width, m.dn_d_state = _positive_int(dn, "conv_kernel"), _positive_int(dn, "d_state")
+            m.dn_k_heads, m.dn_v_heads = _positive_int(dn, "n_k_heads"), _positive_int(dn, "n_v_heads")
+            if not 2 <= m.dn_conv_width <= 64 or m.dn_d_state > INFER_DELTA_NET_MAX_STATE or \
+                    m.dn_v_heads % m.dn_k_heads or m.dn_v_heads > 2**20 or m.dn_k_heads > 2**20:
+                raise ValueError(f"config.deltanet: conv_kernel in [2, 64], d_state <= {INFER_DELTA_NET_MAX_STATE}, "
+                                 f"n_v_heads a multiple of n_k_heads (at most 2**20), got {dn!r}")
+            m.dn_l2_eps = float(getattr(c, "rms_eps")) / m.dn_d_state   # as the Python blocks round it
+            n_ones = max(hd, m.dn_d_state)
+            dn_value_dim = <int64_t>m.dn_v_heads * m.dn_d_state
+        m.ones = _decode_vector(np.ones(n_ones, np.float32), n_ones, self.keep)
         if P:
             if not isinstance(ple, tuple) or len(ple) != 3:
                 raise TypeError("ple: expected (ple_embd, ple_model_proj, ple_proj_norm)")
@@ -369,11 +465,24 @@ cdef class TransformerDecoder:
             L.out_scale = float(layer.get("out_scale", 1.0))
             if not abs(L.out_scale) < float("inf"):
                 raise ValueError(f"{name}.out_scale: must be finite, got {L.out_scale}")
-            if pre_norms:
+            if pre_norms and parallel:   # one norm feeds both halves
+                if layer.get("ffn_norm") is not None and layer["ffn_norm"] is not layer["attn_norm"]:
+                    raise ValueError(f"{name}: parallel blocks have one norm (ffn_norm must be attn_norm or None)")
+                L.attn_norm = _decode_vector(layer["attn_norm"], d, self.keep)
+                L.ffn_norm = L.attn_norm
+            elif pre_norms:
                 L.attn_norm = _decode_vector(layer["attn_norm"], d, self.keep)
                 L.ffn_norm = _decode_vector(layer["ffn_norm"], d, self.keep)
             elif layer.get("attn_norm") is not None or layer.get("ffn_norm") is not None:
                 raise ValueError(f"{name}: attn_norm / ffn_norm given but config.pre_norms is False")
+            if norm_bias != (layer.get("attn_norm_bias") is not None) or \
+                    (layer.get("attn_norm_bias") is not None) != (layer.get("ffn_norm_bias") is not None):
+                raise ValueError(f"{name}: attn_norm_bias and ffn_norm_bias come with output_norm_bias")
+            if norm_bias:
+                if not pre_norms:
+                    raise ValueError(f"{name}: norm biases without pre_norms")
+                L.attn_norm_b = _decode_vector(layer["attn_norm_bias"], d, self.keep)
+                L.ffn_norm_b = L.attn_norm_b if parallel else _decode_vector(layer["ffn_norm_bias"], d, self.keep)
             if m.ffn_xielu:
                 params = layer.get("xielu")
                 if not isinstance(params, tuple) or len(params) != 4 or \
@@ -408,6 +517,9 @@ cdef class TransformerDecoder:
                 L.shexp_up = _shaped_matrix(layer["shexp_up"], sh, d, f"{name}.shexp_up", self.keep)
                 L.shexp_down = _shaped_matrix(layer["shexp_down"], d, sh, f"{name}.shexp_down", self.keep)
                 L.shexp_gate_inp = _decode_vector(layer["shexp_gate_inp"], d, self.keep)
+            if layer.get("deltanet") is not None:
+                self._deltanet_layer(L, layer["deltanet"], name)
+                continue
             if layer.get("conv") is not None:
                 self._shortconv_layer(L, layer["conv"], name)
                 continue
@@ -427,7 +539,8 @@ cdef class TransformerDecoder:
             if not L.own_kv and (L.q_bias != NULL or L.k_norm != NULL or L.v_from_k
                                  or layer.get("wk") is not None or layer.get("wv") is not None):
                 raise ValueError(f"{name}: a layer reading another's cache has no wk, wv, k_norm, biases")
-            L.wq = _shaped_matrix(layer["wq"], lq, d, f"{name}.wq", self.keep)
+            # with an output gate, wq projects [q | gate] per head
+            L.wq = _shaped_matrix(layer["wq"], (2 if attn_gate else 1) * lq, d, f"{name}.wq", self.keep)
             if L.own_kv:
                 L.wk = _shaped_matrix(layer["wk"], lkv, d, f"{name}.wk", self.keep)
                 if L.v_from_k:
@@ -509,8 +622,14 @@ cdef class TransformerDecoder:
         self.s.conv = NULL
         if m.n_conv_layers:   # b|c|u, then y, per token
             self.s.conv = _decode_buffer(np.zeros(B * 4 * d, f32), self.keep)
+        self.s.dn = self.s.q_gate = NULL
+        dn_floats = infer_block_deltanet_floats(m)
+        if dn_floats:
+            self.s.dn = _decode_buffer(np.zeros(B * dn_floats, f32), self.keep)
+        if m.attn_output_gate:
+            self.s.q_gate = _decode_buffer(np.zeros(B * 2 * q_dim, f32), self.keep)
         cdef uint8_t[::1] xq
-        widest = max(d, ffn, q_dim, P, m.shared_ffn_dim)
+        widest = max(d, ffn, q_dim, P, m.shared_ffn_dim, dn_value_dim)
         for i in range(3):
             buf = np.zeros(infer_decode_act_bytes(widest, B), np.uint8)
             xq = buf
@@ -536,6 +655,43 @@ cdef class TransformerDecoder:
         L.conv_out = _shaped_matrix(conv[4], d, d, f"{name}.conv out", self.keep)
         return 0
 
+    cdef int _deltanet_layer(self, infer_block_layer *L, object dn, str name) except -1:
+        import numpy as np
+        cdef int64_t d = self.m.dim, nv = self.m.dn_v_heads, dd = self.m.dn_d_state
+        cdef int64_t vd = nv * dd, cd = 2 * <int64_t>self.m.dn_k_heads * dd + vd
+        if not isinstance(dn, tuple) or len(dn) != 9:
+            raise TypeError(f"{name}.deltanet: expected (conv, qkv, gate, alpha, beta, out, dt, a, norm)")
+        conv = dn[0]
+        if not isinstance(conv, np.ndarray) or conv.dtype != np.float32 or \
+                conv.shape != (cd, self.m.dn_conv_width):
+            raise ValueError(f"{name}.deltanet: the conv taps must be float32 of shape ({cd}, "
+                             f"{self.m.dn_conv_width})")
+        L.deltanet = 1
+        L.dn_index = self.m.n_deltanet_layers
+        self.m.n_deltanet_layers += 1
+        L.ssm_conv = _decode_vector(np.ascontiguousarray(conv).reshape(-1), cd * self.m.dn_conv_width, self.keep)
+        L.ssm_qkv = _shaped_matrix(dn[1], cd, d, f"{name}.deltanet qkv", self.keep)
+        L.ssm_gate = _shaped_matrix(dn[2], vd, d, f"{name}.deltanet gate", self.keep)
+        L.ssm_alpha = _shaped_matrix(dn[3], nv, d, f"{name}.deltanet alpha", self.keep)
+        L.ssm_beta = _shaped_matrix(dn[4], nv, d, f"{name}.deltanet beta", self.keep)
+        L.ssm_out = _shaped_matrix(dn[5], d, vd, f"{name}.deltanet out", self.keep)
+        for key, at, n in (("dt", 6, nv), ("a", 7, nv), ("norm", 8, dd)):
+            try:
+                vec = _decode_vector(dn[at], n, self.keep)
+            except ValueError as exc:
+                raise ValueError(f"{name}.deltanet {key}: {exc}") from None
+            if key == "dt":
+                L.ssm_dt = vec
+            elif key == "a":
+                L.ssm_a = vec
+            else:
+                L.ssm_norm = vec
+        return 0
+
+    @property
+    def n_deltanet_layers(self):
+        return self.m.n_deltanet_layers
+
     @property
     def n_conv_layers(self):
         return self.m.n_conv_layers
@@ -547,14 +703,18 @@ cdef class TransformerDecoder:
     def max_batch(self):
         return self.s.max_batch
 
-    def step(self, k_caches, v_caches, tokens, positions, logits, conv_caches=None):
+    def step(self, k_caches, v_caches, tokens, positions, logits, conv_caches=None, ssm_states=None,
+             ssm_convs=None):
         """Decode tokens[i] at positions[i] in the sequence whose caches are
         k_caches[i] / v_caches[i] (C-contiguous (n_layers, n_kv_heads, n_ctx,
         head_dim), both uint16 F16 bits or both float32, distinct per sequence),
         writing its K/V at that slot and its logits into logits[i] (float32 of
         vocab_size).  With shortconv layers, conv_caches[i] (float32, C-contiguous
-        (n_conv_layers, n_ctx, dim)) gets the gated inputs.  Waits for a step
-        running in another thread."""
+        (n_conv_layers, n_ctx, dim)) gets the gated inputs.  With deltanet layers,
+        ssm_states[i] (float32, C-contiguous (n_deltanet_layers, n_v_heads, d_state,
+        d_state)) and ssm_convs[i] (float32, C-contiguous (n_deltanet_layers,
+        conv_kernel - 1, conv_dim)) are sequence i's recurrent state, advanced by the
+        token in place.  Waits for a step running in another thread."""
         import numpy as np
         cdef int n = len(tokens), i, rc = -2
         if not 1 <= n <= self.s.max_batch:
@@ -563,16 +723,21 @@ cdef class TransformerDecoder:
             raise ValueError("k_caches, v_caches, tokens, positions, logits: one of each per sequence")
         if self.m.n_conv_layers and (conv_caches is None or len(conv_caches) != n):
             raise ValueError("conv_caches: one per sequence for a model with shortconv layers")
+        cdef int64_t n_dn = self.m.n_deltanet_layers, dd = self.m.dn_d_state
+        cdef int64_t conv_dim = 2 * <int64_t>self.m.dn_k_heads * dd + <int64_t>self.m.dn_v_heads * dd
+        if n_dn and (ssm_states is None or ssm_convs is None or len(ssm_states) != n or len(ssm_convs) != n):
+            raise ValueError("ssm_states, ssm_convs: one of each per sequence for a model with deltanet layers")
         cdef list held = []
         cdef infer_block_seq seqs[INFER_BLOCK_MAX_BATCH]
         # every buffer the step writes: K, V, logits and conv cache of each sequence
-        cdef const void *span_at[4 * INFER_BLOCK_MAX_BATCH]
-        cdef Py_ssize_t span_len[4 * INFER_BLOCK_MAX_BATCH]
+        cdef const void *span_at[6 * INFER_BLOCK_MAX_BATCH]
+        cdef Py_ssize_t span_len[6 * INFER_BLOCK_MAX_BATCH]
         cdef int a_i, b_i, n_spans = 0
         cdef uint8_t[::1] kb
         cdef uint8_t[::1] vb
         cdef float[::1] lv
         cdef float[::1] cv
+        cdef float[::1] sv
         names = []
         for i in range(n):
             k, v = k_caches[i], v_caches[i]
@@ -637,6 +802,26 @@ cdef class TransformerDecoder:
                 n_spans += 1
                 names.append(f"conv_caches[{i}]")
                 seqs[i].conv_cache = &cv[0]
+            seqs[i].ssm_state = seqs[i].ssm_conv = NULL
+            if n_dn:
+                for key, arrays, shape in (
+                        ("ssm_states", ssm_states, (n_dn, self.m.dn_v_heads, dd, dd)),
+                        ("ssm_convs", ssm_convs, (n_dn, self.m.dn_conv_width - 1, conv_dim))):
+                    a = arrays[i]
+                    if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.shape != shape:
+                        raise ValueError(f"{key}[{i}]: expected float32 of shape {shape}")
+                    if not (a.flags.c_contiguous and a.flags.writeable and a.flags.aligned):
+                        raise ValueError(f"{key}[{i}]: must be C-contiguous, writable and aligned")
+                    sv = a.reshape(-1)
+                    held.append(a)
+                    span_at[n_spans] = &sv[0]
+                    span_len[n_spans] = sv.shape[0] * 4
+                    n_spans += 1
+                    names.append(f"{key}[{i}]")
+                    if key == "ssm_states":
+                        seqs[i].ssm_state = &sv[0]
+                    else:
+                        seqs[i].ssm_conv = &sv[0]
             seqs[i].n_ctx = n_ctx
             seqs[i].kv_f16 = 1 if k.dtype == np.uint16 else 0
             seqs[i].k_cache = &kb[0]
@@ -662,10 +847,11 @@ cdef class TransformerDecoder:
         if rc != 0:
             raise ValueError("infer_block_decode: bad arguments")
 
-    def decode(self, token, pos, k_cache, v_cache, logits, conv_cache=None):
+    def decode(self, token, pos, k_cache, v_cache, logits, conv_cache=None, ssm_state=None, ssm_conv=None):
         """One sequence's step: `step` with a batch of one."""
         self.step((k_cache,), (v_cache,), (token,), (pos,), (logits,),
-                  None if conv_cache is None else (conv_cache,))
+                  None if conv_cache is None else (conv_cache,),
+                  None if ssm_state is None else (ssm_state,), None if ssm_conv is None else (ssm_conv,))
 
     def release(self):
         """Drop every reference to the weights (the model is closing); waits for a

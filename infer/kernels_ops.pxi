@@ -470,3 +470,58 @@ def gated_delta_net(q, k, v, g, beta, state, out, scale=None):
     if rc != 0:
         raise ValueError("gated_delta_net: arguments rejected by the kernel")
     return out
+
+
+def mamba2_scan(xbc, dt, a, d_skip, state, y, int64_t d_state, int64_t n_groups):
+    """The Mamba2 selective scan over n_tokens tokens (Granite 4.0-H; llama.cpp's
+    ggml_ssm_scan with a scalar decay per head plus the D skip); updates state,
+    returns y.
+
+    xbc: float32 (n_tokens, d_inner + 2 * n_groups * d_state), per token the
+    convolved x (n_heads heads of head_dim), then B and C (n_groups x d_state each).
+    dt: float32 (n_tokens, n_heads), after the softplus.  a, d_skip: float32
+    (n_heads,): A (= -exp(A_log)) and D.  state: float32 (n_heads, head_dim,
+    d_state), updated in place.  y: float32 (n_tokens, d_inner).  Head h reads
+    group h // (n_heads / n_groups); per token S = S exp(dt a) + (x dt) B^T and
+    y = S C + d_skip x.  Runs on the thread pool.
+    """
+    for arr, name in ((xbc, "xbc"), (dt, "dt"), (a, "a"), (d_skip, "d_skip")):
+        _check_f32(arr, name)
+    _check_f32(state, "state", True)
+    _check_f32(y, "y", True)
+    if state.ndim != 3:
+        raise ValueError(f"state: expected shape (n_heads, head_dim, d_state), got {state.shape}")
+    cdef int64_t n_heads = state.shape[0], head_dim = state.shape[1], ds = state.shape[2]
+    cdef int64_t ng = n_groups
+    if d_state != ds or ds < 1 or head_dim < 1 or n_heads < 1:
+        raise ValueError(f"state: shape {state.shape} does not hold d_state={d_state}")
+    if ng < 1 or n_heads % ng:
+        raise ValueError(f"n_groups: {n_groups} does not divide {n_heads} heads")
+    if xbc.ndim != 2 or xbc.shape[1] != n_heads * head_dim + 2 * ng * ds:
+        raise ValueError(f"xbc: expected shape (n_tokens, {n_heads * head_dim + 2 * ng * ds}), got {xbc.shape}")
+    cdef int64_t n_tokens = xbc.shape[0]
+    if dt.shape != (n_tokens, n_heads):
+        raise ValueError(f"dt: expected shape ({n_tokens}, {n_heads}), got {dt.shape}")
+    for arr, name in ((a, "a"), (d_skip, "d_skip")):
+        if arr.shape != (n_heads,):
+            raise ValueError(f"{name}: expected shape ({n_heads},), got {arr.shape}")
+    if y.shape != (n_tokens, n_heads * head_dim):
+        raise ValueError(f"y: expected shape ({n_tokens}, {n_heads * head_dim}), got {y.shape}")
+    if n_tokens == 0:
+        return y
+    cdef const float[::1] xv = xbc.reshape(-1)
+    cdef const float[::1] dv = dt.reshape(-1)
+    cdef const float[::1] av = a.reshape(-1)
+    cdef const float[::1] sk = d_skip.reshape(-1)
+    cdef float[::1] sv = state.reshape(-1)
+    cdef float[::1] yv = y.reshape(-1)
+    _check_disjoint(&sv[0], state.nbytes, "state", &yv[0], y.nbytes, "y")
+    for arr, name in ((xbc, "xbc"), (dt, "dt"), (a, "a"), (d_skip, "d_skip")):
+        _check_disjoint(&sv[0], state.nbytes, "state", <const void *><size_t>arr.ctypes.data, arr.nbytes, name)
+        _check_disjoint(&yv[0], y.nbytes, "y", <const void *><size_t>arr.ctypes.data, arr.nbytes, name)
+    cdef int rc
+    with nogil:
+        rc = infer_mamba2_scan(&xv[0], &dv[0], &av[0], &sk[0], &sv[0], &yv[0], n_tokens, n_heads, head_dim, ds, ng)
+    if rc != 0:
+        raise ValueError("mamba2_scan: arguments rejected by the kernel")
+    return y

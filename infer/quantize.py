@@ -34,9 +34,10 @@ from .tensor import DType, Tensor, encode_f32
 
 QUANTIZATION_VERSION = 2  # ggml's GGML_QNT_VERSION: the block layouts in use since 2023
 # llama-quantize's exclusions by name; the small conv kernels (Mamba's ssm_conv1d, LFM2's
-# shortconv.conv: rows of 3-4 taps) and Gemma 4's small per-layer projection stay as they are
+# shortconv.conv: rows of 3-4 taps), Gemma 4's small per-layer projection and norms (Mamba2's
+# ssm_norm is (groups, d_inner / groups)) stay as they are
 NOT_QUANTIZED = ("ffn_gate_inp.weight", "pos_embd", "token_types", "ssm_conv1d", "shortconv.conv.weight",
-                 "per_layer_model_proj")
+                 "per_layer_model_proj", "_norm.weight")
 # Elements converted per step of one tensor (bounds the float32 scratch to 16 MB).
 CHUNK_ELEMENTS = 1 << 22
 

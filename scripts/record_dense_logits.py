@@ -3,7 +3,7 @@
     LLAMA_CPP_LIB_PATH=<llama.cpp build/bin> python scripts/record_dense_logits.py \
         --out tests/data/llama_cpp_dense.npz NAME [NAME ...]
 
-record_family_logits.py with ``tiny_models.DENSE`` as its table: the same context
+record_family_logits.py with ``tiny_models.DENSE`` (or ``DENSE2``) as its table: the same context
 and keys (tests/data/README.md).  The dense files have a table of their own so
 that tests/test_families.py, which reads llama_cpp_families.npz for every entry
 of ``TINY``, is left as it is.  Besides the logits, each file's vocabulary
@@ -29,7 +29,7 @@ import record_family_logits  # noqa: E402
 def main() -> None:
     record_family_logits.main()
     out = sys.argv[sys.argv.index("--out") + 1]
-    names = [a for a in sys.argv[1:] if a in tm.DENSE]
+    names = [a for a in sys.argv[1:] if a in tm.DENSE or a in tm.DENSE2]
     arrays = dict(np.load(out))
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:

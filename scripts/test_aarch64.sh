@@ -30,7 +30,9 @@ CPUS=${CPUS:-cortex-a72 max}
 if [ -z "${MIRROR:-}" ]; then
     MIRROR=$(scripts/apt_mirror.sh) || exit 2
 fi
-TESTS=${TESTS:-tests/test_kernels_quants.py tests/test_kernels_kquants.py tests/test_kernels_ops.py}
+# test_repack.py is left out: its real-model decodes take ~8 minutes under qemu.
+TESTS=${TESTS:-tests/test_kernels_quants.py tests/test_kernels_kquants.py tests/test_kernels_ops.py
+ tests/test_kernels_q5_1_k235_iq4.py tests/test_kernels_iquants.py tests/test_kernels_mxfp4.py}
 TOKENS=${TOKENS:-24}
 PYTHON=${PYTHON:-python}
 CROSS=aarch64-linux-gnu

@@ -30,16 +30,18 @@ import numpy as np
 import pytest
 import tiny_models as tm
 from family_checks import assert_agrees, check, recorded_logits, recording, tiny_file
+from reference import numpy_dense2  # noqa: F401  (adds glm4 and cohere2 to the references)
 from reference.numpy_families import reference
 from scripted import GreedySampler
 
 import infer
 
 #: LFM2's files are tests/test_lfm2.py's (recorded in llama_cpp_lfm2.npz), Gemma 4's
-#: test_gemma4.py's, Qwen3.5's test_qwen35.py's, Apertus's test_arcee_apertus.py's (its F16 KV
-#: cache rounds more); the mixtures of experts have their own tests (test_moe.py) and llama.cpp data
+#: test_gemma4.py's, Qwen3.5's test_qwen35.py's, Granite 4.0-H's test_granite_hybrid.py's, Apertus's
+#: test_arcee_apertus.py's (its F16 KV cache rounds more); the mixtures of experts have their own tests
+#: (test_moe.py) and llama.cpp data
 NAMES = [n for n, t in tm.ALL.items() if not t.n_expert and n not in tm.LFM2 and n not in tm.GEMMA4
-         and n != "apertus" and n not in tm.QWEN35]
+         and n != "apertus" and n not in tm.QWEN35 and n not in tm.GRANITE_HYBRID]
 #: the files whose spec the fused C decode step computes (csrc/transformer_block.c: all)
 FUSED = set(NAMES)
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -47,7 +49,8 @@ DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 DATA = {**{name: os.path.join(DATA_DIR, "llama_cpp_families.npz") for name in tm.TINY},
         **{name: os.path.join(DATA_DIR, "llama_cpp_dense.npz") for name in tm.DENSE},
         **{name: os.path.join(DATA_DIR, "llama_cpp_lfm2moe.npz") for name in tm.ARCEE},
-        **{name: os.path.join(DATA_DIR, "llama_cpp_mistral3.npz") for name in tm.MISTRAL3}}
+        **{name: os.path.join(DATA_DIR, "llama_cpp_mistral3.npz") for name in tm.MISTRAL3},
+        **{name: os.path.join(DATA_DIR, "llama_cpp_dense2.npz") for name in tm.DENSE2}}
 
 
 @pytest.fixture(scope="session")

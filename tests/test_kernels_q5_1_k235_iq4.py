@@ -74,6 +74,22 @@ def test_dequantize_f16_matches_gguf(isa, fmt, n_blocks):
     np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
 
 
+@pytest.mark.parametrize("fmt", ["q2_k", "q5_k"])
+def test_dequantize_zero_scales_give_positive_zero(isa, fmt):
+    """By hand: d < 0, dmin < 0 and every sub-block scale and min 0 make each element
+    (d*0)*q - dmin*0 = (-0) - (-0) = +0, in f32 and f16 (the sign bit clear)."""
+    bb, scale_offsets = FORMATS[fmt][1], FORMATS[fmt][2]
+    raw = np.random.default_rng(3).integers(0, 256, 2 * bb, dtype=np.uint8).reshape(2, bb)
+    scales = slice(0, 16) if fmt == "q2_k" else slice(4, 16)
+    raw[:, scales] = 0
+    for offset, value in zip(scale_offsets, (-1.5, -0.25)):
+        raw[:, offset:offset + 2] = np.array([value], np.float16).view(np.uint8)
+    raw = raw.reshape(-1)
+    out32 = K.dequantize(raw, fmt, np.full(512, np.nan, np.float32))
+    out16 = K.dequantize_f16(raw, fmt, np.full(512, np.nan, np.float16))
+    assert not out32.view(np.uint32).any() and not out16.view(np.uint16).any()
+
+
 def test_q3_k_layout_by_hand():
     """One Q3_K block from the layout facts: q = low 2 bits (bits 2k of qs[32h + l] for
     element 128h + 32k + l) minus 4 unless bit (i/32) of hmask[i%32] is set; scale j

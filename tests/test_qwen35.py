@@ -11,7 +11,9 @@ two independent references:
 
 Then what must stay exact although the DeltaNet state is not kept per position:
 decode = prefill, batched decode and prefill, truncate_to (to a checkpoint and
-between checkpoints), copies, saved states, a chat session's second turn; the
+between checkpoints), copies, saved states, a chat session's second turn, each
+decoding through the fused C step (csrc/transformer_block.c, the default) and
+through the Python blocks (FUSED), which must give the same logits bit for bit; the
 recurrence kernel against a float64 loop; and the files infer must refuse.
 """
 import copy
@@ -38,6 +40,8 @@ NAMES = ["qwen35", "qwen35moe"]
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_qwen35.npz")
 #: as tests/test_families.py: infer against the float64 reference
 MIN_COS = 0.99999
+#: decode through the fused C step (the default) or the Python blocks
+FUSED = pytest.mark.parametrize("fused", [True, False], ids=["fused", "python"])
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +64,14 @@ def check(logits, ref, where, min_cos=MIN_COS):
 
 def load(tiny_dir, name="qwen35"):
     return infer.load(tiny_file(name, tiny_dir))
+
+
+def context(model, fused, **options):
+    """A context decoding through the fused C step or the Python blocks."""
+    ctx = model.engine.create_context(**options)
+    assert ctx.fused_decode
+    ctx.fused_decode = fused
+    return ctx
 
 
 def close(a, b):
@@ -94,22 +106,82 @@ def test_prefill_matches_reference_and_llama_cpp(name, recorded, tiny_dir):
     assert_agrees(rows[positions], theirs, positions, name)
 
 
+@FUSED
 @pytest.mark.parametrize("name", NAMES)
-def test_decode_one_token_at_a_time_equals_prefill(name, tiny_dir):
-    """Decoding goes through the Python blocks (the fused C step has no DeltaNet
-    layers: it says so); its logits are the batched prefill's."""
+def test_decode_one_token_at_a_time_equals_prefill(name, fused, tiny_dir):
+    """Decoding one token at a time (the fused C step, or the Python blocks) gives the
+    batched prefill's logits and the reference's."""
     prompt = tm.prompt(name)[:70]
     ref = reference_logits(name, tiny_dir)
     with load(tiny_dir, name) as model:
-        ctx = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
-        assert not ctx.fused_decode
-        with pytest.raises(NotImplementedError, match="DeltaNet"):
-            model.engine.fused_step()
+        ctx = context(model, fused, n_ctx=256, sampler=GreedySampler())
         rows = model.engine.create_context(n_ctx=256).prefill(prompt, all_logits=True)
         for i, tok in enumerate(prompt):
             ctx.prefill([int(tok)])
             close(ctx.logits, rows[i])
             check(ctx.logits, ref[i], f"position {i}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fused_decode_equals_the_python_blocks(name, tiny_dir):
+    """The fused C step computes what the Python blocks compute, in the same float
+    operations and kernels: the same logits bit for bit at every position (past the
+    16-token checkpoint interval), and the same greedy continuation, which also
+    follows the float64 reference where its top token is clear."""
+    prompt = tm.prompt(name)[:40]
+    with load(tiny_dir, name) as model:
+        fused, python = (context(model, f, n_ctx=128, sampler=GreedySampler()) for f in (True, False))
+        for i, tok in enumerate(prompt):
+            fused.prefill([int(tok)])
+            python.prefill([int(tok)])
+            np.testing.assert_array_equal(fused.logits, python.logits, err_msg=f"position {i}")
+        np.testing.assert_array_equal(fused.ssm_state, python.ssm_state)
+        np.testing.assert_array_equal(fused.ssm_conv, python.ssm_conv)
+        assert [c[0] for c in fused._checkpoints] == [c[0] for c in python._checkpoints] == [16, 32]
+        ids = []
+        for _ in range(8):
+            tok = int(np.argmax(fused.logits))
+            assert tok == int(np.argmax(python.logits))
+            ids.append(tok)
+            fused.prefill([tok])
+            python.prefill([tok])
+    ref = Qwen35Reference(tiny_file(name, tiny_dir)).forward(np.concatenate([prompt, ids[:-1]]))
+    for k, tok in enumerate(ids):
+        row = np.sort(ref[len(prompt) + k - 1])
+        if row[-1] - row[-2] > 0.05:
+            assert tok == int(np.argmax(ref[len(prompt) + k - 1])), f"generated token {k}"
+
+
+def test_fused_step_refuses_bad_recurrent_states(tiny_dir):
+    """TransformerDecoder.step checks each sequence's ssm_state and ssm_conv before
+    the C call: missing, of the wrong shape or dtype, not contiguous, or one array for
+    two sequences; the refused call leaves every state and cache as it was."""
+    with load(tiny_dir) as model:
+        eng = model.engine
+        a, b = (eng.create_context(n_ctx=64) for _ in range(2))
+        a.prefill(tm.prompt("qwen35")[:5])
+        b.prefill(tm.prompt("qwen35")[:5])
+        step = a._fused_step()
+        assert step.n_deltanet_layers == 2
+        before = [x.copy() for x in (a.ssm_state, a.ssm_conv, a.k_cache, a.logits)]
+
+        def call(states, convs, ctxs=(a,)):
+            step.step([c.k_cache for c in ctxs], [c.v_cache for c in ctxs], [3] * len(ctxs), [5] * len(ctxs),
+                      [c.logits for c in ctxs], None, states, convs)
+
+        with pytest.raises(ValueError, match="ssm_states, ssm_convs: one of each"):
+            call(None, None)
+        for states, convs, message in [
+                ([a.ssm_state[:1]], [a.ssm_conv], r"ssm_states\[0\]: expected float32 of shape \(2, 4, 32, 32\)"),
+                ([a.ssm_state.astype(np.float64)], [a.ssm_conv], r"ssm_states\[0\]: expected float32"),
+                ([a.ssm_state], [a.ssm_conv[:, :2]], r"ssm_convs\[0\]: expected float32 of shape \(2, 3, 256\)"),
+                ([a.ssm_state], [np.asfortranarray(a.ssm_conv)], r"ssm_convs\[0\]: must be C-contiguous")]:
+            with pytest.raises(ValueError, match=message):
+                call(states, convs)
+        with pytest.raises(ValueError, match="ssm_states"):   # one state for two sequences
+            call([a.ssm_state, a.ssm_state], [a.ssm_conv, b.ssm_conv], (a, b))
+        for x, y in zip((a.ssm_state, a.ssm_conv, a.k_cache, a.logits), before):
+            np.testing.assert_array_equal(x, y)
 
 
 def test_prefill_in_pieces_matches_reference(tiny_dir):
@@ -141,28 +213,32 @@ def test_prefill_batch_of_several_contexts(tiny_dir):
                 check(logits, ref[start + i], f"position {start + i}")
 
 
-def test_batched_decode_equals_one_at_a_time(tiny_dir):
-    """decode_batch (infer serve's step) over contexts at different positions gives
-    each the logits it gets alone."""
+@FUSED
+def test_batched_decode_equals_one_at_a_time(fused, tiny_dir):
+    """decode_batch (infer serve's step: the fused step with a batch of sequences, or
+    the Python blocks with the tokens stacked) over contexts at different positions
+    gives each the logits it gets alone, bit for bit, and the checkpoints it gets alone."""
     name = "qwen35"
     prompt = tm.prompt(name)
     with load(tiny_dir) as model:
-        eng = model.engine
         lengths = [5, 1, 130]
-        together = [eng.create_context(n_ctx=256, sampler=GreedySampler()) for _ in lengths]
-        alone = [eng.create_context(n_ctx=256, sampler=GreedySampler()) for _ in lengths]
+        together = [context(model, fused, n_ctx=256, sampler=GreedySampler()) for _ in lengths]
+        alone = [context(model, fused, n_ctx=256, sampler=GreedySampler()) for _ in lengths]
         for c, a, n in zip(together, alone, lengths):
             c.prefill(prompt[:n])
             a.prefill(prompt[:n])
-        for step in range(5):
+        for step in range(18):
             tokens = [int(prompt[n + step]) for n in lengths]
             decode_batch(together, tokens)
             for c, a, t in zip(together, alone, tokens):
                 a.prefill([t])
-                close(c.logits, a.logits)
+                np.testing.assert_array_equal(c.logits, a.logits)
         ref = reference_logits(name, tiny_dir)
-        for c, n in zip(together, lengths):
-            check(c.logits, ref[n + 4], f"batched decode, position {n + 4}")
+        for c, a, n in zip(together, alone, lengths):
+            check(c.logits, ref[n + 17], f"batched decode, position {n + 17}")
+            assert [p[0] for p in c._checkpoints] == [p[0] for p in a._checkpoints]
+            assert any(not p[3] for p in c._checkpoints)   # one made after a decoded token
+            np.testing.assert_array_equal(c.ssm_state, a.ssm_state)
 
 
 # ---- truncation, copies, saved states ---------------------------------------------------------
@@ -172,7 +248,8 @@ def _decode(ctx, tokens):
     return ctx.logits.copy()
 
 
-def test_truncate_to_a_checkpoint_and_between_checkpoints(tiny_dir):
+@FUSED
+def test_truncate_to_a_checkpoint_and_between_checkpoints(fused, tiny_dir):
     """The state goes back to the latest checkpoint at or before n (a prefill's end,
     every CHECKPOINT_INTERVAL decoded positions) and the tokens after it are evaluated
     again: re-decoding then gives the same logits as the first time, after other
@@ -181,7 +258,7 @@ def test_truncate_to_a_checkpoint_and_between_checkpoints(tiny_dir):
     prompt = tm.prompt(name)
     other = (prompt[::-1] + 7) % 500
     with load(tiny_dir) as model:
-        ctx = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
+        ctx = context(model, fused, n_ctx=256, sampler=GreedySampler())
         ctx.prefill(prompt[:100])                            # checkpoint at 100
         first = _decode(ctx, prompt[100:140])                # ... at 116 and 132
         assert [c[0] for c in ctx._checkpoints] == [100, 116, 132]
@@ -200,11 +277,12 @@ def test_truncate_to_a_checkpoint_and_between_checkpoints(tiny_dir):
         check(ctx.logits, reference_logits(name, tiny_dir)[139], "position 139 after restart")
 
 
-def test_checkpoints_are_bounded(tiny_dir, monkeypatch):
+@FUSED
+def test_checkpoints_are_bounded(fused, tiny_dir, monkeypatch):
     """At most MAX_CHECKPOINTS, the prefills' ends kept before decoded positions."""
     monkeypatch.setattr(T, "CHECKPOINT_INTERVAL", 2)
     with load(tiny_dir) as model:
-        ctx = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
+        ctx = context(model, fused, n_ctx=256, sampler=GreedySampler())
         ctx.prefill(tm.prompt("qwen35")[:10])
         _decode(ctx, tm.prompt("qwen35")[10:60])
         assert [c[0] for c in ctx._checkpoints] == [10] + list(range(60 - 2 * (T.MAX_CHECKPOINTS - 2), 61, 2))
@@ -225,7 +303,7 @@ def test_failed_pass_leaves_the_state_as_before(tiny_dir, monkeypatch):
     that is neither; the context goes back to a checkpoint and evaluates again."""
     prompt = tm.prompt("qwen35")
     with load(tiny_dir) as model:
-        ctx = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
+        ctx = context(model, False, n_ctx=256, sampler=GreedySampler())
         twin = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
         ctx.prefill(prompt[:30])
         twin.prefill(prompt[:31])
@@ -245,16 +323,43 @@ def test_failed_pass_leaves_the_state_as_before(tiny_dir, monkeypatch):
         np.testing.assert_array_equal(ctx.logits, twin.logits)
 
 
-def test_saved_state_and_copy_continue_exactly(tiny_dir):
+def test_failed_fused_step_leaves_the_state_as_before(tiny_dir):
+    """A fused step interrupted (here before its C call) leaves the context to go back
+    to a checkpoint and evaluate again, as a failed pass of the Python blocks."""
+    prompt = tm.prompt("qwen35")
+    with load(tiny_dir) as model:
+        ctx = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
+        twin = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
+        ctx.prefill(prompt[:30])
+        _decode(ctx, prompt[30:35])
+        twin.prefill(prompt[:36])
+        real = ctx._fused_step()
+
+        class Broken:
+            def decode(self, *args):
+                raise KeyboardInterrupt
+
+        ctx._step = Broken()
+        with pytest.raises(KeyboardInterrupt):
+            ctx.prefill([int(prompt[35])])
+        ctx._step = real
+        assert len(ctx.tokens) == 35 and ctx._recurrent_pos <= 30   # back to the prefill's checkpoint
+        ctx.prefill([int(prompt[35])])
+        np.testing.assert_array_equal(ctx.logits, twin.logits)
+
+
+@FUSED
+def test_saved_state_and_copy_continue_exactly(fused, tiny_dir):
     name = "qwen35"
     prompt = tm.prompt(name)
     with load(tiny_dir) as model:
-        ctx = model.engine.create_context(n_ctx=256)
+        ctx = context(model, fused, n_ctx=256)
         ctx.prefill(prompt[:50])
         _decode(ctx, prompt[50:53])
         data = ctx.save_state()
         twin = copy.deepcopy(ctx)
         loaded = Context.load_state(model, data)
+        loaded.fused_decode = fused
         _decode(ctx, prompt[53:60])
         for other in (twin, loaded):
             np.testing.assert_array_equal(_decode(other, prompt[53:60]), ctx.logits)
@@ -370,6 +475,26 @@ def test_infer_info_shows_the_recurrent_state(tiny_dir, capsys):
 
 
 # ---- the recurrence kernel ----------------------------------------------------------------
+def test_sigmoid_kernel():
+    """kernels.sigmoid (the gates of the fused step and of the Python blocks) against
+    float64, in place and into another array, and its argument checks."""
+    x = np.concatenate([np.linspace(-100, 100, 2001), [0.0, -np.inf, np.inf]]).astype(np.float32)
+    want = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    out = K.sigmoid(x, np.empty_like(x))
+    np.testing.assert_allclose(out, want, rtol=2e-7, atol=1e-30)
+    inplace = x.reshape(4, -1).copy()
+    assert K.sigmoid(inplace, inplace) is inplace
+    np.testing.assert_array_equal(inplace.reshape(-1), out)
+    np.testing.assert_array_equal(K.sigmoid(x[::2], np.empty(x[::2].shape, np.float32)), out[::2])
+    with pytest.raises(TypeError, match="float32"):
+        K.sigmoid(x.astype(np.float64), np.empty_like(x))
+    with pytest.raises(TypeError, match="one shape"):
+        K.sigmoid(x, np.empty(3, np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.sigmoid(x[::2], np.empty((x.size, 2), np.float32)[:x[::2].size * 2:2, 0].reshape(-1))
+
+
+
 def delta_rule(q, k, v, g, beta, state, scale):
     """float64: per value head h (key head h % n_k), per token, S *= exp(g);
     S += k (beta (v - S^T k))^T; o = scale S^T q, S[key, value] = state[h]."""
@@ -488,7 +613,7 @@ def test_deltanet_tensors_on_an_attention_layer_are_refused(tmp_path):
 
 def test_serve_scheduler_gives_each_request_its_own_text(tiny_dir):
     """infer serve's scheduler: requests decoding together (decode_batch through the
-    Python blocks, tokens decoded ahead and taken back) get the text each gets alone."""
+    fused step, tokens decoded ahead and taken back) get the text each gets alone."""
     import threading
 
     from infer.generate import generate

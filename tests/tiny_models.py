@@ -22,7 +22,9 @@ gemma, hunyuan-dense: no pre-norms, q/k norms over the whole projection or after
 RoPE), recorded into a data file of their own; ``GEMMA4`` the Gemma 4 files
 (`write_gemma4`: PLE, shared-KV layers, per-layer head sizes; tests/test_gemma4.py,
 llama_cpp_gemma4.npz); ``MISTRAL3`` Ministral 3 with YaRN and its attention
-temperature (tests/test_mistral3.py, llama_cpp_mistral3.npz); ``ALL`` is all of them.
+temperature (tests/test_mistral3.py, llama_cpp_mistral3.npz); ``DENSE2`` glm4, cohere2,
+minicpm, internlm2 and stablelm (LayerNorms, parallel blocks, sandwich norms;
+llama_cpp_dense2.npz); ``ALL`` is all of them.
 ``write(name, path)`` writes one, deterministically (the seeds are fixed; the
 sha256 of each file is recorded beside llama.cpp's logits so a change shows).
 """
@@ -89,6 +91,24 @@ class Qwen35Shape:
 
 
 @dataclass(frozen=True)
+class Mamba2Shape:
+    """What a tiny granitehybrid file has beyond `Tiny` (llama.cpp
+    src/models/granite-hybrid.cpp, conversion/granite.py's GraniteHybridModel): the
+    Mamba2 layers' sizes (ssm.*; llama.cpp wants d_inner = 2 * dim), which layers are
+    attention (the others have head_count_kv 0), and Granite's multipliers."""
+
+    conv_kernel: int = 4
+    d_state: int = 32
+    n_heads: int = 8
+    n_groups: int = 2
+    attention_layers: tuple = (2,)
+    embedding_scale: float = 12.0
+    residual_scale: float = 0.22
+    attention_scale: float = 0.015625
+    logit_scale: float = 8.0
+
+
+@dataclass(frozen=True)
 class Tiny:
     arch: str
     seed: int
@@ -146,6 +166,13 @@ class Tiny:
     dense_leading: int = 0
     expert_ffn: int = 0
     expert_bias: float = 0.0
+    #: LayerNorm (weight, no bias) with attention.layer_norm_epsilon (Cohere), not RMSNorm
+    layer_norm: bool = False
+    #: parallel blocks: no ffn_norm (Cohere 2)
+    parallel: bool = False
+    #: the LayerNorms' biases: attn_norm.bias, ffn_norm.bias, output_norm.bias (StableLM)
+    norm_bias: bool = False
+    mamba2: Optional[Mamba2Shape] = None
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
@@ -390,13 +417,51 @@ GPTOSS: Dict[str, Tiny] = {n: t for n, t in [
 ]}
 #: the released files' expert format (the gguf package quantizes it)
 GPTOSS["gpt-oss-mxfp4"] = replace(GPTOSS["gpt-oss-q8_0"], seed=122, expert_type="mxfp4", prompt_seed=0)
+#: Granite 4.0-H's files (tests/test_granite_hybrid.py, `write_granite_hybrid`), recorded
+#: into tests/data/llama_cpp_mamba2.npz: Mamba2 layers at 0, 1 and 3, attention (no
+#: RoPE) at 2; 8 SSM heads of 64 in 2 groups of state 32; a dense SwiGLU FFN
+GRANITE_HYBRID: Dict[str, Tiny] = {
+    "granitehybrid": Tiny("granitehybrid", 130, n_layer=4, pre="qwen2", prompt_len=256, head_gain=24.0, tied=False,
+                          mamba2=Mamba2Shape()),
+    # h-tiny's shape: every FFN 8 experts of 128 (2 used) and a shared MLP of 256 without a gate
+    "granitehybrid-moe": Tiny("granitehybrid", 131, n_layer=3, pre="qwen2", prompt_len=MOE_PROMPT_LEN,
+                              head_gain=24.0, tied=False, ffn=128, n_expert=8, shared_ffn=256,
+                              router_gain=MOE_ROUTER_GAIN, extra={"expert_count": 8, "expert_used_count": 2},
+                              mamba2=Mamba2Shape(attention_layers=(1,))),
+}
+
 #: qwen3moe-q4_k's file with its experts in MXFP4 (quantized by the gguf package), as
 #: llama-quantize's MXFP4_MOE writes them (tests/test_mxfp4_moe.py, llama_cpp_mxfp4.npz)
 MXFP4: Dict[str, Tiny] = {"qwen3moe-mxfp4": replace(TINY["qwen3moe-q4_k"], expert_type="mxfp4")}
 
+#: The dense families of tests/test_dense_families2.py (tests/test_families.py runs them
+#: too), recorded into tests/data/llama_cpp_dense2.npz.  Shorter prompts (300: past
+#: every window) keep the tests lean.
+DENSE2: Dict[str, Tiny] = {n: t for n, t in [
+    # GLM-4-0414: sandwich norms, fused gate|up, q/k/v biases, RoPE on adjacent pairs of
+    # half of each head, an output matrix.
+    ("glm4", Tiny("glm4", 120, tied=False, qkv_bias=True, fused_gate_up=True, post_norms=True,
+                  rope_dims=32, pre="glm4", prompt_len=300, extra={"rope.freq_base": 500000.0})),
+    # Command R7B: LayerNorms, parallel blocks, windows of 128 with RoPE on layers 0-2,
+    # layer 3 global without RoPE, logits times 0.5, tied head.
+    ("cohere2", Tiny("cohere2", 121, layer_norm=True, parallel=True, pre="command-r", prompt_len=300,
+                     head_gain=6.0, extra={"attention.sliding_window": 128, "logit_scale": 0.5})),
+    # MiniCPM: Granite's multipliers (scale_emb 2, smaller than the 2B's 12 so that the blocks
+    # still move the tiny model's residual stream; scale_depth 1.4 over 4 layers,
+    # hidden 256 / dim_model_base 64), untied.
+    ("minicpm", Tiny("minicpm", 122, tied=False, head_gain=12.0, prompt_len=300,
+                     extra={"embedding_scale": 2.0, "residual_scale": 0.7, "logit_scale": 4.0})),
+    # InternLM2: Llama with an output matrix, 8 heads over 2 KV heads, base 1e6.
+    ("internlm2", Tiny("internlm2", 123, tied=False, n_head=8, n_kv_head=2, head_dim=32, prompt_len=300,
+                       extra={"rope.freq_base": 1000000.0})),
+    # StableLM 2 1.6B: LayerNorms with biases, q/k/v biases, NEOX RoPE over a quarter
+    # of each head, untied; the converter's use_parallel_residual (false).
+    ("stablelm", Tiny("stablelm", 124, tied=False, layer_norm=True, norm_bias=True, qkv_bias=True,
+                      rope_dims=16, prompt_len=300, extra={"use_parallel_residual": False})),
+]}
 #: every tiny file (names are unique across the tables)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35, **MXFP4,
-                        **GPTOSS}
+                        **GPTOSS, **GRANITE_HYBRID, **DENSE2}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -536,6 +601,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         return write_qwen35(t, path, more_tensors)
     if t.arch == "gpt-oss":
         return write_gptoss(t, path, more_tensors)
+    if t.mamba2 is not None:
+        return write_granite_hybrid(t, path, more_tensors)
     rng = np.random.default_rng(t.seed)
     d, hd, L = t.dim, t.head_dim, t.n_layer
     q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
@@ -561,7 +628,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         w.add_uint32(f"{a}.shortconv.l_cache", t.conv_width)
     else:
         w.add_uint32(f"{a}.attention.head_count_kv", t.n_kv_head)
-    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", t.eps)
+    w.add_float32(f"{a}.attention.layer_norm_epsilon" if t.layer_norm else f"{a}.attention.layer_norm_rms_epsilon",
+                  t.eps)
     if t.rope_dims is not None:
         w.add_uint32(f"{a}.rope.dimension_count", t.rope_dims)
     extra = dict(t.extra)
@@ -588,6 +656,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
     # std 3/sqrt(d).  An untied embedding is unit-variance.
     w.add_tensor("token_embd.weight", mat(VOCAB, d, t.head_gain if t.tied else math.sqrt(d)))
     w.add_tensor("token_embd_norm.weight" if t.arch == "lfm2" else "output_norm.weight", norm(d))
+    if t.norm_bias:
+        w.add_tensor("output_norm.bias", bias(d, 0.1))
     if not t.tied:
         w.add_tensor("output.weight", mat(VOCAB, d, t.head_gain))
     if t.llama3_rope:
@@ -600,6 +670,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         p = f"blk.{i}."
         if t.pre_norms:
             w.add_tensor(p + "attn_norm.weight", norm(d))
+            if t.norm_bias:
+                w.add_tensor(p + "attn_norm.bias", bias(d, 0.1))
         if i in t.conv_layers:
             _add_shortconv(w, p, d, t.conv_width, mat, rng)
             w.add_tensor(p + "ffn_norm.weight", norm(d))
@@ -624,8 +696,10 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         w.add_tensor(p + "attn_output.weight", mat(d, q_dim))
         if t.post_norms:
             w.add_tensor(p + "post_attention_norm.weight", norm(d))
-        if t.pre_norms:
+        if t.pre_norms and not t.parallel:
             w.add_tensor(p + "ffn_norm.weight", norm(d))
+            if t.norm_bias:
+                w.add_tensor(p + "ffn_norm.bias", bias(d, 0.1))
         if t.n_expert:
             # GGUF dims (d, ffn, n_expert) for gate/up and (ffn, d, n_expert) for
             # down: the numpy arrays are (n_expert, out, in)
@@ -892,6 +966,117 @@ def write_qwen35(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = No
             tensors[p + "ffn_gate.weight"] = mat(t.ffn, d)
             tensors[p + "ffn_up.weight"] = mat(t.ffn, d)
             tensors[p + "ffn_down.weight"] = mat(d, t.ffn)
+    tensors.update(more)
+    for name, value in tensors.items():
+        if name not in drop:
+            w.add_tensor(name, value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = None,
+                         drop: Tuple[str, ...] = ()) -> str:
+    """A tiny granitehybrid file as the converter writes one: head_count_kv per layer
+    (0 on the Mamba2 layers), rope.scaling.finetuned false (no RoPE) and
+    context_length 2**20, ssm_in (z, xBC, dt rows), ssm_conv1d (channels, K) F32
+    with its bias, ssm_a = -exp(A_log) and ssm_d as (n_heads, 1), ssm_norm as
+    (n_groups, d_inner / n_groups), the dense FFN as ffn_gate/up/down.
+    ``more_tensors`` adds tensors (names "blk.*" or "*.weight") and metadata keys
+    (without the arch prefix; a None value removes one); ``drop`` leaves tensors or
+    keys out (for the refusal tests)."""
+    import gguf
+
+    sh = t.mamba2
+    assert sh is not None
+    more = dict(more_tensors or {})
+    rng = np.random.default_rng(t.seed)
+    d, hd, L = t.dim, t.head_dim, t.n_layer
+    inner, N, H, G = 2 * d, sh.d_state, sh.n_heads, sh.n_groups
+    conv_dim = inner + 2 * G * N
+    q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, t.arch)
+    a = t.arch
+    keys: Dict[str, Any] = {
+        "context_length": 2**20, "embedding_length": d, "block_count": L, "feed_forward_length": t.ffn,
+        "attention.head_count": t.n_head, "attention.layer_norm_rms_epsilon": float(t.eps),
+        "rope.freq_base": float(t.rope_base), "rope.dimension_count": hd,
+        "attention.scale": sh.attention_scale, "embedding_scale": sh.embedding_scale,
+        "residual_scale": sh.residual_scale, "logit_scale": sh.logit_scale,
+        "expert_shared_feed_forward_length": t.shared_ffn or t.ffn,
+        "ssm.conv_kernel": sh.conv_kernel, "ssm.state_size": N, "ssm.group_count": G,
+        "ssm.inner_size": inner, "ssm.time_step_rank": H, **t.extra}
+    for k in [k for k in more if not (k.startswith("blk.") or k.endswith(".weight"))]:
+        keys[k[len(a) + 1:] if k.startswith(a + ".") else k] = more.pop(k)
+    for k, v in keys.items():
+        if k in drop or v is None:
+            continue
+        key = f"{a}.{k}"
+        if isinstance(v, float):
+            w.add_float32(key, v)
+        elif isinstance(v, (list, tuple)):
+            w.add_array(key, list(v))
+        else:
+            w.add_uint32(key, v)
+    if "attention.head_count_kv" not in keys and "attention.head_count_kv" not in drop:
+        w.add_array(f"{a}.attention.head_count_kv",
+                    [t.n_kv_head if i in sh.attention_layers else 0 for i in range(L)])
+    if "rope.scaling.finetuned" not in drop:
+        w.add_bool(f"{a}.rope.scaling.finetuned", False)
+    tokens, merges = bpe_vocabulary()
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", t.pre)
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", [1] * (VOCAB - len(SPECIALS)) + [3] * len(SPECIALS))
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.eos_token_id", tokens.index("<|im_end|>"))
+    w.add_uint32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+
+    tensors: Dict[str, np.ndarray] = {}
+    tensors["token_embd.weight"] = mat(VOCAB, d, math.sqrt(d) / sh.embedding_scale)
+    tensors["output_norm.weight"] = norm(d)
+    if not t.tied:
+        tensors["output.weight"] = mat(VOCAB, d, t.head_gain)
+    for i in range(L):
+        p = f"blk.{i}."
+        tensors[p + "attn_norm.weight"] = norm(d)
+        if i in sh.attention_layers:
+            tensors[p + "attn_q.weight"] = mat(q_dim, d, 3.0)
+            tensors[p + "attn_k.weight"] = mat(kv_dim, d, 3.0)
+            tensors[p + "attn_v.weight"] = mat(kv_dim, d)
+            tensors[p + "attn_output.weight"] = mat(d, q_dim, 2.0)
+        else:
+            tensors[p + "ssm_in.weight"] = mat(inner + conv_dim + H, d, 1.5)
+            tensors[p + "ssm_conv1d.weight"] = (rng.standard_normal((conv_dim, sh.conv_kernel))
+                                                / math.sqrt(sh.conv_kernel)).astype(np.float32)
+            tensors[p + "ssm_conv1d.bias"] = (0.1 * rng.standard_normal(conv_dim)).astype(np.float32)
+            tensors[p + "ssm_dt.bias"] = (-1.5 + 0.5 * rng.standard_normal(H)).astype(np.float32)
+            tensors[p + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.0, (H, 1)))).astype(np.float32)
+            tensors[p + "ssm_d"] = rng.uniform(0.5, 1.5, (H, 1)).astype(np.float32)
+            tensors[p + "ssm_norm.weight"] = norm(inner).reshape(G, inner // G)
+            tensors[p + "ssm_out.weight"] = mat(d, inner, 2.0)
+        tensors[p + "ffn_norm.weight"] = norm(d)
+        if t.n_expert:   # the converter splits input_linear into gate and up, shared_mlp likewise
+            tensors[p + "ffn_gate_inp.weight"] = mat(t.n_expert, d, t.router_gain).astype(np.float32)
+            for part, rows, cols in (("gate", t.ffn, d), ("up", t.ffn, d), ("down", d, t.ffn)):
+                tensors[p + f"ffn_{part}_exps.weight"] = np.stack([mat(rows, cols) for _ in range(t.n_expert)])
+            tensors[p + "ffn_gate_shexp.weight"] = mat(t.shared_ffn, d)
+            tensors[p + "ffn_up_shexp.weight"] = mat(t.shared_ffn, d)
+            tensors[p + "ffn_down_shexp.weight"] = mat(d, t.shared_ffn, 2.0)
+        else:
+            tensors[p + "ffn_gate.weight"] = mat(t.ffn, d)
+            tensors[p + "ffn_up.weight"] = mat(t.ffn, d)
+            tensors[p + "ffn_down.weight"] = mat(d, t.ffn, 2.0)
     tensors.update(more)
     for name, value in tensors.items():
         if name not in drop:

@@ -119,7 +119,8 @@ def describe_model(f: Any) -> dict[str, Any]:
         "rope_scaling": arch_key("rope.scaling.type"), "rope_scaling_factor": arch_key("rope.scaling.factor"),
         "rope_original_context": arch_key("rope.scaling.original_context_length"),
         "attention_temperature": arch_key("attention.temperature_scale"),
-        "deltanet": _deltanet_summary(arch_key),
+        "deltanet": None if arch in MAMBA2_ARCHS else _deltanet_summary(arch_key),
+        "mamba2": _mamba2_summary(arch_key) if arch in MAMBA2_ARCHS else None,
         "experts": arch_key("expert_count"), "experts_used": arch_key("expert_used_count"),
         "expert_feed_forward_length": arch_key("expert_feed_forward_length"),
         # what one token reads: the stacked expert tensors (names *_exps) count as
@@ -137,6 +138,33 @@ def describe_model(f: Any) -> dict[str, Any]:
                     for t in f.tensors.values()],
         "metadata": metadata,
     }
+
+
+#: the architectures whose ssm.* keys size Mamba2 layers (a layer with 0 KV heads is one)
+MAMBA2_ARCHS = ("granitehybrid",)
+
+
+def _mamba2_summary(arch_key: Any) -> Optional[dict[str, Any]]:
+    """Granite 4.0-H's Mamba2 layers (the ssm.* keys; those with head_count_kv 0): how
+    many, their heads, and the recurrent state a context keeps (float32 S and conv
+    inputs per layer, plus up to transformer.MAX_CHECKPOINTS copies); None with keys
+    that are not counts (the loader names those)."""
+    import numpy as np
+
+    from ..variants.transformer import MAX_CHECKPOINTS
+
+    values = [arch_key(k) for k in ("ssm.conv_kernel", "ssm.state_size", "ssm.group_count",
+                                    "ssm.time_step_rank", "ssm.inner_size", "block_count")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return None
+    conv_kernel, d_state, n_groups, n_heads, inner, n_layers = values
+    kv = arch_key("attention.head_count_kv")
+    kv_list = list(kv) if isinstance(kv, (list, tuple, np.ndarray)) else [kv] * n_layers
+    n_recurrent = sum(1 for n in kv_list[:n_layers] if n == 0)
+    state = n_recurrent * 4 * (inner * d_state + (conv_kernel - 1) * (inner + 2 * n_groups * d_state))
+    return {"layers": n_recurrent, "heads": n_heads, "head_dim": inner // n_heads, "groups": n_groups,
+            "state_size": d_state, "conv_kernel": conv_kernel, "state_bytes": state,
+            "checkpoint_bytes": state * MAX_CHECKPOINTS}
 
 
 def _deltanet_summary(arch_key: Any) -> Optional[dict[str, Any]]:
@@ -234,6 +262,12 @@ def format_model(s: dict[str, Any]) -> str:
                                        f"{dn['conv_kernel']}"))
         rows.append(("recurrent state", f"{_human_bytes(dn['state_bytes'])} per context, and up to "
                                         f"{_human_bytes(dn['checkpoint_bytes'])} of checkpoints for truncation"))
+    m2 = s.get("mamba2")
+    if m2 is not None:
+        rows.append(("Mamba2", f"{m2['layers']} layers, {m2['heads']} heads of {m2['head_dim']} in "
+                               f"{m2['groups']} groups, state size {m2['state_size']}, conv width {m2['conv_kernel']}"))
+        rows.append(("recurrent state", f"{_human_bytes(m2['state_bytes'])} per context, and up to "
+                                        f"{_human_bytes(m2['checkpoint_bytes'])} of checkpoints for truncation"))
     vocab = s["vocabulary"]
     kind = vocab["kind"] or "none"
     if vocab["pre"]:

@@ -1,6 +1,7 @@
 """Built-in model variants; importing this package registers their architectures."""
 from . import apertus  # noqa: F401
 from . import arcee  # noqa: F401
+from . import cohere2  # noqa: F401
 from . import ernie4_5  # noqa: F401
 from . import exaone  # noqa: F401
 from . import exaone4  # noqa: F401
@@ -8,11 +9,15 @@ from . import gemma  # noqa: F401
 from . import gemma2  # noqa: F401
 from . import gemma3  # noqa: F401
 from . import gemma4  # noqa: F401
+from . import glm4  # noqa: F401
 from . import gpt_oss  # noqa: F401
 from . import granite  # noqa: F401
+from . import granite_hybrid  # noqa: F401
 from . import hunyuan_dense  # noqa: F401
+from . import internlm2  # noqa: F401
 from . import lfm2  # noqa: F401
 from . import llama  # noqa: F401
+from . import minicpm  # noqa: F401
 from . import mistral3  # noqa: F401
 from . import olmo2  # noqa: F401
 from . import olmoe  # noqa: F401
@@ -23,3 +28,4 @@ from . import qwen3  # noqa: F401
 from . import qwen3moe  # noqa: F401
 from . import qwen35  # noqa: F401
 from . import smollm3  # noqa: F401
+from . import stablelm  # noqa: F401

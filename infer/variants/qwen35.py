@@ -29,8 +29,9 @@ last conv_kernel - 1 conv inputs, with checkpoints of them (transformer.py:
 CHECKPOINT_INTERVAL, MAX_CHECKPOINTS) so truncate_to goes back exactly.  With 24
 DeltaNet layers of 32 value heads of 128 (Qwen3.5-9B's shape) that is 48 MiB per copy,
 up to 9 copies (~440 MiB) per context; ``infer info`` prints the file's figures.  The
-KV cache has rows for the attention layers only.  Decoding runs through the Python
-blocks (the fused C step has no DeltaNet layers, and says so).
+KV cache has rows for the attention layers only.  Decoding runs through the fused
+C step (csrc/transformer_block.c), which takes each sequence's ssm_state and
+ssm_conv; the checkpoints are kept in Python around it.
 """
 from __future__ import annotations
 

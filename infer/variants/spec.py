@@ -25,7 +25,8 @@ One block, with every optional piece (each is off by default):
                                  over the last layers[l].window positions, a
                                  per-head sink logit in each denominator (attn_sinks)
         a = a Wo + bo ; a = rmsnorm(a, post_attn_norm) (bo: out_bias; post_attn_norm)
-        x += a * residual_scale
+        x += a * residual_scale                       (parallel_blocks: a is added after f,
+                                                       and f reads the first h)
         h = rmsnorm(x, ffn_norm)                      (pre_norms; else h = x)
         f = (act(h Wgate) * h Wup) Wdown              (act: activation; one matrix
                                                        gate|up: fused_gate_up; relu_sqr,
@@ -76,6 +77,16 @@ linear attention with a recurrent state S_h (d x d per value head h):
 and ``attn_output_gate`` gives the attention layers a sigmoid gate on their output,
 projected with q (per head: q's head_dim rows, then the gate's).
 
+A layer of kind "mamba2" (Granite 4.0-H's Mamba2 mixer, `Mamba2`) replaces it by a
+selective state space scan with a state S_h (head_dim x d_state per head h):
+
+        h = rmsnorm(x, attn_norm)
+        z, xBC, dt = split(h Wssm_in)                 (d_inner, conv_dim, n_heads)
+        x, B, C = split(silu(conv_K(xBC) + conv_bias)) (d_inner; n_groups x d_state twice)
+        dt = softplus(dt + dt_bias) ; dA = exp(dt * ssm_a)   (per head; ssm_a = -exp(A_log))
+        S_h = S_h dA_h + (x_h dt_h) B_g^T ; y_h = S_h C_g + D_h x_h    (g: h's group)
+        x += rmsnorm_per_group(y * silu(z), ssm_norm) Wssm_out
+
 Tensor names follow llama.cpp's GGUF conventions (`blk.N.attn_q.weight`, ...;
 see `weights.py`).
 """
@@ -100,8 +111,13 @@ UNGATED = ("relu_sqr", "xielu")
 ROPE_LAYOUTS = ("norm", "neox")
 #: what a q/k norm spans: one head, or the whole projection
 QK_NORM_SCOPES = ("head", "all")
+#: the block and output norms (TransformerSpec.norm_kind): RMSNorm, or LayerNorm
+#: (mean subtracted, population variance, a weight and no bias: Cohere)
+NORM_KINDS = ("rms", "layer")
 #: how a layer mixes positions (LayerSpec.kind)
-LAYER_KINDS = ("attention", "shortconv", "deltanet")
+LAYER_KINDS = ("attention", "shortconv", "deltanet", "mamba2")
+#: the recurrent kinds (a state per context, checkpoints for truncate_to)
+RECURRENT_KINDS = ("deltanet", "mamba2")
 #: the widest short convolution accepted (LFM2's is 3; a huge width is a bad file)
 MAX_CONV_WIDTH = 64
 #: the largest DeltaNet head (d_state; Qwen3.5's is 128): the kernel's stack scratch
@@ -208,6 +224,9 @@ class MoE:
     #: ffn_{gate,up,down}_exps.bias: each expert's biases on its gate, up and down
     #: products (gpt-oss)
     expert_biases: bool = False
+    #: False: the shared expert's output is added as it is, with no sigmoid gate and
+    #: no ffn_gate_inp_shexp (Granite 4.0-H's shared MLP; the Python blocks only)
+    shared_gated: bool = True
 
     def __post_init__(self) -> None:
         for name in ("n_experts", "n_used", "ffn_dim"):
@@ -272,6 +291,53 @@ class DeltaNet:
 
 
 @dataclass(frozen=True)
+class Mamba2:
+    """The sizes of the Mamba2 layers (llama.cpp's ssm.* keys of ``granitehybrid``):
+    ``n_heads`` heads (ssm.time_step_rank) of d_inner / n_heads channels in
+    ``n_groups`` groups (ssm.group_count) sharing B and C of ``d_state`` values;
+    head h reads group h // (n_heads / n_groups).  The causal depthwise convolution
+    spans ``conv_kernel`` positions."""
+
+    conv_kernel: int
+    d_state: int
+    d_inner: int
+    n_heads: int
+    n_groups: int
+
+    def __post_init__(self) -> None:
+        for name in ("conv_kernel", "d_state", "d_inner", "n_heads", "n_groups"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**20:
+                raise ValueError(f"mamba2 {name}: must be an integer in [1, 2**20], got {value!r}")
+        if not 2 <= self.conv_kernel <= MAX_CONV_WIDTH:
+            raise ValueError(f"mamba2 conv_kernel: must be in [2, {MAX_CONV_WIDTH}], got {self.conv_kernel}")
+        if self.d_state > MAX_DELTANET_STATE:
+            raise ValueError(f"mamba2 d_state: {self.d_state} exceeds {MAX_DELTANET_STATE}")
+        if self.d_inner % self.n_heads or self.n_heads % self.n_groups:
+            raise ValueError(f"mamba2: inner size {self.d_inner}, {self.n_heads} heads and {self.n_groups} groups "
+                             "do not divide evenly")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_inner // self.n_heads
+
+    @property
+    def conv_dim(self) -> int:
+        """The convolved channels: x, B and C."""
+        return self.d_inner + 2 * self.n_groups * self.d_state
+
+    @property
+    def in_dim(self) -> int:
+        """The rows of ssm_in: z, x, B, C and dt."""
+        return self.d_inner + self.conv_dim + self.n_heads
+
+    @property
+    def state_floats(self) -> int:
+        """float32 values of one layer's recurrent state: S and the conv inputs kept."""
+        return self.d_inner * self.d_state + (self.conv_kernel - 1) * self.conv_dim
+
+
+@dataclass(frozen=True)
 class LayerSpec:
     """What may differ from one layer to the next."""
 
@@ -292,8 +358,9 @@ class LayerSpec:
     #: a one-value blk.N.layer_output_scale multiplies the block's output
     out_scale: bool = False
     #: what mixes positions: "attention", "shortconv" (LFM2's gated short
-    #: convolution) or "deltanet" (Qwen3.5's gated DeltaNet, sized by
-    #: TransformerSpec.deltanet); see `TransformerSpec`; the last two have no attention
+    #: convolution), "deltanet" (Qwen3.5's gated DeltaNet, sized by
+    #: TransformerSpec.deltanet) or "mamba2" (sized by TransformerSpec.mamba2); see
+    #: `TransformerSpec`; the last three have no attention
     kind: str = "attention"
     #: a shortconv layer's kernel width L (GGUF ``shortconv.l_cache``): position p
     #: reads the gated inputs of positions p-L+1 .. p
@@ -432,6 +499,21 @@ class TransformerSpec:
     #: the FFN's pre-norm tensor, without ".weight" (Qwen3.5, gpt-oss: "post_attention_norm")
     ffn_norm_tensor: str = "ffn_norm"
 
+    # ---- norm kind and block shape (dense2: Cohere 2, GLM-4)
+    #: what attn_norm, ffn_norm and the output norm compute: "rms" (RMSNorm) or "layer"
+    #: (LayerNorm with a weight and no bias: Cohere); rms_eps is their epsilon either way
+    #: (q/k and post norms stay RMSNorms)
+    norm_kind: str = "rms"
+    #: the two block halves read one normed input and both add to x (Cohere 2):
+    #: h = norm(x, attn_norm); x += ffn(h) + attention(h).  No ffn_norm tensor.
+    parallel_blocks: bool = False
+    #: the LayerNorms add a bias (attn_norm.bias, ffn_norm.bias, output_norm.bias: StableLM)
+    norm_bias: bool = False
+
+    # ---- Granite 4.0-H
+    #: the sizes of the layers of kind "mamba2" (None: the model has none)
+    mamba2: Optional[Mamba2] = None
+
     def __post_init__(self) -> None:
         for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
                      "vocab_size", "max_seq_len"):
@@ -451,6 +533,14 @@ class TransformerSpec:
             raise ValueError("layers: dense_ffn marks the dense layers of a mixture of experts; there is none")
         if self.qk_norm_after_rope and self.qk_norm_scope != "head":
             raise ValueError("qk_norm_after_rope: only with per-head q/k norms (qk_norm_scope 'head')")
+        if self.norm_kind not in NORM_KINDS:
+            raise ValueError(f"norm_kind: expected one of {NORM_KINDS}, got {self.norm_kind!r}")
+        if self.norm_bias and self.norm_kind != "layer":
+            raise ValueError("norm_bias: only with norm_kind 'layer'")
+        if self.parallel_blocks and (not self.pre_norms or self.post_attn_norm or self.post_ffn_norm
+                                     or self.residual_scale != 1.0 or self.per_layer_dim or self.conv_layers):
+            raise ValueError("parallel_blocks: only with pre-norms and without post norms, a residual "
+                             "scale, per-layer embeddings or shortconv layers")
         if not isinstance(self.ffn_norm_tensor, str) or not self.ffn_norm_tensor:
             raise ValueError(f"ffn_norm_tensor: must be a tensor name, got {self.ffn_norm_tensor!r}")
         if self.qk_norm_scope not in QK_NORM_SCOPES:
@@ -484,6 +574,10 @@ class TransformerSpec:
             raise ValueError(f"per_layer_dim: must be an integer in [0, 2**31 - 1], got {self.per_layer_dim!r}")
         if any(layer.kind == "deltanet" for layer in self.layers) and self.deltanet is None:
             raise ValueError("layers: a deltanet layer needs the spec's deltanet sizes")
+        if any(layer.kind == "mamba2" for layer in self.layers) and self.mamba2 is None:
+            raise ValueError("layers: a mamba2 layer needs the spec's mamba2 sizes")
+        if self.deltanet_layers and self.mamba2_layers:
+            raise ValueError("layers: deltanet and mamba2 layers in one model are not supported")
         for li in range(self.n_layers):
             n_kv = self.layer_kv_heads(li)
             if self.n_heads % n_kv:
@@ -527,13 +621,13 @@ class TransformerSpec:
         """Every layer has its own KV cache of the model's shape (the (layers,
         kv_heads, n_ctx, head_dim) cache the fused step takes)."""
         return all(self.layer_head_dim(li) == self.head_dim and self.layer_kv_heads(li) == self.n_kv_heads
-                   and self.layers[li].kv_source is None for li in range(self.n_layers)) and not self.deltanet_layers
+                   and self.layers[li].kv_source is None for li in range(self.n_layers)) and not self.recurrent_layers
 
     def kv_owners(self) -> Tuple[int, ...]:
-        """The layers with a KV cache of their own: not shared-KV layers, nor deltanet
+        """The layers with a KV cache of their own: not shared-KV layers, nor recurrent
         layers (Qwen3.5: three of four layers need none)."""
         return tuple(li for li, layer in enumerate(self.layers)
-                     if layer.kv_source is None and layer.kind != "deltanet")
+                     if layer.kv_source is None and layer.kind not in RECURRENT_KINDS)
 
     @property
     def conv_layers(self) -> Tuple[int, ...]:
@@ -544,6 +638,16 @@ class TransformerSpec:
     def deltanet_layers(self) -> Tuple[int, ...]:
         """The indices of the deltanet layers (their order is the recurrent state's)."""
         return tuple(i for i, layer in enumerate(self.layers) if layer.kind == "deltanet")
+
+    @property
+    def mamba2_layers(self) -> Tuple[int, ...]:
+        """The indices of the mamba2 layers (their order is the recurrent state's)."""
+        return tuple(i for i, layer in enumerate(self.layers) if layer.kind == "mamba2")
+
+    @property
+    def recurrent_layers(self) -> Tuple[int, ...]:
+        """The layers with a recurrent state (deltanet or mamba2; a model has one kind)."""
+        return tuple(i for i, layer in enumerate(self.layers) if layer.kind in RECURRENT_KINDS)
 
     @property
     def q_dim(self) -> int:

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from .. import kernels as K
 from ..runtime import Context, Engine, ModelClosedError, RowOutputs
-from .spec import UNGATED, LayerSpec, MoE, TransformerSpec
+from .spec import RECURRENT_KINDS, UNGATED, LayerSpec, MoE, TransformerSpec
 from .weights import LayerWeights, Matrix, ModelWeights, load_weights, repack_enabled, repack_weights
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
@@ -125,8 +125,11 @@ class TransformerEngine(Engine):
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
         spec = spec or self.spec
-        if spec.deltanet_layers:
-            raise NotImplementedError("the fused decode step has no gated DeltaNet layers: this model "
+        if spec.mamba2_layers:
+            raise NotImplementedError("the fused decode step has no Mamba2 layers: this model "
+                                      "decodes through the Python blocks")
+        if spec.moe is not None and spec.moe.shared_ffn_dim and not spec.moe.shared_gated:
+            raise NotImplementedError("the fused decode step has no shared expert without a gate: this model "
                                       "decodes through the Python blocks")
         if spec.moe is not None and spec.moe.n_used > K.MAX_EXPERTS_USED:
             raise NotImplementedError(f"the fused decode step routes a token to at most {K.MAX_EXPERTS_USED} "
@@ -160,14 +163,23 @@ class TransformerEngine(Engine):
             steps = [c._fused_step() for c in ctxs]
             for i, step in enumerate(steps):
                 by_step.setdefault(id(step), []).append(i)
+            recurrent = bool(ctxs[0].spec.deltanet_layers)
             for members in by_step.values():
                 step = steps[members[0]]
                 for g in range(0, len(members), step.max_batch):
                     group = members[g:g + step.max_batch]
+                    if recurrent:
+                        for i in group:
+                            ctxs[i]._begin_recurrent(int(positions[i]))
                     step.step([ctxs[i].k_cache for i in group], [ctxs[i].v_cache for i in group],
                               [int(tokens[i]) for i in group], [int(positions[i]) for i in group],
                               [ctxs[i].logits for i in group],
-                              [ctxs[i].conv_cache for i in group] if ctxs[0].spec.conv_layers else None)
+                              [ctxs[i].conv_cache for i in group] if ctxs[0].spec.conv_layers else None,
+                              [ctxs[i].ssm_state for i in group] if recurrent else None,
+                              [ctxs[i].ssm_conv for i in group] if recurrent else None)
+                    if recurrent:   # checkpoints as after a decode through the Python blocks
+                        for i in group:
+                            ctxs[i]._end_recurrent(int(positions[i]) + 1, False)
 
     def prefill_batch(self, contexts: Sequence[Context], batches: Sequence[NDArray[Any]],
                       starts: Sequence[int], rows: Sequence[Optional[RowOutputs]]) -> None:
@@ -201,7 +213,8 @@ def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
     if spec.per_layer_dim:
         assert w.ple_embd is not None and w.ple_model_proj is not None and w.ple_proj_norm is not None
         ple = (w.ple_embd.as_tuple(), w.ple_model_proj.as_tuple(), w.ple_proj_norm.data)
-    return K.TransformerDecoder(spec, *decoder_arguments(spec, w), ple=ple)
+    bias = w.output_norm_bias.data if w.output_norm_bias is not None else None
+    return K.TransformerDecoder(spec, *decoder_arguments(spec, w), ple=ple, output_norm_bias=bias)
 
 
 def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any, Any, Any]:
@@ -210,6 +223,9 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
     for li, (L, ls) in enumerate(zip(w.layers, spec.layers)):
         if ls.shortconv:
             layers.append(_shortconv_arguments(L, ls))
+            continue
+        if ls.kind == "deltanet":
+            layers.append(_deltanet_arguments(L, ls))
             continue
         assert L.wq is not None and L.wo is not None
         hd = spec.layer_head_dim(li)
@@ -230,7 +246,7 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
             if vec is not None:
                 layer[key] = vec.data
         for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm",
-                     "q_bias", "k_bias", "v_bias", "ple_post_norm"):
+                     "q_bias", "k_bias", "v_bias", "ple_post_norm", "attn_norm_bias", "ffn_norm_bias"):
             vec = getattr(L, name)
             if vec is not None:
                 layer[name] = vec.data
@@ -279,6 +295,22 @@ def _shortconv_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
     return {**layer, **_expert_arguments(L, ls)}
 
 
+def _deltanet_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
+    """A gated DeltaNet layer as kernels.TransformerDecoder takes it."""
+    assert (L.ssm_qkv is not None and L.ssm_gate is not None and L.ssm_alpha is not None
+            and L.ssm_beta is not None and L.ssm_out is not None and L.ssm_conv is not None)
+    assert L.ssm_dt is not None and L.ssm_a is not None and L.ssm_norm is not None
+    assert L.attn_norm is not None and L.ffn_norm is not None
+    layer = dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=L.w_gate.as_tuple(),
+                 up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
+                 deltanet=(L.ssm_conv, L.ssm_qkv.as_tuple(), L.ssm_gate.as_tuple(), L.ssm_alpha.as_tuple(),
+                           L.ssm_beta.as_tuple(), L.ssm_out.as_tuple(), L.ssm_dt.data, L.ssm_a.data,
+                           L.ssm_norm.data))
+    if ls.ffn_dim is not None:
+        layer["ffn_dim"] = ls.ffn_dim
+    return {**layer, **_expert_arguments(L, ls)}
+
+
 class TransformerContext(Context):
     """A KV cache of shape (layers, kv_heads, n_ctx, head_dim) and the forward pass."""
 
@@ -318,7 +350,8 @@ class TransformerContext(Context):
         self._scratch: Dict[int, _Scratch] = {}
         #: False: decode through the Python blocks too (for tests comparing the two;
         #: and for a mixture of experts routing more experts than the C step takes)
-        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and not spec.deltanet_layers
+        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and not spec.mamba2_layers \
+            and (spec.moe is None or spec.moe.shared_gated or not spec.moe.shared_ffn_dim)
         self._step: Any = None
         self._init_recurrent()
 
@@ -331,7 +364,12 @@ class TransformerContext(Context):
     def _forward(self, tokens: NDArray[Any], start: int) -> None:
         eng = self.engine
         with eng.running():
-            if len(tokens) == 1 and self.fused_decode:
+            if len(tokens) == 1 and self.fused_decode and self.spec.deltanet_layers:
+                self._begin_recurrent(start)
+                self._fused_step().decode(int(tokens[0]), start, self.k_cache, self.v_cache, self.logits,
+                                          None, self.ssm_state, self.ssm_conv)
+                self._end_recurrent(start + 1, False)   # checkpoints as after a decode through the blocks
+            elif len(tokens) == 1 and self.fused_decode:
                 self._fused_step().decode(int(tokens[0]), start, self.k_cache, self.v_cache, self.logits,
                                           self.conv_cache if self.spec.conv_layers else None)
             else:
@@ -353,7 +391,7 @@ class TransformerContext(Context):
         n = x.shape[0]
         if rows.hidden is not None:
             w = self.engine.live_weights()
-            K.rmsnorm(x, w.output_norm.data, rows.hidden[c0:c0 + n], self.spec.rms_eps)
+            self._norm(x, w.output_norm.data, rows.hidden[c0:c0 + n], w.output_norm_bias)
         lo = max(rows.first - c0, 0)
         if rows.logits is not None and lo < n:
             self._head(x[lo:n], rows.logits[c0 + lo - rows.first:c0 + n - rows.first])
@@ -363,7 +401,7 @@ class TransformerContext(Context):
         w = self.engine.live_weights()
         spec = self.spec
         h = np.empty_like(x)
-        K.rmsnorm(x, w.output_norm.data, h, spec.rms_eps)
+        self._norm(x, w.output_norm.data, h, w.output_norm_bias)
         _mul(h, w.output, out)
         if spec.logit_scale != 1.0:
             K.scale(out, spec.logit_scale)
@@ -375,16 +413,19 @@ class TransformerContext(Context):
         """One transformer block over the batch s.x: the rows of each segment are its
         context's positions pos0, pos0+1, ...; attention runs per segment."""
         spec = self.spec
-        self._pre_norm(s, w.attn_norm)
+        self._pre_norm(s, w.attn_norm, w.attn_norm_bias)
         if spec.layers[li].shortconv:
             self._shortconv(w, li, s, segments)
         elif spec.layers[li].kind == "deltanet":
             self._deltanet(w, li, s, segments)
+        elif spec.layers[li].kind == "mamba2":
+            self._mamba2(w, li, s, segments)
         else:
             self._attention(w, li, s, segments)
         ffn = spec.layer_ffn_dim(li)
         gate, up = s.rows(s.gate, ffn), s.rows(s.up, ffn)   # this layer's width
-        self._pre_norm(s, w.ffn_norm)
+        if not spec.parallel_blocks:   # parallel: the FFN reads the attention's input h1
+            self._pre_norm(s, w.ffn_norm, w.ffn_norm_bias)
         if spec.layer_experts(li):
             self._experts(w, s)
         elif spec.activation in UNGATED:   # no gate: act(h Wup)
@@ -396,6 +437,8 @@ class TransformerContext(Context):
             self._glu(gate, up)
             s.mul(gate, (w.w_down, s.h2))
         self._residual(s, w.post_ffn_norm)
+        if spec.parallel_blocks:   # x + ffn + attention, in llama.cpp's order
+            K.add(s.x, s.attn_out)
         if w.ple_gate is not None and w.ple_proj is not None and w.ple_post_norm is not None:
             self._per_layer_embedding(w, li, s)
         if w.out_scale is not None:
@@ -464,6 +507,11 @@ class TransformerContext(Context):
                         softcap=spec.attn_softcap, sinks=w.attn_sinks.data if w.attn_sinks is not None else None)
         if spec.attn_output_gate:
             att *= _sigmoid(s.rows(s.q_gate, 2 * spec.n_heads * hd).reshape(n, spec.n_heads, 2, hd)[:, :, 1])
+        if spec.parallel_blocks:   # added after the FFN's output (`_block`)
+            s.mul(att.reshape(n, -1), (w.wo, s.attn_out))
+            if w.o_bias is not None:
+                s.attn_out += w.o_bias.data
+            return
         s.mul(att.reshape(n, -1), (w.wo, s.h2))
         if w.o_bias is not None:
             s.h2 += w.o_bias.data
@@ -551,6 +599,42 @@ class TransformerContext(Context):
         s.mul(out.reshape(n, -1), (w.ssm_out, s.h2))
         self._residual(s, None)
 
+    def _mamba2(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"]) -> None:
+        """The Mamba2 half of a Granite 4.0-H block: s.h1 (normed) -> x += the SSM
+        mixer (spec.py; llama.cpp build_mamba2_layer and ggml's ssm_conv / ssm_scan).
+        Each context keeps the layer's last conv_kernel - 1 conv inputs and its state
+        S, which advance through the segment's tokens in order."""
+        m2 = self.spec.mamba2
+        assert m2 is not None and w.ssm_in is not None and w.ssm_conv is not None and w.ssm_dt is not None
+        assert w.ssm_a is not None and w.ssm_d is not None and w.ssm_norm is not None and w.ssm_out is not None
+        mi = self.spec.mamba2_layers.index(li)
+        n, inner, conv_dim = s.n, m2.d_inner, m2.conv_dim
+        zxbcdt = s.rows(s.m2_in, m2.in_dim)
+        s.mul(s.h1, (w.ssm_in, zxbcdt))
+        z, xbc, dt = zxbcdt[:, :inner], zxbcdt[:, inner:inner + conv_dim], zxbcdt[:, inner + conv_dim:]
+        dt = dt + w.ssm_dt.data
+        np.logaddexp(np.float32(0.0), dt, out=dt)   # softplus
+        y = s.rows(s.m2_y, inner)
+        taps, width = w.ssm_conv, m2.conv_kernel
+        for ctx, lo, hi, _ in segments:
+            m = hi - lo
+            history = np.concatenate([ctx.ssm_conv[mi], xbc[lo:hi]])   # oldest first
+            conv = history[0:m] * taps[:, 0]
+            for tap in range(1, width):
+                conv += history[tap:tap + m] * taps[:, tap]
+            ctx.ssm_conv[mi] = history[m:]
+            if w.ssm_conv_bias is not None:
+                conv += w.ssm_conv_bias.data
+            conv *= _sigmoid(conv)
+            K.mamba2_scan(np.ascontiguousarray(conv), np.ascontiguousarray(dt[lo:hi]), w.ssm_a.data, w.ssm_d.data,
+                          ctx.ssm_state[mi], y[lo:hi], m2.d_state, m2.n_groups)
+        y *= z * _sigmoid(z)
+        grouped = y.reshape(n * m2.n_groups, inner // m2.n_groups)
+        K.rmsnorm(grouped, s.ones(inner // m2.n_groups), grouped, self.spec.rms_eps)
+        y *= w.ssm_norm.data
+        s.mul(y, (w.ssm_out, s.h2))
+        self._residual(s, None)
+
     def _glu(self, gate: NDArray[Any], up: NDArray[Any]) -> None:
         """gate = act(gate) * up."""
         if self.spec.activation == "gelu_tanh":
@@ -596,25 +680,32 @@ class TransformerContext(Context):
             out *= weights.reshape(-1)[picks, None]
             # a row is routed to an expert at most once, so rows are distinct here
             s.h2[rows] += out
-        if w.shared_gate is not None and w.shared_up is not None and w.shared_down is not None \
-                and w.shared_gate_inp is not None:
+        if w.shared_gate is not None and w.shared_up is not None and w.shared_down is not None:
             # the shared expert on every row, times sigmoid(h . gate_inp) (in double,
-            # as the fused C step computes it)
+            # as the fused C step computes it) unless it has no gate (Granite 4.0-H)
             gate, up, out = s.shared_gate, s.shared_up, s.h1_out
             xq = _mul(s.h1, w.shared_gate, gate)
             _mul(s.h1, w.shared_up, up, xq)
             self._glu(gate, up)
             _mul(gate, w.shared_down, out)
-            logit = s.h1.astype(np.float64) @ w.shared_gate_inp.data.astype(np.float64)
-            out *= (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)[:, None]
+            if w.shared_gate_inp is not None:
+                logit = s.h1.astype(np.float64) @ w.shared_gate_inp.data.astype(np.float64)
+                out *= (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)[:, None]
             s.h2 += out
 
-    def _pre_norm(self, s: "_Scratch", norm: Any) -> None:
+    def _pre_norm(self, s: "_Scratch", norm: Any, bias: Any = None) -> None:
         """h1 = norm(x), the input of a block half; x itself without pre-norms."""
         if norm is not None:
-            K.rmsnorm(s.x, norm.data, s.h1, self.spec.rms_eps)
+            self._norm(s.x, norm.data, s.h1, bias)
         else:
             np.copyto(s.h1, s.x)
+
+    def _norm(self, x: NDArray[Any], weight: NDArray[Any], out: NDArray[Any], bias: Any = None) -> None:
+        """out = the spec's block norm (RMSNorm or LayerNorm, with its bias Vector if any) of the rows x."""
+        if self.spec.norm_kind == "layer":
+            K.layernorm(x, weight, None if bias is None else bias.data, out, self.spec.rms_eps)
+        else:
+            K.rmsnorm(x, weight, out, self.spec.rms_eps)
 
     def _residual(self, s: "_Scratch", post_norm: Any) -> None:
         """x += (post_norm(h2)) * residual_scale: the end of a block half."""
@@ -634,12 +725,19 @@ class TransformerContext(Context):
         """ssm_state (deltanet layers, n_v_heads, d, d) and ssm_conv (deltanet layers,
         conv_kernel - 1, conv_dim): the state after the first ``_recurrent_pos`` tokens
         (-1: a pass failed half-way), and checkpoints (position, state, conv) to go
-        back to (and whether a prefill ended there).  Empty arrays without deltanet layers."""
+        back to (and whether a prefill ended there).  Empty arrays without deltanet layers.
+        Mamba2 layers keep theirs in the same two arrays (`Mamba2`'s shapes)."""
         spec = self.spec
         dn, n_dn = spec.deltanet, len(spec.deltanet_layers)
-        shape = (n_dn, dn.n_v_heads, dn.d_state, dn.d_state) if dn and n_dn else (0, 0, 0, 0)
-        self.ssm_state = np.zeros(shape, np.float32)
-        self.ssm_conv = np.zeros((n_dn, dn.conv_kernel - 1, dn.conv_dim) if dn and n_dn else (0, 0, 0), np.float32)
+        m2, n_m2 = spec.mamba2, len(spec.mamba2_layers)
+        if m2 is not None and n_m2:   # Mamba2: S is (heads, head_dim, d_state) per layer, as ggml's ssm_scan
+            self.ssm_state = np.zeros((n_m2, m2.n_heads, m2.head_dim, m2.d_state), np.float32)
+            self.ssm_conv = np.zeros((n_m2, m2.conv_kernel - 1, m2.conv_dim), np.float32)
+        else:
+            shape = (n_dn, dn.n_v_heads, dn.d_state, dn.d_state) if dn and n_dn else (0, 0, 0, 0)
+            self.ssm_state = np.zeros(shape, np.float32)
+            self.ssm_conv = np.zeros((n_dn, dn.conv_kernel - 1, dn.conv_dim) if dn and n_dn else (0, 0, 0),
+                                     np.float32)
         self._recurrent_pos = 0
         self._checkpoints: list[Tuple[int, NDArray[Any], NDArray[Any], bool]] = []
 
@@ -668,7 +766,7 @@ class TransformerContext(Context):
         """Attention caches are position-addressed; the recurrent state goes back to the
         latest checkpoint at or before n, and the tokens after it are evaluated again
         by the next call (``_n_cached`` says how far the cache holds)."""
-        if not self.spec.deltanet_layers or 0 <= self._recurrent_pos <= n:
+        if not self.spec.recurrent_layers or 0 <= self._recurrent_pos <= n:
             return
         self._checkpoints = [c for c in self._checkpoints if c[0] <= n]
         if self._checkpoints:
@@ -698,7 +796,7 @@ class TransformerContext(Context):
         arrays = {name: cache[..., :n, :] for name, cache in self._cached_parts()}
         if self.conv_cache.shape[0]:
             arrays["conv"] = self.conv_cache[:, :n]
-        if self.spec.deltanet_layers:   # the state after all n tokens (state.py evaluated them)
+        if self.spec.recurrent_layers:   # the state after all n tokens (state.py evaluated them)
             if self._recurrent_pos != n:
                 raise RuntimeError(f"deltanet state is at position {self._recurrent_pos}, not {n}")
             arrays["ssm_state"], arrays["ssm_conv"] = self.ssm_state, self.ssm_conv
@@ -723,7 +821,7 @@ class TransformerContext(Context):
                 got = None if saved_conv is None else (saved_conv.shape, str(saved_conv.dtype))
                 raise StateError(f"saved context: conv cache is {got}, expected {want_conv} float32")
             self.conv_cache[:, :n] = saved_conv
-        if self.spec.deltanet_layers:
+        if self.spec.recurrent_layers:
             for name, mine in (("ssm_state", self.ssm_state), ("ssm_conv", self.ssm_conv)):
                 saved = arrays.get(name)
                 if saved is None or saved.shape != mine.shape or saved.dtype != mine.dtype:
@@ -781,7 +879,7 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
     w = owner.engine.live_weights()
     spec = owner.spec
     longest = max(len(tokens) for _, tokens, _, _ in jobs)
-    if spec.deltanet_layers:
+    if spec.recurrent_layers:
         for ctx, _, start, _ in jobs:
             ctx._begin_recurrent(start)
     for c0 in range(0, longest, N_BATCH):
@@ -812,15 +910,16 @@ def _prefill_together(jobs: Sequence[_Job]) -> None:
                     ctx.logits[:] = rows.logits[-1]
                 else:
                     ctx._head(s.x[hi - 1:hi], ctx.logits.reshape(1, -1))
-    if spec.deltanet_layers:
+    if spec.recurrent_layers:
         for ctx, tokens, start, _ in jobs:
             ctx._end_recurrent(start + len(tokens), len(tokens) > 1)
 
 
 def _sigmoid(x: NDArray[Any]) -> NDArray[Any]:
-    """1 / (1 + exp(-x)) in float32, without overflow warnings for very negative x."""
-    with np.errstate(over="ignore"):
-        out: NDArray[Any] = (1.0 / (1.0 + np.exp(-x))).astype(np.float32, copy=False)
+    """1 / (1 + exp(-x)) in float32, by the fused C step's own function (numpy's exp
+    rounds differently from C's expf in the last bit, and decode must equal prefill)."""
+    out: NDArray[Any] = np.empty(x.shape, np.float32)
+    K.sigmoid(np.asarray(x, np.float32), out)
     return out
 
 
@@ -864,7 +963,7 @@ def _kv_layout(spec: TransformerSpec, cache: NDArray[Any], n_ctx: int) -> list[N
             views.append(views[src])
             continue
         n_kv, hd = spec.layer_kv_heads(li), spec.layer_head_dim(li)
-        if spec.layers[li].kind == "deltanet":   # no cache: an empty view
+        if spec.layers[li].kind in RECURRENT_KINDS:   # no cache: an empty view
             views.append(cache[:0, :0].reshape(0, 0, hd))
             continue
         views.append(cache[row, :n_kv * n_ctx * hd].reshape(n_kv, n_ctx, hd))
@@ -948,6 +1047,8 @@ class _Scratch:
         self.x = np.zeros((n, spec.dim), f)          # residual stream
         self.h1 = np.zeros((n, spec.dim), f)         # normed input of a block half
         self.h2 = np.zeros((n, spec.dim), f)         # output of a block half
+        #: the attention half's output of parallel blocks (added after the FFN's)
+        self.attn_out = np.zeros((n, spec.dim), f) if spec.parallel_blocks else self.h2
         # q .. up: room for the largest layer; `rows` views a layer's size
         layers = range(spec.n_layers)
         q_dim = max(spec.n_heads * spec.layer_head_dim(li) for li in layers)
@@ -984,6 +1085,10 @@ class _Scratch:
         self.dn_out = np.zeros((n, dn.value_dim if dn else 0), f)
         self.dn_alpha = np.zeros((n, dn.n_v_heads if dn else 0), f)
         self.dn_beta = np.zeros((n, dn.n_v_heads if dn else 0), f)
+        #: a mamba2 layer's ssm_in projection (z, xBC, dt) and its y
+        m2 = spec.mamba2 if spec.mamba2_layers else None
+        self.m2_in = np.zeros((n, m2.in_dim if m2 else 0), f)
+        self.m2_y = np.zeros((n, m2.d_inner if m2 else 0), f)
         #: one expert's output rows (a mixture of experts sums them into h2)
         self.h1_out = np.zeros((n, spec.dim), f) if spec.moe is not None else self.h2
         shared = spec.moe.shared_ffn_dim if spec.moe is not None else 0

@@ -13,6 +13,7 @@ Names follow llama.cpp's GGUF conventions (``src/llama-arch.cpp``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
@@ -107,7 +108,7 @@ def repack_weights(w: "ModelWeights", release: Optional[Callable[[Any], None]] =
     (`infer.arena`)."""
     matrices = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "shared_gate", "shared_up", "shared_down",
                 "ple_gate", "ple_proj", "conv_b", "conv_c", "conv_u", "conv_out", "ssm_qkv", "ssm_gate",
-                "ssm_alpha", "ssm_beta", "ssm_out")
+                "ssm_alpha", "ssm_beta", "ssm_out", "ssm_in")
     # an expert of a stacked matrix is cut out of it by rows: repacked only if
     # each expert's rows are whole 16-row groups (the router stays as it is)
     groups = {"w_gate": w.expert_rows[0], "w_up": w.expert_rows[0], "w_down": w.expert_rows[1]}
@@ -193,6 +194,9 @@ class LayerWeights:
     k_norm: Optional[Vector] = None
     post_attn_norm: Optional[Vector] = None
     post_ffn_norm: Optional[Vector] = None
+    #: the LayerNorms' biases (spec norm_bias)
+    attn_norm_bias: Optional[Vector] = None
+    ffn_norm_bias: Optional[Vector] = None
     #: blk.N.layer_output_scale (one value)
     out_scale: Optional[Vector] = None
     #: per-layer embeddings: blk.N.inp_gate (per_layer_dim x dim), blk.N.proj
@@ -230,6 +234,11 @@ class LayerWeights:
     gate_exps_bias: Optional[Table] = None
     up_exps_bias: Optional[Table] = None
     down_exps_bias: Optional[Table] = None
+    #: a mamba2 layer (spec.Mamba2) also: ssm_in (z, xBC, dt rows: in_dim x dim), the
+    #: conv's optional bias, ssm_d (D); its ssm_norm has d_inner weights, n_groups groups
+    ssm_in: Optional[Matrix] = None
+    ssm_conv_bias: Optional[Vector] = None
+    ssm_d: Optional[Vector] = None
 
 
 @dataclass
@@ -247,6 +256,8 @@ class ModelWeights:
     ple_embd: Optional[Matrix] = None
     ple_model_proj: Optional[Matrix] = None
     ple_proj_norm: Optional[Vector] = None
+    #: output_norm.bias (spec norm_bias)
+    output_norm_bias: Optional[Vector] = None
 
 
 class _Tensors:
@@ -296,6 +307,9 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         if spec.layers[i].shortconv:
             layers.append(_shortconv_layer(spec, i, t))
             continue
+        if spec.layers[i].kind == "mamba2":
+            layers.append(_mamba2_layer(spec, i, t))
+            continue
         ls = spec.layers[i]
         hd = spec.layer_head_dim(i)
         q_dim, kv_dim = spec.n_heads * hd, spec.layer_kv_heads(i) * hd
@@ -322,10 +336,13 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             wv = None if ls.v_from_k else m("attn_v", kv_dim, d)
         experts = _expert_pieces(spec, i, t)   # the router first: it names a wrong expert_count
         w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
+        attn_norm = v("attn_norm", d) if spec.pre_norms else None
+        # parallel blocks: one norm feeds both halves (the fused step norms x again for the FFN)
+        ffn_norm = attn_norm if spec.parallel_blocks else v(spec.ffn_norm_tensor, d) if spec.pre_norms else None
         L = LayerWeights(
-            attn_norm=v("attn_norm", d) if spec.pre_norms else None, wq=wq, wk=wk, wv=wv,
+            attn_norm=attn_norm, wq=wq, wk=wk, wv=wv,
             wo=None if deltanet else m("attn_output", d, q_dim),
-            ffn_norm=v(spec.ffn_norm_tensor, d) if spec.pre_norms else None,
+            ffn_norm=ffn_norm,
             w_gate=w_gate, w_up=w_up, w_down=w_down, **experts)
         if deltanet:
             _deltanet_tensors(spec, i, t, L)
@@ -338,6 +355,9 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             whole = spec.qk_norm_scope == "all"
             L.q_norm = v("attn_q_norm", q_dim if whole else hd)
             L.k_norm = v("attn_k_norm", kv_dim if whole else hd) if ls.kv_source is None else None
+        if spec.norm_bias:
+            L.attn_norm_bias = v("attn_norm", d, "bias")
+            L.ffn_norm_bias = L.attn_norm_bias if spec.parallel_blocks else v("ffn_norm", d, "bias")
         if spec.post_attn_norm:
             L.post_attn_norm = v("post_attention_norm", d)
         _gpt_oss_pieces(spec, i, t, L)
@@ -351,6 +371,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             L.ple_post_norm = v("post_norm", d)
         layers.append(L)
     weights = ModelWeights(token_embd=token_embd, output_norm=output_norm, output=output, layers=layers)
+    if spec.norm_bias:
+        weights.output_norm_bias = t.vector(f"{spec.output_norm_tensor}.bias", d)
     if spec.per_layer_dim:
         n_ple = spec.n_layers * spec.per_layer_dim
         weights.ple_embd = t.matrix("per_layer_token_embd.weight", vocab, n_ple)
@@ -402,8 +424,9 @@ def _expert_pieces(spec: TransformerSpec, i: int, t: _Tensors) -> Dict[str, Any]
     if sh:
         pieces.update(shared_gate=t.matrix(p + "ffn_gate_shexp.weight", sh, d),
                       shared_up=t.matrix(p + "ffn_up_shexp.weight", sh, d),
-                      shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh),
-                      shared_gate_inp=t.vector(p + "ffn_gate_inp_shexp.weight", d))
+                      shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh))
+        if moe.shared_gated:
+            pieces["shared_gate_inp"] = t.vector(p + "ffn_gate_inp_shexp.weight", d)
     return pieces
 
 
@@ -451,6 +474,52 @@ def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights
         conv_b=conv_in.row_slice(0, d), conv_c=conv_in.row_slice(d, 2 * d), conv_u=conv_in.row_slice(2 * d, 3 * d),
         conv_out=t.matrix(p + "shortconv.out_proj.weight", d, d),
         conv_kernel=kernel.data.view(np.float32).reshape(d, width), **experts)
+
+
+def _flat_f32(t: _Tensors, name: str, n: int) -> Vector:
+    """An F32 tensor of n values in any shape whose other axes are 1 or that splits
+    n in groups (Mamba2's ssm_a and ssm_d (n, 1), its ssm_norm (groups, n / groups))."""
+    tensor = t.need(name)
+    shape = tuple(int(s) for s in tensor.shape)
+    if int(tensor.dtype) != 0 or math.prod(shape) != n or len(shape) > 2:
+        kind = getattr(tensor.dtype, "name", tensor.dtype)
+        raise GGUFError(f"{name}: expected F32 of {n} values, got {kind} of shape {shape}")
+    vector = object.__new__(Vector)
+    vector.data = tensor.data.view(np.float32).reshape(n)
+    return vector
+
+
+def _mamba2_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
+    """A mamba2 layer's tensors (Granite 4.0-H; llama.cpp's names and shapes,
+    src/models/granite-hybrid.cpp): the mixer's and the block's FFN."""
+    m2 = spec.mamba2
+    assert m2 is not None
+    if spec.qkv_bias or spec.post_attn_norm or spec.post_ffn_norm or not spec.pre_norms or spec.per_layer_dim:
+        raise UnsupportedModelError("a mamba2 layer with biases, post-norms, per-layer inputs or without "
+                                    "pre-norms is not implemented")
+    d, p = spec.dim, f"blk.{i}."
+    experts = _expert_pieces(spec, i, t)
+    w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
+    L = LayerWeights(attn_norm=t.vector(p + "attn_norm.weight", d), wq=None, wk=None, wv=None, wo=None,
+                     ffn_norm=t.vector(p + spec.ffn_norm_tensor + ".weight", d),
+                     w_gate=w_gate, w_up=w_up, w_down=w_down, **experts)
+    L.ssm_in = t.matrix(p + "ssm_in.weight", m2.in_dim, d)
+    L.ssm_out = t.matrix(p + "ssm_out.weight", d, m2.d_inner)
+    L.ssm_dt = t.vector(p + "ssm_dt.bias", m2.n_heads)
+    L.ssm_a = _flat_f32(t, p + "ssm_a", m2.n_heads)
+    L.ssm_d = _flat_f32(t, p + "ssm_d", m2.n_heads)
+    L.ssm_norm = _flat_f32(t, p + "ssm_norm.weight", m2.d_inner)
+    if p + "ssm_conv1d.bias" in t.tensors:
+        L.ssm_conv_bias = t.vector(p + "ssm_conv1d.bias", m2.conv_dim)
+    name = p + "ssm_conv1d.weight"
+    kernel = t.need(name)
+    shape = tuple(int(s) for s in kernel.shape)
+    if int(kernel.dtype) != 0 or shape != (m2.conv_dim, m2.conv_kernel):
+        kind = getattr(kernel.dtype, "name", kernel.dtype)
+        raise GGUFError(f"{name}: expected F32 of shape {(m2.conv_dim, m2.conv_kernel)} (channels, "
+                        f"ssm.conv_kernel), got {kind} of shape {shape}")
+    L.ssm_conv = kernel.data.view(np.float32).reshape(m2.conv_dim, m2.conv_kernel)
+    return L
 
 
 def _deltanet_tensors(spec: TransformerSpec, i: int, t: _Tensors, L: LayerWeights) -> None:

@@ -67,7 +67,8 @@ class Transformer:
         self.head_dim = int(get("attention.key_length", self.dim // self.n_head))
         self.n_rot = int(get("rope.dimension_count", self.head_dim))
         self.base = float(get("rope.freq_base", 10000.0))
-        self.eps = float(get("attention.layer_norm_rms_epsilon"))
+        # (LayerNorm families, Cohere, have the other key)
+        self.eps = float(get("attention.layer_norm_rms_epsilon", get("attention.layer_norm_epsilon")))
         self.n_ctx_train = int(get("context_length"))
         self.n_ctx = n_ctx or self.n_ctx_train
         self.get = get

@@ -1,0 +1,408 @@
+"""Granite 4.0-H (GGUF ``granitehybrid``): Mamba2 layers beside RoPE-less attention,
+with Granite's multipliers, on the tiny random-weight file of tests/tiny_models.py
+(GRANITE_HYBRID: ``granitehybrid``, Mamba2 at layers 0, 1 and 3, attention at 2; 8
+SSM heads of 64 in 2 groups of state 32; ``granitehybrid-moe``, h-tiny's shape: 8
+experts, 2 used, and a shared MLP without a gate), against two independent references:
+
+* tests/reference/numpy_mamba2.py, a float64 numpy forward pass written from HF's
+  GraniteMoeHybrid modelling (the Mamba2 recurrent step, the gated grouped norm);
+* llama.cpp's own teacher-forced logits on the same file
+  (tests/data/llama_cpp_mamba2.npz, see tests/data/README.md).
+
+Then what must stay exact although the SSM state is not kept per position: decode =
+prefill, batched decode and prefill, truncate_to between checkpoints, copies, saved
+states; the scan kernel against a float64 loop; and the files infer must refuse.
+"""
+import copy
+import math
+import os
+
+import numpy as np
+import pytest
+import tiny_models as tm
+from family_checks import assert_agrees, recorded_logits, recording, tiny_file
+from family_checks import check as check_against
+from reference.numpy_mamba2 import GraniteHybridReference
+from scripted import GreedySampler
+
+import infer
+import infer.kernels as K
+from infer import UnsupportedModelError
+from infer.gguf import GGUFError
+from infer.runtime import Context, decode_batch, prefill_batch
+
+NAME = "granitehybrid"
+NAMES = [NAME, "granitehybrid-moe"]
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_mamba2.npz")
+#: as tests/test_families.py: infer against the float64 reference
+MIN_COS = 0.99999
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("granitehybrid")
+
+
+_refs = {}
+
+
+def reference_logits(tiny_dir, name=NAME):
+    if name not in _refs:
+        _refs[name] = GraniteHybridReference(tiny_file(name, tiny_dir)).forward(tm.prompt(name))
+    return _refs[name]
+
+
+def check(logits, ref, where):
+    check_against(logits, ref, where, MIN_COS)
+
+
+def load(tiny_dir, name=NAME):
+    return infer.load(tiny_file(name, tiny_dir))
+
+
+def close(a, b):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * np.abs(b).max())
+
+
+def _decode(ctx, tokens):
+    for t in tokens:
+        ctx.prefill([int(t)])
+    return ctx.logits.copy()
+
+
+# ---- the references and infer's forward passes ---------------------------------------------
+@pytest.fixture(scope="module")
+def recorded():
+    return recording(DATA)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_agrees_with_llama_cpp(name, recorded, tiny_dir):
+    positions, theirs = recorded_logits(recorded, name, tiny_file(name, tiny_dir))
+    ref = reference_logits(tiny_dir, name)[positions]
+    assert_agrees(ref, theirs, positions, name, top1_of=ref)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_prefill_matches_reference_and_llama_cpp(name, recorded, tiny_dir):
+    """One prefill of the whole prompt, every position against the reference, the
+    recorded ones against llama.cpp."""
+    prompt = tm.prompt(name)
+    ref = reference_logits(tiny_dir, name)
+    with load(tiny_dir, name) as model:
+        rows = model.engine.create_context(n_ctx=512).prefill(prompt, all_logits=True)
+    for i in range(len(prompt)):
+        check(rows[i], ref[i], f"position {i}")
+    positions, theirs = recorded_logits(recorded, name, tiny_file(name, tiny_dir))
+    assert_agrees(rows[positions], theirs, positions, name)
+
+
+def test_moe_decode_equals_prefill(tiny_dir):
+    """h-tiny's shape decodes through the Python blocks too (the fused step has
+    neither Mamba2 layers nor a shared expert without a gate)."""
+    name = "granitehybrid-moe"
+    prompt = tm.prompt(name)[:12]
+    with load(tiny_dir, name) as model:
+        assert model.engine.spec.moe.shared_ffn_dim == 256 and not model.engine.spec.moe.shared_gated
+        rows = model.engine.create_context(n_ctx=64).prefill(prompt, all_logits=True)
+        ctx = model.engine.create_context(n_ctx=64)
+        for i, tok in enumerate(prompt):
+            ctx.prefill([int(tok)])
+            close(ctx.logits, rows[i])
+            check(ctx.logits, reference_logits(tiny_dir, name)[i], f"position {i}")
+
+
+def test_decode_one_token_at_a_time_equals_prefill(tiny_dir):
+    """Decoding goes through the Python blocks (the fused C step has no Mamba2
+    layers: it says so); its logits are the batched prefill's, and prefills in
+    pieces that cut the conv's reach (3 earlier inputs) carry it over."""
+    prompt = tm.prompt(NAME)[:40]
+    ref = reference_logits(tiny_dir)
+    with load(tiny_dir) as model:
+        ctx = model.engine.create_context(n_ctx=128, sampler=GreedySampler())
+        assert not ctx.fused_decode
+        with pytest.raises(NotImplementedError, match="Mamba2"):
+            model.engine.fused_step()
+        rows = model.engine.create_context(n_ctx=128).prefill(prompt, all_logits=True)
+        for i, tok in enumerate(prompt):
+            ctx.prefill([int(tok)])
+            close(ctx.logits, rows[i])
+            check(ctx.logits, ref[i], f"position {i}")
+        pieces = model.engine.create_context(n_ctx=256)
+        for lo, hi in [(0, 2), (2, 4), (4, 60), (60, 61), (61, 200)]:
+            pieces.prefill(tm.prompt(NAME)[lo:hi])
+            check(pieces.logits, ref[hi - 1], f"position {hi - 1}, batch {lo}..{hi}")
+
+
+def test_batched_prefill_and_decode_equal_one_at_a_time(tiny_dir):
+    """infer serve's batched passes: contexts at different positions stacked in one
+    pass, each advancing its own SSM state, give the logits each gets alone."""
+    prompt = tm.prompt(NAME)
+    ref = reference_logits(tiny_dir)
+    with load(tiny_dir) as model:
+        eng = model.engine
+        lengths = [5, 1, 90]
+        together = [eng.create_context(n_ctx=256, sampler=GreedySampler()) for _ in lengths]
+        alone = [eng.create_context(n_ctx=256, sampler=GreedySampler()) for _ in lengths]
+        together[1].prefill(prompt[:1])
+        rows = prefill_batch([together[0], together[2]], [prompt[:5], prompt[:90]], all_logits=True)
+        check(rows[1][-1], ref[89], "batched prefill, position 89")
+        for a, n in zip(alone, lengths):
+            a.prefill(prompt[:n])
+        for step in range(4):
+            tokens = [int(prompt[n + step]) for n in lengths]
+            decode_batch(together, tokens)
+            for c, a, t in zip(together, alone, tokens):
+                a.prefill([t])
+                close(c.logits, a.logits)
+        for c, n in zip(together, lengths):
+            check(c.logits, ref[n + 3], f"batched decode, position {n + 3}")
+
+
+def test_truncate_to_between_checkpoints_then_redecode(tiny_dir):
+    """The state goes back to the latest checkpoint at or before n and the tokens
+    after it are evaluated again: re-decoding gives the first time's logits after
+    other tokens overwrote those positions."""
+    prompt = tm.prompt(NAME)
+    other = (prompt[::-1] + 7) % 500
+    with load(tiny_dir) as model:
+        ctx = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
+        ctx.prefill(prompt[:60])                             # checkpoint at 60
+        first = _decode(ctx, prompt[60:85])                  # ... at 76
+        assert [c[0] for c in ctx._checkpoints] == [60, 76]
+        for n in (70, 76, 0):                                # between, on one, before all
+            ctx.truncate_to(n)
+            _decode(ctx, other[:10])
+            ctx.truncate_to(n)
+            assert ctx._n_cached <= n and ctx._n_cached in [0] + [c[0] for c in ctx._checkpoints], n
+            if n < 60:
+                ctx.prefill(prompt[n:60])
+            np.testing.assert_array_equal(_decode(ctx, prompt[max(n, 60):85]), first)
+        check(ctx.logits, reference_logits(tiny_dir)[84], "position 84")
+
+
+def test_saved_state_and_copy_continue_exactly(tiny_dir):
+    prompt = tm.prompt(NAME)
+    with load(tiny_dir) as model:
+        ctx = model.engine.create_context(n_ctx=128)
+        ctx.prefill(prompt[:30])
+        _decode(ctx, prompt[30:33])
+        data = ctx.save_state()
+        twin = copy.deepcopy(ctx)
+        loaded = Context.load_state(model, data)
+        _decode(ctx, prompt[33:40])
+        for other in (twin, loaded):
+            np.testing.assert_array_equal(_decode(other, prompt[33:40]), ctx.logits)
+        assert not np.shares_memory(twin.ssm_state, ctx.ssm_state)
+        # a KV cache for the attention layer only (2): 2 KV heads of 64
+        assert ctx.k_cache.shape == (1, 128 * 2 * 64)
+        assert ctx.ssm_state.shape == (3, 8, 64, 32) and ctx.ssm_conv.shape == (3, 3, 512 + 2 * 2 * 32)
+        assert sorted(ctx._cache_state(40)) == ["k.2", "ssm_conv", "ssm_state", "v.2"]
+        check(ctx.logits, reference_logits(tiny_dir)[39], "position 39")
+
+
+def test_greedy_generation_and_chat(tiny_dir):
+    """generate() follows the reference's argmax where it is clear; a ChatSession
+    (the built-in chatml fallback) answers its second turn as a fresh session given
+    the same history."""
+    from infer.generate import generate
+
+    path = tiny_file(NAME, tiny_dir)
+    prompt = [int(t) for t in tm.prompt(NAME)[:20]]
+    with infer.load(path) as model:
+        gen = generate(model, prompt, max_tokens=8, temperature=0, stop_at_end_of_turn=False)
+        "".join(gen)
+        ids = list(gen.context.tokens)[len(prompt):]
+        with pytest.warns(UserWarning, match="chat template"):
+            session = infer.ChatSession(model, temperature=0, max_tokens=8, n_ctx=256)
+            session.send("Hello there")
+            second = session.send("And then?")
+            fresh = infer.ChatSession(model, temperature=0, max_tokens=8, n_ctx=256)
+            fresh.history = session.history[:-2]
+            assert fresh.send("And then?").text == second.text
+    ref = GraniteHybridReference(path).forward(prompt + ids)
+    for k, tok in enumerate(ids):
+        row = np.sort(ref[len(prompt) + k - 1])
+        if row[-1] - row[-2] > 0.05:
+            assert tok == int(np.argmax(ref[len(prompt) + k - 1])), f"generated token {k}"
+
+
+def test_serve_scheduler_gives_each_request_its_own_text(tiny_dir):
+    """infer serve's scheduler: requests decoding together (decode_batch through the
+    Python blocks) get the text each gets alone."""
+    import threading
+
+    from infer.generate import generate
+    from infer.sampler import Sampler
+    from infer.serve.scheduler import Scheduler
+
+    prompts = [[int(t) for t in tm.prompt(NAME)[lo:lo + n]] for lo, n in ((0, 7), (50, 30), (200, 3))]
+    options = dict(max_tokens=8, stop_at_end_of_turn=False)
+    with load(tiny_dir) as model:
+        alone = ["".join(generate(model, p, temperature=0, **options)) for p in prompts]
+        sched = Scheduler(model, n_slots=3, n_ctx=128)
+        try:
+            handles = [sched.open() for _ in prompts]
+            out = [None] * len(prompts)
+
+            def work(i):
+                try:
+                    handles[i].sampler = Sampler(temperature=0)
+                    out[i] = "".join(generate(model, prompts[i], context=handles[i], **options))
+                finally:
+                    handles[i].close()
+
+            threads = [threading.Thread(target=work, args=(i,)) for i in range(len(prompts))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+            assert out == alone
+            assert max(sched.stats.batch_sizes) > 1
+        finally:
+            sched.close()
+
+
+def test_infer_info_shows_the_mamba2_state(tiny_dir, capsys):
+    from infer import cli
+
+    assert cli.main(["info", tiny_file(NAME, tiny_dir)]) in (0, None)
+    out = capsys.readouterr().out
+    assert "Mamba2          3 layers, 8 heads of 64 in 2 groups, state size 32, conv width 4" in out
+    # 3 layers x 4 bytes x (512 x 32 state + 3 x 640 conv inputs) = 214.5 KiB
+    assert "recurrent state 214.5 KiB per context" in out
+    assert "gated DeltaNet" not in out
+
+
+def test_quantized_file_runs_close_to_the_reference(tiny_dir, tmp_path):
+    """infer quantize to Q8_0 leaves ssm_conv1d, the 2-D ssm_norm and the (n, 1)
+    ssm_a / ssm_d as they are (llama-quantize's rules) and the file still follows
+    the float64 reference."""
+    from infer.gguf import GGUFFile
+    from infer.quantize import quantize_file
+
+    out = str(tmp_path / "q8.gguf")
+    quantize_file(tiny_file(NAME, tiny_dir), out, "q8_0")
+    types = {name: t.dtype.name for name, t in GGUFFile(out).tensors.items()}
+    assert types["blk.0.ssm_in.weight"] == "Q8_0"
+    assert {types[f"blk.0.{n}"] for n in ("ssm_conv1d.weight", "ssm_norm.weight", "ssm_a", "ssm_d")} == {"F32"}
+    with infer.load(out) as model:
+        rows = model.engine.create_context(n_ctx=64).prefill(tm.prompt(NAME)[:32], all_logits=True)
+    cos = [float(np.dot(a, b) / np.linalg.norm(a) / np.linalg.norm(b))
+           for a, b in zip(rows, reference_logits(tiny_dir)[:32])]
+    assert min(cos) > 0.999, min(cos)
+
+
+# ---- the scan kernel ----------------------------------------------------------------------
+def ssm_scan(xbc, dt, a, d_skip, state, n_groups):
+    """float64, per head h (group h // (heads / groups)), per token:
+    S = S exp(dt a) + (x dt) B^T; y = S C + D x."""
+    H, P, N = state.shape
+    S = state.astype(np.float64)
+    inner = H * P
+    y = np.zeros((xbc.shape[0], inner))
+    for t in range(xbc.shape[0]):
+        x = xbc[t, :inner].reshape(H, P)
+        B = xbc[t, inner:inner + n_groups * N].reshape(n_groups, N)
+        C = xbc[t, inner + n_groups * N:].reshape(n_groups, N)
+        for h in range(H):
+            g = h // (H // n_groups)
+            S[h] = S[h] * math.exp(dt[t, h] * a[h]) + np.outer(x[h] * dt[t, h], B[g])
+            y[t, h * P:(h + 1) * P] = S[h] @ C[g] + d_skip[h] * x[h]
+    return y, S
+
+
+@pytest.mark.parametrize("n,H,P,N,G", [(1, 1, 1, 1, 1), (5, 4, 3, 7, 2), (20, 8, 16, 37, 2), (3, 48, 64, 128, 1)])
+def test_mamba2_scan_kernel(n, H, P, N, G, isa):
+    """Every kernel set's head loop (scalar; AVX2 for the avx2 and avx512 sets), on
+    state sizes with and without a tail of 8, heads on one thread and on the pool."""
+    rng = np.random.default_rng(n * 100 + H)
+    f = np.float32
+    xbc = rng.standard_normal((n, H * P + 2 * G * N)).astype(f)
+    dt = rng.uniform(0.01, 1.0, (n, H)).astype(f)
+    a, d_skip = -rng.uniform(0.5, 4, H).astype(f), rng.standard_normal(H).astype(f)
+    state = rng.standard_normal((H, P, N)).astype(f)
+    want_y, want_state = ssm_scan(xbc, dt, a, d_skip, state, G)
+    y = np.zeros((n, H * P), f)
+    K.mamba2_scan(xbc, dt, a, d_skip, state, y, N, G)
+    np.testing.assert_allclose(y, want_y, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(state, want_state, rtol=1e-4, atol=1e-4)
+
+
+def test_mamba2_scan_checks_its_arguments():
+    f = np.float32
+    xbc, dt, a, d = np.zeros((2, 8 + 2 * 2 * 3), f), np.zeros((2, 4), f), np.zeros(4, f), np.zeros(4, f)
+    state, y = np.zeros((4, 2, 3), f), np.zeros((2, 8), f)
+    K.mamba2_scan(xbc, dt, a, d, state, y, 3, 2)
+    cases = [((xbc, dt, a, d, state, y, 3, 3), "n_groups"),
+             ((xbc, dt, a, d, state, y, 4, 2), "d_state"),
+             ((xbc[:, :-1].copy(), dt, a, d, state, y, 3, 2), "xbc: expected shape"),
+             ((xbc, dt[:1], a, d, state, y, 3, 2), "dt: expected shape"),
+             ((xbc, dt, a[:3], d, state, y, 3, 2), "a: expected shape"),
+             ((xbc, dt, a, d, state, y[:, :7].copy(), 3, 2), "y: expected shape"),
+             ((xbc, dt, a, d, state.astype(np.float64), y, 3, 2), "float32"),
+             ((xbc, dt, a, d, state, state.reshape(-1)[:16].reshape(2, 8), 3, 2), "shares memory"),
+             ((xbc, dt, a, d, np.zeros((4, 3, 2), f).transpose(0, 2, 1), y, 3, 2), "C-contiguous")]
+    for args, message in cases:
+        with pytest.raises((ValueError, TypeError), match=message):
+            K.mamba2_scan(*args)
+
+
+# ---- files infer must refuse ----------------------------------------------------------------
+def hostile(tmp_path, more=None, drop=()):
+    return tm.write_granite_hybrid(tm.ALL[NAME], str(tmp_path / "hostile.gguf"), more, drop)
+
+
+@pytest.mark.parametrize("keys, error, message", [
+    ({"ssm.conv_kernel": 1}, GGUFError, r"granitehybrid\.ssm\.conv_kernel"),
+    ({"ssm.conv_kernel": 5}, GGUFError, r"blk\.0\.ssm_conv1d\.weight: expected F32 of shape \(640, 5\)"),
+    ({"ssm.group_count": 3}, GGUFError, r"8 heads and 3 groups do not divide"),
+    ({"ssm.state_size": 4096}, GGUFError, r"ssm\.state_size must be in"),
+    ({"ssm.state_size": 16}, GGUFError, r"blk\.0\.ssm_in\.weight: expected shape"),
+    ({"ssm.time_step_rank": 16}, GGUFError, r"blk\.0\.ssm_in\.weight: expected shape"),
+    ({"attention.head_count_kv": [0, 1, 2, 0]}, UnsupportedModelError, r"different KV head counts"),
+    ({"attention.head_count_kv": [0, 0, 2]}, GGUFError, r"head_count_kv has 3 entries for 4 layers"),
+    ({"expert_count": 4, "expert_used_count": 2}, GGUFError, r"tensor blk\.0\.ffn_gate_inp\.weight is missing"),
+    ({"expert_count": 4, "expert_used_count": 5}, UnsupportedModelError, r"expert_used_count in \[1, "),
+    ({"residual_scale": -1.0}, GGUFError, r"residual_scale must be >= 0"),
+    ({"ssm.chunk_size": 256}, UnsupportedModelError, r"granitehybrid\.ssm\.chunk_size"),
+])
+def test_bad_metadata_is_refused(tmp_path, keys, error, message):
+    with pytest.raises(error, match=message):
+        infer.load(hostile(tmp_path, keys))
+
+
+@pytest.mark.parametrize("missing", ["blk.0.ssm_a", "blk.1.ssm_d", "blk.3.ssm_conv1d.weight", "blk.0.ssm_dt.bias",
+                                     "blk.1.ssm_norm.weight", "blk.3.ssm_in.weight", "blk.2.attn_k.weight"])
+def test_missing_tensor_is_named(tmp_path, missing):
+    with pytest.raises(GGUFError, match=f"tensor {missing} is missing"):
+        infer.load(hostile(tmp_path, drop=(missing,)))
+
+
+@pytest.mark.parametrize("missing", ["ssm.conv_kernel", "ssm.inner_size", "ssm.group_count"])
+def test_missing_key_is_named(tmp_path, missing):
+    with pytest.raises(GGUFError, match=f"granitehybrid.{missing} is missing"):
+        infer.load(hostile(tmp_path, drop=(missing,)))
+
+
+def test_moe_file_pieces_are_checked(tmp_path):
+    """h-tiny's shape: the shared MLP is there iff expert_shared_feed_forward_length
+    says so (llama.cpp), and it has no gate vector."""
+    moe = tm.ALL["granitehybrid-moe"]
+    with pytest.raises(GGUFError, match=r"tensor blk\.0\.ffn_up_shexp\.weight is missing"):
+        infer.load(tm.write_granite_hybrid(moe, str(tmp_path / "a.gguf"), drop=("blk.0.ffn_up_shexp.weight",)))
+    with pytest.raises(UnsupportedModelError) as e:
+        infer.load(tm.write_granite_hybrid(moe, str(tmp_path / "b.gguf"),
+                                           {"blk.0.ffn_gate_inp_shexp.weight": np.zeros(256, np.float32)}))
+    assert e.value.names == ["blk.0.ffn_gate_inp_shexp.weight"]
+    with pytest.raises(UnsupportedModelError) as e:   # width 0: no shared MLP, so its tensors are strays
+        infer.load(tm.write_granite_hybrid(moe, str(tmp_path / "c.gguf"), {"expert_shared_feed_forward_length": 0}))
+    assert "blk.0.ffn_gate_shexp.weight" in e.value.names
+
+
+def test_wrong_shapes_and_stray_tensors_are_refused(tmp_path):
+    with pytest.raises(GGUFError, match=r"blk\.0\.ssm_d: expected F32 of 8 values"):
+        infer.load(hostile(tmp_path, {"blk.0.ssm_d": np.ones((4, 1), np.float32)}))
+    with pytest.raises(UnsupportedModelError) as e:   # SSM tensors on the attention layer
+        infer.load(hostile(tmp_path, {"blk.2.ssm_a": np.zeros((8, 1), np.float32)}))
+    assert e.value.names == ["blk.2.ssm_a"]
