@@ -587,6 +587,15 @@ def llama3_rope_factors(head_dim: int, base: float, factor=8.0, low=1.0, high=4.
     return f.astype(np.float32)
 
 
+def _finish(w: Any, path: str) -> str:
+    """Write a GGUFWriter's header, metadata and tensors to its file and close it."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def write(name: str, path: str, tiny: Optional[Tiny] = None,
           more_tensors: Optional[Dict[str, np.ndarray]] = None) -> str:
     """Write TINY[name] (or ``tiny``) to path, with ``more_tensors`` added."""
@@ -730,11 +739,7 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_tensor(p + "post_ffw_norm.weight", norm(d))
     for k, v in (more_tensors or {}).items():
         w.add_tensor(k, v)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return _finish(w, path)
 
 
 def _add_metadata(w, arch: str, values: Dict[str, Any]) -> None:
@@ -854,11 +859,7 @@ def write_gemma4(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
         w.add_tensor(p + "layer_output_scale.weight", np.array([0.6 + 0.4 * rng.random()], np.float32))
     for k, v in (more_tensors or {}).items():
         w.add_tensor(k, v)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return _finish(w, path)
 
 
 def write_qwen35(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = None,
@@ -970,11 +971,7 @@ def write_qwen35(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = No
     for name, value in tensors.items():
         if name not in drop:
             w.add_tensor(name, value)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return _finish(w, path)
 
 
 def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = None,
@@ -1081,11 +1078,7 @@ def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, An
     for name, value in tensors.items():
         if name not in drop:
             w.add_tensor(name, value)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return _finish(w, path)
 
 
 def write_lfm2moe(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray]] = None) -> str:
@@ -1147,11 +1140,7 @@ def write_lfm2moe(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarra
         w.add_tensor(p + "exp_probs_b.bias", (t.expert_bias * rng.standard_normal(t.n_expert)).astype(np.float32))
     for k, v in (more_tensors or {}).items():
         w.add_tensor(k, v)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return _finish(w, path)
 
 
 def write_gptoss(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray]] = None,
@@ -1221,11 +1210,7 @@ def write_gptoss(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray
             w.add_tensor(name, value, raw_dtype=gguf.GGMLQuantizationType[t.expert_type.upper()])
         else:
             w.add_tensor(name, value)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return _finish(w, path)
 
 
 #: gpt-oss's harmony control tokens (o200k_harmony's, at the end of the tiny vocabulary)

@@ -756,11 +756,21 @@ class TransformerContext(Context):
     def _end_recurrent(self, pos: int, prefill: bool) -> None:
         self._recurrent_pos = pos
         last = self._checkpoints[-1][0] if self._checkpoints else 0
-        if prefill or pos - last >= CHECKPOINT_INTERVAL:
+        if not (prefill or pos - last >= CHECKPOINT_INTERVAL):
+            return
+        if len(self._checkpoints) < MAX_CHECKPOINTS:
             self._checkpoints.append((pos, self.ssm_state.copy(), self.ssm_conv.copy(), prefill))
-            if len(self._checkpoints) > MAX_CHECKPOINTS:
-                decoded = [i for i, c in enumerate(self._checkpoints) if not c[3]]
-                del self._checkpoints[decoded[0] if decoded else 0]
+            return
+        # full: the oldest decoded copy goes (this new one if every other is a
+        # prefill's end), else the oldest; its buffers take the new copy, since
+        # fresh ones of a large state cost page faults on every write
+        decoded = [i for i, c in enumerate(self._checkpoints) if not c[3]]
+        if not decoded and not prefill:
+            return
+        _, state, conv, _ = self._checkpoints.pop(decoded[0] if decoded else 0)
+        np.copyto(state, self.ssm_state)
+        np.copyto(conv, self.ssm_conv)
+        self._checkpoints.append((pos, state, conv, prefill))
 
     def _truncate_cache(self, n: int) -> None:
         """Attention caches are position-addressed; the recurrent state goes back to the
