@@ -20,7 +20,7 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import assert_agrees, recorded_logits, recording, tiny_file
+from family_checks import assert_agrees, assert_scheduler_batches_like_alone, recorded_logits, recording, tiny_file
 from family_checks import check as check_against
 from reference.numpy_mamba2 import GraniteHybridReference
 from scripted import GreedySampler
@@ -230,37 +230,9 @@ def test_greedy_generation_and_chat(tiny_dir):
 def test_serve_scheduler_gives_each_request_its_own_text(tiny_dir):
     """infer serve's scheduler: requests decoding together (decode_batch through the
     Python blocks) get the text each gets alone."""
-    import threading
-
-    from infer.generate import generate
-    from infer.sampler import Sampler
-    from infer.serve.scheduler import Scheduler
-
     prompts = [[int(t) for t in tm.prompt(NAME)[lo:lo + n]] for lo, n in ((0, 7), (50, 30), (200, 3))]
-    options = dict(max_tokens=8, stop_at_end_of_turn=False)
     with load(tiny_dir) as model:
-        alone = ["".join(generate(model, p, temperature=0, **options)) for p in prompts]
-        sched = Scheduler(model, n_slots=3, n_ctx=128)
-        try:
-            handles = [sched.open() for _ in prompts]
-            out = [None] * len(prompts)
-
-            def work(i):
-                try:
-                    handles[i].sampler = Sampler(temperature=0)
-                    out[i] = "".join(generate(model, prompts[i], context=handles[i], **options))
-                finally:
-                    handles[i].close()
-
-            threads = [threading.Thread(target=work, args=(i,)) for i in range(len(prompts))]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(timeout=120)
-            assert out == alone
-            assert max(sched.stats.batch_sizes) > 1
-        finally:
-            sched.close()
+        assert_scheduler_batches_like_alone(model, prompts, n_ctx=128, max_tokens=8)
 
 
 def test_infer_info_shows_the_mamba2_state(tiny_dir, capsys):
