@@ -37,19 +37,13 @@ the choices another implementation made at near-ties (as numpy_families.Experts)
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGUFReader
-from gguf.quants import dequantize
+
+from . import gguf_file
 
 
 class Lfm2Reference:
     def __init__(self, path: str) -> None:
-        reader = GGUFReader(path)
-        meta = {}
-        for key, f in reader.fields.items():
-            try:
-                meta[key] = f.contents()
-            except Exception:  # noqa: BLE001  (a field type contents() does not decode)
-                pass
+        meta, self.w = gguf_file.read(path)
         arch = meta["general.architecture"]
         assert arch in ("lfm2", "lfm2moe")
 
@@ -73,10 +67,6 @@ class Lfm2Reference:
         self.use_bias = True
         self.follow, self.follow_gap, self.gaps = {}, 0.0, {}
         self.followed = self.disagreed = 0
-        self.w = {}
-        for t in reader.tensors:
-            a = dequantize(t.data, t.tensor_type).astype(np.float64)
-            self.w[t.name] = a.reshape([int(s) for s in reversed(t.shape)])
         self.head = self.w.get("output.weight", self.w["token_embd.weight"])
 
     def norm(self, x, weight):

@@ -29,19 +29,13 @@ with the other references.  Slow and plain on purpose.
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGUFReader
-from gguf.quants import dequantize
+
+from . import gguf_file
 
 
 class Qwen35Reference:
     def __init__(self, path: str) -> None:
-        reader = GGUFReader(path)
-        meta = {}
-        for key, f in reader.fields.items():
-            try:
-                meta[key] = f.contents()
-            except Exception:  # noqa: BLE001  (a field type contents() does not decode)
-                pass
+        meta, self.w = gguf_file.read(path)
         arch = meta["general.architecture"]
         assert arch in ("qwen35", "qwen35moe")
 
@@ -67,10 +61,6 @@ class Qwen35Reference:
             every = int(get("full_attention_interval", 4))
             self.recurrent = [(i + 1) % every != 0 for i in range(self.n_layer)]
         self.n_used = int(get("expert_used_count", 0))
-        self.w = {}
-        for t in reader.tensors:
-            a = dequantize(t.data, t.tensor_type).astype(np.float64)
-            self.w[t.name] = a.reshape([int(s) for s in reversed(t.shape)])
         self.head = self.w.get("output.weight", self.w["token_embd.weight"])
 
     def norm(self, x, weight):
