@@ -352,15 +352,13 @@ def _think(value: Any, model: Any, name: str) -> Optional[str]:
     """ollama's ``think`` as the api's ``reasoning_effort``: true the template's default,
     false "none", a level ("low", "medium", "high") that level; true for a model
     that cannot think is a 400, as in ollama."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        if value and "thinking" not in capabilities(model):
-            raise InvalidRequestError(f'"{name}" does not support thinking', "think")
-        return None if value else "none"
-    if value in ("low", "medium", "high"):
-        return str(value)
-    raise InvalidRequestError('think: expected true, false, "low", "medium" or "high"', "think")
+    if value is None or value is False:
+        return None if value is None else "none"
+    if value is not True and value not in ("low", "medium", "high"):
+        raise InvalidRequestError('think: expected true, false, "low", "medium" or "high"', "think")
+    if "thinking" not in capabilities(model):
+        raise InvalidRequestError(f'"{name}" does not support thinking', "think")
+    return None if value is True else str(value)
 
 
 def _logprobs(body: Mapping[str, Any]) -> dict[str, Any]:
