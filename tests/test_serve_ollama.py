@@ -20,7 +20,7 @@ import jsonschema  # noqa: E402
 import ollama  # noqa: E402
 
 from infer.serve.app import create_app  # noqa: E402
-from scripted import scripted_model  # noqa: E402
+from scripted import ScriptedTokenizer, scripted_model  # noqa: E402
 from test_serve import app_server, client, request, slow_model, wait_for  # noqa: E402
 
 #: ollama's sampling defaults (its docs/modelfile.md), as /v1 fields
@@ -207,6 +207,8 @@ def test_malformed_bodies_and_load_requests(smol):
     assert request(base, "POST", "/api/chat", {"model": "SmolLM2-135M-Instruct.Q4_1", "messages": []})[2][
         "done_reason"] == "load"
     assert oc.generate(model="SmolLM2-135M-Instruct.Q4_1", prompt="").done_reason == "load"
+    assert oc.generate(model="SmolLM2-135M-Instruct.Q4_1", prompt="", keep_alive=0).done_reason == "unload"
+    assert oc.ps().models  # still served
     # a num_ctx that fits the slot, and options about the hardware, are accepted
     out = oc.chat(model="SmolLM2-135M-Instruct.Q4_1", messages=QUESTION, keep_alive="5m",
                   options={"num_ctx": 512, "num_gpu": 0, "num_thread": 2, "num_predict": 2, "temperature": 0})
@@ -270,3 +272,17 @@ def test_api_key_errors_have_ollama_shape():
         assert status == 401 and set(error) == {"error"} and "API key" in error["error"]
         oc = ollama.Client(host=base, headers={"Authorization": "Bearer s3cret"})
         assert [m.model for m in oc.list().models] == ["infer:latest"]
+
+
+def test_generate_separates_thinking_and_returns_it_in_the_context():
+    with app_server(create_app(scripted_model(["<think>hmm</think>Hi."] * 2), parallel=1)) as base:
+        oc = ollama.Client(host=base, timeout=60)
+        out = oc.generate(model="infer", prompt="x", think=True, options={"temperature": 0})
+        assert (out.thinking, out.response, out.done_reason) == ("hmm", "Hi.", "stop")
+        # the tokens of the prompt and of the reply as the model wrote it
+        tok = ScriptedTokenizer()
+        prompt = "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
+        assert out.context == tok.encode(prompt + "<think>hmm</think>Hi.", add_special=True, parse_special=True)
+        parts = list(oc.generate(model="infer", prompt="x", think=True, options={"temperature": 0}, stream=True))
+        assert "".join(p.thinking or "" for p in parts) == "hmm" and "".join(p.response for p in parts) == "Hi."
+        assert parts[-1].context == out.context

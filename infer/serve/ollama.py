@@ -24,6 +24,8 @@ api/types.go).  Where infer differs:
   naming it, where ollama logs a warning; options about loading and hardware
   (``num_gpu``, ``num_thread``, ``use_mmap``, ...) and ``keep_alive`` are accepted and
   change nothing; ``num_ctx`` is accepted up to the slot's context and refused above;
+* an empty chat or prompt answers ``done_reason`` "load", or "unload" with ``keep_alive``
+  0, as ollama's; the model stays loaded either way;
 * ``images``, ``suffix`` (no infill) and a custom ``template`` (other than
   ``{{ .Prompt }}``) are refused with a 400;
 * a prompt longer than the slot's context is a 400 (``truncate`` is not applied to
@@ -451,12 +453,12 @@ class _Plan:
     """One ollama request as the api call it becomes, and how to shape its answer."""
 
     def __init__(self, name: str, kind: str, call: Callable[..., Any], keywords: dict[str, Any],
-                 context_of: Optional[Callable[[str], list[int]]] = None) -> None:
+                 context_of: Optional[Callable[[str, str], list[int]]] = None) -> None:
         self.name = name            # the model name the request gave (echoed, as ollama does)
         self.kind = kind            # "chat" or "generate"
         self.call = call            # api.create_chat_completion or api.create_completion
         self.keywords = keywords
-        #: generate: the ``context`` tokens of a reply's text (None: none returned)
+        #: generate: the ``context`` tokens of a reply's text and thinking (None: none returned)
         self.context_of = context_of
         self.started = time.monotonic()
 
@@ -504,6 +506,7 @@ def _objects(plan: _Plan, chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str
     finish = "stop"
     usage: dict[str, Any] = {}
     texts: list[str] = []
+    thoughts: list[str] = []
 
     def head() -> dict[str, Any]:
         return {"model": plan.name, "created_at": _now()}
@@ -549,6 +552,7 @@ def _objects(plan: _Plan, chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str
                 content = delta.get("content") or ""
                 thinking = delta.get("reasoning_content") or ""
                 texts.append(content)
+                thoughts.append(thinking)
                 if content or thinking or calls or entries:
                     yield piece(content, thinking, calls, entries)
     finally:
@@ -564,7 +568,7 @@ def _objects(plan: _Plan, chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str
         final["response"] = ""
     final.update(done=True, done_reason=finish)
     if plan.kind == "generate" and plan.context_of is not None:
-        final["context"] = plan.context_of("".join(texts))
+        final["context"] = plan.context_of("".join(texts), "".join(thoughts))
     final.update(total_duration=_ns(ended - plan.started), load_duration=0,
                  prompt_eval_count=int(usage.get("prompt_tokens", 0)),
                  prompt_eval_duration=_ns(first_at - plan.started),
@@ -643,7 +647,10 @@ def _generate_plan(server: "_Server", facts: _ModelFacts, body: dict[str, Any]) 
     rendered = chat.render(messages, True, None, **kwargs)
     tok = model.tokenizer
 
-    def context_of(reply: str) -> list[int]:
+    def context_of(reply: str, thinking: str) -> list[int]:
+        # ollama tokenizes the prompt and the reply's raw text: thinking goes back in its markers
+        if thinking and chat.think_markers:
+            reply = chat.think_markers[0] + thinking + chat.think_markers[1] + reply
         return list(tok.encode(rendered + reply, add_special=True, parse_special=True))
 
     if context:
@@ -653,7 +660,7 @@ def _generate_plan(server: "_Server", facts: _ModelFacts, body: dict[str, Any]) 
         ids = list(context) + list(tok.encode(text, add_special=False, parse_special=True))
         before = list(context)
 
-        def continued(reply: str) -> list[int]:
+        def continued(reply: str, thinking: str) -> list[int]:
             return before + list(tok.encode(text + reply, add_special=False, parse_special=True))
 
         return _Plan(name, "generate", api.create_completion, dict(completion_options, prompt=ids), continued)
@@ -694,15 +701,17 @@ def routes(server: "_Server") -> list[Route]:
         try:
             stream = _flag(body, "stream", True)
             empty = (not body.get("messages")) if endpoint == "/api/chat" else (not body.get("prompt"))
-            if empty:  # ollama's "load the model" request: it is loaded
+            if empty:  # ollama's "load the model" request (or, with keep_alive 0, "unload"): it stays loaded
                 _check_fields(body, _CHAT_FIELDS if endpoint == "/api/chat" else _GENERATE_FIELDS)
                 name = facts.check_name(body.get("model"))
+                _check_keep_alive(body.get("keep_alive"))
                 reply: dict[str, Any] = {"model": name, "created_at": _now()}
                 if endpoint == "/api/chat":
                     reply["message"] = {"role": "assistant", "content": ""}
                 else:
                     reply["response"] = ""
-                reply.update(done=True, done_reason="load")
+                unload = body.get("keep_alive") in (0, "0", "0s", "0m")
+                reply.update(done=True, done_reason="unload" if unload else "load")
                 server.metrics.count_request(endpoint, 200)
                 return JSONResponse(reply)
             plan = await asyncio.to_thread(planner, server, facts, body)  # renders and tokenizes: off the loop
