@@ -21,7 +21,7 @@ import ollama  # noqa: E402
 
 from infer.serve.app import create_app  # noqa: E402
 from scripted import ScriptedTokenizer, scripted_model  # noqa: E402
-from test_serve import app_server, client, request, slow_model, wait_for  # noqa: E402
+from test_serve import app_server, client, metrics, request, slow_model, wait_for  # noqa: E402
 
 #: ollama's sampling defaults (its docs/modelfile.md), as /v1 fields
 OLLAMA_DEFAULTS = {"top_k": 40, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.1, "repeat_last_n": 64}
@@ -71,6 +71,9 @@ def test_listing_shows_the_file_as_ollama_lists_models(smol):
     assert shown.modelinfo["general.parameter_count"] == n_params
     assert shown.modelinfo["tokenizer.ggml.tokens"] == []  # long arrays only with verbose, as ollama
     assert "general.name" not in shown.modelinfo and shown.template == model.chat.source
+    verbose = request(base, "POST", "/api/show", {"model": entry.model, "verbose": True})[2]["model_info"]
+    assert len(verbose["tokenizer.ggml.tokens"]) == 49152 and verbose["tokenizer.ggml.tokens"][:2] == [
+        "<|endoftext|>", "<|im_start|>"]
 
     assert request(base, "GET", "/api/version")[2]["version"].count(".") == 2
     host, port = base.removeprefix("http://").split(":")
@@ -260,10 +263,14 @@ def test_dropped_client_frees_its_slot():
         conn.sock.shutdown(socket.SHUT_RDWR)
         conn.close()
         assert wait_for(lambda: request(base, "GET", "/health")[2]["slots_idle"] == 1)
+        assert metrics(base)["infer_requests_cancelled_total"] == 1
         # the slot serves the next request (the script's next turn)
         out = ollama.Client(host=base, timeout=60).chat(model="infer", messages=[{"role": "user", "content": "go"}],
                                                         options={"temperature": 0, "num_predict": 5})
         assert out.done and out.eval_count <= 5
+        counted = metrics(base)
+        assert counted["infer_requests_total{endpoint=/api/chat,status=200}"] == 1
+        assert counted["infer_completion_tokens_total"] == out.eval_count
 
 
 def test_api_key_errors_have_ollama_shape():

@@ -822,10 +822,11 @@ def routes(server: "_Server") -> list[Route]:
         for key, value in facts.metadata.items():
             if key in ("general.name", "tokenizer.chat_template"):  # as ollama leaves them out
                 continue
-            value = _json_value(value)
-            if isinstance(value, list) and len(value) > 5 and not verbose:
-                value = []  # long arrays (the vocabulary) only with verbose, as ollama
-            info[key] = value
+            is_array = not isinstance(value, (str, bytes)) and hasattr(value, "__len__")
+            if is_array and len(value) > 5 and not verbose:
+                info[key] = []  # long arrays (the vocabulary) only with verbose, as ollama
+            else:
+                info[key] = _json_value(value)
         info.setdefault("general.parameter_count", facts.parameters())
         chat = chat_of(model)
         return {"license": str(facts.metadata.get("general.license", "")), "modelfile": f"# infer serve\nFROM "
