@@ -273,6 +273,22 @@ def test_dropped_client_frees_its_slot():
         assert counted["infer_completion_tokens_total"] == out.eval_count
 
 
+def test_a_stream_cut_by_the_server_stopping_ends_with_an_error_line():
+    app = create_app(slow_model(["ab" * 2000]), parallel=1, shutdown_grace=0.2)
+    with app_server(app) as base:
+        host, port = base.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        body = {"model": "infer", "prompt": "go", "options": {"temperature": 0}}
+        conn.request("POST", "/api/generate", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert json.loads(resp.readline())["done"] is False
+        app.state.server.stop_soon()
+        lines = [json.loads(line) for line in resp.read().splitlines()]  # every line is JSON
+        conn.close()
+        assert all(line["done"] is False for line in lines[:-1])
+        assert set(lines[-1]) == {"error"} and "stopping" in lines[-1]["error"]
+
+
 def test_api_key_errors_have_ollama_shape():
     with app_server(create_app(scripted_model(["Hi."] * 2), api_key="s3cret")) as base:
         status, _, error = request(base, "GET", "/api/tags")
@@ -293,3 +309,14 @@ def test_generate_separates_thinking_and_returns_it_in_the_context():
         parts = list(oc.generate(model="infer", prompt="x", think=True, options={"temperature": 0}, stream=True))
         assert "".join(p.thinking or "" for p in parts) == "hmm" and "".join(p.response for p in parts) == "Hi."
         assert parts[-1].context == out.context
+
+
+def test_capabilities_follow_the_template_and_the_file():
+    from infer.serve.ollama import capabilities
+
+    model = scripted_model(["Hi."])  # CHATML with <think> tokens in its vocabulary, no tools in its template
+    assert capabilities(model) == ["completion", "thinking"]
+    model.metadata = {"general.architecture": "llama", "llama.pooling_type": 1}  # a file made for embeddings
+    assert capabilities(model) == ["completion", "embedding", "thinking"]
+    tools = "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}"
+    assert capabilities(scripted_model(["Hi."], template=tools)) == ["completion", "tools", "thinking"]

@@ -256,12 +256,16 @@ class _ModelFacts:
 
 
 def capabilities(model: Any) -> list[str]:
-    """What the model can do, in ollama's words: completion, tools (its template takes
-    them), thinking (its template has a thought block or channel)."""
+    """What the model can do, in ollama's words: completion, embedding (its file sets a
+    pooling type), tools (its template takes them), thinking (its template has a
+    thought block or channel)."""
     from ..chat.session import chat_of
     from ..chat.template import HARMONY
 
     out = ["completion"]
+    md = getattr(model, "metadata", None) or {}
+    if f"{md.get('general.architecture')}.pooling_type" in md:  # a model made for embeddings, as ollama reads it
+        out.append("embedding")
     try:
         chat = chat_of(model)
         if chat.tools_placement != "instructions":
