@@ -57,6 +57,7 @@ from starlette.routing import Route
 from .. import api
 from ..api import InvalidRequestError, UnsupportedOptionError
 from .app import Dialect
+from .llama_server import _unknown as _check_fields
 
 if TYPE_CHECKING:
     from .app import _Server
@@ -278,13 +279,6 @@ def capabilities(model: Any) -> list[str]:
 
 
 # ---- requests -----------------------------------------------------------------------------------------
-def _check_fields(body: Mapping[str, Any], known: frozenset[str]) -> None:
-    unknown = sorted(set(body) - known)
-    if unknown:
-        raise InvalidRequestError(f"unknown field {unknown[0]!r} (this endpoint takes {', '.join(sorted(known))})",
-                                  unknown[0])
-
-
 def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
     value = body.get(name)
     if value is None:
@@ -580,12 +574,18 @@ def _objects(plan: _Plan, chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str
     yield final
 
 
-def _chat_plan(server: "_Server", facts: _ModelFacts, body: dict[str, Any]) -> _Plan:
-    _check_fields(body, _CHAT_FIELDS)
+def _checked_name(facts: "_ModelFacts", body: Mapping[str, Any], fields: frozenset[str]) -> str:
+    """The model name of a request whose fields, ``keep_alive`` and flags are checked."""
+    _check_fields(body, fields)
     name = facts.check_name(body.get("model"))
     _check_keep_alive(body.get("keep_alive"))
-    for flag in ("truncate", "shift"):
+    for flag in ("truncate", "shift"):  # ollama's defaults, true: nothing to do with them here
         _flag(body, flag, True)
+    return name
+
+
+def _chat_plan(server: "_Server", facts: _ModelFacts, body: dict[str, Any]) -> _Plan:
+    name = _checked_name(facts, body, _CHAT_FIELDS)
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise InvalidRequestError("tools: expected a list of tool objects", "tools")
@@ -602,11 +602,7 @@ def _chat_plan(server: "_Server", facts: _ModelFacts, body: dict[str, Any]) -> _
 def _generate_plan(server: "_Server", facts: _ModelFacts, body: dict[str, Any]) -> _Plan:
     from ..chat.session import chat_of
 
-    _check_fields(body, _GENERATE_FIELDS)
-    name = facts.check_name(body.get("model"))
-    _check_keep_alive(body.get("keep_alive"))
-    for flag in ("truncate", "shift"):
-        _flag(body, flag, True)
+    name = _checked_name(facts, body, _GENERATE_FIELDS)
     model = server.model
     prompt = body.get("prompt") or ""
     system = body.get("system") or ""
@@ -706,9 +702,7 @@ def routes(server: "_Server") -> list[Route]:
             stream = _flag(body, "stream", True)
             empty = (not body.get("messages")) if endpoint == "/api/chat" else (not body.get("prompt"))
             if empty:  # ollama's "load the model" request (or, with keep_alive 0, "unload"): it stays loaded
-                _check_fields(body, _CHAT_FIELDS if endpoint == "/api/chat" else _GENERATE_FIELDS)
-                name = facts.check_name(body.get("model"))
-                _check_keep_alive(body.get("keep_alive"))
+                name = _checked_name(facts, body, _CHAT_FIELDS if endpoint == "/api/chat" else _GENERATE_FIELDS)
                 reply: dict[str, Any] = {"model": name, "created_at": _now()}
                 if endpoint == "/api/chat":
                     reply["message"] = {"role": "assistant", "content": ""}
@@ -758,9 +752,7 @@ def routes(server: "_Server") -> list[Route]:
         if isinstance(body, Response):
             return body
         try:
-            _check_fields(body, _EMBED_FIELDS)
-            name = facts.check_name(body.get("model"))
-            _check_keep_alive(body.get("keep_alive"))
+            name = _checked_name(facts, body, _EMBED_FIELDS)
             sampling(server, body.get("options"))
             given = body.get("input")
             texts = ([given] if given else []) if isinstance(given, str) else given
@@ -791,9 +783,7 @@ def routes(server: "_Server") -> list[Route]:
         if isinstance(body, Response):
             return body
         try:
-            _check_fields(body, _EMBEDDINGS_FIELDS)
-            facts.check_name(body.get("model"))
-            _check_keep_alive(body.get("keep_alive"))
+            _checked_name(facts, body, _EMBEDDINGS_FIELDS)
             sampling(server, body.get("options"))
             prompt = body.get("prompt") or ""
             if not isinstance(prompt, str):
