@@ -203,6 +203,9 @@ def test_malformed_bodies_and_load_requests(smol):
     for method, path in (("DELETE", "/api/delete"), ("POST", "/api/copy"), ("POST", "/api/push")):
         status, _, error = request(base, method, path, {"model": "x"})
         assert status == 400 and "one model file" in error["error"]
+    for method, path, status in (("GET", "/api/chat", 405), ("POST", "/api/blobs/sha256:0", 404)):
+        got, _, error = request(base, method, path)
+        assert got == status and set(error) == {"error"}, error
     with pytest.raises(ollama.ResponseError) as caught:
         oc.chat(model="mistral", messages=QUESTION)
     assert caught.value.status_code == 404

@@ -849,7 +849,14 @@ def routes(server: "_Server") -> list[Route]:
     async def root(request: Request) -> Response:
         return PlainTextResponse("Ollama is running")
 
-    return [
+    async def elsewhere(request: Request) -> Response:
+        """Any other /api path or method, in ollama's error shape."""
+        path = request.url.path
+        if any(route.path == path for route in known):
+            return _error(405, f"method {request.method} not allowed on {path}")
+        return _error(404, f"no route {request.method} {path}")
+
+    known = [
         Route("/", root, methods=["GET", "HEAD"]),
         Route("/api/version", version, methods=["GET", "HEAD"]),
         Route("/api/tags", tags, methods=["GET", "HEAD"]),
@@ -865,3 +872,5 @@ def routes(server: "_Server") -> list[Route]:
         Route("/api/copy", manage, methods=["POST"]),
         Route("/api/delete", manage, methods=["DELETE"]),
     ]
+    every = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
+    return known + [Route("/api/{rest:path}", elsewhere, methods=every)]  # last: it matches every /api path
