@@ -219,6 +219,10 @@ def test_malformed_bodies_and_load_requests(smol):
     out = oc.chat(model="SmolLM2-135M-Instruct.Q4_1", messages=QUESTION, keep_alive="5m",
                   options={"num_ctx": 512, "num_gpu": 0, "num_thread": 2, "num_predict": 2, "temperature": 0})
     assert out.eval_count == 2
+    # integer options written as JSON floats, as ollama's Go decoding takes them
+    body = {"model": "SmolLM2-135M-Instruct.Q4_1", "messages": QUESTION, "stream": False,
+            "options": {"num_predict": 3.0, "top_k": 40.0, "temperature": 0}}
+    assert request(base, "POST", "/api/chat", body)[2]["eval_count"] == 3
 
 
 # ---- the scripted model -----------------------------------------------------------------------------

@@ -83,6 +83,8 @@ _LOAD_OPTIONS = frozenset({"numa", "num_batch", "num_gpu", "main_gpu", "low_vram
 _OFF_SWITCHES: dict[str, float] = {"typical_p": 1.0, "tfs_z": 1.0, "mirostat": 0.0}
 #: their settings, inert while they are off
 _INERT_OPTIONS = frozenset({"mirostat_tau", "mirostat_eta"})
+#: the options that are integers
+_INT_OPTIONS = frozenset({"top_k", "repeat_last_n", "seed", "num_predict", "num_ctx"})
 _KNOWN_OPTIONS = frozenset({*_SAMPLING_OPTIONS, *_LOAD_OPTIONS, *_OFF_SWITCHES, *_INERT_OPTIONS,
                             "num_predict", "num_ctx", "stop"})
 
@@ -202,7 +204,6 @@ class _ModelFacts:
 
     def __init__(self, server: "_Server") -> None:
         model = server.model
-        self.server = server
         self.served = server.model_name
         stem = self.served[:-len(".gguf")] if self.served.lower().endswith(".gguf") else self.served
         #: the name listed (ollama's names carry a tag)
@@ -305,6 +306,9 @@ def sampling(server: "_Server", options: Any) -> dict[str, Any]:
     unknown = sorted(set(options) - _KNOWN_OPTIONS)
     if unknown:
         raise InvalidRequestError(f"options: unknown option {unknown[0]!r}", unknown[0])
+    # JSON has one number type: ollama takes 40.0 for an integer option, as Go's decoding of its map does
+    options = {k: int(v) if k in _INT_OPTIONS and isinstance(v, float) and v.is_integer() else v
+               for k, v in options.items()}
     for name, off in _OFF_SWITCHES.items():
         value = options.get(name)
         if value is not None and (not api._is_number(value) or float(value) != off):
