@@ -3,8 +3,9 @@
 One server on SmolLM2 (in this process, on loopback): its greedy replies must equal
 the same request through /v1/chat/completions and /v1/completions (with ollama's
 sampling defaults spelt out there), its counts the token counts, its listing the
-file's facts as the `gguf` package's reader gives them.  The scripted variant (tests/scripted.py),
-whose replies are known, serves the tool-call, thinking and dropped-client checks.
+file's facts as the `gguf` package's reader gives them (recorded below).  The scripted
+variant (tests/scripted.py), whose replies are known, serves the tool-call, thinking,
+dropped-client, server-stopping and API-key checks.
 """
 import http.client
 import json
