@@ -135,6 +135,24 @@ def test_generate_equals_chat_and_raw_equals_completions(smol):
     assert raw.response == text.choices[0].text and raw.context is None
 
 
+def test_concurrent_streams_share_the_slots_and_equal_the_openai_replies(smol):
+    import concurrent.futures
+
+    _, base, oc = smol
+    questions = [[{"role": "user", "content": f"Name a colour and the number {i}."}] for i in range(3)]
+    expected = [client(base).chat.completions.create(model="any", messages=q, max_tokens=10, temperature=0,
+                                                     extra_body=OLLAMA_DEFAULTS).choices[0].message.content
+                for q in questions]
+
+    def stream(messages):
+        parts = oc.chat(model="SmolLM2-135M-Instruct.Q4_1", messages=messages, stream=True,
+                        options={"temperature": 0, "num_predict": 10})
+        return "".join(p.message.content for p in parts)
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:  # three streams on two slots
+        assert list(pool.map(stream, questions)) == expected
+
+
 def test_format_constrains_the_reply_to_the_schema(smol):
     _, _, oc = smol
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
