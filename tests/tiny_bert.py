@@ -197,7 +197,8 @@ def write(name: str, path: str, tiny: Optional[TinyEncoder] = None, matrix_type:
     for tname, arr in tensors.items():
         if tname in drop:
             continue
-        is_matrix = arr.ndim == 2 and not tname.endswith(("norm.weight", ".bias"))
+        # token_types stays F32 as the converter writes it (llama.cpp adds its row 0 with a plain F32 add)
+        is_matrix = arr.ndim == 2 and not tname.endswith(("norm.weight", ".bias")) and tname != "token_types.weight"
         if is_matrix and matrix_type == "q8_0" and arr.shape[-1] % 32 == 0:
             import tiny_models
 
