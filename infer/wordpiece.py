@@ -98,6 +98,8 @@ class WordPieceTokenizer(Tokenizer):
         self.sep_token_id = sep_token_id
         self.lowercase = lowercase
         self.strip_accents = strip_accents
+        #: llama.cpp's add_sep: a rerank pair puts [SEP] between query and document
+        self.add_sep = True
         self._max_len = max(len(t) for t in vocab.tokens)
 
     @classmethod
@@ -122,7 +124,12 @@ class WordPieceTokenizer(Tokenizer):
             if not isinstance(value, bool):
                 raise TypeError(f"metadata 'tokenizer.ggml.normalizer.{key}': expected a bool, "
                                 f"got {type(value).__name__}")
-        return cls(vocab, sep, lowercase, strip)
+        add_sep = md.get("tokenizer.ggml.add_sep_token", True)
+        if not isinstance(add_sep, bool):
+            raise TypeError(f"metadata 'tokenizer.ggml.add_sep_token': expected a bool, got {type(add_sep).__name__}")
+        tokenizer = cls(vocab, sep, lowercase, strip)
+        tokenizer.add_sep = add_sep
+        return tokenizer
 
     def _encode(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         out = super()._encode(text, False, parse_special)

@@ -542,6 +542,9 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     routes.append(Route("/v1/completions", server.completions, methods=["POST"]))
     llama_routes = llama_server.routes(server, slots_endpoint=slots_endpoint)
     routes += llama_routes
+    from . import rerank
+
+    routes += rerank.routes(server)
     middleware = []
     if cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins),

@@ -36,7 +36,7 @@ from .weights import Matrix, Vector
 POOLING_TYPES = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
 
 
-class EncoderOnlyError(RuntimeError):
+class EncoderOnlyError(ValueError):
     """An embedding (encoder) model was asked to generate text."""
 
 
