@@ -146,6 +146,45 @@ def main() -> None:
             print(name, arrays[f"{name}/sha256"], flush=True)
     np.savez_compressed(args.out, **arrays)
     print("wrote", args.out)
+    record_tokens(os.path.join(os.path.dirname(args.out), "llama_cpp_bert_tokens.json"))
+
+
+def detokenize(path: str, sequences, remove_special: bool) -> list[str]:
+    """llama.cpp's llama_detokenize of each id list (special tokens' texts shown unless removed)."""
+    L = _llama()
+    params = L.llama_model_default_params()
+    params.vocab_only = True
+    model = L.llama_model_load_from_file(path.encode(), params)
+    vocab = L.llama_model_get_vocab(model)
+    out = []
+    for ids in sequences:
+        arr = (L.llama_token * max(len(ids), 1))(*ids)
+        buf = ctypes.create_string_buffer(4096)
+        n = L.llama_detokenize(vocab, arr, len(ids), buf, len(buf), remove_special, not remove_special)
+        out.append(buf.raw[:n].decode("utf-8", errors="replace"))
+    L.llama_model_free(model)
+    return out
+
+
+def record_tokens(out: str) -> None:
+    """llama.cpp's ids of tiny_bert.TOKENIZE_TEXTS ([CLS] ... [SEP]; also with special
+    texts parsed) and its detokenized text of those ids, kept and with specials removed."""
+    import json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = tb.write("bert", os.path.join(tmp, "bert.gguf"))
+        texts = list(tb.TOKENIZE_TEXTS)
+        plain = llama_tokenize(path, texts, add_special=True)
+        parsed = llama_tokenize(path, texts, add_special=True, parse_special=True)
+        kept = detokenize(path, plain, False)
+        removed = detokenize(path, plain, True)
+        cases = [{"text": t, "ids": a, "ids_parse_special": b, "detokenized": k, "detokenized_no_special": r}
+                 for t, a, b, k, r in zip(texts, plain, parsed, kept, removed)]
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(f'{{"sha256": {json.dumps(tb.sha256(path))}, "cases": [\n')
+            f.write(",\n".join(json.dumps(case, ensure_ascii=False) for case in cases))
+            f.write("\n]}\n")
+    print("wrote", out)
 
 
 if __name__ == "__main__":

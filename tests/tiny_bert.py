@@ -104,6 +104,20 @@ TEXTS = (
     "中文 and 日本語 are un##able to sit 42 times",
     "",
 )
+#: tricky texts whose ids (and detokenized text) llama.cpp recorded
+#: (tests/data/llama_cpp_bert_tokens.json): accents, punctuation, CJK, digits, long and
+#: unknown words, controls, whitespace, special-token texts, Hangul (llama.cpp's NFD keeps
+#: only a syllable's first jamo), a word past BERT's 100-character limit (llama.cpp has none)
+TOKENIZE_TEXTS = TEXTS + (
+    "Ünïcödé ÀÉÎ façade", "supercalifragilisticexpialidocious", "x" * 150, "  tabs\tand\nnewlines  ",
+    "it's 3.14 $5 <tag> a|b ~c `d` ^e", "[CLS] hello [SEP] [MASK]", "İstanbul ǅ ß ﬁ", "한국어 zürich",
+    "\u0000\ufffd\u200b zero", "cats playing unable", "he 's fine , we 're here . ok ? yes ! a ' b",
+    "12345 1,000.5 e-mail@x.org", "…—“quotes”« »", "zzzq qqq",
+)
+#: texts that the `tokenizers` library's BertWordPieceTokenizer cuts differently (it
+#: reads special-token texts always, and makes a word of over 100 characters [UNK])
+NOT_LIKE_HF = ("x" * 150, "[CLS] hello [SEP] [MASK]")
+
 #: the (query, document) pairs whose rerank scores llama.cpp recorded
 RANK_QUERY = "what did the cat do"
 RANK_DOCUMENTS = ("the cat sat on the mat.", "stocks fell.", "a dog played with the cats", "")
