@@ -22,6 +22,7 @@ build_pooling does.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -40,9 +41,30 @@ class EncoderOnlyError(ValueError):
     """An embedding (encoder) model was asked to generate text."""
 
 
+_Bias = Optional[NDArray[Any]]
+
+
+@dataclass
 class _Layer:
-    __slots__ = ("q", "k", "v", "q_b", "k_b", "v_b", "o", "o_b", "attn_norm", "attn_norm_b",
-                 "gate", "up", "up_b", "down", "down_b", "out_norm", "out_norm_b")
+    """One encoder block's weights (views of the file); a bias is None where the file has none."""
+
+    q: Matrix
+    k: Matrix
+    v: Matrix
+    q_b: _Bias
+    k_b: _Bias
+    v_b: _Bias
+    o: Matrix
+    o_b: _Bias
+    attn_norm: NDArray[Any]
+    attn_norm_b: NDArray[Any]
+    gate: Optional[Matrix]
+    up: Matrix
+    up_b: _Bias
+    down: Matrix
+    down_b: _Bias
+    out_norm: NDArray[Any]
+    out_norm_b: NDArray[Any]
 
 
 class EncoderEngine(Engine):
@@ -100,9 +122,12 @@ class EncoderEngine(Engine):
         def matrix(name: str, rows: int, cols: int) -> Matrix:
             return Matrix(need(name), rows, cols, name)
 
-        def vector(name: str, n: int, required: bool = True) -> Optional[NDArray[Any]]:
-            t = need(name) if required else maybe(name)
-            return None if t is None else Vector(t, n, name).data
+        def vector(name: str, n: int) -> NDArray[Any]:
+            data: NDArray[Any] = Vector(need(name), n, name).data
+            return data
+
+        def maybe_vector(name: str, n: int) -> _Bias:
+            return vector(name, n) if name in tensors else None
 
         d, ff = self.dim, self.ffn_dim
         self.token_embd = matrix("token_embd.weight", self.vocab_size, d)
@@ -115,40 +140,39 @@ class EncoderEngine(Engine):
         self.layers: list[_Layer] = []
         for i in range(self.n_layers):
             p = f"blk.{i}."
-            L = _Layer()
+            biases: list[_Bias]
             if f"{p}attn_qkv.weight" in tensors:
                 qkv = matrix(f"{p}attn_qkv.weight", 3 * d, d)
-                L.q, L.k, L.v = qkv.row_slice(0, d), qkv.row_slice(d, 2 * d), qkv.row_slice(2 * d, 3 * d)
-                fused_b = vector(f"{p}attn_qkv.bias", 3 * d, required=False)
+                q, k, v = qkv.row_slice(0, d), qkv.row_slice(d, 2 * d), qkv.row_slice(2 * d, 3 * d)
+                fused_b = maybe_vector(f"{p}attn_qkv.bias", 3 * d)
                 if fused_b is not None:
-                    L.q_b, L.k_b, L.v_b = fused_b[:d], fused_b[d:2 * d], fused_b[2 * d:]
+                    biases = [fused_b[:d], fused_b[d:2 * d], fused_b[2 * d:]]
                 else:
-                    L.q_b, L.k_b, L.v_b = (vector(f"{p}attn_{x}.bias", d, required=False) for x in "qkv")
+                    biases = [maybe_vector(f"{p}attn_{x}.bias", d) for x in "qkv"]
             else:
-                L.q, L.k, L.v = (matrix(f"{p}attn_{x}.weight", d, d) for x in "qkv")
-                L.q_b, L.k_b, L.v_b = (vector(f"{p}attn_{x}.bias", d, required=False) for x in "qkv")
-            L.o = matrix(f"{p}attn_output.weight", d, d)
-            L.o_b = vector(f"{p}attn_output.bias", d, required=False)
-            L.attn_norm = vector(f"{p}attn_output_norm.weight", d)
-            L.attn_norm_b = vector(f"{p}attn_output_norm.bias", d)
-            L.gate = matrix(f"{p}ffn_gate.weight", ff, d) if self.nomic else None
-            L.up = matrix(f"{p}ffn_up.weight", ff, d)
-            L.up_b = vector(f"{p}ffn_up.bias", ff, required=False)
-            L.down = matrix(f"{p}ffn_down.weight", d, ff)
-            L.down_b = vector(f"{p}ffn_down.bias", d, required=False)
-            L.out_norm = vector(f"{p}layer_output_norm.weight", d)
-            L.out_norm_b = vector(f"{p}layer_output_norm.bias", d)
-            self.layers.append(L)
+                q, k, v = (matrix(f"{p}attn_{x}.weight", d, d) for x in "qkv")
+                biases = [maybe_vector(f"{p}attn_{x}.bias", d) for x in "qkv"]
+            self.layers.append(_Layer(
+                q=q, k=k, v=v, q_b=biases[0], k_b=biases[1], v_b=biases[2],
+                o=matrix(f"{p}attn_output.weight", d, d), o_b=maybe_vector(f"{p}attn_output.bias", d),
+                attn_norm=vector(f"{p}attn_output_norm.weight", d),
+                attn_norm_b=vector(f"{p}attn_output_norm.bias", d),
+                gate=matrix(f"{p}ffn_gate.weight", ff, d) if self.nomic else None,
+                up=matrix(f"{p}ffn_up.weight", ff, d), up_b=maybe_vector(f"{p}ffn_up.bias", ff),
+                down=matrix(f"{p}ffn_down.weight", d, ff), down_b=maybe_vector(f"{p}ffn_down.bias", d),
+                out_norm=vector(f"{p}layer_output_norm.weight", d),
+                out_norm_b=vector(f"{p}layer_output_norm.bias", d)))
         self.cls: Optional[Matrix] = None
-        self.cls_b = self.cls_out_b = None
         self.cls_out: Optional[Matrix] = None
+        self.cls_b: _Bias = None
+        self.cls_out_b: _Bias = None
         if "cls.weight" in tensors:
             self.cls = matrix("cls.weight", d, d)
-            self.cls_b = vector("cls.bias", d, required=False)
+            self.cls_b = maybe_vector("cls.bias", d)
         n_out = max(len(self.class_labels), 1)
         if "cls.output.weight" in tensors:
             self.cls_out = matrix("cls.output.weight", n_out, d)
-            self.cls_out_b = vector("cls.output.bias", n_out, required=False)
+            self.cls_out_b = maybe_vector("cls.output.bias", n_out)
         #: scores a rank file gives a pair (llama.cpp's n_cls_out)
         self.n_scores = n_out if self.cls_out is not None else d
         unused = sorted(set(tensors) - used)
@@ -242,7 +266,8 @@ class EncoderEngine(Engine):
             if self.cls_out_b is not None:
                 scores += self.cls_out_b
             cur = scores
-        return cur[0]
+        first: NDArray[Any] = cur[0]
+        return first
 
     def _check_open(self) -> None:
         if not self.layers:
