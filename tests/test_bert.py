@@ -20,6 +20,7 @@ from family_checks import cosine, cosines
 import infer
 from infer import api
 from infer.runtime import ContextOverflowError, UnsupportedModelError
+from infer.tokenizer import Tokenizer
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 #: infer's pooled vectors against llama.cpp's (the task's bar; measured: >= 0.99999)
@@ -93,6 +94,9 @@ def test_wordpiece_unknown_words_and_empty_text(load):
     assert tok.encode("") == [cls, sep]
     assert tok.encode("", add_special=False) == []
     assert tok.encode("ʘʘ cat", add_special=False) == [unk, tok.vocab.token_id("\u2581cat")]
+    with pytest.raises(ValueError, match=r"\[UNK\]"):      # no [UNK] to give unknown words
+        Tokenizer.from_metadata({"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": ["[CLS]", "\u2581a"],
+                                 "tokenizer.ggml.bos_token_id": 0})
     # greedy longest match first: "cats" is a word, "catsat" is "cats" + "at" (not "cat" + "sat")
     assert tok.encode("catsat", add_special=False) == [tok.vocab.token_id("\u2581cats"), tok.vocab.token_id("at")]
 
