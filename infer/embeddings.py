@@ -148,7 +148,7 @@ def rerank(model: Any, query: str, documents: Sequence[str]) -> list[float]:
     first output of the file's classification head on the pair (llama.cpp's rank
     pooling; raw, not squashed through a sigmoid, as llama-server reports it)."""
     engine = model.engine
-    if getattr(engine, "pooling", None) != "rank" or not hasattr(engine, "classify"):
+    if not getattr(engine, "can_rerank", False):
         raise ValueError("this model does not rerank: a reranking file is an encoder with pooling_type rank "
                          "and a classification head (bge-reranker, ms-marco cross-encoders)")
     if not isinstance(query, str):

@@ -45,6 +45,7 @@ import regex
 __all__ = [
     "TokenType", "Vocabulary", "Tokenizer", "BPETokenizer", "SPMTokenizer",
     "StreamDecoder", "PRE_TOKENIZERS", "Gemma4Tokenizer", "UnsupportedPreTokenizerError",
+    "UnsupportedTokenizerError",
 ]
 
 
@@ -584,6 +585,10 @@ _PRE_NOT_BYTE_LEVEL["whitespace"] = ("a whitespace split over raw UTF-8 (no byte
                                      "does not implement")
 
 
+class UnsupportedTokenizerError(ValueError):
+    """``tokenizer.ggml.model`` names a tokenizer infer does not implement ("t5", "rwkv", ...)."""
+
+
 class UnsupportedPreTokenizerError(ValueError):
     """``tokenizer.ggml.pre`` names split rules infer does not implement."""
 
@@ -703,7 +708,7 @@ class Tokenizer:
             from .wordpiece import WordPieceTokenizer
 
             return WordPieceTokenizer.from_metadata(md)
-        raise ValueError(f"tokenizer.ggml.model: {model!r} is not supported "
+        raise UnsupportedTokenizerError(f"tokenizer.ggml.model: {model!r} is not supported "
                          f"(known: 'gpt2', 'llama', 'gemma4', 'bert')")
 
     # ---- encoding ----------------------------------------------------------

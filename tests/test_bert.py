@@ -168,6 +168,29 @@ def test_rerank_scores_match_llama_cpp(load, recorded):
     assert [r["index"] for r in tei] == list(np.argsort(theirs)[::-1]) and tei[0]["text"] == docs[tei[0]["index"]]
 
 
+def test_a_reranker_without_pooling_type_and_a_mean_pooled_head(tmp_path, load, recorded):
+    """The converter writes no pooling_type for a BERT cross-encoder (llama-server runs it
+    with --reranking): its head makes it a reranker.  classifier.pooling_type 1 feeds the
+    head the mean of the states instead of the first (llama.cpp's build_pooling)."""
+    import dataclasses
+
+    from infer.embeddings import rerank_tokens
+    from reference.numpy_bert import Encoder
+
+    docs = list(tb.RANK_DOCUMENTS)
+    plain = dataclasses.replace(tb.BERT["bert-rank"], pooling=None)
+    with infer.load(tb.write("bert-rank", str(tmp_path / "a.gguf"), tiny=plain)) as model:
+        assert model.engine.pooling == "rank"
+        np.testing.assert_allclose(model.rerank(tb.RANK_QUERY, docs), recorded["bert-rank/rank_scores"], atol=5e-3)
+    mean = dataclasses.replace(plain, extra={"bert.classifier.pooling_type": 1})
+    path = tb.write("bert-rank", str(tmp_path / "b.gguf"), tiny=mean)
+    ref = Encoder(path)
+    with infer.load(path) as model:
+        want = [ref.pooled(rerank_tokens(model, tb.RANK_QUERY, d))[0] for d in docs]
+        np.testing.assert_allclose(model.rerank(tb.RANK_QUERY, docs), want, atol=5e-3)
+        assert np.abs(np.array(want) - recorded["bert-rank/rank_scores"]).max() > 0.05  # it reads other states
+
+
 # ---- misuse and hostile files ----------------------------------------------------------------
 def test_misuse_gets_clear_errors(load):
     model = load("bert")[0]
@@ -199,6 +222,15 @@ def test_a_file_missing_a_tensor_is_refused(tmp_path, drop):
     path = tb.write("bert", str(tmp_path / "m.gguf"), drop=(drop,))
     with pytest.raises(UnsupportedModelError, match=drop.replace(".", r"\.")):
         infer.load(path)
+
+
+def test_a_sentencepiece_reranker_is_refused(tmp_path):
+    """bge-reranker-v2-m3 and other XLM-RoBERTa files: arch bert with a "t5" (unigram) vocabulary."""
+    import dataclasses
+
+    t5 = dataclasses.replace(tb.BERT["bert-rank"], extra={"tokenizer.ggml.model": "t5"})
+    with pytest.raises(UnsupportedModelError, match="'t5'"):
+        infer.load(tb.write("bert-rank", str(tmp_path / "t5.gguf"), tiny=t5))
 
 
 def test_a_file_with_tensors_the_encoder_does_not_use_is_refused(tmp_path):

@@ -80,7 +80,7 @@ class TinyEncoder:
     n_layer: int = 2
     ffn: int = 128
     n_ctx_train: int = 64
-    pooling: int = 1
+    pooling: Optional[int] = 1
     type_vocab: int = 2
     rope_base: float = 1000.0
     eps: float = 1e-12
@@ -190,13 +190,14 @@ def write(name: str, path: str, tiny: Optional[TinyEncoder] = None, matrix_type:
     w.add_uint32(f"{a}.attention.head_count", t.n_head)
     w.add_float32(f"{a}.attention.layer_norm_epsilon", t.eps)
     w.add_bool(f"{a}.attention.causal", False)
-    w.add_uint32(f"{a}.pooling_type", t.pooling)
+    if t.pooling is not None:  # None: no key, as the converter writes a BERT reranker
+        w.add_uint32(f"{a}.pooling_type", t.pooling)
     if nomic:
         w.add_float32(f"{a}.rope.freq_base", t.rope_base)
     if t.cls_out:
         w.add_array(f"{a}.classifier.output_labels", [f"LABEL_{i}" for i in range(t.cls_out)])
     w.add_uint32("tokenizer.ggml.token_type_count", t.type_vocab)
-    w.add_string("tokenizer.ggml.model", "bert")
+    w.add_string("tokenizer.ggml.model", t.extra.get("tokenizer.ggml.model", "bert"))
     w.add_string("tokenizer.ggml.pre", "default")
     w.add_array("tokenizer.ggml.tokens", tokens)
     w.add_array("tokenizer.ggml.token_type", types)
@@ -207,7 +208,8 @@ def write(name: str, path: str, tiny: Optional[TinyEncoder] = None, matrix_type:
     w.add_uint32("tokenizer.ggml.mask_token_id", tokens.index("[MASK]"))
     w.add_uint32("tokenizer.ggml.bos_token_id", tokens.index("[CLS]"))
     for k, v in t.extra.items():
-        w.add_uint32(k, v) if isinstance(v, int) else w.add_string(k, v)
+        if k != "tokenizer.ggml.model":
+            w.add_uint32(k, v) if isinstance(v, int) else w.add_string(k, v)
     for tname, arr in tensors.items():
         if tname in drop:
             continue

@@ -134,7 +134,7 @@ def describe_model(f: Any) -> dict[str, Any]:
         "fallback_chat_template": (None if isinstance(md.get("tokenizer.chat_template"), str)
                                    else fallback_family(md, set(t for t in tokens if isinstance(t, str)).__contains__)),
         "tensor_types": dict(sorted(types.items(), key=lambda kv: -kv[1])),
-        "encoder": _encoder_summary(arch, arch_key),
+        "encoder": _encoder_summary(arch, arch_key, "cls.output.weight" in f.tensors or "cls.weight" in f.tensors),
         "tensors": [{"name": t.name, "type": t.dtype.name, "shape": list(t.shape), "bytes": t.nbytes}
                     for t in f.tensors.values()],
         "metadata": metadata,
@@ -145,14 +145,17 @@ def describe_model(f: Any) -> dict[str, Any]:
 ENCODER_ARCHS = ("bert", "nomic-bert")
 
 
-def _encoder_summary(arch: str, arch_key: Any) -> Optional[dict[str, Any]]:
-    """An encoder's pooling (llama.cpp's pooling_type) and its output: the embedding
-    width, or the classification head's labels of a reranker."""
+def _encoder_summary(arch: str, arch_key: Any, has_head: bool) -> Optional[dict[str, Any]]:
+    """An encoder's pooling (llama.cpp's pooling_type; rank for a file with a
+    classification head and no pooling_type, as infer reads it) and its output: the
+    embedding width, or the classification head's labels of a reranker."""
     if arch not in ENCODER_ARCHS:
         return None
     from ..variants.bert import POOLING_TYPES
 
     pooling = arch_key("pooling_type")
+    if pooling is None and has_head:
+        pooling = 4
     labels = arch_key("classifier.output_labels")
     return {"pooling": POOLING_TYPES.get(pooling, f"unknown ({pooling})") if isinstance(pooling, int) else "none",
             "dimensions": arch_key("embedding_length"),

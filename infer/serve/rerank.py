@@ -1,6 +1,6 @@
 """llama-server's reranking endpoint: ``POST /v1/rerank`` (also ``/rerank``,
-``/v1/reranking``, ``/reranking``), for a reranking model (an encoder with
-pooling_type rank; `infer.embeddings.rerank`).
+``/v1/reranking``, ``/reranking``), for a reranking model (an encoder with a
+classification head; `infer.embeddings.rerank`).
 
 Request (Jina's shape): ``{"query": str, "documents": [str, ...], "top_n": int}``;
 response: ``{"model", "object": "list", "usage": {"prompt_tokens", "total_tokens"},
@@ -29,9 +29,9 @@ def create_rerank(model: Any, query: Any = None, documents: Any = None, texts: A
                   top_n: Optional[int] = None, return_text: bool = False,
                   model_name: Optional[str] = None) -> Any:
     """llama-server's rerank response for a parsed request body (see the module's docstring)."""
-    if getattr(model.engine, "pooling", None) != "rank":
+    if not getattr(model.engine, "can_rerank", False):
         raise RerankUnsupported("This server does not support reranking: the model is not a reranker "
-                                "(an encoder with pooling_type rank)", None)
+                                "(an encoder with a classification head)", None)
     if not isinstance(query, str):
         raise api.InvalidRequestError("\"query\" must be provided" if query is None else
                                       "\"query\" must be a string", "query")

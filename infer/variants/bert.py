@@ -15,9 +15,12 @@ llama.cpp's src/models/bert.cpp:
 
 It runs in Python on infer's kernels (mat-muls in the file's formats, LayerNorm,
 RoPE, GELU); the inputs are short (at most the trained context, 512 or 2048).
-A ``pooling_type`` 4 ("rank") file's classification head (``cls`` dense + tanh,
-then ``cls.output``) turns the first token's state into scores, as llama.cpp's
-build_pooling does.
+A file with a classification head (``cls`` dense + tanh, then ``cls.output``: a
+cross-encoder reranker) turns the first token's state (or the mean of all, with
+``classifier.pooling_type`` 1) into scores, as llama.cpp's build_pooling does for
+pooling "rank".  The converter does not write ``pooling_type`` 4 for BERT rerankers
+(llama-server is started with ``--reranking``), so a file with such a head and no
+``pooling_type`` is taken as a reranker.
 """
 from __future__ import annotations
 
@@ -94,9 +97,12 @@ class EncoderEngine(Engine):
         if hp.boolean("attention.causal", False):
             raise UnsupportedModelError(f"{arch} file: attention.causal is true; infer's encoder is "
                                         f"bidirectional, as llama.cpp's bert graph is", ["attention.causal"])
-        pooling = hp.integer("pooling_type", 0, lo=0, hi=4)
+        has_head = "cls.weight" in gguf_file.tensors or "cls.output.weight" in gguf_file.tensors
+        pooling = hp.integer("pooling_type", 4 if has_head else 0, lo=0, hi=4)
         #: the file's pooling ("none", "mean", "cls", "last" or "rank")
         self.pooling = POOLING_TYPES[pooling]
+        #: what the classification head reads: the first token's state ("cls") or the mean of all
+        self.head_pooling = POOLING_TYPES[hp.integer("classifier.pooling_type", 2, lo=1, hi=2)]
         self.rope_base = hp.number("rope.freq_base", 10000.0, positive=True) if self.nomic else 0.0
         labels = hp.raw("classifier.output_labels", None)
         self.class_labels: list[str] = [str(x) for x in labels] if isinstance(labels, (list, tuple)) else []
@@ -180,7 +186,9 @@ class EncoderEngine(Engine):
             raise UnsupportedModelError(f"{arch} file: tensors {', '.join(unused[:6])}"
                                         f"{' ...' if len(unused) > 6 else ''} are not part of infer's "
                                         f"{arch} encoder; they may change the maths, so the file is refused", unused)
-        if self.pooling == "rank" and self.cls is None and self.cls_out is None:
+        #: whether the file has a classification head to score (query, document) pairs with
+        self.can_rerank = self.cls is not None or self.cls_out is not None
+        if self.pooling == "rank" and not self.can_rerank:
             raise UnsupportedModelError(f"{arch} file: pooling_type 4 (rank) without a classification head "
                                         f"(cls.weight / cls.output.weight)", ["cls.output.weight"])
 
@@ -251,9 +259,11 @@ class EncoderEngine(Engine):
         return x
 
     def classify(self, hidden: NDArray[Any]) -> NDArray[Any]:
-        """The classification head on the first token's state: the scores of a pair
-        (llama.cpp's rank pooling: cls + tanh, then cls.output)."""
-        cur = np.ascontiguousarray(hidden[:1], dtype=np.float32)
+        """The classification head on the first token's state (or the mean of all, as
+        ``classifier.pooling_type`` says): the scores of a pair (llama.cpp's rank
+        pooling: cls + tanh, then cls.output)."""
+        pooled = hidden.mean(axis=0, keepdims=True) if self.head_pooling == "mean" else hidden[:1]
+        cur = np.ascontiguousarray(pooled, dtype=np.float32)
         if self.cls is not None:
             out = np.empty((1, self.dim), np.float32)
             _mul(cur, (self.cls, out))

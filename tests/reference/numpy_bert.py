@@ -100,8 +100,9 @@ class Encoder:
             return h[0]
         if self.pooling == 3:
             return h[-1]
-        if self.pooling == 4:
-            cur = h[0]
+        if self.pooling == 4 or (self.pooling == 0 and ("cls.output.weight" in self.w or "cls.weight" in self.w)):
+            # the head reads the first token, or the mean with classifier.pooling_type 1 (MEAN)
+            cur = h.mean(0) if self.meta.get(f"{self.arch}.classifier.pooling_type") == 1 else h[0]
             w = self.w
             if "cls.weight" in w:
                 cur = np.tanh(cur @ w["cls.weight"].T + w.get("cls.bias", 0.0))
