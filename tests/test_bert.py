@@ -268,3 +268,21 @@ def test_serve_embeddings_and_rerank_over_http(load, recorded):
                                    np.sort(recorded["bert-rank/rank_scores"])[::-1][:3], atol=5e-3)
         status, _, body = request(base, "POST", "/v1/rerank", {"documents": ["d"]})
         assert status == 400 and "query" in body["error"]["message"]
+
+
+# ---- the command line ------------------------------------------------------------------------
+def test_cli_embeds_shows_and_refuses_to_generate(load, capsys):
+    from infer.cli import main
+
+    model = load("nomic-bert")[0]
+    assert main(["embed", "-m", model.path, tb.TEXTS[0], tb.TEXTS[1]]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    np.testing.assert_allclose(rows, model.embed(list(tb.TEXTS[:2])), atol=1e-6)
+    assert main(["info", model.path]) == 0
+    assert "pooling mean" in capsys.readouterr().out
+    rank = load("bert-rank")[0]
+    assert main(["info", rank.path]) == 0
+    assert "reranking" in capsys.readouterr().out
+    for command in (["generate", "-m", model.path, "a cat"], ["chat", "-m", model.path]):
+        assert main(command) == 1
+        assert "is an embedding model" in capsys.readouterr().err

@@ -24,7 +24,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
         texts += [line for line in content.splitlines() if line.strip()]
     if not texts:
         raise UsageError("embed: give TEXT arguments or --file")
-    with load_model(args) as model:
+    with load_model(args, text_generation=False) as model:
         vectors = model.embed(texts, pooling=args.pooling, normalize=not args.no_normalize)
     for vec in vectors:
         print(json.dumps([round(float(v), 7) for v in vec]))
