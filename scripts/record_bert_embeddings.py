@@ -4,8 +4,10 @@ tests/tiny_bert.py into tests/data/llama_cpp_bert.npz.
     LLAMA_CPP_LIB_PATH=<llama.cpp build/bin> python scripts/record_bert_embeddings.py \
         [--out tests/data/llama_cpp_bert.npz]
 
-For each file (``tiny_bert.BERT`` in F16 matrices, and ``bert`` / ``nomic-bert`` again in
-Q8_0 and F32): load it into llama.cpp (libllama through llama-cpp-python's ctypes
+For each file (``tiny_bert.BERT`` in F16 matrices, ``bert`` / ``nomic-bert`` again in
+Q8_0 and F32, and the F16 ``bert`` / ``nomic-bert`` quantized by llama.cpp's own
+``llama_model_quantize`` to Q4_K_M / Q5_K_M, whose tensor types are kept as
+``NAME/tensor_types``): load it into llama.cpp (libllama through llama-cpp-python's ctypes
 bindings), tokenize each of ``tiny_bert.TEXTS`` with llama.cpp's own tokenizer ([CLS] ...
 [SEP]), and decode each text alone in a context with ``embeddings`` on, the file's
 pooling (``LLAMA_POOLING_TYPE_UNSPECIFIED``), n_ctx = n_batch = n_ubatch = the trained
@@ -40,9 +42,20 @@ from record_family_logits import _llama, llama_tokenize  # noqa: E402
 FILES = {name: (name, "f16") for name in tb.BERT}
 FILES.update({"bert@q8_0": ("bert", "q8_0"), "bert@f32": ("bert", "f32"),
               "nomic-bert@q8_0": ("nomic-bert", "q8_0")})
+#: files llama-quantize makes from the F16 ones (what users download): name -> (entry, llama.cpp file type)
+QUANTIZED = {"bert@llama-q4_k_m": ("bert", "q4_k_m"), "nomic-bert@llama-q5_k_m": ("nomic-bert", "q5_k_m")}
 
 
 def write(name: str, path: str) -> str:
+    if name in QUANTIZED:
+        entry, ftype = QUANTIZED[name]
+        src = tb.write(entry, path + ".f16.gguf")
+        L = _llama()
+        params = L.llama_model_quantize_default_params()
+        params.ftype = getattr(L, f"LLAMA_FTYPE_MOSTLY_{ftype.upper()}")
+        if L.llama_model_quantize(src.encode(), path.encode(), ctypes.byref(params)) != 0:
+            raise RuntimeError(f"llama_model_quantize failed on {src}")
+        return path
     entry, kind = FILES[name]
     return tb.write(entry, path, matrix_type=kind)
 
@@ -125,10 +138,15 @@ def main() -> None:
     L = _llama()
     arrays = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (entry, _) in FILES.items():
+        for name, (entry, _) in {**FILES, **QUANTIZED}.items():
             path = write(name, os.path.join(tmp, f"{name}.gguf"))
             t = tb.BERT[entry]
             arrays[f"{name}/sha256"] = np.array(tb.sha256(path))
+            if name in QUANTIZED:  # the type llama-quantize gave each tensor
+                from gguf import GGUFReader
+
+                arrays[f"{name}/tensor_types"] = np.array([f"{x.name}={x.tensor_type.name}"
+                                                           for x in GGUFReader(path).tensors])
             tokens = llama_tokenize(path, list(tb.TEXTS), add_special=True)
             for i, ids in enumerate(tokens):
                 arrays[f"{name}/tokens_{i}"] = np.array(ids, np.int32)

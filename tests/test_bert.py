@@ -118,6 +118,26 @@ def test_pooled_embeddings_match_llama_cpp(load, recorded, name):
     assert min(cosines(hidden, recorded[f"{name}/hidden"])) >= MIN_COS
 
 
+@pytest.mark.parametrize("name,source,ftype", [("bert@llama-q4_k_m", "bert", "q4_k_m"),
+                                               ("nomic-bert@llama-q5_k_m", "nomic-bert", "q5_k_m")])
+def test_quantized_files_match_llama_cpp(tmp_path, recorded, name, source, ftype):
+    """What llama-quantize makes of the F16 files (Q5_0 / Q5_1 / Q8_0 matrices: 64 columns
+    take no K-quant; position_embd and token_types stay as they are): `infer quantize`
+    chooses the same types, and the embeddings match llama.cpp's on its own file."""
+    from infer.gguf import GGUFFile
+    from infer.quantize import quantize_file
+
+    src = tb.write(source, str(tmp_path / "f16.gguf"))
+    dst = str(tmp_path / "q.gguf")
+    quantize_file(src, dst, ftype)
+    with GGUFFile(dst) as f:
+        ours = sorted(f"{t.name}={t.dtype.name}" for t in f.tensors.values())
+    assert ours == sorted(str(x) for x in recorded[f"{name}/tensor_types"])
+    with infer.load(dst) as model:
+        got = model.embed(list(tb.TEXTS), normalize=False)
+    assert min(cosines(got, recorded[f"{name}/pooled"])) >= MIN_COS
+
+
 @pytest.mark.parametrize("name", ["bert", "bert-cls", "nomic-bert"])
 def test_pooled_embeddings_match_the_float64_reference(load, name):
     from reference.numpy_bert import Encoder
