@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 from .. import kernels as K
 from ..runtime import Context, ContextOverflowError, Engine, RowOutputs, UnsupportedModelError, register_variant
 from .hparams import HParams, vocab_size
+from .transformer import _mul as multiply
 from .weights import Matrix, Vector
 
 #: llama.cpp's ``<arch>.pooling_type`` values (enum llama_pooling_type)
@@ -295,17 +296,9 @@ class EncoderEngine(Engine):
 
 def _mul(x: NDArray[Any], *pairs: tuple[Matrix, NDArray[Any]]) -> None:
     """out = x W^T for each (W, out), x quantized once per activation format."""
-    n = x.shape[0]
     done: Dict[int, NDArray[Any]] = {}
     for w, out in pairs:
-        xq = done.get(w.act_type)
-        if xq is None:
-            xq = done[w.act_type] = np.zeros(K.activation_bytes(w.qtype, w.cols, n), np.uint8)
-            K.quantize_activations(x, w.qtype, xq)
-        if n == 1:
-            K.matvec_q(w.data, w.qtype, xq, out[0])
-        else:
-            K.matmul_q(w.data, w.qtype, xq, out)
+        done[w.act_type] = multiply(x, w, out, done.get(w.act_type))
 
 
 class EncoderContext(Context):
