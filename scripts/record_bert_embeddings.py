@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
 import tiny_bert as tb  # noqa: E402
-from record_family_logits import _llama, llama_tokenize  # noqa: E402
+from record_family_logits import _llama, llama_tokenize, sequence_batch  # noqa: E402
 
 #: the files recorded: name -> (tiny_bert entry, matrix type)
 FILES = {name: (name, "f16") for name in tb.BERT}
@@ -81,15 +81,8 @@ def _embeddings(path: str, sequences, pooling: int, n_ctx: int, per_token: bool 
     try:
         for tokens in sequences:
             n = len(tokens)
-            batch = L.llama_batch_init(n, 0, 1)
+            batch = sequence_batch(L, tokens)
             try:
-                for i, t in enumerate(tokens):
-                    batch.token[i] = int(t)
-                    batch.pos[i] = i
-                    batch.n_seq_id[i] = 1
-                    batch.seq_id[i][0] = 0
-                    batch.logits[i] = 1
-                batch.n_tokens = n
                 L.llama_memory_clear(L.llama_get_memory(ctx), True)
                 if L.llama_decode(ctx, batch) != 0:
                     raise RuntimeError("llama_decode failed")
