@@ -59,15 +59,14 @@ def wordpiece_words(text: str, lowercase: bool = True, strip_accents: bool = Tru
     words: list[str] = []
     word: list[str] = []
     for c in text:
+        if strip_accents:
+            c = unicodedata.normalize("NFD", c)[0]
         cpt = ord(c)
         if cpt in _WHITESPACE:
             if word:
                 words.append("".join(word))
                 word = []
             continue
-        if strip_accents:
-            c = unicodedata.normalize("NFD", c)[0]
-            cpt = ord(c)
         category = unicodedata.category(c)
         if cpt == 0 or cpt == 0xFFFD or (category[0] == "C" and category != "Cn"):
             continue

@@ -178,13 +178,13 @@ def detokenize(path: str, sequences, remove_special: bool) -> list[str]:
 
 
 def record_tokens(out: str) -> None:
-    """llama.cpp's ids of tiny_bert.TOKENIZE_TEXTS ([CLS] ... [SEP]; also with special
+    """llama.cpp's ids of tiny_bert.TOKENIZE_TEXTS and fuzz_texts() ([CLS] ... [SEP]; also with special
     texts parsed) and its detokenized text of those ids, kept and with specials removed."""
     import json
 
     with tempfile.TemporaryDirectory() as tmp:
         path = tb.write("bert", os.path.join(tmp, "bert.gguf"))
-        texts = list(tb.TOKENIZE_TEXTS)
+        texts = list(tb.TOKENIZE_TEXTS) + tb.fuzz_texts()
         plain = llama_tokenize(path, texts, add_special=True)
         parsed = llama_tokenize(path, texts, add_special=True, parse_special=True)
         kept = detokenize(path, plain, False)

@@ -118,6 +118,23 @@ TOKENIZE_TEXTS = TEXTS + (
 #: reads special-token texts always, and makes a word of over 100 characters [UNK])
 NOT_LIKE_HF = ("x" * 150, "[CLS] hello [SEP] [MASK]")
 
+def fuzz_texts(n: int = 300, seed: int = 5) -> List[str]:
+    """Seeded random texts over the code-point blocks the normalisation treats apart
+    (ASCII, Latin-1 and accents, combining marks, Greek/Cyrillic, general punctuation
+    and spaces, CJK, Hangul, full-width forms, emoji, C0 controls); llama.cpp's ids of
+    them are recorded beside TOKENIZE_TEXTS'."""
+    import random
+
+    rng = random.Random(seed)
+    blocks = [(0x20, 0x7F), (0xA0, 0x250), (0x300, 0x370), (0x370, 0x530), (0x2000, 0x2070), (0x3000, 0x3100),
+              (0x4E00, 0x4F00), (0xAC00, 0xAC40), (0xFF00, 0xFF60), (0x1F600, 0x1F640), (0x0, 0x20)]
+    texts = []
+    for _ in range(n):
+        picks = [rng.choice(blocks) for _ in range(rng.randint(0, 25))]
+        texts.append("".join(chr(rng.randrange(lo, hi)) for lo, hi in picks))
+    return texts
+
+
 #: the (query, document) pairs whose rerank scores llama.cpp recorded
 RANK_QUERY = "what did the cat do"
 RANK_DOCUMENTS = ("the cat sat on the mat.", "stocks fell.", "a dog played with the cats", "")
