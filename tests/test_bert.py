@@ -237,6 +237,17 @@ def test_misuse_gets_clear_errors(load):
         create_rerank(rank, query="q", documents=["cat " * 80])
 
 
+def test_a_closed_model_says_so(tmp_path):
+    from infer.runtime import ModelClosedError
+
+    model = infer.load(tb.write("bert-rank", str(tmp_path / "m.gguf")))
+    model.close()
+    with pytest.raises(ModelClosedError):
+        model.embed("a cat", pooling="mean")
+    with pytest.raises(ModelClosedError):
+        model.rerank("q", ["d"])
+
+
 @pytest.mark.parametrize("drop", ["blk.1.ffn_down.weight", "token_embd_norm.bias", "position_embd.weight"])
 def test_a_file_missing_a_tensor_is_refused(tmp_path, drop):
     path = tb.write("bert", str(tmp_path / "m.gguf"), drop=(drop,))

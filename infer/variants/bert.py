@@ -215,7 +215,8 @@ class EncoderEngine(Engine):
         if self.position_embd is not None:
             x += self._rows(self.position_embd, np.arange(n))
         K.layernorm(x, self.embd_norm, self.embd_norm_b, x, self.eps)
-        d, h, hd = self.dim, self.n_heads, self.head_dim
+        h, hd = self.n_heads, self.head_dim
+        d = self.dim
         q, k, v = (np.empty((n, d), np.float32) for _ in range(3))
         att = np.empty((n, d), np.float32)
         cur = np.empty((n, d), np.float32)
@@ -223,6 +224,7 @@ class EncoderEngine(Engine):
         gate = np.empty((n, self.ffn_dim), np.float32)
         ones = np.ones((n, self.ffn_dim), np.float32)  # gelu_mul's other factor: plain GELU
         scale = np.float32(1.0 / math.sqrt(hd))
+        scores = np.empty((n, n), np.float32)
         for L in self.layers:
             _mul(x, (L.q, q), (L.k, k), (L.v, v))
             for out, b in ((q, L.q_b), (k, L.k_b), (v, L.v_b)):
@@ -231,14 +233,15 @@ class EncoderEngine(Engine):
             if self.nomic:
                 K.rope(q.reshape(n, h, hd), 0, self.rope_base, neox=True)
                 K.rope(k.reshape(n, h, hd), 0, self.rope_base, neox=True)
-            qh = q.reshape(n, h, hd).transpose(1, 0, 2)
-            kh = k.reshape(n, h, hd).transpose(1, 2, 0)
-            scores = np.matmul(qh, kh) * scale                    # (h, n, n): every position sees every other
-            scores -= scores.max(axis=-1, keepdims=True)
-            np.exp(scores, out=scores)
-            scores /= scores.sum(axis=-1, keepdims=True)
-            np.copyto(att.reshape(n, h, hd), np.matmul(scores, v.reshape(n, h, hd).transpose(1, 0, 2))
-                      .transpose(1, 0, 2))
+            # one head at a time: (n, n) scores, 16 MB at nomic's 2048 positions, not h times that
+            for head in range(h):
+                cols = slice(head * hd, (head + 1) * hd)
+                np.matmul(q[:, cols], k[:, cols].T, out=scores)   # every position sees every other
+                scores *= scale
+                scores -= scores.max(axis=-1, keepdims=True)
+                np.exp(scores, out=scores)
+                scores /= scores.sum(axis=-1, keepdims=True)
+                att[:, cols] = scores @ v[:, cols]
             _mul(att, (L.o, cur))
             if L.o_b is not None:
                 cur += L.o_b
@@ -263,6 +266,7 @@ class EncoderEngine(Engine):
         """The classification head on the first token's state (or the mean of all, as
         ``classifier.pooling_type`` says): the scores of a pair (llama.cpp's rank
         pooling: cls + tanh, then cls.output)."""
+        self._check_open()
         pooled = hidden.mean(axis=0, keepdims=True) if self.head_pooling == "mean" else hidden[:1]
         cur = np.ascontiguousarray(pooled, dtype=np.float32)
         if self.cls is not None:
@@ -291,7 +295,9 @@ class EncoderEngine(Engine):
         return EncoderContext(self, n, sampler)
 
     def close(self) -> None:
+        """Drop the views of the file (encode and classify then raise ModelClosedError)."""
         self.layers = []
+        self.cls = self.cls_out = None
 
 
 def _mul(x: NDArray[Any], *pairs: tuple[Matrix, NDArray[Any]]) -> None:
