@@ -290,6 +290,10 @@ def test_serve_embeddings_and_rerank_over_http(load, recorded):
         assert status == 400 and "input is too large" in body["error"]["message"]
         status, _, body = request(base, "POST", "/v1/rerank", {"query": "q", "documents": ["d"]})
         assert status == 501
+        status, _, tags = request(base, "GET", "/api/tags")        # ollama's /api/embed: the same vectors
+        status, _, body = request(base, "POST", "/api/embed", {"model": tags["models"][0]["name"],
+                                                                "input": list(tb.TEXTS[:2])})
+        assert status == 200 and min(cosines(body["embeddings"], theirs[:2])) >= MIN_COS
     rank = load("bert-rank")[0]
     with app_server(create_app(rank, parallel=1)) as base:
         status, _, body = request(base, "POST", "/rerank", {"query": tb.RANK_QUERY,
