@@ -1,6 +1,6 @@
 """Vocabulary and tokenizers built from GGUF metadata.
 
-Three tokenizer families, chosen by ``tokenizer.ggml.model``:
+Four tokenizer families, chosen by ``tokenizer.ggml.model``:
 
 * ``"gpt2"``: byte-level BPE (GPT-2, Llama 3, SmolLM, Qwen2...).  The text is cut
   into pieces by the pre-tokenizer regexes named by ``tokenizer.ggml.pre`` (the
@@ -11,6 +11,8 @@ Three tokenizer families, chosen by ``tokenizer.ggml.model``:
   the highest-scoring adjacent pair whose concatenation is a token is merged
   first (ties: leftmost), and characters that are not tokens fall back to the
   byte tokens ``<0xNN>``.
+
+* ``"bert"``: WordPiece (BERT-family encoders), in `infer.wordpiece`.
 
 * ``"gemma4"``: Gemma 4's BPE over raw UTF-8 (no byte-level table).  Spaces become
   ``▁``, the text is cut only at runs of newlines, merges apply by rank, and a
@@ -43,6 +45,7 @@ import regex
 __all__ = [
     "TokenType", "Vocabulary", "Tokenizer", "BPETokenizer", "SPMTokenizer",
     "StreamDecoder", "PRE_TOKENIZERS", "Gemma4Tokenizer", "UnsupportedPreTokenizerError",
+    "UnsupportedTokenizerError",
 ]
 
 
@@ -626,6 +629,10 @@ _PRE_NOT_BYTE_LEVEL["whitespace"] = ("a whitespace split over raw UTF-8 (no byte
                                      "does not implement")
 
 
+class UnsupportedTokenizerError(ValueError):
+    """``tokenizer.ggml.model`` names a tokenizer infer does not implement ("t5", "rwkv", ...)."""
+
+
 class UnsupportedPreTokenizerError(ValueError):
     """``tokenizer.ggml.pre`` names split rules infer does not implement."""
 
@@ -741,7 +748,12 @@ class Tokenizer:
             return SPMTokenizer.from_metadata(md)
         if model == "gemma4":
             return Gemma4Tokenizer.from_metadata(md)
-        raise ValueError(f"tokenizer.ggml.model: {model!r} is not supported (known: 'gpt2', 'llama', 'gemma4')")
+        if model == "bert":
+            from .wordpiece import WordPieceTokenizer
+
+            return WordPieceTokenizer.from_metadata(md)
+        raise UnsupportedTokenizerError(f"tokenizer.ggml.model: {model!r} is not supported "
+                         f"(known: 'gpt2', 'llama', 'gemma4', 'bert')")
 
     # ---- encoding ----------------------------------------------------------
     def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:

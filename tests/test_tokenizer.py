@@ -108,8 +108,8 @@ def test_vocabulary_misuse():
         Vocabulary(["a"], add_bos=True)
     with pytest.raises(ValueError, match="tokens"):
         Tokenizer.from_metadata({"tokenizer.ggml.model": "gpt2"})
-    with pytest.raises(ValueError, match="'bert'"):
-        Tokenizer.from_metadata({"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": ["a"]})
+    with pytest.raises(ValueError, match="'t5'"):  # SentencePiece unigram (UGM): not implemented
+        Tokenizer.from_metadata({"tokenizer.ggml.model": "t5", "tokenizer.ggml.tokens": ["a"]})
     with pytest.raises(TypeError, match="bos_token_id"):
         Vocabulary.from_metadata({"tokenizer.ggml.tokens": ["a"],
                                   "tokenizer.ggml.bos_token_id": "0"})

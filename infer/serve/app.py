@@ -549,6 +549,9 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     routes += llama_routes
     ollama_routes = ollama.routes(server)  # ollama's /api/* and its "Ollama is running" probe
     routes += ollama_routes
+    from . import rerank
+
+    routes += rerank.routes(server)
     middleware = []
     if cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins),
