@@ -321,3 +321,9 @@ def test_cli_embeds_shows_and_refuses_to_generate(load, capsys):
     for command in (["generate", "-m", model.path, "a cat"], ["chat", "-m", model.path]):
         assert main(command) == 1
         assert "is an embedding model" in capsys.readouterr().err
+
+
+def test_ollama_lists_an_encoder_as_embedding_only(load):
+    from infer.serve.ollama import capabilities
+
+    assert capabilities(load("nomic-bert")[0]) == ["embedding"]  # ollama's /api/show for nomic-embed-text
