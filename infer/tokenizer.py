@@ -89,10 +89,10 @@ _FIM_TEXTS = {
     "sep": ("<|file_sep|>",),
 }
 # GGUF keys of the FIM tokens; the first three also under their older names.
-_FIM_KEYS = {role: (f"tokenizer.ggml.fim_{role}_token_id",) for role in FIM_ROLES}
-_FIM_KEYS["pre"] += ("tokenizer.ggml.prefix_token_id",)
-_FIM_KEYS["suf"] += ("tokenizer.ggml.suffix_token_id",)
-_FIM_KEYS["mid"] += ("tokenizer.ggml.middle_token_id",)
+_OLDER_FIM_KEYS = {"pre": "prefix", "suf": "suffix", "mid": "middle"}
+_FIM_KEYS = {role: (f"tokenizer.ggml.fim_{role}_token_id",)
+             + ((f"tokenizer.ggml.{_OLDER_FIM_KEYS[role]}_token_id",) if role in _OLDER_FIM_KEYS else ())
+             for role in FIM_ROLES}
 
 
 # tokenizer.ggml.pre names for which llama.cpp adds BOS when add_bos_token is absent
@@ -209,7 +209,7 @@ class Vocabulary:
         #: by their texts as llama.cpp finds them; None where the vocabulary has none
         self.fim_token_ids: dict[str, Optional[int]] = {}
         for role in FIM_ROLES:
-            given = (fim_token_ids or {}).get(role)
+            given: Optional[int] = (fim_token_ids or {}).get(role)
             if given is not None and not 0 <= given < n:
                 given = None  # llama.cpp ignores an id outside the vocabulary
             if given is None:
@@ -218,7 +218,7 @@ class Vocabulary:
 
         eog = {self._ids[t] for t in _END_OF_TURN_TEXTS if t in self._ids}
         eog.update(i for i in (eos_token_id, eot_token_id, self._ids.get("<|eom_id|>")) if i is not None)
-        eog.update(i for role in ("pad", "rep", "sep") if (i := self.fim_token_ids[role]) is not None)
+        eog.update(f for role in ("pad", "rep", "sep") if (f := self.fim_token_ids[role]) is not None)
         texts = {self.tokens[i] for i in eog}
         if "<|end|>" in texts and (("<|return|>" in texts and "<|call|>" in texts)
                                    or ("<|flush|>" in texts and texts & {"<|call|>", "<|calls|>"})):
