@@ -11,6 +11,7 @@ import os
 from typing import Any, Dict, List
 
 import gguf
+import numpy as np
 
 from tiny_models import byte_alphabet
 
@@ -68,8 +69,9 @@ def tokens_of(case: str) -> List[str]:
     return byte_alphabet() + ["ab"] + list(CASES[case]["specials"])
 
 
-def write(case: str, path: str) -> str:
-    """A vocab-only llama GGUF of the case at path (llama.cpp loads it with vocab_only)."""
+def write(case: str, path: str, weights: bool = False) -> str:
+    """A llama GGUF of the case at path: vocab-only (llama.cpp loads it with vocab_only),
+    or with ``weights``, a runnable one-layer model of random F32 weights (seed 0)."""
     spec = CASES[case]
     tokens = tokens_of(case)
     types = [gguf.TokenType.NORMAL] * 257 + [
@@ -90,6 +92,18 @@ def write(case: str, path: str) -> str:
     w.add_token_merges(["a b"])  # llama.cpp wants merges
     for key, value in spec.get("keys", {}).items():
         w.add_uint32(f"tokenizer.ggml.{key}", tokens.index(value) if isinstance(value, str) else value)
+    w.add_rope_dimension_count(8)
+    if weights:
+        rng = np.random.default_rng(0)
+        n = len(tokens)
+        shapes = {"token_embd.weight": (n, 16), "output_norm.weight": (16,), "output.weight": (n, 16),
+                  "blk.0.attn_norm.weight": (16,), "blk.0.attn_q.weight": (16, 16), "blk.0.attn_k.weight": (16, 16),
+                  "blk.0.attn_v.weight": (16, 16), "blk.0.attn_output.weight": (16, 16),
+                  "blk.0.ffn_norm.weight": (16,), "blk.0.ffn_gate.weight": (32, 16), "blk.0.ffn_up.weight": (32, 16),
+                  "blk.0.ffn_down.weight": (16, 32)}
+        for name, shape in shapes.items():
+            value = 1.0 + 0.1 * rng.standard_normal(shape) if len(shape) == 1 else 0.5 * rng.standard_normal(shape)
+            w.add_tensor(name, value.astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
