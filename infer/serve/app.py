@@ -104,6 +104,9 @@ class Dialect:
     stream_end: Optional[str]
     #: the usage of a result or chunk, counted in /metrics (None: it has none)
     usage: Callable[[Any], Optional[dict[str, Any]]]
+    #: the whole server-sent event of a chunk or of an error body, for endpoints whose
+    #: events are named (``event: ...``); None: OpenAI's data-only events
+    event: Optional[Callable[[Any], bytes]] = None
 
 
 OPENAI = Dialect(error_body=lambda status, body: body, stream_end="[DONE]", usage=lambda r: r.get("usage"))
@@ -120,11 +123,15 @@ class _BearerAuth:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] not in _PUBLIC and scope["method"] != "OPTIONS":
-            scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
-            # the scheme is case-insensitive (RFC 7235, 2.1); the key is not
-            if not (hmac.compare_digest(given, self.expected) and scheme.lower() == b"bearer"):
+            headers = dict(scope["headers"])
+            scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+            # the scheme is case-insensitive (RFC 7235, 2.1); the key is not.  Anthropic's
+            # clients send the key as x-api-key: accepted too, as llama-server does.
+            if not ((hmac.compare_digest(given, self.expected) and scheme.lower() == b"bearer")
+                    or hmac.compare_digest(headers.get(b"x-api-key", b""), self.expected)):
                 dialect = self.dialects.get(scope["path"], OPENAI)
-                body = error_body("invalid or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
+                body = error_body("invalid or missing API key (Authorization: Bearer ..., or x-api-key)",
+                                  code="invalid_api_key")
                 response = JSONResponse(dialect.error_body(401, body), status_code=401)
                 await response(scope, receive, send)
                 return
@@ -340,7 +347,7 @@ class _Server:
             return JSONResponse(error, status_code=status, headers=_retry_headers(status))
         if kind == "result":
             return JSONResponse(value)
-        return _event_stream(items, handle, wants_usage, self.shutdown_grace, dialect.stream_end)
+        return _event_stream(items, handle, wants_usage, self.shutdown_grace, dialect.stream_end, dialect.event)
 
     @staticmethod
     async def read_json(request: Request, dialect: Dialect = OPENAI) -> Any:
@@ -422,7 +429,8 @@ def _sse(payload: str) -> bytes:
 
 
 def _event_stream(items: "asyncio.Queue[tuple[str, Any]]", handle: Any, wants_usage: bool,
-                  shutdown_grace: float, end: Optional[str]) -> Response:
+                  shutdown_grace: float, end: Optional[str],
+                  encode: Optional[Callable[[Any], bytes]] = None) -> Response:
     from sse_starlette import EventSourceResponse
 
     async def events() -> Any:
@@ -436,6 +444,12 @@ def _event_stream(items: "asyncio.Queue[tuple[str, Any]]", handle: Any, wants_us
                     batch.append(items.get_nowait())
                 out = []
                 for kind, value in batch:
+                    if encode is not None and kind in ("chunk", "error"):
+                        out.append(encode(value if kind == "chunk" else value[1]))
+                        if kind == "error":
+                            yield b"".join(out)
+                            return
+                        continue
                     if kind == "chunk":
                         if "usage" in value and not value["choices"] and not wants_usage:
                             continue
@@ -514,7 +528,7 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     names) a request that omits them runs with, on every completion endpoint, as
     llama-server's ``--temp``, ``--top-k``, ``-n``, ... (shown in ``GET /props``).
     """
-    from . import llama_server
+    from . import anthropic_messages, llama_server, responses
 
     if not shutdown_grace >= 0:
         raise ValueError(f"shutdown_grace: must be >= 0, got {shutdown_grace!r}")
@@ -542,14 +556,20 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     routes.append(Route("/v1/completions", server.completions, methods=["POST"]))
     llama_routes = llama_server.routes(server, slots_endpoint=slots_endpoint)
     routes += llama_routes
+    # OpenAI's Responses API and Anthropic's Messages API, translated onto chat completions
+    routes += responses.routes(server)
+    anthropic_routes = anthropic_messages.routes(server)
+    routes += anthropic_routes
     middleware = []
     if cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins),
                                      allow_methods=["GET", "POST", "OPTIONS"],
-                                     allow_headers=["Authorization", "Content-Type"]))
+                                     allow_headers=["Authorization", "Content-Type", "X-Api-Key",
+                                                    "Anthropic-Version", "Anthropic-Beta"]))
     if api_key:
-        middleware.append(Middleware(_BearerAuth, key=api_key,
-                                     dialects={route.path: llama_server.LLAMA for route in llama_routes}))
+        dialects = {route.path: llama_server.LLAMA for route in llama_routes}
+        dialects.update({route.path: anthropic_messages.ANTHROPIC for route in anthropic_routes})
+        middleware.append(Middleware(_BearerAuth, key=api_key, dialects=dialects))
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return _error_response(404, f"no route {request.method} {request.url.path}", code="not_found")

@@ -1,0 +1,86 @@
+"""What the endpoints translated onto chat completions share (`responses`, OpenAI's
+Responses API, and `anthropic_messages`, Anthropic's Messages API): reading a request
+into `api.create_chat_completion`'s keywords, running it on a scheduler slot through
+`_Server.run_completion` (the same queue, batching, prefix reuse, cancellation and
+metrics as ``/v1/chat/completions``), and their named server-sent events.
+"""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .. import api
+from ..api import InvalidRequestError
+from .app import Dialect, _classify
+
+if TYPE_CHECKING:
+    from .app import _Server
+
+__all__ = ["named_event", "serve_translated", "chat_result"]
+
+
+def named_event(name: str, data: Mapping[str, Any]) -> bytes:
+    """One server-sent event with an ``event:`` line (Anthropic's SDK reads only named
+    events; OpenAI's Responses events are named too)."""
+    return b"event: " + name.encode() + b"\r\ndata: " + json.dumps(data, ensure_ascii=False).encode() + b"\r\n\r\n"
+
+
+def check_object(name: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidRequestError(f"{name}: expected an object, got {type(value).__name__}", name.split(".")[0])
+    return value
+
+
+def check_string(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{name}: expected a string, got {type(value).__name__}", name.split(".")[0])
+    return value
+
+
+def check_fields(name: str, value: Mapping[str, Any], allowed: set[str]) -> None:
+    """A 400 naming the first field of ``value`` not in ``allowed``."""
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        where = f"{name}." if name else ""
+        raise InvalidRequestError(f"unrecognized request argument supplied: {where}{unknown[0]}",
+                                  (name or unknown[0]).split(".")[0].split("[")[0])
+
+
+def chat_result(model: Any, context: Any, model_name: str, chat: dict[str, Any]) -> Any:
+    """`api.create_chat_completion` of the translated request ``chat``: its result, or
+    with ``stream`` its chunks, the usage chunk always last."""
+    if chat.get("stream"):
+        chat = dict(chat, stream_options={"include_usage": True})
+    return api.create_chat_completion(model, context=context, model_name=model_name, **chat)
+
+
+#: a request body -> (chat completion keywords, the call that runs them and shapes the result)
+Translate = Callable[[dict[str, Any]], tuple[dict[str, Any], Callable[..., Any]]]
+
+
+async def serve_translated(server: "_Server", request: Request, endpoint: str, dialect: Dialect,
+                           translate: Translate) -> Response:
+    """Read the request, ``translate`` it into (chat completion keywords, the call that
+    runs them and shapes the result: ``call(model, context=, model_name=, **keywords)``),
+    and run that call on a scheduler slot."""
+    body = await server.read_json(request, dialect)
+    if isinstance(body, Response):
+        server.metrics.count_request(endpoint, body.status_code)
+        return body
+    try:
+        model_field = body.pop("model", None)
+        if model_field is not None:
+            check_string("model", model_field)
+        chat, call = translate(body)
+    except (InvalidRequestError, TypeError, ValueError) as exc:
+        status, error = _classify(exc)
+        server.metrics.count_request(endpoint, status)
+        return JSONResponse(dialect.error_body(status, error), status_code=status)
+    if server.chat_template_kwargs:  # the command line's, under the request's own (llama-server's merge)
+        chat["chat_template_kwargs"] = {**server.chat_template_kwargs, **(chat.get("chat_template_kwargs") or {})}
+    server.add_sampling_defaults(chat, api.create_chat_completion)
+    return await server.run_completion(request, endpoint, call, chat, cache_prompt=True,
+                                       reply_limit=chat.get("max_tokens"), dialect=dialect)
