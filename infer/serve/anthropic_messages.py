@@ -25,7 +25,6 @@ and message_stop.  Errors have Anthropic's shape, ``{"type": "error", "error":
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import re
 import uuid
@@ -260,7 +259,7 @@ def translate(body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
             chat["user"] = check_string("metadata.user_id", metadata["user_id"])
     if body.get("service_tier") is not None:
         chat["service_tier"] = check_string("service_tier", body["service_tier"])
-    return chat, functools.partial(create_message, stops or [])
+    return chat, create_message
 
 
 # ---- the response ------------------------------------------------------------------------------
@@ -283,7 +282,7 @@ def _tool_use(call: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "tool_use", "id": call["id"], "name": function["name"], "input": json.loads(function["arguments"])}
 
 
-def create_message(stops: list[str], model: Any, *, context: Any = None, model_name: str = "", **chat: Any) -> Any:
+def create_message(model: Any, *, context: Any = None, model_name: str = "", **chat: Any) -> Any:
     """Anthropic's message (or, with ``stream``, its events) of the chat completion ``chat``."""
     result = chat_result(model, context, model_name, chat)
     message_id = f"msg_{uuid.uuid4().hex}"
@@ -297,7 +296,7 @@ def create_message(stops: list[str], model: Any, *, context: Any = None, model_n
     if message.get("content"):
         content.append({"type": "text", "text": message["content"]})
     content += [_tool_use(call) for call in message.get("tool_calls") or ()]
-    stop_string = choice.get("stop_string")
+    stop_string = choice.get("stop_reason")
     return {"id": message_id, "type": "message", "role": "assistant", "model": result["model"], "content": content,
             "stop_reason": _stop_reason(choice["finish_reason"], stop_string), "stop_sequence": stop_string,
             "usage": _usage(result["usage"])}
@@ -337,7 +336,7 @@ def _events(chunks: Iterator[dict[str, Any]], message_id: str, model_name: str) 
             choice = chunk["choices"][0]
             delta = choice["delta"]
             finish = choice["finish_reason"] or finish
-            stop_string = choice.get("stop_string") or stop_string
+            stop_string = choice.get("stop_reason") or stop_string
             for kind, key, delta_kind in (("thinking", "reasoning_content", "thinking_delta"),
                                           ("text", "content", "text_delta")):
                 piece = delta.get(key)
