@@ -171,9 +171,11 @@ def _tools(tools: Any) -> Optional[list[dict[str, Any]]]:
         if schema.get("type") != "object":
             raise InvalidRequestError(f"tools[{i}].input_schema.type: must be 'object', got {schema.get('type')!r}",
                                       "tools")
-        function: dict[str, Any] = {"name": name, "parameters": schema}
+        # in the order OpenAI's tools are written: a template shows them as JSON
+        function: dict[str, Any] = {"name": name}
         if tool.get("description") is not None:
             function["description"] = check_string(f"tools[{i}].description", tool["description"])
+        function["parameters"] = schema
         out.append({"type": "function", "function": function})
     return out
 

@@ -290,10 +290,10 @@ def create_response(echo: dict[str, Any], model: Any, *, context: Any = None, mo
         output = []
         if message.get("reasoning_content"):
             output.append(_reasoning_item(_new_id("rs"), message["reasoning_content"], "completed"))
-        if message.get("content"):
-            output.append(_message_item(_new_id("msg"), message["content"], "completed"))
-        output += [_call_item(call, "completed") for call in message.get("tool_calls") or ()]
         status = "incomplete" if choice["finish_reason"] == "length" else "completed"
+        if message.get("content"):
+            output.append(_message_item(_new_id("msg"), message["content"], status))
+        output += [_call_item(call, "completed") for call in message.get("tool_calls") or ()]
         return _response(echo, response_id, created, result["model"], output, status, _usage(result["usage"]))
     return _events(result, echo, response_id, created, model_name)
 
@@ -315,7 +315,7 @@ def _events(chunks: Iterator[dict[str, Any]], echo: dict[str, Any], response_id:
         sequence += 1
         return {"type": kind, "sequence_number": sequence - 1, **data}
 
-    def close() -> Iterator[dict[str, Any]]:
+    def close(status: str = "completed") -> Iterator[dict[str, Any]]:
         nonlocal open_kind
         if open_kind is None:
             return
@@ -323,13 +323,13 @@ def _events(chunks: Iterator[dict[str, Any]], echo: dict[str, Any], response_id:
         if open_kind == "reasoning":
             yield event("response.reasoning_text.done", item_id=open_id, output_index=index, content_index=0,
                         text=text)
-            item = _reasoning_item(open_id, text, "completed")
+            item = _reasoning_item(open_id, text, status)
         else:
             yield event("response.output_text.done", item_id=open_id, output_index=index, content_index=0,
                         text=text, logprobs=[])
             yield event("response.content_part.done", item_id=open_id, output_index=index, content_index=0,
                         part=_text_part(text))
-            item = _message_item(open_id, text, "completed")
+            item = _message_item(open_id, text, status)
         yield event("response.output_item.done", output_index=index, item=item)
         output.append(item)
         open_kind = None
@@ -357,8 +357,8 @@ def _events(chunks: Iterator[dict[str, Any]], echo: dict[str, Any], response_id:
                 yield event("response.created", response=head)
                 yield event("response.in_progress", response=head)
             if not chunk["choices"]:  # the usage chunk: the last
-                yield from close()
                 status = "incomplete" if finish == "length" else "completed"
+                yield from close(status)  # the item max_output_tokens cut
                 final = _response(echo, response_id, created, model_name, output, status, _usage(chunk["usage"]))
                 yield event(f"response.{status}", response=final)
                 continue
