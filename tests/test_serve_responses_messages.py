@@ -336,3 +336,24 @@ def test_api_key_as_x_api_key_or_bearer():
         status, _, _ = request(base, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]},
                                headers={"x-api-key": "s3cret"})
         assert status == 200
+
+
+def test_claude_codes_habits_large_max_tokens_and_a_stamped_system_prompt():
+    """Claude Code asks for 32000 tokens (more than a slot holds: the reply runs until
+    the context is full) and stamps its first system line anew each request (made
+    constant, as llama-server does, so the next request reads the prompt from the cache)."""
+    with app_server(create_app(scripted_model(["Hi."] * 8), parallel=1, ctx_size=256)) as base:
+        ac = anthropic_client(base)
+        usages = []
+        for stamp in ("a5145", "0b1c2"):
+            system = [{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1; cch={stamp};"},
+                      {"type": "text", "text": "You are a helpful assistant.", "cache_control": {"type": "ephemeral"}}]
+            out = ac.messages.create(model="m", max_tokens=32000, system=system, extra_body=GREEDY,
+                                     messages=[{"role": "user", "content": "x"}])
+            assert out.content[0].text == "Hi." and out.stop_reason == "end_turn"
+            usages.append(out.usage)
+        prompt = usages[0].input_tokens + usages[0].cache_read_input_tokens
+        assert usages[1].cache_read_input_tokens == prompt - 1 and usages[1].input_tokens == 1
+        status, _, body = request(base, "POST", "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "x"}], "max_tokens": 32000})
+        assert status == 400 and "exceeds the context" in body["error"]["message"]  # OpenAI's rule stays

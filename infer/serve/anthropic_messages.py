@@ -68,7 +68,18 @@ def _block_text(block: Mapping[str, Any], where: str) -> str:
     return check_string(f"{where}.text", block.get("text"))
 
 
+#: the per-request stamp in Claude Code's first system line, "x-anthropic-billing-header:
+#: cc_version=...; cch=a5145;": made constant, as llama-server does, so that the prompt's
+#: prefix stays cached from one request to the next
+_BILLING_STAMP = re.compile(r"^(x-anthropic-billing-header:[^\n]*?cch=)[0-9a-fA-F]{5};")
+
+
 def _system(system: Any) -> Optional[str]:
+    text = _system_text(system)
+    return None if text is None else _BILLING_STAMP.sub(r"\g<1>fffff;", text)
+
+
+def _system_text(system: Any) -> Optional[str]:
     if system is None or isinstance(system, str):
         return system
     if not isinstance(system, list):
@@ -79,7 +90,7 @@ def _system(system: Any) -> Optional[str]:
         if block.get("type") != "text":
             raise InvalidRequestError(f"system[{i}].type: expected 'text', got {block.get('type')!r}", "system")
         texts.append(_block_text(block, f"system[{i}]"))
-    return "\n\n".join(texts) if len(texts) > 1 else "".join(texts)
+    return "".join(texts)  # as llama-server joins them
 
 
 def _tool_result_text(content: Any, where: str) -> str:
@@ -411,7 +422,9 @@ ANTHROPIC = Dialect(error_body=error_body, stream_end=None, usage=_metered_usage
 
 def routes(server: "_Server") -> list[Route]:
     async def messages(request: Request) -> Response:
-        return await serve_translated(server, request, "/v1/messages", ANTHROPIC, translate)
+        # max_tokens is required and Anthropic's clients send large ones (Claude Code:
+        # 32000): beyond a slot's context it stops the reply where the context is full
+        return await serve_translated(server, request, "/v1/messages", ANTHROPIC, translate, limit_is_a_cap=True)
 
     async def tokens(request: Request) -> Response:
         endpoint = "/v1/messages/count_tokens"

@@ -62,10 +62,11 @@ Translate = Callable[[dict[str, Any]], tuple[dict[str, Any], Callable[..., Any]]
 
 
 async def serve_translated(server: "_Server", request: Request, endpoint: str, dialect: Dialect,
-                           translate: Translate) -> Response:
+                           translate: Translate, limit_is_a_cap: bool = False) -> Response:
     """Read the request, ``translate`` it into (chat completion keywords, the call that
     runs them and shapes the result: ``call(model, context=, model_name=, **keywords)``),
-    and run that call on a scheduler slot."""
+    and run that call on a scheduler slot.  ``limit_is_a_cap``: a ``max_tokens`` beyond
+    the slot's context means "until the context is full" rather than a 400."""
     body = await server.read_json(request, dialect)
     if isinstance(body, Response):
         server.metrics.count_request(endpoint, body.status_code)
@@ -82,5 +83,8 @@ async def serve_translated(server: "_Server", request: Request, endpoint: str, d
     if server.chat_template_kwargs:  # the command line's, under the request's own (llama-server's merge)
         chat["chat_template_kwargs"] = {**server.chat_template_kwargs, **(chat.get("chat_template_kwargs") or {})}
     server.add_sampling_defaults(chat, api.create_chat_completion)
+    limit = chat.get("max_tokens")
+    if limit_is_a_cap and api._is_int(limit) and limit > server.scheduler.n_ctx:
+        chat["max_tokens"] = None
     return await server.run_completion(request, endpoint, call, chat, cache_prompt=True,
                                        reply_limit=chat.get("max_tokens"), dialect=dialect)
