@@ -188,6 +188,28 @@ def test_message_text_equals_chat_completions_and_the_stream_equals_the_message(
     assert final.usage.input_tokens + final.usage.cache_read_input_tokens == expected.usage.prompt_tokens
 
 
+def test_message_blocks_read_as_the_plain_conversation(smol):
+    """A user turn's text blocks are one message; an assistant turn's blocks one reply
+    (counted with count_tokens against chat completions' prompt of the plain messages)."""
+    ac = anthropic_client(smol)
+    blocks = [{"role": "user", "content": [{"type": "text", "text": "What is"},
+                                           {"type": "text", "text": " the answer?", "cache_control": {
+                                               "type": "ephemeral"}}]},
+              {"role": "assistant", "content": [{"type": "text", "text": "42."}]},
+              {"role": "user", "content": "Why?"}]
+    plain = [{"role": "user", "content": "What is the answer?"}, {"role": "assistant", "content": "42."},
+             {"role": "user", "content": "Why?"}]
+    expected = chat(smol, plain, 1)
+    assert ac.messages.count_tokens(model="m", messages=blocks).input_tokens == expected.usage.prompt_tokens
+    out = client(smol).responses.create(model="m", max_output_tokens=1, temperature=0, input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "What is"},
+                                     {"type": "input_text", "text": " the answer?"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "42."}]},
+        {"role": "user", "content": "Why?"}])
+    assert out.usage.input_tokens == expected.usage.prompt_tokens
+    assert out.output_text == expected.choices[0].message.content
+
+
 def test_message_stop_sequence(smol):
     ac = anthropic_client(smol)
     full = ac.messages.create(model="m", max_tokens=12, messages=[{"role": "user", "content": "Say hi"}],
@@ -357,3 +379,22 @@ def test_claude_codes_habits_large_max_tokens_and_a_stamped_system_prompt():
         status, _, body = request(base, "POST", "/v1/chat/completions", {
             "messages": [{"role": "user", "content": "x"}], "max_tokens": 32000})
         assert status == 400 and "exceeds the context" in body["error"]["message"]  # OpenAI's rule stays
+
+
+def test_an_error_mid_stream_is_a_named_error_event():
+    """What the client reads when a stream fails after it began (the server stopping, a
+    fault): each API's error event, which each official client raises."""
+    from infer.serve.anthropic_messages import ANTHROPIC
+    from infer.serve.app import error_body
+    from infer.serve.responses import RESPONSES
+
+    openai_error = error_body("the server is stopping", "server_busy", code="server_stopping")
+    name, data = RESPONSES.event(RESPONSES.error_body(503, openai_error)).decode().split("\r\n")[:2]
+    assert name == "event: error"
+    event = json.loads(data.removeprefix("data: "))
+    assert event["type"] == "error" and event["code"] == "server_stopping"
+    assert event["message"] == "the server is stopping" and event["error"] == openai_error["error"]
+    name, data = ANTHROPIC.event(ANTHROPIC.error_body(503, openai_error)).decode().split("\r\n")[:2]
+    assert name == "event: error"
+    assert json.loads(data.removeprefix("data: ")) == {
+        "type": "error", "error": {"type": "overloaded_error", "message": "the server is stopping"}}

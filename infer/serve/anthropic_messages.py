@@ -129,18 +129,20 @@ def _messages(messages: Any, system: Optional[str]) -> list[dict[str, Any]]:
             raise InvalidRequestError(f"{where}.content: expected a string or a list of content blocks",
                                       "messages")
         turn: dict[str, Any] = {"role": "assistant", "content": ""}
+        user_text: Optional[dict[str, Any]] = None  # the user message this message's text blocks go to
         for j, block in enumerate(content):
             at = f"{where}.content[{j}]"
             check_object(at, block)
             kind = block.get("type")
             if kind == "text":
                 text = _block_text(block, at)
-                if role == "user" and out and out[-1]["role"] == "user":
-                    out[-1]["content"] += text
-                elif role == "user":
-                    out.append({"role": "user", "content": text})
-                else:
+                if role == "assistant":
                     turn["content"] += text
+                elif user_text is not None and out[-1] is user_text:
+                    user_text["content"] += text
+                else:
+                    user_text = {"role": "user", "content": text}
+                    out.append(user_text)
             elif kind in ("thinking", "redacted_thinking") and role == "assistant":
                 if kind == "thinking":  # a redacted block has nothing readable to give back
                     turn["reasoning_content"] = turn.get("reasoning_content", "") + \
