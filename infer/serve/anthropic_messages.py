@@ -28,6 +28,7 @@ import asyncio
 import json
 import re
 import uuid
+from contextlib import closing
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
 from starlette.requests import Request
@@ -317,7 +318,7 @@ def create_message(model: Any, *, context: Any = None, model_name: str = "", **c
             "usage": _usage(result["usage"])}
 
 
-def _events(chunks: Iterator[dict[str, Any]], message_id: str, model_name: str) -> Iterator[dict[str, Any]]:
+def _events(chunks: Any, message_id: str, model_name: str) -> Iterator[dict[str, Any]]:
     """Anthropic's stream events of a chat completion's chunks: a content block opens
     with its first delta and closes when another kind of content begins."""
     index = -1
@@ -333,7 +334,7 @@ def _events(chunks: Iterator[dict[str, Any]], message_id: str, model_name: str) 
             yield {"type": "content_block_stop", "index": index}
         open_kind = None
 
-    try:
+    with closing(chunks):  # a stream dropped midway closes the chat stream, which ends its turn
         for n, chunk in enumerate(chunks):
             if n == 0:
                 yield {"type": "message_start", "message": {
@@ -374,10 +375,6 @@ def _events(chunks: Iterator[dict[str, Any]], message_id: str, model_name: str) 
                 yield {"type": "content_block_delta", "index": index,
                        "delta": {"type": "input_json_delta", "partial_json": call["function"]["arguments"]}}
                 yield {"type": "content_block_stop", "index": index}
-    finally:
-        close_chunks = getattr(chunks, "close", None)
-        if close_chunks is not None:
-            close_chunks()
 
 
 # ---- count_tokens ------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import time
 import uuid
+from contextlib import closing
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
 from starlette.requests import Request
@@ -298,7 +299,7 @@ def create_response(echo: dict[str, Any], model: Any, *, context: Any = None, mo
     return _events(result, echo, response_id, created, model_name)
 
 
-def _events(chunks: Iterator[dict[str, Any]], echo: dict[str, Any], response_id: str, created: int,
+def _events(chunks: Any, echo: dict[str, Any], response_id: str, created: int,
             model_name: str) -> Iterator[dict[str, Any]]:
     """The Responses stream's events of a chat completion's chunks: an item opens
     when its first delta comes and closes when another kind of output begins."""
@@ -350,7 +351,7 @@ def _events(chunks: Iterator[dict[str, Any]], echo: dict[str, Any], response_id:
             yield event("response.content_part.added", item_id=open_id, output_index=index, content_index=0,
                         part=_text_part(""))
 
-    try:
+    with closing(chunks):  # a stream dropped midway closes the chat stream, which ends its turn
         for n, chunk in enumerate(chunks):
             if n == 0:
                 head = _response(echo, response_id, created, model_name, [], "in_progress", None)
@@ -391,10 +392,6 @@ def _events(chunks: Iterator[dict[str, Any]], echo: dict[str, Any], response_id:
                             name=item["name"], arguments=item["arguments"])
                 yield event("response.output_item.done", output_index=index, item=item)
                 output.append(item)
-    finally:
-        close_chunks = getattr(chunks, "close", None)
-        if close_chunks is not None:
-            close_chunks()
 
 
 # ---- the route ---------------------------------------------------------------------------------
