@@ -65,6 +65,8 @@ def test_response_text_equals_chat_completions_and_the_stream_equals_the_respons
     assert out.usage.input_tokens == expected.usage.prompt_tokens
     assert out.usage.output_tokens == expected.usage.completion_tokens == 12
     assert out.usage.total_tokens == out.usage.input_tokens + out.usage.output_tokens
+    count = oc.responses.input_tokens.count(model="m", instructions="Be brief.", input="Say hi")
+    assert count.input_tokens == expected.usage.prompt_tokens
 
     events = list(oc.responses.create(model="m", instructions="Be brief.", input="Say hi", max_output_tokens=12,
                                       temperature=0, stream=True))

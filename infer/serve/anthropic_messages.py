@@ -24,7 +24,6 @@ and message_stop.  Errors have Anthropic's shape, ``{"type": "error", "error":
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import uuid
@@ -32,13 +31,14 @@ from contextlib import closing
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import api
 from ..api import InvalidRequestError, UnsupportedOptionError
-from .app import Dialect, _classify
-from .translated import chat_result, check_fields, check_object, check_string, named_event, serve_translated
+from .app import Dialect
+from .translated import (chat_result, check_fields, check_object, check_string, named_event, prompt_tokens,
+                         serve_count, serve_translated)
 
 if TYPE_CHECKING:
     from .app import _Server
@@ -379,24 +379,10 @@ def _events(chunks: Any, message_id: str, model_name: str) -> Iterator[dict[str,
 
 # ---- count_tokens ------------------------------------------------------------------------------
 def count_tokens(model: Any, body: dict[str, Any], template_kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"input_tokens": n}``: the tokens of the prompt the request renders, as a chat
-    completion's ``prompt_tokens`` counts them."""
-    from ..chat.session import chat_of
-
+    """``{"input_tokens": n}``: the tokens of the prompt the request renders."""
     body.pop("model", None)
     check_fields("", body, _COUNT_FIELDS)
-    chat = _chat_common(body)
-    messages = api._check_messages(chat["messages"])
-    tools = api._check_tools(chat.get("tools"), chat.get("tool_choice"))
-    kwargs = {**template_kwargs, **(chat.get("chat_template_kwargs") or {})}
-    text = chat_of(model).render(messages, True, tools, **kwargs)
-    tok = model.tokenizer
-    ids = list(tok.encode(text, add_special=False, parse_special=True))
-    # the BOS the tokenizer adds, when the template does not write it (as ChatSession encodes)
-    bos = [t for t in tok.encode("", add_special=True) if t == getattr(tok.vocab, "bos_token_id", None)][:1]
-    if bos and ids[:1] != bos:
-        ids = bos + ids
-    return {"input_tokens": len(ids)}
+    return {"input_tokens": prompt_tokens(model, _chat_common(body), template_kwargs)}
 
 
 # ---- the routes --------------------------------------------------------------------------------
@@ -426,19 +412,7 @@ def routes(server: "_Server") -> list[Route]:
         return await serve_translated(server, request, "/v1/messages", ANTHROPIC, translate, limit_is_a_cap=True)
 
     async def tokens(request: Request) -> Response:
-        endpoint = "/v1/messages/count_tokens"
-        body = await server.read_json(request, ANTHROPIC)
-        if isinstance(body, Response):
-            server.metrics.count_request(endpoint, body.status_code)
-            return body
-        try:  # on a thread: a long conversation to tokenize must not hold up the streams
-            result = await asyncio.to_thread(count_tokens, server.model, body, server.chat_template_kwargs)
-        except (InvalidRequestError, TypeError, ValueError) as exc:
-            status, error = _classify(exc)
-            server.metrics.count_request(endpoint, status)
-            return JSONResponse(error_body(status, error), status_code=status)
-        server.metrics.count_request(endpoint, 200)
-        return JSONResponse(result)
+        return await serve_count(server, request, "/v1/messages/count_tokens", ANTHROPIC, count_tokens)
 
     return [Route("/v1/messages", messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", tokens, methods=["POST"])]

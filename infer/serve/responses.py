@@ -33,7 +33,8 @@ from starlette.routing import Route
 
 from ..api import InvalidRequestError, UnsupportedOptionError
 from .app import OPENAI, Dialect
-from .translated import chat_result, check_fields, check_object, check_string, named_event, serve_translated
+from .translated import (chat_result, check_fields, check_object, check_string, named_event, prompt_tokens,
+                         serve_count, serve_translated)
 
 if TYPE_CHECKING:
     from .app import _Server
@@ -419,9 +420,22 @@ def _metered_usage(result: Mapping[str, Any]) -> Optional[dict[str, Any]]:
 RESPONSES = Dialect(error_body=OPENAI.error_body, stream_end=None, usage=_metered_usage, event=_event)
 
 
+def count_input_tokens(model: Any, body: dict[str, Any], template_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``POST /v1/responses/input_tokens``: the tokens of the prompt the request renders."""
+    body.pop("model", None)
+    return {"object": "response.input_tokens", "input_tokens": prompt_tokens(model, translate(body)[0],
+                                                                             template_kwargs)}
+
+
 def routes(server: "_Server") -> list[Route]:
     async def responses(request: Request) -> Response:
         return await serve_translated(server, request, "/v1/responses", RESPONSES, translate)
 
-    return [Route("/v1/responses", responses, methods=["POST"]),
-            Route("/responses", responses, methods=["POST"])]  # llama-server answers both
+    async def input_tokens(request: Request) -> Response:
+        return await serve_count(server, request, "/v1/responses/input_tokens", RESPONSES, count_input_tokens)
+
+    routes = []
+    for prefix in ("/v1", ""):  # llama-server answers both
+        routes += [Route(f"{prefix}/responses", responses, methods=["POST"]),
+                   Route(f"{prefix}/responses/input_tokens", input_tokens, methods=["POST"])]
+    return routes

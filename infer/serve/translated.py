@@ -6,6 +6,7 @@ metrics as ``/v1/chat/completions``), and their named server-sent events.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -19,7 +20,7 @@ from .app import Dialect, _classify
 if TYPE_CHECKING:
     from .app import _Server
 
-__all__ = ["named_event", "serve_translated", "chat_result"]
+__all__ = ["chat_result", "named_event", "prompt_tokens", "serve_count", "serve_translated"]
 
 
 def named_event(name: str, data: Mapping[str, Any]) -> bytes:
@@ -88,3 +89,38 @@ async def serve_translated(server: "_Server", request: Request, endpoint: str, d
         chat["max_tokens"] = None
     return await server.run_completion(request, endpoint, call, chat, cache_prompt=True,
                                        reply_limit=chat.get("max_tokens"), dialect=dialect)
+
+
+def prompt_tokens(model: Any, chat: Mapping[str, Any], template_kwargs: Mapping[str, Any]) -> int:
+    """The tokens of the prompt the chat completion keywords ``chat`` render, as the chat
+    completion's ``prompt_tokens`` counts them (``template_kwargs``: the server's)."""
+    from ..chat.session import chat_of
+
+    messages = api._check_messages(chat["messages"])
+    tools = api._check_tools(chat.get("tools"), chat.get("tool_choice"))
+    kwargs = {**template_kwargs, **(chat.get("chat_template_kwargs") or {})}
+    kwargs = api._with_reasoning_effort(kwargs, chat.get("reasoning_effort")) or {}
+    text = chat_of(model).render(messages, True, tools, **kwargs)
+    tok = model.tokenizer
+    ids = list(tok.encode(text, add_special=False, parse_special=True))
+    # the BOS the tokenizer adds, when the template does not write it (as ChatSession encodes)
+    bos = [t for t in tok.encode("", add_special=True) if t == getattr(tok.vocab, "bos_token_id", None)][:1]
+    return len(ids) + (1 if bos and ids[:1] != bos else 0)
+
+
+async def serve_count(server: "_Server", request: Request, endpoint: str, dialect: Dialect,
+                      count: Callable[[Any, dict[str, Any], Mapping[str, Any]], dict[str, Any]]) -> Response:
+    """A token-counting endpoint: ``count(model, body, the server's template variables)``
+    on a thread (a long conversation to tokenize must not hold up the streams)."""
+    body = await server.read_json(request, dialect)
+    if isinstance(body, Response):
+        server.metrics.count_request(endpoint, body.status_code)
+        return body
+    try:
+        result = await asyncio.to_thread(count, server.model, body, server.chat_template_kwargs)
+    except (InvalidRequestError, TypeError, ValueError) as exc:
+        status, error = _classify(exc)
+        server.metrics.count_request(endpoint, status)
+        return JSONResponse(dialect.error_body(status, error), status_code=status)
+    server.metrics.count_request(endpoint, 200)
+    return JSONResponse(result)
