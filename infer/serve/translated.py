@@ -85,7 +85,7 @@ async def serve_translated(server: "_Server", request: Request, endpoint: str, d
         chat["chat_template_kwargs"] = {**server.chat_template_kwargs, **(chat.get("chat_template_kwargs") or {})}
     server.add_sampling_defaults(chat, api.create_chat_completion)
     limit = chat.get("max_tokens")
-    if limit_is_a_cap and api._is_int(limit) and limit > server.scheduler.n_ctx:
+    if limit_is_a_cap and isinstance(limit, int) and limit > server.scheduler.n_ctx:
         chat["max_tokens"] = None
     return await server.run_completion(request, endpoint, call, chat, cache_prompt=True,
                                        reply_limit=chat.get("max_tokens"), dialect=dialect)
