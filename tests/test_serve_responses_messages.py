@@ -144,7 +144,7 @@ def test_responses_refuse_what_they_cannot_honour(smol):
         (dict(input=[{"type": "item_reference", "id": "x"}]), "input"),
         (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]), "input"),
         (dict(input="x", tools=[{"type": "web_search"}]), "tools"),
-        (dict(input="x", max_output_tokens="ten"), "max_tokens"),
+        (dict(input="x", max_output_tokens="ten"), "max_output_tokens"),
         (dict(input="x", text={"format": {"type": "json_schema", "name": "n", "schema": "nope"}}), "text"),
     ]
     for options, param in cases:

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..api import InvalidRequestError, UnsupportedOptionError
+from ..api import InvalidRequestError, UnsupportedOptionError, _check_optional_int
 from .app import OPENAI, Dialect
 from .translated import (chat_result, check_fields, check_object, check_string, named_event, prompt_tokens,
                          serve_count, serve_translated)
@@ -214,7 +214,7 @@ def translate(body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     if body.get("tool_choice") is not None:
         chat["tool_choice"] = _tool_choice(body["tool_choice"])
     if body.get("max_output_tokens") is not None:
-        chat["max_tokens"] = body["max_output_tokens"]
+        chat["max_tokens"] = _check_optional_int("max_output_tokens", body["max_output_tokens"], 1)
     reasoning = body.get("reasoning")
     if reasoning is not None:
         check_object("reasoning", reasoning)

@@ -29,15 +29,20 @@ def named_event(name: str, data: Mapping[str, Any]) -> bytes:
     return b"event: " + name.encode() + b"\r\ndata: " + json.dumps(data, ensure_ascii=False).encode() + b"\r\n\r\n"
 
 
+def _param(name: str) -> str:
+    """The request field a path in the body is in ("tools[0].name": "tools")."""
+    return name.split(".")[0].split("[")[0]
+
+
 def check_object(name: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise InvalidRequestError(f"{name}: expected an object, got {type(value).__name__}", name.split(".")[0])
+        raise InvalidRequestError(f"{name}: expected an object, got {type(value).__name__}", _param(name))
     return value
 
 
 def check_string(name: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise InvalidRequestError(f"{name}: expected a string, got {type(value).__name__}", name.split(".")[0])
+        raise InvalidRequestError(f"{name}: expected a string, got {type(value).__name__}", _param(name))
     return value
 
 
@@ -47,7 +52,7 @@ def check_fields(name: str, value: Mapping[str, Any], allowed: set[str]) -> None
     if unknown:
         where = f"{name}." if name else ""
         raise InvalidRequestError(f"unrecognized request argument supplied: {where}{unknown[0]}",
-                                  (name or unknown[0]).split(".")[0].split("[")[0])
+                                  _param(name or unknown[0]))
 
 
 def chat_result(model: Any, context: Any, model_name: str, chat: dict[str, Any]) -> Any:
