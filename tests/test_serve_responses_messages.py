@@ -10,7 +10,9 @@ documentation, written out below.  SmolLM2 serves the greedy checks (one server 
 the module, a dozen tokens a request); the scripted model, whose replies are known,
 serves thinking, the API key and the error paths.
 """
+import http.client
 import json
+import socket
 
 import pytest
 
@@ -21,7 +23,7 @@ import anthropic  # noqa: E402
 import jsonschema  # noqa: E402
 import openai  # noqa: E402
 from scripted import scripted_model  # noqa: E402
-from test_serve import app_server, client, metrics, request  # noqa: E402
+from test_serve import app_server, client, metrics, request, slow_model, wait_for  # noqa: E402
 
 from infer.serve.app import create_app  # noqa: E402
 
@@ -400,3 +402,30 @@ def test_an_error_mid_stream_is_a_named_error_event():
     assert name == "event: error"
     assert json.loads(data.removeprefix("data: ")) == {
         "type": "error", "error": {"type": "overloaded_error", "message": "the server is stopping"}}
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/responses", {"input": "go", "stream": True, "max_output_tokens": 1000, "temperature": 0}),
+    ("/v1/messages", {"messages": [{"role": "user", "content": "go"}], "stream": True, "max_tokens": 1000,
+                      "temperature": 0})])
+def test_a_dropped_stream_frees_its_slot(path, body):
+    """The scheduler's cancellation reaches through the translation: a client gone
+    mid-stream ends the turn, and the slot serves the next request (the scripted model,
+    20 ms a step: the dropped reply would take 80 s)."""
+    with app_server(create_app(slow_model(["ab" * 2000, "Hi."]), parallel=1, max_queue=0)) as base:
+        host, port = base.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("content-type").startswith("text/event-stream")
+        while not resp.fp.readline().startswith(b"event: "):  # the stream began (past a chunk's size line)
+            pass
+        assert request(base, "GET", "/health")[2]["slots_processing"] == 1
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        assert wait_for(lambda: request(base, "GET", "/health")[2]["slots_idle"] == 1)
+        assert metrics(base)["infer_requests_cancelled_total"] == 1
+        out = client(base).chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}],
+                                                   max_tokens=5, temperature=0)
+        # the script's first turn again ("ab" is one token): the dropped turn left nothing in the cache
+        assert out.choices[0].message.content == "ab" * 5
