@@ -308,7 +308,25 @@ def test_metrics_count_both_endpoints(smol):
     assert after["infer_completion_tokens_total"] - before["infer_completion_tokens_total"] == 6
 
 
-# ---- the scripted model: thinking, the API key -------------------------------------------------
+# ---- the scripted model: stop strings, thinking, the API key -----------------------------------
+def test_a_chat_choice_ended_by_a_stop_string_names_it():
+    """vLLM's stop_reason on chat choices, which /v1/messages' stop_sequence reads: the
+    stop string that ended the reply; absent when the turn ended by itself."""
+    from infer import api
+
+    model = scripted_model(["Hello world, again."] * 8)
+    hello = [{"role": "user", "content": "x"}]
+    out = api.create_chat_completion(model, hello, stop=["again", "world"], temperature=0)
+    (choice,) = out["choices"]
+    assert choice["message"]["content"] == "Hello " and choice["finish_reason"] == "stop"
+    assert choice["stop_reason"] == "world"
+    chunks = list(api.create_chat_completion(model, hello, stop=["world"], temperature=0, stream=True))
+    assert [c["choices"][0].get("stop_reason") for c in chunks if c["choices"][0]["finish_reason"]] == ["world"]
+    plain = api.create_chat_completion(model, hello, stop=["nowhere"], temperature=0)["choices"][0]
+    assert plain["message"]["content"] == "Hello world, again." and "stop_reason" not in plain
+
+
+
 def test_thinking_comes_back_as_reasoning_items_and_thinking_blocks():
     script = ["<think>Let me see.</think>Hi."] * 8
     with app_server(create_app(scripted_model(script))) as base:

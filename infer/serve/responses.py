@@ -31,7 +31,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..api import InvalidRequestError, UnsupportedOptionError, _check_optional_int
+from .. import api
+from ..api import InvalidRequestError, UnsupportedOptionError
 from .app import OPENAI, Dialect
 from .translated import (chat_result, check_fields, check_object, check_string, named_event, prompt_tokens,
                          serve_count, serve_translated)
@@ -214,7 +215,7 @@ def translate(body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     if body.get("tool_choice") is not None:
         chat["tool_choice"] = _tool_choice(body["tool_choice"])
     if body.get("max_output_tokens") is not None:
-        chat["max_tokens"] = _check_optional_int("max_output_tokens", body["max_output_tokens"], 1)
+        chat["max_tokens"] = api._check_optional_int("max_output_tokens", body["max_output_tokens"], 1)
     reasoning = body.get("reasoning")
     if reasoning is not None:
         check_object("reasoning", reasoning)
