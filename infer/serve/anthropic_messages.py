@@ -414,5 +414,8 @@ def routes(server: "_Server") -> list[Route]:
     async def tokens(request: Request) -> Response:
         return await serve_count(server, request, "/v1/messages/count_tokens", ANTHROPIC, count_tokens)
 
-    return [Route("/v1/messages", messages, methods=["POST"]),
-            Route("/v1/messages/count_tokens", tokens, methods=["POST"])]
+    routes = []
+    for prefix in ("/v1", ""):  # as every endpoint here answers both
+        routes += [Route(f"{prefix}/messages", messages, methods=["POST"]),
+                   Route(f"{prefix}/messages/count_tokens", tokens, methods=["POST"])]
+    return routes
