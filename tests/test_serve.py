@@ -442,13 +442,14 @@ def test_tool_call_through_the_official_client():
             [("get_weather", {"city": "Paris"})]
 
 
-def open_stream(base, max_tokens=1000, headers=None):
-    """A raw streaming request; returns the connection once the first event arrived."""
+def open_stream(base, max_tokens=1000, headers=None, path="/v1/chat/completions", body=None):
+    """A raw streaming request (a chat completion unless ``path`` and ``body`` say
+    otherwise); returns the connection once the first event arrived."""
     host, port = base.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    body = {"messages": [{"role": "user", "content": "go"}], "stream": True, "max_tokens": max_tokens,
-            "temperature": 0}
-    conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
+    body = body or {"messages": [{"role": "user", "content": "go"}], "stream": True, "max_tokens": max_tokens,
+                    "temperature": 0}
+    conn.request("POST", path, body=json.dumps(body),
                  headers=dict({"Content-Type": "application/json"}, **(headers or {})))
     resp = conn.getresponse()
     assert resp.status == 200

@@ -10,7 +10,6 @@ documentation, written out below.  SmolLM2 serves the greedy checks (one server 
 the module, a dozen tokens a request); the scripted model, whose replies are known,
 serves thinking, the API key and the error paths.
 """
-import http.client
 import json
 import socket
 
@@ -23,7 +22,7 @@ import anthropic  # noqa: E402
 import jsonschema  # noqa: E402
 import openai  # noqa: E402
 from scripted import scripted_model  # noqa: E402
-from test_serve import app_server, client, metrics, request, slow_model, wait_for  # noqa: E402
+from test_serve import app_server, client, metrics, open_stream, request, slow_model, wait_for  # noqa: E402
 
 from infer.serve.app import create_app  # noqa: E402
 
@@ -431,13 +430,8 @@ def test_a_dropped_stream_frees_its_slot(path, body):
     mid-stream ends the turn, and the slot serves the next request (the scripted model,
     20 ms a step: the dropped reply would take 80 s)."""
     with app_server(create_app(slow_model(["ab" * 2000, "Hi."]), parallel=1, max_queue=0)) as base:
-        host, port = base.removeprefix("http://").split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=60)
-        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        assert resp.status == 200 and resp.getheader("content-type").startswith("text/event-stream")
-        while not resp.fp.readline().startswith(b"event: "):  # the stream began (past a chunk's size line)
-            pass
+        conn, resp = open_stream(base, path=path, body=body)  # its first event's data line read
+        assert resp.getheader("content-type").startswith("text/event-stream")
         assert request(base, "GET", "/health")[2]["slots_processing"] == 1
         conn.sock.shutdown(socket.SHUT_RDWR)
         conn.close()

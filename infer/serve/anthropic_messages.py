@@ -37,8 +37,8 @@ from starlette.routing import Route
 from .. import api
 from ..api import InvalidRequestError, UnsupportedOptionError
 from .app import Dialect
-from .translated import (chat_result, check_fields, check_object, check_string, named_event, prompt_tokens,
-                         serve_count, serve_translated)
+from .translated import (chat_result, check_fields, check_object, check_string, function_tools, named_event,
+                         prompt_tokens, serve_count, serve_translated)
 
 if TYPE_CHECKING:
     from .app import _Server
@@ -166,32 +166,20 @@ def _messages(messages: Any, system: Optional[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(tools: Any) -> Optional[list[dict[str, Any]]]:
-    if tools is None:
-        return None
-    if not isinstance(tools, list):
-        raise InvalidRequestError("tools: expected a list of tools", "tools")
-    out = []
-    for i, tool in enumerate(tools):
-        check_object(f"tools[{i}]", tool)
-        if tool.get("type") not in (None, "custom"):
-            raise UnsupportedOptionError(f"tools[{i}]: Anthropic's server tool {tool.get('type')!r} is not "
-                                         "supported; give client tools (name, description, input_schema)", "tools")
-        check_fields(f"tools[{i}]", tool, {"type", "name", "description", "input_schema", "cache_control"})
-        name = check_string(f"tools[{i}].name", tool.get("name"))
-        if not _TOOL_NAME.match(name):
-            raise InvalidRequestError(f"tools[{i}].name: {name!r} must match {_TOOL_NAME.pattern}", "tools")
-        schema = check_object(f"tools[{i}].input_schema", tool.get("input_schema"))
-        if schema.get("type") != "object":
-            raise InvalidRequestError(f"tools[{i}].input_schema.type: must be 'object', got {schema.get('type')!r}",
-                                      "tools")
-        # in the order OpenAI's tools are written: a template shows them as JSON
-        function: dict[str, Any] = {"name": name}
-        if tool.get("description") is not None:
-            function["description"] = check_string(f"tools[{i}].description", tool["description"])
-        function["parameters"] = schema
-        out.append({"type": "function", "function": function})
-    return out
+def _tool(where: str, tool: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(name, description, input_schema) of a client tool."""
+    if tool.get("type") not in (None, "custom"):
+        raise UnsupportedOptionError(f"{where}: Anthropic's server tool {tool.get('type')!r} is not "
+                                     "supported; give client tools (name, description, input_schema)", "tools")
+    check_fields(where, tool, {"type", "name", "description", "input_schema", "cache_control"})
+    name = check_string(f"{where}.name", tool.get("name"))
+    if not _TOOL_NAME.match(name):
+        raise InvalidRequestError(f"{where}.name: {name!r} must match {_TOOL_NAME.pattern}", "tools")
+    schema = check_object(f"{where}.input_schema", tool.get("input_schema"))
+    if schema.get("type") != "object":
+        raise InvalidRequestError(f"{where}.input_schema.type: must be 'object', got {schema.get('type')!r}",
+                                  "tools")
+    return name, tool.get("description"), schema
 
 
 def _tool_choice(tool_choice: Any) -> tuple[Any, Optional[bool]]:
@@ -234,7 +222,7 @@ def _thinking(thinking: Any) -> Optional[bool]:
 def _chat_common(body: dict[str, Any]) -> dict[str, Any]:
     """The chat keywords count_tokens and messages share (the prompt's)."""
     chat: dict[str, Any] = {"messages": _messages(body.get("messages"), _system(body.get("system")))}
-    tools = _tools(body.get("tools"))
+    tools = function_tools(body.get("tools"), _tool)
     if tools is not None:
         chat["tools"] = tools
     tool_choice, parallel = _tool_choice(body.get("tool_choice"))

@@ -34,8 +34,8 @@ from starlette.routing import Route
 from .. import api
 from ..api import InvalidRequestError, UnsupportedOptionError
 from .app import OPENAI, Dialect
-from .translated import (chat_result, check_fields, check_object, check_string, named_event, prompt_tokens,
-                         serve_count, serve_translated)
+from .translated import (chat_result, check_fields, check_object, check_string, function_tools, named_event,
+                         prompt_tokens, serve_count, serve_translated)
 
 if TYPE_CHECKING:
     from .app import _Server
@@ -127,26 +127,15 @@ def _messages(input_value: Any, instructions: Any) -> list[dict[str, Any]]:
     return messages
 
 
-def _tools(tools: Any) -> Optional[list[dict[str, Any]]]:
-    """Responses' flat function tools as chat completion tools."""
-    if tools is None:
-        return None
-    if not isinstance(tools, list):
-        raise InvalidRequestError("tools: expected a list of tool objects", "tools")
-    out = []
-    for i, tool in enumerate(tools):
-        check_object(f"tools[{i}]", tool)
-        if tool.get("type") != "function":
-            raise UnsupportedOptionError(f"tools[{i}]: only function tools are supported, got type "
-                                         f"{tool.get('type')!r}", "tools")
-        check_fields(f"tools[{i}]", tool, {"type", "name", "description", "parameters", "strict"})
-        function: dict[str, Any] = {"name": check_string(f"tools[{i}].name", tool.get("name"))}
-        if tool.get("description") is not None:
-            function["description"] = check_string(f"tools[{i}].description", tool["description"])
-        if tool.get("parameters") is not None:
-            function["parameters"] = check_object(f"tools[{i}].parameters", tool["parameters"])
-        out.append({"type": "function", "function": function})
-    return out
+def _tool(where: str, tool: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(name, description, parameters) of a function tool in Responses' flat shape."""
+    if tool.get("type") != "function":
+        raise UnsupportedOptionError(f"{where}: only function tools are supported, got type {tool.get('type')!r}",
+                                     "tools")
+    check_fields(where, tool, {"type", "name", "description", "parameters", "strict"})
+    parameters = tool.get("parameters")
+    return tool.get("name"), tool.get("description"), \
+        None if parameters is None else check_object(f"{where}.parameters", parameters)
 
 
 def _tool_choice(tool_choice: Any) -> Any:
@@ -209,7 +198,7 @@ def translate(body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         if other:
             raise UnsupportedOptionError(f"include: {other[0]!r} is not supported", "include")
     chat: dict[str, Any] = {"messages": _messages(body["input"], body.get("instructions"))}
-    tools = _tools(body.get("tools"))
+    tools = function_tools(body.get("tools"), _tool)
     if tools is not None:
         chat["tools"] = tools
     if body.get("tool_choice") is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -20,7 +20,7 @@ from .app import Dialect, _classify
 if TYPE_CHECKING:
     from .app import _Server
 
-__all__ = ["chat_result", "named_event", "prompt_tokens", "serve_count", "serve_translated"]
+__all__ = ["chat_result", "function_tools", "named_event", "prompt_tokens", "serve_count", "serve_translated"]
 
 
 def named_event(name: str, data: Mapping[str, Any]) -> bytes:
@@ -53,6 +53,28 @@ def check_fields(name: str, value: Mapping[str, Any], allowed: set[str]) -> None
         where = f"{name}." if name else ""
         raise InvalidRequestError(f"unrecognized request argument supplied: {where}{unknown[0]}",
                                   _param(name or unknown[0]))
+
+
+def function_tools(tools: Any, read: Callable[[str, dict[str, Any]], tuple[Any, Any, Any]]
+                   ) -> Optional[list[dict[str, Any]]]:
+    """Chat completion tools of a request's ``tools``: ``read(where, tool)`` checks one
+    and gives its (name, description, parameters).  Their keys are in the order OpenAI's
+    are written (name, description, parameters): a template shows the tools as JSON."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise InvalidRequestError("tools: expected a list of tool objects", "tools")
+    out = []
+    for i, tool in enumerate(tools):
+        where = f"tools[{i}]"
+        name, description, parameters = read(where, check_object(where, tool))
+        function: dict[str, Any] = {"name": check_string(f"{where}.name", name)}
+        if description is not None:
+            function["description"] = check_string(f"{where}.description", description)
+        if parameters is not None:
+            function["parameters"] = parameters
+        out.append({"type": "function", "function": function})
+    return out
 
 
 def chat_result(model: Any, context: Any, model_name: str, chat: dict[str, Any]) -> Any:
