@@ -294,6 +294,31 @@ def test_messages_errors_have_anthropics_shape(smol):
     assert status == 400 and out["type"] == "error"
 
 
+def test_both_apis_batch_together_on_the_slots(smol):
+    """A Responses stream and a Messages stream at once on the two slots (continuous
+    batching through the same scheduler): each the same text as its chat completion."""
+    import concurrent.futures
+
+    topics = ["cats", "rain"]
+    expected = [chat(smol, [{"role": "user", "content": f"One line about {t}."}], 8).choices[0].message.content
+                for t in topics]
+
+    def via_responses(topic):
+        events = client(smol).responses.create(model="m", input=f"One line about {topic}.", max_output_tokens=8,
+                                               temperature=0, stream=True)
+        return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+
+    def via_messages(topic):
+        with anthropic_client(smol).messages.stream(model="m", max_tokens=8, extra_body=GREEDY, messages=[
+                {"role": "user", "content": f"One line about {topic}."}]) as stream:
+            return "".join(stream.text_stream)
+
+    calls = [via_responses, via_messages]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        texts = list(pool.map(lambda call_topic: call_topic[0](call_topic[1]), zip(calls, topics)))
+    assert texts == expected
+
+
 def test_metrics_count_both_endpoints(smol):
     before = metrics(smol)
     client(smol).responses.create(model="m", input="Hi", max_output_tokens=3, temperature=0)
