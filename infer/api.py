@@ -873,10 +873,11 @@ def _create_completion(
 # ---- embeddings ------------------------------------------------------------------------------
 def create_embedding(model: Any, input: Union[str, list[str], list[int], list[list[int]]], *,
                      encoding_format: str = "float",
-                     pooling: str = "mean", user: Optional[str] = None, dimensions: Optional[int] = None,
+                     pooling: Optional[str] = None, user: Optional[str] = None, dimensions: Optional[int] = None,
                      model_name: Optional[str] = None, **ignored: Any) -> dict[str, Any]:
-    """OpenAI's ``POST /v1/embeddings``: unit-length mean-pooled embeddings of the final
-    hidden states (`Model.embed`), one per input, as a ``list`` of ``embedding``s.  An
+    """OpenAI's ``POST /v1/embeddings``: unit-length pooled embeddings of the final hidden
+    states (`Model.embed`; the file's pooling, else mean), one per input, as a ``list``
+    of ``embedding``s.  An
     input is a text, or token ids (a list of ints, or a list of such lists), as OpenAI
     takes them and LangChain's OpenAIEmbeddings sends them."""
     import base64
@@ -895,8 +896,15 @@ def create_embedding(model: Any, input: Union[str, list[str], list[int], list[li
                                   "a list of token ids or a list of such lists", "input")
     if encoding_format not in ("float", "base64"):
         raise InvalidRequestError("encoding_format: expected 'float' or 'base64'", "encoding_format")
-    if pooling not in ("mean", "last", "cls"):
+    if pooling is not None and pooling not in ("mean", "last", "cls"):
         raise InvalidRequestError("pooling: expected 'mean', 'last' or 'cls'", "pooling")
+    if pooling is None:
+        from .embeddings import file_pooling
+
+        try:
+            pooling = file_pooling(model)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), "pooling") from None
     if dimensions is not None:
         raise UnsupportedOptionError("dimensions is not supported (the model's width is fixed)", "dimensions")
     if ignored:
@@ -910,8 +918,8 @@ def create_embedding(model: Any, input: Union[str, list[str], list[int], list[li
     limit = int(model.engine.max_seq_len)
     longest = max(lengths)
     if longest > limit:
-        raise InvalidRequestError(f"input: a text of {longest} tokens exceeds the model's context of {limit}",
-                                  "input", "context_length_exceeded")
+        raise InvalidRequestError(f"input: input is too large: a text of {longest} tokens exceeds the model's "
+                                  f"context of {limit}", "input", "context_length_exceeded")
     vectors = model.embed(encoded, pooling=pooling, normalize=True)  # the ids, not tokenized again
     data = []
     for i, vec in enumerate(vectors):

@@ -563,6 +563,9 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     routes += llama_routes
     ollama_routes = ollama.routes(server)  # ollama's /api/* and its "Ollama is running" probe
     routes += ollama_routes
+    from . import rerank
+
+    routes += rerank.routes(server)
     # OpenAI's Responses API and Anthropic's Messages API, translated onto chat completions
     routes += responses.routes(server)
     anthropic_routes = anthropic_messages.routes(server)

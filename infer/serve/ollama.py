@@ -258,12 +258,14 @@ class _ModelFacts:
 
 
 def capabilities(model: Any) -> list[str]:
-    """What the model can do, in ollama's words: completion, embedding (its file sets a
-    pooling type), tools (its template takes them), thinking (its template has a
+    """What the model can do, in ollama's words: completion (not an encoder), embedding (its
+    file sets a pooling type), tools (its template takes them), thinking (its template has a
     thought block or channel)."""
     from ..chat.session import chat_of
     from ..chat.template import HARMONY
 
+    if getattr(model.engine, "is_encoder", False):  # nomic-embed-text and the like: ollama lists embedding only
+        return ["embedding"]
     out = ["completion"]
     md = getattr(model, "metadata", None) or {}
     if f"{md.get('general.architecture')}.pooling_type" in md:  # a model made for embeddings, as ollama reads it
