@@ -364,6 +364,14 @@ def test_thinking_comes_back_as_reasoning_items_and_thinking_blocks():
         assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Hi."
         assert [i.type for i in events[-1].response.output] == ["reasoning", "message"]
         assert [e.output_index for e in events if e.type == "response.output_item.done"] == [0, 1]
+        # the output items given back as input (reasoning, then the message): one assistant turn
+        history = [{"role": "user", "content": "x"}] + [item.model_dump(exclude_none=True) for item in out.output] \
+            + [{"role": "user", "content": "y"}]
+        again = client(base).responses.create(model="m", input=history, temperature=0)
+        assert again.output_text == "Hi." and again.usage.input_tokens == client(base).chat.completions.create(
+            model="m", temperature=0, messages=[{"role": "user", "content": "x"}, {
+                "role": "assistant", "content": "Hi.", "reasoning_content": "Let me see."},
+                {"role": "user", "content": "y"}]).usage.prompt_tokens
 
         ac = anthropic_client(base)
         msg = ac.messages.create(model="m", max_tokens=50, messages=[{"role": "user", "content": "x"}],
