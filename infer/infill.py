@@ -76,3 +76,13 @@ def infill_prompt(tokenizer: Any, prefix: Sequence[int], suffix: Sequence[int], 
     if tokenizer.vocab.add_bos:
         first = [int(tokenizer.vocab.bos_token_id)] + first
     return extra_ids[len(extra_ids) - n_extra:] + first + second + [mid]
+
+
+def prefix_suffix_middle(tokenizer: Any, prefix: Sequence[int], suffix: Sequence[int]) -> list[int]:
+    """The plain layout, ``[BOS][PRE]prefix[SUF]suffix[MID]``: what ollama's fill-in-the-middle
+    templates render for Qwen2.5-Coder, StarCoder2, Granite code and DeepSeek-Coder (its
+    ``suffix`` field), without llama-server's repository and file lines or cuts."""
+    ids = fim_ids(tokenizer)
+    pre, suf, mid = (int(ids[role] or 0) for role in ("pre", "suf", "mid"))
+    bos = [int(tokenizer.vocab.bos_token_id)] if tokenizer.vocab.add_bos else []
+    return bos + [pre] + list(prefix) + [suf] + list(suffix) + [mid]

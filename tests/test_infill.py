@@ -132,3 +132,40 @@ def test_the_infill_endpoint(coder, tmp_path):
         with app_server(create_app(plain)) as base:
             status, _, out = request(base, "POST", "/infill", body)
             assert_llama_error(status, out, 501, "Infill is not supported by this model")
+
+
+def test_ollamas_generate_with_a_suffix(coder, tmp_path):
+    ollama = pytest.importorskip("ollama", reason="the ollama client is not installed (the test extra)")
+    from test_serve import app_server
+
+    from infer.serve.app import create_app
+    from infer.serve.ollama import capabilities
+
+    pre, suf, mid = (tid(coder, t) for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))
+    ids = [pre] + enc(coder, "def add(a, b):\n    ") + [suf] + enc(coder, "\nprint(add(1, 2))") + [mid]
+    ctx = coder.create_context(256)
+    ctx.prefill(ids)
+    greedy = []
+    for _ in range(4):  # the reply as a plain greedy decode of ollama's layout
+        token = int(ctx.logits.argmax())
+        if coder.tokenizer.vocab.is_end_of_turn(token):
+            break
+        greedy.append(token)
+        ctx.prefill([token])
+    assert "insert" in capabilities(coder)
+    with app_server(create_app(coder, parallel=1, ctx_size=256)) as base:
+        client = ollama.Client(host=base)
+        out = client.generate(model="coder", prompt="def add(a, b):\n    ", suffix="\nprint(add(1, 2))",
+                              options={"temperature": 0, "num_predict": 4})
+        # the same tokens (random weights: a last byte of an unfinished character is held back)
+        assert out.eval_count == len(greedy) and coder.tokenizer.decode(greedy).startswith(out.response)
+        assert len(out.response) >= len(coder.tokenizer.decode(greedy[:-1])) > 0
+        assert out.prompt_eval_count == len(ids)
+        with pytest.raises(ollama.ResponseError, match="system"):
+            client.generate(model="coder", prompt="a", suffix="b", system="be brief")
+    path = vocab_cases.write("llama3", str(tmp_path / "l3.gguf"), weights=True)
+    with infer.load(path) as plain:
+        assert "insert" not in capabilities(plain)
+        with app_server(create_app(plain)) as base:
+            with pytest.raises(ollama.ResponseError, match="does not support insert"):
+                ollama.Client(host=base).generate(model="l3", prompt="a", suffix="b")
