@@ -684,6 +684,8 @@ def create_completion(
     of the context.  ``echo=True`` puts the prompt text before the completion.
     llama-server's ``grammar`` (GBNF) or ``json_schema`` constrains the completion;
     ``repeat_last_n`` is llama.cpp's penalty window (-1: the whole context; default 64).
+    A non-empty ``suffix`` asks for the text between the prompt and it, for a model with
+    fill-in-the-middle tokens (`infer.infill`), as llama-cpp-python lays it out.
     """
     options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                    repeat_penalty=repeat_penalty, stop=stop, seed=seed, stream=stream,
@@ -749,6 +751,21 @@ def _completion_grammar(grammar: Any, json_schema: Any) -> Any:
         raise InvalidRequestError(str(exc), param) from None
 
 
+def _fill_in_the_middle(tok: Any, prompt: Union[str, list[int]], suffix: str) -> list[int]:
+    """The ids of a completion between ``prompt`` and ``suffix``, in the plain layout
+    llama-cpp-python gives its ``suffix`` (`infill.prefix_suffix_middle`); the texts read
+    without special tokens."""
+    from .infill import InfillUnsupportedError, prefix_suffix_middle
+
+    try:
+        prefix = tok.encode(prompt, add_special=False, parse_special=False) if isinstance(prompt, str) else prompt
+        return prefix_suffix_middle(tok, prefix, tok.encode(suffix, add_special=False, parse_special=False))
+    except InfillUnsupportedError as exc:
+        raise UnsupportedOptionError(f"suffix: {exc}", "suffix") from None
+    except ValueError as exc:  # text UTF-8 cannot encode (a lone surrogate)
+        raise InvalidRequestError(f"suffix: {exc}", "suffix") from None
+
+
 def _create_completion(
         model: Any, prompt: Union[str, list[int]], *, max_tokens: Optional[int],
         temperature: Optional[float], top_p: Optional[float], top_k: Optional[int],
@@ -764,8 +781,11 @@ def _create_completion(
     from .generate import generate
 
     text_prompt = _check_prompt(model, prompt)
-    if suffix is not None:
-        raise UnsupportedOptionError("suffix is not supported", "suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise InvalidRequestError(f"suffix: expected a string, got {type(suffix).__name__}", "suffix")
+    if suffix and echo:
+        raise UnsupportedOptionError("echo: not taken with suffix (the prompt is laid out for fill-in-the-middle)",
+                                     "echo")
     if best_of is not None and _check_optional_int("best_of", best_of, 1) != 1:
         raise UnsupportedOptionError("best_of > 1 is not supported", "best_of")
     if logprobs is not None:
@@ -792,6 +812,8 @@ def _create_completion(
             ids = text_prompt
     except ValueError as exc:  # text UTF-8 cannot encode (a lone surrogate)
         raise InvalidRequestError(f"prompt: {exc}", "prompt") from None
+    if suffix:
+        ids = _fill_in_the_middle(tok, text_prompt, suffix)
     if not ids:
         raise InvalidRequestError("prompt: is empty and the model adds no BOS token", "prompt")
     echoed = text_prompt if isinstance(text_prompt, str) else tok.decode(ids)

@@ -134,6 +134,41 @@ def test_the_infill_endpoint(coder, tmp_path):
             assert_llama_error(status, out, 501, "Infill is not supported by this model")
 
 
+def psm_greedy(model, prompt, suffix, n):
+    """[PRE]prompt[SUF]suffix[MID] written out by hand, and its greedy tokens (to an end-of-turn one)."""
+    pre, suf, mid = (tid(model, t) for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))
+    ids = [pre] + enc(model, prompt) + [suf] + enc(model, suffix) + [mid]
+    ctx = model.create_context(256)
+    ctx.prefill(ids)
+    greedy = []
+    for _ in range(n):
+        token = int(ctx.logits.argmax())
+        if model.tokenizer.vocab.is_end_of_turn(token):
+            break
+        greedy.append(token)
+        ctx.prefill([token])
+    return ids, greedy
+
+
+def test_openai_completions_with_a_suffix(coder):
+    pytest.importorskip("uvicorn", reason="uvicorn is not installed (the serve extra)")
+    from test_serve import app_server, client
+
+    from infer.serve.app import create_app
+
+    ids, greedy = psm_greedy(coder, "def add(a, b):\n    ", "\nprint(add(1, 2))", 5)
+    out = infer.api.create_completion(coder, "def add(a, b):\n    ", suffix="\nprint(add(1, 2))", max_tokens=5,
+                                      temperature=0, logprobs=0)
+    assert out["usage"]["prompt_tokens"] == len(ids)
+    assert out["choices"][0]["logprobs"]["tokens"] == [coder.tokenizer.decode([t]) for t in greedy]
+    with app_server(create_app(coder, parallel=1, ctx_size=256)) as base:
+        got = client(base).completions.create(model="coder", prompt="def add(a, b):\n    ",
+                                              suffix="\nprint(add(1, 2))", max_tokens=5, temperature=0)
+        assert got.choices[0].text == out["choices"][0]["text"] and got.usage.prompt_tokens == len(ids)
+    with pytest.raises(infer.api.UnsupportedOptionError, match="echo"):
+        infer.api.create_completion(coder, "a", suffix="b", echo=True)
+
+
 def test_ollamas_generate_with_a_suffix(coder, tmp_path):
     ollama = pytest.importorskip("ollama", reason="the ollama client is not installed (the test extra)")
     from test_serve import app_server
@@ -141,17 +176,7 @@ def test_ollamas_generate_with_a_suffix(coder, tmp_path):
     from infer.serve.app import create_app
     from infer.serve.ollama import capabilities
 
-    pre, suf, mid = (tid(coder, t) for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))
-    ids = [pre] + enc(coder, "def add(a, b):\n    ") + [suf] + enc(coder, "\nprint(add(1, 2))") + [mid]
-    ctx = coder.create_context(256)
-    ctx.prefill(ids)
-    greedy = []
-    for _ in range(4):  # the reply as a plain greedy decode of ollama's layout
-        token = int(ctx.logits.argmax())
-        if coder.tokenizer.vocab.is_end_of_turn(token):
-            break
-        greedy.append(token)
-        ctx.prefill([token])
+    ids, greedy = psm_greedy(coder, "def add(a, b):\n    ", "\nprint(add(1, 2))", 4)
     assert "insert" in capabilities(coder)
     with app_server(create_app(coder, parallel=1, ctx_size=256)) as base:
         client = ollama.Client(host=base)
