@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,16 +32,20 @@ CASES = [
          prompt="return"),
     dict(input_prefix="for i in range(3):\n", input_suffix="", input_extra=[], prompt=""),
     dict(input_prefix="", input_suffix="    pass\n", input_extra=[{"text": "y = 2\n"}], prompt=""),
-    # a prefix past 3/4 of the batch, a suffix past its last quarter, extra past the context's room
-    dict(input_prefix="x = 1\n" * 400, input_suffix="y = 2\n" * 200,
-         input_extra=[{"filename": "big.py", "text": "z = 3\n" * 500}], prompt="q"),
+    # a prefix past 3/4 of the batch and a suffix past its last quarter; extra past the context's room
+    dict(input_prefix="x = 1\n" * 400, input_suffix="y = 2\n" * 200, input_extra=[], prompt="q"),
+    dict(input_prefix="def g():\n", input_suffix="", input_extra=[{"filename": "big.py", "text": "z = 3\n" * 500}],
+         prompt=""),
 ]
 
 
 def post(base: str, path: str, body: dict) -> dict:
     req = urllib.request.Request(base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        return json.loads(resp.read())
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"{path}: {exc.code} {exc.read().decode()}") from None
 
 
 def main() -> None:

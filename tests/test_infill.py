@@ -4,9 +4,12 @@ References: the layout written out by hand from llama-server's format_prompt_inf
 (tools/server/server-common.cpp of the llama.cpp that llama-cpp-python 0.3.36 vendors,
 the FIM repo-level pattern of arXiv 2409.12186), token by token, on a byte-level
 vocabulary with Qwen2.5-Coder's FIM tokens (tests/vocab_cases.py, whose FIM ids
-tests/test_vocab_specials.py checks against llama.cpp's).
+tests/test_vocab_specials.py checks against llama.cpp's); and llama-server's own
+/infill prompts for the same requests, recorded in tests/data/llama_cpp_infill.json
+by scripts/record_infill.py.
 """
 import json
+import os
 
 import pytest
 
@@ -15,6 +18,8 @@ import vocab_cases
 import infer
 from infer.infill import InfillUnsupportedError, infill_prompt
 from infer.serve.llama_server import create_infill
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "llama_cpp_infill.json")
 
 @pytest.fixture(scope="module")
 def coder(tmp_path_factory):
@@ -104,6 +109,19 @@ def test_create_infill_runs_the_layout_through_the_completion(coder):
 def test_bad_requests_name_the_field(coder, fields, names):
     with pytest.raises(infer.api.InvalidRequestError, match=names):
         create_infill(coder, **fields)
+
+
+def test_llama_servers_own_infill_prompts(coder):
+    """llama-server's /infill on the same file (recorded): its prompt, token for token."""
+    with open(DATA) as f:
+        recorded = json.load(f)
+    assert recorded["tokens"] == vocab_cases.tokens_of("qwen-coder")  # the vocabulary it was recorded on
+    for case in recorded["cases"]:
+        ids = infill_prompt(coder.tokenizer, enc(coder, case["input_prefix"]), enc(coder, case["input_suffix"]),
+                            [(c.get("filename", "tmp"), c["text"]) for c in case["input_extra"]],
+                            coder.tokenizer.encode(case["prompt"], add_special=False, parse_special=True),
+                            n_ctx=recorded["n_ctx"], n_batch=recorded["n_batch"], n_predict=recorded["n_predict"])
+        assert ids == case["llama_server_prompt_ids"], case["input_prefix"]
 
 
 def test_the_infill_endpoint(coder, tmp_path):

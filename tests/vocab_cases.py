@@ -78,7 +78,7 @@ def write(case: str, path: str, weights: bool = False) -> str:
         gguf.TokenType.NORMAL if t in spec.get("normal", ()) else gguf.TokenType.CONTROL
         for t in spec["specials"]]
     w = gguf.GGUFWriter(path, "llama")
-    w.add_context_length(64)
+    w.add_context_length(4096 if weights else 64)
     w.add_embedding_length(16)
     w.add_block_count(1)
     w.add_feed_forward_length(32)
