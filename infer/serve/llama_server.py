@@ -610,17 +610,21 @@ def routes(server: "_Server", slots_endpoint: bool = True) -> list[Route]:
         prompt = chat_of(model).render(messages, _flag(body, "add_generation_prompt", True), tools, **kwargs)
         return {"prompt": prompt}
 
-    async def completion(request: Request) -> Response:
-        endpoint = "/completion"
+    async def native(request: Request, endpoint: str, call: Callable[..., Any], fields: frozenset[str],
+                     refusal: Callable[[dict[str, Any]], Optional[Response]]) -> Response:
+        """/completion and /infill: the body's fields checked (``refusal`` first: an error
+        response, or None), the server's sampling defaults, the run on a slot."""
         body = await server.read_json(request, LLAMA)
         if isinstance(body, Response):
             server.metrics.count_request(endpoint, body.status_code)
             return body
         body.pop("model", None)
         try:
-            _unknown(body, completion_fields)
-            if "prompt" not in body:
-                raise InvalidRequestError('"prompt" is required', "prompt")
+            refused = refusal(body)
+            if refused is not None:
+                server.metrics.count_request(endpoint, refused.status_code)
+                return refused
+            _unknown(body, fields)
             cache_prompt = _flag(body, "cache_prompt", True)
         except InvalidRequestError as exc:
             server.metrics.count_request(endpoint, 400)
@@ -631,40 +635,31 @@ def routes(server: "_Server", slots_endpoint: bool = True) -> list[Route]:
             limit = reply_limit(body)
         except InvalidRequestError:
             limit = None  # create_completion refuses it, in the same shape as its other errors
-        return await server.run_completion(request, endpoint, create_completion, body, cache_prompt=cache_prompt,
+        return await server.run_completion(request, endpoint, call, body, cache_prompt=cache_prompt,
                                            reply_limit=limit, dialect=LLAMA)
+
+    def needs_prompt(body: dict[str, Any]) -> None:
+        if "prompt" not in body:
+            raise InvalidRequestError('"prompt" is required', "prompt")
+
+    async def completion(request: Request) -> Response:
+        return await native(request, "/completion", create_completion, completion_fields, needs_prompt)
 
     infill_fields = completion_fields | _accepted_fields(create_infill) - {"server_n_predict", "spm_infill"}
 
-    async def infill(request: Request) -> Response:
+    def infill_refusal(body: dict[str, Any]) -> Optional[Response]:
         from ..infill import InfillUnsupportedError, fim_ids
 
-        endpoint = "/infill"
-        body = await server.read_json(request, LLAMA)
-        if isinstance(body, Response):
-            server.metrics.count_request(endpoint, body.status_code)
-            return body
-        body.pop("model", None)
         try:
             fim_ids(model.tokenizer)
         except InfillUnsupportedError as exc:
-            server.metrics.count_request(endpoint, 501)
-            return _error(501, str(exc))
-        try:
-            _unknown(body, infill_fields)
-            cache_prompt = _flag(body, "cache_prompt", True)
-        except InvalidRequestError as exc:
-            server.metrics.count_request(endpoint, 400)
-            return _error(400, str(exc))
-        body.pop("cache_prompt", None)
-        server.add_sampling_defaults(body, create_completion)
+            return _error(501, str(exc))  # llama-server's answer to a model without FIM tokens
+        # the server's -n bounds the extra files' room, as llama-server's params.n_predict
         body["server_n_predict"] = server.sampling_defaults.get("n_predict", -1)
-        try:
-            limit = reply_limit(body)
-        except InvalidRequestError:
-            limit = None  # create_completion refuses it, in the same shape as its other errors
-        return await server.run_completion(request, endpoint, create_infill, body, cache_prompt=cache_prompt,
-                                           reply_limit=limit, dialect=LLAMA)
+        return None
+
+    async def infill(request: Request) -> Response:
+        return await native(request, "/infill", create_infill, infill_fields | {"server_n_predict"}, infill_refusal)
 
     async def props(request: Request) -> Response:
         return JSONResponse(properties(server, slots_endpoint))
