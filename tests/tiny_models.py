@@ -173,6 +173,10 @@ class Tiny:
     #: the LayerNorms' biases: attn_norm.bias, ffn_norm.bias, output_norm.bias (StableLM)
     norm_bias: bool = False
     mamba2: Optional[Mamba2Shape] = None
+    #: attn_output.bias, ffn_up.bias and ffn_down.bias, output.bias (Phi-2, StarCoder2)
+    out_bias: bool = False
+    ffn_bias: bool = False
+    output_bias: bool = False
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
@@ -459,9 +463,26 @@ DENSE2: Dict[str, Tiny] = {n: t for n, t in [
     ("stablelm", Tiny("stablelm", 124, tied=False, layer_norm=True, norm_bias=True, qkv_bias=True,
                       rope_dims=16, prompt_len=300, extra={"use_parallel_residual": False})),
 ]}
+#: The families of tests/test_families3.py, recorded into tests/data/llama_cpp_families3.npz:
+#: Phi-2 and StarCoder2 (LayerNorms with biases, GELU FFNs without a gate, biases on every
+#: projection).  Short prompts (past no window: neither has one) keep the tests lean.
+FAMILIES3: Dict[str, Tiny] = {n: t for n, t in [
+    # Phi-2: parallel blocks, one LayerNorm, NEOX RoPE over 32 of 64 (2.7B: 32 of 80), 4 heads
+    # of 64 without GQA, q/k/v/o and FFN biases, an output matrix and bias.
+    ("phi2", Tiny("phi2", 140, n_kv_head=4, tied=False, layer_norm=True, norm_bias=True, parallel=True,
+                  qkv_bias=True, rope_dims=32, out_bias=True, ffn_bias=True, output_bias=True, prompt_len=96)),
+    # the older conversions' fused attn_qkv and its one bias
+    ("phi2-qkv", Tiny("phi2", 141, n_layer=2, n_kv_head=4, tied=False, layer_norm=True, norm_bias=True,
+                      parallel=True, qkv_bias=True, fused_qkv=True, rope_dims=32, out_bias=True, ffn_bias=True,
+                      output_bias=True, prompt_len=96)),
+    # StarCoder2-3B's shape: GQA, LayerNorms with biases, q/k/v/o and FFN biases, NEOX RoPE
+    # over the whole head, tied head.
+    ("starcoder2", Tiny("starcoder2", 142, layer_norm=True, norm_bias=True, qkv_bias=True, out_bias=True,
+                        ffn_bias=True, prompt_len=96, extra={"rope.freq_base": 100000.0})),
+]}
 #: every tiny file (names are unique across the tables)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35, **MXFP4,
-                        **GPTOSS, **GRANITE_HYBRID, **DENSE2}
+                        **GPTOSS, **GRANITE_HYBRID, **DENSE2, **FAMILIES3}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -669,6 +690,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         w.add_tensor("output_norm.bias", bias(d, 0.1))
     if not t.tied:
         w.add_tensor("output.weight", mat(VOCAB, d, t.head_gain))
+    if t.output_bias:
+        w.add_tensor("output.bias", bias(VOCAB, 0.5))
     if t.llama3_rope:
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(hd, extra["rope.freq_base"]))
     if t.longrope:
@@ -695,7 +718,9 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_tensor(p + "attn_q.weight", mat(q_dim, d, 1.5))
             w.add_tensor(p + "attn_k.weight", mat(kv_dim, d, 1.5))
             w.add_tensor(p + "attn_v.weight", mat(kv_dim, d))
-        if t.qkv_bias:
+        if t.qkv_bias and t.fused_qkv:   # (Phi-2's older conversions: one bias)
+            w.add_tensor(p + "attn_qkv.bias", np.concatenate([bias(q_dim), bias(kv_dim, 1.0), bias(kv_dim)]))
+        elif t.qkv_bias:
             w.add_tensor(p + "attn_q.bias", bias(q_dim))
             w.add_tensor(p + "attn_k.bias", bias(kv_dim, 1.0))
             w.add_tensor(p + "attn_v.bias", bias(kv_dim))
@@ -703,6 +728,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_tensor(p + "attn_q_norm.weight", norm(q_dim if t.qk_norm_all else hd))
             w.add_tensor(p + "attn_k_norm.weight", norm(kv_dim if t.qk_norm_all else hd))
         w.add_tensor(p + "attn_output.weight", mat(d, q_dim))
+        if t.out_bias:
+            w.add_tensor(p + "attn_output.bias", bias(d, 0.1))
         if t.post_norms:
             w.add_tensor(p + "post_attention_norm.weight", norm(d))
         if t.pre_norms and not t.parallel:
@@ -728,13 +755,16 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
                 w.add_tensor(p + "ffn_down_shexp.weight", mat(d, t.shared_ffn))
         elif t.fused_gate_up:
             w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(t.ffn, d), mat(t.ffn, d)]))
-        elif t.arch in ("arcee", "apertus"):   # no gate: act(h Wup) Wdown
+        elif t.arch in ("arcee", "apertus", "phi2", "starcoder2"):   # no gate: act(h Wup) Wdown
             w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
         else:
             w.add_tensor(p + "ffn_gate.weight", mat(t.ffn, d))
             w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
         if not t.n_expert:
             w.add_tensor(p + "ffn_down.weight", mat(d, t.ffn))
+        if t.ffn_bias:
+            w.add_tensor(p + "ffn_up.bias", bias(t.ffn, 0.5))
+            w.add_tensor(p + "ffn_down.bias", bias(d, 0.1))
         if t.post_norms:
             w.add_tensor(p + "post_ffw_norm.weight", norm(d))
     for k, v in (more_tensors or {}).items():

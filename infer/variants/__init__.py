@@ -21,6 +21,7 @@ from . import minicpm  # noqa: F401
 from . import mistral3  # noqa: F401
 from . import olmo2  # noqa: F401
 from . import olmoe  # noqa: F401
+from . import phi2  # noqa: F401
 from . import phi3  # noqa: F401
 from . import qwen2  # noqa: F401
 from . import qwen2moe  # noqa: F401
@@ -29,3 +30,4 @@ from . import qwen3moe  # noqa: F401
 from . import qwen35  # noqa: F401
 from . import smollm3  # noqa: F401
 from . import stablelm  # noqa: F401
+from . import starcoder2  # noqa: F401
