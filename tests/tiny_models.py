@@ -106,6 +106,8 @@ class Mamba2Shape:
     residual_scale: float = 0.22
     attention_scale: float = 0.015625
     logit_scale: float = 8.0
+    #: nemotron_h: the MLP-only layers (feed_forward_length > 0 there, 0 elsewhere)
+    mlp_layers: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -479,6 +481,10 @@ FAMILIES3: Dict[str, Tiny] = {n: t for n, t in [
     # over the whole head, tied head.
     ("starcoder2", Tiny("starcoder2", 142, layer_norm=True, norm_bias=True, qkv_bias=True, out_bias=True,
                         ffn_bias=True, prompt_len=96, extra={"rope.freq_base": 100000.0})),
+    # Nemotron-H (`write_nemotron_h`): the pattern "M-M*-M" (Mamba2, MLP, Mamba2, attention,
+    # MLP, Mamba2), 8 SSM heads of 64 in 2 groups of state 32, relu² MLPs of 512, an output matrix.
+    ("nemotron_h", Tiny("nemotron_h", 143, n_layer=6, tied=False, pre="qwen2", prompt_len=96,
+                        mamba2=Mamba2Shape(attention_layers=(3,), mlp_layers=(1, 4)))),
 ]}
 #: every tiny file (names are unique across the tables)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35, **MXFP4,
@@ -631,6 +637,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         return write_qwen35(t, path, more_tensors)
     if t.arch == "gpt-oss":
         return write_gptoss(t, path, more_tensors)
+    if t.arch == "nemotron_h":
+        return write_nemotron_h(t, path, more_tensors)
     if t.mamba2 is not None:
         return write_granite_hybrid(t, path, more_tensors)
     rng = np.random.default_rng(t.seed)
@@ -1104,6 +1112,82 @@ def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, An
             tensors[p + "ffn_gate.weight"] = mat(t.ffn, d)
             tensors[p + "ffn_up.weight"] = mat(t.ffn, d)
             tensors[p + "ffn_down.weight"] = mat(d, t.ffn, 2.0)
+    tensors.update(more)
+    for name, value in tensors.items():
+        if name not in drop:
+            w.add_tensor(name, value)
+    return _finish(w, path)
+
+
+def write_nemotron_h(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = None,
+                     drop: Tuple[str, ...] = ()) -> str:
+    """A tiny nemotron_h file as conversion/nemotron.py writes one (its GraniteHybridModel
+    parent's keys without Granite's multipliers): head_count_kv and feed_forward_length
+    per layer (both 0 on the Mamba2 layers), key/value lengths, rope.scaling.finetuned
+    false and context_length 2**20, both norm epsilons; each layer one of a Mamba2 mixer
+    (granitehybrid's tensors), attention without RoPE, or an MLP ffn_up / ffn_down (relu²).
+    ``more_tensors`` adds tensors ("blk.*" or "*.weight"/"*.bias") and metadata keys
+    (without the arch prefix; None removes one); ``drop`` leaves tensors or keys out."""
+    import gguf
+
+    sh = t.mamba2
+    assert sh is not None
+    more = dict(more_tensors or {})
+    rng = np.random.default_rng(t.seed)
+    d, hd, L = t.dim, t.head_dim, t.n_layer
+    inner, N, H, G = 2 * d, sh.d_state, sh.n_heads, sh.n_groups
+    conv_dim = inner + 2 * G * N
+    q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, t.arch)
+    a = t.arch
+    keys: Dict[str, Any] = {
+        "context_length": 2**20, "embedding_length": d, "block_count": L,
+        "feed_forward_length": [t.ffn if i in sh.mlp_layers else 0 for i in range(L)],
+        "attention.head_count": t.n_head,
+        "attention.head_count_kv": [t.n_kv_head if i in sh.attention_layers else 0 for i in range(L)],
+        "attention.key_length": hd, "attention.value_length": hd,
+        "attention.layer_norm_epsilon": float(t.eps), "attention.layer_norm_rms_epsilon": float(t.eps),
+        "rope.freq_base": float(t.rope_base), "rope.scaling.finetuned": False,
+        "ssm.conv_kernel": sh.conv_kernel, "ssm.state_size": N, "ssm.group_count": G,
+        "ssm.inner_size": inner, "ssm.time_step_rank": H, **t.extra}
+    for k in [k for k in more if not (k.startswith("blk.") or k.endswith((".weight", ".bias")))]:
+        keys[k[len(a) + 1:] if k.startswith(a + ".") else k] = more.pop(k)
+    _add_metadata(w, a, {k: v for k, v in keys.items() if k not in drop})
+    _write_vocabulary(w, t.pre)
+
+    tensors: Dict[str, np.ndarray] = {}
+    tensors["token_embd.weight"] = mat(VOCAB, d, math.sqrt(d))
+    tensors["output_norm.weight"] = norm(d)
+    if not t.tied:
+        tensors["output.weight"] = mat(VOCAB, d, t.head_gain)
+    for i in range(L):
+        p = f"blk.{i}."
+        tensors[p + "attn_norm.weight"] = norm(d)
+        if i in sh.attention_layers:
+            tensors[p + "attn_q.weight"] = mat(q_dim, d, 3.0)
+            tensors[p + "attn_k.weight"] = mat(kv_dim, d, 3.0)
+            tensors[p + "attn_v.weight"] = mat(kv_dim, d)
+            tensors[p + "attn_output.weight"] = mat(d, q_dim, 2.0)
+        elif i in sh.mlp_layers:
+            tensors[p + "ffn_up.weight"] = mat(t.ffn, d, 1.5)
+            tensors[p + "ffn_down.weight"] = mat(d, t.ffn, 0.5)
+        else:
+            tensors[p + "ssm_in.weight"] = mat(inner + conv_dim + H, d, 1.5)
+            tensors[p + "ssm_conv1d.weight"] = (rng.standard_normal((conv_dim, sh.conv_kernel))
+                                                / math.sqrt(sh.conv_kernel)).astype(np.float32)
+            tensors[p + "ssm_conv1d.bias"] = (0.1 * rng.standard_normal(conv_dim)).astype(np.float32)
+            tensors[p + "ssm_dt.bias"] = (-1.5 + 0.5 * rng.standard_normal(H)).astype(np.float32)
+            tensors[p + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.0, (H, 1)))).astype(np.float32)
+            tensors[p + "ssm_d"] = rng.uniform(0.5, 1.5, (H, 1)).astype(np.float32)
+            tensors[p + "ssm_norm.weight"] = norm(inner).reshape(G, inner // G)
+            tensors[p + "ssm_out.weight"] = mat(d, inner, 2.0)
     tensors.update(more)
     for name, value in tensors.items():
         if name not in drop:

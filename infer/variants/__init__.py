@@ -18,6 +18,7 @@ from . import internlm2  # noqa: F401
 from . import lfm2  # noqa: F401
 from . import llama  # noqa: F401
 from . import minicpm  # noqa: F401
+from . import nemotron_h  # noqa: F401
 from . import mistral3  # noqa: F401
 from . import olmo2  # noqa: F401
 from . import olmoe  # noqa: F401

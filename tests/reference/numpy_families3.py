@@ -10,6 +10,11 @@ phi2:       h = layernorm(x) (weight, bias, attention.layer_norm_epsilon);
             logits = layernorm(x) @ output.T + output.bias.
 starcoder2: x += attn(layernorm(x)); x += mlp(layernorm(x)); q/k/v/o and mlp biases, NEOX
             RoPE over the whole head, GQA.
+nemotron_h: x += mixer(rmsnorm(x, attn_norm)) per layer, the mixer by the layer's
+            head_count_kv and feed_forward_length: Mamba2 (numpy_mamba2's reading of
+            HF's mixer: NemotronHMamba2Mixer is the same SSM with the gated norm per group),
+            attention without RoPE at 1/sqrt(head_dim), or relu(h Wup)^2 Wdown;
+            logits = rmsnorm(x) @ output.T.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import math
 import numpy as np
 
 from . import numpy_families as nf
+from .numpy_mamba2 import GraniteHybridReference
 
 
 def gelu_tanh(x):
@@ -70,4 +76,31 @@ class StarCoder2(_LayerNormBiased):
         return self.layernorm(x, "output_norm") @ self.head.T
 
 
-nf.FAMILIES.update({"phi2": Phi2, "starcoder2": StarCoder2})
+class NemotronH(GraniteHybridReference):
+    ARCHS = ("nemotron_h",)
+
+    def __init__(self, path: str, n_ctx: int = 0) -> None:
+        super().__init__(path)
+        self.head_dim = int(self.meta["nemotron_h.attention.key_length"])
+        self.attention_multiplier = 1.0 / math.sqrt(self.head_dim)
+        self.ffn_lengths = [int(n) for n in self.meta["nemotron_h.feed_forward_length"]]
+
+    def mlp(self, i, h):
+        p = f"blk.{i}."
+        u = np.maximum(h @ self.w[p + "ffn_up.weight"].T, 0.0)
+        return (u * u) @ self.w[p + "ffn_down.weight"].T
+
+    def forward(self, tokens) -> np.ndarray:
+        x = self.w["token_embd.weight"][np.asarray(tokens, np.int64)]
+        for i in range(self.n_layer):
+            h = self.norm(x, self.w[f"blk.{i}.attn_norm.weight"])
+            if self.ffn_lengths[i]:
+                x = x + self.mlp(i, h)
+            elif self.kv_heads[i]:
+                x = x + self.attention(i, h)
+            else:
+                x = x + self.mamba(i, h)
+        return self.norm(x, self.w["output_norm.weight"]) @ self.head.T
+
+
+nf.FAMILIES.update({"phi2": Phi2, "starcoder2": StarCoder2, "nemotron_h": NemotronH})

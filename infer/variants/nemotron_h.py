@@ -1,0 +1,111 @@
+"""NVIDIA Nemotron-H and Nemotron Nano 2 (4B, 8B, 9B-v2, 12B-v2): GGUF architecture
+``nemotron_h`` (llama.cpp src/models/nemotron-h.cpp; converter conversion/nemotron.py).
+
+A hybrid whose every layer is one thing, by the per-layer ``attention.head_count_kv``
+and ``feed_forward_length`` (llama.cpp's rule): both 0, a Mamba2 mixer (Granite
+4.0-H's, spec.py: sizes from the ssm.* keys, the gated norm per group of
+d_inner / n_groups); head_count_kv > 0, attention without RoPE; feed_forward_length
+> 0, an MLP without a gate, relu(h Wup)^2 Wdown:
+
+    x = embed(token)
+    for each layer:
+        x += mixer(rmsnorm(x, attn_norm))             (Mamba2, attention or MLP)
+    logits = rmsnorm(x, output_norm) Wout             (Wout = Wembed if tied)
+
+q.k is scaled by 1/sqrt(head_dim) (llama.cpp's nemotron_h reads no attention.scale);
+the optional q/k/v, output and MLP biases llama.cpp loads are read where the file
+has them.  The contexts keep the Mamba2 states with Granite 4.0-H's checkpoints;
+decoding runs through the Python blocks (the fused C step has neither Mamba2 nor
+single-half layers).
+
+``nemotron_h_moe`` (Nemotron 3 Nano 30B-A3B) is not registered, so such a file is
+refused as an unknown architecture: its MoE layers' experts have no gate (relu²
+experts and shared expert), which infer's mixture of experts does not compute.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+from ..gguf import GGUFError
+from ..runtime import UnsupportedModelError, register_variant
+from .granite_hybrid import _mamba2_sizes
+from .hparams import HParams, as_integer, vocab_size
+from .spec import LayerSpec, TransformerSpec
+from .transformer import TransformerEngine
+
+DEFAULT_CTX = 2**20   # what the converter writes for the RoPE-less hybrids
+
+
+def nemotron_h_spec(gguf_file: Any) -> Tuple[TransformerSpec, HParams]:
+    """(spec, hparams read) of a ``nemotron_h`` file."""
+    tensors = gguf_file.tensors
+    hp = HParams(gguf_file.metadata)
+    n_layers = hp.block_count(tensors)
+    dim = hp.integer("embedding_length")
+    n_heads = hp.integer("attention.head_count")
+    kv_key, ff_key = hp.key("attention.head_count_kv"), hp.key("feed_forward_length")
+    kv = [as_integer(v, kv_key, lo=0) for v in hp.per_layer("attention.head_count_kv", n_layers)]
+    ff = [as_integer(v, ff_key, lo=0) for v in hp.per_layer("feed_forward_length", n_layers)]
+    attention = [i for i in range(n_layers) if kv[i] and not ff[i]]
+    mlp = [i for i in range(n_layers) if ff[i]]
+    if any(kv[i] and ff[i] for i in range(n_layers)):
+        raise UnsupportedModelError(f"{hp.arch} file: a layer with both KV heads and an FFN width is not "
+                                    "a Nemotron-H layer", [kv_key, ff_key])
+    attn_kv = sorted({kv[i] for i in attention})
+    if len(attn_kv) > 1:
+        raise UnsupportedModelError(f"{hp.arch} file: attention layers with different KV head counts {attn_kv} "
+                                    "are not implemented", [kv_key])
+    n_kv_heads = attn_kv[0] if attn_kv else n_heads
+    if n_heads % n_kv_heads:
+        raise GGUFError(f"GGUF metadata: {hp.key('attention.head_count')}={n_heads} is not a multiple of "
+                        f"{kv_key}={n_kv_heads}")
+    head_dim = hp.integer("attention.key_length", max(dim // n_heads, 1))
+    if hp.integer("attention.value_length", head_dim) != head_dim:
+        raise GGUFError(f"GGUF metadata: {hp.key('attention.value_length')} differs from "
+                        f"{hp.key('attention.key_length')}={head_dim}")
+    if head_dim % 2:
+        raise GGUFError(f"GGUF metadata: head dimension {head_dim} is odd")
+    recurrent = len(attention) + len(mlp) < n_layers
+    m2 = _mamba2_sizes(hp) if recurrent else None
+    # the MTP head's LayerNorm epsilon; the RMSNorms' (defaulting to it, as llama.cpp does)
+    eps = hp.number("attention.layer_norm_epsilon", positive=True)
+    eps = hp.number("attention.layer_norm_rms_epsilon", eps, positive=True)
+    for key in ("rope.freq_base", "rope.dimension_count"):   # llama.cpp's nemotron_h turns nothing
+        hp.raw(key, None)
+    if hp.integer("expert_count", 0, lo=0):
+        raise UnsupportedModelError(f"{hp.arch} file: a mixture of experts is nemotron_h_moe's, not "
+                                    f"nemotron_h's", [hp.key("expert_count")])
+    ffn_dim = max([ff[i] for i in mlp], default=1)
+    layers = []
+    for i in range(n_layers):
+        if i in mlp:
+            layers.append(LayerSpec(rope=None, kind="mlp", ffn_dim=ff[i] if ff[i] != ffn_dim else None))
+        elif i in attention:
+            layers.append(LayerSpec(rope=None, ffn=False))
+        else:
+            layers.append(LayerSpec(rope=None, kind="mamba2", ffn=False))
+    first_attn = f"blk.{attention[0]}." if attention else None
+    first_mlp = f"blk.{mlp[0]}." if mlp else None
+    spec = TransformerSpec(
+        dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
+        ffn_dim=ffn_dim, vocab_size=vocab_size(tensors), max_seq_len=hp.integer("context_length", DEFAULT_CTX),
+        rms_eps=eps, layers=tuple(layers), mamba2=m2, activation="relu_sqr",
+        qkv_bias=first_attn is not None and first_attn + "attn_q.bias" in tensors,
+        out_bias=first_attn is not None and first_attn + "attn_output.bias" in tensors,
+        ffn_bias=first_mlp is not None and first_mlp + "ffn_up.bias" in tensors)
+    return spec, hp
+
+
+class NemotronHEngine(TransformerEngine):
+    """A ``nemotron_h`` file's engine."""
+
+    def __init__(self, gguf_file: Any, n_threads: Optional[int] = None) -> None:
+        spec, hp = nemotron_h_spec(gguf_file)
+        hp.refuse_unread()
+        super().__init__(spec, gguf_file, n_threads)
+
+
+@register_variant("nemotron_h")
+def _nemotron_h(gguf_file: Any, n_threads: Optional[int] = None) -> NemotronHEngine:
+    return NemotronHEngine(gguf_file, n_threads)
+
