@@ -27,8 +27,8 @@ def starcoder2_spec(gguf_file: Any) -> LlamaShaped:
     base = llama_shaped(gguf_file, layout="neox", default_ctx=16384)
     spec = base.spec
     if spec.layers[0].rope is not None and spec.layers[0].rope.rotated(spec.head_dim) != spec.head_dim:
-        raise UnsupportedModelError(f"starcoder2 file: RoPE over part of a head (rope.dimension_count) is not "
-                                    f"what llama.cpp's starcoder2 runs", [base.hparams.key("rope.dimension_count")])
+        raise UnsupportedModelError("starcoder2 file: RoPE over part of a head (rope.dimension_count) is not "
+                                    "what llama.cpp's starcoder2 runs", [base.hparams.key("rope.dimension_count")])
     return base.replace(
         norm_kind="layer", norm_bias=True,
         rms_eps=base.hparams.number("attention.layer_norm_epsilon", positive=True),
