@@ -24,7 +24,8 @@ RoPE), recorded into a data file of their own; ``GEMMA4`` the Gemma 4 files
 llama_cpp_gemma4.npz); ``MISTRAL3`` Ministral 3 with YaRN and its attention
 temperature (tests/test_mistral3.py, llama_cpp_mistral3.npz); ``DENSE2`` glm4, cohere2,
 minicpm, internlm2 and stablelm (LayerNorms, parallel blocks, sandwich norms;
-llama_cpp_dense2.npz); ``ALL`` is all of them.
+llama_cpp_dense2.npz); ``FAMILIES3`` phi2, starcoder2 and nemotron_h
+(`write_nemotron_h`; tests/test_families3.py, llama_cpp_families3.npz); ``ALL`` is all of them.
 ``write(name, path)`` writes one, deterministically (the seeds are fixed; the
 sha256 of each file is recorded beside llama.cpp's logits so a change shows).
 """
