@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import (assert_agrees, assert_batched_equals_alone, clear_top1, cosines,
+from family_checks import (LLAMA_CPP_MIN_COS, assert_agrees, assert_batched_equals_alone, clear_top1, cosines,
                            recorded_logits, recording, tiny_file)
 from reference import numpy_families3 as n3
 from reference.numpy_families import reference
@@ -30,7 +30,7 @@ from under_test import IMPORT_ROOT
 
 import infer
 from infer import kernels as K
-from infer.variants.spec import LayerSpec, TransformerSpec
+from infer.variants.spec import LayerSpec, MoE, TransformerSpec
 
 NAMES = list(tm.FAMILIES3)
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_families3.npz")
@@ -180,12 +180,58 @@ class NemotronHRope(n3.NemotronH):
         return out.reshape(T, -1) @ self.w[p + "attn_output.weight"].T
 
 
+class NemotronHMoE(n3.NemotronH):
+    """nemotron_h_moe's routing with one piece changed (the class attributes)."""
+    softmax = False
+    bias = True
+    scale = True
+    shared = True
+
+    def mlp(self, i, h):
+        p = f"blk.{i}."
+        logits = h @ self.w[p + "ffn_gate_inp.weight"].T
+        if self.softmax:
+            scores = np.exp(logits - logits.max(1, keepdims=True))
+            scores /= scores.sum(1, keepdims=True)
+        else:
+            scores = 1.0 / (1.0 + np.exp(-logits))
+        bias = self.w[p + "exp_probs_b.bias"] if self.bias else 0.0
+        scale = float(self.meta["nemotron_h_moe.expert_weights_scale"]) if self.scale else 1.0
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            top = np.argsort(-(scores[t] + bias), kind="stable")[:2]
+            for e, wt in zip(top, scores[t, top] / scores[t, top].sum() * scale):
+                out[t] += wt * self.relu2(h[t:t + 1], self.w[p + "ffn_up_exps.weight"][e],
+                                          self.w[p + "ffn_down_exps.weight"][e])[0]
+        if self.shared:
+            out += self.relu2(h, self.w[p + "ffn_up_shexp.weight"], self.w[p + "ffn_down_shexp.weight"])
+        return out
+
+
+class NemotronHMoESoftmax(NemotronHMoE):
+    softmax = True
+
+
+class NemotronHMoENoSelectionBias(NemotronHMoE):
+    bias = False
+
+
+class NemotronHMoEUnscaled(NemotronHMoE):
+    scale = False
+
+
+class NemotronHMoENoSharedExpert(NemotronHMoE):
+    shared = False
+
+
 ABLATIONS = [
     ("phi2", Phi2Sequential), ("phi2", Phi2FullRotary), ("phi2", Phi2NormRope), ("phi2", Phi2NoOutputBias),
     ("phi2", Phi2NoFfnBias), ("phi2", Phi2NoNormBias),
     ("starcoder2", StarCoder2NoQkvBias), ("starcoder2", StarCoder2NormRope), ("starcoder2", StarCoder2NoOutBias),
     ("starcoder2", StarCoder2ReluFfn),
     ("nemotron_h", NemotronHRelu), ("nemotron_h", NemotronHRope),
+    ("nemotron_h_moe", NemotronHMoESoftmax), ("nemotron_h_moe", NemotronHMoENoSelectionBias),
+    ("nemotron_h_moe", NemotronHMoEUnscaled), ("nemotron_h_moe", NemotronHMoENoSharedExpert),
 ]
 
 
@@ -193,6 +239,9 @@ ABLATIONS = [
 def test_the_recorded_logits_tell_each_feature_apart(name, without, tiny_dir):
     positions, theirs = llama_cpp(name, tiny_dir)
     prompt = tm.prompt(name)[:positions.max() + 1]
+    if issubclass(without, NemotronHMoE):   # the ablations' own reading, unchanged, agrees
+        assert cosines(NemotronHMoE(tiny_file(name, tiny_dir)).forward(prompt)[positions], theirs).min() \
+            >= LLAMA_CPP_MIN_COS
     ablated = cosines(without(tiny_file(name, tiny_dir)).forward(prompt)[positions], theirs).min()
     assert ablated < 0.999, (name, without.__name__, ablated)
 
@@ -227,13 +276,19 @@ def test_specs_as_read(tiny_dir):
         assert [(layer.kind, layer.ffn, layer.rope) for layer in s.layers] == [
             ("mamba2", False, None), ("mlp", True, None), ("mamba2", False, None), ("attention", False, None),
             ("mlp", True, None), ("mamba2", False, None)]
-        assert (s.activation, s.mamba2.n_groups, s.attn_scale) == ("relu_sqr", 2, 1 / 8)
+        assert (s.activation, s.mamba2.n_groups, s.attn_scale, s.moe) == ("relu_sqr", 2, 1 / 8, None)
+    with infer.load(tiny_file("nemotron_h_moe", tiny_dir)) as model:
+        s = model.engine.spec
+        assert [layer.kind for layer in s.layers] == ["mamba2", "mlp", "mamba2", "attention", "mlp", "mamba2"]
+        assert s.moe == MoE(n_experts=8, n_used=2, ffn_dim=128, gating="sigmoid", norm_weights=True, weight_scale=2.5,
+                            shared_ffn_dim=256, selection_bias=True, shared_gated=False)
+        assert not model.engine.create_context(n_ctx=16).fused_decode
 
 
-@pytest.mark.parametrize("name", ["phi2", "starcoder2", "nemotron_h"])
+@pytest.mark.parametrize("name", ["phi2", "starcoder2", "nemotron_h", "nemotron_h_moe"])
 def test_batched_decode_equals_decoding_alone(name, tiny_dir):
     """engine.forward_batch (what `infer serve` steps): the fused C step for phi2 and
-    starcoder2, the Python blocks in one pass for nemotron_h."""
+    starcoder2, the Python blocks in one pass for nemotron_h and nemotron_h_moe."""
     prompt = [int(t) for t in tm.prompt(name)]
     with infer.load(tiny_file(name, tiny_dir)) as model:
         assert_batched_equals_alone(model.engine, [prompt[:5], prompt[:23], prompt[:11]], 4, 64,
@@ -293,10 +348,35 @@ def test_the_new_architectures_are_known():
 
 
 # ---- refusals -----------------------------------------------------------------------------
-def test_nemotron_h_moe_is_refused(tmp_path):
-    t = dataclasses.replace(tm.FAMILIES3["nemotron_h"], arch="nemotron_h_moe")
-    e = refused(tm.write_nemotron_h(t, str(tmp_path / "moe.gguf")))
-    assert e.names == ["nemotron_h_moe"] and "not supported" in str(e)
+MOE_KEYS = tm.FAMILIES3["nemotron_h_moe"].extra
+
+
+@pytest.mark.parametrize("key, value, names", [
+    ("moe_latent_size", 64, ["nemotron_h_moe.moe_latent_size"]),
+    ("expert_group_count", 2, ["nemotron_h_moe.expert_group_count"]),
+    ("expert_used_count", [2, 2, 2, 2, 4, 2], ["nemotron_h_moe.expert_count", "nemotron_h_moe.expert_used_count",
+                                              "nemotron_h_moe.expert_feed_forward_length"]),
+    ("expert_shared_count", 2, ["nemotron_h_moe.expert_shared_count"]),
+    ("nextn_predict_layers", 1, ["nemotron_h_moe.nextn_predict_layers"]),
+])
+def test_nemotron_h_moe_pieces_it_does_not_implement_are_refused(key, value, names, tmp_path):
+    """Nemotron 3 Super's latent projections, expert groups, Puzzle's per-layer expert
+    counts, several shared experts, MTP blocks."""
+    e = refused(tm.write_nemotron_h(tm.FAMILIES3["nemotron_h_moe"], str(tmp_path / "m.gguf"), {key: value}))
+    assert e.names == names
+
+
+def test_nemotron_h_moe_gated_experts_are_refused(tmp_path):
+    """llama.cpp's nemotron_h_moe reads no expert gate (it would abort on a gated relu²)."""
+    e = refused(tm.write_nemotron_h(tm.FAMILIES3["nemotron_h_moe"], str(tmp_path / "m.gguf"),
+                                    {"blk.1.ffn_gate_exps.weight": np.zeros((8, 128, 256), np.float16)}))
+    assert e.names == ["blk.1.ffn_gate_exps.weight"]
+
+
+def test_nemotron_h_experts_are_nemotron_h_moe_s(tmp_path):
+    t = dataclasses.replace(tm.FAMILIES3["nemotron_h"], extra={"expert_count": 8})
+    e = refused(tm.write_nemotron_h(t, str(tmp_path / "n.gguf")))
+    assert e.names == ["nemotron_h.expert_count"]
 
 
 @pytest.mark.parametrize("key, value", [("attention.scale", 0.5), ("embedding_scale", 12.0)])

@@ -486,6 +486,16 @@ FAMILIES3: Dict[str, Tiny] = {n: t for n, t in [
     # MLP, Mamba2), 8 SSM heads of 64 in 2 groups of state 32, relu² MLPs of 512, an output matrix.
     ("nemotron_h", Tiny("nemotron_h", 143, n_layer=6, tied=False, pre="qwen2", prompt_len=96,
                         mamba2=Mamba2Shape(attention_layers=(3,), mlp_layers=(1, 4)))),
+    # Nemotron 3 Nano (nemotron_h_moe): the same pattern with 8 relu² experts of 128 (2 used;
+    # sigmoid routing with selection biases, weights renormalised and scaled by 2.5) and a
+    # shared expert of 256 in each MLP layer.
+    ("nemotron_h_moe", Tiny("nemotron_h_moe", 144, n_layer=6, tied=False, pre="qwen2", prompt_len=96,
+                            ffn=128, n_expert=8, shared_ffn=256, router_gain=MOE_ROUTER_GAIN, expert_bias=0.05,
+                            mamba2=Mamba2Shape(attention_layers=(3,), mlp_layers=(1, 4)),
+                            extra={"expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 128,
+                                   "expert_shared_feed_forward_length": 256, "expert_shared_count": 1,
+                                   "expert_weights_norm": True, "expert_weights_scale": 2.5,
+                                   "expert_group_count": 1, "expert_group_used_count": 1})),
 ]}
 #: every tiny file (names are unique across the tables)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35, **MXFP4,
@@ -638,7 +648,7 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         return write_qwen35(t, path, more_tensors)
     if t.arch == "gpt-oss":
         return write_gptoss(t, path, more_tensors)
-    if t.arch == "nemotron_h":
+    if t.arch in ("nemotron_h", "nemotron_h_moe"):
         return write_nemotron_h(t, path, more_tensors)
     if t.mamba2 is not None:
         return write_granite_hybrid(t, path, more_tensors)
@@ -1176,6 +1186,13 @@ def write_nemotron_h(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] 
             tensors[p + "attn_k.weight"] = mat(kv_dim, d, 3.0)
             tensors[p + "attn_v.weight"] = mat(kv_dim, d)
             tensors[p + "attn_output.weight"] = mat(d, q_dim, 2.0)
+        elif i in sh.mlp_layers and t.n_expert:   # nemotron_h_moe: relu² experts and shared expert, no gates
+            tensors[p + "ffn_gate_inp.weight"] = mat(t.n_expert, d, t.router_gain).astype(np.float32)
+            tensors[p + "exp_probs_b.bias"] = (t.expert_bias * rng.standard_normal(t.n_expert)).astype(np.float32)
+            tensors[p + "ffn_up_exps.weight"] = np.stack([mat(t.ffn, d, 1.5) for _ in range(t.n_expert)])
+            tensors[p + "ffn_down_exps.weight"] = np.stack([mat(d, t.ffn, 0.5) for _ in range(t.n_expert)])
+            tensors[p + "ffn_up_shexp.weight"] = mat(t.shared_ffn, d, 1.5)
+            tensors[p + "ffn_down_shexp.weight"] = mat(d, t.shared_ffn, 0.5)
         elif i in sh.mlp_layers:
             tensors[p + "ffn_up.weight"] = mat(t.ffn, d, 1.5)
             tensors[p + "ffn_down.weight"] = mat(d, t.ffn, 0.5)

@@ -1,5 +1,6 @@
 """NVIDIA Nemotron-H and Nemotron Nano 2 (4B, 8B, 9B-v2, 12B-v2): GGUF architecture
-``nemotron_h`` (llama.cpp src/models/nemotron-h.cpp; converter conversion/nemotron.py).
+``nemotron_h``; Nemotron 3 Nano (30B-A3B): ``nemotron_h_moe`` (llama.cpp
+src/models/nemotron-h.cpp; converter conversion/nemotron.py).
 
 A hybrid whose every layer is one thing, by the per-layer ``attention.head_count_kv``
 and ``feed_forward_length`` (llama.cpp's rule): both 0, a Mamba2 mixer (Granite
@@ -18,19 +19,21 @@ has them.  The contexts keep the Mamba2 states with Granite 4.0-H's checkpoints;
 decoding runs through the Python blocks (the fused C step has neither Mamba2 nor
 single-half layers).
 
-``nemotron_h_moe`` (Nemotron 3 Nano 30B-A3B) is not registered, so such a file is
-refused as an unknown architecture: its MoE layers' experts have no gate (relu²
-experts and shared expert), which infer's mixture of experts does not compute.
+``nemotron_h_moe`` (Nemotron 3 Nano 30B-A3B) has the same layers with a mixture of
+experts in each MLP layer (`_experts`: sigmoid routing with selection biases, relu²
+experts without a gate, a shared expert of the same kind, the routed scaling factor).
+Nemotron 3 Super's latent projections, Puzzle's per-layer expert shapes, expert groups
+and MTP blocks (``nextn_predict_layers``) are refused.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from ..gguf import GGUFError
 from ..runtime import UnsupportedModelError, register_variant
 from .granite_hybrid import _mamba2_sizes
 from .hparams import HParams, as_integer, vocab_size
-from .spec import LayerSpec, TransformerSpec
+from .spec import MAX_EXPERTS, LayerSpec, MoE, TransformerSpec
 from .transformer import TransformerEngine
 
 DEFAULT_CTX = 2**20   # what the converter writes for the RoPE-less hybrids
@@ -72,10 +75,11 @@ def nemotron_h_spec(gguf_file: Any) -> Tuple[TransformerSpec, HParams]:
     eps = hp.number("attention.layer_norm_rms_epsilon", eps, positive=True)
     for key in ("rope.freq_base", "rope.dimension_count"):   # llama.cpp's nemotron_h turns nothing
         hp.raw(key, None)
-    if hp.integer("expert_count", 0, lo=0):
+    moe = _experts(hp, n_layers, [ff[i] for i in mlp]) if hp.arch == "nemotron_h_moe" else None
+    if moe is None and hp.integer("expert_count", 0, lo=0):
         raise UnsupportedModelError(f"{hp.arch} file: a mixture of experts is nemotron_h_moe's, not "
                                     f"nemotron_h's", [hp.key("expert_count")])
-    ffn_dim = max([ff[i] for i in mlp], default=1)
+    ffn_dim = moe.ffn_dim if moe is not None else max([ff[i] for i in mlp], default=1)
     layers = []
     for i in range(n_layers):
         if i in mlp:
@@ -89,11 +93,45 @@ def nemotron_h_spec(gguf_file: Any) -> Tuple[TransformerSpec, HParams]:
     spec = TransformerSpec(
         dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
         ffn_dim=ffn_dim, vocab_size=vocab_size(tensors), max_seq_len=hp.integer("context_length", DEFAULT_CTX),
-        rms_eps=eps, layers=tuple(layers), mamba2=m2, activation="relu_sqr",
+        rms_eps=eps, layers=tuple(layers), mamba2=m2, activation="relu_sqr", moe=moe,
         qkv_bias=first_attn is not None and first_attn + "attn_q.bias" in tensors,
         out_bias=first_attn is not None and first_attn + "attn_output.bias" in tensors,
-        ffn_bias=first_mlp is not None and first_mlp + "ffn_up.bias" in tensors)
+        ffn_bias=moe is None and first_mlp is not None and first_mlp + "ffn_up.bias" in tensors)
     return spec, hp
+
+
+def _experts(hp: HParams, n_layers: int, widths: List[int]) -> MoE:
+    """nemotron_h_moe's experts (llama.cpp's build_ffn_layer with build_moe_ffn): each
+    MLP layer's router logits through a sigmoid, the ``expert_used_count`` largest
+    probability + ``exp_probs_b`` chosen, weighted by their probabilities (divided by
+    their sum with ``expert_weights_norm``, times ``expert_weights_scale``), each expert
+    relu(h Wup_e)^2 Wdown_e, plus a shared expert of the same kind on every token."""
+    names = [hp.key(k) for k in ("expert_count", "expert_used_count", "expert_feed_forward_length")]
+    n_experts = hp.integer("expert_count", hi=MAX_EXPERTS)
+    used = {as_integer(v, names[1]) for v in hp.per_layer("expert_used_count", n_layers)}
+    width = {as_integer(v, names[2]) for v in hp.per_layer("expert_feed_forward_length", n_layers)}
+    if len(used) != 1 or len(width) != 1 or set(widths) - width:
+        raise UnsupportedModelError(f"{hp.arch} file: experts of different counts or widths per layer (Nemotron 3 "
+                                    "Puzzle) are not implemented", names)
+    if hp.integer("moe_latent_size", 0, lo=0):   # Nemotron 3 Super's latent projections
+        raise UnsupportedModelError(f"{hp.arch} file: the experts' latent projections (moe_latent_size) are not "
+                                    "implemented", [hp.key("moe_latent_size")])
+    if hp.integer("expert_group_count", 0, lo=0) > 1:   # llama.cpp would choose groups of experts first
+        raise UnsupportedModelError(f"{hp.arch} file: expert groups are not implemented",
+                                    [hp.key("expert_group_count")])
+    hp.raw("expert_group_used_count", None)   # only with groups
+    shared = hp.integer("expert_shared_feed_forward_length", lo=0)
+    if hp.integer("expert_shared_count", 1, lo=0) != (1 if shared else 0):
+        raise UnsupportedModelError(f"{hp.arch} file: {hp.key('expert_shared_count')} other than one shared "
+                                    "expert is not what llama.cpp's nemotron_h_moe runs",
+                                    [hp.key("expert_shared_count")])
+    scale = hp.number("expert_weights_scale", 0.0, non_negative=True)
+    try:
+        return MoE(n_experts=n_experts, n_used=used.pop(), ffn_dim=width.pop(), gating="sigmoid",
+                   norm_weights=hp.boolean("expert_weights_norm", False), weight_scale=scale or 1.0,
+                   shared_ffn_dim=shared, selection_bias=True, shared_gated=False)
+    except ValueError as e:
+        raise GGUFError(f"GGUF metadata: {hp.arch}'s experts: {e}") from None
 
 
 class NemotronHEngine(TransformerEngine):
@@ -105,7 +143,7 @@ class NemotronHEngine(TransformerEngine):
         super().__init__(spec, gguf_file, n_threads)
 
 
-@register_variant("nemotron_h")
+@register_variant("nemotron_h", "nemotron_h_moe")
 def _nemotron_h(gguf_file: Any, n_threads: Optional[int] = None) -> NemotronHEngine:
     return NemotronHEngine(gguf_file, n_threads)
 

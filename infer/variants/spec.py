@@ -573,10 +573,12 @@ class TransformerSpec:
         if self.ffn_bias and (self.activation not in UNGATED or self.moe is not None):
             raise ValueError("ffn_bias: only with an FFN without a gate and without experts")
         if any(layer.kind == "mlp" or not layer.ffn for layer in self.layers) and \
-                (self.parallel_blocks or not self.pre_norms or self.moe is not None):
-            raise ValueError("layers: FFN-only layers and layers without an FFN need pre-norms, "
-                             "sequential blocks and no experts")
-        if self.activation in UNGATED and (self.moe is not None or self.fused_gate_up):
+                (self.parallel_blocks or not self.pre_norms):
+            raise ValueError("layers: FFN-only layers and layers without an FFN need pre-norms and "
+                             "sequential blocks")
+        # experts without a gate: relu² only (Nemotron 3 Nano), and only with ungated shared experts
+        if self.activation in UNGATED and (self.fused_gate_up or (self.moe is not None and (
+                self.activation != "relu_sqr" or (self.moe.shared_ffn_dim and self.moe.shared_gated)))):
             raise ValueError(f"activation {self.activation} (no gate): not with experts or a fused gate|up")
         if any((layer.xielu is not None) != (self.activation == "xielu") for layer in self.layers):
             raise ValueError("layers: the xielu activation has every layer's xielu parameters, another none")
@@ -637,8 +639,8 @@ class TransformerSpec:
         return self.ffn_dim if f is None else f
 
     def layer_experts(self, li: int) -> bool:
-        """Whether layer li's FFN is the mixture of experts (not a dense one)."""
-        return self.moe is not None and not self.layers[li].dense_ffn
+        """Whether layer li's FFN is the mixture of experts (not a dense one, nor none)."""
+        return self.moe is not None and not self.layers[li].dense_ffn and self.layers[li].ffn
 
     def layer_kv_owner(self, li: int) -> int:
         """The layer whose KV cache layer li reads (itself unless shared)."""

@@ -129,8 +129,8 @@ class TransformerEngine(Engine):
             raise NotImplementedError("the fused decode step has no Mamba2 layers: this model "
                                       "decodes through the Python blocks")
         if not _fused_layers(spec):
-            raise NotImplementedError("the fused decode step has no FFN-only layers nor layers without an FFN: "
-                                      "this model decodes through the Python blocks")
+            raise NotImplementedError("the fused decode step has no FFN-only layers, layers without an FFN "
+                                      "nor experts without a gate: this model decodes through the Python blocks")
         if spec.moe is not None and spec.moe.shared_ffn_dim and not spec.moe.shared_gated:
             raise NotImplementedError("the fused decode step has no shared expert without a gate: this model "
                                       "decodes through the Python blocks")
@@ -211,8 +211,10 @@ class TransformerEngine(Engine):
 
 
 def _fused_layers(spec: TransformerSpec) -> bool:
-    """Whether the fused step has every layer's shape: each a mixer and an FFN."""
-    return all(layer.ffn and layer.kind != "mlp" for layer in spec.layers)
+    """Whether the fused step has every layer's shape: each a mixer and an FFN, and
+    experts with a gate."""
+    return all(layer.ffn and layer.kind != "mlp" for layer in spec.layers) and \
+        (spec.moe is None or spec.activation not in UNGATED)
 
 
 def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
@@ -694,12 +696,16 @@ class TransformerContext(Context):
             # contiguous (m, ffn) views: a dense layer's FFN may be wider (LFM2-MoE)
             gate, up = (buf.reshape(-1)[:m * ffn].reshape(m, ffn) for buf in (s.gate, s.up))
             out = s.h1_out[:m]
-            xq = _mul(h, w_gate.row_slice(e * ffn, (e + 1) * ffn), gate)
-            _mul(h, w_up.row_slice(e * ffn, (e + 1) * ffn), up, xq)   # the same activation format
-            if w.gate_exps_bias is not None and w.up_exps_bias is not None:
-                gate += w.gate_exps_bias.data[e]
-                up += w.up_exps_bias.data[e]
-            self._glu(gate, up)
+            if self.spec.activation in UNGATED:   # relu(h Wup_e)^2 (Nemotron 3 Nano)
+                _mul(h, w_up.row_slice(e * ffn, (e + 1) * ffn), up)
+                _ungated(self.spec.activation, None, up, gate)
+            else:
+                xq = _mul(h, w_gate.row_slice(e * ffn, (e + 1) * ffn), gate)
+                _mul(h, w_up.row_slice(e * ffn, (e + 1) * ffn), up, xq)   # the same activation format
+                if w.gate_exps_bias is not None and w.up_exps_bias is not None:
+                    gate += w.gate_exps_bias.data[e]
+                    up += w.up_exps_bias.data[e]
+                self._glu(gate, up)
             _mul(gate, w_down.row_slice(e * dim, (e + 1) * dim), out)
             if w.down_exps_bias is not None:
                 out += w.down_exps_bias.data[e]
@@ -710,9 +716,13 @@ class TransformerContext(Context):
             # the shared expert on every row, times sigmoid(h . gate_inp) (in double,
             # as the fused C step computes it) unless it has no gate (Granite 4.0-H)
             gate, up, out = s.shared_gate, s.shared_up, s.h1_out
-            xq = _mul(s.h1, w.shared_gate, gate)
-            _mul(s.h1, w.shared_up, up, xq)
-            self._glu(gate, up)
+            if self.spec.activation in UNGATED:   # relu(h Wup)^2, no gate
+                _mul(s.h1, w.shared_up, up)
+                _ungated(self.spec.activation, None, up, gate)
+            else:
+                xq = _mul(s.h1, w.shared_gate, gate)
+                _mul(s.h1, w.shared_up, up, xq)
+                self._glu(gate, up)
             _mul(gate, w.shared_down, out)
             if w.shared_gate_inp is not None:
                 logit = s.h1.astype(np.float64) @ w.shared_gate_inp.data.astype(np.float64)

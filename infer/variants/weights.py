@@ -435,8 +435,9 @@ def _ffn_matrices(spec: TransformerSpec, i: int,
     if spec.layer_experts(i):   # GGUF dims (dim, ffn, experts) for gate/up, (ffn, dim, experts) for down
         assert spec.moe is not None
         n_exp = spec.moe.n_experts
-        return (t.matrix(p + "ffn_gate_exps.weight", ffn, d, n_exp), t.matrix(p + "ffn_up_exps.weight", ffn, d, n_exp),
-                t.matrix(p + "ffn_down_exps.weight", d, ffn, n_exp))
+        up = t.matrix(p + "ffn_up_exps.weight", ffn, d, n_exp)
+        gate = up if spec.activation in UNGATED else t.matrix(p + "ffn_gate_exps.weight", ffn, d, n_exp)
+        return gate, up, t.matrix(p + "ffn_down_exps.weight", d, ffn, n_exp)
     if spec.activation in UNGATED:   # no gate (Arcee, Apertus): up stands in its place, unread
         up = t.matrix(p + "ffn_up.weight", ffn, d)
         return up, up, t.matrix(p + "ffn_down.weight", d, ffn)
@@ -460,10 +461,10 @@ def _expert_pieces(spec: TransformerSpec, i: int, t: _Tensors) -> Dict[str, Any]
         if not np.isfinite(bias.data).all():
             raise GGUFError(f"{p}exp_probs_b.bias: the experts' selection biases must be finite")
     sh = moe.shared_ffn_dim
-    if sh:
-        pieces.update(shared_gate=t.matrix(p + "ffn_gate_shexp.weight", sh, d),
-                      shared_up=t.matrix(p + "ffn_up_shexp.weight", sh, d),
-                      shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh))
+    if sh:   # (without a gate, up stands in the gate's place, unread)
+        up = t.matrix(p + "ffn_up_shexp.weight", sh, d)
+        pieces.update(shared_gate=up if spec.activation in UNGATED else t.matrix(p + "ffn_gate_shexp.weight", sh, d),
+                      shared_up=up, shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh))
         if moe.shared_gated:
             pieces["shared_gate_inp"] = t.vector(p + "ffn_gate_inp_shexp.weight", d)
     return pieces
@@ -522,9 +523,10 @@ def _mlp_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
         raise UnsupportedModelError("an FFN-only layer with a gate, post-norms, norm biases or per-layer "
                                     "inputs is not implemented")
     norm = t.vector(f"blk.{i}.attn_norm.weight", spec.dim)
+    experts = _expert_pieces(spec, i, t)
     w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
     L = LayerWeights(attn_norm=norm, wq=None, wk=None, wv=None, wo=None, ffn_norm=norm,
-                     w_gate=w_gate, w_up=w_up, w_down=w_down)
+                     w_gate=w_gate, w_up=w_up, w_down=w_down, **experts)
     _ffn_biases(spec, i, t, L)
     return L
 

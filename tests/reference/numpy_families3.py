@@ -77,18 +77,38 @@ class StarCoder2(_LayerNormBiased):
 
 
 class NemotronH(GraniteHybridReference):
-    ARCHS = ("nemotron_h",)
-
     def __init__(self, path: str, n_ctx: int = 0) -> None:
         super().__init__(path)
-        self.head_dim = int(self.meta["nemotron_h.attention.key_length"])
+        arch = self.meta["general.architecture"]
+        self.head_dim = int(self.meta[f"{arch}.attention.key_length"])
         self.attention_multiplier = 1.0 / math.sqrt(self.head_dim)
-        self.ffn_lengths = [int(n) for n in self.meta["nemotron_h.feed_forward_length"]]
+        self.ffn_lengths = [int(n) for n in self.meta[f"{arch}.feed_forward_length"]]
+
+    ARCHS = ("nemotron_h", "nemotron_h_moe")
+
+    @staticmethod
+    def relu2(h, up, down):
+        u = np.maximum(h @ up.T, 0.0)
+        return (u * u) @ down.T
 
     def mlp(self, i, h):
+        """The MLP, or (nemotron_h_moe) HF's NemotronHMoE: sigmoid router scores, the top
+        k of score + e_score_correction_bias, weights = their scores renormalised (norm_topk_prob)
+        times routed_scaling_factor, relu² experts, plus the shared expert."""
         p = f"blk.{i}."
-        u = np.maximum(h @ self.w[p + "ffn_up.weight"].T, 0.0)
-        return (u * u) @ self.w[p + "ffn_down.weight"].T
+        if p + "ffn_gate_inp.weight" not in self.w:
+            return self.relu2(h, self.w[p + "ffn_up.weight"], self.w[p + "ffn_down.weight"])
+        get = self.meta.get
+        k, scale = int(get("nemotron_h_moe.expert_used_count")), float(get("nemotron_h_moe.expert_weights_scale"))
+        scores = 1.0 / (1.0 + np.exp(-(h @ self.w[p + "ffn_gate_inp.weight"].T)))
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            top = np.argsort(-(scores[t] + self.w[p + "exp_probs_b.bias"]), kind="stable")[:k]
+            weights = scores[t, top] / scores[t, top].sum() * scale
+            for e, wt in zip(top, weights):
+                out[t] += wt * self.relu2(h[t:t + 1], self.w[p + "ffn_up_exps.weight"][e],
+                                          self.w[p + "ffn_down_exps.weight"][e])[0]
+        return out + self.relu2(h, self.w[p + "ffn_up_shexp.weight"], self.w[p + "ffn_down_shexp.weight"])
 
     def forward(self, tokens) -> np.ndarray:
         x = self.w["token_embd.weight"][np.asarray(tokens, np.int64)]
@@ -103,4 +123,4 @@ class NemotronH(GraniteHybridReference):
         return self.norm(x, self.w["output_norm.weight"]) @ self.head.T
 
 
-nf.FAMILIES.update({"phi2": Phi2, "starcoder2": StarCoder2, "nemotron_h": NemotronH})
+nf.FAMILIES.update({"phi2": Phi2, "starcoder2": StarCoder2, "nemotron_h": NemotronH, "nemotron_h_moe": NemotronH})
