@@ -24,7 +24,7 @@ RoPE), recorded into a data file of their own; ``GEMMA4`` the Gemma 4 files
 llama_cpp_gemma4.npz); ``MISTRAL3`` Ministral 3 with YaRN and its attention
 temperature (tests/test_mistral3.py, llama_cpp_mistral3.npz); ``DENSE2`` glm4, cohere2,
 minicpm, internlm2 and stablelm (LayerNorms, parallel blocks, sandwich norms;
-llama_cpp_dense2.npz); ``FAMILIES3`` phi2, starcoder2 and nemotron_h
+llama_cpp_dense2.npz); ``FAMILIES3`` phi2, starcoder2, nemotron_h and nemotron_h_moe
 (`write_nemotron_h`; tests/test_families3.py, llama_cpp_families3.npz); ``ALL`` is all of them.
 ``write(name, path)`` writes one, deterministically (the seeds are fixed; the
 sha256 of each file is recorded beside llama.cpp's logits so a change shows).
@@ -468,7 +468,8 @@ DENSE2: Dict[str, Tiny] = {n: t for n, t in [
 ]}
 #: The families of tests/test_families3.py, recorded into tests/data/llama_cpp_families3.npz:
 #: Phi-2 and StarCoder2 (LayerNorms with biases, GELU FFNs without a gate, biases on every
-#: projection).  Short prompts (past no window: neither has one) keep the tests lean.
+#: projection), Nemotron-H and Nemotron 3 Nano (single-half layers, relu² experts).  Short
+#: prompts (no file has a window) keep the tests lean.
 FAMILIES3: Dict[str, Tiny] = {n: t for n, t in [
     # Phi-2: parallel blocks, one LayerNorm, NEOX RoPE over 32 of 64 (2.7B: 32 of 80), 4 heads
     # of 64 without GQA, q/k/v/o and FFN biases, an output matrix and bias.

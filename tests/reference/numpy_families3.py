@@ -14,7 +14,9 @@ nemotron_h: x += mixer(rmsnorm(x, attn_norm)) per layer, the mixer by the layer'
             head_count_kv and feed_forward_length: Mamba2 (numpy_mamba2's reading of
             HF's mixer: NemotronHMamba2Mixer is the same SSM with the gated norm per group),
             attention without RoPE at 1/sqrt(head_dim), or relu(h Wup)^2 Wdown;
-            logits = rmsnorm(x) @ output.T.
+            logits = rmsnorm(x) @ output.T.  nemotron_h_moe: the MLP is HF's NemotronHMoE
+            (sigmoid scores, top k by score + e_score_correction_bias, renormalised, times
+            routed_scaling_factor; relu² experts and a relu² shared expert).
 """
 from __future__ import annotations
 
