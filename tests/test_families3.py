@@ -310,6 +310,30 @@ def test_nemotron_h_truncation_goes_back_exactly(tiny_dir):
         assert cosines(ctx.logits[None], ref[69:70])[0] >= 0.99999
 
 
+def test_nemotron_h_moe_saved_state_and_copy_continue_exactly(tiny_dir):
+    """A context's saved state and its copy hold the Mamba2 states and the one attention
+    layer's cache (no rows for the MLP layers) and continue as the context does."""
+    import copy
+
+    from infer.runtime import Context
+
+    prompt = [int(t) for t in tm.prompt("nemotron_h_moe")]
+    with infer.load(tiny_file("nemotron_h_moe", tiny_dir)) as model:
+        ctx = model.engine.create_context(n_ctx=64)
+        ctx.prefill(prompt[:20])
+        ctx.prefill(prompt[20:21])
+        data = ctx.save_state()
+        twin = copy.deepcopy(ctx)
+        loaded = Context.load_state(model, data)
+        assert ctx.k_cache.shape == (1, 64 * 2 * 64) and ctx.ssm_state.shape == (3, 8, 64, 32)
+        for c in (ctx, twin, loaded):
+            for tok in prompt[21:25]:
+                c.prefill([tok])
+        np.testing.assert_array_equal(twin.logits, ctx.logits)
+        np.testing.assert_array_equal(loaded.logits, ctx.logits)
+        assert cosines(ctx.logits[None], reference_logits("nemotron_h_moe", tiny_dir)[24:25])[0] >= 0.99999
+
+
 @pytest.mark.parametrize("name", ["phi2", "nemotron_h"])
 def test_greedy_generation_runs_through_the_cli(name, tiny_dir):
     """`infer generate` with --temp 0 prints the continuation the float64 reference

@@ -81,7 +81,8 @@ Phi-2 and StarCoder2 add an FFN without a gate, "gelu" (GELU's tanh approximatio
 with biases (ffn_bias: f = gelu(h Wup + b_up) Wdown + b_down), and Phi-2 a bias on the
 logits (output_bias).  Nemotron-H's layers are each one half only: a layer whose
 ``LayerSpec.ffn`` is False has no FFN half, and one of kind "mlp" no mixing half
-(x += ffn(norm(x, attn_norm))).
+(x += ffn(norm(x, attn_norm))); Nemotron 3 Nano's experts and shared expert have no
+gate (activation "relu_sqr" with a MoE: relu(h Wup_e)^2 Wdown_e; the Python blocks only).
 
 A layer of kind "mamba2" (Granite 4.0-H's Mamba2 mixer, `Mamba2`) replaces it by a
 selective state space scan with a state S_h (head_dim x d_state per head h):
@@ -108,8 +109,8 @@ from numpy.typing import NDArray
 #: the FFN activations the kernels have: gated, act(h Wgate) * h Wup ("silu",
 #: "gelu_tanh", "swiglu_oai": gpt-oss's min(gate, 7) * sigmoid(1.702 min(gate, 7)) *
 #: (clamp(up, -7, 7) + 1)); or without a gate (no ffn_gate tensor), act(h Wup): "relu_sqr",
-#: relu(u)^2 (Arcee), "xielu" with each layer's LayerSpec.xielu (Apertus), "gelu", GELU's
-#: tanh approximation (Phi-2, StarCoder2)
+#: relu(u)^2 (Arcee; also a mixture of experts', Nemotron 3 Nano), "xielu" with each layer's
+#: LayerSpec.xielu (Apertus), "gelu", GELU's tanh approximation (Phi-2, StarCoder2)
 ACTIVATIONS = ("silu", "gelu_tanh", "relu_sqr", "xielu", "swiglu_oai", "gelu")
 #: the activations without a gate
 UNGATED = ("relu_sqr", "xielu", "gelu")
