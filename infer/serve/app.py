@@ -104,6 +104,9 @@ class Dialect:
     stream_end: Optional[str]
     #: the usage of a result or chunk, counted in /metrics (None: it has none)
     usage: Callable[[Any], Optional[dict[str, Any]]]
+    #: the response of a stream from its queue of items and its slot handle (None:
+    #: server-sent events; ollama's endpoints write one JSON object a line)
+    stream_response: Optional[Callable[[Any, Any], Response]] = None
 
 
 OPENAI = Dialect(error_body=lambda status, body: body, stream_end="[DONE]", usage=lambda r: r.get("usage"))
@@ -340,6 +343,8 @@ class _Server:
             return JSONResponse(error, status_code=status, headers=_retry_headers(status))
         if kind == "result":
             return JSONResponse(value)
+        if dialect.stream_response is not None:
+            return dialect.stream_response(items, handle)
         return _event_stream(items, handle, wants_usage, self.shutdown_grace, dialect.stream_end)
 
     @staticmethod
@@ -514,7 +519,7 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     names) a request that omits them runs with, on every completion endpoint, as
     llama-server's ``--temp``, ``--top-k``, ``-n``, ... (shown in ``GET /props``).
     """
-    from . import llama_server
+    from . import llama_server, ollama
 
     if not shutdown_grace >= 0:
         raise ValueError(f"shutdown_grace: must be >= 0, got {shutdown_grace!r}")
@@ -542,6 +547,8 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     routes.append(Route("/v1/completions", server.completions, methods=["POST"]))
     llama_routes = llama_server.routes(server, slots_endpoint=slots_endpoint)
     routes += llama_routes
+    ollama_routes = ollama.routes(server)  # ollama's /api/* and its "Ollama is running" probe
+    routes += ollama_routes
     middleware = []
     if cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins),
@@ -549,7 +556,8 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
                                      allow_headers=["Authorization", "Content-Type"]))
     if api_key:
         middleware.append(Middleware(_BearerAuth, key=api_key,
-                                     dialects={route.path: llama_server.LLAMA for route in llama_routes}))
+                                     dialects={**{route.path: llama_server.LLAMA for route in llama_routes},
+                                               **{route.path: ollama.OLLAMA for route in ollama_routes}}))
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return _error_response(404, f"no route {request.method} {request.url.path}", code="not_found")
