@@ -1024,6 +1024,30 @@ def write_qwen35(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = No
     return _finish(w, path)
 
 
+def _hybrid_attention_tensors(p: str, d: int, q_dim: int, kv_dim: int, mat: Any) -> Dict[str, np.ndarray]:
+    """A hybrid's attention layer (no RoPE, no biases), drawn in this order."""
+    return {p + "attn_q.weight": mat(q_dim, d, 3.0), p + "attn_k.weight": mat(kv_dim, d, 3.0),
+            p + "attn_v.weight": mat(kv_dim, d), p + "attn_output.weight": mat(d, q_dim, 2.0)}
+
+
+def _mamba2_tensors(p: str, d: int, sh: Mamba2Shape, mat: Any, norm: Any, rng: Any) -> Dict[str, np.ndarray]:
+    """A Mamba2 mixer as the converters write it (d_inner = 2 * dim), drawn in this order:
+    ssm_in (z, xBC, dt rows), ssm_conv1d (channels, K) F32 and its bias, ssm_dt.bias,
+    ssm_a = -exp(A_log) and ssm_d as (n_heads, 1), ssm_norm as (n_groups, d_inner / n_groups)."""
+    inner, H, G = 2 * d, sh.n_heads, sh.n_groups
+    conv_dim = inner + 2 * G * sh.d_state
+    out = {p + "ssm_in.weight": mat(inner + conv_dim + H, d, 1.5)}
+    out[p + "ssm_conv1d.weight"] = (rng.standard_normal((conv_dim, sh.conv_kernel))
+                                    / math.sqrt(sh.conv_kernel)).astype(np.float32)
+    out[p + "ssm_conv1d.bias"] = (0.1 * rng.standard_normal(conv_dim)).astype(np.float32)
+    out[p + "ssm_dt.bias"] = (-1.5 + 0.5 * rng.standard_normal(H)).astype(np.float32)
+    out[p + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.0, (H, 1)))).astype(np.float32)
+    out[p + "ssm_d"] = rng.uniform(0.5, 1.5, (H, 1)).astype(np.float32)
+    out[p + "ssm_norm.weight"] = norm(inner).reshape(G, inner // G)
+    out[p + "ssm_out.weight"] = mat(d, inner, 2.0)
+    return out
+
+
 def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = None,
                          drop: Tuple[str, ...] = ()) -> str:
     """A tiny granitehybrid file as the converter writes one: head_count_kv per layer
@@ -1042,7 +1066,6 @@ def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, An
     rng = np.random.default_rng(t.seed)
     d, hd, L = t.dim, t.head_dim, t.n_layer
     inner, N, H, G = 2 * d, sh.d_state, sh.n_heads, sh.n_groups
-    conv_dim = inner + 2 * G * N
     q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
 
     def mat(rows, cols, gain=1.0):
@@ -1098,20 +1121,9 @@ def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, An
         p = f"blk.{i}."
         tensors[p + "attn_norm.weight"] = norm(d)
         if i in sh.attention_layers:
-            tensors[p + "attn_q.weight"] = mat(q_dim, d, 3.0)
-            tensors[p + "attn_k.weight"] = mat(kv_dim, d, 3.0)
-            tensors[p + "attn_v.weight"] = mat(kv_dim, d)
-            tensors[p + "attn_output.weight"] = mat(d, q_dim, 2.0)
+            tensors.update(_hybrid_attention_tensors(p, d, q_dim, kv_dim, mat))
         else:
-            tensors[p + "ssm_in.weight"] = mat(inner + conv_dim + H, d, 1.5)
-            tensors[p + "ssm_conv1d.weight"] = (rng.standard_normal((conv_dim, sh.conv_kernel))
-                                                / math.sqrt(sh.conv_kernel)).astype(np.float32)
-            tensors[p + "ssm_conv1d.bias"] = (0.1 * rng.standard_normal(conv_dim)).astype(np.float32)
-            tensors[p + "ssm_dt.bias"] = (-1.5 + 0.5 * rng.standard_normal(H)).astype(np.float32)
-            tensors[p + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.0, (H, 1)))).astype(np.float32)
-            tensors[p + "ssm_d"] = rng.uniform(0.5, 1.5, (H, 1)).astype(np.float32)
-            tensors[p + "ssm_norm.weight"] = norm(inner).reshape(G, inner // G)
-            tensors[p + "ssm_out.weight"] = mat(d, inner, 2.0)
+            tensors.update(_mamba2_tensors(p, d, sh, mat, norm, rng))
         tensors[p + "ffn_norm.weight"] = norm(d)
         if t.n_expert:   # the converter splits input_linear into gate and up, shared_mlp likewise
             tensors[p + "ffn_gate_inp.weight"] = mat(t.n_expert, d, t.router_gain).astype(np.float32)
@@ -1148,7 +1160,6 @@ def write_nemotron_h(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] 
     rng = np.random.default_rng(t.seed)
     d, hd, L = t.dim, t.head_dim, t.n_layer
     inner, N, H, G = 2 * d, sh.d_state, sh.n_heads, sh.n_groups
-    conv_dim = inner + 2 * G * N
     q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
 
     def mat(rows, cols, gain=1.0):
@@ -1183,10 +1194,7 @@ def write_nemotron_h(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] 
         p = f"blk.{i}."
         tensors[p + "attn_norm.weight"] = norm(d)
         if i in sh.attention_layers:
-            tensors[p + "attn_q.weight"] = mat(q_dim, d, 3.0)
-            tensors[p + "attn_k.weight"] = mat(kv_dim, d, 3.0)
-            tensors[p + "attn_v.weight"] = mat(kv_dim, d)
-            tensors[p + "attn_output.weight"] = mat(d, q_dim, 2.0)
+            tensors.update(_hybrid_attention_tensors(p, d, q_dim, kv_dim, mat))
         elif i in sh.mlp_layers and t.n_expert:   # nemotron_h_moe: relu² experts and shared expert, no gates
             tensors[p + "ffn_gate_inp.weight"] = mat(t.n_expert, d, t.router_gain).astype(np.float32)
             tensors[p + "exp_probs_b.bias"] = (t.expert_bias * rng.standard_normal(t.n_expert)).astype(np.float32)
@@ -1198,15 +1206,7 @@ def write_nemotron_h(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] 
             tensors[p + "ffn_up.weight"] = mat(t.ffn, d, 1.5)
             tensors[p + "ffn_down.weight"] = mat(d, t.ffn, 0.5)
         else:
-            tensors[p + "ssm_in.weight"] = mat(inner + conv_dim + H, d, 1.5)
-            tensors[p + "ssm_conv1d.weight"] = (rng.standard_normal((conv_dim, sh.conv_kernel))
-                                                / math.sqrt(sh.conv_kernel)).astype(np.float32)
-            tensors[p + "ssm_conv1d.bias"] = (0.1 * rng.standard_normal(conv_dim)).astype(np.float32)
-            tensors[p + "ssm_dt.bias"] = (-1.5 + 0.5 * rng.standard_normal(H)).astype(np.float32)
-            tensors[p + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.0, (H, 1)))).astype(np.float32)
-            tensors[p + "ssm_d"] = rng.uniform(0.5, 1.5, (H, 1)).astype(np.float32)
-            tensors[p + "ssm_norm.weight"] = norm(inner).reshape(G, inner // G)
-            tensors[p + "ssm_out.weight"] = mat(d, inner, 2.0)
+            tensors.update(_mamba2_tensors(p, d, sh, mat, norm, rng))
     tensors.update(more)
     for name, value in tensors.items():
         if name not in drop:

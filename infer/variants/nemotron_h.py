@@ -31,7 +31,7 @@ from typing import Any, List, Optional, Tuple
 
 from ..gguf import GGUFError
 from ..runtime import UnsupportedModelError, register_variant
-from .granite_hybrid import _mamba2_sizes
+from .granite_hybrid import attention_shape, mamba2_sizes
 from .hparams import HParams, as_integer, vocab_size
 from .spec import MAX_EXPERTS, LayerSpec, MoE, TransformerSpec
 from .transformer import TransformerEngine
@@ -54,22 +54,9 @@ def nemotron_h_spec(gguf_file: Any) -> Tuple[TransformerSpec, HParams]:
     if any(kv[i] and ff[i] for i in range(n_layers)):
         raise UnsupportedModelError(f"{hp.arch} file: a layer with both KV heads and an FFN width is not "
                                     "a Nemotron-H layer", [kv_key, ff_key])
-    attn_kv = sorted({kv[i] for i in attention})
-    if len(attn_kv) > 1:
-        raise UnsupportedModelError(f"{hp.arch} file: attention layers with different KV head counts {attn_kv} "
-                                    "are not implemented", [kv_key])
-    n_kv_heads = attn_kv[0] if attn_kv else n_heads
-    if n_heads % n_kv_heads:
-        raise GGUFError(f"GGUF metadata: {hp.key('attention.head_count')}={n_heads} is not a multiple of "
-                        f"{kv_key}={n_kv_heads}")
-    head_dim = hp.integer("attention.key_length", max(dim // n_heads, 1))
-    if hp.integer("attention.value_length", head_dim) != head_dim:
-        raise GGUFError(f"GGUF metadata: {hp.key('attention.value_length')} differs from "
-                        f"{hp.key('attention.key_length')}={head_dim}")
-    if head_dim % 2:
-        raise GGUFError(f"GGUF metadata: head dimension {head_dim} is odd")
+    n_kv_heads, head_dim = attention_shape(hp, dim, n_heads, [kv[i] for i in attention])
     recurrent = len(attention) + len(mlp) < n_layers
-    m2 = _mamba2_sizes(hp) if recurrent else None
+    m2 = mamba2_sizes(hp) if recurrent else None
     # the MTP head's LayerNorm epsilon; the RMSNorms' (defaulting to it, as llama.cpp does)
     eps = hp.number("attention.layer_norm_epsilon", positive=True)
     eps = hp.number("attention.layer_norm_rms_epsilon", eps, positive=True)

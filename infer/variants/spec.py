@@ -580,7 +580,8 @@ class TransformerSpec:
         # experts without a gate: relu² only (Nemotron 3 Nano), and only with ungated shared experts
         if self.activation in UNGATED and (self.fused_gate_up or (self.moe is not None and (
                 self.activation != "relu_sqr" or (self.moe.shared_ffn_dim and self.moe.shared_gated)))):
-            raise ValueError(f"activation {self.activation} (no gate): not with experts or a fused gate|up")
+            raise ValueError(f"activation {self.activation} (no gate): not with a fused gate|up, nor with experts "
+                             "but relu_sqr's with an ungated shared expert")
         if any((layer.xielu is not None) != (self.activation == "xielu") for layer in self.layers):
             raise ValueError("layers: the xielu activation has every layer's xielu parameters, another none")
         if not (math.isfinite(self.rms_eps) and self.rms_eps > 0):

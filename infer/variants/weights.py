@@ -435,9 +435,11 @@ def _ffn_matrices(spec: TransformerSpec, i: int,
     if spec.layer_experts(i):   # GGUF dims (dim, ffn, experts) for gate/up, (ffn, dim, experts) for down
         assert spec.moe is not None
         n_exp = spec.moe.n_experts
-        up = t.matrix(p + "ffn_up_exps.weight", ffn, d, n_exp)
-        gate = up if spec.activation in UNGATED else t.matrix(p + "ffn_gate_exps.weight", ffn, d, n_exp)
-        return gate, up, t.matrix(p + "ffn_down_exps.weight", d, ffn, n_exp)
+        if spec.activation in UNGATED:   # (up stands in the gate's place, unread)
+            up = t.matrix(p + "ffn_up_exps.weight", ffn, d, n_exp)
+            return up, up, t.matrix(p + "ffn_down_exps.weight", d, ffn, n_exp)
+        return (t.matrix(p + "ffn_gate_exps.weight", ffn, d, n_exp), t.matrix(p + "ffn_up_exps.weight", ffn, d, n_exp),
+                t.matrix(p + "ffn_down_exps.weight", d, ffn, n_exp))
     if spec.activation in UNGATED:   # no gate (Arcee, Apertus): up stands in its place, unread
         up = t.matrix(p + "ffn_up.weight", ffn, d)
         return up, up, t.matrix(p + "ffn_down.weight", d, ffn)
@@ -462,9 +464,9 @@ def _expert_pieces(spec: TransformerSpec, i: int, t: _Tensors) -> Dict[str, Any]
             raise GGUFError(f"{p}exp_probs_b.bias: the experts' selection biases must be finite")
     sh = moe.shared_ffn_dim
     if sh:   # (without a gate, up stands in the gate's place, unread)
+        gate = None if spec.activation in UNGATED else t.matrix(p + "ffn_gate_shexp.weight", sh, d)
         up = t.matrix(p + "ffn_up_shexp.weight", sh, d)
-        pieces.update(shared_gate=up if spec.activation in UNGATED else t.matrix(p + "ffn_gate_shexp.weight", sh, d),
-                      shared_up=up, shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh))
+        pieces.update(shared_gate=gate or up, shared_up=up, shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh))
         if moe.shared_gated:
             pieces["shared_gate_inp"] = t.vector(p + "ffn_gate_inp_shexp.weight", d)
     return pieces

@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from . import numpy_dense2 as nd
 from . import numpy_families as nf
 from .numpy_mamba2 import GraniteHybridReference
 
@@ -32,19 +33,13 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-class _LayerNormBiased(nf.Transformer):
-    neox = True
-
-    def layernorm(self, x, name):
-        mu = x.mean(axis=-1, keepdims=True)
-        c = x - mu
-        return c / np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + self.eps) * self.t[name + ".weight"] \
-            + self.t[name + ".bias"]
+class _LayerNormBiased(nd.StableLM):
+    """StableLM's reading (LayerNorms with biases, NEOX RoPE over rope.dimension_count,
+    q/k/v biases where present) with a biased output projection and a biased GELU FFN."""
 
     def qkv(self, i, h):
         p = f"blk.{i}."
         if p + "attn_qkv.weight" not in self.t:
-            self.qkv_bias = p + "attn_q.bias" in self.t
             return super().qkv(i, h)
         qkv = h @ self.t[p + "attn_qkv.weight"].T + self.t[p + "attn_qkv.bias"]
         q_dim, kv_dim = self.n_head * self.head_dim, self.n_kv_head * self.head_dim
@@ -69,13 +64,7 @@ class Phi2(_LayerNormBiased):
 
 
 class StarCoder2(_LayerNormBiased):
-    def block(self, i, x, pos):
-        p = f"blk.{i}."
-        x = x + self.attention(i, self.layernorm(x, p + "attn_norm"), pos)
-        return x + self.ffn(i, self.layernorm(x, p + "ffn_norm"))
-
-    def logits(self, x):
-        return self.layernorm(x, "output_norm") @ self.head.T
+    """StableLM's sequential blocks and unbiased head."""
 
 
 class NemotronH(GraniteHybridReference):
