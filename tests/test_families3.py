@@ -378,7 +378,7 @@ MOE_KEYS = tm.FAMILIES3["nemotron_h_moe"].extra
 @pytest.mark.parametrize("key, value, names", [
     ("moe_latent_size", 64, ["nemotron_h_moe.moe_latent_size"]),
     ("expert_group_count", 2, ["nemotron_h_moe.expert_group_count"]),
-    ("expert_used_count", [2, 2, 2, 2, 4, 2], ["nemotron_h_moe.expert_count", "nemotron_h_moe.expert_used_count",
+    ("expert_used_count", [0, 2, 0, 0, 4, 0], ["nemotron_h_moe.expert_count", "nemotron_h_moe.expert_used_count",
                                               "nemotron_h_moe.expert_feed_forward_length"]),
     ("expert_shared_count", 2, ["nemotron_h_moe.expert_shared_count"]),
     ("nextn_predict_layers", 1, ["nemotron_h_moe.nextn_predict_layers"]),

@@ -95,9 +95,10 @@ def _experts(hp: HParams, n_layers: int, widths: List[int]) -> MoE:
     relu(h Wup_e)^2 Wdown_e, plus a shared expert of the same kind on every token."""
     names = [hp.key(k) for k in ("expert_count", "expert_used_count", "expert_feed_forward_length")]
     n_experts = hp.integer("expert_count", hi=MAX_EXPERTS)
-    used = {as_integer(v, names[1]) for v in hp.per_layer("expert_used_count", n_layers)}
-    width = {as_integer(v, names[2]) for v in hp.per_layer("expert_feed_forward_length", n_layers)}
-    if len(used) != 1 or len(width) != 1 or set(widths) - width:
+    # (Puzzle's per-layer arrays hold 0 on the layers without experts)
+    used = {as_integer(v, names[1], lo=0) for v in hp.per_layer("expert_used_count", n_layers)}
+    width = {as_integer(v, names[2], lo=0) for v in hp.per_layer("expert_feed_forward_length", n_layers)}
+    if len(used) != 1 or len(width) != 1 or set(widths) - width or 0 in used | width:
         raise UnsupportedModelError(f"{hp.arch} file: experts of different counts or widths per layer (Nemotron 3 "
                                     "Puzzle) are not implemented", names)
     if hp.integer("moe_latent_size", 0, lo=0):   # Nemotron 3 Super's latent projections
