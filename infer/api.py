@@ -6,7 +6,8 @@ OpenAI wire shape (``id``, ``object``, ``created``, ``model``, ``choices`` with
 the official clients accept.  Chat runs on `ChatSession` and completions on
 `generate`: the same templates, stop rules, tool-call parsing and KV reuse.
 Thinking comes back as ``reasoning_content`` and tool calls as ``tool_calls``,
-as llama-server sends them.
+as llama-server sends them; a chat choice ended by one of ``stop`` names it in
+``stop_reason``, as vLLM does.
 
 Every option is checked before anything runs.  A wrong type or value raises
 `InvalidRequestError` naming the field; an option this runtime cannot honour
@@ -518,6 +519,15 @@ def _finish(reply: Any) -> str:
     return "length" if reply.finish_reason == "interrupted" else str(reply.finish_reason)
 
 
+def _with_stop_reason(choice: dict[str, Any], reply: Any) -> dict[str, Any]:
+    """The choice, with vLLM's ``stop_reason`` (the stop string that ended it) when one
+    did: finish_reason "stop" alone does not tell it from the end of the turn (Anthropic's
+    stop_sequence needs it)."""
+    if reply.stop_string is not None:
+        choice["stop_reason"] = reply.stop_string
+    return choice
+
+
 def _reply_logprobs(reply: Any) -> Optional[dict[str, Any]]:
     """OpenAI's choice ``logprobs``: ``{"content": [...]}`` when they were asked for."""
     return None if reply.logprobs is None else {"content": reply.logprobs}
@@ -531,8 +541,9 @@ def _chat_response(steps: Iterator[Any], head: dict[str, Any], ctx: Any) -> dict
     cached: Optional[int] = None
     for index, item in steps:
         if isinstance(item, Reply):
-            choices.append({"index": index, "message": _reply_message(item),
-                            "logprobs": _reply_logprobs(item), "finish_reason": _finish(item)})
+            choices.append(_with_stop_reason({"index": index, "message": _reply_message(item),
+                                              "logprobs": _reply_logprobs(item), "finish_reason": _finish(item)},
+                                             item))
             prompt = item.prompt_tokens
             completion += item.completion_tokens
             if cached is None:
@@ -573,7 +584,9 @@ def _chat_chunks(model: Any, context: Any, run: Any, head: dict[str, Any],
                     calls = [dict(c.to_openai(), index=j) for j, c in enumerate(item.tool_calls)]
                     yield chunk(index, {"tool_calls": calls})
                 rest = None if item.logprobs is None else {"content": item.logprobs[sent:]}
-                yield chunk(index, {}, _finish(item), rest)
+                finishing = chunk(index, {}, _finish(item), rest)
+                _with_stop_reason(finishing["choices"][0], item)
+                yield finishing
                 prompt = item.prompt_tokens
                 completion += item.completion_tokens
                 if cached is None:
@@ -860,10 +873,11 @@ def _create_completion(
 # ---- embeddings ------------------------------------------------------------------------------
 def create_embedding(model: Any, input: Union[str, list[str], list[int], list[list[int]]], *,
                      encoding_format: str = "float",
-                     pooling: str = "mean", user: Optional[str] = None, dimensions: Optional[int] = None,
+                     pooling: Optional[str] = None, user: Optional[str] = None, dimensions: Optional[int] = None,
                      model_name: Optional[str] = None, **ignored: Any) -> dict[str, Any]:
-    """OpenAI's ``POST /v1/embeddings``: unit-length mean-pooled embeddings of the final
-    hidden states (`Model.embed`), one per input, as a ``list`` of ``embedding``s.  An
+    """OpenAI's ``POST /v1/embeddings``: unit-length pooled embeddings of the final hidden
+    states (`Model.embed`; the file's pooling, else mean), one per input, as a ``list``
+    of ``embedding``s.  An
     input is a text, or token ids (a list of ints, or a list of such lists), as OpenAI
     takes them and LangChain's OpenAIEmbeddings sends them."""
     import base64
@@ -882,8 +896,15 @@ def create_embedding(model: Any, input: Union[str, list[str], list[int], list[li
                                   "a list of token ids or a list of such lists", "input")
     if encoding_format not in ("float", "base64"):
         raise InvalidRequestError("encoding_format: expected 'float' or 'base64'", "encoding_format")
-    if pooling not in ("mean", "last", "cls"):
+    if pooling is not None and pooling not in ("mean", "last", "cls"):
         raise InvalidRequestError("pooling: expected 'mean', 'last' or 'cls'", "pooling")
+    if pooling is None:
+        from .embeddings import file_pooling
+
+        try:
+            pooling = file_pooling(model)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), "pooling") from None
     if dimensions is not None:
         raise UnsupportedOptionError("dimensions is not supported (the model's width is fixed)", "dimensions")
     if ignored:
@@ -897,8 +918,8 @@ def create_embedding(model: Any, input: Union[str, list[str], list[int], list[li
     limit = int(model.engine.max_seq_len)
     longest = max(lengths)
     if longest > limit:
-        raise InvalidRequestError(f"input: a text of {longest} tokens exceeds the model's context of {limit}",
-                                  "input", "context_length_exceeded")
+        raise InvalidRequestError(f"input: input is too large: a text of {longest} tokens exceeds the model's "
+                                  f"context of {limit}", "input", "context_length_exceeded")
     vectors = model.embed(encoded, pooling=pooling, normalize=True)  # the ids, not tokenized again
     data = []
     for i, vec in enumerate(vectors):

@@ -172,6 +172,8 @@ class ReplyParser:
         self.thinking: list[str] = []
         self.tool_texts: list[str] = []
         self.stopped = False
+        #: the stop text that ended the reply (one of ``stops``), else None
+        self.stop_text: Optional[str] = None
         self._drop_space = self.state == THINK  # whitespace after a block is template padding
         self._started = False
 
@@ -228,7 +230,7 @@ class ReplyParser:
                     self.buf = marker + self.buf  # the calls, read whole at the end
                     self.state = JSON
                 else:
-                    self.stopped = True
+                    self.stopped, self.stop_text = True, marker
                     self.buf = ""
                     break
             elif self.state == THINK:
@@ -383,6 +385,8 @@ class HarmonyParser:
         self.thinking: list[str] = []
         self.tool_texts: list[str] = []
         self.stopped = False
+        #: the stop text that ended the reply (one of ``stops``), else None
+        self.stop_text: Optional[str] = None
 
     def feed(self, text: str) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
@@ -436,6 +440,7 @@ class HarmonyParser:
             self._emit(out, CONTENT if raw else self.kind, body)
         if raw or marker != HARMONY_END:
             self.stopped, self.buf = True, ""
+            self.stop_text = marker if marker in self.stops else None
         else:
             self.state = HEADER
         return True

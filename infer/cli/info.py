@@ -134,10 +134,32 @@ def describe_model(f: Any) -> dict[str, Any]:
         "fallback_chat_template": (None if isinstance(md.get("tokenizer.chat_template"), str)
                                    else fallback_family(md, set(t for t in tokens if isinstance(t, str)).__contains__)),
         "tensor_types": dict(sorted(types.items(), key=lambda kv: -kv[1])),
+        "encoder": _encoder_summary(arch, arch_key, "cls.output.weight" in f.tensors or "cls.weight" in f.tensors),
         "tensors": [{"name": t.name, "type": t.dtype.name, "shape": list(t.shape), "bytes": t.nbytes}
                     for t in f.tensors.values()],
         "metadata": metadata,
     }
+
+
+#: the embedding (encoder) architectures: they embed or rerank, and never chat
+ENCODER_ARCHS = ("bert", "nomic-bert")
+
+
+def _encoder_summary(arch: str, arch_key: Any, has_head: bool) -> Optional[dict[str, Any]]:
+    """An encoder's pooling (llama.cpp's pooling_type; rank for a file with a
+    classification head and no pooling_type, as infer reads it) and its output: the
+    embedding width, or the classification head's labels of a reranker."""
+    if arch not in ENCODER_ARCHS:
+        return None
+    from ..variants.bert import POOLING_TYPES
+
+    pooling = arch_key("pooling_type")
+    if pooling is None and has_head:
+        pooling = 4
+    labels = arch_key("classifier.output_labels")
+    return {"pooling": POOLING_TYPES.get(pooling, f"unknown ({pooling})") if isinstance(pooling, int) else "none",
+            "dimensions": arch_key("embedding_length"),
+            "labels": list(labels) if isinstance(labels, list) else None}
 
 
 #: the architectures whose ssm.* keys size Mamba2 layers (a layer with 0 KV heads is one;
@@ -281,9 +303,16 @@ def format_model(s: dict[str, Any]) -> str:
         f"{role} {tok['id']}" + (f" {tok['text']!r}" if tok["text"] is not None else " (out of range)")
         for role, tok in s["special_tokens"].items()) or "none"))
     template = s["metadata"].get("tokenizer.chat_template")
-    rows.append(("chat template", f"yes ({len(template)} characters)" if s["chat_template"] else
-                 f"no: looks like a base model (made to continue text, not to chat); "
-                 f"chat uses the built-in {s['fallback_chat_template']!r} template"))
+    encoder = s.get("encoder")
+    if encoder is not None:
+        use = ("reranking: scores (query, document) pairs (model.rerank, /v1/rerank)"
+               if encoder["pooling"] == "rank" else f"embeddings of {encoder['dimensions']} dimensions "
+               f"(model.embed, infer embed, /v1/embeddings)")
+        rows.append(("encoder", f"{use}; pooling {encoder['pooling']}; no text generation"))
+    else:
+        rows.append(("chat template", f"yes ({len(template)} characters)" if s["chat_template"] else
+                     f"no: looks like a base model (made to continue text, not to chat); "
+                     f"chat uses the built-in {s['fallback_chat_template']!r} template"))
     split = s["metadata"].get("split.count")
     if isinstance(split, int) and split > 1:
         number = s["metadata"].get("split.no")

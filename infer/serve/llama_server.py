@@ -379,6 +379,46 @@ def create_completion(
     return results[0] if len(results) == 1 else results
 
 
+def create_infill(model: Any, input_prefix: Any = None, input_suffix: Any = None, input_extra: Any = None,
+                  prompt: Any = None, *, context: Any = None, server_n_predict: int = -1, spm_infill: bool = False,
+                  **fields: Any) -> Any:
+    """llama-server's ``POST /infill``: the code between ``input_prefix`` and
+    ``input_suffix`` (texts, or token ids mixed with texts), with other files'
+    ``input_extra`` chunks ({"filename", "text"}) as context and ``prompt`` continued
+    after the prefix, in its fill-in-the-middle layout (`infer.infill`); the rest as
+    `create_completion` (its fields, response and stream).  ``server_n_predict`` is
+    the server's ``-n`` (-1: none), which bounds the extra context as llama-server's
+    does.  A model without FIM tokens raises `infill.InfillUnsupportedError`."""
+    from ..infill import infill_prompt
+
+    for name, value in (("input_prefix", input_prefix), ("input_suffix", input_suffix)):
+        if value is None:
+            raise InvalidRequestError(f'"{name}" is required', name)
+    if prompt is not None and not isinstance(prompt, str):
+        raise InvalidRequestError('"prompt" must be a string', "prompt")
+    if input_extra is None:
+        input_extra = []
+    if not isinstance(input_extra, list):
+        raise InvalidRequestError('"input_extra" must be an array of {"filename": string, "text": string}',
+                                  "input_extra")
+    extra = []
+    for i, chunk in enumerate(input_extra):
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("text"), str):
+            raise InvalidRequestError(f'input_extra[{i}]: must contain a "text" field with a string value',
+                                      "input_extra")
+        name = chunk.get("filename", "tmp")
+        if not isinstance(name, str):
+            raise InvalidRequestError(f'input_extra[{i}]: "filename" must be a string', "input_extra")
+        extra.append((name, chunk["text"]))
+    if context is None:
+        context = model.create_context()
+    ids = infill_prompt(model.tokenizer, prompt_ids(model, input_prefix, False, False, "input_prefix"),
+                        prompt_ids(model, input_suffix, False, False, "input_suffix"), extra,
+                        prompt_ids(model, prompt or "", False, True), n_ctx=int(context.n_ctx),
+                        n_predict=server_n_predict, suffix_first=spm_infill)
+    return create_completion(model, ids, context=context, **fields)
+
+
 def _pick_fields(result: Mapping[str, Any], paths: list[str]) -> dict[str, Any]:
     """``response_fields``: the fields named, a path ``a/b`` under its own name at the
     top; those missing left out (llama.cpp's json_get_nested_values)."""
@@ -594,6 +634,38 @@ def routes(server: "_Server", slots_endpoint: bool = True) -> list[Route]:
         return await server.run_completion(request, endpoint, create_completion, body, cache_prompt=cache_prompt,
                                            reply_limit=limit, dialect=LLAMA)
 
+    infill_fields = completion_fields | _accepted_fields(create_infill) - {"server_n_predict", "spm_infill"}
+
+    async def infill(request: Request) -> Response:
+        from ..infill import InfillUnsupportedError, fim_ids
+
+        endpoint = "/infill"
+        body = await server.read_json(request, LLAMA)
+        if isinstance(body, Response):
+            server.metrics.count_request(endpoint, body.status_code)
+            return body
+        body.pop("model", None)
+        try:
+            fim_ids(model.tokenizer)
+        except InfillUnsupportedError as exc:
+            server.metrics.count_request(endpoint, 501)
+            return _error(501, str(exc))
+        try:
+            _unknown(body, infill_fields)
+            cache_prompt = _flag(body, "cache_prompt", True)
+        except InvalidRequestError as exc:
+            server.metrics.count_request(endpoint, 400)
+            return _error(400, str(exc))
+        body.pop("cache_prompt", None)
+        server.add_sampling_defaults(body, create_completion)
+        body["server_n_predict"] = server.sampling_defaults.get("n_predict", -1)
+        try:
+            limit = reply_limit(body)
+        except InvalidRequestError:
+            limit = None  # create_completion refuses it, in the same shape as its other errors
+        return await server.run_completion(request, endpoint, create_infill, body, cache_prompt=cache_prompt,
+                                           reply_limit=limit, dialect=LLAMA)
+
     async def props(request: Request) -> Response:
         return JSONResponse(properties(server, slots_endpoint))
 
@@ -618,6 +690,7 @@ def routes(server: "_Server", slots_endpoint: bool = True) -> list[Route]:
     return [
         Route("/completion", completion, methods=["POST"]),
         Route("/completions", completion, methods=["POST"]),
+        Route("/infill", infill, methods=["POST"]),
         post("/tokenize", tokenize),
         post("/detokenize", detokenize),
         post("/apply-template", apply_template),

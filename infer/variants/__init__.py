@@ -1,6 +1,7 @@
 """Built-in model variants; importing this package registers their architectures."""
 from . import apertus  # noqa: F401
 from . import arcee  # noqa: F401
+from . import bert  # noqa: F401
 from . import cohere2  # noqa: F401
 from . import ernie4_5  # noqa: F401
 from . import exaone  # noqa: F401
