@@ -1,5 +1,5 @@
-"""Phi-2, StarCoder2 and Nemotron-H (``tiny_models.FAMILIES3``) on tiny random-weight
-files, against two independent references: the float64 numpy forward passes of
+"""Phi-2, StarCoder2, Nemotron-H and Nemotron 3 Nano (``tiny_models.FAMILIES3``) on tiny
+random-weight files, against two independent references: the float64 numpy forward passes of
 tests/reference/numpy_families3.py and llama.cpp's teacher-forced logits on the same
 files (tests/data/llama_cpp_families3.npz; tests/data/README.md).
 
