@@ -31,6 +31,8 @@ _DEEPSEEK_CALL = re.compile(r"<｜tool▁call▁begin｜>\s*(?:function)?\s*<｜
 # LFM2 / LFM2.5 write <|tool_call_start|>[name(arg=value, ...), ...]<|tool_call_end|>: a Python-style
 # list of calls whose values may also be JSON's true / false / null (llama.cpp common/parsers/lfm2.cpp).
 LFM2_TOOL_MARKERS = ("<|tool_call_start|>", "<|tool_call_end|>")
+#: Nemotron Nano 2's: a JSON list of calls between them (llama.cpp's "Nemotron V2" chat format)
+NEMOTRON_TOOL_MARKERS = ("<TOOLCALL>", "</TOOLCALL>")
 #: the texts that open a reply made of tool calls, and what each leaves of itself before the JSON
 CALL_PREFIXES = ((PYTHON_TAG, ""), (MISTRAL_TOOL_CALLS, ""), (GRANITE_TOOL_CALL, ""), (FUNCTOOLS, "["),
                  (DEEPSEEK_TOOL_CALLS, DEEPSEEK_TOOL_CALLS))
@@ -305,6 +307,8 @@ class ReplyParser:
     def _add_tool_text(self, text: str) -> None:
         if self.tool == LFM2_TOOL_MARKERS:   # a Python-style list of calls
             self.tool_texts.extend(python_tool_calls(text))
+        elif self.tool == NEMOTRON_TOOL_MARKERS:   # a JSON list (a malformed one: one bad call)
+            self.tool_texts.extend(json_tool_calls(text) or [text])
         else:
             self.tool_texts.append(text)
 
