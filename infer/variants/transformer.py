@@ -125,6 +125,9 @@ class TransformerEngine(Engine):
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
         spec = spec or self.spec
+        if any(layer.parallel_mamba2 for layer in spec.layers):
+            raise NotImplementedError("the fused decode step has no Mamba2 mixers beside attention (Falcon-H1): "
+                                      "this model decodes through the Python blocks")
         if spec.mamba2_layers:
             raise NotImplementedError("the fused decode step has no Mamba2 layers: this model "
                                       "decodes through the Python blocks")
@@ -212,8 +215,8 @@ class TransformerEngine(Engine):
 
 def _fused_layers(spec: TransformerSpec) -> bool:
     """Whether the fused step has every layer's shape: each a mixer and an FFN, and
-    experts with a gate."""
-    return all(layer.ffn and layer.kind != "mlp" for layer in spec.layers) and \
+    experts with a gate; not Falcon-H1's Mamba2 mixers beside attention."""
+    return all(layer.ffn and layer.kind != "mlp" and not layer.parallel_mamba2 for layer in spec.layers) and \
         (spec.moe is None or spec.activation not in UNGATED)
 
 
@@ -441,6 +444,8 @@ class TransformerContext(Context):
             self._mamba2(w, li, s, segments)
         elif kind != "mlp":   # an "mlp" layer is its FFN alone, on the attn_norm'd h1
             self._attention(w, li, s, segments)
+            if spec.layers[li].parallel_mamba2:   # Falcon-H1: its mixer reads the same h1
+                self._mamba2(w, li, s, segments)
         if not spec.layers[li].ffn:   # the mixer alone (Nemotron-H)
             return
         ffn = spec.layer_ffn_dim(li)
@@ -633,7 +638,7 @@ class TransformerContext(Context):
         S, which advance through the segment's tokens in order."""
         m2 = self.spec.mamba2
         assert m2 is not None and w.ssm_in is not None and w.ssm_conv is not None and w.ssm_dt is not None
-        assert w.ssm_a is not None and w.ssm_d is not None and w.ssm_norm is not None and w.ssm_out is not None
+        assert w.ssm_a is not None and w.ssm_d is not None and w.ssm_out is not None
         mi = self.spec.mamba2_layers.index(li)
         n, inner, conv_dim = s.n, m2.d_inner, m2.conv_dim
         zxbcdt = s.rows(s.m2_in, m2.in_dim)
@@ -656,9 +661,10 @@ class TransformerContext(Context):
             K.mamba2_scan(np.ascontiguousarray(conv), np.ascontiguousarray(dt[lo:hi]), w.ssm_a.data, w.ssm_d.data,
                           ctx.ssm_state[mi], y[lo:hi], m2.d_state, m2.n_groups)
         y *= z * _sigmoid(z)
-        grouped = y.reshape(n * m2.n_groups, inner // m2.n_groups)
-        K.rmsnorm(grouped, s.ones(inner // m2.n_groups), grouped, self.spec.rms_eps)
-        y *= w.ssm_norm.data
+        if w.ssm_norm is not None:   # (Mamba2.gated_norm)
+            grouped = y.reshape(n * m2.n_groups, inner // m2.n_groups)
+            K.rmsnorm(grouped, s.ones(inner // m2.n_groups), grouped, self.spec.rms_eps)
+            y *= w.ssm_norm.data
         s.mul(y, (w.ssm_out, s.h2))
         self._residual(s, None)
 
