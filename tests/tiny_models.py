@@ -1209,8 +1209,8 @@ def falcon_h1_checkpoint(t: Tiny) -> Dict[str, np.ndarray]:
     for i in range(t.n_layer):
         p = f"model.layers.{i}."
         ck[p + "input_layernorm.weight"] = norm(d)
-        ck[p + "self_attn.q_proj.weight"] = mat(t.n_head * hd, d, 2.0)
-        ck[p + "self_attn.k_proj.weight"] = mat(t.n_kv_head * hd, d, 2.0 / sh.key_multiplier)
+        ck[p + "self_attn.q_proj.weight"] = mat(t.n_head * hd, d)
+        ck[p + "self_attn.k_proj.weight"] = mat(t.n_kv_head * hd, d, 1.0 / sh.key_multiplier)
         ck[p + "self_attn.v_proj.weight"] = mat(t.n_kv_head * hd, d)
         ck[p + "self_attn.o_proj.weight"] = mat(d, t.n_head * hd, 2.0)
         ck[p + "mamba.in_proj.weight"] = mat(inner + conv_dim + H, d, 2.0)

@@ -28,7 +28,6 @@ blocks: the fused C step has no Mamba2 mixer beside attention.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional, Tuple
 
 from ..runtime import UnsupportedModelError, register_variant
@@ -47,7 +46,7 @@ def falcon_h1_spec(gguf_file: Any) -> Tuple[TransformerSpec, HParams, Tuple[str,
     dim = hp.integer("embedding_length")
     n_heads = hp.integer("attention.head_count")
     n_kv_heads, head_dim = attention_shape(hp, dim, n_heads, [hp.integer("attention.head_count_kv", n_heads)])
-    m2 = dataclasses.replace(mamba2_sizes(hp), gated_norm="blk.0.ssm_norm.weight" in tensors)
+    m2 = mamba2_sizes(hp, gated_norm="blk.0.ssm_norm.weight" in tensors)
     max_seq_len = hp.integer("context_length")
     rope, used = read_rope(hp, tensors, head_dim, "neox", max_seq_len, ())
     if rope.long is not None:
