@@ -21,8 +21,8 @@ import sys
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import (LLAMA_CPP_MIN_COS, assert_agrees, assert_batched_equals_alone, clear_top1, cosines,
-                           recorded_logits, recording, tiny_file)
+from family_checks import (assert_agrees, assert_batched_equals_alone, clear_top1, cosines, recorded_logits, recording,
+                           tiny_file)
 from reference.numpy_qwen_vl import reference
 from scripted import GreedySampler, ScriptedTokenizer, scripted_model
 from test_chat_families import CONVERSATIONS, QWEN, WEATHER, hf_render
@@ -214,7 +214,8 @@ def test_images_get_a_clear_400(tiny_dir):
     from infer.serve.app import create_app
 
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGk="}}
-    with infer.load(tiny_file("qwen3vl", tiny_dir)) as model, app_server(create_app(model, ctx_size=128, model_name="m")) as base:
+    with infer.load(tiny_file("qwen3vl", tiny_dir)) as model, \
+            app_server(create_app(model, ctx_size=128, model_name="m")) as base:
         client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0)
         with pytest.raises(openai.BadRequestError) as caught:
             client.chat.completions.create(model="m", messages=[
