@@ -215,9 +215,10 @@ class TransformerEngine(Engine):
 
 def _fused_layers(spec: TransformerSpec) -> bool:
     """Whether the fused step has every layer's shape: each a mixer and an FFN, and
-    experts with a gate; not Falcon-H1's Mamba2 mixers beside attention."""
+    experts with a gate; not Falcon-H1's Mamba2 mixers beside attention, nor Mamba2
+    mixers without the gated norm."""
     return all(layer.ffn and layer.kind != "mlp" and not layer.parallel_mamba2 for layer in spec.layers) and \
-        (spec.moe is None or spec.activation not in UNGATED)
+        (spec.moe is None or spec.activation not in UNGATED) and (spec.mamba2 is None or spec.mamba2.gated_norm)
 
 
 def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
@@ -632,9 +633,9 @@ class TransformerContext(Context):
         self._residual(s, None)
 
     def _mamba2(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"]) -> None:
-        """The Mamba2 half of a Granite 4.0-H block: s.h1 (normed) -> x += the SSM
-        mixer (spec.py; llama.cpp build_mamba2_layer and ggml's ssm_conv / ssm_scan).
-        Each context keeps the layer's last conv_kernel - 1 conv inputs and its state
+        """The Mamba2 half of a Granite 4.0-H block (or Falcon-H1's, beside its
+        attention): s.h1 (normed) -> x += the SSM mixer (spec.py; llama.cpp
+        build_mamba2_layer and ggml's ssm_conv / ssm_scan).  Each context keeps the layer's last conv_kernel - 1 conv inputs and its state
         S, which advance through the segment's tokens in order."""
         m2 = self.spec.mamba2
         assert m2 is not None and w.ssm_in is not None and w.ssm_conv is not None and w.ssm_dt is not None
