@@ -124,10 +124,10 @@ class TransformerEngine(Engine):
     def fused_step(self, spec: Optional[TransformerSpec] = None) -> Any:
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
-        spec = spec or self.spec
-        if any(layer.parallel_mamba2 for layer in spec.layers):
+        if any(layer.parallel_mamba2 for layer in (spec or self.spec).layers):
             raise NotImplementedError("the fused decode step has no Mamba2 mixers beside attention (Falcon-H1): "
                                       "this model decodes through the Python blocks")
+        spec = spec or self.spec
         if spec.mamba2_layers:
             raise NotImplementedError("the fused decode step has no Mamba2 layers: this model "
                                       "decodes through the Python blocks")
