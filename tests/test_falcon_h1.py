@@ -15,7 +15,8 @@ checkpoint with the multipliers applied where HF applies them, and the file's ow
 * each multiplier, the Mamba2 mixer beside attention and the attention beside it are
   features the recorded data tells apart: the reference without one no longer agrees;
 * truncate_to, saved states and copies are exact; batched decode and `infer serve`'s
-  scheduler give what decoding alone gives; `infer generate` and `infer info` run;
+  scheduler give what decoding alone gives, and a chat whose history was edited what a
+  fresh chat gives; `infer generate` and `infer info` run;
 * what llama.cpp would run differently, or the fork's unfolded files, are refused.
 """
 import copy
@@ -37,6 +38,7 @@ from test_unsupported import refused
 from under_test import IMPORT_ROOT
 
 import infer
+from infer.chat import BaseModelWarning
 from infer.gguf import GGUFError
 
 NAMES = list(tm.FALCON_H1)
@@ -313,3 +315,27 @@ def test_the_ffn_norm_is_read_by_the_converters_name(tmp_path):
                                                                           for i in range(t.n_layer)))
     with pytest.raises(GGUFError, match="blk.0.ffn_norm"):
         infer.load(path)
+
+
+def test_a_chat_with_an_edited_history_gives_what_a_fresh_chat_gives(tiny_dir):
+    """Chat reuses the cached prefix of an edited history: the Mamba2 state goes back to
+    the checkpoint at the first turn's prompt (19 tokens) and the rest is evaluated
+    again.  The reply, with each token's log-probability, is a fresh session's on the
+    same history.  (The tiny file has no template, so chat renders ChatML; llama.cpp's
+    models/templates has no Falcon-H1 one.)"""
+    with infer.load(tiny_file("falcon-h1", tiny_dir)) as model:
+        with pytest.warns(BaseModelWarning, match="built-in 'chatml'"):
+            chat = infer.ChatSession(model, temperature=0, max_tokens=6, n_ctx=256)
+        chat.send("Hello world!")
+        chat.send("Numbers like 12")
+        edited = chat.history[:2]
+        edited[1] = {"role": "assistant", "content": "Hello."}
+        chat.history = edited
+        again = chat.send("Inference on a CPU is fast", logprobs=1)
+        assert again.cached_tokens == 19
+        fresh = infer.ChatSession(model, temperature=0, max_tokens=6, n_ctx=256)   # (warned once a model)
+        fresh.history = edited
+        alone = fresh.send("Inference on a CPU is fast", logprobs=1)
+        assert alone.cached_tokens == 0 and alone.text == again.text and alone.completion_tokens == 6
+        np.testing.assert_allclose([p["logprob"] for p in again.logprobs], [p["logprob"] for p in alone.logprobs],
+                                   atol=1e-5)
