@@ -635,8 +635,9 @@ class TransformerContext(Context):
     def _mamba2(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"]) -> None:
         """The Mamba2 half of a Granite 4.0-H block (or Falcon-H1's, beside its
         attention): s.h1 (normed) -> x += the SSM mixer (spec.py; llama.cpp
-        build_mamba2_layer and ggml's ssm_conv / ssm_scan).  Each context keeps the layer's last conv_kernel - 1 conv inputs and its state
-        S, which advance through the segment's tokens in order."""
+        build_mamba2_layer and ggml's ssm_conv / ssm_scan).  Each context keeps the
+        layer's last conv_kernel - 1 conv inputs and its state S, which advance through
+        the segment's tokens in order."""
         m2 = self.spec.mamba2
         assert m2 is not None and w.ssm_in is not None and w.ssm_conv is not None and w.ssm_dt is not None
         assert w.ssm_a is not None and w.ssm_d is not None and w.ssm_out is not None
