@@ -527,15 +527,16 @@ FAMILIES3: Dict[str, Tiny] = {n: t for n, t in [
 ]}
 #: deepseek2 (`write_deepseek2`, tests/test_mla.py, llama_cpp_mla.npz): MLA with a latent of
 #: 64 and a rope key of 16, 4 heads of nope 32 + rope 16 and values of 48, a dense first layer
-#: then 8 experts of 64 with shared experts.
+#: then 8 experts of 64 with shared experts.  The prompts (prompt_seed) are those of 40 seeds
+#: whose reference routing has the largest smallest gap between the last expert chosen and the next.
 MLA_FILES: Dict[str, Tiny] = {n: t for n, t in [
     # V2-Lite's shape: plain attn_q, softmax routing (no gating key), unnormalised weights
     ("deepseek2-lite", Tiny("deepseek2", 150, n_layer=3, tied=False, pre="qwen2", ffn=256, n_expert=8,
-                            expert_ffn=64, router_gain=MOE_ROUTER_GAIN, prompt_len=96,
+                            expert_ffn=64, router_gain=MOE_ROUTER_GAIN, prompt_len=96, prompt_seed=22,
                             mla=MlaShape(weights_scale=1.0))),
     # V2's: a low-rank q, YaRN with its log multiplier (0.1 mscale_all_dim), two shared experts
     ("deepseek2-yarn", Tiny("deepseek2", 151, n_layer=3, tied=False, pre="qwen2", ffn=256, n_expert=8,
-                            expert_ffn=64, router_gain=MOE_ROUTER_GAIN, prompt_len=96, n_ctx_train=1024,
+                            expert_ffn=64, router_gain=MOE_ROUTER_GAIN, prompt_len=96, prompt_seed=30,
                             mla=MlaShape(q_lora=96, n_shared=2, gating=1, weights_scale=1.0),
                             extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
                                    "rope.scaling.original_context_length": 256,
@@ -543,7 +544,7 @@ MLA_FILES: Dict[str, Tiny] = {n: t for n, t in [
     # V3's: sigmoid routing with selection biases in 4 groups of 4 experts (2 groups used),
     # weights normalised and scaled by 2.5
     ("deepseek2-v3", Tiny("deepseek2", 152, n_layer=3, tied=False, pre="qwen2", ffn=256, n_expert=16,
-                          expert_ffn=64, router_gain=MOE_ROUTER_GAIN, expert_bias=0.05, prompt_len=96,
+                          expert_ffn=64, router_gain=MOE_ROUTER_GAIN, expert_bias=0.05, prompt_len=96, prompt_seed=37,
                           mla=MlaShape(q_lora=96, gating=2, weights_norm=True, weights_scale=2.5, groups=4,
                                        groups_used=2, selection_bias=True, n_used=3),
                           extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
