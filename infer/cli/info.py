@@ -307,7 +307,7 @@ def format_model(s: dict[str, Any]) -> str:
     if mla is not None:
         rows.append(("MLA", f"latent {mla['latent']} + rope key {mla['rope']} cached "
                             f"({_human_bytes(mla['cache_bytes_per_token'])} per token in F16), heads of "
-                                         f"{mla['nope']} + {mla['rope']}, values {mla['value']}"
+                            f"{mla['nope']} + {mla['rope']}, values {mla['value']}"
                             + (f", q rank {mla['q_rank']}" if mla["q_rank"] else "")))
     m2 = s.get("mamba2")
     if m2 is not None:
