@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 import tiny_models as tm
 from family_checks import (
-    LLAMA_CPP_MIN_COS,
     assert_agrees,
     assert_batched_equals_alone,
     clear_top1,
