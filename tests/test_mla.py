@@ -11,7 +11,9 @@ independent references:
 
 ``deepseek2-lite`` is V2-Lite's shape (plain attn_q, softmax routing), ``deepseek2-yarn``
 V2's (a low-rank q, YaRN with its log multiplier), ``deepseek2-v3`` V3's (sigmoid routing
-with selection biases in expert groups, weights normalised and scaled).  The prompts
+with selection biases in expert groups, weights normalised and scaled), ``deepseek2-kvb``
+the older conversions' layout (one attn_kv_b, which llama.cpp decompresses into per-head
+keys and values, and caches those).  The prompts
 were chosen (of 40 seeds) so that every choice of experts is clear of a tie.
 """
 import copy
@@ -74,6 +76,7 @@ ABLATIONS = {
     "deepseek2-lite": ({"rope_parts": False}, {"kv_norm": False}),
     "deepseek2-yarn": ({"yarn_mscale": False}, {"rope_parts": False}),
     "deepseek2-v3": ({"use_bias": False}, {"groups": False}, {"yarn_mscale": False}),
+    "deepseek2-kvb": ({"rope_parts": False}, {"yarn_mscale": False}),
 }
 
 
@@ -145,8 +148,8 @@ def test_batched_decode_equals_one_at_a_time(tiny_dir):
             model.engine.fused_step()
 
 
-def test_truncate_copy_and_saved_state_continue_exactly(tiny_dir):
-    name = "deepseek2-yarn"
+@pytest.mark.parametrize("name", ["deepseek2-yarn", "deepseek2-kvb"])
+def test_truncate_copy_and_saved_state_continue_exactly(tiny_dir, name):
     path = tiny_file(name, tiny_dir)
     prompt = tm.prompt(name)
     other = (prompt[::-1] + 7) % 500
@@ -204,17 +207,22 @@ def _write(tmp_path, name="deepseek2-lite", **kw):
     return tm.write_deepseek2(tm.MLA_FILES[name], str(tmp_path / "f.gguf"), **kw)
 
 
-def test_the_older_unsplit_kv_b_layout_is_refused(tmp_path):
-    """Files converted before attn_k_b / attn_v_b (llama.cpp runs them as multi-head
-    attention over decompressed K and V): refused by name, not run another way."""
+def test_the_older_layout_caches_the_decompressed_heads(tiny_dir):
+    """attn_kv_b files run as llama.cpp runs them: a K and a V cache of a head per head
+    (keys of nope + rope, values of v_dim: both 48 here)."""
+    with infer.load(tiny_file("deepseek2-kvb", tiny_dir)) as model:
+        assert model.engine.spec.mla.decompressed
+        ctx = model.engine.create_context(n_ctx=64)
+        assert ctx.k_cache.shape == ctx.v_cache.shape == (3, 4, 64, 48)
+
+
+def test_attn_kv_b_beside_the_split_tensors_is_refused(tmp_path):
     m = tm.MLA_FILES["deepseek2-lite"].mla
     kv_b = np.zeros((4 * (m.nope + m.v_dim), m.kv_lora), np.float16)
-    more = {f"blk.{i}.attn_kv_b.weight": kv_b for i in range(3)}
-    path = _write(tmp_path, more_tensors=more, drop=("attention.key_length_mla", "attention.value_length_mla")
-                  + tuple(f"blk.{i}.attn_{p}_b.weight" for i in range(3) for p in "kv"))
+    path = _write(tmp_path, more_tensors={"blk.1.attn_kv_b.weight": kv_b})
     with pytest.raises(UnsupportedModelError, match="attn_kv_b") as e:
         infer.load(path)
-    assert "deepseek2.attention.key_length_mla" in e.value.names
+    assert "blk.1.attn_kv_b.weight" in e.value.names
 
 
 @pytest.mark.parametrize("key, value, match", [

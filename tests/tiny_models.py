@@ -207,6 +207,9 @@ class MlaShape:
     groups: int = 0
     groups_used: int = 0
     selection_bias: bool = False
+    #: the older conversions' layout: HF's kv_b_proj as one attn_kv_b, key_length and
+    #: value_length a decompressed head's, a KV head per head, no _mla lengths
+    legacy: bool = False
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
@@ -550,6 +553,13 @@ MLA_FILES: Dict[str, Tiny] = {n: t for n, t in [
                           extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
                                  "rope.scaling.original_context_length": 256,
                                  "rope.scaling.yarn_log_multiplier": 0.1})),
+    # the older conversions of V2-Lite: attn_kv_b, decompressed heads (llama.cpp's plain MHA path)
+    ("deepseek2-kvb", Tiny("deepseek2", 153, n_layer=3, tied=False, pre="qwen2", ffn=256, n_expert=8,
+                           expert_ffn=64, router_gain=MOE_ROUTER_GAIN, prompt_len=96, prompt_seed=7,
+                           mla=MlaShape(legacy=True, weights_scale=1.0),
+                           extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                                  "rope.scaling.original_context_length": 256,
+                                  "rope.scaling.yarn_log_multiplier": 0.0707})),
 ]}
 #: every tiny file (names are unique across the tables)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35, **MXFP4,
@@ -1361,6 +1371,8 @@ def write_deepseek2(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndar
         "attention.kv_lora_rank": m.kv_lora, "attention.key_length": m.kv_lora + m.rope,
         "attention.value_length": m.kv_lora, "attention.key_length_mla": m.nope + m.rope,
         "attention.value_length_mla": m.v_dim, "expert_feed_forward_length": t.expert_ffn,
+        **({"attention.head_count_kv": H, "attention.key_length": m.nope + m.rope, "attention.value_length": m.v_dim,
+            "attention.key_length_mla": None, "attention.value_length_mla": None} if m.legacy else {}),
         "expert_count": t.n_expert, "expert_shared_count": m.n_shared, "expert_used_count": m.n_used,
         "expert_weights_scale": m.weights_scale, "expert_weights_norm": m.weights_norm or None,
         "expert_gating_func": m.gating, "expert_group_count": m.groups or None,
@@ -1381,9 +1393,13 @@ def write_deepseek2(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndar
             tensors[p + "attn_q.weight"] = mat(H * (m.nope + m.rope), d, 2.0)
         tensors[p + "attn_kv_a_mqa.weight"] = mat(m.kv_lora + m.rope, d, 2.0)
         tensors[p + "attn_kv_a_norm.weight"] = norm(m.kv_lora)
-        kv_b = mat(H * (m.nope + m.v_dim), m.kv_lora, 1.5).reshape(H, m.nope + m.v_dim, m.kv_lora)
-        tensors[p + "attn_k_b.weight"] = np.ascontiguousarray(kv_b[:, :m.nope].transpose(0, 2, 1))
-        tensors[p + "attn_v_b.weight"] = np.ascontiguousarray(kv_b[:, m.nope:])
+        kv_b = mat(H * (m.nope + m.v_dim), m.kv_lora, 1.5)
+        if m.legacy:
+            tensors[p + "attn_kv_b.weight"] = kv_b
+        else:
+            kv_b = kv_b.reshape(H, m.nope + m.v_dim, m.kv_lora)
+            tensors[p + "attn_k_b.weight"] = np.ascontiguousarray(kv_b[:, :m.nope].transpose(0, 2, 1))
+            tensors[p + "attn_v_b.weight"] = np.ascontiguousarray(kv_b[:, m.nope:])
         tensors[p + "attn_output.weight"] = mat(d, H * m.v_dim)
         tensors[p + "ffn_norm.weight"] = norm(d)
         if i < m.n_dense:

@@ -21,10 +21,11 @@ YaRN: llama.cpp reads ``rope.scaling.yarn_log_multiplier`` (the converter writes
 takes mscale = mscale_all_dim, so cos and sin keep magnitude 1 and q.k is scaled by
 mscale^2 / sqrt(key_length_mla), mscale = 1 + 0.1 mscale_all_dim ln(factor).
 
-Refused by name: files of the older layout with the unsplit ``attn_kv_b`` (no
-``key_length_mla``; llama.cpp runs them as plain multi-head attention over
-decompressed K and V, which infer does not), MTP layers (``nextn_predict_layers``),
-the attention temperature (``attention.temperature_scale``).  ``deepseek2-ocr`` and
+Files of the older layout (no ``key_length_mla``: the unsplit ``attn_kv_b``,
+``key_length`` / ``value_length`` a decompressed head's, a KV head per head) run as
+llama.cpp runs them: the latent decompressed into per-head keys and values, which the
+context caches (`MLA.decompressed`).  Refused by name: MTP layers
+(``nextn_predict_layers``), the attention temperature (``attention.temperature_scale``).  ``deepseek2-ocr`` and
 V3.2's ``deepseek32`` (its indexer) are other architectures and stay unknown.
 The fused C decode step has no MLA layers: decoding runs through the Python blocks.
 """
@@ -57,17 +58,17 @@ def deepseek2_spec(gguf_file: Any) -> Tuple[TransformerSpec, HParams]:
                                         "implemented", [hp.key(name)])
     n_layers = hp.block_count(tensors)
     vocab = vocab_size(tensors)
-    if not hp.has("attention.key_length_mla") or any(k.endswith(".attn_kv_b.weight") for k in tensors):
-        raise UnsupportedModelError(
-            "deepseek2 file: the older layout with the unsplit attn_kv_b (no attention.key_length_mla) is not "
-            "implemented; a file converted by a newer llama.cpp (attn_k_b / attn_v_b) is",
-            [hp.key("attention.key_length_mla"), "attn_kv_b"])
     dim = hp.integer("embedding_length")
     n_heads = hp.integer("attention.head_count")
     rank = hp.integer("attention.kv_lora_rank")
-    q_head = hp.integer("attention.key_length_mla")
-    v_dim = hp.integer("attention.value_length_mla")
     rope_dim = hp.integer("rope.dimension_count")
+    # the older conversions (no _mla lengths) keep attn_kv_b, and llama.cpp decompresses it
+    decompressed = not hp.has("attention.key_length_mla")
+    if decompressed:
+        q_head, v_dim = _decompressed_shape(hp, n_heads, rope_dim)
+    else:
+        q_head = hp.integer("attention.key_length_mla")
+        v_dim = hp.integer("attention.value_length_mla")
     # llama.cpp's "lite" files (V2-Lite's 27 layers and a few others) have no low-rank q, whatever the key says
     lite = n_layers in (26, 27) or (n_layers == 48 and vocab == 128256)
     q_lora = hp.integer("attention.q_lora_rank", 0, lo=0)
@@ -76,7 +77,8 @@ def deepseek2_spec(gguf_file: Any) -> Tuple[TransformerSpec, HParams]:
     cache_dim = rank + rope_dim
     shape_keys = [hp.key(k) for k in ("attention.head_count_kv", "attention.key_length", "attention.value_length",
                                       "attention.key_length_mla", "rope.dimension_count")]
-    if (hp.integer("attention.head_count_kv", 1) != 1 or hp.integer("attention.key_length", cache_dim) != cache_dim
+    if not decompressed and (
+            hp.integer("attention.head_count_kv", 1) != 1 or hp.integer("attention.key_length", cache_dim) != cache_dim
             or hp.integer("attention.value_length", rank) != rank or q_head <= rope_dim or rope_dim % 2):
         raise GGUFError(f"GGUF metadata: deepseek2's MLA has one KV head of key_length kv_lora_rank + "
                         f"rope.dimension_count ({cache_dim}) and value_length kv_lora_rank ({rank}), and "
@@ -93,14 +95,30 @@ def deepseek2_spec(gguf_file: Any) -> Tuple[TransformerSpec, HParams]:
                              ffn_dim=ffn if i < n_dense and ffn != ffn_dim else None) for i in range(n_layers))
     try:
         mla = MLA(kv_lora_rank=rank, nope_dim=q_head - rope_dim, rope_dim=rope_dim, v_dim=v_dim,
-                  kq_scale=kq_scale, q_lora_rank=q_lora)
+                  kq_scale=kq_scale, q_lora_rank=q_lora, decompressed=decompressed)
         spec = TransformerSpec(
-            dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=1, head_dim=cache_dim, ffn_dim=ffn_dim,
+            dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=mla.cache_heads(n_heads),
+            head_dim=mla.cache_dim, ffn_dim=ffn_dim,
             vocab_size=vocab, max_seq_len=hp.integer("context_length"),
             rms_eps=hp.number("attention.layer_norm_rms_epsilon", positive=True), layers=layers, moe=moe, mla=mla)
     except ValueError as e:
         raise GGUFError(f"GGUF metadata: deepseek2: {e}") from None
     return spec, hp
+
+
+def _decompressed_shape(hp: HParams, n_heads: int, rope_dim: int) -> Tuple[int, int]:
+    """(one head's key length, its value length) of a file of the older layout, whose
+    ``attention.key_length`` / ``value_length`` are the decompressed heads' and which has
+    a KV head per head (llama.cpp builds them so)."""
+    keys = [hp.key(k) for k in ("attention.head_count_kv", "attention.key_length", "attention.value_length_mla")]
+    q_head = hp.integer("attention.key_length")
+    v_dim = hp.integer("attention.value_length", q_head)
+    if hp.integer("attention.head_count_kv", n_heads) != n_heads or q_head <= rope_dim or rope_dim % 2 \
+            or hp.has("attention.value_length_mla"):
+        raise GGUFError(f"GGUF metadata: a deepseek2 file without key_length_mla (attn_kv_b) has a KV head per "
+                        f"head, key_length above the even rope.dimension_count ({rope_dim}), and no "
+                        f"value_length_mla: {keys}")
+    return q_head, v_dim
 
 
 def _rope(hp: HParams, rope_dim: int, q_head: int, max_seq_len: int) -> Tuple[Rope, float]:

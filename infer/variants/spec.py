@@ -389,6 +389,10 @@ class MLA:
     kq_scale: float
     #: 0: no low-rank q (attn_q); else attn_q_a (q_lora_rank x dim), its norm, attn_q_b
     q_lora_rank: int = 0
+    #: the older conversions' unsplit attn_kv_b: llama.cpp decompresses the latent into
+    #: per-head keys [k_nope | k_rope] and values and caches those (n_heads KV heads,
+    #: both padded with zeros to `cache_dim`), as plain multi-head attention
+    decompressed: bool = False
 
     def __post_init__(self) -> None:
         for name in ("kv_lora_rank", "nope_dim", "rope_dim", "v_dim"):
@@ -410,8 +414,20 @@ class MLA:
 
     @property
     def cache_dim(self) -> int:
-        """One position's cached row: the normed latent, then the rotated rope key."""
+        """One position's cached row: the normed latent, then the rotated rope key (or,
+        decompressed, one head's key or value, the longer of the two)."""
+        if self.decompressed:
+            return max(self.q_head_dim, self.v_dim)
         return self.kv_lora_rank + self.rope_dim
+
+    @property
+    def kv_a_dim(self) -> int:
+        """The rows of attn_kv_a_mqa: the latent, then the shared rope key."""
+        return self.kv_lora_rank + self.rope_dim
+
+    def cache_heads(self, n_heads: int) -> int:
+        """The KV heads cached: one latent row, or each head's decompressed key and value."""
+        return n_heads if self.decompressed else 1
 
 
 @dataclass(frozen=True)
@@ -681,9 +697,11 @@ class TransformerSpec:
         if any(layer.kind == "mamba2" for layer in self.layers) and self.mamba2 is None:
             raise ValueError("layers: a mamba2 layer needs the spec's mamba2 sizes")
         if any(layer.kind == "mla" for layer in self.layers) and (
-                self.mla is None or (self.head_dim, self.n_kv_heads) != (self.mla.cache_dim, 1)):
+                self.mla is None or (self.head_dim, self.n_kv_heads) != (self.mla.cache_dim,
+                                                                         self.mla.cache_heads(self.n_heads))):
             raise ValueError("layers: an mla layer needs the spec's mla sizes, with head_dim the cached row's "
-                             "(kv_lora_rank + rope_dim) and one KV head")
+                             "(kv_lora_rank + rope_dim) and one KV head (decompressed: n_heads of the longer "
+                             "of a key and a value)")
         if self.deltanet_layers and self.mamba2_layers:
             raise ValueError("layers: deltanet and mamba2 layers in one model are not supported")
         for li in range(self.n_layers):

@@ -348,7 +348,7 @@ class TransformerContext(Context):
         try:
             self.k_cache = np.zeros(shape, dtype=kv_dtype)
             # mla layers attend to their latent rows in the K cache: no V cache
-            self.v_cache = np.zeros(shape if spec.mla is None else shape[:-2] + (0, shape[-1]), dtype=kv_dtype)
+            self.v_cache = np.zeros(shape if _has_v_cache(spec) else shape[:-2] + (0, shape[-1]), dtype=kv_dtype)
         except MemoryError:
             size = 2 * math.prod(shape) * np.dtype(kv_dtype).itemsize
             raise ValueError(f"n_ctx: a KV cache of {self.n_ctx} positions needs {size / 2**30:,.1f} GiB "
@@ -558,11 +558,10 @@ class TransformerContext(Context):
         as one shared KV head (V: the rows' latent part) and is decompressed by its attn_v_b."""
         spec, mla = self.spec, self.spec.mla
         assert mla is not None and w.wkv_a is not None and w.kv_a_norm is not None and w.wo is not None
-        assert w.wk_b is not None and w.wv_b is not None
         n, n_heads, eps = s.n, spec.n_heads, spec.rms_eps
         rank, nope, cache_dim = mla.kv_lora_rank, mla.nope_dim, mla.cache_dim
         q_proj = np.empty((n, n_heads * mla.q_head_dim), np.float32)
-        kv = s.rows(s.k, cache_dim)
+        kv = np.empty((n, mla.kv_a_dim), np.float32)
         if w.wq_a is not None and w.q_a_norm is not None and w.wq_b is not None:   # low-rank q
             q_a = np.empty((n, mla.q_lora_rank), np.float32)
             s.mul(s.h1, (w.wq_a, q_a), (w.wkv_a, kv))
@@ -574,23 +573,22 @@ class TransformerContext(Context):
         heads = q_proj.reshape(n, n_heads, mla.q_head_dim)
         latent = np.ascontiguousarray(kv[:, :rank])
         K.rmsnorm(latent, w.kv_a_norm.data, latent, eps)
-        rows = np.empty((n, 1, cache_dim), np.float32)   # what the cache stores
-        rows[:, 0, :rank] = latent
         k_rope = np.ascontiguousarray(kv[:, rank:]).reshape(n, 1, mla.rope_dim)
         q_rope = np.ascontiguousarray(heads[:, :, nope:])
+        if mla.decompressed:
+            self._decompressed_attention(w, li, s, segments, heads, latent, k_rope, q_rope)
+            return
+        assert w.wk_b is not None and w.wv_b is not None
+        rows = np.empty((n, 1, cache_dim), np.float32)   # what the cache stores
+        rows[:, 0, :rank] = latent
         # q' = [Wk_b q_nope | q_rope] per head, attending over [latent | k_rope]
         q_full = s.rows(s.q, n_heads * cache_dim).reshape(n, n_heads, cache_dim)
         absorbed = np.empty((n, rank), np.float32)
         for h in range(n_heads):
             _mul(np.ascontiguousarray(heads[:, h, :nope]), w.wk_b.row_slice(h * rank, (h + 1) * rank), absorbed)
             q_full[:, h, :rank] = absorbed
-        rope = spec.layers[li].rope
         for ctx, lo, hi, pos0 in segments:
-            if rope is not None:
-                factors = rope.factors_array(mla.rope_dim)
-                for x in (q_rope[lo:hi], k_rope[lo:hi]):
-                    K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(mla.rope_dim),
-                           freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
+            self._rope_parts(li, (q_rope[lo:hi], k_rope[lo:hi]), pos0)
             q_full[lo:hi, :, rank:] = q_rope[lo:hi]
             rows[lo:hi, :, rank:] = k_rope[lo:hi]
             cache = ctx.k_layers[li]
@@ -604,6 +602,44 @@ class TransformerContext(Context):
                  decompressed)
             values[:, h] = decompressed
         s.mul(values.reshape(n, -1), (w.wo, s.h2))
+        self._residual(s, None)
+
+    def _rope_parts(self, li: int, parts: Sequence[NDArray[Any]], pos0: int) -> None:
+        """RoPE on the rope parts (n, heads, rope_dim) of an mla layer, in place."""
+        mla, rope = self.spec.mla, self.spec.layers[li].rope
+        assert mla is not None
+        if rope is None:
+            return
+        factors = rope.factors_array(mla.rope_dim)
+        for x in parts:
+            K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(mla.rope_dim),
+                   freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
+
+    def _decompressed_attention(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"],
+                                heads: NDArray[Any], latent: NDArray[Any], k_rope: NDArray[Any],
+                                q_rope: NDArray[Any]) -> None:
+        """An mla layer of the older layout (attn_kv_b), as llama.cpp runs it: the latent
+        decompressed into per-head keys [k_nope | k_rope] and values, cached as such
+        (zero-padded to cache_dim), then multi-head attention."""
+        spec, mla = self.spec, self.spec.mla
+        assert mla is not None and w.wkv_b is not None and w.wo is not None
+        n, n_heads, nope, width = s.n, spec.n_heads, mla.nope_dim, mla.cache_dim
+        kv = np.empty((n, n_heads * (nope + mla.v_dim)), np.float32)
+        _mul(latent, w.wkv_b, kv)
+        kv_heads = kv.reshape(n, n_heads, nope + mla.v_dim)
+        q, k, v = (np.zeros((n, n_heads, width), np.float32) for _ in range(3))
+        q[:, :, :nope] = heads[:, :, :nope]
+        k[:, :, :nope] = kv_heads[:, :, :nope]
+        v[:, :, :mla.v_dim] = kv_heads[:, :, nope:]
+        for ctx, lo, hi, pos0 in segments:
+            self._rope_parts(li, (q_rope[lo:hi], k_rope[lo:hi]), pos0)
+            q[lo:hi, :, nope:mla.q_head_dim] = q_rope[lo:hi]
+            k[lo:hi, :, nope:mla.q_head_dim] = k_rope[lo:hi]   # one rope key shared by the heads
+            k_cache, v_cache = ctx.k_layers[li], ctx.v_layers[li]
+            K.kv_store(k[lo:hi], k_cache, pos0)
+            K.kv_store(v[lo:hi], v_cache, pos0)
+            K.attention(q[lo:hi], k_cache, v_cache, pos0, q[lo:hi], scale=mla.kq_scale)
+        s.mul(np.ascontiguousarray(q[:, :, :mla.v_dim]).reshape(n, -1), (w.wo, s.h2))
         self._residual(s, None)
 
     def _per_layer_embedding(self, w: LayerWeights, li: int, s: "_Scratch") -> None:
@@ -896,7 +932,7 @@ class TransformerContext(Context):
         array) of every cache that holds positions: the whole k and v caches, or
         with `_kv_layout`'s flat rows, each owning layer's view."""
         if self.spec.uniform_kv:   # (mla layers: no V cache)
-            return [("k", self.k_cache)] + ([("v", self.v_cache)] if self.spec.mla is None else [])
+            return [("k", self.k_cache)] + ([("v", self.v_cache)] if _has_v_cache(self.spec) else [])
         return [(f"{kv}.{li}", caches[li]) for li in self.spec.kv_owners()
                 for kv, caches in (("k", self.k_layers), ("v", self.v_layers))]
 
@@ -1045,6 +1081,12 @@ def _per_layer_inputs(spec: TransformerSpec, w: ModelWeights, batch: NDArray[Any
               s.ple_in.reshape(s.n, spec.n_layers, width), spec.rms_eps)
     K.add(s.ple, s.ple_in.reshape(s.ple.shape))
     K.scale(s.ple, 1.0 / math.sqrt(2.0))
+
+
+def _has_v_cache(spec: TransformerSpec) -> bool:
+    """Whether a context caches values: not with latent attention, whose values are the
+    cached latent rows (unless the file's layout has it decompress them)."""
+    return spec.mla is None or spec.mla.decompressed
 
 
 def _kv_shape(spec: TransformerSpec, n_ctx: int) -> Tuple[int, ...]:

@@ -255,6 +255,9 @@ class LayerWeights:
     kv_a_norm: Optional[Vector] = None
     wk_b: Optional[Matrix] = None
     wv_b: Optional[Matrix] = None
+    #: the older conversions' attn_kv_b (n_heads * (nope_dim + v_dim) x kv_lora_rank: per
+    #: head, the key's nope rows, then the value's), in place of wk_b and wv_b (MLA.decompressed)
+    wkv_b: Optional[Matrix] = None
 
     def ffn(self) -> Tuple[Matrix, Matrix, Matrix]:
         """(gate, up, down) of a layer with an FFN half."""
@@ -558,10 +561,13 @@ def _mla_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
         L.wq_b = t.matrix(p + "attn_q_b.weight", q_rows, mla.q_lora_rank)
     else:
         L.wq = t.matrix(p + "attn_q.weight", q_rows, d)
-    L.wkv_a = t.matrix(p + "attn_kv_a_mqa.weight", mla.cache_dim, d)
+    L.wkv_a = t.matrix(p + "attn_kv_a_mqa.weight", mla.kv_a_dim, d)
     L.kv_a_norm = t.vector(p + "attn_kv_a_norm.weight", mla.kv_lora_rank)
-    L.wk_b = t.matrix(p + "attn_k_b.weight", mla.kv_lora_rank, mla.nope_dim, spec.n_heads)
-    L.wv_b = t.matrix(p + "attn_v_b.weight", mla.v_dim, mla.kv_lora_rank, spec.n_heads)
+    if mla.decompressed:
+        L.wkv_b = t.matrix(p + "attn_kv_b.weight", spec.n_heads * (mla.nope_dim + mla.v_dim), mla.kv_lora_rank)
+    else:
+        L.wk_b = t.matrix(p + "attn_k_b.weight", mla.kv_lora_rank, mla.nope_dim, spec.n_heads)
+        L.wv_b = t.matrix(p + "attn_v_b.weight", mla.v_dim, mla.kv_lora_rank, spec.n_heads)
     return L
 
 

@@ -56,8 +56,9 @@ class MlaReference:
         self.n_head = int(get("attention.head_count"))
         self.eps = float(get("attention.layer_norm_rms_epsilon"))
         self.kv_lora = int(get("attention.kv_lora_rank"))
-        self.q_head = int(get("attention.key_length_mla"))
-        self.v_dim = int(get("attention.value_length_mla"))
+        # the older conversions (attn_kv_b) give a decompressed head's lengths without "_mla"
+        self.q_head = int(get("attention.key_length_mla", get("attention.key_length")))
+        self.v_dim = int(get("attention.value_length_mla", get("attention.value_length")))
         self.rope_dim = int(get("rope.dimension_count"))
         self.nope = self.q_head - self.rope_dim
         self.base = float(get("rope.freq_base", 10000.0))
@@ -132,8 +133,12 @@ class MlaReference:
         if self.kv_norm:
             c = self.rmsnorm(c, w[p + "attn_kv_a_norm.weight"])
         # HF's kv_b_proj, per head: rows nope (k) then v_dim (v), from the split tensors
-        k_b = w[p + "attn_k_b.weight"].transpose(0, 2, 1)   # (H, nope, kv_lora)
-        v_b = w[p + "attn_v_b.weight"]                      # (H, v_dim, kv_lora)
+        if p + "attn_kv_b.weight" in w:   # HF's kv_b_proj as it is
+            kv_b = w[p + "attn_kv_b.weight"].reshape(H, self.nope + self.v_dim, self.kv_lora)
+            k_b, v_b = kv_b[:, :self.nope], kv_b[:, self.nope:]
+        else:
+            k_b = w[p + "attn_k_b.weight"].transpose(0, 2, 1)   # (H, nope, kv_lora)
+            v_b = w[p + "attn_v_b.weight"]                      # (H, v_dim, kv_lora)
         pos = np.arange(T, dtype=np.float64)
         k_pe = self.rotate(k_pe, pos)
         q_pe = self.rotate(q[:, :, self.nope:], pos)
