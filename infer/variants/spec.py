@@ -106,6 +106,9 @@ through it (the Python blocks only):
                   cached rows ; o = Wv_b (a . c)                     (V is the cached c)
         x += concat(o) Wo
 
+(With the older conversions' attn_kv_b, `MLA.decompressed`, the latent is decompressed
+into per-head keys [c Wk_h | k_r] and values c Wv_h, which are cached instead.)
+
 Tensor names follow llama.cpp's GGUF conventions (`blk.N.attn_q.weight`, ...;
 see `weights.py`).
 """
