@@ -16,7 +16,6 @@ the older conversions' layout (one attn_kv_b, which llama.cpp decompresses into 
 keys and values, and caches those).  The prompts
 were chosen (of 40 seeds) so that every choice of experts is clear of a tie.
 """
-import copy
 import math
 import os
 
@@ -26,6 +25,7 @@ import tiny_models as tm
 from family_checks import (
     assert_agrees,
     assert_batched_equals_alone,
+    assert_truncate_copy_and_state_exact,
     clear_top1,
     cosines,
     recorded_logits,
@@ -37,7 +37,6 @@ from reference.numpy_mla import MlaReference
 import infer
 from infer import UnsupportedModelError
 from infer.gguf import GGUFError
-from infer.runtime import Context
 
 NAMES = tuple(tm.MLA_FILES)
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_mla.npz")
@@ -151,28 +150,8 @@ def test_batched_decode_equals_one_at_a_time(tiny_dir):
 @pytest.mark.parametrize("name", ["deepseek2-yarn", "deepseek2-kvb"])
 def test_truncate_copy_and_saved_state_continue_exactly(tiny_dir, name):
     path = tiny_file(name, tiny_dir)
-    prompt = tm.prompt(name)
-    other = (prompt[::-1] + 7) % 500
     with infer.load(path) as model:
-        ctx = model.create_context(n_ctx=64, temperature=0)
-        ctx.prefill(prompt[:20])
-        data = ctx.save_state()
-        twin = copy.deepcopy(ctx)
-        loaded = Context.load_state(model, data)
-        for t in prompt[20:26]:
-            ctx.prefill([int(t)])
-        first = ctx.logits.copy()
-        for c in (twin, loaded):
-            for t in prompt[20:26]:
-                c.prefill([int(t)])
-            np.testing.assert_array_equal(c.logits, first)
-        ctx.truncate_to(20)
-        for t in other[:6]:
-            ctx.prefill([int(t)])
-        ctx.truncate_to(20)
-        for t in prompt[20:26]:
-            ctx.prefill([int(t)])
-        np.testing.assert_array_equal(ctx.logits, first)
+        first = assert_truncate_copy_and_state_exact(model, tm.prompt(name), 20, 6, 64)
     assert cosines(first[None], reference(path, name)[25][None])[0] >= MIN_COS
 
 
