@@ -561,9 +561,31 @@ MLA_FILES: Dict[str, Tiny] = {n: t for n, t in [
                                   "rope.scaling.original_context_length": 256,
                                   "rope.scaling.yarn_log_multiplier": 0.0707})),
 ]}
+#: the text models of Qwen2-VL / Qwen3-VL (tests/test_vltext.py, llama_cpp_vltext.npz):
+#: qwen2 / qwen3 / qwen3moe files with M-RoPE sections (rope.dimension_sections; for
+#: text the pairs of the extra section do not turn, infer/variants/qwen_vl.py)
+VLTEXT: Dict[str, Tiny] = {n: t for n, t in [
+    # Qwen2.5-VL's sections halved ([16, 24, 24, 0] over 64 pairs): every pair turns
+    ("qwen2vl", Tiny("qwen2vl", 150, n_layer=3, qkv_bias=True, eps=1e-6, pre="qwen2", prompt_len=96,
+                     extra={"rope.freq_base": 1000000.0, "rope.dimension_sections": [8, 12, 12, 0]})),
+    # sections of 8 pairs repeated 4 times; pairs 6, 7, 14, 15, ... fall to the extra section
+    ("qwen2vl-extra", Tiny("qwen2vl", 151, n_layer=2, qkv_bias=True, eps=1e-6, pre="qwen2", tied=False,
+                           prompt_len=96, extra={"rope.dimension_sections": [2, 2, 2, 2]})),
+    # Qwen3-VL's sections halved ([24, 20, 20, 0] over 64 pairs leaves 61 and 62 still;
+    # here pair 31), deepstack layers (image-only), 8 heads of 64
+    ("qwen3vl", Tiny("qwen3vl", 152, n_layer=3, n_head=8, qk_norm=True, eps=1e-6, pre="qwen2", prompt_len=96,
+                     extra={"attention.key_length": 64, "attention.value_length": 64,
+                            "rope.dimension_sections": [12, 10, 10, 0], "n_deepstack_layers": 2})),
+    # interleaved sections of 8 pairs: pairs 7, 15, 23, 31 still; 8 experts of 128, 2 used
+    ("qwen3vlmoe", Tiny("qwen3vlmoe", 153, n_layer=2, n_head=8, qk_norm=True, eps=1e-6, pre="qwen2", ffn=128,
+                        n_expert=8, router_gain=MOE_ROUTER_GAIN, prompt_len=96, tied=False,
+                        extra={"attention.key_length": 64, "attention.value_length": 64,
+                               "rope.dimension_sections": [3, 2, 2, 1], "n_deepstack_layers": 2,
+                               "expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 128})),
+]}
 #: every tiny file (names are unique across the tables)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35, **MXFP4,
-                        **GPTOSS, **GRANITE_HYBRID, **DENSE2, **FAMILIES3, **MLA_FILES}
+                        **GPTOSS, **GRANITE_HYBRID, **DENSE2, **FAMILIES3, **MLA_FILES, **VLTEXT}
 
 
 # ---- vocabulary ---------------------------------------------------------------------

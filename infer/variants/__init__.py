@@ -31,6 +31,7 @@ from . import qwen2moe  # noqa: F401
 from . import qwen3  # noqa: F401
 from . import qwen3moe  # noqa: F401
 from . import qwen35  # noqa: F401
+from . import qwen_vl  # noqa: F401
 from . import smollm3  # noqa: F401
 from . import stablelm  # noqa: F401
 from . import starcoder2  # noqa: F401

@@ -166,7 +166,8 @@ class Rope:
     scale: float = 1.0
     #: per-pair divisors of the frequencies (head_dim / 2 values): llama3 rope
     #: scaling's ``rope_freqs.weight``, Phi-3 LongRoPE's factors, or factors a
-    #: variant computed (YaRN's ramp).  None: all 1.
+    #: variant computed (YaRN's ramp; +inf: a pair that does not turn, M-RoPE's
+    #: extra section for text, qwen_vl.py).  None: all 1.
     freq_factors: Optional[Tuple[float, ...]] = None
     #: multiplies cos and sin (YaRN / LongRoPE magnitude scaling; 1.0: none)
     attn_factor: float = 1.0
@@ -183,8 +184,8 @@ class Rope:
             raise ValueError(f"rope scale: must be a finite number > 0, got {self.scale}")
         if not math.isfinite(self.attn_factor):
             raise ValueError(f"rope attn_factor: must be finite, got {self.attn_factor}")
-        if self.freq_factors is not None and not all(math.isfinite(f) and f > 0 for f in self.freq_factors):
-            raise ValueError("rope freq_factors: every factor must be a finite number > 0")
+        if self.freq_factors is not None and not all(f > 0 and not math.isnan(f) for f in self.freq_factors):
+            raise ValueError("rope freq_factors: every factor must be a number > 0 (+inf: the pair does not turn)")
         if self.rot_dim is not None and (self.rot_dim < 2 or self.rot_dim % 2):
             raise ValueError(f"rope rot_dim: must be even and >= 2, got {self.rot_dim}")
 
