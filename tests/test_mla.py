@@ -25,6 +25,7 @@ import tiny_models as tm
 from family_checks import (
     assert_agrees,
     assert_batched_equals_alone,
+    assert_scheduler_batches_like_alone,
     assert_truncate_copy_and_state_exact,
     clear_top1,
     cosines,
@@ -139,10 +140,12 @@ def test_the_spec_and_the_cache_of_latent_rows(tiny_dir):
 
 def test_batched_decode_equals_one_at_a_time(tiny_dir):
     """infer serve's batched step (the Python blocks with every context's row in one
-    pass) gives each conversation the logits, bit for bit, of decoding it alone."""
+    pass) gives each conversation the logits, bit for bit, of decoding it alone; and
+    its scheduler, requests decoded together, the greedy tokens of each alone."""
     prompt = [int(t) for t in tm.prompt("deepseek2-v3")]
     with infer.load(tiny_file("deepseek2-v3", tiny_dir)) as model:
         assert_batched_equals_alone(model.engine, [prompt[:5], prompt[10:19], prompt[30:33]], 4, 64, fused=False)
+        assert_scheduler_batches_like_alone(model, [prompt[:5], prompt[10:19], prompt[30:33]], 64, 4)
         with model.engine.running(), pytest.raises(NotImplementedError, match="latent attention"):
             model.engine.fused_step()
 
