@@ -25,7 +25,9 @@ llama_cpp_gemma4.npz); ``MISTRAL3`` Ministral 3 with YaRN and its attention
 temperature (tests/test_mistral3.py, llama_cpp_mistral3.npz); ``DENSE2`` glm4, cohere2,
 minicpm, internlm2 and stablelm (LayerNorms, parallel blocks, sandwich norms;
 llama_cpp_dense2.npz); ``FAMILIES3`` phi2, starcoder2, nemotron_h and nemotron_h_moe
-(`write_nemotron_h`; tests/test_families3.py, llama_cpp_families3.npz); ``ALL`` is all of them.
+(`write_nemotron_h`; tests/test_families3.py, llama_cpp_families3.npz); ``FALCON_H1`` Falcon-H1
+(`write_falcon_h1` from an HF-shaped checkpoint with its muP multipliers folded as the converter
+does; tests/test_falcon_h1.py, llama_cpp_falconh1.npz); ``ALL`` is all of them.
 ``write(name, path)`` writes one, deterministically (the seeds are fixed; the
 sha256 of each file is recorded beside llama.cpp's logits so a change shows).
 """
@@ -112,6 +114,31 @@ class Mamba2Shape:
 
 
 @dataclass(frozen=True)
+class FalconH1Shape:
+    """What a tiny falcon-h1 file has beyond `Tiny` (HF's FalconH1Config): the Mamba2
+    mixer's sizes (mamba_d_ssm need not be 2 * dim), whether it has the gated norm
+    (mamba_rms_norm), and the muP multipliers conversion/falcon_h1.py folds into the
+    weights (values of the released configs' magnitudes)."""
+
+    conv_kernel: int = 4
+    d_state: int = 16
+    d_inner: int = 384
+    mamba_head_dim: int = 64
+    n_groups: int = 2
+    rms_norm: bool = True
+    embedding_multiplier: float = 5.66
+    lm_head_multiplier: float = 0.039
+    attention_in_multiplier: float = 1.5
+    attention_out_multiplier: float = 0.94
+    key_multiplier: float = 0.39
+    ssm_in_multiplier: float = 1.25
+    ssm_out_multiplier: float = 0.24
+    mlp_multipliers: tuple = (0.88, 0.59)
+    #: z, x, B, C and dt rows of in_proj
+    ssm_multipliers: tuple = (0.35, 0.25, 0.35, 0.5, 0.35)
+
+
+@dataclass(frozen=True)
 class Tiny:
     arch: str
     seed: int
@@ -182,6 +209,7 @@ class Tiny:
     output_bias: bool = False
     #: deepseek2's multi-head latent attention (`write_deepseek2`)
     mla: Optional["MlaShape"] = None
+    falcon_h1: Optional[FalconH1Shape] = None
 
 
 @dataclass(frozen=True)
@@ -583,9 +611,19 @@ VLTEXT: Dict[str, Tiny] = {n: t for n, t in [
                                "rope.dimension_sections": [3, 2, 2, 1], "n_deepstack_layers": 2,
                                "expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 128})),
 ]}
+#: Falcon-H1 (`write_falcon_h1`; tests/test_falcon_h1.py, llama_cpp_falconh1.npz): 4 heads of 32
+#: (q_dim 128 != dim, key_length given), GQA, RoPE base 1e11 as the released files; each layer
+#: attention beside a Mamba2 mixer of 6 heads of 64 in 2 groups of state 16 (d_inner 384), with
+#: the gated norm, and without it (mamba_rms_norm false)
+FALCON_H1: Dict[str, Tiny] = {
+    "falcon-h1": Tiny("falcon-h1", 150, n_layer=3, n_head=4, n_kv_head=2, head_dim=32, tied=False, pre="falcon-h1",
+                      rope_base=1e11, prompt_len=64, falcon_h1=FalconH1Shape()),
+    "falcon-h1-nonorm": Tiny("falcon-h1", 151, n_layer=2, n_head=4, n_kv_head=2, head_dim=32, tied=False,
+                             pre="falcon-h1", rope_base=1e11, prompt_len=64, falcon_h1=FalconH1Shape(rms_norm=False)),
+}
 #: every tiny file (names are unique across the tables)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35, **MXFP4,
-                        **GPTOSS, **GRANITE_HYBRID, **DENSE2, **FAMILIES3, **MLA_FILES, **VLTEXT}
+                        **GPTOSS, **GRANITE_HYBRID, **DENSE2, **FAMILIES3, **MLA_FILES, **VLTEXT, **FALCON_H1}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -738,6 +776,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         return write_gptoss(t, path, more_tensors)
     if t.arch in ("nemotron_h", "nemotron_h_moe"):
         return write_nemotron_h(t, path, more_tensors)
+    if t.falcon_h1 is not None:
+        return write_falcon_h1(t, path, more_tensors)
     if t.mamba2 is not None:
         return write_granite_hybrid(t, path, more_tensors)
     rng = np.random.default_rng(t.seed)
@@ -1223,6 +1263,144 @@ def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, An
             tensors[p + "ffn_gate.weight"] = mat(t.ffn, d)
             tensors[p + "ffn_up.weight"] = mat(t.ffn, d)
             tensors[p + "ffn_down.weight"] = mat(d, t.ffn, 2.0)
+    tensors.update(more)
+    for name, value in tensors.items():
+        if name not in drop:
+            w.add_tensor(name, value)
+    return _finish(w, path)
+
+
+def falcon_h1_checkpoint(t: Tiny) -> Dict[str, np.ndarray]:
+    """A tiny Falcon-H1 checkpoint as HF's FalconH1ForCausalLM holds it (float64, HF's
+    names and shapes, nothing folded), drawn from t.seed: what `write_falcon_h1`
+    converts and tests/reference/numpy_falcon_h1.py runs with the multipliers."""
+    sh = t.falcon_h1
+    assert sh is not None
+    rng = np.random.default_rng(t.seed)
+    d, hd, inner, G, N = t.dim, t.head_dim, sh.d_inner, sh.n_groups, sh.d_state
+    H = inner // sh.mamba_head_dim
+    conv_dim = inner + 2 * G * N
+
+    def mat(rows, cols, gain=1.0):   # F16-representable once folded is not needed: the file rounds
+        return rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)
+
+    def norm(n):
+        return 1.0 + 0.1 * rng.standard_normal(n)
+
+    ck: Dict[str, np.ndarray] = {
+        # unit-variance rows once the embedding multiplier is applied; logits of std
+        # ~head_gain once the lm_head multiplier is
+        "model.embed_tokens.weight": rng.standard_normal((VOCAB, d)) / sh.embedding_multiplier,
+        "model.final_layernorm.weight": norm(d),
+        "lm_head.weight": mat(VOCAB, d, t.head_gain / sh.lm_head_multiplier)}
+    for i in range(t.n_layer):
+        p = f"model.layers.{i}."
+        ck[p + "input_layernorm.weight"] = norm(d)
+        ck[p + "self_attn.q_proj.weight"] = mat(t.n_head * hd, d)
+        ck[p + "self_attn.k_proj.weight"] = mat(t.n_kv_head * hd, d, 1.0 / sh.key_multiplier)
+        ck[p + "self_attn.v_proj.weight"] = mat(t.n_kv_head * hd, d)
+        ck[p + "self_attn.o_proj.weight"] = mat(d, t.n_head * hd, 2.0)
+        ck[p + "mamba.in_proj.weight"] = mat(inner + conv_dim + H, d, 2.0)
+        ck[p + "mamba.conv1d.weight"] = rng.standard_normal((conv_dim, 1, sh.conv_kernel)) / math.sqrt(sh.conv_kernel)
+        ck[p + "mamba.conv1d.bias"] = 0.1 * rng.standard_normal(conv_dim)
+        ck[p + "mamba.dt_bias"] = -1.0 + 0.5 * rng.standard_normal(H)
+        ck[p + "mamba.A_log"] = rng.uniform(-1.0, 1.0, H)
+        ck[p + "mamba.D"] = rng.uniform(0.5, 1.5, H)
+        if sh.rms_norm:
+            ck[p + "mamba.norm.weight"] = norm(inner)
+        ck[p + "mamba.out_proj.weight"] = mat(d, inner, 6.0)
+        ck[p + "pre_ff_layernorm.weight"] = norm(d)
+        ck[p + "feed_forward.gate_proj.weight"] = mat(t.ffn, d, 2.0)
+        ck[p + "feed_forward.up_proj.weight"] = mat(t.ffn, d)
+        ck[p + "feed_forward.down_proj.weight"] = mat(d, t.ffn, 2.0)
+    return ck
+
+
+def write_falcon_h1(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = None,
+                    drop: Tuple[str, ...] = ()) -> str:
+    """A tiny falcon-h1 file as conversion/falcon_h1.py writes one from
+    `falcon_h1_checkpoint`: every muP multiplier folded into its weights (embedding,
+    lm_head, q/k/v by attention_in (k also by key_multiplier), o_proj, in_proj by
+    ssm_in and its z, x, B, C, dt rows by ssm_multipliers, out_proj, gate_proj and
+    down_proj), A = -exp(A_log) and D as (n_heads, 1), the conv squeezed to (channels,
+    K), the norm as (n_groups, d_inner / n_groups), pre_ff_layernorm as
+    ``blk.N.ffn_norm`` (no ".weight"), F16 matrices and F32 vectors; the keys of
+    Mamba2Model's and FalconH1Model's set_gguf_parameters (the later value of a key
+    written twice).  ``more_tensors`` adds tensors ("blk.*" or "*.weight") and
+    metadata keys (without the arch prefix); ``drop`` leaves tensors or keys out."""
+    import gguf
+
+    sh = t.falcon_h1
+    assert sh is not None
+    ck = falcon_h1_checkpoint(t)
+    more = dict(more_tensors or {})
+    d, inner, G, N = t.dim, sh.d_inner, sh.n_groups, sh.d_state
+    w = gguf.GGUFWriter(path, t.arch)
+    a = t.arch
+    keys: Dict[str, Any] = {
+        "embedding_length": d, "feed_forward_length": t.ffn, "attention.head_count": t.n_head, "block_count": t.n_layer,
+        "ssm.conv_kernel": sh.conv_kernel, "ssm.inner_size": inner, "ssm.state_size": N,
+        "ssm.time_step_rank": inner // sh.mamba_head_dim, "ssm.group_count": G,
+        "attention.layer_norm_rms_epsilon": float(t.eps), "vocab_size": VOCAB, "context_length": t.n_ctx_train,
+        "attention.head_count_kv": t.n_kv_head, "attention.key_length": t.head_dim,
+        "attention.value_length": t.head_dim, "rope.freq_base": float(t.rope_base), **t.extra}
+    for k in [k for k in more if not (k.startswith("blk.") or k.endswith(".weight"))]:
+        keys[k[len(a) + 1:] if k.startswith(a + ".") else k] = more.pop(k)
+    for k, v in keys.items():
+        if k in drop or v is None:
+            continue
+        key = f"{a}.{k}"
+        if isinstance(v, bool):
+            w.add_bool(key, v)
+        elif isinstance(v, float):
+            w.add_float32(key, v)
+        else:
+            w.add_uint32(key, v)
+    tokens, merges = bpe_vocabulary()
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", t.pre)
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", [1] * (VOCAB - len(SPECIALS)) + [3] * len(SPECIALS))
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.eos_token_id", tokens.index("<|im_end|>"))
+    w.add_uint32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+
+    def f16(x):
+        return np.asarray(x, np.float64).astype(np.float16)
+
+    def f32(x):
+        return np.asarray(x, np.float64).astype(np.float32)
+
+    tensors: Dict[str, np.ndarray] = {
+        "token_embd.weight": f16(ck["model.embed_tokens.weight"] * sh.embedding_multiplier),
+        "output_norm.weight": f32(ck["model.final_layernorm.weight"]),
+        "output.weight": f16(ck["lm_head.weight"] * sh.lm_head_multiplier)}
+    z, x, b, c, dt = sh.ssm_multipliers
+    gn = G * N
+    rows = np.concatenate([np.full(inner, z), np.full(inner, x), np.full(gn, b), np.full(gn, c),
+                           np.full(inner // sh.mamba_head_dim, dt)])
+    for i in range(t.n_layer):
+        p, h = f"blk.{i}.", f"model.layers.{i}."
+        ain = sh.attention_in_multiplier
+        tensors[p + "attn_norm.weight"] = f32(ck[h + "input_layernorm.weight"])
+        tensors[p + "attn_q.weight"] = f16(ck[h + "self_attn.q_proj.weight"] * ain)
+        tensors[p + "attn_k.weight"] = f16(ck[h + "self_attn.k_proj.weight"] * sh.key_multiplier * ain)
+        tensors[p + "attn_v.weight"] = f16(ck[h + "self_attn.v_proj.weight"] * ain)
+        tensors[p + "attn_output.weight"] = f16(ck[h + "self_attn.o_proj.weight"] * sh.attention_out_multiplier)
+        tensors[p + "ssm_in.weight"] = f16(ck[h + "mamba.in_proj.weight"] * sh.ssm_in_multiplier * rows[:, None])
+        tensors[p + "ssm_conv1d.weight"] = f32(ck[h + "mamba.conv1d.weight"][:, 0, :])
+        tensors[p + "ssm_conv1d.bias"] = f32(ck[h + "mamba.conv1d.bias"])
+        tensors[p + "ssm_dt.bias"] = f32(ck[h + "mamba.dt_bias"])
+        tensors[p + "ssm_a"] = f32(-np.exp(ck[h + "mamba.A_log"]).reshape(-1, 1))
+        tensors[p + "ssm_d"] = f32(ck[h + "mamba.D"].reshape(-1, 1))
+        if sh.rms_norm:
+            tensors[p + "ssm_norm.weight"] = f32(ck[h + "mamba.norm.weight"].reshape(G, inner // G))
+        tensors[p + "ssm_out.weight"] = f16(ck[h + "mamba.out_proj.weight"] * sh.ssm_out_multiplier)
+        tensors[p + "ffn_norm"] = f32(ck[h + "pre_ff_layernorm.weight"])
+        tensors[p + "ffn_gate.weight"] = f16(ck[h + "feed_forward.gate_proj.weight"] * sh.mlp_multipliers[0])
+        tensors[p + "ffn_up.weight"] = f16(ck[h + "feed_forward.up_proj.weight"])
+        tensors[p + "ffn_down.weight"] = f16(ck[h + "feed_forward.down_proj.weight"] * sh.mlp_multipliers[1])
     tensors.update(more)
     for name, value in tensors.items():
         if name not in drop:

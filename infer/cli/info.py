@@ -120,7 +120,8 @@ def describe_model(f: Any) -> dict[str, Any]:
         "rope_original_context": arch_key("rope.scaling.original_context_length"),
         "attention_temperature": arch_key("attention.temperature_scale"),
         "deltanet": None if arch in MAMBA2_ARCHS else _deltanet_summary(arch_key),
-        "mamba2": _mamba2_summary(arch_key, arch == "nemotron_h") if arch in MAMBA2_ARCHS else None,
+        "mamba2": _mamba2_summary(arch_key, arch == "nemotron_h", arch == "falcon-h1") if arch in MAMBA2_ARCHS
+        else None,
         "mla": _mla_summary(arch_key),
         "experts": arch_key("expert_count"), "experts_used": arch_key("expert_used_count"),
         "expert_feed_forward_length": arch_key("expert_feed_forward_length"),
@@ -164,13 +165,15 @@ def _encoder_summary(arch: str, arch_key: Any, has_head: bool) -> Optional[dict[
 
 
 #: the architectures whose ssm.* keys size Mamba2 layers (a layer with 0 KV heads is one;
-#: in nemotron_h, with a feed_forward_length of 0 too: its MLP-only layers have no KV heads)
-MAMBA2_ARCHS = ("granitehybrid", "nemotron_h")
+#: in nemotron_h, with a feed_forward_length of 0 too: its MLP-only layers have no KV heads;
+#: in falcon-h1, every layer: its mixer is beside attention)
+MAMBA2_ARCHS = ("granitehybrid", "nemotron_h", "falcon-h1")
 
 
-def _mamba2_summary(arch_key: Any, single_half: bool = False) -> Optional[dict[str, Any]]:
-    """Granite 4.0-H's or Nemotron-H's Mamba2 layers (the ssm.* keys; those with
-    head_count_kv 0, and with ``single_half`` feed_forward_length 0): how many, their
+def _mamba2_summary(arch_key: Any, single_half: bool = False, every_layer: bool = False) -> Optional[dict[str, Any]]:
+    """Granite 4.0-H's, Nemotron-H's or Falcon-H1's Mamba2 layers (the ssm.* keys; those
+    with head_count_kv 0, with ``single_half`` feed_forward_length 0, or with
+    ``every_layer`` all of them): how many, their
     heads, and the recurrent state a context keeps (float32 S and conv inputs per layer,
     plus up to transformer.MAX_CHECKPOINTS copies); None with keys that are not counts
     (the loader names those)."""
@@ -187,7 +190,8 @@ def _mamba2_summary(arch_key: Any, single_half: bool = False) -> Optional[dict[s
     kv_list = list(kv) if isinstance(kv, (list, tuple, np.ndarray)) else [kv] * n_layers
     ff = arch_key("feed_forward_length") if single_half else 0
     ff_list = list(ff) if isinstance(ff, (list, tuple, np.ndarray)) else [ff] * n_layers
-    n_recurrent = sum(1 for n, f in zip(kv_list[:n_layers], ff_list) if n == 0 and f == 0)
+    n_recurrent = n_layers if every_layer else \
+        sum(1 for n, f in zip(kv_list[:n_layers], ff_list) if n == 0 and f == 0)
     state = n_recurrent * 4 * (inner * d_state + (conv_kernel - 1) * (inner + 2 * n_groups * d_state))
     return {"layers": n_recurrent, "heads": n_heads, "head_dim": inner // n_heads, "groups": n_groups,
             "state_size": d_state, "conv_kernel": conv_kernel, "state_bytes": state,

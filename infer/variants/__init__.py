@@ -7,6 +7,7 @@ from . import deepseek2  # noqa: F401
 from . import ernie4_5  # noqa: F401
 from . import exaone  # noqa: F401
 from . import exaone4  # noqa: F401
+from . import falcon_h1  # noqa: F401
 from . import gemma  # noqa: F401
 from . import gemma2  # noqa: F401
 from . import gemma3  # noqa: F401

@@ -94,6 +94,10 @@ selective state space scan with a state S_h (head_dim x d_state per head h):
         S_h = S_h dA_h + (x_h dt_h) B_g^T ; y_h = S_h C_g + D_h x_h    (g: h's group)
         x += rmsnorm_per_group(y * silu(z), ssm_norm) Wssm_out
 
+(without ``Mamba2.gated_norm``, no ssm_norm: x += (y * silu(z)) Wssm_out).  An attention
+layer with ``LayerSpec.parallel_mamba2`` (Falcon-H1) runs such a mixer beside its
+attention on the same normed h, and both outputs are added to x.
+
 A layer of kind "mla" (DeepSeek's multi-head latent attention, `MLA`; llama.cpp's
 deepseek2 with attn_k_b / attn_v_b) caches one latent row per position and decompresses
 through it (the Python blocks only):
@@ -344,6 +348,9 @@ class Mamba2:
     d_inner: int
     n_heads: int
     n_groups: int
+    #: y * silu(z) is RMS-normalised per group with ssm_norm; False: no ssm_norm tensor,
+    #: the gated y goes to ssm_out as it is (Falcon-H1 without mamba_rms_norm)
+    gated_norm: bool = True
 
     def __post_init__(self) -> None:
         for name in ("conv_kernel", "d_state", "d_inner", "n_heads", "n_groups"):
@@ -473,8 +480,13 @@ class LayerSpec:
     #: their mixer alone, x += mixer(norm(x, attn_norm)); an "mlp" layer is its FFN
     #: alone, x += ffn(norm(x, attn_norm)))
     ffn: bool = True
+    #: an attention layer that also runs a Mamba2 mixer (sized by TransformerSpec.mamba2)
+    #: on the same normed input, both outputs added to x (Falcon-H1)
+    parallel_mamba2: bool = False
 
     def __post_init__(self) -> None:
+        if self.parallel_mamba2 and self.kind != "attention":
+            raise ValueError(f"parallel_mamba2: only beside attention, not in a {self.kind!r} layer")
         if self.kind == "mlp" and not self.ffn:
             raise ValueError("layer kind 'mlp': the layer is its FFN (ffn must be True)")
         if not 0 <= self.window <= 2**31 - 1:
@@ -624,6 +636,11 @@ class TransformerSpec:
     #: output.bias added to the logits (before logit_scale and soft-capping; Phi-2)
     output_bias: bool = False
 
+    # ---- Falcon-H1 (after the fields above, so that other families' additions stay apart)
+    #: the FFN's pre-norm tensor is named without ".weight" (blk.N.ffn_norm: Falcon-H1's
+    #: converter maps pre_ff_layernorm.weight whole, and llama.cpp reads that name)
+    ffn_norm_bare: bool = False
+
     # ---- DeepSeek's multi-head latent attention (after the fields above, so that other families' additions stay apart)
     #: the sizes of the layers of kind "mla" (None: the model has none); head_dim and
     #: n_kv_heads are then the cached row's (mla.cache_dim, 1)
@@ -698,7 +715,7 @@ class TransformerSpec:
             raise ValueError(f"per_layer_dim: must be an integer in [0, 2**31 - 1], got {self.per_layer_dim!r}")
         if any(layer.kind == "deltanet" for layer in self.layers) and self.deltanet is None:
             raise ValueError("layers: a deltanet layer needs the spec's deltanet sizes")
-        if any(layer.kind == "mamba2" for layer in self.layers) and self.mamba2 is None:
+        if any(layer.kind == "mamba2" or layer.parallel_mamba2 for layer in self.layers) and self.mamba2 is None:
             raise ValueError("layers: a mamba2 layer needs the spec's mamba2 sizes")
         if any(layer.kind == "mla" for layer in self.layers) and (
                 self.mla is None or (self.head_dim, self.n_kv_heads) != (self.mla.cache_dim,
@@ -706,6 +723,8 @@ class TransformerSpec:
             raise ValueError("layers: an mla layer needs the spec's mla sizes, with head_dim the cached row's "
                              "(kv_lora_rank + rope_dim) and one KV head (decompressed: n_heads of the longer "
                              "of a key and a value)")
+        if any(layer.parallel_mamba2 for layer in self.layers) and self.parallel_blocks:
+            raise ValueError("parallel_mamba2: not with parallel_blocks (the FFN reads x after both mixers)")
         if self.deltanet_layers and self.mamba2_layers:
             raise ValueError("layers: deltanet and mamba2 layers in one model are not supported")
         for li in range(self.n_layers):
@@ -772,13 +791,19 @@ class TransformerSpec:
 
     @property
     def mamba2_layers(self) -> Tuple[int, ...]:
-        """The indices of the mamba2 layers (their order is the recurrent state's)."""
-        return tuple(i for i, layer in enumerate(self.layers) if layer.kind == "mamba2")
+        """The indices of the layers with a Mamba2 mixer, of kind mamba2 or beside
+        attention (their order is the recurrent state's)."""
+        return tuple(i for i, layer in enumerate(self.layers) if layer.kind == "mamba2" or layer.parallel_mamba2)
 
     @property
     def recurrent_layers(self) -> Tuple[int, ...]:
         """The layers with a recurrent state (deltanet or mamba2; a model has one kind)."""
-        return tuple(i for i, layer in enumerate(self.layers) if layer.kind in RECURRENT_KINDS)
+        return tuple(i for i, layer in enumerate(self.layers)
+                     if layer.kind in RECURRENT_KINDS or layer.parallel_mamba2)
+
+    def ffn_norm_name(self, li: int) -> str:
+        """Layer li's FFN pre-norm tensor."""
+        return f"blk.{li}.{self.ffn_norm_tensor}" + ("" if self.ffn_norm_bare else ".weight")
 
     @property
     def q_dim(self) -> int:

@@ -124,6 +124,9 @@ class TransformerEngine(Engine):
     def fused_step(self, spec: Optional[TransformerSpec] = None) -> Any:
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
+        if any(layer.parallel_mamba2 for layer in (spec or self.spec).layers):
+            raise NotImplementedError("the fused decode step has no Mamba2 mixers beside attention (Falcon-H1): "
+                                      "this model decodes through the Python blocks")
         spec = spec or self.spec
         if spec.mla is not None:
             raise NotImplementedError("the fused decode step has no multi-head latent attention: this model "
@@ -215,9 +218,11 @@ class TransformerEngine(Engine):
 
 def _fused_layers(spec: TransformerSpec) -> bool:
     """Whether the fused step has every layer's shape: each a mixer and an FFN, and
-    experts with a gate."""
-    return all(layer.ffn and layer.kind not in ("mlp", "mla") for layer in spec.layers) and \
-        (spec.moe is None or spec.activation not in UNGATED)
+    experts with a gate; not Falcon-H1's Mamba2 mixers beside attention, nor Mamba2
+    mixers without the gated norm."""
+    return all(layer.ffn and layer.kind not in ("mlp", "mla") and not layer.parallel_mamba2
+               for layer in spec.layers) and \
+        (spec.moe is None or spec.activation not in UNGATED) and (spec.mamba2 is None or spec.mamba2.gated_norm)
 
 
 def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
@@ -447,6 +452,8 @@ class TransformerContext(Context):
             self._mla_attention(w, li, s, segments)
         elif kind != "mlp":   # an "mlp" layer is its FFN alone, on the attn_norm'd h1
             self._attention(w, li, s, segments)
+            if spec.layers[li].parallel_mamba2:   # Falcon-H1: its mixer reads the same h1
+                self._mamba2(w, li, s, segments)
         if not spec.layers[li].ffn:   # the mixer alone (Nemotron-H)
             return
         ffn = spec.layer_ffn_dim(li)
@@ -725,13 +732,14 @@ class TransformerContext(Context):
         self._residual(s, None)
 
     def _mamba2(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"]) -> None:
-        """The Mamba2 half of a Granite 4.0-H block: s.h1 (normed) -> x += the SSM
-        mixer (spec.py; llama.cpp build_mamba2_layer and ggml's ssm_conv / ssm_scan).
-        Each context keeps the layer's last conv_kernel - 1 conv inputs and its state
-        S, which advance through the segment's tokens in order."""
+        """The Mamba2 half of a Granite 4.0-H block (or Falcon-H1's, beside its
+        attention): s.h1 (normed) -> x += the SSM mixer (spec.py; llama.cpp
+        build_mamba2_layer and ggml's ssm_conv / ssm_scan).  Each context keeps the
+        layer's last conv_kernel - 1 conv inputs and its state S, which advance through
+        the segment's tokens in order."""
         m2 = self.spec.mamba2
         assert m2 is not None and w.ssm_in is not None and w.ssm_conv is not None and w.ssm_dt is not None
-        assert w.ssm_a is not None and w.ssm_d is not None and w.ssm_norm is not None and w.ssm_out is not None
+        assert w.ssm_a is not None and w.ssm_d is not None and w.ssm_out is not None
         mi = self.spec.mamba2_layers.index(li)
         n, inner, conv_dim = s.n, m2.d_inner, m2.conv_dim
         zxbcdt = s.rows(s.m2_in, m2.in_dim)
@@ -754,9 +762,10 @@ class TransformerContext(Context):
             K.mamba2_scan(np.ascontiguousarray(conv), np.ascontiguousarray(dt[lo:hi]), w.ssm_a.data, w.ssm_d.data,
                           ctx.ssm_state[mi], y[lo:hi], m2.d_state, m2.n_groups)
         y *= z * _sigmoid(z)
-        grouped = y.reshape(n * m2.n_groups, inner // m2.n_groups)
-        K.rmsnorm(grouped, s.ones(inner // m2.n_groups), grouped, self.spec.rms_eps)
-        y *= w.ssm_norm.data
+        if w.ssm_norm is not None:   # (Mamba2.gated_norm)
+            grouped = y.reshape(n * m2.n_groups, inner // m2.n_groups)
+            K.rmsnorm(grouped, s.ones(inner // m2.n_groups), grouped, self.spec.rms_eps)
+            y *= w.ssm_norm.data
         s.mul(y, (w.ssm_out, s.h2))
         self._residual(s, None)
 

@@ -370,7 +370,7 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
         attn_norm = v("attn_norm", d) if spec.pre_norms else None
         # parallel blocks: one norm feeds both halves (the fused step norms x again for the FFN)
-        ffn_norm = attn_norm if spec.parallel_blocks else v(spec.ffn_norm_tensor, d) \
+        ffn_norm = attn_norm if spec.parallel_blocks else t.vector(spec.ffn_norm_name(i), d) \
             if spec.pre_norms and ls.ffn else None
         L = LayerWeights(
             attn_norm=attn_norm, wq=wq, wk=wk, wv=wv,
@@ -401,6 +401,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             L.post_ffn_norm = v("post_ffw_norm", d)
         if ls.out_scale:
             L.out_scale = v("layer_output_scale", 1)
+        if ls.parallel_mamba2:
+            _mamba2_mixer(spec, i, t, L)
         _ffn_biases(spec, i, t, L)
         if spec.per_layer_dim:
             L.ple_gate = m("inp_gate", spec.per_layer_dim, d)
@@ -611,14 +613,25 @@ def _mamba2_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
     experts = _expert_pieces(spec, i, t)
     w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
     L = LayerWeights(attn_norm=t.vector(p + "attn_norm.weight", d), wq=None, wk=None, wv=None, wo=None,
-                     ffn_norm=t.vector(p + spec.ffn_norm_tensor + ".weight", d) if spec.layers[i].ffn else None,
+                     ffn_norm=t.vector(spec.ffn_norm_name(i), d) if spec.layers[i].ffn else None,
                      w_gate=w_gate, w_up=w_up, w_down=w_down, **experts)
+    _mamba2_mixer(spec, i, t, L)
+    return L
+
+
+def _mamba2_mixer(spec: TransformerSpec, i: int, t: _Tensors, L: LayerWeights) -> None:
+    """Layer i's Mamba2 mixer tensors into L (a mamba2 layer's, or Falcon-H1's beside
+    attention; llama.cpp's names and shapes)."""
+    m2 = spec.mamba2
+    assert m2 is not None
+    d, p = spec.dim, f"blk.{i}."
     L.ssm_in = t.matrix(p + "ssm_in.weight", m2.in_dim, d)
     L.ssm_out = t.matrix(p + "ssm_out.weight", d, m2.d_inner)
     L.ssm_dt = t.vector(p + "ssm_dt.bias", m2.n_heads)
     L.ssm_a = _flat_f32(t, p + "ssm_a", m2.n_heads)
     L.ssm_d = _flat_f32(t, p + "ssm_d", m2.n_heads)
-    L.ssm_norm = _flat_f32(t, p + "ssm_norm.weight", m2.d_inner)
+    if m2.gated_norm:
+        L.ssm_norm = _flat_f32(t, p + "ssm_norm.weight", m2.d_inner)
     if p + "ssm_conv1d.bias" in t.tensors:
         L.ssm_conv_bias = t.vector(p + "ssm_conv1d.bias", m2.conv_dim)
     name = p + "ssm_conv1d.weight"
@@ -629,7 +642,6 @@ def _mamba2_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
         raise GGUFError(f"{name}: expected F32 of shape {(m2.conv_dim, m2.conv_kernel)} (channels, "
                         f"ssm.conv_kernel), got {kind} of shape {shape}")
     L.ssm_conv = kernel.data.view(np.float32).reshape(m2.conv_dim, m2.conv_kernel)
-    return L
 
 
 def _deltanet_tensors(spec: TransformerSpec, i: int, t: _Tensors, L: LayerWeights) -> None:
