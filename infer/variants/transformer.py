@@ -131,6 +131,9 @@ class TransformerEngine(Engine):
         if spec.mla is not None:
             raise NotImplementedError("the fused decode step has no multi-head latent attention: this model "
                                       "decodes through the Python blocks")
+        if spec.moe is not None and spec.moe.n_groups > 1:
+            raise NotImplementedError("the fused decode step has no expert groups: this model decodes through "
+                                      "the Python blocks")
         if spec.mamba2_layers:
             raise NotImplementedError("the fused decode step has no Mamba2 layers: this model "
                                       "decodes through the Python blocks")
