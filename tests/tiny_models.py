@@ -207,7 +207,37 @@ class Tiny:
     out_bias: bool = False
     ffn_bias: bool = False
     output_bias: bool = False
+    #: deepseek2's multi-head latent attention (`write_deepseek2`)
+    mla: Optional["MlaShape"] = None
     falcon_h1: Optional[FalconH1Shape] = None
+
+
+@dataclass(frozen=True)
+class MlaShape:
+    """A tiny deepseek2's attention and experts (conversion/deepseek.py's keys): the
+    latent's rank, each head's nope / rope / value sizes, a low-rank q (0: attn_q),
+    the leading dense layers, experts of width ``Tiny.expert_ffn`` (``Tiny.n_expert``
+    of them, ``n_used`` used) with ``n_shared`` shared experts, the gating function
+    (None: the key left out, as in V2 files), expert groups (0: none) and whether the
+    file has exp_probs_b selection biases of std ``Tiny.expert_bias``."""
+
+    kv_lora: int = 64
+    nope: int = 32
+    rope: int = 16
+    v_dim: int = 48
+    q_lora: int = 0
+    n_dense: int = 1
+    n_used: int = 2
+    n_shared: int = 1
+    gating: Optional[int] = None
+    weights_norm: bool = False
+    weights_scale: Optional[float] = None
+    groups: int = 0
+    groups_used: int = 0
+    selection_bias: bool = False
+    #: the older conversions' layout: HF's kv_b_proj as one attn_kv_b, key_length and
+    #: value_length a decompressed head's, a KV head per head, no _mla lengths
+    legacy: bool = False
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
@@ -526,6 +556,39 @@ FAMILIES3: Dict[str, Tiny] = {n: t for n, t in [
                                    "expert_weights_norm": True, "expert_weights_scale": 2.5,
                                    "expert_group_count": 1, "expert_group_used_count": 1})),
 ]}
+#: deepseek2 (`write_deepseek2`, tests/test_mla.py, llama_cpp_mla.npz): MLA with a latent of
+#: 64 and a rope key of 16, 4 heads of nope 32 + rope 16 and values of 48, a dense first layer
+#: then 8 experts of 64 with shared experts.  The prompts (prompt_seed) are those of 40 seeds
+#: whose reference routing has the largest smallest gap between the last expert chosen and the next.
+MLA_FILES: Dict[str, Tiny] = {n: t for n, t in [
+    # V2-Lite's shape: plain attn_q, softmax routing (no gating key), unnormalised weights
+    ("deepseek2-lite", Tiny("deepseek2", 150, n_layer=3, tied=False, pre="qwen2", ffn=256, n_expert=8,
+                            expert_ffn=64, router_gain=MOE_ROUTER_GAIN, prompt_len=96, prompt_seed=22,
+                            mla=MlaShape(weights_scale=1.0))),
+    # V2's: a low-rank q, YaRN with its log multiplier (0.1 mscale_all_dim), two shared experts
+    ("deepseek2-yarn", Tiny("deepseek2", 151, n_layer=3, tied=False, pre="qwen2", ffn=256, n_expert=8,
+                            expert_ffn=64, router_gain=MOE_ROUTER_GAIN, prompt_len=96, prompt_seed=30,
+                            mla=MlaShape(q_lora=96, n_shared=2, gating=1, weights_scale=1.0),
+                            extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                                   "rope.scaling.original_context_length": 256,
+                                   "rope.scaling.yarn_log_multiplier": 0.0707})),
+    # V3's: sigmoid routing with selection biases in 4 groups of 4 experts (2 groups used),
+    # weights normalised and scaled by 2.5
+    ("deepseek2-v3", Tiny("deepseek2", 152, n_layer=3, tied=False, pre="qwen2", ffn=256, n_expert=16,
+                          expert_ffn=64, router_gain=MOE_ROUTER_GAIN, expert_bias=0.05, prompt_len=96, prompt_seed=37,
+                          mla=MlaShape(q_lora=96, gating=2, weights_norm=True, weights_scale=2.5, groups=4,
+                                       groups_used=2, selection_bias=True, n_used=3),
+                          extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                                 "rope.scaling.original_context_length": 256,
+                                 "rope.scaling.yarn_log_multiplier": 0.1})),
+    # the older conversions of V2-Lite: attn_kv_b, decompressed heads (llama.cpp's plain MHA path)
+    ("deepseek2-kvb", Tiny("deepseek2", 153, n_layer=3, tied=False, pre="qwen2", ffn=256, n_expert=8,
+                           expert_ffn=64, router_gain=MOE_ROUTER_GAIN, prompt_len=96, prompt_seed=7,
+                           mla=MlaShape(legacy=True, weights_scale=1.0),
+                           extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                                  "rope.scaling.original_context_length": 256,
+                                  "rope.scaling.yarn_log_multiplier": 0.0707})),
+]}
 #: the text models of Qwen2-VL / Qwen3-VL (tests/test_vltext.py, llama_cpp_vltext.npz):
 #: qwen2 / qwen3 / qwen3moe files with M-RoPE sections (rope.dimension_sections; for
 #: text the pairs of the extra section do not turn, infer/variants/qwen_vl.py)
@@ -560,7 +623,7 @@ FALCON_H1: Dict[str, Tiny] = {
 }
 #: every tiny file (names are unique across the tables)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35, **MXFP4,
-                        **GPTOSS, **GRANITE_HYBRID, **DENSE2, **FAMILIES3, **VLTEXT, **FALCON_H1}
+                        **GPTOSS, **GRANITE_HYBRID, **DENSE2, **FAMILIES3, **MLA_FILES, **VLTEXT, **FALCON_H1}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -705,6 +768,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         return write_gemma4(t, path, more_tensors)
     if t.arch == "lfm2moe":
         return write_lfm2moe(t, path, more_tensors)
+    if t.mla is not None:
+        return write_deepseek2(t, path, more_tensors)
     if t.qwen35 is not None:
         return write_qwen35(t, path, more_tensors)
     if t.arch == "gpt-oss":
@@ -1473,6 +1538,85 @@ def write_lfm2moe(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarra
         w.add_tensor(p + "exp_probs_b.bias", (t.expert_bias * rng.standard_normal(t.n_expert)).astype(np.float32))
     for k, v in (more_tensors or {}).items():
         w.add_tensor(k, v)
+    return _finish(w, path)
+
+
+def write_deepseek2(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray]] = None,
+                    drop: Tuple[str, ...] = ()) -> str:
+    """A deepseek2 file as conversion/deepseek.py writes it: one KV head of key_length
+    kv_lora + rope and value_length kv_lora, the _mla lengths of a head, q_lora_rank
+    (written as 0 without a low-rank q: llama.cpp reads the key of any file but the
+    "lite" layer counts), HF's kv_b_proj split into attn_k_b (per head (kv_lora, nope):
+    k_b transposed) and attn_v_b (per head (v_dim, kv_lora)); the dense layers'
+    ffn_{gate,up,down}, the others' router, stacked experts and ffn_*_shexp.
+    ``drop``: tensors and keys left out (the refusal tests)."""
+    import gguf
+
+    m = t.mla
+    assert m is not None
+    rng = np.random.default_rng(t.seed)
+    d, L, a, H = t.dim, t.n_layer, t.arch, t.n_head
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, a)
+    values: Dict[str, Any] = {
+        "context_length": t.n_ctx_train, "embedding_length": d, "block_count": L, "feed_forward_length": t.ffn,
+        "attention.head_count": H, "attention.head_count_kv": 1, "attention.layer_norm_rms_epsilon": 1e-6,
+        "leading_dense_block_count": m.n_dense, "vocab_size": VOCAB, "attention.q_lora_rank": m.q_lora,
+        "attention.kv_lora_rank": m.kv_lora, "attention.key_length": m.kv_lora + m.rope,
+        "attention.value_length": m.kv_lora, "attention.key_length_mla": m.nope + m.rope,
+        "attention.value_length_mla": m.v_dim, "expert_feed_forward_length": t.expert_ffn,
+        **({"attention.head_count_kv": H, "attention.key_length": m.nope + m.rope, "attention.value_length": m.v_dim,
+            "attention.key_length_mla": None, "attention.value_length_mla": None} if m.legacy else {}),
+        "expert_count": t.n_expert, "expert_shared_count": m.n_shared, "expert_used_count": m.n_used,
+        "expert_weights_scale": m.weights_scale, "expert_weights_norm": m.weights_norm or None,
+        "expert_gating_func": m.gating, "expert_group_count": m.groups or None,
+        "expert_group_used_count": m.groups_used or None, "rope.dimension_count": m.rope,
+        "rope.freq_base": t.rope_base, **t.extra}
+    _add_metadata(w, a, {k: v for k, v in values.items() if k not in drop})
+    _write_vocabulary(w, t.pre)
+    tensors: Dict[str, np.ndarray] = {"token_embd.weight": mat(VOCAB, d, math.sqrt(d)),
+                                      "output_norm.weight": norm(d), "output.weight": mat(VOCAB, d, t.head_gain)}
+    for i in range(L):
+        p = f"blk.{i}."
+        tensors[p + "attn_norm.weight"] = norm(d)
+        if m.q_lora:
+            tensors[p + "attn_q_a.weight"] = mat(m.q_lora, d)
+            tensors[p + "attn_q_a_norm.weight"] = norm(m.q_lora)
+            tensors[p + "attn_q_b.weight"] = mat(H * (m.nope + m.rope), m.q_lora, 2.0)
+        else:
+            tensors[p + "attn_q.weight"] = mat(H * (m.nope + m.rope), d, 2.0)
+        tensors[p + "attn_kv_a_mqa.weight"] = mat(m.kv_lora + m.rope, d, 2.0)
+        tensors[p + "attn_kv_a_norm.weight"] = norm(m.kv_lora)
+        kv_b = mat(H * (m.nope + m.v_dim), m.kv_lora, 1.5)
+        if m.legacy:
+            tensors[p + "attn_kv_b.weight"] = kv_b
+        else:
+            kv_b = kv_b.reshape(H, m.nope + m.v_dim, m.kv_lora)
+            tensors[p + "attn_k_b.weight"] = np.ascontiguousarray(kv_b[:, :m.nope].transpose(0, 2, 1))
+            tensors[p + "attn_v_b.weight"] = np.ascontiguousarray(kv_b[:, m.nope:])
+        tensors[p + "attn_output.weight"] = mat(d, H * m.v_dim)
+        tensors[p + "ffn_norm.weight"] = norm(d)
+        if i < m.n_dense:
+            for part, rows, cols in (("gate", t.ffn, d), ("up", t.ffn, d), ("down", d, t.ffn)):
+                tensors[p + f"ffn_{part}.weight"] = mat(rows, cols)
+            continue
+        tensors[p + "ffn_gate_inp.weight"] = mat(t.n_expert, d, t.router_gain).astype(np.float32)
+        for part, rows, cols in (("gate", t.expert_ffn, d), ("up", t.expert_ffn, d), ("down", d, t.expert_ffn)):
+            tensors[p + f"ffn_{part}_exps.weight"] = np.stack([mat(rows, cols) for _ in range(t.n_expert)])
+        if m.selection_bias:
+            tensors[p + "exp_probs_b.bias"] = (t.expert_bias * rng.standard_normal(t.n_expert)).astype(np.float32)
+        sh = t.expert_ffn * m.n_shared
+        for part, rows, cols in (("gate", sh, d), ("up", sh, d), ("down", d, sh)):
+            tensors[p + f"ffn_{part}_shexp.weight"] = mat(rows, cols)
+    for k, v in {**tensors, **(more_tensors or {})}.items():
+        if k not in drop:
+            w.add_tensor(k, v)
     return _finish(w, path)
 
 

@@ -122,6 +122,7 @@ def describe_model(f: Any) -> dict[str, Any]:
         "deltanet": None if arch in MAMBA2_ARCHS else _deltanet_summary(arch_key),
         "mamba2": _mamba2_summary(arch_key, arch == "nemotron_h", arch == "falcon-h1") if arch in MAMBA2_ARCHS
         else None,
+        "mla": _mla_summary(arch_key),
         "experts": arch_key("expert_count"), "experts_used": arch_key("expert_used_count"),
         "expert_feed_forward_length": arch_key("expert_feed_forward_length"),
         # what one token reads: the stacked expert tensors (names *_exps) count as
@@ -243,6 +244,20 @@ def _human_count(n: int) -> str:
     return str(n)
 
 
+def _mla_summary(arch_key: Any) -> Optional[dict[str, Any]]:
+    """DeepSeek's multi-head latent attention (``attention.kv_lora_rank`` and the _mla
+    head sizes): what each position caches, one F16 row of the latent and the rope key
+    per layer, and the per-head sizes it is decompressed to (None without it)."""
+    rank, rope = arch_key("attention.kv_lora_rank"), arch_key("rope.dimension_count")
+    q_head, v_dim = arch_key("attention.key_length_mla"), arch_key("attention.value_length_mla")
+    layers = arch_key("block_count")
+    if not all(isinstance(v, int) and v > 0 for v in (rank, rope, q_head, v_dim, layers)):
+        return None
+    q_rank = arch_key("attention.q_lora_rank")
+    return {"latent": rank, "rope": rope, "nope": q_head - rope, "value": v_dim,
+            "q_rank": q_rank if isinstance(q_rank, int) else 0, "cache_bytes_per_token": 2 * layers * (rank + rope)}
+
+
 def _active_parameters(f: Any, n_experts: Any, n_used: Any) -> Optional[int]:
     """Parameters a token uses in a mixture of experts (None without experts)."""
     if not (isinstance(n_experts, int) and isinstance(n_used, int) and 0 < n_used <= n_experts):
@@ -292,6 +307,12 @@ def format_model(s: dict[str, Any]) -> str:
                                        f"{dn['conv_kernel']}"))
         rows.append(("recurrent state", f"{_human_bytes(dn['state_bytes'])} per context, and up to "
                                         f"{_human_bytes(dn['checkpoint_bytes'])} of checkpoints for truncation"))
+    mla = s.get("mla")
+    if mla is not None:
+        rows.append(("MLA", f"latent {mla['latent']} + rope key {mla['rope']} cached "
+                            f"({_human_bytes(mla['cache_bytes_per_token'])} per token in F16), heads of "
+                            f"{mla['nope']} + {mla['rope']}, values {mla['value']}"
+                            + (f", q rank {mla['q_rank']}" if mla["q_rank"] else "")))
     m2 = s.get("mamba2")
     if m2 is not None:
         rows.append(("Mamba2", f"{m2['layers']} layers, {m2['heads']} heads of {m2['head_dim']} in "

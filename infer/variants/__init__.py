@@ -3,6 +3,7 @@ from . import apertus  # noqa: F401
 from . import arcee  # noqa: F401
 from . import bert  # noqa: F401
 from . import cohere2  # noqa: F401
+from . import deepseek2  # noqa: F401
 from . import ernie4_5  # noqa: F401
 from . import exaone  # noqa: F401
 from . import exaone4  # noqa: F401
