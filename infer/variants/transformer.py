@@ -125,12 +125,6 @@ class TransformerEngine(Engine):
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
         spec = spec or self.spec
-        if spec.mamba2_layers:
-            raise NotImplementedError("the fused decode step has no Mamba2 layers: this model "
-                                      "decodes through the Python blocks")
-        if spec.moe is not None and spec.moe.shared_ffn_dim and not spec.moe.shared_gated:
-            raise NotImplementedError("the fused decode step has no shared expert without a gate: this model "
-                                      "decodes through the Python blocks")
         if spec.moe is not None and spec.moe.n_used > K.MAX_EXPERTS_USED:
             raise NotImplementedError(f"the fused decode step routes a token to at most {K.MAX_EXPERTS_USED} "
                                       f"experts, this model to {spec.moe.n_used}: it decodes through the "
@@ -163,7 +157,7 @@ class TransformerEngine(Engine):
             steps = [c._fused_step() for c in ctxs]
             for i, step in enumerate(steps):
                 by_step.setdefault(id(step), []).append(i)
-            recurrent = bool(ctxs[0].spec.deltanet_layers)
+            recurrent = bool(ctxs[0].spec.recurrent_layers)
             for members in by_step.values():
                 step = steps[members[0]]
                 for g in range(0, len(members), step.max_batch):
@@ -227,6 +221,9 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
         if ls.kind == "deltanet":
             layers.append(_deltanet_arguments(L, ls))
             continue
+        if ls.kind == "mamba2":
+            layers.append(_mamba2_arguments(L, ls))
+            continue
         assert L.wq is not None and L.wo is not None
         hd = spec.layer_head_dim(li)
         layer: Dict[str, Any] = dict(
@@ -274,10 +271,11 @@ def _expert_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
                        ("down_exps_bias", L.down_exps_bias)):
         if table is not None:   # expert by expert
             pieces[key] = table.data.reshape(-1)
-    if L.shared_gate is not None and L.shared_up is not None and L.shared_down is not None \
-            and L.shared_gate_inp is not None:
+    if L.shared_gate is not None and L.shared_up is not None and L.shared_down is not None:
         pieces.update(shexp_gate=L.shared_gate.as_tuple(), shexp_up=L.shared_up.as_tuple(),
-                      shexp_down=L.shared_down.as_tuple(), shexp_gate_inp=L.shared_gate_inp.data)
+                      shexp_down=L.shared_down.as_tuple())
+        if L.shared_gate_inp is not None:   # none: a shared expert without a gate (Granite 4.0-H)
+            pieces["shexp_gate_inp"] = L.shared_gate_inp.data
     return pieces
 
 
@@ -290,6 +288,21 @@ def _shortconv_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
                  up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
                  conv=(L.conv_kernel, L.conv_b.as_tuple(), L.conv_c.as_tuple(), L.conv_u.as_tuple(),
                        L.conv_out.as_tuple()))
+    if ls.ffn_dim is not None:
+        layer["ffn_dim"] = ls.ffn_dim
+    return {**layer, **_expert_arguments(L, ls)}
+
+
+def _mamba2_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
+    """A Mamba2 layer as kernels.TransformerDecoder takes it."""
+    assert L.ssm_in is not None and L.ssm_out is not None and L.ssm_conv is not None and L.ssm_dt is not None
+    assert L.ssm_a is not None and L.ssm_d is not None and L.ssm_norm is not None
+    assert L.attn_norm is not None and L.ffn_norm is not None
+    conv_bias = L.ssm_conv_bias.data if L.ssm_conv_bias is not None else None
+    layer = dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=L.w_gate.as_tuple(),
+                 up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
+                 mamba2=(L.ssm_conv, conv_bias, L.ssm_in.as_tuple(), L.ssm_out.as_tuple(), L.ssm_dt.data,
+                         L.ssm_a.data, L.ssm_d.data, L.ssm_norm.data))
     if ls.ffn_dim is not None:
         layer["ffn_dim"] = ls.ffn_dim
     return {**layer, **_expert_arguments(L, ls)}
@@ -350,8 +363,7 @@ class TransformerContext(Context):
         self._scratch: Dict[int, _Scratch] = {}
         #: False: decode through the Python blocks too (for tests comparing the two;
         #: and for a mixture of experts routing more experts than the C step takes)
-        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and not spec.mamba2_layers \
-            and (spec.moe is None or spec.moe.shared_gated or not spec.moe.shared_ffn_dim)
+        self.fused_decode = spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED
         self._step: Any = None
         self._init_recurrent()
 
@@ -364,7 +376,7 @@ class TransformerContext(Context):
     def _forward(self, tokens: NDArray[Any], start: int) -> None:
         eng = self.engine
         with eng.running():
-            if len(tokens) == 1 and self.fused_decode and self.spec.deltanet_layers:
+            if len(tokens) == 1 and self.fused_decode and self.spec.recurrent_layers:
                 self._begin_recurrent(start)
                 self._fused_step().decode(int(tokens[0]), start, self.k_cache, self.v_cache, self.logits,
                                           None, self.ssm_state, self.ssm_conv)
