@@ -10,8 +10,9 @@ experts, 2 used, and a shared MLP without a gate), against two independent refer
   (tests/data/llama_cpp_mamba2.npz, see tests/data/README.md).
 
 Then what must stay exact although the SSM state is not kept per position: decode =
-prefill, batched decode and prefill, truncate_to between checkpoints, copies, saved
-states; the scan kernel against a float64 loop; and the files infer must refuse.
+prefill, the fused C decode step = the Python blocks bit for bit, batched decode and
+prefill, truncate_to between checkpoints, copies, saved states; the scan kernel
+against a float64 loop; and the files infer must refuse.
 """
 import copy
 import math
@@ -70,6 +71,14 @@ def _decode(ctx, tokens):
     return ctx.logits.copy()
 
 
+def context(model, fused, **options):
+    """A context decoding through the fused C step (the default) or the Python blocks."""
+    ctx = model.engine.create_context(**options)
+    assert ctx.fused_decode
+    ctx.fused_decode = fused
+    return ctx
+
+
 # ---- the references and infer's forward passes ---------------------------------------------
 @pytest.fixture(scope="module")
 def recorded():
@@ -98,14 +107,14 @@ def test_prefill_matches_reference_and_llama_cpp(name, recorded, tiny_dir):
 
 
 def test_moe_decode_equals_prefill(tiny_dir):
-    """h-tiny's shape decodes through the Python blocks too (the fused step has
-    neither Mamba2 layers nor a shared expert without a gate)."""
+    """h-tiny's shape (experts and a shared MLP without a gate) decodes through the
+    fused step like the dense files."""
     name = "granitehybrid-moe"
     prompt = tm.prompt(name)[:12]
     with load(tiny_dir, name) as model:
         assert model.engine.spec.moe.shared_ffn_dim == 256 and not model.engine.spec.moe.shared_gated
         rows = model.engine.create_context(n_ctx=64).prefill(prompt, all_logits=True)
-        ctx = model.engine.create_context(n_ctx=64)
+        ctx = context(model, True, n_ctx=64)
         for i, tok in enumerate(prompt):
             ctx.prefill([int(tok)])
             close(ctx.logits, rows[i])
@@ -113,16 +122,13 @@ def test_moe_decode_equals_prefill(tiny_dir):
 
 
 def test_decode_one_token_at_a_time_equals_prefill(tiny_dir):
-    """Decoding goes through the Python blocks (the fused C step has no Mamba2
-    layers: it says so); its logits are the batched prefill's, and prefills in
+    """Decoding (the fused C step) gives the batched prefill's logits, and prefills in
     pieces that cut the conv's reach (3 earlier inputs) carry it over."""
     prompt = tm.prompt(NAME)[:40]
     ref = reference_logits(tiny_dir)
     with load(tiny_dir) as model:
-        ctx = model.engine.create_context(n_ctx=128, sampler=GreedySampler())
-        assert not ctx.fused_decode
-        with pytest.raises(NotImplementedError, match="Mamba2"):
-            model.engine.fused_step()
+        ctx = context(model, True, n_ctx=128, sampler=GreedySampler())
+        assert model.engine.fused_step().n_mamba2_layers == 3
         rows = model.engine.create_context(n_ctx=128).prefill(prompt, all_logits=True)
         for i, tok in enumerate(prompt):
             ctx.prefill([int(tok)])
@@ -134,9 +140,80 @@ def test_decode_one_token_at_a_time_equals_prefill(tiny_dir):
             check(pieces.logits, ref[hi - 1], f"position {hi - 1}, batch {lo}..{hi}")
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_fused_decode_equals_the_python_blocks(name, recorded, tiny_dir):
+    """The fused C step computes what the Python blocks compute, in the same float
+    operations and kernels: the same logits bit for bit at every position (past the
+    16-token checkpoint interval), which agree with llama.cpp's at its recorded
+    positions, the same states and checkpoints, and the same greedy continuation,
+    which also follows the float64 reference where its top token is clear."""
+    prompt = tm.prompt(name)[:34]
+    decoded = []
+    with load(tiny_dir, name) as model:
+        fused, python = (context(model, f, n_ctx=128, sampler=GreedySampler()) for f in (True, False))
+        for i, tok in enumerate(prompt):
+            fused.prefill([int(tok)])
+            python.prefill([int(tok)])
+            np.testing.assert_array_equal(fused.logits, python.logits, err_msg=f"position {i}")
+            decoded.append(fused.logits.copy())
+        positions, theirs = recorded_logits(recorded, name, tiny_file(name, tiny_dir))
+        here = positions < len(prompt)
+        assert here.sum() == 5
+        assert_agrees(np.array(decoded)[positions[here]], theirs[here], positions[here], name)
+        np.testing.assert_array_equal(fused.ssm_state, python.ssm_state)
+        np.testing.assert_array_equal(fused.ssm_conv, python.ssm_conv)
+        assert [c[0] for c in fused._checkpoints] == [c[0] for c in python._checkpoints] == [16, 32]
+        ids = []
+        for _ in range(6):
+            tok = int(np.argmax(fused.logits))
+            assert tok == int(np.argmax(python.logits))
+            ids.append(tok)
+            fused.prefill([tok])
+            python.prefill([tok])
+            np.testing.assert_array_equal(fused.logits, python.logits)
+    ref = GraniteHybridReference(tiny_file(name, tiny_dir)).forward(np.concatenate([prompt, ids]))
+    check(fused.logits, ref[-1], "last generated position")
+    for k, tok in enumerate(ids):
+        row = np.sort(ref[len(prompt) + k - 1])
+        if row[-1] - row[-2] > 0.05:
+            assert tok == int(np.argmax(ref[len(prompt) + k - 1])), f"generated token {k}"
+
+
+def test_fused_step_refuses_bad_recurrent_states(tiny_dir):
+    """TransformerDecoder.step checks each sequence's Mamba2 ssm_state and ssm_conv
+    before the C call (Mamba2's shapes, not DeltaNet's); the refused call leaves every
+    state and cache as it was."""
+    with load(tiny_dir) as model:
+        eng = model.engine
+        a, b = (eng.create_context(n_ctx=64) for _ in range(2))
+        a.prefill(tm.prompt(NAME)[:5])
+        b.prefill(tm.prompt(NAME)[:5])
+        step = a._fused_step()
+        assert (step.n_mamba2_layers, step.n_deltanet_layers) == (3, 0)
+        before = [x.copy() for x in (a.ssm_state, a.ssm_conv, a.k_cache, a.logits)]
+
+        def call(states, convs, ctxs=(a,)):
+            step.step([c.k_cache for c in ctxs], [c.v_cache for c in ctxs], [3] * len(ctxs), [5] * len(ctxs),
+                      [c.logits for c in ctxs], None, states, convs)
+
+        with pytest.raises(ValueError, match="ssm_states, ssm_convs: one of each"):
+            call(None, None)
+        for states, convs, message in [
+                ([a.ssm_state[:, :4]], [a.ssm_conv], r"ssm_states\[0\]: expected float32 of shape \(3, 8, 64, 32\)"),
+                ([a.ssm_state], [a.ssm_conv[:, :2]], r"ssm_convs\[0\]: expected float32 of shape \(3, 3, 640\)"),
+                ([a.ssm_state], [np.asfortranarray(a.ssm_conv)], r"ssm_convs\[0\]: must be C-contiguous")]:
+            with pytest.raises(ValueError, match=message):
+                call(states, convs)
+        with pytest.raises(ValueError, match="ssm_states"):   # one state for two sequences
+            call([a.ssm_state, a.ssm_state], [a.ssm_conv, b.ssm_conv], (a, b))
+        for x, y in zip((a.ssm_state, a.ssm_conv, a.k_cache, a.logits), before):
+            np.testing.assert_array_equal(x, y)
+
+
 def test_batched_prefill_and_decode_equal_one_at_a_time(tiny_dir):
     """infer serve's batched passes: contexts at different positions stacked in one
-    pass, each advancing its own SSM state, give the logits each gets alone."""
+    pass (prefill), or one fused step for the batch (decode), each advancing its own
+    SSM state, give the logits each gets alone."""
     prompt = tm.prompt(NAME)
     ref = reference_logits(tiny_dir)
     with load(tiny_dir) as model:
@@ -154,9 +231,11 @@ def test_batched_prefill_and_decode_equal_one_at_a_time(tiny_dir):
             decode_batch(together, tokens)
             for c, a, t in zip(together, alone, tokens):
                 a.prefill([t])
-                close(c.logits, a.logits)
-        for c, n in zip(together, lengths):
+                np.testing.assert_array_equal(c.logits, a.logits)
+        for c, a, n in zip(together, alone, lengths):
             check(c.logits, ref[n + 3], f"batched decode, position {n + 3}")
+            np.testing.assert_array_equal(c.ssm_state, a.ssm_state)
+            np.testing.assert_array_equal(c.ssm_conv, a.ssm_conv)
 
 
 def test_truncate_to_between_checkpoints_then_redecode(tiny_dir):
@@ -228,8 +307,8 @@ def test_greedy_generation_and_chat(tiny_dir):
 
 
 def test_serve_scheduler_gives_each_request_its_own_text(tiny_dir):
-    """infer serve's scheduler: requests decoding together (decode_batch through the
-    Python blocks) get the text each gets alone."""
+    """infer serve's scheduler: requests decoding together (decode_batch: one fused
+    step for the batch) get the text each gets alone."""
     prompts = [[int(t) for t in tm.prompt(NAME)[lo:lo + n]] for lo, n in ((0, 7), (50, 30), (200, 3))]
     with load(tiny_dir) as model:
         assert_scheduler_batches_like_alone(model, prompts, n_ctx=128, max_tokens=8)
