@@ -210,6 +210,27 @@ def test_fused_step_refuses_bad_recurrent_states(tiny_dir):
             np.testing.assert_array_equal(x, y)
 
 
+def test_a_file_without_attention_decodes_through_the_python_blocks(tmp_path):
+    """The fused step keeps its caches for attention layers: a file of Mamba2 layers
+    only (no released model is one) decodes through the Python blocks, as its prefill
+    and the float64 reference, and fused_step says why."""
+    import dataclasses
+
+    t = tm.ALL[NAME]
+    t = dataclasses.replace(t, n_layer=2, mamba2=dataclasses.replace(t.mamba2, attention_layers=()))
+    path = tm.write_granite_hybrid(t, str(tmp_path / "mamba2-only.gguf"))
+    prompt = tm.prompt(NAME)[:6]
+    ref = GraniteHybridReference(path).forward(prompt)
+    with infer.load(path) as model:
+        ctx = model.engine.create_context(n_ctx=32)
+        assert not ctx.fused_decode
+        with pytest.raises(NotImplementedError, match="needs an attention layer"):
+            model.engine.fused_step()
+        for i, tok in enumerate(prompt):
+            ctx.prefill([int(tok)])
+            check(ctx.logits, ref[i], f"position {i}")
+
+
 def test_batched_prefill_and_decode_equal_one_at_a_time(tiny_dir):
     """infer serve's batched passes: contexts at different positions stacked in one
     pass (prefill), or one fused step for the batch (decode), each advancing its own

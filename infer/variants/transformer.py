@@ -125,6 +125,9 @@ class TransformerEngine(Engine):
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
         spec = spec or self.spec
+        if not _has_attention(spec):
+            raise NotImplementedError("the fused decode step needs an attention layer: this model "
+                                      "decodes through the Python blocks")
         if spec.moe is not None and spec.moe.n_used > K.MAX_EXPERTS_USED:
             raise NotImplementedError(f"the fused decode step routes a token to at most {K.MAX_EXPERTS_USED} "
                                       f"experts, this model to {spec.moe.n_used}: it decodes through the "
@@ -199,6 +202,12 @@ class TransformerEngine(Engine):
         for ctx in list(self._contexts):
             ctx._release()
         self.weights = None
+
+
+def _has_attention(spec: TransformerSpec) -> bool:
+    """Whether a layer attends (the fused step's caches need one: a file of recurrent
+    layers only, which no released model is, decodes through the Python blocks)."""
+    return any(layer.kind == "attention" for layer in spec.layers)
 
 
 def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
@@ -363,7 +372,7 @@ class TransformerContext(Context):
         self._scratch: Dict[int, _Scratch] = {}
         #: False: decode through the Python blocks too (for tests comparing the two;
         #: and for a mixture of experts routing more experts than the C step takes)
-        self.fused_decode = spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED
+        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and _has_attention(spec)
         self._step: Any = None
         self._init_recurrent()
 
