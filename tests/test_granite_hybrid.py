@@ -231,6 +231,60 @@ def test_a_file_without_attention_decodes_through_the_python_blocks(tmp_path):
             check(ctx.logits, ref[i], f"position {i}")
 
 
+def test_fused_step_checks_the_mamba2_pieces(tiny_dir):
+    """kernels.TransformerDecoder refuses a Mamba2 layer it cannot run with a message
+    naming the piece, before any C call: sizes missing, conv taps, ssm_in and vector
+    shapes, a gate for a shared expert that has none."""
+    from infer.variants.transformer import decoder_arguments
+
+    class Without:   # the spec without one attribute
+        def __init__(self, spec, name):
+            self.spec, self.name = spec, name
+
+        def __getattr__(self, key):
+            return None if key == self.name else getattr(self.spec, key)
+
+    def build(spec, layers):
+        embd, output, norm, _ = decoder_arguments(spec, eng.live_weights())
+        return K.TransformerDecoder(spec, embd, output, norm, layers)
+
+    def with_piece(layers, at, value):
+        layers = [dict(layer) for layer in layers]
+        pieces = list(layers[0]["mamba2"])
+        pieces[at] = value
+        layers[0]["mamba2"] = tuple(pieces)
+        return layers
+
+    with load(tiny_dir) as model:
+        eng = model.engine
+        spec = eng.spec
+        layers = decoder_arguments(spec, eng.live_weights())[3]
+        assert build(spec, layers).n_mamba2_layers == 3
+        conv, conv_bias, ssm_in, ssm_out, dt = layers[0]["mamba2"][:5]
+        with pytest.raises(ValueError, match="config.mamba2: the sizes"):
+            build(Without(spec, "mamba2"), layers)
+        for at, value, error, message in [
+                (0, conv[:, :3], ValueError, r"layers\[0\].mamba2: the conv taps must be float32 of shape \(640, 4\)"),
+                (1, conv_bias[:5], ValueError, r"layers\[0\].mamba2 conv_bias"),
+                (2, ssm_out, ValueError, r"layers\[0\].mamba2 in: a 256 x 512 matrix where the config needs "
+                                         r"1160 x 256"),   # 512 + 640 + 8 rows
+                (4, dt[:7], ValueError, r"layers\[0\].mamba2 dt")]:
+            with pytest.raises(error, match=message):
+                build(spec, with_piece(layers, at, value))
+        with pytest.raises(TypeError, match=r"layers\[0\].mamba2: expected \(conv, conv_bias"):
+            build(spec, [dict(layers[0], mamba2=(conv,))] + layers[1:])
+        # no conv bias is a file without one: accepted
+        assert build(spec, with_piece(layers, 1, None)).n_mamba2_layers == 3
+    with load(tiny_dir, "granitehybrid-moe") as model:
+        eng = model.engine
+        spec = eng.spec
+        layers = decoder_arguments(spec, eng.live_weights())[3]
+        assert "shexp_gate_inp" not in layers[0] and build(spec, layers).n_mamba2_layers == 2
+        gated = [dict(layers[0], shexp_gate_inp=np.ones(spec.dim, np.float32))] + layers[1:]
+        with pytest.raises(ValueError, match=r"layers\[0\].shexp_gate_inp: a gate of a shared expert without one"):
+            build(spec, gated)
+
+
 def test_batched_prefill_and_decode_equal_one_at_a_time(tiny_dir):
     """infer serve's batched passes: contexts at different positions stacked in one
     pass (prefill), or one fused step for the batch (decode), each advancing its own
