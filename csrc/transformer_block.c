@@ -309,15 +309,26 @@ static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch)
         int64_t lo, hi;
         if (!infer_decode_chunk_part(j, c, 0, &lo, &hi)) return;
         const int64_t n = (hi - lo) * j->n_tokens;
-        if (m->ffn_relu_sqr) {   /* no gate: relu(up)^2 */
+        if (m->ffn_relu_sqr || m->ffn_xielu || m->ffn_gelu) {   /* no gate: up [+ its bias] */
             infer_decode_dot_rows(j->mats[1], j->inputs[1], j->n_tokens, scratch, lo, hi);
+            for (int t = 0; d->ffn_layer->ffn_up_b && t < j->n_tokens; t++)
+                d->kt->add(scratch + t * (hi - lo), d->ffn_layer->ffn_up_b + lo, hi - lo);
+        }
+        if (m->ffn_relu_sqr) {   /* relu(up)^2 */
             for (int64_t i = 0; i < n; i++) scratch[i] = scratch[i] > 0.0f ? scratch[i] * scratch[i] : 0.0f;
             return;
         }
-        if (m->ffn_xielu) {   /* no gate: xielu(up), ggml's op_xielu in float */
+        if (m->ffn_gelu) {   /* gelu(up): the GeGLU kernel's GELU, x sigmoid(2z), in scalar float */
+            const float c = 0.7978845608028654f;   /* sqrt(2/pi) */
+            for (int64_t i = 0; i < n; i++) {
+                const float x = scratch[i];
+                scratch[i] = x / (1.0f + expf(-2.0f * c * (x + 0.044715f * x * x * x)));
+            }
+            return;
+        }
+        if (m->ffn_xielu) {   /* xielu(up), ggml's op_xielu in float */
             const infer_block_layer *L = d->ffn_layer;
             const float an = L->xielu_alpha_n, ap = L->xielu_alpha_p, beta = L->xielu_beta, eps = L->xielu_eps;
-            infer_decode_dot_rows(j->mats[1], j->inputs[1], j->n_tokens, scratch, lo, hi);
             for (int64_t i = 0; i < n; i++) {
                 const float u = scratch[i];
                 scratch[i] = u > 0.0f ? ap * u * u + beta * u : (expm1f(fminf(u, eps)) - u) * an + beta * u;
@@ -335,6 +346,9 @@ static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch)
     } else {
         const int64_t n = infer_decode_matmul_chunk(j, c, scratch);
         if (j->kind == INFER_JOB_HEAD) {
+            int64_t lo, hi;
+            if (m->output_b && infer_decode_chunk_part(j, c, 0, &lo, &hi))
+                for (int t = 0; t < j->n_tokens; t++) d->kt->add(scratch + t * (hi - lo), m->output_b + lo, hi - lo);
             if (m->logit_scale != 1.0f) d->kt->scale(scratch, m->logit_scale, n);
             if (m->final_softcap > 0.0f) {
                 const float cap = m->final_softcap;
@@ -699,6 +713,7 @@ static void ffn_half(decode_ctx *d, infer_decode_team *team, const infer_block_l
 
         j->mats[0] = &L->down; j->outs[0] = s->h; j->out_stride[0] = dim;
         run_matrix_job(d, team, INFER_JOB_MATMUL, s->gate, L->ffn_dim, 1, NULL);
+        for (int b = 0; L->ffn_down_b && b < d->n_seqs; b++) d->kt->add(ROW(s->h, b, dim), L->ffn_down_b, dim);
     }
     residual(d, L->post_ffn_norm);
 }
@@ -1044,7 +1059,9 @@ int infer_block_check_model(const infer_block_model *m) {
         return -2;
     if ((m->ffn_relu_sqr != 0 && m->ffn_relu_sqr != 1) || (m->ffn_relu_sqr && (moe || m->gelu)) ||
         (m->ffn_xielu != 0 && m->ffn_xielu != 1) || (m->ffn_xielu && (moe || m->gelu || m->ffn_relu_sqr)) ||
-        (m->swiglu_oai && (m->gelu || m->ffn_relu_sqr || m->ffn_xielu)))
+        (m->swiglu_oai && (m->gelu || m->ffn_relu_sqr || m->ffn_xielu)) ||
+        (m->ffn_gelu != 0 && m->ffn_gelu != 1) ||
+        (m->ffn_gelu && (moe || m->gelu || m->ffn_relu_sqr || m->ffn_xielu || m->swiglu_oai)))
         return -2;
     for (int l = 0; l < m->n_layers; l++) {
         const infer_block_layer *L = &m->layers[l];
@@ -1054,6 +1071,9 @@ int infer_block_check_model(const infer_block_model *m) {
         const int64_t stacks = layer_moe ? m->n_experts : 1;
         if (m->ffn_xielu && !(isfinite(L->xielu_alpha_n) && isfinite(L->xielu_alpha_p) && isfinite(L->xielu_beta) &&
                               isfinite(L->xielu_eps)))
+            return -2;
+        if (!!L->ffn_up_b != !!L->ffn_down_b ||
+            (L->ffn_up_b && (layer_moe || !(m->ffn_relu_sqr || m->ffn_xielu || m->ffn_gelu))))
             return -2;
         if (L->ffn_dim < 1 || L->ffn_dim > m->ffn_dim || (L->exp_probs_b && !layer_moe) ||
             !shape_ok(&L->gate, stacks * L->ffn_dim, m->dim) || !shape_ok(&L->up, stacks * L->ffn_dim, m->dim) ||

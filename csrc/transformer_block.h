@@ -121,6 +121,9 @@ typedef struct {
     const float *gate_exps_bias, *up_exps_bias;   /* n_experts x ffn_dim: expert e's at e * ffn_dim */
     const float *down_exps_bias;   /* n_experts x dim */
     const float *attn_norm_b, *ffn_norm_b;   /* dim: the LayerNorms' biases (layer_norm only), or NULL */
+    /* an FFN without a gate (ffn_relu_sqr, ffn_xielu, ffn_gelu; no experts): ffn_dim and dim
+     * biases of the up and down products, both or neither (Phi-2, StarCoder2) */
+    const float *ffn_up_b, *ffn_down_b;
     /* Mamba2 layers only (mamba2 1; wq, wk, wv, wo and the q/k pieces unused): dn_index
      * is the slot in each sequence's ssm_state and ssm_conv; ssm_conv (m2_conv_dim x
      * m2_conv_width), ssm_dt, ssm_a (m2_n_heads), ssm_norm (m2_d_inner) and ssm_out
@@ -185,6 +188,9 @@ typedef struct {
     int parallel;                  /* 1: x += FFN(h) + attention(h), both from h = norm(x) (Cohere 2;
                                       ffn_norm is attn_norm and there are no post norms) */
     const float *output_norm_b;    /* dim: the output LayerNorm's bias (layer_norm only), or NULL */
+    /* 1: likewise without a gate, gelu(h Wup) Wdown, GELU's tanh approximation (Phi-2, StarCoder2) */
+    int ffn_gelu;
+    const float *output_b;         /* vocab_size: added to the logits before logit_scale, or NULL */
     /* Mamba2 layers (mamba2 set): n_mamba2_layers of them, their sizes (no model has
      * both these and deltanet layers); ones then holds at least m2_d_inner / m2_n_groups */
     int n_mamba2_layers;

@@ -6,7 +6,8 @@ OpenAI wire shape (``id``, ``object``, ``created``, ``model``, ``choices`` with
 the official clients accept.  Chat runs on `ChatSession` and completions on
 `generate`: the same templates, stop rules, tool-call parsing and KV reuse.
 Thinking comes back as ``reasoning_content`` and tool calls as ``tool_calls``,
-as llama-server sends them.
+as llama-server sends them; a chat choice ended by one of ``stop`` names it in
+``stop_reason``, as vLLM does.
 
 Every option is checked before anything runs.  A wrong type or value raises
 `InvalidRequestError` naming the field; an option this runtime cannot honour
@@ -518,6 +519,15 @@ def _finish(reply: Any) -> str:
     return "length" if reply.finish_reason == "interrupted" else str(reply.finish_reason)
 
 
+def _with_stop_reason(choice: dict[str, Any], reply: Any) -> dict[str, Any]:
+    """The choice, with vLLM's ``stop_reason`` (the stop string that ended it) when one
+    did: finish_reason "stop" alone does not tell it from the end of the turn (Anthropic's
+    stop_sequence needs it)."""
+    if reply.stop_string is not None:
+        choice["stop_reason"] = reply.stop_string
+    return choice
+
+
 def _reply_logprobs(reply: Any) -> Optional[dict[str, Any]]:
     """OpenAI's choice ``logprobs``: ``{"content": [...]}`` when they were asked for."""
     return None if reply.logprobs is None else {"content": reply.logprobs}
@@ -531,8 +541,9 @@ def _chat_response(steps: Iterator[Any], head: dict[str, Any], ctx: Any) -> dict
     cached: Optional[int] = None
     for index, item in steps:
         if isinstance(item, Reply):
-            choices.append({"index": index, "message": _reply_message(item),
-                            "logprobs": _reply_logprobs(item), "finish_reason": _finish(item)})
+            choices.append(_with_stop_reason({"index": index, "message": _reply_message(item),
+                                              "logprobs": _reply_logprobs(item), "finish_reason": _finish(item)},
+                                             item))
             prompt = item.prompt_tokens
             completion += item.completion_tokens
             if cached is None:
@@ -573,7 +584,9 @@ def _chat_chunks(model: Any, context: Any, run: Any, head: dict[str, Any],
                     calls = [dict(c.to_openai(), index=j) for j, c in enumerate(item.tool_calls)]
                     yield chunk(index, {"tool_calls": calls})
                 rest = None if item.logprobs is None else {"content": item.logprobs[sent:]}
-                yield chunk(index, {}, _finish(item), rest)
+                finishing = chunk(index, {}, _finish(item), rest)
+                _with_stop_reason(finishing["choices"][0], item)
+                yield finishing
                 prompt = item.prompt_tokens
                 completion += item.completion_tokens
                 if cached is None:
@@ -671,6 +684,8 @@ def create_completion(
     of the context.  ``echo=True`` puts the prompt text before the completion.
     llama-server's ``grammar`` (GBNF) or ``json_schema`` constrains the completion;
     ``repeat_last_n`` is llama.cpp's penalty window (-1: the whole context; default 64).
+    A non-empty ``suffix`` asks for the text between the prompt and it, for a model with
+    fill-in-the-middle tokens (`infer.infill`), as llama-cpp-python lays it out.
     """
     options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                    repeat_penalty=repeat_penalty, stop=stop, seed=seed, stream=stream,
@@ -736,6 +751,21 @@ def _completion_grammar(grammar: Any, json_schema: Any) -> Any:
         raise InvalidRequestError(str(exc), param) from None
 
 
+def _fill_in_the_middle(tok: Any, prompt: Union[str, list[int]], suffix: str) -> list[int]:
+    """The ids of a completion between ``prompt`` and ``suffix``, in the plain layout
+    llama-cpp-python gives its ``suffix`` (`infill.prefix_suffix_middle`); the texts read
+    without special tokens."""
+    from .infill import InfillUnsupportedError, prefix_suffix_middle
+
+    try:
+        prefix = tok.encode(prompt, add_special=False, parse_special=False) if isinstance(prompt, str) else prompt
+        return prefix_suffix_middle(tok, prefix, tok.encode(suffix, add_special=False, parse_special=False))
+    except InfillUnsupportedError as exc:
+        raise UnsupportedOptionError(f"suffix: {exc}", "suffix") from None
+    except ValueError as exc:  # text UTF-8 cannot encode (a lone surrogate)
+        raise InvalidRequestError(f"suffix: {exc}", "suffix") from None
+
+
 def _create_completion(
         model: Any, prompt: Union[str, list[int]], *, max_tokens: Optional[int],
         temperature: Optional[float], top_p: Optional[float], top_k: Optional[int],
@@ -751,8 +781,11 @@ def _create_completion(
     from .generate import generate
 
     text_prompt = _check_prompt(model, prompt)
-    if suffix is not None:
-        raise UnsupportedOptionError("suffix is not supported", "suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise InvalidRequestError(f"suffix: expected a string, got {type(suffix).__name__}", "suffix")
+    if suffix and echo:
+        raise UnsupportedOptionError("echo: not taken with suffix (the prompt is laid out for fill-in-the-middle)",
+                                     "echo")
     if best_of is not None and _check_optional_int("best_of", best_of, 1) != 1:
         raise UnsupportedOptionError("best_of > 1 is not supported", "best_of")
     if logprobs is not None:
@@ -779,6 +812,8 @@ def _create_completion(
             ids = text_prompt
     except ValueError as exc:  # text UTF-8 cannot encode (a lone surrogate)
         raise InvalidRequestError(f"prompt: {exc}", "prompt") from None
+    if suffix:
+        ids = _fill_in_the_middle(tok, text_prompt, suffix)
     if not ids:
         raise InvalidRequestError("prompt: is empty and the model adds no BOS token", "prompt")
     echoed = text_prompt if isinstance(text_prompt, str) else tok.decode(ids)
@@ -860,10 +895,11 @@ def _create_completion(
 # ---- embeddings ------------------------------------------------------------------------------
 def create_embedding(model: Any, input: Union[str, list[str], list[int], list[list[int]]], *,
                      encoding_format: str = "float",
-                     pooling: str = "mean", user: Optional[str] = None, dimensions: Optional[int] = None,
+                     pooling: Optional[str] = None, user: Optional[str] = None, dimensions: Optional[int] = None,
                      model_name: Optional[str] = None, **ignored: Any) -> dict[str, Any]:
-    """OpenAI's ``POST /v1/embeddings``: unit-length mean-pooled embeddings of the final
-    hidden states (`Model.embed`), one per input, as a ``list`` of ``embedding``s.  An
+    """OpenAI's ``POST /v1/embeddings``: unit-length pooled embeddings of the final hidden
+    states (`Model.embed`; the file's pooling, else mean), one per input, as a ``list``
+    of ``embedding``s.  An
     input is a text, or token ids (a list of ints, or a list of such lists), as OpenAI
     takes them and LangChain's OpenAIEmbeddings sends them."""
     import base64
@@ -882,8 +918,15 @@ def create_embedding(model: Any, input: Union[str, list[str], list[int], list[li
                                   "a list of token ids or a list of such lists", "input")
     if encoding_format not in ("float", "base64"):
         raise InvalidRequestError("encoding_format: expected 'float' or 'base64'", "encoding_format")
-    if pooling not in ("mean", "last", "cls"):
+    if pooling is not None and pooling not in ("mean", "last", "cls"):
         raise InvalidRequestError("pooling: expected 'mean', 'last' or 'cls'", "pooling")
+    if pooling is None:
+        from .embeddings import file_pooling
+
+        try:
+            pooling = file_pooling(model)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), "pooling") from None
     if dimensions is not None:
         raise UnsupportedOptionError("dimensions is not supported (the model's width is fixed)", "dimensions")
     if ignored:
@@ -897,8 +940,8 @@ def create_embedding(model: Any, input: Union[str, list[str], list[int], list[li
     limit = int(model.engine.max_seq_len)
     longest = max(lengths)
     if longest > limit:
-        raise InvalidRequestError(f"input: a text of {longest} tokens exceeds the model's context of {limit}",
-                                  "input", "context_length_exceeded")
+        raise InvalidRequestError(f"input: input is too large: a text of {longest} tokens exceeds the model's "
+                                  f"context of {limit}", "input", "context_length_exceeded")
     vectors = model.embed(encoded, pooling=pooling, normalize=True)  # the ids, not tokenized again
     data = []
     for i, vec in enumerate(vectors):

@@ -88,7 +88,8 @@ MAX_EXPERTS_USED: int
 @disjoint_base
 class TransformerDecoder:
     def __init__(self, config: Any, embd: Any, output: Any, output_norm: Any, layers: Any,
-                 max_batch: int = ..., ple: Any = ..., output_norm_bias: Any = ...) -> None: ...
+                 max_batch: int = ..., ple: Any = ..., output_norm_bias: Any = ...,
+                 output_bias: Any = ...) -> None: ...
     @property
     def max_batch(self) -> int: ...
     @property

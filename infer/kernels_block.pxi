@@ -59,6 +59,8 @@ cdef extern from "transformer_block.h" nogil:
         const float *down_exps_bias
         const float *attn_norm_b
         const float *ffn_norm_b
+        const float *ffn_up_b
+        const float *ffn_down_b
         int mamba2
         infer_decode_matrix ssm_in
         const float *ssm_d
@@ -95,6 +97,8 @@ cdef extern from "transformer_block.h" nogil:
         int layer_norm
         int parallel
         const float *output_norm_b
+        int ffn_gelu
+        const float *output_b
         int n_mamba2_layers
         int m2_conv_width, m2_d_state, m2_d_inner, m2_n_heads, m2_n_groups
         int shared_ungated
@@ -225,6 +229,9 @@ cdef class TransformerDecoder:
     (infer.variants.spec.TransformerSpec is one).
     output_norm_bias: None, or the output LayerNorm's bias (norm_kind "layer"
     only); then every layer has attn_norm_bias and ffn_norm_bias vectors too.
+    output_bias: None, or vocab_size values added to the logits (Phi-2).  With an
+    activation without a gate ("relu_sqr", "xielu", "gelu": GELU's tanh approximation), a
+    layer may have up_bias and down_bias vectors (ffn_dim and dim values: Phi-2, StarCoder2).
     embd/output: matrix tuples (data uint8 rows, qtype, act_type, rows, cols).
     layers: one mapping per layer with attn_norm, ffn_norm (float32 vectors; only
     with pre_norms), wq, wk, wv, wo, gate, up, down (matrix tuples; with moe,
@@ -283,7 +290,7 @@ cdef class TransformerDecoder:
         self.layers = NULL
 
     def __init__(self, config, embd, output, output_norm, layers, int max_batch=INFER_BLOCK_MAX_BATCH,
-                 ple=None, output_norm_bias=None):
+                 ple=None, output_norm_bias=None, output_bias=None):
         import numpy as np
         import threading
         cdef int i, rc
@@ -359,13 +366,14 @@ cdef class TransformerDecoder:
         if (ple is None) != (m.per_layer_dim == 0):
             raise ValueError("ple: the per-layer embedding tensors come with config.per_layer_dim > 0")
         activation = getattr(c, "activation")
-        if activation not in ("silu", "gelu_tanh", "relu_sqr", "xielu", "swiglu_oai"):
-            raise ValueError(f"config.activation: expected 'silu', 'gelu_tanh', 'relu_sqr', 'xielu' or "
-                             f"'swiglu_oai', got {activation!r}")
+        if activation not in ("silu", "gelu_tanh", "relu_sqr", "xielu", "swiglu_oai", "gelu"):
+            raise ValueError(f"config.activation: expected 'silu', 'gelu_tanh', 'relu_sqr', 'xielu', "
+                             f"'swiglu_oai' or 'gelu', got {activation!r}")
         m.gelu = activation == "gelu_tanh"
-        # relu_sqr and xielu have no gate: act(h Wup) (a layer's "gate", of up's shape, is not read)
+        # relu_sqr, xielu and gelu have no gate: act(h Wup) (a layer's "gate", of up's shape, is not read)
         m.ffn_relu_sqr = activation == "relu_sqr"
         m.ffn_xielu = activation == "xielu"
+        m.ffn_gelu = activation == "gelu"
         m.swiglu_oai = activation == "swiglu_oai"
         m.rms_eps = _finite(c, "rms_eps", True)
         m.attn_scale = _finite(c, "attn_scale")
@@ -439,6 +447,8 @@ cdef class TransformerDecoder:
         m.output_norm = _decode_vector(output_norm, d, self.keep)
         if norm_bias:
             m.output_norm_b = _decode_vector(output_norm_bias, d, self.keep)
+        if output_bias is not None:
+            m.output_b = _decode_vector(output_bias, m.vocab_size, self.keep)
         m.v_norm = bool(getattr(c, "v_norm", False))
         attn_gate = getattr(c, "attn_output_gate", False)
         if not isinstance(attn_gate, bool):
@@ -534,6 +544,12 @@ cdef class TransformerDecoder:
             L.gate = _shaped_matrix(layer["gate"], stacks * lffn, d, f"{name}.gate", self.keep)
             L.up = _shaped_matrix(layer["up"], stacks * lffn, d, f"{name}.up", self.keep)
             L.down = _shaped_matrix(layer["down"], stacks * d, lffn, f"{name}.down", self.keep)
+            L.ffn_up_b = _optional_vector(layer, "up_bias", lffn, name, self.keep)
+            L.ffn_down_b = _optional_vector(layer, "down_bias", d, name, self.keep)
+            if (L.ffn_up_b == NULL) != (L.ffn_down_b == NULL) or \
+                    (L.ffn_up_b != NULL and (layer_moe or not (m.ffn_relu_sqr or m.ffn_xielu or m.ffn_gelu))):
+                raise ValueError(f"{name}: up_bias and down_bias come together, in an FFN without a gate "
+                                 "or experts")
             if layer_moe:
                 L.router = _shaped_matrix(layer["router"], m.n_experts, d, f"{name}.router", self.keep)
                 L.exp_probs_b = _optional_vector(layer, "exp_probs_b", m.n_experts, name, self.keep)

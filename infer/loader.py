@@ -109,7 +109,7 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None,
     """
     from . import variants  # noqa: F401  (registers the built-in architectures)
     from .gguf import GGUFFile, model_path, split_part
-    from .tokenizer import Tokenizer, UnsupportedPreTokenizerError
+    from .tokenizer import Tokenizer, UnsupportedPreTokenizerError, UnsupportedTokenizerError
 
     if chat_template is not None and not isinstance(chat_template, str):
         raise TypeError(f"chat_template: expected a jinja2 template as a str, got {type(chat_template).__name__}")
@@ -137,6 +137,8 @@ def load(path: Optional[str] = None, n_threads: Optional[int] = None,
             tokenizer = Tokenizer.from_metadata(md)
         except UnsupportedPreTokenizerError as exc:
             raise UnsupportedModelError(f"{path}: {exc}", ["tokenizer.ggml.pre"]) from None
+        except UnsupportedTokenizerError as exc:
+            raise UnsupportedModelError(f"{path}: {exc}", ["tokenizer.ggml.model"]) from None
         _check_vocabulary(path, len(tokenizer.vocab), engine.vocab_size)
     except BaseException:
         gf.close()

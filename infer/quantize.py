@@ -37,7 +37,7 @@ QUANTIZATION_VERSION = 2  # ggml's GGML_QNT_VERSION: the block layouts in use si
 # shortconv.conv: rows of 3-4 taps), Gemma 4's small per-layer projection and norms (Mamba2's
 # ssm_norm is (groups, d_inner / groups)) stay as they are
 NOT_QUANTIZED = ("ffn_gate_inp.weight", "pos_embd", "token_types", "ssm_conv1d", "shortconv.conv.weight",
-                 "per_layer_model_proj", "_norm.weight")
+                 "per_layer_model_proj", "_norm.weight", "position_embd")  # BERT's position table too
 # Elements converted per step of one tensor (bounds the float32 scratch to 16 MB).
 CHUNK_ELEMENTS = 1 << 22
 

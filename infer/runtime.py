@@ -613,12 +613,19 @@ class Model:
             sampler = Sampler(**sampling)
         return self.engine.create_context(n_ctx=n_ctx, sampler=sampler)
 
-    def embed(self, texts: Any, pooling: str = "mean", normalize: bool = True) -> NDArray[Any]:
+    def embed(self, texts: Any, pooling: Optional[str] = None, normalize: bool = True) -> NDArray[Any]:
         """Embeddings of a text or a list of texts from the final hidden states
-        (``pooling`` "mean", "last" or "cls"); see `infer.embeddings`."""
+        (``pooling`` "mean", "last" or "cls"; None: the file's, else "mean"); see `infer.embeddings`."""
         from .embeddings import embed
 
         return embed(self, texts, pooling=pooling, normalize=normalize)
+
+    def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
+        """Relevance scores of ``documents`` to ``query`` from a reranking model (an
+        encoder with pooling rank), in the documents' order; see `infer.embeddings.rerank`."""
+        from .embeddings import rerank
+
+        return rerank(self, query, documents)
 
     def load_context(self, path: Any) -> Context:
         """A context saved with ``ctx.save(path)``, continuing where it stopped."""

@@ -1,6 +1,6 @@
 """Vocabulary and tokenizers built from GGUF metadata.
 
-Three tokenizer families, chosen by ``tokenizer.ggml.model``:
+Four tokenizer families, chosen by ``tokenizer.ggml.model``:
 
 * ``"gpt2"``: byte-level BPE (GPT-2, Llama 3, SmolLM, Qwen2...).  The text is cut
   into pieces by the pre-tokenizer regexes named by ``tokenizer.ggml.pre`` (the
@@ -11,6 +11,8 @@ Three tokenizer families, chosen by ``tokenizer.ggml.model``:
   the highest-scoring adjacent pair whose concatenation is a token is merged
   first (ties: leftmost), and characters that are not tokens fall back to the
   byte tokens ``<0xNN>``.
+
+* ``"bert"``: WordPiece (BERT-family encoders), in `infer.wordpiece`.
 
 * ``"gemma4"``: Gemma 4's BPE over raw UTF-8 (no byte-level table).  Spaces become
   ``▁``, the text is cut only at runs of newlines, merges apply by rank, and a
@@ -43,6 +45,7 @@ import regex
 __all__ = [
     "TokenType", "Vocabulary", "Tokenizer", "BPETokenizer", "SPMTokenizer",
     "StreamDecoder", "PRE_TOKENIZERS", "Gemma4Tokenizer", "UnsupportedPreTokenizerError",
+    "UnsupportedTokenizerError",
 ]
 
 
@@ -58,13 +61,38 @@ class TokenType:
     BYTE = 6
 
 
-# Token texts that end a turn in the chat templates we know (llama.cpp's EOG list).
-_END_OF_TURN_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                      "<|endoftext|>", "<|eom_id|>", "<EOT>",
-                      "<eos>", "<turn|>", "<|tool_response>")  # Gemma 4: a turn's end, a tool call's
+# Token texts that end generation wherever a vocabulary has them: llama.cpp's EOG list
+# (llama-vocab.cpp), besides EOS, EOT, EOM and the FIM pad, repo and file-separator tokens.
+_END_OF_TURN_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",  # o200k_harmony
+                      "<|flush|>", "<|calls|>",  # solar-open
+                      "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>",
+                      "[EOT]", "[EOS]",  # Kimi-K2
+                      "<|end_of_text|>", "<end_of_utterance>",
+                      "<eos>", "<turn|>", "<|tool_response>",  # Gemma 4: a turn's end, a tool call's
+                      "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[")
 # In this order, the first one present is ``eot_token_id`` when the GGUF names none.
 _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<turn|>", "<|endoftext|>",
-              "<EOT>")
+              "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<\uff5cend\u2581of\u2581sentence\uff5c>",
+              "<end_of_utterance>")
+# The fill-in-the-middle tokens by their texts, when the GGUF names none (llama.cpp's
+# lists, first match wins): prefix, suffix, middle, pad, repository name, file separator.
+FIM_ROLES = ("pre", "suf", "mid", "pad", "rep", "sep")
+_FIM_TEXTS = {
+    "pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\uff5cfim\u2581begin\uff5c>", "<PRE>",
+            "\u2581<PRE>", "<|code_prefix|>", "<|prefix|>"),
+    "suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\uff5cfim\u2581hole\uff5c>", "<SUF>",
+            "\u2581<SUF>", "<|code_suffix|>", "<|suffix|>"),
+    "mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\uff5cfim\u2581end\uff5c>", "<MID>",
+            "\u2581<MID>", "<|code_middle|>", "<|middle|>"),
+    "pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    "rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "sep": ("<|file_sep|>",),
+}
+# GGUF keys of the FIM tokens; the first three also under their older names.
+_OLDER_FIM_KEYS = {"pre": "prefix", "suf": "suffix", "mid": "middle"}
+_FIM_KEYS = {role: (f"tokenizer.ggml.fim_{role}_token_id",)
+             + ((f"tokenizer.ggml.{_OLDER_FIM_KEYS[role]}_token_id",) if role in _OLDER_FIM_KEYS else ())
+             for role in FIM_ROLES}
 
 
 # tokenizer.ggml.pre names for which llama.cpp adds BOS when add_bos_token is absent
@@ -129,7 +157,8 @@ class Vocabulary:
                  eos_token_id: Optional[int] = None, eot_token_id: Optional[int] = None,
                  pad_token_id: Optional[int] = None, unk_token_id: Optional[int] = None,
                  add_bos: bool = False, add_eos: bool = False,
-                 add_space_prefix: bool = False, merges: Optional[Sequence[str]] = None) -> None:
+                 add_space_prefix: bool = False, merges: Optional[Sequence[str]] = None,
+                 fim_token_ids: Optional[Mapping[str, Optional[int]]] = None) -> None:
         if not isinstance(tokens, (list, tuple)) or not all(isinstance(t, str) for t in tokens[:1]):
             raise TypeError("tokens: expected a list of str")
         n = len(tokens)
@@ -176,13 +205,28 @@ class Vocabulary:
         if self.add_eos and eos_token_id is None:
             raise ValueError("add_eos is set but the vocabulary has no EOS token")
 
+        #: the fill-in-the-middle tokens by role (FIM_ROLES): the GGUF's keys, else found
+        #: by their texts as llama.cpp finds them; None where the vocabulary has none
+        self.fim_token_ids: dict[str, Optional[int]] = {}
+        for role in FIM_ROLES:
+            given: Optional[int] = (fim_token_ids or {}).get(role)
+            if given is not None and not 0 <= given < n:
+                given = None  # llama.cpp ignores an id outside the vocabulary
+            if given is None:
+                given = next((self._ids[t] for t in _FIM_TEXTS[role] if t in self._ids), None)
+            self.fim_token_ids[role] = given
+
         eog = {self._ids[t] for t in _END_OF_TURN_TEXTS if t in self._ids}
-        eog.update(i for i in (eos_token_id, eot_token_id) if i is not None)
-        if "<|return|>" in self._ids and "<|call|>" in self._ids:
-            # gpt-oss (o200k_harmony): <|return|> and <|call|> end a reply; <|end|> ends one of
-            # its messages, and more follow (llama.cpp's llama-vocab.cpp drops it so too)
-            eog.update((self._ids["<|return|>"], self._ids["<|call|>"]))
-            eog.discard(self._ids.get("<|end|>", -1))
+        eog.update(i for i in (eos_token_id, eot_token_id, self._ids.get("<|eom_id|>")) if i is not None)
+        eog.update(f for role in ("pad", "rep", "sep") if (f := self.fim_token_ids[role]) is not None)
+        texts = {self.tokens[i] for i in eog}
+        if "<|end|>" in texts and (("<|return|>" in texts and "<|call|>" in texts)
+                                   or ("<|flush|>" in texts and texts & {"<|call|>", "<|calls|>"})):
+            # gpt-oss (o200k_harmony) and solar-open: <|end|> ends one of a reply's
+            # messages, and more follow (llama.cpp's llama-vocab.cpp drops it so too)
+            eog.discard(self._ids["<|end|>"])
+        if "</s>" in texts and texts & {"<|tool_response>", "<|plamo:eos|>"}:
+            eog.discard(self._ids["</s>"])  # Gemma 4 and PLaMo: a normal token there
         self.end_of_turn_ids: frozenset[int] = frozenset(eog)
 
         # Texts split out of the input before tokenizing: user-defined always,
@@ -192,7 +236,8 @@ class Vocabulary:
                                  | (token_types == TokenType.USER_DEFINED))
         # End-of-turn tokens that the GGUF typed as normal are control tokens too
         # (llama.cpp overrides their type the same way).
-        extra = [i for i in eog if token_types[i] == TokenType.NORMAL]
+        fim = {i for i in self.fim_token_ids.values() if i is not None}
+        extra = [i for i in sorted(eog | fim) if token_types[i] == TokenType.NORMAL]
         if extra:
             self.token_types = token_types = token_types.copy()
             token_types[extra] = TokenType.CONTROL
@@ -251,6 +296,8 @@ class Vocabulary:
             add_space_prefix=_md_bool(md, "tokenizer.ggml.add_space_prefix",
                                       md.get("tokenizer.ggml.model") == "llama"),
             merges=merges,
+            fim_token_ids={role: next((v for k in keys if (v := _md_int(md, k)) is not None), None)
+                           for role, keys in _FIM_KEYS.items()},
         )
 
     @property
@@ -582,6 +629,10 @@ _PRE_NOT_BYTE_LEVEL["whitespace"] = ("a whitespace split over raw UTF-8 (no byte
                                      "does not implement")
 
 
+class UnsupportedTokenizerError(ValueError):
+    """``tokenizer.ggml.model`` names a tokenizer infer does not implement ("t5", "rwkv", ...)."""
+
+
 class UnsupportedPreTokenizerError(ValueError):
     """``tokenizer.ggml.pre`` names split rules infer does not implement."""
 
@@ -697,7 +748,12 @@ class Tokenizer:
             return SPMTokenizer.from_metadata(md)
         if model == "gemma4":
             return Gemma4Tokenizer.from_metadata(md)
-        raise ValueError(f"tokenizer.ggml.model: {model!r} is not supported (known: 'gpt2', 'llama', 'gemma4')")
+        if model == "bert":
+            from .wordpiece import WordPieceTokenizer
+
+            return WordPieceTokenizer.from_metadata(md)
+        raise UnsupportedTokenizerError(f"tokenizer.ggml.model: {model!r} is not supported "
+                         f"(known: 'gpt2', 'llama', 'gemma4', 'bert')")
 
     # ---- encoding ----------------------------------------------------------
     def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:

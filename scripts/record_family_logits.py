@@ -47,6 +47,21 @@ def _llama():
     return L
 
 
+def sequence_batch(L, tokens):
+    """A llama_batch of ``tokens`` at positions 0... of sequence 0, every output requested
+    (free it with llama_batch_free)."""
+    n = len(tokens)
+    batch = L.llama_batch_init(n, 0, 1)
+    for i, t in enumerate(tokens):
+        batch.token[i] = int(t)
+        batch.pos[i] = i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = 0
+        batch.logits[i] = 1
+    batch.n_tokens = n
+    return batch
+
+
 def teacher_logits(path: str, tokens: np.ndarray, n_ctx: int) -> np.ndarray:
     """llama.cpp's float32 logits at every position of ``tokens`` (one decode call)."""
     L = _llama()
@@ -67,15 +82,8 @@ def teacher_logits(path: str, tokens: np.ndarray, n_ctx: int) -> np.ndarray:
     ctx = L.llama_init_from_model(model, cparams)
     if not ctx:
         raise RuntimeError("llama.cpp could not create a context")
-    batch = L.llama_batch_init(n, 0, 1)
+    batch = sequence_batch(L, tokens)
     try:
-        for i, t in enumerate(tokens):
-            batch.token[i] = int(t)
-            batch.pos[i] = i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = 1
-        batch.n_tokens = n
         if L.llama_decode(ctx, batch) != 0:
             raise RuntimeError("llama_decode failed")
         n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))

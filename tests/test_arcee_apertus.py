@@ -78,15 +78,21 @@ def test_a_missing_or_misshapen_up_is_named(tmp_path, monkeypatch, change, match
         infer.load(p)
 
 
-def test_the_spec_refuses_relu_sqr_with_experts():
+def test_the_spec_refuses_ungated_activations_with_experts_it_does_not_compute():
+    """relu² experts exist (Nemotron 3 Nano: tests/test_families3.py), but not with a
+    sigmoid-gated shared expert; xIELU experts and a fused gate|up without a gate do not."""
     import dataclasses
 
     from infer.variants.spec import LayerSpec, MoE, TransformerSpec
 
     base = TransformerSpec(dim=8, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=4, ffn_dim=4, vocab_size=8,
                            max_seq_len=8, rms_eps=1e-5, layers=(LayerSpec(),), activation="relu_sqr")
+    dataclasses.replace(base, moe=MoE(n_experts=2, n_used=1, ffn_dim=4, shared_ffn_dim=4, shared_gated=False))
     with pytest.raises(ValueError, match="relu_sqr"):
-        dataclasses.replace(base, moe=MoE(n_experts=2, n_used=1, ffn_dim=4))
+        dataclasses.replace(base, moe=MoE(n_experts=2, n_used=1, ffn_dim=4, shared_ffn_dim=4))
+    with pytest.raises(ValueError, match="xielu"):
+        dataclasses.replace(base, activation="xielu", layers=(LayerSpec(xielu=(0.1, 0.2, 0.3, 0.4)),),
+                            moe=MoE(n_experts=2, n_used=1, ffn_dim=4))
     with pytest.raises(ValueError, match="relu_sqr"):
         dataclasses.replace(base, fused_gate_up=True)
 

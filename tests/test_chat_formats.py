@@ -571,3 +571,61 @@ def test_openai_client_reads_xml_calls_and_reasoning_from_serve():
         streamed = [tc for d in deltas for tc in (d.tool_calls or [])]
         assert [{"type": c.type, "function": {"name": c.function.name, "arguments": json.loads(c.function.arguments)}}
                 for c in streamed] == TWO_CALLS_OPENAI
+
+
+# ---- Nemotron Nano 2 (nemotron_h): <SPECIAL_1x> turns, <think>, <TOOLCALL>[JSON list] ------------
+NEMOTRON = ("<SPECIAL_10>", "<SPECIAL_11>", "<SPECIAL_12>", "<think>", "</think>", "<TOOLCALL>", "</TOOLCALL>")
+
+
+def nemotron_session(script, **options):
+    tok = ScriptedTokenizer(specials=NEMOTRON, words=("Hello", " world", "Paris"), eos="<SPECIAL_12>",
+                            end_of_turn=())
+    model = scripted_model(script, template=template("nemotron-nano-v2"), tokenizer=tok, max_seq_len=8192,
+                           opener="<SPECIAL_11>Assistant\n", end_token="<SPECIAL_12>")
+    return ChatSession(model, **options), tok
+
+
+def test_nemotron_nano_v2_is_detected():
+    chat = Chat(template("nemotron-nano-v2"))
+    assert (chat.call_format, chat.tool_call_markers, chat.think_markers) == \
+        (None, ("<TOOLCALL>", "</TOOLCALL>"), ("<think>", "</think>"))
+
+
+def test_nemotron_nano_v2_thinking_two_calls_results_and_answer():
+    """Calls as llama.cpp's Nemotron V2 format parses them: one JSON list between
+    <TOOLCALL> and </TOOLCALL>; the history renders as jinja2 renders the template."""
+    calls = ('<TOOLCALL>[{"name": "forecast", "arguments": {"city": "Paris", "days": 2}}, '
+             '{"name": "get_weather", "arguments": {"city": "Rome"}}]</TOOLCALL>')
+    s, tok = nemotron_session(["<think>\nI need both.\n</think>\n\n" + calls, "<think>\nDone.\n</think>\n\nSunny."],
+                              tools=[FORECAST, WEATHER])
+    prompt = s.chat.render([{"role": "user", "content": "Weather?"}], True, s.tools)
+    assert prompt.endswith("<SPECIAL_11>Assistant\n<think>\n")   # the generation prompt opens the thinking
+    reply = s.send("Weather?")
+    assert (reply.thinking, reply.text, reply.finish_reason) == ("I need both.", "", "tool_calls")
+    assert calls_of(reply) == [openai_call("forecast", {"city": "Paris", "days": 2}),
+                               openai_call("get_weather", {"city": "Rome"})]
+    for call, result in zip(reply.tool_calls, ("rain", "sun")):
+        s.add_tool_result(call.id, result)
+    reply = s.send()
+    assert (reply.thinking, reply.text, reply.finish_reason) == ("Done.", "Sunny.", "stop")
+    want = hf_render(template("nemotron-nano-v2"), _as_hf(s.history), False, tools=s.tools, bos_token="",
+                     eos_token="<SPECIAL_12>")
+    assert s.chat.render(s.history, False, s.tools) == want
+    assert "<SPECIAL_11>User\n<TOOL_RESPONSE>[rain, sun]</TOOL_RESPONSE>" in want
+
+
+def test_nemotron_nano_v2_reply_streams_the_same_at_every_split():
+    text = ('plan\n</think>\n\nLet me look.\n'
+            '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL>')
+    content, thinking, tools = split_everywhere(lambda: ReplyParser(
+        ["<SPECIAL_12>"], think=("<think>", "</think>"), tool=("<TOOLCALL>", "</TOOLCALL>"), json_tools=True,
+        in_thinking=True), text)
+    assert (content.strip(), thinking.strip()) == ("Let me look.", "plan")
+    assert [json.loads(t) for t in tools] == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
+
+
+def test_nemotron_nano_v2_malformed_call_list_is_a_tool_call_error():
+    s, _ = nemotron_session(['<think>\nx\n</think>\n\n<TOOLCALL>[{"name": "get_weather", "arguments": '
+                             '{"city": </TOOLCALL>'], tools=[WEATHER])
+    reply = s.send("Weather?")
+    assert (reply.text, reply.tool_calls, len(reply.tool_call_errors)) == ("", [], 1)

@@ -38,10 +38,10 @@ import infer
 
 #: LFM2's files are tests/test_lfm2.py's (recorded in llama_cpp_lfm2.npz), Gemma 4's
 #: test_gemma4.py's, Qwen3.5's test_qwen35.py's, Granite 4.0-H's test_granite_hybrid.py's, Apertus's
-#: test_arcee_apertus.py's (its F16 KV cache rounds more); the mixtures of experts have their own tests
-#: (test_moe.py) and llama.cpp data
+#: test_arcee_apertus.py's (its F16 KV cache rounds more), Phi-2's, StarCoder2's and Nemotron-H's
+#: test_families3.py's; the mixtures of experts have their own tests (test_moe.py) and llama.cpp data
 NAMES = [n for n, t in tm.ALL.items() if not t.n_expert and n not in tm.LFM2 and n not in tm.GEMMA4
-         and n != "apertus" and n not in tm.QWEN35 and n not in tm.GRANITE_HYBRID]
+         and n != "apertus" and n not in tm.QWEN35 and n not in tm.GRANITE_HYBRID and n not in tm.FAMILIES3]
 #: the files whose spec the fused C decode step computes (csrc/transformer_block.c: all)
 FUSED = set(NAMES)
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")

@@ -442,13 +442,14 @@ def test_tool_call_through_the_official_client():
             [("get_weather", {"city": "Paris"})]
 
 
-def open_stream(base, max_tokens=1000, headers=None):
-    """A raw streaming request; returns the connection once the first event arrived."""
+def open_stream(base, max_tokens=1000, headers=None, path="/v1/chat/completions", body=None):
+    """A raw streaming request (a chat completion unless ``path`` and ``body`` say
+    otherwise); returns the connection once the first event arrived."""
     host, port = base.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    body = {"messages": [{"role": "user", "content": "go"}], "stream": True, "max_tokens": max_tokens,
-            "temperature": 0}
-    conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
+    body = body or {"messages": [{"role": "user", "content": "go"}], "stream": True, "max_tokens": max_tokens,
+                    "temperature": 0}
+    conn.request("POST", path, body=json.dumps(body),
                  headers=dict({"Content-Type": "application/json"}, **(headers or {})))
     resp = conn.getresponse()
     assert resp.status == 200
@@ -466,18 +467,26 @@ def wait_for(predicate, timeout=20):
     return False
 
 
-def test_dropped_client_frees_its_slot():
+def dropped_stream_frees_its_slot(path="/v1/chat/completions", body=None):
+    """A stream whose client goes away (the scripted model, 20 ms a step: its reply would
+    take 80 s) frees the only slot, is counted as cancelled, and the slot serves the
+    next chat completion, which this returns."""
     with app_server(create_app(slow_model(["ab" * 2000, "Hi."]), parallel=1, max_queue=0)) as base:
-        conn, resp = open_stream(base)
+        conn, resp = open_stream(base, path=path, body=body)
+        assert resp.getheader("content-type").startswith("text/event-stream")
         assert request(base, "GET", "/health")[2]["slots_processing"] == 1
         conn.sock.shutdown(socket.SHUT_RDWR)
         conn.close()
         assert wait_for(lambda: request(base, "GET", "/health")[2]["slots_idle"] == 1)
         assert metrics(base)["infer_requests_cancelled_total"] == 1
-        # the slot serves the next request (the script's next turn)
-        out = client(base).chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}],
-                                                   max_tokens=5, temperature=0)
-        assert out.choices[0].finish_reason in ("stop", "length")
+        return client(base).chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}],
+                                                    max_tokens=5, temperature=0)
+
+
+def test_dropped_client_frees_its_slot():
+    out = dropped_stream_frees_its_slot()
+    # the slot serves the next request (the script's next turn)
+    assert out.choices[0].finish_reason in ("stop", "length")
 
 
 def test_client_dropped_while_queued_leaves_the_queue():

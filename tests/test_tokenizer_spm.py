@@ -119,7 +119,9 @@ def test_gemma_vocabulary(gemma, gmd):
     assert v.size == 262144
     assert (v.bos_token_id, v.eos_token_id, v.unk_token_id, v.pad_token_id) == (2, 1, 3, 0)
     assert v.eot_token_id == v.token_id("<end_of_turn>") == 106
-    assert v.end_of_turn_ids == frozenset({1, 106})
+    # <eos>, <end_of_turn>, and </s>, which llama.cpp ends generation at wherever a
+    # vocabulary has it (tests/test_vocab_specials.py has its recorded ids)
+    assert v.end_of_turn_ids == frozenset({1, 106, v.token_id("</s>")}) and v.token_id("</s>") == 212
     assert v.add_bos and not v.add_eos and not v.add_space_prefix
     assert v.merges is None
     assert v.token_id("<start_of_turn>") == 105 and v.is_control(105)

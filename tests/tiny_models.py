@@ -24,7 +24,8 @@ RoPE), recorded into a data file of their own; ``GEMMA4`` the Gemma 4 files
 llama_cpp_gemma4.npz); ``MISTRAL3`` Ministral 3 with YaRN and its attention
 temperature (tests/test_mistral3.py, llama_cpp_mistral3.npz); ``DENSE2`` glm4, cohere2,
 minicpm, internlm2 and stablelm (LayerNorms, parallel blocks, sandwich norms;
-llama_cpp_dense2.npz); ``ALL`` is all of them.
+llama_cpp_dense2.npz); ``FAMILIES3`` phi2, starcoder2, nemotron_h and nemotron_h_moe
+(`write_nemotron_h`; tests/test_families3.py, llama_cpp_families3.npz); ``ALL`` is all of them.
 ``write(name, path)`` writes one, deterministically (the seeds are fixed; the
 sha256 of each file is recorded beside llama.cpp's logits so a change shows).
 """
@@ -106,6 +107,8 @@ class Mamba2Shape:
     residual_scale: float = 0.22
     attention_scale: float = 0.015625
     logit_scale: float = 8.0
+    #: nemotron_h: the MLP-only layers (feed_forward_length > 0 there, 0 elsewhere)
+    mlp_layers: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,10 @@ class Tiny:
     #: the LayerNorms' biases: attn_norm.bias, ffn_norm.bias, output_norm.bias (StableLM)
     norm_bias: bool = False
     mamba2: Optional[Mamba2Shape] = None
+    #: attn_output.bias, ffn_up.bias and ffn_down.bias, output.bias (Phi-2, StarCoder2)
+    out_bias: bool = False
+    ffn_bias: bool = False
+    output_bias: bool = False
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
@@ -459,9 +466,41 @@ DENSE2: Dict[str, Tiny] = {n: t for n, t in [
     ("stablelm", Tiny("stablelm", 124, tied=False, layer_norm=True, norm_bias=True, qkv_bias=True,
                       rope_dims=16, prompt_len=300, extra={"use_parallel_residual": False})),
 ]}
+#: The families of tests/test_families3.py, recorded into tests/data/llama_cpp_families3.npz:
+#: Phi-2 and StarCoder2 (LayerNorms with biases, GELU FFNs without a gate, biases on every
+#: projection), Nemotron-H and Nemotron 3 Nano (single-half layers, relu² experts).  Short
+#: prompts (no file has a window) keep the tests lean.
+FAMILIES3: Dict[str, Tiny] = {n: t for n, t in [
+    # Phi-2: parallel blocks, one LayerNorm, NEOX RoPE over 32 of 64 (2.7B: 32 of 80), 4 heads
+    # of 64 without GQA, q/k/v/o and FFN biases, an output matrix and bias.
+    ("phi2", Tiny("phi2", 140, n_kv_head=4, tied=False, layer_norm=True, norm_bias=True, parallel=True,
+                  qkv_bias=True, rope_dims=32, out_bias=True, ffn_bias=True, output_bias=True, prompt_len=96)),
+    # the older conversions' fused attn_qkv and its one bias
+    ("phi2-qkv", Tiny("phi2", 141, n_layer=2, n_kv_head=4, tied=False, layer_norm=True, norm_bias=True,
+                      parallel=True, qkv_bias=True, fused_qkv=True, rope_dims=32, out_bias=True, ffn_bias=True,
+                      output_bias=True, prompt_len=96)),
+    # StarCoder2-3B's shape: GQA, LayerNorms with biases, q/k/v/o and FFN biases, NEOX RoPE
+    # over the whole head, tied head.
+    ("starcoder2", Tiny("starcoder2", 142, layer_norm=True, norm_bias=True, qkv_bias=True, out_bias=True,
+                        ffn_bias=True, prompt_len=96, extra={"rope.freq_base": 100000.0})),
+    # Nemotron-H (`write_nemotron_h`): the pattern "M-M*-M" (Mamba2, MLP, Mamba2, attention,
+    # MLP, Mamba2), 8 SSM heads of 64 in 2 groups of state 32, relu² MLPs of 512, an output matrix.
+    ("nemotron_h", Tiny("nemotron_h", 143, n_layer=6, tied=False, pre="qwen2", prompt_len=96,
+                        mamba2=Mamba2Shape(attention_layers=(3,), mlp_layers=(1, 4)))),
+    # Nemotron 3 Nano (nemotron_h_moe): the same pattern with 8 relu² experts of 128 (2 used;
+    # sigmoid routing with selection biases, weights renormalised and scaled by 2.5) and a
+    # shared expert of 256 in each MLP layer.
+    ("nemotron_h_moe", Tiny("nemotron_h_moe", 144, n_layer=6, tied=False, pre="qwen2", prompt_len=96,
+                            ffn=128, n_expert=8, shared_ffn=256, router_gain=MOE_ROUTER_GAIN, expert_bias=0.05,
+                            mamba2=Mamba2Shape(attention_layers=(3,), mlp_layers=(1, 4)),
+                            extra={"expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 128,
+                                   "expert_shared_feed_forward_length": 256, "expert_shared_count": 1,
+                                   "expert_weights_norm": True, "expert_weights_scale": 2.5,
+                                   "expert_group_count": 1, "expert_group_used_count": 1})),
+]}
 #: every tiny file (names are unique across the tables)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35, **MXFP4,
-                        **GPTOSS, **GRANITE_HYBRID, **DENSE2}
+                        **GPTOSS, **GRANITE_HYBRID, **DENSE2, **FAMILIES3}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -610,6 +649,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         return write_qwen35(t, path, more_tensors)
     if t.arch == "gpt-oss":
         return write_gptoss(t, path, more_tensors)
+    if t.arch in ("nemotron_h", "nemotron_h_moe"):
+        return write_nemotron_h(t, path, more_tensors)
     if t.mamba2 is not None:
         return write_granite_hybrid(t, path, more_tensors)
     rng = np.random.default_rng(t.seed)
@@ -669,6 +710,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         w.add_tensor("output_norm.bias", bias(d, 0.1))
     if not t.tied:
         w.add_tensor("output.weight", mat(VOCAB, d, t.head_gain))
+    if t.output_bias:
+        w.add_tensor("output.bias", bias(VOCAB, 0.5))
     if t.llama3_rope:
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(hd, extra["rope.freq_base"]))
     if t.longrope:
@@ -695,7 +738,9 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_tensor(p + "attn_q.weight", mat(q_dim, d, 1.5))
             w.add_tensor(p + "attn_k.weight", mat(kv_dim, d, 1.5))
             w.add_tensor(p + "attn_v.weight", mat(kv_dim, d))
-        if t.qkv_bias:
+        if t.qkv_bias and t.fused_qkv:   # (Phi-2's older conversions: one bias)
+            w.add_tensor(p + "attn_qkv.bias", np.concatenate([bias(q_dim), bias(kv_dim, 1.0), bias(kv_dim)]))
+        elif t.qkv_bias:
             w.add_tensor(p + "attn_q.bias", bias(q_dim))
             w.add_tensor(p + "attn_k.bias", bias(kv_dim, 1.0))
             w.add_tensor(p + "attn_v.bias", bias(kv_dim))
@@ -703,6 +748,8 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
             w.add_tensor(p + "attn_q_norm.weight", norm(q_dim if t.qk_norm_all else hd))
             w.add_tensor(p + "attn_k_norm.weight", norm(kv_dim if t.qk_norm_all else hd))
         w.add_tensor(p + "attn_output.weight", mat(d, q_dim))
+        if t.out_bias:
+            w.add_tensor(p + "attn_output.bias", bias(d, 0.1))
         if t.post_norms:
             w.add_tensor(p + "post_attention_norm.weight", norm(d))
         if t.pre_norms and not t.parallel:
@@ -728,13 +775,16 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
                 w.add_tensor(p + "ffn_down_shexp.weight", mat(d, t.shared_ffn))
         elif t.fused_gate_up:
             w.add_tensor(p + "ffn_up.weight", np.concatenate([mat(t.ffn, d), mat(t.ffn, d)]))
-        elif t.arch in ("arcee", "apertus"):   # no gate: act(h Wup) Wdown
+        elif t.arch in ("arcee", "apertus", "phi2", "starcoder2"):   # no gate: act(h Wup) Wdown
             w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
         else:
             w.add_tensor(p + "ffn_gate.weight", mat(t.ffn, d))
             w.add_tensor(p + "ffn_up.weight", mat(t.ffn, d))
         if not t.n_expert:
             w.add_tensor(p + "ffn_down.weight", mat(d, t.ffn))
+        if t.ffn_bias:
+            w.add_tensor(p + "ffn_up.bias", bias(t.ffn, 0.5))
+            w.add_tensor(p + "ffn_down.bias", bias(d, 0.1))
         if t.post_norms:
             w.add_tensor(p + "post_ffw_norm.weight", norm(d))
     for k, v in (more_tensors or {}).items():
@@ -974,6 +1024,30 @@ def write_qwen35(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = No
     return _finish(w, path)
 
 
+def _hybrid_attention_tensors(p: str, d: int, q_dim: int, kv_dim: int, mat: Any) -> Dict[str, np.ndarray]:
+    """A hybrid's attention layer (no RoPE, no biases), drawn in this order."""
+    return {p + "attn_q.weight": mat(q_dim, d, 3.0), p + "attn_k.weight": mat(kv_dim, d, 3.0),
+            p + "attn_v.weight": mat(kv_dim, d), p + "attn_output.weight": mat(d, q_dim, 2.0)}
+
+
+def _mamba2_tensors(p: str, d: int, sh: Mamba2Shape, mat: Any, norm: Any, rng: Any) -> Dict[str, np.ndarray]:
+    """A Mamba2 mixer as the converters write it (d_inner = 2 * dim), drawn in this order:
+    ssm_in (z, xBC, dt rows), ssm_conv1d (channels, K) F32 and its bias, ssm_dt.bias,
+    ssm_a = -exp(A_log) and ssm_d as (n_heads, 1), ssm_norm as (n_groups, d_inner / n_groups)."""
+    inner, H, G = 2 * d, sh.n_heads, sh.n_groups
+    conv_dim = inner + 2 * G * sh.d_state
+    out = {p + "ssm_in.weight": mat(inner + conv_dim + H, d, 1.5)}
+    out[p + "ssm_conv1d.weight"] = (rng.standard_normal((conv_dim, sh.conv_kernel))
+                                    / math.sqrt(sh.conv_kernel)).astype(np.float32)
+    out[p + "ssm_conv1d.bias"] = (0.1 * rng.standard_normal(conv_dim)).astype(np.float32)
+    out[p + "ssm_dt.bias"] = (-1.5 + 0.5 * rng.standard_normal(H)).astype(np.float32)
+    out[p + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.0, (H, 1)))).astype(np.float32)
+    out[p + "ssm_d"] = rng.uniform(0.5, 1.5, (H, 1)).astype(np.float32)
+    out[p + "ssm_norm.weight"] = norm(inner).reshape(G, inner // G)
+    out[p + "ssm_out.weight"] = mat(d, inner, 2.0)
+    return out
+
+
 def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = None,
                          drop: Tuple[str, ...] = ()) -> str:
     """A tiny granitehybrid file as the converter writes one: head_count_kv per layer
@@ -992,7 +1066,6 @@ def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, An
     rng = np.random.default_rng(t.seed)
     d, hd, L = t.dim, t.head_dim, t.n_layer
     inner, N, H, G = 2 * d, sh.d_state, sh.n_heads, sh.n_groups
-    conv_dim = inner + 2 * G * N
     q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
 
     def mat(rows, cols, gain=1.0):
@@ -1048,20 +1121,9 @@ def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, An
         p = f"blk.{i}."
         tensors[p + "attn_norm.weight"] = norm(d)
         if i in sh.attention_layers:
-            tensors[p + "attn_q.weight"] = mat(q_dim, d, 3.0)
-            tensors[p + "attn_k.weight"] = mat(kv_dim, d, 3.0)
-            tensors[p + "attn_v.weight"] = mat(kv_dim, d)
-            tensors[p + "attn_output.weight"] = mat(d, q_dim, 2.0)
+            tensors.update(_hybrid_attention_tensors(p, d, q_dim, kv_dim, mat))
         else:
-            tensors[p + "ssm_in.weight"] = mat(inner + conv_dim + H, d, 1.5)
-            tensors[p + "ssm_conv1d.weight"] = (rng.standard_normal((conv_dim, sh.conv_kernel))
-                                                / math.sqrt(sh.conv_kernel)).astype(np.float32)
-            tensors[p + "ssm_conv1d.bias"] = (0.1 * rng.standard_normal(conv_dim)).astype(np.float32)
-            tensors[p + "ssm_dt.bias"] = (-1.5 + 0.5 * rng.standard_normal(H)).astype(np.float32)
-            tensors[p + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.0, (H, 1)))).astype(np.float32)
-            tensors[p + "ssm_d"] = rng.uniform(0.5, 1.5, (H, 1)).astype(np.float32)
-            tensors[p + "ssm_norm.weight"] = norm(inner).reshape(G, inner // G)
-            tensors[p + "ssm_out.weight"] = mat(d, inner, 2.0)
+            tensors.update(_mamba2_tensors(p, d, sh, mat, norm, rng))
         tensors[p + "ffn_norm.weight"] = norm(d)
         if t.n_expert:   # the converter splits input_linear into gate and up, shared_mlp likewise
             tensors[p + "ffn_gate_inp.weight"] = mat(t.n_expert, d, t.router_gain).astype(np.float32)
@@ -1074,6 +1136,77 @@ def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, An
             tensors[p + "ffn_gate.weight"] = mat(t.ffn, d)
             tensors[p + "ffn_up.weight"] = mat(t.ffn, d)
             tensors[p + "ffn_down.weight"] = mat(d, t.ffn, 2.0)
+    tensors.update(more)
+    for name, value in tensors.items():
+        if name not in drop:
+            w.add_tensor(name, value)
+    return _finish(w, path)
+
+
+def write_nemotron_h(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = None,
+                     drop: Tuple[str, ...] = ()) -> str:
+    """A tiny nemotron_h file as conversion/nemotron.py writes one (its GraniteHybridModel
+    parent's keys without Granite's multipliers): head_count_kv and feed_forward_length
+    per layer (both 0 on the Mamba2 layers), key/value lengths, rope.scaling.finetuned
+    false and context_length 2**20, both norm epsilons; each layer one of a Mamba2 mixer
+    (granitehybrid's tensors), attention without RoPE, or an MLP ffn_up / ffn_down (relu²).
+    ``more_tensors`` adds tensors ("blk.*" or "*.weight"/"*.bias") and metadata keys
+    (without the arch prefix; None removes one); ``drop`` leaves tensors or keys out."""
+    import gguf
+
+    sh = t.mamba2
+    assert sh is not None
+    more = dict(more_tensors or {})
+    rng = np.random.default_rng(t.seed)
+    d, hd, L = t.dim, t.head_dim, t.n_layer
+    inner, N, H, G = 2 * d, sh.d_state, sh.n_heads, sh.n_groups
+    q_dim, kv_dim = t.n_head * hd, t.n_kv_head * hd
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, t.arch)
+    a = t.arch
+    keys: Dict[str, Any] = {
+        "context_length": 2**20, "embedding_length": d, "block_count": L,
+        "feed_forward_length": [t.ffn if i in sh.mlp_layers else 0 for i in range(L)],
+        "attention.head_count": t.n_head,
+        "attention.head_count_kv": [t.n_kv_head if i in sh.attention_layers else 0 for i in range(L)],
+        "attention.key_length": hd, "attention.value_length": hd,
+        "attention.layer_norm_epsilon": float(t.eps), "attention.layer_norm_rms_epsilon": float(t.eps),
+        "rope.freq_base": float(t.rope_base), "rope.scaling.finetuned": False,
+        "ssm.conv_kernel": sh.conv_kernel, "ssm.state_size": N, "ssm.group_count": G,
+        "ssm.inner_size": inner, "ssm.time_step_rank": H, **t.extra}
+    for k in [k for k in more if not (k.startswith("blk.") or k.endswith((".weight", ".bias")))]:
+        keys[k[len(a) + 1:] if k.startswith(a + ".") else k] = more.pop(k)
+    _add_metadata(w, a, {k: v for k, v in keys.items() if k not in drop})
+    _write_vocabulary(w, t.pre)
+
+    tensors: Dict[str, np.ndarray] = {}
+    tensors["token_embd.weight"] = mat(VOCAB, d, math.sqrt(d))
+    tensors["output_norm.weight"] = norm(d)
+    if not t.tied:
+        tensors["output.weight"] = mat(VOCAB, d, t.head_gain)
+    for i in range(L):
+        p = f"blk.{i}."
+        tensors[p + "attn_norm.weight"] = norm(d)
+        if i in sh.attention_layers:
+            tensors.update(_hybrid_attention_tensors(p, d, q_dim, kv_dim, mat))
+        elif i in sh.mlp_layers and t.n_expert:   # nemotron_h_moe: relu² experts and shared expert, no gates
+            tensors[p + "ffn_gate_inp.weight"] = mat(t.n_expert, d, t.router_gain).astype(np.float32)
+            tensors[p + "exp_probs_b.bias"] = (t.expert_bias * rng.standard_normal(t.n_expert)).astype(np.float32)
+            tensors[p + "ffn_up_exps.weight"] = np.stack([mat(t.ffn, d, 1.5) for _ in range(t.n_expert)])
+            tensors[p + "ffn_down_exps.weight"] = np.stack([mat(d, t.ffn, 0.5) for _ in range(t.n_expert)])
+            tensors[p + "ffn_up_shexp.weight"] = mat(t.shared_ffn, d, 1.5)
+            tensors[p + "ffn_down_shexp.weight"] = mat(d, t.shared_ffn, 0.5)
+        elif i in sh.mlp_layers:
+            tensors[p + "ffn_up.weight"] = mat(t.ffn, d, 1.5)
+            tensors[p + "ffn_down.weight"] = mat(d, t.ffn, 0.5)
+        else:
+            tensors.update(_mamba2_tensors(p, d, sh, mat, norm, rng))
     tensors.update(more)
     for name, value in tensors.items():
         if name not in drop:

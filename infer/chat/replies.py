@@ -68,6 +68,8 @@ class Reply:
     #: with ``logprobs=k``: OpenAI ``logprobs.content`` entries, one per generated token
     #: (the end-of-turn token excluded), else None
     logprobs: Optional[list[dict[str, Any]]] = None
+    #: the stop string (of the turn's ``stop``) that ended the reply, else None
+    stop_string: Optional[str] = None
 
     @property
     def prefilled_tokens(self) -> int:

@@ -31,6 +31,8 @@ _DEEPSEEK_CALL = re.compile(r"<｜tool▁call▁begin｜>\s*(?:function)?\s*<｜
 # LFM2 / LFM2.5 write <|tool_call_start|>[name(arg=value, ...), ...]<|tool_call_end|>: a Python-style
 # list of calls whose values may also be JSON's true / false / null (llama.cpp common/parsers/lfm2.cpp).
 LFM2_TOOL_MARKERS = ("<|tool_call_start|>", "<|tool_call_end|>")
+#: Nemotron Nano 2's: a JSON list of calls between them (llama.cpp's "Nemotron V2" chat format)
+NEMOTRON_TOOL_MARKERS = ("<TOOLCALL>", "</TOOLCALL>")
 #: the texts that open a reply made of tool calls, and what each leaves of itself before the JSON
 CALL_PREFIXES = ((PYTHON_TAG, ""), (MISTRAL_TOOL_CALLS, ""), (GRANITE_TOOL_CALL, ""), (FUNCTOOLS, "["),
                  (DEEPSEEK_TOOL_CALLS, DEEPSEEK_TOOL_CALLS))
@@ -170,6 +172,8 @@ class ReplyParser:
         self.thinking: list[str] = []
         self.tool_texts: list[str] = []
         self.stopped = False
+        #: the stop text that ended the reply (one of ``stops``), else None
+        self.stop_text: Optional[str] = None
         self._drop_space = self.state == THINK  # whitespace after a block is template padding
         self._started = False
 
@@ -226,7 +230,7 @@ class ReplyParser:
                     self.buf = marker + self.buf  # the calls, read whole at the end
                     self.state = JSON
                 else:
-                    self.stopped = True
+                    self.stopped, self.stop_text = True, marker
                     self.buf = ""
                     break
             elif self.state == THINK:
@@ -303,6 +307,8 @@ class ReplyParser:
     def _add_tool_text(self, text: str) -> None:
         if self.tool == LFM2_TOOL_MARKERS:   # a Python-style list of calls
             self.tool_texts.extend(python_tool_calls(text))
+        elif self.tool == NEMOTRON_TOOL_MARKERS:   # a JSON list (a malformed one: one bad call)
+            self.tool_texts.extend(json_tool_calls(text) or [text])
         else:
             self.tool_texts.append(text)
 
@@ -379,6 +385,8 @@ class HarmonyParser:
         self.thinking: list[str] = []
         self.tool_texts: list[str] = []
         self.stopped = False
+        #: the stop text that ended the reply (one of ``stops``), else None
+        self.stop_text: Optional[str] = None
 
     def feed(self, text: str) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
@@ -432,6 +440,7 @@ class HarmonyParser:
             self._emit(out, CONTENT if raw else self.kind, body)
         if raw or marker != HARMONY_END:
             self.stopped, self.buf = True, ""
+            self.stop_text = marker if marker in self.stops else None
         else:
             self.state = HEADER
         return True

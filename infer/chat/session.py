@@ -521,6 +521,7 @@ class ChatSession:
                 yield item
             reply = self._record(parser, finish, len(prompt), cached, generated, continued)
             reply.logprobs = records
+            reply.stop_string = parser.stop_text if parser.stop_text in stops else None
             recorded = True
             self._sync_history()
             yield reply

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import jinja2
 
 from .replies import Message, ToolCall
-from .reply_parser import FUNCTOOLS, GRANITE_TOOL_CALL, LFM2_TOOL_MARKERS, python_call_text
+from .reply_parser import FUNCTOOLS, GRANITE_TOOL_CALL, LFM2_TOOL_MARKERS, NEMOTRON_TOOL_MARKERS, python_call_text
 from .sandbox import ChatTemplateError, environment, render
 
 # ---- fallback templates (files without tokenizer.chat_template) ----------------------
@@ -161,6 +161,8 @@ class Chat:
             tool_call_markers = GEMMA4_TOOL_MARKERS
         if tool_call_markers is None and any(m in sources for m in LFM2_TOOL_LIST):
             tool_call_markers = LFM2_TOOL_MARKERS
+        if tool_call_markers is None and all(m in sources for m in NEMOTRON_TOOL_MARKERS):
+            tool_call_markers = NEMOTRON_TOOL_MARKERS
         #: the format of the model's calls: None (JSON), `QWEN3_CODER`, `HARMONY` or `MINISTRAL`
         self.call_format = call_format_of(sources)
         if think_markers is None and all(m in sources for m in MISTRAL_THINK_MARKERS):
@@ -337,6 +339,8 @@ class Chat:
         calls = [{"name": f["name"], "arguments": f["arguments"]} for f in functions]
         if self.tool_call_markers == LFM2_TOOL_MARKERS:   # one Python-style list for all
             return self._lfm2_calls_text(functions)
+        if self.tool_call_markers == NEMOTRON_TOOL_MARKERS:   # one JSON list for all
+            return f"{NEMOTRON_TOOL_MARKERS[0]}{json.dumps(calls, ensure_ascii=False)}{NEMOTRON_TOOL_MARKERS[1]}"
         if self.call_prefix:
             return self.call_prefix + json.dumps(calls, ensure_ascii=False)
         if self.tool_call_markers or len(calls) == 1:
@@ -345,8 +349,8 @@ class Chat:
 
     def tool_call_text(self, function: Message) -> str:
         """How the model writes one call (the format `ChatSession` parses back)."""
-        if self.tool_call_markers == LFM2_TOOL_MARKERS:
-            return self._lfm2_calls_text([function])
+        if self.tool_call_markers in (LFM2_TOOL_MARKERS, NEMOTRON_TOOL_MARKERS):
+            return self.tool_calls_text([function])
         text = json.dumps({"name": function["name"], "arguments": function["arguments"]}, ensure_ascii=False)
         if self.tool_call_markers:
             return f"{self.tool_call_markers[0]}\n{text}\n{self.tool_call_markers[1]}"

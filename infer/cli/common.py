@@ -202,8 +202,9 @@ def add_sampling_args(p: argparse.ArgumentParser, ctx_size: bool = True) -> None
                         "need for generate, the model's trained context for chat and for -n -1; 0 = the same)")
 
 
-def load_model(args: argparse.Namespace) -> Any:
-    """infer.load with a progress line on a terminal; CLIError for a bad --threads."""
+def load_model(args: argparse.Namespace, text_generation: bool = True) -> Any:
+    """infer.load with a progress line on a terminal; CLIError for a bad --threads, and
+    for an embedding model (an encoder) where the command generates or scores text."""
     import time
     import warnings
 
@@ -235,6 +236,10 @@ def load_model(args: argparse.Namespace) -> Any:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if show:
         print(f"\r\033[Kloaded {path} in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
+    if text_generation and getattr(model.engine, "is_encoder", False):
+        model.close()
+        raise CLIError(f"{path} is an embedding model ({model.engine.architecture}, an encoder): it cannot "
+                       f"generate text; use infer embed, or infer serve for /v1/embeddings and /v1/rerank")
     return model
 
 

@@ -24,7 +24,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
         texts += [line for line in content.splitlines() if line.strip()]
     if not texts:
         raise UsageError("embed: give TEXT arguments or --file")
-    with load_model(args) as model:
+    with load_model(args, text_generation=False) as model:
         vectors = model.embed(texts, pooling=args.pooling, normalize=not args.no_normalize)
     for vec in vectors:
         print(json.dumps([round(float(v), 7) for v in vec]))
@@ -35,9 +35,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("embed", help="embeddings of texts from the final hidden states (JSON lines)")
     p.add_argument("text", nargs="*", help="texts to embed (each its own embedding)")
     p.add_argument("--file", "-f", default=None, help="also embed each non-empty line of FILE ('-': stdin)")
-    p.add_argument("--pooling", choices=("mean", "last", "cls"), default="mean",
+    p.add_argument("--pooling", choices=("mean", "last", "cls"), default=None,
                    help="one vector from a text's final hidden states: their mean, the last token's, or the "
-                        "first token's (cls), as llama.cpp's --pooling (default: mean)")
+                        "first token's (cls), as llama.cpp's --pooling (default: the file's pooling_type, "
+                        "else mean)")
     p.add_argument("--no-normalize", action="store_true", help="keep the raw length (default: unit L2 norm)")
     add_model_args(p)
     p.set_defaults(func=cmd_embed)

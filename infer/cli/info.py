@@ -120,7 +120,7 @@ def describe_model(f: Any) -> dict[str, Any]:
         "rope_original_context": arch_key("rope.scaling.original_context_length"),
         "attention_temperature": arch_key("attention.temperature_scale"),
         "deltanet": None if arch in MAMBA2_ARCHS else _deltanet_summary(arch_key),
-        "mamba2": _mamba2_summary(arch_key) if arch in MAMBA2_ARCHS else None,
+        "mamba2": _mamba2_summary(arch_key, arch == "nemotron_h") if arch in MAMBA2_ARCHS else None,
         "experts": arch_key("expert_count"), "experts_used": arch_key("expert_used_count"),
         "expert_feed_forward_length": arch_key("expert_feed_forward_length"),
         # what one token reads: the stacked expert tensors (names *_exps) count as
@@ -134,21 +134,45 @@ def describe_model(f: Any) -> dict[str, Any]:
         "fallback_chat_template": (None if isinstance(md.get("tokenizer.chat_template"), str)
                                    else fallback_family(md, set(t for t in tokens if isinstance(t, str)).__contains__)),
         "tensor_types": dict(sorted(types.items(), key=lambda kv: -kv[1])),
+        "encoder": _encoder_summary(arch, arch_key, "cls.output.weight" in f.tensors or "cls.weight" in f.tensors),
         "tensors": [{"name": t.name, "type": t.dtype.name, "shape": list(t.shape), "bytes": t.nbytes}
                     for t in f.tensors.values()],
         "metadata": metadata,
     }
 
 
-#: the architectures whose ssm.* keys size Mamba2 layers (a layer with 0 KV heads is one)
-MAMBA2_ARCHS = ("granitehybrid",)
+#: the embedding (encoder) architectures: they embed or rerank, and never chat
+ENCODER_ARCHS = ("bert", "nomic-bert")
 
 
-def _mamba2_summary(arch_key: Any) -> Optional[dict[str, Any]]:
-    """Granite 4.0-H's Mamba2 layers (the ssm.* keys; those with head_count_kv 0): how
-    many, their heads, and the recurrent state a context keeps (float32 S and conv
-    inputs per layer, plus up to transformer.MAX_CHECKPOINTS copies); None with keys
-    that are not counts (the loader names those)."""
+def _encoder_summary(arch: str, arch_key: Any, has_head: bool) -> Optional[dict[str, Any]]:
+    """An encoder's pooling (llama.cpp's pooling_type; rank for a file with a
+    classification head and no pooling_type, as infer reads it) and its output: the
+    embedding width, or the classification head's labels of a reranker."""
+    if arch not in ENCODER_ARCHS:
+        return None
+    from ..variants.bert import POOLING_TYPES
+
+    pooling = arch_key("pooling_type")
+    if pooling is None and has_head:
+        pooling = 4
+    labels = arch_key("classifier.output_labels")
+    return {"pooling": POOLING_TYPES.get(pooling, f"unknown ({pooling})") if isinstance(pooling, int) else "none",
+            "dimensions": arch_key("embedding_length"),
+            "labels": list(labels) if isinstance(labels, list) else None}
+
+
+#: the architectures whose ssm.* keys size Mamba2 layers (a layer with 0 KV heads is one;
+#: in nemotron_h, with a feed_forward_length of 0 too: its MLP-only layers have no KV heads)
+MAMBA2_ARCHS = ("granitehybrid", "nemotron_h")
+
+
+def _mamba2_summary(arch_key: Any, single_half: bool = False) -> Optional[dict[str, Any]]:
+    """Granite 4.0-H's or Nemotron-H's Mamba2 layers (the ssm.* keys; those with
+    head_count_kv 0, and with ``single_half`` feed_forward_length 0): how many, their
+    heads, and the recurrent state a context keeps (float32 S and conv inputs per layer,
+    plus up to transformer.MAX_CHECKPOINTS copies); None with keys that are not counts
+    (the loader names those)."""
     import numpy as np
 
     from ..variants.transformer import MAX_CHECKPOINTS
@@ -160,7 +184,9 @@ def _mamba2_summary(arch_key: Any) -> Optional[dict[str, Any]]:
     conv_kernel, d_state, n_groups, n_heads, inner, n_layers = values
     kv = arch_key("attention.head_count_kv")
     kv_list = list(kv) if isinstance(kv, (list, tuple, np.ndarray)) else [kv] * n_layers
-    n_recurrent = sum(1 for n in kv_list[:n_layers] if n == 0)
+    ff = arch_key("feed_forward_length") if single_half else 0
+    ff_list = list(ff) if isinstance(ff, (list, tuple, np.ndarray)) else [ff] * n_layers
+    n_recurrent = sum(1 for n, f in zip(kv_list[:n_layers], ff_list) if n == 0 and f == 0)
     state = n_recurrent * 4 * (inner * d_state + (conv_kernel - 1) * (inner + 2 * n_groups * d_state))
     return {"layers": n_recurrent, "heads": n_heads, "head_dim": inner // n_heads, "groups": n_groups,
             "state_size": d_state, "conv_kernel": conv_kernel, "state_bytes": state,
@@ -277,9 +303,16 @@ def format_model(s: dict[str, Any]) -> str:
         f"{role} {tok['id']}" + (f" {tok['text']!r}" if tok["text"] is not None else " (out of range)")
         for role, tok in s["special_tokens"].items()) or "none"))
     template = s["metadata"].get("tokenizer.chat_template")
-    rows.append(("chat template", f"yes ({len(template)} characters)" if s["chat_template"] else
-                 f"no: looks like a base model (made to continue text, not to chat); "
-                 f"chat uses the built-in {s['fallback_chat_template']!r} template"))
+    encoder = s.get("encoder")
+    if encoder is not None:
+        use = ("reranking: scores (query, document) pairs (model.rerank, /v1/rerank)"
+               if encoder["pooling"] == "rank" else f"embeddings of {encoder['dimensions']} dimensions "
+               f"(model.embed, infer embed, /v1/embeddings)")
+        rows.append(("encoder", f"{use}; pooling {encoder['pooling']}; no text generation"))
+    else:
+        rows.append(("chat template", f"yes ({len(template)} characters)" if s["chat_template"] else
+                     f"no: looks like a base model (made to continue text, not to chat); "
+                     f"chat uses the built-in {s['fallback_chat_template']!r} template"))
     split = s["metadata"].get("split.count")
     if isinstance(split, int) and split > 1:
         number = s["metadata"].get("split.no")

@@ -49,7 +49,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from ..serve.app import SHUTDOWN_GRACE, create_app
     except ImportError as exc:
         raise CLIError(f"infer serve needs the serve extra ({exc.name} is missing): {_INSTALL_HINT}") from None
-    model = load_model(args)
+    model = load_model(args, text_generation=False)
     app = create_app(model, **app_options(args))
     scheduler = app.state.scheduler
     name = app.state.server.model_name

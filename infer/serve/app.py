@@ -107,6 +107,9 @@ class Dialect:
     #: the response of a stream from its queue of items and its slot handle (None:
     #: server-sent events; ollama's endpoints write one JSON object a line)
     stream_response: Optional[Callable[[Any, Any], Response]] = None
+    #: the whole server-sent event of a chunk or of an error body, for endpoints whose
+    #: events are named (``event: ...``); None: OpenAI's data-only events
+    event: Optional[Callable[[Any], bytes]] = None
 
 
 OPENAI = Dialect(error_body=lambda status, body: body, stream_end="[DONE]", usage=lambda r: r.get("usage"))
@@ -123,11 +126,15 @@ class _BearerAuth:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] not in _PUBLIC and scope["method"] != "OPTIONS":
-            scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
-            # the scheme is case-insensitive (RFC 7235, 2.1); the key is not
-            if not (hmac.compare_digest(given, self.expected) and scheme.lower() == b"bearer"):
+            headers = dict(scope["headers"])
+            scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+            # the scheme is case-insensitive (RFC 7235, 2.1); the key is not.  Anthropic's
+            # clients send the key as x-api-key: accepted too, as llama-server does.
+            if not ((hmac.compare_digest(given, self.expected) and scheme.lower() == b"bearer")
+                    or hmac.compare_digest(headers.get(b"x-api-key", b""), self.expected)):
                 dialect = self.dialects.get(scope["path"], OPENAI)
-                body = error_body("invalid or missing API key (Authorization: Bearer ...)", code="invalid_api_key")
+                body = error_body("invalid or missing API key (Authorization: Bearer ..., or x-api-key)",
+                                  code="invalid_api_key")
                 response = JSONResponse(dialect.error_body(401, body), status_code=401)
                 await response(scope, receive, send)
                 return
@@ -345,7 +352,7 @@ class _Server:
             return JSONResponse(value)
         if dialect.stream_response is not None:
             return dialect.stream_response(items, handle)
-        return _event_stream(items, handle, wants_usage, self.shutdown_grace, dialect.stream_end)
+        return _event_stream(items, handle, wants_usage, self.shutdown_grace, dialect.stream_end, dialect.event)
 
     @staticmethod
     async def read_json(request: Request, dialect: Dialect = OPENAI) -> Any:
@@ -427,7 +434,8 @@ def _sse(payload: str) -> bytes:
 
 
 def _event_stream(items: "asyncio.Queue[tuple[str, Any]]", handle: Any, wants_usage: bool,
-                  shutdown_grace: float, end: Optional[str]) -> Response:
+                  shutdown_grace: float, end: Optional[str],
+                  encode: Optional[Callable[[Any], bytes]] = None) -> Response:
     from sse_starlette import EventSourceResponse
 
     async def events() -> Any:
@@ -441,6 +449,12 @@ def _event_stream(items: "asyncio.Queue[tuple[str, Any]]", handle: Any, wants_us
                     batch.append(items.get_nowait())
                 out = []
                 for kind, value in batch:
+                    if encode is not None and kind in ("chunk", "error"):
+                        out.append(encode(value if kind == "chunk" else value[1]))
+                        if kind == "error":
+                            yield b"".join(out)
+                            return
+                        continue
                     if kind == "chunk":
                         if "usage" in value and not value["choices"] and not wants_usage:
                             continue
@@ -519,7 +533,7 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     names) a request that omits them runs with, on every completion endpoint, as
     llama-server's ``--temp``, ``--top-k``, ``-n``, ... (shown in ``GET /props``).
     """
-    from . import llama_server, ollama
+    from . import anthropic_messages, llama_server, ollama, responses
 
     if not shutdown_grace >= 0:
         raise ValueError(f"shutdown_grace: must be >= 0, got {shutdown_grace!r}")
@@ -549,15 +563,25 @@ def create_app(model: Any, *, parallel: int = 1, ctx_size: Optional[int] = None,
     routes += llama_routes
     ollama_routes = ollama.routes(server)  # ollama's /api/* and its "Ollama is running" probe
     routes += ollama_routes
+    from . import rerank
+
+    routes += rerank.routes(server)
+    # OpenAI's Responses API and Anthropic's Messages API, translated onto chat completions
+    routes += responses.routes(server)
+    anthropic_routes = anthropic_messages.routes(server)
+    routes += anthropic_routes
     middleware = []
     if cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins),
                                      allow_methods=["GET", "POST", "OPTIONS"],
-                                     allow_headers=["Authorization", "Content-Type"]))
+                                     allow_headers=["Authorization", "Content-Type", "X-Api-Key",
+                                                    "Anthropic-Version", "Anthropic-Beta"]))
     if api_key:
         middleware.append(Middleware(_BearerAuth, key=api_key,
                                      dialects={**{route.path: llama_server.LLAMA for route in llama_routes},
-                                               **{route.path: ollama.OLLAMA for route in ollama_routes}}))
+                                               **{route.path: ollama.OLLAMA for route in ollama_routes},
+                                               **{route.path: anthropic_messages.ANTHROPIC
+                                                  for route in anthropic_routes}}))
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return _error_response(404, f"no route {request.method} {request.url.path}", code="not_found")

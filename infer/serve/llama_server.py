@@ -379,6 +379,46 @@ def create_completion(
     return results[0] if len(results) == 1 else results
 
 
+def create_infill(model: Any, input_prefix: Any = None, input_suffix: Any = None, input_extra: Any = None,
+                  prompt: Any = None, *, context: Any = None, server_n_predict: int = -1, spm_infill: bool = False,
+                  **fields: Any) -> Any:
+    """llama-server's ``POST /infill``: the code between ``input_prefix`` and
+    ``input_suffix`` (texts, or token ids mixed with texts), with other files'
+    ``input_extra`` chunks ({"filename", "text"}) as context and ``prompt`` continued
+    after the prefix, in its fill-in-the-middle layout (`infer.infill`); the rest as
+    `create_completion` (its fields, response and stream).  ``server_n_predict`` is
+    the server's ``-n`` (-1: none), which bounds the extra context as llama-server's
+    does.  A model without FIM tokens raises `infill.InfillUnsupportedError`."""
+    from ..infill import infill_prompt
+
+    for name, value in (("input_prefix", input_prefix), ("input_suffix", input_suffix)):
+        if value is None:
+            raise InvalidRequestError(f'"{name}" is required', name)
+    if prompt is not None and not isinstance(prompt, str):
+        raise InvalidRequestError('"prompt" must be a string', "prompt")
+    if input_extra is None:
+        input_extra = []
+    if not isinstance(input_extra, list):
+        raise InvalidRequestError('"input_extra" must be an array of {"filename": string, "text": string}',
+                                  "input_extra")
+    extra = []
+    for i, chunk in enumerate(input_extra):
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("text"), str):
+            raise InvalidRequestError(f'input_extra[{i}]: must contain a "text" field with a string value',
+                                      "input_extra")
+        name = chunk.get("filename", "tmp")
+        if not isinstance(name, str):
+            raise InvalidRequestError(f'input_extra[{i}]: "filename" must be a string', "input_extra")
+        extra.append((name, chunk["text"]))
+    if context is None:
+        context = model.create_context()
+    ids = infill_prompt(model.tokenizer, prompt_ids(model, input_prefix, False, False, "input_prefix"),
+                        prompt_ids(model, input_suffix, False, False, "input_suffix"), extra,
+                        prompt_ids(model, prompt or "", False, True), n_ctx=int(context.n_ctx),
+                        n_predict=server_n_predict, suffix_first=spm_infill)
+    return create_completion(model, ids, context=context, **fields)
+
+
 def _pick_fields(result: Mapping[str, Any], paths: list[str]) -> dict[str, Any]:
     """``response_fields``: the fields named, a path ``a/b`` under its own name at the
     top; those missing left out (llama.cpp's json_get_nested_values)."""
@@ -570,17 +610,21 @@ def routes(server: "_Server", slots_endpoint: bool = True) -> list[Route]:
         prompt = chat_of(model).render(messages, _flag(body, "add_generation_prompt", True), tools, **kwargs)
         return {"prompt": prompt}
 
-    async def completion(request: Request) -> Response:
-        endpoint = "/completion"
+    async def native(request: Request, endpoint: str, call: Callable[..., Any], fields: frozenset[str],
+                     refusal: Callable[[dict[str, Any]], Optional[Response]]) -> Response:
+        """/completion and /infill: the body's fields checked (``refusal`` first: an error
+        response, or None), the server's sampling defaults, the run on a slot."""
         body = await server.read_json(request, LLAMA)
         if isinstance(body, Response):
             server.metrics.count_request(endpoint, body.status_code)
             return body
         body.pop("model", None)
         try:
-            _unknown(body, completion_fields)
-            if "prompt" not in body:
-                raise InvalidRequestError('"prompt" is required', "prompt")
+            refused = refusal(body)
+            if refused is not None:
+                server.metrics.count_request(endpoint, refused.status_code)
+                return refused
+            _unknown(body, fields)
             cache_prompt = _flag(body, "cache_prompt", True)
         except InvalidRequestError as exc:
             server.metrics.count_request(endpoint, 400)
@@ -591,8 +635,31 @@ def routes(server: "_Server", slots_endpoint: bool = True) -> list[Route]:
             limit = reply_limit(body)
         except InvalidRequestError:
             limit = None  # create_completion refuses it, in the same shape as its other errors
-        return await server.run_completion(request, endpoint, create_completion, body, cache_prompt=cache_prompt,
+        return await server.run_completion(request, endpoint, call, body, cache_prompt=cache_prompt,
                                            reply_limit=limit, dialect=LLAMA)
+
+    def needs_prompt(body: dict[str, Any]) -> None:
+        if "prompt" not in body:
+            raise InvalidRequestError('"prompt" is required', "prompt")
+
+    async def completion(request: Request) -> Response:
+        return await native(request, "/completion", create_completion, completion_fields, needs_prompt)
+
+    infill_fields = completion_fields | _accepted_fields(create_infill) - {"server_n_predict", "spm_infill"}
+
+    def infill_refusal(body: dict[str, Any]) -> Optional[Response]:
+        from ..infill import InfillUnsupportedError, fim_ids
+
+        try:
+            fim_ids(model.tokenizer)
+        except InfillUnsupportedError as exc:
+            return _error(501, str(exc))  # llama-server's answer to a model without FIM tokens
+        # the server's -n bounds the extra files' room, as llama-server's params.n_predict
+        body["server_n_predict"] = server.sampling_defaults.get("n_predict", -1)
+        return None
+
+    async def infill(request: Request) -> Response:
+        return await native(request, "/infill", create_infill, infill_fields | {"server_n_predict"}, infill_refusal)
 
     async def props(request: Request) -> Response:
         return JSONResponse(properties(server, slots_endpoint))
@@ -618,6 +685,7 @@ def routes(server: "_Server", slots_endpoint: bool = True) -> list[Route]:
     return [
         Route("/completion", completion, methods=["POST"]),
         Route("/completions", completion, methods=["POST"]),
+        Route("/infill", infill, methods=["POST"]),
         post("/tokenize", tokenize),
         post("/detokenize", detokenize),
         post("/apply-template", apply_template),

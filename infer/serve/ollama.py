@@ -26,8 +26,11 @@ api/types.go).  Where infer differs:
   change nothing; ``num_ctx`` is accepted up to the slot's context and refused above;
 * an empty chat or prompt answers ``done_reason`` "load", or "unload" with ``keep_alive``
   0, as ollama's; the model stays loaded either way;
-* ``images``, ``suffix`` (no infill) and a custom ``template`` (other than
+* ``images`` and a custom ``template`` (other than
   ``{{ .Prompt }}``) are refused with a 400;
+* ``/api/generate``'s ``suffix`` fills in the middle, for a model with FIM tokens (its
+  capabilities then list "insert"), in the plain ``[PRE]prompt[SUF]suffix[MID]`` layout
+  of ollama's templates for code models;
 * a prompt longer than the slot's context is a 400 (``truncate`` is not applied to
   chat history); ``/api/embed`` does truncate inputs to the model's context unless
   ``truncate`` is false;
@@ -258,13 +261,22 @@ class _ModelFacts:
 
 
 def capabilities(model: Any) -> list[str]:
-    """What the model can do, in ollama's words: completion, embedding (its file sets a
-    pooling type), tools (its template takes them), thinking (its template has a
+    """What the model can do, in ollama's words: completion (not an encoder), embedding (its
+    file sets a pooling type), tools (its template takes them), thinking (its template has a
     thought block or channel)."""
     from ..chat.session import chat_of
     from ..chat.template import HARMONY
 
+    from ..infill import InfillUnsupportedError, fim_ids
+
+    if getattr(model.engine, "is_encoder", False):  # nomic-embed-text and the like: ollama lists embedding only
+        return ["embedding"]
     out = ["completion"]
+    try:
+        fim_ids(model.tokenizer)
+        out.append("insert")  # ollama's word for fill-in-the-middle (generate's suffix)
+    except (InfillUnsupportedError, AttributeError):
+        pass
     md = getattr(model, "metadata", None) or {}
     if f"{md.get('general.architecture')}.pooling_type" in md:  # a model made for embeddings, as ollama reads it
         out.append("embedding")
@@ -617,8 +629,11 @@ def _generate_plan(server: "_Server", facts: _ModelFacts, body: dict[str, Any]) 
             raise InvalidRequestError(f"{field}: expected a string", field)
     raw = _flag(body, "raw", False)
     _no_images(body.get("images"), "images")
-    if body.get("suffix"):
-        raise UnsupportedOptionError("suffix: fill-in-the-middle is not supported by this server", "suffix")
+    suffix = body.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise InvalidRequestError("suffix: expected a string", "suffix")
+    if suffix:
+        return _insert_plan(server, name, body, prompt, suffix)
     if raw and (template or system or context):
         raise InvalidRequestError("raw mode does not support template, system, or context", "raw")
     if template:
@@ -672,6 +687,28 @@ def _generate_plan(server: "_Server", facts: _ModelFacts, body: dict[str, Any]) 
     if server.chat_template_kwargs:
         keywords["chat_template_kwargs"] = dict(server.chat_template_kwargs)
     return _Plan(name, "generate", api.create_chat_completion, keywords, context_of)
+
+
+def _insert_plan(server: "_Server", name: str, body: dict[str, Any], prompt: str, suffix: str) -> _Plan:
+    """/api/generate with a ``suffix``: the code between ``prompt`` and it, in the plain
+    fill-in-the-middle layout of ollama's templates for code models (`infill.prefix_suffix_middle`)."""
+    from ..infill import InfillUnsupportedError, prefix_suffix_middle
+
+    for field in ("system", "template", "context", "raw", "format", "think"):
+        if body.get(field) not in (None, "", False):
+            raise UnsupportedOptionError(f"{field}: not taken with suffix (fill-in-the-middle takes the prompt, the "
+                                         "suffix and the options)", field)
+    if body.get("images"):
+        _no_images(body.get("images"), "images")
+    tok = server.model.tokenizer
+    try:
+        ids = prefix_suffix_middle(tok, tok.encode(prompt, add_special=False, parse_special=False),
+                                   tok.encode(suffix, add_special=False, parse_special=False))
+    except InfillUnsupportedError as exc:
+        raise UnsupportedOptionError(f"suffix: {name} does not support insert ({exc})", "suffix") from None
+    options = sampling(server, body.get("options"))
+    return _Plan(name, "generate", api.create_completion, dict(options, max_tokens=options.get("max_tokens"),
+                                                               prompt=ids))
 
 
 # ---- the routes -------------------------------------------------------------------------------------------

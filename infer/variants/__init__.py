@@ -1,6 +1,7 @@
 """Built-in model variants; importing this package registers their architectures."""
 from . import apertus  # noqa: F401
 from . import arcee  # noqa: F401
+from . import bert  # noqa: F401
 from . import cohere2  # noqa: F401
 from . import ernie4_5  # noqa: F401
 from . import exaone  # noqa: F401
@@ -18,9 +19,11 @@ from . import internlm2  # noqa: F401
 from . import lfm2  # noqa: F401
 from . import llama  # noqa: F401
 from . import minicpm  # noqa: F401
+from . import nemotron_h  # noqa: F401
 from . import mistral3  # noqa: F401
 from . import olmo2  # noqa: F401
 from . import olmoe  # noqa: F401
+from . import phi2  # noqa: F401
 from . import phi3  # noqa: F401
 from . import qwen2  # noqa: F401
 from . import qwen2moe  # noqa: F401
@@ -29,3 +32,4 @@ from . import qwen3moe  # noqa: F401
 from . import qwen35  # noqa: F401
 from . import smollm3  # noqa: F401
 from . import stablelm  # noqa: F401
+from . import starcoder2  # noqa: F401

@@ -32,7 +32,7 @@ shared expert without a gate.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from ..gguf import GGUFError
 from ..runtime import UnsupportedModelError, register_variant
@@ -54,21 +54,8 @@ def granite_hybrid_spec(gguf_file: Any) -> Tuple[TransformerSpec, HParams, Tuple
     n_heads = hp.integer("attention.head_count")
     kv_key = hp.key("attention.head_count_kv")
     kv_per_layer = [as_integer(v, kv_key, lo=0) for v in hp.per_layer("attention.head_count_kv", n_layers)]
-    attn_kv = sorted({n for n in kv_per_layer if n})
-    if len(attn_kv) > 1:
-        raise UnsupportedModelError(f"{hp.arch} file: attention layers with different KV head counts {attn_kv} "
-                                    "are not implemented", [kv_key])
-    n_kv_heads = attn_kv[0] if attn_kv else n_heads
-    if n_heads % n_kv_heads:
-        raise GGUFError(f"GGUF metadata: {hp.key('attention.head_count')}={n_heads} is not a multiple of "
-                        f"{kv_key}={n_kv_heads}")
-    head_dim = hp.integer("attention.key_length", max(dim // n_heads, 1))
-    if hp.integer("attention.value_length", head_dim) != head_dim:
-        raise GGUFError(f"GGUF metadata: {hp.key('attention.value_length')} differs from "
-                        f"{hp.key('attention.key_length')}={head_dim}")
-    if head_dim % 2:
-        raise GGUFError(f"GGUF metadata: head dimension {head_dim} is odd")
-    m2 = _mamba2_sizes(hp) if 0 in kv_per_layer else None
+    n_kv_heads, head_dim = attention_shape(hp, dim, n_heads, [n for n in kv_per_layer if n])
+    m2 = mamba2_sizes(hp) if 0 in kv_per_layer else None
     max_seq_len = hp.integer("context_length", DEFAULT_CTX)
     rope, used = read_rope(hp, tensors, head_dim, "norm", max_seq_len, ())
     use_rope = hp.boolean("rope.scaling.finetuned", True)   # granite's switch: false, no RoPE at all
@@ -95,7 +82,27 @@ def granite_hybrid_spec(gguf_file: Any) -> Tuple[TransformerSpec, HParams, Tuple
     return spec, hp, tuple(used)
 
 
-def _mamba2_sizes(hp: HParams) -> Mamba2:
+def attention_shape(hp: HParams, dim: int, n_heads: int, kv_heads: List[int]) -> Tuple[int, int]:
+    """(n_kv_heads, head_dim) of a hybrid's attention layers, whose KV head counts are
+    ``kv_heads`` (one count for all is implemented): checked as the kernels need them."""
+    kv_key = hp.key("attention.head_count_kv")
+    if len(set(kv_heads)) > 1:
+        raise UnsupportedModelError(f"{hp.arch} file: attention layers with different KV head counts "
+                                    f"{sorted(set(kv_heads))} are not implemented", [kv_key])
+    n_kv_heads = kv_heads[0] if kv_heads else n_heads
+    if n_heads % n_kv_heads:
+        raise GGUFError(f"GGUF metadata: {hp.key('attention.head_count')}={n_heads} is not a multiple of "
+                        f"{kv_key}={n_kv_heads}")
+    head_dim = hp.integer("attention.key_length", max(dim // n_heads, 1))
+    if hp.integer("attention.value_length", head_dim) != head_dim:
+        raise GGUFError(f"GGUF metadata: {hp.key('attention.value_length')} differs from "
+                        f"{hp.key('attention.key_length')}={head_dim}")
+    if head_dim % 2:
+        raise GGUFError(f"GGUF metadata: head dimension {head_dim} is odd")
+    return n_kv_heads, head_dim
+
+
+def mamba2_sizes(hp: HParams) -> Mamba2:
     """The ssm.* keys, required once a layer is recurrent (head_count_kv 0)."""
     sizes = dict(conv_kernel=hp.integer("ssm.conv_kernel", lo=2, hi=MAX_CONV_WIDTH),
                  d_state=hp.integer("ssm.state_size", hi=MAX_DELTANET_STATE),

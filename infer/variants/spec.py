@@ -77,6 +77,13 @@ linear attention with a recurrent state S_h (d x d per value head h):
 and ``attn_output_gate`` gives the attention layers a sigmoid gate on their output,
 projected with q (per head: q's head_dim rows, then the gate's).
 
+Phi-2 and StarCoder2 add an FFN without a gate, "gelu" (GELU's tanh approximation),
+with biases (ffn_bias: f = gelu(h Wup + b_up) Wdown + b_down), and Phi-2 a bias on the
+logits (output_bias).  Nemotron-H's layers are each one half only: a layer whose
+``LayerSpec.ffn`` is False has no FFN half, and one of kind "mlp" no mixing half
+(x += ffn(norm(x, attn_norm))); Nemotron 3 Nano's experts and shared expert have no
+gate (activation "relu_sqr" with a MoE: relu(h Wup_e)^2 Wdown_e; the Python blocks only).
+
 A layer of kind "mamba2" (Granite 4.0-H's Mamba2 mixer, `Mamba2`) replaces it by a
 selective state space scan with a state S_h (head_dim x d_state per head h):
 
@@ -102,10 +109,11 @@ from numpy.typing import NDArray
 #: the FFN activations the kernels have: gated, act(h Wgate) * h Wup ("silu",
 #: "gelu_tanh", "swiglu_oai": gpt-oss's min(gate, 7) * sigmoid(1.702 min(gate, 7)) *
 #: (clamp(up, -7, 7) + 1)); or without a gate (no ffn_gate tensor), act(h Wup): "relu_sqr",
-#: relu(u)^2 (Arcee), "xielu" with each layer's LayerSpec.xielu (Apertus)
-ACTIVATIONS = ("silu", "gelu_tanh", "relu_sqr", "xielu", "swiglu_oai")
+#: relu(u)^2 (Arcee; also a mixture of experts', Nemotron 3 Nano), "xielu" with each layer's
+#: LayerSpec.xielu (Apertus), "gelu", GELU's tanh approximation (Phi-2, StarCoder2)
+ACTIVATIONS = ("silu", "gelu_tanh", "relu_sqr", "xielu", "swiglu_oai", "gelu")
 #: the activations without a gate
-UNGATED = ("relu_sqr", "xielu")
+UNGATED = ("relu_sqr", "xielu", "gelu")
 #: RoPE layouts: "norm" rotates adjacent pairs (2i, 2i+1) of a head (GGUF `llama`,
 #: whose converter permuted Q/K rows); "neox" rotates (i, i + head_dim/2)
 ROPE_LAYOUTS = ("norm", "neox")
@@ -114,10 +122,13 @@ QK_NORM_SCOPES = ("head", "all")
 #: the block and output norms (TransformerSpec.norm_kind): RMSNorm, or LayerNorm
 #: (mean subtracted, population variance, a weight and no bias: Cohere)
 NORM_KINDS = ("rms", "layer")
-#: how a layer mixes positions (LayerSpec.kind)
-LAYER_KINDS = ("attention", "shortconv", "deltanet", "mamba2")
+#: how a layer mixes positions (LayerSpec.kind); "mlp": it does not, the layer is its
+#: FFN alone (Nemotron-H)
+LAYER_KINDS = ("attention", "shortconv", "deltanet", "mamba2", "mlp")
 #: the recurrent kinds (a state per context, checkpoints for truncate_to)
 RECURRENT_KINDS = ("deltanet", "mamba2")
+#: the kinds without a KV cache of their own
+CACHELESS_KINDS = RECURRENT_KINDS + ("mlp",)
 #: the widest short convolution accepted (LFM2's is 3; a huge width is a bad file)
 MAX_CONV_WIDTH = 64
 #: the largest DeltaNet head (d_state; Qwen3.5's is 128): the kernel's stack scratch
@@ -372,8 +383,14 @@ class LayerSpec:
     #: takes them (alpha_n = beta + softplus(the file's), alpha_p = softplus(the file's)):
     #: xielu(u) = alpha_p u^2 + beta u (u > 0), (expm1(min(u, eps)) - u) alpha_n + beta u
     xielu: Optional[Tuple[float, float, float, float]] = None
+    #: False: the layer has no FFN half (Nemotron-H's mamba2 and attention layers are
+    #: their mixer alone, x += mixer(norm(x, attn_norm)); an "mlp" layer is its FFN
+    #: alone, x += ffn(norm(x, attn_norm)))
+    ffn: bool = True
 
     def __post_init__(self) -> None:
+        if self.kind == "mlp" and not self.ffn:
+            raise ValueError("layer kind 'mlp': the layer is its FFN (ffn must be True)")
         if not 0 <= self.window <= 2**31 - 1:
             raise ValueError(f"window: must be in [0, 2**31 - 1], got {self.window}")
         if self.kind not in LAYER_KINDS:
@@ -514,6 +531,13 @@ class TransformerSpec:
     #: the sizes of the layers of kind "mamba2" (None: the model has none)
     mamba2: Optional[Mamba2] = None
 
+    # ---- Phi-2, StarCoder2, Nemotron-H (after the fields above, so that other families' additions stay apart)
+    #: ffn_up.bias and ffn_down.bias: f = act(h Wup + b_up) Wdown + b_down (an FFN without
+    #: a gate only)
+    ffn_bias: bool = False
+    #: output.bias added to the logits (before logit_scale and soft-capping; Phi-2)
+    output_bias: bool = False
+
     def __post_init__(self) -> None:
         for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
                      "vocab_size", "max_seq_len"):
@@ -547,8 +571,17 @@ class TransformerSpec:
             raise ValueError(f"qk_norm_scope: expected one of {QK_NORM_SCOPES}, got {self.qk_norm_scope!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {self.activation!r}")
-        if self.activation in UNGATED and (self.moe is not None or self.fused_gate_up):
-            raise ValueError(f"activation {self.activation} (no gate): not with experts or a fused gate|up")
+        if self.ffn_bias and (self.activation not in UNGATED or self.moe is not None):
+            raise ValueError("ffn_bias: only with an FFN without a gate and without experts")
+        if any(layer.kind == "mlp" or not layer.ffn for layer in self.layers) and \
+                (self.parallel_blocks or not self.pre_norms):
+            raise ValueError("layers: FFN-only layers and layers without an FFN need pre-norms and "
+                             "sequential blocks")
+        # experts without a gate: relu² only (Nemotron 3 Nano), and only with ungated shared experts
+        if self.activation in UNGATED and (self.fused_gate_up or (self.moe is not None and (
+                self.activation != "relu_sqr" or (self.moe.shared_ffn_dim and self.moe.shared_gated)))):
+            raise ValueError(f"activation {self.activation} (no gate): not with a fused gate|up, nor with experts "
+                             "but relu_sqr's with an ungated shared expert")
         if any((layer.xielu is not None) != (self.activation == "xielu") for layer in self.layers):
             raise ValueError("layers: the xielu activation has every layer's xielu parameters, another none")
         if not (math.isfinite(self.rms_eps) and self.rms_eps > 0):
@@ -608,8 +641,8 @@ class TransformerSpec:
         return self.ffn_dim if f is None else f
 
     def layer_experts(self, li: int) -> bool:
-        """Whether layer li's FFN is the mixture of experts (not a dense one)."""
-        return self.moe is not None and not self.layers[li].dense_ffn
+        """Whether layer li's FFN is the mixture of experts (not a dense one, nor none)."""
+        return self.moe is not None and not self.layers[li].dense_ffn and self.layers[li].ffn
 
     def layer_kv_owner(self, li: int) -> int:
         """The layer whose KV cache layer li reads (itself unless shared)."""
@@ -621,13 +654,14 @@ class TransformerSpec:
         """Every layer has its own KV cache of the model's shape (the (layers,
         kv_heads, n_ctx, head_dim) cache the fused step takes)."""
         return all(self.layer_head_dim(li) == self.head_dim and self.layer_kv_heads(li) == self.n_kv_heads
-                   and self.layers[li].kv_source is None for li in range(self.n_layers)) and not self.recurrent_layers
+                   and self.layers[li].kv_source is None for li in range(self.n_layers)) and not self.recurrent_layers \
+            and not any(layer.kind == "mlp" for layer in self.layers)
 
     def kv_owners(self) -> Tuple[int, ...]:
         """The layers with a KV cache of their own: not shared-KV layers, nor recurrent
         layers (Qwen3.5: three of four layers need none)."""
         return tuple(li for li, layer in enumerate(self.layers)
-                     if layer.kv_source is None and layer.kind not in RECURRENT_KINDS)
+                     if layer.kv_source is None and layer.kind not in CACHELESS_KINDS)
 
     @property
     def conv_layers(self) -> Tuple[int, ...]:

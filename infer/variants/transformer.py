@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from .. import kernels as K
 from ..runtime import Context, Engine, ModelClosedError, RowOutputs
-from .spec import RECURRENT_KINDS, UNGATED, LayerSpec, MoE, TransformerSpec
+from .spec import CACHELESS_KINDS, UNGATED, LayerSpec, MoE, TransformerSpec
 from .weights import LayerWeights, Matrix, ModelWeights, load_weights, repack_enabled, repack_weights
 
 # Prefill processes at most this many tokens per pass (bounds the scratch memory).
@@ -128,6 +128,9 @@ class TransformerEngine(Engine):
         if not _has_attention(spec):
             raise NotImplementedError("the fused decode step needs an attention layer: this model "
                                       "decodes through the Python blocks")
+        if not _fused_layers(spec):
+            raise NotImplementedError("the fused decode step has no FFN-only layers, layers without an FFN "
+                                      "nor experts without a gate: this model decodes through the Python blocks")
         if spec.moe is not None and spec.moe.n_used > K.MAX_EXPERTS_USED:
             raise NotImplementedError(f"the fused decode step routes a token to at most {K.MAX_EXPERTS_USED} "
                                       f"experts, this model to {spec.moe.n_used}: it decodes through the "
@@ -210,6 +213,13 @@ def _has_attention(spec: TransformerSpec) -> bool:
     return any(layer.kind == "attention" for layer in spec.layers)
 
 
+def _fused_layers(spec: TransformerSpec) -> bool:
+    """Whether the fused step has every layer's shape: each a mixer and an FFN, and
+    experts with a gate."""
+    return all(layer.ffn and layer.kind != "mlp" for layer in spec.layers) and \
+        (spec.moe is None or spec.activation not in UNGATED)
+
+
 def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
     """kernels.TransformerDecoder bound to the weights, with the spec's pieces."""
     ple = None
@@ -217,7 +227,8 @@ def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
         assert w.ple_embd is not None and w.ple_model_proj is not None and w.ple_proj_norm is not None
         ple = (w.ple_embd.as_tuple(), w.ple_model_proj.as_tuple(), w.ple_proj_norm.data)
     bias = w.output_norm_bias.data if w.output_norm_bias is not None else None
-    return K.TransformerDecoder(spec, *decoder_arguments(spec, w), ple=ple, output_norm_bias=bias)
+    return K.TransformerDecoder(spec, *decoder_arguments(spec, w), ple=ple, output_norm_bias=bias,
+                                output_bias=w.output_bias.data if w.output_bias is not None else None)
 
 
 def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any, Any, Any]:
@@ -235,9 +246,10 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
             continue
         assert L.wq is not None and L.wo is not None
         hd = spec.layer_head_dim(li)
+        gate, up, down = L.ffn()
         layer: Dict[str, Any] = dict(
-            wq=L.wq.as_tuple(), wo=L.wo.as_tuple(), gate=L.w_gate.as_tuple(), up=L.w_up.as_tuple(),
-            down=L.w_down.as_tuple(), window=ls.window, rope=None, kv_source=ls.kv_source, v_from_k=ls.v_from_k)
+            wq=L.wq.as_tuple(), wo=L.wo.as_tuple(), gate=gate.as_tuple(), up=up.as_tuple(),
+            down=down.as_tuple(), window=ls.window, rope=None, kv_source=ls.kv_source, v_from_k=ls.v_from_k)
         if ls.xielu is not None:
             layer["xielu"] = ls.xielu
         for name in ("head_dim", "n_kv_heads", "ffn_dim"):   # a layer's own sizes; else the spec's
@@ -248,7 +260,8 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
             if m is not None:
                 layer[name] = m.as_tuple()
         layer.update(_expert_arguments(L, ls))
-        for key, vec in (("sinks", L.attn_sinks), ("o_bias", L.o_bias)):
+        for key, vec in (("sinks", L.attn_sinks), ("o_bias", L.o_bias), ("up_bias", L.ffn_up_bias),
+                         ("down_bias", L.ffn_down_bias)):
             if vec is not None:
                 layer[key] = vec.data
         for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm",
@@ -293,8 +306,9 @@ def _shortconv_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
     assert (L.conv_b is not None and L.conv_c is not None and L.conv_u is not None
             and L.conv_out is not None and L.conv_kernel is not None)
     assert L.attn_norm is not None and L.ffn_norm is not None   # the loader requires pre-norms
-    layer = dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=L.w_gate.as_tuple(),
-                 up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
+    gate, up, down = L.ffn()
+    layer = dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=gate.as_tuple(),
+                 up=up.as_tuple(), down=down.as_tuple(),
                  conv=(L.conv_kernel, L.conv_b.as_tuple(), L.conv_c.as_tuple(), L.conv_u.as_tuple(),
                        L.conv_out.as_tuple()))
     if ls.ffn_dim is not None:
@@ -308,8 +322,9 @@ def _mamba2_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
     assert L.ssm_a is not None and L.ssm_d is not None and L.ssm_norm is not None
     assert L.attn_norm is not None and L.ffn_norm is not None
     conv_bias = L.ssm_conv_bias.data if L.ssm_conv_bias is not None else None
-    layer = dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=L.w_gate.as_tuple(),
-                 up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
+    gate, up, down = L.ffn()
+    layer = dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=gate.as_tuple(),
+                 up=up.as_tuple(), down=down.as_tuple(),
                  mamba2=(L.ssm_conv, conv_bias, L.ssm_in.as_tuple(), L.ssm_out.as_tuple(), L.ssm_dt.data,
                          L.ssm_a.data, L.ssm_d.data, L.ssm_norm.data))
     if ls.ffn_dim is not None:
@@ -323,8 +338,9 @@ def _deltanet_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
             and L.ssm_beta is not None and L.ssm_out is not None and L.ssm_conv is not None)
     assert L.ssm_dt is not None and L.ssm_a is not None and L.ssm_norm is not None
     assert L.attn_norm is not None and L.ffn_norm is not None
-    layer = dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=L.w_gate.as_tuple(),
-                 up=L.w_up.as_tuple(), down=L.w_down.as_tuple(),
+    gate, up, down = L.ffn()
+    layer = dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=gate.as_tuple(),
+                 up=up.as_tuple(), down=down.as_tuple(),
                  deltanet=(L.ssm_conv, L.ssm_qkv.as_tuple(), L.ssm_gate.as_tuple(), L.ssm_alpha.as_tuple(),
                            L.ssm_beta.as_tuple(), L.ssm_out.as_tuple(), L.ssm_dt.data, L.ssm_a.data,
                            L.ssm_norm.data))
@@ -372,7 +388,8 @@ class TransformerContext(Context):
         self._scratch: Dict[int, _Scratch] = {}
         #: False: decode through the Python blocks too (for tests comparing the two;
         #: and for a mixture of experts routing more experts than the C step takes)
-        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and _has_attention(spec)
+        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and _has_attention(spec) \
+            and _fused_layers(spec)
         self._step: Any = None
         self._init_recurrent()
 
@@ -424,6 +441,8 @@ class TransformerContext(Context):
         h = np.empty_like(x)
         self._norm(x, w.output_norm.data, h, w.output_norm_bias)
         _mul(h, w.output, out)
+        if w.output_bias is not None:
+            out += w.output_bias.data
         if spec.logit_scale != 1.0:
             K.scale(out, spec.logit_scale)
         if spec.final_softcap:
@@ -434,29 +453,38 @@ class TransformerContext(Context):
         """One transformer block over the batch s.x: the rows of each segment are its
         context's positions pos0, pos0+1, ...; attention runs per segment."""
         spec = self.spec
+        kind = spec.layers[li].kind
         self._pre_norm(s, w.attn_norm, w.attn_norm_bias)
         if spec.layers[li].shortconv:
             self._shortconv(w, li, s, segments)
-        elif spec.layers[li].kind == "deltanet":
+        elif kind == "deltanet":
             self._deltanet(w, li, s, segments)
-        elif spec.layers[li].kind == "mamba2":
+        elif kind == "mamba2":
             self._mamba2(w, li, s, segments)
-        else:
+        elif kind != "mlp":   # an "mlp" layer is its FFN alone, on the attn_norm'd h1
             self._attention(w, li, s, segments)
+        if not spec.layers[li].ffn:   # the mixer alone (Nemotron-H)
+            return
         ffn = spec.layer_ffn_dim(li)
         gate, up = s.rows(s.gate, ffn), s.rows(s.up, ffn)   # this layer's width
-        if not spec.parallel_blocks:   # parallel: the FFN reads the attention's input h1
+        if not spec.parallel_blocks and kind != "mlp":   # parallel: the FFN reads the attention's input h1
             self._pre_norm(s, w.ffn_norm, w.ffn_norm_bias)
         if spec.layer_experts(li):
             self._experts(w, s)
-        elif spec.activation in UNGATED:   # no gate: act(h Wup)
-            s.mul(s.h1, (w.w_up, up))
+        elif spec.activation in UNGATED:   # no gate: act(h Wup [+ b_up]) Wdown [+ b_down]
+            _, w_up, w_down = w.ffn()
+            s.mul(s.h1, (w_up, up))
+            if w.ffn_up_bias is not None:
+                up += w.ffn_up_bias.data
             _ungated(spec.activation, spec.layers[li].xielu, up, gate)
-            s.mul(gate, (w.w_down, s.h2))
+            s.mul(gate, (w_down, s.h2))
+            if w.ffn_down_bias is not None:
+                s.h2 += w.ffn_down_bias.data
         else:
-            s.mul(s.h1, (w.w_gate, gate), (w.w_up, up))  # one quantized input for gate, up
+            w_gate, w_up, w_down = w.ffn()
+            s.mul(s.h1, (w_gate, gate), (w_up, up))  # one quantized input for gate, up
             self._glu(gate, up)
-            s.mul(gate, (w.w_down, s.h2))
+            s.mul(gate, (w_down, s.h2))
         self._residual(s, w.post_ffn_norm)
         if spec.parallel_blocks:   # x + ffn + attention, in llama.cpp's order
             K.add(s.x, s.attn_out)
@@ -674,6 +702,7 @@ class TransformerContext(Context):
         ffn, dim = self.spec.ffn_dim, self.spec.dim
         router_bias = w.router_bias.data if w.router_bias is not None else None
         experts, weights = route(s.h1, w.router, moe, w.expert_bias, router_bias)
+        w_gate, w_up, w_down = w.ffn()
         s.h2.fill(0.0)
         # (row, slot) pairs grouped by expert: a stable sort keeps rows in order
         flat = experts.reshape(-1)
@@ -689,13 +718,17 @@ class TransformerContext(Context):
             # contiguous (m, ffn) views: a dense layer's FFN may be wider (LFM2-MoE)
             gate, up = (buf.reshape(-1)[:m * ffn].reshape(m, ffn) for buf in (s.gate, s.up))
             out = s.h1_out[:m]
-            xq = _mul(h, w.w_gate.row_slice(e * ffn, (e + 1) * ffn), gate)
-            _mul(h, w.w_up.row_slice(e * ffn, (e + 1) * ffn), up, xq)   # the same activation format
-            if w.gate_exps_bias is not None and w.up_exps_bias is not None:
-                gate += w.gate_exps_bias.data[e]
-                up += w.up_exps_bias.data[e]
-            self._glu(gate, up)
-            _mul(gate, w.w_down.row_slice(e * dim, (e + 1) * dim), out)
+            if self.spec.activation in UNGATED:   # relu(h Wup_e)^2 (Nemotron 3 Nano)
+                _mul(h, w_up.row_slice(e * ffn, (e + 1) * ffn), up)
+                _ungated(self.spec.activation, None, up, gate)
+            else:
+                xq = _mul(h, w_gate.row_slice(e * ffn, (e + 1) * ffn), gate)
+                _mul(h, w_up.row_slice(e * ffn, (e + 1) * ffn), up, xq)   # the same activation format
+                if w.gate_exps_bias is not None and w.up_exps_bias is not None:
+                    gate += w.gate_exps_bias.data[e]
+                    up += w.up_exps_bias.data[e]
+                self._glu(gate, up)
+            _mul(gate, w_down.row_slice(e * dim, (e + 1) * dim), out)
             if w.down_exps_bias is not None:
                 out += w.down_exps_bias.data[e]
             out *= weights.reshape(-1)[picks, None]
@@ -705,9 +738,13 @@ class TransformerContext(Context):
             # the shared expert on every row, times sigmoid(h . gate_inp) (in double,
             # as the fused C step computes it) unless it has no gate (Granite 4.0-H)
             gate, up, out = s.shared_gate, s.shared_up, s.h1_out
-            xq = _mul(s.h1, w.shared_gate, gate)
-            _mul(s.h1, w.shared_up, up, xq)
-            self._glu(gate, up)
+            if self.spec.activation in UNGATED:   # relu(h Wup)^2, no gate
+                _mul(s.h1, w.shared_up, up)
+                _ungated(self.spec.activation, None, up, gate)
+            else:
+                xq = _mul(s.h1, w.shared_gate, gate)
+                _mul(s.h1, w.shared_up, up, xq)
+                self._glu(gate, up)
             _mul(gate, w.shared_down, out)
             if w.shared_gate_inp is not None:
                 logit = s.h1.astype(np.float64) @ w.shared_gate_inp.data.astype(np.float64)
@@ -994,7 +1031,7 @@ def _kv_layout(spec: TransformerSpec, cache: NDArray[Any], n_ctx: int) -> list[N
             views.append(views[src])
             continue
         n_kv, hd = spec.layer_kv_heads(li), spec.layer_head_dim(li)
-        if spec.layers[li].kind in RECURRENT_KINDS:   # no cache: an empty view
+        if spec.layers[li].kind in CACHELESS_KINDS:   # no cache: an empty view
             views.append(cache[:0, :0].reshape(0, 0, hd))
             continue
         views.append(cache[row, :n_kv * n_ctx * hd].reshape(n_kv, n_ctx, hd))
@@ -1044,10 +1081,14 @@ def route(h: NDArray[Any], router: Matrix, moe: MoE, bias: Optional[Any] = None,
 def _ungated(activation: str, xielu: Optional[Tuple[float, float, float, float]], up: NDArray[Any],
              out: NDArray[Any]) -> None:
     """out = act(up) for an FFN without a gate, in float32 as the fused C step computes it:
-    relu(u)^2 (Arcee), or ggml's xielu with the layer's parameters (Apertus)."""
+    relu(u)^2 (Arcee), ggml's xielu with the layer's parameters (Apertus), or GELU's tanh
+    approximation (Phi-2, StarCoder2)."""
     if activation == "relu_sqr":
         np.maximum(up, np.float32(0.0), out=out)
         np.multiply(out, out, out=out)
+        return
+    if activation == "gelu":   # the gated kernel's GELU times ones
+        K.gelu_mul(up, np.ones_like(up), out)
         return
     assert xielu is not None
     an, ap, beta, eps = (np.float32(v) for v in xielu)

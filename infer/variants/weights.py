@@ -174,10 +174,11 @@ class LayerWeights:
     wo: Optional[Matrix]
     #: None without pre_norms
     ffn_norm: Optional[Vector]
-    #: with a mixture of experts: every expert's matrices stacked (`MoE`)
-    w_gate: Matrix
-    w_up: Matrix
-    w_down: Matrix
+    #: with a mixture of experts: every expert's matrices stacked (`MoE`); None in a
+    #: layer without an FFN half (LayerSpec.ffn False: `ffn` asserts there is one)
+    w_gate: Optional[Matrix]
+    w_up: Optional[Matrix]
+    w_down: Optional[Matrix]
     #: ffn_gate_inp (n_experts, dim) of a mixture of experts
     router: Optional[Matrix] = None
     #: exp_probs_b.bias (n_experts): the experts' selection biases (MoE.selection_bias)
@@ -239,6 +240,14 @@ class LayerWeights:
     ssm_in: Optional[Matrix] = None
     ssm_conv_bias: Optional[Vector] = None
     ssm_d: Optional[Vector] = None
+    #: ffn_up.bias (ffn_dim) and ffn_down.bias (dim) of an FFN without a gate (spec ffn_bias)
+    ffn_up_bias: Optional[Vector] = None
+    ffn_down_bias: Optional[Vector] = None
+
+    def ffn(self) -> Tuple[Matrix, Matrix, Matrix]:
+        """(gate, up, down) of a layer with an FFN half."""
+        assert self.w_gate is not None and self.w_up is not None and self.w_down is not None
+        return self.w_gate, self.w_up, self.w_down
 
 
 @dataclass
@@ -258,6 +267,8 @@ class ModelWeights:
     ple_proj_norm: Optional[Vector] = None
     #: output_norm.bias (spec norm_bias)
     output_norm_bias: Optional[Vector] = None
+    #: output.bias (spec output_bias: Phi-2)
+    output_bias: Optional[Vector] = None
 
 
 class _Tensors:
@@ -310,6 +321,9 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         if spec.layers[i].kind == "mamba2":
             layers.append(_mamba2_layer(spec, i, t))
             continue
+        if spec.layers[i].kind == "mlp":
+            layers.append(_mlp_layer(spec, i, t))
+            continue
         ls = spec.layers[i]
         hd = spec.layer_head_dim(i)
         q_dim, kv_dim = spec.n_heads * hd, spec.layer_kv_heads(i) * hd
@@ -338,7 +352,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
         attn_norm = v("attn_norm", d) if spec.pre_norms else None
         # parallel blocks: one norm feeds both halves (the fused step norms x again for the FFN)
-        ffn_norm = attn_norm if spec.parallel_blocks else v(spec.ffn_norm_tensor, d) if spec.pre_norms else None
+        ffn_norm = attn_norm if spec.parallel_blocks else v(spec.ffn_norm_tensor, d) \
+            if spec.pre_norms and ls.ffn else None
         L = LayerWeights(
             attn_norm=attn_norm, wq=wq, wk=wk, wv=wv,
             wo=None if deltanet else m("attn_output", d, q_dim),
@@ -346,9 +361,11 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             w_gate=w_gate, w_up=w_up, w_down=w_down, **experts)
         if deltanet:
             _deltanet_tensors(spec, i, t, L)
-        elif spec.qkv_bias:
-            if spec.fused_qkv:
-                raise GGUFError("a fused attn_qkv with biases is not supported")
+        elif spec.qkv_bias and spec.fused_qkv and f"blk.{i}.attn_qkv.bias" in tensors:   # Phi-2's fused bias
+            qkv_bias = v("attn_qkv", q_dim + 2 * kv_dim, "bias").data
+            L.q_bias, L.k_bias, L.v_bias = (_vector_of(qkv_bias[:q_dim]), _vector_of(qkv_bias[q_dim:q_dim + kv_dim]),
+                                            _vector_of(qkv_bias[q_dim + kv_dim:]))
+        elif spec.qkv_bias:   # (llama.cpp also reads separate q/k/v biases beside a fused attn_qkv)
             L.q_bias, L.k_bias, L.v_bias = (v("attn_q", q_dim, "bias"), v("attn_k", kv_dim, "bias"),
                                             v("attn_v", kv_dim, "bias"))
         if spec.qk_norm and not deltanet:
@@ -357,7 +374,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             L.k_norm = v("attn_k_norm", kv_dim if whole else hd) if ls.kv_source is None else None
         if spec.norm_bias:
             L.attn_norm_bias = v("attn_norm", d, "bias")
-            L.ffn_norm_bias = L.attn_norm_bias if spec.parallel_blocks else v("ffn_norm", d, "bias")
+            L.ffn_norm_bias = L.attn_norm_bias if spec.parallel_blocks else v("ffn_norm", d, "bias") \
+                if ls.ffn else None
         if spec.post_attn_norm:
             L.post_attn_norm = v("post_attention_norm", d)
         _gpt_oss_pieces(spec, i, t, L)
@@ -365,6 +383,7 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             L.post_ffn_norm = v("post_ffw_norm", d)
         if ls.out_scale:
             L.out_scale = v("layer_output_scale", 1)
+        _ffn_biases(spec, i, t, L)
         if spec.per_layer_dim:
             L.ple_gate = m("inp_gate", spec.per_layer_dim, d)
             L.ple_proj = m("proj", d, spec.per_layer_dim)
@@ -373,6 +392,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
     weights = ModelWeights(token_embd=token_embd, output_norm=output_norm, output=output, layers=layers)
     if spec.norm_bias:
         weights.output_norm_bias = t.vector(f"{spec.output_norm_tensor}.bias", d)
+    if spec.output_bias:
+        weights.output_bias = t.vector("output.bias", vocab)
     if spec.per_layer_dim:
         n_ple = spec.n_layers * spec.per_layer_dim
         weights.ple_embd = t.matrix("per_layer_token_embd.weight", vocab, n_ple)
@@ -390,12 +411,33 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
     return weights
 
 
-def _ffn_matrices(spec: TransformerSpec, i: int, t: _Tensors) -> Tuple[Matrix, Matrix, Matrix]:
-    """Layer i's (gate, up, down): every expert's stacked, or the dense FFN's."""
+def _vector_of(data: NDArray[np.float32]) -> Vector:
+    """A Vector viewing part of another's F32 values (a fused tensor's parts)."""
+    vector = object.__new__(Vector)
+    vector.data = data
+    return vector
+
+
+def _ffn_biases(spec: TransformerSpec, i: int, t: _Tensors, L: LayerWeights) -> None:
+    """Layer i's ffn_up.bias and ffn_down.bias (spec ffn_bias; a layer with an FFN)."""
+    if spec.ffn_bias and spec.layers[i].ffn:
+        L.ffn_up_bias = t.vector(f"blk.{i}.ffn_up.bias", spec.layer_ffn_dim(i))
+        L.ffn_down_bias = t.vector(f"blk.{i}.ffn_down.bias", spec.dim)
+
+
+def _ffn_matrices(spec: TransformerSpec, i: int,
+                  t: _Tensors) -> Tuple[Optional[Matrix], Optional[Matrix], Optional[Matrix]]:
+    """Layer i's (gate, up, down): every expert's stacked, or the dense FFN's; None
+    in a layer without an FFN half."""
     d, ffn, p = spec.dim, spec.layer_ffn_dim(i), f"blk.{i}."
+    if not spec.layers[i].ffn:
+        return None, None, None
     if spec.layer_experts(i):   # GGUF dims (dim, ffn, experts) for gate/up, (ffn, dim, experts) for down
         assert spec.moe is not None
         n_exp = spec.moe.n_experts
+        if spec.activation in UNGATED:   # (up stands in the gate's place, unread)
+            up = t.matrix(p + "ffn_up_exps.weight", ffn, d, n_exp)
+            return up, up, t.matrix(p + "ffn_down_exps.weight", d, ffn, n_exp)
         return (t.matrix(p + "ffn_gate_exps.weight", ffn, d, n_exp), t.matrix(p + "ffn_up_exps.weight", ffn, d, n_exp),
                 t.matrix(p + "ffn_down_exps.weight", d, ffn, n_exp))
     if spec.activation in UNGATED:   # no gate (Arcee, Apertus): up stands in its place, unread
@@ -421,10 +463,10 @@ def _expert_pieces(spec: TransformerSpec, i: int, t: _Tensors) -> Dict[str, Any]
         if not np.isfinite(bias.data).all():
             raise GGUFError(f"{p}exp_probs_b.bias: the experts' selection biases must be finite")
     sh = moe.shared_ffn_dim
-    if sh:
-        pieces.update(shared_gate=t.matrix(p + "ffn_gate_shexp.weight", sh, d),
-                      shared_up=t.matrix(p + "ffn_up_shexp.weight", sh, d),
-                      shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh))
+    if sh:   # (without a gate, up stands in the gate's place, unread)
+        gate = None if spec.activation in UNGATED else t.matrix(p + "ffn_gate_shexp.weight", sh, d)
+        up = t.matrix(p + "ffn_up_shexp.weight", sh, d)
+        pieces.update(shared_gate=gate or up, shared_up=up, shared_down=t.matrix(p + "ffn_down_shexp.weight", d, sh))
         if moe.shared_gated:
             pieces["shared_gate_inp"] = t.vector(p + "ffn_gate_inp_shexp.weight", d)
     return pieces
@@ -476,6 +518,21 @@ def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights
         conv_kernel=kernel.data.view(np.float32).reshape(d, width), **experts)
 
 
+def _mlp_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
+    """An FFN-only layer's tensors (Nemotron-H; llama.cpp's names): attn_norm, the one
+    norm of the layer, and the FFN without a gate (optionally with its biases)."""
+    if spec.activation not in UNGATED or spec.post_ffn_norm or spec.norm_bias or spec.per_layer_dim:
+        raise UnsupportedModelError("an FFN-only layer with a gate, post-norms, norm biases or per-layer "
+                                    "inputs is not implemented")
+    norm = t.vector(f"blk.{i}.attn_norm.weight", spec.dim)
+    experts = _expert_pieces(spec, i, t)
+    w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
+    L = LayerWeights(attn_norm=norm, wq=None, wk=None, wv=None, wo=None, ffn_norm=norm,
+                     w_gate=w_gate, w_up=w_up, w_down=w_down, **experts)
+    _ffn_biases(spec, i, t, L)
+    return L
+
+
 def _flat_f32(t: _Tensors, name: str, n: int) -> Vector:
     """An F32 tensor of n values in any shape whose other axes are 1 or that splits
     n in groups (Mamba2's ssm_a and ssm_d (n, 1), its ssm_norm (groups, n / groups))."""
@@ -501,7 +558,7 @@ def _mamba2_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
     experts = _expert_pieces(spec, i, t)
     w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
     L = LayerWeights(attn_norm=t.vector(p + "attn_norm.weight", d), wq=None, wk=None, wv=None, wo=None,
-                     ffn_norm=t.vector(p + spec.ffn_norm_tensor + ".weight", d),
+                     ffn_norm=t.vector(p + spec.ffn_norm_tensor + ".weight", d) if spec.layers[i].ffn else None,
                      w_gate=w_gate, w_up=w_up, w_down=w_down, **experts)
     L.ssm_in = t.matrix(p + "ssm_in.weight", m2.in_dim, d)
     L.ssm_out = t.matrix(p + "ssm_out.weight", d, m2.d_inner)

@@ -35,10 +35,14 @@ from . import gguf_file
 
 
 class GraniteHybridReference:
+    #: the architectures this reading fits (numpy_families3's Nemotron-H adds its own)
+    ARCHS = ("granitehybrid",)
+
     def __init__(self, path: str) -> None:
         meta, self.w = gguf_file.read(path)
+        self.meta = meta
         arch = meta["general.architecture"]
-        assert arch == "granitehybrid"
+        assert arch in self.ARCHS
 
         def get(key, default=None):
             return meta.get(f"{arch}.{key}", default)
