@@ -758,6 +758,39 @@ void infer_block_sigmoid(const float *x, float *out, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = sigmoid_f(x[i]);
 }
 
+/* softplus(a) as numpy's logaddexp(0, a) computes it in float32 (the Python blocks'). */
+static float softplus_f(float a) {
+    return a > 0.0f ? a + log1pf(expf(-a)) : log1pf(expf(a));
+}
+
+/* A recurrent layer's causal depthwise conv for one token, as the Python blocks'
+ * history loop: out[i] = silu(sum_k taps[i][k] * input_k + bias[i]) over the
+ * width - 1 kept inputs in hist (oldest first) and x, then the kept inputs shift by
+ * one to end with x.  bias may be NULL; width >= 2 (checked). */
+static void recurrent_conv(float *hist, const float *x, const float *taps_all, const float *bias, float *out,
+                           int64_t n, int width) {
+    for (int64_t i = 0; i < n; i++) {
+        const float *taps = taps_all + (size_t)i * width;
+        float acc = hist[i] * taps[0];
+        for (int k = 1; k < width; k++) acc += (k < width - 1 ? hist[(size_t)k * n + i] : x[i]) * taps[k];
+        if (bias) acc += bias[i];
+        out[i] = acc * sigmoid_f(acc);
+    }
+    memmove(hist, hist + n, (size_t)(width - 2) * (size_t)n * sizeof(float));
+    memcpy(hist + (size_t)(width - 2) * n, x, (size_t)n * sizeof(float));
+}
+
+/* Run a recurrence job (INFER_JOB_DELTANET or _MAMBA2) of layer L over `items`
+ * (sequence, head) pairs; its chunks run from the commit (see deltanet_chunk). */
+static void run_recurrence(decode_ctx *d, infer_decode_team *team, int kind, const infer_block_layer *L,
+                           int64_t items) {
+    infer_decode_job *j = &d->staging;
+    j->kind = kind;
+    j->layer = (int)(L - d->m->layers);
+    j->row_end = items < INFER_TEAM_MAX_CHUNKS ? items : INFER_TEAM_MAX_CHUNKS;   /* the chunk count */
+    infer_team_job(team, j, j->row_end);
+}
+
 /* A gated DeltaNet layer for every token: s->h (normed) -> x += linear attention,
  * step by step as TransformerContext._deltanet (the same float operations in the
  * same order, and the same kernels for the norms and the recurrence). */
@@ -781,22 +814,11 @@ static void deltanet_half(decode_ctx *d, infer_decode_team *team, const infer_bl
         const deltanet_rows r = deltanet_rows_of(d, b);
         for (int h = 0; h < nv; h++) {
             /* g = softplus(a + dt) * ssm_a (numpy's logaddexp(0, a)); beta = sigmoid(b) */
-            const float a = r.g[h] + L->ssm_dt[h];
-            const float sp = a > 0.0f ? a + log1pf(expf(-a)) : log1pf(expf(a));
-            r.g[h] = sp * L->ssm_a[h];
+            r.g[h] = softplus_f(r.g[h] + L->ssm_dt[h]) * L->ssm_a[h];
             r.beta[h] = sigmoid_f(r.beta[h]);
         }
-        /* the conv over the kept inputs (oldest first) and this one, then SiLU; the
-         * kept inputs shift by one */
         float *hist = d->seqs[b].ssm_conv + (size_t)L->dn_index * (size_t)(width - 1) * (size_t)cd;
-        for (int64_t i = 0; i < cd; i++) {
-            const float *taps = L->ssm_conv + (size_t)i * width;
-            float acc = hist[i] * taps[0];   /* width >= 2 (checked) */
-            for (int k = 1; k < width; k++) acc += (k < width - 1 ? hist[(size_t)k * cd + i] : r.mixed[i]) * taps[k];
-            r.conv[i] = acc * sigmoid_f(acc);
-        }
-        memmove(hist, hist + cd, (size_t)(width - 2) * (size_t)cd * sizeof(float));
-        memcpy(hist + (size_t)(width - 2) * cd, r.mixed, (size_t)cd * sizeof(float));
+        recurrent_conv(hist, r.mixed, L->ssm_conv, NULL, r.conv, cd, width);
         /* q and k heads: x / sqrt(sum x^2 + eps) as rmsnorm(eps / d) / sqrt(d) */
         for (int h = 0; h < 2 * nk; h++) {
             float *x = r.conv + (size_t)h * dd;
@@ -804,11 +826,7 @@ static void deltanet_half(decode_ctx *d, infer_decode_team *team, const infer_bl
             kt->scale(x, l2_scale, dd);
         }
     }
-    j->kind = INFER_JOB_DELTANET;
-    j->layer = (int)(L - m->layers);
-    const int64_t items = (int64_t)B * nv;
-    j->row_end = items < INFER_TEAM_MAX_CHUNKS ? items : INFER_TEAM_MAX_CHUNKS;   /* the chunk count */
-    infer_team_job(team, j, j->row_end);
+    run_recurrence(d, team, INFER_JOB_DELTANET, L, (int64_t)B * nv);
     for (int b = 0; b < B; b++) {
         const deltanet_rows r = deltanet_rows_of(d, b);
         for (int h = 0; h < nv; h++) kt->rmsnorm(r.out + (size_t)h * dd, L->ssm_norm, r.out + (size_t)h * dd, dd,
@@ -837,28 +855,11 @@ static void mamba2_half(decode_ctx *d, infer_decode_team *team, const infer_bloc
         const mamba2_rows r = mamba2_rows_of(d, b);
         const float *xbc = r.in + inner;
         float *dt = r.in + inner + cd;
-        for (int h = 0; h < nh; h++) {   /* softplus(dt + bias) as numpy's logaddexp(0, a) */
-            const float a = dt[h] + L->ssm_dt[h];
-            dt[h] = a > 0.0f ? a + log1pf(expf(-a)) : log1pf(expf(a));
-        }
-        /* the conv over the kept inputs (oldest first) and this one, its bias, then
-         * SiLU; the kept inputs shift by one */
+        for (int h = 0; h < nh; h++) dt[h] = softplus_f(dt[h] + L->ssm_dt[h]);
         float *hist = d->seqs[b].ssm_conv + (size_t)L->dn_index * (size_t)(width - 1) * (size_t)cd;
-        for (int64_t i = 0; i < cd; i++) {
-            const float *taps = L->ssm_conv + (size_t)i * width;
-            float acc = hist[i] * taps[0];   /* width >= 2 (checked) */
-            for (int k = 1; k < width; k++) acc += (k < width - 1 ? hist[(size_t)k * cd + i] : xbc[i]) * taps[k];
-            if (L->ssm_conv_b) acc += L->ssm_conv_b[i];
-            r.conv[i] = acc * sigmoid_f(acc);
-        }
-        memmove(hist, hist + cd, (size_t)(width - 2) * (size_t)cd * sizeof(float));
-        memcpy(hist + (size_t)(width - 2) * cd, xbc, (size_t)cd * sizeof(float));
+        recurrent_conv(hist, xbc, L->ssm_conv, L->ssm_conv_b, r.conv, cd, width);
     }
-    j->kind = INFER_JOB_MAMBA2;
-    j->layer = (int)(L - m->layers);
-    const int64_t items = (int64_t)B * nh;
-    j->row_end = items < INFER_TEAM_MAX_CHUNKS ? items : INFER_TEAM_MAX_CHUNKS;   /* the chunk count */
-    infer_team_job(team, j, j->row_end);
+    run_recurrence(d, team, INFER_JOB_MAMBA2, L, (int64_t)B * nh);
     for (int b = 0; b < B; b++) {
         const mamba2_rows r = mamba2_rows_of(d, b);
         const float *z = r.in;
