@@ -21,7 +21,8 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import assert_agrees, assert_scheduler_batches_like_alone, recorded_logits, recording, tiny_file
+from family_checks import assert_agrees, assert_scheduler_batches_like_alone, assert_step_refuses_bad_recurrent_states
+from family_checks import recorded_logits, recording, tiny_file
 from family_checks import check as check_against
 from reference.numpy_mamba2 import GraniteHybridReference
 from scripted import GreedySampler
@@ -181,8 +182,8 @@ def test_fused_decode_equals_the_python_blocks(name, recorded, tiny_dir):
 
 def test_fused_step_refuses_bad_recurrent_states(tiny_dir):
     """TransformerDecoder.step checks each sequence's Mamba2 ssm_state and ssm_conv
-    before the C call (Mamba2's shapes, not DeltaNet's); the refused call leaves every
-    state and cache as it was."""
+    (Mamba2's shapes, not DeltaNet's) before the C call
+    (family_checks.assert_step_refuses_bad_recurrent_states)."""
     with load(tiny_dir) as model:
         eng = model.engine
         a, b = (eng.create_context(n_ctx=64) for _ in range(2))
@@ -190,24 +191,7 @@ def test_fused_step_refuses_bad_recurrent_states(tiny_dir):
         b.prefill(tm.prompt(NAME)[:5])
         step = a._fused_step()
         assert (step.n_mamba2_layers, step.n_deltanet_layers) == (3, 0)
-        before = [x.copy() for x in (a.ssm_state, a.ssm_conv, a.k_cache, a.logits)]
-
-        def call(states, convs, ctxs=(a,)):
-            step.step([c.k_cache for c in ctxs], [c.v_cache for c in ctxs], [3] * len(ctxs), [5] * len(ctxs),
-                      [c.logits for c in ctxs], None, states, convs)
-
-        with pytest.raises(ValueError, match="ssm_states, ssm_convs: one of each"):
-            call(None, None)
-        for states, convs, message in [
-                ([a.ssm_state[:, :4]], [a.ssm_conv], r"ssm_states\[0\]: expected float32 of shape \(3, 8, 64, 32\)"),
-                ([a.ssm_state], [a.ssm_conv[:, :2]], r"ssm_convs\[0\]: expected float32 of shape \(3, 3, 640\)"),
-                ([a.ssm_state], [np.asfortranarray(a.ssm_conv)], r"ssm_convs\[0\]: must be C-contiguous")]:
-            with pytest.raises(ValueError, match=message):
-                call(states, convs)
-        with pytest.raises(ValueError, match="ssm_states"):   # one state for two sequences
-            call([a.ssm_state, a.ssm_state], [a.ssm_conv, b.ssm_conv], (a, b))
-        for x, y in zip((a.ssm_state, a.ssm_conv, a.k_cache, a.logits), before):
-            np.testing.assert_array_equal(x, y)
+        assert_step_refuses_bad_recurrent_states(a, b, (3, 8, 64, 32), (3, 3, 640))
 
 
 def test_a_file_without_attention_decodes_through_the_python_blocks(tmp_path):
