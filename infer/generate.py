@@ -17,6 +17,8 @@ It owns the rules users rely on when they stream text:
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import weakref
 from typing import Any, Callable, FrozenSet, Generator, Iterable, Iterator, List, Optional, Sequence, Union
 
@@ -25,6 +27,17 @@ from .runtime import Context, is_int
 # A token whose bytes end inside a UTF-8 character decodes to U+FFFD; wait at most
 # this many further tokens for the rest of the character (UTF-8 is <= 4 bytes).
 _MAX_PENDING_TOKENS = 4
+
+
+def reply_decode(tokenizer: Any) -> Callable[[List[int]], str]:
+    """The tokenizer's decode as a reply shows text: without control tokens, as llama.cpp
+    renders a reply (token_to_piece without special); a tokenizer whose decode takes no
+    ``skip_special`` (a variant's own) decodes as it does."""
+    try:
+        inspect.signature(tokenizer.decode).bind([], skip_special=True)
+    except (TypeError, ValueError):
+        return tokenizer.decode  # type: ignore[no-any-return]
+    return functools.partial(tokenizer.decode, skip_special=True)
 
 
 class TextStream:
@@ -163,7 +176,7 @@ class Generation:
 
     def _loop(self) -> Iterator[str]:
         ctx = self.context
-        stream = TextStream(self.tokenizer.decode)
+        stream = TextStream(reply_decode(self.tokenizer))
         pending = ""  # decoded, not yet emitted (could start a stop string)
         reason = "length"
         held = ctx.n_past  # what this generation left in the context

@@ -190,6 +190,7 @@ class Vocabulary:
                             ("unk_token_id", unk_token_id)):
             if value is not None and not 0 <= value < n:
                 raise ValueError(f"{name}: {value} is outside the vocabulary [0, {n})")
+        given_eot = eot_token_id
         if eot_token_id is None:
             eot_token_id = next((self._ids[t] for t in _EOT_TEXTS if t in self._ids), None)
         self.bos_token_id = bos_token_id
@@ -219,29 +220,48 @@ class Vocabulary:
         eog = {self._ids[t] for t in _END_OF_TURN_TEXTS if t in self._ids}
         eog.update(i for i in (eos_token_id, eot_token_id, self._ids.get("<|eom_id|>")) if i is not None)
         eog.update(f for role in ("pad", "rep", "sep") if (f := self.fim_token_ids[role]) is not None)
+        # llama.cpp's overrides of the file's token types (llama-vocab.cpp): the tokens that
+        # end generation, the FIM ones and EOT/EOM typed as normal are control tokens;
+        # gpt-oss's message markers are user-defined (always read in text, always shown)
+        types = {}
+        fim = {i for i in self.fim_token_ids.values() if i is not None}
+        for i in sorted(eog | fim | {i for i in (eot_token_id, self._ids.get("<|eom_id|>")) if i is not None}):
+            if token_types[i] == TokenType.NORMAL:
+                types[i] = TokenType.CONTROL
+        # A user-defined token that llama.cpp also marks control (one its lists name: the
+        # end-of-generation texts, and EOT and FIM tokens it had to find by their texts)
+        # is read in text as user-defined but not shown in a reply (Gemma 3's </s>).
+        by_text = set(eog) - {i for i in (eos_token_id, given_eot) if i is not None} | {
+            i for role, i in self.fim_token_ids.items() if i is not None and (fim_token_ids or {}).get(role) != i}
+        if given_eot is None and eot_token_id is not None:
+            by_text.add(eot_token_id)
+        by_text |= {self._ids[t] for t in _END_OF_TURN_TEXTS if t in self._ids}
+        self._hidden_user_defined = {i for i in by_text if token_types[i] == TokenType.USER_DEFINED}
+        for text in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):
+            if text in self._ids:
+                types[self._ids[text]] = TokenType.USER_DEFINED
         texts = {self.tokens[i] for i in eog}
         if "<|end|>" in texts and (("<|return|>" in texts and "<|call|>" in texts)
                                    or ("<|flush|>" in texts and texts & {"<|call|>", "<|calls|>"})):
             # gpt-oss (o200k_harmony) and solar-open: <|end|> ends one of a reply's
             # messages, and more follow (llama.cpp's llama-vocab.cpp drops it so too)
             eog.discard(self._ids["<|end|>"])
+            types[self._ids["<|end|>"]] = TokenType.USER_DEFINED
+            self._hidden_user_defined.discard(self._ids["<|end|>"])
         if "</s>" in texts and texts & {"<|tool_response>", "<|plamo:eos|>"}:
             eog.discard(self._ids["</s>"])  # Gemma 4 and PLaMo: a normal token there
+            types[self._ids["</s>"]] = TokenType.NORMAL
+            self._hidden_user_defined.discard(self._ids["</s>"])
         self.end_of_turn_ids: frozenset[int] = frozenset(eog)
+        if types:
+            self.token_types = token_types = token_types.copy()
+            token_types[list(types)] = list(types.values())
 
         # Texts split out of the input before tokenizing: user-defined always,
         # control and unknown only when parsing special tokens.
         special = np.flatnonzero((token_types == TokenType.CONTROL)
                                  | (token_types == TokenType.UNKNOWN)
                                  | (token_types == TokenType.USER_DEFINED))
-        # End-of-turn tokens that the GGUF typed as normal are control tokens too
-        # (llama.cpp overrides their type the same way).
-        fim = {i for i in self.fim_token_ids.values() if i is not None}
-        extra = [i for i in sorted(eog | fim) if token_types[i] == TokenType.NORMAL]
-        if extra:
-            self.token_types = token_types = token_types.copy()
-            token_types[extra] = TokenType.CONTROL
-            special = np.union1d(special, extra)
         self._user_defined = {self.tokens[i]: int(i) for i in special
                               if token_types[i] == TokenType.USER_DEFINED and self.tokens[i]}
         self._control = {self.tokens[i]: int(i) for i in special
@@ -335,8 +355,9 @@ class Vocabulary:
         return self.token_type(token) == TokenType.USER_DEFINED
 
     def is_special(self, token: int) -> bool:
-        """Control or unknown: what ``decode(skip_special=True)`` drops."""
-        return self.token_type(token) in (TokenType.CONTROL, TokenType.UNKNOWN)
+        """Control or unknown (or a user-defined token llama.cpp also marks control): what
+        ``decode(skip_special=True)`` drops, as llama.cpp's token_to_piece without special."""
+        return self.token_type(token) in (TokenType.CONTROL, TokenType.UNKNOWN) or token in self._hidden_user_defined
 
     def is_end_of_turn(self, token: int) -> bool:
         return token in self.end_of_turn_ids

@@ -8,6 +8,7 @@ tokens), serves it with llama-server (-c 4096, one slot, its default batch 2048 
 -n -1) and sends each case to /infill with n_predict 0.  The prompt llama-server built
 comes back as text (special tokens written out); its /tokenize, reading special
 tokens, gives the ids, and their count must equal the response's tokens_evaluated.
+Then a few greedy /completion replies: their tokens and the text llama-server shows.
 """
 import json
 import os
@@ -37,6 +38,10 @@ CASES = [
     dict(input_prefix="def g():\n", input_suffix="", input_extra=[{"filename": "big.py", "text": "z = 3\n" * 500}],
          prompt=""),
 ]
+
+#: /completion prompts whose greedy replies hold control tokens (random weights)
+REPLY_PROMPTS = ["<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>",
+                 "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "import os\n"]
 
 
 def post(base: str, path: str, body: dict) -> dict:
@@ -76,12 +81,18 @@ def main() -> None:
                                                "parse_special": True})["tokens"]
                 assert len(ids) == out["tokens_evaluated"], (len(ids), out["tokens_evaluated"])
                 cases.append(dict(case, llama_server_prompt=out["prompt"], llama_server_prompt_ids=ids))
+            # greedy replies: their tokens, and the text llama-server shows of them (control tokens as nothing)
+            replies = []
+            for prompt in REPLY_PROMPTS:
+                out = post(base, "/completion", {"prompt": prompt, "n_predict": 16, "temperature": 0,
+                                                 "return_tokens": True, "cache_prompt": False})
+                replies.append({"prompt": prompt, "tokens": out["tokens"], "content": out["content"]})
         finally:
             proc.terminate()
             proc.wait()
     with open(OUT, "w") as f:
         json.dump({"n_ctx": N_CTX, "n_batch": N_BATCH, "n_predict": N_PREDICT,
-                   "tokens": vocab_cases.tokens_of("qwen-coder"), "cases": cases}, f, indent=1)
+                   "tokens": vocab_cases.tokens_of("qwen-coder"), "cases": cases, "replies": replies}, f, indent=1)
         f.write("\n")
     print(f"wrote {OUT}: {len(cases)} cases")
 

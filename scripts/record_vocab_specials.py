@@ -5,9 +5,13 @@ tests/data/llama_cpp_vocab_specials.json, for tests/test_vocab_specials.py.
 
 For every case of tests/vocab_cases.py (a vocab-only GGUF written on the fly) and for
 the installed SmolLM2 and Gemma 3 files: the ids llama.cpp's vocabulary reports as
-end of generation (llama_vocab_is_eog over the whole vocabulary) and its FIM prefix,
-suffix, middle, pad, repo and file-separator ids (-1: none).
+end of generation (llama_vocab_is_eog over the whole vocabulary), its FIM prefix,
+suffix, middle, pad, repo and file-separator ids (-1: none), the kind of every token
+that is not a normal or byte one (its attributes after llama.cpp's overrides: control,
+user_defined, unknown, unused), and which of those generated text shows as nothing
+(llama_token_to_piece without special, as llama-server renders a reply).
 """
+import ctypes
 import json
 import os
 import sys
@@ -26,6 +30,16 @@ OUT = os.path.join(HERE, "..", "tests", "data", "llama_cpp_vocab_specials.json")
 ROLES = ("pre", "suf", "mid", "pad", "rep", "sep")
 
 
+def kind_of(attr: int) -> str:
+    """A token's attributes as one word, the strongest first."""
+    for flag, kind in ((llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED, "user_defined"),
+                       (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL, "control"), (llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN, "unknown"),
+                       (llama_cpp.LLAMA_TOKEN_ATTR_UNUSED, "unused")):
+        if attr & flag:
+            return kind
+    return "normal"  # normal and byte tokens
+
+
 def specials(path: str) -> dict:
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
@@ -37,7 +51,15 @@ def specials(path: str) -> dict:
         n = llama_cpp.llama_vocab_n_tokens(vocab)
         eog = [i for i in range(n) if llama_cpp.llama_vocab_is_eog(vocab, i)]
         fim = {role: int(getattr(llama_cpp, f"llama_vocab_fim_{role}")(vocab)) for role in ROLES}
-        return {"eog": eog, "fim": fim}
+        kinds, hidden = {}, []
+        for i in range(n):
+            kind = kind_of(int(llama_cpp.llama_vocab_get_attr(vocab, i)))
+            if kind != "normal":
+                kinds[str(i)] = kind
+                buf = ctypes.create_string_buffer(256)
+                if llama_cpp.llama_token_to_piece(vocab, i, buf, len(buf), 0, False) == 0:
+                    hidden.append(i)  # what generated text shows of it: nothing
+        return {"eog": eog, "fim": fim, "kinds": kinds, "hidden": hidden}
     finally:
         llama_cpp.llama_model_free(model)
 

@@ -59,11 +59,14 @@ class ScriptedVocab:
 
 
 class _StreamDecoder:
-    def __init__(self, vocab: ScriptedVocab) -> None:
+    def __init__(self, vocab: ScriptedVocab, skip_special: bool = False) -> None:
         self.vocab = vocab
+        self.skip_special = skip_special
         self.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
 
     def feed(self, token: int) -> str:
+        if self.skip_special and self.vocab.is_special(token):
+            return ""
         return self.utf8.decode(self.vocab.pieces[token])
 
     def flush(self) -> str:
@@ -107,8 +110,8 @@ class ScriptedTokenizer:
         return b"".join(self.vocab.pieces[i] for i in ids
                         if not (skip_special and i in specials)).decode("utf-8", "replace")
 
-    def stream_decoder(self) -> _StreamDecoder:
-        return _StreamDecoder(self.vocab)
+    def stream_decoder(self, skip_special: bool = False) -> _StreamDecoder:
+        return _StreamDecoder(self.vocab, skip_special)
 
 
 class GreedySampler:

@@ -97,6 +97,13 @@ def python_call_text(name: str, arguments: dict[str, Any]) -> str:
 # Ministral 3 / Magistral (and Mistral Small 3.2, with [CALL_ID]) write each call as
 # [TOOL_CALLS]NAME[ARGS]{...}: llama.cpp's ministral_3 parser.
 MISTRAL_ARGS = "[ARGS]"
+#: the marker texts the parsers read in a reply that some vocabularies make control
+#: tokens: a reply spells them whatever their type (llama-server's preserved tokens), while
+#: it shows other control tokens as nothing, as llama.cpp renders a reply
+SPELLED_MARKERS = (PYTHON_TAG, MISTRAL_TOOL_CALLS, MISTRAL_ARGS, GRANITE_TOOL_CALL, DEEPSEEK_TOOL_CALLS,
+                   "<\uff5ctool\u2581calls\u2581end\uff5c>", "<\uff5ctool\u2581call\u2581begin\uff5c>",
+                   "<\uff5ctool\u2581call\u2581end\uff5c>", "<\uff5ctool\u2581sep\uff5c>") \
+    + LFM2_TOOL_MARKERS + NEMOTRON_TOOL_MARKERS
 _MISTRAL_NAMED_CALL = re.compile(r"\s*([^\s\[\]{}]+)\s*(?:\[CALL_ID\]\s*([^\[]*?)\s*)?\[ARGS\](.*)", re.S)
 
 

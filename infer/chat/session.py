@@ -19,7 +19,7 @@ from ..generate import logprob_entry
 from ..runtime import LONG_TEXT, ContextOverflowError, run_apart
 from .replies import (Message, Reply, TextPiece, ThinkingText, ToolCall, ToolCallError, resolved_ref, schema_types,
                       parse_tool_call)
-from .reply_parser import CONTENT, MISTRAL_ARGS, HarmonyParser, ReplyParser
+from .reply_parser import CONTENT, MISTRAL_ARGS, SPELLED_MARKERS, HarmonyParser, ReplyParser
 from .sandbox import ChatTemplateError
 from .template import HARMONY, HARMONY_TOKENS, MINISTRAL, QWEN3_CODER, Chat, check_roles, function_of, token_id
 
@@ -161,7 +161,7 @@ class ChatSession:
         # Markers that are single tokens are spelled here, whatever the decoder shows.
         self._marker_ids: dict[int, str] = {}
         format_tokens = {HARMONY: HARMONY_TOKENS, MINISTRAL: (MISTRAL_ARGS,)}.get(self.chat.call_format or "")
-        for pair in (self.chat.think_markers, self.chat.tool_call_markers, format_tokens):
+        for pair in (self.chat.think_markers, self.chat.tool_call_markers, format_tokens, SPELLED_MARKERS):
             for m in pair or ():
                 tid = token_id(vocab, m)
                 if tid is not None:
@@ -486,7 +486,12 @@ class ChatSession:
                         tool_ends_thinking=chat.call_format == QWEN3_CODER,
                         bare_calls=[f"<function={function_of(t)['name']}>" for t in self.tools or ()
                                     if chat.call_format == QWEN3_CODER and "<think>" not in chat.source])
-        decoder = self.tokenizer.stream_decoder()
+        # no control tokens in a reply, as llama.cpp renders one; the format's markers are
+        # spelled from their ids above (llama-server's preserved tokens)
+        try:
+            decoder = self.tokenizer.stream_decoder(skip_special=True)
+        except TypeError:  # a variant's own tokenizer, without skip_special: its decoder as it is
+            decoder = self.tokenizer.stream_decoder()
         generated = 0
         finish = "length"
         recorded = False
