@@ -275,6 +275,8 @@ def _check_include_usage(stream: bool, stream_options: Any) -> bool:
 
 # ---- chat ------------------------------------------------------------------------------
 _ROLES = ("system", "developer", "user", "assistant", "tool")
+#: OpenAI's content parts of images, audio and files (Qwen2.5-VL / Qwen3-VL run as text models)
+MEDIA_PARTS = ("image_url", "input_audio", "file")
 
 
 def _check_messages(messages: Any) -> list[dict[str, Any]]:
@@ -295,9 +297,14 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
         if content is None and role != "assistant":
             raise InvalidRequestError(f"messages[{i}].content: a {role} message needs content", "messages")
         if isinstance(content, list):
-            for part in content:
-                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                    raise UnsupportedOptionError(f"messages[{i}].content: only text parts are supported",
+            for j, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind in MEDIA_PARTS:
+                    raise UnsupportedOptionError(
+                        f"messages[{i}].content[{j}]: {kind} parts are not supported: infer runs a model's text "
+                        "part only (a vision or audio model's mmproj file is not loaded)", "messages")
+                if kind != "text" or not isinstance(part.get("text"), str):
+                    raise UnsupportedOptionError(f"messages[{i}].content[{j}]: only text parts are supported",
                                                  "messages")
             m = dict(m, content="".join(part["text"] for part in content))  # as the template joins them
         # OpenAI's "developer" is the system prompt of newer models

@@ -81,6 +81,37 @@ def assert_agrees(ours, theirs, positions, name, min_cos=LLAMA_CPP_MIN_COS, top1
         assert agree.all(), (name, positions[clear][~agree])
 
 
+def assert_truncate_copy_and_state_exact(model, prompt, n_keep, n_more, n_ctx):
+    """A context of ``prompt[:n_keep]``, its deep copy and its saved-and-loaded state each
+    continue with ``prompt[n_keep:n_keep + n_more]`` to the same logits, bit for bit, and so
+    does the context after going elsewhere and back by truncate_to(n_keep).  Returns those
+    logits (for a check against a reference)."""
+    import copy
+
+    from infer.runtime import Context
+
+    more = [int(t) for t in prompt[n_keep:n_keep + n_more]]
+    other = [int(t) for t in (np.asarray(prompt[::-1]) + 7) % 500][:n_more]
+    ctx = model.create_context(n_ctx=n_ctx, temperature=0)
+    ctx.prefill(prompt[:n_keep])
+    data = ctx.save_state()
+    twin = copy.deepcopy(ctx)
+    loaded = Context.load_state(model, data)
+    for t in more:
+        ctx.prefill([t])
+    first = ctx.logits.copy()
+    for c in (twin, loaded):
+        for t in more:
+            c.prefill([t])
+        np.testing.assert_array_equal(c.logits, first)
+    for detour in (other, more):
+        ctx.truncate_to(n_keep)
+        for t in detour:
+            ctx.prefill([t])
+    np.testing.assert_array_equal(ctx.logits, first)
+    return first
+
+
 def assert_batched_equals_alone(engine, starts, n_steps, n_ctx, fused=True):
     """Engine.forward_batch (what `infer serve` steps) over conversations that start
     from ``starts`` (token lists of different lengths), through the fused C step or

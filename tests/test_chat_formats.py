@@ -511,12 +511,54 @@ def test_forced_call_is_written_in_the_templates_format(smollm2, name, tools, ch
     write the call in the template's format, which comes back as a call whose arguments
     the tool's schema validates (jsonschema)."""
     jsonschema = pytest.importorskip("jsonschema")
-    s = ChatSession(smollm2, tools=tools, temperature=0)
+    # thinking off: a model that may think first (as llama.cpp lets it) and was never
+    # trained on the format would think to the end of max_tokens
+    s = ChatSession(smollm2, tools=tools, temperature=0, template_kwargs={"enable_thinking": False})
     s.chat = Chat(template(name), eos_token=smollm2.chat.eos_token)
+    if name == "ministral-3-reasoning":  # no switch in its template: the call format alone is under test
+        s.chat.think_markers = None
     reply = s.send("What is 2 plus 3?", tool_choice=choice, max_tokens=60)
     assert (reply.finish_reason, reply.tool_call_errors, [c.name for c in reply.tool_calls]) == \
         ("tool_calls", [], ["add"])
     jsonschema.validate(reply.tool_calls[0].arguments, ADD["function"]["parameters"])
+
+
+def real_qwen_session(name, script, **options):
+    """qwen_session with a real byte-level Tokenizer (a forced call's grammar reads a real
+    vocabulary): tests/vocab_cases.py's "qwen3" tokens, <think> and <tool_call> control tokens."""
+    import tempfile
+
+    import _tok_models
+    import vocab_cases
+
+    from infer.tokenizer import Tokenizer
+
+    with tempfile.TemporaryDirectory() as folder:
+        tok = Tokenizer.from_metadata(_tok_models.metadata(vocab_cases.write("qwen3", folder + "/qwen3.gguf")))
+    model = scripted_model(script, template=template(name), tokenizer=tok, max_seq_len=8192)
+    return ChatSession(model, **options)
+
+
+@pytest.mark.parametrize("choice", ["required", NAMED_ADD])
+def test_a_thinking_model_thinks_before_a_forced_call(choice):
+    """A forced call's grammar lets the model think first, as llama.cpp's grammar built
+    from its chat parser does (optional reasoning, then the calls): the thinking comes
+    back as reasoning and the call as a call.  A grammar that started with the call
+    masked "<think>" and took the model off its course."""
+    one_call = "<tool_call>\n<function=add>\n<parameter=a>\n2\n</parameter>\n<parameter=b>\n3\n</parameter>\n" \
+               "</function>\n</tool_call>"
+    for name, thinks in XML_FAMILIES.items():
+        script = ("<think>\nTwo and three.\n</think>\n\n" if thinks else "") + one_call
+        s = real_qwen_session(name, [script], tools=[WEATHER, ADD], temperature=0)
+        reply = s.send("What is 2 plus 3?", tool_choice=choice, max_tokens=300)
+        assert (reply.finish_reason, reply.tool_call_errors, [c.name for c in reply.tool_calls]) == \
+            ("tool_calls", [], ["add"]), name
+        assert reply.tool_calls[0].arguments == {"a": 2, "b": 3}
+        assert reply.thinking == ("Two and three." if thinks else ""), name
+    # the prompt's own thinking switch still holds: with thinking off the call comes first
+    s = real_qwen_session("qwen3.5", [one_call], tools=[ADD], temperature=0, template_kwargs={"enable_thinking": False})
+    reply = s.send("What is 2 plus 3?", tool_choice="required", max_tokens=300)
+    assert [c.name for c in reply.tool_calls] == ["add"] and reply.thinking == ""
 
 
 def test_harmony_response_format_answers_on_the_final_channel(smollm2):

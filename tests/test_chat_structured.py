@@ -234,18 +234,45 @@ def _r1_session(m, **options):
 
 
 def test_forced_tool_call_after_a_thinking_block_the_prompt_opened():
-    """With the thinking block open, a grammar that starts with the call had the model
-    write the call inside the block: it came back as reasoning, with no tool call (llama.cpp
-    closes the block first in its DeepSeek-R1 grammar)."""
+    """With the thinking block open (DeepSeek-R1's generation prompt ends with <think>),
+    a forced call's grammar takes the rest of the thinking, the closing marker, then the
+    call (llama.cpp's grammar from its chat parser: reasoning until the end marker, then
+    the calls).  One that started with the call had the model write it inside the block,
+    where it came back as reasoning; one that closed the block at once left no room to
+    think.  A constrained answer (response_format) is the same."""
+    import numpy as np
+
+    from infer.structured import Constraint
+
     with load_installed("smollm2") as m:
         s = _r1_session(m, tools=TOOLS)
-        r = s.send("What is the weather in Paris?", tool_choice={"type": "function", "function": {"name": "add"}},
-                   max_tokens=80)
-        assert r.finish_reason == "tool_calls" and [c.name for c in r.tool_calls] == ["add"]
-        jsonschema.validate(r.tool_calls[0].arguments, ADD)
-        assert (r.thinking, r.text) == ("", "")
-        s = _r1_session(m)
+        think = s.chat.think_markers
+        assert think == ("<think>", "</think>")
+        tok, n = m.tokenizer, m.engine.vocab_size
+
+        def allowed_after(grammar, text):
+            c = Constraint(grammar, tok, n_vocab=n, background=False)
+            for t in tok.encode(text, add_special=False):
+                assert c.allowed()[t], (text, tok.token_to_piece(t))
+                c.consume(t)
+            return {tok.token_to_piece(int(i)) for i in np.flatnonzero(c.allowed())}
+
+        ends = {tok.token_to_piece(i) for i in tok.vocab.end_of_turn_ids}  # all a finished grammar allows
+
+        call = s._tool_call_grammar({"type": "function", "function": {"name": "add"}}, s._thought_grammar(think, True))
+        # any thinking first, "</think>" among what may come
+        assert {b"</", b" The"} <= allowed_after(call, "Let me add")
+        # then white space or the call's JSON, nothing else
+        after = allowed_after(call, "Let me add.</think>\n\n")
+        assert after and all(p.strip(b" \t\r\n") == b"" or p.lstrip().startswith(b"{") for p in after), after
+        assert allowed_after(call, 'Let me add.</think>\n\n{"name": "add", "arguments": {"a": 2, "b": 3}}') <= ends
+        # a constrained answer likewise
         fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
-        r = s.send("Describe a person.", response_format=fmt, max_tokens=80)
-        jsonschema.validate(json.loads(r.text), PERSON)
-        assert r.thinking == ""
+        answer = s._constraint(fmt, None, think, True).grammar
+        assert allowed_after(answer, 'Hmm.</think>\n\n{"name": "Ann", "age": 3}') <= ends
+        # no thinking where the model has no markers: the call comes first
+        s.chat.think_markers = None
+        first = allowed_after(s._tool_call_grammar("required"), "")
+        assert all(p.lstrip().startswith(b"{") or not p.strip() for p in first), first
+
+

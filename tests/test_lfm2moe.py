@@ -15,7 +15,6 @@ seeds) so that the reference's smallest gap between the last expert chosen and t
 first left out (in sigmoid + bias) is as large as it gets, and infer's choices are
 recorded and given to the reference only where its gap is below `FOLLOW_GAP`.
 """
-import copy
 import dataclasses
 import os
 
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 import tiny_models as tm
 from family_checks import LLAMA_CPP_MIN_COS, assert_agrees, clear_top1, cosines, recorded_logits, recording
+from family_checks import assert_truncate_copy_and_state_exact
 from family_checks import check as check_against
 from family_checks import tiny_file
 from reference.numpy_lfm2 import Lfm2Reference
@@ -33,7 +33,6 @@ import infer.variants.transformer as transformer
 from infer import UnsupportedModelError
 from infer.chat.session import BaseModelWarning
 from infer.gguf import GGUFError
-from infer.runtime import Context
 
 NAME = "lfm2moe"
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "llama_cpp_lfm2moe.npz")
@@ -213,28 +212,8 @@ def test_batched_decode_equals_one_at_a_time(path, python):
 
 
 def test_truncate_copy_and_saved_state_continue_exactly(path):
-    prompt = tm.prompt(NAME)
-    other = (prompt[::-1] + 7) % 500
     with infer.load(path) as model:
-        ctx = model.create_context(n_ctx=128, temperature=0)
-        ctx.prefill(prompt[:30])
-        data = ctx.save_state()
-        twin = copy.deepcopy(ctx)
-        loaded = Context.load_state(model, data)
-        for t in prompt[30:40]:
-            ctx.prefill([int(t)])
-        first = ctx.logits.copy()
-        for c in (twin, loaded):
-            for t in prompt[30:40]:
-                c.prefill([int(t)])
-            np.testing.assert_array_equal(c.logits, first)
-        ctx.truncate_to(30)
-        for t in other[:10]:
-            ctx.prefill([int(t)])
-        ctx.truncate_to(30)
-        for t in prompt[30:40]:
-            ctx.prefill([int(t)])
-        np.testing.assert_array_equal(ctx.logits, first)
+        first = assert_truncate_copy_and_state_exact(model, tm.prompt(NAME), 30, 10, 128)
     check_against(first, reference(path)[0][39], "position 39", MIN_COS)
 
 

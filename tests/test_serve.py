@@ -297,6 +297,12 @@ def test_bad_requests_get_openai_errors(smol):
     status, _, body = request(base, "POST", "/v1/chat/completions", raw=b"{not json")
     assert status == 400
     assert_openai_error(body, 400)
+    # NaN and Infinity are Python's, not JSON's (RFC 8259): a schema holding one once came
+    # back as a 500 when the reply echoed it
+    for raw in (b'{"prompt": "x", "n_predict": 2, "json_schema": {"a": NaN}}',
+                b'{"prompt": "x", "temperature": -Infinity}'):
+        status, _, body = request(base, "POST", "/completion", raw=raw)
+        assert status == 400 and "not a JSON value" in body["error"]["message"], body
     with pytest.raises(openai.BadRequestError) as info:
         client(base).chat.completions.create(model="any", messages=prompts(1)[0], temperature="hot")
     assert info.value.param == "temperature"

@@ -25,7 +25,9 @@ llama_cpp_gemma4.npz); ``MISTRAL3`` Ministral 3 with YaRN and its attention
 temperature (tests/test_mistral3.py, llama_cpp_mistral3.npz); ``DENSE2`` glm4, cohere2,
 minicpm, internlm2 and stablelm (LayerNorms, parallel blocks, sandwich norms;
 llama_cpp_dense2.npz); ``FAMILIES3`` phi2, starcoder2, nemotron_h and nemotron_h_moe
-(`write_nemotron_h`; tests/test_families3.py, llama_cpp_families3.npz); ``ALL`` is all of them.
+(`write_nemotron_h`; tests/test_families3.py, llama_cpp_families3.npz); ``FALCON_H1`` Falcon-H1
+(`write_falcon_h1` from an HF-shaped checkpoint with its muP multipliers folded as the converter
+does; tests/test_falcon_h1.py, llama_cpp_falconh1.npz); ``ALL`` is all of them.
 ``write(name, path)`` writes one, deterministically (the seeds are fixed; the
 sha256 of each file is recorded beside llama.cpp's logits so a change shows).
 """
@@ -112,6 +114,31 @@ class Mamba2Shape:
 
 
 @dataclass(frozen=True)
+class FalconH1Shape:
+    """What a tiny falcon-h1 file has beyond `Tiny` (HF's FalconH1Config): the Mamba2
+    mixer's sizes (mamba_d_ssm need not be 2 * dim), whether it has the gated norm
+    (mamba_rms_norm), and the muP multipliers conversion/falcon_h1.py folds into the
+    weights (values of the released configs' magnitudes)."""
+
+    conv_kernel: int = 4
+    d_state: int = 16
+    d_inner: int = 384
+    mamba_head_dim: int = 64
+    n_groups: int = 2
+    rms_norm: bool = True
+    embedding_multiplier: float = 5.66
+    lm_head_multiplier: float = 0.039
+    attention_in_multiplier: float = 1.5
+    attention_out_multiplier: float = 0.94
+    key_multiplier: float = 0.39
+    ssm_in_multiplier: float = 1.25
+    ssm_out_multiplier: float = 0.24
+    mlp_multipliers: tuple = (0.88, 0.59)
+    #: z, x, B, C and dt rows of in_proj
+    ssm_multipliers: tuple = (0.35, 0.25, 0.35, 0.5, 0.35)
+
+
+@dataclass(frozen=True)
 class Tiny:
     arch: str
     seed: int
@@ -180,6 +207,37 @@ class Tiny:
     out_bias: bool = False
     ffn_bias: bool = False
     output_bias: bool = False
+    #: deepseek2's multi-head latent attention (`write_deepseek2`)
+    mla: Optional["MlaShape"] = None
+    falcon_h1: Optional[FalconH1Shape] = None
+
+
+@dataclass(frozen=True)
+class MlaShape:
+    """A tiny deepseek2's attention and experts (conversion/deepseek.py's keys): the
+    latent's rank, each head's nope / rope / value sizes, a low-rank q (0: attn_q),
+    the leading dense layers, experts of width ``Tiny.expert_ffn`` (``Tiny.n_expert``
+    of them, ``n_used`` used) with ``n_shared`` shared experts, the gating function
+    (None: the key left out, as in V2 files), expert groups (0: none) and whether the
+    file has exp_probs_b selection biases of std ``Tiny.expert_bias``."""
+
+    kv_lora: int = 64
+    nope: int = 32
+    rope: int = 16
+    v_dim: int = 48
+    q_lora: int = 0
+    n_dense: int = 1
+    n_used: int = 2
+    n_shared: int = 1
+    gating: Optional[int] = None
+    weights_norm: bool = False
+    weights_scale: Optional[float] = None
+    groups: int = 0
+    groups_used: int = 0
+    selection_bias: bool = False
+    #: the older conversions' layout: HF's kv_b_proj as one attn_kv_b, key_length and
+    #: value_length a decompressed head's, a KV head per head, no _mla lengths
+    legacy: bool = False
 
 
 TINY: Dict[str, Tiny] = {t.arch if not n else n: t for n, t in [
@@ -498,9 +556,74 @@ FAMILIES3: Dict[str, Tiny] = {n: t for n, t in [
                                    "expert_weights_norm": True, "expert_weights_scale": 2.5,
                                    "expert_group_count": 1, "expert_group_used_count": 1})),
 ]}
+#: deepseek2 (`write_deepseek2`, tests/test_mla.py, llama_cpp_mla.npz): MLA with a latent of
+#: 64 and a rope key of 16, 4 heads of nope 32 + rope 16 and values of 48, a dense first layer
+#: then 8 experts of 64 with shared experts.  The prompts (prompt_seed) are those of 40 seeds
+#: whose reference routing has the largest smallest gap between the last expert chosen and the next.
+MLA_FILES: Dict[str, Tiny] = {n: t for n, t in [
+    # V2-Lite's shape: plain attn_q, softmax routing (no gating key), unnormalised weights
+    ("deepseek2-lite", Tiny("deepseek2", 150, n_layer=3, tied=False, pre="qwen2", ffn=256, n_expert=8,
+                            expert_ffn=64, router_gain=MOE_ROUTER_GAIN, prompt_len=96, prompt_seed=22,
+                            mla=MlaShape(weights_scale=1.0))),
+    # V2's: a low-rank q, YaRN with its log multiplier (0.1 mscale_all_dim), two shared experts
+    ("deepseek2-yarn", Tiny("deepseek2", 151, n_layer=3, tied=False, pre="qwen2", ffn=256, n_expert=8,
+                            expert_ffn=64, router_gain=MOE_ROUTER_GAIN, prompt_len=96, prompt_seed=30,
+                            mla=MlaShape(q_lora=96, n_shared=2, gating=1, weights_scale=1.0),
+                            extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                                   "rope.scaling.original_context_length": 256,
+                                   "rope.scaling.yarn_log_multiplier": 0.0707})),
+    # V3's: sigmoid routing with selection biases in 4 groups of 4 experts (2 groups used),
+    # weights normalised and scaled by 2.5
+    ("deepseek2-v3", Tiny("deepseek2", 152, n_layer=3, tied=False, pre="qwen2", ffn=256, n_expert=16,
+                          expert_ffn=64, router_gain=MOE_ROUTER_GAIN, expert_bias=0.05, prompt_len=96, prompt_seed=37,
+                          mla=MlaShape(q_lora=96, gating=2, weights_norm=True, weights_scale=2.5, groups=4,
+                                       groups_used=2, selection_bias=True, n_used=3),
+                          extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                                 "rope.scaling.original_context_length": 256,
+                                 "rope.scaling.yarn_log_multiplier": 0.1})),
+    # the older conversions of V2-Lite: attn_kv_b, decompressed heads (llama.cpp's plain MHA path)
+    ("deepseek2-kvb", Tiny("deepseek2", 153, n_layer=3, tied=False, pre="qwen2", ffn=256, n_expert=8,
+                           expert_ffn=64, router_gain=MOE_ROUTER_GAIN, prompt_len=96, prompt_seed=7,
+                           mla=MlaShape(legacy=True, weights_scale=1.0),
+                           extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                                  "rope.scaling.original_context_length": 256,
+                                  "rope.scaling.yarn_log_multiplier": 0.0707})),
+]}
+#: the text models of Qwen2-VL / Qwen3-VL (tests/test_vltext.py, llama_cpp_vltext.npz):
+#: qwen2 / qwen3 / qwen3moe files with M-RoPE sections (rope.dimension_sections; for
+#: text the pairs of the extra section do not turn, infer/variants/qwen_vl.py)
+VLTEXT: Dict[str, Tiny] = {n: t for n, t in [
+    # Qwen2.5-VL's sections halved ([16, 24, 24, 0] over 64 pairs): every pair turns
+    ("qwen2vl", Tiny("qwen2vl", 150, n_layer=3, qkv_bias=True, eps=1e-6, pre="qwen2", prompt_len=96,
+                     extra={"rope.freq_base": 1000000.0, "rope.dimension_sections": [8, 12, 12, 0]})),
+    # sections of 8 pairs repeated 4 times; pairs 6, 7, 14, 15, ... fall to the extra section
+    ("qwen2vl-extra", Tiny("qwen2vl", 151, n_layer=2, qkv_bias=True, eps=1e-6, pre="qwen2", tied=False,
+                           prompt_len=96, extra={"rope.dimension_sections": [2, 2, 2, 2]})),
+    # Qwen3-VL's sections halved ([24, 20, 20, 0] over 64 pairs leaves 61 and 62 still;
+    # here pair 31), deepstack layers (image-only), 8 heads of 64
+    ("qwen3vl", Tiny("qwen3vl", 152, n_layer=3, n_head=8, qk_norm=True, eps=1e-6, pre="qwen2", prompt_len=96,
+                     extra={"attention.key_length": 64, "attention.value_length": 64,
+                            "rope.dimension_sections": [12, 10, 10, 0], "n_deepstack_layers": 2})),
+    # interleaved sections of 8 pairs: pairs 7, 15, 23, 31 still; 8 experts of 128, 2 used
+    ("qwen3vlmoe", Tiny("qwen3vlmoe", 153, n_layer=2, n_head=8, qk_norm=True, eps=1e-6, pre="qwen2", ffn=128,
+                        n_expert=8, router_gain=MOE_ROUTER_GAIN, prompt_len=96, tied=False,
+                        extra={"attention.key_length": 64, "attention.value_length": 64,
+                               "rope.dimension_sections": [3, 2, 2, 1], "n_deepstack_layers": 2,
+                               "expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 128})),
+]}
+#: Falcon-H1 (`write_falcon_h1`; tests/test_falcon_h1.py, llama_cpp_falconh1.npz): 4 heads of 32
+#: (q_dim 128 != dim, key_length given), GQA, RoPE base 1e11 as the released files; each layer
+#: attention beside a Mamba2 mixer of 6 heads of 64 in 2 groups of state 16 (d_inner 384), with
+#: the gated norm, and without it (mamba_rms_norm false)
+FALCON_H1: Dict[str, Tiny] = {
+    "falcon-h1": Tiny("falcon-h1", 150, n_layer=3, n_head=4, n_kv_head=2, head_dim=32, tied=False, pre="falcon-h1",
+                      rope_base=1e11, prompt_len=64, falcon_h1=FalconH1Shape()),
+    "falcon-h1-nonorm": Tiny("falcon-h1", 151, n_layer=2, n_head=4, n_kv_head=2, head_dim=32, tied=False,
+                             pre="falcon-h1", rope_base=1e11, prompt_len=64, falcon_h1=FalconH1Shape(rms_norm=False)),
+}
 #: every tiny file (names are unique across the tables)
 ALL: Dict[str, Tiny] = {**TINY, **DENSE, **LFM2, **GEMMA4, **LFM2MOE, **ARCEE, **MISTRAL3, **QWEN35, **MXFP4,
-                        **GPTOSS, **GRANITE_HYBRID, **DENSE2, **FAMILIES3}
+                        **GPTOSS, **GRANITE_HYBRID, **DENSE2, **FAMILIES3, **MLA_FILES, **VLTEXT, **FALCON_H1}
 
 
 # ---- vocabulary ---------------------------------------------------------------------
@@ -645,12 +768,16 @@ def write(name: str, path: str, tiny: Optional[Tiny] = None,
         return write_gemma4(t, path, more_tensors)
     if t.arch == "lfm2moe":
         return write_lfm2moe(t, path, more_tensors)
+    if t.mla is not None:
+        return write_deepseek2(t, path, more_tensors)
     if t.qwen35 is not None:
         return write_qwen35(t, path, more_tensors)
     if t.arch == "gpt-oss":
         return write_gptoss(t, path, more_tensors)
     if t.arch in ("nemotron_h", "nemotron_h_moe"):
         return write_nemotron_h(t, path, more_tensors)
+    if t.falcon_h1 is not None:
+        return write_falcon_h1(t, path, more_tensors)
     if t.mamba2 is not None:
         return write_granite_hybrid(t, path, more_tensors)
     rng = np.random.default_rng(t.seed)
@@ -1143,6 +1270,144 @@ def write_granite_hybrid(t: Tiny, path: str, more_tensors: Optional[Dict[str, An
     return _finish(w, path)
 
 
+def falcon_h1_checkpoint(t: Tiny) -> Dict[str, np.ndarray]:
+    """A tiny Falcon-H1 checkpoint as HF's FalconH1ForCausalLM holds it (float64, HF's
+    names and shapes, nothing folded), drawn from t.seed: what `write_falcon_h1`
+    converts and tests/reference/numpy_falcon_h1.py runs with the multipliers."""
+    sh = t.falcon_h1
+    assert sh is not None
+    rng = np.random.default_rng(t.seed)
+    d, hd, inner, G, N = t.dim, t.head_dim, sh.d_inner, sh.n_groups, sh.d_state
+    H = inner // sh.mamba_head_dim
+    conv_dim = inner + 2 * G * N
+
+    def mat(rows, cols, gain=1.0):   # F16-representable once folded is not needed: the file rounds
+        return rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)
+
+    def norm(n):
+        return 1.0 + 0.1 * rng.standard_normal(n)
+
+    ck: Dict[str, np.ndarray] = {
+        # unit-variance rows once the embedding multiplier is applied; logits of std
+        # ~head_gain once the lm_head multiplier is
+        "model.embed_tokens.weight": rng.standard_normal((VOCAB, d)) / sh.embedding_multiplier,
+        "model.final_layernorm.weight": norm(d),
+        "lm_head.weight": mat(VOCAB, d, t.head_gain / sh.lm_head_multiplier)}
+    for i in range(t.n_layer):
+        p = f"model.layers.{i}."
+        ck[p + "input_layernorm.weight"] = norm(d)
+        ck[p + "self_attn.q_proj.weight"] = mat(t.n_head * hd, d)
+        ck[p + "self_attn.k_proj.weight"] = mat(t.n_kv_head * hd, d, 1.0 / sh.key_multiplier)
+        ck[p + "self_attn.v_proj.weight"] = mat(t.n_kv_head * hd, d)
+        ck[p + "self_attn.o_proj.weight"] = mat(d, t.n_head * hd, 2.0)
+        ck[p + "mamba.in_proj.weight"] = mat(inner + conv_dim + H, d, 2.0)
+        ck[p + "mamba.conv1d.weight"] = rng.standard_normal((conv_dim, 1, sh.conv_kernel)) / math.sqrt(sh.conv_kernel)
+        ck[p + "mamba.conv1d.bias"] = 0.1 * rng.standard_normal(conv_dim)
+        ck[p + "mamba.dt_bias"] = -1.0 + 0.5 * rng.standard_normal(H)
+        ck[p + "mamba.A_log"] = rng.uniform(-1.0, 1.0, H)
+        ck[p + "mamba.D"] = rng.uniform(0.5, 1.5, H)
+        if sh.rms_norm:
+            ck[p + "mamba.norm.weight"] = norm(inner)
+        ck[p + "mamba.out_proj.weight"] = mat(d, inner, 6.0)
+        ck[p + "pre_ff_layernorm.weight"] = norm(d)
+        ck[p + "feed_forward.gate_proj.weight"] = mat(t.ffn, d, 2.0)
+        ck[p + "feed_forward.up_proj.weight"] = mat(t.ffn, d)
+        ck[p + "feed_forward.down_proj.weight"] = mat(d, t.ffn, 2.0)
+    return ck
+
+
+def write_falcon_h1(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = None,
+                    drop: Tuple[str, ...] = ()) -> str:
+    """A tiny falcon-h1 file as conversion/falcon_h1.py writes one from
+    `falcon_h1_checkpoint`: every muP multiplier folded into its weights (embedding,
+    lm_head, q/k/v by attention_in (k also by key_multiplier), o_proj, in_proj by
+    ssm_in and its z, x, B, C, dt rows by ssm_multipliers, out_proj, gate_proj and
+    down_proj), A = -exp(A_log) and D as (n_heads, 1), the conv squeezed to (channels,
+    K), the norm as (n_groups, d_inner / n_groups), pre_ff_layernorm as
+    ``blk.N.ffn_norm`` (no ".weight"), F16 matrices and F32 vectors; the keys of
+    Mamba2Model's and FalconH1Model's set_gguf_parameters (the later value of a key
+    written twice).  ``more_tensors`` adds tensors ("blk.*" or "*.weight") and
+    metadata keys (without the arch prefix); ``drop`` leaves tensors or keys out."""
+    import gguf
+
+    sh = t.falcon_h1
+    assert sh is not None
+    ck = falcon_h1_checkpoint(t)
+    more = dict(more_tensors or {})
+    d, inner, G, N = t.dim, sh.d_inner, sh.n_groups, sh.d_state
+    w = gguf.GGUFWriter(path, t.arch)
+    a = t.arch
+    keys: Dict[str, Any] = {
+        "embedding_length": d, "feed_forward_length": t.ffn, "attention.head_count": t.n_head, "block_count": t.n_layer,
+        "ssm.conv_kernel": sh.conv_kernel, "ssm.inner_size": inner, "ssm.state_size": N,
+        "ssm.time_step_rank": inner // sh.mamba_head_dim, "ssm.group_count": G,
+        "attention.layer_norm_rms_epsilon": float(t.eps), "vocab_size": VOCAB, "context_length": t.n_ctx_train,
+        "attention.head_count_kv": t.n_kv_head, "attention.key_length": t.head_dim,
+        "attention.value_length": t.head_dim, "rope.freq_base": float(t.rope_base), **t.extra}
+    for k in [k for k in more if not (k.startswith("blk.") or k.endswith(".weight"))]:
+        keys[k[len(a) + 1:] if k.startswith(a + ".") else k] = more.pop(k)
+    for k, v in keys.items():
+        if k in drop or v is None:
+            continue
+        key = f"{a}.{k}"
+        if isinstance(v, bool):
+            w.add_bool(key, v)
+        elif isinstance(v, float):
+            w.add_float32(key, v)
+        else:
+            w.add_uint32(key, v)
+    tokens, merges = bpe_vocabulary()
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", t.pre)
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", [1] * (VOCAB - len(SPECIALS)) + [3] * len(SPECIALS))
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.eos_token_id", tokens.index("<|im_end|>"))
+    w.add_uint32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+
+    def f16(x):
+        return np.asarray(x, np.float64).astype(np.float16)
+
+    def f32(x):
+        return np.asarray(x, np.float64).astype(np.float32)
+
+    tensors: Dict[str, np.ndarray] = {
+        "token_embd.weight": f16(ck["model.embed_tokens.weight"] * sh.embedding_multiplier),
+        "output_norm.weight": f32(ck["model.final_layernorm.weight"]),
+        "output.weight": f16(ck["lm_head.weight"] * sh.lm_head_multiplier)}
+    z, x, b, c, dt = sh.ssm_multipliers
+    gn = G * N
+    rows = np.concatenate([np.full(inner, z), np.full(inner, x), np.full(gn, b), np.full(gn, c),
+                           np.full(inner // sh.mamba_head_dim, dt)])
+    for i in range(t.n_layer):
+        p, h = f"blk.{i}.", f"model.layers.{i}."
+        ain = sh.attention_in_multiplier
+        tensors[p + "attn_norm.weight"] = f32(ck[h + "input_layernorm.weight"])
+        tensors[p + "attn_q.weight"] = f16(ck[h + "self_attn.q_proj.weight"] * ain)
+        tensors[p + "attn_k.weight"] = f16(ck[h + "self_attn.k_proj.weight"] * sh.key_multiplier * ain)
+        tensors[p + "attn_v.weight"] = f16(ck[h + "self_attn.v_proj.weight"] * ain)
+        tensors[p + "attn_output.weight"] = f16(ck[h + "self_attn.o_proj.weight"] * sh.attention_out_multiplier)
+        tensors[p + "ssm_in.weight"] = f16(ck[h + "mamba.in_proj.weight"] * sh.ssm_in_multiplier * rows[:, None])
+        tensors[p + "ssm_conv1d.weight"] = f32(ck[h + "mamba.conv1d.weight"][:, 0, :])
+        tensors[p + "ssm_conv1d.bias"] = f32(ck[h + "mamba.conv1d.bias"])
+        tensors[p + "ssm_dt.bias"] = f32(ck[h + "mamba.dt_bias"])
+        tensors[p + "ssm_a"] = f32(-np.exp(ck[h + "mamba.A_log"]).reshape(-1, 1))
+        tensors[p + "ssm_d"] = f32(ck[h + "mamba.D"].reshape(-1, 1))
+        if sh.rms_norm:
+            tensors[p + "ssm_norm.weight"] = f32(ck[h + "mamba.norm.weight"].reshape(G, inner // G))
+        tensors[p + "ssm_out.weight"] = f16(ck[h + "mamba.out_proj.weight"] * sh.ssm_out_multiplier)
+        tensors[p + "ffn_norm"] = f32(ck[h + "pre_ff_layernorm.weight"])
+        tensors[p + "ffn_gate.weight"] = f16(ck[h + "feed_forward.gate_proj.weight"] * sh.mlp_multipliers[0])
+        tensors[p + "ffn_up.weight"] = f16(ck[h + "feed_forward.up_proj.weight"])
+        tensors[p + "ffn_down.weight"] = f16(ck[h + "feed_forward.down_proj.weight"] * sh.mlp_multipliers[1])
+    tensors.update(more)
+    for name, value in tensors.items():
+        if name not in drop:
+            w.add_tensor(name, value)
+    return _finish(w, path)
+
+
 def write_nemotron_h(t: Tiny, path: str, more_tensors: Optional[Dict[str, Any]] = None,
                      drop: Tuple[str, ...] = ()) -> str:
     """A tiny nemotron_h file as conversion/nemotron.py writes one (its GraniteHybridModel
@@ -1273,6 +1538,85 @@ def write_lfm2moe(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarra
         w.add_tensor(p + "exp_probs_b.bias", (t.expert_bias * rng.standard_normal(t.n_expert)).astype(np.float32))
     for k, v in (more_tensors or {}).items():
         w.add_tensor(k, v)
+    return _finish(w, path)
+
+
+def write_deepseek2(t: Tiny, path: str, more_tensors: Optional[Dict[str, np.ndarray]] = None,
+                    drop: Tuple[str, ...] = ()) -> str:
+    """A deepseek2 file as conversion/deepseek.py writes it: one KV head of key_length
+    kv_lora + rope and value_length kv_lora, the _mla lengths of a head, q_lora_rank
+    (written as 0 without a low-rank q: llama.cpp reads the key of any file but the
+    "lite" layer counts), HF's kv_b_proj split into attn_k_b (per head (kv_lora, nope):
+    k_b transposed) and attn_v_b (per head (v_dim, kv_lora)); the dense layers'
+    ffn_{gate,up,down}, the others' router, stacked experts and ffn_*_shexp.
+    ``drop``: tensors and keys left out (the refusal tests)."""
+    import gguf
+
+    m = t.mla
+    assert m is not None
+    rng = np.random.default_rng(t.seed)
+    d, L, a, H = t.dim, t.n_layer, t.arch, t.n_head
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = gguf.GGUFWriter(path, a)
+    values: Dict[str, Any] = {
+        "context_length": t.n_ctx_train, "embedding_length": d, "block_count": L, "feed_forward_length": t.ffn,
+        "attention.head_count": H, "attention.head_count_kv": 1, "attention.layer_norm_rms_epsilon": 1e-6,
+        "leading_dense_block_count": m.n_dense, "vocab_size": VOCAB, "attention.q_lora_rank": m.q_lora,
+        "attention.kv_lora_rank": m.kv_lora, "attention.key_length": m.kv_lora + m.rope,
+        "attention.value_length": m.kv_lora, "attention.key_length_mla": m.nope + m.rope,
+        "attention.value_length_mla": m.v_dim, "expert_feed_forward_length": t.expert_ffn,
+        **({"attention.head_count_kv": H, "attention.key_length": m.nope + m.rope, "attention.value_length": m.v_dim,
+            "attention.key_length_mla": None, "attention.value_length_mla": None} if m.legacy else {}),
+        "expert_count": t.n_expert, "expert_shared_count": m.n_shared, "expert_used_count": m.n_used,
+        "expert_weights_scale": m.weights_scale, "expert_weights_norm": m.weights_norm or None,
+        "expert_gating_func": m.gating, "expert_group_count": m.groups or None,
+        "expert_group_used_count": m.groups_used or None, "rope.dimension_count": m.rope,
+        "rope.freq_base": t.rope_base, **t.extra}
+    _add_metadata(w, a, {k: v for k, v in values.items() if k not in drop})
+    _write_vocabulary(w, t.pre)
+    tensors: Dict[str, np.ndarray] = {"token_embd.weight": mat(VOCAB, d, math.sqrt(d)),
+                                      "output_norm.weight": norm(d), "output.weight": mat(VOCAB, d, t.head_gain)}
+    for i in range(L):
+        p = f"blk.{i}."
+        tensors[p + "attn_norm.weight"] = norm(d)
+        if m.q_lora:
+            tensors[p + "attn_q_a.weight"] = mat(m.q_lora, d)
+            tensors[p + "attn_q_a_norm.weight"] = norm(m.q_lora)
+            tensors[p + "attn_q_b.weight"] = mat(H * (m.nope + m.rope), m.q_lora, 2.0)
+        else:
+            tensors[p + "attn_q.weight"] = mat(H * (m.nope + m.rope), d, 2.0)
+        tensors[p + "attn_kv_a_mqa.weight"] = mat(m.kv_lora + m.rope, d, 2.0)
+        tensors[p + "attn_kv_a_norm.weight"] = norm(m.kv_lora)
+        kv_b = mat(H * (m.nope + m.v_dim), m.kv_lora, 1.5)
+        if m.legacy:
+            tensors[p + "attn_kv_b.weight"] = kv_b
+        else:
+            kv_b = kv_b.reshape(H, m.nope + m.v_dim, m.kv_lora)
+            tensors[p + "attn_k_b.weight"] = np.ascontiguousarray(kv_b[:, :m.nope].transpose(0, 2, 1))
+            tensors[p + "attn_v_b.weight"] = np.ascontiguousarray(kv_b[:, m.nope:])
+        tensors[p + "attn_output.weight"] = mat(d, H * m.v_dim)
+        tensors[p + "ffn_norm.weight"] = norm(d)
+        if i < m.n_dense:
+            for part, rows, cols in (("gate", t.ffn, d), ("up", t.ffn, d), ("down", d, t.ffn)):
+                tensors[p + f"ffn_{part}.weight"] = mat(rows, cols)
+            continue
+        tensors[p + "ffn_gate_inp.weight"] = mat(t.n_expert, d, t.router_gain).astype(np.float32)
+        for part, rows, cols in (("gate", t.expert_ffn, d), ("up", t.expert_ffn, d), ("down", d, t.expert_ffn)):
+            tensors[p + f"ffn_{part}_exps.weight"] = np.stack([mat(rows, cols) for _ in range(t.n_expert)])
+        if m.selection_bias:
+            tensors[p + "exp_probs_b.bias"] = (t.expert_bias * rng.standard_normal(t.n_expert)).astype(np.float32)
+        sh = t.expert_ffn * m.n_shared
+        for part, rows, cols in (("gate", sh, d), ("up", sh, d), ("down", d, sh)):
+            tensors[p + f"ffn_{part}_shexp.weight"] = mat(rows, cols)
+    for k, v in {**tensors, **(more_tensors or {})}.items():
+        if k not in drop:
+            w.add_tensor(k, v)
     return _finish(w, path)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import re
 import uuid
 import warnings
 import weakref
@@ -283,7 +284,9 @@ class ChatSession:
         think = self.chat.think_markers
         # A generation prompt may itself open the thinking block (R1-style templates).
         in_thinking = think is not None and prompt_text.rstrip().endswith(think[0])
-        constraint = self._constraint(response_format, tool_choice, think[1] if think and in_thinking else None)
+        # ... or close it (thinking off: Qwen3's enable_thinking=false writes an empty block)
+        thinks = think is not None and self.chat.call_format != HARMONY and not prompt_text.rstrip().endswith(think[1])
+        constraint = self._constraint(response_format, tool_choice, think if thinks else None, in_thinking)
         turn = self._turn(messages, prompt, max_tokens, stops, bool(show_thinking), in_thinking,
                           self._version, logprobs, continued or "")
         if constraint is not None:
@@ -337,28 +340,30 @@ class ChatSession:
         return content
 
     def _constraint(self, response_format: Optional[Message], tool_choice: Any,
-                    close_thinking: Optional[str] = None) -> Any:
+                    think: Optional[tuple[str, str]] = None, in_thinking: bool = False) -> Any:
         """The grammar of a turn's response_format / tool_choice (GrammarError here,
-        before any token, when it is invalid).  When the generation prompt has opened a
-        thinking block, the grammar first closes it with ``close_thinking``, as llama.cpp's
-        does for DeepSeek-R1 when a call is required: else the constrained output would be
-        read as thinking."""
+        before any token, when it is invalid).  A model that thinks (``think``: its
+        markers) may think first, as llama.cpp's grammars built from its chat parsers let
+        it: the grammar starts with an optional thinking block, or when the generation
+        prompt has opened one (``in_thinking``), with the rest of it and its closing
+        marker (a grammar that started with the call had the model write the call inside
+        the block, where it came back as reasoning)."""
         if tool_choice in (None, "auto", "none") and response_format is None:
             return None
         from ..structured import Constraint, Grammar, grammar_from_response_format, lark_json
 
         grammar = None
+        thought = self._thought_grammar(think, in_thinking)
         if tool_choice not in (None, "auto", "none"):
-            grammar = self._tool_call_grammar(tool_choice, close_thinking)
+            grammar = self._tool_call_grammar(tool_choice, thought)
         elif response_format is not None:
             grammar = grammar_from_response_format(response_format)
             if grammar is not None and self.chat.call_format == HARMONY and isinstance(grammar.source, Mapping):
                 # gpt-oss answers on its final channel (llama.cpp's response-format rule)
                 grammar = Grammar.lark(f'start: {self._literal("<|channel|>")} "final" {self._literal("<|message|>")} '
                                        f"answer\nanswer: {lark_json(grammar.source)}")
-            elif grammar is not None and close_thinking and isinstance(grammar.source, Mapping):
-                grammar = Grammar.lark(f'start: {self._literal(close_thinking)} "\\n\\n" answer\n'
-                                       f"answer: {lark_json(grammar.source)}")
+            elif grammar is not None and thought and isinstance(grammar.source, Mapping):
+                grammar = Grammar.lark(f"start: {thought[0]}answer\nanswer: {lark_json(grammar.source)}\n{thought[1]}")
         if grammar is None:
             return None
         if not hasattr(self.context.sampler, "grammar"):
@@ -367,15 +372,37 @@ class ChatSession:
                             f"{type(self.context.sampler).__name__} has no grammar hook (use infer.Sampler)")
         return Constraint(grammar, self.tokenizer, n_vocab=self.model.engine.vocab_size)
 
+    def _thought_grammar(self, think: Optional[tuple[str, str]], in_thinking: bool) -> Optional[tuple[str, str]]:
+        """(what goes first in ``start:``, the rules it uses) for the thinking a constrained
+        reply may begin with: its markers' tokens when they are special tokens, any text
+        between them (llama.cpp's ``optional(start + reasoning(until(end)) + end)``), white
+        space after; only the rest and the end when the prompt opened the block; None
+        when the model does not think here."""
+        if think is None:
+            return None
+        open_, close = think
+        close_id = token_id(self.tokenizer.vocab, close)
+        if close_id is not None:  # any text, then the closing token (no text can be it)
+            body = f"thought_text {self._literal(close)}"
+            rules = "thought_text: /(?s:.*)/"
+        else:  # the text up to the first closing marker, which it includes
+            body = "THOUGHT_TO_END"
+            end = re.escape(close).replace("/", "\\/")
+            rules = f"THOUGHT_TO_END: /(?s:.*){end}/ & ~/(?s:.*){end}(?s:.+)/"
+        rules += "\nTHOUGHT_SPACE: /[ \\t\\r\\n]*/"
+        if in_thinking:
+            return f"{body} THOUGHT_SPACE ", rules
+        return f"({self._literal(open_)} {body} THOUGHT_SPACE)? ", rules
+
     def _literal(self, marker: str) -> str:
         """``marker`` in a Lark grammar: its special token when it is one."""
         tid = token_id(self.tokenizer.vocab, marker)
         return f"<[{tid}]>" if tid is not None else json.dumps(marker)
 
-    def _tool_call_grammar(self, tool_choice: Any, close_thinking: Optional[str] = None) -> Any:
+    def _tool_call_grammar(self, tool_choice: Any, thought: Optional[tuple[str, str]] = None) -> Any:
         """A grammar for one call of the session's tools (or of the one named),
-        between the template's tool-call markers when it has them, after
-        ``close_thinking`` when a thinking block is open."""
+        between the template's tool-call markers when it has them, after the thinking
+        ``thought`` allows (`_thought_grammar`)."""
         from ..structured import Grammar, lark_json
 
         if not self.tools:
@@ -389,9 +416,9 @@ class ChatSession:
             tools = [t for t in tools if t["name"] == name]
             if not tools:
                 raise ValueError(f"tool_choice: no tool named {name!r}")
-        think = f'{self._literal(close_thinking)} "\\n\\n" ' if close_thinking else ""
+        think, think_rules = thought if thought else ("", "")
         if self.chat.call_format in (QWEN3_CODER, HARMONY, MINISTRAL):
-            return Grammar.lark(f"start: {think}{self._format_call_grammar(tools)}")
+            return Grammar.lark(f"start: {think}{self._format_call_grammar(tools)}\n{think_rules}")
         # A tool's local references ("#/$defs/X", as pydantic writes them) point into its
         # own parameters: moved under the call's schema, those go to $defs/toolI, and the
         # references with them (they failed: "Pointer '/$defs/X' does not exist").
@@ -414,9 +441,9 @@ class ChatSession:
         if markers is None:
             if not think:
                 return Grammar.json_schema(schema)
-            return Grammar.lark(f"start: {think}call\ncall: {lark_json(schema)}")
+            return Grammar.lark(f"start: {think}call\ncall: {lark_json(schema)}\n{think_rules}")
         return Grammar.lark(f'start: {think}{self._literal(markers[0])} "\\n" call "\\n" '
-                            f"{self._literal(markers[1])}\ncall: {lark_json(schema)}")
+                            f"{self._literal(markers[1])}\ncall: {lark_json(schema)}\n{think_rules}")
 
     def _format_call_grammar(self, tools: list[Message]) -> str:
         """The Lark rules after ``start:`` of one call of ``tools`` written as the template's

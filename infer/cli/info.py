@@ -120,7 +120,9 @@ def describe_model(f: Any) -> dict[str, Any]:
         "rope_original_context": arch_key("rope.scaling.original_context_length"),
         "attention_temperature": arch_key("attention.temperature_scale"),
         "deltanet": None if arch in MAMBA2_ARCHS else _deltanet_summary(arch_key),
-        "mamba2": _mamba2_summary(arch_key, arch == "nemotron_h") if arch in MAMBA2_ARCHS else None,
+        "mamba2": _mamba2_summary(arch_key, arch == "nemotron_h", arch == "falcon-h1") if arch in MAMBA2_ARCHS
+        else None,
+        "mla": _mla_summary(arch_key),
         "experts": arch_key("expert_count"), "experts_used": arch_key("expert_used_count"),
         "expert_feed_forward_length": arch_key("expert_feed_forward_length"),
         # what one token reads: the stacked expert tensors (names *_exps) count as
@@ -163,13 +165,15 @@ def _encoder_summary(arch: str, arch_key: Any, has_head: bool) -> Optional[dict[
 
 
 #: the architectures whose ssm.* keys size Mamba2 layers (a layer with 0 KV heads is one;
-#: in nemotron_h, with a feed_forward_length of 0 too: its MLP-only layers have no KV heads)
-MAMBA2_ARCHS = ("granitehybrid", "nemotron_h")
+#: in nemotron_h, with a feed_forward_length of 0 too: its MLP-only layers have no KV heads;
+#: in falcon-h1, every layer: its mixer is beside attention)
+MAMBA2_ARCHS = ("granitehybrid", "nemotron_h", "falcon-h1")
 
 
-def _mamba2_summary(arch_key: Any, single_half: bool = False) -> Optional[dict[str, Any]]:
-    """Granite 4.0-H's or Nemotron-H's Mamba2 layers (the ssm.* keys; those with
-    head_count_kv 0, and with ``single_half`` feed_forward_length 0): how many, their
+def _mamba2_summary(arch_key: Any, single_half: bool = False, every_layer: bool = False) -> Optional[dict[str, Any]]:
+    """Granite 4.0-H's, Nemotron-H's or Falcon-H1's Mamba2 layers (the ssm.* keys; those
+    with head_count_kv 0, with ``single_half`` feed_forward_length 0, or with
+    ``every_layer`` all of them): how many, their
     heads, and the recurrent state a context keeps (float32 S and conv inputs per layer,
     plus up to transformer.MAX_CHECKPOINTS copies); None with keys that are not counts
     (the loader names those)."""
@@ -186,7 +190,8 @@ def _mamba2_summary(arch_key: Any, single_half: bool = False) -> Optional[dict[s
     kv_list = list(kv) if isinstance(kv, (list, tuple, np.ndarray)) else [kv] * n_layers
     ff = arch_key("feed_forward_length") if single_half else 0
     ff_list = list(ff) if isinstance(ff, (list, tuple, np.ndarray)) else [ff] * n_layers
-    n_recurrent = sum(1 for n, f in zip(kv_list[:n_layers], ff_list) if n == 0 and f == 0)
+    n_recurrent = n_layers if every_layer else \
+        sum(1 for n, f in zip(kv_list[:n_layers], ff_list) if n == 0 and f == 0)
     state = n_recurrent * 4 * (inner * d_state + (conv_kernel - 1) * (inner + 2 * n_groups * d_state))
     return {"layers": n_recurrent, "heads": n_heads, "head_dim": inner // n_heads, "groups": n_groups,
             "state_size": d_state, "conv_kernel": conv_kernel, "state_bytes": state,
@@ -239,6 +244,20 @@ def _human_count(n: int) -> str:
     return str(n)
 
 
+def _mla_summary(arch_key: Any) -> Optional[dict[str, Any]]:
+    """DeepSeek's multi-head latent attention (``attention.kv_lora_rank`` and the _mla
+    head sizes): what each position caches, one F16 row of the latent and the rope key
+    per layer, and the per-head sizes it is decompressed to (None without it)."""
+    rank, rope = arch_key("attention.kv_lora_rank"), arch_key("rope.dimension_count")
+    q_head, v_dim = arch_key("attention.key_length_mla"), arch_key("attention.value_length_mla")
+    layers = arch_key("block_count")
+    if not all(isinstance(v, int) and v > 0 for v in (rank, rope, q_head, v_dim, layers)):
+        return None
+    q_rank = arch_key("attention.q_lora_rank")
+    return {"latent": rank, "rope": rope, "nope": q_head - rope, "value": v_dim,
+            "q_rank": q_rank if isinstance(q_rank, int) else 0, "cache_bytes_per_token": 2 * layers * (rank + rope)}
+
+
 def _active_parameters(f: Any, n_experts: Any, n_used: Any) -> Optional[int]:
     """Parameters a token uses in a mixture of experts (None without experts)."""
     if not (isinstance(n_experts, int) and isinstance(n_used, int) and 0 < n_used <= n_experts):
@@ -288,6 +307,12 @@ def format_model(s: dict[str, Any]) -> str:
                                        f"{dn['conv_kernel']}"))
         rows.append(("recurrent state", f"{_human_bytes(dn['state_bytes'])} per context, and up to "
                                         f"{_human_bytes(dn['checkpoint_bytes'])} of checkpoints for truncation"))
+    mla = s.get("mla")
+    if mla is not None:
+        rows.append(("MLA", f"latent {mla['latent']} + rope key {mla['rope']} cached "
+                            f"({_human_bytes(mla['cache_bytes_per_token'])} per token in F16), heads of "
+                            f"{mla['nope']} + {mla['rope']}, values {mla['value']}"
+                            + (f", q rank {mla['q_rank']}" if mla["q_rank"] else "")))
     m2 = s.get("mamba2")
     if m2 is not None:
         rows.append(("Mamba2", f"{m2['layers']} layers, {m2['heads']} heads of {m2['head_dim']} in "

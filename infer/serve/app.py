@@ -370,9 +370,12 @@ class _Server:
             if size > MAX_BODY:
                 return error(413, f"request body larger than {MAX_BODY} bytes")
             parts.append(part)
+        def no_constant(name: str) -> Any:  # Python reads NaN and Infinity; JSON (RFC 8259) has neither
+            raise ValueError(f"{name} is not a JSON value")
+
         try:
-            body = json.loads(b"".join(parts))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            body = json.loads(b"".join(parts), parse_constant=no_constant)
+        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
             return error(400, f"the request body is not valid JSON: {exc}")
         except RecursionError:
             return error(400, "the request body is nested too deeply")

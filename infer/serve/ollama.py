@@ -385,8 +385,8 @@ def _logprobs(body: Mapping[str, Any]) -> dict[str, Any]:
 
 def _no_images(images: Any, where: str) -> None:
     if images:
-        raise UnsupportedOptionError(f"{where}: images are not supported (this server's model reads text only)",
-                                     "images")
+        raise UnsupportedOptionError(f"{where}: images are not supported: infer runs a model's text part only "
+                                     "(a vision model's mmproj file is not loaded)", "images")
 
 
 def chat_messages(messages: Any) -> list[dict[str, Any]]:

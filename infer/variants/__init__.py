@@ -3,9 +3,11 @@ from . import apertus  # noqa: F401
 from . import arcee  # noqa: F401
 from . import bert  # noqa: F401
 from . import cohere2  # noqa: F401
+from . import deepseek2  # noqa: F401
 from . import ernie4_5  # noqa: F401
 from . import exaone  # noqa: F401
 from . import exaone4  # noqa: F401
+from . import falcon_h1  # noqa: F401
 from . import gemma  # noqa: F401
 from . import gemma2  # noqa: F401
 from . import gemma3  # noqa: F401
@@ -30,6 +32,7 @@ from . import qwen2moe  # noqa: F401
 from . import qwen3  # noqa: F401
 from . import qwen3moe  # noqa: F401
 from . import qwen35  # noqa: F401
+from . import qwen_vl  # noqa: F401
 from . import smollm3  # noqa: F401
 from . import stablelm  # noqa: F401
 from . import starcoder2  # noqa: F401

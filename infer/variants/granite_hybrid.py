@@ -32,7 +32,7 @@ shared expert without a gate.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..gguf import GGUFError
 from ..runtime import UnsupportedModelError, register_variant
@@ -102,14 +102,16 @@ def attention_shape(hp: HParams, dim: int, n_heads: int, kv_heads: List[int]) ->
     return n_kv_heads, head_dim
 
 
-def mamba2_sizes(hp: HParams) -> Mamba2:
-    """The ssm.* keys, required once a layer is recurrent (head_count_kv 0)."""
-    sizes = dict(conv_kernel=hp.integer("ssm.conv_kernel", lo=2, hi=MAX_CONV_WIDTH),
-                 d_state=hp.integer("ssm.state_size", hi=MAX_DELTANET_STATE),
-                 d_inner=hp.integer("ssm.inner_size", hi=2**20), n_heads=hp.integer("ssm.time_step_rank", hi=2**20),
-                 n_groups=hp.integer("ssm.group_count", hi=2**20))
+def mamba2_sizes(hp: HParams, gated_norm: bool = True) -> Mamba2:
+    """The ssm.* keys, required once a layer is recurrent (head_count_kv 0);
+    ``gated_norm``: whether the mixers have ssm_norm (Mamba2.gated_norm)."""
+    sizes: Dict[str, Any] = dict(conv_kernel=hp.integer("ssm.conv_kernel", lo=2, hi=MAX_CONV_WIDTH),
+                                 d_state=hp.integer("ssm.state_size", hi=MAX_DELTANET_STATE),
+                                 d_inner=hp.integer("ssm.inner_size", hi=2**20),
+                                 n_heads=hp.integer("ssm.time_step_rank", hi=2**20),
+                                 n_groups=hp.integer("ssm.group_count", hi=2**20))
     try:
-        return Mamba2(**sizes)
+        return Mamba2(**sizes, gated_norm=gated_norm)
     except ValueError as e:
         raise GGUFError(f"GGUF metadata: {hp.key('ssm.inner_size')}, {hp.key('ssm.time_step_rank')} and "
                         f"{hp.key('ssm.group_count')}: {e}") from None

@@ -43,6 +43,7 @@ from ..gguf import GGUFError
 from ..runtime import UnsupportedModelError, register_variant
 from .hparams import HParams, as_integer, vocab_size
 from .llama import Experts, read_experts
+from .qwen_vl import mrope_text_turns
 from .rope_scaling import read_rope
 from .spec import MAX_CONV_WIDTH, MAX_DELTANET_STATE, DeltaNet, LayerSpec, TransformerSpec
 from .transformer import TransformerEngine
@@ -55,13 +56,7 @@ def imrope_is_neox(sections: Sequence[int], rot_dim: int) -> bool:
     is_imrope) turns every one of the rot_dim / 2 pairs by the text position: pair i
     is in sector i % sum(sections), which takes the time, height or width position
     (all = the text position) or else the extra one (0 for text)."""
-    total = sum(sections)
-    for pair in range(rot_dim // 2):
-        sector = pair % total
-        if not ((sector % 3 == 0 and sector < 3 * sections[0]) or (sector % 3 == 1 and sector < 3 * sections[1])
-                or (sector % 3 == 2 and sector < 3 * sections[2])):
-            return False
-    return True
+    return all(mrope_text_turns(sections, rot_dim // 2, interleaved=True))
 
 
 def qwen35_spec(gguf_file: Any, moe: bool) -> Tuple[TransformerSpec, HParams, Tuple[str, ...]]:

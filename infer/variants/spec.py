@@ -94,6 +94,25 @@ selective state space scan with a state S_h (head_dim x d_state per head h):
         S_h = S_h dA_h + (x_h dt_h) B_g^T ; y_h = S_h C_g + D_h x_h    (g: h's group)
         x += rmsnorm_per_group(y * silu(z), ssm_norm) Wssm_out
 
+(without ``Mamba2.gated_norm``, no ssm_norm: x += (y * silu(z)) Wssm_out).  An attention
+layer with ``LayerSpec.parallel_mamba2`` (Falcon-H1) runs such a mixer beside its
+attention on the same normed h, and both outputs are added to x.
+
+A layer of kind "mla" (DeepSeek's multi-head latent attention, `MLA`; llama.cpp's
+deepseek2 with attn_k_b / attn_v_b) caches one latent row per position and decompresses
+through it (the Python blocks only):
+
+        q = h Wq  (or rmsnorm(h Wq_a, q_a_norm) Wq_b)  per head: nope | rope parts
+        c, k_r = split(h Wkv_a_mqa)                   (kv_lora_rank, rope_dim)
+        c = rmsnorm(c, kv_a_norm) ; rope(k_r), rope(q_rope)
+        cache [c | k_r] (one head of kv_lora_rank + rope_dim: TransformerSpec.head_dim)
+        per head: q' = [Wk_b q_nope | q_rope] ; a = softmax(q' . K * mla.kq_scale) over the
+                  cached rows ; o = Wv_b (a . c)                     (V is the cached c)
+        x += concat(o) Wo
+
+(With the older conversions' attn_kv_b, `MLA.decompressed`, the latent is decompressed
+into per-head keys [c Wk_h | k_r] and values c Wv_h, which are cached instead.)
+
 Tensor names follow llama.cpp's GGUF conventions (`blk.N.attn_q.weight`, ...;
 see `weights.py`).
 """
@@ -124,7 +143,7 @@ QK_NORM_SCOPES = ("head", "all")
 NORM_KINDS = ("rms", "layer")
 #: how a layer mixes positions (LayerSpec.kind); "mlp": it does not, the layer is its
 #: FFN alone (Nemotron-H)
-LAYER_KINDS = ("attention", "shortconv", "deltanet", "mamba2", "mlp")
+LAYER_KINDS = ("attention", "shortconv", "deltanet", "mamba2", "mlp", "mla")
 #: the recurrent kinds (a state per context, checkpoints for truncate_to)
 RECURRENT_KINDS = ("deltanet", "mamba2")
 #: the kinds without a KV cache of their own
@@ -151,7 +170,8 @@ class Rope:
     scale: float = 1.0
     #: per-pair divisors of the frequencies (head_dim / 2 values): llama3 rope
     #: scaling's ``rope_freqs.weight``, Phi-3 LongRoPE's factors, or factors a
-    #: variant computed (YaRN's ramp).  None: all 1.
+    #: variant computed (YaRN's ramp; +inf: a pair that does not turn, M-RoPE's
+    #: extra section for text, qwen_vl.py).  None: all 1.
     freq_factors: Optional[Tuple[float, ...]] = None
     #: multiplies cos and sin (YaRN / LongRoPE magnitude scaling; 1.0: none)
     attn_factor: float = 1.0
@@ -168,8 +188,8 @@ class Rope:
             raise ValueError(f"rope scale: must be a finite number > 0, got {self.scale}")
         if not math.isfinite(self.attn_factor):
             raise ValueError(f"rope attn_factor: must be finite, got {self.attn_factor}")
-        if self.freq_factors is not None and not all(math.isfinite(f) and f > 0 for f in self.freq_factors):
-            raise ValueError("rope freq_factors: every factor must be a finite number > 0")
+        if self.freq_factors is not None and not all(f > 0 and not math.isnan(f) for f in self.freq_factors):
+            raise ValueError("rope freq_factors: every factor must be a number > 0 (+inf: the pair does not turn)")
         if self.rot_dim is not None and (self.rot_dim < 2 or self.rot_dim % 2):
             raise ValueError(f"rope rot_dim: must be even and >= 2, got {self.rot_dim}")
 
@@ -238,8 +258,22 @@ class MoE:
     #: False: the shared expert's output is added as it is, with no sigmoid gate and
     #: no ffn_gate_inp_shexp (Granite 4.0-H's shared MLP; the Python blocks only)
     shared_gated: bool = True
+    #: expert groups (DeepSeek V3's expert_group_count / expert_group_used_count): the
+    #: experts e in [g n / n_groups, (g + 1) n / n_groups) form group g, each group
+    #: scores the sum of its two largest selection keys, and only the experts of the
+    #: n_groups_used best groups are chosen from (llama.cpp's build_moe_ffn; the Python
+    #: blocks only).  1: none
+    n_groups: int = 1
+    n_groups_used: int = 0
 
     def __post_init__(self) -> None:
+        if self.n_groups != 1 and (isinstance(self.n_groups, bool) or not isinstance(self.n_groups, int)
+                                   or self.n_groups < 1 or self.n_experts % self.n_groups
+                                   or self.n_experts // self.n_groups < 2
+                                   or not 1 <= self.n_groups_used < self.n_groups):
+            raise ValueError(f"moe n_groups: {self.n_groups} groups ({self.n_groups_used} used) of "
+                             f"{self.n_experts} experts: need groups of at least two experts and "
+                             "1 <= groups used < groups")
         for name in ("n_experts", "n_used", "ffn_dim"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
@@ -314,6 +348,9 @@ class Mamba2:
     d_inner: int
     n_heads: int
     n_groups: int
+    #: y * silu(z) is RMS-normalised per group with ssm_norm; False: no ssm_norm tensor,
+    #: the gated y goes to ssm_out as it is (Falcon-H1 without mamba_rms_norm)
+    gated_norm: bool = True
 
     def __post_init__(self) -> None:
         for name in ("conv_kernel", "d_state", "d_inner", "n_heads", "n_groups"):
@@ -346,6 +383,62 @@ class Mamba2:
     def state_floats(self) -> int:
         """float32 values of one layer's recurrent state: S and the conv inputs kept."""
         return self.d_inner * self.d_state + (self.conv_kernel - 1) * self.conv_dim
+
+
+@dataclass(frozen=True)
+class MLA:
+    """The sizes of DeepSeek's multi-head latent attention (llama.cpp's deepseek2:
+    ``attention.q_lora_rank``, ``attention.kv_lora_rank``, ``attention.key_length_mla``
+    = nope_dim + rope_dim, ``attention.value_length_mla`` = v_dim, ``rope.dimension_count``
+    = rope_dim) and the scale of q.k (llama.cpp's kq_scale: mscale^2 / sqrt(nope_dim +
+    rope_dim), mscale from YaRN's factor and log multiplier)."""
+
+    kv_lora_rank: int
+    nope_dim: int
+    rope_dim: int
+    v_dim: int
+    kq_scale: float
+    #: 0: no low-rank q (attn_q); else attn_q_a (q_lora_rank x dim), its norm, attn_q_b
+    q_lora_rank: int = 0
+    #: the older conversions' unsplit attn_kv_b: llama.cpp decompresses the latent into
+    #: per-head keys [k_nope | k_rope] and values and caches those (n_heads KV heads,
+    #: both padded with zeros to `cache_dim`), as plain multi-head attention
+    decompressed: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("kv_lora_rank", "nope_dim", "rope_dim", "v_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**20:
+                raise ValueError(f"mla {name}: must be an integer in [1, 2**20], got {value!r}")
+        if isinstance(self.q_lora_rank, bool) or not isinstance(self.q_lora_rank, int) \
+                or not 0 <= self.q_lora_rank <= 2**20:
+            raise ValueError(f"mla q_lora_rank: must be an integer in [0, 2**20], got {self.q_lora_rank!r}")
+        if self.rope_dim % 2:
+            raise ValueError(f"mla rope_dim: {self.rope_dim} is odd (RoPE rotates pairs)")
+        if not (math.isfinite(self.kq_scale) and self.kq_scale > 0):
+            raise ValueError(f"mla kq_scale: must be a finite number > 0, got {self.kq_scale}")
+
+    @property
+    def q_head_dim(self) -> int:
+        """One head's projected q: nope, then rope."""
+        return self.nope_dim + self.rope_dim
+
+    @property
+    def cache_dim(self) -> int:
+        """One position's cached row: the normed latent, then the rotated rope key (or,
+        decompressed, one head's key or value, the longer of the two)."""
+        if self.decompressed:
+            return max(self.q_head_dim, self.v_dim)
+        return self.kv_lora_rank + self.rope_dim
+
+    @property
+    def kv_a_dim(self) -> int:
+        """The rows of attn_kv_a_mqa: the latent, then the shared rope key."""
+        return self.kv_lora_rank + self.rope_dim
+
+    def cache_heads(self, n_heads: int) -> int:
+        """The KV heads cached: one latent row, or each head's decompressed key and value."""
+        return n_heads if self.decompressed else 1
 
 
 @dataclass(frozen=True)
@@ -387,8 +480,13 @@ class LayerSpec:
     #: their mixer alone, x += mixer(norm(x, attn_norm)); an "mlp" layer is its FFN
     #: alone, x += ffn(norm(x, attn_norm)))
     ffn: bool = True
+    #: an attention layer that also runs a Mamba2 mixer (sized by TransformerSpec.mamba2)
+    #: on the same normed input, both outputs added to x (Falcon-H1)
+    parallel_mamba2: bool = False
 
     def __post_init__(self) -> None:
+        if self.parallel_mamba2 and self.kind != "attention":
+            raise ValueError(f"parallel_mamba2: only beside attention, not in a {self.kind!r} layer")
         if self.kind == "mlp" and not self.ffn:
             raise ValueError("layer kind 'mlp': the layer is its FFN (ffn must be True)")
         if not 0 <= self.window <= 2**31 - 1:
@@ -538,6 +636,16 @@ class TransformerSpec:
     #: output.bias added to the logits (before logit_scale and soft-capping; Phi-2)
     output_bias: bool = False
 
+    # ---- Falcon-H1 (after the fields above, so that other families' additions stay apart)
+    #: the FFN's pre-norm tensor is named without ".weight" (blk.N.ffn_norm: Falcon-H1's
+    #: converter maps pre_ff_layernorm.weight whole, and llama.cpp reads that name)
+    ffn_norm_bare: bool = False
+
+    # ---- DeepSeek's multi-head latent attention (after the fields above, so that other families' additions stay apart)
+    #: the sizes of the layers of kind "mla" (None: the model has none); head_dim and
+    #: n_kv_heads are then the cached row's (mla.cache_dim, 1)
+    mla: Optional[MLA] = None
+
     def __post_init__(self) -> None:
         for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
                      "vocab_size", "max_seq_len"):
@@ -607,8 +715,16 @@ class TransformerSpec:
             raise ValueError(f"per_layer_dim: must be an integer in [0, 2**31 - 1], got {self.per_layer_dim!r}")
         if any(layer.kind == "deltanet" for layer in self.layers) and self.deltanet is None:
             raise ValueError("layers: a deltanet layer needs the spec's deltanet sizes")
-        if any(layer.kind == "mamba2" for layer in self.layers) and self.mamba2 is None:
+        if any(layer.kind == "mamba2" or layer.parallel_mamba2 for layer in self.layers) and self.mamba2 is None:
             raise ValueError("layers: a mamba2 layer needs the spec's mamba2 sizes")
+        if any(layer.kind == "mla" for layer in self.layers) and (
+                self.mla is None or (self.head_dim, self.n_kv_heads) != (self.mla.cache_dim,
+                                                                         self.mla.cache_heads(self.n_heads))):
+            raise ValueError("layers: an mla layer needs the spec's mla sizes, with head_dim the cached row's "
+                             "(kv_lora_rank + rope_dim) and one KV head (decompressed: n_heads of the longer "
+                             "of a key and a value)")
+        if any(layer.parallel_mamba2 for layer in self.layers) and self.parallel_blocks:
+            raise ValueError("parallel_mamba2: not with parallel_blocks (the FFN reads x after both mixers)")
         if self.deltanet_layers and self.mamba2_layers:
             raise ValueError("layers: deltanet and mamba2 layers in one model are not supported")
         for li in range(self.n_layers):
@@ -675,13 +791,19 @@ class TransformerSpec:
 
     @property
     def mamba2_layers(self) -> Tuple[int, ...]:
-        """The indices of the mamba2 layers (their order is the recurrent state's)."""
-        return tuple(i for i, layer in enumerate(self.layers) if layer.kind == "mamba2")
+        """The indices of the layers with a Mamba2 mixer, of kind mamba2 or beside
+        attention (their order is the recurrent state's)."""
+        return tuple(i for i, layer in enumerate(self.layers) if layer.kind == "mamba2" or layer.parallel_mamba2)
 
     @property
     def recurrent_layers(self) -> Tuple[int, ...]:
         """The layers with a recurrent state (deltanet or mamba2; a model has one kind)."""
-        return tuple(i for i, layer in enumerate(self.layers) if layer.kind in RECURRENT_KINDS)
+        return tuple(i for i, layer in enumerate(self.layers)
+                     if layer.kind in RECURRENT_KINDS or layer.parallel_mamba2)
+
+    def ffn_norm_name(self, li: int) -> str:
+        """Layer li's FFN pre-norm tensor."""
+        return f"blk.{li}.{self.ffn_norm_tensor}" + ("" if self.ffn_norm_bare else ".weight")
 
     @property
     def q_dim(self) -> int:

@@ -124,9 +124,18 @@ class TransformerEngine(Engine):
     def fused_step(self, spec: Optional[TransformerSpec] = None) -> Any:
         """The fused decode step (kernels.TransformerDecoder) of spec (default: the
         engine's), built on first use.  Call inside `running`."""
+        if any(layer.parallel_mamba2 for layer in (spec or self.spec).layers):
+            raise NotImplementedError("the fused decode step has no Mamba2 mixers beside attention (Falcon-H1): "
+                                      "this model decodes through the Python blocks")
         spec = spec or self.spec
         if not _has_attention(spec):
             raise NotImplementedError("the fused decode step needs an attention layer: this model "
+                                      "decodes through the Python blocks")
+        if spec.mla is not None:
+            raise NotImplementedError("the fused decode step has no multi-head latent attention: this model "
+                                      "decodes through the Python blocks")
+        if spec.moe is not None and spec.moe.n_groups > 1:
+            raise NotImplementedError("the fused decode step has no expert groups: this model "
                                       "decodes through the Python blocks")
         if not _fused_layers(spec):
             raise NotImplementedError("the fused decode step has no FFN-only layers, layers without an FFN "
@@ -215,9 +224,11 @@ def _has_attention(spec: TransformerSpec) -> bool:
 
 def _fused_layers(spec: TransformerSpec) -> bool:
     """Whether the fused step has every layer's shape: each a mixer and an FFN, and
-    experts with a gate."""
-    return all(layer.ffn and layer.kind != "mlp" for layer in spec.layers) and \
-        (spec.moe is None or spec.activation not in UNGATED)
+    experts with a gate; not Falcon-H1's Mamba2 mixers beside attention, nor Mamba2
+    mixers without the gated norm."""
+    return all(layer.ffn and layer.kind not in ("mlp", "mla") and not layer.parallel_mamba2
+               for layer in spec.layers) and \
+        (spec.moe is None or spec.activation not in UNGATED) and (spec.mamba2 is None or spec.mamba2.gated_norm)
 
 
 def _build_decoder(spec: TransformerSpec, w: ModelWeights) -> Any:
@@ -367,7 +378,8 @@ class TransformerContext(Context):
         # np.zeros maps untouched pages lazily: memory grows with the positions used.
         try:
             self.k_cache = np.zeros(shape, dtype=kv_dtype)
-            self.v_cache = np.zeros(shape, dtype=kv_dtype)
+            # mla layers attend to their latent rows in the K cache: no V cache
+            self.v_cache = np.zeros(shape if _has_v_cache(spec) else shape[:-2] + (0, shape[-1]), dtype=kv_dtype)
         except MemoryError:
             size = 2 * math.prod(shape) * np.dtype(kv_dtype).itemsize
             raise ValueError(f"n_ctx: a KV cache of {self.n_ctx} positions needs {size / 2**30:,.1f} GiB "
@@ -461,8 +473,12 @@ class TransformerContext(Context):
             self._deltanet(w, li, s, segments)
         elif kind == "mamba2":
             self._mamba2(w, li, s, segments)
+        elif kind == "mla":
+            self._mla_attention(w, li, s, segments)
         elif kind != "mlp":   # an "mlp" layer is its FFN alone, on the attn_norm'd h1
             self._attention(w, li, s, segments)
+            if spec.layers[li].parallel_mamba2:   # Falcon-H1: its mixer reads the same h1
+                self._mamba2(w, li, s, segments)
         if not spec.layers[li].ffn:   # the mixer alone (Nemotron-H)
             return
         ffn = spec.layer_ffn_dim(li)
@@ -566,6 +582,98 @@ class TransformerContext(Context):
             s.h2 += w.o_bias.data
         self._residual(s, w.post_attn_norm)
 
+    def _mla_attention(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"]) -> None:
+        """The multi-head latent attention half of a DeepSeek block: s.h1 (normed) -> x +=
+        attention (spec.py; llama.cpp src/models/deepseek2.cpp with attn_k_b / attn_v_b).
+        Each position caches one row [rmsnorm(latent) | rope(k_rope)]; each head's nope
+        query is absorbed into the latent's space by its attn_k_b, attends over the rows
+        as one shared KV head (V: the rows' latent part) and is decompressed by its attn_v_b."""
+        spec, mla = self.spec, self.spec.mla
+        assert mla is not None and w.wkv_a is not None and w.kv_a_norm is not None and w.wo is not None
+        n, n_heads, eps = s.n, spec.n_heads, spec.rms_eps
+        rank, nope, cache_dim = mla.kv_lora_rank, mla.nope_dim, mla.cache_dim
+        q_proj = np.empty((n, n_heads * mla.q_head_dim), np.float32)
+        kv = np.empty((n, mla.kv_a_dim), np.float32)
+        if w.wq_a is not None and w.q_a_norm is not None and w.wq_b is not None:   # low-rank q
+            q_a = np.empty((n, mla.q_lora_rank), np.float32)
+            s.mul(s.h1, (w.wq_a, q_a), (w.wkv_a, kv))
+            K.rmsnorm(q_a, w.q_a_norm.data, q_a, eps)
+            _mul(q_a, w.wq_b, q_proj)
+        else:
+            assert w.wq is not None
+            s.mul(s.h1, (w.wq, q_proj), (w.wkv_a, kv))
+        heads = q_proj.reshape(n, n_heads, mla.q_head_dim)
+        latent = np.ascontiguousarray(kv[:, :rank])
+        K.rmsnorm(latent, w.kv_a_norm.data, latent, eps)
+        k_rope = np.ascontiguousarray(kv[:, rank:]).reshape(n, 1, mla.rope_dim)
+        q_rope = np.ascontiguousarray(heads[:, :, nope:])
+        if mla.decompressed:
+            self._decompressed_attention(w, li, s, segments, heads, latent, k_rope, q_rope)
+            return
+        assert w.wk_b is not None and w.wv_b is not None
+        rows = np.empty((n, 1, cache_dim), np.float32)   # what the cache stores
+        rows[:, 0, :rank] = latent
+        # q' = [Wk_b q_nope | q_rope] per head, attending over [latent | k_rope]
+        q_full = s.rows(s.q, n_heads * cache_dim).reshape(n, n_heads, cache_dim)
+        absorbed = np.empty((n, rank), np.float32)
+        for h in range(n_heads):
+            _mul(np.ascontiguousarray(heads[:, h, :nope]), w.wk_b.row_slice(h * rank, (h + 1) * rank), absorbed)
+            q_full[:, h, :rank] = absorbed
+        for ctx, lo, hi, pos0 in segments:
+            self._rope_parts(li, (q_rope[lo:hi], k_rope[lo:hi]), pos0)
+            q_full[lo:hi, :, rank:] = q_rope[lo:hi]
+            rows[lo:hi, :, rank:] = k_rope[lo:hi]
+            cache = ctx.k_layers[li]
+            K.kv_store(rows[lo:hi], cache, pos0)
+            # the latent is the value: the output's first rank values per head
+            K.attention(q_full[lo:hi], cache, cache, pos0, q_full[lo:hi], scale=mla.kq_scale)
+        values = np.empty((n, n_heads, mla.v_dim), np.float32)
+        decompressed = np.empty((n, mla.v_dim), np.float32)
+        for h in range(n_heads):
+            _mul(np.ascontiguousarray(q_full[:, h, :rank]), w.wv_b.row_slice(h * mla.v_dim, (h + 1) * mla.v_dim),
+                 decompressed)
+            values[:, h] = decompressed
+        s.mul(values.reshape(n, -1), (w.wo, s.h2))
+        self._residual(s, None)
+
+    def _rope_parts(self, li: int, parts: Sequence[NDArray[Any]], pos0: int) -> None:
+        """RoPE on the rope parts (n, heads, rope_dim) of an mla layer, in place."""
+        mla, rope = self.spec.mla, self.spec.layers[li].rope
+        assert mla is not None
+        if rope is None:
+            return
+        factors = rope.factors_array(mla.rope_dim)
+        for x in parts:
+            K.rope(x, pos0, rope.base, neox=rope.neox, rot_dim=rope.rotated(mla.rope_dim),
+                   freq_scale=rope.scale, freq_factors=factors, attn_factor=rope.attn_factor)
+
+    def _decompressed_attention(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"],
+                                heads: NDArray[Any], latent: NDArray[Any], k_rope: NDArray[Any],
+                                q_rope: NDArray[Any]) -> None:
+        """An mla layer of the older layout (attn_kv_b), as llama.cpp runs it: the latent
+        decompressed into per-head keys [k_nope | k_rope] and values, cached as such
+        (zero-padded to cache_dim), then multi-head attention."""
+        spec, mla = self.spec, self.spec.mla
+        assert mla is not None and w.wkv_b is not None and w.wo is not None
+        n, n_heads, nope, width = s.n, spec.n_heads, mla.nope_dim, mla.cache_dim
+        kv = np.empty((n, n_heads * (nope + mla.v_dim)), np.float32)
+        _mul(latent, w.wkv_b, kv)
+        kv_heads = kv.reshape(n, n_heads, nope + mla.v_dim)
+        q, k, v = (np.zeros((n, n_heads, width), np.float32) for _ in range(3))
+        q[:, :, :nope] = heads[:, :, :nope]
+        k[:, :, :nope] = kv_heads[:, :, :nope]
+        v[:, :, :mla.v_dim] = kv_heads[:, :, nope:]
+        for ctx, lo, hi, pos0 in segments:
+            self._rope_parts(li, (q_rope[lo:hi], k_rope[lo:hi]), pos0)
+            q[lo:hi, :, nope:mla.q_head_dim] = q_rope[lo:hi]
+            k[lo:hi, :, nope:mla.q_head_dim] = k_rope[lo:hi]   # one rope key shared by the heads
+            k_cache, v_cache = ctx.k_layers[li], ctx.v_layers[li]
+            K.kv_store(k[lo:hi], k_cache, pos0)
+            K.kv_store(v[lo:hi], v_cache, pos0)
+            K.attention(q[lo:hi], k_cache, v_cache, pos0, q[lo:hi], scale=mla.kq_scale)
+        s.mul(np.ascontiguousarray(q[:, :, :mla.v_dim]).reshape(n, -1), (w.wo, s.h2))
+        self._residual(s, None)
+
     def _per_layer_embedding(self, w: LayerWeights, li: int, s: "_Scratch") -> None:
         """x += rmsnorm(Wproj (gelu(Wgate x) * ple[li]), post_norm): Gemma 4's PLE."""
         assert w.ple_gate is not None and w.ple_proj is not None and w.ple_post_norm is not None
@@ -649,13 +757,14 @@ class TransformerContext(Context):
         self._residual(s, None)
 
     def _mamba2(self, w: LayerWeights, li: int, s: "_Scratch", segments: Sequence["_Segment"]) -> None:
-        """The Mamba2 half of a Granite 4.0-H block: s.h1 (normed) -> x += the SSM
-        mixer (spec.py; llama.cpp build_mamba2_layer and ggml's ssm_conv / ssm_scan).
-        Each context keeps the layer's last conv_kernel - 1 conv inputs and its state
-        S, which advance through the segment's tokens in order."""
+        """The Mamba2 half of a Granite 4.0-H block (or Falcon-H1's, beside its
+        attention): s.h1 (normed) -> x += the SSM mixer (spec.py; llama.cpp
+        build_mamba2_layer and ggml's ssm_conv / ssm_scan).  Each context keeps the
+        layer's last conv_kernel - 1 conv inputs and its state S, which advance through
+        the segment's tokens in order."""
         m2 = self.spec.mamba2
         assert m2 is not None and w.ssm_in is not None and w.ssm_conv is not None and w.ssm_dt is not None
-        assert w.ssm_a is not None and w.ssm_d is not None and w.ssm_norm is not None and w.ssm_out is not None
+        assert w.ssm_a is not None and w.ssm_d is not None and w.ssm_out is not None
         mi = self.spec.mamba2_layers.index(li)
         n, inner, conv_dim = s.n, m2.d_inner, m2.conv_dim
         zxbcdt = s.rows(s.m2_in, m2.in_dim)
@@ -678,9 +787,10 @@ class TransformerContext(Context):
             K.mamba2_scan(np.ascontiguousarray(conv), np.ascontiguousarray(dt[lo:hi]), w.ssm_a.data, w.ssm_d.data,
                           ctx.ssm_state[mi], y[lo:hi], m2.d_state, m2.n_groups)
         y *= z * _sigmoid(z)
-        grouped = y.reshape(n * m2.n_groups, inner // m2.n_groups)
-        K.rmsnorm(grouped, s.ones(inner // m2.n_groups), grouped, self.spec.rms_eps)
-        y *= w.ssm_norm.data
+        if w.ssm_norm is not None:   # (Mamba2.gated_norm)
+            grouped = y.reshape(n * m2.n_groups, inner // m2.n_groups)
+            K.rmsnorm(grouped, s.ones(inner // m2.n_groups), grouped, self.spec.rms_eps)
+            y *= w.ssm_norm.data
         s.mul(y, (w.ssm_out, s.h2))
         self._residual(s, None)
 
@@ -855,8 +965,8 @@ class TransformerContext(Context):
         """(name, (kv_heads, n_ctx, head_dim) or (layers, kv_heads, n_ctx, head_dim)
         array) of every cache that holds positions: the whole k and v caches, or
         with `_kv_layout`'s flat rows, each owning layer's view."""
-        if self.spec.uniform_kv:
-            return [("k", self.k_cache), ("v", self.v_cache)]
+        if self.spec.uniform_kv:   # (mla layers: no V cache)
+            return [("k", self.k_cache)] + ([("v", self.v_cache)] if _has_v_cache(self.spec) else [])
         return [(f"{kv}.{li}", caches[li]) for li in self.spec.kv_owners()
                 for kv, caches in (("k", self.k_layers), ("v", self.v_layers))]
 
@@ -1007,6 +1117,12 @@ def _per_layer_inputs(spec: TransformerSpec, w: ModelWeights, batch: NDArray[Any
     K.scale(s.ple, 1.0 / math.sqrt(2.0))
 
 
+def _has_v_cache(spec: TransformerSpec) -> bool:
+    """Whether a context caches values: not with latent attention, whose values are the
+    cached latent rows (unless the file's layout has it decompress them)."""
+    return spec.mla is None or spec.mla.decompressed
+
+
 def _kv_shape(spec: TransformerSpec, n_ctx: int) -> Tuple[int, ...]:
     """The KV cache's shape: (layers, kv_heads, n_ctx, head_dim) when every layer
     has its own cache of the model's shape, else one flat row per layer that owns a
@@ -1063,6 +1179,8 @@ def route(h: NDArray[Any], router: Matrix, moe: MoE, bias: Optional[Any] = None,
         probs /= probs.sum(axis=1, keepdims=True)
     # every gating keeps the logits' order, so without a bias the logits choose
     keys = logits if bias is None else probs + bias.data.astype(np.float64)
+    if moe.n_groups > 1:
+        keys = _grouped_keys(probs if bias is None else keys, moe)
     experts = np.argsort(-keys, axis=1, kind="stable")[:, :moe.n_used]
     if moe.gating == "softmax_weight":
         chosen = np.take_along_axis(wide, experts, axis=1)   # logits less their max
@@ -1076,6 +1194,19 @@ def route(h: NDArray[Any], router: Matrix, moe: MoE, bias: Optional[Any] = None,
     if moe.weight_scale != 1.0:
         weights *= np.float32(moe.weight_scale)
     return experts, weights
+
+
+def _grouped_keys(keys: NDArray[Any], moe: MoE) -> NDArray[Any]:
+    """The selection keys (n, n_experts) with every expert outside each row's
+    n_groups_used best groups set to -inf; a group scores the sum of its two largest
+    keys (llama.cpp's build_moe_ffn)."""
+    n = keys.shape[0]
+    grouped = keys.reshape(n, moe.n_groups, moe.n_experts // moe.n_groups)
+    scores = -np.sort(-grouped, axis=2)[:, :, :2].sum(axis=2)
+    best = np.argsort(-scores, axis=1, kind="stable")[:, :moe.n_groups_used]
+    kept = np.zeros((n, moe.n_groups), bool)
+    np.put_along_axis(kept, best, True, axis=1)
+    return np.where(kept[:, :, None], grouped, -np.inf).reshape(n, moe.n_experts)
 
 
 def _ungated(activation: str, xielu: Optional[Tuple[float, float, float, float]], up: NDArray[Any],

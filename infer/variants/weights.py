@@ -243,6 +243,21 @@ class LayerWeights:
     #: ffn_up.bias (ffn_dim) and ffn_down.bias (dim) of an FFN without a gate (spec ffn_bias)
     ffn_up_bias: Optional[Vector] = None
     ffn_down_bias: Optional[Vector] = None
+    #: an mla layer (spec.MLA): attn_q_a (q_lora_rank x dim), attn_q_a_norm and attn_q_b
+    #: (n_heads * q_head_dim x q_lora_rank) in place of wq if it has a low-rank q;
+    #: attn_kv_a_mqa (cache_dim x dim: the latent, then the rope key), attn_kv_a_norm
+    #: (kv_lora_rank); attn_k_b stacked per head (kv_lora_rank x nope_dim each: head h's
+    #: q_nope -> latent) and attn_v_b (v_dim x kv_lora_rank each: latent -> head h's value)
+    wq_a: Optional[Matrix] = None
+    q_a_norm: Optional[Vector] = None
+    wq_b: Optional[Matrix] = None
+    wkv_a: Optional[Matrix] = None
+    kv_a_norm: Optional[Vector] = None
+    wk_b: Optional[Matrix] = None
+    wv_b: Optional[Matrix] = None
+    #: the older conversions' attn_kv_b (n_heads * (nope_dim + v_dim) x kv_lora_rank: per
+    #: head, the key's nope rows, then the value's), in place of wk_b and wv_b (MLA.decompressed)
+    wkv_b: Optional[Matrix] = None
 
     def ffn(self) -> Tuple[Matrix, Matrix, Matrix]:
         """(gate, up, down) of a layer with an FFN half."""
@@ -324,6 +339,9 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         if spec.layers[i].kind == "mlp":
             layers.append(_mlp_layer(spec, i, t))
             continue
+        if spec.layers[i].kind == "mla":
+            layers.append(_mla_layer(spec, i, t))
+            continue
         ls = spec.layers[i]
         hd = spec.layer_head_dim(i)
         q_dim, kv_dim = spec.n_heads * hd, spec.layer_kv_heads(i) * hd
@@ -352,7 +370,7 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
         w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
         attn_norm = v("attn_norm", d) if spec.pre_norms else None
         # parallel blocks: one norm feeds both halves (the fused step norms x again for the FFN)
-        ffn_norm = attn_norm if spec.parallel_blocks else v(spec.ffn_norm_tensor, d) \
+        ffn_norm = attn_norm if spec.parallel_blocks else t.vector(spec.ffn_norm_name(i), d) \
             if spec.pre_norms and ls.ffn else None
         L = LayerWeights(
             attn_norm=attn_norm, wq=wq, wk=wk, wv=wv,
@@ -383,6 +401,8 @@ def load_weights(spec: TransformerSpec, tensors: Dict[str, Any],
             L.post_ffn_norm = v("post_ffw_norm", d)
         if ls.out_scale:
             L.out_scale = v("layer_output_scale", 1)
+        if ls.parallel_mamba2:
+            _mamba2_mixer(spec, i, t, L)
         _ffn_biases(spec, i, t, L)
         if spec.per_layer_dim:
             L.ple_gate = m("inp_gate", spec.per_layer_dim, d)
@@ -518,6 +538,41 @@ def _shortconv_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights
         conv_kernel=kernel.data.view(np.float32).reshape(d, width), **experts)
 
 
+def _mla_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
+    """Layer i of kind "mla" (llama.cpp's deepseek2 with the split attn_k_b / attn_v_b
+    the converter writes): its attention tensors (`LayerWeights`), pre-norms and FFN."""
+    mla = spec.mla
+    assert mla is not None
+    if (spec.qkv_bias or spec.qk_norm or spec.post_attn_norm or spec.post_ffn_norm or not spec.pre_norms
+            or spec.norm_bias or spec.per_layer_dim or spec.parallel_blocks or spec.out_bias or spec.attn_sinks
+            or spec.norm_kind != "rms" or spec.layers[i].head_dim is not None or spec.layers[i].n_kv_heads is not None
+            or spec.layers[i].kv_source is not None or spec.layers[i].v_from_k or spec.layers[i].out_scale):
+        raise UnsupportedModelError("an mla layer with biases, q/k norms, post-norms, per-layer sizes or without "
+                                    "RMS pre-norms is not implemented", [])
+    d, p = spec.dim, f"blk.{i}."
+    q_rows = spec.n_heads * mla.q_head_dim
+    experts = _expert_pieces(spec, i, t)
+    w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
+    L = LayerWeights(attn_norm=t.vector(p + "attn_norm.weight", d), wq=None, wk=None, wv=None,
+                     wo=t.matrix(p + "attn_output.weight", d, spec.n_heads * mla.v_dim),
+                     ffn_norm=t.vector(p + "ffn_norm.weight", d), w_gate=w_gate, w_up=w_up, w_down=w_down,
+                     **experts)
+    if mla.q_lora_rank:
+        L.wq_a = t.matrix(p + "attn_q_a.weight", mla.q_lora_rank, d)
+        L.q_a_norm = t.vector(p + "attn_q_a_norm.weight", mla.q_lora_rank)
+        L.wq_b = t.matrix(p + "attn_q_b.weight", q_rows, mla.q_lora_rank)
+    else:
+        L.wq = t.matrix(p + "attn_q.weight", q_rows, d)
+    L.wkv_a = t.matrix(p + "attn_kv_a_mqa.weight", mla.kv_a_dim, d)
+    L.kv_a_norm = t.vector(p + "attn_kv_a_norm.weight", mla.kv_lora_rank)
+    if mla.decompressed:
+        L.wkv_b = t.matrix(p + "attn_kv_b.weight", spec.n_heads * (mla.nope_dim + mla.v_dim), mla.kv_lora_rank)
+    else:
+        L.wk_b = t.matrix(p + "attn_k_b.weight", mla.kv_lora_rank, mla.nope_dim, spec.n_heads)
+        L.wv_b = t.matrix(p + "attn_v_b.weight", mla.v_dim, mla.kv_lora_rank, spec.n_heads)
+    return L
+
+
 def _mlp_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
     """An FFN-only layer's tensors (Nemotron-H; llama.cpp's names): attn_norm, the one
     norm of the layer, and the FFN without a gate (optionally with its biases)."""
@@ -558,14 +613,25 @@ def _mamba2_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
     experts = _expert_pieces(spec, i, t)
     w_gate, w_up, w_down = _ffn_matrices(spec, i, t)
     L = LayerWeights(attn_norm=t.vector(p + "attn_norm.weight", d), wq=None, wk=None, wv=None, wo=None,
-                     ffn_norm=t.vector(p + spec.ffn_norm_tensor + ".weight", d) if spec.layers[i].ffn else None,
+                     ffn_norm=t.vector(spec.ffn_norm_name(i), d) if spec.layers[i].ffn else None,
                      w_gate=w_gate, w_up=w_up, w_down=w_down, **experts)
+    _mamba2_mixer(spec, i, t, L)
+    return L
+
+
+def _mamba2_mixer(spec: TransformerSpec, i: int, t: _Tensors, L: LayerWeights) -> None:
+    """Layer i's Mamba2 mixer tensors into L (a mamba2 layer's, or Falcon-H1's beside
+    attention; llama.cpp's names and shapes)."""
+    m2 = spec.mamba2
+    assert m2 is not None
+    d, p = spec.dim, f"blk.{i}."
     L.ssm_in = t.matrix(p + "ssm_in.weight", m2.in_dim, d)
     L.ssm_out = t.matrix(p + "ssm_out.weight", d, m2.d_inner)
     L.ssm_dt = t.vector(p + "ssm_dt.bias", m2.n_heads)
     L.ssm_a = _flat_f32(t, p + "ssm_a", m2.n_heads)
     L.ssm_d = _flat_f32(t, p + "ssm_d", m2.n_heads)
-    L.ssm_norm = _flat_f32(t, p + "ssm_norm.weight", m2.d_inner)
+    if m2.gated_norm:
+        L.ssm_norm = _flat_f32(t, p + "ssm_norm.weight", m2.d_inner)
     if p + "ssm_conv1d.bias" in t.tensors:
         L.ssm_conv_bias = t.vector(p + "ssm_conv1d.bias", m2.conv_dim)
     name = p + "ssm_conv1d.weight"
@@ -576,7 +642,6 @@ def _mamba2_layer(spec: TransformerSpec, i: int, t: _Tensors) -> LayerWeights:
         raise GGUFError(f"{name}: expected F32 of shape {(m2.conv_dim, m2.conv_kernel)} (channels, "
                         f"ssm.conv_kernel), got {kind} of shape {shape}")
     L.ssm_conv = kernel.data.view(np.float32).reshape(m2.conv_dim, m2.conv_kernel)
-    return L
 
 
 def _deltanet_tensors(spec: TransformerSpec, i: int, t: _Tensors, L: LayerWeights) -> None:
