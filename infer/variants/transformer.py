@@ -128,14 +128,14 @@ class TransformerEngine(Engine):
             raise NotImplementedError("the fused decode step has no Mamba2 mixers beside attention (Falcon-H1): "
                                       "this model decodes through the Python blocks")
         spec = spec or self.spec
-        if not _has_attention(spec):
-            raise NotImplementedError("the fused decode step needs an attention layer: this model "
-                                      "decodes through the Python blocks")
         if spec.mla is not None:
             raise NotImplementedError("the fused decode step has no multi-head latent attention: this model "
                                       "decodes through the Python blocks")
         if spec.moe is not None and spec.moe.n_groups > 1:
             raise NotImplementedError("the fused decode step has no expert groups: this model "
+                                      "decodes through the Python blocks")
+        if not _has_attention(spec):
+            raise NotImplementedError("the fused decode step needs an attention layer: this model "
                                       "decodes through the Python blocks")
         if not _fused_layers(spec):
             raise NotImplementedError("the fused decode step has no FFN-only layers, layers without an FFN "
