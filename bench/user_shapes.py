@@ -56,6 +56,16 @@ SHAPES = {
                                      qwen35=tm.Qwen35Shape(conv_kernel=4, d_state=128, n_k_heads=16, n_v_heads=16,
                                                            full_attention_interval=4, rope_dims=64,
                                                            sections=(11, 11, 10, 0)))),
+    # Granite-4.0-H-350M: 28 Mamba2 layers (48 SSM heads of 32, one group of state 128,
+    # conv of 4, d_inner 1536 = 2 dim) and 4 attention layers without RoPE (12 heads of
+    # 64 over 4 KV heads; their places here are illustrative), a dense SwiGLU FFN of
+    # 2048, Granite's multipliers, tied head
+    "granite-4.0-h-350m": (100352, tm.Tiny("granitehybrid", 6, n_layer=32, dim=768, n_head=12, n_kv_head=4,
+                                           head_dim=64, ffn=2048, eps=1e-5, pre="qwen2",
+                                           mamba2=tm.Mamba2Shape(conv_kernel=4, d_state=128, n_heads=48,
+                                                                 n_groups=1, attention_layers=(10, 13, 17, 27),
+                                                                 embedding_scale=12.0, residual_scale=0.246,
+                                                                 attention_scale=0.0078125, logit_scale=4.0))),
 }
 #: llama.cpp's file types (llama_ftype) by their llama-quantize names
 FTYPES = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q8_0": 7, "iq4_xs": 30, "q4_0": 2}

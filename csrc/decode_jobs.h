@@ -32,7 +32,8 @@ size_t infer_decode_act_bytes(int64_t n, int64_t n_tokens);
 
 /* ---- the jobs (run by the team of decode_team.h) -------------------------------- */
 enum { INFER_JOB_MATMUL, INFER_JOB_GATE_UP, INFER_JOB_ATTENTION, INFER_JOB_HEAD,
-       INFER_JOB_DELTANET };   /* the recurrence of a DeltaNet layer (transformer_block.c) */
+       INFER_JOB_DELTANET,     /* the recurrence of a DeltaNet layer (transformer_block.c) */
+       INFER_JOB_MAMBA2 };     /* the selective scan of a Mamba2 layer (likewise) */
 
 typedef struct {
     int kind;

@@ -48,6 +48,15 @@ static void mamba2_task(void *arg, int ith, int nth) {
     }
 }
 
+infer_mamba2_head_fn infer_mamba2_head_active(void) {
+#if defined(__x86_64__) || defined(_M_X64)
+    if (infer_isa_active() == INFER_ISA_AVX2 || infer_isa_active() == INFER_ISA_AVX512) {
+        return infer_mamba2_head_avx2;
+    }
+#endif
+    return infer_mamba2_head_scalar;
+}
+
 int infer_mamba2_scan(const float *xbc, const float *dt, const float *a, const float *d_skip, float *state,
                       float *y, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t d_state,
                       int64_t n_groups) {
@@ -63,12 +72,7 @@ int infer_mamba2_scan(const float *xbc, const float *dt, const float *a, const f
     job.n_groups = n_groups;
     mamba2_run run;
     run.job = &job;
-    run.head = infer_mamba2_head_scalar;
-#if defined(__x86_64__) || defined(_M_X64)
-    if (infer_isa_active() == INFER_ISA_AVX2 || infer_isa_active() == INFER_ISA_AVX512) {
-        run.head = infer_mamba2_head_avx2;
-    }
-#endif
+    run.head = infer_mamba2_head_active();
     if (n_heads == 1 || n_tokens * n_heads * head_dim * d_state < 32768) {
         mamba2_task(&run, 0, 1);
     } else {

@@ -15,6 +15,7 @@
 #include "decode_team.h"
 #include "decode_jobs.h"
 #include "deltanet.h"
+#include "mamba2.h"
 
 #include <math.h>
 #include <string.h>
@@ -235,13 +236,73 @@ static void deltanet_chunk(const decode_ctx *d, const infer_decode_job *j, int64
     }
 }
 
+/* ---- Mamba2 layers ----------------------------------------------------------------- */
+/* Token b's rows of s->m2: in (m2_in_dim: z | xBC | dt, dt softplus'd in place), conv
+ * (m2_conv_dim: xBC after the conv and SiLU), y (m2_d_inner), each region packed over
+ * the batch (y is the ssm_out product's input). */
+typedef struct {
+    float *in, *conv, *y;
+} mamba2_rows;
+
+static int64_t mamba2_conv_dim(const infer_block_model *m) {
+    return (int64_t)m->m2_d_inner + 2 * (int64_t)m->m2_n_groups * m->m2_d_state;
+}
+
+static int64_t mamba2_in_dim(const infer_block_model *m) {
+    return (int64_t)m->m2_d_inner + mamba2_conv_dim(m) + m->m2_n_heads;
+}
+
+int64_t infer_block_mamba2_floats(const infer_block_model *m) {
+    if (!m->n_mamba2_layers) return 0;
+    return mamba2_in_dim(m) + mamba2_conv_dim(m) + m->m2_d_inner;
+}
+
+static mamba2_rows mamba2_rows_of(const decode_ctx *d, int b) {
+    const infer_block_model *m = d->m;
+    const size_t B = (size_t)d->s->max_batch, in = (size_t)mamba2_in_dim(m), cd = (size_t)mamba2_conv_dim(m);
+    mamba2_rows r;
+    r.in = d->s->m2 + b * in;
+    r.conv = d->s->m2 + B * in + b * cd;
+    r.y = d->s->m2 + B * (in + cd) + b * (size_t)m->m2_d_inner;
+    return r;
+}
+
+/* Chunk c of a scan job: its share of the (token, head) pairs, each advancing that
+ * head's state in place by one token (mamba2.c's head function).  Run from the
+ * commit, so exactly once, as deltanet_chunk and for the same reason. */
+static void mamba2_chunk(const decode_ctx *d, const infer_decode_job *j, int64_t c) {
+    const infer_block_model *m = d->m;
+    const infer_block_layer *L = &m->layers[j->layer];
+    const int64_t nh = m->m2_n_heads, hd = m->m2_d_inner / nh, ds = m->m2_d_state;
+    const int64_t items = (int64_t)d->n_seqs * nh, n_chunks = j->row_end;
+    const int64_t lo = c * items / n_chunks, hi = (c + 1) * items / n_chunks;
+    const infer_mamba2_head_fn head = infer_mamba2_head_active();
+    for (int64_t item = lo; item < hi; item++) {
+        const int b = (int)(item / nh);
+        const mamba2_rows r = mamba2_rows_of(d, b);
+        infer_mamba2_job job;
+        job.xbc = r.conv;
+        job.dt = r.in + m->m2_d_inner + mamba2_conv_dim(m);
+        job.a = L->ssm_a;
+        job.d_skip = L->ssm_d;
+        job.state = d->seqs[b].ssm_state + (size_t)L->dn_index * nh * hd * ds;
+        job.y = r.y;
+        job.n_tokens = 1;
+        job.n_heads = nh;
+        job.head_dim = hd;
+        job.d_state = ds;
+        job.n_groups = m->m2_n_groups;
+        head(&job, item % nh);
+    }
+}
+
 static void compute_chunk(void *ctx, const void *job, int64_t c, float *scratch) {
     const decode_ctx *d = (const decode_ctx *)ctx;
     const infer_decode_job *j = (const infer_decode_job *)job;
     const infer_block_model *m = d->m;
     if (j->kind == INFER_JOB_ATTENTION) {
         attention_chunk(d, j, c, scratch);
-    } else if (j->kind == INFER_JOB_DELTANET) {
+    } else if (j->kind == INFER_JOB_DELTANET || j->kind == INFER_JOB_MAMBA2) {
         return;   /* the recurrence updates the state in place: its commit runs it, once */
     } else if (j->kind == INFER_JOB_GATE_UP) {
         /* rows [lo, hi) of gate and of up for every token, then the GLU on them */
@@ -303,6 +364,8 @@ static void copy_chunk(void *ctx, const void *job, int64_t c, const float *scrat
     int64_t lo, hi;
     if (j->kind == INFER_JOB_DELTANET) {
         deltanet_chunk(d, j, c);
+    } else if (j->kind == INFER_JOB_MAMBA2) {
+        mamba2_chunk(d, j, c);
     } else if (j->kind == INFER_JOB_ATTENTION) {
         const int64_t n_out = j->chunk_rows, n_ml = 2 * (d->m->n_heads / d->m->layers[j->layer].n_kv_heads);
         memcpy(j->outs[0] + (size_t)c * n_out, scratch, (size_t)n_out * sizeof(float));
@@ -486,6 +549,10 @@ static void moe_ffn(decode_ctx *d, infer_decode_team *team, const infer_block_la
         j->mats[0] = &L->shexp_down; j->outs[0] = s->moe_out; j->out_stride[0] = dim;
         run_matrix_job_of(d, team, INFER_JOB_MATMUL, s->gate, sh, 1, NULL, B);
         for (int b = 0; b < B; b++) {
+            if (m->shared_ungated) {
+                d->kt->add(ROW(s->h, b, dim), ROW(s->moe_out, b, dim), dim);
+                continue;
+            }
             const float *x = ROW(s->moe_in, b, dim);
             double logit = 0.0;
             for (int i = 0; i < dim; i++) logit += (double)x[i] * (double)L->shexp_gate_inp[i];
@@ -691,6 +758,39 @@ void infer_block_sigmoid(const float *x, float *out, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = sigmoid_f(x[i]);
 }
 
+/* softplus(a) as numpy's logaddexp(0, a) computes it in float32 (the Python blocks'). */
+static float softplus_f(float a) {
+    return a > 0.0f ? a + log1pf(expf(-a)) : log1pf(expf(a));
+}
+
+/* A recurrent layer's causal depthwise conv for one token, as the Python blocks'
+ * history loop: out[i] = silu(sum_k taps[i][k] * input_k + bias[i]) over the
+ * width - 1 kept inputs in hist (oldest first) and x, then the kept inputs shift by
+ * one to end with x.  bias may be NULL; width >= 2 (checked). */
+static void recurrent_conv(float *hist, const float *x, const float *taps_all, const float *bias, float *out,
+                           int64_t n, int width) {
+    for (int64_t i = 0; i < n; i++) {
+        const float *taps = taps_all + (size_t)i * width;
+        float acc = hist[i] * taps[0];
+        for (int k = 1; k < width; k++) acc += (k < width - 1 ? hist[(size_t)k * n + i] : x[i]) * taps[k];
+        if (bias) acc += bias[i];
+        out[i] = acc * sigmoid_f(acc);
+    }
+    memmove(hist, hist + n, (size_t)(width - 2) * (size_t)n * sizeof(float));
+    memcpy(hist + (size_t)(width - 2) * n, x, (size_t)n * sizeof(float));
+}
+
+/* Run a recurrence job (INFER_JOB_DELTANET or _MAMBA2) of layer L over `items`
+ * (sequence, head) pairs; its chunks run from the commit (see deltanet_chunk). */
+static void run_recurrence(decode_ctx *d, infer_decode_team *team, int kind, const infer_block_layer *L,
+                           int64_t items) {
+    infer_decode_job *j = &d->staging;
+    j->kind = kind;
+    j->layer = (int)(L - d->m->layers);
+    j->row_end = items < INFER_TEAM_MAX_CHUNKS ? items : INFER_TEAM_MAX_CHUNKS;   /* the chunk count */
+    infer_team_job(team, j, j->row_end);
+}
+
 /* A gated DeltaNet layer for every token: s->h (normed) -> x += linear attention,
  * step by step as TransformerContext._deltanet (the same float operations in the
  * same order, and the same kernels for the norms and the recurrence). */
@@ -714,22 +814,11 @@ static void deltanet_half(decode_ctx *d, infer_decode_team *team, const infer_bl
         const deltanet_rows r = deltanet_rows_of(d, b);
         for (int h = 0; h < nv; h++) {
             /* g = softplus(a + dt) * ssm_a (numpy's logaddexp(0, a)); beta = sigmoid(b) */
-            const float a = r.g[h] + L->ssm_dt[h];
-            const float sp = a > 0.0f ? a + log1pf(expf(-a)) : log1pf(expf(a));
-            r.g[h] = sp * L->ssm_a[h];
+            r.g[h] = softplus_f(r.g[h] + L->ssm_dt[h]) * L->ssm_a[h];
             r.beta[h] = sigmoid_f(r.beta[h]);
         }
-        /* the conv over the kept inputs (oldest first) and this one, then SiLU; the
-         * kept inputs shift by one */
         float *hist = d->seqs[b].ssm_conv + (size_t)L->dn_index * (size_t)(width - 1) * (size_t)cd;
-        for (int64_t i = 0; i < cd; i++) {
-            const float *taps = L->ssm_conv + (size_t)i * width;
-            float acc = hist[i] * taps[0];   /* width >= 2 (checked) */
-            for (int k = 1; k < width; k++) acc += (k < width - 1 ? hist[(size_t)k * cd + i] : r.mixed[i]) * taps[k];
-            r.conv[i] = acc * sigmoid_f(acc);
-        }
-        memmove(hist, hist + cd, (size_t)(width - 2) * (size_t)cd * sizeof(float));
-        memcpy(hist + (size_t)(width - 2) * cd, r.mixed, (size_t)cd * sizeof(float));
+        recurrent_conv(hist, r.mixed, L->ssm_conv, NULL, r.conv, cd, width);
         /* q and k heads: x / sqrt(sum x^2 + eps) as rmsnorm(eps / d) / sqrt(d) */
         for (int h = 0; h < 2 * nk; h++) {
             float *x = r.conv + (size_t)h * dd;
@@ -737,11 +826,7 @@ static void deltanet_half(decode_ctx *d, infer_decode_team *team, const infer_bl
             kt->scale(x, l2_scale, dd);
         }
     }
-    j->kind = INFER_JOB_DELTANET;
-    j->layer = (int)(L - m->layers);
-    const int64_t items = (int64_t)B * nv;
-    j->row_end = items < INFER_TEAM_MAX_CHUNKS ? items : INFER_TEAM_MAX_CHUNKS;   /* the chunk count */
-    infer_team_job(team, j, j->row_end);
+    run_recurrence(d, team, INFER_JOB_DELTANET, L, (int64_t)B * nv);
     for (int b = 0; b < B; b++) {
         const deltanet_rows r = deltanet_rows_of(d, b);
         for (int h = 0; h < nv; h++) kt->rmsnorm(r.out + (size_t)h * dd, L->ssm_norm, r.out + (size_t)h * dd, dd,
@@ -750,6 +835,40 @@ static void deltanet_half(decode_ctx *d, infer_decode_team *team, const infer_bl
     }
     j->mats[0] = &L->ssm_out; j->outs[0] = s->h; j->out_stride[0] = dim;
     run_matrix_job(d, team, INFER_JOB_MATMUL, r0.out, vd, 1, NULL);
+    residual(d, NULL);
+}
+
+/* A Mamba2 layer for every token: s->h (normed) -> x += the SSM mixer, step by step
+ * as TransformerContext._mamba2 (the same float operations in the same order, and
+ * the same kernels for the sigmoid, the norms and the scan). */
+static void mamba2_half(decode_ctx *d, infer_decode_team *team, const infer_block_layer *L) {
+    const infer_block_model *m = d->m;
+    const infer_block_scratch *s = d->s;
+    const infer_kernel_table *kt = d->kt;
+    infer_decode_job *j = &d->staging;
+    const int B = d->n_seqs, dim = m->dim, width = m->m2_conv_width, nh = m->m2_n_heads;
+    const int64_t inner = m->m2_d_inner, cd = mamba2_conv_dim(m), gs = inner / m->m2_n_groups;
+    const mamba2_rows r0 = mamba2_rows_of(d, 0);
+    j->mats[0] = &L->ssm_in; j->outs[0] = r0.in; j->out_stride[0] = mamba2_in_dim(m);
+    run_matrix_job(d, team, INFER_JOB_MATMUL, s->h, dim, 1, NULL);
+    for (int b = 0; b < B; b++) {
+        const mamba2_rows r = mamba2_rows_of(d, b);
+        const float *xbc = r.in + inner;
+        float *dt = r.in + inner + cd;
+        for (int h = 0; h < nh; h++) dt[h] = softplus_f(dt[h] + L->ssm_dt[h]);
+        float *hist = d->seqs[b].ssm_conv + (size_t)L->dn_index * (size_t)(width - 1) * (size_t)cd;
+        recurrent_conv(hist, xbc, L->ssm_conv, L->ssm_conv_b, r.conv, cd, width);
+    }
+    run_recurrence(d, team, INFER_JOB_MAMBA2, L, (int64_t)B * nh);
+    for (int b = 0; b < B; b++) {
+        const mamba2_rows r = mamba2_rows_of(d, b);
+        const float *z = r.in;
+        for (int64_t i = 0; i < inner; i++) r.y[i] *= z[i] * sigmoid_f(z[i]);
+        for (int64_t g = 0; g < inner; g += gs) kt->rmsnorm(r.y + g, m->ones, r.y + g, gs, m->rms_eps);
+        for (int64_t i = 0; i < inner; i++) r.y[i] *= L->ssm_norm[i];
+    }
+    j->mats[0] = &L->ssm_out; j->outs[0] = s->h; j->out_stride[0] = dim;
+    run_matrix_job(d, team, INFER_JOB_MATMUL, r0.y, inner, 1, NULL);
     residual(d, NULL);
 }
 
@@ -779,6 +898,12 @@ static void decode_leader(void *ctx, infer_decode_team *team) {
         if (L->deltanet) {
             pre_norm(d, L->attn_norm, NULL);
             deltanet_half(d, team, L);
+            ffn_half(d, team, L);
+            continue;
+        }
+        if (L->mamba2) {
+            pre_norm(d, L->attn_norm, NULL);
+            mamba2_half(d, team, L);
             ffn_half(d, team, L);
             continue;
         }
@@ -911,7 +1036,16 @@ int infer_block_check_model(const infer_block_model *m) {
          m->dn_v_heads % m->dn_k_heads || !m->ones || !(m->dn_l2_eps >= 0.0f) || isinf(m->dn_l2_eps) ||
          deltanet_conv_dim(m) > (int64_t)1 << 30))
         return -2;
-    int n_conv = 0, n_dn = 0;
+    if (m->n_mamba2_layers < 0 || m->n_mamba2_layers > m->n_layers ||
+        (m->n_mamba2_layers > 0 && m->n_deltanet_layers > 0))
+        return -2;
+    if (m->n_mamba2_layers > 0 &&
+        (m->m2_conv_width < 2 || m->m2_conv_width > 64 || m->m2_d_state < 1 || m->m2_n_heads < 1 ||
+         m->m2_n_groups < 1 || m->m2_d_inner < 1 || m->m2_d_inner > (1 << 20) || m->m2_d_state > (1 << 20) ||
+         m->m2_n_groups > (1 << 20) || m->m2_d_inner % m->m2_n_heads || m->m2_n_heads % m->m2_n_groups ||
+         !m->ones))
+        return -2;
+    int n_conv = 0, n_dn = 0, n_m2 = 0;
     /* experts: gate/up/down are n_experts stacks; dense: one of each */
     const int moe = m->n_experts > 0;
     if (m->n_experts < 0 || (moe && (m->n_experts_used < 1 || m->n_experts_used > m->n_experts ||
@@ -921,7 +1055,9 @@ int infer_block_check_model(const infer_block_model *m) {
                                       m->expert_gating != INFER_GATING_SIGMOID &&
                                       m->expert_gating != INFER_GATING_SOFTMAX_WEIGHT))))
         return -2;
-    if (m->shared_ffn_dim < 0 || (m->shared_ffn_dim > 0 && !moe)) return -2;
+    if (m->shared_ffn_dim < 0 || (m->shared_ffn_dim > 0 && !moe) || (m->shared_ungated != 0 && m->shared_ungated != 1) ||
+        (m->shared_ungated && m->shared_ffn_dim == 0))
+        return -2;
     if ((m->ffn_relu_sqr != 0 && m->ffn_relu_sqr != 1) || (m->ffn_relu_sqr && (moe || m->gelu)) ||
         (m->ffn_xielu != 0 && m->ffn_xielu != 1) || (m->ffn_xielu && (moe || m->gelu || m->ffn_relu_sqr)) ||
         (m->swiglu_oai && (m->gelu || m->ffn_relu_sqr || m->ffn_xielu)) ||
@@ -946,9 +1082,17 @@ int infer_block_check_model(const infer_block_model *m) {
             (layer_moe && !shape_ok(&L->router, m->n_experts, m->dim)))
             return -2;
         if (layer_moe && m->shared_ffn_dim > 0 &&
-            (!L->shexp_gate_inp || !shape_ok(&L->shexp_gate, m->shared_ffn_dim, m->dim) ||
+            ((!m->shared_ungated && !L->shexp_gate_inp) || !shape_ok(&L->shexp_gate, m->shared_ffn_dim, m->dim) ||
              !shape_ok(&L->shexp_up, m->shared_ffn_dim, m->dim) || !shape_ok(&L->shexp_down, m->dim, m->shared_ffn_dim)))
             return -2;
+        if (L->mamba2 != 0) {   /* Mamba2: its own tensors, one state slot each */
+            if (L->mamba2 != 1 || L->deltanet || P > 0 || L->out_scale != 1.0f || L->conv_width != 0 ||
+                L->dn_index != n_m2++ || !L->attn_norm || !L->ffn_norm || !L->ssm_conv || !L->ssm_dt ||
+                !L->ssm_a || !L->ssm_d || !L->ssm_norm || !shape_ok(&L->ssm_in, mamba2_in_dim(m), m->dim) ||
+                !shape_ok(&L->ssm_out, m->dim, m->m2_d_inner))
+                return -2;
+            continue;
+        }
         if (L->deltanet != 0) {   /* gated DeltaNet: its own tensors, one state slot each */
             const int64_t cd = deltanet_conv_dim(m), vd = (int64_t)m->dn_v_heads * m->dn_d_state;
             if (L->deltanet != 1 || P > 0 || L->out_scale != 1.0f || L->conv_width != 0 || L->dn_index != n_dn++ ||
@@ -999,7 +1143,7 @@ int infer_block_check_model(const infer_block_model *m) {
             (L->attn_norm_b && !L->attn_norm))
             return -2;
     }
-    if (n_conv != m->n_conv_layers || n_dn != m->n_deltanet_layers) return -2;
+    if (n_conv != m->n_conv_layers || n_dn != m->n_deltanet_layers || n_m2 != m->n_mamba2_layers) return -2;
     const infer_kernel_table *kt = infer_kernels();
     if (!kt->rmsnorm || !kt->silu_mul || !kt->gelu_mul || !kt->add || !kt->scale || !kt->rope_norm ||
         !kt->rope_neox || !kt->attn_block_f16 || !kt->attn_block_f32 || m->embd.type < 0 ||
@@ -1017,6 +1161,10 @@ int infer_block_check_model(const infer_block_model *m) {
             (layer_moe && m->shared_ffn_dim > 0 && (!matrix_ok(kt, &L->shexp_gate) || !matrix_ok(kt, &L->shexp_up) ||
                                                     !matrix_ok(kt, &L->shexp_down))))
             return -1;
+        if (L->mamba2) {
+            if (!matrix_ok(kt, &L->ssm_in) || !matrix_ok(kt, &L->ssm_out)) return -1;
+            continue;
+        }
         if (L->deltanet) {
             const infer_decode_matrix *dn[5] = {&L->ssm_qkv, &L->ssm_gate, &L->ssm_alpha, &L->ssm_beta, &L->ssm_out};
             for (int i = 0; i < 5; i++)
@@ -1045,18 +1193,20 @@ int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
     if (!s || !seqs || n_seqs < 1 || n_seqs > s->max_batch || n_seqs > INFER_BLOCK_MAX_BATCH ||
         (int64_t)n_seqs * m->n_kv_heads > INFER_TEAM_MAX_CHUNKS ||
         (m->n_experts > 0 && (!s->probs || !s->moe_in || !s->moe_rows || !s->moe_out)) ||
-        (m->n_deltanet_layers > 0 && !s->dn) || (m->attn_output_gate && !s->q_gate))
+        (m->n_deltanet_layers > 0 && !s->dn) || (m->n_mamba2_layers > 0 && !s->m2) ||
+        (m->attn_output_gate && !s->q_gate))
         return -2;
+    const int recurrent = m->n_deltanet_layers > 0 || m->n_mamba2_layers > 0;
     for (int b = 0; b < n_seqs; b++) {
         const infer_block_seq *sq = &seqs[b];
         if (sq->token < 0 || sq->token >= m->vocab_size || sq->pos < 0 || sq->pos >= sq->n_ctx ||
             !sq->k_cache || !sq->v_cache || !sq->logits || (m->n_conv_layers > 0 && (!sq->conv_cache || !s->conv)) ||
-            (m->n_deltanet_layers > 0 && (!sq->ssm_state || !sq->ssm_conv)))
+            (recurrent && (!sq->ssm_state || !sq->ssm_conv)))
             return -2;
         for (int c = 0; c < b; c++)   /* two tokens of one batch must not share a cache */
             if (seqs[c].k_cache == sq->k_cache || seqs[c].v_cache == sq->v_cache ||
                 (m->n_conv_layers > 0 && seqs[c].conv_cache == sq->conv_cache) ||
-                (m->n_deltanet_layers > 0 && (seqs[c].ssm_state == sq->ssm_state || seqs[c].ssm_conv == sq->ssm_conv)))
+                (recurrent && (seqs[c].ssm_state == sq->ssm_state || seqs[c].ssm_conv == sq->ssm_conv)))
                 return -2;
     }
     decode_ctx d;

@@ -35,6 +35,14 @@
  * of dn_d_state values; g = softplus(a + ssm_dt) * ssm_a, beta = sigmoid(b); the
  * recurrence (deltanet.c's head function, on the sequence's ssm_state) gives out;
  * x += (rmsnorm(out, ssm_norm) per head * silu(z)) Wssm_out.
+ * A layer with mamba2 set is Granite 4.0-H's Mamba2 mixer instead of attention
+ * (TransformerContext._mamba2): z | xBC | dt = h Wssm_in (m2_d_inner, m2_conv_dim =
+ * m2_d_inner + 2 m2_n_groups m2_d_state and m2_n_heads values); the causal conv of
+ * m2_conv_width taps over the sequence's ssm_conv and xBC, plus ssm_conv_b, then
+ * SiLU; dt = softplus(dt + ssm_dt); the scan (mamba2.c's head function, on the
+ * sequence's ssm_state of m2_n_heads x head_dim x m2_d_state) with ssm_a and
+ * ssm_d gives y; y *= silu(z), RMS-normalised per group of m2_d_inner / m2_n_groups
+ * (no weight), times ssm_norm; x += y Wssm_out.
  * With attn_output_gate, wq projects q and a gate per head ([q | gate] of head_dim
  * each) and the attention output is multiplied by sigmoid(gate) before wo.
  */
@@ -116,6 +124,14 @@ typedef struct {
     /* an FFN without a gate (ffn_relu_sqr, ffn_xielu, ffn_gelu; no experts): ffn_dim and dim
      * biases of the up and down products, both or neither (Phi-2, StarCoder2) */
     const float *ffn_up_b, *ffn_down_b;
+    /* Mamba2 layers only (mamba2 1; wq, wk, wv, wo and the q/k pieces unused): dn_index
+     * is the slot in each sequence's ssm_state and ssm_conv; ssm_conv (m2_conv_dim x
+     * m2_conv_width), ssm_dt, ssm_a (m2_n_heads), ssm_norm (m2_d_inner) and ssm_out
+     * (dim x m2_d_inner) as above with Mamba2's sizes */
+    int mamba2;
+    infer_decode_matrix ssm_in;    /* (2 m2_d_inner + 2 m2_n_groups m2_d_state + m2_n_heads) x dim */
+    const float *ssm_d;            /* m2_n_heads: the skip D x */
+    const float *ssm_conv_b;       /* m2_conv_dim, or NULL */
 } infer_block_layer;
 
 typedef struct {
@@ -175,6 +191,12 @@ typedef struct {
     /* 1: likewise without a gate, gelu(h Wup) Wdown, GELU's tanh approximation (Phi-2, StarCoder2) */
     int ffn_gelu;
     const float *output_b;         /* vocab_size: added to the logits before logit_scale, or NULL */
+    /* Mamba2 layers (mamba2 set): n_mamba2_layers of them, their sizes (no model has
+     * both these and deltanet layers); ones then holds at least m2_d_inner / m2_n_groups */
+    int n_mamba2_layers;
+    int m2_conv_width, m2_d_state, m2_d_inner, m2_n_heads, m2_n_groups;
+    /* 1: the shared expert is added without a gate (Granite 4.0-H; shexp_gate_inp unused) */
+    int shared_ungated;
 } infer_block_model;
 
 /* One sequence of a batch: its cache, its token and position, its logits. */
@@ -187,7 +209,9 @@ typedef struct {
     float *conv_cache;          /* [n_conv_layers][n_ctx][dim] gated inputs; NULL without shortconv layers */
     /* [n_deltanet_layers][dn_v_heads][dn_d_state][dn_d_state] recurrent states and
      * [n_deltanet_layers][dn_conv_width - 1][dn_conv_dim] last conv inputs, advanced
-     * by one token; NULL without deltanet layers */
+     * by one token; NULL without deltanet layers.  Mamba2 layers keep theirs in the
+     * same two: [n_mamba2_layers][m2_n_heads][m2_d_inner / m2_n_heads][m2_d_state] and
+     * [n_mamba2_layers][m2_conv_width - 1][m2_conv_dim] */
     float *ssm_state, *ssm_conv;
 } infer_block_seq;
 
@@ -210,10 +234,13 @@ typedef struct {
      * attn_output_gate: max_batch x 2 q_dim (else NULL) */
     float *dn;
     float *q_gate;
+    float *m2;                  /* Mamba2 layers: max_batch x infer_block_mamba2_floats (else NULL) */
 } infer_block_scratch;
 
 /* Floats of infer_block_scratch.dn per token. */
 int64_t infer_block_deltanet_floats(const infer_block_model *m);
+/* Floats of infer_block_scratch.m2 per token (0 without Mamba2 layers). */
+int64_t infer_block_mamba2_floats(const infer_block_model *m);
 
 /* Decode seqs[i].token at seqs[i].pos for every i < n_seqs (distinct caches),
  * writing their K/V and logits.  Returns 0; -1 if a kernel the model needs is

@@ -61,6 +61,10 @@ cdef extern from "transformer_block.h" nogil:
         const float *ffn_norm_b
         const float *ffn_up_b
         const float *ffn_down_b
+        int mamba2
+        infer_decode_matrix ssm_in
+        const float *ssm_d
+        const float *ssm_conv_b
     ctypedef struct infer_block_model:
         int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size
         int kv_rows, kv_row_width, v_norm
@@ -95,6 +99,9 @@ cdef extern from "transformer_block.h" nogil:
         const float *output_norm_b
         int ffn_gelu
         const float *output_b
+        int n_mamba2_layers
+        int m2_conv_width, m2_d_state, m2_d_inner, m2_n_heads, m2_n_groups
+        int shared_ungated
     ctypedef struct infer_block_seq:
         int n_ctx
         int kv_f16
@@ -126,10 +133,12 @@ cdef extern from "transformer_block.h" nogil:
         float *conv
         float *dn
         float *q_gate
+        float *m2
     int infer_block_decode(const infer_block_model *m, const infer_block_scratch *s,
                            const infer_block_seq *seqs, int n_seqs) noexcept
     int infer_block_check_model(const infer_block_model *m) noexcept
     int64_t infer_block_deltanet_floats(const infer_block_model *m) noexcept
+    int64_t infer_block_mamba2_floats(const infer_block_model *m) noexcept
     void infer_block_sigmoid(const float *x, float *out, int64_t n) noexcept
 
 #: the most sequences one TransformerDecoder.step takes
@@ -249,6 +258,12 @@ cdef class TransformerDecoder:
     recurrent states to `step`.  config.attn_output_gate (default False): wq projects
     q and a gate per head ([q | gate], 2 * n_heads * head_dim rows) and the attention
     output is multiplied by sigmoid(gate).
+    A Mamba2 layer (Granite 4.0-H) has instead "mamba2": (conv taps float32
+    (conv_dim, conv_kernel), conv bias (conv_dim) or None, in, out matrix tuples, dt,
+    a, d, norm vectors), sized by config.mamba2 (conv_kernel, d_state, d_inner,
+    n_heads, n_groups: infer.variants.spec.Mamba2) and no KV cache row; its contexts
+    pass their recurrent states to `step` as a deltanet model's.  A moe with
+    shared_gated False adds the shared expert without a gate (no shexp_gate_inp).
     Gemma 4's optional per-layer head_dim, n_kv_heads and ffn_dim (ints; default
     the config's), kv_source (an earlier layer whose cache this one reads; then no
     wk, wv, k_norm), v_from_k (no wv: V is K's projection), out_scale (a float) and
@@ -319,16 +334,17 @@ cdef class TransformerDecoder:
             if <int64_t>m.n_heads * phd > _INT_LIMIT:
                 raise ValueError(f"layers[{i}]: n_heads * head_dim overflows")
             src = layer.get("kv_source")
-            if layer.get("deltanet") is not None:   # no KV cache
+            if layer.get("deltanet") is not None or layer.get("mamba2") is not None:   # no KV cache
                 if src is not None:
-                    raise ValueError(f"layers[{i}]: a deltanet layer reads no cache (kv_source)")
+                    raise ValueError(f"layers[{i}]: a recurrent layer reads no cache (kv_source)")
                 rows.append(0)
             elif src is None:
                 rows.append(n_rows)
                 n_rows += 1
             else:
                 if isinstance(src, bool) or not isinstance(src, int) or not 0 <= src < i \
-                        or layers[src].get("kv_source") is not None or layers[src].get("deltanet") is not None:
+                        or layers[src].get("kv_source") is not None or layers[src].get("deltanet") is not None \
+                        or layers[src].get("mamba2") is not None:
                     raise ValueError(f"layers[{i}].kv_source: {src!r} is not an earlier layer with its own cache")
                 if (sizes[src][0], sizes[src][1]) != (phd, pkv):
                     raise ValueError(f"layers[{i}].kv_source: layer {src}'s KV heads differ from this layer's")
@@ -342,7 +358,8 @@ cdef class TransformerDecoder:
         if n_rows == 0:
             raise ValueError("layers: the fused step needs at least one attention layer")
         m.kv_row_width = max(sz[0] * sz[1] for sz, layer in zip(sizes, layers)
-                             if layer.get("kv_source") is None and layer.get("deltanet") is None)
+                             if layer.get("kv_source") is None and layer.get("deltanet") is None
+                             and layer.get("mamba2") is None)
         m.per_layer_dim = getattr(c, "per_layer_dim", 0) or 0
         if isinstance(m.per_layer_dim, bool) or not 0 <= m.per_layer_dim <= _INT_LIMIT:
             raise ValueError(f"config.per_layer_dim: expected an integer >= 0, got {m.per_layer_dim!r}")
@@ -385,6 +402,10 @@ cdef class TransformerDecoder:
             if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared <= _INT_LIMIT:
                 raise ValueError(f"config.moe.shared_ffn_dim: expected an integer in [0, 2**31 - 1], got {shared!r}")
             m.shared_ffn_dim = shared
+            shared_gated = getattr(moe, "shared_gated", True)
+            if not isinstance(shared_gated, bool):
+                raise ValueError(f"config.moe.shared_gated: expected a bool, got {shared_gated!r}")
+            m.shared_ungated = bool(shared and not shared_gated)
         pre_norms = getattr(c, "pre_norms", True)
         if not isinstance(pre_norms, bool):
             raise ValueError(f"config.pre_norms: expected a bool, got {pre_norms!r}")
@@ -448,6 +469,20 @@ cdef class TransformerDecoder:
             m.dn_l2_eps = float(getattr(c, "rms_eps")) / m.dn_d_state   # as the Python blocks round it
             n_ones = max(hd, m.dn_d_state)
             dn_value_dim = <int64_t>m.dn_v_heads * m.dn_d_state
+        m.n_mamba2_layers = 0
+        if any(layer.get("mamba2") is not None for layer in layers):
+            m2 = getattr(c, "mamba2", None)
+            if m2 is None:
+                raise ValueError("config.mamba2: the sizes of the mamba2 layers are missing")
+            m.m2_conv_width, m.m2_d_state = _positive_int(m2, "conv_kernel"), _positive_int(m2, "d_state")
+            m.m2_d_inner, m.m2_n_heads = _positive_int(m2, "d_inner"), _positive_int(m2, "n_heads")
+            m.m2_n_groups = _positive_int(m2, "n_groups")
+            if not 2 <= m.m2_conv_width <= 64 or max(m.m2_d_state, m.m2_d_inner, m.m2_n_groups) > 2**20 or \
+                    m.m2_d_inner % m.m2_n_heads or m.m2_n_heads % m.m2_n_groups:
+                raise ValueError(f"config.mamba2: conv_kernel in [2, 64], d_state, d_inner and n_groups at most "
+                                 f"2**20, d_inner a multiple of n_heads and n_heads of n_groups, got {m2!r}")
+            n_ones = max(n_ones, m.m2_d_inner // m.m2_n_groups)
+            dn_value_dim = max(dn_value_dim, m.m2_d_inner)   # ssm_out's input
         m.ones = _decode_vector(np.ones(n_ones, np.float32), n_ones, self.keep)
         if P:
             if not isinstance(ple, tuple) or len(ple) != 3:
@@ -532,9 +567,15 @@ cdef class TransformerDecoder:
                 L.shexp_gate = _shaped_matrix(layer["shexp_gate"], sh, d, f"{name}.shexp_gate", self.keep)
                 L.shexp_up = _shaped_matrix(layer["shexp_up"], sh, d, f"{name}.shexp_up", self.keep)
                 L.shexp_down = _shaped_matrix(layer["shexp_down"], d, sh, f"{name}.shexp_down", self.keep)
-                L.shexp_gate_inp = _decode_vector(layer["shexp_gate_inp"], d, self.keep)
+                if not m.shared_ungated:
+                    L.shexp_gate_inp = _decode_vector(layer["shexp_gate_inp"], d, self.keep)
+                elif layer.get("shexp_gate_inp") is not None:
+                    raise ValueError(f"{name}.shexp_gate_inp: a gate of a shared expert without one")
             if layer.get("deltanet") is not None:
                 self._deltanet_layer(L, layer["deltanet"], name)
+                continue
+            if layer.get("mamba2") is not None:
+                self._mamba2_layer(L, layer["mamba2"], name)
                 continue
             if layer.get("conv") is not None:
                 self._shortconv_layer(L, layer["conv"], name)
@@ -642,6 +683,10 @@ cdef class TransformerDecoder:
         dn_floats = infer_block_deltanet_floats(m)
         if dn_floats:
             self.s.dn = _decode_buffer(np.zeros(B * dn_floats, f32), self.keep)
+        self.s.m2 = NULL
+        m2_floats = infer_block_mamba2_floats(m)
+        if m2_floats:
+            self.s.m2 = _decode_buffer(np.zeros(B * m2_floats, f32), self.keep)
         if m.attn_output_gate:
             self.s.q_gate = _decode_buffer(np.zeros(B * 2 * q_dim, f32), self.keep)
         cdef uint8_t[::1] xq
@@ -704,6 +749,44 @@ cdef class TransformerDecoder:
                 L.ssm_norm = vec
         return 0
 
+    cdef int _mamba2_layer(self, infer_block_layer *L, object m2, str name) except -1:
+        import numpy as np
+        cdef int64_t d = self.m.dim, nh = self.m.m2_n_heads, inner = self.m.m2_d_inner
+        cdef int64_t cd = inner + 2 * <int64_t>self.m.m2_n_groups * self.m.m2_d_state
+        if not isinstance(m2, tuple) or len(m2) != 8:
+            raise TypeError(f"{name}.mamba2: expected (conv, conv_bias, in, out, dt, a, d, norm)")
+        conv = m2[0]
+        if not isinstance(conv, np.ndarray) or conv.dtype != np.float32 or conv.shape != (cd, self.m.m2_conv_width):
+            raise ValueError(f"{name}.mamba2: the conv taps must be float32 of shape ({cd}, {self.m.m2_conv_width})")
+        L.mamba2 = 1
+        L.dn_index = self.m.n_mamba2_layers
+        self.m.n_mamba2_layers += 1
+        L.ssm_conv = _decode_vector(np.ascontiguousarray(conv).reshape(-1), cd * self.m.m2_conv_width, self.keep)
+        L.ssm_in = _shaped_matrix(m2[2], inner + cd + nh, d, f"{name}.mamba2 in", self.keep)
+        L.ssm_out = _shaped_matrix(m2[3], d, inner, f"{name}.mamba2 out", self.keep)
+        for key, at, n in (("conv_bias", 1, cd), ("dt", 4, nh), ("a", 5, nh), ("d", 6, nh), ("norm", 7, inner)):
+            if key == "conv_bias" and m2[at] is None:
+                continue
+            try:
+                vec = _decode_vector(m2[at], n, self.keep)
+            except ValueError as exc:
+                raise ValueError(f"{name}.mamba2 {key}: {exc}") from None
+            if key == "conv_bias":
+                L.ssm_conv_b = vec
+            elif key == "dt":
+                L.ssm_dt = vec
+            elif key == "a":
+                L.ssm_a = vec
+            elif key == "d":
+                L.ssm_d = vec
+            else:
+                L.ssm_norm = vec
+        return 0
+
+    @property
+    def n_mamba2_layers(self):
+        return self.m.n_mamba2_layers
+
     @property
     def n_deltanet_layers(self):
         return self.m.n_deltanet_layers
@@ -730,7 +813,8 @@ cdef class TransformerDecoder:
         ssm_states[i] (float32, C-contiguous (n_deltanet_layers, n_v_heads, d_state,
         d_state)) and ssm_convs[i] (float32, C-contiguous (n_deltanet_layers,
         conv_kernel - 1, conv_dim)) are sequence i's recurrent state, advanced by the
-        token in place.  Waits for a step running in another thread."""
+        token in place; with mamba2 layers, (n_mamba2_layers, n_heads, d_inner /
+        n_heads, d_state) and (n_mamba2_layers, conv_kernel - 1, conv_dim).  Waits for a step running in another thread."""
         import numpy as np
         cdef int n = len(tokens), i, rc = -2
         if not 1 <= n <= self.s.max_batch:
@@ -741,8 +825,15 @@ cdef class TransformerDecoder:
             raise ValueError("conv_caches: one per sequence for a model with shortconv layers")
         cdef int64_t n_dn = self.m.n_deltanet_layers, dd = self.m.dn_d_state
         cdef int64_t conv_dim = 2 * <int64_t>self.m.dn_k_heads * dd + <int64_t>self.m.dn_v_heads * dd
+        state_shape = (n_dn, self.m.dn_v_heads, dd, dd)
+        conv_shape = (n_dn, self.m.dn_conv_width - 1, conv_dim)
+        if self.m.n_mamba2_layers:   # the same two arrays, Mamba2's shapes
+            n_dn = self.m.n_mamba2_layers
+            state_shape = (n_dn, self.m.m2_n_heads, self.m.m2_d_inner // self.m.m2_n_heads, self.m.m2_d_state)
+            conv_shape = (n_dn, self.m.m2_conv_width - 1,
+                          self.m.m2_d_inner + 2 * self.m.m2_n_groups * self.m.m2_d_state)
         if n_dn and (ssm_states is None or ssm_convs is None or len(ssm_states) != n or len(ssm_convs) != n):
-            raise ValueError("ssm_states, ssm_convs: one of each per sequence for a model with deltanet layers")
+            raise ValueError("ssm_states, ssm_convs: one of each per sequence for a model with recurrent layers")
         cdef list held = []
         cdef infer_block_seq seqs[INFER_BLOCK_MAX_BATCH]
         # every buffer the step writes: K, V, logits and conv cache of each sequence
@@ -820,9 +911,8 @@ cdef class TransformerDecoder:
                 seqs[i].conv_cache = &cv[0]
             seqs[i].ssm_state = seqs[i].ssm_conv = NULL
             if n_dn:
-                for key, arrays, shape in (
-                        ("ssm_states", ssm_states, (n_dn, self.m.dn_v_heads, dd, dd)),
-                        ("ssm_convs", ssm_convs, (n_dn, self.m.dn_conv_width - 1, conv_dim))):
+                for key, arrays, shape in (("ssm_states", ssm_states, state_shape),
+                                           ("ssm_convs", ssm_convs, conv_shape)):
                     a = arrays[i]
                     if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.shape != shape:
                         raise ValueError(f"{key}[{i}]: expected float32 of shape {shape}")

@@ -180,3 +180,34 @@ def assert_scheduler_batches_like_alone(model, prompts, n_ctx, max_tokens):
     finally:
         sched.close()
     assert out == alone
+
+
+def assert_step_refuses_bad_recurrent_states(a, b, state_shape, conv_shape):
+    """TransformerDecoder.step checks each sequence's ssm_state and ssm_conv before the
+    C call (contexts a and b of one recurrent model, both past prefill): missing, of
+    the wrong shape (the messages name the right ones, state_shape and conv_shape) or
+    dtype, not contiguous, or one array for two sequences; a refused call leaves
+    every state and cache as it was."""
+    step = a._fused_step()
+    before = [x.copy() for x in (a.ssm_state, a.ssm_conv, a.k_cache, a.logits)]
+
+    def call(states, convs, ctxs=(a,)):
+        step.step([c.k_cache for c in ctxs], [c.v_cache for c in ctxs], [3] * len(ctxs), [5] * len(ctxs),
+                  [c.logits for c in ctxs], None, states, convs)
+
+    def shape(dims):
+        return r"\(" + ", ".join(str(n) for n in dims) + r"\)"
+
+    with pytest.raises(ValueError, match="ssm_states, ssm_convs: one of each"):
+        call(None, None)
+    for states, convs, message in [
+            ([a.ssm_state[:1]], [a.ssm_conv], r"ssm_states\[0\]: expected float32 of shape " + shape(state_shape)),
+            ([a.ssm_state.astype(np.float64)], [a.ssm_conv], r"ssm_states\[0\]: expected float32"),
+            ([a.ssm_state], [a.ssm_conv[:, :2]], r"ssm_convs\[0\]: expected float32 of shape " + shape(conv_shape)),
+            ([a.ssm_state], [np.asfortranarray(a.ssm_conv)], r"ssm_convs\[0\]: must be C-contiguous")]:
+        with pytest.raises(ValueError, match=message):
+            call(states, convs)
+    with pytest.raises(ValueError, match="ssm_states"):   # one state for two sequences
+        call([a.ssm_state, a.ssm_state], [a.ssm_conv, b.ssm_conv], (a, b))
+    for x, y in zip((a.ssm_state, a.ssm_conv, a.k_cache, a.logits), before):
+        np.testing.assert_array_equal(x, y)

@@ -10,8 +10,9 @@ experts, 2 used, and a shared MLP without a gate), against two independent refer
   (tests/data/llama_cpp_mamba2.npz, see tests/data/README.md).
 
 Then what must stay exact although the SSM state is not kept per position: decode =
-prefill, batched decode and prefill, truncate_to between checkpoints, copies, saved
-states; the scan kernel against a float64 loop; and the files infer must refuse.
+prefill, the fused C decode step = the Python blocks bit for bit, batched decode and
+prefill, truncate_to between checkpoints, copies, saved states; the scan kernel
+against a float64 loop; and the files infer must refuse.
 """
 import copy
 import math
@@ -20,7 +21,8 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import assert_agrees, assert_scheduler_batches_like_alone, recorded_logits, recording, tiny_file
+from family_checks import assert_agrees, assert_scheduler_batches_like_alone, assert_step_refuses_bad_recurrent_states
+from family_checks import recorded_logits, recording, tiny_file
 from family_checks import check as check_against
 from reference.numpy_mamba2 import GraniteHybridReference
 from scripted import GreedySampler
@@ -70,6 +72,14 @@ def _decode(ctx, tokens):
     return ctx.logits.copy()
 
 
+def context(model, fused, **options):
+    """A context decoding through the fused C step (the default) or the Python blocks."""
+    ctx = model.engine.create_context(**options)
+    assert ctx.fused_decode
+    ctx.fused_decode = fused
+    return ctx
+
+
 # ---- the references and infer's forward passes ---------------------------------------------
 @pytest.fixture(scope="module")
 def recorded():
@@ -98,14 +108,14 @@ def test_prefill_matches_reference_and_llama_cpp(name, recorded, tiny_dir):
 
 
 def test_moe_decode_equals_prefill(tiny_dir):
-    """h-tiny's shape decodes through the Python blocks too (the fused step has
-    neither Mamba2 layers nor a shared expert without a gate)."""
+    """h-tiny's shape (experts and a shared MLP without a gate) decodes through the
+    fused step like the dense files."""
     name = "granitehybrid-moe"
     prompt = tm.prompt(name)[:12]
     with load(tiny_dir, name) as model:
         assert model.engine.spec.moe.shared_ffn_dim == 256 and not model.engine.spec.moe.shared_gated
         rows = model.engine.create_context(n_ctx=64).prefill(prompt, all_logits=True)
-        ctx = model.engine.create_context(n_ctx=64)
+        ctx = context(model, True, n_ctx=64)
         for i, tok in enumerate(prompt):
             ctx.prefill([int(tok)])
             close(ctx.logits, rows[i])
@@ -113,16 +123,13 @@ def test_moe_decode_equals_prefill(tiny_dir):
 
 
 def test_decode_one_token_at_a_time_equals_prefill(tiny_dir):
-    """Decoding goes through the Python blocks (the fused C step has no Mamba2
-    layers: it says so); its logits are the batched prefill's, and prefills in
+    """Decoding (the fused C step) gives the batched prefill's logits, and prefills in
     pieces that cut the conv's reach (3 earlier inputs) carry it over."""
     prompt = tm.prompt(NAME)[:40]
     ref = reference_logits(tiny_dir)
     with load(tiny_dir) as model:
-        ctx = model.engine.create_context(n_ctx=128, sampler=GreedySampler())
-        assert not ctx.fused_decode
-        with pytest.raises(NotImplementedError, match="Mamba2"):
-            model.engine.fused_step()
+        ctx = context(model, True, n_ctx=128, sampler=GreedySampler())
+        assert model.engine.fused_step().n_mamba2_layers == 3
         rows = model.engine.create_context(n_ctx=128).prefill(prompt, all_logits=True)
         for i, tok in enumerate(prompt):
             ctx.prefill([int(tok)])
@@ -134,9 +141,138 @@ def test_decode_one_token_at_a_time_equals_prefill(tiny_dir):
             check(pieces.logits, ref[hi - 1], f"position {hi - 1}, batch {lo}..{hi}")
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_fused_decode_equals_the_python_blocks(name, recorded, tiny_dir):
+    """The fused C step computes what the Python blocks compute, in the same float
+    operations and kernels: the same logits bit for bit at every position (past the
+    16-token checkpoint interval), which agree with llama.cpp's at its recorded
+    positions, the same states and checkpoints, and the same greedy continuation,
+    which also follows the float64 reference where its top token is clear."""
+    prompt = tm.prompt(name)[:34]
+    decoded = []
+    with load(tiny_dir, name) as model:
+        fused, python = (context(model, f, n_ctx=128, sampler=GreedySampler()) for f in (True, False))
+        for i, tok in enumerate(prompt):
+            fused.prefill([int(tok)])
+            python.prefill([int(tok)])
+            np.testing.assert_array_equal(fused.logits, python.logits, err_msg=f"position {i}")
+            decoded.append(fused.logits.copy())
+        positions, theirs = recorded_logits(recorded, name, tiny_file(name, tiny_dir))
+        here = positions < len(prompt)
+        assert here.sum() == 5
+        assert_agrees(np.array(decoded)[positions[here]], theirs[here], positions[here], name)
+        np.testing.assert_array_equal(fused.ssm_state, python.ssm_state)
+        np.testing.assert_array_equal(fused.ssm_conv, python.ssm_conv)
+        assert [c[0] for c in fused._checkpoints] == [c[0] for c in python._checkpoints] == [16, 32]
+        ids = []
+        for _ in range(6):
+            tok = int(np.argmax(fused.logits))
+            assert tok == int(np.argmax(python.logits))
+            ids.append(tok)
+            fused.prefill([tok])
+            python.prefill([tok])
+            np.testing.assert_array_equal(fused.logits, python.logits)
+    ref = GraniteHybridReference(tiny_file(name, tiny_dir)).forward(np.concatenate([prompt, ids]))
+    check(fused.logits, ref[-1], "last generated position")
+    for k, tok in enumerate(ids):
+        row = np.sort(ref[len(prompt) + k - 1])
+        if row[-1] - row[-2] > 0.05:
+            assert tok == int(np.argmax(ref[len(prompt) + k - 1])), f"generated token {k}"
+
+
+def test_fused_step_refuses_bad_recurrent_states(tiny_dir):
+    """TransformerDecoder.step checks each sequence's Mamba2 ssm_state and ssm_conv
+    (Mamba2's shapes, not DeltaNet's) before the C call
+    (family_checks.assert_step_refuses_bad_recurrent_states)."""
+    with load(tiny_dir) as model:
+        eng = model.engine
+        a, b = (eng.create_context(n_ctx=64) for _ in range(2))
+        a.prefill(tm.prompt(NAME)[:5])
+        b.prefill(tm.prompt(NAME)[:5])
+        step = a._fused_step()
+        assert (step.n_mamba2_layers, step.n_deltanet_layers) == (3, 0)
+        assert_step_refuses_bad_recurrent_states(a, b, (3, 8, 64, 32), (3, 3, 640))
+
+
+def test_a_file_without_attention_decodes_through_the_python_blocks(tmp_path):
+    """The fused step keeps its caches for attention layers: a file of Mamba2 layers
+    only (no released model is one) decodes through the Python blocks, as its prefill
+    and the float64 reference, and fused_step says why."""
+    import dataclasses
+
+    t = tm.ALL[NAME]
+    t = dataclasses.replace(t, n_layer=2, mamba2=dataclasses.replace(t.mamba2, attention_layers=()))
+    path = tm.write_granite_hybrid(t, str(tmp_path / "mamba2-only.gguf"))
+    prompt = tm.prompt(NAME)[:6]
+    ref = GraniteHybridReference(path).forward(prompt)
+    with infer.load(path) as model:
+        ctx = model.engine.create_context(n_ctx=32)
+        assert not ctx.fused_decode
+        with pytest.raises(NotImplementedError, match="needs an attention layer"):
+            model.engine.fused_step()
+        for i, tok in enumerate(prompt):
+            ctx.prefill([int(tok)])
+            check(ctx.logits, ref[i], f"position {i}")
+
+
+def test_fused_step_checks_the_mamba2_pieces(tiny_dir):
+    """kernels.TransformerDecoder refuses a Mamba2 layer it cannot run with a message
+    naming the piece, before any C call: sizes missing, conv taps, ssm_in and vector
+    shapes, a gate for a shared expert that has none."""
+    from infer.variants.transformer import decoder_arguments
+
+    class Without:   # the spec without one attribute
+        def __init__(self, spec, name):
+            self.spec, self.name = spec, name
+
+        def __getattr__(self, key):
+            return None if key == self.name else getattr(self.spec, key)
+
+    def build(spec, layers):
+        embd, output, norm, _ = decoder_arguments(spec, eng.live_weights())
+        return K.TransformerDecoder(spec, embd, output, norm, layers)
+
+    def with_piece(layers, at, value):
+        layers = [dict(layer) for layer in layers]
+        pieces = list(layers[0]["mamba2"])
+        pieces[at] = value
+        layers[0]["mamba2"] = tuple(pieces)
+        return layers
+
+    with load(tiny_dir) as model:
+        eng = model.engine
+        spec = eng.spec
+        layers = decoder_arguments(spec, eng.live_weights())[3]
+        assert build(spec, layers).n_mamba2_layers == 3
+        conv, conv_bias, ssm_in, ssm_out, dt = layers[0]["mamba2"][:5]
+        with pytest.raises(ValueError, match="config.mamba2: the sizes"):
+            build(Without(spec, "mamba2"), layers)
+        for at, value, error, message in [
+                (0, conv[:, :3], ValueError, r"layers\[0\].mamba2: the conv taps must be float32 of shape \(640, 4\)"),
+                (1, conv_bias[:5], ValueError, r"layers\[0\].mamba2 conv_bias"),
+                (2, ssm_out, ValueError, r"layers\[0\].mamba2 in: a 256 x 512 matrix where the config needs "
+                                         r"1160 x 256"),   # 512 + 640 + 8 rows
+                (4, dt[:7], ValueError, r"layers\[0\].mamba2 dt")]:
+            with pytest.raises(error, match=message):
+                build(spec, with_piece(layers, at, value))
+        with pytest.raises(TypeError, match=r"layers\[0\].mamba2: expected \(conv, conv_bias"):
+            build(spec, [dict(layers[0], mamba2=(conv,))] + layers[1:])
+        # no conv bias is a file without one: accepted
+        assert build(spec, with_piece(layers, 1, None)).n_mamba2_layers == 3
+    with load(tiny_dir, "granitehybrid-moe") as model:
+        eng = model.engine
+        spec = eng.spec
+        layers = decoder_arguments(spec, eng.live_weights())[3]
+        assert "shexp_gate_inp" not in layers[0] and build(spec, layers).n_mamba2_layers == 2
+        gated = [dict(layers[0], shexp_gate_inp=np.ones(spec.dim, np.float32))] + layers[1:]
+        with pytest.raises(ValueError, match=r"layers\[0\].shexp_gate_inp: a gate of a shared expert without one"):
+            build(spec, gated)
+
+
 def test_batched_prefill_and_decode_equal_one_at_a_time(tiny_dir):
     """infer serve's batched passes: contexts at different positions stacked in one
-    pass, each advancing its own SSM state, give the logits each gets alone."""
+    pass (prefill), or one fused step for the batch (decode), each advancing its own
+    SSM state, give the logits each gets alone."""
     prompt = tm.prompt(NAME)
     ref = reference_logits(tiny_dir)
     with load(tiny_dir) as model:
@@ -154,9 +290,11 @@ def test_batched_prefill_and_decode_equal_one_at_a_time(tiny_dir):
             decode_batch(together, tokens)
             for c, a, t in zip(together, alone, tokens):
                 a.prefill([t])
-                close(c.logits, a.logits)
-        for c, n in zip(together, lengths):
+                np.testing.assert_array_equal(c.logits, a.logits)
+        for c, a, n in zip(together, alone, lengths):
             check(c.logits, ref[n + 3], f"batched decode, position {n + 3}")
+            np.testing.assert_array_equal(c.ssm_state, a.ssm_state)
+            np.testing.assert_array_equal(c.ssm_conv, a.ssm_conv)
 
 
 def test_truncate_to_between_checkpoints_then_redecode(tiny_dir):
@@ -228,8 +366,8 @@ def test_greedy_generation_and_chat(tiny_dir):
 
 
 def test_serve_scheduler_gives_each_request_its_own_text(tiny_dir):
-    """infer serve's scheduler: requests decoding together (decode_batch through the
-    Python blocks) get the text each gets alone."""
+    """infer serve's scheduler: requests decoding together (decode_batch: one fused
+    step for the batch) get the text each gets alone."""
     prompts = [[int(t) for t in tm.prompt(NAME)[lo:lo + n]] for lo, n in ((0, 7), (50, 30), (200, 3))]
     with load(tiny_dir) as model:
         assert_scheduler_batches_like_alone(model, prompts, n_ctx=128, max_tokens=8)

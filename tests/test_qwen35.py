@@ -24,7 +24,8 @@ import os
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import assert_agrees, assert_scheduler_batches_like_alone, recorded_logits, recording, tiny_file
+from family_checks import assert_agrees, assert_scheduler_batches_like_alone, assert_step_refuses_bad_recurrent_states
+from family_checks import recorded_logits, recording, tiny_file
 from family_checks import check as check_against
 from reference.numpy_qwen35 import Qwen35Reference
 from scripted import GreedySampler
@@ -154,34 +155,14 @@ def test_fused_decode_equals_the_python_blocks(name, tiny_dir):
 
 def test_fused_step_refuses_bad_recurrent_states(tiny_dir):
     """TransformerDecoder.step checks each sequence's ssm_state and ssm_conv before
-    the C call: missing, of the wrong shape or dtype, not contiguous, or one array for
-    two sequences; the refused call leaves every state and cache as it was."""
+    the C call (family_checks.assert_step_refuses_bad_recurrent_states)."""
     with load(tiny_dir) as model:
         eng = model.engine
         a, b = (eng.create_context(n_ctx=64) for _ in range(2))
         a.prefill(tm.prompt("qwen35")[:5])
         b.prefill(tm.prompt("qwen35")[:5])
-        step = a._fused_step()
-        assert step.n_deltanet_layers == 2
-        before = [x.copy() for x in (a.ssm_state, a.ssm_conv, a.k_cache, a.logits)]
-
-        def call(states, convs, ctxs=(a,)):
-            step.step([c.k_cache for c in ctxs], [c.v_cache for c in ctxs], [3] * len(ctxs), [5] * len(ctxs),
-                      [c.logits for c in ctxs], None, states, convs)
-
-        with pytest.raises(ValueError, match="ssm_states, ssm_convs: one of each"):
-            call(None, None)
-        for states, convs, message in [
-                ([a.ssm_state[:1]], [a.ssm_conv], r"ssm_states\[0\]: expected float32 of shape \(2, 4, 32, 32\)"),
-                ([a.ssm_state.astype(np.float64)], [a.ssm_conv], r"ssm_states\[0\]: expected float32"),
-                ([a.ssm_state], [a.ssm_conv[:, :2]], r"ssm_convs\[0\]: expected float32 of shape \(2, 3, 256\)"),
-                ([a.ssm_state], [np.asfortranarray(a.ssm_conv)], r"ssm_convs\[0\]: must be C-contiguous")]:
-            with pytest.raises(ValueError, match=message):
-                call(states, convs)
-        with pytest.raises(ValueError, match="ssm_states"):   # one state for two sequences
-            call([a.ssm_state, a.ssm_state], [a.ssm_conv, b.ssm_conv], (a, b))
-        for x, y in zip((a.ssm_state, a.ssm_conv, a.k_cache, a.logits), before):
-            np.testing.assert_array_equal(x, y)
+        assert a._fused_step().n_deltanet_layers == 2
+        assert_step_refuses_bad_recurrent_states(a, b, (2, 4, 32, 32), (2, 3, 256))
 
 
 def test_prefill_in_pieces_matches_reference(tiny_dir):

@@ -24,10 +24,10 @@ without RoPE; true, llama's RoPE.
 The contexts keep each Mamba2 layer's state (n_heads x head_dim x d_state float32)
 and its last conv_kernel - 1 conv inputs, with the checkpoints Qwen3.5's DeltaNet
 layers use (transformer.py) so truncate_to goes back exactly.  The KV cache has
-rows for the attention layers only.  Decoding runs through the Python blocks (the
-fused C step has no Mamba2 layers).  The mixtures of experts (h-tiny, h-small:
-``expert_count`` > 0, a shared expert without a gate) are not implemented yet and
-are refused.
+rows for the attention layers only.  Decoding runs through the fused C step
+(csrc/transformer_block.c's mamba2_half), which computes the Python blocks' logits
+bit for bit.  The mixtures of experts (h-tiny, h-small: ``expert_count`` > 0) add a
+shared expert without a gate.
 """
 from __future__ import annotations
 

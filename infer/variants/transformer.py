@@ -132,17 +132,14 @@ class TransformerEngine(Engine):
             raise NotImplementedError("the fused decode step has no multi-head latent attention: this model "
                                       "decodes through the Python blocks")
         if spec.moe is not None and spec.moe.n_groups > 1:
-            raise NotImplementedError("the fused decode step has no expert groups: this model decodes through "
-                                      "the Python blocks")
-        if spec.mamba2_layers:
-            raise NotImplementedError("the fused decode step has no Mamba2 layers: this model "
+            raise NotImplementedError("the fused decode step has no expert groups: this model "
+                                      "decodes through the Python blocks")
+        if not _has_attention(spec):
+            raise NotImplementedError("the fused decode step needs an attention layer: this model "
                                       "decodes through the Python blocks")
         if not _fused_layers(spec):
             raise NotImplementedError("the fused decode step has no FFN-only layers, layers without an FFN "
                                       "nor experts without a gate: this model decodes through the Python blocks")
-        if spec.moe is not None and spec.moe.shared_ffn_dim and not spec.moe.shared_gated:
-            raise NotImplementedError("the fused decode step has no shared expert without a gate: this model "
-                                      "decodes through the Python blocks")
         if spec.moe is not None and spec.moe.n_used > K.MAX_EXPERTS_USED:
             raise NotImplementedError(f"the fused decode step routes a token to at most {K.MAX_EXPERTS_USED} "
                                       f"experts, this model to {spec.moe.n_used}: it decodes through the "
@@ -175,7 +172,7 @@ class TransformerEngine(Engine):
             steps = [c._fused_step() for c in ctxs]
             for i, step in enumerate(steps):
                 by_step.setdefault(id(step), []).append(i)
-            recurrent = bool(ctxs[0].spec.deltanet_layers)
+            recurrent = bool(ctxs[0].spec.recurrent_layers)
             for members in by_step.values():
                 step = steps[members[0]]
                 for g in range(0, len(members), step.max_batch):
@@ -219,6 +216,12 @@ class TransformerEngine(Engine):
         self.weights = None
 
 
+def _has_attention(spec: TransformerSpec) -> bool:
+    """Whether a layer attends (the fused step's caches need one: a file of recurrent
+    layers only, which no released model is, decodes through the Python blocks)."""
+    return any(layer.kind == "attention" for layer in spec.layers)
+
+
 def _fused_layers(spec: TransformerSpec) -> bool:
     """Whether the fused step has every layer's shape: each a mixer and an FFN, and
     experts with a gate; not Falcon-H1's Mamba2 mixers beside attention, nor Mamba2
@@ -248,6 +251,9 @@ def decoder_arguments(spec: TransformerSpec, w: ModelWeights) -> Tuple[Any, Any,
             continue
         if ls.kind == "deltanet":
             layers.append(_deltanet_arguments(L, ls))
+            continue
+        if ls.kind == "mamba2":
+            layers.append(_mamba2_arguments(L, ls))
             continue
         assert L.wq is not None and L.wo is not None
         hd = spec.layer_head_dim(li)
@@ -298,10 +304,11 @@ def _expert_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
                        ("down_exps_bias", L.down_exps_bias)):
         if table is not None:   # expert by expert
             pieces[key] = table.data.reshape(-1)
-    if L.shared_gate is not None and L.shared_up is not None and L.shared_down is not None \
-            and L.shared_gate_inp is not None:
+    if L.shared_gate is not None and L.shared_up is not None and L.shared_down is not None:
         pieces.update(shexp_gate=L.shared_gate.as_tuple(), shexp_up=L.shared_up.as_tuple(),
-                      shexp_down=L.shared_down.as_tuple(), shexp_gate_inp=L.shared_gate_inp.data)
+                      shexp_down=L.shared_down.as_tuple())
+        if L.shared_gate_inp is not None:   # none: a shared expert without a gate (Granite 4.0-H)
+            pieces["shexp_gate_inp"] = L.shared_gate_inp.data
     return pieces
 
 
@@ -315,6 +322,22 @@ def _shortconv_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
                  up=up.as_tuple(), down=down.as_tuple(),
                  conv=(L.conv_kernel, L.conv_b.as_tuple(), L.conv_c.as_tuple(), L.conv_u.as_tuple(),
                        L.conv_out.as_tuple()))
+    if ls.ffn_dim is not None:
+        layer["ffn_dim"] = ls.ffn_dim
+    return {**layer, **_expert_arguments(L, ls)}
+
+
+def _mamba2_arguments(L: LayerWeights, ls: LayerSpec) -> Dict[str, Any]:
+    """A Mamba2 layer as kernels.TransformerDecoder takes it."""
+    assert L.ssm_in is not None and L.ssm_out is not None and L.ssm_conv is not None and L.ssm_dt is not None
+    assert L.ssm_a is not None and L.ssm_d is not None and L.ssm_norm is not None
+    assert L.attn_norm is not None and L.ffn_norm is not None
+    conv_bias = L.ssm_conv_bias.data if L.ssm_conv_bias is not None else None
+    gate, up, down = L.ffn()
+    layer = dict(attn_norm=L.attn_norm.data, ffn_norm=L.ffn_norm.data, gate=gate.as_tuple(),
+                 up=up.as_tuple(), down=down.as_tuple(),
+                 mamba2=(L.ssm_conv, conv_bias, L.ssm_in.as_tuple(), L.ssm_out.as_tuple(), L.ssm_dt.data,
+                         L.ssm_a.data, L.ssm_d.data, L.ssm_norm.data))
     if ls.ffn_dim is not None:
         layer["ffn_dim"] = ls.ffn_dim
     return {**layer, **_expert_arguments(L, ls)}
@@ -377,9 +400,8 @@ class TransformerContext(Context):
         self._scratch: Dict[int, _Scratch] = {}
         #: False: decode through the Python blocks too (for tests comparing the two;
         #: and for a mixture of experts routing more experts than the C step takes)
-        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and not spec.mamba2_layers \
-            and _fused_layers(spec) \
-            and (spec.moe is None or spec.moe.shared_gated or not spec.moe.shared_ffn_dim)
+        self.fused_decode = (spec.moe is None or spec.moe.n_used <= K.MAX_EXPERTS_USED) and _has_attention(spec) \
+            and _fused_layers(spec)
         self._step: Any = None
         self._init_recurrent()
 
@@ -392,7 +414,7 @@ class TransformerContext(Context):
     def _forward(self, tokens: NDArray[Any], start: int) -> None:
         eng = self.engine
         with eng.running():
-            if len(tokens) == 1 and self.fused_decode and self.spec.deltanet_layers:
+            if len(tokens) == 1 and self.fused_decode and self.spec.recurrent_layers:
                 self._begin_recurrent(start)
                 self._fused_step().decode(int(tokens[0]), start, self.k_cache, self.v_cache, self.logits,
                                           None, self.ssm_state, self.ssm_conv)
