@@ -211,3 +211,26 @@ def assert_step_refuses_bad_recurrent_states(a, b, state_shape, conv_shape):
         call([a.ssm_state, a.ssm_state], [a.ssm_conv, b.ssm_conv], (a, b))
     for x, y in zip((a.ssm_state, a.ssm_conv, a.k_cache, a.logits), before):
         np.testing.assert_array_equal(x, y)
+
+
+def assert_cli_generates_the_reference_greedy(path, tokenizer, forward, text, n=6):
+    """`infer generate -m path text --temp 0 -n n` prints the n tokens the float64 reference
+    (``forward(ids)`` -> logits per position) picks greedily, each pick clear of the
+    runner-up; the stream never ends inside a UTF-8 character (an unfinished last one is
+    held back)."""
+    import subprocess
+    import sys
+
+    from under_test import IMPORT_ROOT
+
+    ids = tokenizer.encode(text)
+    for _ in range(n):
+        logits = forward(ids)[-1]
+        assert clear_top1(logits), "a near-tie: choose another prompt"
+        ids.append(int(np.argmax(logits)))
+    want = tokenizer.decode(ids[-n:])
+    out = subprocess.run([sys.executable, "-m", "infer", "generate", "-m", path, text, "--temp", "0", "-n", str(n)],
+                         cwd=IMPORT_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = out.stdout.rstrip("\n")
+    assert got == want or (want.endswith("\ufffd") and got == want[:-1]), (got, want)

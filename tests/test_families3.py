@@ -14,19 +14,17 @@ files (tests/data/llama_cpp_families3.npz; tests/data/README.md).
 """
 import dataclasses
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import (LLAMA_CPP_MIN_COS, assert_agrees, assert_batched_equals_alone, clear_top1, cosines,
-                           recorded_logits, recording, tiny_file)
+from family_checks import (LLAMA_CPP_MIN_COS, assert_agrees, assert_batched_equals_alone,
+                           assert_cli_generates_the_reference_greedy, clear_top1, cosines, recorded_logits, recording,
+                           tiny_file)
 from reference import numpy_families3 as n3
 from reference.numpy_families import reference
 from scripted import GreedySampler
 from test_unsupported import refused
-from under_test import IMPORT_ROOT
 
 import infer
 from infer import kernels as K
@@ -345,21 +343,9 @@ def test_greedy_generation_runs_through_the_cli(name, tiny_dir):
     """`infer generate` with --temp 0 prints the continuation the float64 reference
     picks greedily (where each pick is clear of the runner-up)."""
     path = tiny_file(name, tiny_dir)
-    text = "A small model reads the text"
     with infer.load(path) as model:
-        ids = model.tokenizer.encode(text)
-        ref = reference(path)
-        for _ in range(6):
-            logits = ref.forward(ids)[-1]
-            assert clear_top1(logits), "a near-tie: choose another prompt"
-            ids.append(int(np.argmax(logits)))
-        want = model.tokenizer.decode(ids[-6:])
-    out = subprocess.run([sys.executable, "-m", "infer", "generate", "-m", path, text, "--temp", "0", "-n", "6"],
-                         cwd=IMPORT_ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    # the stream never ends inside a UTF-8 character: an incomplete last byte sequence is held back
-    got = out.stdout.rstrip("\n")
-    assert got == want or (want.endswith("\ufffd") and got == want[:-1]), (got, want)
+        assert_cli_generates_the_reference_greedy(path, model.tokenizer, reference(path).forward,
+                                                  "A small model reads the text")
 
 
 @pytest.mark.parametrize("name", NAMES)

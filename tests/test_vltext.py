@@ -15,19 +15,16 @@ at positions (p, p, p, 0)) and llama.cpp's teacher-forced logits on the same fil
 import copy
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tiny_models as tm
-from family_checks import (assert_agrees, assert_batched_equals_alone, clear_top1, cosines, recorded_logits, recording,
-                           tiny_file)
+from family_checks import (assert_agrees, assert_batched_equals_alone, assert_cli_generates_the_reference_greedy,
+                           clear_top1, cosines, recorded_logits, recording, tiny_file)
 from reference.numpy_qwen_vl import reference
 from scripted import GreedySampler, ScriptedTokenizer, scripted_model
 from test_chat_families import CONVERSATIONS, QWEN, WEATHER, hf_render
 from test_unsupported import refused
-from under_test import IMPORT_ROOT
 
 import infer
 from infer.chat import Chat, ChatSession
@@ -153,20 +150,9 @@ def test_batched_decode_equals_decoding_alone(name, tiny_dir):
 def test_greedy_generation_runs_through_the_cli(tiny_dir):
     """`infer generate --temp 0` prints the continuation the float64 reference picks greedily."""
     path = tiny_file("qwen3vl", tiny_dir)
-    text = "A small model reads the text"
     with infer.load(path) as model:
-        ids = model.tokenizer.encode(text)
-        ref = reference(path)
-        for _ in range(6):
-            logits = ref.forward(ids)[-1]
-            assert clear_top1(logits), "a near-tie: choose another prompt"
-            ids.append(int(np.argmax(logits)))
-        want = model.tokenizer.decode(ids[-6:])
-    out = subprocess.run([sys.executable, "-m", "infer", "generate", "-m", path, text, "--temp", "0", "-n", "6"],
-                         cwd=IMPORT_ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    got = out.stdout.rstrip("\n")
-    assert got == want or (want.endswith("\ufffd") and got == want[:-1]), (got, want)
+        assert_cli_generates_the_reference_greedy(path, model.tokenizer, reference(path).forward,
+                                                  "A small model reads the text")
 
 
 @pytest.mark.parametrize("name", ["qwen2vl", "qwen3vlmoe"])
