@@ -234,3 +234,24 @@ def assert_cli_generates_the_reference_greedy(path, tokenizer, forward, text, n=
     assert out.returncode == 0, out.stderr
     got = out.stdout.rstrip("\n")
     assert got == want or (want.endswith("\ufffd") and got == want[:-1]), (got, want)
+
+
+def decoded_one_at_a_time(ctx, prompt):
+    """Each position's logits from decoding ``prompt`` one token at a time on ``ctx``."""
+    rows = []
+    for tok in prompt:
+        ctx.prefill([int(tok)])
+        rows.append(ctx.logits.copy())
+    return np.array(rows)
+
+
+def assert_runs_agree_with_both_references(runs, ref, positions, theirs, name, min_cos=0.99999):
+    """Each run (how -> logits at every position of the prompt) against the float64
+    reference ``ref`` at every position (cosine >= min_cos, the top-1 where clear) and
+    against llama.cpp's recorded rows ``theirs`` at ``positions``."""
+    clear = clear_top1(ref)
+    for how, ours in runs.items():
+        cos = cosines(ours, ref)
+        assert cos.min() >= min_cos, (how, float(cos.min()), int(np.argmin(cos)))
+        assert (np.argmax(ours, -1)[clear] == np.argmax(ref, -1)[clear]).all(), how
+        assert_agrees(ours[positions], theirs, positions, f"{name} {how}")

@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 import tiny_models as tm
 from family_checks import (assert_agrees, assert_batched_equals_alone, assert_cli_generates_the_reference_greedy,
-                           assert_scheduler_batches_like_alone, clear_top1, cosines, recorded_logits, recording,
-                           tiny_file)
+                           assert_runs_agree_with_both_references, assert_scheduler_batches_like_alone, cosines,
+                           decoded_one_at_a_time, recorded_logits, recording, tiny_file)
 from reference import gguf_file
 from reference.numpy_falcon_h1 import FalconH1, Multipliers
 from scripted import GreedySampler
@@ -117,24 +117,14 @@ def test_prefill_and_decode_agree_with_both_references(name, tiny_dir):
     reference at every position (cosine >= 0.99999, the top-1 where clear) and against
     llama.cpp where recorded."""
     prompt = tm.prompt(name)
-    ref = reference_logits(name, tiny_dir)
     positions, theirs = llama_cpp(name, tiny_dir)
-    clear = clear_top1(ref)
     with infer.load(tiny_file(name, tiny_dir)) as model:
         assert model.engine.architecture == "falcon-h1"
         runs = {"prefill": np.array(model.engine.create_context(n_ctx=128).prefill(prompt, all_logits=True))}
         ctx = model.engine.create_context(n_ctx=128, sampler=GreedySampler())
         assert not ctx.fused_decode
-        rows = []
-        for tok in prompt:
-            ctx.prefill([int(tok)])
-            rows.append(ctx.logits.copy())
-        runs["decode"] = np.array(rows)
-    for how, ours in runs.items():
-        cos = cosines(ours, ref)
-        assert cos.min() >= 0.99999, (how, float(cos.min()), int(np.argmin(cos)))
-        assert (np.argmax(ours, -1)[clear] == np.argmax(ref, -1)[clear]).all(), how
-        assert_agrees(ours[positions], theirs, positions, f"{name} {how}")
+        runs["decode"] = decoded_one_at_a_time(ctx, prompt)
+    assert_runs_agree_with_both_references(runs, reference_logits(name, tiny_dir), positions, theirs, name)
 
 
 # ---- each feature matters ---------------------------------------------------------------

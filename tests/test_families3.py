@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import tiny_models as tm
 from family_checks import (LLAMA_CPP_MIN_COS, assert_agrees, assert_batched_equals_alone,
-                           assert_cli_generates_the_reference_greedy, clear_top1, cosines, recorded_logits, recording,
-                           tiny_file)
+                           assert_cli_generates_the_reference_greedy, assert_runs_agree_with_both_references, cosines,
+                           decoded_one_at_a_time, recorded_logits, recording, tiny_file)
 from reference import numpy_families3 as n3
 from reference.numpy_families import reference
 from scripted import GreedySampler
@@ -69,9 +69,7 @@ def test_prefill_and_decode_agree_with_both_references(name, tiny_dir):
     decode, one token at a time: each against the float64 reference at every position
     (cosine >= 0.99999, the top-1 where clear) and against llama.cpp where recorded."""
     prompt = tm.prompt(name)
-    ref = reference_logits(name, tiny_dir)
     positions, theirs = llama_cpp(name, tiny_dir)
-    clear = clear_top1(ref)
     with infer.load(tiny_file(name, tiny_dir)) as model:
         assert model.engine.architecture == tm.FAMILIES3[name].arch
         runs = {"prefill": np.array(model.engine.create_context(n_ctx=256).prefill(prompt, all_logits=True))}
@@ -79,16 +77,8 @@ def test_prefill_and_decode_agree_with_both_references(name, tiny_dir):
             ctx = model.engine.create_context(n_ctx=256, sampler=GreedySampler())
             assert ctx.fused_decode == (name in FUSED)
             ctx.fused_decode = ctx.fused_decode and not python
-            rows = []
-            for tok in prompt:
-                ctx.prefill([int(tok)])
-                rows.append(ctx.logits.copy())
-            runs["python" if python else "decode"] = np.array(rows)
-    for how, ours in runs.items():
-        cos = cosines(ours, ref)
-        assert cos.min() >= 0.99999, (how, float(cos.min()), int(np.argmin(cos)))
-        assert (np.argmax(ours, -1)[clear] == np.argmax(ref, -1)[clear]).all(), how
-        assert_agrees(ours[positions], theirs, positions, f"{name} {how}")
+            runs["python" if python else "decode"] = decoded_one_at_a_time(ctx, prompt)
+    assert_runs_agree_with_both_references(runs, reference_logits(name, tiny_dir), positions, theirs, name)
 
 
 # ---- each feature matters ---------------------------------------------------------------
