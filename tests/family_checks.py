@@ -255,3 +255,27 @@ def assert_runs_agree_with_both_references(runs, ref, positions, theirs, name, m
         assert cos.min() >= min_cos, (how, float(cos.min()), int(np.argmin(cos)))
         assert (np.argmax(ours, -1)[clear] == np.argmax(ref, -1)[clear]).all(), how
         assert_agrees(ours[positions], theirs, positions, f"{name} {how}")
+
+
+def recurrent_state_continues_exactly(model, prompt, n_ctx=64):
+    """A context of ``prompt[:21]`` (a prefill of 20, then one token: a recurrent layer's
+    checkpoint and a step after it), its deep copy and its saved-and-loaded state each
+    continue with ``prompt[21:25]`` to the same logits, bit for bit.  Returns the context
+    (its caches, for shape checks) after those tokens."""
+    import copy
+
+    from infer.runtime import Context
+
+    prompt = [int(t) for t in prompt]
+    ctx = model.engine.create_context(n_ctx=n_ctx)
+    ctx.prefill(prompt[:20])
+    ctx.prefill(prompt[20:21])
+    data = ctx.save_state()
+    twin = copy.deepcopy(ctx)
+    loaded = Context.load_state(model, data)
+    for c in (ctx, twin, loaded):
+        for tok in prompt[21:25]:
+            c.prefill([tok])
+    np.testing.assert_array_equal(twin.logits, ctx.logits)
+    np.testing.assert_array_equal(loaded.logits, ctx.logits)
+    return ctx
